@@ -1,0 +1,50 @@
+"""What the header codec writes: stack traces, replacement of old exception headers, byte budget."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from airflow_kafka_retry.policy.errors import TopologyError
+
+# Room for the coordinates, retry headers and exception class names of a record; a smaller
+# budget could not keep the headers that must never be dropped.
+MIN_HEADER_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class HeaderPolicy:
+    """Header settings of a topology (``headers:`` in YAML).
+
+    :param include_stacktrace: write ``kafka_dlt-exception-stacktrace``.
+    :param strip_previous_exception_headers: replace earlier exception headers instead of appending
+        (Spring's default, and what keeps a record from growing across tiers).
+    :param max_header_bytes: budget for all headers of a routed record (names plus values); the
+        stack trace is truncated first, then the message; coordinates are never dropped.
+    """
+
+    include_stacktrace: bool = True
+    strip_previous_exception_headers: bool = True
+    max_header_bytes: int = 16_384
+
+    def __post_init__(self) -> None:
+        for name in ("include_stacktrace", "strip_previous_exception_headers"):
+            if not isinstance(getattr(self, name), bool):
+                raise TopologyError(f"must be true or false, got {getattr(self, name)!r}", field=name)
+        value = self.max_header_bytes
+        if isinstance(value, bool) or not isinstance(value, int) or value < MIN_HEADER_BYTES:
+            raise TopologyError(f"must be an integer >= {MIN_HEADER_BYTES}, got {value!r}", field="max_header_bytes")
+
+    @classmethod
+    def from_mapping(cls, data: object) -> HeaderPolicy:
+        if not isinstance(data, Mapping):
+            raise TopologyError(f"must be a mapping, got {data!r}")
+        known = tuple(cls.__dataclass_fields__)
+        for key in data:
+            if key not in known:
+                raise TopologyError(f"unknown key; known keys: {', '.join(known)}", field=str(key))
+        return cls(**dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

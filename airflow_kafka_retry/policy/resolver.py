@@ -1,0 +1,111 @@
+"""Destination resolution, like Spring's ``DefaultDestinationTopicResolver``.
+
+(topology, source topic, attempt, exception, original timestamp, clock) -> where the failed record
+goes next and when it is due there. Pure: the clock is injected, nothing is produced here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from airflow_kafka_retry.policy.topology import Tier, Topology
+
+Action = Literal["retry", "dlt", "drop"]
+Reason = Literal[
+    "retryable",  # retry tier
+    "not_retryable",  # fatal classification, straight to the DLT
+    "exhausted",  # no attempts (or tiers) left
+    "timeout",  # older than the topology's timeout
+    "dlt_failure_retried",  # failed while reprocessing the DLT: back to the DLT (always_retry_on_error)
+    "dlt_failure_dropped",  # failed while reprocessing the DLT: given up (fail_on_error, or fatal)
+    "no_dlt",  # would go to a DLT, but the topology has none
+]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where a failed record goes.
+
+    :param action: ``retry`` (a retry tier), ``dlt`` (a dead-letter topic) or ``drop`` (no home
+        on Kafka by design: ``no_dlt`` or a failed DLT reprocessing under ``fail_on_error``).
+    :param topic: destination topic, None for ``drop``.
+    :param partition: destination partition (the source partition, as Spring does by default).
+    :param next_attempt: the ``retry_topic-attempts`` value the routed record carries.
+    :param due_ms: when it is due at the destination (``retry_topic-backoff-timestamp``).
+    :param reason: why this destination was chosen.
+    """
+
+    action: Action
+    topic: str | None
+    partition: int
+    next_attempt: int
+    due_ms: int
+    delay_ms: int
+    reason: Reason
+
+
+class DestinationResolver:
+    """Resolves failed records of one topology.
+
+    :param topology: the retry path.
+    :param clock: returns the current time in epoch milliseconds (injectable for tests).
+    """
+
+    def __init__(self, topology: Topology, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self.topology = topology
+        self.clock = clock
+        self._classifier = topology.classifier
+
+    def resolve(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        attempt: int,
+        exception: BaseException,
+        original_timestamp_ms: int,
+    ) -> Destination:
+        """Return the destination of a record consumed from ``topic`` that failed on ``attempt``."""
+        source = self.topology.tier_for_topic(topic)
+        now = self.clock()
+        if source.kind == "dlt":
+            return self._dlt_failure(source, partition, attempt, exception, now)
+        if not self._classifier.is_retryable(exception):
+            return self._to_dlt(partition, attempt, exception, now, "not_retryable")
+        if attempt >= self.topology.attempts:
+            return self._to_dlt(partition, attempt, exception, now, "exhausted")
+        timeout = self.topology.timeout_ms
+        if timeout is not None and now > original_timestamp_ms + timeout:
+            return self._to_dlt(partition, attempt, exception, now, "timeout")
+        following = self.topology.next_tier(source)
+        if following is None:
+            return self._to_dlt(partition, attempt, exception, now, "exhausted")
+        return Destination("retry", following.topic, partition, attempt + 1, now + following.delay_ms,
+                           following.delay_ms, "retryable")
+
+    def dlt_topic_for(self, exception: BaseException) -> str | None:
+        """The DLT for ``exception``: the first matching exception-specific DLT, else the main one."""
+        for suffix, classes in self.topology.dlt_routing:
+            if self._classifier.first_match(exception, classes):
+                return f"{self.topology.topic}{suffix}"
+        return self.topology.dlt_topic
+
+    def _to_dlt(self, partition: int, attempt: int, exc: BaseException, now: int, reason: Reason) -> Destination:
+        topic = self.dlt_topic_for(exc)
+        if topic is None:
+            return Destination("drop", None, partition, attempt + 1, now, 0, "no_dlt")
+        return Destination("dlt", topic, partition, attempt + 1, now, 0, reason)
+
+    def _dlt_failure(self, source: Tier, partition: int, attempt: int, exc: BaseException, now: int) -> Destination:
+        # As in Spring: under always_retry_on_error a non-fatal failure goes back to the same DLT
+        # (to the end of it, so a run never meets it again); anything else is given up, never looped.
+        if self.topology.dlt_strategy == "always_retry_on_error" and not self._classifier.is_fatal(exc):
+            return Destination("dlt", source.topic, partition, attempt + 1, now, 0, "dlt_failure_retried")
+        return Destination("drop", None, partition, attempt + 1, now, 0, "dlt_failure_dropped")
