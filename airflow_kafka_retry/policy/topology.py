@@ -204,6 +204,23 @@ class Topology:
             )
         return self.tiers[index]
 
+    def select(self, spec: int | str) -> Tier:
+        """A tier by index (``2``, ``"2"``), by topic name, or ``"dlt"`` for the main dead-letter topic."""
+        if isinstance(spec, int) or (isinstance(spec, str) and spec.isdigit()):
+            return self.tier(int(spec))
+        if spec == "dlt":
+            if not self.dlt_tiers:
+                raise TopologyError("this topology has no DLT (dlt_strategy: no_dlt)", field="tier", source=self.source)
+            return self.dlt_tiers[0]
+        return self.tier_for_topic(spec)
+
+    def destinations_from(self, tier: Tier) -> list[str]:
+        """Every topic a failed record of ``tier`` can be routed to (next tier and DLTs)."""
+        following = self.next_tier(tier)
+        topics = [following.topic] if following is not None else []
+        topics += [t.topic for t in self.dlt_tiers if t.topic not in topics]
+        return topics
+
     def tier_for_topic(self, topic: str) -> Tier:
         """The tier (retry or DLT) that ``topic`` is; a TopologyError when the topology has no such topic."""
         for tier in (*self.tiers, *self.dlt_tiers):

@@ -1,0 +1,173 @@
+"""Calling the user's handler: batch-failure indexing, bisection, in-place attempts.
+
+* ``BatchFailedError(index, cause)``: records before ``index`` succeeded, record ``index``
+  failed with ``cause``, the rest are handed to the handler again as a new batch (Spring's
+  ``BatchListenerFailedException``).
+* Any other exception fails the whole batch. Instead of sending every record of the batch
+  around the tiers, the batch is bisected until the failing records are isolated, so one
+  poison record costs O(log n) extra calls; ``max_extra_calls`` bounds the search, and records
+  still unresolved when it runs out fail with the batch's exception (they keep a home).
+* ``in_place_attempts``: a failed record is retried on its own that many more times, after
+  ``in_place_backoff_ms``, before it is routed (like ``DefaultErrorHandler`` with a
+  ``FixedBackOff``); each try counts as a delivery attempt.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from airflow_kafka_retry.engine.records import TierRecord
+from airflow_kafka_retry.engine.loading import UserCodeError
+from airflow_kafka_retry.errors import BatchFailedError
+
+Handler = Callable[[list[TierRecord]], object]
+
+
+@dataclass
+class Outcome:
+    """What became of one record: ``error`` is None on success; ``tries`` counts handler attempts."""
+
+    record: TierRecord
+    error: BaseException | None = None
+    tries: int = 1
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+@dataclass
+class BatchStats:
+    handler_calls: int = 0
+    extra_calls: int = 0  # calls spent isolating failures (bisection, in-place retries)
+
+
+class BatchRunner:
+    """Runs a handler over records and reports one :class:`Outcome` per record, in input order.
+
+    :param handler: ``handle(records: list[TierRecord]) -> None``.
+    :param handler_name: how error messages name the handler (its import path).
+    :param batch_size: records per handler call.
+    :param max_extra_calls: bound on bisection calls per batch that failed without an index.
+    :param in_place_attempts: extra tries of a failed record before it is routed.
+    :param in_place_backoff_ms: pause before each in-place try.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        handler_name: str,
+        batch_size: int = 100,
+        max_extra_calls: int = 64,
+        in_place_attempts: int = 0,
+        in_place_backoff_ms: int = 0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_extra_calls < 0 or in_place_attempts < 0 or in_place_backoff_ms < 0:
+            raise ValueError("max_extra_calls, in_place_attempts and in_place_backoff_ms must be >= 0")
+        self.handler = handler
+        self.handler_name = handler_name
+        self.batch_size = batch_size
+        self.max_extra_calls = max_extra_calls
+        self.in_place_attempts = in_place_attempts
+        self.in_place_backoff_ms = in_place_backoff_ms
+        self.sleep = sleep
+        self.stats = BatchStats()
+
+    def run(self, records: Sequence[TierRecord]) -> list[Outcome]:
+        outcomes: dict[int, Outcome] = {}
+        for start in range(0, len(records), self.batch_size):
+            batch = list(records[start : start + self.batch_size])
+            budget = [self.max_extra_calls]
+            self._run_batch(batch, outcomes, budget, extra=False)
+        result = [outcomes[id(r)] for r in records]
+        for outcome in result:
+            if outcome.failed and self.in_place_attempts:
+                self._retry_in_place(outcome)
+        return result
+
+    # ------------------------------------------------------------------ internals
+    def _call(self, batch: list[TierRecord], *, extra: bool) -> BaseException | None:
+        self.stats.handler_calls += 1
+        if extra:
+            self.stats.extra_calls += 1
+        try:
+            self.handler(list(batch))
+        except Exception as exc:  # noqa: BLE001 - user code: every failure is classified later
+            return exc
+        return None
+
+    def _check_index(self, exc: BatchFailedError, batch: list[TierRecord]) -> int:
+        index = exc.index
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(batch):
+            raise UserCodeError(
+                f"handler {self.handler_name!r} raised BatchFailedError with index {index!r}, but the batch "
+                f"it was given has {len(batch)} records (valid: 0..{len(batch) - 1}); first record of the "
+                f"batch: {batch[0].coordinates}"
+            ) from exc
+        return index
+
+    def _run_batch(self, batch: list[TierRecord], outcomes: dict[int, Outcome], budget: list[int],
+                   *, extra: bool) -> None:
+        while batch:
+            error = self._call(batch, extra=extra)
+            if error is None:
+                for record in batch:
+                    outcomes[id(record)] = Outcome(record)
+                return
+            if isinstance(error, BatchFailedError):
+                index = self._check_index(error, batch)
+                for record in batch[:index]:
+                    outcomes[id(record)] = Outcome(record)
+                outcomes[id(batch[index])] = Outcome(batch[index], error.cause or error)
+                batch = batch[index + 1 :]
+                extra = True  # redelivering the rest is part of handling the failure
+                continue
+            self._bisect(batch, error, outcomes, budget)
+            return
+
+    def _bisect(self, batch: list[TierRecord], error: BaseException, outcomes: dict[int, Outcome],
+                budget: list[int]) -> None:
+        if len(batch) == 1:
+            outcomes[id(batch[0])] = Outcome(batch[0], error)
+            return
+        middle = len(batch) // 2
+        for half in (batch[:middle], batch[middle:]):
+            if budget[0] < 1:  # out of budget: this half fails with the batch's error
+                for record in half:
+                    outcomes[id(record)] = Outcome(record, error)
+                continue
+            budget[0] -= 1
+            self._run_half(half, outcomes, budget)
+
+    def _run_half(self, half: list[TierRecord], outcomes: dict[int, Outcome], budget: list[int]) -> None:
+        error = self._call(half, extra=True)
+        if error is None:
+            for record in half:
+                outcomes[id(record)] = Outcome(record)
+        elif isinstance(error, BatchFailedError):
+            index = self._check_index(error, half)
+            for record in half[:index]:
+                outcomes[id(record)] = Outcome(record)
+            outcomes[id(half[index])] = Outcome(half[index], error.cause or error)
+            self._run_batch(half[index + 1 :], outcomes, budget, extra=True)
+        else:
+            self._bisect(half, error, outcomes, budget)
+
+    def _retry_in_place(self, outcome: Outcome) -> None:
+        for _ in range(self.in_place_attempts):
+            if self.in_place_backoff_ms:
+                self.sleep(self.in_place_backoff_ms / 1000)
+            outcome.tries += 1
+            error = self._call([outcome.record], extra=True)
+            if isinstance(error, BatchFailedError):
+                self._check_index(error, [outcome.record])
+                error = error.cause or error
+            outcome.error = error
+            if error is None:
+                return

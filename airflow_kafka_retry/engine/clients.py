@@ -1,0 +1,98 @@
+"""confluent-kafka clients for the engine: configuration, metadata, lifecycle.
+
+``kafka_config`` is a plain librdkafka configuration (at least ``bootstrap.servers``), as the
+Kafka provider keeps it in a ``kafka_default`` connection's extra. Nothing here logs it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+
+# Keys the engine sets itself; a user value for them would break its guarantees.
+_ENGINE_OWNED = ("enable.auto.commit", "enable.auto.offset.store", "isolation.level", "enable.partition.eof",
+                 "group.id", "transactional.id", "enable.idempotence")
+_CONSUMER_ONLY = ("auto.offset.reset", "session.timeout.ms", "max.poll.interval.ms", "fetch.", "group.",
+                  "heartbeat.interval.ms", "partition.assignment.strategy", "isolation.level",
+                  "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "queued.")
+_PRODUCER_ONLY = ("acks", "linger.ms", "batch.", "compression.", "transaction.timeout.ms", "delivery.timeout.ms",
+                  "message.timeout.ms", "queue.buffering.", "retries", "enable.idempotence", "transactional.id")
+
+
+class KafkaConfigError(ValueError):
+    """The Kafka configuration is unusable; the message names the key (never a secret value)."""
+
+
+def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
+    if "bootstrap.servers" not in kafka_config:
+        raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
+    return {k: v for k, v in kafka_config.items() if not any(k == d or k.startswith(d) for d in drop)
+            and k not in _ENGINE_OWNED}
+
+
+def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str, Any]:
+    config = _common(kafka_config, _PRODUCER_ONLY)
+    config.setdefault("auto.offset.reset", "earliest")
+    config.update({
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "allow.auto.create.topics": False,
+    })
+    for key in ("auto.offset.reset", "session.timeout.ms"):
+        if key in kafka_config:
+            config[key] = kafka_config[key]
+    return config
+
+
+def producer_config(kafka_config: Mapping[str, Any], transactional_id: str | None) -> dict[str, Any]:
+    config = _common(kafka_config, _CONSUMER_ONLY)
+    config.update({"enable.idempotence": True, "acks": "all"})
+    if transactional_id:
+        config["transactional.id"] = transactional_id
+    return config
+
+
+@contextmanager
+def open_consumer(kafka_config: Mapping[str, Any], group_id: str) -> Iterator[Consumer]:
+    consumer = Consumer(consumer_config(kafka_config, group_id))
+    try:
+        yield consumer
+    finally:
+        consumer.close()
+
+
+@contextmanager
+def open_producer(kafka_config: Mapping[str, Any], transactional_id: str | None) -> Iterator[Producer]:
+    producer = Producer(producer_config(kafka_config, transactional_id))
+    try:
+        yield producer
+    finally:
+        producer.flush(10)
+
+
+def partition_counts(client: Consumer | Producer, topics: list[str], timeout: float = 10.0) -> dict[str, int]:
+    """Partition count of each topic; a KafkaConfigError names every topic that does not exist."""
+    counts: dict[str, int] = {}
+    missing: list[str] = []
+    for topic in topics:
+        try:
+            metadata = client.list_topics(topic, timeout=timeout)
+        except KafkaException as exc:
+            raise KafkaConfigError(f"cannot read metadata of topic {topic!r}: {exc}") from exc
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            missing.append(topic)
+        else:
+            counts[topic] = len(info.partitions)
+    if missing:
+        raise KafkaConfigError(
+            f"topic(s) {', '.join(missing)} do not exist on the cluster; create the topology's topics first "
+            "(airflow-kafka-retry topology create-topics FILE)"
+        )
+    return counts

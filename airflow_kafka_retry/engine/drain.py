@@ -1,0 +1,119 @@
+"""Reading one partition of a tier: from the committed offset to the first record not yet due.
+
+The end of the partition is taken from fetch responses (partition EOF and the high watermark
+carried with fetched records), not from a ListOffsets request, and records appended after the
+first fetch are not chased: a run drains what was there when it looked.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from airflow_kafka_retry.policy.headers import read_due_ms
+
+StopReason = Literal["end", "not_due", "limit", "chunk"]
+
+
+class DrainError(RuntimeError):
+    """A partition could not be read; the message names topic and partition."""
+
+
+@dataclass
+class Chunk:
+    """Due records read in one go, and where reading stopped."""
+
+    messages: list[Message] = field(default_factory=list)
+    next_offset: int | None = None  # offset to commit once every message has a home; None: nothing read
+    stop: StopReason = "chunk"
+    not_due_offset: int | None = None  # the first record that was not yet due, if that stopped the read
+    not_due_ms: int | None = None
+
+
+class PartitionReader:
+    """Reads due records of one topic-partition through an assigned (not subscribed) consumer.
+
+    :param consumer: a consumer of the tier's group (read_committed, partition EOF on, no auto-commit).
+    :param cutoff_ms: records due later than this stay for a later run.
+    :param idle_timeout_s: give up when the broker sends neither records nor EOF for this long.
+    """
+
+    def __init__(self, consumer: Consumer, topic: str, partition: int, *, cutoff_ms: int,
+                 poll_timeout_s: float = 1.0, idle_timeout_s: float = 60.0) -> None:
+        self.consumer = consumer
+        self.topic = topic
+        self.partition = partition
+        self.cutoff_ms = cutoff_ms
+        self.poll_timeout_s = poll_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.start_offset = self._committed_offset()
+        self.position = self.start_offset
+        self.end_offset: int | None = None  # high watermark seen with the first fetch
+        self.finished = False
+        self._pending: list[Message] = []
+        consumer.assign([TopicPartition(topic, partition, self.start_offset if self.start_offset >= 0
+                                        else OFFSET_BEGINNING)])
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+    def _committed_offset(self) -> int:
+        try:
+            committed = self.consumer.committed([TopicPartition(self.topic, self.partition)], timeout=30)
+        except KafkaException as exc:
+            raise DrainError(f"{self.where}: cannot read the committed offset: {exc}") from exc
+        offset = committed[0].offset
+        if committed[0].error is not None:
+            raise DrainError(f"{self.where}: cannot read the committed offset: {committed[0].error}")
+        return offset if offset >= 0 else -1
+
+    def read(self, limit: int) -> Chunk:
+        """Read up to ``limit`` due records after the current position."""
+        chunk = Chunk(next_offset=self.position if self.position >= 0 else None)
+        if self.finished:
+            chunk.stop = "end"
+            return chunk
+        idle_since = time.monotonic()
+        while len(chunk.messages) < limit:
+            message = self._next_message()
+            if message is None:
+                if time.monotonic() - idle_since > self.idle_timeout_s:
+                    raise DrainError(f"{self.where}: no records and no end-of-partition from the broker "
+                                     f"for {self.idle_timeout_s:.0f}s after offset {self.position}")
+                continue
+            idle_since = time.monotonic()
+            error = message.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    self._finish(chunk, "end")
+                    return chunk
+                raise DrainError(f"{self.where}: read failed after offset {self.position}: {error}")
+            if self.end_offset is None:
+                self.end_offset = self.consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, self.partition), cached=True)[1]
+            offset = message.offset()
+            if self.end_offset is not None and self.end_offset >= 0 and offset >= self.end_offset:
+                self._finish(chunk, "end")  # appended during the run: not chased
+                return chunk
+            due = read_due_ms(message.headers())
+            if due is not None and due > self.cutoff_ms:
+                self._finish(chunk, "not_due")
+                chunk.not_due_offset, chunk.not_due_ms = offset, due
+                return chunk
+            chunk.messages.append(message)
+            self.position = chunk.next_offset = offset + 1
+        chunk.stop = "limit"
+        return chunk
+
+    def _finish(self, chunk: Chunk, reason: StopReason) -> None:
+        self.finished = True
+        chunk.stop = reason
+
+    def _next_message(self) -> Message | None:
+        if not self._pending:
+            self._pending = self.consumer.consume(num_messages=500, timeout=self.poll_timeout_s)[::-1]
+        return self._pending.pop() if self._pending else None

@@ -1,0 +1,63 @@
+"""How a tier run behaves: the handler, batching, transactions, limits."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "airflow-kafka-retry."
+
+
+@dataclass(frozen=True)
+class DrainOptions:
+    """Options of one tier run (shared by the local engine, Spark executors, CLI and operators).
+
+    :param handler: the user's handler, ``package.module:function``.
+    :param value_deserializer: optional ``package.module:function`` turning value bytes into the
+        object the handler gets; a record it cannot decode is dead-lettered with its original bytes.
+    :param key_deserializer: the same for keys (failures write ``kafka_dlt-key-exception-*``).
+    :param batch_size: records per handler call.
+    :param chunk_size: records per Kafka transaction (routed records + offset commit).
+    :param max_records: stop a partition after this many records (None: drain everything due).
+    :param in_place_attempts: extra tries of a failed record before routing; each counts as an attempt.
+    :param in_place_backoff_ms: pause before each in-place try.
+    :param max_extra_calls: bound on handler calls spent isolating failures of one batch.
+    :param transactional: route and commit in Kafka transactions (else idempotent produce, then commit).
+    :param transactional_id_prefix: prefix of the deterministic ``transactional.id``.
+    :param consumer_group: override the tier's consumer group.
+    :param dead_letter_cap: dead-letter coordinates kept per partition in the summary.
+    :param idle_timeout_s: fail a partition when the broker answers nothing for this long.
+    """
+
+    handler: str
+    value_deserializer: str | None = None
+    key_deserializer: str | None = None
+    batch_size: int = 100
+    chunk_size: int = 1000
+    max_records: int | None = None
+    in_place_attempts: int = 0
+    in_place_backoff_ms: int = 0
+    max_extra_calls: int = 64
+    transactional: bool = True
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
+    consumer_group: str | None = None
+    dead_letter_cap: int = 100
+    idle_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        positive = {"batch_size": self.batch_size, "chunk_size": self.chunk_size}
+        for name, value in positive.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"option {name} must be an integer >= 1, got {value!r}")
+        non_negative = {"in_place_attempts": self.in_place_attempts, "in_place_backoff_ms": self.in_place_backoff_ms,
+                        "max_extra_calls": self.max_extra_calls, "dead_letter_cap": self.dead_letter_cap}
+        for name, value in non_negative.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"option {name} must be an integer >= 0, got {value!r}")
+        if self.max_records is not None and (not isinstance(self.max_records, int) or self.max_records < 1):
+            raise ValueError(f"option max_records must be an integer >= 1 or None, got {self.max_records!r}")
+        if not isinstance(self.handler, str) or ":" not in self.handler:
+            raise ValueError(f"option handler must be 'package.module:function', got {self.handler!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

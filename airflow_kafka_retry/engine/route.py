@@ -1,0 +1,134 @@
+"""Producing routed records and committing source offsets, atomically.
+
+Transactional mode (default): one Kafka transaction per chunk of a partition holds the routed
+records and the source offset commit (``send_offsets_to_transaction``); the transactional id is
+deterministic per (tier group, topic, partition), so a retried or zombie run of the same partition
+is fenced. Idempotent mode: an idempotent producer; offsets are committed only after every
+routed record is acknowledged. Either way no offset is committed for a record without a home.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from airflow_kafka_retry.policy.headers import Header
+from airflow_kafka_retry.policy.resolver import Destination
+
+_TIMEOUT_S = 60.0
+
+
+class RouteError(RuntimeError):
+    """Routing or committing failed; nothing of the chunk was committed."""
+
+
+class FencedError(RouteError):
+    """Another run of the same partition took over this transactional id."""
+
+
+def transactional_id(prefix: str, group: str, topic: str, partition: int) -> str:
+    """The deterministic transactional id of one (tier group, topic, partition)."""
+    return f"{prefix}{group}.{topic}.{partition}"
+
+
+@dataclass
+class RoutedRecord:
+    """A failed source record, its destination and the headers it is produced with."""
+
+    source: Message
+    destination: Destination
+    headers: list[Header]
+    exception: str  # class path of the failure, for summaries
+    delivered_partition: int | None = None
+    delivered_offset: int | None = None
+
+
+@dataclass
+class Router:
+    """Produces routed records and commits the source partition's offset.
+
+    :param producer: transactional (``transactional.id`` set) or idempotent producer.
+    :param consumer: the consumer that read the source partition (its group commits).
+    :param partition_counts: partition count of every destination topic; a record whose source
+        partition does not exist at the destination is partitioned by the producer (as Spring does).
+    """
+
+    producer: Producer
+    consumer: Consumer
+    transactional: bool
+    partition_counts: Mapping[str, int]
+    _ready: bool = field(default=False, init=False)
+
+    def start(self) -> None:
+        """Initialise transactions: aborts whatever a previous run with this id left open (fencing it)."""
+        if self.transactional and not self._ready:
+            try:
+                self.producer.init_transactions(_TIMEOUT_S)
+            except KafkaException as exc:
+                raise RouteError(f"cannot initialise transactions: {exc.args[0]}") from exc
+        self._ready = True
+
+    def commit(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
+        """Produce ``routed`` and commit ``source.offset`` for ``source``'s partition in one step."""
+        self.start()
+        if self.transactional:
+            self._commit_transactional(source, routed)
+        else:
+            self._commit_idempotent(source, routed)
+
+    def _produce(self, routed: Sequence[RoutedRecord], failures: list[str]) -> None:
+        for item in routed:
+            destination = item.destination
+            assert destination.topic is not None, "dropped records are not produced"
+            partition = destination.partition
+            if partition >= self.partition_counts.get(destination.topic, 0):
+                partition = -1
+
+            def delivered(err: KafkaError | None, msg: Message, item: RoutedRecord = item) -> None:
+                if err is not None:
+                    failures.append(f"{destination.topic}: {err.str()}")
+                else:
+                    item.delivered_partition, item.delivered_offset = msg.partition(), msg.offset()
+
+            self.producer.produce(destination.topic, value=item.source.value(), key=item.source.key(),
+                                  headers=item.headers, partition=partition, on_delivery=delivered)
+            self.producer.poll(0)
+
+    def _commit_transactional(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
+        failures: list[str] = []
+        try:
+            self.producer.begin_transaction()
+            self._produce(routed, failures)
+            self.producer.send_offsets_to_transaction([source], self.consumer.consumer_group_metadata(),
+                                                      _TIMEOUT_S)
+            self.producer.commit_transaction(_TIMEOUT_S)
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
+            if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+                raise FencedError(f"{where}: fenced by a newer run of the same partition; nothing committed") \
+                    from exc
+            if error.txn_requires_abort():
+                try:
+                    self.producer.abort_transaction(_TIMEOUT_S)
+                except KafkaException:
+                    pass  # the transaction times out on the broker; the next run's init fences it
+            raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}") from exc
+        if failures:  # cannot happen after a successful commit; kept as a guard, never ignored
+            raise RouteError(f"delivery failed after commit: {'; '.join(failures)}")
+
+    def _commit_idempotent(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
+        failures: list[str] = []
+        where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
+        self._produce(routed, failures)
+        pending = self.producer.flush(_TIMEOUT_S)
+        if pending or failures:
+            raise RouteError(f"{where}: {len(failures)} routed records failed and {pending} were not acknowledged; "
+                             f"offsets not committed ({'; '.join(failures[:3])})")
+        try:
+            self.consumer.commit(offsets=[source], asynchronous=False)
+        except KafkaException as exc:
+            raise RouteError(f"{where}: routed records were delivered but the offset commit failed "
+                             f"({exc.args[0]}); the next run will route them again") from exc

@@ -1,0 +1,133 @@
+"""Run summaries: counts, offset ranges, durations and dead-letter coordinates. Never payloads."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+DEFAULT_COORDINATE_CAP = 100
+
+
+@dataclass
+class DeadLetter:
+    """Where a dead-lettered (or dropped) record came from and where it went."""
+
+    topic: str
+    partition: int
+    offset: int
+    exception: str
+    reason: str
+    dlt_topic: str | None = None
+    dlt_partition: int | None = None
+    dlt_offset: int | None = None
+
+
+@dataclass
+class PartitionSummary:
+    """What one run did to one partition of a tier."""
+
+    topic: str
+    partition: int
+    group: str
+    status: str = "ok"  # ok | failed
+    error: str | None = None
+    start_offset: int | None = None  # the committed offset the run started from (None: no commit yet)
+    first_offset: int | None = None  # first drained record
+    last_offset: int | None = None  # last drained record
+    committed_offset: int | None = None  # what the run committed (next offset to read)
+    stop_reason: str | None = None  # end | not_due | limit
+    next_due_ms: int | None = None  # due time of the first record left for a later run
+    drained: int = 0
+    succeeded: int = 0
+    routed: dict[str, int] = field(default_factory=dict)  # destination topic -> records
+    dead_lettered: dict[str, int] = field(default_factory=dict)  # exception class -> records
+    dropped: int = 0
+    handler_calls: int = 0
+    extra_handler_calls: int = 0
+    transactions: int = 0
+    duration_s: float = 0.0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    dead_letters_truncated: int = 0
+
+    def count_route(self, topic: str) -> None:
+        self.routed[topic] = self.routed.get(topic, 0) + 1
+
+    def count_dead_letter(self, letter: DeadLetter, cap: int) -> None:
+        self.dead_lettered[letter.exception] = self.dead_lettered.get(letter.exception, 0) + 1
+        if len(self.dead_letters) < cap:
+            self.dead_letters.append(letter)
+        else:
+            self.dead_letters_truncated += 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PartitionSummary:
+        data = dict(data)
+        data["dead_letters"] = [DeadLetter(**d) for d in data.get("dead_letters", [])]
+        return cls(**data)
+
+
+@dataclass
+class RunSummary:
+    """What one run did to a tier, over all its partitions."""
+
+    topology: str
+    tier: int
+    topic: str
+    group: str
+    engine: str
+    cutoff_ms: int
+    started_ms: int
+    finished_ms: int = 0
+    partitions: list[PartitionSummary] = field(default_factory=list)
+
+    @property
+    def failed_partitions(self) -> list[PartitionSummary]:
+        return [p for p in self.partitions if p.status != "ok"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_partitions
+
+    def totals(self) -> dict[str, Any]:
+        routed: Counter[str] = Counter()
+        dead: Counter[str] = Counter()
+        for p in self.partitions:
+            routed.update(p.routed)
+            dead.update(p.dead_lettered)
+        return {
+            "drained": sum(p.drained for p in self.partitions),
+            "succeeded": sum(p.succeeded for p in self.partitions),
+            "routed": dict(sorted(routed.items())),
+            "dead_lettered": dict(sorted(dead.items())),
+            "dropped": sum(p.dropped for p in self.partitions),
+            "failed_partitions": [p.partition for p in self.failed_partitions],
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": "ok" if self.ok else "failed",
+            "topology": self.topology,
+            "tier": self.tier,
+            "topic": self.topic,
+            "group": self.group,
+            "engine": self.engine,
+            "cutoff_ms": self.cutoff_ms,
+            "started_ms": self.started_ms,
+            "finished_ms": self.finished_ms,
+            "duration_s": round((self.finished_ms - self.started_ms) / 1000, 3),
+            "totals": self.totals(),
+            "partitions": [p.to_dict() for p in sorted(self.partitions, key=lambda p: p.partition)],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunSummary:
+        return cls(
+            topology=data["topology"], tier=data["tier"], topic=data["topic"], group=data["group"],
+            engine=data["engine"], cutoff_ms=data["cutoff_ms"], started_ms=data["started_ms"],
+            finished_ms=data["finished_ms"],
+            partitions=[PartitionSummary.from_dict(p) for p in data["partitions"]],
+        )
