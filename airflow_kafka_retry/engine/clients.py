@@ -6,6 +6,7 @@ Kafka provider keeps it in a ``kafka_default`` connection's extra. Nothing here 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -22,6 +23,10 @@ _PRODUCER_ONLY = ("acks", "linger.ms", "batch.", "compression.", "transaction.ti
                   "message.timeout.ms", "queue.buffering.", "retries", "enable.idempotence", "transactional.id")
 
 
+#: librdkafka's own log lines (disconnects, retries) go to Python logging, so Airflow task logs get them.
+CLIENT_LOGGER = logging.getLogger("airflow_kafka_retry.rdkafka")
+
+
 class KafkaConfigError(ValueError):
     """The Kafka configuration is unusable; the message names the key (never a secret value)."""
 
@@ -29,8 +34,10 @@ class KafkaConfigError(ValueError):
 def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
     if "bootstrap.servers" not in kafka_config:
         raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
-    return {k: v for k, v in kafka_config.items() if not any(k == d or k.startswith(d) for d in drop)
-            and k not in _ENGINE_OWNED}
+    config = {k: v for k, v in kafka_config.items() if not any(k == d or k.startswith(d) for d in drop)
+              and k not in _ENGINE_OWNED}
+    config.setdefault("logger", CLIENT_LOGGER)
+    return config
 
 
 def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str, Any]:

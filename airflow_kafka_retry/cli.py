@@ -1,0 +1,169 @@
+"""``airflow-kafka-retry``: broker | topology show/create-topics | drain.
+
+Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_kafka_retry.policy.errors import TopologyError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
+    sys.stderr.write(f"airflow-kafka-retry: error: {message}\n")
+    return code
+
+
+def _kafka_config(args: argparse.Namespace) -> dict[str, Any]:
+    """librdkafka config from --kafka-config (a JSON file, may hold credentials) and --bootstrap."""
+    config: dict[str, Any] = {}
+    if args.kafka_config:
+        with open(args.kafka_config, encoding="utf-8") as fh:
+            config.update(json.load(fh))
+    bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if bootstrap:
+        config["bootstrap.servers"] = bootstrap
+    if "bootstrap.servers" not in config:
+        raise ValueError("no Kafka cluster: pass --bootstrap HOST:PORT, --kafka-config FILE or set "
+                         "KAFKA_BOOTSTRAP_SERVERS")
+    return config
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    from airflow_kafka_retry.testing.broker import run_broker_cli
+
+    return run_broker_cli(args.port)
+
+
+def _cmd_topology_show(args: argparse.Namespace) -> int:
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    _print_json(load_topology(args.file).to_dict())
+    return EXIT_OK
+
+
+def _cmd_topology_create(args: argparse.Namespace) -> int:
+    from airflow_kafka_retry.engine.topics import ensure_topics
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    topology = load_topology(args.file)
+    _print_json(ensure_topics(topology, _kafka_config(args), partitions=args.partitions,
+                              replication_factor=args.replication_factor))
+    return EXIT_OK
+
+
+def _options(args: argparse.Namespace) -> Any:
+    from airflow_kafka_retry.engine.options import DrainOptions
+
+    return DrainOptions(
+        handler=args.handler, value_deserializer=args.value_deserializer, key_deserializer=args.key_deserializer,
+        batch_size=args.batch_size, chunk_size=args.chunk_size, max_records=args.max_records,
+        in_place_attempts=args.in_place_attempts, in_place_backoff_ms=args.in_place_backoff_ms,
+        transactional=not args.no_transactions, consumer_group=args.group,
+    )
+
+
+def _cmd_drain(args: argparse.Namespace) -> int:
+    from airflow_kafka_retry.engine.loading import load_callable
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    topology = load_topology(args.topology)
+    tier = topology.select(args.tier)
+    options = _options(args)
+    kafka_config = _kafka_config(args)
+    if args.engine == "spark":
+        from airflow_kafka_retry.spark.submit import run_spark_submit
+
+        summary = run_spark_submit(topology_path=args.topology, tier=args.tier, options=options,
+                                   kafka_config=kafka_config, master=args.master, cutoff_ms=args.cutoff_ms)
+    else:
+        from airflow_kafka_retry.engine.local import run_local
+
+        for path, what in ((options.handler, "handler"), (options.value_deserializer, "value_deserializer"),
+                           (options.key_deserializer, "key_deserializer")):
+            if path:
+                load_callable(path, what=what)  # fail before reading any record
+        partitions = [int(p) for p in args.partitions.split(",")] if args.partitions else None
+        summary = run_local(topology, tier, kafka_config, options, partitions=partitions, cutoff_ms=args.cutoff_ms,
+                            parallelism=args.parallelism)
+    _print_json(summary.to_dict())
+    return EXIT_OK if summary.ok else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="airflow-kafka-retry", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    broker = sub.add_parser("broker", help="start an embedded Kafka-protocol broker (Tansu) and print its address")
+    broker.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
+    broker.set_defaults(func=_cmd_broker)
+
+    topology = sub.add_parser("topology", help="inspect a retry topology").add_subparsers(dest="action", required=True)
+    show = topology.add_parser("show", help="print the resolved retry path as JSON")
+    show.add_argument("file")
+    show.set_defaults(func=_cmd_topology_show)
+    create = topology.add_parser("create-topics", help="create the topology's missing topics")
+    create.add_argument("file")
+    create.add_argument("--partitions", type=int, required=True)
+    create.add_argument("--replication-factor", type=int, default=-1)
+    _add_kafka_args(create)
+    create.set_defaults(func=_cmd_topology_create)
+
+    drain = sub.add_parser("drain", help="reprocess the due records of one tier and print the run summary")
+    drain.add_argument("--topology", required=True, help="topology YAML file")
+    drain.add_argument("--tier", required=True, help="tier index (0 = main topic), a topic name, or 'dlt'")
+    drain.add_argument("--handler", required=True, help="package.module:function")
+    drain.add_argument("--value-deserializer", default=None, help="package.module:function (default: bytes)")
+    drain.add_argument("--key-deserializer", default=None)
+    drain.add_argument("--engine", choices=("local", "spark"), default="local")
+    drain.add_argument("--master", default="local[2]", help="Spark master for --engine spark")
+    drain.add_argument("--batch-size", type=int, default=100)
+    drain.add_argument("--chunk-size", type=int, default=1000, help="records per Kafka transaction")
+    drain.add_argument("--max-records", type=int, default=None, help="per partition")
+    drain.add_argument("--in-place-attempts", type=int, default=0)
+    drain.add_argument("--in-place-backoff-ms", type=int, default=0)
+    drain.add_argument("--no-transactions", action="store_true", help="idempotent produce, then commit")
+    drain.add_argument("--group", default=None, help="override the tier's consumer group")
+    drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
+    drain.add_argument("--parallelism", type=int, default=1, help="partitions at once (local engine)")
+    drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
+    _add_kafka_args(drain)
+    drain.set_defaults(func=_cmd_drain)
+    return parser
+
+
+def _add_kafka_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bootstrap", default=None, help="bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument("--kafka-config", default=None,
+                        help="JSON file with librdkafka settings (credentials stay out of the command line)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except TopologyError as exc:
+        return _fail(str(exc))
+    except (ValueError, OSError) as exc:
+        return _fail(f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

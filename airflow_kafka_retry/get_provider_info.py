@@ -1,0 +1,31 @@
+"""Provider metadata, registered through the ``apache_airflow_provider`` entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def get_provider_info() -> dict[str, Any]:
+    from airflow_kafka_retry import __version__
+
+    return {
+        "package-name": "airflow-kafka-retry",
+        "name": "Kafka Retry Tiers",
+        "description": "Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines, "
+                       "compatible with Spring for Apache Kafka's retry topics.",
+        "versions": [__version__],
+        "integrations": [
+            {
+                "integration-name": "Kafka Retry Tiers",
+                "external-doc-url": "https://github.com/airflow-kafka-retry/airflow-kafka-retry",
+                "tags": ["service"],
+            }
+        ],
+        "hooks": [
+            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.hooks.kafka_retry"]}
+        ],
+        "operators": [
+            {"integration-name": "Kafka Retry Tiers",
+             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess"]}
+        ],
+    }

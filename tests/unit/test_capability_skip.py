@@ -1,0 +1,94 @@
+"""The capability-skip logic, without a broker."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from airflow_kafka_retry.testing.capabilities import (CAPABILITIES, TANSU_DELETE_RECORDS_REASON,
+                                                      BrokerCapabilities, missing_reason)
+from tests.conftest import capability_marker_names, require_capability
+
+TANSU_LIKE = BrokerCapabilities(
+    abort_isolation=False, exact_high_watermark=False, timestamp_lookup=True,
+    enforces_max_message_bytes=False, delete_records=False,
+    reasons={"abort_isolation": "read_committed consumer saw 3 of 3 records of an aborted transaction",
+             "exact_high_watermark": "ListOffsets(latest) says 11, log end is 15",
+             "delete_records": TANSU_DELETE_RECORDS_REASON},
+    cluster_id="tansu_cluster", is_tansu=True)
+
+
+@pytest.fixture
+def broker_capabilities() -> BrokerCapabilities:
+    """Overrides the session fixture so marker handling is exercised without a broker."""
+    return BrokerCapabilities.everything()
+
+
+class _Node:
+    nodeid = "tests/unit/fake.py::test_x"
+
+    def __init__(self, *marks: Any) -> None:
+        self._marks = [m.mark for m in marks]
+
+    def iter_markers(self, name: str) -> Any:
+        return (m for m in self._marks if m.name == name)
+
+
+def test_everything_has_every_capability() -> None:
+    caps = BrokerCapabilities.everything()
+    assert all(caps.has(name) for name in CAPABILITIES)
+    assert caps.missing() == {}
+    assert all(missing_reason(caps, name) is None for name in CAPABILITIES)
+
+
+def test_missing_reason_names_capability_and_reason() -> None:
+    reason = missing_reason(TANSU_LIKE, "abort_isolation")
+    assert reason is not None
+    assert "'abort_isolation'" in reason and "aborted transaction" in reason
+    assert missing_reason(TANSU_LIKE, "timestamp_lookup") is None
+
+
+def test_missing_without_recorded_reason_still_explains() -> None:
+    reason = missing_reason(TANSU_LIKE, "enforces_max_message_bytes")
+    assert reason is not None and "no reason recorded" in reason
+    assert set(TANSU_LIKE.missing()) == {"abort_isolation", "exact_high_watermark",
+                                         "enforces_max_message_bytes", "delete_records"}
+
+
+def test_unknown_capability_is_an_error_not_a_skip() -> None:
+    with pytest.raises(ValueError, match="unknown broker capability 'abort_isolaton'"):
+        missing_reason(TANSU_LIKE, "abort_isolaton")
+    with pytest.raises(ValueError):
+        require_capability(BrokerCapabilities.everything(), "nope")
+
+
+def test_require_capability_skips_with_reason() -> None:
+    with pytest.raises(pytest.skip.Exception, match="aborted transaction"):
+        require_capability(TANSU_LIKE, "timestamp_lookup", "abort_isolation")
+    require_capability(TANSU_LIKE, "timestamp_lookup")  # present: no skip
+
+
+def test_marker_names_are_collected_from_all_markers() -> None:
+    node = _Node(pytest.mark.requires_capability("abort_isolation"),
+                 pytest.mark.integration,
+                 pytest.mark.requires_capability("exact_high_watermark", "delete_records"))
+    assert capability_marker_names(node) == ["abort_isolation", "exact_high_watermark", "delete_records"]
+    assert capability_marker_names(_Node(pytest.mark.integration)) == []
+    with pytest.raises(pytest.UsageError):
+        capability_marker_names(_Node(pytest.mark.requires_capability()))
+
+
+@pytest.mark.requires_capability("abort_isolation", "delete_records")
+def test_marker_runs_test_when_capabilities_present(broker_capabilities: BrokerCapabilities) -> None:
+    assert broker_capabilities.abort_isolation and broker_capabilities.delete_records
+
+
+def test_capabilities_are_frozen_and_summarised() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        TANSU_LIKE.abort_isolation = True  # type: ignore[misc]
+    lines = TANSU_LIKE.summary_lines()
+    assert "Tansu" in lines[0]
+    assert "  timestamp_lookup: yes" in lines
+    assert any(line.startswith("  delete_records: NO - not probed") for line in lines)
