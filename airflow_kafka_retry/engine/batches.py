@@ -6,7 +6,9 @@
 * Any other exception fails the whole batch. Instead of sending every record of the batch
   around the tiers, the batch is bisected until the failing records are isolated, so one
   poison record costs O(log n) extra calls; ``max_extra_calls`` bounds the search, and records
-  still unresolved when it runs out fail with the batch's exception (they keep a home).
+  still unresolved when it runs out fail with :class:`UnisolatedFailure` - retryable whatever the
+  batch's error was, so a good record is never dead-lettered for a neighbour's fatal error; the
+  next tier isolates it further.
 * ``in_place_attempts``: a failed record is retried on its own that many more times, after
   ``in_place_backoff_ms``, before it is routed (like ``DefaultErrorHandler`` with a
   ``FixedBackOff``); each try counts as a delivery attempt.
@@ -23,6 +25,20 @@ from airflow_kafka_retry.engine.loading import UserCodeError
 from airflow_kafka_retry.errors import BatchFailedError
 
 Handler = Callable[[list[TierRecord]], object]
+
+
+class UnisolatedFailure(RuntimeError):
+    """A record of a failed batch that bisection ran out of budget to test on its own.
+
+    Deliberately not chained to the batch's error (``batch_error`` keeps it), so classification
+    does not treat the record as fatal because of a neighbour.
+    """
+
+    def __init__(self, batch_error: BaseException) -> None:
+        super().__init__(f"its batch failed with {type(batch_error).__name__}: {batch_error}; the bisection budget "
+                         "ran out before this record was tried on its own")
+        self.batch_error = batch_error
+        self.__suppress_context__ = True
 
 
 @dataclass
@@ -138,9 +154,9 @@ class BatchRunner:
             return
         middle = len(batch) // 2
         for half in (batch[:middle], batch[middle:]):
-            if budget[0] < 1:  # out of budget: this half fails with the batch's error
+            if budget[0] < 1:  # out of budget: this half is retried in a later tier
                 for record in half:
-                    outcomes[id(record)] = Outcome(record, error)
+                    outcomes[id(record)] = Outcome(record, UnisolatedFailure(error))
                 continue
             budget[0] -= 1
             self._run_half(half, outcomes, budget)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -29,8 +30,8 @@ def parse_duration_ms(value: object) -> int:
         match = _PATTERN.match(value)
         if match:
             number, unit = match.groups()
-            ms = float(number) * _UNITS_MS[unit or "ms"]
-            if ms.is_integer():
+            ms = Decimal(number) * _UNITS_MS[unit or "ms"]  # exact: 1.001s is 1001 ms
+            if ms == ms.to_integral_value():
                 return int(ms)
             raise ValueError(f"{value!r} is not a whole number of milliseconds")
     raise ValueError(f"expected a duration like '500ms', '30s', '5m', '2h' or milliseconds, got {value!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -43,7 +44,9 @@ class HeaderPolicy:
         known = tuple(cls.__dataclass_fields__)
         for key in data:
             if key not in known:
-                raise TopologyError(f"unknown key; known keys: {', '.join(known)}", field=str(key))
+                hint = difflib.get_close_matches(str(key), known, n=1)
+                suggestion = f"did you mean {hint[0]!r}?" if hint else f"known keys: {', '.join(known)}"
+                raise TopologyError(f"unknown key; {suggestion}", field=str(key))
         return cls(**dict(data))
 
     def to_dict(self) -> dict[str, Any]:

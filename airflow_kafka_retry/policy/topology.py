@@ -23,7 +23,8 @@ from airflow_kafka_retry.policy.header_policy import HeaderPolicy
 DltStrategy = Literal["always_retry_on_error", "fail_on_error", "no_dlt"]
 TierKind = Literal["main", "retry", "dlt"]
 
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_TOPIC_NAME = re.compile(r"^(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}$")  # Kafka also refuses "." and ".."
+MAX_ATTEMPTS = 32_766  # the DLT record carries attempts + 1, and Spring reads at most Short.MAX_VALUE
 _DLT_STRATEGIES = ("always_retry_on_error", "fail_on_error", "no_dlt")
 _SUFFIXING = ("index", "delay")
 DEFAULT_TIER_GROUP_TEMPLATE = "{group_id}-{topic}"
@@ -75,13 +76,21 @@ class Topology:
     def __post_init__(self) -> None:
         self._validate()
         object.__setattr__(self, "tiers", self._build_tiers())
-        for tier in (*self.tiers, *self.dlt_tiers):
+        self._validate_topic_names()
+
+    def _validate_topic_names(self) -> None:
+        routing_fields = [f"dlt_routing.{suffix}" for suffix, _ in self.dlt_routing]
+        fields = ["topic", *(["retry_suffix"] * len(self.retry_tiers)),
+                  *(["dlt_suffix", *routing_fields] if self.dlt_tiers else [])]
+        seen: dict[str, str] = {}
+        for tier, field_name in zip((*self.tiers, *self.dlt_tiers), fields, strict=True):
             if not _TOPIC_NAME.match(tier.topic):
-                raise self._error(
-                    f"derived topic name {tier.topic!r} is not a legal Kafka topic name "
-                    "(1-249 characters from a-z A-Z 0-9 . _ -)",
-                    "topic",
-                )
+                raise self._error(f"derived topic name {tier.topic!r} is not a legal Kafka topic name "
+                                  "(1-249 characters from a-z A-Z 0-9 . _ -)", field_name)
+            if tier.topic in seen:
+                raise self._error(f"derived topic name {tier.topic!r} is also the {seen[tier.topic]} topic; "
+                                  "every tier and DLT needs its own topic", field_name)
+            seen[tier.topic] = f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter"
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -97,16 +106,17 @@ class Topology:
             raise self._error(f"{self.topic!r} is not a legal Kafka topic name", "topic")
         if not isinstance(self.group_id, str) or not self.group_id.strip():
             raise self._error("a non-empty consumer group id is required", "group_id")
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
-            raise self._error(f"must be an integer >= 1 (total attempts, first included), got {self.attempts!r}",
-                              "attempts")
+        if (isinstance(self.attempts, bool) or not isinstance(self.attempts, int)
+                or not 1 <= self.attempts <= MAX_ATTEMPTS):
+            raise self._error(f"must be an integer from 1 to {MAX_ATTEMPTS} (total attempts, first included), "
+                              f"got {self.attempts!r}", "attempts")
         if self.topic_suffixing not in _SUFFIXING:
             raise self._error(f"must be one of {', '.join(_SUFFIXING)}, got {self.topic_suffixing!r}",
                               "topic_suffixing")
         if self.dlt_strategy not in _DLT_STRATEGIES:
             raise self._error(f"must be one of {', '.join(_DLT_STRATEGIES)}, got {self.dlt_strategy!r}",
                               "dlt_strategy")
-        if self.index_start not in (0, 1):
+        if isinstance(self.index_start, bool) or self.index_start not in (0, 1):
             raise self._error(f"must be 0 (Spring's naming) or 1, got {self.index_start!r}", "index_start")
         for name, value in (("retry_suffix", self.retry_suffix), ("dlt_suffix", self.dlt_suffix)):
             if not isinstance(value, str) or not value:
@@ -134,9 +144,18 @@ class Topology:
                     raise self._error(f"{name!r} is not a dotted exception class path", f"{where}[{i}]")
         if self.timeout_ms is not None and self.timeout_ms <= 0:
             raise self._error("must be a positive duration", "timeout")
-        if "{group_id}" not in self.tier_group_template and "{topic}" not in self.tier_group_template:
-            raise self._error("must contain {group_id} or {topic} so tiers get distinct groups",
+        self._validate_group_template()
+
+    def _validate_group_template(self) -> None:
+        template = self.tier_group_template
+        if not isinstance(template, str) or ("{group_id}" not in template and "{topic}" not in template):
+            raise self._error(f"must be a string containing {{group_id}} or {{topic}}, got {template!r}",
                               "tier_group_template")
+        try:
+            template.format(group_id="g", topic="t")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise self._error(f"{template!r} is not a valid template; only {{group_id}} and {{topic}} may be "
+                              f"used ({type(exc).__name__}: {exc})", "tier_group_template") from None
 
     def _build_tiers(self) -> tuple[Tier, ...]:
         delays = self.backoff.delays_for(self.attempts - 1)
@@ -206,6 +225,9 @@ class Topology:
 
     def select(self, spec: int | str) -> Tier:
         """A tier by index (``2``, ``"2"``), by topic name, or ``"dlt"`` for the main dead-letter topic."""
+        if isinstance(spec, bool):
+            raise TopologyError(f"tier {spec!r} is not a tier index, topic name or 'dlt'", field="tier",
+                                source=self.source)
         if isinstance(spec, int) or (isinstance(spec, str) and spec.isdigit()):
             return self.tier(int(spec))
         if spec == "dlt":
@@ -320,11 +342,11 @@ def _backoff(data: object, source: str) -> BackOff:
     if not isinstance(data, Mapping):
         raise TopologyError("must be a mapping with 'kind' and its settings", field="backoff", source=source)
     kind = data.get("kind", "fixed")
-    if kind not in _BACKOFF_KEYS:
+    if not isinstance(kind, str) or kind not in _BACKOFF_KEYS:
         raise TopologyError(f"must be fixed, exponential or custom, got {kind!r}", field="backoff.kind", source=source)
     for key in data:
         if key not in _BACKOFF_KEYS[kind]:
-            raise _unknown_key_error(str(key), _BACKOFF_KEYS[kind], f"backoff({kind})", source)
+            raise _unknown_key_error(str(key), _BACKOFF_KEYS[kind], "backoff", source)
     try:
         if kind == "fixed":
             return BackOff("fixed", delay_ms=_duration(data.get("delay", 1000), "backoff.delay", source))
@@ -335,7 +357,7 @@ def _backoff(data: object, source: str) -> BackOff:
             delays = tuple(_duration(v, f"backoff.delays[{i}]", source) for i, v in enumerate(raw))
             return BackOff("custom", delays=delays)
         multiplier = data.get("multiplier", 2.0)
-        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float):
+        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or multiplier != multiplier:
             raise TopologyError(f"must be a number >= 1.0, got {multiplier!r}", field="backoff.multiplier",
                                 source=source)
         return BackOff(

@@ -24,7 +24,9 @@ from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.testing.topics import unique_topic
 
 HANDLER_MODULE = "tests.support.ledger_handler"
-MODES = ("ok", "transient:1", "permanent", "fatal", "ok", "transient:2", "bad-json", "ok")
+# Seven modes: coprime with the partition counts used, so every partition (and every chunk) mixes
+# fates. Chunks where every record succeeds are tested on their own (test_engine_commits.py).
+MODES = ("ok", "transient:1", "permanent", "fatal", "transient:2", "bad-json", "ok")
 # (attempts header expected on the DLT record, exception class) for records that end in the DLT.
 DLT_FATES = {
     "permanent": (5, f"{HANDLER_MODULE}.PermanentError"),
