@@ -1,4 +1,4 @@
-"""``airflow-kafka-retry``: broker | topology show/create-topics | drain.
+"""``airflow-kafka-retry``: broker | topology show/create-topics | drain | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """
@@ -47,6 +47,12 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.testing.broker import run_broker_cli
 
     return run_broker_cli(args.port)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from airflow_kafka_retry.demo import main as demo_main
+
+    return demo_main(args.bootstrap, orders=args.orders, partitions=args.partitions)
 
 
 def _cmd_topology_show(args: argparse.Namespace) -> int:
@@ -112,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     broker = sub.add_parser("broker", help="start an embedded Kafka-protocol broker (Tansu) and print its address")
     broker.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
     broker.set_defaults(func=_cmd_broker)
+
+    demo = sub.add_parser("demo", help="run the retry path end to end on an embedded broker")
+    demo.add_argument("--orders", type=int, default=200)
+    demo.add_argument("--partitions", type=int, default=3)
+    demo.add_argument("--bootstrap", default=None, help="use this cluster instead of an embedded broker")
+    demo.set_defaults(func=_cmd_demo)
 
     topology = sub.add_parser("topology", help="inspect a retry topology").add_subparsers(dest="action", required=True)
     show = topology.add_parser("show", help="print the resolved retry path as JSON")

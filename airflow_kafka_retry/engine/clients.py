@@ -43,6 +43,9 @@ def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str,
 def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str, Any]:
     config = _common(kafka_config, _PRODUCER_ONLY)
     config.setdefault("auto.offset.reset", "earliest")
+    # A drain reads to the end of the partition and stops: do not let the broker hold an empty
+    # fetch for long (librdkafka's default is 500 ms per fetch).
+    config.setdefault("fetch.wait.max.ms", 100)
     config.update({
         "group.id": group_id,
         "enable.auto.commit": False,
@@ -51,7 +54,7 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
         "enable.partition.eof": True,
         "allow.auto.create.topics": False,
     })
-    for key in ("auto.offset.reset", "session.timeout.ms"):
+    for key in ("auto.offset.reset", "session.timeout.ms", "fetch.wait.max.ms"):
         if key in kafka_config:
             config[key] = kafka_config[key]
     return config

@@ -115,5 +115,10 @@ class PartitionReader:
 
     def _next_message(self) -> Message | None:
         if not self._pending:
-            self._pending = self.consumer.consume(num_messages=500, timeout=self.poll_timeout_s)[::-1]
-        return self._pending.pop() if self._pending else None
+            # consume() waits its whole timeout unless the batch fills up: wait for one event, then
+            # take whatever else is already queued without waiting.
+            first = self.consumer.poll(self.poll_timeout_s)
+            if first is None:
+                return None
+            self._pending = [first, *self.consumer.consume(num_messages=499, timeout=0)][::-1]
+        return self._pending.pop()

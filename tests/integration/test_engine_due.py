@@ -1,0 +1,89 @@
+"""Due times: records not yet due stay put for a later run; order holds per partition."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.topics import unique_topic
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration]
+
+
+def _topology() -> Topology:
+    topic = unique_topic("due")
+    return Topology.from_mapping({"topic": topic, "group_id": f"{topic}-svc", "attempts": 3,
+                                  "backoff": {"kind": "fixed", "delay": "1h"}})
+
+
+def _produce(bootstrap: str, topic: str, rows: list[tuple[int, str, int]]) -> None:
+    """rows: (partition, id, due_ms) as a retry tier would hold them (attempt 2)."""
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for partition, rid, due in rows:
+        headers = [(H.ATTEMPTS, H.encode_int32(2)), (H.BACKOFF_TIMESTAMP, H.encode_big_integer(due)),
+                   (H.ORIGINAL_TIMESTAMP, H.encode_big_integer(due - 3_600_000))]
+        producer.produce(topic, json.dumps({"id": rid, "mode": "ok"}).encode(), key=rid.encode(),
+                         partition=partition, headers=headers)
+    assert producer.flush(10) == 0
+
+
+def test_records_not_yet_due_stay_for_a_later_run(kafka_bootstrap, tmp_path):
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = _topology()
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=2)
+    tier = topology.tier(1)
+    now = int(time.time() * 1000)
+    past, soon, later = now - 60_000, now + 60_000, now + 120_000
+    _produce(kafka_bootstrap, tier.topic, [
+        (0, "a", past), (0, "b", past), (0, "c", soon), (0, "d", past), (0, "e", later),
+        (1, "f", past), (1, "g", past),
+    ])
+    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    config = {"bootstrap.servers": kafka_bootstrap}
+
+    first = run_local(topology, tier, config, options, cutoff_ms=now)
+    by_partition = {p.partition: p for p in first.partitions}
+    assert (by_partition[0].drained, by_partition[0].committed_offset, by_partition[0].stop_reason) == (2, 2, "not_due")
+    assert by_partition[0].next_due_ms == soon
+    assert (by_partition[1].drained, by_partition[1].committed_offset, by_partition[1].stop_reason) == (2, 2, "end")
+    assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "f": 1, "g": 1}
+
+    # "d" is due but sits behind "c": partition order wins, as in Spring's retry topics
+    second = run_local(topology, tier, config, options, cutoff_ms=soon)
+    assert {p.partition: p.drained for p in second.partitions} == {0: 2, 1: 0}
+    assert list(ledger.processed_ids(ledger_file)) == ["a", "b", "f", "g", "c", "d"]
+
+    third = run_local(topology, tier, config, options, cutoff_ms=later)
+    assert {p.partition: p.committed_offset for p in third.partitions} == {0: 5, 1: None}
+    assert set(ledger.processed_ids(ledger_file)) == set("abcdefg")
+
+
+def test_routed_records_carry_increasing_due_times_per_partition(kafka_bootstrap, tmp_path):
+    ledger.ledger_path(tmp_path)
+    topology = _topology()
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    for i in range(30):
+        producer.produce(topology.topic, json.dumps({"id": str(i), "mode": "permanent"}).encode(), partition=0)
+    assert producer.flush(10) == 0
+    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=4, chunk_size=7)
+    before = int(time.time() * 1000)
+    run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options)
+    after = int(time.time() * 1000)
+    routed = ledger.read_all(kafka_bootstrap, topology.tier(1).topic)
+    dues = [H.read_due_ms(m.headers()) for m in routed]
+    assert len(dues) == 30
+    assert dues == sorted(dues), "due times go backwards within a partition"
+    assert before + 3_600_000 <= dues[0] and dues[-1] <= after + 3_600_000
+    assert [H.read_attempts(m.headers()) for m in routed] == [2] * 30

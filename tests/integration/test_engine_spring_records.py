@@ -1,0 +1,97 @@
+"""Records written by a Spring Kafka service (Spring's header encodings) continue their attempts."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.topics import unique_topic
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration]
+
+JAVA_EXCEPTION = b"org.springframework.kafka.listener.ListenerExecutionFailedException"
+
+
+def spring_headers(*, attempts: bytes, due_ms: int, original_ts: int, main_topic: str, offset: int) -> list:
+    """What Spring's DeadLetterPublishingRecovererFactory writes (bytes spelled out by hand)."""
+    return [
+        ("traceparent", b"00-abc-01"),
+        ("kafka_dlt-original-topic", main_topic.encode()),
+        ("kafka_dlt-original-partition", struct.pack(">i", 0)),
+        ("kafka_dlt-original-offset", struct.pack(">q", offset)),
+        ("kafka_dlt-original-timestamp", struct.pack(">q", original_ts)),
+        ("kafka_dlt-original-timestamp-type", b"CreateTime"),
+        ("kafka_dlt-original-consumer-group", b"orders-service"),
+        ("kafka_dlt-exception-fqcn", JAVA_EXCEPTION),
+        ("kafka_dlt-exception-cause-fqcn", b"java.lang.IllegalStateException"),
+        ("kafka_dlt-exception-message", b"Listener method threw exception"),
+        ("kafka_dlt-exception-stacktrace", b"java.lang.IllegalStateException: boom\n\tat ..."),
+        # BigInteger.toByteArray() of the millisecond timestamps; attempts as ByteBuffer.putInt (or legacy byte)
+        ("retry_topic-original-timestamp", original_ts.to_bytes(6, "big")),
+        ("retry_topic-attempts", attempts),
+        ("retry_topic-backoff-timestamp", due_ms.to_bytes(6, "big")),
+    ]
+
+
+def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path):
+    ledger_file = ledger.ledger_path(tmp_path)
+    topic = unique_topic("spring")
+    topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "attempts": 4,
+                                      "backoff": {"kind": "fixed", "delay": "5s"}, "index_start": 0})
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
+    tier = topology.select(f"{topic}-retry-1")  # Spring names retry topics from 0: this is the 2nd tier
+    assert tier.index == 2
+    now = int(time.time() * 1000)
+    original_ts = now - 60_000
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    cases = {
+        "ok-int": (struct.pack(">i", 3), "ok"),  # 4-byte attempts (Spring 3.x)
+        "fail-int": (struct.pack(">i", 3), "permanent"),
+        "fail-legacy": (bytes([3]), "permanent"),  # legacy 1-byte attempts still read
+    }
+    for offset, (rid, (attempts, mode)) in enumerate(cases.items()):
+        producer.produce(tier.topic, json.dumps({"id": rid, "mode": mode}).encode(), key=rid.encode(), partition=0,
+                         timestamp=now - 1000,
+                         headers=spring_headers(attempts=attempts, due_ms=now - 1000, original_ts=original_ts,
+                                                main_topic=topic, offset=100 + offset))
+    assert producer.flush(10) == 0
+
+    seen_attempts = {}
+
+    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
+    assert summary.ok and summary.partitions[0].drained == 3
+    assert ledger.processed_ids(ledger_file) == {"ok-int": 1}
+
+    routed = {m.key().decode(): m for m in ledger.read_all(kafka_bootstrap, topology.tier(3).topic)}
+    assert set(routed) == {"fail-int", "fail-legacy"}
+    for rid, msg in routed.items():
+        headers = msg.headers()
+        seen_attempts[rid] = H.last_header(headers, H.ATTEMPTS)
+        # attempt 3 failed -> the record goes on at attempt 4, written as Spring 3.x writes it
+        assert H.last_header(headers, H.ATTEMPTS) == b"\x00\x00\x00\x04"
+        # the original timestamp is carried byte for byte; coordinates still point at the main topic
+        assert H.last_header(headers, H.ORIGINAL_TIMESTAMP) == original_ts.to_bytes(6, "big")
+        coords = H.read_original_coordinates(headers)
+        assert (coords.topic, coords.partition, coords.consumer_group) == (topic, 0, "orders-service")
+        assert coords.offset in (101, 102)
+        names = [k for k, _ in headers]
+        for once in (H.DLT_ORIGINAL_TOPIC, H.DLT_EXCEPTION_FQCN, H.ATTEMPTS, H.BACKOFF_TIMESTAMP):
+            assert names.count(once) == 1, once
+        assert H.last_header(headers, H.DLT_EXCEPTION_FQCN) == f"{ledger.HANDLER_MODULE}.PermanentError".encode()
+        assert H.last_header(headers, H.DLT_EXCEPTION_CAUSE_FQCN) is None  # Java cause replaced with the rest
+        assert H.last_header(headers, "traceparent") == b"00-abc-01"
+        due = H.read_due_ms(headers)
+        assert now + 5_000 <= due <= int(time.time() * 1000) + 5_000
+    assert seen_attempts["fail-legacy"] == seen_attempts["fail-int"]
