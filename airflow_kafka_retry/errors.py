@@ -24,3 +24,18 @@ class BatchFailedError(Exception):
 
 class DeserializationError(Exception):
     """A record's key or value could not be decoded; never retried (like Spring's DeserializationException)."""
+
+
+class UnisolatedFailure(RuntimeError):
+    """A record of a failed batch that bisection ran out of budget to try on its own.
+
+    Always retryable, whatever the classification rules (``retry_only`` included), and
+    deliberately not chained to the batch's error (``batch_error`` keeps it), so a good record
+    is never dead-lettered for a neighbour's fatal error; the next tier isolates it further.
+    """
+
+    def __init__(self, batch_error: BaseException) -> None:
+        super().__init__(f"its batch failed with {type(batch_error).__name__}: {batch_error}; the bisection budget "
+                         "ran out before this record was tried on its own")
+        self.batch_error = batch_error
+        self.__suppress_context__ = True

@@ -11,7 +11,8 @@
   next tier isolates it further.
 * ``in_place_attempts``: a failed record is retried on its own that many more times, after
   ``in_place_backoff_ms``, before it is routed (like ``DefaultErrorHandler`` with a
-  ``FixedBackOff``); each try counts as a delivery attempt.
+  ``FixedBackOff``); each try counts as a delivery attempt. Errors that are not retryable are
+  not retried in place (Spring recovers them at once).
 """
 
 from __future__ import annotations
@@ -22,23 +23,10 @@ from dataclasses import dataclass
 
 from airflow_kafka_retry.engine.records import TierRecord
 from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.errors import BatchFailedError
+from airflow_kafka_retry.errors import BatchFailedError, UnisolatedFailure
+from airflow_kafka_retry.policy.classify import ExceptionClassifier
 
 Handler = Callable[[list[TierRecord]], object]
-
-
-class UnisolatedFailure(RuntimeError):
-    """A record of a failed batch that bisection ran out of budget to test on its own.
-
-    Deliberately not chained to the batch's error (``batch_error`` keeps it), so classification
-    does not treat the record as fatal because of a neighbour.
-    """
-
-    def __init__(self, batch_error: BaseException) -> None:
-        super().__init__(f"its batch failed with {type(batch_error).__name__}: {batch_error}; the bisection budget "
-                         "ran out before this record was tried on its own")
-        self.batch_error = batch_error
-        self.__suppress_context__ = True
 
 
 @dataclass
@@ -69,6 +57,8 @@ class BatchRunner:
     :param max_extra_calls: bound on bisection calls per batch that failed without an index.
     :param in_place_attempts: extra tries of a failed record before it is routed.
     :param in_place_backoff_ms: pause before each in-place try.
+    :param retryable: classification of errors; not-retryable ones are never retried in place
+        (default: the default classifier, which knows the standard fatal exceptions).
     """
 
     def __init__(
@@ -81,6 +71,7 @@ class BatchRunner:
         in_place_attempts: int = 0,
         in_place_backoff_ms: int = 0,
         sleep: Callable[[float], None] = time.sleep,
+        retryable: Callable[[BaseException], bool] = ExceptionClassifier().is_retryable,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -93,6 +84,7 @@ class BatchRunner:
         self.in_place_attempts = in_place_attempts
         self.in_place_backoff_ms = in_place_backoff_ms
         self.sleep = sleep
+        self.retryable = retryable
         self.stats = BatchStats()
 
     def run(self, records: Sequence[TierRecord]) -> list[Outcome]:
@@ -177,6 +169,8 @@ class BatchRunner:
 
     def _retry_in_place(self, outcome: Outcome) -> None:
         for _ in range(self.in_place_attempts):
+            if outcome.error is None or not self.retryable(outcome.error):
+                return
             if self.in_place_backoff_ms:
                 self.sleep(self.in_place_backoff_ms / 1000)
             outcome.tries += 1
@@ -185,5 +179,3 @@ class BatchRunner:
                 self._check_index(error, [outcome.record])
                 error = error.cause or error
             outcome.error = error
-            if error is None:
-                return

@@ -54,7 +54,8 @@ class DrainOptions:
         for name, value in non_negative.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"option {name} must be an integer >= 0, got {value!r}")
-        if self.max_records is not None and (not isinstance(self.max_records, int) or self.max_records < 1):
+        if self.max_records is not None and (isinstance(self.max_records, bool) or not isinstance(self.max_records, int)
+                                             or self.max_records < 1):
             raise ValueError(f"option max_records must be an integer >= 1 or None, got {self.max_records!r}")
         if not isinstance(self.handler, str) or ":" not in self.handler:
             raise ValueError(f"option handler must be 'package.module:function', got {self.handler!r}")

@@ -88,7 +88,8 @@ class PartitionJob:
             if options.key_deserializer else None
         runner = BatchRunner(handler, handler_name=options.handler, batch_size=options.batch_size,
                              max_extra_calls=options.max_extra_calls, in_place_attempts=options.in_place_attempts,
-                             in_place_backoff_ms=options.in_place_backoff_ms)
+                             in_place_backoff_ms=options.in_place_backoff_ms,
+                             retryable=self.topology.classifier.is_retryable)
         txn_id = transactional_id(options.transactional_id_prefix, self.group, self.tier.topic, self.partition) \
             if options.transactional else None
         with open_consumer(self.kafka_config, self.group) as consumer, \

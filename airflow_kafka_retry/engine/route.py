@@ -29,8 +29,11 @@ class FencedError(RouteError):
 
 
 def transactional_id(prefix: str, group: str, topic: str, partition: int) -> str:
-    """The deterministic transactional id of one (tier group, topic, partition)."""
-    return f"{prefix}{group}.{topic}.{partition}"
+    """The deterministic transactional id of one (tier group, topic, partition).
+
+    ``/`` cannot occur in a topic name, so the last two fields are unambiguous whatever the group.
+    """
+    return f"{prefix}{group}/{topic}/{partition}"
 
 
 @dataclass

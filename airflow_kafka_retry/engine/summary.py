@@ -104,7 +104,7 @@ class RunSummary:
             "routed": dict(sorted(routed.items())),
             "dead_lettered": dict(sorted(dead.items())),
             "dropped": sum(p.dropped for p in self.partitions),
-            "failed_partitions": [p.partition for p in self.failed_partitions],
+            "failed_partitions": sorted(p.partition for p in self.failed_partitions),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from airflow_kafka_retry.errors import UnisolatedFailure
+
 # The Python analogues of Spring's default fatal exceptions (DeserializationException,
 # MessageConversionException, ConversionException, MethodArgumentResolutionException,
 # NoSuchMethodException, ClassCastException): decoding and type errors that a retry cannot fix.
@@ -108,6 +110,8 @@ class ExceptionClassifier:
 
     def is_retryable(self, exc: BaseException) -> bool:
         """True when ``exc`` may go to a retry tier (attempts and timeout aside)."""
+        if isinstance(exc, UnisolatedFailure):
+            return True  # never classified by a neighbour's error or by retry_only
         if self.is_fatal(exc):
             return False
         if self.retry_only:

@@ -1,0 +1,224 @@
+"""Unit tests for airflow_kafka_retry.engine.clients configuration builders (no client is constructed)."""
+
+from __future__ import annotations
+
+import logging
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from airflow_kafka_retry.engine.clients import (
+    CLIENT_LOGGER,
+    KafkaConfigError,
+    consumer_config,
+    producer_config,
+)
+
+BOOTSTRAP = "broker-1:9092,broker-2:9092"
+SECRET = "s3cr3t-never-log-me"
+
+SECURITY = {
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "SCRAM-SHA-512",
+    "sasl.username": "svc-orders",
+    "sasl.password": SECRET,
+    "ssl.ca.location": "/etc/ssl/ca.pem",
+    "ssl.key.password": SECRET,
+    "client.id": "airflow",
+    "socket.timeout.ms": 30000,
+    "message.max.bytes": 2_000_000,
+}
+
+PRODUCER_ONLY = {
+    "acks": "1",
+    "linger.ms": 5,
+    "batch.size": 100_000,
+    "batch.num.messages": 1000,
+    "compression.type": "zstd",
+    "compression.codec": "lz4",
+    "transaction.timeout.ms": 60_000,
+    "delivery.timeout.ms": 120_000,
+    "message.timeout.ms": 120_000,
+    "queue.buffering.max.ms": 10,
+    "queue.buffering.max.messages": 100_000,
+    "retries": 5,
+    "enable.idempotence": False,
+    "transactional.id": "user-txn",
+}
+
+CONSUMER_ONLY = {
+    "auto.offset.reset": "latest",
+    "session.timeout.ms": 6000,
+    "max.poll.interval.ms": 600_000,
+    "fetch.min.bytes": 1,
+    "fetch.max.bytes": 50_000_000,
+    "fetch.wait.max.ms": 250,
+    "group.id": "user-group",
+    "group.instance.id": "static-1",
+    "heartbeat.interval.ms": 1000,
+    "partition.assignment.strategy": "cooperative-sticky",
+    "isolation.level": "read_uncommitted",
+    "enable.auto.commit": True,
+    "enable.auto.offset.store": True,
+    "enable.partition.eof": False,
+    "queued.min.messages": 1000,
+    "queued.max.messages.kbytes": 1024,
+}
+
+
+def base(**extra: Any) -> dict[str, Any]:
+    return {"bootstrap.servers": BOOTSTRAP, **extra}
+
+
+# ----------------------------------------------------------------------------- consumer
+def test_consumer_engine_settings() -> None:
+    config = consumer_config(base(), "svc-orders-retry-0")
+    assert config == {
+        "bootstrap.servers": BOOTSTRAP,
+        "logger": CLIENT_LOGGER,
+        "group.id": "svc-orders-retry-0",
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "allow.auto.create.topics": False,
+    }
+
+
+def test_consumer_engine_owned_keys_override_user_values() -> None:
+    user = base(**{"group.id": "user-group", "enable.auto.commit": True, "enable.auto.offset.store": True,
+                   "isolation.level": "read_uncommitted", "enable.partition.eof": False,
+                   "allow.auto.create.topics": True})
+    config = consumer_config(user, "tier-group")
+    assert config["group.id"] == "tier-group"
+    assert config["enable.auto.commit"] is False
+    assert config["enable.auto.offset.store"] is False
+    assert config["isolation.level"] == "read_committed"
+    assert config["enable.partition.eof"] is True
+    assert config["allow.auto.create.topics"] is False
+
+
+def test_consumer_keeps_user_tuning() -> None:
+    user = base(**{"auto.offset.reset": "latest", "session.timeout.ms": 6000, "max.poll.interval.ms": 600_000,
+                   "heartbeat.interval.ms": 1000, "fetch.min.bytes": 10, "queued.min.messages": 5})
+    config = consumer_config(user, "g")
+    for key in ("auto.offset.reset", "session.timeout.ms", "max.poll.interval.ms", "heartbeat.interval.ms",
+                "fetch.min.bytes", "queued.min.messages"):
+        assert config[key] == user[key], key
+
+
+def test_fetch_wait_max_ms_default_and_override() -> None:
+    assert consumer_config(base(), "g")["fetch.wait.max.ms"] == 100
+    assert consumer_config(base(**{"fetch.wait.max.ms": 500}), "g")["fetch.wait.max.ms"] == 500
+    assert consumer_config(base(**{"fetch.wait.max.ms": 0}), "g")["fetch.wait.max.ms"] == 0
+    assert "fetch.wait.max.ms" not in producer_config(base(**{"fetch.wait.max.ms": 500}), None)
+    assert "fetch.wait.max.ms" not in producer_config(base(), None)
+
+
+@pytest.mark.parametrize("key", sorted(PRODUCER_ONLY))
+def test_producer_only_keys_are_not_given_to_consumers(key: str) -> None:
+    config = consumer_config(base(**{key: PRODUCER_ONLY[key]}), "g")
+    assert key not in config
+
+
+def test_consumer_without_transactional_or_idempotence_keys() -> None:
+    config = consumer_config(base(**PRODUCER_ONLY), "g")
+    assert not set(PRODUCER_ONLY) & set(config)
+
+
+# ----------------------------------------------------------------------------- producer
+def test_producer_engine_settings() -> None:
+    assert producer_config(base(), None) == {"bootstrap.servers": BOOTSTRAP, "logger": CLIENT_LOGGER,
+                                             "enable.idempotence": True, "acks": "all"}
+
+
+def test_producer_transactional_id() -> None:
+    config = producer_config(base(), "airflow-kafka-retry.g.t.0")
+    assert config["transactional.id"] == "airflow-kafka-retry.g.t.0"
+    assert config["enable.idempotence"] is True and config["acks"] == "all"
+
+
+@pytest.mark.parametrize("txn", [None, ""])
+def test_producer_user_transactional_id_is_dropped_when_idempotent(txn: str | None) -> None:
+    config = producer_config(base(**{"transactional.id": "user-txn"}), txn)
+    assert "transactional.id" not in config
+
+
+def test_producer_engine_owned_keys_override_user_values() -> None:
+    user = base(**{"enable.idempotence": False, "acks": "0", "transactional.id": "user-txn"})
+    config = producer_config(user,
+                             "engine-txn")
+    assert config["enable.idempotence"] is True
+    assert config["acks"] == "all"
+    assert config["transactional.id"] == "engine-txn"
+
+
+def test_producer_keeps_user_tuning() -> None:
+    owned = ("acks", "enable.idempotence", "transactional.id")
+    tuning = {k: v for k, v in PRODUCER_ONLY.items() if k not in owned}
+    config = producer_config(base(**tuning), None)
+    for key, value in tuning.items():
+        assert config[key] == value, key
+
+
+@pytest.mark.parametrize("key", sorted(CONSUMER_ONLY))
+def test_consumer_only_keys_are_not_given_to_producers(key: str) -> None:
+    config = producer_config(base(**{key: CONSUMER_ONLY[key]}), "txn")
+    assert key not in config
+
+
+def test_producer_has_no_consumer_keys() -> None:
+    config = producer_config(base(**CONSUMER_ONLY), "txn")
+    assert not set(CONSUMER_ONLY) & set(config)
+    assert "group.id" not in config
+
+
+# ----------------------------------------------------------------------------- shared
+@pytest.mark.parametrize("build", [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, "txn")],
+                         ids=["consumer", "producer"])
+def test_security_and_common_keys_pass_through_to_both(build: Any) -> None:
+    config = build(base(**SECURITY))
+    for key, value in SECURITY.items():
+        assert config[key] == value, key
+    assert config["bootstrap.servers"] == BOOTSTRAP
+
+
+@pytest.mark.parametrize("build", [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, None)],
+                         ids=["consumer", "producer"])
+def test_missing_bootstrap_servers(build: Any) -> None:
+    with pytest.raises(KafkaConfigError) as info:
+        build(dict(SECURITY))
+    assert "bootstrap.servers" in str(info.value)
+    assert SECRET not in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("build", [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, None)],
+                         ids=["consumer", "producer"])
+def test_user_logger_is_kept(build: Any) -> None:
+    mine = logging.getLogger("my.kafka")
+    assert build(base(logger=mine))["logger"] is mine
+    assert build(base())["logger"] is CLIENT_LOGGER
+
+
+def test_input_is_not_mutated_and_any_mapping_works() -> None:
+    user = base(**SECURITY, **{"enable.auto.commit": True, "acks": "1"})
+    snapshot = dict(user)
+    consumer = consumer_config(MappingProxyType(user), "g")
+    producer = producer_config(MappingProxyType(user), "txn")
+    assert user == snapshot
+    assert consumer is not producer
+    consumer["extra"] = 1
+    assert "extra" not in producer_config(user, "txn")
+
+
+def test_consumer_and_producer_configs_are_independent() -> None:
+    user = base(**SECURITY, **CONSUMER_ONLY, **PRODUCER_ONLY)
+    consumer = consumer_config(user, "g")
+    producer = producer_config(user, "txn")
+    # the only keys both get are the user's shared settings
+    shared = set(consumer) & set(producer)
+    assert shared == {"bootstrap.servers", "logger", *SECURITY}
