@@ -82,3 +82,8 @@ def slow_indexed(records) -> None:
 
     time.sleep(float(os.environ.get("AKR_SLOW_S", "0.2")))
     indexed(records)
+
+
+def bad_index(records) -> None:
+    """Breaks the contract: reports a failure index outside the batch."""
+    raise BatchFailedError(5, RuntimeError("boom"))

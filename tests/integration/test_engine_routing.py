@@ -1,0 +1,98 @@
+"""Routing rules through the real engine: exception DLTs, DLT strategies, timeout, bad batch index."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.topics import unique_topic
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration]
+HANDLERS = ledger.HANDLER_MODULE
+
+
+def _setup(bootstrap: str, tmp_path, modes: list[str], **topology: object) -> Topology:
+    ledger.ledger_path(tmp_path)
+    topic = unique_topic("route")
+    built = Topology.from_mapping({"topic": topic, "group_id": f"{topic}-svc", "attempts": 3,
+                                   "backoff": {"kind": "fixed", "delay": "0ms"}, **topology})
+    ensure_topics(built, {"bootstrap.servers": bootstrap}, partitions=1)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, mode in enumerate(modes):
+        producer.produce(topic, json.dumps({"id": str(i), "mode": mode}).encode(), key=str(i).encode(), partition=0)
+    assert producer.flush(10) == 0
+    return built
+
+
+def _options(handler: str = "indexed") -> DrainOptions:
+    return DrainOptions(handler=f"{HANDLERS}:{handler}", value_deserializer=f"{HANDLERS}:decode")
+
+
+def test_exception_specific_dlt_and_dlt_reprocessing_never_loops(kafka_bootstrap, tmp_path):
+    topology = _setup(kafka_bootstrap, tmp_path, ["fatal", "permanent", "ok"],
+                      dlt_routing={"-invalid-dlt": [f"{HANDLERS}.InvalidOrder"]},
+                      not_retryable=[f"{HANDLERS}.InvalidOrder"])
+    config = {"bootstrap.servers": kafka_bootstrap}
+    for tier in topology.tiers:
+        assert run_local(topology, tier, config, _options()).ok
+    invalid = ledger.read_all(kafka_bootstrap, f"{topology.topic}-invalid-dlt")
+    main_dlt = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    assert [m.key() for m in invalid] == [b"0"] and [m.key() for m in main_dlt] == [b"1"]
+
+    # reprocessing the DLT: the record fails again and goes back to the end of the DLT, once per run
+    dlt = topology.select("dlt")
+    summary = run_local(topology, dlt, config, _options())
+    part = summary.partitions[0]
+    assert (part.drained, part.routed, part.committed_offset) == (1, {topology.dlt_topic: 1}, 1)
+    assert part.dead_letters[0].reason == "dlt_failure_retried"
+    again = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    assert [m.key() for m in again] == [b"1", b"1"]
+    assert H.read_original_coordinates(again[1].headers()).offset == 1  # still the main topic coordinates
+
+
+def test_fail_on_error_dlt_strategy_drops_with_coordinates(kafka_bootstrap, tmp_path):
+    topology = _setup(kafka_bootstrap, tmp_path, ["permanent"], attempts=1, dlt_strategy="fail_on_error")
+    config = {"bootstrap.servers": kafka_bootstrap}
+    assert run_local(topology, topology.tier(0), config, _options()).ok
+    summary = run_local(topology, topology.select("dlt"), config, _options())
+    part = summary.partitions[0]
+    assert (part.drained, part.dropped, part.routed, part.committed_offset) == (1, 1, {}, 1)
+    assert (part.dead_letters[0].topic, part.dead_letters[0].offset, part.dead_letters[0].reason) == (
+        topology.dlt_topic, 0, "dlt_failure_dropped")
+
+
+def test_no_dlt_drops_exhausted_records_and_commits(kafka_bootstrap, tmp_path):
+    topology = _setup(kafka_bootstrap, tmp_path, ["permanent", "ok"], attempts=1, dlt_strategy="no_dlt")
+    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, _options())
+    part = summary.partitions[0]
+    assert (part.succeeded, part.dropped, part.committed_offset) == (1, 1, 2)
+    assert part.dead_letters[0].reason == "no_dlt"
+
+
+def test_records_older_than_the_timeout_go_to_the_dlt(kafka_bootstrap, tmp_path):
+    topology = _setup(kafka_bootstrap, tmp_path, ["permanent"], attempts=5, timeout="1ms")
+    time.sleep(0.01)
+    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, _options())
+    assert summary.partitions[0].dead_letters[0].reason == "timeout"
+    assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)] == [b"0"]
+
+
+def test_a_bad_batch_index_fails_the_partition_naming_the_handler_and_commits_nothing(kafka_bootstrap, tmp_path):
+    topology = _setup(kafka_bootstrap, tmp_path, ["ok", "ok"])
+    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap},
+                        _options("bad_index"))
+    part = summary.partitions[0]
+    assert not summary.ok and part.status == "failed"
+    assert f"{HANDLERS}:bad_index" in part.error and "index 5" in part.error
+    assert part.committed_offset is None
+    assert ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(0)), topology.topic, 1) == {
+        0: -1001}
