@@ -2,8 +2,18 @@
 
 Tests that depend on one of these behaviours are skipped (with the reason) on brokers that lack
 it, instead of passing by accident; the same tests run in full against real Kafka. Every check
-uses its own explicitly created single-partition topic, runs in its own daemon thread with a
-deadline, and turns any error into "missing, because ...".
+uses its own explicitly created topic (one partition, except where a check needs more), runs in
+its own daemon thread with a deadline, and turns any error into "missing, because ...".
+
+``concurrent_txn_offset_commits``: several transactional producers (one per source partition, as
+the engine's parallel partition jobs are) commit offsets of one consumer group at the same time,
+each transaction also writing a record to one shared output partition. After every round, once
+every ``commit_transaction`` has returned, each partition's committed offset must be the one just
+committed. On Tansu 0.6 it is not: a transactional offset commit whose records share a partition
+with another producer's still-open transaction is held back (returned as committed, not stored)
+until that transaction ends, and concurrent commits of such transactions occasionally lose an
+update for good. The first round runs while another producer's transaction on the shared
+partition is open, which shows the hold-back on every run; the later rounds stress the race.
 
 ``delete_records`` policy: on Tansu 0.6 a DeleteRecords request panics the broker's connection
 task (the broker itself keeps serving other connections). So by default it is *not sent* to a
@@ -32,7 +42,8 @@ log = logging.getLogger(__name__)
 
 #: Names of the boolean capability fields, in probe order.
 CAPABILITIES: tuple[str, ...] = ("abort_isolation", "exact_high_watermark", "timestamp_lookup",
-                                 "enforces_max_message_bytes", "delete_records")
+                                 "enforces_max_message_bytes", "concurrent_txn_offset_commits",
+                                 "offsets_only_transactions", "delete_records")
 
 TANSU_DELETE_RECORDS_REASON = ("not probed: DeleteRecords is known to crash Tansu's connection task "
                                "(not implemented in Tansu 0.6)")
@@ -54,6 +65,12 @@ class BrokerCapabilities:
     """``offsets_for_times`` finds the first offset at or after a timestamp."""
     enforces_max_message_bytes: bool = False
     """A record larger than the topic's ``max.message.bytes`` is rejected."""
+    concurrent_txn_offset_commits: bool = False
+    """Offsets committed for one group by concurrent transactional producers (different
+    ``transactional.id``) are all stored once ``commit_transaction`` returns: none is lost or held back."""
+    offsets_only_transactions: bool = False
+    """A transaction that commits consumer offsets but produces no record stores those offsets
+    (the engine commits such a transaction for every chunk in which no record failed)."""
     delete_records: bool = False
     """``AdminClient.delete_records`` moves the low watermark."""
     reasons: dict[str, str] = field(default_factory=dict, hash=False)
@@ -264,26 +281,223 @@ def _check_delete_records(bootstrap: str, topic: str, timeout: float) -> str | N
     return None if low == 5 else f"delete_records(before offset 5) reported low watermark {low}"
 
 
+#: Concurrent transactional producers in the offset-commit check; each commits offsets of its own
+#: partition (0 .. _TXN_PRODUCERS - 1) and writes one record per transaction to partition _TXN_PRODUCERS.
+_TXN_PRODUCERS = 4
+#: At most this many rounds (one transaction per producer each) ...
+_TXN_ROUNDS = 50
+#: ... and no new round after this many seconds of rounds.
+_TXN_ROUNDS_SECONDS = 1.0
+#: How long a stale committed offset may take to turn into the committed one before it counts as lost.
+#: librdkafka's ``committed()`` already waits out UNSTABLE_OFFSET_COMMIT (transaction markers not yet
+#: written) on real Kafka; this is a further margin, spent only when something is wrong.
+_TXN_SETTLE_SECONDS = 1.0
+
+
+def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: float) -> str | None:
+    """Rounds of simultaneous transactions; in round ``n`` producer ``i`` commits offset ``n`` of partition ``i``.
+
+    ``topic`` has ``_TXN_PRODUCERS + 1`` partitions; every transaction also writes one record to the
+    last one. Round 1 runs while one more transactional producer holds open a transaction that has
+    written to that partition (it commits after the round is checked); later rounds run alone. After
+    each round, once every producer's ``commit_transaction`` has returned, a separate client reads
+    the group's committed offsets.
+    """
+    shared = _TXN_PRODUCERS
+    group = f"{topic}-group"
+    # start/done: the producers and this thread; ready: the producers, so that they commit together
+    start = threading.Barrier(_TXN_PRODUCERS + 1, timeout=timeout)
+    ready = threading.Barrier(_TXN_PRODUCERS, timeout=timeout)
+    done = threading.Barrier(_TXN_PRODUCERS + 1, timeout=timeout)
+    stop = threading.Event()
+    current_round = [0]
+    errors: list[BaseException] = []
+
+    def producer_loop(index: int) -> None:
+        producer: Producer | None = None
+        consumer: Consumer | None = None
+        in_txn = False
+        try:
+            producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx-{index}", "linger.ms": 0})
+            consumer = _consumer(bootstrap, **{"group.id": group})  # never subscribes: supplies the group metadata
+            producer.init_transactions(timeout)
+            metadata = consumer.consumer_group_metadata()
+            while True:
+                start.wait()
+                if stop.is_set():
+                    return
+                offset = current_round[0]
+                producer.begin_transaction()
+                in_txn = True
+                producer.produce(topic, value=b"%d@%d" % (index, offset), partition=shared)
+                producer.send_offsets_to_transaction([TopicPartition(topic, index, offset)], metadata, timeout)
+                ready.wait()
+                producer.commit_transaction(timeout)
+                in_txn = False
+                done.wait()
+        except threading.BrokenBarrierError:
+            pass  # the checking thread stopped the rounds, or another producer failed (and said why)
+        except BaseException as exc:  # noqa: BLE001 - reported by the checking thread
+            errors.append(exc)
+        finally:
+            for barrier in (start, ready, done):
+                barrier.abort()  # nobody waits for a producer that has left
+            if in_txn and producer is not None:
+                try:
+                    producer.abort_transaction(timeout)
+                except KafkaException:
+                    log.debug("could not abort the probe transaction of producer %s", index, exc_info=True)
+            if consumer is not None:
+                consumer.close()
+
+    def wait(barrier: threading.Barrier, what: str) -> None:
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            if errors:
+                raise errors[0] from None
+            raise TimeoutError(f"{_TXN_PRODUCERS} transactional producers did not {what} within {timeout:.0f}s") \
+                from None
+
+    threads = [threading.Thread(target=producer_loop, args=(i,), name=f"caps-txn-{i}", daemon=True)
+               for i in range(_TXN_PRODUCERS)]
+    for thread in threads:
+        thread.start()
+    holder = _producer(bootstrap, **{"transactional.id": f"{topic}-tx-open", "linger.ms": 0})
+    reader = _consumer(bootstrap, **{"group.id": group})
+    holder_open = False
+    try:
+        holder.init_transactions(timeout)
+        holder.begin_transaction()
+        holder_open = True
+        _delivered_offsets(_produce_to(holder, topic, shared, b"open", timeout=timeout))
+        rounds_until: float | None = None
+        for offset in range(1, _TXN_ROUNDS + 1):
+            current_round[0] = offset
+            wait(start, "start a round")
+            wait(done, "commit a round")
+            stale = _stale_committed(reader, topic, dict.fromkeys(range(_TXN_PRODUCERS), offset), timeout)
+            if stale:
+                p, committed, found = stale[0]
+                when = ("while another producer's transaction on the same output partition was open"
+                        if holder_open else f"(round {offset})")
+                return (f"concurrent transactional offset commits to one group lose updates (partition {p} "
+                        f"committed at {committed}, read back {_shown(found)}; {len(stale)} of {_TXN_PRODUCERS} "
+                        f"partitions stale after {_TXN_PRODUCERS} producers committed at once {when})")
+            if holder_open:
+                holder.commit_transaction(timeout)
+                holder_open = False
+                rounds_until = time.monotonic() + _TXN_ROUNDS_SECONDS
+            elif rounds_until is not None and time.monotonic() >= rounds_until:
+                break
+        return None
+    finally:
+        stop.set()
+        start.abort()  # releases the producers waiting for the next round
+        for thread in threads:
+            thread.join(timeout)
+        if holder_open:
+            try:
+                holder.abort_transaction(timeout)
+            except KafkaException:
+                log.debug("could not abort the probe's open transaction", exc_info=True)
+        reader.close()
+
+
+def _produce_to(producer: Producer, topic: str, partition: int, value: bytes, *,
+                timeout: float) -> list[tuple[KafkaError | None, int]]:
+    """Produce one record to ``partition`` and flush (inside or outside a transaction)."""
+    results: list[tuple[KafkaError | None, int]] = [(None, -1)]
+
+    def cb(err: KafkaError | None, msg: object) -> None:
+        results[0] = (err, msg.offset() if err is None else -1)  # type: ignore[attr-defined]
+
+    producer.produce(topic, value=value, partition=partition, on_delivery=cb)
+    if producer.flush(timeout):
+        raise TimeoutError(f"record to {topic}[{partition}] not delivered within {timeout:.0f}s")
+    return results
+
+
+def _stale_committed(reader: Consumer, topic: str, expected: Mapping[int, int],
+                     timeout: float) -> list[tuple[int, int, int | None]]:
+    """``[(partition, expected, found)]`` for partitions whose committed offset is still not the expected one
+    after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when the read failed)."""
+    deadline = time.monotonic() + _TXN_SETTLE_SECONDS
+    while True:
+        error: KafkaException | None = None
+        found: dict[int, int | None] = {}
+        try:
+            for tp in reader.committed([TopicPartition(topic, p) for p in expected], timeout=timeout):
+                found[tp.partition] = tp.offset if tp.error is None else None
+        except KafkaException as exc:
+            error = exc
+        stale = [(p, offset, found.get(p)) for p, offset in sorted(expected.items()) if found.get(p) != offset]
+        if not stale:
+            return []
+        if time.monotonic() >= deadline:
+            if error is not None:
+                raise error
+            return stale
+        time.sleep(0.05)
+
+
+def _shown(offset: int | None) -> str:
+    if offset is None:
+        return "an error"
+    return "no committed offset" if offset < 0 else str(offset)
+
+
+def _check_offsets_only_transactions(bootstrap: str, topic: str, timeout: float) -> str | None:
+    producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx"})
+    producer.init_transactions(timeout)
+    group_member = _consumer(bootstrap)
+    group = group_member.consumer_group_metadata()
+    try:
+        for offset, with_record in ((1, True), (2, False), (3, False)):
+            producer.begin_transaction()
+            if with_record:
+                producer.produce(topic, value=b"x", partition=0)
+            producer.send_offsets_to_transaction([TopicPartition(topic, 0, offset)], group, timeout)
+            producer.commit_transaction(timeout)
+            stored = _committed_offset(group_member, topic, timeout)
+            if stored != offset:
+                kind = "with a record" if with_record else "with offsets only"
+                return (f"a transaction {kind} committed offset {offset} and returned success, but the group's "
+                        f"committed offset reads back as {_shown(stored)}")
+        return None
+    finally:
+        group_member.close()
+
+
+def _committed_offset(member: Consumer, topic: str, timeout: float) -> int | None:
+    try:
+        return member.committed([TopicPartition(topic, 0)], timeout=timeout)[0].offset
+    except KafkaException:
+        return None
+
+
 _CheckFn = Callable[[str, str, float], "str | None"]
-#: capability -> (check, topic config)
-_CHECKS: dict[str, tuple[_CheckFn, Mapping[str, str]]] = {
-    "abort_isolation": (_check_abort_isolation, {}),
-    "exact_high_watermark": (_check_exact_high_watermark, {}),
-    "timestamp_lookup": (_check_timestamp_lookup, {}),
-    "enforces_max_message_bytes": (_check_max_message_bytes, {"max.message.bytes": str(_SIZE_LIMIT)}),
-    "delete_records": (_check_delete_records, {}),
+#: capability -> (check, topic config, partitions of its topic)
+_CHECKS: dict[str, tuple[_CheckFn, Mapping[str, str], int]] = {
+    "abort_isolation": (_check_abort_isolation, {}, 1),
+    "exact_high_watermark": (_check_exact_high_watermark, {}, 1),
+    "timestamp_lookup": (_check_timestamp_lookup, {}, 1),
+    "enforces_max_message_bytes": (_check_max_message_bytes, {"max.message.bytes": str(_SIZE_LIMIT)}, 1),
+    "concurrent_txn_offset_commits": (_check_concurrent_txn_offset_commits, {}, _TXN_PRODUCERS + 1),
+    "offsets_only_transactions": (_check_offsets_only_transactions, {}, 1),
+    "delete_records": (_check_delete_records, {}, 1),
 }
 
 
 # ----------------------------------------------------------------------------- runner
 def _run_bounded(name: str, bootstrap: str, topic: str, timeout: float) -> Callable[[], str | None]:
     """Start check ``name`` in a daemon thread; return a function that joins it by the deadline."""
-    check, config = _CHECKS[name]
+    check, config, partitions = _CHECKS[name]
     box: dict[str, str | None] = {}
 
     def target() -> None:
         try:
-            create_topics(bootstrap, [topic], 1, config=config, timeout=timeout)
+            create_topics(bootstrap, [topic], partitions, config=config, timeout=timeout)
             box["reason"] = check(bootstrap, topic, timeout)
         except Exception as exc:  # noqa: BLE001 - any failure means "not shown to work"
             log.debug("capability check %s failed", name, exc_info=True)
@@ -311,7 +525,7 @@ def _cluster_id(bootstrap: str, timeout: float) -> str | None:
 
 def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
                        probe_delete_records: bool | None = None) -> BrokerCapabilities:
-    """Measure the capabilities of the broker at ``bootstrap`` (takes about a second on Tansu).
+    """Measure the capabilities of the broker at ``bootstrap`` (takes about 1.5 s on Tansu).
 
     Checks run in parallel on throwaway topics that are deleted afterwards; ``delete_records``
     runs last and alone (see the module docstring for when it is sent at all). Raises

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,6 +132,8 @@ def test_capability_probe_is_consistent(broker_capabilities: BrokerCapabilities,
         assert not caps.exact_high_watermark and "log end is 15" in caps.reasons["exact_high_watermark"]
         assert not caps.timestamp_lookup
         assert not caps.enforces_max_message_bytes
+        assert not caps.concurrent_txn_offset_commits
+        assert not caps.offsets_only_transactions and "offsets only" in caps.reasons["offsets_only_transactions"]
         assert not caps.delete_records and caps.reasons["delete_records"] == TANSU_DELETE_RECORDS_REASON
 
 
@@ -150,6 +153,66 @@ def test_aborted_records_hidden_when_capable(kafka_bootstrap: str, new_topic: Ca
     producer.commit_transaction(15)
     got = _consume(kafka_consumer_config(**{"isolation.level": "read_committed"}), topic, 1)
     assert [m.value() for m in got] == [b"committed"]
+
+
+_TXN_LOSS = re.compile(r"^concurrent transactional offset commits to one group lose updates \(partition (\d+) "
+                       r"committed at (\d+), read back (no committed offset|\d+)")
+
+
+def test_concurrent_txn_offset_commit_loss_is_measured(broker_capabilities: BrokerCapabilities) -> None:
+    """Tansu 0.6 loses (or holds back) offsets committed by concurrent transactional producers of one group."""
+    caps = broker_capabilities
+    if bootstrap_from_env() is None:  # the embedded Tansu
+        assert not caps.concurrent_txn_offset_commits
+        reason = caps.reasons["concurrent_txn_offset_commits"]
+        match = _TXN_LOSS.match(reason)
+        assert match, reason
+        assert match.group(3) != match.group(2), reason
+        assert caps.probe_seconds < 5, "the probe (all checks run in parallel) must stay quick"
+    elif caps.abort_isolation:  # a broker whose transactions work: real Kafka serialises group offset writes
+        assert caps.concurrent_txn_offset_commits, caps.reasons.get("concurrent_txn_offset_commits")
+
+
+@pytest.mark.requires_capability("concurrent_txn_offset_commits")
+def test_concurrent_transactional_offset_commits_when_capable(
+        kafka_bootstrap: str, new_topic: Callable[..., str],
+        kafka_consumer_config: Callable[..., dict[str, Any]]) -> None:
+    """Runs on real Kafka; skipped (with the measured reason) on Tansu."""
+    producers = 3
+    topic = new_topic("harness-txn-offsets", partitions=producers + 1)  # last partition: shared output
+    conf = kafka_consumer_config()
+    barrier = threading.Barrier(producers, timeout=30)
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_topic("tx")})
+            consumer = Consumer(conf)
+            producer.init_transactions(15)
+            barrier.wait()
+            for offset in (10, 20, 30):
+                producer.begin_transaction()
+                producer.produce(topic, value=b"%d" % offset, partition=producers)
+                producer.send_offsets_to_transaction([TopicPartition(topic, index, offset)],
+                                                     consumer.consumer_group_metadata(), 15)
+                producer.commit_transaction(15)
+            consumer.close()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(producers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    reader = Consumer(conf)
+    try:
+        got = reader.committed([TopicPartition(topic, p) for p in range(producers)], timeout=15)
+    finally:
+        reader.close()
+    assert {tp.partition: tp.offset for tp in got} == dict.fromkeys(range(producers), 30)
 
 
 def test_forced_delete_records_probe_leaves_tansu_usable() -> None:

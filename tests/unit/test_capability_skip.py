@@ -11,11 +11,18 @@ from airflow_kafka_retry.testing.capabilities import (CAPABILITIES, TANSU_DELETE
                                                       BrokerCapabilities, missing_reason)
 from tests.conftest import capability_marker_names, require_capability
 
+TXN_RACE_REASON = ("concurrent transactional offset commits to one group lose updates "
+                   "(partition 0 committed at 1, read back no committed offset)")
+
 TANSU_LIKE = BrokerCapabilities(
     abort_isolation=False, exact_high_watermark=False, timestamp_lookup=True,
-    enforces_max_message_bytes=False, delete_records=False,
+    enforces_max_message_bytes=False, concurrent_txn_offset_commits=False, offsets_only_transactions=False,
+    delete_records=False,
     reasons={"abort_isolation": "read_committed consumer saw 3 of 3 records of an aborted transaction",
              "exact_high_watermark": "ListOffsets(latest) says 11, log end is 15",
+             "concurrent_txn_offset_commits": TXN_RACE_REASON,
+             "offsets_only_transactions": "a transaction with offsets only committed offset 2 and returned success, "
+                                          "but the group's committed offset reads back as 1",
              "delete_records": TANSU_DELETE_RECORDS_REASON},
     cluster_id="tansu_cluster", is_tansu=True)
 
@@ -53,8 +60,21 @@ def test_missing_reason_names_capability_and_reason() -> None:
 def test_missing_without_recorded_reason_still_explains() -> None:
     reason = missing_reason(TANSU_LIKE, "enforces_max_message_bytes")
     assert reason is not None and "no reason recorded" in reason
-    assert set(TANSU_LIKE.missing()) == {"abort_isolation", "exact_high_watermark",
-                                         "enforces_max_message_bytes", "delete_records"}
+    assert set(TANSU_LIKE.missing()) == {"abort_isolation", "exact_high_watermark", "enforces_max_message_bytes",
+                                         "concurrent_txn_offset_commits", "offsets_only_transactions",
+                                         "delete_records"}
+
+
+def test_concurrent_txn_offset_commits_is_a_capability() -> None:
+    assert "concurrent_txn_offset_commits" in CAPABILITIES
+    flags = {f.name for f in dataclasses.fields(BrokerCapabilities) if f.type in (bool, "bool")} - {"is_tansu"}
+    assert set(CAPABILITIES) == flags, "every capability field is probed, and only those"
+    assert BrokerCapabilities.everything().concurrent_txn_offset_commits
+    assert not BrokerCapabilities().concurrent_txn_offset_commits  # not shown to work until probed
+    reason = missing_reason(TANSU_LIKE, "concurrent_txn_offset_commits")
+    assert reason == f"broker lacks capability 'concurrent_txn_offset_commits': {TXN_RACE_REASON}"
+    with pytest.raises(pytest.skip.Exception, match="lose updates"):
+        require_capability(TANSU_LIKE, "concurrent_txn_offset_commits")
 
 
 def test_unknown_capability_is_an_error_not_a_skip() -> None:
@@ -92,3 +112,5 @@ def test_capabilities_are_frozen_and_summarised() -> None:
     assert "Tansu" in lines[0]
     assert "  timestamp_lookup: yes" in lines
     assert any(line.startswith("  delete_records: NO - not probed") for line in lines)
+    assert f"  concurrent_txn_offset_commits: NO - {TXN_RACE_REASON}" in lines
+    assert len(lines) == 1 + len(CAPABILITIES)
