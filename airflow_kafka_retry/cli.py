@@ -83,6 +83,16 @@ def _options(args: argparse.Namespace) -> Any:
     )
 
 
+def _spark_conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--conf {pair!r} must be KEY=VALUE")
+        conf[key] = value
+    return conf
+
+
 def _cmd_drain(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.engine.loading import load_callable
     from airflow_kafka_retry.policy.topology import load_topology
@@ -91,11 +101,17 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     tier = topology.select(args.tier)
     options = _options(args)
     kafka_config = _kafka_config(args)
+    partitions = [int(p) for p in args.partitions.split(",")] if args.partitions else None
     if args.engine == "spark":
-        from airflow_kafka_retry.spark.submit import run_spark_submit
+        from airflow_kafka_retry.spark.submit import SparkSubmitError, run_spark_submit
 
-        summary = run_spark_submit(topology_path=args.topology, tier=args.tier, options=options,
-                                   kafka_config=kafka_config, master=args.master, cutoff_ms=args.cutoff_ms)
+        echo = (lambda line: sys.stderr.write(line + "\n")) if args.verbose else None
+        try:
+            summary = run_spark_submit(topology_path=args.topology, tier=args.tier, options=options,
+                                       kafka_config=kafka_config, master=args.master, cutoff_ms=args.cutoff_ms,
+                                       partitions=partitions, on_output=echo, conf=_spark_conf(args.conf))
+        except SparkSubmitError as exc:
+            return _fail(str(exc), EXIT_FAILED)
     else:
         from airflow_kafka_retry.engine.local import run_local
 
@@ -103,7 +119,6 @@ def _cmd_drain(args: argparse.Namespace) -> int:
                            (options.key_deserializer, "key_deserializer")):
             if path:
                 load_callable(path, what=what)  # fail before reading any record
-        partitions = [int(p) for p in args.partitions.split(",")] if args.partitions else None
         summary = run_local(topology, tier, kafka_config, options, partitions=partitions, cutoff_ms=args.cutoff_ms,
                             parallelism=args.parallelism)
     _print_json(summary.to_dict())
@@ -144,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--key-deserializer", default=None)
     drain.add_argument("--engine", choices=("local", "spark"), default="local")
     drain.add_argument("--master", default="local[2]", help="Spark master for --engine spark")
+    drain.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                       help="Spark property for --engine spark (repeatable; never put credentials here)")
     drain.add_argument("--batch-size", type=int, default=100)
     drain.add_argument("--chunk-size", type=int, default=1000, help="records per Kafka transaction")
     drain.add_argument("--max-records", type=int, default=None, help="per partition")

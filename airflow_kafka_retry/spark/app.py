@@ -1,0 +1,312 @@
+"""The PySpark application that reprocesses one tier: one Spark task per Kafka partition.
+
+Driver::
+
+    reprocess_tier.py --topology FILE --tier SPEC --options-json JSON|@FILE
+                      --kafka-config-file PATH --result PATH|URL [--cutoff-ms MS] [--partitions 0,2]
+
+1. Checks everything it can before reading any record: the options, the topology, the tier, that
+   the handler and deserializers import, the Kafka configuration and the tier's topic. Any problem
+   ends the run with exit code 2 and a readable message (on stderr and in the result document);
+   no Spark job is started and no offset moves.
+2. Runs ``sc.parallelize(partitions, len(partitions))``: one task per Kafka partition. Each task
+   runs :class:`~airflow_kafka_retry.engine.partition.PartitionJob` on its executor and returns the
+   partition summary.
+3. Writes the run summary (``engine: spark``) as JSON to ``--result`` (a local path or any fsspec
+   URL) and exits 1 if any partition failed, else 0.
+
+A task retried by Spark is safe: the partition's ``transactional.id`` is deterministic per (group,
+topic, partition) and offsets are committed inside the transaction, so the retry fences the failed
+attempt (aborting whatever it left open) and resumes from the last committed offset. Speculative
+execution would run two attempts of a partition at once, so the application turns it off.
+
+The Kafka configuration (which may hold ``sasl.password``) arrives as the PATH of a JSON file,
+never on the command line. The driver reads it and hands it to the tasks inside their serialized
+closure; it is never logged nor set as a Spark property, so it shows neither in ``ps``, the logs,
+the event log nor the Spark UI's environment tab.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
+from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
+from airflow_kafka_retry.policy.errors import TopologyError
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.topology import Tier, Topology
+from airflow_kafka_retry.spark.result import error_document, write_result
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+log = logging.getLogger(__name__)
+
+
+class AppInputError(ValueError):
+    """An argument of the application is unusable; the message says which and why (never a secret)."""
+
+
+# ----------------------------------------------------------------------------- arguments
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="reprocess_tier.py",
+                                     description="Reprocess one retry tier of a Kafka topology with Spark.")
+    parser.add_argument("--topology", required=True, help="topology YAML file (local path or fsspec URL)")
+    parser.add_argument("--tier", required=True, help="tier index (0 = main topic), a topic name, or 'dlt'")
+    parser.add_argument("--options-json", required=True,
+                        help="the run options (DrainOptions) as inline JSON, or @FILE holding them")
+    parser.add_argument("--kafka-config-file", required=True,
+                        help="JSON file with the librdkafka configuration (may hold credentials; never inline)")
+    parser.add_argument("--result", required=True, help="where to write the run summary (path or fsspec URL)")
+    parser.add_argument("--cutoff-ms", type=int, default=None,
+                        help="records due after this epoch-ms time stay for a later run (default: now)")
+    parser.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
+    return parser
+
+
+# ----------------------------------------------------------------------------- driver checks
+@dataclass(frozen=True)
+class TierRun:
+    """Everything the tasks of one tier run need, checked on the driver."""
+
+    topology: Topology
+    tier: Tier
+    options: DrainOptions
+    kafka_config: Mapping[str, Any] = dataclasses.field(repr=False)  # may hold credentials: never in repr
+    partitions: tuple[int, ...]
+    cutoff_ms: int
+    started_ms: int
+
+
+def options_from_json(value: str) -> DrainOptions:
+    """DrainOptions from inline JSON or ``@FILE``; an AppInputError names unknown or invalid options."""
+    text = value
+    if value.startswith("@"):
+        try:
+            text = _read_text(value[1:])
+        except OSError as exc:
+            raise AppInputError(f"cannot read the options file {value[1:]}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AppInputError(f"--options-json is not valid JSON: {exc.msg} at line {exc.lineno}, "
+                            f"column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise AppInputError("--options-json must be a JSON object of DrainOptions fields")
+    known = {f.name for f in dataclasses.fields(DrainOptions)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise AppInputError(f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}")
+    if "handler" not in data:
+        raise AppInputError("the options name no handler ('package.module:function')")
+    return DrainOptions(**data)
+
+
+def load_topology_from(url: str) -> Topology:
+    """Load a topology from a local path (as :func:`load_topology` does) or an fsspec URL."""
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    if "://" not in url:
+        return load_topology(url)
+    import yaml
+
+    try:
+        text = _read_text(url)
+    except OSError as exc:
+        raise TopologyError(f"cannot read the file: {exc.strerror or exc}", source=url) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"not valid YAML: {getattr(exc, 'problem', exc)}", source=url) from None
+    if data is None:
+        raise TopologyError("the file is empty; a topology needs at least 'topic' and 'group_id'", source=url)
+    return Topology.from_mapping(data, source=url)
+
+
+def check_user_code(options: DrainOptions) -> None:
+    """Import the handler and deserializers now, so a typo fails the run before any record is read."""
+    for path, what in ((options.handler, "handler"), (options.value_deserializer, "value_deserializer"),
+                       (options.key_deserializer, "key_deserializer")):
+        if path:
+            load_callable(path, what=what)
+
+
+def read_kafka_config(path: str) -> dict[str, Any]:
+    """The librdkafka configuration from the JSON file at ``path``; errors never quote its content.
+
+    In cluster deploy mode the file ships with ``--files`` and sits in the driver's working
+    directory under its own name, so that is tried when ``path`` does not exist.
+    """
+    candidates = [path, os.path.basename(path)]
+    found = next((p for p in candidates if os.path.isfile(p)), None)
+    if found is None:
+        raise AppInputError(f"the Kafka configuration file {path} does not exist")
+    try:
+        with open(found, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise AppInputError(f"the Kafka configuration file {path} is not valid JSON "
+                            f"(line {exc.lineno}, column {exc.colno})") from None
+    except OSError as exc:
+        raise AppInputError(f"cannot read the Kafka configuration file {path}: {exc.strerror or exc}") from None
+    if not isinstance(config, dict):
+        raise AppInputError(f"the Kafka configuration file {path} must hold a JSON object")
+    if "bootstrap.servers" not in config:
+        raise AppInputError(f"the Kafka configuration in {path} has no 'bootstrap.servers'")
+    return config
+
+
+def choose_partitions(run_partitions: Sequence[int], requested: str | None, topic: str) -> tuple[int, ...]:
+    """All of the topic's partitions, or the requested ones (each must exist)."""
+    if not requested:
+        return tuple(run_partitions)
+    try:
+        chosen = tuple(sorted({int(p) for p in requested.split(",") if p.strip()}))
+    except ValueError:
+        raise AppInputError(f"--partitions must be comma-separated integers, got {requested!r}") from None
+    missing = [p for p in chosen if p not in run_partitions]
+    if missing or not chosen:
+        raise AppInputError(f"{topic} has partitions 0..{len(run_partitions) - 1}; cannot reprocess "
+                            f"{missing or requested!r}")
+    return chosen
+
+
+def prepare(args: argparse.Namespace, started_ms: int) -> TierRun:
+    """Every driver-side check, in the order that touches nothing first; the last one asks Kafka."""
+    from airflow_kafka_retry.engine.local import tier_partitions
+
+    options = options_from_json(args.options_json)
+    topology = load_topology_from(args.topology)
+    tier = topology.select(args.tier)
+    check_user_code(options)
+    kafka_config = read_kafka_config(args.kafka_config_file)
+    partitions = choose_partitions(tier_partitions(topology, tier, kafka_config, options), args.partitions,
+                                   tier.topic)
+    cutoff = started_ms if args.cutoff_ms is None else args.cutoff_ms
+    return TierRun(topology, tier, options, kafka_config, partitions, cutoff, started_ms)
+
+
+# ----------------------------------------------------------------------------- executor side
+def _configure_worker_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+
+
+def run_partition(topology: Topology, tier: Tier, options: dict[str, Any], kafka_config: Mapping[str, Any],
+                  cutoff_ms: int, partition: int) -> dict[str, Any]:
+    """Spark task body: reprocess one partition on the executor and return its summary as a dict.
+
+    Never raises for a partition failure (the summary says ``failed``); a crash of the worker
+    process makes Spark retry the task, which resumes from the committed offset.
+    """
+    from airflow_kafka_retry.engine.partition import PartitionJob
+
+    _configure_worker_logging()
+    drain_options = DrainOptions(**options)
+    try:
+        job = PartitionJob(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
+    except Exception as exc:  # noqa: BLE001 - reported in the summary like any partition failure
+        group = drain_options.consumer_group or topology.consumer_group(tier)
+        failed = PartitionSummary(tier.topic, partition, group, status="failed", error=f"{type(exc).__name__}: {exc}")
+        return failed.to_dict()
+    return job.run().to_dict()
+
+
+# ----------------------------------------------------------------------------- driver: Spark
+def _spark_context(run: TierRun) -> Any:
+    from pyspark import SparkConf, SparkContext
+
+    conf = SparkConf()
+    conf.setIfMissing("spark.app.name", f"airflow-kafka-retry {run.tier.topic}")
+    if conf.get("spark.speculation", "false").lower() == "true":
+        log.warning("spark.speculation is turned off: two attempts of one Kafka partition must not run at once")
+    conf.set("spark.speculation", "false")
+    return SparkContext.getOrCreate(conf=conf)
+
+
+def _short_error(exc: BaseException, limit: int = 600) -> str:
+    """The first meaningful line of a (possibly Java) error, for the summary."""
+    text = str(exc).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    chosen = next((line for line in lines if "Job aborted" in line), lines[0] if lines else type(exc).__name__)
+    return chosen[:limit]
+
+
+def run_on_spark(sc: Any, run: TierRun) -> RunSummary:
+    """One task per partition; every task's summary collected into the run summary."""
+    group = run.options.consumer_group or run.topology.consumer_group(run.tier)
+    summary = RunSummary(topology=run.topology.source, tier=run.tier.index, topic=run.tier.topic, group=group,
+                         engine="spark", cutoff_ms=run.cutoff_ms, started_ms=run.started_ms)
+    task = functools.partial(run_partition, run.topology, run.tier, run.options.to_dict(), dict(run.kafka_config),
+                             run.cutoff_ms)
+    sc.setJobDescription(f"reprocess {run.tier.topic} (tier {run.tier.index}): {len(run.partitions)} partitions")
+    try:
+        results = sc.parallelize(list(run.partitions), len(run.partitions)).map(task).collect()
+        summary.partitions = [PartitionSummary.from_dict(r) for r in results]
+    except Exception as exc:  # noqa: BLE001 - the Spark job gave up (task retries exhausted)
+        error = f"Spark job failed: {_short_error(exc)}"
+        log.error("%s: %s", run.tier.topic, error)
+        summary.partitions = [PartitionSummary(run.tier.topic, p, group, status="failed", error=error)
+                              for p in run.partitions]
+    summary.finished_ms = wall_clock_ms()
+    return summary
+
+
+# ----------------------------------------------------------------------------- main
+def _read_text(url: str) -> str:
+    import fsspec
+
+    with fsspec.open(url, "r", encoding="utf-8") as fh:
+        return fh.read()
+
+
+def _refuse(result_url: str, message: str) -> int:
+    log.error("refusing to start: %s", message)
+    sys.stderr.write(f"airflow-kafka-retry spark app: error: {message}\n")
+    try:
+        write_result(result_url, error_document(message))
+    except Exception as exc:  # noqa: BLE001 - the exit code and stderr still say what happened
+        log.error("cannot write the result to %s: %s", result_url, exc)
+    return EXIT_BAD_INPUT
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the application; returns the process exit code (0 ok, 1 a partition failed, 2 bad input)."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
+    args = build_parser().parse_args(argv)
+    started = wall_clock_ms()
+    try:
+        run = prepare(args, started)
+    except (TopologyError, UserCodeError, KafkaConfigError, AppInputError) as exc:
+        return _refuse(args.result, str(exc))
+    except (ValueError, OSError) as exc:
+        return _refuse(args.result, f"{type(exc).__name__}: {exc}")
+    log.info("reprocessing %s (tier %s) partitions %s, cutoff %s", run.tier.topic, run.tier.index,
+             list(run.partitions), run.cutoff_ms)
+    sc = _spark_context(run)
+    try:
+        summary = run_on_spark(sc, run)
+    finally:
+        sc.stop()
+    document = summary.to_dict()
+    write_result(args.result, document)
+    log.info("%s: %s; summary written to %s", run.tier.topic, json.dumps(document["totals"]), args.result)
+    for failed in summary.failed_partitions:
+        log.error("%s[%s] failed: %s", failed.topic, failed.partition, failed.error)
+    return EXIT_OK if summary.ok else EXIT_FAILED
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The Kafka configuration file handed to a Spark run: owner-only, passed by path, deleted afterwards.
+
+A librdkafka configuration may hold ``sasl.password``, ``ssl.key.password`` and the like. It never
+goes on the ``spark-submit`` command line (visible in ``ps`` and in the Spark UI's environment tab
+as ``sun.java.command``), into Spark properties, environment variables, logs or XCom: it is written
+to a ``0600`` file in a ``0700`` folder and only that file's path is passed to the application.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_kafka_retry.engine.clients import KafkaConfigError
+
+CREDENTIALS_FILENAME = "kafka-config.json"
+_JSON_TYPES = (str, int, float, bool, type(None))
+
+
+def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``kafka_config`` that can be written as JSON; a KafkaConfigError names a bad key.
+
+    Callbacks (``oauth_cb``, ``error_cb``, a ``logger``) are Python objects of the submitting
+    process and cannot travel to Spark executors. Messages name the key, never the value.
+    """
+    if "bootstrap.servers" not in kafka_config:
+        raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
+    shippable: dict[str, Any] = {}
+    for key, value in kafka_config.items():
+        if not isinstance(key, str):
+            raise KafkaConfigError(f"Kafka configuration keys must be strings, got a {type(key).__name__}")
+        if not isinstance(value, _JSON_TYPES):
+            raise KafkaConfigError(
+                f"Kafka configuration key {key!r} holds a {type(value).__name__}, which cannot be shipped to Spark "
+                "executors; use plain librdkafka settings (strings, numbers, booleans) for Spark runs")
+        shippable[key] = value
+    return shippable
+
+
+def write_credentials_file(kafka_config: Mapping[str, Any], directory: str) -> str:
+    """Write ``kafka_config`` as JSON to a new ``0600`` file in ``directory``; returns its path.
+
+    ``directory`` should be private (``tempfile.mkdtemp`` makes it ``0700``). The file is created
+    with ``O_EXCL`` and mode ``0600`` from the start, so it is never readable by others, not even
+    briefly.
+    """
+    data = json.dumps(check_shippable(kafka_config)).encode("utf-8")
+    path = os.path.join(directory, CREDENTIALS_FILENAME)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        os.fchmod(fd, 0o600)  # whatever the umask
+        fh.write(data)
+    return path
+
+
+def remove_credentials_file(path: str) -> None:
+    """Delete the file (no error if it is already gone)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

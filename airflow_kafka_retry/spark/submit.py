@@ -1,0 +1,247 @@
+"""Everything a ``spark-submit`` of the tier app needs, and a plain runner used by the CLI.
+
+:func:`prepare_submission` makes a private work folder (``0700``) holding
+
+* ``deps.zip`` for ``--py-files``: this package and the handler's/deserializers' top-level
+  packages (see :mod:`~airflow_kafka_retry.spark.pyfiles`);
+* ``kafka-config.json`` (``0600``): the librdkafka configuration, credentials included; only its
+  PATH goes into the application arguments (see :mod:`~airflow_kafka_retry.spark.credentials`);
+* by default the result document the driver writes.
+
+Use it as a context manager: the folder, and with it the credentials file, is deleted when the
+block ends, whether the run succeeded or not. :class:`SparkReprocessTierOperator
+<airflow_kafka_retry.operators.spark_reprocess.SparkReprocessTierOperator>` hands the submission to
+Airflow's ``SparkSubmitOperator``; :func:`run_spark_submit` runs ``spark-submit`` itself.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.spark.credentials import remove_credentials_file, write_credentials_file
+from airflow_kafka_retry.spark.pyfiles import build_for_options
+from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
+
+log = logging.getLogger(__name__)
+
+#: The entry point shipped inside the package: what an installed provider submits by default.
+APPLICATION = str(Path(__file__).with_name("entrypoint.py"))
+PY_FILES_NAME = "deps.zip"
+RESULT_NAME = "summary.json"
+_TAIL_LINES = 60
+
+
+class SparkSubmitError(RuntimeError):
+    """``spark-submit`` ended without a result document; the message holds the tail of its output."""
+
+
+@dataclass
+class Submission:
+    """One prepared run of the tier app; delete its work folder with :meth:`cleanup` (or ``with``).
+
+    :param application: the ``.py`` file to submit.
+    :param py_files: the ``--py-files`` zip.
+    :param application_args: the app's arguments; they hold paths only, never credentials.
+    :param kafka_config_file: the ``0600`` credentials file (inside ``workdir``).
+    :param result_path: where the driver writes the run summary (path or fsspec URL).
+    :param workdir: the private folder holding the zip, the credentials and the default result.
+    :param shipped: the top-level packages/modules in the zip.
+    """
+
+    application: str
+    py_files: str
+    application_args: list[str]
+    kafka_config_file: str
+    result_path: str
+    workdir: str
+    shipped: list[str] = field(default_factory=list)
+
+    def cleanup(self) -> None:
+        """Delete the credentials file, then the whole work folder."""
+        remove_credentials_file(self.kafka_config_file)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def read_summary(self) -> RunSummary:
+        """The run summary the driver wrote (see :func:`~airflow_kafka_retry.spark.result.read_result`)."""
+        return read_result(self.result_path)
+
+    def __enter__(self) -> Submission:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.cleanup()
+
+
+def _local_path(path: str | os.PathLike[str]) -> str:
+    text = os.fspath(path)
+    return text if "://" in text else os.path.abspath(text)
+
+
+def app_arguments(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
+                  kafka_config_file: str, result_path: str, cutoff_ms: int | None = None,
+                  partitions: Iterable[int] | None = None) -> list[str]:
+    """The tier app's command-line arguments (paths and options only; see :mod:`~airflow_kafka_retry.spark.app`)."""
+    args = ["--topology", _local_path(topology_path), "--tier", str(tier),
+            "--options-json", json.dumps(options.to_dict(), separators=(",", ":")),
+            "--kafka-config-file", kafka_config_file, "--result", _local_path(result_path)]
+    if cutoff_ms is not None:
+        args += ["--cutoff-ms", str(int(cutoff_ms))]
+    if partitions is not None:
+        args += ["--partitions", ",".join(str(int(p)) for p in partitions)]
+    return args
+
+
+def prepare_submission(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
+                       kafka_config: Mapping[str, Any], result_path: str | None = None,
+                       cutoff_ms: int | None = None, partitions: Iterable[int] | None = None,
+                       application: str | None = None, tmp_dir: str | None = None) -> Submission:
+    """Build the py-files zip, the credentials file and the arguments of one run.
+
+    :param topology_path: the topology YAML (local path or fsspec URL readable by the driver).
+    :param tier: tier index, topic name or ``dlt``.
+    :param options: handler and run options.
+    :param kafka_config: librdkafka configuration; written to a ``0600`` file, never into arguments.
+    :param result_path: where the driver writes the summary (default: in the work folder).
+    :param cutoff_ms: due-time cutoff (default: when the driver starts).
+    :param partitions: only these partitions (default: all).
+    :param application: the app to submit (default: the entry point inside the package).
+    :param tmp_dir: parent of the private work folder (default: the system temp folder).
+    """
+    workdir = tempfile.mkdtemp(prefix="akr-spark-", dir=tmp_dir)  # 0700
+    try:
+        py_files = os.path.join(workdir, PY_FILES_NAME)
+        shipped = build_for_options(py_files, options)
+        credentials = write_credentials_file(kafka_config, workdir)
+        result = result_path or os.path.join(workdir, RESULT_NAME)
+        args = app_arguments(topology_path=topology_path, tier=tier, options=options,
+                             kafka_config_file=credentials, result_path=result, cutoff_ms=cutoff_ms,
+                             partitions=partitions)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return Submission(application=application or APPLICATION, py_files=py_files, application_args=args,
+                      kafka_config_file=credentials, result_path=result, workdir=workdir, shipped=shipped)
+
+
+# ----------------------------------------------------------------------------- spark-submit
+def spark_home() -> str | None:
+    """``$SPARK_HOME``, else the folder of the installed ``pyspark`` package (which bundles Spark)."""
+    if os.environ.get("SPARK_HOME"):
+        return os.environ["SPARK_HOME"]
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def find_spark_submit(binary: str = "spark-submit") -> str:
+    """``binary`` on PATH, next to this Python (a virtualenv's bin), or in Spark's home."""
+    candidates = [shutil.which(binary), os.path.join(os.path.dirname(sys.executable), binary)]
+    home = spark_home()
+    if home:
+        candidates.append(os.path.join(home, "bin", binary))
+    for candidate in candidates:
+        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    raise FileNotFoundError(f"cannot find {binary}: put it on PATH, set SPARK_HOME, or install pyspark")
+
+
+def local_spark_environment(spark_submit: str | None = None) -> dict[str, str]:
+    """Environment for a local/client-mode submit from this Python: the same interpreter drives and executes.
+
+    Sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter and ``SPARK_HOME`` to the
+    bundled Spark, unless already set, and puts ``spark-submit``'s folder on ``PATH``.
+    Holds no credentials.
+    """
+    env: dict[str, str] = {}
+    for key in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        if not os.environ.get(key):
+            env[key] = sys.executable
+    home = spark_home()
+    if home and not os.environ.get("SPARK_HOME"):
+        env["SPARK_HOME"] = home
+    binary = spark_submit or find_spark_submit()
+    folder = os.path.dirname(binary)
+    path = os.environ.get("PATH", "")
+    if folder and folder not in path.split(os.pathsep):
+        env["PATH"] = os.pathsep.join(p for p in (folder, path) if p)
+    return env
+
+
+def spark_submit_command(submission: Submission, *, master: str, conf: Mapping[str, Any] | None = None,
+                         spark_submit: str | None = None, name: str | None = None) -> list[str]:
+    """The ``spark-submit`` command line of ``submission`` (paths and options only)."""
+    cmd = [spark_submit or find_spark_submit(), "--master", master]
+    if name:
+        cmd += ["--name", name]
+    for key, value in (conf or {}).items():
+        cmd += ["--conf", f"{key}={value}"]
+    cmd += ["--py-files", submission.py_files, submission.application, *submission.application_args]
+    return cmd
+
+
+def _stream(process: subprocess.Popen[str], on_output: Callable[[str], None] | None,
+            tail: collections.deque[str]) -> None:
+    assert process.stdout is not None
+    for raw in process.stdout:
+        line = raw.rstrip("\n")
+        tail.append(line)
+        log.info("%s", line)
+        if on_output is not None:
+            on_output(line)
+
+
+def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
+                     kafka_config: Mapping[str, Any], master: str = "local[2]", cutoff_ms: int | None = None,
+                     partitions: Sequence[int] | None = None, result_path: str | None = None,
+                     conf: Mapping[str, Any] | None = None, spark_submit: str | None = None,
+                     env: Mapping[str, str] | None = None, application: str | None = None,
+                     on_output: Callable[[str], None] | None = None) -> RunSummary:
+    """Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
+
+    The summary is returned even when partitions failed (check ``summary.ok``); the credentials
+    file is deleted before this returns.
+
+    :param master: Spark master (``local[2]``, ``spark://host:7077``, ``yarn``...).
+    :param conf: Spark properties (``--conf``); never put credentials here.
+    :param env: extra environment for ``spark-submit`` (on top of :func:`local_spark_environment`).
+    :param on_output: called with every line ``spark-submit`` prints (stdout and stderr).
+    :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a ValueError.
+    :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app).
+    """
+    binary = spark_submit or find_spark_submit()
+    with prepare_submission(topology_path=topology_path, tier=tier, options=options, kafka_config=kafka_config,
+                            result_path=result_path, cutoff_ms=cutoff_ms, partitions=partitions,
+                            application=application) as submission:
+        remove_result(submission.result_path)
+        cmd = spark_submit_command(submission, master=master, conf=conf, spark_submit=binary)
+        log.info("spark-submit command: %s", " ".join(cmd))
+        full_env = {**os.environ, **local_spark_environment(binary), **(env or {})}
+        tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
+                              bufsize=1) as process:
+            _stream(process, on_output, tail)
+            returncode = process.wait()
+        log.info("spark-submit exited with %s", returncode)
+        try:
+            return submission.read_summary()
+        except ResultMissingError:
+            output = "\n".join(tail)
+            raise SparkSubmitError(f"spark-submit exited with {returncode} and the app wrote no result to "
+                                   f"{submission.result_path}; last output:\n{output}") from None

@@ -1,0 +1,315 @@
+"""The Spark engine end to end: the real app, submitted with ``spark-submit`` to ``local[2]``.
+
+Spark start-up costs 10-20 s per submission on a small machine, so the suite keeps submissions
+few: one ledger run through every tier (checked against the local engine, and scanned for the
+Kafka secret), one run with crashing tasks, and two runs that must refuse to start.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
+from airflow_kafka_retry.spark.result import SparkAppError
+from airflow_kafka_retry.spark.submit import run_spark_submit
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+PARTITIONS = 2
+COUNT = 400
+SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
+#: small and quick: no UI, a small driver heap, a JIT tuned for start-up rather than peak speed
+SPARK_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.driver.memory": "512m",
+    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+}
+SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
+OPTIONS = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+                       batch_size=20, chunk_size=100)
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- helpers
+def write_topology(topology: Topology, path: Path) -> Topology:
+    """The ledger topology as a YAML file (what the Spark driver reads); returns it loaded from there."""
+    path.write_text(yaml.safe_dump({
+        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
+        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    return load_topology(path)
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(logging.INFO)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.sink.append(record.getMessage())
+
+
+@dataclass
+class SparkRunner:
+    """``run_tier(tier) -> RunSummary`` for the ledger scenario: one spark-submit of the real app per tier."""
+
+    topology_file: Path
+    kafka_config: dict[str, Any]
+    options: DrainOptions = OPTIONS
+    master: str = "local[2]"
+    conf: dict[str, str] = field(default_factory=lambda: dict(SPARK_CONF))
+    env: dict[str, str] = field(default_factory=lambda: dict(SPARK_ENV))
+    output: list[str] = field(default_factory=list)  # everything spark-submit printed (driver and executors)
+    logged: list[str] = field(default_factory=list)  # what the submitting side logged (the command line...)
+    seconds: list[float] = field(default_factory=list)
+
+    def __call__(self, tier: Tier) -> RunSummary:
+        handler = _ListHandler(self.logged)
+        submit_log = logging.getLogger("airflow_kafka_retry.spark")
+        submit_log.addHandler(handler)
+        old_level = submit_log.level
+        submit_log.setLevel(logging.INFO)
+        started = time.monotonic()
+        try:
+            return run_spark_submit(topology_path=self.topology_file, tier=tier.index, options=self.options,
+                                    kafka_config=self.kafka_config, master=self.master, conf=self.conf,
+                                    env=self.env, on_output=self.output.append)
+        finally:
+            self.seconds.append(round(time.monotonic() - started, 1))
+            submit_log.removeHandler(handler)
+            submit_log.setLevel(old_level)
+
+
+class ProcessWatcher(threading.Thread):
+    """Scans every process's command line and environment (what ``ps`` shows) for ``needle`` while it runs."""
+
+    def __init__(self, needle: str) -> None:
+        super().__init__(daemon=True)
+        self.needle = needle.encode()
+        self.hits: list[str] = []
+        self.spark_processes: set[int] = set()
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.wait(0.2):
+            for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+                for part in ("cmdline", "environ"):
+                    try:
+                        with open(f"/proc/{pid}/{part}", "rb") as fh:
+                            data = fh.read()
+                    except OSError:
+                        continue
+                    if part == "cmdline" and (b"org.apache.spark.deploy.SparkSubmit" in data or b"pyspark" in data):
+                        self.spark_processes.add(int(pid))
+                    if self.needle in data:
+                        self.hits.append(f"/proc/{pid}/{part}: {data[:200]!r}")
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+
+def normalized_totals(summary: RunSummary, topology: Topology) -> dict[str, Any]:
+    """Run totals with topic names relative to the topology's main topic (for cross-engine comparison)."""
+    totals = summary.to_dict()["totals"]
+    totals["routed"] = {k.replace(topology.topic, "<main>"): v for k, v in totals["routed"].items()}
+    return totals
+
+
+def _committed(bootstrap: str, topology: Topology) -> dict[int, int]:
+    return ledger.committed(bootstrap, topology.group_id, topology.topic, PARTITIONS)
+
+
+# ----------------------------------------------------------------------------- the ledger through Spark
+@pytest.fixture(scope="module")
+def spark_ledger(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """The ledger scenario run through every tier by spark-submit, with the event log on and ``ps`` watched."""
+    tmp = tmp_path_factory.mktemp("spark-ledger")
+    ledger_file = ledger.ledger_path(tmp)
+    topology = write_topology(ledger.make_topology("spark"), tmp / "topology.yaml")
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
+    events = tmp / "spark-events"
+    events.mkdir()
+    runner = SparkRunner(topology_file=tmp / "topology.yaml",
+                         # a distinctive secret; librdkafka accepts sasl.password on a PLAINTEXT connection
+                         kafka_config={"bootstrap.servers": kafka_bootstrap, "sasl.username": "svc",
+                                       "sasl.password": SECRET},
+                         # the event log, uncompressed and in one file per application, so it can be searched
+                         conf={**SPARK_CONF, "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
+                               "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"})
+    watcher = ProcessWatcher(SECRET)
+    watcher.start()
+    try:
+        summaries = ledger.run_tiers(topology, runner)
+    finally:
+        watcher.stop()
+    log.warning("spark ledger: %s records, %s tiers, spark-submit seconds per tier %s", COUNT, len(summaries),
+                runner.seconds)
+    return SimpleNamespace(topology=topology, inputs=inputs, ledger_file=ledger_file, summaries=summaries,
+                           runner=runner, watcher=watcher, events=events)
+
+
+def test_spark_engine_gives_every_record_the_home_the_local_engine_gives(spark_ledger, kafka_bootstrap, tmp_path):
+    run = spark_ledger
+    placement = ledger.check_ledger(kafka_bootstrap, run.topology, run.inputs, run.ledger_file, PARTITIONS)
+    assert all(s.engine == "spark" for s in run.summaries)
+    assert [sorted(p.partition for p in s.partitions) for s in run.summaries] == \
+        [list(range(PARTITIONS))] * len(run.topology.tiers), "one Spark task per Kafka partition"
+    first = run.summaries[0].to_dict()["totals"]
+    assert first["drained"] == COUNT
+    assert first["succeeded"] + sum(first["routed"].values()) == COUNT
+
+    # the same scenario through the local engine: the same homes, the same per-tier counts
+    local_ledger = ledger.ledger_path(tmp_path)
+    local_topology = ledger.make_topology("spark-twin")
+    local_inputs = ledger.produce_inputs(kafka_bootstrap, local_topology, COUNT, PARTITIONS)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    local = ledger.run_tiers(local_topology, lambda tier: run_local(local_topology, tier, config, OPTIONS))
+    local_placement = ledger.check_ledger(kafka_bootstrap, local_topology, local_inputs, local_ledger, PARTITIONS)
+    assert placement == local_placement
+    assert [normalized_totals(s, run.topology) for s in run.summaries] == \
+        [normalized_totals(s, local_topology) for s in local]
+
+
+def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spark_ledger):
+    run = spark_ledger
+    # the command lines, as ps would show them, were watched while Spark ran
+    assert run.watcher.spark_processes, "the watcher never saw the spark-submit JVM; the check proves nothing"
+    assert run.watcher.hits == []
+    commands = [line for line in run.runner.logged if line.startswith("spark-submit command:")]
+    assert len(commands) == len(run.topology.tiers)
+    assert "--kafka-config-file" in commands[0]
+    # driver and executor logs (local mode: everything spark-submit printed), and our own logging
+    assert len(run.runner.output) > 50
+    assert not [line for line in run.runner.output if SECRET in line]
+    assert not [line for line in run.runner.logged if SECRET in line]
+    # the event log holds what the Spark UI shows, the environment tab included (sun.java.command
+    # carries the application arguments: the path of the credentials file, never its content)
+    logs = [p for p in run.events.rglob("*") if p.is_file()]
+    assert len(logs) == len(run.topology.tiers)
+    text = "\n".join(p.read_text(errors="replace") for p in logs)
+    assert "SparkListenerEnvironmentUpdate" in text and "kafka-config.json" in text
+    assert SECRET not in text
+    # the summaries (what the operator pushes to XCom) neither
+    assert not [s for s in run.summaries if SECRET in str(s.to_dict())]
+    # and the credentials files are gone
+    paths = {line.split("--kafka-config-file ")[1].split()[0] for line in commands}
+    assert paths and not [p for p in paths if os.path.exists(p)]
+
+
+# ----------------------------------------------------------------------------- a task killed mid-partition
+def test_a_task_killed_mid_partition_is_retried_by_spark_and_nothing_is_lost_or_doubled(kafka_bootstrap, tmp_path):
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = write_topology(ledger.make_topology("spark-kill"), tmp_path / "topology.yaml")
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
+    kills = tmp_path / "kills"
+    kills.mkdir()
+    options = DrainOptions(handler="tests.support.spark_kill_handler:crash_once",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=10, chunk_size=40)
+    runner = SparkRunner(topology_file=tmp_path / "topology.yaml", kafka_config={"bootstrap.servers": kafka_bootstrap},
+                         options=options, master="local[2,4]",  # local mode with up to 4 attempts per task
+                         env={**SPARK_ENV, "AKR_KILL_DIR": str(kills), "AKR_KILL_TOPIC": topology.topic,
+                              "AKR_KILL_AT_OFFSET": "60"})
+
+    summaries = ledger.run_tiers(topology, runner)
+
+    # every partition's first attempt died mid-partition (after the chunk [0, 40) was committed and
+    # records 40..59 were handled), and Spark's retry resumed from the committed offset
+    assert sorted(p.name for p in kills.iterdir()) == [f"{topology.topic}.{p}" for p in range(PARTITIONS)]
+    assert [line for line in runner.output if "Lost task" in line], "Spark did not report the lost attempts"
+    for partition in summaries[0].partitions:
+        assert partition.status == "ok"
+        assert partition.start_offset == 40, partition
+        assert partition.drained == COUNT // PARTITIONS - 40
+    # nothing lost, nothing committed twice: one home per record, no duplicates in the DLT or the tiers
+    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False)
+    for tier in topology.retry_tiers:
+        keys = [m.key() for m in ledger.read_all(kafka_bootstrap, tier.topic)]
+        assert len(keys) == len(set(keys)), f"duplicates in {tier.topic}"
+    handled_twice = [i for i, n in ledger.processed_ids(ledger_file).items() if n > 1]
+    assert handled_twice, "the killed attempts handled records that their retries handled again (at least once)"
+
+
+# ----------------------------------------------------------------------------- refusing to start
+def _bad_topology(topology: Topology, path: Path) -> None:
+    path.write_text(yaml.safe_dump({"topic": topology.topic, "group_id": topology.group_id, "atempts": 4}))
+
+
+@pytest.mark.parametrize(
+    ("problem", "expected"),
+    [
+        pytest.param("handler", "handler 'tests.support.no_such_handler:handle': cannot import module "
+                                "'tests.support.no_such_handler': ModuleNotFoundError", id="handler-import-error"),
+        pytest.param("topology", "field 'atempts': unknown key", id="bad-topology"),
+    ],
+)
+def test_bad_input_fails_on_the_driver_before_any_record_is_read(problem, expected, kafka_bootstrap, tmp_path):
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = ledger.make_topology("spark-refuse")
+    ledger.produce_inputs(kafka_bootstrap, topology, 40, PARTITIONS)
+    path = tmp_path / "topology.yaml"
+    if problem == "topology":
+        _bad_topology(topology, path)
+        options = OPTIONS
+    else:
+        write_topology(topology, path)
+        options = DrainOptions(handler="tests.support.no_such_handler:handle")
+    output: list[str] = []
+    started = time.monotonic()
+
+    with pytest.raises(SparkAppError) as err:
+        run_spark_submit(topology_path=path, tier=0, options=options,
+                         kafka_config={"bootstrap.servers": kafka_bootstrap}, conf=SPARK_CONF, env=SPARK_ENV,
+                         on_output=output.append)
+
+    assert expected in str(err.value)
+    log.warning("spark app refused %s after %.1f s", problem, time.monotonic() - started)
+    assert [line for line in output if "refusing to start" in line and expected in line]
+    assert not [line for line in output if "Running Spark version" in line], "a Spark context was started"
+    assert all(offset < 0 for offset in _committed(kafka_bootstrap, topology).values()), "offsets moved"
+    assert ledger.processed_ids(ledger_file) == {}
+
+
+def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_bootstrap, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = ledger.make_topology("cli-spark")
+    topology_file = tmp_path / "topology.yaml"
+    write_topology(topology, topology_file)
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, 60, PARTITIONS)
+    kafka_config = tmp_path / "kafka.json"
+    kafka_config.write_text(json.dumps({"bootstrap.servers": kafka_bootstrap, "sasl.password": SECRET}))
+    conf = [arg for key, value in SPARK_CONF.items() for arg in ("--conf", f"{key}={value}")]
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--engine", "spark", "--topology",
+         str(topology_file), "--tier", "0", "--handler", f"{ledger.HANDLER_MODULE}:indexed",
+         "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode", "--kafka-config", str(kafka_config), *conf],
+        env={**os.environ, **SPARK_ENV, "AKR_LEDGER": ledger_file,
+             "PYTHONPATH": str(Path(__file__).parents[2])},
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert summary["engine"] == "spark" and summary["status"] == "ok"
+    fates = [mode for mode, _, _ in inputs.records.values()]
+    assert summary["totals"]["drained"] == 60
+    assert summary["totals"]["succeeded"] == fates.count("ok")
+    assert sorted(p["partition"] for p in summary["partitions"]) == [0, 1]
+    assert SECRET not in done.stdout + done.stderr
