@@ -1,4 +1,4 @@
-"""SparkReprocessTierOperator through real Airflow: ``dag.test()`` on a SQLite metadata DB, real spark-submit.
+"""SparkReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB, real spark-submit.
 
 Airflow runs in a subprocess with its own ``AIRFLOW_HOME`` (the test process may have imported
 Airflow with another configuration already); connections come from ``AIRFLOW_CONN_*`` variables
@@ -70,12 +70,6 @@ with DAG("akr_spark_reprocess", schedule=None, start_date=datetime(2024, 1, 1), 
             json.dump(summary, fh)
 
     record(main_tier.output)
-
-if __name__ == "__main__":
-    run = dag.test()
-    states = {{ti.task_id: str(ti.state) for ti in run.get_task_instances()}}
-    with open(OUT + "/states.json", "w") as fh:
-        json.dump(states, fh)
 '''
 
 
@@ -98,6 +92,11 @@ def _airflow_env(tmp_path: Path, kafka_bootstrap: str, ledger_file: str) -> dict
     return env
 
 
+def _json_lines(stdout: str) -> list:
+    """The JSON document an ``airflow ... -o json`` command printed (Airflow may print warnings first)."""
+    return next(json.loads(line) for line in stdout.splitlines() if line.startswith("["))
+
+
 def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = write_topology(ledger.make_topology("dag"), tmp_path / "topology.yaml")
@@ -113,13 +112,19 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     migrate = subprocess.run([airflow, "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True,
                              timeout=300)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
-    run = subprocess.run([sys.executable, str(dag_file)], env=env, cwd=REPO, capture_output=True, text=True,
-                         timeout=600)
+    reserialize = subprocess.run([airflow, "dags", "reserialize"], env=env, cwd=REPO, capture_output=True,
+                                 text=True, timeout=300)
+    assert reserialize.returncode == 0, reserialize.stderr[-3000:]
+    run = subprocess.run([airflow, "dags", "test", "akr_spark_reprocess"], env=env, cwd=REPO, capture_output=True,
+                         text=True, timeout=600)
     output = run.stdout + run.stderr
     (tmp_path / "airflow-output.txt").write_text(output)  # kept for debugging a failure
-    assert run.returncode == 0, output[-5000:]
-
-    states = json.loads((out / "states.json").read_text())
+    runs = subprocess.run([airflow, "dags", "list-runs", "akr_spark_reprocess", "-o", "json"], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    [dag_run] = _json_lines(runs.stdout)
+    listed = subprocess.run([airflow, "tasks", "states-for-dag-run", "akr_spark_reprocess", dag_run["run_id"],
+                             "-o", "json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
     assert states == {"reprocess_main": "success", "record": "success", "bad_handler": "failed"}, output[-5000:]
     # the summary went to XCom and says what happened to the main topic
     summary = json.loads((out / "xcom.json").read_text())
