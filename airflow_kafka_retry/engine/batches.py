@@ -11,12 +11,14 @@
   next tier isolates it further.
 * ``in_place_attempts``: a failed record is retried on its own that many more times, after
   ``in_place_backoff_ms``, before it is routed (like ``DefaultErrorHandler`` with a
-  ``FixedBackOff``); each try counts as a delivery attempt. Errors that are not retryable are
-  not retried in place (Spring recovers them at once).
+  ``FixedBackOff``); each try counts as a delivery attempt, so in-place tries stop once a
+  record reaches ``max_attempts`` (the topology's total attempts). Errors that are not retryable
+  are not retried in place (Spring recovers them at once).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,6 +59,8 @@ class BatchRunner:
     :param max_extra_calls: bound on bisection calls per batch that failed without an index.
     :param in_place_attempts: extra tries of a failed record before it is routed.
     :param in_place_backoff_ms: pause before each in-place try.
+    :param max_attempts: no in-place try takes a record past this delivery attempt (``attempt``
+        of the record plus its tries); None: no cap (draining a DLT, where attempts do not route).
     :param retryable: classification of errors; not-retryable ones are never retried in place
         (default: the default classifier, which knows the standard fatal exceptions).
     """
@@ -70,6 +74,7 @@ class BatchRunner:
         max_extra_calls: int = 64,
         in_place_attempts: int = 0,
         in_place_backoff_ms: int = 0,
+        max_attempts: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
         retryable: Callable[[BaseException], bool] = ExceptionClassifier().is_retryable,
     ) -> None:
@@ -83,6 +88,7 @@ class BatchRunner:
         self.max_extra_calls = max_extra_calls
         self.in_place_attempts = in_place_attempts
         self.in_place_backoff_ms = in_place_backoff_ms
+        self.max_attempts = max_attempts
         self.sleep = sleep
         self.retryable = retryable
         self.stats = BatchStats()
@@ -171,11 +177,15 @@ class BatchRunner:
         for _ in range(self.in_place_attempts):
             if outcome.error is None or not self.retryable(outcome.error):
                 return
+            if self.max_attempts is not None and outcome.record.attempt + outcome.tries > self.max_attempts:
+                return  # the next try would be one attempt more than the topology allows
             if self.in_place_backoff_ms:
                 self.sleep(self.in_place_backoff_ms / 1000)
             outcome.tries += 1
-            error = self._call([outcome.record], extra=True)
+            # the handler sees the delivery attempt this try is (the outcome keeps the original record)
+            retried = dataclasses.replace(outcome.record, attempt=outcome.record.attempt + outcome.tries - 1)
+            error = self._call([retried], extra=True)
             if isinstance(error, BatchFailedError):
-                self._check_index(error, [outcome.record])
+                self._check_index(error, [retried])
                 error = error.cause or error
             outcome.error = error

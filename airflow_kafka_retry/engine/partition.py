@@ -89,6 +89,7 @@ class PartitionJob:
         runner = BatchRunner(handler, handler_name=options.handler, batch_size=options.batch_size,
                              max_extra_calls=options.max_extra_calls, in_place_attempts=options.in_place_attempts,
                              in_place_backoff_ms=options.in_place_backoff_ms,
+                             max_attempts=None if self.tier.kind == "dlt" else self.topology.attempts,
                              retryable=self.topology.classifier.is_retryable)
         txn_id = transactional_id(options.transactional_id_prefix, self.group, self.tier.topic, self.partition) \
             if options.transactional else None

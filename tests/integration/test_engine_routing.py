@@ -96,3 +96,23 @@ def test_a_bad_batch_index_fails_the_partition_naming_the_handler_and_commits_no
     assert part.committed_offset is None
     assert ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(0)), topology.topic, 1) == {
         0: -1001}
+
+
+def test_in_place_attempts_count_as_attempts_and_stop_at_the_topology_attempts(kafka_bootstrap, tmp_path):
+    ledger_file = tmp_path / "ledger.txt"
+    topology = _setup(kafka_bootstrap, tmp_path, ["permanent", "transient:2", "ok"], attempts=3)
+    options = DrainOptions(handler=f"{HANDLERS}:indexed", value_deserializer=f"{HANDLERS}:decode",
+                           in_place_attempts=5)
+    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options)
+    part = summary.partitions[0]
+    assert summary.ok and (part.drained, part.succeeded, part.committed_offset) == (3, 2, 3)
+    # batches [0, 1, 2] (fails at 0), [1, 2] (fails at 0), [2]; then in place: the permanent record
+    # on attempts 2 and 3 only (not 5 more), the transient one on attempts 2 and 3 (it succeeds on 3)
+    assert part.handler_calls == 7
+    assert part.routed == {topology.dlt_topic: 1}, "in-place attempts used up the retry tiers"
+    [dead] = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    assert dead.key() == b"0"
+    assert H.read_attempts(dead.headers()) == 4  # failed on attempt 3 of 3; Spring writes attempts + 1
+    assert part.dead_letters[0].reason == "exhausted"
+    assert ledger.processed_ids(str(ledger_file)) == {"1": 1, "2": 1}
+    assert ledger.read_all(kafka_bootstrap, topology.tier(1).topic) == []

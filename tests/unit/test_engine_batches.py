@@ -7,6 +7,7 @@ batch splitting, outcome order and call statistics.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections.abc import Callable, Iterable, Sequence
@@ -721,3 +722,28 @@ def test_in_place_attempts_skip_fatal_errors() -> None:
     assert handler.calls == [[0]]
     assert outcomes[0].tries == 1
     assert sleep.calls == []
+
+
+@pytest.mark.parametrize(("attempt", "max_attempts", "tries"), [
+    (1, 4, 4),  # attempts 1, 2, 3, 4: the in-place budget (5) is cut by the topology's 4 attempts
+    (2, 4, 3),  # a retry-tier record on attempt 2 may still be tried on attempts 3 and 4
+    (4, 4, 1),  # on its last attempt: no in-place try at all
+    (3, None, 6),  # no cap (a DLT): every in-place try is made
+])
+def test_in_place_attempts_never_take_a_record_past_the_topology_attempts(attempt, max_attempts, tries) -> None:
+    handler = poison_handler({0})
+    record = dataclasses.replace(make_record(0), attempt=attempt)
+    r = runner(handler, batch_size=1, in_place_attempts=5, max_attempts=max_attempts)
+    [outcome] = r.run([record])
+    assert outcome.failed and isinstance(outcome.error, Poison)
+    assert outcome.tries == tries
+    assert len(handler.calls_alone(0)) == tries
+    assert attempt + outcome.tries - 1 <= (max_attempts or attempt + 5)  # the last attempt made
+
+
+def test_each_in_place_try_hands_the_handler_its_own_attempt_number() -> None:
+    handler = poison_handler({0})
+    record = dataclasses.replace(make_record(0), attempt=2)
+    [outcome] = runner(handler, batch_size=1, in_place_attempts=2).run([record])
+    assert [[r.attempt for r in batch] for batch in handler.lists] == [[2], [3], [4]]
+    assert outcome.record is record and outcome.tries == 3  # the outcome keeps the record as read
