@@ -61,13 +61,15 @@ def test_killed_runs_lose_nothing(kafka_bootstrap, tmp_path, transactional):
     topology, inputs, ledger_file = _kill_and_rerun_every_tier(kafka_bootstrap, tmp_path, transactional=transactional)
     # copies are possible here: without transactions by design (at-least-once), with them on a
     # broker that shows aborted records; every record still has exactly one kind of home
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True)
+    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True,
+                        handled_once=False)
 
 
 @pytest.mark.requires_capability("abort_isolation")
 def test_killed_transactional_runs_duplicate_nothing(kafka_bootstrap, tmp_path):
     topology, inputs, ledger_file = _kill_and_rerun_every_tier(kafka_bootstrap, tmp_path, transactional=True)
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False)
+    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False,
+                        handled_once=False)
     for tier in topology.retry_tiers:
         keys = [m.key() for m in ledger.read_all(kafka_bootstrap, tier.topic)]
         assert len(keys) == len(set(keys)), f"duplicates in {tier.topic}"

@@ -122,13 +122,18 @@ def processed_ids(ledger_path: str) -> Counter:
 
 
 def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str, partitions: int, *,
-                 allow_duplicates: bool = False) -> dict:
+                 allow_duplicates: bool = False, handled_once: bool = True) -> dict:
     """Assert every input has exactly one home; return the placement for cross-engine comparison.
 
     ``allow_duplicates``: a broker without abort isolation shows the records of transactions that a
     killed run left open (and the next run aborted), so copies may appear; homes must still agree.
+    ``handled_once``: every processed record was handled successfully exactly once. Off only where a
+    run is killed after handling records it had not committed yet (handling is at least once).
     """
     processed = processed_ids(ledger_path)
+    if handled_once:
+        twice = sorted(i for i, n in processed.items() if n > 1)
+        assert not twice, f"{len(twice)} records handled successfully more than once, e.g. {twice[:5]}"
     dlt = read_all(bootstrap, topology.dlt_topic)
     dlt_ids = Counter(m.key().decode() for m in dlt)
     if not allow_duplicates:
