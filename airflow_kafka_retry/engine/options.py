@@ -15,7 +15,7 @@ class DrainOptions:
     :param handler: the user's handler, ``package.module:function``.
     :param value_deserializer: optional ``package.module:function`` turning value bytes into the
         object the handler gets; a record it cannot decode is dead-lettered with its original bytes.
-    :param key_deserializer: the same for keys (failures write ``kafka_dlt-key-exception-*``).
+    :param key_deserializer: the same for keys (failures write the key-exception headers).
     :param batch_size: records per handler call.
     :param chunk_size: records per Kafka transaction (routed records + offset commit).
     :param max_records: stop a partition after this many records (None: drain everything due).

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 class _KeyDeserializationError(DeserializationError):
-    """The key, not the value, failed to decode (written as ``kafka_dlt-key-exception-*``)."""
+    """The key, not the value, failed to decode (written as the key-exception headers)."""
 
 
 class PartitionJob:

@@ -17,7 +17,8 @@ class BackOff:
     """How long a failed record waits before each retry.
 
     ``fixed``: every retry waits ``delay_ms``. ``exponential``: retry *i* (from 0) waits
-    ``initial_ms * multiplier**i`` capped at ``max_ms``. ``custom``: the listed delays, the last
+    ``initial_ms * multiplier**i`` capped at ``max_ms``, truncated to whole milliseconds at each
+    step as Spring does (1000 x1.5: 1000, 1500, 2250, 3375, 5062, 7593, 11389). ``custom``: the listed delays, the last
     one repeated when there are more retries than entries.
     """
 
@@ -47,9 +48,14 @@ class BackOff:
             return [self.delay_ms] * retries
         if self.kind == "custom":
             return [self.delays[min(i, len(self.delays) - 1)] for i in range(retries)]
+        # As Spring's ExponentialBackOffPolicy: the interval is whole milliseconds, truncated after
+        # every multiplication, and stops growing once it passes the cap.
         values: list[int] = []
-        current = float(self.initial_ms)
+        interval = self.initial_ms
         for _ in range(retries):
-            values.append(int(min(current, self.max_ms)))
-            current *= self.multiplier
+            if interval > self.max_ms:
+                values.append(self.max_ms)
+            else:
+                values.append(interval)
+                interval = int(interval * self.multiplier)
         return values

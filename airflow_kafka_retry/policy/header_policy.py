@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
 from airflow_kafka_retry.policy.errors import TopologyError
 
@@ -13,21 +13,31 @@ from airflow_kafka_retry.policy.errors import TopologyError
 # budget could not keep the headers that must never be dropped.
 MIN_HEADER_BYTES = 1024
 
+HeaderNaming = Literal["retry_topic", "dead_letter"]
+#: ``retry_topic``: the names Spring's non-blocking retries write (``kafka_original-*``,
+#: ``kafka_exception-*``); ``dead_letter``: a plain DeadLetterPublishingRecoverer's (``kafka_dlt-*``).
+HEADER_NAMINGS: tuple[HeaderNaming, ...] = ("retry_topic", "dead_letter")
+
 
 @dataclass(frozen=True)
 class HeaderPolicy:
     """Header settings of a topology (``headers:`` in YAML).
 
-    :param include_stacktrace: write ``kafka_dlt-exception-stacktrace``.
+    :param include_stacktrace: write the exception stack-trace header.
     :param strip_previous_exception_headers: replace earlier exception headers instead of appending
         (Spring's default, and what keeps a record from growing across tiers).
     :param max_header_bytes: budget for all headers of a routed record (names plus values); the
         stack trace is truncated first, then the message; coordinates are never dropped.
+    :param naming: which of Spring's header families to write: ``retry_topic`` (what Spring's
+        non-blocking retries write, so a Spring service can share the retry topics) or
+        ``dead_letter`` (``kafka_dlt-*``, what a plain ``DeadLetterPublishingRecoverer`` writes).
+        Both are always read.
     """
 
     include_stacktrace: bool = True
     strip_previous_exception_headers: bool = True
     max_header_bytes: int = 16_384
+    naming: HeaderNaming = "retry_topic"
 
     def __post_init__(self) -> None:
         for name in ("include_stacktrace", "strip_previous_exception_headers"):
@@ -36,6 +46,8 @@ class HeaderPolicy:
         value = self.max_header_bytes
         if isinstance(value, bool) or not isinstance(value, int) or value < MIN_HEADER_BYTES:
             raise TopologyError(f"must be an integer >= {MIN_HEADER_BYTES}, got {value!r}", field="max_header_bytes")
+        if self.naming not in HEADER_NAMINGS:
+            raise TopologyError(f"must be one of {', '.join(HEADER_NAMINGS)}, got {self.naming!r}", field="naming")
 
     @classmethod
     def from_mapping(cls, data: object) -> HeaderPolicy:

@@ -1,5 +1,21 @@
 """Header codec, byte-compatible with Spring for Apache Kafka 3.x.
 
+Header names. The ``retry_topic-*`` headers have one spelling. The original-coordinate and
+exception headers come in two families, as in Spring:
+
+* ``retry_topic`` naming (default): what Spring's non-blocking retries write
+  (``DeadLetterPublishingRecovererFactory``): ``kafka_original-topic|partition|offset|timestamp|
+  timestamp-type``, ``kafka_dlt-original-consumer-group`` (Spring's ``KafkaHeaders.ORIGINAL_CONSUMER_GROUP``
+  is spelled that way), ``kafka_exception-fqcn|cause-fqcn|message|stacktrace`` and
+  ``kafka_key-exception-fqcn|message|stacktrace``. Use it to share retry topics with a Spring service.
+* ``dead_letter`` naming: what a plain ``DeadLetterPublishingRecoverer`` (blocking retries with
+  ``DefaultErrorHandler``) writes: the same headers spelled ``kafka_dlt-original-*``,
+  ``kafka_dlt-exception-*`` and ``kafka_dlt-key-exception-*``.
+
+Both families are read. Original coordinates already present in either family are carried into
+the configured one, so they keep pointing at the first failure; earlier exception headers of
+either family are replaced.
+
 Encodings (as Spring writes them):
 
 * ``retry_topic-attempts``: 4-byte big-endian int (``ByteBuffer.putInt``); a 1-byte value is the
@@ -8,9 +24,9 @@ Encodings (as Spring writes them):
 * ``retry_topic-backoff-timestamp`` and ``retry_topic-original-timestamp``: ``BigInteger.toByteArray``
   of epoch milliseconds (minimal big-endian two's complement); an original timestamp longer
   than 8 bytes or empty is ignored in favour of the record timestamp.
-* ``kafka_dlt-original-partition``: 4-byte big-endian int; ``-offset`` and ``-timestamp``:
-  8-byte big-endian long; ``-topic``, ``-timestamp-type`` (``CreateTime``/``LogAppendTime``),
-  ``-consumer-group`` and every ``kafka_dlt-*exception*`` header: UTF-8 text.
+* original partition: 4-byte big-endian int; original offset and timestamp: 8-byte big-endian
+  long; original topic, timestamp type (``CreateTime``/``LogAppendTime``), consumer group and
+  every exception header: UTF-8 text.
 
 Like Spring's retry-topic recoverer, original coordinates are written once (the first failure)
 and never replaced. Beyond Spring: retry headers are replaced, not appended (readers take the
@@ -21,44 +37,74 @@ from __future__ import annotations
 
 import struct
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from airflow_kafka_retry.policy.classify import class_path
-from airflow_kafka_retry.policy.header_policy import HeaderPolicy
+from airflow_kafka_retry.policy.header_policy import HEADER_NAMINGS, HeaderNaming, HeaderPolicy
 
 Header = tuple[str, bytes | None]
+_T = TypeVar("_T")
 
 ATTEMPTS = "retry_topic-attempts"
 BACKOFF_TIMESTAMP = "retry_topic-backoff-timestamp"
 ORIGINAL_TIMESTAMP = "retry_topic-original-timestamp"
-
-DLT_ORIGINAL_TOPIC = "kafka_dlt-original-topic"
-DLT_ORIGINAL_PARTITION = "kafka_dlt-original-partition"
-DLT_ORIGINAL_OFFSET = "kafka_dlt-original-offset"
-DLT_ORIGINAL_TIMESTAMP = "kafka_dlt-original-timestamp"
-DLT_ORIGINAL_TIMESTAMP_TYPE = "kafka_dlt-original-timestamp-type"
-DLT_ORIGINAL_CONSUMER_GROUP = "kafka_dlt-original-consumer-group"
-DLT_EXCEPTION_FQCN = "kafka_dlt-exception-fqcn"
-DLT_EXCEPTION_CAUSE_FQCN = "kafka_dlt-exception-cause-fqcn"
-DLT_EXCEPTION_MESSAGE = "kafka_dlt-exception-message"
-DLT_EXCEPTION_STACKTRACE = "kafka_dlt-exception-stacktrace"
-DLT_KEY_EXCEPTION_FQCN = "kafka_dlt-key-exception-fqcn"
-DLT_KEY_EXCEPTION_MESSAGE = "kafka_dlt-key-exception-message"
-DLT_KEY_EXCEPTION_STACKTRACE = "kafka_dlt-key-exception-stacktrace"
-
 RETRY_HEADERS = (ORIGINAL_TIMESTAMP, ATTEMPTS, BACKOFF_TIMESTAMP)
-ORIGINAL_HEADERS = (
-    DLT_ORIGINAL_TOPIC, DLT_ORIGINAL_PARTITION, DLT_ORIGINAL_OFFSET, DLT_ORIGINAL_TIMESTAMP,
-    DLT_ORIGINAL_TIMESTAMP_TYPE, DLT_ORIGINAL_CONSUMER_GROUP,
+
+
+@dataclass(frozen=True)
+class HeaderNames:
+    """One family of Spring's original-coordinate and exception header names."""
+
+    original_topic: str
+    original_partition: str
+    original_offset: str
+    original_timestamp: str
+    original_timestamp_type: str
+    original_consumer_group: str
+    exception_fqcn: str
+    exception_cause_fqcn: str
+    exception_message: str
+    exception_stacktrace: str
+    key_exception_fqcn: str
+    key_exception_message: str
+    key_exception_stacktrace: str
+
+    @property
+    def originals(self) -> tuple[str, ...]:
+        """The original-coordinate headers, in the order they are written."""
+        return (self.original_topic, self.original_partition, self.original_offset, self.original_timestamp,
+                self.original_timestamp_type, self.original_consumer_group)
+
+    @property
+    def exceptions(self) -> tuple[str, ...]:
+        return (self.exception_fqcn, self.exception_cause_fqcn, self.exception_message, self.exception_stacktrace,
+                self.key_exception_fqcn, self.key_exception_message, self.key_exception_stacktrace)
+
+
+#: Spring's non-blocking retries (``DeadLetterPublishingRecovererFactory``: ``KafkaHeaders.ORIGINAL_*``,
+#: ``EXCEPTION_*``, ``KEY_EXCEPTION_*``).
+RETRY_TOPIC_NAMES = HeaderNames(
+    "kafka_original-topic", "kafka_original-partition", "kafka_original-offset", "kafka_original-timestamp",
+    "kafka_original-timestamp-type", "kafka_dlt-original-consumer-group",
+    "kafka_exception-fqcn", "kafka_exception-cause-fqcn", "kafka_exception-message", "kafka_exception-stacktrace",
+    "kafka_key-exception-fqcn", "kafka_key-exception-message", "kafka_key-exception-stacktrace",
 )
-EXCEPTION_HEADERS = (
-    DLT_EXCEPTION_FQCN, DLT_EXCEPTION_CAUSE_FQCN, DLT_EXCEPTION_MESSAGE, DLT_EXCEPTION_STACKTRACE,
-    DLT_KEY_EXCEPTION_FQCN, DLT_KEY_EXCEPTION_MESSAGE, DLT_KEY_EXCEPTION_STACKTRACE,
+#: A plain ``DeadLetterPublishingRecoverer`` (``KafkaHeaders.DLT_*``).
+DEAD_LETTER_NAMES = HeaderNames(
+    "kafka_dlt-original-topic", "kafka_dlt-original-partition", "kafka_dlt-original-offset",
+    "kafka_dlt-original-timestamp", "kafka_dlt-original-timestamp-type", "kafka_dlt-original-consumer-group",
+    "kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn", "kafka_dlt-exception-message",
+    "kafka_dlt-exception-stacktrace", "kafka_dlt-key-exception-fqcn", "kafka_dlt-key-exception-message",
+    "kafka_dlt-key-exception-stacktrace",
 )
-# Truncated, in this order, when a record's headers exceed the budget.
-_SHRINKABLE = (DLT_EXCEPTION_STACKTRACE, DLT_KEY_EXCEPTION_STACKTRACE, DLT_EXCEPTION_MESSAGE,
-               DLT_KEY_EXCEPTION_MESSAGE)
+#: ``headers.naming`` of a topology -> its family.
+HEADER_NAMES: dict[HeaderNaming, HeaderNames] = {"retry_topic": RETRY_TOPIC_NAMES, "dead_letter": DEAD_LETTER_NAMES}
+# Truncated, in this order, when a record's headers exceed the budget: stack traces, then messages.
+_SHRINKABLE = tuple(getattr(names, field) for field in ("exception_stacktrace", "key_exception_stacktrace",
+                                                        "exception_message", "key_exception_message")
+                    for names in HEADER_NAMES.values())
 ATTEMPTS_HARD_CAP = 32_767  # Spring's Short.MAX_VALUE
 TIMESTAMP_TYPES = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
 _TRUNCATED = "...[truncated]"
@@ -159,15 +205,22 @@ def _fixed(headers: Iterable[Header] | None, name: str, fmt: str) -> int | None:
     return struct.unpack(fmt, value)[0]
 
 
-def read_original_coordinates(headers: Iterable[Header] | None) -> OriginalCoordinates:
+def read_original_coordinates(headers: Iterable[Header] | None,
+                              prefer: HeaderNames = RETRY_TOPIC_NAMES) -> OriginalCoordinates:
+    """Where the record first failed: each coordinate from the ``prefer`` family, else the other one."""
     headers = list(headers or ())
+    families = (prefer, *(n for n in HEADER_NAMES.values() if n != prefer))
+
+    def first(field: str, read: Callable[[list[Header], str], _T | None]) -> _T | None:
+        return next((v for v in (read(headers, getattr(n, field)) for n in families) if v is not None), None)
+
     return OriginalCoordinates(
-        topic=_text(headers, DLT_ORIGINAL_TOPIC),
-        partition=_fixed(headers, DLT_ORIGINAL_PARTITION, ">i"),
-        offset=_fixed(headers, DLT_ORIGINAL_OFFSET, ">q"),
-        timestamp_ms=_fixed(headers, DLT_ORIGINAL_TIMESTAMP, ">q"),
-        timestamp_type=_text(headers, DLT_ORIGINAL_TIMESTAMP_TYPE),
-        consumer_group=_text(headers, DLT_ORIGINAL_CONSUMER_GROUP),
+        topic=first("original_topic", _text),
+        partition=first("original_partition", lambda h, name: _fixed(h, name, ">i")),
+        offset=first("original_offset", lambda h, name: _fixed(h, name, ">q")),
+        timestamp_ms=first("original_timestamp", lambda h, name: _fixed(h, name, ">q")),
+        timestamp_type=first("original_timestamp_type", _text),
+        consumer_group=first("original_consumer_group", _text),
     )
 
 
@@ -231,12 +284,12 @@ def _truncate(value: bytes, keep: int) -> bytes:
     return value[: keep - len(marker)].decode("utf-8", errors="ignore").encode("utf-8") + marker
 
 
-def _exception_headers(info: ExceptionInfo) -> list[Header]:
-    fqcn, message, stack = ((DLT_KEY_EXCEPTION_FQCN, DLT_KEY_EXCEPTION_MESSAGE, DLT_KEY_EXCEPTION_STACKTRACE)
-                            if info.key else (DLT_EXCEPTION_FQCN, DLT_EXCEPTION_MESSAGE, DLT_EXCEPTION_STACKTRACE))
+def _exception_headers(info: ExceptionInfo, names: HeaderNames) -> list[Header]:
+    fqcn, message, stack = ((names.key_exception_fqcn, names.key_exception_message, names.key_exception_stacktrace)
+                            if info.key else (names.exception_fqcn, names.exception_message, names.exception_stacktrace))
     out: list[Header] = [(fqcn, info.fqcn.encode("utf-8"))]
     if info.cause_fqcn and not info.key:
-        out.append((DLT_EXCEPTION_CAUSE_FQCN, info.cause_fqcn.encode("utf-8")))
+        out.append((names.exception_cause_fqcn, info.cause_fqcn.encode("utf-8")))
     if info.message is not None:
         out.append((message, info.message.encode("utf-8")))
     if info.stacktrace is not None:
@@ -244,35 +297,53 @@ def _exception_headers(info: ExceptionInfo) -> list[Header]:
     return out
 
 
+def _original_headers(existing: list[Header], failure: Failure, names: HeaderNames) -> list[Header]:
+    """The original-coordinate headers to add in the ``names`` family (none where already present).
+
+    A coordinate that only the other family carries is copied across byte for byte (the
+    encodings are the same), so it keeps pointing at the first failure.
+    """
+    fresh = {
+        "original_topic": failure.topic.encode("utf-8"),
+        "original_partition": encode_int32(failure.partition),
+        "original_offset": encode_int64(failure.offset),
+        "original_timestamp": encode_int64(failure.timestamp_ms),
+        "original_timestamp_type": TIMESTAMP_TYPES.get(failure.timestamp_type, "CreateTime").encode("utf-8"),
+        "original_consumer_group": failure.consumer_group.encode("utf-8"),
+    }
+    present = {k for k, _ in existing}
+    out: list[Header] = []
+    for field, value in fresh.items():
+        name = getattr(names, field)
+        if name in present:
+            continue
+        carried = (last_header(existing, getattr(other, field)) for other in HEADER_NAMES.values() if other != names)
+        out.append((name, next((v for v in carried if v is not None), value)))
+    return out
+
+
 def forward_headers(existing: Sequence[Header] | None, failure: Failure, policy: HeaderPolicy) -> list[Header]:
     """The headers of the record produced to the next tier or DLT for ``failure``.
 
-    Keeps the record's own headers, adds ``kafka_dlt-original-*`` only where absent (they keep
-    pointing at the first failure), writes the exception headers (replacing earlier ones unless
-    the policy says append) and replaces the ``retry_topic-*`` headers. Raises
-    :class:`HeaderBudgetError` when the headers cannot fit ``policy.max_header_bytes``.
+    Keeps the record's own headers, adds the original coordinates (in ``policy.naming``) only where
+    absent (they keep pointing at the first failure), writes the exception headers (replacing
+    earlier ones of either naming unless the policy says append) and replaces the ``retry_topic-*``
+    headers. Raises :class:`HeaderBudgetError` when the headers cannot fit ``policy.max_header_bytes``.
     """
     existing = list(existing or ())
+    names = HEADER_NAMES[policy.naming]
     replaced = set(RETRY_HEADERS)
     if policy.strip_previous_exception_headers:
-        replaced.update(EXCEPTION_HEADERS)
+        for family in HEADER_NAMES.values():
+            replaced.update(family.exceptions)
     kept = [(k, v) for k, v in existing if k not in replaced]
-    present = {k for k, _ in existing}
-    originals: list[Header] = [
-        (DLT_ORIGINAL_TOPIC, failure.topic.encode("utf-8")),
-        (DLT_ORIGINAL_PARTITION, encode_int32(failure.partition)),
-        (DLT_ORIGINAL_OFFSET, encode_int64(failure.offset)),
-        (DLT_ORIGINAL_TIMESTAMP, encode_int64(failure.timestamp_ms)),
-        (DLT_ORIGINAL_TIMESTAMP_TYPE, TIMESTAMP_TYPES.get(failure.timestamp_type, "CreateTime").encode("utf-8")),
-        (DLT_ORIGINAL_CONSUMER_GROUP, failure.consumer_group.encode("utf-8")),
-    ]
     info = failure.exception
     if not policy.include_stacktrace and info.stacktrace is not None:
         info = ExceptionInfo(info.fqcn, info.message, None, info.cause_fqcn, info.key)
     headers = [
         *kept,
-        *(h for h in originals if h[0] not in present),
-        *_exception_headers(info),
+        *_original_headers(existing, failure, names),
+        *_exception_headers(info, names),
         (ORIGINAL_TIMESTAMP, original_timestamp_bytes(existing, failure.timestamp_ms)),
         (ATTEMPTS, encode_int32(failure.next_attempt)),
         (BACKOFF_TIMESTAMP, encode_big_integer(failure.due_ms)),

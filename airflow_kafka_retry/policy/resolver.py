@@ -62,6 +62,7 @@ class DestinationResolver:
         self.topology = topology
         self.clock = clock
         self._classifier = topology.classifier
+        self._dlt_classifier = topology.dlt_classifier
 
     def resolve(
         self,
@@ -104,8 +105,9 @@ class DestinationResolver:
         return Destination("dlt", topic, partition, attempt + 1, now, 0, reason)
 
     def _dlt_failure(self, source: Tier, partition: int, attempt: int, exc: BaseException, now: int) -> Destination:
-        # As in Spring: under always_retry_on_error a non-fatal failure goes back to the same DLT
-        # (to the end of it, so a run never meets it again); anything else is given up, never looped.
-        if self.topology.dlt_strategy == "always_retry_on_error" and not self._classifier.is_fatal(exc):
+        # As in Spring: under always_retry_on_error a failure goes back to the same DLT (to the end of
+        # it, so a run never meets it again) unless it is one of the default fatal errors; anything
+        # else is given up, never looped.
+        if self.topology.dlt_strategy == "always_retry_on_error" and not self._dlt_classifier.is_fatal(exc):
             return Destination("dlt", source.topic, partition, attempt + 1, now, 0, "dlt_failure_retried")
         return Destination("drop", None, partition, attempt + 1, now, 0, "dlt_failure_dropped")

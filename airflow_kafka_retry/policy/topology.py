@@ -168,19 +168,25 @@ class Topology:
             if shared_from == len(delays) - 1:
                 shared_from = len(delays)  # one trailing delay: nothing to share
         tier_delays = delays[: shared_from + 1] if shared_from < len(delays) else delays
-        single_topic = shared_from == 0  # every delay equal: Spring's single retry topic
+        # Spring: with same-interval reuse, one retry topic left (every delay equal, or a single
+        # retry) is named with the bare retry suffix.
+        single_topic = self.reuse_same_interval and len(tier_delays) == 1
+        # Spring: delay suffixing of a fixed back-off (several equal delays) falls back to indexes from 0.
+        fixed_delay = len(delays) > 1 and len(set(delays)) == 1
         tiers = [Tier(0, self.topic, 0, "main")]
         for i, delay in enumerate(tier_delays):
-            name = self._retry_topic_name(i, tier_delays, single_topic)
+            name = self._retry_topic_name(i, tier_delays, single_topic=single_topic, fixed_delay=fixed_delay)
             tiers.append(Tier(i + 1, name, delay, "retry", reusable=i == shared_from))
         return tuple(tiers)
 
-    def _retry_topic_name(self, i: int, tier_delays: list[int], single_topic: bool) -> str:
+    def _retry_topic_name(self, i: int, tier_delays: list[int], *, single_topic: bool, fixed_delay: bool) -> str:
         base = f"{self.topic}{self.retry_suffix}"
         if single_topic:
             return base
         if self.topic_suffixing == "index":
             return f"{base}-{i + self.index_start}"
+        if fixed_delay:
+            return f"{base}-{i}"
         same = [j for j, d in enumerate(tier_delays) if d == tier_delays[i]]
         if len(same) == 1:
             return f"{base}-{tier_delays[i]}"
@@ -211,6 +217,17 @@ class Topology:
             retry_only=self.retry_only,
             traverse_causes=self.traverse_causes,
         )
+
+    @property
+    def dlt_classifier(self) -> ExceptionClassifier:
+        """What is fatal when a record fails while its DLT is reprocessed: only the default fatal list.
+
+        As Spring's resolver-wide classifier: the topology's own ``not_retryable`` classes keep a
+        record out of the retry tiers, but under ``always_retry_on_error`` they send a failed DLT
+        record back to the DLT rather than giving it up.
+        """
+        defaults = DEFAULT_NOT_RETRYABLE if self.default_not_retryable else ()
+        return ExceptionClassifier(not_retryable=defaults, traverse_causes=self.traverse_causes)
 
     def tier(self, index: int) -> Tier:
         """The tier with this index (0 = main topic); a TopologyError names the valid range."""

@@ -20,22 +20,40 @@ from tests.support import ledger
 pytestmark = [pytest.mark.integration]
 
 JAVA_EXCEPTION = b"org.springframework.kafka.listener.ListenerExecutionFailedException"
+#: Spring's two spellings of the coordinate and exception headers, from its KafkaHeaders constants:
+#: non-blocking retries (DeadLetterPublishingRecovererFactory: ORIGINAL_*, EXCEPTION_*) and a plain
+#: DeadLetterPublishingRecoverer (DLT_*). ORIGINAL_CONSUMER_GROUP is spelled with "dlt-" in both.
+SPRING_FAMILIES = {
+    "retry-topics": {"topic": "kafka_original-topic", "partition": "kafka_original-partition",
+                     "offset": "kafka_original-offset", "timestamp": "kafka_original-timestamp",
+                     "timestamp-type": "kafka_original-timestamp-type",
+                     "group": "kafka_dlt-original-consumer-group", "fqcn": "kafka_exception-fqcn",
+                     "cause": "kafka_exception-cause-fqcn", "message": "kafka_exception-message",
+                     "stacktrace": "kafka_exception-stacktrace"},
+    "dead-letter-recoverer": {"topic": "kafka_dlt-original-topic", "partition": "kafka_dlt-original-partition",
+                              "offset": "kafka_dlt-original-offset", "timestamp": "kafka_dlt-original-timestamp",
+                              "timestamp-type": "kafka_dlt-original-timestamp-type",
+                              "group": "kafka_dlt-original-consumer-group", "fqcn": "kafka_dlt-exception-fqcn",
+                              "cause": "kafka_dlt-exception-cause-fqcn", "message": "kafka_dlt-exception-message",
+                              "stacktrace": "kafka_dlt-exception-stacktrace"},
+}
 
 
-def spring_headers(*, attempts: bytes, due_ms: int, original_ts: int, main_topic: str, offset: int) -> list:
-    """What Spring's DeadLetterPublishingRecovererFactory writes (bytes spelled out by hand)."""
+def spring_headers(family: dict[str, str], *, attempts: bytes, due_ms: int, original_ts: int, main_topic: str,
+                   offset: int) -> list:
+    """What a Spring service writes on a retry-topic record (bytes spelled out by hand)."""
     return [
         ("traceparent", b"00-abc-01"),
-        ("kafka_dlt-original-topic", main_topic.encode()),
-        ("kafka_dlt-original-partition", struct.pack(">i", 0)),
-        ("kafka_dlt-original-offset", struct.pack(">q", offset)),
-        ("kafka_dlt-original-timestamp", struct.pack(">q", original_ts)),
-        ("kafka_dlt-original-timestamp-type", b"CreateTime"),
-        ("kafka_dlt-original-consumer-group", b"orders-service"),
-        ("kafka_dlt-exception-fqcn", JAVA_EXCEPTION),
-        ("kafka_dlt-exception-cause-fqcn", b"java.lang.IllegalStateException"),
-        ("kafka_dlt-exception-message", b"Listener method threw exception"),
-        ("kafka_dlt-exception-stacktrace", b"java.lang.IllegalStateException: boom\n\tat ..."),
+        (family["topic"], main_topic.encode()),
+        (family["partition"], struct.pack(">i", 0)),
+        (family["offset"], struct.pack(">q", offset)),
+        (family["timestamp"], struct.pack(">q", original_ts)),
+        (family["timestamp-type"], b"CreateTime"),
+        (family["group"], b"orders-service"),
+        (family["fqcn"], JAVA_EXCEPTION),
+        (family["cause"], b"java.lang.IllegalStateException"),
+        (family["message"], b"Listener method threw exception"),
+        (family["stacktrace"], b"java.lang.IllegalStateException: boom\n\tat ..."),
         # BigInteger.toByteArray() of the millisecond timestamps; attempts as ByteBuffer.putInt (or legacy byte)
         ("retry_topic-original-timestamp", original_ts.to_bytes(6, "big")),
         ("retry_topic-attempts", attempts),
@@ -43,7 +61,9 @@ def spring_headers(*, attempts: bytes, due_ms: int, original_ts: int, main_topic
     ]
 
 
-def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("family", sorted(SPRING_FAMILIES))
+def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path, family):
+    names = SPRING_FAMILIES[family]
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring")
     topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "attempts": 4,
@@ -62,11 +82,9 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
     for offset, (rid, (attempts, mode)) in enumerate(cases.items()):
         producer.produce(tier.topic, json.dumps({"id": rid, "mode": mode}).encode(), key=rid.encode(), partition=0,
                          timestamp=now - 1000,
-                         headers=spring_headers(attempts=attempts, due_ms=now - 1000, original_ts=original_ts,
+                         headers=spring_headers(names, attempts=attempts, due_ms=now - 1000, original_ts=original_ts,
                                                 main_topic=topic, offset=100 + offset))
     assert producer.flush(10) == 0
-
-    seen_attempts = {}
 
     options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
                            value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
@@ -78,20 +96,25 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
     assert set(routed) == {"fail-int", "fail-legacy"}
     for rid, msg in routed.items():
         headers = msg.headers()
-        seen_attempts[rid] = H.last_header(headers, H.ATTEMPTS)
         # attempt 3 failed -> the record goes on at attempt 4, written as Spring 3.x writes it
         assert H.last_header(headers, H.ATTEMPTS) == b"\x00\x00\x00\x04"
         # the original timestamp is carried byte for byte; coordinates still point at the main topic
         assert H.last_header(headers, H.ORIGINAL_TIMESTAMP) == original_ts.to_bytes(6, "big")
         coords = H.read_original_coordinates(headers)
         assert (coords.topic, coords.partition, coords.consumer_group) == (topic, 0, "orders-service")
-        assert coords.offset in (101, 102)
-        names = [k for k, _ in headers]
-        for once in (H.DLT_ORIGINAL_TOPIC, H.DLT_EXCEPTION_FQCN, H.ATTEMPTS, H.BACKOFF_TIMESTAMP):
-            assert names.count(once) == 1, once
-        assert H.last_header(headers, H.DLT_EXCEPTION_FQCN) == f"{ledger.HANDLER_MODULE}.PermanentError".encode()
-        assert H.last_header(headers, H.DLT_EXCEPTION_CAUSE_FQCN) is None  # Java cause replaced with the rest
+        assert coords.offset == {"fail-int": 101, "fail-legacy": 102}[rid]
+        # written the way Spring's retry topics spell them, once each (carried over from the other
+        # spelling when the record came with it); the Spring exception headers are replaced
+        written = [k for k, _ in headers]
+        for once in ("kafka_original-topic", "kafka_original-offset", "kafka_exception-fqcn", H.ATTEMPTS,
+                     H.BACKOFF_TIMESTAMP):
+            assert written.count(once) == 1, once
+        assert H.last_header(headers, "kafka_original-offset") == struct.pack(">q", coords.offset)
+        assert H.last_header(headers, "kafka_exception-fqcn") == f"{ledger.HANDLER_MODULE}.PermanentError".encode()
+        java_values = (JAVA_EXCEPTION, b"java.lang.IllegalStateException", b"Listener method threw exception")
+        assert not [k for k, v in headers if v in java_values or (v or b"").startswith(b"java.lang")], \
+            "the Java failure's exception headers were kept"
+        assert H.last_header(headers, names["cause"]) is None  # no stale cause of the Java failure
         assert H.last_header(headers, "traceparent") == b"00-abc-01"
         due = H.read_due_ms(headers)
         assert now + 5_000 <= due <= int(time.time() * 1000) + 5_000
-    assert seen_attempts["fail-legacy"] == seen_attempts["fail-int"]

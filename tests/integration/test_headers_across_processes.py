@@ -31,7 +31,7 @@ WRITER = textwrap.dedent("""
             info = H.describe_exception(exc)
     failure = H.Failure(topic="orders", partition=0, offset=4242, timestamp_ms=1_700_000_000_000, timestamp_type=1,
                         consumer_group="orders-service", next_attempt=3, due_ms=1_700_000_060_000, exception=info)
-    previous = [("trace-id", b"abc"), (H.ATTEMPTS, bytes([2])), (H.DLT_EXCEPTION_FQCN, b"old.Error")]
+    previous = [("trace-id", b"abc"), (H.ATTEMPTS, bytes([2])), ("kafka_exception-fqcn", b"old.Error")]
     headers = H.forward_headers(previous, failure, HeaderPolicy(max_header_bytes=4096))
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, b"payload", key=b"k", partition=0, headers=headers)
@@ -58,10 +58,11 @@ def test_headers_written_in_one_process_read_back_in_another(kafka_bootstrap, ne
     coords = H.read_original_coordinates(headers)
     assert (coords.topic, coords.partition, coords.offset, coords.timestamp_ms, coords.timestamp_type,
             coords.consumer_group) == ("orders", 0, 4242, 1_700_000_000_000, "CreateTime", "orders-service")
-    assert H.last_header(headers, H.DLT_EXCEPTION_FQCN) == b"RuntimeError"
-    assert H.last_header(headers, H.DLT_EXCEPTION_CAUSE_FQCN) == b"KeyError"
-    assert H.last_header(headers, H.DLT_EXCEPTION_MESSAGE) == b"inventory lookup failed"
-    assert b"KeyError: 'sku-42'" in H.last_header(headers, H.DLT_EXCEPTION_STACKTRACE)
-    assert [k for k, _ in headers].count(H.DLT_EXCEPTION_FQCN) == 1
+    assert H.last_header(headers, "kafka_original-offset") == bytes.fromhex("0000000000001092")
+    assert H.last_header(headers, "kafka_exception-fqcn") == b"RuntimeError"
+    assert H.last_header(headers, "kafka_exception-cause-fqcn") == b"KeyError"
+    assert H.last_header(headers, "kafka_exception-message") == b"inventory lookup failed"
+    assert b"KeyError: 'sku-42'" in H.last_header(headers, "kafka_exception-stacktrace")
+    assert [k for k, _ in headers].count("kafka_exception-fqcn") == 1
     assert H.last_header(headers, "trace-id") == b"abc"
     assert sum(len(k) + len(v or b"") for k, v in headers) <= 4096

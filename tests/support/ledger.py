@@ -154,10 +154,10 @@ def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path
         assert H.read_attempts(headers) == attempts, (rid, mode, H.read_attempts(headers))
         coords = H.read_original_coordinates(headers)
         assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), (rid, coords)
-        assert H.last_header(headers, H.DLT_EXCEPTION_FQCN).decode() == fqcn
+        assert H.last_header(headers, H.RETRY_TOPIC_NAMES.exception_fqcn).decode() == fqcn
         assert H.last_header(headers, "trace-id") == f"t{rid}".encode()
         assert H.last_header(headers, "bin") == b"\x00\x01"
-        assert [k for k, _ in headers].count(H.DLT_EXCEPTION_FQCN) == 1, "exception headers appended, not replaced"
+        assert [k for k, _ in headers].count(H.RETRY_TOPIC_NAMES.exception_fqcn) == 1, "exception headers appended, not replaced"
         assert msg.partition() == partition, "DLT record left its partition"
         if mode == "bad-json":
             assert msg.value() == b"{not json", "undeserializable record lost its original bytes"

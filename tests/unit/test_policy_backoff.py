@@ -127,3 +127,15 @@ def test_backoff_is_frozen_and_comparable() -> None:
     assert a == BackOff("custom", delays=(1, 2))
     with pytest.raises(AttributeError):
         a.kind = "fixed"  # type: ignore[misc]
+
+
+def test_exponential_truncates_to_whole_milliseconds_at_every_step_like_spring() -> None:
+    # spring-retry's ExponentialBackOffPolicy: interval = (long) (interval * multiplier) after each
+    # delay, so fractions are lost at every step (a float power would give 11390, 17085, 25628)
+    backoff = BackOff("exponential", initial_ms=1_000, multiplier=1.5, max_ms=60_000)
+    assert backoff.delays_for(9) == [1_000, 1_500, 2_250, 3_375, 5_062, 7_593, 11_389, 17_083, 25_624]
+    # a multiplier too small to move a short interval leaves it where it is, as in Spring
+    assert BackOff("exponential", initial_ms=3, multiplier=1.1, max_ms=100).delays_for(3) == [3, 3, 3]
+    # once past the cap the interval stops growing
+    assert BackOff("exponential", initial_ms=7_000, multiplier=3.0, max_ms=10_000).delays_for(4) == [
+        7_000, 10_000, 10_000, 10_000]

@@ -100,6 +100,15 @@ INFO = ExceptionInfo(
 )
 
 
+def dlt_policy(**settings) -> HeaderPolicy:
+    """The ``dead_letter`` naming (``kafka_dlt-*``), which the codec tests of this module spell out.
+
+    The ``retry_topic`` naming (the default) and the rules across the two families are covered by
+    ``test_policy_header_names.py``.
+    """
+    return HeaderPolicy(naming="dead_letter", **settings)
+
+
 def failure(**overrides) -> Failure:
     data = dict(
         topic="orders", partition=3, offset=42, timestamp_ms=T0, timestamp_type=1,
@@ -114,12 +123,12 @@ def test_header_names_are_springs() -> None:
     assert (h.ATTEMPTS, h.BACKOFF_TIMESTAMP, h.ORIGINAL_TIMESTAMP) == (
         "retry_topic-attempts", "retry_topic-backoff-timestamp", "retry_topic-original-timestamp",
     )
-    assert h.ORIGINAL_HEADERS == (
+    assert h.DEAD_LETTER_NAMES.originals == (
         "kafka_dlt-original-topic", "kafka_dlt-original-partition", "kafka_dlt-original-offset",
         "kafka_dlt-original-timestamp", "kafka_dlt-original-timestamp-type",
         "kafka_dlt-original-consumer-group",
     )
-    assert h.EXCEPTION_HEADERS == (
+    assert h.DEAD_LETTER_NAMES.exceptions == (
         "kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn", "kafka_dlt-exception-message",
         "kafka_dlt-exception-stacktrace", "kafka_dlt-key-exception-fqcn", "kafka_dlt-key-exception-message",
         "kafka_dlt-key-exception-stacktrace",
@@ -435,7 +444,7 @@ def test_describe_exception_uses_context_unless_suppressed() -> None:
 
 # ---------------------------------------------------------------------- forward_headers: first failure
 def test_first_failure_headers_byte_for_byte() -> None:
-    out = forward_headers(None, failure(), HeaderPolicy())
+    out = forward_headers(None, failure(), dlt_policy())
     assert out == [
         ("kafka_dlt-original-topic", b"orders"),
         ("kafka_dlt-original-partition", bytes.fromhex("00000003")),
@@ -459,7 +468,7 @@ def test_first_failure_headers_byte_for_byte() -> None:
 )
 def test_coordinates_and_retry_headers_match_reference(partition: int, offset: int, timestamp: int) -> None:
     out = forward_headers([], failure(partition=partition, offset=offset, timestamp_ms=timestamp,
-                                      next_attempt=5, due_ms=timestamp + 1), HeaderPolicy())
+                                      next_attempt=5, due_ms=timestamp + 1), dlt_policy())
     assert the(out, "kafka_dlt-original-partition") == java_put_int(partition)
     assert the(out, "kafka_dlt-original-offset") == java_put_long(offset)
     assert the(out, "kafka_dlt-original-timestamp") == java_put_long(timestamp)
@@ -473,7 +482,7 @@ def test_coordinates_and_retry_headers_match_reference(partition: int, offset: i
     [(0, b"NoTimestampType"), (1, b"CreateTime"), (2, b"LogAppendTime"), (7, b"CreateTime")],
 )
 def test_timestamp_type(timestamp_type: int, text: bytes) -> None:
-    out = forward_headers(None, failure(timestamp_type=timestamp_type), HeaderPolicy())
+    out = forward_headers(None, failure(timestamp_type=timestamp_type), dlt_policy())
     assert the(out, "kafka_dlt-original-timestamp-type") == text
 
 
@@ -481,7 +490,7 @@ def test_text_headers_are_utf8() -> None:
     info = ExceptionInfo(
         fqcn="myapp.errors.Ungültig", message="café ✓", stacktrace="é", cause_fqcn="Ärger"
     )
-    out = forward_headers(None, failure(consumer_group="grüppe", exception=info), HeaderPolicy())
+    out = forward_headers(None, failure(consumer_group="grüppe", exception=info), dlt_policy())
     assert the(out, "kafka_dlt-original-consumer-group") == b"gr\xc3\xbcppe"
     assert the(out, "kafka_dlt-exception-fqcn") == b"myapp.errors.Ung\xc3\xbcltig"
     assert the(out, "kafka_dlt-exception-message") == b"caf\xc3\xa9 \xe2\x9c\x93"
@@ -491,7 +500,7 @@ def test_text_headers_are_utf8() -> None:
 
 def test_no_message_and_no_cause_means_no_header() -> None:
     info = ExceptionInfo(fqcn="ValueError", message=None, stacktrace=None)
-    out = forward_headers(None, failure(exception=info), HeaderPolicy())
+    out = forward_headers(None, failure(exception=info), dlt_policy())
     assert the(out, "kafka_dlt-exception-fqcn") == b"ValueError"
     for name in (
         "kafka_dlt-exception-message", "kafka_dlt-exception-stacktrace", "kafka_dlt-exception-cause-fqcn"
@@ -500,7 +509,7 @@ def test_no_message_and_no_cause_means_no_header() -> None:
 
 
 def test_include_stacktrace_false_drops_the_trace() -> None:
-    out = forward_headers(None, failure(), HeaderPolicy(include_stacktrace=False))
+    out = forward_headers(None, failure(), dlt_policy(include_stacktrace=False))
     assert values(out, "kafka_dlt-exception-stacktrace") == []
     assert the(out, "kafka_dlt-exception-message") == b"no customer"
 
@@ -508,7 +517,7 @@ def test_include_stacktrace_false_drops_the_trace() -> None:
 def test_key_exception_headers() -> None:
     info = ExceptionInfo(fqcn="airflow_kafka_retry.errors.DeserializationError", message="bad key",
                          stacktrace="trace", cause_fqcn="UnicodeDecodeError", key=True)
-    out = forward_headers(None, failure(exception=info), HeaderPolicy())
+    out = forward_headers(None, failure(exception=info), dlt_policy())
     assert the(out, "kafka_dlt-key-exception-fqcn") == b"airflow_kafka_retry.errors.DeserializationError"
     assert the(out, "kafka_dlt-key-exception-message") == b"bad key"
     assert the(out, "kafka_dlt-key-exception-stacktrace") == b"trace"
@@ -518,7 +527,7 @@ def test_key_exception_headers() -> None:
 
 
 def test_describe_then_forward() -> None:
-    out = forward_headers(None, failure(exception=describe_exception(raise_wrapped())), HeaderPolicy())
+    out = forward_headers(None, failure(exception=describe_exception(raise_wrapped())), dlt_policy())
     assert the(out, "kafka_dlt-exception-fqcn") == b"myapp.errors.InvalidOrder"
     assert the(out, "kafka_dlt-exception-cause-fqcn") == b"KeyError"
     assert the(out, "kafka_dlt-exception-stacktrace").startswith(b"Traceback (most recent call last):")
@@ -536,10 +545,10 @@ def second_failure(**overrides) -> Failure:
 
 
 def test_originals_keep_the_first_failure_across_tiers() -> None:
-    first = forward_headers(None, failure(), HeaderPolicy())
-    second = forward_headers(first, second_failure(), HeaderPolicy())
+    first = forward_headers(None, failure(), dlt_policy())
+    second = forward_headers(first, second_failure(), dlt_policy())
     third_failure = second_failure(topic="orders-retry-2", offset=99, next_attempt=4)
-    third = forward_headers(second, third_failure, HeaderPolicy())
+    third = forward_headers(second, third_failure, dlt_policy())
     for out in (second, third):
         assert the(out, "kafka_dlt-original-topic") == b"orders"
         assert the(out, "kafka_dlt-original-partition") == bytes.fromhex("00000003")
@@ -553,8 +562,8 @@ def test_originals_keep_the_first_failure_across_tiers() -> None:
 
 
 def test_retry_headers_are_replaced() -> None:
-    first = forward_headers(None, failure(), HeaderPolicy())
-    second = forward_headers(first, second_failure(), HeaderPolicy())
+    first = forward_headers(None, failure(), dlt_policy())
+    second = forward_headers(first, second_failure(), dlt_policy())
     assert the(second, "retry_topic-attempts") == bytes.fromhex("00000003")
     assert the(second, "retry_topic-backoff-timestamp") == java_big_integer_to_byte_array(T0 + 91_000)
     assert read_attempts(second) == 3
@@ -568,7 +577,7 @@ def test_legacy_and_duplicate_retry_headers_from_spring_are_replaced() -> None:
         (h.BACKOFF_TIMESTAMP, java_big_integer_to_byte_array(T0)),
         (h.ORIGINAL_TIMESTAMP, java_big_integer_to_byte_array(T0 - 5)),
     ]
-    out = forward_headers(existing, second_failure(), HeaderPolicy())
+    out = forward_headers(existing, second_failure(), dlt_policy())
     assert the(out, h.ATTEMPTS) == java_put_int(3)
     assert the(out, h.BACKOFF_TIMESTAMP) == java_big_integer_to_byte_array(T0 + 91_000)
     assert the(out, h.ORIGINAL_TIMESTAMP) == java_big_integer_to_byte_array(T0 - 5)  # carried forward
@@ -576,13 +585,13 @@ def test_legacy_and_duplicate_retry_headers_from_spring_are_replaced() -> None:
 
 def test_oversized_original_timestamp_header_is_replaced_by_record_timestamp() -> None:
     existing = [(h.ORIGINAL_TIMESTAMP, bytes.fromhex("01" * 9))]
-    out = forward_headers(existing, failure(timestamp_ms=T0), HeaderPolicy())
+    out = forward_headers(existing, failure(timestamp_ms=T0), dlt_policy())
     assert the(out, h.ORIGINAL_TIMESTAMP) == T0_BIGINT
 
 
 def test_previous_exception_headers_replaced_by_default() -> None:
-    first = forward_headers(None, failure(), HeaderPolicy())
-    second = forward_headers(first, second_failure(), HeaderPolicy(strip_previous_exception_headers=True))
+    first = forward_headers(None, failure(), dlt_policy())
+    second = forward_headers(first, second_failure(), dlt_policy(strip_previous_exception_headers=True))
     assert the(second, "kafka_dlt-exception-fqcn") == b"TimeoutError"
     assert the(second, "kafka_dlt-exception-message") == b"slow"
     assert the(second, "kafka_dlt-exception-stacktrace") == b"trace 2"
@@ -591,15 +600,15 @@ def test_previous_exception_headers_replaced_by_default() -> None:
 
 def test_previous_key_exception_headers_replaced_by_default() -> None:
     key_info = ExceptionInfo("airflow_kafka_retry.errors.DeserializationError", "bad key", "t", key=True)
-    first = forward_headers(None, failure(exception=key_info), HeaderPolicy())
-    second = forward_headers(first, second_failure(), HeaderPolicy())
+    first = forward_headers(None, failure(exception=key_info), dlt_policy())
+    second = forward_headers(first, second_failure(), dlt_policy())
     for name in ("kafka_dlt-key-exception-fqcn", "kafka_dlt-key-exception-message",
                  "kafka_dlt-key-exception-stacktrace"):
         assert values(second, name) == []
 
 
 def test_previous_exception_headers_appended_when_not_stripping() -> None:
-    policy = HeaderPolicy(strip_previous_exception_headers=False)
+    policy = dlt_policy(strip_previous_exception_headers=False)
     first = forward_headers(None, failure(), policy)
     second = forward_headers(first, second_failure(), policy)
     assert values(second, "kafka_dlt-exception-fqcn") == [b"myapp.errors.InvalidOrder", b"TimeoutError"]
@@ -613,25 +622,25 @@ def test_previous_exception_headers_appended_when_not_stripping() -> None:
 
 def test_user_headers_are_kept_in_order() -> None:
     user = [("trace-id", b"abc"), ("empty", None), ("dup", b"1"), ("content-type", b"json"), ("dup", b"2")]
-    out = forward_headers(user, failure(), HeaderPolicy())
+    out = forward_headers(user, failure(), dlt_policy())
     assert out[: len(user)] == user
-    second = forward_headers(out, second_failure(), HeaderPolicy())
+    second = forward_headers(out, second_failure(), dlt_policy())
     assert second[: len(user)] == user
 
 
 def test_original_headers_only_added_when_absent() -> None:
     # a record that already carries (Spring-written) coordinates keeps them
     existing = [("kafka_dlt-original-topic", b"upstream"), ("kafka_dlt-original-offset", java_put_long(1))]
-    out = forward_headers(existing, failure(), HeaderPolicy())
+    out = forward_headers(existing, failure(), dlt_policy())
     assert the(out, "kafka_dlt-original-topic") == b"upstream"
     assert the(out, "kafka_dlt-original-offset") == java_put_long(1)
     assert the(out, "kafka_dlt-original-partition") == java_put_int(3)
 
 
 def test_existing_input_is_not_mutated() -> None:
-    existing = forward_headers(None, failure(), HeaderPolicy())
+    existing = forward_headers(None, failure(), dlt_policy())
     snapshot = list(existing)
-    forward_headers(existing, second_failure(), HeaderPolicy())
+    forward_headers(existing, second_failure(), dlt_policy())
     assert existing == snapshot
 
 
@@ -641,14 +650,14 @@ BIG_MESSAGE = "m" * 3_000
 
 
 def test_within_budget_nothing_is_truncated() -> None:
-    out = forward_headers(None, failure(), HeaderPolicy(max_header_bytes=MIN_HEADER_BYTES))
+    out = forward_headers(None, failure(), dlt_policy(max_header_bytes=MIN_HEADER_BYTES))
     assert header_size(out) <= 1_024
     assert the(out, "kafka_dlt-exception-stacktrace") == INFO.stacktrace.encode()
 
 
 def test_stack_trace_is_truncated_first() -> None:
     info = ExceptionInfo("ValueError", "short message", BIG_TRACE)
-    policy = HeaderPolicy(max_header_bytes=2_048)
+    policy = dlt_policy(max_header_bytes=2_048)
     out = forward_headers(None, failure(exception=info), policy)
     assert header_size(out) <= 2_048
     trace = the(out, "kafka_dlt-exception-stacktrace")
@@ -661,7 +670,7 @@ def test_stack_trace_is_truncated_first() -> None:
 
 def test_message_is_truncated_after_the_trace() -> None:
     info = ExceptionInfo("ValueError", BIG_MESSAGE, BIG_TRACE)
-    out = forward_headers(None, failure(exception=info), HeaderPolicy(max_header_bytes=1_024))
+    out = forward_headers(None, failure(exception=info), dlt_policy(max_header_bytes=1_024))
     assert header_size(out) <= 1_024
     assert the(out, "kafka_dlt-exception-stacktrace") == b""
     message = the(out, "kafka_dlt-exception-message")
@@ -670,17 +679,17 @@ def test_message_is_truncated_after_the_trace() -> None:
 
 
 def test_budget_never_touches_coordinates_or_retry_headers() -> None:
-    untouched = forward_headers(None, failure(), HeaderPolicy())
+    untouched = forward_headers(None, failure(), dlt_policy())
     info = ExceptionInfo("myapp.errors.InvalidOrder", BIG_MESSAGE, BIG_TRACE, cause_fqcn="KeyError")
-    out = forward_headers(None, failure(exception=info), HeaderPolicy(max_header_bytes=1_024))
-    for name in (*h.ORIGINAL_HEADERS, *h.RETRY_HEADERS, "kafka_dlt-exception-fqcn",
+    out = forward_headers(None, failure(exception=info), dlt_policy(max_header_bytes=1_024))
+    for name in (*h.DEAD_LETTER_NAMES.originals, *h.RETRY_HEADERS, "kafka_dlt-exception-fqcn",
                  "kafka_dlt-exception-cause-fqcn"):
         assert the(out, name) == the(untouched, name), name
 
 
 def test_truncation_keeps_valid_utf8() -> None:
     info = ExceptionInfo("ValueError", "é" * 2_000, "€" * 2_000)
-    out = forward_headers(None, failure(exception=info), HeaderPolicy(max_header_bytes=1_500))
+    out = forward_headers(None, failure(exception=info), dlt_policy(max_header_bytes=1_500))
     assert header_size(out) <= 1_500
     for name in ("kafka_dlt-exception-message", "kafka_dlt-exception-stacktrace"):
         the(out, name).decode("utf-8")  # does not raise
@@ -688,7 +697,7 @@ def test_truncation_keeps_valid_utf8() -> None:
 
 def test_key_exception_trace_is_truncated_too() -> None:
     info = ExceptionInfo("airflow_kafka_retry.errors.DeserializationError", "bad key", BIG_TRACE, key=True)
-    out = forward_headers(None, failure(exception=info), HeaderPolicy(max_header_bytes=1_024))
+    out = forward_headers(None, failure(exception=info), dlt_policy(max_header_bytes=1_024))
     assert header_size(out) <= 1_024
     assert the(out, "kafka_dlt-key-exception-stacktrace").endswith(b"...[truncated]")
     assert the(out, "kafka_dlt-key-exception-message") == b"bad key"
@@ -698,7 +707,7 @@ def test_budget_impossible_raises_naming_the_record() -> None:
     user = [("big-user-header", b"u" * 2_000)]
     with pytest.raises(HeaderBudgetError) as info:
         forward_headers(
-            user, failure(topic="orders", partition=3, offset=42), HeaderPolicy(max_header_bytes=1_024)
+            user, failure(topic="orders", partition=3, offset=42), dlt_policy(max_header_bytes=1_024)
         )
     message = str(info.value)
     assert "orders[3]@42" in message
@@ -707,7 +716,7 @@ def test_budget_impossible_raises_naming_the_record() -> None:
 
 
 def test_fit_budget_directly() -> None:
-    headers = [("a", b"x" * 10), (h.DLT_EXCEPTION_STACKTRACE, b"s" * 100)]
+    headers = [("a", b"x" * 10), ("kafka_dlt-exception-stacktrace", b"s" * 100)]
     assert fit_budget(list(headers), 1_000) == headers
     fitted = fit_budget(list(headers), 70)
     assert header_size(fitted) <= 70
@@ -718,7 +727,7 @@ def test_fit_budget_directly() -> None:
 
 
 def test_record_through_many_tiers_stays_within_budget() -> None:
-    policy = HeaderPolicy(max_header_bytes=2_048)
+    policy = dlt_policy(max_header_bytes=2_048)
     user = [("trace-id", b"abc123")]
     headers: list = list(user)
     sizes = []
@@ -744,7 +753,7 @@ def test_record_through_many_tiers_small_headers_does_not_grow() -> None:
     headers: list = []
     sizes = []
     for tier in range(1, 8):
-        headers = forward_headers(headers, failure(next_attempt=tier + 1, due_ms=T0 + tier), HeaderPolicy())
+        headers = forward_headers(headers, failure(next_attempt=tier + 1, due_ms=T0 + tier), dlt_policy())
         sizes.append(header_size(headers))
     assert len(set(sizes)) == 1
     assert len(headers) == 13
@@ -759,6 +768,8 @@ def test_record_through_many_tiers_small_headers_does_not_grow() -> None:
         ({"max_header_bytes": 1_023}, "max_header_bytes", "must be an integer >= 1024, got 1023"),
         ({"max_header_bytes": True}, "max_header_bytes", "got True"),
         ({"max_header_bytes": "16384"}, "max_header_bytes", "got '16384'"),
+        ({"naming": "spring"}, "naming", "must be one of retry_topic, dead_letter, got 'spring'"),
+        ({"naming": ["retry_topic"]}, "naming", "got ['retry_topic']"),
     ],
 )
 def test_header_policy_validation(kwargs: dict, field: str, fragment: str) -> None:
@@ -778,4 +789,6 @@ def test_header_policy_from_mapping() -> None:
     assert info.value.field == "stacktrace"
     assert HeaderPolicy(False, False, 2_000).to_dict() == {
         "include_stacktrace": False, "strip_previous_exception_headers": False, "max_header_bytes": 2_000,
+        "naming": "retry_topic",
     }
+    assert HeaderPolicy.from_mapping({"naming": "dead_letter"}).naming == "dead_letter"

@@ -284,11 +284,26 @@ def test_always_retry_on_error_sends_non_fatal_back_to_same_dlt(
 
 
 @pytest.mark.parametrize(
-    "exc", [json_error(), InvalidOrder(), TypeError(), wrapped(RuntimeError(), json_error())]
+    "exc", [json_error(), TypeError(), wrapped(RuntimeError(), json_error())]
 )
-def test_always_retry_on_error_drops_fatal(example: DestinationResolver, exc: BaseException) -> None:
+def test_always_retry_on_error_drops_default_fatal(example: DestinationResolver, exc: BaseException) -> None:
     expected = Destination("drop", None, 3, 6, NOW, 0, "dlt_failure_dropped")
     assert resolve(example, "orders-dlt", 5, exc) == expected
+
+
+def test_always_retry_on_error_sends_the_topologys_not_retryable_back_to_the_dlt(example: DestinationResolver) -> None:
+    # Spring's resolver only gives up a DLT failure for its resolver-wide fatal exceptions; a
+    # topic's own not-retryable classes (InvalidOrder here) keep the record in the DLT
+    assert "myapp.errors.InvalidOrder" in example.topology.not_retryable
+    assert resolve(example, "orders-dlt", 5, InvalidOrder()) == Destination(
+        "dlt", "orders-dlt", 3, 6, NOW, 0, "dlt_failure_retried")
+    # and it still skips the retry tiers when it happens on the main topic
+    assert resolve(example, "orders", 1, InvalidOrder()).reason == "not_retryable"
+
+
+def test_without_default_fatal_errors_every_dlt_failure_goes_back() -> None:
+    resolver = resolver_for(make(default_not_retryable=False))
+    assert resolve(resolver, "orders-dlt", 4, TypeError()).reason == "dlt_failure_retried"
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("x"), json_error()])

@@ -179,6 +179,7 @@ def test_example_to_dict_is_plain_json_data() -> None:
     assert data["not_retryable"][-2:] == ["json.JSONDecodeError", "myapp.errors.InvalidOrder"]
     assert data["headers"] == {
         "include_stacktrace": True, "strip_previous_exception_headers": True, "max_header_bytes": 16_384,
+        "naming": "retry_topic",
     }
 
 
@@ -485,6 +486,8 @@ def test_timeout_key(tmp_path: Path, value: str, expected_ms: int | None) -> Non
             "{include_stacktrace: false, strip_previous_exception_headers: false, max_header_bytes: 65536}",
             HeaderPolicy(False, False, 65_536),
         ),
+        ("{naming: dead_letter}", HeaderPolicy(naming="dead_letter")),
+        ("{naming: retry_topic}", HeaderPolicy()),
     ],
 )
 def test_headers_keys(tmp_path: Path, yaml_headers: str, expected: HeaderPolicy) -> None:
@@ -494,6 +497,7 @@ def test_headers_keys(tmp_path: Path, yaml_headers: str, expected: HeaderPolicy)
         "include_stacktrace": expected.include_stacktrace,
         "strip_previous_exception_headers": expected.strip_previous_exception_headers,
         "max_header_bytes": expected.max_header_bytes,
+        "naming": expected.naming,
     }
 
 
@@ -541,10 +545,19 @@ def test_delay_suffixing_single_delay() -> None:
     assert names(topology.retry_tiers) == ["orders-retry-30000"]
 
 
-def test_delay_suffixing_duplicates_get_an_index() -> None:
+def test_delay_suffixing_of_a_fixed_backoff_falls_back_to_indexes_from_zero_as_spring_does() -> None:
+    # Spring's DestinationTopicPropertiesFactory: isFixedDelay (several delays, all equal) ->
+    # joinWithRetrySuffix(indexInBackoffValues), whatever the suffixing strategy
     topology = make(attempts=4, topic_suffixing="delay", backoff=BackOff("fixed", delay_ms=30_000))
+    assert names(topology.retry_tiers) == ["orders-retry-0", "orders-retry-1", "orders-retry-2"]
+    custom = make(attempts=3, topic_suffixing="delay", index_start=1, backoff=BackOff("custom", delays=(5, 5)))
+    assert names(custom.retry_tiers) == ["orders-retry-0", "orders-retry-1"]
+
+
+def test_delay_suffixing_duplicates_get_an_index() -> None:
+    topology = make(attempts=4, topic_suffixing="delay", backoff=BackOff("custom", delays=(1_000, 30_000)))
     assert names(topology.retry_tiers) == [
-        "orders-retry-30000-0", "orders-retry-30000-1", "orders-retry-30000-2",
+        "orders-retry-1000", "orders-retry-30000-0", "orders-retry-30000-1",
     ]
 
 
@@ -617,9 +630,13 @@ def test_reuse_with_distinct_delays_changes_nothing() -> None:
     assert not any(t.reusable for t in make(reuse_same_interval=True, **kwargs).tiers)
 
 
-def test_reuse_with_a_single_retry_shares_nothing() -> None:
-    topology = make(attempts=2, reuse_same_interval=True)
-    assert topology.retry_tiers == (Tier(1, "orders-retry-1", 1_000, "retry", reusable=False),)
+@pytest.mark.parametrize("suffixing", ["index", "delay"])
+def test_reuse_with_a_single_retry_names_it_with_the_bare_suffix_as_spring_does(suffixing: str) -> None:
+    # Spring: isSameIntervalReuse && retryTopicsAmount == 1 -> the retry suffix alone; one
+    # attempt goes through it, so it is not reusable
+    topology = make(attempts=2, reuse_same_interval=True, topic_suffixing=suffixing)
+    assert topology.retry_tiers == (Tier(1, "orders-retry", 1_000, "retry", reusable=False),)
+    assert topology.next_tier(topology.retry_tiers[0]) is None
 
 
 def test_reuse_only_collapses_the_trailing_run() -> None:
