@@ -35,6 +35,10 @@ DLT_FATES = {
 }
 
 
+#: Modes whose records go around the retry tiers (the others succeed or go straight to the DLT).
+RETRIED_MODES = ("transient:1", "transient:2", "permanent")
+
+
 def make_topology(prefix: str = "orders") -> Topology:
     topic = unique_topic(prefix)
     return Topology.from_mapping({
@@ -122,8 +126,8 @@ def processed_ids(ledger_path: str) -> Counter:
 
 
 def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str, partitions: int, *,
-                 allow_duplicates: bool = False, handled_once: bool = True) -> dict:
-    """Assert every input has exactly one home; return the placement for cross-engine comparison.
+                 allow_duplicates: bool = False, handled_once: bool = True) -> None:
+    """Assert every input has exactly one home (the one its mode gives), with the right headers and offsets.
 
     ``allow_duplicates``: a broker without abort isolation shows the records of transactions that a
     killed run left open (and the next run aborted), so copies may appear; homes must still agree.
@@ -138,13 +142,11 @@ def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path
     dlt_ids = Counter(m.key().decode() for m in dlt)
     if not allow_duplicates:
         assert not [i for i, n in dlt_ids.items() if n > 1], "records duplicated in the DLT"
-    placement = {}
     for rid, (mode, partition, offset) in inputs.records.items():
         homes = (["processed"] if rid in processed else []) + (["dlt"] if rid in dlt_ids else [])
         assert len(homes) == 1, f"id {rid} ({mode}) is in {homes or 'no home'}"
         expected = "dlt" if mode in DLT_FATES else "processed"
         assert homes == [expected], f"id {rid} ({mode}) ended in {homes[0]}, expected {expected}"
-        placement[rid] = homes[0]
     assert set(processed) <= set(inputs.records), "ledger has ids that were never produced"
     for msg in dlt:
         rid = msg.key().decode()
@@ -161,6 +163,15 @@ def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path
         assert msg.partition() == partition, "DLT record left its partition"
         if mode == "bad-json":
             assert msg.value() == b"{not json", "undeserializable record lost its original bytes"
+    for tier in topology.retry_tiers:  # every record routed through a tier: attempt, coordinates, partition
+        for msg in read_all(bootstrap, tier.topic):
+            rid = msg.key().decode()
+            mode, partition, offset = inputs.records[rid]
+            assert mode in RETRIED_MODES, f"id {rid} ({mode}) was sent to {tier.topic}"
+            assert H.read_attempts(msg.headers()) == tier.index + 1, (tier.topic, rid, H.read_attempts(msg.headers()))
+            coords = H.read_original_coordinates(msg.headers())
+            assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), (rid, coords)
+            assert msg.partition() == partition, f"id {rid} left its partition in {tier.topic}"
     for tier in topology.tiers:
         records = read_all(bootstrap, tier.topic)
         ends: dict[int, int] = {}
@@ -171,7 +182,15 @@ def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path
         for p in range(partitions):
             if p in ends:
                 assert offsets[p] == ends[p], f"{tier.topic}[{p}]: committed {offsets[p]}, drained to {ends[p]}"
-    return placement
+
+
+def tier_contents(bootstrap: str, topology: Topology) -> dict[int, list[str]]:
+    """The ids each retry tier and the DLT (index -1) hold, in partition-then-offset order."""
+    contents = {}
+    for tier in (*topology.retry_tiers, *topology.dlt_tiers):
+        records = sorted(read_all(bootstrap, tier.topic), key=lambda m: (m.partition(), m.offset()))
+        contents[tier.index] = [m.key().decode() for m in records]
+    return contents
 
 
 def ledger_path(tmp_path) -> str:

@@ -395,10 +395,16 @@ def test_destination_is_frozen() -> None:
 
 # ---------------------------------------------------------------------- regressions of fixed bugs
 def test_bug_attempt_number_survives_the_attempts_header() -> None:
-    try:
-        topology = make(attempts=40_000, reuse_same_interval=True, backoff=BackOff("fixed", delay_ms=1_000))
-    except TopologyError:
-        return  # rejecting such a topology is a fine fix too
-    dest = resolve(resolver_for(topology), "orders-retry", 32_767, ValueError())
-    assert dest.action == "retry"
-    assert read_attempts([(ATTEMPTS, encode_int32(dest.next_attempt))]) == dest.next_attempt
+    # more attempts than Spring's header can carry (Short.MAX_VALUE) are refused up front ...
+    with pytest.raises(TopologyError) as info:
+        make(attempts=40_000, reuse_same_interval=True, backoff=BackOff("fixed", delay_ms=1_000))
+    assert info.value.field == "attempts" and "1 to 32766" in str(info.value)
+    # ... and at the largest allowed count, every attempt number written reads back as itself
+    topology = make(attempts=32_766, reuse_same_interval=True, backoff=BackOff("fixed", delay_ms=1_000))
+    resolver = resolver_for(topology)
+    last_retry = resolve(resolver, "orders-retry", 32_765, ValueError())
+    assert (last_retry.action, last_retry.topic, last_retry.next_attempt) == ("retry", "orders-retry", 32_766)
+    to_dlt = resolve(resolver, "orders-retry", 32_766, ValueError())
+    assert (to_dlt.action, to_dlt.reason, to_dlt.next_attempt) == ("dlt", "exhausted", 32_767)
+    for dest in (last_retry, to_dlt):
+        assert read_attempts([(ATTEMPTS, encode_int32(dest.next_attempt))]) == dest.next_attempt
