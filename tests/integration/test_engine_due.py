@@ -71,19 +71,24 @@ def test_records_not_yet_due_stay_for_a_later_run(kafka_bootstrap, tmp_path):
 def test_routed_records_carry_increasing_due_times_per_partition(kafka_bootstrap, tmp_path):
     ledger.ledger_path(tmp_path)
     topology = _topology()
-    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
-    for i in range(30):
-        producer.produce(topology.topic, json.dumps({"id": str(i), "mode": "permanent"}).encode(), partition=0)
+    for i in range(40):  # interleaved over two partitions
+        producer.produce(topology.topic, json.dumps({"id": str(i), "mode": "permanent"}).encode(), key=str(i).encode(),
+                         partition=i % 2)
     assert producer.flush(10) == 0
     options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
                            value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=4, chunk_size=7)
     before = int(time.time() * 1000)
-    run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options)
+    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options, parallelism=2)
     after = int(time.time() * 1000)
+    assert summary.ok and summary.to_dict()["totals"]["routed"] == {topology.tier(1).topic: 40}
     routed = ledger.read_all(kafka_bootstrap, topology.tier(1).topic)
-    dues = [H.read_due_ms(m.headers()) for m in routed]
-    assert len(dues) == 30
-    assert dues == sorted(dues), "due times go backwards within a partition"
-    assert before + 3_600_000 <= dues[0] and dues[-1] <= after + 3_600_000
-    assert [H.read_attempts(m.headers()) for m in routed] == [2] * 30
+    for partition in (0, 1):
+        records = sorted((m for m in routed if m.partition() == partition), key=lambda m: m.offset())
+        # same partition, same order as on the main topic, due times never going backwards
+        assert [int(m.key()) for m in records] == list(range(partition, 40, 2))
+        dues = [H.read_due_ms(m.headers()) for m in records]
+        assert dues == sorted(dues), f"due times go backwards in partition {partition}"
+        assert before + 3_600_000 <= dues[0] and dues[-1] <= after + 3_600_000
+        assert [H.read_attempts(m.headers()) for m in records] == [2] * 20

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from airflow_kafka_retry.cli import main
@@ -40,3 +42,16 @@ def test_drain_rejects_an_unknown_tier(capsys):
     assert main(["drain", "--topology", str(EXAMPLE), "--tier", "7", "--handler", "json:loads",
                  "--bootstrap", "127.0.0.1:1"]) == 2
     assert "tier 7 does not exist" in capsys.readouterr().err
+
+
+def test_the_installed_console_script_prints_json_or_exits_2(tmp_path):
+    script = Path(sys.executable).with_name("airflow-kafka-retry")
+    assert script.exists(), "the console script is not installed next to this Python"
+    shown = subprocess.run([str(script), "topology", "show", str(EXAMPLE)], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["dlt"] == "orders-dlt"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("topic: orders\ngroup_id: svc\nattempts: 0\n")
+    refused = subprocess.run([str(script), "topology", "show", str(bad)], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.startswith(f"airflow-kafka-retry: error: {bad}: field 'attempts': must be an integer")

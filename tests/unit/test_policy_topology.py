@@ -1142,16 +1142,16 @@ def test_bug_tier_group_template_unusable(tmp_path: Path, template: str) -> None
 
 
 @pytest.mark.parametrize(
-    "extra",
+    ("extra", "field", "collision"),
     [
-        "dlt_suffix: -retry-1\n",  # main DLT == first retry tier
-        "dlt_routing: {-retry-2: [KeyError]}\n",  # exception-specific DLT == second retry tier
-        "dlt_routing: {'': [KeyError]}\n",  # exception-specific DLT == main topic
+        ("dlt_suffix: -retry-1\n", "dlt_suffix", "'orders-retry-1' is also the retry tier 1 topic"),
+        ("dlt_routing: {-retry-2: [KeyError]}\n", "dlt_routing.-retry-2", "'orders-retry-2' is also the retry tier 2"),
+        ("dlt_routing: {'': [KeyError]}\n", "dlt_routing.", "'orders' is also the main tier 0 topic"),
     ],
 )
-def test_bug_topic_name_collisions_rejected(tmp_path: Path, extra: str) -> None:
+def test_bug_topic_name_collisions_rejected(tmp_path: Path, extra: str, field: str, collision: str) -> None:
     error, path = load_error(tmp_path, BASE + extra)
-    assert_located(error, path, None, "orders")
+    assert_located(error, path, field, f"derived topic name {collision}", "every tier and DLT needs its own topic")
 
 
 @pytest.mark.parametrize("topic", [".", ".."])

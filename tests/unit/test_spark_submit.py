@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import stat
 import zipfile
 from datetime import datetime, timezone
@@ -271,6 +272,7 @@ def test_operator_rejects_unknown_options_when_the_dag_is_parsed(tmp_path):
 
 
 def test_operator_submits_paths_only_and_returns_the_summary(tmp_path, monkeypatch, airflow_connections):
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     seen: dict = {}
     _fake_spark(monkeypatch, seen, partitions=[PartitionSummary("orders-retry-1", 0, "g", drained=4, succeeded=4)])
     op = _operator(tmp_path)
@@ -287,7 +289,7 @@ def test_operator_submits_paths_only_and_returns_the_summary(tmp_path, monkeypat
     assert cutoff == int(datetime(2024, 1, 2, tzinfo=timezone.utc).timestamp() * 1000)
     assert json.loads(seen["args"][seen["args"].index("--options-json") + 1])["batch_size"] == 7
     # a local master runs the app with this Python (unless the environment already says which)
-    assert seen["env_vars"].get("PYSPARK_PYTHON", os.environ.get("PYSPARK_PYTHON"))
+    assert seen["env_vars"]["PYSPARK_PYTHON"] == sys.executable
 
 
 def test_operator_fails_with_the_failed_partitions_and_their_errors(tmp_path, monkeypatch, airflow_connections):
