@@ -171,6 +171,10 @@ def test_concurrent_txn_offset_commit_loss_is_measured(broker_capabilities: Brok
         assert caps.probe_seconds < 5, "the probe (all checks run in parallel) must stay quick"
     elif caps.abort_isolation:  # a broker whose transactions work: real Kafka serialises group offset writes
         assert caps.concurrent_txn_offset_commits, caps.reasons.get("concurrent_txn_offset_commits")
+    else:  # an external broker whose transactions are already known to be broken: nothing to expect here
+        pytest.skip(f"external broker {bootstrap_from_env()} lacks capability 'abort_isolation' "
+                    f"({caps.reasons.get('abort_isolation', 'no reason recorded')}), so whether its concurrent "
+                    "transactional offset commits work is not asserted")
 
 
 @pytest.mark.requires_capability("concurrent_txn_offset_commits")

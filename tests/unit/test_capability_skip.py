@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
 from airflow_kafka_retry.testing.capabilities import (CAPABILITIES, TANSU_DELETE_RECORDS_REASON,
                                                       BrokerCapabilities, missing_reason)
 from tests.conftest import capability_marker_names, require_capability
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[2]
 
 TXN_RACE_REASON = ("concurrent transactional offset commits to one group lose updates "
                    "(partition 0 committed at 1, read back no committed offset)")
@@ -114,3 +122,125 @@ def test_capabilities_are_frozen_and_summarised() -> None:
     assert any(line.startswith("  delete_records: NO - not probed") for line in lines)
     assert f"  concurrent_txn_offset_commits: NO - {TXN_RACE_REASON}" in lines
     assert len(lines) == 1 + len(CAPABILITIES)
+
+
+# ----------------------------------------------------------------------------- a whole pytest run
+#: The inner run's conftest: the repo's own marker registration and skip fixtures (imported, not copied),
+#: with a broker that lacks abort_isolation (and more) standing in for the session's probed one.
+INNER_CONFTEST = """
+import pytest
+
+from tests.conftest import _skip_without_capability, pytest_configure, requires_capability  # noqa: F401
+from tests.unit.test_capability_skip import TANSU_LIKE
+
+
+@pytest.fixture(scope="session")
+def broker_capabilities():
+    return TANSU_LIKE
+"""
+
+#: Each test would pass if it were not skipped.
+INNER_TESTS = """
+import pytest
+
+
+@pytest.mark.requires_capability("abort_isolation")
+def test_marker_missing():
+    pass
+
+
+@pytest.mark.requires_capability("timestamp_lookup", "abort_isolation")
+def test_marker_present_and_missing():
+    pass
+
+
+@pytest.mark.requires_capability("timestamp_lookup")
+def test_marker_present():
+    pass
+
+
+def test_fixture_missing(requires_capability):
+    requires_capability("abort_isolation")
+
+
+def test_fixture_present(requires_capability):
+    requires_capability("timestamp_lookup")
+
+
+@pytest.mark.requires_capability("abort_isolation")
+class TestMarkedClass:
+    def test_in_marked_class(self):
+        pass
+"""
+
+
+def _run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> pytest.RunResult:
+    """A separate pytest process (in-process runs share ``pytest.mark``'s cache of registered markers with
+    this run, which would hide a missing registration from ``--strict-markers``), with this repo importable."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", *args, timeout=120)
+
+
+def test_missing_capability_skips_with_reason_in_a_real_run(pytester: pytest.Pytester,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makepyfile(test_inner=INNER_TESTS)
+    result = _run_inner(pytester, monkeypatch, "-rs", "--junitxml=inner.xml")
+    reason = missing_reason(TANSU_LIKE, "abort_isolation")
+    assert reason == ("broker lacks capability 'abort_isolation': "
+                      "read_committed consumer saw 3 of 3 records of an aborted transaction")
+
+    outcomes: dict[str, tuple[str, str | None]] = {}
+    for case in ElementTree.parse(pytester.path / "inner.xml").iter("testcase"):
+        name = case.get("classname", "").replace("test_inner", "").lstrip(".") + "::" + case.get("name", "")
+        children = list(case)
+        if not children:
+            outcomes[name.lstrip(":")] = ("passed", None)
+        else:
+            outcomes[name.lstrip(":")] = (children[0].tag, children[0].get("message"))
+    skip = ("skipped", reason)
+    assert outcomes == {
+        "test_marker_missing": skip,
+        "test_marker_present_and_missing": skip,
+        "test_marker_present": ("passed", None),
+        "test_fixture_missing": skip,
+        "test_fixture_present": ("passed", None),
+        "TestMarkedClass::test_in_marked_class": skip,
+    }, result.stdout.str()
+    result.assert_outcomes(passed=2, skipped=4)
+    assert result.ret == pytest.ExitCode.OK
+    # -rs: the reason the probe recorded is what the person running the tests reads
+    skip_lines = [line for line in result.stdout.lines if line.startswith("SKIPPED ")]
+    assert skip_lines, result.stdout.str()
+    assert all(line.endswith(f": {reason}") for line in skip_lines), skip_lines
+    counts = [re.match(r"SKIPPED \[(\d+)\] ", line) for line in skip_lines]
+    assert all(counts) and sum(int(m.group(1)) for m in counts if m) == 4, skip_lines
+
+
+def test_misspelt_capability_is_an_error_in_a_real_run(pytester: pytest.Pytester,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in a capability name must fail the test, not skip it (a skip would hide the typo forever)."""
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makepyfile(test_inner="""
+        import pytest
+
+        @pytest.mark.requires_capability("abort_isolaton")
+        def test_typo_marker():
+            pass
+
+        def test_typo_fixture(requires_capability):
+            requires_capability("abort_isolaton")
+    """)
+    result = _run_inner(pytester, monkeypatch, "-rs")
+    result.assert_outcomes(errors=1, failed=1)
+    result.stdout.fnmatch_lines(["*unknown broker capability 'abort_isolaton'*"])
+
+
+def test_unregistered_marker_is_rejected_without_the_repo_conftest(pytester: pytest.Pytester,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Control: in the runs above, the marker is registered by the imported ``pytest_configure``."""
+    pytester.makeconftest("")
+    pytester.makepyfile(test_inner=INNER_TESTS)
+    result = _run_inner(pytester, monkeypatch)
+    assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*'requires_capability' not found in `markers` configuration option*"])
