@@ -22,7 +22,8 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "hooks": [
-            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.hooks.kafka_retry"]}
+            {"integration-name": "Kafka Retry Tiers",
+             "python-modules": ["airflow_kafka_retry.hooks.kafka_retry", "airflow_kafka_retry.hooks.spark_submit"]}
         ],
         "operators": [
             {"integration-name": "Kafka Retry Tiers",

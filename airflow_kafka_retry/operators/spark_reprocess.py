@@ -11,12 +11,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
 from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
@@ -82,7 +84,9 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
     The Kafka configuration comes from the ``kafka_conn_id`` connection. It may hold credentials, so
     it is written to a ``0600`` file whose path (never its content) is given to the application, and
     the file is deleted when the run ends. It never appears in the command line, the task log, XCom
-    or Spark properties.
+    or Spark properties. ``spark-submit`` is started without the worker's ``AIRFLOW_CONN_*``,
+    ``AIRFLOW_VAR_*`` and ``AIRFLOW__*`` environment variables, so neither this connection nor any
+    other reaches the Spark application's environment; pass what the handler needs in ``env_vars``.
 
     The run summary (counts, offsets, dead-letter coordinates; never payloads) is the task's return
     value (XCom). If any partition failed, the task fails with a message naming each failed
@@ -200,6 +204,12 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
                              "the Spark driver, e.g. as s3:// or hdfs:// URLs", self.topology,
                              submission.result_path)
         self._hook = None  # rebuilt by SparkSubmitOperator.execute with the arguments above
+
+    def _get_hook(self) -> SparkSubmitHook:
+        """The provider's hook, built as ``SparkSubmitOperator`` builds it, submitting without the worker's secrets."""
+        hook = super()._get_hook()
+        hook.__class__ = IsolatedSparkSubmitHook  # same state; only ``submit`` differs
+        return hook
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:

@@ -162,6 +162,17 @@ def find_spark_submit(binary: str = "spark-submit") -> str:
     raise FileNotFoundError(f"cannot find {binary}: put it on PATH, set SPARK_HOME, or install pyspark")
 
 
+#: Never handed to spark-submit: Airflow connections and variables given as environment variables, and
+#: Airflow configuration (which may hold the metadata DB URL, the Fernet key, secrets-backend settings).
+#: The Spark application needs none of it; its Kafka configuration travels in the credentials file.
+WITHHELD_ENV_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__")
+
+
+def spark_app_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` without what :data:`WITHHELD_ENV_PREFIXES` names: the base environment of ``spark-submit``."""
+    return {k: v for k, v in environ.items() if not k.startswith(WITHHELD_ENV_PREFIXES)}
+
+
 def local_spark_environment(spark_submit: str | None = None) -> dict[str, str]:
     """Environment for a local/client-mode submit from this Python: the same interpreter drives and executes.
 
@@ -220,7 +231,8 @@ def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, 
 
     :param master: Spark master (``local[2]``, ``spark://host:7077``, ``yarn``...).
     :param conf: Spark properties (``--conf``); never put credentials here.
-    :param env: extra environment for ``spark-submit`` (on top of :func:`local_spark_environment`).
+    :param env: extra environment for ``spark-submit`` (on top of this process's environment less
+        :data:`WITHHELD_ENV_PREFIXES`, and :func:`local_spark_environment`).
     :param on_output: called with every line ``spark-submit`` prints (stdout and stderr).
     :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a ValueError.
     :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app).
@@ -232,7 +244,7 @@ def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, 
         remove_result(submission.result_path)
         cmd = spark_submit_command(submission, master=master, conf=conf, spark_submit=binary)
         log.info("spark-submit command: %s", " ".join(cmd))
-        full_env = {**os.environ, **local_spark_environment(binary), **(env or {})}
+        full_env = {**spark_app_environment(os.environ), **local_spark_environment(binary), **(env or {})}
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
                               bufsize=1) as process:

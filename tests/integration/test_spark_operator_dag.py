@@ -10,23 +10,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import textwrap
 import uuid
 from collections import Counter
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
-from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, write_topology
+from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, ProcessWatcher, write_topology
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).parents[2]
 COUNT = 140
+FAIL_COUNT = 4 * PARTITIONS  # records for the task whose partitions fail: 4 per partition
 SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
 
 DAG_FILE = '''
@@ -40,6 +43,7 @@ from airflow.sdk import DAG, task
 from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
 
 TOPOLOGY = {topology!r}
+FAIL_TOPOLOGY = {fail_topology!r}
 OUT = {out!r}
 SPARK_CONF = {conf!r}
 
@@ -60,6 +64,17 @@ with DAG("akr_spark_reprocess", schedule=None, start_date=datetime(2024, 1, 1), 
         topology=TOPOLOGY,
         tier=1,
         handler="tests.support.no_such_handler:handle",
+        conf=SPARK_CONF,
+        retries=0,
+    )
+    # every batch (4 records at most) gets BatchFailedError(5, ...): the index is outside the batch,
+    # so each partition fails at run time, after the application started and read its records
+    failing_partitions = SparkReprocessTierOperator(
+        task_id="failing_partitions",
+        topology=FAIL_TOPOLOGY,
+        tier=0,
+        handler="tests.support.ledger_handler:bad_index",
+        options={{"batch_size": 4}},
         conf=SPARK_CONF,
         retries=0,
     )
@@ -97,15 +112,83 @@ def _json_lines(stdout: str) -> list:
     return next(json.loads(line) for line in stdout.splitlines() if line.startswith("["))
 
 
+class SparkEnvWatcher(ProcessWatcher):
+    """:class:`ProcessWatcher` that tells the Spark application's processes apart from the rest.
+
+    ``cmdline_hits``: any process whose command line holds the needle. ``spark_env_hits``: a process
+    of the Spark application (spark-submit's JVM, its launcher, the Python driver, PySpark workers)
+    whose environment holds it. ``other_env_hits``: any other process whose environment holds it
+    (the ``airflow`` CLI itself, which gets the connection from ``AIRFLOW_CONN_KAFKA_DEFAULT``).
+    ``spark_submits``/``spark_envs_read`` count only processes that mention ``scope`` (this test's temp
+    folder) in their command line or environment, not those of another test running meanwhile.
+    """
+
+    SPARK_MARKS = (b"org.apache.spark", b"pyspark", b"airflow_kafka_retry/spark/entrypoint.py")
+
+    def __init__(self, needle: str, scope: str) -> None:
+        super().__init__(needle)
+        self.scope = scope.encode()
+        self.cmdline_hits: list[str] = []
+        self.spark_env_hits: dict[int, bytes] = {}
+        self.other_env_hits: dict[int, bytes] = {}
+        self.spark_submits: set[int] = set()  # the spark-submit JVMs seen
+        self.spark_envs_read: set[int] = set()  # Spark processes whose (non-empty) environment was read
+
+    def run(self) -> None:
+        while not self._halt.wait(0.2):
+            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                        cmdline = fh.read()
+                    with open(f"/proc/{pid}/environ", "rb") as fh:
+                        environ = fh.read()
+                except OSError:
+                    continue
+                spark = any(mark in cmdline for mark in self.SPARK_MARKS)
+                ours = self.scope in cmdline or self.scope in environ
+                if spark and ours:
+                    self.spark_processes.add(pid)
+                    self.spark_envs_read.add(pid)
+                    if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+                        self.spark_submits.add(pid)
+                if self.needle in cmdline:
+                    self.cmdline_hits.append(f"/proc/{pid}/cmdline: {cmdline[:300]!r}")
+                if self.needle in environ:
+                    self.hits.append(f"/proc/{pid}/environ")
+                    (self.spark_env_hits if spark else self.other_env_hits)[pid] = cmdline[:300]
+
+
+def _describe(cmdline: bytes) -> str:
+    """``argv[0]`` and the main class / script / module of a command line, for assertion messages."""
+    argv = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
+    main = [a for a in argv[1:] if a.startswith(("org.apache.spark.", "pyspark.")) or a.endswith((".py", "spark-class"))]
+    return " ".join([os.path.basename(argv[0]) if argv else "?", *main[:2]])
+
+
+def _xcom(db: Path, dag_id: str, task_id: str, key: str) -> list:
+    """The values (decoded) of one XCom key of one task, read from the metadata DB (``xcom.value`` is JSON)."""
+    with closing(sqlite3.connect(db)) as con:
+        rows = con.execute('SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND "key" = ?',
+                           (dag_id, task_id, key)).fetchall()
+    return [json.loads(value) for (value,) in rows]
+
+
 def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = write_topology(ledger.make_topology("dag"), tmp_path / "topology.yaml")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
+    # a second topic, for the task whose partitions fail: records on every partition, nothing committed yet
+    fail_topology = write_topology(ledger.make_topology("dagfail"), tmp_path / "fail-topology.yaml")
+    fail_inputs = ledger.produce_inputs(kafka_bootstrap, fail_topology, FAIL_COUNT, PARTITIONS)
+    assert {p for _, p, _ in fail_inputs.records.values()} == set(range(PARTITIONS))
+    fail_group = fail_topology.consumer_group(fail_topology.tier(0))
+    committed_before = ledger.committed(kafka_bootstrap, fail_group, fail_topology.topic, PARTITIONS)
     out = tmp_path / "out"
     out.mkdir()
     env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)
     dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "akr_spark_reprocess.py"
     dag_file.write_text(textwrap.dedent(DAG_FILE.format(topology=str(tmp_path / "topology.yaml"), out=str(out),
+                                                         fail_topology=str(tmp_path / "fail-topology.yaml"),
                                                          conf=SPARK_CONF)))
     airflow = str(Path(sys.executable).with_name("airflow"))
 
@@ -115,8 +198,15 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     reserialize = subprocess.run([airflow, "dags", "reserialize"], env=env, cwd=REPO, capture_output=True,
                                  text=True, timeout=300)
     assert reserialize.returncode == 0, reserialize.stderr[-3000:]
-    run = subprocess.run([airflow, "dags", "test", "akr_spark_reprocess"], env=env, cwd=REPO, capture_output=True,
-                         text=True, timeout=600)
+    watcher = SparkEnvWatcher(SECRET, scope=str(tmp_path))  # every process's command line and environment, while the DAG runs
+    watcher.start()
+    try:
+        run = subprocess.run([airflow, "dags", "test", "akr_spark_reprocess"], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=600)
+    finally:
+        watcher.stop()
+        # bad_handler and failing_partitions used the default result path (keyed by DAG and run under the temp folder)
+        shutil.rmtree(Path(tempfile.gettempdir()) / "airflow-kafka-retry" / "akr_spark_reprocess", ignore_errors=True)
     output = run.stdout + run.stderr
     (tmp_path / "airflow-output.txt").write_text(output)  # kept for debugging a failure
     runs = subprocess.run([airflow, "dags", "list-runs", "akr_spark_reprocess", "-o", "json"], env=env, cwd=REPO,
@@ -125,7 +215,8 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     listed = subprocess.run([airflow, "tasks", "states-for-dag-run", "akr_spark_reprocess", dag_run["run_id"],
                              "-o", "json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
     states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
-    assert states == {"reprocess_main": "success", "record": "success", "bad_handler": "failed"}, output[-5000:]
+    assert states == {"reprocess_main": "success", "record": "success", "bad_handler": "failed",
+                      "failing_partitions": "failed"}, output[-5000:]
     # the summary went to XCom and says what happened to the main topic
     summary = json.loads((out / "xcom.json").read_text())
     assert summary["engine"] == "spark" and summary["status"] == "ok" and summary["tier"] == 0
@@ -144,5 +235,55 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     # the Kafka password is nowhere in what Airflow printed (task logs, spark-submit output) nor in XCom
     assert SECRET not in output
     assert SECRET not in json.dumps(summary)
-    # bad_handler used the default result path (keyed by DAG and run under the temp folder)
-    shutil.rmtree(Path(tempfile.gettempdir()) / "airflow-kafka-retry" / "akr_spark_reprocess", ignore_errors=True)
+
+    # failing_partitions: the summary went to XCom under "summary" and says every partition failed
+    home = Path(env["AIRFLOW_HOME"])
+    db = home / "airflow.db"
+    [failed] = _xcom(db, "akr_spark_reprocess", "failing_partitions", "summary")
+    assert failed["status"] == "failed" and failed["engine"] == "spark" and failed["tier"] == 0
+    assert failed["topic"] == fail_topology.topic and failed["group"] == fail_group
+    assert failed["totals"]["failed_partitions"] == list(range(PARTITIONS))
+    assert failed["totals"]["succeeded"] == 0 and failed["totals"]["routed"] == {}
+    assert _xcom(db, "akr_spark_reprocess", "failing_partitions", "return_value") == []
+    parts = failed["partitions"]
+    assert [p["partition"] for p in parts] == list(range(PARTITIONS))
+    for p in parts:
+        # the handler was called on the partition's records (the bad index is judged against the real batch)
+        assert p["status"] == "failed", p
+        assert p["error"] == "UserCodeError: handler 'tests.support.ledger_handler:bad_index' raised " \
+            "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first record " \
+            f"of the batch: {fail_topology.topic}[{p['partition']}]@0", p
+        assert p["committed_offset"] is None and p["succeeded"] == 0, p
+    # ... and the task failed with the message naming each failed partition and its error
+    assert f"Spark reprocessing of {fail_topology.topic} (tier 0, group {fail_group}) failed on {PARTITIONS} of " \
+           f"{PARTITIONS} partition(s); other partitions committed their progress" in output, output[-5000:]
+    for p in parts:
+        assert f"  partition {p['partition']}: {p['error']} (committed up to None)" in output, output[-5000:]
+    # nothing was committed for the failing partitions
+    assert all(offset < 0 for offset in committed_before.values()), committed_before
+    assert ledger.committed(kafka_bootstrap, fail_group, fail_topology.topic, PARTITIONS) == committed_before
+
+    # the Kafka password is in no file under AIRFLOW_HOME: the metadata DB (and its WAL, if any), the
+    # config, any log file. (``dags test`` runs tasks in-process: their logs are ``output``, checked above.)
+    files = [p for p in home.rglob("*") if p.is_file()]
+    assert db in files and fail_topology.topic.encode() in db.read_bytes(), "the DB scan would not see stored text"
+    assert not [str(p) for p in files if SECRET.encode() in p.read_bytes()]
+    with closing(sqlite3.connect(db)) as con:
+        for table, tasks in (("xcom", {"reprocess_main", "failing_partitions"}),
+                             ("rendered_task_instance_fields", {"reprocess_main", "failing_partitions"})):
+            columns = [row[1] for row in con.execute(f"PRAGMA table_info({table})")]
+            assert "task_id" in columns, (table, columns)
+            rows = [dict(zip(columns, row)) for row in con.execute(f"SELECT * FROM {table}")]
+            assert tasks <= {row["task_id"] for row in rows}, (table, rows)
+            assert SECRET not in repr(rows), table
+    # ... nor in any process's command line while the DAG ran, nor in the environment of the Spark
+    # application's processes (the airflow CLI's own environment holds it: the connection comes from
+    # AIRFLOW_CONN_KAFKA_DEFAULT, as a deployment would set it)
+    assert watcher.spark_submits, "the watcher saw no spark-submit: the process checks below would be vacuous"
+    assert watcher.spark_envs_read, "the watcher read no Spark process's environment"
+    assert watcher.other_env_hits, "the watcher did not even see the airflow CLI's environment holding the secret"
+    assert not watcher.cmdline_hits, watcher.cmdline_hits
+    assert not watcher.spark_env_hits, (
+        f"the Spark application inherited the Kafka password in its environment: "
+        f"{len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} Spark processes: "
+        f"{sorted(Counter(_describe(c) for c in watcher.spark_env_hits.values()).items())}")

@@ -365,3 +365,73 @@ def test_hook_reads_the_librdkafka_config_from_the_connection_extra(airflow_conn
     hook = KafkaRetryHook()
     assert hook.kafka_config() == KAFKA_CONFIG
     assert SECRET not in repr(hook)
+
+
+def test_spark_submit_environment_withholds_airflow_connections_variables_and_config():
+    from airflow_kafka_retry.spark.submit import spark_app_environment
+
+    environ = {"AIRFLOW_CONN_KAFKA_DEFAULT": "kafka://:pw@h", "AIRFLOW_VAR_API_TOKEN": "t",
+               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u:pw@db/airflow", "AIRFLOW_HOME": "/opt/airflow",
+               "AIRFLOW_CTX_DAG_ID": "orders", "PATH": "/usr/bin", "AKR_LEDGER": "/tmp/l"}
+    assert spark_app_environment(environ) == {"AIRFLOW_HOME": "/opt/airflow", "AIRFLOW_CTX_DAG_ID": "orders",
+                                              "PATH": "/usr/bin", "AKR_LEDGER": "/tmp/l"}
+
+
+def test_operator_hook_starts_spark_submit_without_the_workers_secrets(tmp_path, monkeypatch, airflow_connections):
+    from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
+
+    from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
+
+    monkeypatch.setenv("AIRFLOW_VAR_API_TOKEN", "var-secret")
+    monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", "fernet-secret")
+    monkeypatch.setenv("AKR_INHERITED", "kept")
+    started: dict = {}
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            started.update(cmd=cmd, **kwargs)
+            self.stdout = iter(["Running Spark version 4.3.0\n"])
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(provider_hook.subprocess, "Popen", FakePopen)
+    operator = _operator(tmp_path, env_vars={"HANDLER_SETTING": "from-env-vars"})
+    hook = operator._get_hook()
+    assert isinstance(hook, IsolatedSparkSubmitHook) and hook._connection["master"] == "local[2]"
+    hook.submit("app.py")
+    env = started["env"]
+    assert env["AKR_INHERITED"] == "kept" and env["HANDLER_SETTING"] == "from-env-vars"
+    assert "AIRFLOW_CONN_KAFKA_DEFAULT" in os.environ  # the worker has it ...
+    assert not [k for k in env if k.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__"))], sorted(env)
+    assert KAFKA_CONFIG["sasl.password"] not in json.dumps(env)  # ... spark-submit does not
+    assert hook._env == {"HANDLER_SETTING": "from-env-vars"}  # the hook's own state is left as it was
+
+
+def test_on_kill_during_a_submit_still_sees_the_env_vars(tmp_path, monkeypatch, airflow_connections):
+    from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
+
+    seen: dict = {}
+
+    class BlockingPopen:  # spark-submit still running when the task is killed
+        def __init__(self, cmd, **kwargs):
+            self.stdout = iter(())
+
+        def wait(self):
+            hook.on_kill()
+            return 0
+
+        def poll(self):
+            return None
+
+        def kill(self):
+            pass
+
+    def fake_super_on_kill(self):
+        seen["env_during_kill"] = self._env
+
+    monkeypatch.setattr(provider_hook.subprocess, "Popen", BlockingPopen)
+    monkeypatch.setattr(provider_hook.SparkSubmitHook, "on_kill", fake_super_on_kill)
+    hook = _operator(tmp_path, env_vars={"HADOOP_CONF_DIR": "/etc/hadoop"})._get_hook()
+    hook.submit("app.py")
+    assert seen["env_during_kill"] == {"HADOOP_CONF_DIR": "/etc/hadoop"}
