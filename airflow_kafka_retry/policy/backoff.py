@@ -18,8 +18,8 @@ class BackOff:
 
     ``fixed``: every retry waits ``delay_ms``. ``exponential``: retry *i* (from 0) waits
     ``initial_ms * multiplier**i`` capped at ``max_ms``, truncated to whole milliseconds at each
-    step as Spring does (1000 x1.5: 1000, 1500, 2250, 3375, 5062, 7593, 11389). ``custom``: the listed delays, the last
-    one repeated when there are more retries than entries.
+    step as Spring does (1000 x1.5: 1000, 1500, 2250, 3375, 5062, 7593, 11389). ``custom``: the
+    listed delays, the last one repeated when there are more retries than entries.
     """
 
     kind: BackOffKind = "fixed"

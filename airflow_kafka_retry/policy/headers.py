@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from airflow_kafka_retry.policy.classify import class_path
-from airflow_kafka_retry.policy.header_policy import HEADER_NAMINGS, HeaderNaming, HeaderPolicy
+from airflow_kafka_retry.policy.header_policy import HeaderNaming, HeaderPolicy
 
 Header = tuple[str, bytes | None]
 _T = TypeVar("_T")
