@@ -210,10 +210,14 @@ class Topology:
         return (main, *(Tier(-1, f"{self.topic}{suffix}", 0, "dlt") for suffix, _ in self.dlt_routing))
 
     @property
+    def _default_fatal(self) -> tuple[str, ...]:
+        """The default fatal exceptions, unless ``default_not_retryable: false`` turned them off."""
+        return DEFAULT_NOT_RETRYABLE if self.default_not_retryable else ()
+
+    @property
     def classifier(self) -> ExceptionClassifier:
-        defaults = DEFAULT_NOT_RETRYABLE if self.default_not_retryable else ()
         return ExceptionClassifier(
-            not_retryable=(*defaults, *self.not_retryable),
+            not_retryable=(*self._default_fatal, *self.not_retryable),
             retry_only=self.retry_only,
             traverse_causes=self.traverse_causes,
         )
@@ -226,8 +230,7 @@ class Topology:
         record out of the retry tiers, but under ``always_retry_on_error`` they send a failed DLT
         record back to the DLT rather than giving it up.
         """
-        defaults = DEFAULT_NOT_RETRYABLE if self.default_not_retryable else ()
-        return ExceptionClassifier(not_retryable=defaults, traverse_causes=self.traverse_causes)
+        return ExceptionClassifier(not_retryable=self._default_fatal, traverse_causes=self.traverse_causes)
 
     def tier(self, index: int) -> Tier:
         """The tier with this index (0 = main topic); a TopologyError names the valid range."""

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka.admin import AdminClient
 
 from tests.support import ledger
@@ -34,11 +33,8 @@ def test_broker_command_prints_a_working_bootstrap_address():
 
 def test_drain_prints_the_run_summary_as_json(kafka_bootstrap, tmp_path):
     ledger_file = ledger.ledger_path(tmp_path)
-    topology = ledger.make_topology("cli")
     topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(yaml.safe_dump({
-        "topic": topology.topic, "group_id": topology.group_id, "attempts": 4,
-        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    topology = ledger.write_topology(ledger.make_topology("cli"), topology_file)
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 70, 2)
     result = subprocess.run(
         [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--topology", str(topology_file), "--tier", "0",

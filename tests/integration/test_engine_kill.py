@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.support import ledger
 
@@ -32,11 +31,8 @@ def _drain(bootstrap: str, topology_file: Path, tier: int, env: dict, extra: lis
 
 def _kill_and_rerun_every_tier(bootstrap: str, tmp_path: Path, *, transactional: bool):
     ledger_file = ledger.ledger_path(tmp_path)
-    topology = ledger.make_topology("kill")
     topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(yaml.safe_dump({
-        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
-        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    topology = ledger.write_topology(ledger.make_topology("kill"), topology_file)
     inputs = ledger.produce_inputs(bootstrap, topology, 600, PARTITIONS)
     env = {**os.environ, "AKR_LEDGER": ledger_file, "AKR_SLOW_S": "0.03", "PYTHONPATH": str(Path(__file__).parents[2])}
     extra = [] if transactional else ["--no-transactions"]

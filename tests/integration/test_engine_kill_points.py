@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.support import ledger
 
@@ -40,11 +39,8 @@ def _drain(bootstrap: str, topology_file: Path, tier: int, env: dict, *, transac
 
 def _kill_then_finish(bootstrap: str, tmp_path: Path, point: str, *, transactional: bool):
     ledger_file = ledger.ledger_path(tmp_path)
-    topology = ledger.make_topology(f"killat-{point}")
     topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(yaml.safe_dump({
-        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
-        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    topology = ledger.write_topology(ledger.make_topology(f"killat-{point}"), topology_file)
     inputs = ledger.produce_inputs(bootstrap, topology, COUNT, PARTITIONS)
     kill_log = tmp_path / "kills.txt"
     env = {**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(REPO), "AKR_KILL_LOG": str(kill_log)}

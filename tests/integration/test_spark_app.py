@@ -23,7 +23,7 @@ import yaml
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
+from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.spark.result import SparkAppError
 from airflow_kafka_retry.spark.submit import run_spark_submit
 from tests.support import ledger
@@ -47,14 +47,6 @@ log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- helpers
-def write_topology(topology: Topology, path: Path) -> Topology:
-    """The ledger topology as a YAML file (what the Spark driver reads); returns it loaded from there."""
-    path.write_text(yaml.safe_dump({
-        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
-        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
-    return load_topology(path)
-
-
 class _ListHandler(logging.Handler):
     def __init__(self, sink: list[str]) -> None:
         super().__init__(logging.INFO)
@@ -95,6 +87,14 @@ class SparkRunner:
             submit_log.setLevel(old_level)
 
 
+def _read_proc(pid: int, part: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/{part}", "rb") as fh:
+            return fh.read()
+    except OSError:
+        return b""
+
+
 class ProcessWatcher(threading.Thread):
     """Scans every process's command line and environment (what ``ps`` shows) for ``needle`` while it runs."""
 
@@ -107,17 +107,16 @@ class ProcessWatcher(threading.Thread):
 
     def run(self) -> None:
         while not self._halt.wait(0.2):
-            for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
-                for part in ("cmdline", "environ"):
-                    try:
-                        with open(f"/proc/{pid}/{part}", "rb") as fh:
-                            data = fh.read()
-                    except OSError:
-                        continue
-                    if part == "cmdline" and (b"org.apache.spark.deploy.SparkSubmit" in data or b"pyspark" in data):
-                        self.spark_processes.add(int(pid))
-                    if self.needle in data:
-                        self.hits.append(f"/proc/{pid}/{part}: {data[:200]!r}")
+            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+                self.inspect(pid, _read_proc(pid, "cmdline"), _read_proc(pid, "environ"))
+
+    def inspect(self, pid: int, cmdline: bytes, environ: bytes) -> None:
+        """Look at one process (an unreadable or vanished part reads as empty)."""
+        if b"org.apache.spark.deploy.SparkSubmit" in cmdline or b"pyspark" in cmdline:
+            self.spark_processes.add(pid)
+        for part, data in (("cmdline", cmdline), ("environ", environ)):
+            if self.needle in data:
+                self.hits.append(f"/proc/{pid}/{part}: {data[:200]!r}")
 
     def stop(self) -> None:
         self._halt.set()
@@ -141,7 +140,7 @@ def spark_ledger(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory)
     """The ledger scenario run through every tier by spark-submit, with the event log on and ``ps`` watched."""
     tmp = tmp_path_factory.mktemp("spark-ledger")
     ledger_file = ledger.ledger_path(tmp)
-    topology = write_topology(ledger.make_topology("spark"), tmp / "topology.yaml")
+    topology = ledger.write_topology(ledger.make_topology("spark"), tmp / "topology.yaml")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
     events = tmp / "spark-events"
     events.mkdir()
@@ -216,7 +215,7 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
 # ----------------------------------------------------------------------------- a task killed mid-partition
 def test_a_task_killed_mid_partition_is_retried_by_spark_and_nothing_is_lost_or_doubled(kafka_bootstrap, tmp_path):
     ledger_file = ledger.ledger_path(tmp_path)
-    topology = write_topology(ledger.make_topology("spark-kill"), tmp_path / "topology.yaml")
+    topology = ledger.write_topology(ledger.make_topology("spark-kill"), tmp_path / "topology.yaml")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
     kills = tmp_path / "kills"
     kills.mkdir()
@@ -269,7 +268,7 @@ def test_bad_input_fails_on_the_driver_before_any_record_is_read(problem, expect
         _bad_topology(topology, path)
         options = OPTIONS
     else:
-        write_topology(topology, path)
+        ledger.write_topology(topology, path)
         options = DrainOptions(handler="tests.support.no_such_handler:handle")
     output: list[str] = []
     started = time.monotonic()
@@ -295,7 +294,7 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_topology("cli-spark")
     topology_file = tmp_path / "topology.yaml"
-    write_topology(topology, topology_file)
+    ledger.write_topology(topology, topology_file)
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 60, PARTITIONS)
     kafka_config = tmp_path / "kafka.json"
     kafka_config.write_text(json.dumps({"bootstrap.servers": kafka_bootstrap, "sasl.password": SECRET}))

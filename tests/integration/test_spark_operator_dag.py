@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, ProcessWatcher, write_topology
+from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, ProcessWatcher
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -134,28 +134,19 @@ class SparkEnvWatcher(ProcessWatcher):
         self.spark_submits: set[int] = set()  # the spark-submit JVMs seen
         self.spark_envs_read: set[int] = set()  # Spark processes whose (non-empty) environment was read
 
-    def run(self) -> None:
-        while not self._halt.wait(0.2):
-            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                        cmdline = fh.read()
-                    with open(f"/proc/{pid}/environ", "rb") as fh:
-                        environ = fh.read()
-                except OSError:
-                    continue
-                spark = any(mark in cmdline for mark in self.SPARK_MARKS)
-                ours = self.scope in cmdline or self.scope in environ
-                if spark and ours:
-                    self.spark_processes.add(pid)
-                    self.spark_envs_read.add(pid)
-                    if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
-                        self.spark_submits.add(pid)
-                if self.needle in cmdline:
-                    self.cmdline_hits.append(f"/proc/{pid}/cmdline: {cmdline[:300]!r}")
-                if self.needle in environ:
-                    self.hits.append(f"/proc/{pid}/environ")
-                    (self.spark_env_hits if spark else self.other_env_hits)[pid] = cmdline[:300]
+    def inspect(self, pid: int, cmdline: bytes, environ: bytes) -> None:
+        spark = any(mark in cmdline for mark in self.SPARK_MARKS)
+        if spark and (self.scope in cmdline or self.scope in environ):
+            self.spark_processes.add(pid)
+            if environ:
+                self.spark_envs_read.add(pid)
+            if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+                self.spark_submits.add(pid)
+        if self.needle in cmdline:
+            self.cmdline_hits.append(f"/proc/{pid}/cmdline: {cmdline[:300]!r}")
+        if self.needle in environ:
+            self.hits.append(f"/proc/{pid}/environ")
+            (self.spark_env_hits if spark else self.other_env_hits)[pid] = cmdline[:300]
 
 
 def _describe(cmdline: bytes) -> str:
@@ -175,10 +166,10 @@ def _xcom(db: Path, dag_id: str, task_id: str, key: str) -> list:
 
 def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     ledger_file = ledger.ledger_path(tmp_path)
-    topology = write_topology(ledger.make_topology("dag"), tmp_path / "topology.yaml")
+    topology = ledger.write_topology(ledger.make_topology("dag"), tmp_path / "topology.yaml")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
     # a second topic, for the task whose partitions fail: records on every partition, nothing committed yet
-    fail_topology = write_topology(ledger.make_topology("dagfail"), tmp_path / "fail-topology.yaml")
+    fail_topology = ledger.write_topology(ledger.make_topology("dagfail"), tmp_path / "fail-topology.yaml")
     fail_inputs = ledger.produce_inputs(kafka_bootstrap, fail_topology, FAIL_COUNT, PARTITIONS)
     assert {p for _, p, _ in fail_inputs.records.values()} == set(range(PARTITIONS))
     fail_group = fail_topology.consumer_group(fail_topology.tier(0))

@@ -14,13 +14,15 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology import Tier, Topology
+from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 from airflow_kafka_retry.testing.topics import unique_topic
 
 HANDLER_MODULE = "tests.support.ledger_handler"
@@ -48,6 +50,14 @@ def make_topology(prefix: str = "orders") -> Topology:
         "backoff": {"kind": "fixed", "delay": "0ms"},
         "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
     }, source=f"<ledger {topic}>")
+
+
+def write_topology(topology: Topology, path: Path) -> Topology:
+    """A ledger topology as a YAML file (what the CLI and the Spark driver read); returns it loaded from there."""
+    path.write_text(yaml.safe_dump({
+        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
+        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    return load_topology(path)
 
 
 @dataclass
