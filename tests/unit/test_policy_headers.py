@@ -789,6 +789,6 @@ def test_header_policy_from_mapping() -> None:
     assert info.value.field == "stacktrace"
     assert HeaderPolicy(False, False, 2_000).to_dict() == {
         "include_stacktrace": False, "strip_previous_exception_headers": False, "max_header_bytes": 2_000,
-        "naming": "retry_topic",
+        "naming": "retry_topic", "cause": "immediate",
     }
     assert HeaderPolicy.from_mapping({"naming": "dead_letter"}).naming == "dead_letter"
