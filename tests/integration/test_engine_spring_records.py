@@ -118,3 +118,62 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
         assert H.last_header(headers, "traceparent") == b"00-abc-01"
         due = H.read_due_ms(headers)
         assert now + 5_000 <= due <= int(time.time() * 1000) + 5_000
+
+
+@pytest.mark.parametrize("family", sorted(SPRING_FAMILIES))
+def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_continues(kafka_bootstrap, tmp_path,
+                                                                                     family):
+    """compat: spring-3.2 -- Spring's @RetryableTopic names: one reusable '<topic>-retry' topic, its group
+    '<group>-retry'. Records a Spring service wrote there are drained, and go on with Spring's attempt count
+    and header family: back into '<topic>-retry' while attempts remain, then to '<topic>-dlt'."""
+    names = SPRING_FAMILIES[family]
+    ledger_file = ledger.ledger_path(tmp_path)
+    topic = unique_topic("spring")
+    topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "compat": "spring-3.2",
+                                      "attempts": 4, "backoff": {"kind": "fixed", "delay": "5s"}})
+    tier = topology.select(f"{topic}-retry")
+    assert (tier.index, tier.reusable, len(topology.retry_tiers)) == (1, True, 1)
+    assert topology.consumer_group(tier) == "orders-service-retry"
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
+    now = int(time.time() * 1000)
+    original_ts = now - 60_000
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    cases = {  # Spring: the main topic's failure sends attempt 2 to '-retry', the retry's failure attempt 3
+        "ok": (struct.pack(">i", 2), "ok"),
+        "again": (struct.pack(">i", 2), "permanent"),
+        "last": (struct.pack(">i", 4), "permanent"),
+    }
+    for offset, (rid, (attempts, mode)) in enumerate(cases.items()):
+        producer.produce(tier.topic, json.dumps({"id": rid, "mode": mode}).encode(), key=rid.encode(), partition=0,
+                         timestamp=now - 1000,
+                         headers=spring_headers(names, attempts=attempts, due_ms=now - 1000, original_ts=original_ts,
+                                                main_topic=topic, offset=100 + offset))
+    assert producer.flush(10) == 0
+
+    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
+    assert summary.ok and summary.partitions[0].drained == 3
+    assert summary.group == "orders-service-retry"
+    assert ledger.processed_ids(ledger_file) == {"ok": 1}
+    assert ledger.committed(kafka_bootstrap, "orders-service-retry", tier.topic, 1) == {0: 3}
+
+    again = [m for m in ledger.read_all(kafka_bootstrap, tier.topic) if m.offset() >= len(cases)]
+    dead = ledger.read_all(kafka_bootstrap, f"{topic}-dlt")
+    assert [m.key() for m in again] == [b"again"] and [m.key() for m in dead] == [b"last"]
+    for msg, attempt in ((again[0], 3), (dead[0], 5)):
+        headers = msg.headers()
+        assert H.last_header(headers, H.ATTEMPTS) == struct.pack(">i", attempt)
+        assert H.last_header(headers, H.ORIGINAL_TIMESTAMP) == original_ts.to_bytes(6, "big")
+        # Spring's retry-topic family, coordinates of the first failure carried over from the Java record
+        assert H.last_header(headers, "kafka_original-topic") == topic.encode()
+        offset = {"again": 101, "last": 102}[msg.key().decode()]
+        assert H.last_header(headers, "kafka_original-offset") == struct.pack(">q", offset)
+        assert H.last_header(headers, "kafka_dlt-original-consumer-group") == b"orders-service"
+        # the cause header as Spring writes it (ErrorHandlingUtils.findRootCause): the handler's own exception
+        error = f"{ledger.HANDLER_MODULE}.PermanentError".encode()
+        assert H.last_header(headers, "kafka_exception-fqcn") == error
+        assert H.last_header(headers, "kafka_exception-cause-fqcn") == error
+        assert [k for k, _ in headers].count("kafka_exception-cause-fqcn") == 1
+        assert not [k for k, v in headers if (v or b"").startswith(b"java.lang")]
+    assert now + 5_000 <= H.read_due_ms(again[0].headers()) <= int(time.time() * 1000) + 5_000
