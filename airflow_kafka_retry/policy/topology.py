@@ -12,7 +12,8 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,7 +34,6 @@ _TOPIC_NAME = re.compile(r"^(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}$")  # Kafka also r
 MAX_ATTEMPTS = 32_766  # the DLT record carries attempts + 1, and Spring reads at most Short.MAX_VALUE
 _DLT_STRATEGIES = ("always_retry_on_error", "fail_on_error", "no_dlt")
 DEFAULT_TIER_GROUP_TEMPLATE = "{group_id}-{topic}"
-_GROUP_PLACEHOLDERS = ("group_id", "topic", "suffix")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,12 @@ class Tier:
 
 @dataclass(frozen=True)
 class Topology:
-    """A validated retry topology. Build it with :meth:`from_mapping` or :func:`load_topology`."""
+    """A validated retry topology. Build it with :meth:`from_mapping` or :func:`load_topology`.
+
+    ``compat`` presets are applied to the mapping (keys it does not set); constructed directly, a
+    topology only records ``compat`` (it picks how 2.7's same-interval reuse behaves) and applies
+    no defaults. ``compat_applied`` lists the keys the preset set.
+    """
 
     topic: str
     group_id: str
@@ -312,7 +317,7 @@ class Topology:
         chosen = preset(self.compat)
         keys = [f"headers.{k}" if name == "headers" else name
                 for name, value in chosen.defaults.items() for k in (value if name == "headers" else [name])]
-        values = {**{f.name: getattr(self, f.name) for f in fields(self)},
+        values = {**{f.name: getattr(self, f.name) for f in dataclass_fields(self)},
                   **{f"headers.{k}": v for k, v in self.headers.to_dict().items()}}
         return {
             "preset": self.compat,
