@@ -61,13 +61,20 @@ def spring_headers(family: dict[str, str], *, attempts: bytes, due_ms: int, orig
     ]
 
 
+#: Two ways to get Spring's pre-3.2 names (orders-retry-0, -1, -2 for a fixed back-off): index_start 0 on
+#: this provider's defaults, or the builder-4.0 preset (which also brings Spring's groups and cause header).
+NAMING = {"index_start-0": {"index_start": 0}, "compat-spring-builder-4.0": {"compat": "spring-builder-4.0"}}
+
+
+@pytest.mark.parametrize("naming", sorted(NAMING))
 @pytest.mark.parametrize("family", sorted(SPRING_FAMILIES))
-def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path, family):
+def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path, family,
+                                                                               naming):
     names = SPRING_FAMILIES[family]
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring")
     topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "attempts": 4,
-                                      "backoff": {"kind": "fixed", "delay": "5s"}, "index_start": 0})
+                                      "backoff": {"kind": "fixed", "delay": "5s"}, **NAMING[naming]})
     ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
     tier = topology.select(f"{topic}-retry-1")  # Spring names retry topics from 0: this is the 2nd tier
     assert tier.index == 2
@@ -90,6 +97,8 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
                            value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
     summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
     assert summary.ok and summary.partitions[0].drained == 3
+    assert summary.group == ("orders-service-retry-1" if naming.startswith("compat") else
+                             f"orders-service-{topic}-retry-1")
     assert ledger.processed_ids(ledger_file) == {"ok-int": 1}
 
     routed = {m.key().decode(): m for m in ledger.read_all(kafka_bootstrap, topology.tier(3).topic)}
@@ -114,7 +123,11 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
         java_values = (JAVA_EXCEPTION, b"java.lang.IllegalStateException", b"Listener method threw exception")
         assert not [k for k, v in headers if v in java_values or (v or b"").startswith(b"java.lang")], \
             "the Java failure's exception headers were kept"
-        assert H.last_header(headers, names["cause"]) is None  # no stale cause of the Java failure
+        assert H.last_header(headers, SPRING_FAMILIES["dead-letter-recoverer"]["cause"]) is None  # no stale cause
+        # the cause header: none for a cause-less exception by default; Spring's rule (the handler's own
+        # exception) under the preset
+        assert H.last_header(headers, "kafka_exception-cause-fqcn") == (
+            f"{ledger.HANDLER_MODULE}.PermanentError".encode() if naming.startswith("compat") else None)
         assert H.last_header(headers, "traceparent") == b"00-abc-01"
         due = H.read_due_ms(headers)
         assert now + 5_000 <= due <= int(time.time() * 1000) + 5_000
