@@ -85,10 +85,10 @@ def apply_preset(data: Mapping[str, Any], chosen: Preset) -> tuple[dict[str, Any
     applied: dict[str, Any] = {}
     for key, value in chosen.defaults.items():
         if key == "headers":
-            given = data.get("headers")
-            if given is not None and not isinstance(given, Mapping):
+            given = data.get("headers", {})
+            if not isinstance(given, Mapping):
                 continue  # the headers validation reports it
-            headers = dict(given or {})
+            headers = dict(given)
             for sub, sub_value in value.items():
                 if sub not in headers:
                     headers[sub] = sub_value

@@ -214,3 +214,9 @@ def test_show_prints_the_preset_and_where_each_value_came_from(capsys: pytest.Ca
     assert [(t["topic"], t["consumer_group"]) for t in shown["tiers"]] == [
         ("orders", "orders-service"), ("orders-retry-0", "orders-service-retry-0"),
         ("orders-retry-1", "orders-service-retry-1"), ("orders-retry-2", "orders-service-retry-2")]
+
+
+def test_a_preset_does_not_hide_a_headers_key_that_is_not_a_mapping() -> None:
+    with pytest.raises(TopologyError, match="must be a mapping, got None") as info:
+        make(compat="spring-3.2", headers=None)
+    assert info.value.field == "headers"
