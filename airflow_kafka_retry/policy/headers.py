@@ -301,7 +301,7 @@ def _exception_headers(info: ExceptionInfo, names: HeaderNames) -> list[Header]:
     fqcn, message, stack = ((names.key_exception_fqcn, names.key_exception_message, names.key_exception_stacktrace)
                             if info.key else (names.exception_fqcn, names.exception_message, names.exception_stacktrace))
     out: list[Header] = [(fqcn, info.fqcn.encode("utf-8"))]
-    if info.cause_fqcn and not info.key:
+    if info.cause_fqcn:  # one cause header for key and value failures, as Spring writes it
         out.append((names.exception_cause_fqcn, info.cause_fqcn.encode("utf-8")))
     if info.message is not None:
         out.append((message, info.message.encode("utf-8")))
