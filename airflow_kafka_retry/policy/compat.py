@@ -7,6 +7,9 @@ read from Spring Kafka's sources (tag, file, line):
   ``sameIntervalTopicReuseStrategy = MULTIPLE_TOPICS`` up to 3.1 (v3.1.10 RetryableTopic.java:187;
   2.7 has ``fixedDelayTopicStrategy = MULTIPLE_TOPICS``, v2.7.14 RetryableTopic.java:186) and
   ``SINGLE_TOPIC`` from 3.2 (v3.2.10 RetryableTopic.java:201, v4.1.1 :200).
+* ``spring-2.7`` keeps 2.7's reuse (``FixedDelayStrategy.SINGLE_TOPIC``: a fixed back-off only);
+  3.0.4 to 3.1 with ``SameIntervalTopicReuseStrategy.SINGLE_TOPIC`` collapse trailing repeats, as
+  ``spring-builder-4.0`` with ``reuse_same_interval: true`` does.
 * ``RetryTopicConfigurationBuilder``: ``MULTIPLE_TOPICS`` up to 4.0 (v4.0.7 :96), ``SINGLE_TOPIC`` from
   4.1 (v4.1.1 :97); delay suffixing in every version.
 * Index suffixes count from 0 (``DestinationTopicPropertiesFactory.getTopicSuffix``, v3.2.10 :205).
