@@ -162,9 +162,11 @@ def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings,
         common: dict[str, Any] = {
             "task_id": "reprocess", "topology": path, "tier": tier.index, "handler": handler,
             "value_deserializer": value_deserializer, "kafka_conn_id": kafka_conn_id, "options": options,
-            "cutoff": CUTOFF_NOW, "on_dlt": on_dlt, "window": settings.window, "timezone": settings.timezone,
-            "max_run": settings.max_run, "asset_server": asset_server,
+            "cutoff": CUTOFF_NOW,
         }
+        optional = {"on_dlt": on_dlt, "window": settings.window, "timezone": settings.timezone,
+                    "max_run": settings.max_run, "asset_server": asset_server}
+        common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
         if engine == "spark":
             from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
 
