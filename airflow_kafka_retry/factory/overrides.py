@@ -136,7 +136,7 @@ def _check_schedule(tier: str, value: object, timezone: str | None) -> None:
         from airflow.sdk import CronTriggerTimetable
 
         try:
-            CronTriggerTimetable(value, timezone=timezone or "UTC")
+            CronTriggerTimetable(value, timezone=timezone or "UTC").validate()
         except Exception as exc:  # noqa: BLE001 - Airflow raises several types for a bad cron expression
             raise TierOverrideError(tier, "schedule", f"{value!r} is not a valid cron expression: {exc}") from None
         return

@@ -133,7 +133,7 @@ def test_tier_overrides_with_a_window():
     dags = build_retry_dags(ORDERS, handler=HANDLER, tier_overrides=overrides)
     night = dags["kafka_retry__orders-retry-3"]
     assert type(night.timetable).__name__ == "CronTriggerTimetable"
-    assert night.timetable.summary == "0 1 * * *" and str(night.timetable._timezone.name) == "Europe/Berlin"
+    assert (night.timetable.expression, str(night.timetable.timezone)) == ("0 1 * * *", "Europe/Berlin")
     wait, reprocess = night.get_task("wait_for_due"), night.get_task("reprocess")
     assert (wait.window, wait.timezone, wait.max_wait) == ("01:00-05:00", "Europe/Berlin", None)
     assert (reprocess.window, reprocess.timezone) == ("01:00-05:00", "Europe/Berlin")
