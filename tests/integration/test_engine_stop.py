@@ -14,6 +14,7 @@ import pytest
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.policy.windows import ReprocessWindow
 from tests.support import ledger, stop_handler
 
 pytestmark = [pytest.mark.integration]
@@ -42,14 +43,15 @@ def _check_boundary(bootstrap, topology, inputs, ledger_file, partition: int, bo
     assert dead == _ids_at_offsets(inputs, partition, boundary, modes=STRAIGHT_TO_DLT)
 
 
-def test_a_deadline_passing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp_path):
+def test_a_window_closing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp_path):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_topology("stopdl")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 70, 1)
     config = {"bootstrap.servers": kafka_bootstrap}
-    # closes at 09:58:15: after chunk 1 (offsets 0-9) the clock is at most T0 + 10 steps, after
-    # chunk 2 (10-19) at least T0 + 19 steps (offset 19 is bad JSON, never handed to the handler)
-    closes = T0 + 15 * STEP_MS
+    # the window closes at 10:00 = T0 + 12 steps: after chunk 1 (offsets 0-9) the clock is at most
+    # T0 + 10 steps, after chunk 2 (10-19) T0 + 19 steps (offset 19 is bad JSON, never handed to the handler)
+    closes = ReprocessWindow.parse("09:00-10:00", "UTC").closes_at_ms(T0)
+    assert closes == T0 + 12 * STEP_MS
     options = DrainOptions(handler=f"{STOP_MODULE}:advancing", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
                            batch_size=5, chunk_size=10, deadline_ms=closes)
     stop_handler.reset(T0, STEP_MS)
@@ -67,7 +69,7 @@ def test_a_deadline_passing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, t
     assert totals["dlt_topics"] == {topology.dlt_topic: len(_ids_at_offsets(inputs, 0, 20,
                                                                              modes=STRAIGHT_TO_DLT))}
 
-    # a run that starts after the deadline reads nothing and moves nothing
+    # a run that starts after the window closed reads nothing and moves nothing
     again = run_local(topology, topology.tier(0), config, options, cutoff_ms=T0, clock=stop_handler.now_ms)
     assert again.stopped == "deadline" and again.partitions[0].drained == 0
     assert again.partitions[0].committed_offset is None and again.partitions[0].start_offset == 20
