@@ -26,6 +26,7 @@ import time
 from contextlib import closing
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 import yaml
@@ -100,7 +101,7 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=Fal
 
 def _closed_window() -> str:
     """A one-hour window (Berlin time) that opens about 6 hours from now: closed for the whole test."""
-    berlin = datetime.now(timezone.utc).astimezone(__import__("zoneinfo").ZoneInfo("Europe/Berlin"))
+    berlin = datetime.now(timezone.utc).astimezone(ZoneInfo("Europe/Berlin"))
     start = (berlin + timedelta(hours=6)).replace(minute=0)
     return f"{start:%H}:00-{(start + timedelta(hours=1)):%H}:00"
 

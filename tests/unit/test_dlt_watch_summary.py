@@ -30,8 +30,8 @@ class FakeMessage:
 def test_exception_classes_from_either_family():
     assert read_exception_classes([("kafka_exception-fqcn", b"a.B"), ("kafka_exception-cause-fqcn", b"c.D")]) == \
         ("a.B", "c.D")
-    assert read_exception_classes([("kafka_dlt-exception-fqcn", b"x.Y"), ("kafka_dlt-exception-cause-fqcn", b"z.W")]) \
-        == ("x.Y", "z.W")
+    dead_letter_family = [("kafka_dlt-exception-fqcn", b"x.Y"), ("kafka_dlt-exception-cause-fqcn", b"z.W")]
+    assert read_exception_classes(dead_letter_family) == ("x.Y", "z.W")
     # the last header wins across families; a key exception counts when the value has none
     assert read_exception_classes([("kafka_dlt-exception-fqcn", b"old.E"), ("kafka_exception-fqcn", b"new.E")])[0] \
         == "new.E"
