@@ -170,7 +170,8 @@ class RetryTierDueSensor(BaseSensorOperator):
             self.defer(
                 trigger=TierDueTrigger(topic=tier.topic, consumer_group=group, kafka_conn_id=self.kafka_conn_id,
                                        partitions=self.partitions, window=self.window, timezone=self.timezone,
-                                       deadline_ms=self._deadline_ms, peek_timeout=self.peek_timeout),
+                                       deadline_ms=self._deadline_ms, wake_ms=event["check"]["wake_ms"],
+                                       peek_timeout=self.peek_timeout),
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout),
             )

@@ -52,6 +52,8 @@ class TierDueTrigger(BaseTrigger):
     :param window: reprocessing window ``HH:MM-HH:MM``; outside it, nothing is due.
     :param timezone: IANA time zone of ``window`` (default UTC).
     :param deadline_ms: epoch ms after which the trigger stops waiting (``skip``); None: no limit.
+    :param wake_ms: sleep until this time (epoch ms) before the first look: the earliest due time or
+        window opening the deferring sensor saw. None: look at once.
     :param peek_timeout: seconds one peek may take.
     """
 
@@ -65,6 +67,7 @@ class TierDueTrigger(BaseTrigger):
         window: str | None = None,
         timezone: str | None = None,
         deadline_ms: int | None = None,
+        wake_ms: int | None = None,
         peek_timeout: float = 30.0,
     ) -> None:
         super().__init__()
@@ -75,6 +78,7 @@ class TierDueTrigger(BaseTrigger):
         self.window = window
         self.timezone = timezone
         self.deadline_ms = deadline_ms
+        self.wake_ms = wake_ms
         self.peek_timeout = peek_timeout
         self._window = ReprocessWindow.parse(window, timezone) if window else None
 
@@ -89,6 +93,7 @@ class TierDueTrigger(BaseTrigger):
                 "window": self.window,
                 "timezone": self.timezone,
                 "deadline_ms": self.deadline_ms,
+                "wake_ms": self.wake_ms,
                 "peek_timeout": self.peek_timeout,
             },
         )
@@ -102,6 +107,8 @@ class TierDueTrigger(BaseTrigger):
         where = f"{self.topic} (group {self.consumer_group})"
         try:
             kafka_config = await sync_to_async(self._kafka_config)()
+            if self.wake_ms is not None:
+                await self._sleep_until(self.wake_ms)
             while True:
                 check, peek = await asyncio.to_thread(
                     look, kafka_config, self.topic, self.consumer_group, partitions=self.partitions,

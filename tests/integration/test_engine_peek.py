@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.peek import PeekError, peek_heads
+from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
 from tests.support import ledger
@@ -132,3 +134,17 @@ def test_heads_of_tiers_the_engine_wrote_and_committed(kafka_bootstrap, tmp_path
     for head in peek.heads:
         assert started + HOUR <= head.due_ms <= _now() + HOUR
         assert not head.is_due(_now())
+
+
+def test_records_of_an_open_transaction_are_not_pending_until_committed(kafka_bootstrap, new_topic):
+    topic = new_topic("peek-txn", partitions=1)
+    group = unique_topic("g")
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_topic("txn")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", partition=0, headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(5))])
+    producer.flush(30)
+    assert not peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, group, timeout_s=30).pending
+    producer.commit_transaction(30)
+    [head] = peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, group, timeout_s=30).heads
+    assert (head.offset, head.due_ms) == (0, 5)
