@@ -54,6 +54,7 @@ globals().update(build_retry_dags(
     options={{"batch_size": 4, "chunk_size": 6}},
     tier_overrides={{{retry2!r}: {{"schedule": timedelta(minutes=30)}}}},
     default_args={{"retries": 0}},
+    asset_server={server!r},
 ))
 '''
 
@@ -118,8 +119,8 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
         "bootstrap.servers": kafka_bootstrap}}}, extra={"AKR_LEDGER": str(ledger_file),
                                                          "AKR_NOTIFY_LOG": str(notify_log)})
-    (home / "dags" / "akr_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file),
-                                                                               retry2=retry2)))
+    (home / "dags" / "akr_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(
+        topology=str(topology_file), retry2=retry2, server=kafka_bootstrap.split(",")[0])))
     airflow = str(Path(sys.executable).with_name("airflow"))
 
     def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ def bag(tmp_path_factory):
         mp.syspath_prepend(str(DAGS))
         from airflow.dag_processing.dagbag import DagBag
 
-        yield DagBag(dag_folder=str(DAGS), include_examples=False)
+        yield DagBag(dag_folder=str(DAGS))
 
 
 def test_every_example_dag_file_imports_without_errors(bag):
@@ -51,5 +51,7 @@ def test_hand_composed_example(bag):
     assert tier.get_task("wait_for_due").downstream_task_ids == {"reprocess"}
     assert tier.get_task("ensure_topics").downstream_task_ids == {"wait_for_due"}
     follow_up = bag.dags["orders_dlt_follow_up"]
-    assert [a.uri for a in follow_up.timetable.asset_condition.iter_assets().values()] == [
-        "kafka://kafka:9092/orders-dlt"]
+    assert [a.uri for a in follow_up.timetable.asset_condition.objects] == ["kafka://kafka:9092/orders-dlt"]
+    reprocess = tier.get_task("reprocess")
+    assert sorted(a.uri for a in reprocess.outlets) == ["kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-retry-2",
+                                                         "kafka://kafka:9092/orders-validation-dlt"]
