@@ -21,6 +21,7 @@ globals().update(build_retry_dags(
     handler="handlers.orders:handle",
     value_deserializer="handlers.orders:decode",
     on_dlt=[DltLogNotifier()],  # or SlackNotifier(...), SmtpNotifier(...), any callable f(context)
+    asset_server="kafka:9092",  # every topic is an asset kafka://kafka:9092/<topic>; runs emit record counts
     tier_overrides={
         # the last tier is drained at night only, in a window; a run stops when the window closes
         "orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",

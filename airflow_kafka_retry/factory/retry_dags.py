@@ -76,8 +76,9 @@ def build_retry_dags(
         topic name. The DLT-watch DAG's key (its DLT topic) takes only ``schedule``.
     :param min_schedule: a shorter ``timedelta`` schedule is raised to this, with a warning; records
         are still never handled before their due time.
-    :param asset_server: the server part of the topics' asset URIs (``kafka://<server>/<topic>``);
-        default: the reprocess operators' own default.
+    :param asset_server: one ``host:port`` of the cluster: the reprocess tasks then declare the next
+        tier and the DLTs as asset outlets (``kafka://<server>/<topic>``) and emit events with the
+        record counts; None: no asset outlets.
     :param dag_kwargs: passed to every ``DAG`` (``default_args``, ``tags``, ``start_date``, ...).
     """
     path, loaded = _topology(topology)
