@@ -41,6 +41,9 @@ def test_factory_example_builds_the_orders_tiers(bag):
     assert first.schedule == timedelta(seconds=30) and first.max_active_runs == 1
     assert {t.task_id for t in first.tasks} == {"ensure_topics", "wait_for_due", "reprocess"}
     assert all(t.owner == "orders-team" and t.retries == 1 for t in first.tasks)
+    assert sorted(a.uri for a in first.get_task("reprocess").outlets) == [
+        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-retry-2", "kafka://kafka:9092/orders-validation-dlt"]
+    assert [type(n).__name__ for n in first.get_task("reprocess").on_dlt] == ["DltLogNotifier"]
     night = bag.dags["kafka_retry__orders-retry-3"]
     assert night.get_task("wait_for_due").window == "01:00-05:00"
     assert night.timetable.expression == "0 1 * * *"

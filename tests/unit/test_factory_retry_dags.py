@@ -59,6 +59,7 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
         assert (reprocess.topology, reprocess.tier, reprocess.handler, reprocess.value_deserializer,
                 reprocess.kafka_conn_id) == (str(ORDERS), index, HANDLER, "handlers.orders:decode", "kafka_default")
         assert reprocess.cutoff == CUTOFF_NOW and reprocess.max_run is None and reprocess.window is None
+        assert reprocess.outlets == []  # no asset_server: no asset outlets
     watch = dags["kafka_retry__orders-dlt"]
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
     [task] = watch.tasks
