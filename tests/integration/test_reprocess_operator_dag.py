@@ -65,7 +65,8 @@ with DAG("akr_local_reprocess", schedule=None, start_date=datetime(2024, 1, 1), 
         value_deserializer="{{{{ params.decoder }}}}",
         options={{"batch_size": 10, "chunk_size": 25}},
         parallelism=2,
-        on_dlt=[record_notification, DltLogNotifier(message="DLT-NOTE {{{{ kafka_retry_summary.totals.dlt_topics }}}}")],
+        on_dlt=[record_notification,
+                DltLogNotifier(message="DLT-NOTE {{{{ kafka_retry_summary.totals.dlt_topics }}}}")],
         asset_server=SERVER,
         params={{"decoder": "tests.support.ledger_handler:decode"}},
     )
@@ -126,8 +127,8 @@ def _states(env: dict, dag_id: str) -> dict[str, str]:
 
 def _asset_events(db: Path, dag_id: str) -> list[tuple[str, str, dict]]:
     with closing(sqlite3.connect(db)) as con:
-        rows = con.execute("SELECT e.source_task_id, a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-                           "WHERE e.source_dag_id = ? ORDER BY e.id", (dag_id,)).fetchall()
+        rows = con.execute("SELECT e.source_task_id, a.uri, e.extra FROM asset_event e "
+                           "JOIN asset a ON a.id = e.asset_id WHERE e.source_dag_id = ? ORDER BY e.id", (dag_id,)).fetchall()
     return [(task, uri, json.loads(extra)) for task, uri, extra in rows]
 
 
