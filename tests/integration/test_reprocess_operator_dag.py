@@ -18,6 +18,7 @@ import textwrap
 import time
 from collections import Counter
 from contextlib import closing
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,7 @@ KILL_TOPOLOGY = {kill_topology!r}
 OUT = {out!r}
 SERVER = {server!r}
 DLT = {dlt!r}
+CLOSED_WINDOW = {closed_window!r}
 
 
 def record_notification(context):
@@ -82,12 +84,22 @@ with DAG("akr_local_reprocess", schedule=None, start_date=datetime(2024, 1, 1), 
         asset_server=SERVER,
     )
 
+    outside_window = ReprocessTierOperator(
+        task_id="outside_window",
+        topology=TOPOLOGY,
+        tier=2,
+        handler="tests.support.ledger_handler:indexed",
+        value_deserializer="tests.support.ledger_handler:decode",
+        cutoff="{{{{ macros.time.time_ns() // 1000000 }}}}",
+        window=CLOSED_WINDOW,
+    )
+
     @task
     def record(summary):
         with open(OUT + "/xcom.json", "w") as fh:
             json.dump(summary, fh)
 
-    main_tier >> first_tier
+    main_tier >> first_tier >> outside_window
     record(main_tier.output)
 
 
@@ -132,6 +144,12 @@ def _asset_events(db: Path, dag_id: str) -> list[tuple[str, str, dict]]:
     return [(task, uri, json.loads(extra)) for task, uri, extra in rows]
 
 
+def _closed_window() -> str:
+    """A one-hour window (UTC) that opens in two hours: closed for as long as the test runs."""
+    hour = (datetime.now(timezone.utc).hour + 2) % 24
+    return f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"
+
+
 @pytest.fixture
 def airflow_home(kafka_bootstrap, tmp_path):
     """Topologies with records, a DAG file, a migrated metadata DB and reserialized DAGs."""
@@ -146,7 +164,7 @@ def airflow_home(kafka_bootstrap, tmp_path):
     dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "akr_local_reprocess.py"
     dag_file.write_text(textwrap.dedent(DAG_FILE.format(
         topology=str(tmp_path / "topology.yaml"), kill_topology=str(tmp_path / "kill-topology.yaml"), out=str(out),
-        server=server, dlt=topology.dlt_topic, kill_chunk=KILL_CHUNK)))
+        server=server, dlt=topology.dlt_topic, kill_chunk=KILL_CHUNK, closed_window=_closed_window())))
     _airflow(env, "db", "migrate")
     _airflow(env, "dags", "reserialize")
     return {"env": env, "topology": topology, "kill_topology": kill_topology, "out": out, "server": server,
@@ -164,7 +182,7 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     output = run.stdout + run.stderr
     (out / "airflow-output.txt").write_text(output)
     assert _states(env, "akr_local_reprocess") == {"reprocess_main": "success", "reprocess_tier_1": "success",
-                                                   "record": "success"}, output[-5000:]
+                                                   "outside_window": "success", "record": "success"}, output[-5000:]
 
     # due records processed, failures moved on, the tier group committed
     tier1, tier2 = topology.tier(1).topic, topology.tier(2).topic
@@ -193,6 +211,15 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     [tier1_summary] = _xcom(airflow_home["db"], "akr_local_reprocess", "reprocess_tier_1", "return_value")
     assert tier1_summary["totals"]["routed"] == {tier2: modes["transient:2"] + modes["permanent"]}
     assert tier1_summary["totals"]["dlt_topics"] == {}
+
+    # started outside its window, a tier reads nothing, succeeds and says why
+    [closed] = _xcom(airflow_home["db"], "akr_local_reprocess", "outside_window", "return_value")
+    assert closed["stopped"] == "window_closed" and closed["status"] == "ok", closed
+    assert closed["totals"]["drained"] == 0
+    assert {p["stop_reason"] for p in closed["partitions"]} == {"stopped"}
+    assert all(offset < 0 for offset in ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(2)),
+                                                         tier2, PARTITIONS).values())
+    assert len(ledger.read_all(kafka_bootstrap, tier2)) == modes["transient:2"] + modes["permanent"]
 
     # the notifiers: called once (only the main tier dead-lettered), with the run's counts
     notes = [json.loads(line) for line in (out / "notified.jsonl").read_text().splitlines()]
