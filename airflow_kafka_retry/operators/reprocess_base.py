@@ -113,7 +113,7 @@ def stop_message(summary: RunSummary) -> str:
 
 def notifier_summary(document: Mapping[str, Any], cap: int = NOTIFY_COORDINATE_CAP) -> dict[str, Any]:
     """The run summary for notifiers: the run's document plus its dead letters over all partitions, capped."""
-    letters = [dict(d, dlt_topic=d.get("dlt_topic")) for p in document["partitions"] for d in p["dead_letters"]]
+    letters = [dict(d) for p in document["partitions"] for d in p["dead_letters"]]
     truncated = sum(p["dead_letters_truncated"] for p in document["partitions"]) + max(0, len(letters) - cap)
     return {**document, "dead_letters": letters[:cap], "dead_letters_truncated": truncated}
 

@@ -41,7 +41,7 @@ def default_result_path(context: Context) -> str:
     return os.path.join(tempfile.gettempdir(), "airflow-kafka-retry", *parts, f"{_UNSAFE.sub('_', task)}.json")
 
 
-__all__ = ["SparkReprocessTierOperator", "default_result_path", "failure_message", "to_epoch_ms"]
+__all__ = ["SparkReprocessTierOperator", "failure_message", "to_epoch_ms"]  # the last two moved to reprocess_base
 
 
 class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
