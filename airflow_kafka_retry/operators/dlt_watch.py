@@ -35,7 +35,8 @@ class DltWatchOperator(BaseOperator):
     ``context["kafka_retry_summary"]``; a notifier that raises is logged and fails nothing. Only
     after the notifiers were called is the watch group committed, so a run that dies before that
     reports the same records again next time; no new records means no notification. The summary
-    is the task's return value (XCom). DLT records are only read: nothing is moved or deleted.
+    is the task's return value (XCom). DLT records are only read: nothing is moved or deleted. The
+    first run of a new watch group reports everything the DLTs hold.
 
     :param topology: a :class:`~airflow_kafka_retry.policy.topology.Topology` or the path of its
         YAML file. (templated)

@@ -123,17 +123,23 @@ class RetryTierDueSensor(BaseSensorOperator):
     def _window(self) -> ReprocessWindow | None:
         return ReprocessWindow.parse(self.window, self.timezone or None) if self.window else None
 
-    def _start_clock(self) -> int | None:
-        """The deadline of this sensor's waiting (epoch ms), fixed at its first look."""
+    def _start_clock(self, context: Context) -> int | None:
+        """The deadline of this sensor's waiting (epoch ms), fixed at its first look (in reschedule mode,
+        the first look of the first try's reschedules)."""
         if self._deadline_ms is None and self.max_wait is not None:
-            self._deadline_ms = wall_clock_ms() + int(self.max_wait.total_seconds() * 1000)
+            started = wall_clock_ms()
+            if self.reschedule and context.get("ti") is not None:
+                first = context["ti"].get_first_reschedule_date(context)
+                if first is not None:
+                    started = int(first.timestamp() * 1000)
+            self._deadline_ms = started + int(self.max_wait.total_seconds() * 1000)
         return self._deadline_ms
 
-    def _look(self) -> tuple[Tier, str, dict[str, Any]]:
+    def _look(self, context: Context) -> tuple[Tier, str, dict[str, Any]]:
         tier, group = self._tier()
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         check, peek = look(kafka_config, tier.topic, group, partitions=self.partitions, window=self._window(),
-                           deadline_ms=self._start_clock(), peek_timeout=self.peek_timeout)
+                           deadline_ms=self._start_clock(context), peek_timeout=self.peek_timeout)
         self.log.info("%s (group %s): %s", tier.topic, group, check.reason)
         return tier, group, event_payload(check, peek)
 
@@ -165,7 +171,7 @@ class RetryTierDueSensor(BaseSensorOperator):
     def execute(self, context: Context) -> Any:
         if not self.deferrable:
             return super().execute(context)
-        tier, group, event = self._look()
+        tier, group, event = self._look(context)
         if event["status"] == "wait":
             self.defer(
                 trigger=TierDueTrigger(topic=tier.topic, consumer_group=group, kafka_conn_id=self.kafka_conn_id,
@@ -186,6 +192,6 @@ class RetryTierDueSensor(BaseSensorOperator):
 
     def poke(self, context: Context) -> bool | PokeReturnValue:
         """Non-deferrable mode: one look; False while records are pending but not due."""
-        tier, _, event = self._look()
+        tier, _, event = self._look(context)
         value = self._outcome(event, tier.index)
         return False if value is None else PokeReturnValue(is_done=True, xcom_value=value)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
@@ -295,3 +295,21 @@ def test_wait_limit(value, expected):
 def test_wait_limit_refuses(value):
     with pytest.raises(ValueError, match="max_wait"):
         wait_limit(value)
+
+
+class RescheduledTaskInstance:
+    def __init__(self, first: datetime | None) -> None:
+        self.first = first
+
+    def get_first_reschedule_date(self, context):
+        return self.first
+
+
+def test_reschedule_mode_counts_max_wait_from_the_first_reschedule(clock, peek):
+    peek({0: NOW + 4 * MIN})
+    sensor = make_sensor(deferrable=False, mode="reschedule", max_wait="5m")
+    first = datetime.fromtimestamp((NOW - 2 * MIN) / 1000, tz=timezone.utc)  # rescheduled 2 minutes ago
+    with pytest.raises(AirflowSkipException, match="after the wait limit"):
+        sensor.poke({"ti": RescheduledTaskInstance(first)})
+    fresh = make_sensor(deferrable=False, mode="reschedule", max_wait="5m")
+    assert fresh.poke({"ti": RescheduledTaskInstance(None)}) is False  # the first look starts the clock
