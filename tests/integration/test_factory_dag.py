@@ -4,8 +4,9 @@ Records are put on retry-1 as a Spring service's retry topic would hold them (at
 headers): most are due, two (one per partition) are due in an hour. ``dags test`` of the tier DAG
 must create the missing topics, find the due records, drain them, route the failures on, commit
 the tier group right before the not-yet-due records, call the DLT notifier once with the counts
-and record asset events carrying the counts. A not-yet-due tier and an idle tier must end their
-``dags test`` at once (sensor skipped), not wait in the inline triggerer.
+and record asset events carrying the counts. A not-yet-due tier and an idle tier (the main topic's
+DAG, ``include_main``) must end their ``dags test`` at once (sensor skipped), not wait in the inline
+triggerer.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ globals().update(build_retry_dags(
     options={{"batch_size": 4, "chunk_size": 6}},
     tier_overrides={{{retry2!r}: {{"schedule": timedelta(minutes=30)}}}},
     default_args={{"retries": 0}},
+    include_main=True,
     asset_server={server!r},
 ))
 '''
@@ -137,6 +139,13 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     assert _states(db, tier1_dag) == [{"ensure_topics": "success", "wait_for_due": "success",
                                        "reprocess": "success"}], output[-5000:]
 
+    # ensure_topics created what was missing, sized after the main topic
+    [(ensured,)] = _query(db, "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'ensure_topics' "
+                              "AND key = 'return_value'", tier1_dag)
+    ensured = json.loads(ensured)
+    assert (ensured["created"], ensured["existing"], ensured["mismatches"], ensured["partitions"]) == (
+        [retry2, dlt], [retry1], [], PARTITIONS)
+
     # due records processed, failures moved on, the not-yet-due records left where they are
     modes = Counter(mode for rid, (mode, _, _) in records.items() if not rid.startswith("later"))
     processed = ledger_file.read_text().split()
@@ -184,4 +193,9 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     run = cli("dags", "test", tier1_dag, timeout=180)
     assert _states(db, tier1_dag)[-1] == {"ensure_topics": "success", "wait_for_due": "skipped",
                                           "reprocess": "skipped"}, (run.stdout + run.stderr)[-5000:]
+    # the main topic's DAG (include_main): nothing pending at all, skipped at once
+    main_dag = f"akr_{topology.topic}"
+    run = cli("dags", "test", main_dag, timeout=180)
+    assert _states(db, main_dag) == [{"ensure_topics": "success", "wait_for_due": "skipped",
+                                      "reprocess": "skipped"}], (run.stdout + run.stderr)[-5000:]
     assert len(notify_log.read_text().splitlines()) == 1
