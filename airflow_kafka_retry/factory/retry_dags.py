@@ -69,7 +69,8 @@ def build_retry_dags(
     :param options: further ``DrainOptions`` (``batch_size``, ``chunk_size``...) of every reprocess task.
     :param dag_id_template: DAG id of each tier, formatted with ``topic``.
     :param include_main: also build a DAG draining the main topic (tier 0) with the service's group.
-    :param dlt_watch: build the DLT-watch DAG (id: the template formatted with the DLT topic).
+    :param dlt_watch: build the DLT-watch DAG (id: the template formatted with the DLT topic). It
+        reports every new DLT record, also those a tier run already reported to ``on_dlt``.
     :param spark_conn_id: the Spark connection, with ``engine="spark"``.
     :param tier_overrides: per-tier ``schedule`` (cron string, timedelta or timetable), ``window``
         (``HH:MM-HH:MM``), ``timezone`` (of the window and a cron schedule) and ``max_run``; keyed by

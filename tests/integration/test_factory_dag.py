@@ -141,7 +141,7 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
 
     # ensure_topics created what was missing, sized after the main topic
     [(ensured,)] = _query(db, "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'ensure_topics' "
-                              "AND key = 'return_value'", tier1_dag)
+                              'AND "key" = '"'return_value'", tier1_dag)
     ensured = json.loads(ensured)
     assert (ensured["created"], ensured["existing"], ensured["mismatches"], ensured["partitions"]) == (
         [retry2, dlt], [retry1], [], PARTITIONS)
