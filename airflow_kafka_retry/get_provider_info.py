@@ -27,6 +27,18 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "operators": [
             {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess"]}
+             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
+                                "airflow_kafka_retry.operators.reprocess"]},
+            {"integration-name": "Kafka Retry Tiers",
+             "python-modules": ["airflow_kafka_retry.operators.dlt_watch"]},
+            {"integration-name": "Kafka Retry Tiers",
+             "python-modules": ["airflow_kafka_retry.operators.ensure_topics"]},
         ],
+        "sensors": [
+            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}
+        ],
+        "triggers": [
+            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.triggers.tier_due"]}
+        ],
+        "notifications": ["airflow_kafka_retry.notifications.dlt_log.DltLogNotifier"],
     }
