@@ -60,6 +60,7 @@ class Topology:
     index_start: int = 1
     retry_suffix: str = "-retry"
     dlt_suffix: str = "-dlt"
+    parking_suffix: str = "-parking"
     reuse_same_interval: bool = False
     not_retryable: tuple[str, ...] = ()
     default_not_retryable: bool = True
@@ -91,6 +92,14 @@ class Topology:
                 raise self._error(f"derived topic name {tier.topic!r} is also the {seen[tier.topic]} topic; "
                                   "every tier and DLT needs its own topic", field_name)
             seen[tier.topic] = f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter"
+        parking = self.parking_topic
+        if parking is not None:
+            if not _TOPIC_NAME.match(parking):
+                raise self._error(f"derived topic name {parking!r} is not a legal Kafka topic name "
+                                  "(1-249 characters from a-z A-Z 0-9 . _ -)", "parking_suffix")
+            if parking in seen:
+                raise self._error(f"derived topic name {parking!r} is also the {seen[parking]} topic; the parking "
+                                  "topic needs its own topic", "parking_suffix")
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -118,7 +127,8 @@ class Topology:
                               "dlt_strategy")
         if isinstance(self.index_start, bool) or self.index_start not in (0, 1):
             raise self._error(f"must be 0 (Spring's naming) or 1, got {self.index_start!r}", "index_start")
-        for name, value in (("retry_suffix", self.retry_suffix), ("dlt_suffix", self.dlt_suffix)):
+        for name, value in (("retry_suffix", self.retry_suffix), ("dlt_suffix", self.dlt_suffix),
+                            ("parking_suffix", self.parking_suffix)):
             if not isinstance(value, str) or not value:
                 raise self._error("must be a non-empty string", name)
         if self.retry_suffix == self.dlt_suffix:
@@ -210,6 +220,15 @@ class Topology:
         return (main, *(Tier(-1, f"{self.topic}{suffix}", 0, "dlt") for suffix, _ in self.dlt_routing))
 
     @property
+    def parking_topic(self) -> str | None:
+        """Where a replayed DLT record that fails again ends (``<topic><parking_suffix>``); None under no_dlt.
+
+        Parking keeps a record from looping between a replay and the DLT: the DLT is for first
+        failures, the parking topic for records that failed again after a replay.
+        """
+        return None if self.dlt_strategy == "no_dlt" else f"{self.topic}{self.parking_suffix}"
+
+    @property
     def _default_fatal(self) -> tuple[str, ...]:
         """The default fatal exceptions, unless ``default_not_retryable: false`` turned them off."""
         return DEFAULT_NOT_RETRYABLE if self.default_not_retryable else ()
@@ -257,10 +276,12 @@ class Topology:
         return self.tier_for_topic(spec)
 
     def destinations_from(self, tier: Tier) -> list[str]:
-        """Every topic a failed record of ``tier`` can be routed to (next tier and DLTs)."""
+        """Every topic a failed record of ``tier`` can be routed to (next tier, DLTs, parking)."""
         following = self.next_tier(tier)
         topics = [following.topic] if following is not None else []
         topics += [t.topic for t in self.dlt_tiers if t.topic not in topics]
+        if self.parking_topic is not None:
+            topics.append(self.parking_topic)
         return topics
 
     def tier_for_topic(self, topic: str) -> Tier:
@@ -308,6 +329,7 @@ class Topology:
             "dlt_topics": [t.topic for t in self.dlt_tiers],
             "dlt_routing": {f"{self.topic}{s}": list(c) for s, c in self.dlt_routing},
             "dlt_strategy": self.dlt_strategy,
+            "parking": self.parking_topic,
             "timeout_ms": self.timeout_ms,
             "not_retryable": list(self.classifier.not_retryable),
             "retry_only": list(self.retry_only),
@@ -319,7 +341,7 @@ class Topology:
 # ---------------------------------------------------------------------- mapping -> model
 _KEYS = (
     "topic", "group_id", "attempts", "backoff", "topic_suffixing", "index_start", "retry_suffix",
-    "dlt_suffix", "reuse_same_interval", "not_retryable", "default_not_retryable", "retry_only",
+    "dlt_suffix", "parking_suffix", "reuse_same_interval", "not_retryable", "default_not_retryable", "retry_only",
     "traverse_causes", "dlt_routing", "dlt_strategy", "timeout", "headers", "tier_group_template",
 )
 _BACKOFF_KEYS = {
@@ -409,8 +431,8 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
         if required not in data:
             raise TopologyError("is required", field=required, source=source)
     kwargs: dict[str, Any] = {"topic": data["topic"], "group_id": data["group_id"], "source": source}
-    for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "dlt_strategy",
-                "tier_group_template"):
+    for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "parking_suffix",
+                "dlt_strategy", "tier_group_template"):
         if key in data:
             kwargs[key] = data[key]
     for key in ("reuse_same_interval", "default_not_retryable", "traverse_causes"):
