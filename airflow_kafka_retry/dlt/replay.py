@@ -150,6 +150,7 @@ class Replay:
         self.chunk_size = chunk_size
         self.move_cap = move_cap
         self.source = source_topic(topology, request.dlt)
+        request.build_filter(clock())  # a bad filter fails here, before any Kafka client is created
         check_target_spec(topology, self.source, request.to)
         self.transform: Transform | None = load_transform(request.transform)
         self.log_topic = log_topic(self.source)
