@@ -62,6 +62,11 @@ def _as_list(value: object) -> list[Any]:
     return [v for v in value if v is not None and v != ""]  # type: ignore[union-attr]
 
 
+def _split(value: object) -> tuple[str, ...]:
+    """Names given one per value or comma-separated (class and topic names have no commas)."""
+    return tuple(part.strip() for item in _as_list(value) for part in str(item).split(",") if part.strip())
+
+
 def _resolve_class(name: str) -> type | None:
     module_name, _, attr = name.rpartition(".")
     try:
@@ -91,10 +96,11 @@ class ReplayFilter:
               limit: object = None, now_ms: int) -> ReplayFilter:
         """Check and normalise filter options as the CLI, the operator and the DAG form give them.
 
-        ``partition`` takes integers or comma-separated strings; ``key`` strings (UTF-8) or bytes;
+        ``exception``, ``original_topic`` and ``partition`` take one value, a list, or comma-separated
+        values; ``key`` strings (UTF-8) or bytes;
         ``since``/``until`` see :func:`parse_time_ms` (``now_ms`` anchors a duration ago).
         """
-        exceptions = tuple(str(e).strip() for e in _as_list(exception))
+        exceptions = _split(exception)
         for name in exceptions:
             if not is_dotted_name(name):
                 raise ReplayError(f"--exception {name!r} is not a dotted exception class path "
@@ -123,7 +129,7 @@ class ReplayFilter:
             if count < 1:
                 raise ReplayError(f"--limit {limit!r} must be a whole number >= 1")
         keys = tuple(k if isinstance(k, bytes) else str(k).encode("utf-8") for k in _as_list(key))
-        topics = tuple(str(t).strip() for t in _as_list(original_topic))
+        topics = _split(original_topic)
         return cls(exceptions=exceptions, original_topics=topics, since_ms=since_ms, until_ms=until_ms, keys=keys,
                    partitions=tuple(sorted(set(partitions))),
                    offsets=None if offsets in (None, "") else parse_offsets(offsets), limit=count,

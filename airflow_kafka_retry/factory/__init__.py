@@ -1,0 +1,1 @@
+"""DAG factories: assemble the provider's operators and sensors into DAGs, nothing more."""
