@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
@@ -68,8 +68,9 @@ class Group:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
-def group_records(records: Iterable[DltRecord], *, bucket: Bucket = "hour", replayed: set[tuple[int, int]] = frozenset(),
-                  samples: int = 3, show_values: bool = False) -> list[Group]:
+def group_records(records: Iterable[DltRecord], *, bucket: Bucket = "hour",
+                  replayed: Collection[tuple[int, int]] = frozenset(), samples: int = 3,
+                  show_values: bool = False) -> list[Group]:
     """Group ``records``; biggest groups first, then oldest first."""
     if bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, got {bucket!r}")

@@ -57,6 +57,8 @@ def read_partition(consumer: Consumer, topic: str, partition: int, *, start: int
                     return
                 raise ReadError(f"{where}: read failed: {error}")
             offset = message.offset()
+            if start is not None and offset < start:
+                continue  # the broker reset a start past the end to the beginning
             if high is None:
                 high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)[1]
             limit = end if end is not None else high

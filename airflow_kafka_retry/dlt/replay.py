@@ -97,15 +97,15 @@ class ReplayRequest:
     transform: str | None = None
 
     def spec(self) -> dict[str, Any]:
-        """The request as normalised plain data: what a rerun of the same replay id must repeat."""
-        def norm(value: Any) -> Any:
-            if value in (None, "", [], ()):
-                return None
-            if isinstance(value, list | tuple):
-                return [str(v) for v in value]
-            return str(value)
+        """The request as normalised plain data: what a rerun of the same replay id must repeat.
 
-        return {name: norm(getattr(self, name)) for name in self.__dataclass_fields__}
+        Times are kept as given (a duration ago is anchored at the replay's start, recorded in its plan).
+        """
+        described = self.build_filter(0).describe()
+        del described["since_ms"], described["until_ms"]
+        raw = {name: None if getattr(self, name) in (None, "") else str(getattr(self, name))
+               for name in ("dlt", "since", "until", "to", "transform")}
+        return {**raw, **described}
 
     def build_filter(self, now_ms: int) -> ReplayFilter:
         return ReplayFilter.build(exception=self.exception, original_topic=self.original_topic, since=self.since,
