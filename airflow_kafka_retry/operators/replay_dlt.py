@@ -126,7 +126,8 @@ class ReplayDltOperator(BaseOperator):
         replay = Replay(topology, KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(), self.request(),
                         replay_id=_unset(self.replay_id) or default_replay_id(context), dry_run=dry_run,
                         chunk_size=self.chunk_size, move_cap=self.move_cap)
-        log.info("replay %s of %s%s", replay.replay_id, replay.source, " (dry run: nothing is moved)" if dry_run else "")
+        log.info("replay %s of %s%s", replay.replay_id, replay.source,
+                 " (dry run: nothing is moved)" if dry_run else "")
         summary = replay.run()
         for line in summary.lines():
             log.info("%s", line)

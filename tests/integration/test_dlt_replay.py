@@ -28,7 +28,8 @@ TRANSFORMS = "tests.support.dlt_transforms"
 
 
 def _options() -> DrainOptions:
-    return DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    return DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                        value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
 
 
 def fill_dlt(bootstrap: str, tmp_path, prefix: str = "dlt"):
@@ -149,7 +150,7 @@ def test_a_replayed_record_that_fails_again_is_parked_not_dead_lettered(kafka_bo
         assert summary.ok
     parked = ledger.read_all(kafka_bootstrap, topology.parking_topic)
     assert sorted(m.key().decode() for m in parked) == sorted(ids_of(inputs, "fatal") | ids_of(inputs, "permanent"))
-    assert len(ledger.read_all(kafka_bootstrap, topology.dlt_topic)) == dlt_count, "a replayed record re-entered the DLT"
+    assert len(ledger.read_all(kafka_bootstrap, topology.dlt_topic)) == dlt_count, "a replayed record was dead-lettered"
     for message in parked:
         mode, partition, offset = inputs.records[message.key().decode()]
         assert R.read_replay_audit(message.headers()).replay_id in (fatal.replay_id, permanent.replay_id)

@@ -72,7 +72,8 @@ def test_time_key_partition_and_offsets():
     assert f.matches(record(offset=5)) and f.matches(record(offset=7, key=b"k2"))
     assert not f.matches(record(offset=8)) and not f.matches(record(offset=4))
     assert not f.matches(record(offset=6, key=b"k3")) and not f.matches(record(offset=6, key=None))
-    assert not f.matches(record(offset=6, timestamp_ms=NOW - 11)) and not f.matches(record(offset=6, timestamp_ms=NOW + 11))
+    assert not f.matches(record(offset=6, timestamp_ms=NOW - 11))
+    assert not f.matches(record(offset=6, timestamp_ms=NOW + 11))
     assert build(offsets="5-").matches(record(offset=10 ** 9)) and build(offsets="5").offsets == (5, 5)
 
 

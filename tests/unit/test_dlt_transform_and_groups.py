@@ -8,7 +8,6 @@ import pytest
 
 from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.groups import bucket_of, format_table, group_records
-from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic, source_topics, target_for
 from airflow_kafka_retry.dlt.transform import apply_transform, load_transform
 from airflow_kafka_retry.policy.topology import Topology
@@ -125,7 +124,8 @@ def test_targets():
     t = topology()
     rec = record(original_topic="orders")  # original partition 3
     assert target_for(t, "orders-dlt", None, rec) == target_for(t, "orders-dlt", "main", rec)
-    assert target_for(t, "orders-dlt", None, rec).partition == 3 and target_for(t, "orders-dlt", None, rec).attempt is None
+    default = target_for(t, "orders-dlt", None, rec)
+    assert (default.topic, default.partition, default.attempt) == ("orders", 3, None)
     first = target_for(t, "orders-dlt", "first-tier", rec)
     assert (first.topic, first.attempt) == ("orders-retry-1", 2)
     assert target_for(t, "orders-dlt", "orders-retry-2", rec).attempt == 3
