@@ -1,1 +1,1 @@
-"""DAG factories: assemble the provider's operators and sensors into DAGs, nothing more."""
+"""The DAG factory: assembles the operators, sensors and notifiers into scheduled retry-tier DAGs."""
