@@ -6,6 +6,8 @@
 
 * ``produced``: right after the ``AKR_KILL_ON``-th replayed copy was produced and acknowledged
   (flushed) -- inside an open transaction whose log entries are not written yet;
+* ``logged``: when the ``AKR_KILL_ON``-th chunk is about to commit: its copies and its replay-log
+  entries were produced and acknowledged, the transaction is still open;
 * ``committed``: right after the ``AKR_KILL_ON``-th chunk's transaction committed.
 """
 
@@ -15,10 +17,13 @@ import os
 import signal
 import sys
 
+from confluent_kafka import Producer
+
 from airflow_kafka_retry import cli
+from airflow_kafka_retry.dlt import replay as replay_module
 from airflow_kafka_retry.dlt.replay import Replay
 
-_seen = {"produced": 0, "committed": 0}
+_seen = {"produced": 0, "logged": 0, "committed": 0}
 
 
 def _maybe_die(point: str) -> None:
@@ -42,7 +47,23 @@ def main() -> int:
         original_commit(self, producer, chunk, summary)
         _maybe_die("committed")
 
-    Replay._produce, Replay._commit_chunk = produce, commit_chunk
+    class KillingProducer(Producer):
+        def commit_transaction(self, *args):
+            if self._in_chunk:
+                assert self.flush(30) == 0, "log entries not delivered before the kill point"
+                _maybe_die("logged")
+            return super().commit_transaction(*args)
+
+    def commit_chunk_logged(self, producer, chunk, summary):
+        producer._in_chunk = True
+        try:
+            commit_chunk(self, producer, chunk, summary)
+        finally:
+            producer._in_chunk = False
+
+    KillingProducer._in_chunk = False
+    replay_module.Producer = KillingProducer
+    Replay._produce, Replay._commit_chunk = produce, commit_chunk_logged
     return cli.main(sys.argv[1:])
 
 
