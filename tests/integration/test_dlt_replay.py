@@ -162,6 +162,30 @@ def test_a_replayed_record_that_fails_again_is_parked_not_dead_lettered(kafka_bo
     assert report["topic"] == topology.parking_topic and report["records"] == 20
     assert {g["exception"] for g in report["groups"]} == {INVALID, PERMANENT}
 
+    # the next fix is out: replay from the parking topic; the records now succeed
+    again = replay_dlt(topology, config, ReplayRequest(dlt="parking", transform=f"{TRANSFORMS}:fix"))
+    assert again.moved == 20 and again.dlt == topology.parking_topic
+    assert run_local(topology, topology.tier(0), config, _options()).ok
+    processed = ledger.processed_ids(ledger_file)
+    assert ids_of(inputs, "fatal") | ids_of(inputs, "permanent") <= set(processed)
+    assert len(ledger.read_all(kafka_bootstrap, topology.parking_topic)) == 20, "a fixed record was parked again"
+
+
+def test_limit_key_and_offsets_select_records(kafka_bootstrap, tmp_path):
+    topology, inputs, _, config = fill_dlt(kafka_bootstrap, tmp_path, "select")
+    dlt = sorted(ledger.read_all(kafka_bootstrap, topology.dlt_topic), key=lambda m: (m.timestamp()[1], m.partition(),
+                                                                                      m.offset()))
+    oldest = [m.key().decode() for m in dlt if m.key().decode() in ids_of(inputs, "permanent")][:3]
+    first = replay_dlt(topology, config, ReplayRequest(exception=PERMANENT, limit=3))
+    assert (first.moved, first.beyond_limit) == (3, 7)
+    assert sorted(m.key().decode() for m in replayed_copies(kafka_bootstrap, topology.topic)) == sorted(oldest)
+    one = next(iter(ids_of(inputs, "fatal")))
+    assert replay_dlt(topology, config, ReplayRequest(key=one)).moved == 1
+    assert replay_dlt(topology, config, ReplayRequest(key=one)).already_replayed == 1
+    span = replay_dlt(topology, config, ReplayRequest(partition=0, offsets="0-4"), dry_run=True)
+    assert {(m.partition, m.offset) for m in span.moves} <= {(0, o) for o in range(5)}
+    assert span.matched == 5 and span.selected == 5 - span.already_replayed
+
 
 @pytest.mark.parametrize("request_kwargs, message", [
     ({"offsets": "5-3"}, "--offsets '5-3'"),
