@@ -86,6 +86,8 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     try:
         summary = replay.run()
     except ReplayAbortedError as exc:
+        if replay.summary is not None:
+            _print_json(replay.summary.to_dict())
         sys.stderr.write(f"airflow-kafka-retry: error: {exc}\n")
         return EXIT_FAILED
     if args.format == "json":

@@ -155,50 +155,64 @@ class Replay:
         self.transform: Transform | None = load_transform(request.transform)
         self.log_topic = log_topic(self.source)
         self.transactional_id = replay_transactional_id(transactional_id_prefix, self.source)
+        self.summary: ReplaySummary | None = None
 
     # ------------------------------------------------------------------ the three steps
     def run(self) -> ReplaySummary:
-        now = self.clock()
-        request = self.request
+        """Run the replay; a partial summary stays in :attr:`summary` when it stops with an error."""
         with TopicReader(self.kafka_config) as reader:
             partitions = self._partitions(reader, self.source, "--dlt")
             producer = None if self.dry_run else self._fence()
             try:
-                replay_log = read_log(reader, self.log_topic)
-                plan = replay_log.plans.get(self.replay_id)
-                if plan is not None and plan["request"] != request.spec():
-                    raise ReplayError(f"replay id {self.replay_id} was started with other options "
-                                      f"({plan['request']}); rerun it with the same options, or use a new replay id")
-                started = plan["started_ms"] if plan is not None else now
-                ends = {int(p): e for p, e in plan["ends"].items()} if plan is not None else None
-                selection = request.build_filter(started)
-                selection.check_partitions(self.source, partitions)
-                summary = ReplaySummary(self.replay_id, self.topology.source, self.source, self.log_topic,
-                                        self.dry_run, selection.describe(), request.to, request.transform,
-                                        started_ms=started, resumed=plan is not None)
-                candidates, seen_ends = self._select(reader, selection, replay_log, ends, summary)
+                plan, selection, replay_log = self._resume(reader, partitions)
+                summary = self.summary = ReplaySummary(
+                    self.replay_id, self.topology.source, self.source, self.log_topic, self.dry_run,
+                    selection.describe(), self.request.to, self.request.transform,
+                    started_ms=plan["started_ms"], resumed="ends" in plan)
+                candidates, seen_ends = self._select(reader, selection, replay_log, plan.get("ends"), summary)
                 self._check_targets(reader, candidates)
-                if self.dry_run:
+                if producer is None:
                     for c in candidates:
                         if not c.moved_before:
                             summary.add_move(Move(c.partition, c.offset, c.target.topic, _shown(c.target.partition),
                                                   c.target.attempt, c.transformed), self.move_cap)
-                    summary.finished_ms = self.clock()
-                    return summary
-                assert producer is not None
-                if plan is None:
-                    self._log_only(producer, plan_key(self.replay_id), {
-                        "replay_id": self.replay_id, "request": request.spec(), "started_ms": started,
-                        "ends": {str(p): e for p, e in seen_ends.items()}})
-                self._move(reader, producer, [c for c in candidates if not c.moved_before], summary)
+                else:
+                    self._write(reader, producer, summary, plan, seen_ends,
+                                [c for c in candidates if not c.moved_before])
                 summary.finished_ms = self.clock()
-                self._log_only(producer, done_key(self.replay_id), {
-                    "replay_id": self.replay_id, "moved": summary.moved + summary.moved_before,
-                    "targets": summary.targets, "finished_ms": summary.finished_ms})
                 return summary
+            except ReplayAbortedError as exc:
+                if self.summary is not None:
+                    self.summary.status, self.summary.error = "failed", str(exc)
+                raise
             finally:
                 if producer is not None:
                     producer.flush(10)
+
+    def _resume(self, reader: TopicReader, partitions: int) -> tuple[dict[str, Any], ReplayFilter, ReplayLog]:
+        """The log, this replay id's plan (``ends`` only when resuming one) and the checked filter."""
+        replay_log = read_log(reader, self.log_topic)
+        logged = replay_log.plans.get(self.replay_id)
+        if logged is not None and logged["request"] != self.request.spec():
+            raise ReplayError(f"replay id {self.replay_id} was started with other options ({logged['request']}); "
+                              "rerun it with the same options, or use a new replay id")
+        plan: dict[str, Any] = {"started_ms": self.clock()} if logged is None else {
+            "started_ms": logged["started_ms"], "ends": {int(p): e for p, e in logged["ends"].items()}}
+        selection = self.request.build_filter(plan["started_ms"])
+        selection.check_partitions(self.source, partitions)
+        return plan, selection, replay_log
+
+    def _write(self, reader: TopicReader, producer: Producer, summary: ReplaySummary, plan: dict[str, Any],
+               seen_ends: dict[int, int], todo: list[_Candidate]) -> None:
+        """Log the plan (first run of this id), move ``todo``, log the replay as done."""
+        if "ends" not in plan:
+            self._log_only(producer, plan_key(self.replay_id), {
+                "replay_id": self.replay_id, "request": self.request.spec(), "started_ms": plan["started_ms"],
+                "ends": {str(p): e for p, e in seen_ends.items()}})
+        self._move(reader, producer, todo, summary)
+        self._log_only(producer, done_key(self.replay_id), {
+            "replay_id": self.replay_id, "moved": summary.moved + summary.moved_before, "targets": summary.targets,
+            "finished_ms": self.clock()})
 
     def _partitions(self, reader: TopicReader, topic: str, option: str) -> int:
         try:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
+from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.policy.topology import Topology, load_topology
@@ -59,6 +60,9 @@ class ReplayDltOperator(BaseOperator):
     every move it would make in the task log and the summary.
 
     The summary (counts and moves by coordinates, never payloads) is the task's return value (XCom).
+    If the replay stops part way (fenced by another replay of the DLT, a failed transaction), the task
+    fails and the partial summary is pushed under the key ``summary``; a retry of the task resumes
+    the same replay (the default replay id is per task of a run) and moves the rest, each record once.
 
     :param topology: path of the topology YAML, or a :class:`Topology`. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
@@ -128,7 +132,12 @@ class ReplayDltOperator(BaseOperator):
                         chunk_size=self.chunk_size, move_cap=self.move_cap)
         log.info("replay %s of %s%s", replay.replay_id, replay.source,
                  " (dry run: nothing is moved)" if dry_run else "")
-        summary = replay.run()
+        try:
+            summary = replay.run()
+        except ReplayAbortedError:
+            if replay.summary is not None:  # what moved before the failure; a rerun of the task resumes it
+                context["ti"].xcom_push(key="summary", value=replay.summary.to_dict())
+            raise
         for line in summary.lines():
             log.info("%s", line)
         return summary.to_dict()

@@ -218,3 +218,46 @@ def _exists(bootstrap: str, topic: str) -> bool:
     from airflow_kafka_retry.testing.topics import admin_client
 
     return topic in admin_client(bootstrap).list_topics(timeout=10).topics
+
+
+def _fence_a_running_replay(bootstrap: str, tmp_path, prefix: str) -> Counter:
+    """Replay A stops in its move step (a transaction open); replay B of the same DLT runs meanwhile."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+    from tests.support import dlt_transforms
+
+    dlt_transforms.GATE.clear()
+    dlt_transforms.BLOCKED.clear()
+    dlt_transforms._calls.clear()
+    topology, _, _, config = fill_dlt(bootstrap, tmp_path, prefix)
+    dlt_keys = sorted(m.key().decode() for m in ledger.read_all(bootstrap, topology.dlt_topic))
+    with ThreadPoolExecutor(1) as pool:
+        first = pool.submit(replay_dlt, topology, config, ReplayRequest(transform=f"{TRANSFORMS}:gated"),
+                            replay_id="first", chunk_size=2)
+        assert dlt_transforms.BLOCKED.wait(60), "the first replay never reached its move step"
+        try:
+            second = replay_dlt(topology, config, ReplayRequest(), replay_id="second")
+        finally:
+            dlt_transforms.GATE.set()
+        with pytest.raises(ReplayAbortedError):  # fenced: B's producer took over the DLT's transactional id
+            first.result(120)
+    assert second.already_replayed >= 4 and second.moved == len(dlt_keys) - second.already_replayed
+    entries = {}
+    for message in ledger.read_all(bootstrap, log_topic(topology.dlt_topic)):
+        if message.key().startswith(b"record/"):
+            entries[message.key()] = json.loads(message.value())["replay_id"]
+    assert len(entries) == len(dlt_keys) and set(entries.values()) == {"first", "second"}
+    copies = Counter(m.key().decode() for m in replayed_copies(bootstrap, topology.topic))
+    assert sorted(copies) == dlt_keys, "a record was lost"
+    return copies
+
+
+def test_a_second_replay_fences_a_running_one_and_nothing_is_lost(kafka_bootstrap, tmp_path):
+    _fence_a_running_replay(kafka_bootstrap, tmp_path, "fence")
+
+
+@pytest.mark.requires_capability("abort_isolation")
+def test_a_fenced_replay_leaves_no_duplicates(kafka_bootstrap, tmp_path):
+    copies = _fence_a_running_replay(kafka_bootstrap, tmp_path, "fencedup")
+    assert set(copies.values()) == {1}, copies

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from collections import Counter
 
 from airflow_kafka_retry.dlt.records import DltRecord
 
@@ -48,3 +50,17 @@ def str_value(record: DltRecord) -> DltRecord:
 
 def move_offset(record: DltRecord) -> DltRecord:
     return dataclasses.replace(record, offset=record.offset + 1)
+
+
+# A transform that stops a replay in its move step (the second call for DLT record 0@4) until released.
+GATE = threading.Event()
+BLOCKED = threading.Event()
+_calls: Counter = Counter()
+
+
+def gated(record: DltRecord) -> DltRecord:
+    _calls[(record.partition, record.offset)] += 1
+    if (record.partition, record.offset) == (0, 4) and _calls[(0, 4)] == 2:
+        BLOCKED.set()
+        GATE.wait(120)
+    return record
