@@ -98,6 +98,10 @@ def format_table(report: dict[str, Any]) -> str:
              f"(replay log {report['replay_log']})"]
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    for replay in report.get("replays", []):
+        if not replay["finished"]:
+            lines.append(f"unfinished replay {replay['replay_id']} ({replay['moved']} moved): rerun it with "
+                         f"--replay-id {replay['replay_id']} and the same options to finish it")
     if report.get("show_values"):
         for g in report["groups"]:
             for s in g["samples"]:

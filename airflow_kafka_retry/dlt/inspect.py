@@ -19,8 +19,9 @@ def inspect_dlt(topology: Topology, kafka_config: Mapping[str, Any], *, dlt: str
                 bucket: Bucket = "hour", samples: int = 3, show_values: bool = False) -> dict[str, Any]:
     """Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
 
-    Returns plain data: the topic, record and replayed counts per partition and in total, and the
-    groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`). Payloads only with ``show_values``.
+    Returns plain data: the topic, record and replayed counts per partition and in total, the
+    groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`) and the replays in its replay log
+    (an unfinished one was stopped part way: rerun it with its id). Payloads only with ``show_values``.
     """
     if bucket not in BUCKETS:
         raise ReplayError(f"--by {bucket!r}: use one of {', '.join(BUCKETS)}")
@@ -33,7 +34,8 @@ def inspect_dlt(topology: Topology, kafka_config: Mapping[str, Any], *, dlt: str
             partitions = reader.partitions(topic)
         except KafkaConfigError as exc:
             raise ReplayError(f"--dlt {topic}: {exc}") from None
-        replayed = set(read_log(reader, replay_log_topic).moved)
+        replay_log = read_log(reader, replay_log_topic)
+        replayed = set(replay_log.moved)
         per_partition: dict[int, int] = {}
 
         def records() -> Any:
@@ -53,4 +55,5 @@ def inspect_dlt(topology: Topology, kafka_config: Mapping[str, Any], *, dlt: str
         "replayed": sum(g.replayed for g in groups),
         "partitions": per_partition,
         "groups": [g.to_dict() for g in groups],
+        "replays": replay_log.replays(),
     }

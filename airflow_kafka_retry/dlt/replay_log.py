@@ -67,10 +67,21 @@ class ReplayLog:
     """What the log says: moved coordinates, replay plans, finished replays (last value per key)."""
 
     topic: str
-    exists: bool = False
     moved: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     plans: dict[str, dict[str, Any]] = field(default_factory=dict)
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def replays(self) -> list[dict[str, Any]]:
+        """Every replay in the log, oldest first: id, start, records moved, and whether it finished.
+
+        An unfinished one was stopped part way (killed, fenced, failed): rerun it with its id.
+        """
+        out = []
+        for replay_id, plan in sorted(self.plans.items(), key=lambda item: item[1].get("started_ms", 0)):
+            moved = sum(1 for entry in self.moved.values() if entry.get("replay_id") == replay_id)
+            out.append({"replay_id": replay_id, "started_ms": plan.get("started_ms"), "moved": moved,
+                        "finished": replay_id in self.done})
+        return out
 
     def add(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:
@@ -91,9 +102,6 @@ class ReplayLog:
             else:
                 table[rest] = data
 
-    def moved_by(self, replay_id: str) -> int:
-        return sum(1 for entry in self.moved.values() if entry.get("replay_id") == replay_id)
-
 
 def read_log(reader: TopicReader, topic: str) -> ReplayLog:
     """Read the whole log; an empty log when the topic does not exist yet."""
@@ -102,7 +110,6 @@ def read_log(reader: TopicReader, topic: str) -> ReplayLog:
         partitions = reader.partitions(topic)
     except KafkaConfigError:
         return result
-    result.exists = True
     for partition in range(partitions):
         for message in reader.read(topic, partition):
             try:

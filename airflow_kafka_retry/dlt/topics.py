@@ -8,8 +8,6 @@ from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.policy.topology import Topology
 
-#: ``--to`` keywords; anything else is a topic name. No ``--to``: the record's original topic.
-TARGET_KEYWORDS = ("main", "first-tier")
 BY_KEY = -1  # produce without a partition: the producer partitions by key
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.inspect import inspect_dlt
+from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.dlt.replay_log import log_topic
 from airflow_kafka_retry.engine.local import run_local
@@ -153,7 +154,9 @@ def test_a_replayed_record_that_fails_again_is_parked_not_dead_lettered(kafka_bo
     assert len(ledger.read_all(kafka_bootstrap, topology.dlt_topic)) == dlt_count, "a replayed record was dead-lettered"
     for message in parked:
         mode, partition, offset = inputs.records[message.key().decode()]
-        assert R.read_replay_audit(message.headers()).replay_id in (fatal.replay_id, permanent.replay_id)
+        audit = DltRecord.from_message(message).replay  # what a transform replaying from parking sees
+        assert audit.replay_id == (fatal.replay_id if mode == "fatal" else permanent.replay_id)
+        assert audit.topic == topology.dlt_topic
         coords = H.read_original_coordinates(message.headers())
         assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset)
         expected = INVALID if mode == "fatal" else PERMANENT

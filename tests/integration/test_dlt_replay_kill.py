@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_retry.dlt.inspect import inspect_dlt
 from airflow_kafka_retry.dlt.replay_log import log_topic
 from tests.integration.test_dlt_replay import fill_dlt, replayed_copies
 from tests.support import ledger
@@ -40,6 +41,8 @@ def _kill_and_rerun(bootstrap: str, tmp_path: Path, kill_at: str, *, isolation: 
     assert killed.returncode == -9, killed.stderr[-3000:]
     logged = [m for m in ledger.read_all(bootstrap, log_topic(topology.dlt_topic)) if m.key().startswith(b"record/")]
     assert len(logged) == 2 * CHUNK, f"the kill did not land after two committed chunks: {len(logged)} logged"
+    [unfinished] = inspect_dlt(topology, {"bootstrap.servers": bootstrap})["replays"]
+    assert (unfinished["replay_id"], unfinished["moved"], unfinished["finished"]) == ("kill-1", 2 * CHUNK, False)
 
     rerun = _replay(bootstrap, topology_file, ["airflow_kafka_retry.cli"], {**os.environ, "PYTHONPATH": str(REPO)})
     assert rerun.returncode == 0, rerun.stderr[-3000:]
@@ -55,6 +58,8 @@ def _kill_and_rerun(bootstrap: str, tmp_path: Path, kill_at: str, *, isolation: 
         if message.key().startswith(b"record/"):
             entries[message.key()] = json.loads(message.value())
     assert len(entries) == len(dlt_keys) and {e["replay_id"] for e in entries.values()} == {"kill-1"}
+    [finished] = inspect_dlt(topology, {"bootstrap.servers": bootstrap})["replays"]
+    assert (finished["moved"], finished["finished"]) == (len(dlt_keys), True)
     copies = Counter(m.key().decode() for m in replayed_copies(bootstrap, topology.topic))
     assert sorted(copies) == dlt_keys, "a selected record was lost"
     # at most the copies of the transaction the kill left open show twice (a broker without abort isolation)

@@ -91,8 +91,13 @@ def test_values_only_when_asked():
 def test_table_lists_each_group():
     groups = group_records([record(exception="KeyError", cause="OSError"), record(exception=None, offset=1)])
     report = {"topic": "orders-dlt", "records": 2, "replayed": 0, "replay_log": "orders-dlt-replay-log",
-              "bucket": "hour", "groups": [g.to_dict() for g in groups]}
+              "bucket": "hour", "groups": [g.to_dict() for g in groups],
+              "replays": [{"replay_id": "done-1", "moved": 3, "finished": True},
+                          {"replay_id": "killed-1", "moved": 2, "finished": False}]}
     table = format_table(report).splitlines()
+    assert table[-1] == ("unfinished replay killed-1 (2 moved): rerun it with --replay-id killed-1 and the same "
+                         "options to finish it")
+    assert not any("done-1" in line for line in table)
     assert table[0] == "orders-dlt: 2 record(s), 0 replayed (replay log orders-dlt-replay-log)"
     assert table[1].split()[:4] == ["COUNT", "REPLAYED", "EXCEPTION", "ORIGINAL"]
     assert "KeyError (cause OSError)" in table[2] and table[3].split()[2] == "-"
