@@ -33,6 +33,8 @@ def get_provider_info() -> dict[str, Any]:
              "python-modules": ["airflow_kafka_retry.operators.dlt_watch"]},
             {"integration-name": "Kafka Retry Tiers",
              "python-modules": ["airflow_kafka_retry.operators.ensure_topics"]},
+            {"integration-name": "Kafka Retry Tiers",
+             "python-modules": ["airflow_kafka_retry.operators.replay_dlt"]},
         ],
         "sensors": [
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}

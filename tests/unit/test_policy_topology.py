@@ -777,7 +777,7 @@ def test_select_dlt_under_no_dlt() -> None:
 def test_destinations_from() -> None:
     topology = make(attempts=3, dlt_routing=(("-validation-dlt", ("KeyError",)),))
     main, first, last = topology.tiers
-    dlts = ["orders-dlt", "orders-validation-dlt"]
+    dlts = ["orders-dlt", "orders-validation-dlt", "orders-parking"]  # parking: replayed records that fail again
     assert topology.destinations_from(main) == ["orders-retry-1", *dlts]
     assert topology.destinations_from(first) == ["orders-retry-2", *dlts]
     assert topology.destinations_from(last) == dlts
@@ -786,7 +786,7 @@ def test_destinations_from() -> None:
 
 def test_destinations_from_reusable_tier_and_no_dlt() -> None:
     reused = make(attempts=4, reuse_same_interval=True)
-    assert reused.destinations_from(reused.tiers[1]) == ["orders-retry", "orders-dlt"]
+    assert reused.destinations_from(reused.tiers[1]) == ["orders-retry", "orders-dlt", "orders-parking"]
     no_dlt = make(attempts=2, dlt_strategy="no_dlt")
     assert no_dlt.destinations_from(no_dlt.tiers[0]) == ["orders-retry-1"]
     assert no_dlt.destinations_from(no_dlt.tiers[1]) == []
