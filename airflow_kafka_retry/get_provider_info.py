@@ -7,6 +7,7 @@ from typing import Any
 
 def get_provider_info() -> dict[str, Any]:
     from airflow_kafka_retry import __version__
+    from airflow_kafka_retry.plugin.settings import provider_config
 
     return {
         "package-name": "airflow-kafka-retry",
@@ -29,4 +30,6 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Kafka Retry Tiers",
              "python-modules": ["airflow_kafka_retry.operators.spark_reprocess"]}
         ],
+        "plugins": [{"name": "kafka_retry_tiers", "plugin-class": "airflow_kafka_retry.plugin.plugin.RetryTiersPlugin"}],
+        "config": provider_config(),
     }
