@@ -29,7 +29,7 @@ from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 from tests.support import ledger
-from tests.support.airflow_cluster import airflow_env
+from airflow_kafka_retry.testing.airflow_stack import airflow_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -120,7 +120,8 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     home = tmp_path / "airflow"
     env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
         "bootstrap.servers": kafka_bootstrap}}}, extra={"AKR_LEDGER": str(ledger_file),
-                                                         "AKR_NOTIFY_LOG": str(notify_log)})
+                                                         "AKR_NOTIFY_LOG": str(notify_log)},
+                      pythonpath=[REPO])
     (home / "dags" / "akr_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(
         topology=str(topology_file), retry2=retry2, server=kafka_bootstrap.split(",")[0])))
     airflow = str(Path(sys.executable).with_name("airflow"))

@@ -1,7 +1,7 @@
 """End to end on a real Airflow deployment: factory-built tier DAGs run by the scheduler on their schedule.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-SQLite, see tests/support/airflow_cluster.py). The topology has tiers of 20 s and 40 s; the main
+SQLite, see airflow_kafka_retry/testing/airflow_stack.py). The topology has tiers of 20 s and 40 s; the main
 topic's DAG (``include_main``) plays the failing service: every record fails there once. Records
 then go through retry-1 and retry-2, and the ones that never succeed end in the DLT.
 
@@ -28,9 +28,11 @@ from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 from tests.support import ledger
-from tests.support.airflow_cluster import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
+
+REPO = Path(__file__).parents[2]
 
 PARTITIONS = 2
 COUNT = 24
@@ -120,7 +122,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys):
     home = tmp_path / "airflow"
     env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
         "bootstrap.servers": kafka_bootstrap}}}, extra={
-        "AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log)})
+        "AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log)}, pythonpath=[REPO])
     (home / "dags" / "e2e_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(
         topology=str(topology_file), min_schedule=int(MIN_SCHEDULE.total_seconds()))))
     dlt = topology.dlt_topic
@@ -132,7 +134,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys):
                                                           if e["topic"] == retry2 and not e["ok"]}
         return len(finals) == COUNT
 
-    with AirflowCluster(home, env) as cluster:
+    with AirflowCluster(home, env, cwd=REPO) as cluster:
         started = time.monotonic()
         while time.monotonic() - started < DEADLINE_S and not done(_ledger(timed_ledger)):
             cluster.check_alive()

@@ -1,4 +1,4 @@
-"""A real local Airflow 3 deployment for end-to-end tests: api-server, scheduler, dag-processor, triggerer.
+"""A real local Airflow 3 deployment (tests and the demo): api-server, scheduler, dag-processor, triggerer.
 
 What ``airflow standalone`` starts, started one by one so each one's log is kept and each is
 stopped by its own process id: the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
@@ -16,11 +16,11 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 from typing import IO
 
-REPO = Path(__file__).parents[2]
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 
 
@@ -31,8 +31,11 @@ def free_port() -> int:
 
 
 def airflow_env(home: Path, *, connections: dict[str, dict] | None = None, extra: dict[str, str] | None = None,
-                api_port: int | None = None) -> dict[str, str]:
-    """The environment of every Airflow process of the deployment (no variable of the caller's Airflow)."""
+                api_port: int | None = None, pythonpath: Sequence[str | Path] = ()) -> dict[str, str]:
+    """The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
+
+    :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
+    """
     port = api_port or free_port()
     (home / "dags").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
@@ -58,7 +61,7 @@ def airflow_env(home: Path, *, connections: dict[str, dict] | None = None, extra
         "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
         "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+        "PYTHONPATH": os.pathsep.join(str(p) for p in (*pythonpath, os.environ.get("PYTHONPATH")) if p),
     })
     for conn_id, conn in (connections or {}).items():
         env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
@@ -69,27 +72,33 @@ def airflow_env(home: Path, *, connections: dict[str, dict] | None = None, extra
 class AirflowCluster:
     """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid."""
 
-    def __init__(self, home: Path, env: dict[str, str]) -> None:
+    def __init__(self, home: Path, env: dict[str, str], *, cwd: Path | None = None) -> None:
         self.home = home
         self.env = env
+        self.cwd = cwd or home
         self.airflow = str(Path(sys.executable).with_name("airflow"))
         self.processes: dict[str, subprocess.Popen] = {}
         self._logs: dict[str, IO[bytes]] = {}
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([self.airflow, *args], env=self.env, cwd=REPO, capture_output=True, text=True,
+        return subprocess.run([self.airflow, *args], env=self.env, cwd=self.cwd, capture_output=True, text=True,
                               timeout=timeout)
 
-    def start(self) -> AirflowCluster:
+    def migrate(self) -> None:
         migrate = self.cli("db", "migrate")
         if migrate.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
-        for name in COMPONENTS:
+
+    def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
+        """Migrate the metadata DB, start ``components`` and wait for the api-server (if started)."""
+        self.migrate()
+        for name in components:
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
             self._logs[name] = log
-            self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=REPO, stdout=log,
+            self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=self.cwd, stdout=log,
                                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self._wait_for_api()
+        if "api-server" in components:
+            self._wait_for_api()
         return self
 
     def _wait_for_api(self, timeout: float = 120) -> None:
