@@ -52,7 +52,7 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.demo import main as demo_main
 
-    return demo_main(args.bootstrap, orders=args.orders, partitions=args.partitions)
+    return demo_main(args.bootstrap, orders=args.orders, partitions=args.partitions, fast=args.fast, out_dir=args.out)
 
 
 def _cmd_topology_show(args: argparse.Namespace) -> int:
@@ -134,10 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
     broker.set_defaults(func=_cmd_broker)
 
-    demo = sub.add_parser("demo", help="run the retry path end to end on an embedded broker")
+    demo = sub.add_parser("demo", help="run the retry path end to end through Airflow on an embedded broker")
     demo.add_argument("--orders", type=int, default=200)
     demo.add_argument("--partitions", type=int, default=3)
     demo.add_argument("--bootstrap", default=None, help="use this cluster instead of an embedded broker")
+    demo.add_argument("--fast", action="store_true",
+                      help="run the DAGs with `airflow dags test` in schedule order instead of the scheduler (CI)")
+    demo.add_argument("--out", default=None, help="working directory (default: .artifacts/demo/<time>)")
     demo.set_defaults(func=_cmd_demo)
 
     topology = sub.add_parser("topology", help="inspect a retry topology").add_subparsers(dest="action", required=True)

@@ -1,0 +1,174 @@
+"""Where every order went: the reconciliation the demo ends with, and the flow the picture draws.
+
+Three independent sources, by order id (the record key; never the order itself):
+
+- what was produced (the demo's producer: id -> fate);
+- the order service's books (``handled.jsonl``: every handling, its topic, attempt, due and
+  handled time, outcome, and whether the record was a DLT replay);
+- the broker: the keys and coordinates in each DLT and the parking topic, and the DLT replay
+  log (which DLT records were replayed).
+
+Each order must end in exactly one final place: processed (on the main topic, a retry tier, or
+after the DLT replay), a DLT it was not replayed from, or the parking topic. The XCom run
+summaries are checked against the books: the successes they count per topic must match.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_kafka_retry.demo.orders import FATES
+from airflow_kafka_retry.dlt.reading import TopicReader
+from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
+from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.policy.topology import Topology
+
+PROCESSED = "processed"
+UNACCOUNTED = "unaccounted for"
+AFTER_REPLAY = "after DLT replay"
+
+
+@dataclass(frozen=True)
+class Parked:
+    """A record of an order found in a DLT or the parking topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    replayed: bool = False
+
+
+def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str, list[Parked]]:
+    """Order id -> its records in the DLTs and the parking topic (keys and coordinates only)."""
+    found: dict[str, list[Parked]] = {}
+    topics = [t.topic for t in topology.dlt_tiers] + [topology.parking_topic]
+    with TopicReader(kafka_config) as reader:
+        for topic in topics:
+            try:
+                partitions = reader.partitions(topic)
+            except KafkaConfigError:
+                continue  # never created: nothing there
+            replayed = set(read_log(reader, log_topic(topic)).moved) if topic != topology.parking_topic else set()
+            for partition in range(partitions):
+                for message in reader.read(topic, partition):
+                    key = message.key().decode() if message.key() is not None else "?"
+                    found.setdefault(key, []).append(Parked(topic, partition, message.offset(),
+                                                            (partition, message.offset()) in replayed))
+    return found
+
+
+@dataclass
+class OrderAccount:
+    """One order's way through the topics and where it ended."""
+
+    order_id: str
+    fate: str
+    path: list[str]
+    places: list[str]  # every final place it is in (exactly one when all is well)
+
+    @property
+    def place(self) -> str:
+        return self.places[0] if len(self.places) == 1 else UNACCOUNTED
+
+
+@dataclass
+class Account:
+    orders: list[OrderAccount]
+    lateness: dict[str, dict[str, float | int]]
+    xcom_succeeded: dict[str, int]
+    books_succeeded: dict[str, int]
+    handled_twice: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def produced(self) -> int:
+        return len(self.orders)
+
+    def final_counts(self) -> dict[str, int]:
+        """Final place -> orders, in the table's order."""
+        counts = Counter(o.place for o in self.orders)
+        return {place: counts[place] for place in sorted(counts, key=_place_order)}
+
+    def by_fate(self) -> dict[str, dict[str, int]]:
+        table: dict[str, Counter[str]] = {}
+        for o in self.orders:
+            table.setdefault(o.place, Counter())[o.fate] += 1
+        return {place: {f: table[place][f] for f in FATES} for place in sorted(table, key=_place_order)}
+
+    def edges(self) -> list[tuple[str, str, int]]:
+        """The flow: (from, to, orders) over every order's path."""
+        counts: Counter[tuple[str, str]] = Counter()
+        for o in self.orders:
+            counts.update(zip(o.path, o.path[1:], strict=False))
+        return [(a, b, n) for (a, b), n in sorted(counts.items())]
+
+    @property
+    def reconciles(self) -> bool:
+        return (UNACCOUNTED not in self.final_counts() and sum(self.final_counts().values()) == self.produced
+                and self.xcom_succeeded == self.books_succeeded)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"produced": self.produced, "final": self.final_counts(), "by_fate": self.by_fate(),
+                "edges": [list(e) for e in self.edges()], "lateness": self.lateness,
+                "xcom_succeeded": self.xcom_succeeded, "books_succeeded": self.books_succeeded,
+                "handled_twice": self.handled_twice, "reconciles": self.reconciles}
+
+
+def _place_order(place: str) -> tuple[int, str]:
+    rank = 0 if place.startswith(PROCESSED) else 2 if place == UNACCOUNTED else 1
+    return rank, "" if place == f"{PROCESSED} on main topic" else place
+
+
+def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable[Mapping[str, Any]],
+              parked: Mapping[str, list[Parked]], summaries: Iterable[Mapping[str, Any]]) -> Account:
+    """Put every produced order in its final place(s) and trace its path."""
+    entries: dict[str, list[Mapping[str, Any]]] = {}
+    for e in sorted(handled, key=lambda e: e["handled_ms"]):
+        entries.setdefault(str(e["id"]), []).append(e)
+    main, parking = topology.topic, topology.parking_topic
+    tiers = {t.topic for t in topology.retry_tiers}
+    orders, twice = [], 0
+    for order_id, kind in produced.items():
+        mine = entries.get(order_id, [])
+        oks = [e for e in mine if e["ok"]]
+        twice += max(0, len(oks) - 1)
+        records = parked.get(order_id, [])
+        places = [f"{PROCESSED} {AFTER_REPLAY}" if oks[0]["replayed"] else
+                  f"{PROCESSED} on {'main topic' if oks[0]['topic'] == main else oks[0]['topic']}"] if oks else []
+        places += [r.topic for r in records if not r.replayed]
+        # the path: main topic -> the retry tiers it visited -> its first-pass end -> (replay) -> its end
+        path = [main] + [t for t in dict.fromkeys(e["topic"] for e in mine if not e["replayed"]) if t in tiers]
+        first = [e for e in oks if not e["replayed"]]
+        dlts = [r for r in records if r.topic != parking]
+        if first:
+            path.append(PROCESSED)
+        elif dlts:
+            path.append(dlts[0].topic)
+            if dlts[0].replayed:
+                again = [e for e in oks if e["replayed"]]
+                path.append(PROCESSED if again else parking if any(r.topic == parking for r in records)
+                            else UNACCOUNTED)
+        orders.append(OrderAccount(order_id, kind, path, places))
+    books = Counter(e["topic"] for es in entries.values() for e in es if e["ok"])
+    xcom: Counter[str] = Counter()
+    for s in summaries:
+        xcom[s["topic"]] += s["totals"]["succeeded"]
+    return Account(orders, _lateness(topology, entries), dict(sorted(xcom.items())), dict(sorted(books.items())),
+                   twice)
+
+
+def _lateness(topology: Topology, entries: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per retry tier: handled time minus due time (seconds), p50 and max, over every handling there."""
+    out: dict[str, dict[str, Any]] = {}
+    for tier in topology.retry_tiers:
+        late = [(e["handled_ms"] - e["due_ms"]) / 1000 for es in entries.values() for e in es
+                if e["topic"] == tier.topic and e["due_ms"] is not None]
+        out[tier.topic] = {"delay_s": tier.delay_ms / 1000, "handled": len(late),
+                           "p50_s": round(statistics.median(late), 2) if late else None,
+                           "max_s": round(max(late), 2) if late else None,
+                           "early": sum(1 for x in late if x < 0)}
+    return out

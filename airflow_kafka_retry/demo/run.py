@@ -1,0 +1,340 @@
+"""The demo's course: broker, Airflow, orders, the tier DAGs at work, the fix and DLT replay, the account.
+
+Full mode runs the tier DAGs under the real scheduler (api-server, scheduler, dag-processor and
+triggerer, LocalExecutor on SQLite); ``fast`` runs each DAG with ``airflow dags test``, in schedule
+order, whenever its tier has records waiting (for CI). Every process started here is stopped on
+the way out, on errors and Ctrl-C too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from airflow_kafka_retry.demo.account import Account, read_parked, reconcile
+from airflow_kafka_retry.demo.deployment import Deployment, prepare
+from airflow_kafka_retry.demo.orders import FATE_NOTES, FATES, FIX_FLAG, LEDGER_FILE, fate, order_record, read_lines
+from airflow_kafka_retry.demo.picture import draw, flow_data
+from airflow_kafka_retry.demo.progress import ProgressReader, Snapshot, render, xcom_summaries
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
+
+PHASE_TIMEOUT_S = 600
+STREAM_S = 20.0  # full mode: the orders arrive over this long
+
+
+class DemoError(RuntimeError):
+    """The demo could not finish; the message says where it stopped."""
+
+
+class Demo:
+    def __init__(self, deployment: Deployment, bootstrap: str, *, orders: int, partitions: int, fast: bool,
+                 console: Console) -> None:
+        self.d = deployment
+        self.bootstrap = bootstrap
+        self.orders = orders
+        self.partitions = partitions
+        self.fast = fast
+        self.console = console
+        self.kafka_config = {"bootstrap.servers": bootstrap}
+        self.reader = ProgressReader(deployment, self.kafka_config)
+        self.cluster = AirflowCluster(deployment.home, deployment.env)
+        self.started = time.monotonic()
+        self._children: list[subprocess.Popen] = []
+
+    # ------------------------------------------------------------------ the course
+    def run(self) -> Account:
+        from airflow_kafka_retry.testing.topics import create_topics
+
+        topology = self.d.topology
+        create_topics(self.bootstrap, [topology.topic], self.partitions)  # the shop's topic; the DAGs make the rest
+        if self.fast:
+            self._say("Airflow: metadata DB (SQLite), DAGs parsed; the DAGs run with `airflow dags test`")
+            self.cluster.migrate()
+            self._cli("dags", "reserialize")
+        else:
+            self._say("Airflow: starting api-server, scheduler, dag-processor, triggerer (SQLite, LocalExecutor)")
+            self.cluster.start()
+            self._say(f"[bold]Airflow UI: {self.d.api_url}/[/]  (Browse → Retry tiers: {self.d.api_url}/kafka-retry/)"
+                      "  [yellow]demo only: no login, every visitor is an admin[/]")
+        producer = self._produce()
+        self._drain("orders flowing through the tiers", producer)
+        if self.fast:
+            self._cli("dags", "test", self.d.dag_id(topology.dlt_topic))  # the DLT watch: alerts for new records
+        self._say(f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying {topology.dlt_topic} "
+                  f"with the replay DAG {self.d.replay_dag_id} (dry_run off)")
+        (self.d.root / FIX_FLAG).touch()
+        self._replay()
+        self._drain("replayed orders going through again", None)
+        return self._account()
+
+    def _produce(self) -> threading.Thread | None:
+        from confluent_kafka import Producer
+
+        topic = self.d.topology.topic
+        produced = {str(i): fate(i) for i in range(self.orders)}
+        (self.d.root / "produced.json").write_text(json.dumps(produced))
+        producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True})
+        failures: list[str] = []
+
+        def send(ids: range) -> None:
+            for i in ids:
+                key, value = order_record(i)
+                producer.produce(topic, key=key, value=value, partition=i % self.partitions,
+                                 on_delivery=lambda err, _msg: failures.append(str(err)) if err else None)
+            if producer.flush(30) or failures:
+                raise DemoError(f"could not produce orders to {topic}: {failures[:3]}")
+            self.reader.produced = ids.stop
+
+        if self.fast:
+            send(range(self.orders))
+            return None
+        batches = 10
+
+        def stream() -> None:
+            step = -(-self.orders // batches)
+            for start in range(0, self.orders, step):
+                send(range(start, min(start + step, self.orders)))
+                time.sleep(STREAM_S / batches)
+
+        thread = threading.Thread(target=stream, name="demo-orders", daemon=True)
+        thread.start()
+        return thread
+
+    def _drain(self, phase: str, producer: threading.Thread | None) -> None:
+        """Until every tier's group has committed to the end of its topic (twice in a row)."""
+        self.reader.phase = phase
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        if self.fast:
+            self._drain_fast(deadline)
+            return
+        settled = 0
+        with self._live() as show:
+            while settled < 2:
+                if time.monotonic() > deadline:
+                    raise DemoError(f"{phase}: not settled after {PHASE_TIMEOUT_S}s; see the logs in {self.d.home}")
+                self.cluster.check_alive()
+                snap = self.reader.snapshot()
+                show(snap)
+                busy = producer is not None and producer.is_alive()
+                settled = settled + 1 if snap.settled and not busy else 0
+                time.sleep(2)
+
+    def _drain_fast(self, deadline: float) -> None:
+        while True:
+            snap = self.reader.snapshot()
+            self._show(snap)
+            waiting = [t for t in snap.tiers if t.waiting != 0]
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                raise DemoError(f"{self.reader.phase}: records still waiting after {PHASE_TIMEOUT_S}s")
+            for tier in waiting:  # in schedule order: main topic, then each tier
+                if tier.next_due_ms is not None:
+                    time.sleep(max(0.0, tier.next_due_ms / 1000 - time.time()))
+                self._cli("dags", "test", self.d.dag_id(tier.topic))
+                self._show(self.reader.snapshot())
+
+    def _replay(self) -> None:
+        conf = json.dumps({"dry_run": False})
+        if self.fast:
+            self._cli("dags", "test", self.d.replay_dag_id, "--conf", conf)
+        else:
+            self._cli("dags", "trigger", self.d.replay_dag_id, "--conf", conf)
+            deadline = time.monotonic() + PHASE_TIMEOUT_S
+            while True:
+                states = [s for (s,) in self.cluster.query("SELECT state FROM dag_run WHERE dag_id = ?",
+                                                           self.d.replay_dag_id)]
+                if states and states[-1] in ("success", "failed"):
+                    break
+                if time.monotonic() > deadline:
+                    raise DemoError(f"the replay DAG did not finish in {PHASE_TIMEOUT_S}s")
+                self.cluster.check_alive()
+                time.sleep(2)
+        rows = self.cluster.query("SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'replay_dlt'",
+                                  self.d.replay_dag_id)
+        summary = json.loads(rows[-1][0]) if rows else None
+        if isinstance(summary, str):
+            summary = json.loads(summary)
+        if not summary or summary.get("status") != "ok":
+            raise DemoError(f"the DLT replay failed: {summary and summary.get('error')}; task log under {self.d.home}")
+        self._say(f"replay {summary['replay_id']}: moved {summary['moved']} record(s) from {summary['dlt']} "
+                  f"({', '.join(f'{t}: {n}' for t, n in summary['targets'].items())}), each in a Kafka transaction "
+                  f"with its entry in the replay log")
+
+    def _account(self) -> Account:
+        topology = self.d.topology
+        produced = json.loads((self.d.root / "produced.json").read_text())
+        parked = read_parked(self.kafka_config, topology)
+        summaries = [s for _, _, s in xcom_summaries(self.d.home / "airflow.db")]
+        return reconcile(topology, produced, read_lines(self.d.root / LEDGER_FILE), parked, summaries)
+
+    # ------------------------------------------------------------------ output and processes
+    def _say(self, text: str) -> None:
+        self.console.print(f"[dim]{self._elapsed():>4.0f}s[/] {text}")
+
+    def _elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def _show(self, snap: Snapshot) -> None:
+        self.console.print(render(snap, elapsed_s=self._elapsed()))
+
+    @contextmanager
+    def _live(self) -> Iterator[Callable[[Snapshot], None]]:
+        if not self.console.is_terminal:
+            last = [0.0]
+
+            def show(snap: Snapshot) -> None:  # a log, not a terminal: a table every 15 s
+                if time.monotonic() - last[0] >= 15:
+                    last[0] = time.monotonic()
+                    self._show(snap)
+
+            yield show
+            return
+        with Live(console=self.console, refresh_per_second=2, transient=False) as live:
+            yield lambda snap: live.update(render(snap, elapsed_s=self._elapsed()))
+
+    def _cli(self, *args: str, timeout: float = 600) -> str:
+        """Run ``airflow *args`` in its own process group (ended with the demo); its output on failure."""
+        label = " ".join(args[:3])
+        self._say(f"[cyan]airflow {label}[/]")
+        log = self.d.home / f"cli-{len(self._children):02d}.log"
+        with open(log, "wb") as sink:
+            proc = subprocess.Popen([self.cluster.airflow, *args], env=self.d.env, cwd=self.d.home, stdout=sink,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            self._children.append(proc)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                code = None
+            finally:
+                self._end(proc)
+        if code != 0:
+            raise DemoError(f"airflow {label} failed ({'timed out' if code is None else f'exit {code}'}):\n"
+                            f"{log.read_text(errors='replace')[-3000:]}")
+        return log.read_text(errors="replace")
+
+    @staticmethod
+    def _end(proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the process group started for it, nothing else
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+
+    def stop(self) -> None:
+        for proc in self._children:
+            self._end(proc)
+        if self.cluster.processes:
+            self._say("stopping Airflow")
+            self.cluster.stop()
+
+
+def print_account(console: Console, account: Account, produced_label: str) -> None:
+    table = Table(title=f"Where every order went ({produced_label})", title_justify="left")
+    table.add_column("final place")
+    table.add_column("orders", justify="right", style="bold")
+    for f in FATES:
+        table.add_column(f, justify="right")
+    by_fate = account.by_fate()
+    for place, count in account.final_counts().items():
+        table.add_row(place, str(count), *(str(by_fate[place][f] or "") for f in FATES))
+    total = sum(account.final_counts().values())
+    fate_totals = [sum(by_fate[p][f] for p in by_fate) for f in FATES]
+    table.add_row("[bold]total[/]", f"{total}", *(str(n) for n in fate_totals), end_section=True)
+    console.print(table)
+    console.print("fates: " + "; ".join(f"{f}: {FATE_NOTES[f]}" for f in FATES), style="dim")
+    if account.reconciles:
+        console.print(f"[bold green]Reconciled:[/] {total} of {account.produced} orders produced are each in exactly "
+                      "one final place; the XCom run summaries count the same successes per topic as the "
+                      f"service's books {account.xcom_succeeded}.")
+    else:
+        console.print(f"[bold red]NOT reconciled:[/] {account.produced} produced, {total} placed; XCom successes "
+                      f"{account.xcom_succeeded} vs the service's books {account.books_succeeded}")
+    if account.handled_twice:
+        console.print(f"{account.handled_twice} order(s) were handled successfully more than once (a task retried "
+                      "after its handler ran): the handler must be idempotent.", style="yellow")
+    for topic, late in account.lateness.items():
+        if late["handled"]:
+            console.print(f"lateness on {topic} (delay {late['delay_s']:.0f}s): p50 {late['p50_s']}s, max "
+                          f"{late['max_s']}s over {late['handled']} handlings; handled early: {late['early']}")
+
+
+def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool, out_dir: Path | None,
+             console: Console | None = None) -> int:
+    """The whole demo; returns the process exit code (0: the account reconciles)."""
+    console = console or Console()
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with _broker(bootstrap, console) as address:
+            topic = "orders" if bootstrap is None else f"orders-demo-{uuid.uuid4().hex[:6]}"
+            deployment = prepare(root, topic=topic, bootstrap=address)
+            demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
+            mode = "fast: `airflow dags test` in schedule order" if fast else "the Airflow scheduler"
+            console.print(f"[bold]airflow-kafka-retry demo[/]: {orders} orders on {topic} ({partitions} partitions), "
+                          f"tiers {', '.join(f'{t.topic} {t.delay_ms // 1000}s' for t in deployment.topology.retry_tiers)}"
+                          f", run by {mode}. Working directory: {root}")
+            try:
+                account = demo.run()
+            finally:
+                demo.stop()
+            print_account(console, account, f"{account.produced} produced")
+            data = flow_data(account, deployment.topology)
+            (root / "account.json").write_text(json.dumps(account.to_dict(), indent=2, sort_keys=True))
+            title = (f"{account.produced} orders through {topic}'s retry tiers under Airflow "
+                     f"({'dags test' if fast else 'scheduler'}), with a DLT replay after the fix")
+            png = draw(data, root / "flow.png", title=title)
+            console.print(f"picture of the flow: [bold]{png}[/] (its data: {png.with_suffix('.json')})")
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: Airflow and the broker were stopped[/]")
+        return 130
+    except DemoError as exc:
+        console.print(f"[bold red]demo failed:[/] {exc}")
+        return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    console.print(f"took {time.monotonic() - started:.0f}s. Airflow and the broker are stopped; everything is in "
+                  f"{root}")
+    console.print("Against a real cluster: [bold]airflow-kafka-retry demo --bootstrap HOST:9092[/] (fresh "
+                  "orders-demo-* topics); in your own Airflow, set the [bold]kafka_default[/] connection "
+                  "(e.g. AIRFLOW_CONN_KAFKA_DEFAULT='{\"conn_type\": \"kafka\", \"extra\": "
+                  "{\"bootstrap.servers\": \"HOST:9092\"}}') and copy dags/example_retry_tiers.py.")
+    return 0 if account.reconciles else 1
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _broker(bootstrap: str | None, console: Console) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    from airflow_kafka_retry.testing.broker import EmbeddedBroker
+
+    with EmbeddedBroker() as broker:
+        console.print(f"embedded Kafka-protocol broker (Tansu, memory only) at {broker.bootstrap}")
+        try:
+            yield broker.bootstrap
+        finally:
+            console.print("stopping the broker")
