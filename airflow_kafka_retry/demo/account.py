@@ -81,8 +81,8 @@ class Account:
     lateness: dict[str, dict[str, float | int]]
     xcom_succeeded: dict[str, int]
     books_succeeded: dict[str, int]
+    places: list[str] = field(default_factory=list)  # every possible final place, in the table's order
     handled_twice: int = 0
-    notes: list[str] = field(default_factory=list)
 
     @property
     def produced(self) -> int:
@@ -91,13 +91,16 @@ class Account:
     def final_counts(self) -> dict[str, int]:
         """Final place -> orders, in the table's order."""
         counts = Counter(o.place for o in self.orders)
-        return {place: counts[place] for place in sorted(counts, key=_place_order)}
+        return {place: counts[place] for place in sorted(counts, key=self._rank)}
 
     def by_fate(self) -> dict[str, dict[str, int]]:
         table: dict[str, Counter[str]] = {}
         for o in self.orders:
             table.setdefault(o.place, Counter())[o.fate] += 1
-        return {place: {f: table[place][f] for f in FATES} for place in sorted(table, key=_place_order)}
+        return {place: {f: table[place][f] for f in FATES} for place in sorted(table, key=self._rank)}
+
+    def _rank(self, place: str) -> int:
+        return self.places.index(place) if place in self.places else len(self.places)
 
     def edges(self) -> list[tuple[str, str, int]]:
         """The flow: (from, to, orders) over every order's path."""
@@ -118,11 +121,6 @@ class Account:
                 "handled_twice": self.handled_twice, "reconciles": self.reconciles}
 
 
-def _place_order(place: str) -> tuple[int, str]:
-    rank = 0 if place.startswith(PROCESSED) else 2 if place == UNACCOUNTED else 1
-    return rank, "" if place == f"{PROCESSED} on main topic" else place
-
-
 def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable[Mapping[str, Any]],
               parked: Mapping[str, list[Parked]], summaries: Iterable[Mapping[str, Any]]) -> Account:
     """Put every produced order in its final place(s) and trace its path."""
@@ -137,8 +135,8 @@ def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable
         oks = [e for e in mine if e["ok"]]
         twice += max(0, len(oks) - 1)
         records = parked.get(order_id, [])
-        places = [f"{PROCESSED} {AFTER_REPLAY}" if oks[0]["replayed"] else
-                  f"{PROCESSED} on {'main topic' if oks[0]['topic'] == main else oks[0]['topic']}"] if oks else []
+        places = [f"{PROCESSED} {AFTER_REPLAY}" if oks[0]["replayed"] else f"{PROCESSED} on {oks[0]['topic']}"] \
+            if oks else []
         places += [r.topic for r in records if not r.replayed]
         # the path: main topic -> the retry tiers it visited -> its first-pass end -> (replay) -> its end
         path = [main] + [t for t in dict.fromkeys(e["topic"] for e in mine if not e["replayed"]) if t in tiers]
@@ -157,8 +155,10 @@ def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable
     xcom: Counter[str] = Counter()
     for s in summaries:
         xcom[s["topic"]] += s["totals"]["succeeded"]
+    table_order = [*(f"{PROCESSED} on {t.topic}" for t in topology.tiers), f"{PROCESSED} {AFTER_REPLAY}",
+                   *(t.topic for t in topology.dlt_tiers), parking, UNACCOUNTED]
     return Account(orders, _lateness(topology, entries), dict(sorted(xcom.items())), dict(sorted(books.items())),
-                   twice)
+                   table_order, twice)
 
 
 def _lateness(topology: Topology, entries: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:

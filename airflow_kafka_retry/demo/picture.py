@@ -78,16 +78,21 @@ def draw(data: dict[str, Any], png: Path, *, title: str) -> Path:
             height = nodes[name]["orders"] * scale
             pos[name] = (x, top, height)
             top -= height + _GAP
-    out_used: dict[str, float] = defaultdict(float)
-    in_used: dict[str, float] = defaultdict(float)
-    for a, b, n in sorted(edges, key=lambda e: (pos[e[0]][1], pos[e[1]][1]), reverse=True):
-        xa, ta, _ = pos[a]
-        xb, tb, _ = pos[b]
+    # band slots: a node's outgoing bands stacked from its top in the order of their targets (top first),
+    # its incoming bands in the order of their sources (leftmost first)
+    out_y: dict[tuple[str, str], float] = {}
+    in_y: dict[tuple[str, str], float] = {}
+    for name, (_, top, _) in pos.items():
+        y = top
+        for a, b, n in sorted((e for e in edges if e[0] == name), key=lambda e: (-pos[e[1]][1], pos[e[1]][0])):
+            out_y[a, b], y = y, y - n * scale
+        y = top
+        for a, b, n in sorted((e for e in edges if e[1] == name), key=lambda e: (pos[e[0]][0], -pos[e[0]][1])):
+            in_y[a, b], y = y, y - n * scale
+    for a, b, n in edges:
         w = n * scale
-        y0, y1 = ta - out_used[a], tb - in_used[b]
-        out_used[a] += w
-        in_used[b] += w
-        x0, x1 = xa + _NODE_W, xb
+        y0, y1 = out_y[a, b], in_y[a, b]
+        x0, x1 = pos[a][0] + _NODE_W, pos[b][0]
         mid = (x0 + x1) / 2
         verts = [(x0, y0), (mid, y0), (mid, y1), (x1, y1), (x1, y1 - w), (mid, y1 - w), (mid, y0 - w), (x0, y0 - w),
                  (x0, y0)]
@@ -95,7 +100,7 @@ def draw(data: dict[str, Any], png: Path, *, title: str) -> Path:
                  MPath.CURVE4, MPath.CLOSEPOLY]
         color = _COLORS[nodes[b]["kind"]]
         ax.add_patch(PathPatch(MPath(verts, codes), facecolor=color, edgecolor="none", alpha=0.35))
-        ax.text(x1 - 0.006, y1 - w / 2, str(n), ha="right", va="center", fontsize=8, color="#333333")
+        ax.text(mid, (y0 + y1 - w) / 2, str(n), ha="center", va="center", fontsize=8, color="#333333")
     for name, (x, top, height) in pos.items():
         kind = nodes[name]["kind"]
         ax.add_patch(Rectangle((x, top - height), _NODE_W, height, facecolor=_COLORS[kind], edgecolor="none"))
@@ -126,7 +131,7 @@ def _lateness(ax: Any, lateness: dict[str, dict[str, Any]]) -> None:
     ax.set_yticks(list(y), [f"{t} (delay {lateness[t]['delay_s']:.0f}s, {lateness[t]['handled']} handled)"
                             for t in tiers])
     ax.invert_yaxis()
-    ax.set_xlabel("lateness: handled time - due time (s)")
+    ax.set_xlabel("lateness per retry tier: handled time - due time (s), p50 and max")
     ax.legend(loc="lower right", fontsize=8)
     for i, (a, b) in enumerate(zip(p50, worst, strict=True)):
         ax.text(b, i + 0.2, f" {b:.1f}s", va="center", fontsize=8)

@@ -123,17 +123,22 @@ class ProgressReader:
                 row.routed += sum(totals["routed"].values()) - sum(totals.get("dlt_topics", {}).values())
             backlog = scan_backlog(self.kafka_config, tier.topic, topology.consumer_group(tier), now_ms=now,
                                    timeout_s=5)
-            if backlog.error:
+            if backlog.error and "do not exist" in backlog.error:
+                row.waiting = 0  # the tier DAG's ensure_topics has not created it yet: nothing waits there
+            elif backlog.error:
                 errors.append(backlog.error)
             else:
+                # records read after the committed offset; the offset difference ("backlog") also counts
+                # transaction markers, which never go away on a transactionally committed tier
                 totals = backlog.totals()
-                row.waiting, row.next_due_ms = totals["backlog"], totals["next_due_ms"]
+                row.waiting, row.next_due_ms = totals["scanned"], totals["next_due_ms"]
             tiers.append(row)
         dlts: dict[str, int | None] = {}
         for topic in [t.topic for t in topology.dlt_tiers] + [topology.parking_topic]:
             backlog = scan_backlog(self.kafka_config, topic, topology.group_id + PROGRESS_GROUP_SUFFIX, now_ms=now,
                                    timeout_s=5)
-            dlts[topic] = None if backlog.error else backlog.totals()["backlog"]
+            dlts[topic] = (0 if "do not exist" in backlog.error else None) if backlog.error else \
+                backlog.totals()["scanned"]
         alerts = list(read_lines(self.deployment.root / ALERTS_FILE))
         return Snapshot(tiers, dlts, len(alerts), sum(a["records"] for a in alerts), self.produced, self.phase, now,
                         errors)
@@ -155,7 +160,7 @@ def render(snap: Snapshot, *, elapsed_s: float) -> Group:
             due = "due now"
         runs = f"{t.runs}{' ▶' if t.running else ''}"
         waiting = "?" if t.waiting is None else str(t.waiting)
-        table.add_row(f"{i} {t.topic}", f"{t.delay_s:.0f}s", runs, str(t.drained), str(t.succeeded),
+        table.add_row(t.topic, f"{t.delay_s:.0f}s" if i else "main", runs, str(t.drained), str(t.succeeded),
                       str(t.routed), str(t.dead_lettered), waiting, due)
     dlt = "  ".join(f"{topic}: {'?' if n is None else n}" for topic, n in snap.dlt_records.items())
     lines = [Text(f"orders produced: {snap.produced}   dead-letter/parking topics: {dlt}"),

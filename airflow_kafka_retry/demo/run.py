@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -278,7 +279,7 @@ def print_account(console: Console, account: Account, produced_label: str) -> No
 def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool, out_dir: Path | None,
              console: Console | None = None) -> int:
     """The whole demo; returns the process exit code (0: the account reconciles)."""
-    console = console or Console()
+    console = console or Console(width=None if sys.stdout.isatty() else 132)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -300,8 +301,8 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
             print_account(console, account, f"{account.produced} produced")
             data = flow_data(account, deployment.topology)
             (root / "account.json").write_text(json.dumps(account.to_dict(), indent=2, sort_keys=True))
-            title = (f"{account.produced} orders through {topic}'s retry tiers under Airflow "
-                     f"({'dags test' if fast else 'scheduler'}), with a DLT replay after the fix")
+            title = (f"{account.produced} orders through the retry tiers of {topic}, run by "
+                     f"{'airflow dags test' if fast else 'the Airflow scheduler'}; the DLT replayed after the fix")
             png = draw(data, root / "flow.png", title=title)
             console.print(f"picture of the flow: [bold]{png}[/] (its data: {png.with_suffix('.json')})")
     except KeyboardInterrupt:

@@ -1,0 +1,111 @@
+"""The README's main command, ``airflow-kafka-retry demo --fast``, end to end in a subprocess.
+
+The demo runs the factory-built tier DAGs with ``airflow dags test`` on the embedded broker,
+fixes the bug, replays the DLT with the replay DAG and ends with the account. Checked: it exits 0;
+every order is in exactly one final place, the one its fate calls for, and the places add up to
+the orders produced; the XCom run summaries agree with the service's books; no record was handled
+before its due time; the PNG exists and is a real picture; the data it was drawn from equals the
+table's counts; no Airflow process of the demo outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_retry.demo.account import AFTER_REPLAY, PROCESSED
+from airflow_kafka_retry.demo.orders import fate
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
+
+ORDERS = 200
+#: Where each fate must end.
+EXPECTED_PLACE = {
+    "ok": f"{PROCESSED} on orders",
+    "flaky": f"{PROCESSED} on orders-retry-1",
+    "slow-flaky": f"{PROCESSED} on orders-retry-2",
+    "bug": f"{PROCESSED} {AFTER_REPLAY}",
+    "invalid": "orders-validation-dlt",
+    "undecodable": "orders-parking",
+}
+
+
+def _processes_with(marker: bytes) -> list[int]:
+    """Pids of live processes whose environment names ``marker`` (the demo's Airflow home)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "environ").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo")
+    command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo", "--fast", "--orders", str(ORDERS),
+               "--out", str(out)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1100)
+    (out / "stdout.txt").write_text(done.stdout + done.stderr)
+    return out, done
+
+
+def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
+    out, done = demo_run
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    assert "Reconciled:" in done.stdout
+    assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], "an Airflow process outlived the demo"
+
+
+def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):
+    out, done = demo_run
+    account = json.loads((out / "account.json").read_text())
+    produced = json.loads((out / "produced.json").read_text())
+    assert account["produced"] == len(produced) == ORDERS
+    assert account["reconciles"] is True
+    assert sum(account["final"].values()) == ORDERS
+    fates = Counter(fate(int(i)) for i in produced)
+    expected: dict[str, dict[str, int]] = {}
+    for kind, n in fates.items():
+        expected.setdefault(EXPECTED_PLACE[kind], {})[kind] = n
+    got = {place: {k: n for k, n in row.items() if n} for place, row in account["by_fate"].items()}
+    assert got == expected
+    assert account["xcom_succeeded"] == account["books_succeeded"]
+    assert account["books_succeeded"]["orders"] == fates["ok"] + fates["bug"]  # the replayed ones on main again
+    for topic, late in account["lateness"].items():
+        assert late["handled"] > 0 and late["early"] == 0, (topic, late)
+    for place, count in account["final"].items():  # the printed table shows the same
+        assert any(place in line and f" {count} " in line for line in done.stdout.splitlines()), (place, count)
+
+
+def test_the_picture_is_drawn_from_the_table_counts(demo_run):
+    out, _ = demo_run
+    png = out / "flow.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(png)
+    assert pixels.shape[0] > 400 and pixels.shape[1] > 600
+    assert pixels[..., :3].std() > 0.05, "a blank picture"
+    data = json.loads((out / "flow.json").read_text())
+    account = json.loads((out / "account.json").read_text())
+    assert data["final"] == account["final"] and data["produced"] == account["produced"]
+    inflow = Counter()
+    for _, target, n in data["edges"]:
+        inflow[target] += n
+    processed = sum(n for place, n in account["final"].items() if place.startswith(PROCESSED))
+    assert inflow[PROCESSED] == processed
+    for place in ("orders-validation-dlt", "orders-parking"):
+        assert inflow[place] == account["final"][place]
+    assert data["nodes"]["orders"]["orders"] == ORDERS
+    assert data["lateness"] == account["lateness"]
