@@ -76,6 +76,8 @@ def draw(data: dict[str, Any], png: Path, *, title: str) -> Path:
         top = 1.0
         for name in sorted(names, key=lambda n: (nodes[n]["kind"] != PROCESSED, n)):
             height = nodes[name]["orders"] * scale
+            if nodes[name]["kind"] == "dlt" and 0 < col < ncols - 1:  # the DLT sits low, out of the retries' way
+                top = 1 - tallest * scale + height
             pos[name] = (x, top, height)
             top -= height + _GAP
     # band slots: a node's outgoing bands stacked from its top in the order of their targets (top first),
@@ -100,11 +102,13 @@ def draw(data: dict[str, Any], png: Path, *, title: str) -> Path:
                  MPath.CURVE4, MPath.CLOSEPOLY]
         color = _COLORS[nodes[b]["kind"]]
         ax.add_patch(PathPatch(MPath(verts, codes), facecolor=color, edgecolor="none", alpha=0.35))
-        ax.text(mid, (y0 + y1 - w) / 2, str(n), ha="center", va="center", fontsize=8, color="#333333")
+        replayed = nodes[a]["kind"] == "dlt"
+        ax.text(mid, (y0 + y1 - w) / 2, f"{n} replayed" if replayed else str(n), ha="center", va="center",
+                fontsize=8, color="#333333")
     for name, (x, top, height) in pos.items():
         kind = nodes[name]["kind"]
         ax.add_patch(Rectangle((x, top - height), _NODE_W, height, facecolor=_COLORS[kind], edgecolor="none"))
-        right = nodes[name]["column"] == ncols - 1
+        right = nodes[name]["column"] == ncols - 1 or kind == "dlt"  # label on the left of the node
         label = f"{name}\n{nodes[name]['orders']} orders"
         ax.text(x - 0.008 if right else x + _NODE_W + 0.008, top - height / 2, label,
                 ha="right" if right else "left", va="center", fontsize=9, fontweight="bold")
@@ -132,7 +136,8 @@ def _lateness(ax: Any, lateness: dict[str, dict[str, Any]]) -> None:
                             for t in tiers])
     ax.invert_yaxis()
     ax.set_xlabel("lateness per retry tier: handled time - due time (s), p50 and max")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.set_xlim(0, max([*worst, 1]) * 1.15)
+    ax.legend(loc="upper right", fontsize=8)
     for i, (a, b) in enumerate(zip(p50, worst, strict=True)):
         ax.text(b, i + 0.2, f" {b:.1f}s", va="center", fontsize=8)
         ax.text(a, i - 0.2, f" {a:.1f}s", va="center", fontsize=8)

@@ -1,0 +1,60 @@
+"""The demo's reconciliation (pure): every order in exactly one final place, or reported unaccounted for."""
+
+from __future__ import annotations
+
+from airflow_kafka_retry.demo.account import UNACCOUNTED, Parked, reconcile
+from airflow_kafka_retry.demo.picture import flow_data
+from airflow_kafka_retry.policy.topology import Topology
+
+TOPOLOGY = Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 3,
+                                  "backoff": {"kind": "custom", "delays": ["10s", "20s"]},
+                                  "dlt_routing": {"-validation-dlt": ["myapp.InvalidOrder"]}}, source="<test>")
+
+
+def handled(order_id, topic, ok, *, attempt=1, due_ms=None, at=0, replayed=False):
+    return {"id": order_id, "topic": topic, "attempt": attempt, "due_ms": due_ms, "handled_ms": at, "ok": ok,
+            "replayed": replayed}
+
+
+def summary(topic, succeeded):
+    return {"topic": topic, "totals": {"succeeded": succeeded}}
+
+
+def test_each_order_in_its_place_with_its_path_and_lateness():
+    produced = {"1": "ok", "2": "flaky", "3": "bug", "4": "undecodable", "5": "invalid"}
+    books = [handled("1", "orders", True, at=1), handled("2", "orders", False, at=1),
+             handled("2", "orders-retry-1", True, attempt=2, due_ms=10_000, at=12_000),
+             handled("3", "orders", False, at=1), handled("3", "orders-retry-1", False, due_ms=10_000, at=11_000),
+             handled("3", "orders-retry-2", False, due_ms=30_000, at=30_500),
+             handled("3", "orders", True, at=40_000, replayed=True), handled("5", "orders", False, at=1)]
+    parked = {"3": [Parked("orders-dlt", 0, 0, replayed=True)], "4": [Parked("orders-dlt", 0, 1, replayed=True),
+                                                                      Parked("orders-parking", 0, 0)],
+              "5": [Parked("orders-validation-dlt", 1, 0)]}
+    account = reconcile(TOPOLOGY, produced, books, parked,
+                        [summary("orders", 1), summary("orders-retry-1", 1), summary("orders", 1)])
+    assert account.final_counts() == {"processed on orders": 1, "processed on orders-retry-1": 1,
+                                      "processed after DLT replay": 1, "orders-validation-dlt": 1, "orders-parking": 1}
+    assert account.reconciles
+    paths = {o.order_id: o.path for o in account.orders}
+    assert paths["3"] == ["orders", "orders-retry-1", "orders-retry-2", "orders-dlt", "processed"]
+    assert paths["4"] == ["orders", "orders-dlt", "orders-parking"]
+    assert account.lateness["orders-retry-1"] == {"delay_s": 10.0, "handled": 2, "p50_s": 1.5, "max_s": 2.0,
+                                                  "early": 0}
+    data = flow_data(account, TOPOLOGY)
+    assert data["nodes"]["orders-dlt"]["orders"] == 2 and data["nodes"]["processed"]["orders"] == 3
+    assert data["final"] == account.final_counts()
+
+
+def test_an_order_in_two_places_or_none_is_unaccounted_for():
+    produced = {"1": "ok", "2": "ok", "3": "bug"}
+    books = [handled("1", "orders", True), handled("3", "orders", False)]
+    parked = {"1": [Parked("orders-dlt", 0, 0)]}  # processed and dead-lettered: two places
+    account = reconcile(TOPOLOGY, produced, books, parked, [summary("orders", 1)])
+    assert account.final_counts() == {UNACCOUNTED: 3}
+    assert not account.reconciles
+
+
+def test_xcom_counts_must_match_the_books():
+    account = reconcile(TOPOLOGY, {"1": "ok"}, [handled("1", "orders", True)], {}, [summary("orders", 2)])
+    assert account.final_counts() == {"processed on orders": 1}
+    assert not account.reconciles
