@@ -27,9 +27,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "operators": [
             {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess"]},
-            {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.dlt_watch"]},
+             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
+                                "airflow_kafka_retry.operators.dlt_watch"]}
         ],
         "sensors": [
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}
