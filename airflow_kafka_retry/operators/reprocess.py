@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
@@ -87,7 +88,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
         parallelism: int | None = None,
-        on_dlt: Any = (),
+        on_dlt: Notifier | Sequence[Notifier] | None = (),
         window: str | None = None,
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,
