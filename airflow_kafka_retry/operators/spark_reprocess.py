@@ -15,8 +15,8 @@ from airflow.providers.common.compat.sdk import AirflowException
 
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
+from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
     ReprocessTierMixin,
