@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
-from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 from tests.support import ledger
 from tests.support.airflow_cluster import AirflowCluster, airflow_env
 
@@ -106,7 +106,7 @@ def _lateness(entries: list[dict]) -> tuple[float, float]:
     return statistics.median(late), max(late)
 
 
-def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys):
+def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, request):
     main = unique_topic("e2e")
     topology_file = tmp_path / "topology.yaml"
     topology_file.write_text(json.dumps({
@@ -114,6 +114,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys):
         "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]}}))
     topology = load_topology(topology_file)
     create_topics(kafka_bootstrap, [main], PARTITIONS)  # the service's topic; the DAGs create the others
+    request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
     script = _produce(kafka_bootstrap, main)
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
