@@ -224,6 +224,29 @@ def read_original_coordinates(headers: Iterable[Header] | None,
     )
 
 
+def read_exception_classes(headers: Iterable[Header] | None) -> tuple[str | None, str | None]:
+    """``(exception class, cause class)`` a dead-lettered record carries, from either header family.
+
+    The value's exception (``kafka_exception-fqcn`` or ``kafka_dlt-exception-fqcn``) comes first, then
+    the key's (``kafka_key-exception-fqcn`` / ``kafka_dlt-key-exception-fqcn``). Spring writes the
+    exception its error handler got (often its ``ListenerExecutionFailedException`` wrapper) as the
+    class and the root cause as the cause class. Where both families are present the last header wins.
+    """
+    headers = list(headers or ())
+
+    def last_of(*names: str) -> str | None:
+        found = None
+        for key, value in headers:
+            if key in names and value is not None:
+                found = value.decode("utf-8", errors="replace")
+        return found
+
+    families = tuple(HEADER_NAMES.values())
+    fqcn = (last_of(*(n.exception_fqcn for n in families))
+            or last_of(*(n.key_exception_fqcn for n in families)))
+    return fqcn, last_of(*(n.exception_cause_fqcn for n in families))
+
+
 # ---------------------------------------------------------------------- writing
 @dataclass(frozen=True)
 class ExceptionInfo:
