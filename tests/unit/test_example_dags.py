@@ -58,3 +58,19 @@ def test_hand_composed_example(bag):
     reprocess = tier.get_task("reprocess")
     assert sorted(a.uri for a in reprocess.outlets) == ["kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-retry-2",
                                                          "kafka://kafka:9092/orders-validation-dlt"]
+
+def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.syspath_prepend(str(DAGS))
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / "example_dlt_replay.py"))
+    assert bag.import_errors == {}
+    dag = bag.dags["kafka_dlt_replay__orders"]
+    assert type(dag.timetable).__name__ == "NullTimetable", "the replay DAG must only run when triggered"
+    [task] = dag.tasks
+    assert task.task_id == "replay_dlt" and task.kafka_conn_id == "kafka_default"
+    params = dag.params.dump()
+    assert params["dry_run"] is True and params["dlt"] is None
+    assert {"exception", "original_topic", "since", "until", "key", "partition", "offsets", "limit", "to",
+            "transform", "replay_id"} <= set(params)
