@@ -7,7 +7,6 @@ from typing import Any
 
 def get_provider_info() -> dict[str, Any]:
     from airflow_kafka_retry import __version__
-    from airflow_kafka_retry.plugin.settings import provider_config
 
     return {
         "package-name": "airflow-kafka-retry",
@@ -29,13 +28,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {"integration-name": "Kafka Retry Tiers",
              "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
-                                "airflow_kafka_retry.operators.reprocess"]},
-            {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.dlt_watch"]},
-            {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.ensure_topics"]},
-            {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.replay_dlt"]},
+                                "airflow_kafka_retry.operators.reprocess",
+                                "airflow_kafka_retry.operators.dlt_watch",
+                                "airflow_kafka_retry.operators.ensure_topics",
+                                "airflow_kafka_retry.operators.replay_dlt"]}
         ],
         "sensors": [
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}
@@ -44,6 +40,4 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.triggers.tier_due"]}
         ],
         "notifications": ["airflow_kafka_retry.notifications.dlt_log.DltLogNotifier"],
-        "plugins": [{"name": "kafka_retry_tiers", "plugin-class": "airflow_kafka_retry.plugin.plugin.RetryTiersPlugin"}],
-        "config": provider_config(),
     }

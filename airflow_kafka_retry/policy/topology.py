@@ -117,13 +117,12 @@ class Topology:
                                           "topic; every tier and DLT needs its own topic", field_name))
             seen.setdefault(tier.topic, f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter")
         parking = self.parking_topic
-        if parking is not None and not any(e.field == "parking_suffix" for e in errors):
-            if not _TOPIC_NAME.match(parking):
-                errors.append(self._error(f"derived topic name {parking!r} is not a legal Kafka topic name "
-                                          "(1-249 characters from a-z A-Z 0-9 . _ -)", "parking_suffix"))
-            elif parking in seen:
-                errors.append(self._error(f"derived topic name {parking!r} is also the {seen[parking]} topic; the "
-                                          "parking topic needs its own topic", "parking_suffix"))
+        if parking is not None and not _TOPIC_NAME.match(parking):
+            errors.append(self._error(f"derived topic name {parking!r} is not a legal Kafka topic name "
+                                      "(1-249 characters from a-z A-Z 0-9 . _ -)", "parking_suffix"))
+        elif parking is not None and parking in seen:
+            errors.append(self._error(f"derived topic name {parking!r} is also the {seen[parking]} topic; the "
+                                      "parking topic needs its own topic", "parking_suffix"))
         return errors
 
     # ------------------------------------------------------------------ construction
@@ -502,8 +501,8 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
         except TopologyError as exc:
             errors.append(exc)
 
-    for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "dlt_strategy",
-                "tier_group_template", "dlt_routing_naming", "parking_suffix"):
+    for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "parking_suffix",
+                "dlt_strategy", "tier_group_template", "dlt_routing_naming"):
         if key in data:
             kwargs[key] = data[key]
     for key in ("reuse_same_interval", "default_not_retryable", "traverse_causes"):

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
-from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -108,7 +108,7 @@ def _lateness(entries: list[dict]) -> tuple[float, float]:
     return statistics.median(late), max(late)
 
 
-def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys):
+def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, request):
     main = unique_topic("e2e")
     topology_file = tmp_path / "topology.yaml"
     topology_file.write_text(json.dumps({
@@ -116,6 +116,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys):
         "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]}}))
     topology = load_topology(topology_file)
     create_topics(kafka_bootstrap, [main], PARTITIONS)  # the service's topic; the DAGs create the others
+    request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
     script = _produce(kafka_bootstrap, main)
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 

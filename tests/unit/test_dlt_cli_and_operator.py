@@ -70,3 +70,19 @@ def test_default_replay_id_is_stable_per_task_of_a_run():
     mapped = SimpleNamespace(dag_id="d", run_id="r id", task_id="t", map_index=2)
     assert default_replay_id({"ti": mapped}) == "d.r_id.t.2"
     assert check_replay_id(default_replay_id({"ti": ti}))
+
+
+def test_replay_dag_from_a_topology_object_with_own_dag_arguments():
+    from airflow_kafka_retry import build_dlt_replay_dag
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    topology = load_topology(EXAMPLE)
+    dag = build_dlt_replay_dag(topology, kafka_conn_id="kafka_prod", dag_id="replay_orders", tags=["ops"],
+                               params={"dry_run": True, "note": "extra form field"})
+    [task] = dag.tasks
+    assert dag.dag_id == "replay_orders" and set(dag.tags) == {"ops"}
+    assert task.topology is topology and task.kafka_conn_id == "kafka_prod"
+    assert task.exception == "{{ params.exception }}" and task.dry_run == "{{ params.dry_run }}"
+    params = dag.params.dump()
+    assert params["note"] == "extra form field" and params["limit"] is None and params["dry_run"] is True
+    assert dag.render_template_as_native_obj and dag.max_active_runs == 1

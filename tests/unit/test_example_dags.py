@@ -60,6 +60,8 @@ def test_hand_composed_example(bag):
     assert sorted(a.uri for a in reprocess.outlets) == [
         "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
         "kafka://kafka:9092/orders-validation-dlt"]
+
+
 def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.syspath_prepend(str(DAGS))
