@@ -29,7 +29,10 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {"integration-name": "Kafka Retry Tiers",
              "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
-                                "airflow_kafka_retry.operators.dlt_watch"]}
+                                "airflow_kafka_retry.operators.reprocess",
+                                "airflow_kafka_retry.operators.dlt_watch",
+                                "airflow_kafka_retry.operators.ensure_topics",
+                                "airflow_kafka_retry.operators.replay_dlt"]}
         ],
         "sensors": [
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}
@@ -39,4 +42,5 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "plugins": [{"name": "kafka_retry_tiers", "plugin-class": "airflow_kafka_retry.plugin.plugin.RetryTiersPlugin"}],
         "config": provider_config(),
+        "notifications": ["airflow_kafka_retry.notifications.dlt_log.DltLogNotifier"],
     }
