@@ -17,20 +17,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
-from airflow_kafka_retry.policy.headers import DEAD_LETTER_NAMES, RETRY_TOPIC_NAMES, last_header
+from airflow_kafka_retry.policy.headers import read_exception_classes
 
 UNKNOWN = "unknown"
-_CLASS_HEADERS = tuple(name for names in (RETRY_TOPIC_NAMES, DEAD_LETTER_NAMES)
-                       for name in (names.exception_fqcn, names.key_exception_fqcn))
-
-
-def exception_class(headers: list[tuple[str, bytes | None]] | None) -> str:
-    """The failure's exception class from either header family, ``unknown`` when there is none."""
-    for name in _CLASS_HEADERS:
-        value = last_header(headers, name)
-        if value:
-            return value.decode("utf-8", errors="replace")
-    return UNKNOWN
 
 
 def hour_of(timestamp_ms: int) -> str:
@@ -83,7 +72,7 @@ def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: i
                     raise KafkaException(error)
                 open_parts.discard(message.partition())
                 continue
-            cls = exception_class(message.headers())
+            cls = read_exception_classes(message.headers())[0] or UNKNOWN
             result.total += 1
             result.by_exception[cls] += 1
             result.by_hour[hour_of(message.timestamp()[1])][cls] += 1

@@ -19,8 +19,8 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
                    "Comma-separated topology files or glob patterns the Retry tiers view shows."),
     "kafka_conn_id": ("kafka_default", "string", "The Kafka connection the API server reads the topics with."),
     "dag_id_template": ("kafka_retry__{topic}", "string", "How tier DAGs are named (build_retry_dags)."),
-    "replay_dag_id_template": ("kafka_retry_replay__{topic}", "string",
-                               "How DLT replay DAGs are named (build_dlt_replay_dag)."),
+    "replay_dag_id_template": ("kafka_dlt_replay__{topic}", "string",
+                               "How DLT replay DAGs are named (build_dlt_replay_dag), from the main topic."),
     "timeout": ("10", "float", "Seconds the broker may take per topic before the view reports it."),
     "runs": ("5", "integer", "How many recent runs of each tier DAG the view lists."),
 }

@@ -16,7 +16,7 @@ from airflow_kafka_retry.engine.backlog import scan_backlog
 from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
 from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology import load_topology
 
 RunsReader = Callable[[str, int], list[dict[str, Any]]]
 
@@ -43,15 +43,6 @@ def find_topology_file(settings: ViewSettings, ident: str) -> str | None:
     return next((p for p in settings.topology_files() if topology_id(p) == ident), None)
 
 
-def parking_topics(topology: Topology) -> list[str]:
-    """Parking topics of the path, where the topology defines them (DLT replay)."""
-    value = getattr(topology, "parking_topics", None)
-    if value is None:
-        single = getattr(topology, "parking_topic", None)
-        value = [single] if single else []
-    return list(value() if callable(value) else value)
-
-
 def topology_view(path: str, settings: ViewSettings, kafka_config: dict[str, Any], *, now_ms: int,
                   runs_reader: RunsReader, can_trigger: Callable[[str], bool]) -> dict[str, Any]:
     try:
@@ -60,7 +51,8 @@ def topology_view(path: str, settings: ViewSettings, kafka_config: dict[str, Any
         return {"id": topology_id(path), "source": path, "error": str(exc)}
     timeout = settings.timeout_s
     tiers = [t for t in topology.tiers]
-    dead = [t.topic for t in topology.dlt_tiers] + parking_topics(topology)
+    dead = [t.topic for t in topology.dlt_tiers] + ([topology.parking_topic] if topology.parking_topic else [])
+    replay_dag = settings.replay_dag_id_template.format(topic=topology.topic)
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-retry-view")
     try:
         backlog_jobs = {t.topic: pool.submit(scan_backlog, kafka_config, t.topic, topology.consumer_group(t),
@@ -77,7 +69,6 @@ def topology_view(path: str, settings: ViewSettings, kafka_config: dict[str, Any
             })
         view_dlts = []
         for topic in dead:
-            replay_dag = settings.replay_dag_id_template.format(topic=topic)
             view_dlts.append({"topic": topic, "kind": "parking" if topic not in
                               {t.topic for t in topology.dlt_tiers} else "dlt",
                               "replay_dag_id": replay_dag, "can_trigger": can_trigger(replay_dag),

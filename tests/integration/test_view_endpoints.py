@@ -83,9 +83,12 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
     assert tier1["dag_id"] == f"kafka_retry__{name}-retry-1" and tier1["can_trigger"] is True
     assert tiers[f"{name}-retry-2"]["can_trigger"] is False
     assert tier1["runs"][0]["run_id"] == f"kafka_retry__{name}-retry-1-r1"
-    [dlt] = view["dead_letter_topics"]
+    dlt, parking = view["dead_letter_topics"]
     assert dlt["topic"] == f"{name}-dlt" and dlt["counts"]["by_exception"] == {"myapp.Invalid": 1}
-    assert dlt["replay_dag_id"] == f"kafka_retry_replay__{name}-dlt"
+    assert dlt["replay_dag_id"] == parking["replay_dag_id"] == f"kafka_dlt_replay__{name}"
+    assert (parking["topic"], parking["kind"]) == (f"{name}-parking", "parking")
+    assert parking["counts"]["error"] == f"{name}-parking: topic(s) {name}-parking do not exist on the cluster; " \
+        "create the topology's topics first (airflow-kafka-retry topology create-topics FILE)"
     body = json.dumps(view)
     assert SECRET not in body and kafka_bootstrap not in body, "no Kafka configuration reaches the browser"
 

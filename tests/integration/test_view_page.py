@@ -33,13 +33,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser]
 REPO = Path(__file__).parents[2]
 ARTIFACTS = REPO / ".artifacts"
 PASSWORDS = {"admin": secrets.token_hex(8), "viewer": secrets.token_hex(8)}
-TIER_DAG = '''
-from datetime import datetime
-from airflow.sdk import DAG
-from airflow.providers.standard.operators.empty import EmptyOperator
+DAG_FILE = '''
+"""Written by tests/integration/test_view_page.py: the factory's tier DAGs and the replay DAG."""
+from airflow_kafka_retry import build_dlt_replay_dag, build_retry_dags
 
-with DAG({dag_id!r}, schedule=None, start_date=datetime(2026, 1, 1), catchup=False):
-    EmptyOperator(task_id="reprocess")
+TOPOLOGY = {topology!r}
+globals().update(build_retry_dags(TOPOLOGY, handler="tests.support.view_handler:accept", dlt_watch=False,
+                                  default_args={{"retries": 0}}))
+replay = build_dlt_replay_dag(TOPOLOGY)
 '''
 
 
@@ -73,7 +74,7 @@ def topology_on_broker(kafka_bootstrap, tmp_path):
     create_topics(kafka_bootstrap, topics, 2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     now = int(time.time() * 1000)
-    due = [now - 5_000] * 4 + [now + 20 * 60_000] * 3  # 4 due now, 3 due within the hour
+    due = [now - 5_000] * 4 + [now + 20 * 60_000] * 3  # 4 due now (drained by a real run), 3 due within the hour
     for i, due_ms in enumerate(due):
         producer.produce(f"{name}-retry-1", b'{"order": 1}', partition=i % 2,
                          headers=[(BACKOFF_TIMESTAMP, encode_big_integer(due_ms))])
@@ -82,7 +83,7 @@ def topology_on_broker(kafka_bootstrap, tmp_path):
             producer.produce(f"{name}-dlt", b'{"order": 2}', partition=i % 2, headers=[("kafka_exception-fqcn", cls.encode())])
     assert producer.flush(15) == 0
     yield name
-    delete_topics(kafka_bootstrap, topics)
+    delete_topics(kafka_bootstrap, [*topics, f"{name}-parking"])  # the tier DAG's ensure_topics made the parking topic
 
 
 @pytest.fixture
@@ -91,9 +92,9 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
     home = tmp_path / "airflow"
     dags = home / "dags"
     (dags / "topologies").mkdir(parents=True)
-    (dags / "topologies" / "orders.yaml").write_text(
-        f"topic: {name}\ngroup_id: svc\nattempts: 3\nbackoff: {{kind: fixed, delay: 30s}}\n")
-    (dags / "tier_dag.py").write_text(TIER_DAG.format(dag_id=f"kafka_retry__{name}-retry-1"))
+    topology = dags / "topologies" / "orders.yaml"
+    topology.write_text(f"topic: {name}\ngroup_id: svc\nattempts: 3\nbackoff: {{kind: fixed, delay: 30s}}\n")
+    (dags / "retry_tiers.py").write_text(DAG_FILE.format(topology=str(topology)))
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
     port = _free_port()
@@ -109,11 +110,13 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
         "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {
             "bootstrap.servers": kafka_bootstrap, "sasl.password": "never-in-the-browser"}}),
         "AIRFLOW__KAFKA_RETRY__TIMEOUT": "10",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
     })
     airflow = str(Path(sys.executable).with_name("airflow"))
-    for args in (["db", "migrate"], ["dags", "reserialize"]):
-        done = subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stderr[-3000:]
+    # one real run of the first tier's DAG: it drains the 4 due records, so the view has a run summary to show
+    for args in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", f"kafka_retry__{name}-retry-1"]):
+        done = subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     log = (tmp_path / "api-server.log").open("w")
     server = subprocess.Popen([airflow, "api-server", "--port", str(port), "--host", "127.0.0.1"], env=env, cwd=REPO,
                               stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -177,9 +180,15 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                 page.wait_for_selector("body[data-loaded=true]", timeout=60_000)
                 page.screenshot(path=str(ARTIFACTS / f"retry-tiers-view-{user}.png"), full_page=True)
                 tier1 = page.locator(f'section[data-topic="{name}-retry-1"]')
-                assert tier1.locator(f'[data-backlog="{name}-retry-1"]').inner_text() == "7"
-                assert tier1.locator('[data-due="now"]').inner_text() == "4"
+                assert tier1.locator(f'[data-backlog="{name}-retry-1"]').inner_text() == "3"
+                assert tier1.locator('[data-due="now"]').inner_text() == "0"
                 assert tier1.locator('[data-due="hour"]').inner_text() == "3"
+                [committed_0, committed_1] = [tier1.locator(f'tr[data-partition="{p}"] td').nth(1).inner_text()
+                                              for p in (0, 1)]
+                assert (committed_0, committed_1) == ("2", "2"), "the run committed past the due records"
+                last_run = tier1.locator("tbody tr").last
+                assert last_run.locator("td").nth(1).inner_text() == "success"
+                assert last_run.locator("td").nth(2).inner_text() == "4", "the run's summary (XCom) is shown"
                 assert page.locator(f'[data-backlog="{name}-retry-2"]').inner_text() == "0"
                 dlt = page.locator(f'section[data-topic="{name}-dlt"]')
                 assert dlt.locator(f'[data-dead-total="{name}-dlt"]').inner_text() == str(dlt_counts.total)
@@ -195,10 +204,23 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                     run_now.click()
                     page.wait_for_function("document.querySelector('#status').textContent.startsWith('triggered')",
                                            timeout=60_000)
+                    # Replay on the InvalidOrder group: the form is pre-filled, dry run on, and triggers the replay DAG
+                    dlt.locator('tr[data-exception="myapp.errors.InvalidOrder"]').get_by_role("button", name="Replay").click()
+                    form = page.locator("#replay-form")
+                    assert form.locator('input[name="exception"]').input_value() == "myapp.errors.InvalidOrder"
+                    assert form.locator('input[name="dlt"]').input_value() == f"{name}-dlt"
+                    assert form.locator('input[name="dry_run"]').is_checked()
+                    form.get_by_role("button", name="Trigger replay").click()
+                    page.wait_for_function(
+                        "document.querySelector('#replay-result').textContent.startsWith('triggered')", timeout=60_000)
                 context.close()
         finally:
             browser.close()
-    # the click created a run of the tier DAG through Airflow's REST API
+    # the clicks created runs through Airflow's REST API: the tier DAG's second run, and a dry-run replay
     status, runs = _request(f"{base}/api/v2/dags/kafka_retry__{name}-retry-1/dagRuns", token=admin)
-    assert status == 200 and runs["total_entries"] == 1, runs
+    assert status == 200 and runs["total_entries"] == 2, runs
+    status, replays = _request(f"{base}/api/v2/dags/kafka_dlt_replay__{name}/dagRuns", token=admin)
+    assert status == 200 and replays["total_entries"] == 1, replays
+    assert replays["dag_runs"][0]["conf"] == {"dlt": f"{name}-dlt", "dry_run": True,
+                                              "exception": "myapp.errors.InvalidOrder"}
     assert (ARTIFACTS / "retry-tiers-view.png").stat().st_size > 10_000
