@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from asgiref.sync import sync_to_async
 
 from airflow_kafka_retry.engine.peek import PeekError, TierPeek, peek_heads
+from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.policy.due_check import DueCheck, check_due
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
@@ -99,8 +100,6 @@ class TierDueTrigger(BaseTrigger):
         )
 
     def _kafka_config(self) -> dict[str, Any]:
-        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-
         return KafkaRetryHook(self.kafka_conn_id).kafka_config()
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -113,11 +112,10 @@ class TierDueTrigger(BaseTrigger):
                 check, peek = await asyncio.to_thread(
                     look, kafka_config, self.topic, self.consumer_group, partitions=self.partitions,
                     window=self._window, deadline_ms=self.deadline_ms, peek_timeout=self.peek_timeout)
+                self.log.info("%s: %s", where, check.reason)
                 if check.action != "wait":
-                    self.log.info("%s: %s", where, check.reason)
                     yield TriggerEvent(event_payload(check, peek))
                     return
-                self.log.info("%s: %s", where, check.reason)
                 await self._sleep_until(check.wake_ms or check.now_ms)
         except PeekError as exc:
             yield TriggerEvent({"status": "error", "message": str(exc)})

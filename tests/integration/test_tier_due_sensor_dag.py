@@ -8,7 +8,7 @@ One hand-written DAG, one topology with three retry tiers:
 * ``orders-retry-2``: idle, the sensor skips at once;
 * ``orders-retry-3``: a record due in an hour and ``max_wait`` of 20 s: the sensor skips instead of
   waiting (``dags test`` applies no deferral timeout: without ``max_wait`` it would wait an hour);
-* a fourth sensor on retry-1 with a closed reprocessing window skips for the same reason;
+* a fourth sensor on retry-3 with a reprocessing window that stays closed past its max_wait skips too;
 * the DLT watch reports a Spring record to a notifier and commits its group.
 
 Airflow runs in a subprocess with its own ``AIRFLOW_HOME``; the Kafka connection comes from
@@ -85,7 +85,7 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=Fal
                                   max_wait=timedelta(minutes=2), params={{"tier": 1}})
     wait_idle = RetryTierDueSensor(task_id="wait_idle", topology=TOPOLOGY, tier=2, max_wait=60)
     wait_not_due = RetryTierDueSensor(task_id="wait_not_due", topology=TOPOLOGY, tier=3, max_wait="20s")
-    wait_window = RetryTierDueSensor(task_id="wait_window", topology=TOPOLOGY, tier=1, window={window!r},
+    wait_window = RetryTierDueSensor(task_id="wait_window", topology=TOPOLOGY, tier=3, window={window!r},
                                      timezone="Europe/Berlin", max_wait=timedelta(seconds=20))
 
     @task

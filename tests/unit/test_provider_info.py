@@ -13,7 +13,7 @@ def test_entry_point_returns_the_provider_info():
     info = entry.load()()
     assert info["package-name"] == "airflow-kafka-retry"
     assert info["versions"] == [__version__]
-    kinds = [kind for kind in ("hooks", "operators", "sensors", "triggers") if kind in info]  # notifications: below
+    kinds = [kind for kind in ("hooks", "operators", "sensors", "triggers") if kind in info]
     modules = [m for kind in kinds for item in info[kind] for m in item["python-modules"]]
     assert modules
     for module in modules:
