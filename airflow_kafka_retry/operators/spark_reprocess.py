@@ -16,6 +16,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
+from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
     ReprocessTierMixin,
@@ -120,7 +121,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         options: Mapping[str, Any] | None = None,
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
-        on_dlt: Any = (),
+        on_dlt: Notifier | Sequence[Notifier] | None = (),
         window: str | None = None,
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,
