@@ -29,12 +29,8 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Kafka Retry Tiers",
              "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
                                 "airflow_kafka_retry.operators.reprocess",
-<<<<<<< HEAD
                                 "airflow_kafka_retry.operators.dlt_watch",
                                 "airflow_kafka_retry.operators.ensure_topics"]}
-=======
-                                "airflow_kafka_retry.operators.dlt_watch"]}
->>>>>>> issue-ops
         ],
         "sensors": [
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}
