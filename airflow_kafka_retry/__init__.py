@@ -1,9 +1,10 @@
 """Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines.
 
 The top level re-exports what user handler code needs; everything else lives in its sub-package
-(``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them). The DAG factory
-is exported lazily: ``import airflow_kafka_retry`` in a handler or a Spark executor never imports
-Airflow; ``from airflow_kafka_retry import build_retry_dags`` in a DAG file does.
+(``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them). The DAG factories
+(``build_retry_dags``, ``build_dlt_replay_dag``) are exported lazily: ``import airflow_kafka_retry`` in a
+handler or a Spark executor never imports Airflow; ``from airflow_kafka_retry import build_retry_dags``
+in a DAG file does.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
 
 if TYPE_CHECKING:
+    from airflow_kafka_retry.factory.replay_dag import build_dlt_replay_dag
     from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 
-__all__ = ["BatchFailedError", "DeserializationError", "__version__", "build_retry_dags"]
+__all__ = ["BatchFailedError", "DeserializationError", "__version__", "build_dlt_replay_dag", "build_retry_dags"]
 
 __version__ = "0.1.0"
 
 #: Names imported on first use (they import Airflow): name -> module.
 _LAZY = {
+    "build_dlt_replay_dag": "airflow_kafka_retry.factory.replay_dag",
     "build_retry_dags": "airflow_kafka_retry.factory.retry_dags",
 }
 

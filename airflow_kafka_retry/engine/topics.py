@@ -19,8 +19,9 @@ MAX_MESSAGE_BYTES = "max.message.bytes"
 
 
 def topology_topics(topology: Topology) -> list[str]:
-    """Every topic of the retry path, in order: main, retry tiers, DLTs."""
-    return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
+    """Every topic of the retry path, in order: main, retry tiers, DLTs, the parking topic."""
+    parking = [topology.parking_topic] if topology.parking_topic is not None else []
+    return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)] + parking
 
 
 def ensure_topics(topology: Topology, kafka_config: Mapping[str, Any], *, partitions: int,

@@ -42,7 +42,8 @@ def test_factory_example_builds_the_orders_tiers(bag):
     assert {t.task_id for t in first.tasks} == {"ensure_topics", "wait_for_due", "reprocess"}
     assert all(t.owner == "orders-team" and t.retries == 1 for t in first.tasks)
     assert sorted(a.uri for a in first.get_task("reprocess").outlets) == [
-        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-retry-2", "kafka://kafka:9092/orders-validation-dlt"]
+        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
+        "kafka://kafka:9092/orders-validation-dlt"]
     assert [type(n).__name__ for n in first.get_task("reprocess").on_dlt] == ["DltLogNotifier"]
     night = bag.dags["kafka_retry__orders-retry-3"]
     assert night.get_task("wait_for_due").window == "01:00-05:00"
@@ -56,5 +57,23 @@ def test_hand_composed_example(bag):
     follow_up = bag.dags["orders_dlt_follow_up"]
     assert [a.uri for a in follow_up.timetable.asset_condition.objects] == ["kafka://kafka:9092/orders-dlt"]
     reprocess = tier.get_task("reprocess")
-    assert sorted(a.uri for a in reprocess.outlets) == ["kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-retry-2",
-                                                         "kafka://kafka:9092/orders-validation-dlt"]
+    assert sorted(a.uri for a in reprocess.outlets) == [
+        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
+        "kafka://kafka:9092/orders-validation-dlt"]
+
+
+def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    monkeypatch.syspath_prepend(str(DAGS))
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS / "example_dlt_replay.py"))
+    assert bag.import_errors == {}
+    dag = bag.dags["kafka_dlt_replay__orders"]
+    assert type(dag.timetable).__name__ == "NullTimetable", "the replay DAG must only run when triggered"
+    [task] = dag.tasks
+    assert task.task_id == "replay_dlt" and task.kafka_conn_id == "kafka_default"
+    params = dag.params.dump()
+    assert params["dry_run"] is True and params["dlt"] is None
+    assert {"exception", "original_topic", "since", "until", "key", "partition", "offsets", "limit", "to",
+            "transform", "replay_id"} <= set(params)

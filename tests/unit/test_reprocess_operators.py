@@ -249,13 +249,14 @@ def test_a_deadline_stop_is_reported_with_its_reason_and_what_is_left():
 def test_outlets_are_the_next_tier_and_the_dlts(cls):
     op = make(cls, asset_server=SERVER, outlets=[])
     assert [a.uri for a in op.outlets] == [f"kafka://{SERVER}/{t}" for t in
-                                           ("orders-retry-2", "orders-dlt", "orders-validation-dlt")]
+                                           ("orders-retry-2", "orders-dlt", "orders-validation-dlt",
+                                                                 "orders-parking")]
     assert make(cls).outlets == []  # no asset_server: no assets
 
 
 def test_asset_events_carry_the_counts_and_idle_outlets_emit_nothing():
     op = make(asset_server=SERVER)
-    retry2, dlt, validation = op.outlets
+    retry2, dlt, validation, parking = op.outlets
     first = busy(0, dead=2)
     first.count_route("orders-retry-2")
     ctx = context()
