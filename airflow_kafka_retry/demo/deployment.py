@@ -109,6 +109,5 @@ def prepare(root: Path, *, topic: str, bootstrap: str) -> Deployment:
         DEMO_DIR_ENV: str(root),
         # demo only: every visitor of the UI is an admin, no login
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        "AIRFLOW__KAFKA_RETRY__REPLAY_DAG_ID_TEMPLATE": "kafka_dlt_replay__{topic}",
     })
     return Deployment(root, topology, env)
