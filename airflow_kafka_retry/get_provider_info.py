@@ -7,6 +7,7 @@ from typing import Any
 
 def get_provider_info() -> dict[str, Any]:
     from airflow_kafka_retry import __version__
+    from airflow_kafka_retry.plugin.settings import provider_config
 
     return {
         "package-name": "airflow-kafka-retry",
