@@ -1,7 +1,8 @@
-"""The README's main command, ``airflow-kafka-retry demo --fast``, end to end in a subprocess.
+"""The README's main command, ``airflow-kafka-retry demo``, end to end in a subprocess, in both modes.
 
-The demo runs the factory-built tier DAGs with ``airflow dags test`` on the embedded broker,
-fixes the bug, replays the DLT with the replay DAG and ends with the account. Checked: it exits 0;
+``--fast`` runs the factory-built tier DAGs with ``airflow dags test``; without it the real
+scheduler, triggerer, dag-processor and api-server run them. Either way the demo uses the embedded
+broker, fixes the bug, replays the DLT with the replay DAG and ends with the account. Checked: it exits 0;
 every order is in exactly one final place, the one its fate calls for, and the places add up to
 the orders produced; the XCom run summaries agree with the service's books; no record was handled
 before its due time; the PNG exists and is a real picture; the data it was drawn from equals the
@@ -49,10 +50,11 @@ def _processes_with(marker: bytes) -> list[int]:
     return pids
 
 
-@pytest.fixture(scope="module")
-def demo_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo")
-    command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo", "--fast", "--orders", str(ORDERS),
+@pytest.fixture(scope="module", params=["fast", "scheduler"])
+def demo_run(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(f"demo-{request.param}")
+    mode = ["--fast"] if request.param == "fast" else []
+    command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo", *mode, "--orders", str(ORDERS),
                "--out", str(out)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1100)
@@ -64,6 +66,8 @@ def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
     out, done = demo_run
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert "Reconciled:" in done.stdout
+    if "--fast" not in done.args:
+        assert "Airflow UI: http://127.0.0.1:" in done.stdout
     assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], "an Airflow process outlived the demo"
 
 
