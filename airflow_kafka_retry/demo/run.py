@@ -24,13 +24,13 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from airflow_kafka_retry.demo.account import Account, read_parked, reconcile
 from airflow_kafka_retry.demo.deployment import Deployment, prepare
-from airflow_kafka_retry.demo.orders import FATE_NOTES, FATES, FIX_FLAG, LEDGER_FILE, fate, order_record, read_lines
+from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, fate, order_record, read_lines
 from airflow_kafka_retry.demo.picture import draw, flow_data
 from airflow_kafka_retry.demo.progress import ProgressReader, Snapshot, render, xcom_summaries
+from airflow_kafka_retry.demo.report import print_account
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 
 PHASE_TIMEOUT_S = 600
@@ -61,7 +61,8 @@ class Demo:
         from airflow_kafka_retry.testing.topics import create_topics
 
         topology = self.d.topology
-        create_topics(self.bootstrap, [topology.topic], self.partitions)  # the shop's topic; the DAGs make the rest
+        # the shop's topic; the DAGs create the tiers, DLTs and parking topic
+        create_topics(self.bootstrap, [topology.topic], self.partitions)
         if self.fast:
             self._say("Airflow: metadata DB (SQLite), DAGs parsed; the DAGs run with `airflow dags test`")
             self.cluster.migrate()
@@ -69,14 +70,14 @@ class Demo:
         else:
             self._say("Airflow: starting api-server, scheduler, dag-processor, triggerer (SQLite, LocalExecutor)")
             self.cluster.start()
-            self._say(f"[bold]Airflow UI: {self.d.api_url}/[/]  (Browse → Retry tiers: {self.d.api_url}/kafka-retry/)"
-                      "  [yellow]demo only: no login, every visitor is an admin[/]")
+            self._say(f"[bold]Airflow UI: {self.d.api_url}/[/]  (Browse → Retry tiers: "
+                      f"{self.d.api_url}/kafka-retry/)  [yellow]demo only: no login, every visitor is an admin[/]")
         producer = self._produce()
         self._drain("orders flowing through the tiers", producer)
         if self.fast:
             self._cli("dags", "test", self.d.dag_id(topology.dlt_topic))  # the DLT watch: alerts for new records
-        self._say(f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying {topology.dlt_topic} "
-                  f"with the replay DAG {self.d.replay_dag_id} (dry_run off)")
+        self._say(f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying "
+                  f"{topology.dlt_topic} with the replay DAG {self.d.replay_dag_id} (dry_run off)")
         (self.d.root / FIX_FLAG).touch()
         self._replay()
         self._drain("replayed orders going through again", None)
@@ -126,7 +127,8 @@ class Demo:
         with self._live() as show:
             while settled < 2:
                 if time.monotonic() > deadline:
-                    raise DemoError(f"{phase}: not settled after {PHASE_TIMEOUT_S}s; see the logs in {self.d.home}")
+                    raise DemoError(f"{phase}: not settled after {PHASE_TIMEOUT_S}s; see the logs in "
+                                    f"{self.d.home}")
                 self.cluster.check_alive()
                 snap = self.reader.snapshot()
                 show(snap)
@@ -171,10 +173,11 @@ class Demo:
         if isinstance(summary, str):
             summary = json.loads(summary)
         if not summary or summary.get("status") != "ok":
-            raise DemoError(f"the DLT replay failed: {summary and summary.get('error')}; task log under {self.d.home}")
+            raise DemoError(f"the DLT replay failed: {summary and summary.get('error')}; task log under "
+                            f"{self.d.home}")
+        targets = ", ".join(f"{t}: {n}" for t, n in summary["targets"].items())
         self._say(f"replay {summary['replay_id']}: moved {summary['moved']} record(s) from {summary['dlt']} "
-                  f"({', '.join(f'{t}: {n}' for t, n in summary['targets'].items())}), each in a Kafka transaction "
-                  f"with its entry in the replay log")
+                  f"({targets}), each in a Kafka transaction with its entry in the replay log")
 
     def _account(self) -> Account:
         topology = self.d.topology
@@ -246,36 +249,6 @@ class Demo:
             self.cluster.stop()
 
 
-def print_account(console: Console, account: Account, produced_label: str) -> None:
-    table = Table(title=f"Where every order went ({produced_label})", title_justify="left")
-    table.add_column("final place")
-    table.add_column("orders", justify="right", style="bold")
-    for f in FATES:
-        table.add_column(f, justify="right")
-    by_fate = account.by_fate()
-    for place, count in account.final_counts().items():
-        table.add_row(place, str(count), *(str(by_fate[place][f] or "") for f in FATES))
-    total = sum(account.final_counts().values())
-    fate_totals = [sum(by_fate[p][f] for p in by_fate) for f in FATES]
-    table.add_row("[bold]total[/]", f"{total}", *(str(n) for n in fate_totals), end_section=True)
-    console.print(table)
-    console.print("fates: " + "; ".join(f"{f}: {FATE_NOTES[f]}" for f in FATES), style="dim")
-    if account.reconciles:
-        console.print(f"[bold green]Reconciled:[/] {total} of {account.produced} orders produced are each in exactly "
-                      "one final place; the XCom run summaries count the same successes per topic as the "
-                      f"service's books {account.xcom_succeeded}.")
-    else:
-        console.print(f"[bold red]NOT reconciled:[/] {account.produced} produced, {total} placed; XCom successes "
-                      f"{account.xcom_succeeded} vs the service's books {account.books_succeeded}")
-    if account.handled_twice:
-        console.print(f"{account.handled_twice} order(s) were handled successfully more than once (a task retried "
-                      "after its handler ran): the handler must be idempotent.", style="yellow")
-    for topic, late in account.lateness.items():
-        if late["handled"]:
-            console.print(f"lateness on {topic} (delay {late['delay_s']:.0f}s): p50 {late['p50_s']}s, max "
-                          f"{late['max_s']}s over {late['handled']} handlings; handled early: {late['early']}")
-
-
 def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool, out_dir: Path | None,
              console: Console | None = None) -> int:
     """The whole demo; returns the process exit code (0: the account reconciles)."""
@@ -291,9 +264,9 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
             deployment = prepare(root, topic=topic, bootstrap=address)
             demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
             mode = "fast: `airflow dags test` in schedule order" if fast else "the Airflow scheduler"
-            console.print(f"[bold]airflow-kafka-retry demo[/]: {orders} orders on {topic} ({partitions} partitions), "
-                          f"tiers {', '.join(f'{t.topic} {t.delay_ms // 1000}s' for t in deployment.topology.retry_tiers)}"
-                          f", run by {mode}. Working directory: {root}")
+            tiers = ", ".join(f"{t.topic} {t.delay_ms // 1000}s" for t in deployment.topology.retry_tiers)
+            console.print(f"[bold]airflow-kafka-retry demo[/]: {orders} orders on {topic} ({partitions} "
+                          f"partitions), tiers {tiers}, run by {mode}. Working directory: {root}")
             try:
                 account = demo.run()
             finally:

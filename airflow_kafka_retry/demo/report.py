@@ -1,0 +1,39 @@
+"""The demo's final table: where every order went, by final place and fate, and whether it adds up."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from airflow_kafka_retry.demo.account import Account
+from airflow_kafka_retry.demo.orders import FATE_NOTES, FATES
+
+
+def print_account(console: Console, account: Account, produced_label: str) -> None:
+    table = Table(title=f"Where every order went ({produced_label})", title_justify="left")
+    table.add_column("final place")
+    table.add_column("orders", justify="right", style="bold")
+    for f in FATES:
+        table.add_column(f, justify="right")
+    by_fate = account.by_fate()
+    for place, count in account.final_counts().items():
+        table.add_row(place, str(count), *(str(by_fate[place][f] or "") for f in FATES))
+    total = sum(account.final_counts().values())
+    fate_totals = [sum(by_fate[p][f] for p in by_fate) for f in FATES]
+    table.add_row("[bold]total[/]", f"{total}", *(str(n) for n in fate_totals), end_section=True)
+    console.print(table)
+    console.print("fates: " + "; ".join(f"{f}: {FATE_NOTES[f]}" for f in FATES), style="dim")
+    if account.reconciles:
+        console.print(f"[bold green]Reconciled:[/] {total} of {account.produced} orders produced are each in "
+                      "exactly one final place; the XCom run summaries count the same successes per topic as the "
+                      f"service's books {account.xcom_succeeded}.")
+    else:
+        console.print(f"[bold red]NOT reconciled:[/] {account.produced} produced, {total} placed; XCom successes "
+                      f"{account.xcom_succeeded} vs the service's books {account.books_succeeded}")
+    if account.handled_twice:
+        console.print(f"{account.handled_twice} order(s) were handled successfully more than once (a task retried "
+                      "after its handler ran): the handler must be idempotent.", style="yellow")
+    for topic, late in account.lateness.items():
+        if late["handled"]:
+            console.print(f"lateness on {topic} (delay {late['delay_s']:.0f}s): p50 {late['p50_s']}s, max "
+                          f"{late['max_s']}s over {late['handled']} handlings; handled early: {late['early']}")
