@@ -51,6 +51,7 @@ class Snapshot:
     phase: str
     at_ms: int
     errors: list[str] = field(default_factory=list)
+    last_alert: dict[str, Any] | None = None
 
     @property
     def settled(self) -> bool:
@@ -141,7 +142,7 @@ class ProgressReader:
                 backlog.totals()["scanned"]
         alerts = list(read_lines(self.deployment.root / ALERTS_FILE))
         return Snapshot(tiers, dlts, len(alerts), sum(a["records"] for a in alerts), self.produced, self.phase, now,
-                        errors)
+                        errors, alerts[-1] if alerts else None)
 
 
 def render(snap: Snapshot, *, elapsed_s: float) -> Group:
@@ -163,8 +164,12 @@ def render(snap: Snapshot, *, elapsed_s: float) -> Group:
         table.add_row(t.topic, f"{t.delay_s:.0f}s" if i else "main", runs, str(t.drained), str(t.succeeded),
                       str(t.routed), str(t.dead_lettered), waiting, due)
     dlt = "  ".join(f"{topic}: {'?' if n is None else n}" for topic, n in snap.dlt_records.items())
+    alert = ""
+    if snap.last_alert:
+        a = snap.last_alert
+        alert = f"; latest: {a['dag_id']}.{a['task_id']} reported {a['records']} record(s)"
     lines = [Text(f"orders produced: {snap.produced}   dead-letter/parking topics: {dlt}"),
-             Text(f"DLT alerts fired: {snap.alerts} (records reported: {snap.alerted_records})",
+             Text(f"DLT alerts fired: {snap.alerts} (records reported: {snap.alerted_records}){alert}",
                   style="bold red" if snap.alerts else "")]
     lines += [Text(f"broker: {e}", style="yellow") for e in snap.errors[:2]]
     return Group(table, *lines)

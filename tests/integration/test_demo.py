@@ -6,15 +6,18 @@ broker, fixes the bug, replays the DLT with the replay DAG and ends with the acc
 every order is in exactly one final place, the one its fate calls for, and the places add up to
 the orders produced; the XCom run summaries agree with the service's books; no record was handled
 before its due time; the PNG exists and is a real picture; the data it was drawn from equals the
-table's counts; no Airflow process of the demo outlives it.
+table's counts; no Airflow process of the demo outlives it, also when it is stopped mid-run.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -113,3 +116,40 @@ def test_the_picture_is_drawn_from_the_table_counts(demo_run):
         assert inflow[place] == account["final"][place]
     assert data["nodes"]["orders"]["orders"] == ORDERS
     assert data["lateness"] == account["lateness"]
+
+
+def _processes_with_cmdline(fragment: bytes) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if fragment in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path):
+    """Stopped while the scheduler runs the tiers: exit code 130, no Airflow process or broker left."""
+    command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo", "--out", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
+    log = tmp_path / "stdout.txt"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while "orders produced: 200" not in log.read_text(errors="replace"):
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+                time.sleep(1)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    output = log.read_text(errors="replace")
+    assert code == 130, output[-3000:]
+    assert "interrupted: Airflow and the broker were stopped" in output
+    broker = re.search(r"broker \(Tansu, memory only\) at (\S+)", output).group(1)
+    assert _processes_with(f"AIRFLOW_HOME={tmp_path / 'airflow'}".encode()) == []
+    assert _processes_with_cmdline(f"tcp://{broker}".encode()) == [], "the embedded broker outlived the demo"
