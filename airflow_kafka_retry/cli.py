@@ -169,7 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--no-transactions", action="store_true", help="idempotent produce, then commit")
     drain.add_argument("--group", default=None, help="override the tier's consumer group")
     drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
-    drain.add_argument("--parallelism", type=int, default=1, help="partitions at once (local engine)")
+    drain.add_argument("--parallelism", type=int, default=None,
+                       help="partitions at once (local engine; default: one per core, at least 2, at most 8)")
     drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
     _add_kafka_args(drain)
     drain.set_defaults(func=_cmd_drain)

@@ -23,6 +23,19 @@ _PRODUCER_ONLY = ("acks", "linger.ms", "batch.", "compression.", "transaction.ti
                   "message.timeout.ms", "queue.buffering.", "retries", "enable.idempotence", "transactional.id")
 
 
+#: Bounds on what a consumer prefetches (librdkafka's defaults allow 64 MB queued and 50 MB per fetch
+#: per consumer, so memory would multiply with parallelism). A drain consumer reads one partition,
+#: a chunk at a time: a few MB ahead keeps its fetches flowing. User values win.
+PREFETCH_DEFAULTS: dict[str, int] = {
+    "queued.max.messages.kbytes": 4096,
+    "queued.min.messages": 2000,
+    "max.partition.fetch.bytes": 1_048_576,
+    "fetch.max.bytes": 4_194_304,
+    # once a bound is reached librdkafka pauses the partition's fetches for this long (default 1 s,
+    # which would stall a consumer that empties its queue in a few milliseconds)
+    "fetch.queue.backoff.ms": 10,
+}
+
 #: librdkafka's own log lines (disconnects, retries) go to Python logging, so Airflow task logs get them.
 CLIENT_LOGGER = logging.getLogger("airflow_kafka_retry.rdkafka")
 
@@ -46,6 +59,11 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
     # A drain reads to the end of the partition and stops: do not let the broker hold an empty
     # fetch for long (librdkafka's default is 500 ms per fetch).
     config.setdefault("fetch.wait.max.ms", 100)
+    for key, value in PREFETCH_DEFAULTS.items():
+        config.setdefault(key, value)
+    # a fetch must hold at least one partition's share and the largest message
+    config["fetch.max.bytes"] = max(config["fetch.max.bytes"], config["max.partition.fetch.bytes"],
+                                    config.get("message.max.bytes", 0))
     config.update({
         "group.id": group_id,
         "enable.auto.commit": False,

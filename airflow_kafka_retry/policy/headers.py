@@ -132,6 +132,8 @@ def encode_big_integer(value: int) -> bytes:
 def decode_big_integer_long(value: bytes) -> int:
     """Java's ``new BigInteger(value).longValue()``: two's complement, wrapped to 64 bits."""
     number = int.from_bytes(value, "big", signed=True)
+    if len(value) <= 8:
+        return number  # already within a long
     number &= (1 << 64) - 1
     return number - (1 << 64) if number >= 1 << 63 else number
 
@@ -146,9 +148,8 @@ def last_header(headers: Iterable[Header] | None, name: str) -> bytes | None:
 
 
 # ---------------------------------------------------------------------- reading
-def read_attempts(headers: Iterable[Header] | None) -> int:
-    """The delivery attempt a record is on: 1 on the main topic, n+1 after n failures."""
-    value = last_header(headers, ATTEMPTS)
+def attempts_value(value: bytes | None) -> int:
+    """Decode a ``retry_topic-attempts`` value: 4-byte int, or the legacy 1-byte form; 1 when absent or odd."""
     if value is None:
         return 1
     if len(value) == 1:
@@ -160,12 +161,39 @@ def read_attempts(headers: Iterable[Header] | None) -> int:
     return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1
 
 
-def read_due_ms(headers: Iterable[Header] | None) -> int | None:
-    """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no due time."""
-    value = last_header(headers, BACKOFF_TIMESTAMP)
+def due_value(value: bytes | None) -> int | None:
+    """Decode a ``retry_topic-backoff-timestamp`` value; None when absent or empty."""
     if not value:
         return None
     return decode_big_integer_long(value)
+
+
+def read_attempts(headers: Iterable[Header] | None) -> int:
+    """The delivery attempt a record is on: 1 on the main topic, n+1 after n failures."""
+    return attempts_value(last_header(headers, ATTEMPTS))
+
+
+def read_due_ms(headers: Iterable[Header] | None) -> int | None:
+    """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no due time."""
+    return due_value(last_header(headers, BACKOFF_TIMESTAMP))
+
+
+def read_retry_state(headers: Iterable[Header] | None) -> tuple[int, int | None]:
+    """``(read_attempts(headers), read_due_ms(headers))`` in one pass over the headers.
+
+    The per-record hot path of a drain: ``dict`` keeps the last value of a repeated name, which is
+    exactly Kafka's ``lastHeader``, and builds in C.
+    """
+    if not headers:
+        return 1, None
+    if isinstance(headers, list) and len(headers) >= 2:
+        # The engine and Spring both write attempts then back-off timestamp as the last two headers;
+        # the last header of a name is the one that counts, so those two are the answer.
+        (name1, value1), (name2, value2) = headers[-2], headers[-1]
+        if name1 == ATTEMPTS and name2 == BACKOFF_TIMESTAMP:
+            return attempts_value(value1), due_value(value2)
+    found = dict(headers)
+    return attempts_value(found.get(ATTEMPTS)), due_value(found.get(BACKOFF_TIMESTAMP))
 
 
 def original_timestamp_bytes(headers: Iterable[Header] | None, record_timestamp_ms: int) -> bytes:

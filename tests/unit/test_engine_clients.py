@@ -11,6 +11,7 @@ import pytest
 from airflow_kafka_retry.engine.clients import (
     CLIENT_LOGGER,
     KafkaConfigError,
+    PREFETCH_DEFAULTS,
     consumer_config,
     producer_config,
 )
@@ -80,6 +81,7 @@ def test_consumer_engine_settings() -> None:
         "group.id": "svc-orders-retry-0",
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 100,
+        **PREFETCH_DEFAULTS,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
@@ -108,6 +110,26 @@ def test_consumer_keeps_user_tuning() -> None:
     for key in ("auto.offset.reset", "session.timeout.ms", "max.poll.interval.ms", "heartbeat.interval.ms",
                 "fetch.min.bytes", "queued.min.messages"):
         assert config[key] == user[key], key
+
+
+def test_prefetch_is_bounded_by_default() -> None:
+    """librdkafka's defaults queue 64 MB per consumer: memory would multiply with parallelism."""
+    config = consumer_config(base(), "g")
+    assert config["queued.max.messages.kbytes"] <= 8192
+    assert config["fetch.max.bytes"] <= 8 * 1024 * 1024
+    assert config["max.partition.fetch.bytes"] <= config["fetch.max.bytes"]
+    assert config["fetch.queue.backoff.ms"] < 1000  # librdkafka's 1 s pause would stall a fast drain
+    for key in PREFETCH_DEFAULTS:
+        assert key not in producer_config(base(), None), key
+
+
+def test_prefetch_bounds_keep_user_values_and_fit_the_largest_message() -> None:
+    user = consumer_config(base(**{"queued.max.messages.kbytes": 65536, "fetch.max.bytes": 52428800}), "g")
+    assert user["queued.max.messages.kbytes"] == 65536 and user["fetch.max.bytes"] == 52428800
+    big = consumer_config(base(**{"max.partition.fetch.bytes": 10_485_760}), "g")
+    assert big["fetch.max.bytes"] == 10_485_760  # a fetch must hold one partition's share
+    sized = consumer_config(base(**{"message.max.bytes": 20_000_000}), "g")
+    assert sized["fetch.max.bytes"] == 20_000_000
 
 
 def test_fetch_wait_max_ms_default_and_override() -> None:
