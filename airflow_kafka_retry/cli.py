@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="Spark property for --engine spark (repeatable; never put credentials here)")
     drain.add_argument("--batch-size", type=int, default=100)
-    drain.add_argument("--chunk-size", type=int, default=1000, help="records per Kafka transaction")
+    drain.add_argument("--chunk-size", type=int, default=5000, help="records per Kafka transaction")
     drain.add_argument("--max-records", type=int, default=None, help="per partition")
     drain.add_argument("--in-place-attempts", type=int, default=0)
     drain.add_argument("--in-place-backoff-ms", type=int, default=0)
@@ -170,7 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--group", default=None, help="override the tier's consumer group")
     drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
     drain.add_argument("--parallelism", type=int, default=None,
-                       help="partitions at once (local engine; default: one per core, at least 2, at most 8)")
+                       help="partitions at once (local engine; default: cores + 1, at most 8)")
     drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
     _add_kafka_args(drain)
     drain.set_defaults(func=_cmd_drain)

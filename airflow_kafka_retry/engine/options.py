@@ -17,7 +17,10 @@ class DrainOptions:
         object the handler gets; a record it cannot decode is dead-lettered with its original bytes.
     :param key_deserializer: the same for keys (failures write the key-exception headers).
     :param batch_size: records per handler call.
-    :param chunk_size: records per Kafka transaction (routed records + offset commit).
+    :param chunk_size: records per Kafka transaction (routed records + offset commit). A chunk is read
+        and handled a few hundred records at a time and only its failed records wait for the commit,
+        so a large chunk costs no memory; it saves transactions (each one is several broker round
+        trips) and, after a crash, is the most a partition hands to the handler again.
     :param max_records: stop a partition after this many records (None: drain everything due).
     :param in_place_attempts: extra tries of a failed record before routing; each counts as an attempt.
     :param in_place_backoff_ms: pause before each in-place try.
@@ -33,7 +36,7 @@ class DrainOptions:
     value_deserializer: str | None = None
     key_deserializer: str | None = None
     batch_size: int = 100
-    chunk_size: int = 1000
+    chunk_size: int = 5000
     max_records: int | None = None
     in_place_attempts: int = 0
     in_place_backoff_ms: int = 0

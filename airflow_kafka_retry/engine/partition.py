@@ -21,7 +21,7 @@ from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.records import TierRecord, make_record
+from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
 from airflow_kafka_retry.engine.route import RoutedRecord, Router, transactional_id
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
@@ -154,8 +154,7 @@ class PartitionJob:
         sources: list[Message] = []  # sources[i] is the message records[i] was made from
         failures: list[tuple[Message, BaseException, int]] = []
         if self._key_decoder is None and self._value_decoder is None:
-            records = [self._plain_record(m, h, a, d)
-                       for m, h, a, d in zip(messages, piece.headers, piece.attempts, piece.due_ms)]
+            records = list(map(record_from_message, messages, piece.headers, piece.attempts, piece.due_ms))
             sources = messages
         else:
             for message, headers, attempt, due in zip(messages, piece.headers, piece.attempts, piece.due_ms):
@@ -187,14 +186,6 @@ class PartitionJob:
         assert work.last_offset is not None
         router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
         self._count(work, runner)
-
-    @staticmethod
-    def _plain_record(message: Message, headers: list[Header] | None, attempt: int, due: int | None) -> TierRecord:
-        """The record of a message when no deserializer is configured (key and value stay bytes)."""
-        key, value = message.key(), message.value()
-        ts_type, ts = message.timestamp()
-        return make_record(key, value, tuple(headers) if headers else (), message.topic(), message.partition(),
-                           message.offset(), ts, ts_type, attempt, due, key, value)
 
     def _record(self, message: Message, headers: list[Header] | None, attempt: int, due: int | None) -> TierRecord:
         raw_key, raw_value = message.key(), message.value()

@@ -188,9 +188,13 @@ def read_retry_state(headers: Iterable[Header] | None) -> tuple[int, int | None]
         return 1, None
     if isinstance(headers, list) and len(headers) >= 2:
         # The engine and Spring both write attempts then back-off timestamp as the last two headers;
-        # the last header of a name is the one that counts, so those two are the answer.
+        # the last header of a name is the one that counts, so those two are the answer. The usual
+        # encodings (4-byte attempts, a timestamp of at most 8 bytes) are decoded right here.
         (name1, value1), (name2, value2) = headers[-2], headers[-1]
         if name1 == ATTEMPTS and name2 == BACKOFF_TIMESTAMP:
+            if value1 is not None and value2 and len(value1) == 4 and len(value2) <= 8:
+                raw = int.from_bytes(value1, "big", signed=True)
+                return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1, int.from_bytes(value2, "big", signed=True)
             return attempts_value(value1), due_value(value2)
     found = dict(headers)
     return attempts_value(found.get(ATTEMPTS)), due_value(found.get(BACKOFF_TIMESTAMP))
