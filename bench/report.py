@@ -30,17 +30,18 @@ def case_rows(cases: dict[str, dict[str, Any]], spark_startup_s: float | None) -
         result = cases[name]
         rows.append(_row(name, result, result["wall_s"], raw_rate, result))
         if name == "spark" and spark_startup_s is not None:
-            rows.append(_row("spark_without_startup", result, max(result["wall_s"] - spark_startup_s, 1e-3), raw_rate,
+            # on a tiny workload the start-up can take longer than the whole run (noise): no rate then
+            rows.append(_row("spark_without_startup", result, result["wall_s"] - spark_startup_s, raw_rate,
                              {**result, "startup_s": spark_startup_s}))
     return rows
 
 
 def _row(name: str, result: dict[str, Any], seconds: float, raw_rate: float | None,
          fmt: dict[str, Any]) -> dict[str, Any]:
-    records_per_s = rate(result["records"], seconds)
+    records_per_s = rate(result["records"], seconds) if seconds > 0 else None
     return {"case": name, "label": LABELS[name].format(**{"parallelism": "?", "startup_s": 0.0, **fmt}),
             "records": result["records"], "wall_s": round(seconds, 3), "records_per_s": records_per_s,
-            "ratio_to_raw": round(records_per_s / raw_rate, 3) if raw_rate else None,
+            "ratio_to_raw": round(records_per_s / raw_rate, 3) if raw_rate and records_per_s else None,
             "peak_rss_mb": result["peak_rss_mb"]}
 
 
@@ -74,8 +75,8 @@ def markdown(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], workload: 
              "| case | rec/s | ratio to the raw loop | wall s | peak RSS MB |", "|---|---|---|---|---|"]
     for row in rows:
         ratio = f"{row['ratio_to_raw']:.2f}" if row["ratio_to_raw"] is not None else "-"
-        lines.append(f"| {row['label']} | {row['records_per_s']:,.0f} | {ratio} | {row['wall_s']:.1f} | "
-                     f"{row['peak_rss_mb']:.0f} |")
+        speed = f"{row['records_per_s']:,.0f}" if row["records_per_s"] is not None else "-"
+        lines.append(f"| {row['label']} | {speed} | {ratio} | {row['wall_s']:.1f} | {row['peak_rss_mb']:.0f} |")
     if sweep:
         lines += ["", "Memory against drain size (local engine, defaults, one process per size):", "",
                   "| records drained | rec/s | wall s | peak RSS MB |", "|---|---|---|---|"]
