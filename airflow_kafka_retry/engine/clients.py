@@ -18,7 +18,8 @@ _ENGINE_OWNED = ("enable.auto.commit", "enable.auto.offset.store", "isolation.le
                  "group.id", "transactional.id", "enable.idempotence")
 _CONSUMER_ONLY = ("auto.offset.reset", "session.timeout.ms", "max.poll.interval.ms", "fetch.", "group.",
                   "heartbeat.interval.ms", "partition.assignment.strategy", "isolation.level",
-                  "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "queued.")
+                  "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "queued.",
+                  "max.partition.fetch.bytes")
 _PRODUCER_ONLY = ("acks", "linger.ms", "batch.", "compression.", "transaction.timeout.ms", "delivery.timeout.ms",
                   "message.timeout.ms", "queue.buffering.", "retries", "enable.idempotence", "transactional.id")
 

@@ -154,7 +154,9 @@ class PartitionJob:
         sources: list[Message] = []  # sources[i] is the message records[i] was made from
         failures: list[tuple[Message, BaseException, int]] = []
         if self._key_decoder is None and self._value_decoder is None:
-            records = list(map(record_from_message, messages, piece.headers, piece.attempts, piece.due_ms))
+            topic, partition = self.tier.topic, self.partition
+            records = [record_from_message(m, h, a, d, topic, partition)
+                       for m, h, a, d in zip(messages, piece.headers, piece.attempts, piece.due_ms)]
             sources = messages
         else:
             for message, headers, attempt, due in zip(messages, piece.headers, piece.attempts, piece.due_ms):

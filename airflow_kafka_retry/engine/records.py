@@ -59,14 +59,15 @@ def make_record(key: Any, value: Any, headers: tuple[Header, ...], topic: str, p
     return record
 
 
-def record_from_message(message: Any, headers: list[Header] | None, attempt: int, due_ms: int | None) -> TierRecord:
-    """The record of a consumed message when no deserializer is configured (key and value stay bytes)."""
+def record_from_message(message: Any, headers: list[Header] | None, attempt: int, due_ms: int | None, topic: str,
+                        partition: int) -> TierRecord:
+    """The record of a message consumed from ``topic[partition]`` when no deserializer is configured."""
     key, value = message.key(), message.value()
     timestamp_type, timestamp_ms = message.timestamp()
     record = _new(TierRecord)
     _set_attribute(record, "__dict__", {
-        "key": key, "value": value, "headers": tuple(headers) if headers else (), "topic": message.topic(),
-        "partition": message.partition(), "offset": message.offset(), "timestamp_ms": timestamp_ms,
+        "key": key, "value": value, "headers": tuple(headers) if headers else (), "topic": topic,
+        "partition": partition, "offset": message.offset(), "timestamp_ms": timestamp_ms,
         "timestamp_type": timestamp_type, "attempt": attempt, "due_ms": due_ms, "raw_key": key, "raw_value": value,
     })
     return record

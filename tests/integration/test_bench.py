@@ -35,12 +35,10 @@ def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
         assert row["records"] == records, name
         assert row["label"] in doc["markdown"] and row["label"] in done.stdout
         assert row["peak_rss_mb"] > 0, (name, row)
-        if name == "spark_without_startup" and row["records_per_s"] is None:
-            continue  # on 20,000 records Spark's start-up can outlast the whole run: no rate, by design
         assert row["wall_s"] > 0 and row["records_per_s"] > 0, (name, row)
         assert row["ratio_to_raw"] == pytest.approx(row["records_per_s"] / rows["raw"]["records_per_s"], rel=1e-2)
     assert rows["raw"]["ratio_to_raw"] == 1.0
-    assert doc["spark_startup_s"] > 0 and doc["raw_results"]["spark_startup"]["records"] == 0
+    assert 0 < rows["spark_without_startup"]["wall_s"] < rows["spark"]["wall_s"]  # tasks are part of the run
     # the engines did their work: every failing record routed (half to the next tier, half to the DLT)
     for name in ("local_txn", "local_no_txn", "spark"):
         totals = doc["raw_results"][name]["totals"]

@@ -75,7 +75,7 @@ class FakeMessage:
 @pytest.mark.parametrize("headers", [None, [], [("a", b"1"), (ATT, None)]])
 def test_fast_records_equal_constructed_ones(headers):
     message = FakeMessage(b"k", b"v", 42)
-    fast = record_from_message(message, headers, 2, 99)
+    fast = record_from_message(message, headers, 2, 99, "orders-retry-1", 3)
     plain = TierRecord(key=b"k", value=b"v", headers=tuple(headers or ()), topic="orders-retry-1", partition=3,
                        offset=42, timestamp_ms=1_700_000_000_000, timestamp_type=1, attempt=2, due_ms=99,
                        raw_key=b"k", raw_value=b"v")
