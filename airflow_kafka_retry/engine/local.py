@@ -66,6 +66,7 @@ def run_local(
     cutoff_ms: int | None = None,
     parallelism: int | None = None,
     clock: Callable[[], int] = wall_clock_ms,
+    should_stop: Callable[[], str | None] | None = None,
 ) -> RunSummary:
     """Reprocess ``tier`` in-process and return the run summary.
 
@@ -73,14 +74,18 @@ def run_local(
     :param cutoff_ms: records due after this stay for a later run (default: now).
     :param parallelism: partitions processed at once, each with its own clients (default:
         :func:`default_parallelism` of the partition count).
+    :param should_stop: asked by every partition before each chunk; a reason (e.g. ``"killed"``) stops
+        it there, after committing what it finished (``options.deadline_ms`` does the same at a time).
     """
     started = clock()
     cutoff = started if cutoff_ms is None else cutoff_ms
     summary = new_summary(topology, tier, options, engine="local", cutoff_ms=cutoff, started_ms=started)
     chosen = list(partitions) if partitions is not None else tier_partitions(topology, tier, kafka_config, options)
-    jobs = [PartitionJob(topology, tier, p, kafka_config, options, cutoff_ms=cutoff, clock=clock) for p in chosen]
+    jobs = [PartitionJob(topology, tier, p, kafka_config, options, cutoff_ms=cutoff, clock=clock,
+                         should_stop=should_stop) for p in chosen]
     workers = default_parallelism(len(jobs)) if parallelism is None else max(1, parallelism)
     with ThreadPoolExecutor(max_workers=workers) as pool:
         summary.partitions = list(pool.map(lambda job: job.run(), jobs))
     summary.finished_ms = clock()
+    summary.note_stops()
     return summary

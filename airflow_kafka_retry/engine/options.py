@@ -30,6 +30,8 @@ class DrainOptions:
     :param consumer_group: override the tier's consumer group.
     :param dead_letter_cap: dead-letter coordinates kept per partition in the summary.
     :param idle_timeout_s: fail a partition when the broker answers nothing for this long.
+    :param deadline_ms: wall-clock deadline (epoch ms): a partition still running then stops at its next
+        chunk boundary, committing what it finished; the rest stays for the next run (None: no deadline).
     """
 
     handler: str
@@ -46,6 +48,7 @@ class DrainOptions:
     consumer_group: str | None = None
     dead_letter_cap: int = 100
     idle_timeout_s: float = 60.0
+    deadline_ms: int | None = None
 
     def __post_init__(self) -> None:
         positive = {"batch_size": self.batch_size, "chunk_size": self.chunk_size}
@@ -60,6 +63,10 @@ class DrainOptions:
         if self.max_records is not None and (isinstance(self.max_records, bool) or not isinstance(self.max_records, int)
                                              or self.max_records < 1):
             raise ValueError(f"option max_records must be an integer >= 1 or None, got {self.max_records!r}")
+        deadline = self.deadline_ms
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int)):
+            raise ValueError(f"option deadline_ms must be epoch milliseconds (an integer) or None, "
+                             f"got {self.deadline_ms!r}")
         if not isinstance(self.handler, str) or ":" not in self.handler:
             raise ValueError(f"option handler must be 'package.module:function', got {self.handler!r}")
 

@@ -70,11 +70,14 @@ class PartitionJob:
     :param kafka_config: librdkafka configuration (bootstrap servers, security).
     :param options: handler and run options.
     :param cutoff_ms: records due later than this are left for a later run.
-    :param clock: epoch milliseconds, used for due times of routed records.
+    :param clock: epoch milliseconds, used for due times of routed records and ``options.deadline_ms``.
+    :param should_stop: asked before each chunk; a reason (e.g. ``"killed"``) stops the partition there,
+        after everything finished so far was committed (``stop_reason == "stopped"``).
     """
 
     def __init__(self, topology: Topology, tier: Tier, partition: int, kafka_config: Mapping[str, Any],
-                 options: DrainOptions, *, cutoff_ms: int, clock: Callable[[], int] = wall_clock_ms) -> None:
+                 options: DrainOptions, *, cutoff_ms: int, clock: Callable[[], int] = wall_clock_ms,
+                 should_stop: Callable[[], str | None] | None = None) -> None:
         self.topology = topology
         self.tier = tier
         self.partition = partition
@@ -82,6 +85,7 @@ class PartitionJob:
         self.options = options
         self.cutoff_ms = cutoff_ms
         self.clock = clock
+        self.should_stop = should_stop
         self.group = options.consumer_group or topology.consumer_group(tier)
         self.resolver = DestinationResolver(topology, clock=clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
@@ -127,6 +131,10 @@ class PartitionJob:
             left = options.max_records
             piece_size = options.batch_size * max(1, _PIECE_RECORDS // options.batch_size)
             while True:
+                stopped = self._stop_requested()
+                if stopped is not None:  # a chunk boundary: everything read so far is committed
+                    self._stopped(stopped, reader)
+                    break
                 limit = options.chunk_size if left is None else min(options.chunk_size, left)
                 # A chunk (one transaction) is read and handled a piece at a time: only its routed
                 # records are kept until the commit, so memory is bounded by the piece, not the chunk.
@@ -146,6 +154,22 @@ class PartitionJob:
                     left -= work.read
                 if piece.stop != "limit" or left == 0:
                     break
+
+    def _stop_requested(self) -> str | None:
+        if self.should_stop is not None:
+            reason = self.should_stop()
+            if reason is not None:
+                return reason
+        deadline = self.options.deadline_ms
+        return "deadline" if deadline is not None and self.clock() >= deadline else None
+
+    def _stopped(self, reason: str, reader: PartitionReader) -> None:
+        s = self.summary
+        s.stop_reason, s.stopped_by, s.next_due_ms = "stopped", reason, None
+        position, end = reader.position, reader.end_offset
+        s.left = max(0, end - position) if end is not None and end >= 0 and position >= 0 else None
+        log.info("%s[%s]: stopped (%s) at offset %s; the rest stays for the next run", self.tier.topic,
+                 self.partition, reason, s.committed_offset if s.committed_offset is not None else s.start_offset)
 
     def _handle(self, piece: Chunk, runner: BatchRunner, work: _ChunkWork) -> None:
         """Hand a piece of a chunk to the handler; resolve where its failed records go."""
@@ -218,7 +242,7 @@ class PartitionJob:
                 ts = self.clock()
             destination = self.resolver.resolve(
                 topic=message.topic(), partition=message.partition(), attempt=attempt, exception=error,
-                original_timestamp_ms=read_original_timestamp(message.headers(), ts))
+                original_timestamp_ms=read_original_timestamp(message.headers(), ts), headers=message.headers())
             if destination.action == "drop":
                 log.warning("%s[%s]@%s: %s failed (%s) and is dropped (%s)", message.topic(), message.partition(),
                             message.offset(), class_path(type(error)), destination.reason,
