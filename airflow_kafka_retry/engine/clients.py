@@ -23,6 +23,9 @@ _PRODUCER_ONLY = ("acks", "linger.ms", "batch.", "compression.", "transaction.ti
                   "message.timeout.ms", "queue.buffering.", "retries", "enable.idempotence", "transactional.id")
 
 
+#: librdkafka's ``message.max.bytes`` for the engine's producer (below Kafka's 100 MiB request limit).
+PRODUCER_MAX_MESSAGE_BYTES = 100_000_000
+
 #: librdkafka's own log lines (disconnects, retries) go to Python logging, so Airflow task logs get them.
 CLIENT_LOGGER = logging.getLogger("airflow_kafka_retry.rdkafka")
 
@@ -62,7 +65,12 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
 
 def producer_config(kafka_config: Mapping[str, Any], transactional_id: str | None) -> dict[str, Any]:
     config = _common(kafka_config, _CONSUMER_ONLY)
-    config.update({"enable.idempotence": True, "acks": "all"})
+    # The engine forwards records the cluster already accepted: the topic's max.message.bytes on the
+    # broker is the limit that counts, not librdkafka's 1 MB default (a 10 MB record must route).
+    config.setdefault("message.max.bytes", PRODUCER_MAX_MESSAGE_BYTES)
+    # A destination deleted during a run must fail the chunk, not be re-created by the broker with
+    # its default layout (partition count) behind the topology's back.
+    config.update({"enable.idempotence": True, "acks": "all", "allow.auto.create.topics": False})
     if transactional_id:
         config["transactional.id"] = transactional_id
     return config

@@ -27,6 +27,10 @@ class DrainOptions:
     :param consumer_group: override the tier's consumer group.
     :param dead_letter_cap: dead-letter coordinates kept per partition in the summary.
     :param idle_timeout_s: fail a partition when the broker answers nothing for this long.
+    :param handler_timeout_s: a handler call that has not returned after this many seconds fails its
+        batch with ``HandlerTimeoutError`` (the hanging record is isolated by bisection and routed as
+        a failure) and its thread is abandoned; None (default): calls are not timed. See
+        ``engine/timeouts.py`` for the cost.
     """
 
     handler: str
@@ -43,6 +47,7 @@ class DrainOptions:
     consumer_group: str | None = None
     dead_letter_cap: int = 100
     idle_timeout_s: float = 60.0
+    handler_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         positive = {"batch_size": self.batch_size, "chunk_size": self.chunk_size}
@@ -57,6 +62,10 @@ class DrainOptions:
         if self.max_records is not None and (isinstance(self.max_records, bool) or not isinstance(self.max_records, int)
                                              or self.max_records < 1):
             raise ValueError(f"option max_records must be an integer >= 1 or None, got {self.max_records!r}")
+        timeout = self.handler_timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise ValueError(f"option handler_timeout_s must be a number of seconds > 0 or None, got {timeout!r}")
         if not isinstance(self.handler, str) or ":" not in self.handler:
             raise ValueError(f"option handler must be 'package.module:function', got {self.handler!r}")
 

@@ -118,7 +118,8 @@ class Router:
                     self.producer.abort_transaction(_TIMEOUT_S)
                 except KafkaException:
                     pass  # the transaction times out on the broker; the next run's init fences it
-            raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}") from exc
+            delivery = f" (delivery failed: {'; '.join(failures[:3])})" if failures else ""
+            raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}{delivery}") from exc
         if failures:  # cannot happen after a successful commit; kept as a guard, never ignored
             raise RouteError(f"delivery failed after commit: {'; '.join(failures)}")
 

@@ -23,7 +23,8 @@ Encodings (as Spring writes them):
   1..32767, reads as 1.
 * ``retry_topic-backoff-timestamp`` and ``retry_topic-original-timestamp``: ``BigInteger.toByteArray``
   of epoch milliseconds (minimal big-endian two's complement); an original timestamp longer
-  than 8 bytes or empty is ignored in favour of the record timestamp.
+  than 8 bytes or empty is ignored in favour of the record timestamp, and so is a back-off
+  timestamp of that shape (the record is due at once), as is one implausibly far ahead.
 * original partition: 4-byte big-endian int; original offset and timestamp: 8-byte big-endian
   long; original topic, timestamp type (``CreateTime``/``LogAppendTime``), consumer group and
   every exception header: UTF-8 text.
@@ -106,6 +107,8 @@ _SHRINKABLE = tuple(getattr(names, field) for field in ("exception_stacktrace", 
                                                         "exception_message", "key_exception_message")
                     for names in HEADER_NAMES.values())
 ATTEMPTS_HARD_CAP = 32_767  # Spring's Short.MAX_VALUE
+#: Spring ignores a back-off timestamp more than this far in the future (``MAX_BACKOFF_MS``, one day).
+MAX_BACKOFF_MS = 86_400_000
 TIMESTAMP_TYPES = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
 _TRUNCATED = "...[truncated]"
 
@@ -160,12 +163,22 @@ def read_attempts(headers: Iterable[Header] | None) -> int:
     return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1
 
 
-def read_due_ms(headers: Iterable[Header] | None) -> int | None:
-    """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no due time."""
+def read_due_ms(headers: Iterable[Header] | None, *, now_ms: int | None = None,
+                horizon_ms: int = MAX_BACKOFF_MS) -> int | None:
+    """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no usable due time.
+
+    Read defensively, as Spring's ``KafkaBackoffAwareMessageListenerAdapter`` does: a value that is
+    empty or longer than 8 bytes is ignored, and so (when ``now_ms`` is given) is a due time more
+    than ``horizon_ms`` after ``now_ms`` -- a corrupt or hostile header then cannot hold a
+    partition back forever. A record without a usable due time is due at once.
+    """
     value = last_header(headers, BACKOFF_TIMESTAMP)
-    if not value:
+    if not value or len(value) > 8:
         return None
-    return decode_big_integer_long(value)
+    due = decode_big_integer_long(value)
+    if now_ms is not None and due - now_ms > horizon_ms:
+        return None
+    return due
 
 
 def original_timestamp_bytes(headers: Iterable[Header] | None, record_timestamp_ms: int) -> bytes:
@@ -273,8 +286,10 @@ class Failure:
     exception: ExceptionInfo
 
 
-def _size(headers: Sequence[Header]) -> int:
+def header_bytes(headers: Iterable[Header]) -> int:
+    """Bytes of ``headers`` as the budget counts them (UTF-8 names plus values)."""
     return sum(len(k.encode("utf-8")) + len(v or b"") for k, v in headers)
+
 
 
 def _truncate(value: bytes, keep: int) -> bytes:
@@ -353,7 +368,7 @@ def forward_headers(existing: Sequence[Header] | None, failure: Failure, policy:
 
 def fit_budget(headers: list[Header], budget: int, failure: Failure | None = None) -> list[Header]:
     """Truncate stack traces, then messages (newest first) until ``headers`` fit ``budget`` bytes."""
-    excess = _size(headers) - budget
+    excess = header_bytes(headers) - budget
     for name in _SHRINKABLE:
         if excess <= 0:
             return headers
