@@ -1,0 +1,103 @@
+"""Case 7 (command line): two ``airflow-kafka-retry drain`` processes of the same tier at once.
+
+Both use the deterministic transactional id of each (tier group, topic, partition): whichever
+initialises a partition's transactions last fences the other on that partition (its next commit
+fails with ``FencedError``, nothing of its chunk is committed), and reads the committed offset only
+after fencing, so no chunk is committed twice. The ledger holds.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from tests.faults.helpers import REPO, cli_drain, cli_drain_cmd, cli_env, cli_summary
+from tests.support import ledger
+from tests.support.ledger import FaultInput
+
+PARTITIONS = 2
+MODES = ("ok", "transient:1", "permanent", "fatal", "transient:2")
+
+
+@pytest.mark.slow
+@pytest.mark.fault_case("7", "two `airflow-kafka-retry drain` processes of the main tier started 1.5 s apart, "
+                             "each handling 2 partitions of 100 records slowly (0.1 s per batch of 10)")
+def test_two_cli_drains_of_one_tier_at_once_one_is_fenced_per_partition(kafka_bootstrap, tmp_path, fault_result):
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology_file = tmp_path / "topology.yaml"
+    topology = ledger.write_fault_topology(ledger.make_fault_topology("twice"), topology_file)
+    inputs = ledger.produce_fault_inputs(kafka_bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(200)],
+                                         PARTITIONS)
+    env = cli_env(tmp_path, ledger_file, AKR_SLOW_S="0.1")
+    cmd = cli_drain_cmd(topology_file, 0, kafka_bootstrap)
+
+    first = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    second = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    results = []
+    for proc in (first, second):
+        out, err = proc.communicate(timeout=240)
+        results.append(cli_summary(subprocess.CompletedProcess(proc.args, proc.returncode, out, err)))
+
+    fenced = [(i, p["partition"]) for i, r in enumerate(results) for p in r["partitions"]
+              if p["status"] == "failed" and "fenced by a newer run" in (p["error"] or "")]
+    other = [p["error"] for r in results for p in r["partitions"] if p["status"] == "failed"
+             and "fenced by a newer run" not in (p["error"] or "")]
+    assert fenced, "the two runs never met on a partition: start the second one earlier or slow the handler"
+    assert not other, other
+    for partition in range(PARTITIONS):  # on every partition at least one of the two finished
+        assert any(p["status"] == "ok" for r in results for p in r["partitions"] if p["partition"] == partition)
+
+    env.pop("AKR_SLOW_S")
+    for tier in topology.tiers:  # then the tiers run as usual
+        done = cli_drain(topology_file, tier.index, kafka_bootstrap, env)
+        assert done.returncode == 0, done.stderr[-3000:]
+    # the fenced run handled records it could not commit (handled again by the winner); its aborted routed
+    # records may show on a broker without abort isolation
+    account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True,
+                             handled_once=False)
+    where = ", ".join(f"run {'AB'[i]} on partition {p}" for i, p in fenced)
+    fault_result(f"fenced: {where} (FencedError, nothing of its chunk committed); the other run finished each "
+                 "partition", account)
+
+
+def test_a_run_fenced_while_producing_reports_fenced_and_the_close_does_not_mask_it(kafka_bootstrap, new_topic):
+    """Regression (found by case 7): fenced in the middle of producing a chunk, ``produce()`` raises a bare
+    ``_FATAL`` (was reported as "transaction failed and was aborted"), and closing the fenced producer raised
+    ``_FENCED`` from ``flush()``, masking the run's error with a raw KafkaException."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from airflow_kafka_retry.engine.clients import open_producer
+    from airflow_kafka_retry.engine.route import FencedError, RoutedRecord, Router
+    from airflow_kafka_retry.policy.resolver import Destination
+
+    source, target = new_topic("fence-src"), new_topic("fence-dst", partitions=2)
+    config = {"bootstrap.servers": kafka_bootstrap}
+
+    class Source:  # what the router reads of a source message
+        calls = 0
+
+        def value(self) -> bytes:
+            Source.calls += 1
+            if Source.calls == 2:  # let the first record's AddPartitionsToTxn fail first: produce() raises _FATAL
+                time.sleep(1.0)
+            return b"v"
+
+        def key(self) -> bytes:
+            return b"k"
+
+    routed = [RoutedRecord(Source(), Destination("retry", target, i % 2, 2, 0, 0, "retryable"), [], "E")  # type: ignore[arg-type]
+              for i in range(200)]
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": "fence-group"})
+    try:
+        with pytest.raises(FencedError, match=r"fenced by a newer run of the same partition; nothing committed"):
+            with open_producer(config, "fence-txn") as old:
+                router = Router(old, consumer, True, {target: 2})
+                router.start()
+                with open_producer(config, "fence-txn") as new:
+                    Router(new, consumer, True, {target: 2}).start()  # a newer run of the same partition
+                    router.commit(TopicPartition(source, 0, 10), routed)
+    finally:
+        consumer.close()
