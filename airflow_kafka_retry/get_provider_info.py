@@ -27,6 +27,8 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "operators": [
             {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess"]}
+             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
+                                "airflow_kafka_retry.operators.reprocess"]}
         ],
+        "notifications": ["airflow_kafka_retry.notifications.dlt_log.DltLogNotifier"],
     }

@@ -39,19 +39,24 @@ def run_local(
     cutoff_ms: int | None = None,
     parallelism: int = 1,
     clock: Callable[[], int] = wall_clock_ms,
+    should_stop: Callable[[], str | None] | None = None,
 ) -> RunSummary:
     """Reprocess ``tier`` in-process and return the run summary.
 
     :param partitions: only these partitions (default: all of the tier's topic).
     :param cutoff_ms: records due after this stay for a later run (default: now).
     :param parallelism: partitions processed at once, each with its own clients.
+    :param should_stop: asked by every partition before each chunk; a reason (e.g. ``"killed"``) stops
+        it there, after committing what it finished (``options.deadline_ms`` does the same at a time).
     """
     started = clock()
     cutoff = started if cutoff_ms is None else cutoff_ms
     summary = new_summary(topology, tier, options, engine="local", cutoff_ms=cutoff, started_ms=started)
     chosen = list(partitions) if partitions is not None else tier_partitions(topology, tier, kafka_config, options)
-    jobs = [PartitionJob(topology, tier, p, kafka_config, options, cutoff_ms=cutoff, clock=clock) for p in chosen]
+    jobs = [PartitionJob(topology, tier, p, kafka_config, options, cutoff_ms=cutoff, clock=clock,
+                        should_stop=should_stop) for p in chosen]
     with ThreadPoolExecutor(max_workers=max(1, parallelism)) as pool:
         summary.partitions = list(pool.map(lambda job: job.run(), jobs))
     summary.finished_ms = clock()
+    summary.note_stops()
     return summary

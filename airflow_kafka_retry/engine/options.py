@@ -27,6 +27,8 @@ class DrainOptions:
     :param consumer_group: override the tier's consumer group.
     :param dead_letter_cap: dead-letter coordinates kept per partition in the summary.
     :param idle_timeout_s: fail a partition when the broker answers nothing for this long.
+    :param deadline_ms: wall-clock deadline (epoch ms): a partition still running then stops at its next
+        chunk boundary, committing what it finished; the rest stays for the next run (None: no deadline).
     :param handler_timeout_s: a handler call that has not returned after this many seconds fails its
         batch with ``HandlerTimeoutError`` (the hanging record is isolated by bisection and routed as
         a failure) and its thread is abandoned; None (default): calls are not timed. See
@@ -47,6 +49,7 @@ class DrainOptions:
     consumer_group: str | None = None
     dead_letter_cap: int = 100
     idle_timeout_s: float = 60.0
+    deadline_ms: int | None = None
     handler_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -62,6 +65,9 @@ class DrainOptions:
         if self.max_records is not None and (isinstance(self.max_records, bool) or not isinstance(self.max_records, int)
                                              or self.max_records < 1):
             raise ValueError(f"option max_records must be an integer >= 1 or None, got {self.max_records!r}")
+        if self.deadline_ms is not None and (isinstance(self.deadline_ms, bool) or not isinstance(self.deadline_ms, int)):
+            raise ValueError(f"option deadline_ms must be epoch milliseconds (an integer) or None, "
+                             f"got {self.deadline_ms!r}")
         timeout = self.handler_timeout_s
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not timeout > 0):

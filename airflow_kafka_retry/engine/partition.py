@@ -57,11 +57,14 @@ class PartitionJob:
     :param kafka_config: librdkafka configuration (bootstrap servers, security).
     :param options: handler and run options.
     :param cutoff_ms: records due later than this are left for a later run.
-    :param clock: epoch milliseconds, used for due times of routed records.
+    :param clock: epoch milliseconds, used for due times of routed records and ``options.deadline_ms``.
+    :param should_stop: asked before each chunk; a reason (e.g. ``"killed"``) stops the partition there,
+        after everything finished so far was committed (``stop_reason == "stopped"``).
     """
 
     def __init__(self, topology: Topology, tier: Tier, partition: int, kafka_config: Mapping[str, Any],
-                 options: DrainOptions, *, cutoff_ms: int, clock: Callable[[], int] = wall_clock_ms) -> None:
+                 options: DrainOptions, *, cutoff_ms: int, clock: Callable[[], int] = wall_clock_ms,
+                 should_stop: Callable[[], str | None] | None = None) -> None:
         self.topology = topology
         self.tier = tier
         self.partition = partition
@@ -69,6 +72,7 @@ class PartitionJob:
         self.options = options
         self.cutoff_ms = cutoff_ms
         self.clock = clock
+        self.should_stop = should_stop
         self.group = options.consumer_group or topology.consumer_group(tier)
         self.resolver = DestinationResolver(topology, clock=clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
@@ -116,6 +120,10 @@ class PartitionJob:
             self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
             left = options.max_records
             while True:
+                stopped = self._stop_requested()
+                if stopped is not None:  # a chunk boundary: everything read so far is committed
+                    self._stopped(stopped, reader)
+                    break
                 limit = options.chunk_size if left is None else min(options.chunk_size, left)
                 chunk = reader.read(limit)
                 if chunk.messages:
@@ -127,6 +135,22 @@ class PartitionJob:
                     left -= len(chunk.messages)
                 if chunk.stop != "limit" or left == 0:
                     break
+
+    def _stop_requested(self) -> str | None:
+        if self.should_stop is not None:
+            reason = self.should_stop()
+            if reason is not None:
+                return reason
+        deadline = self.options.deadline_ms
+        return "deadline" if deadline is not None and self.clock() >= deadline else None
+
+    def _stopped(self, reason: str, reader: PartitionReader) -> None:
+        s = self.summary
+        s.stop_reason, s.stopped_by, s.next_due_ms = "stopped", reason, None
+        position, end = reader.position, reader.end_offset
+        s.left = max(0, end - position) if end is not None and end >= 0 and position >= 0 else None
+        log.info("%s[%s]: stopped (%s) at offset %s; the rest stays for the next run", self.tier.topic,
+                 self.partition, reason, s.committed_offset if s.committed_offset is not None else s.start_offset)
 
     def _process(self, messages: list[Message], runner: BatchRunner, router: Router) -> None:
         records: list[TierRecord] = []

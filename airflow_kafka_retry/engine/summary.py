@@ -36,12 +36,15 @@ class PartitionSummary:
     first_offset: int | None = None  # first drained record
     last_offset: int | None = None  # last drained record
     committed_offset: int | None = None  # what the run committed (next offset to read)
-    stop_reason: str | None = None  # end | not_due | limit
+    stop_reason: str | None = None  # end | not_due | limit | stopped
+    stopped_by: str | None = None  # why a stopped partition stopped: killed, deadline, window_closed, max_run...
+    left: int | None = None  # records after the committed offset, up to the end seen by the run (None: unknown)
     next_due_ms: int | None = None  # due time of the first record left for a later run
     drained: int = 0
     succeeded: int = 0
     routed: dict[str, int] = field(default_factory=dict)  # destination topic -> records
     dead_lettered: dict[str, int] = field(default_factory=dict)  # exception class -> records
+    dlt_topics: dict[str, int] = field(default_factory=dict)  # DLT topic -> records sent there
     dropped: int = 0
     handler_calls: int = 0
     extra_handler_calls: int = 0
@@ -55,6 +58,8 @@ class PartitionSummary:
 
     def count_dead_letter(self, letter: DeadLetter, cap: int) -> None:
         self.dead_lettered[letter.exception] = self.dead_lettered.get(letter.exception, 0) + 1
+        if letter.dlt_topic is not None:
+            self.dlt_topics[letter.dlt_topic] = self.dlt_topics.get(letter.dlt_topic, 0) + 1
         if len(self.dead_letters) < cap:
             self.dead_letters.append(letter)
         else:
@@ -83,6 +88,13 @@ class RunSummary:
     started_ms: int
     finished_ms: int = 0
     partitions: list[PartitionSummary] = field(default_factory=list)
+    stopped: str | None = None  # why the run stopped early (killed, window_closed, max_run...); None: it did not
+
+    def note_stops(self) -> None:
+        """Set :attr:`stopped` from the partitions that were stopped (once they are all in)."""
+        if self.stopped is None:
+            self.stopped = next((p.stopped_by for p in sorted(self.partitions, key=lambda p: p.partition)
+                                 if p.stop_reason == "stopped"), None)
 
     @property
     def failed_partitions(self) -> list[PartitionSummary]:
@@ -95,14 +107,17 @@ class RunSummary:
     def totals(self) -> dict[str, Any]:
         routed: Counter[str] = Counter()
         dead: Counter[str] = Counter()
+        dlts: Counter[str] = Counter()
         for p in self.partitions:
             routed.update(p.routed)
             dead.update(p.dead_lettered)
+            dlts.update(p.dlt_topics)
         return {
             "drained": sum(p.drained for p in self.partitions),
             "succeeded": sum(p.succeeded for p in self.partitions),
             "routed": dict(sorted(routed.items())),
             "dead_lettered": dict(sorted(dead.items())),
+            "dlt_topics": dict(sorted(dlts.items())),
             "dropped": sum(p.dropped for p in self.partitions),
             "failed_partitions": sorted(p.partition for p in self.failed_partitions),
         }
@@ -119,6 +134,7 @@ class RunSummary:
             "started_ms": self.started_ms,
             "finished_ms": self.finished_ms,
             "duration_s": round((self.finished_ms - self.started_ms) / 1000, 3),
+            "stopped": self.stopped,
             "totals": self.totals(),
             "partitions": [p.to_dict() for p in sorted(self.partitions, key=lambda p: p.partition)],
         }
@@ -128,6 +144,6 @@ class RunSummary:
         return cls(
             topology=data["topology"], tier=data["tier"], topic=data["topic"], group=data["group"],
             engine=data["engine"], cutoff_ms=data["cutoff_ms"], started_ms=data["started_ms"],
-            finished_ms=data["finished_ms"],
+            finished_ms=data["finished_ms"], stopped=data.get("stopped"),
             partitions=[PartitionSummary.from_dict(p) for p in data["partitions"]],
         )

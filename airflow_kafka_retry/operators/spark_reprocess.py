@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
+from airflow_kafka_retry.operators.reprocess_base import (
+    REPROCESS_TEMPLATE_FIELDS,
+    ReprocessTierMixin,
+    failure_message,
+    to_epoch_ms,
+)
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
 from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
@@ -26,30 +29,7 @@ from airflow_kafka_retry.spark.submit import Submission, local_spark_environment
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
-#: Options named by their own operator parameters, not through ``options``.
-_OWN_PARAMETERS = ("handler", "value_deserializer", "key_deserializer")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
-
-
-def to_epoch_ms(value: Any) -> int:
-    """Epoch milliseconds from an int/float (ms), a datetime (naive = UTC) or an ISO-8601/digit string."""
-    if isinstance(value, bool):
-        raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
-    if isinstance(value, (int, float)):
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"cutoff {value!r} is neither epoch milliseconds nor an ISO-8601 time") from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
-        return int(value.timestamp() * 1000)
-    raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
 
 
 def default_result_path(context: Context) -> str:
@@ -61,18 +41,10 @@ def default_result_path(context: Context) -> str:
     return os.path.join(tempfile.gettempdir(), "airflow-kafka-retry", *parts, f"{_UNSAFE.sub('_', task)}.json")
 
 
-def failure_message(summary: RunSummary) -> str:
-    """Which partitions failed and why, for the task's exception."""
-    failed = sorted(summary.failed_partitions, key=lambda p: p.partition)
-    lines = [f"Spark reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
-             f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
-             "progress and a rerun resumes each failed one from its committed offset:"]
-    lines += [f"  partition {p.partition}: {p.error or 'failed'} (committed up to {p.committed_offset})"
-              for p in failed]
-    return "\n".join(lines)
+__all__ = ["SparkReprocessTierOperator", "default_result_path", "failure_message", "to_epoch_ms"]
 
 
-class SparkReprocessTierOperator(SparkSubmitOperator):
+class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     """Reprocess the due records of one retry tier (or a DLT) with Spark: one Spark task per Kafka partition.
 
     Each task calls the handler on its partition's due records, routes failures to the next tier or
@@ -111,20 +83,25 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
         ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
+    :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after
+        the commit, when the run dead-lettered or dropped a record; ``context["kafka_retry_summary"]``
+        is the run summary.
+    :param window: ``"HH:MM-HH:MM"``: partitions still running when the window closes stop at their next
+        chunk boundary (Spark tasks read the deadline from the options); outside the window nothing
+        is read. (templated)
+    :param timezone: IANA time zone of ``window`` (default UTC). (templated)
+    :param max_run: stop partitions at their next chunk boundary this long after the task started:
+        ``"2h"``, a timedelta or milliseconds. (templated)
+    :param asset_server: the Kafka server (``host:port``) of the asset URIs ``kafka://<server>/<topic>``;
+        when given, the next tier and the DLTs are outlets and each event's ``extra`` holds its
+        record count. The topology path and tier must not be templated then.
     :param application: the ``.py`` application to submit; default: the entry point inside this package.
     """
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
-        "topology",
-        "tier",
-        "handler",
-        "value_deserializer",
-        "key_deserializer",
+        *REPROCESS_TEMPLATE_FIELDS,
         "result_path",
-        "kafka_conn_id",
-        "options",
-        "cutoff",
     )
     template_fields_renderers = {"options": "json"}
     ui_color = "#f4a261"
@@ -143,48 +120,23 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
         options: Mapping[str, Any] | None = None,
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
+        on_dlt: Any = (),
+        window: str | None = None,
+        timezone: str | None = None,
+        max_run: str | int | timedelta | None = None,
+        asset_server: str | None = None,
         application: str = "",
         name: str = "airflow-kafka-retry",
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
-        self.topology = topology
-        self.tier = tier
-        self.handler = handler
-        self.value_deserializer = value_deserializer
-        self.key_deserializer = key_deserializer
-        self.kafka_conn_id = kafka_conn_id
+        self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
+                             key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
+                             cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
+                             max_run=max_run, asset_server=asset_server)
         self.result_path = result_path
-        self.options = dict(options or {})
-        self.cutoff = cutoff
-        self.partitions = list(partitions) if partitions is not None else None
         self._user_py_files = self.py_files
         self._user_files = self.files
-        self._check_option_names(self.options)
-
-    @staticmethod
-    def _check_option_names(options: Mapping[str, Any]) -> None:
-        known = {f.name for f in dataclasses.fields(DrainOptions)} - set(_OWN_PARAMETERS)
-        own = sorted(set(options) & set(_OWN_PARAMETERS))
-        if own:
-            raise ValueError(f"pass {', '.join(own)} as operator argument(s), not in options")
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}")
-
-    # ------------------------------------------------------------------ building the run
-    def drain_options(self) -> DrainOptions:
-        """The run options from ``handler``, the deserializers and ``options`` (after templating)."""
-        self._check_option_names(self.options)
-        return DrainOptions(handler=self.handler, value_deserializer=self.value_deserializer or None,
-                            key_deserializer=self.key_deserializer or None, **self.options)
-
-    def cutoff_ms(self, context: Context) -> int:
-        """The due-time cutoff of this run (see the ``cutoff`` parameter)."""
-        value = self.cutoff
-        if value is None or value == "":
-            value = context.get("data_interval_end") or context.get("logical_date")
-        return wall_clock_ms() if value is None else to_epoch_ms(value)
 
     def _use(self, submission: Submission) -> None:
         """Point the SparkSubmitOperator machinery at ``submission``."""
@@ -213,7 +165,8 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
-        options = self.drain_options()
+        deadline, deadline_reason = self.deadline(wall_clock_ms())
+        options = self.drain_options(deadline)
         cutoff = self.cutoff_ms(context)
         result_path = self.result_path or default_result_path(context)
         self.log.info("reprocessing tier %s of %s with handler %s, cutoff %s; summary at %s", self.tier,
@@ -232,11 +185,7 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
             except Exception as exc:  # noqa: BLE001 - spark-submit exits non-zero when a partition failed
                 submit_error = exc
             summary = self._summary(submission, submit_error)
-        document = summary.to_dict()
-        self.log.info("%s: %s", summary.topic, json.dumps(document["totals"]))
-        if not summary.ok:
-            context["ti"].xcom_push(key="summary", value=document)
-            raise AirflowException(failure_message(summary)) from submit_error
+        document = self.report(context, summary, engine="Spark", deadline_reason=deadline_reason, cause=submit_error)
         if submit_error is not None:
             raise submit_error
         return document

@@ -261,6 +261,7 @@ def run_on_spark(sc: Any, run: TierRun) -> RunSummary:
         summary.partitions = [PartitionSummary(run.tier.topic, p, group, status="failed", error=error)
                               for p in run.partitions]
     summary.finished_ms = wall_clock_ms()
+    summary.note_stops()  # options.deadline_ms stops partitions at a chunk boundary
     return summary
 
 

@@ -100,3 +100,15 @@ def test_handler_must_be_a_module_function_path(handler: object) -> None:
 def test_numbers_are_checked_before_the_handler() -> None:
     with pytest.raises(ValueError, match="option batch_size"):
         DrainOptions("no-colon", batch_size=0)
+
+
+def test_deadline_is_off_by_default_and_travels_in_to_dict() -> None:
+    assert DrainOptions(HANDLER).deadline_ms is None
+    options = DrainOptions(HANDLER, deadline_ms=1_700_000_000_000)
+    assert DrainOptions(**json.loads(json.dumps(options.to_dict()))).deadline_ms == 1_700_000_000_000
+
+
+@pytest.mark.parametrize("value", [True, 1.5, "1700000000000"])
+def test_deadline_must_be_epoch_milliseconds(value: object) -> None:
+    with pytest.raises(ValueError, match=r"option deadline_ms must be epoch milliseconds .* got"):
+        DrainOptions(HANDLER, deadline_ms=value)  # type: ignore[arg-type]

@@ -154,6 +154,7 @@ def test_totals_over_partitions() -> None:
         "succeeded": 12,
         "routed": {"a-first-topic": 1, "orders-dlt": 2, "orders-retry-2": 5},
         "dead_lettered": {"TypeError": 3, "myapp.errors.InvalidOrder": 2},
+        "dlt_topics": {"orders-dlt": 3},  # each partition's letter 15, and b's letter 18; drops have no DLT
         "dropped": 2,
         "failed_partitions": [],
     }
@@ -166,7 +167,8 @@ def test_empty_run_is_ok() -> None:
     assert summary.ok and summary.failed_partitions == []
     data = summary.to_dict()
     assert data["status"] == "ok"
-    assert data["totals"] == {"drained": 0, "succeeded": 0, "routed": {}, "dead_lettered": {}, "dropped": 0,
+    assert data["totals"] == {"drained": 0, "succeeded": 0, "routed": {}, "dead_lettered": {}, "dlt_topics": {},
+                              "dropped": 0,
                               "failed_partitions": []}
     assert data["partitions"] == []
 
@@ -248,3 +250,38 @@ def test_run_round_trip_is_stable_for_unsorted_failed_partitions() -> None:
     two.status = zero.status = "failed"
     data = json.loads(json.dumps(run_summary([two, zero]).to_dict()))
     assert RunSummary.from_dict(data).to_dict() == data
+
+
+def test_dlt_topics_count_every_dlt_record_even_past_the_coordinate_cap() -> None:
+    p = partition(0)
+    for i in range(4):
+        p.count_dead_letter(letter(i), cap=1)
+    p.count_dead_letter(DeadLetter("orders-retry-1", 2, 9, "x.Invalid", "routed", "orders-validation-dlt", 2, 1), cap=1)
+    p.count_dead_letter(letter(5, dlt=False), cap=1)  # dropped: no DLT
+    assert p.dlt_topics == {"orders-dlt": 4, "orders-validation-dlt": 1}
+    assert run_summary([p, busy_partition(1)]).totals()["dlt_topics"] == {"orders-dlt": 5,
+                                                                          "orders-validation-dlt": 1}
+
+
+def test_a_stopped_run_says_why_and_round_trips() -> None:
+    done, stopped, later = busy_partition(0), busy_partition(1), busy_partition(2)
+    stopped.stop_reason, stopped.stopped_by, stopped.left = "stopped", "window_closed", 7
+    later.stop_reason, later.stopped_by = "stopped", "killed"
+    summary = run_summary([later, done, stopped])
+    assert summary.stopped is None
+    summary.note_stops()
+    assert summary.stopped == "window_closed"  # the lowest stopped partition's reason
+    data = json.loads(json.dumps(summary.to_dict()))
+    assert data["status"] == "ok" and data["stopped"] == "window_closed"
+    assert data["partitions"][1]["left"] == 7 and data["partitions"][1]["stop_reason"] == "stopped"
+    again = RunSummary.from_dict(data)
+    assert again.stopped == "window_closed" and again.to_dict() == summary.to_dict()
+
+
+def test_a_run_that_was_not_stopped_says_so() -> None:
+    summary = run_summary([busy_partition(0)])
+    summary.note_stops()
+    assert summary.stopped is None and summary.to_dict()["stopped"] is None
+    summary.stopped = "max_run"  # an operator's own label is kept
+    summary.note_stops()
+    assert summary.stopped == "max_run"

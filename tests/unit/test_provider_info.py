@@ -17,3 +17,15 @@ def test_entry_point_returns_the_provider_info():
     assert modules
     for module in modules:
         importlib.import_module(module)
+
+
+def test_notifications_are_registered_by_class_path_and_import():
+    from airflow.sdk import BaseNotifier
+
+    from airflow_kafka_retry.get_provider_info import get_provider_info
+
+    paths = get_provider_info()["notifications"]
+    assert "airflow_kafka_retry.notifications.dlt_log.DltLogNotifier" in paths
+    for path in paths:
+        module, _, name = path.rpartition(".")
+        assert issubclass(getattr(importlib.import_module(module), name), BaseNotifier)

@@ -1,0 +1,156 @@
+"""``ReprocessTierOperator``: reprocess one retry tier with the local engine, inside the Airflow worker."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowException
+from airflow.sdk import BaseOperator
+
+from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.spark.app import load_topology_from
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+
+#: ``RunSummary.stopped`` when ``on_kill`` (Airflow's SIGTERM) stopped the run.
+KILLED = "killed"
+#: ``RunSummary.stopped`` when the task was interrupted otherwise (e.g. ``execution_timeout``).
+INTERRUPTED = "interrupted"
+
+
+class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
+    """Reprocess the due records of one retry tier (or a DLT) in the worker, with the local engine.
+
+    Each partition's due records go to the handler in batches; failures are routed to the next tier
+    or a DLT by the topology's rules, and every chunk of records is committed in one Kafka transaction
+    with its routed records (see :mod:`airflow_kafka_retry.engine.partition`).
+
+    The run summary (counts, offsets, dead-letter coordinates; never payloads) is the task's return
+    value (XCom). If any partition failed, the task fails with a message naming each failed
+    partition and its error; the summary is still pushed to XCom under the key ``summary``.
+
+    Stopping: ``on_kill`` (Airflow's SIGTERM, e.g. when the task is marked failed) stops every
+    partition at its next chunk boundary, after committing the chunk it was in, then the task fails
+    with the summary under ``summary`` (``stopped: "killed"``). When ``window`` closes or ``max_run``
+    has passed, partitions stop the same way and the task succeeds; the summary says
+    ``stopped: "window_closed"`` / ``"max_run"`` and what each partition ``left`` for the next run.
+    ``execution_timeout`` interrupts the task: partitions stop at their next chunk boundary, then the
+    timeout fails the task.
+
+    :param topology: path (or fsspec URL) of the topology YAML, readable by the worker. (templated)
+    :param tier: the tier to reprocess: its index (0 = main topic), its topic name, or ``dlt``. (templated)
+    :param handler: the handler, ``package.module:function``. (templated)
+    :param value_deserializer: ``package.module:function`` decoding record values. (templated)
+    :param key_deserializer: ``package.module:function`` decoding record keys. (templated)
+    :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
+    :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
+        (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
+    :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
+        ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
+    :param partitions: reprocess only these partitions (default: all).
+    :param parallelism: partitions processed at once, each with its own Kafka clients (default 1).
+    :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after
+        the commit, when the run dead-lettered or dropped a record; ``context["kafka_retry_summary"]``
+        is the run summary. A notifier that raises is logged and fails nothing.
+    :param window: ``"HH:MM-HH:MM"`` (may cross midnight): when the window closes, partitions stop at
+        their next chunk boundary; started outside the window, the run reads nothing. (templated)
+    :param timezone: IANA time zone of ``window`` (default UTC). (templated)
+    :param max_run: stop partitions at their next chunk boundary this long after the task started:
+        ``"2h"``, a timedelta or milliseconds. (templated)
+    :param asset_server: the Kafka server (``host:port``) of the asset URIs ``kafka://<server>/<topic>``;
+        when given, the next tier and the DLTs are outlets and each event's ``extra`` holds its
+        record count. The topology path and tier must not be templated then.
+    """
+
+    template_fields: Sequence[str] = REPROCESS_TEMPLATE_FIELDS
+    template_fields_renderers = {"options": "json"}
+    ui_color = "#e9c46a"
+
+    def __init__(
+        self,
+        *,
+        topology: str,
+        tier: int | str,
+        handler: str,
+        value_deserializer: str | None = None,
+        key_deserializer: str | None = None,
+        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        options: Mapping[str, Any] | None = None,
+        cutoff: int | str | datetime | None = None,
+        partitions: Sequence[int] | None = None,
+        parallelism: int | None = None,
+        on_dlt: Any = (),
+        window: str | None = None,
+        timezone: str | None = None,
+        max_run: str | int | timedelta | None = None,
+        asset_server: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
+                             key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
+                             cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
+                             max_run=max_run, asset_server=asset_server)
+        if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int)
+                                        or parallelism < 1):
+            raise ValueError(f"parallelism must be an integer >= 1, got {parallelism!r}")
+        self.parallelism = parallelism
+        self._stop_reason: str | None = None
+
+    # ------------------------------------------------------------------ stopping
+    def request_stop(self, reason: str) -> None:
+        """Stop every partition at its next chunk boundary (the first reason asked for is kept)."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def _should_stop(self) -> str | None:
+        return self._stop_reason
+
+    def on_kill(self) -> None:
+        self.log.warning("kill requested: stopping every partition at its next chunk boundary")
+        self.request_stop(KILLED)
+
+    # ------------------------------------------------------------------ execute
+    def execute(self, context: Context) -> dict[str, Any]:
+        started = wall_clock_ms()
+        deadline, deadline_reason = self.deadline(started)
+        options = self.drain_options(deadline)
+        cutoff = self.cutoff_ms(context)
+        topology = load_topology_from(str(self.topology))
+        tier = topology.select(self.tier)
+        kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        self.log.info("reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s", tier.topic, tier.index,
+                      self.topology, options.handler, cutoff,
+                      f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
+        summary = self._run(lambda: run_local(topology, tier, kafka_config, options, partitions=self.partitions,
+                                              cutoff_ms=cutoff, parallelism=self.parallelism or 1,
+                                              should_stop=self._should_stop))
+        killed = summary.stopped == KILLED
+        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason)
+        if killed:
+            context["ti"].xcom_push(key="summary", value=document)
+            raise AirflowException(f"killed: {stop_message(summary)}")
+        return document
+
+    def _run(self, drain: Any) -> RunSummary:
+        """Run ``drain`` in a helper thread, so an exception raised in this thread by a signal handler
+        (``execution_timeout``) stops the partitions at a chunk boundary instead of leaving them running.
+        """
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-retry-drain") as pool:
+            future = pool.submit(drain)
+            try:
+                return future.result()
+            except BaseException:
+                if not future.done():
+                    self.request_stop(INTERRUPTED)
+                    self.log.warning("interrupted: stopping every partition at its next chunk boundary")
+                    future.exception()  # wait for the boundary; the interruption is what is raised
+                raise

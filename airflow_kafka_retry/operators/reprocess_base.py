@@ -1,0 +1,275 @@
+"""What the local and the Spark reprocess operators share.
+
+Their parameters and templated fields, the checks of ``options``, the due-time cutoff, the deadline
+from a reprocessing window and ``max_run``, and the reporting of a finished run: the summary as
+XCom, DLT notifiers (after the engine committed), asset events with record counts, and the failure
+message naming each failed partition. The engines decide and commit; this only assembles and reports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowException
+
+from airflow_kafka_retry.assets import reprocess_outlets
+from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.notifications.dispatch import normalize_notifiers, notify_dlt
+from airflow_kafka_retry.policy.durations import parse_duration_ms
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.windows import ReprocessWindow
+
+if TYPE_CHECKING:
+    from airflow.providers.common.compat.sdk import Context
+    from airflow.sdk import Asset
+
+#: Options named by their own operator parameters, not through ``options``.
+OWN_PARAMETERS = ("handler", "value_deserializer", "key_deserializer")
+#: Options the operator sets itself, from ``window`` and ``max_run``.
+DERIVED_OPTIONS = {"deadline_ms": "window/max_run"}
+#: Templated fields of both operators (each adds its own).
+REPROCESS_TEMPLATE_FIELDS = ("topology", "tier", "handler", "value_deserializer", "key_deserializer",
+                             "kafka_conn_id", "options", "cutoff", "window", "timezone", "max_run")
+#: How many dead-letter coordinates, over all partitions, a notifier gets.
+NOTIFY_COORDINATE_CAP = 100
+
+
+def to_epoch_ms(value: Any) -> int:
+    """Epoch milliseconds from an int/float (ms), a datetime (naive = UTC) or an ISO-8601/digit string."""
+    if isinstance(value, bool):
+        raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
+    if isinstance(value, (int, float)):
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lstrip("-").isdigit():
+            return int(text)
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"cutoff {value!r} is neither epoch milliseconds nor an ISO-8601 time") from None
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=timezone.utc)
+        return int(value.timestamp() * 1000)
+    raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
+
+
+def check_option_names(options: Mapping[str, Any]) -> None:
+    """Refuse options that have their own parameter, that the operator derives, or that do not exist."""
+    known = {f.name for f in dataclasses.fields(DrainOptions)} - set(OWN_PARAMETERS) - set(DERIVED_OPTIONS)
+    own = sorted(set(options) & set(OWN_PARAMETERS))
+    if own:
+        raise ValueError(f"pass {', '.join(own)} as operator argument(s), not in options")
+    derived = sorted(set(options) & set(DERIVED_OPTIONS))
+    if derived:
+        raise ValueError(f"option(s) {', '.join(derived)} are set by the operator: use "
+                         f"{', '.join(DERIVED_OPTIONS[d] for d in derived)} instead")
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}")
+
+
+def max_run_ms(value: Any) -> int | None:
+    """``max_run`` as milliseconds: a timedelta, a duration string (``"2h"``, ``"90m"``) or milliseconds."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, timedelta):
+        ms = int(value.total_seconds() * 1000)
+    else:
+        try:
+            ms = parse_duration_ms(value)
+        except ValueError as exc:
+            raise ValueError(f"max_run: {exc}") from None
+    if ms <= 0:
+        raise ValueError(f"max_run must be longer than 0, got {value!r}")
+    return ms
+
+
+def failure_message(summary: RunSummary, engine: str = "Spark") -> str:
+    """Which partitions failed and why, for the task's exception."""
+    failed = sorted(summary.failed_partitions, key=lambda p: p.partition)
+    lines = [f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
+             f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
+             "progress and a rerun resumes each failed one from its committed offset:"]
+    lines += [f"  partition {p.partition}: {p.error or 'failed'} (committed up to {p.committed_offset})"
+              for p in failed]
+    return "\n".join(lines)
+
+
+def stop_message(summary: RunSummary) -> str:
+    """Where each stopped partition stopped and what it left for the next run."""
+    stopped = sorted((p for p in summary.partitions if p.stop_reason == "stopped"), key=lambda p: p.partition)
+    parts = [f"{p.partition} at offset {p.committed_offset if p.committed_offset is not None else p.start_offset}"
+             f" ({'unknown' if p.left is None else p.left} left)" for p in stopped]
+    return (f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is committed "
+            f"and the rest stays for the next run: partition(s) {', '.join(parts)}")
+
+
+def notifier_summary(document: Mapping[str, Any], cap: int = NOTIFY_COORDINATE_CAP) -> dict[str, Any]:
+    """The run summary for notifiers: the run's document plus its dead letters over all partitions, capped."""
+    letters = [dict(d, dlt_topic=d.get("dlt_topic")) for p in document["partitions"] for d in p["dead_letters"]]
+    truncated = sum(p["dead_letters_truncated"] for p in document["partitions"]) + max(0, len(letters) - cap)
+    return {**document, "dead_letters": letters[:cap], "dead_letters_truncated": truncated}
+
+
+def has_dead_letters(summary: RunSummary) -> bool:
+    """True when the run sent at least one record to a DLT or dropped one."""
+    return any(p.dead_lettered or p.dropped for p in summary.partitions)
+
+
+class ReprocessTierMixin:
+    """The parameters and the reporting both reprocess operators share (mixed into a ``BaseOperator``).
+
+    Subclasses call :meth:`_init_reprocess` from their constructor and :meth:`report` with the run
+    summary once the engine has committed.
+    """
+
+    topology: str
+    tier: int | str
+    kafka_conn_id: str
+    options: dict[str, Any]
+    window: str | None
+    timezone: str | None
+    max_run: str | int | timedelta | None
+    asset_server: str | None
+    on_dlt: tuple[Any, ...]
+    outlets: list[Any]
+    log: Any
+
+    def _init_reprocess(
+        self,
+        *,
+        topology: str,
+        tier: int | str,
+        handler: str,
+        value_deserializer: str | None,
+        key_deserializer: str | None,
+        kafka_conn_id: str,
+        options: Mapping[str, Any] | None,
+        cutoff: int | str | datetime | None,
+        partitions: Sequence[int] | None,
+        on_dlt: Any,
+        window: str | None,
+        timezone: str | None,
+        max_run: str | int | timedelta | None,
+        asset_server: str | None,
+    ) -> None:
+        self.topology = topology
+        self.tier = tier
+        self.handler = handler
+        self.value_deserializer = value_deserializer
+        self.key_deserializer = key_deserializer
+        self.kafka_conn_id = kafka_conn_id
+        self.options = dict(options or {})
+        self.cutoff = cutoff
+        self.partitions = list(partitions) if partitions is not None else None
+        self.on_dlt = normalize_notifiers(on_dlt)
+        self.window = window
+        self.timezone = timezone
+        self.max_run = max_run
+        self.asset_server = asset_server
+        check_option_names(self.options)
+        if not _templated(window, timezone):
+            self.reprocess_window()  # a bad window fails when the DAG is parsed
+        if not _templated(max_run):
+            max_run_ms(max_run)
+        self._tier_assets: dict[str, Asset] = {}
+        if asset_server:
+            if _templated(topology, tier):
+                raise ValueError("asset_server needs the topology path and the tier as plain values (not templated): "
+                                 "the outlets are declared when the DAG is parsed")
+            self._tier_assets = reprocess_outlets(topology, tier, asset_server)
+            self.outlets = [*self.outlets, *self._tier_assets.values()]
+
+    # ------------------------------------------------------------------ building the run
+    def drain_options(self, deadline_ms: int | None = None) -> DrainOptions:
+        """The run options from ``handler``, the deserializers and ``options`` (after templating)."""
+        check_option_names(self.options)
+        return DrainOptions(handler=self.handler, value_deserializer=self.value_deserializer or None,
+                            key_deserializer=self.key_deserializer or None, deadline_ms=deadline_ms, **self.options)
+
+    def cutoff_ms(self, context: Context) -> int:
+        """The due-time cutoff of this run (see the ``cutoff`` parameter)."""
+        value = self.cutoff
+        if value is None or value == "":
+            value = context.get("data_interval_end") or context.get("logical_date")
+        return wall_clock_ms() if value is None else to_epoch_ms(value)
+
+    def reprocess_window(self) -> ReprocessWindow | None:
+        if not self.window:
+            if self.timezone:
+                raise ValueError("timezone is only used with a window; pass window='HH:MM-HH:MM' too")
+            return None
+        return ReprocessWindow.parse(self.window, self.timezone or None)
+
+    def deadline(self, now_ms: int) -> tuple[int | None, str | None]:
+        """When this run must stop (epoch ms) and why: the window's closing or ``max_run``, whichever is first.
+
+        Outside the window the deadline is ``now_ms``: the run stops before reading anything.
+        """
+        candidates: list[tuple[int, str]] = []
+        window = self.reprocess_window()
+        if window is not None:
+            closes = window.closes_at_ms(now_ms)
+            candidates.append((now_ms if closes is None else closes, "window_closed"))
+        limit = max_run_ms(self.max_run)
+        if limit is not None:
+            candidates.append((now_ms + limit, "max_run"))
+        if not candidates:
+            return None, None
+        return min(candidates)
+
+    # ------------------------------------------------------------------ reporting
+    def report(self, context: Context, summary: RunSummary, *, engine: str, deadline_reason: str | None = None,
+               cause: BaseException | None = None) -> dict[str, Any]:
+        """Log, notify, set asset events; return the summary document, or push it and raise when a partition failed.
+
+        The engine has committed every finished chunk by now, so notifiers run after the commit.
+        """
+        if deadline_reason and summary.stopped == "deadline":
+            summary.stopped = deadline_reason
+            for p in summary.partitions:
+                if p.stopped_by == "deadline":
+                    p.stopped_by = deadline_reason
+        document = summary.to_dict()
+        self.log.info("%s: %s", summary.topic, json.dumps(document["totals"]))
+        if summary.stopped:
+            self.log.warning("%s", stop_message(summary))
+        if self.on_dlt and has_dead_letters(summary):
+            called = notify_dlt(self.on_dlt, context, notifier_summary(document))
+            self.log.info("%s: %s of %s DLT notifier(s) called without error", summary.topic, called,
+                          len(self.on_dlt))
+        if not summary.ok:
+            context["ti"].xcom_push(key="summary", value=document)
+            raise AirflowException(failure_message(summary, engine)) from cause
+        self._set_asset_events(context, summary, document)
+        return document
+
+    def _set_asset_events(self, context: Context, summary: RunSummary, document: Mapping[str, Any]) -> None:
+        """Each outlet topic that received records gets an event whose ``extra`` holds the counts.
+
+        Outlet topics that received nothing are taken off this run's outlets, so a DAG scheduled on
+        ``orders-dlt`` runs when records reached that DLT, not after every tier run.
+        """
+        if not self._tier_assets:
+            return
+        routed = document["totals"]["routed"]
+        idle = []
+        for topic, asset in self._tier_assets.items():
+            records = routed.get(topic, 0)
+            if not records:
+                idle.append(asset)
+                continue
+            context["outlet_events"][asset].extra = {"records": records, "source_topic": summary.topic,
+                                                     "source_tier": summary.tier, "group": summary.group}
+        self.outlets = [o for o in self.outlets if not any(o is a for a in idle)]
+
+
+def _templated(*values: Any) -> bool:
+    return any(isinstance(v, str) and ("{{" in v or "{%" in v) for v in values)
