@@ -59,11 +59,18 @@ def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
     return _PROBED[(bootstrap, transactional)]
 
 
-@pytest.mark.fault_case("3", "a retry tier or the DLT deleted by the first handler call of a run (before the run wrote to it), "
-                             "or missing when the run starts; topic auto-creation is off for the engine's producer")
+def _variant(which: str, when: str, transactional: bool):
+    mode = "transactional" if transactional else "idempotent (--no-transactions)"
+    what = ("deleted by the first handler call of the run (before the run wrote to it)" if when == "mid-run"
+            else "missing when the run starts")
+    return pytest.param(which, when, transactional, id=f"{which}-{when}-{'txn' if transactional else 'idempotent'}",
+                        marks=pytest.mark.fault_case("3", f"the {which} topic {what}; {mode} run; the engine's "
+                                                          "producer never auto-creates topics"))
+
+
 @pytest.mark.parametrize(("which", "when", "transactional"), [
-    ("retry-1", "mid-run", True), ("dlt", "mid-run", True), ("dlt", "mid-run", False), ("dlt", "at-start", True),
-    ("retry-1", "at-start", False)])
+    _variant("retry-1", "mid-run", True), _variant("dlt", "mid-run", True), _variant("dlt", "mid-run", False),
+    _variant("dlt", "at-start", True), _variant("retry-1", "at-start", False)])
 def test_a_deleted_or_missing_destination_fails_the_chunk_and_names_the_topic(
         kafka_bootstrap, tmp_path, monkeypatch, fault_result, which, when, transactional):
     if when == "mid-run" and (reason := write_to_deleted_topic(kafka_bootstrap, transactional)):
@@ -99,6 +106,5 @@ def test_a_deleted_or_missing_destination_fails_the_chunk_and_names_the_topic(
     # handled before the failure and again after: handling is at least once, homes are exactly one
     account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, handled_once=False)
     error = failed.partitions[0].error
-    mode = "transactional" if transactional else "idempotent (--no-transactions)"
-    fault_result(f"{which} {when}, {mode}: run failed on both partitions, nothing committed, error names the topic "
+    fault_result(f"the run failed on both partitions, nothing committed, error names the topic "
                  f"(\"{error[:160]}...\"); after the topic was re-created the next runs finished", account)
