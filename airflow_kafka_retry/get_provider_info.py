@@ -28,7 +28,14 @@ def get_provider_info() -> dict[str, Any]:
         "operators": [
             {"integration-name": "Kafka Retry Tiers",
              "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
-                                "airflow_kafka_retry.operators.reprocess"]}
+                                "airflow_kafka_retry.operators.reprocess",
+                                "airflow_kafka_retry.operators.dlt_watch"]}
+        ],
+        "sensors": [
+            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}
+        ],
+        "triggers": [
+            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.triggers.tier_due"]}
         ],
         "notifications": ["airflow_kafka_retry.notifications.dlt_log.DltLogNotifier"],
     }
