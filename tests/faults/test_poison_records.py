@@ -92,16 +92,3 @@ def test_keyless_empty_and_10_mb_records_route_like_any_other(kafka_bootstrap, t
     t = totals(summaries)
     fault_result(f"every run ok; {t['routed']} records routed (three 10 MB ones among them, byte for byte), "
                  "null keys and empty values kept as they were", account)
-
-
-def test_the_due_check_reads_a_poison_due_time_as_the_drain_does(kafka_bootstrap):
-    """Regression: the tier-due sensor's peek believed a 2^63-1 back-off timestamp, so it would skip the tier
-    for ever, while the drain (Spring's rule) treats the record as due now."""
-    from airflow_kafka_retry.engine.peek import peek_heads
-
-    topology = ledger.make_fault_topology("poison-peek")
-    ledger.produce_fault_inputs(kafka_bootstrap, topology, [
-        FaultInput("ok", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(2**63 - 1))]),
-        FaultInput("ok", headers=[(H.BACKOFF_TIMESTAMP, b"\x01" * 9)])], PARTITIONS)
-    peek = peek_heads({"bootstrap.servers": kafka_bootstrap}, topology.topic, topology.group_id)
-    assert [(h.partition, h.due_ms) for h in peek.heads] == [(0, None), (1, None)]
