@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import textwrap
 import threading
 from collections.abc import Iterator
 
@@ -87,7 +88,7 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(ow
     outcome = first.partitions[0]
     if outcome.status == "failed":
         assert outcome.error and f"{topology.topic}[0]" in outcome.error, outcome.error  # clear: names the partition
-        did = f"the run failed on partition 0 with \"{outcome.error[:150]}\""
+        did = f"the run failed on partition 0 with \"{textwrap.shorten(outcome.error, 220, placeholder=' ...')}\""
     else:
         did = "the run waited for the broker and finished"
     committed = ledger.committed(bootstrap, topology.group_id, topology.topic, PARTITIONS)
