@@ -1,13 +1,42 @@
 """Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines.
 
-The top level re-exports only what user handler code needs; everything else lives in its
-sub-package (``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them).
+The top level re-exports what user handler code needs; everything else lives in its sub-package
+(``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them). The DAG factories
+(``build_retry_dags``, ``build_dlt_replay_dag``) are exported lazily: ``import airflow_kafka_retry`` in a
+handler or a Spark executor never imports Airflow; ``from airflow_kafka_retry import build_retry_dags``
+in a DAG file does.
 """
 
 from __future__ import annotations
 
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
 
-__all__ = ["BatchFailedError", "DeserializationError", "__version__"]
+if TYPE_CHECKING:
+    from airflow_kafka_retry.factory.replay_dag import build_dlt_replay_dag
+    from airflow_kafka_retry.factory.retry_dags import build_retry_dags
+
+__all__ = ["BatchFailedError", "DeserializationError", "__version__", "build_dlt_replay_dag", "build_retry_dags"]
 
 __version__ = "0.1.0"
+
+#: Names imported on first use (they import Airflow): name -> module.
+_LAZY = {
+    "build_dlt_replay_dag": "airflow_kafka_retry.factory.replay_dag",
+    "build_retry_dags": "airflow_kafka_retry.factory.retry_dags",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

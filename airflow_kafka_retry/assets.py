@@ -32,13 +32,14 @@ def topic_asset(server: str, topic: str) -> Asset:
 
 
 def topology_assets(topology: Topology, server: str) -> dict[str, Asset]:
-    """Every topic of the path (main topic, retry tiers, DLTs), in path order, by topic name."""
+    """Every topic of the path (main topic, retry tiers, DLTs, parking), in path order, by topic name."""
     topics = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
+    topics += [topology.parking_topic] if topology.parking_topic is not None else []
     return {topic: topic_asset(server, topic) for topic in dict.fromkeys(topics)}
 
 
 def reprocess_outlets(topology_path: str, tier: int | str, server: str) -> dict[str, Asset]:
-    """The assets a run of ``tier`` writes to: the next tier (if any) and the DLTs, by topic name."""
+    """The assets a run of ``tier`` writes to: the next tier (if any), the DLTs and parking, by topic name."""
     from airflow_kafka_retry.spark.app import load_topology_from
 
     topology = load_topology_from(str(topology_path))

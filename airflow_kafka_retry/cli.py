@@ -1,4 +1,4 @@
-"""``airflow-kafka-retry``: broker | topology show/create-topics | drain | demo.
+"""``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """
@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
     _add_kafka_args(drain)
     drain.set_defaults(func=_cmd_drain)
+
+    from airflow_kafka_retry.dlt.cli import add_dlt_commands
+
+    add_dlt_commands(sub, _add_kafka_args)
     return parser
 
 

@@ -29,7 +29,9 @@ def get_provider_info() -> dict[str, Any]:
             {"integration-name": "Kafka Retry Tiers",
              "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
                                 "airflow_kafka_retry.operators.reprocess",
-                                "airflow_kafka_retry.operators.dlt_watch"]}
+                                "airflow_kafka_retry.operators.dlt_watch",
+                                "airflow_kafka_retry.operators.ensure_topics",
+                                "airflow_kafka_retry.operators.replay_dlt"]}
         ],
         "sensors": [
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}

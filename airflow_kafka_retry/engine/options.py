@@ -65,7 +65,8 @@ class DrainOptions:
         if self.max_records is not None and (isinstance(self.max_records, bool) or not isinstance(self.max_records, int)
                                              or self.max_records < 1):
             raise ValueError(f"option max_records must be an integer >= 1 or None, got {self.max_records!r}")
-        if self.deadline_ms is not None and (isinstance(self.deadline_ms, bool) or not isinstance(self.deadline_ms, int)):
+        deadline = self.deadline_ms
+        if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int)):
             raise ValueError(f"option deadline_ms must be epoch milliseconds (an integer) or None, "
                              f"got {self.deadline_ms!r}")
         timeout = self.handler_timeout_s

@@ -209,7 +209,7 @@ class PartitionJob:
                 ts = self.clock()
             destination = self.resolver.resolve(
                 topic=message.topic(), partition=message.partition(), attempt=attempt, exception=error,
-                original_timestamp_ms=read_original_timestamp(message.headers(), ts))
+                original_timestamp_ms=read_original_timestamp(message.headers(), ts), headers=message.headers())
             if destination.action == "drop":
                 log.warning("%s[%s]@%s: %s failed (%s) and is dropped (%s)", message.topic(), message.partition(),
                             message.offset(), class_path(type(error)), destination.reason,

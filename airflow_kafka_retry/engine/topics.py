@@ -1,22 +1,27 @@
-"""Creating a topology's topics (main, retry tiers, DLTs) where they are missing."""
+"""Creating a topology's topics (main, retry tiers, DLTs) where they are missing, and checking the others."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
+from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.policy.topology import Topology
 
 log = logging.getLogger(__name__)
 
+MAX_MESSAGE_BYTES = "max.message.bytes"
+
 
 def topology_topics(topology: Topology) -> list[str]:
-    """Every topic of the retry path, in order: main, retry tiers, DLTs."""
-    return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
+    """Every topic of the retry path, in order: main, retry tiers, DLTs, the parking topic."""
+    parking = [topology.parking_topic] if topology.parking_topic is not None else []
+    return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)] + parking
 
 
 def ensure_topics(topology: Topology, kafka_config: Mapping[str, Any], *, partitions: int,
@@ -26,20 +31,147 @@ def ensure_topics(topology: Topology, kafka_config: Mapping[str, Any], *, partit
     Retry tiers and DLTs should have at least the main topic's partitions so records keep their
     partition (as Spring does); existing topics are left as they are.
     """
-    admin = AdminClient({k: v for k, v in kafka_config.items() if k != "group.id"})
+    admin = _admin(kafka_config)
     existing = admin.list_topics(timeout=timeout).topics
     wanted = topology_topics(topology)
     result = {name: "exists" for name in wanted if name in existing}
-    new = [NewTopic(n, num_partitions=partitions, replication_factor=replication_factor)
-           for n in wanted if n not in existing]
-    if new:
-        for name, future in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
-            try:
-                future.result(timeout)
-                result[name] = "created"
-                log.info("created topic %s with %s partitions", name, partitions)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
-                result[name] = "exists"
+    created = _create(admin, [n for n in wanted if n not in existing], partitions, {}, replication_factor, timeout)
+    result.update(created)
     return {name: result[name] for name in wanted}
+
+
+class MainTopicMissingError(KafkaConfigError):
+    """The topology's main topic does not exist; its retry topics are sized after it, so it must."""
+
+
+class TopicMismatchError(KafkaConfigError):
+    """Existing retry/DLT topics are smaller than the main topic; the message names each one."""
+
+    def __init__(self, mismatches: list[TopicMismatch]) -> None:
+        self.mismatches = mismatches
+        super().__init__("existing retry topics do not match the main topic: "
+                         + "; ".join(str(m) for m in mismatches))
+
+
+@dataclass(frozen=True)
+class TopicMismatch:
+    """An existing retry or DLT topic with less than the main topic has.
+
+    :param setting: ``partitions`` or ``max.message.bytes``.
+    """
+
+    topic: str
+    setting: str
+    actual: int
+    required: int
+    main_topic: str
+
+    def __str__(self) -> str:
+        if self.setting == "partitions":
+            why = "records cannot keep their partition"
+        else:
+            why = "a record the main topic accepts may be refused"
+        return (f"topic {self.topic!r} has {self.setting}={self.actual}, less than main topic "
+                f"{self.main_topic!r} ({self.required}): {why}")
+
+
+@dataclass
+class TopicsReport:
+    """What :func:`ensure_retry_topics` found and did (plain data; goes to XCom as :meth:`to_dict`)."""
+
+    main_topic: str
+    partitions: int
+    max_message_bytes: int | None
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    mismatches: list[TopicMismatch] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "main_topic": self.main_topic,
+            "partitions": self.partitions,
+            "max_message_bytes": self.max_message_bytes,
+            "created": list(self.created),
+            "existing": list(self.existing),
+            "mismatches": [str(m) for m in self.mismatches],
+        }
+
+
+def ensure_retry_topics(topology: Topology, kafka_config: Mapping[str, Any], *, replication_factor: int = -1,
+                        timeout: float = 30.0) -> TopicsReport:
+    """Create the missing retry and DLT topics of ``topology``, sized after its main topic.
+
+    Each new topic gets the main topic's partition count and, when the main topic reports one, its
+    ``max.message.bytes``. Existing retry/DLT topics are checked against the same two settings;
+    every shortfall is in the report's ``mismatches`` (the caller decides whether that fails).
+
+    :raises MainTopicMissingError: the main topic does not exist.
+    """
+    admin = _admin(kafka_config)
+    metadata = admin.list_topics(timeout=timeout).topics
+    main = topology.topic
+    info = metadata.get(main)
+    if info is None or info.error is not None or not info.partitions:
+        raise MainTopicMissingError(
+            f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it first "
+            "(its partition count and max.message.bytes size the retry topics)")
+    partitions = len(info.partitions)
+    wanted = topology_topics(topology)[1:]
+    existing = [t for t in wanted if t in metadata and metadata[t].error is None]
+    limits = _max_message_bytes(admin, [main, *existing], timeout)
+    main_limit = limits.get(main)
+    report = TopicsReport(main_topic=main, partitions=partitions, max_message_bytes=main_limit, existing=existing)
+    for topic in existing:
+        count = len(metadata[topic].partitions)
+        if count < partitions:
+            report.mismatches.append(TopicMismatch(topic, "partitions", count, partitions, main))
+        limit = limits.get(topic)
+        if main_limit is not None and limit is not None and limit < main_limit:
+            report.mismatches.append(TopicMismatch(topic, MAX_MESSAGE_BYTES, limit, main_limit, main))
+    config = {MAX_MESSAGE_BYTES: str(main_limit)} if main_limit is not None else {}
+    missing = [t for t in wanted if t not in existing]
+    for topic, outcome in _create(admin, missing, partitions, config, replication_factor, timeout).items():
+        (report.created if outcome == "created" else report.existing).append(topic)
+    return report
+
+
+def _admin(kafka_config: Mapping[str, Any]) -> AdminClient:
+    if "bootstrap.servers" not in kafka_config:
+        raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
+    return AdminClient({k: v for k, v in kafka_config.items() if k != "group.id"})
+
+
+def _create(admin: AdminClient, names: list[str], partitions: int, config: Mapping[str, str],
+            replication_factor: int, timeout: float) -> dict[str, str]:
+    if not names:
+        return {}
+    new = [NewTopic(n, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+           for n in names]
+    result: dict[str, str] = {}
+    for name, future in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
+        try:
+            future.result(timeout)
+            result[name] = "created"
+            log.info("created topic %s with %s partitions %s", name, partitions, dict(config))
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaConfigError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+            result[name] = "exists"  # created meanwhile by someone else
+    return result
+
+
+def _max_message_bytes(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, int]:
+    """``max.message.bytes`` of each topic, where the broker reports a number for it."""
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    found: dict[str, int] = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entries = future.result(timeout)
+        except KafkaException as exc:
+            raise KafkaConfigError(f"cannot describe the configuration of topic {resource.name!r}: "
+                                   f"{exc.args[0].str()}") from exc
+        entry = entries.get(MAX_MESSAGE_BYTES)
+        value = getattr(entry, "value", None)
+        if value is not None and str(value).strip().lstrip("-").isdigit():
+            found[resource.name] = int(value)
+    return found

@@ -13,9 +13,10 @@ if TYPE_CHECKING:
 
 #: The default message; ``kafka_retry_summary`` is the run summary the operators put in the context.
 DEFAULT_MESSAGE = (
-    "{% set s = kafka_retry_summary %}{% set t = s.get('totals', s) %}"
-    "Kafka retry: {{ t.get('dlt_topics', {}).values() | sum }} record(s) from {{ s.get('topic', '?') }} reached a "
-    "DLT {{ t.get('dlt_topics', {}) | tojson }}, {{ t.get('dropped', 0) }} dropped; by exception: "
+    "{% set s = kafka_retry_summary %}{% set t = s.get('totals', s) %}{% set dlts = t.get('dlt_topics', {}) %}"
+    "Kafka retry: {{ dlts.values() | sum }} record(s) reached a DLT {{ dlts | tojson }}"
+    "{% if s.get('topic') %} from {{ s.topic }}{% endif %}"
+    "{% if t.get('dropped') %}, {{ t.dropped }} dropped{% endif %}; by exception: "
     "{{ t.get('dead_lettered', {}) | tojson }} (DAG {{ ti.dag_id }}, task {{ ti.task_id }}, run {{ run_id }})"
 )
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
@@ -25,9 +26,10 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNI
 class DltLogNotifier(BaseNotifier):
     """Log a templated message about the records a run dead-lettered; for ``on_dlt`` of the reprocess operators.
 
-    The message is rendered with the task's context plus ``kafka_retry_summary``: the run summary
-    (``topic``, ``totals.dlt_topics`` per DLT topic, ``totals.dead_lettered`` per exception class,
-    ``totals.dropped``, capped ``dead_letters`` coordinates; never payloads).
+    The message is rendered with the task's context plus ``kafka_retry_summary``: the summary of the
+    reprocess run (``topic``, ``totals.dlt_topics`` per DLT topic, ``totals.dead_lettered`` per
+    exception class, ``totals.dropped``, capped ``dead_letters`` coordinates; never payloads) or of
+    the DLT watch (the same ``totals`` keys, no ``topic``). The default message reads either.
 
     :param message: Jinja template of the line to log. (templated)
     :param level: ``debug``, ``info``, ``warning`` (default), ``error`` or ``critical``.

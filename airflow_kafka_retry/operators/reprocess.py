@@ -13,6 +13,7 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
@@ -56,7 +57,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
         ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
-    :param parallelism: partitions processed at once, each with its own Kafka clients (default 1).
+    :param parallelism: partitions processed at once, each with its own Kafka clients (default: the
+        local engine's default).
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after
         the commit, when the run dead-lettered or dropped a record; ``context["kafka_retry_summary"]``
         is the run summary. A notifier that raises is logged and fails nothing.
@@ -87,7 +89,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
         parallelism: int | None = None,
-        on_dlt: Any = (),
+        on_dlt: Notifier | Sequence[Notifier] | None = (),
         window: str | None = None,
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,
@@ -130,9 +132,9 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         self.log.info("reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s", tier.topic, tier.index,
                       self.topology, options.handler, cutoff,
                       f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
+        chosen = {"parallelism": self.parallelism} if self.parallelism is not None else {}  # else the engine's
         summary = self._run(lambda: run_local(topology, tier, kafka_config, options, partitions=self.partitions,
-                                              cutoff_ms=cutoff, parallelism=self.parallelism or 1,
-                                              should_stop=self._should_stop))
+                                              cutoff_ms=cutoff, should_stop=self._should_stop, **chosen))
         killed = summary.stopped == KILLED
         document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason)
         if killed:

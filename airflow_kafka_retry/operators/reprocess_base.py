@@ -19,7 +19,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.notifications.dispatch import normalize_notifiers, notify_dlt
+from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
@@ -113,7 +113,7 @@ def stop_message(summary: RunSummary) -> str:
 
 def notifier_summary(document: Mapping[str, Any], cap: int = NOTIFY_COORDINATE_CAP) -> dict[str, Any]:
     """The run summary for notifiers: the run's document plus its dead letters over all partitions, capped."""
-    letters = [dict(d, dlt_topic=d.get("dlt_topic")) for p in document["partitions"] for d in p["dead_letters"]]
+    letters = [dict(d) for p in document["partitions"] for d in p["dead_letters"]]
     truncated = sum(p["dead_letters_truncated"] for p in document["partitions"]) + max(0, len(letters) - cap)
     return {**document, "dead_letters": letters[:cap], "dead_letters_truncated": truncated}
 
@@ -138,7 +138,7 @@ class ReprocessTierMixin:
     timezone: str | None
     max_run: str | int | timedelta | None
     asset_server: str | None
-    on_dlt: tuple[Any, ...]
+    on_dlt: tuple[Notifier, ...]
     outlets: list[Any]
     log: Any
 
@@ -154,7 +154,7 @@ class ReprocessTierMixin:
         options: Mapping[str, Any] | None,
         cutoff: int | str | datetime | None,
         partitions: Sequence[int] | None,
-        on_dlt: Any,
+        on_dlt: Notifier | Sequence[Notifier] | None,
         window: str | None,
         timezone: str | None,
         max_run: str | int | timedelta | None,

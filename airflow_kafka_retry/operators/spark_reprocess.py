@@ -16,6 +16,7 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
+from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
     ReprocessTierMixin,
@@ -41,7 +42,7 @@ def default_result_path(context: Context) -> str:
     return os.path.join(tempfile.gettempdir(), "airflow-kafka-retry", *parts, f"{_UNSAFE.sub('_', task)}.json")
 
 
-__all__ = ["SparkReprocessTierOperator", "default_result_path", "failure_message", "to_epoch_ms"]
+__all__ = ["SparkReprocessTierOperator", "failure_message", "to_epoch_ms"]  # the last two moved to reprocess_base
 
 
 class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
@@ -120,7 +121,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         options: Mapping[str, Any] | None = None,
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
-        on_dlt: Any = (),
+        on_dlt: Notifier | Sequence[Notifier] | None = (),
         window: str | None = None,
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,

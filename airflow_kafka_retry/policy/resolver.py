@@ -1,16 +1,19 @@
 """Destination resolution, like Spring's ``DefaultDestinationTopicResolver``.
 
-(topology, source topic, attempt, exception, original timestamp, clock) -> where the failed record
-goes next and when it is due there. Pure: the clock is injected, nothing is produced here.
+(topology, source topic, attempt, exception, original timestamp, headers, clock) -> where the failed
+record goes next and when it is due there; a record replayed from a DLT goes to the parking topic
+instead of a DLT. Pure: the clock is injected, nothing is produced here.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from airflow_kafka_retry.policy.headers import Header
+from airflow_kafka_retry.policy.replay_headers import is_replayed
 from airflow_kafka_retry.policy.topology import Tier, Topology
 
 Action = Literal["retry", "dlt", "drop"]
@@ -40,6 +43,8 @@ class Destination:
     :param next_attempt: the ``retry_topic-attempts`` value the routed record carries.
     :param due_ms: when it is due at the destination (``retry_topic-backoff-timestamp``).
     :param reason: why this destination was chosen.
+    :param parked: the record was replayed from a DLT and failed again, so ``topic`` is the
+        topology's parking topic rather than a DLT (``action`` stays ``dlt``).
     """
 
     action: Action
@@ -49,6 +54,7 @@ class Destination:
     due_ms: int
     delay_ms: int
     reason: Reason
+    parked: bool = False
 
 
 class DestinationResolver:
@@ -72,12 +78,23 @@ class DestinationResolver:
         attempt: int,
         exception: BaseException,
         original_timestamp_ms: int,
+        headers: Iterable[Header] | None = None,
     ) -> Destination:
-        """Return the destination of a record consumed from ``topic`` that failed on ``attempt``."""
+        """Return the destination of a record consumed from ``topic`` that failed on ``attempt``.
+
+        ``headers`` are the failed record's headers: a record replayed from a DLT (it carries the
+        replay audit headers) goes to the parking topic wherever it would go to a DLT, so it never
+        loops between a replay and the DLT.
+        """
         source = self.topology.tier_for_topic(topic)
         now = self.clock()
         if source.kind == "dlt":
-            return self._dlt_failure(source, partition, attempt, exception, now)
+            return self._park(self._dlt_failure(source, partition, attempt, exception, now), headers)
+        return self._park(self._retry_or_dlt(source, partition, attempt, exception, original_timestamp_ms, now),
+                          headers)
+
+    def _retry_or_dlt(self, source: Tier, partition: int, attempt: int, exception: BaseException,
+                      original_timestamp_ms: int, now: int) -> Destination:
         if not self._classifier.is_retryable(exception):
             return self._to_dlt(partition, attempt, exception, now, "not_retryable")
         if attempt >= self.topology.attempts:
@@ -90,6 +107,13 @@ class DestinationResolver:
             return self._to_dlt(partition, attempt, exception, now, "exhausted")
         return Destination("retry", following.topic, partition, attempt + 1, now + following.delay_ms,
                            following.delay_ms, "retryable")
+
+    def _park(self, destination: Destination, headers: Iterable[Header] | None) -> Destination:
+        parking = self.topology.parking_topic
+        if destination.action != "dlt" or parking is None or not is_replayed(headers):
+            return destination
+        return Destination("dlt", parking, destination.partition, destination.next_attempt, destination.due_ms,
+                           destination.delay_ms, destination.reason, parked=True)
 
     def dlt_topic_for(self, exception: BaseException) -> str | None:
         """The DLT for ``exception``: the first matching exception-specific DLT, else the main one."""

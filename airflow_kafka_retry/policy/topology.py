@@ -71,6 +71,7 @@ class Topology:
     index_start: int = 1
     retry_suffix: str = "-retry"
     dlt_suffix: str = "-dlt"
+    parking_suffix: str = "-parking"
     reuse_same_interval: bool = False
     not_retryable: tuple[str, ...] = ()
     default_not_retryable: bool = True
@@ -115,6 +116,13 @@ class Topology:
                 errors.append(self._error(f"derived topic name {tier.topic!r} is also the {seen[tier.topic]} "
                                           "topic; every tier and DLT needs its own topic", field_name))
             seen.setdefault(tier.topic, f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter")
+        parking = self.parking_topic
+        if parking is not None and not _TOPIC_NAME.match(parking):
+            errors.append(self._error(f"derived topic name {parking!r} is not a legal Kafka topic name "
+                                      "(1-249 characters from a-z A-Z 0-9 . _ -)", "parking_suffix"))
+        elif parking is not None and parking in seen:
+            errors.append(self._error(f"derived topic name {parking!r} is also the {seen[parking]} topic; the "
+                                      "parking topic needs its own topic", "parking_suffix"))
         return errors
 
     # ------------------------------------------------------------------ construction
@@ -151,7 +159,8 @@ class Topology:
         if self.dlt_routing_naming not in DLT_ROUTING_NAMINGS:
             fail(f"must be one of {', '.join(DLT_ROUTING_NAMINGS)}, got {self.dlt_routing_naming!r}",
                  "dlt_routing_naming")
-        for name, value in (("retry_suffix", self.retry_suffix), ("dlt_suffix", self.dlt_suffix)):
+        for name, value in (("retry_suffix", self.retry_suffix), ("dlt_suffix", self.dlt_suffix),
+                            ("parking_suffix", self.parking_suffix)):
             if not isinstance(value, str) or not value:
                 fail("must be a non-empty string", name)
         if self.retry_suffix == self.dlt_suffix:
@@ -231,6 +240,15 @@ class Topology:
             for key, classes in self.dlt_routing)
 
     @property
+    def parking_topic(self) -> str | None:
+        """Where a replayed DLT record that fails again ends (``<topic><parking_suffix>``); None under no_dlt.
+
+        Parking keeps a record from looping between a replay and the DLT: the DLT is for first
+        failures, the parking topic for records that failed again after a replay.
+        """
+        return None if self.dlt_strategy == "no_dlt" else f"{self.topic}{self.parking_suffix}"
+
+    @property
     def _default_fatal(self) -> tuple[str, ...]:
         """The default fatal exceptions, unless ``default_not_retryable: false`` turned them off."""
         return DEFAULT_NOT_RETRYABLE if self.default_not_retryable else ()
@@ -279,10 +297,12 @@ class Topology:
         return self.tier_for_topic(spec)
 
     def destinations_from(self, tier: Tier) -> list[str]:
-        """Every topic a failed record of ``tier`` can be routed to (next tier and DLTs)."""
+        """Every topic a failed record of ``tier`` can be routed to (next tier, DLTs, parking)."""
         following = self.next_tier(tier)
         topics = [following.topic] if following is not None else []
         topics += [t.topic for t in self.dlt_tiers if t.topic not in topics]
+        if self.parking_topic is not None:
+            topics.append(self.parking_topic)
         return topics
 
     def tier_for_topic(self, topic: str) -> Tier:
@@ -351,6 +371,7 @@ class Topology:
             "dlt_consumer_groups": {t.topic: self.consumer_group(t) for t in self.dlt_tiers},
             "dlt_routing": {topic: list(c) for topic, c in self.exception_dlts},
             "dlt_strategy": self.dlt_strategy,
+            "parking": self.parking_topic,
             "timeout_ms": self.timeout_ms,
             "not_retryable": list(self.classifier.not_retryable),
             "retry_only": list(self.retry_only),
@@ -362,7 +383,7 @@ class Topology:
 # ---------------------------------------------------------------------- mapping -> model
 _KEYS = (
     "topic", "group_id", "attempts", "backoff", "topic_suffixing", "index_start", "retry_suffix",
-    "dlt_suffix", "reuse_same_interval", "not_retryable", "default_not_retryable", "retry_only",
+    "dlt_suffix", "parking_suffix", "reuse_same_interval", "not_retryable", "default_not_retryable", "retry_only",
     "traverse_causes", "dlt_routing", "dlt_strategy", "timeout", "headers", "tier_group_template",
     "compat", "dlt_routing_naming",
 )
@@ -480,8 +501,8 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
         except TopologyError as exc:
             errors.append(exc)
 
-    for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "dlt_strategy",
-                "tier_group_template", "dlt_routing_naming"):
+    for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "parking_suffix",
+                "dlt_strategy", "tier_group_template", "dlt_routing_naming"):
         if key in data:
             kwargs[key] = data[key]
     for key in ("reuse_same_interval", "default_not_retryable", "traverse_causes"):

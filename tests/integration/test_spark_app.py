@@ -127,6 +127,7 @@ def normalized_totals(summary: RunSummary, topology: Topology) -> dict[str, Any]
     """Run totals with topic names relative to the topology's main topic (for cross-engine comparison)."""
     totals = summary.to_dict()["totals"]
     totals["routed"] = {k.replace(topology.topic, "<main>"): v for k, v in totals["routed"].items()}
+    totals["dlt_topics"] = {k.replace(topology.topic, "<main>"): v for k, v in totals["dlt_topics"].items()}
     return totals
 
 

@@ -2,20 +2,78 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
+
+import pytest
 
 DAGS = Path(__file__).parents[2] / "dags"
 
 
-def test_example_dags_load_without_import_errors(tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def bag(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW_HOME", str(tmp_path_factory.mktemp("airflow")))
+        mp.syspath_prepend(str(DAGS))
+        from airflow.dag_processing.dagbag import DagBag
+
+        yield DagBag(dag_folder=str(DAGS))
+
+
+def test_every_example_dag_file_imports_without_errors(bag):
+    assert bag.import_errors == {}
+    files = {Path(dag.fileloc).name for dag in bag.dags.values()}
+    assert files == {p.name for p in DAGS.glob("*.py")}, "a DAG file defines no DAG"
+
+
+def test_spark_example(bag):
+    dag = bag.dags["orders_retry_1_spark"]
+    [task] = dag.tasks
+    assert (task.tier, task.handler, task.kafka_conn_id) == (1, "handlers.orders:handle", "kafka_default")
+    assert dag.max_active_runs == 1
+
+
+def test_factory_example_builds_the_orders_tiers(bag):
+    ids = {d for d in bag.dags if d.startswith("kafka_retry__")}
+    assert ids == {"kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-retry-3",
+                   "kafka_retry__orders-dlt"}
+    first = bag.dags["kafka_retry__orders-retry-1"]
+    assert first.schedule == timedelta(seconds=30) and first.max_active_runs == 1
+    assert {t.task_id for t in first.tasks} == {"ensure_topics", "wait_for_due", "reprocess"}
+    assert all(t.owner == "orders-team" and t.retries == 1 for t in first.tasks)
+    assert sorted(a.uri for a in first.get_task("reprocess").outlets) == [
+        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
+        "kafka://kafka:9092/orders-validation-dlt"]
+    assert [type(n).__name__ for n in first.get_task("reprocess").on_dlt] == ["DltLogNotifier"]
+    night = bag.dags["kafka_retry__orders-retry-3"]
+    assert night.get_task("wait_for_due").window == "01:00-05:00"
+    assert night.timetable.expression == "0 1 * * *"
+
+
+def test_hand_composed_example(bag):
+    tier = bag.dags["orders_retry_1_hand_composed"]
+    assert tier.get_task("wait_for_due").downstream_task_ids == {"reprocess"}
+    assert tier.get_task("ensure_topics").downstream_task_ids == {"wait_for_due"}
+    follow_up = bag.dags["orders_dlt_follow_up"]
+    assert [a.uri for a in follow_up.timetable.asset_condition.objects] == ["kafka://kafka:9092/orders-dlt"]
+    reprocess = tier.get_task("reprocess")
+    assert sorted(a.uri for a in reprocess.outlets) == [
+        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
+        "kafka://kafka:9092/orders-validation-dlt"]
+
+
+def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypatch):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     monkeypatch.syspath_prepend(str(DAGS))
     from airflow.dag_processing.dagbag import DagBag
 
-    bag = DagBag(dag_folder=str(DAGS))
+    bag = DagBag(dag_folder=str(DAGS / "example_dlt_replay.py"))
     assert bag.import_errors == {}
-    dag = bag.dags.get("orders_retry_1_spark")
-    assert dag is not None
+    dag = bag.dags["kafka_dlt_replay__orders"]
+    assert type(dag.timetable).__name__ == "NullTimetable", "the replay DAG must only run when triggered"
     [task] = dag.tasks
-    assert (task.tier, task.handler, task.kafka_conn_id) == (1, "handlers.orders:handle", "kafka_default")
-    assert dag.max_active_runs == 1
+    assert task.task_id == "replay_dlt" and task.kafka_conn_id == "kafka_default"
+    params = dag.params.dump()
+    assert params["dry_run"] is True and params["dlt"] is None
+    assert {"exception", "original_topic", "since", "until", "key", "partition", "offsets", "limit", "to",
+            "transform", "replay_id"} <= set(params)

@@ -777,7 +777,7 @@ def test_select_dlt_under_no_dlt() -> None:
 def test_destinations_from() -> None:
     topology = make(attempts=3, dlt_routing=(("-validation-dlt", ("KeyError",)),))
     main, first, last = topology.tiers
-    dlts = ["orders-dlt", "orders-validation-dlt"]
+    dlts = ["orders-dlt", "orders-validation-dlt", "orders-parking"]  # parking: replayed records that fail again
     assert topology.destinations_from(main) == ["orders-retry-1", *dlts]
     assert topology.destinations_from(first) == ["orders-retry-2", *dlts]
     assert topology.destinations_from(last) == dlts
@@ -786,7 +786,7 @@ def test_destinations_from() -> None:
 
 def test_destinations_from_reusable_tier_and_no_dlt() -> None:
     reused = make(attempts=4, reuse_same_interval=True)
-    assert reused.destinations_from(reused.tiers[1]) == ["orders-retry", "orders-dlt"]
+    assert reused.destinations_from(reused.tiers[1]) == ["orders-retry", "orders-dlt", "orders-parking"]
     no_dlt = make(attempts=2, dlt_strategy="no_dlt")
     assert no_dlt.destinations_from(no_dlt.tiers[0]) == ["orders-retry-1"]
     assert no_dlt.destinations_from(no_dlt.tiers[1]) == []
@@ -1003,8 +1003,8 @@ def test_topic_of_wrong_type(tmp_path: Path, topic: str) -> None:
 
 
 def test_derived_topic_name_too_long(tmp_path: Path) -> None:
-    topic = "x" * 245  # legal itself, but x...x-retry-1 is 253 characters
-    error, path = load_error(tmp_path, f"topic: {topic}\ngroup_id: g\n")
+    topic = "x" * 245  # legal itself, but x...x-retry-1 is 253 characters (a short parking suffix keeps that legal)
+    error, path = load_error(tmp_path, f"topic: {topic}\ngroup_id: g\nparking_suffix: -p\n")
     assert_located(error, path, "retry_suffix",
                    f"derived topic name '{topic}-retry-1' is not a legal Kafka topic name",
                    "1-249 characters from a-z A-Z 0-9 . _ -")

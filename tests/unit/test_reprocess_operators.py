@@ -25,6 +25,7 @@ from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, Run
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 from airflow_kafka_retry.operators.reprocess_base import notifier_summary
 from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
+from tests.unit.test_spark_submit import _fake_spark, airflow_connections  # noqa: F401 - a fixture
 
 TOPOLOGY = str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml")
 HANDLER = "tests.support.ledger_handler:indexed"
@@ -248,13 +249,14 @@ def test_a_deadline_stop_is_reported_with_its_reason_and_what_is_left():
 def test_outlets_are_the_next_tier_and_the_dlts(cls):
     op = make(cls, asset_server=SERVER, outlets=[])
     assert [a.uri for a in op.outlets] == [f"kafka://{SERVER}/{t}" for t in
-                                           ("orders-retry-2", "orders-dlt", "orders-validation-dlt")]
+                                           ("orders-retry-2", "orders-dlt", "orders-validation-dlt",
+                                                                 "orders-parking")]
     assert make(cls).outlets == []  # no asset_server: no assets
 
 
 def test_asset_events_carry_the_counts_and_idle_outlets_emit_nothing():
     op = make(asset_server=SERVER)
-    retry2, dlt, validation = op.outlets
+    retry2, dlt, validation, parking = op.outlets
     first = busy(0, dead=2)
     first.count_route("orders-retry-2")
     ctx = context()
@@ -310,3 +312,25 @@ def test_an_interruption_of_the_task_thread_waits_for_the_chunk_boundary():
         signal.signal(signal.SIGALRM, previous)
     assert boundary_reached.is_set(), "the task went on before the partitions stopped"
     assert op._should_stop() == "interrupted"
+
+
+# ----------------------------------------------------------------------------- the Spark operator's deadline
+def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window(tmp_path, monkeypatch,
+                                                                                 airflow_connections):
+    seen: dict = {}
+    stopped = busy(0, stop_reason="stopped", stopped_by="deadline", left=3)
+    _fake_spark(monkeypatch, seen, document=summary(stopped, stopped="deadline").to_dict())
+    op = make(SparkReprocessTierOperator, window="00:00-24:00", result_path=str(tmp_path / "summary.json"))
+    before = int(time.time() * 1000)
+    document = op.execute(context())
+    sent = json.loads(seen["args"][seen["args"].index("--options-json") + 1])
+    midnight = (before // 86_400_000 + 1) * 86_400_000
+    assert sent["deadline_ms"] == midnight and sent["handler"] == HANDLER
+    assert document["stopped"] == "window_closed" and document["partitions"][0]["stopped_by"] == "window_closed"
+
+
+def test_spark_operator_without_window_or_max_run_sends_no_deadline(tmp_path, monkeypatch, airflow_connections):
+    seen: dict = {}
+    _fake_spark(monkeypatch, seen, document=summary(busy(0)).to_dict())
+    make(SparkReprocessTierOperator, result_path=str(tmp_path / "summary.json")).execute(context())
+    assert json.loads(seen["args"][seen["args"].index("--options-json") + 1])["deadline_ms"] is None

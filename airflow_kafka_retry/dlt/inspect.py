@@ -1,0 +1,59 @@
+"""``dlt inspect``: what a DLT (or the parking topic) holds, grouped, read without committing anything."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_kafka_retry.dlt.errors import ReplayError
+from airflow_kafka_retry.dlt.groups import BUCKETS, Bucket, group_records
+from airflow_kafka_retry.dlt.reading import TopicReader
+from airflow_kafka_retry.dlt.records import DltRecord
+from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
+from airflow_kafka_retry.dlt.topics import source_topic
+from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.policy.topology import Topology
+
+
+def inspect_dlt(topology: Topology, kafka_config: Mapping[str, Any], *, dlt: str | None = None,
+                bucket: Bucket = "hour", samples: int = 3, show_values: bool = False) -> dict[str, Any]:
+    """Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
+
+    Returns plain data: the topic, record and replayed counts per partition and in total, the
+    groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`) and the replays in its replay log
+    (an unfinished one was stopped part way: rerun it with its id). Payloads only with ``show_values``.
+    """
+    if bucket not in BUCKETS:
+        raise ReplayError(f"--by {bucket!r}: use one of {', '.join(BUCKETS)}")
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+        raise ReplayError(f"--samples {samples!r} must be a whole number >= 0")
+    topic = source_topic(topology, dlt)
+    replay_log_topic = log_topic(topic)
+    with TopicReader(kafka_config) as reader:
+        try:
+            partitions = reader.partitions(topic)
+        except KafkaConfigError as exc:
+            raise ReplayError(f"--dlt {topic}: {exc}") from None
+        replay_log = read_log(reader, replay_log_topic)
+        replayed = set(replay_log.moved)
+        per_partition: dict[int, int] = {}
+
+        def records() -> Any:
+            for partition in range(partitions):
+                per_partition[partition] = 0
+                for message in reader.read(topic, partition):
+                    per_partition[partition] += 1
+                    yield DltRecord.from_message(message)
+
+        groups = group_records(records(), bucket=bucket, replayed=replayed, samples=samples, show_values=show_values)
+    return {
+        "topic": topic,
+        "replay_log": replay_log_topic,
+        "bucket": bucket,
+        "show_values": show_values,
+        "records": sum(per_partition.values()),
+        "replayed": sum(g.replayed for g in groups),
+        "partitions": per_partition,
+        "groups": [g.to_dict() for g in groups],
+        "replays": replay_log.replays(),
+    }

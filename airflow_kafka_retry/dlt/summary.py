@@ -1,0 +1,94 @@
+"""What a replay reports (CLI output, XCom): counts, and each move by coordinates. Never payloads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Move:
+    """One DLT record and where it goes (dry run) or went.
+
+    :param target_partition: None when the producer partitions by key.
+    :param attempt: the attempt it starts at in the target (None: attempt 1 on a main topic).
+    :param transformed: the transform changed its key, value or headers.
+    """
+
+    partition: int
+    offset: int
+    target: str
+    target_partition: int | None
+    attempt: int | None = None
+    transformed: bool = False
+    target_offset: int | None = None
+
+    def line(self, source: str) -> str:
+        where = f"{self.target}[{self.target_partition}]" if self.target_partition is not None \
+            else f"{self.target}[by key]"
+        if self.target_offset is not None:
+            where += f"@{self.target_offset}"
+        edited = " (transformed)" if self.transformed else ""
+        return f"{source}[{self.partition}]@{self.offset} -> {where}{edited}"
+
+
+@dataclass
+class ReplaySummary:
+    """The result of one replay run.
+
+    Counts: ``matched`` records pass the filters; of those, ``already_replayed`` were moved by
+    another replay (never again), ``moved_before`` by an earlier run of this replay id, ``left_out``
+    the transform returned None for, ``beyond_limit`` fell past ``--limit``; ``selected`` is what
+    this replay id moves in total (``moved_before`` included) and ``moved`` what this run moved
+    (in a dry run: 0, and ``moves`` lists what would move).
+    """
+
+    replay_id: str
+    topology: str
+    dlt: str
+    replay_log: str
+    dry_run: bool
+    filters: dict[str, Any]
+    to: str | None
+    transform: str | None
+    started_ms: int
+    resumed: bool = False
+    status: str = "ok"  # ok | failed
+    error: str | None = None
+    scanned: int = 0
+    matched: int = 0
+    already_replayed: int = 0
+    moved_before: int = 0
+    left_out: int = 0
+    beyond_limit: int = 0
+    selected: int = 0
+    moved: int = 0
+    transactions: int = 0
+    targets: dict[str, int] = field(default_factory=dict)
+    moves: list[Move] = field(default_factory=list)
+    moves_truncated: int = 0
+    finished_ms: int | None = None
+
+    def add_move(self, move: Move, cap: int | None) -> None:
+        self.targets[move.target] = self.targets.get(move.target, 0) + 1
+        if cap is None or len(self.moves) < cap:
+            self.moves.append(move)
+        else:
+            self.moves_truncated += 1
+
+    def lines(self) -> list[str]:
+        """Human-readable account: one line per move, then the totals."""
+        verb = "would move" if self.dry_run else "moved"
+        out = [m.line(self.dlt) for m in self.moves]
+        if self.moves_truncated:
+            out.append(f"... and {self.moves_truncated} more")
+        count = self.selected - self.moved_before if self.dry_run else self.moved
+        out.append(f"replay {self.replay_id}: {verb} {count} record(s) from {self.dlt} "
+                   f"({', '.join(f'{t}: {n}' for t, n in self.targets.items()) or 'nothing'}); matched "
+                   f"{self.matched}, already replayed {self.already_replayed}, moved before by this replay id "
+                   f"{self.moved_before}, left out by the transform {self.left_out}, beyond the limit "
+                   f"{self.beyond_limit}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,92 @@
+"""Where a replay reads from (a DLT or the parking topic) and where each record goes (the target)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from airflow_kafka_retry.dlt.errors import ReplayError
+from airflow_kafka_retry.dlt.records import DltRecord
+from airflow_kafka_retry.policy.topology import Topology
+
+BY_KEY = -1  # produce without a partition: the producer partitions by key
+
+
+def source_topics(topology: Topology) -> list[str]:
+    """Every topic a replay or inspect may read: the DLTs, then the parking topic."""
+    parking = [topology.parking_topic] if topology.parking_topic else []
+    return [t.topic for t in topology.dlt_tiers] + parking
+
+
+def source_topic(topology: Topology, dlt: str | None) -> str:
+    """The topic named by ``--dlt``: a DLT or the parking topic of ``topology`` (``parking`` for short).
+
+    Default: the topology's main DLT.
+    """
+    known = source_topics(topology)
+    if not known:
+        raise ReplayError(f"{topology.source}: the topology has no DLT (dlt_strategy: no_dlt); nothing to replay")
+    if dlt in (None, "", "dlt"):
+        return known[0]
+    if dlt == "parking":
+        return known[-1]
+    if dlt not in known:
+        raise ReplayError(f"--dlt {dlt!r} is not a dead-letter or parking topic of {topology.source} "
+                          f"({', '.join(known)})")
+    return dlt
+
+
+def check_target_spec(topology: Topology, source: str, spec: str | None) -> None:
+    """Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`)."""
+    if spec in (None, ""):
+        return
+    if spec == "first-tier" and len(topology.tiers) < 2:
+        raise ReplayError(f"--to first-tier: {topology.source} has no retry tier (attempts: {topology.attempts})")
+    topic = topology.topic if spec == "main" else topology.tiers[1].topic if spec == "first-tier" else spec
+    _check_topic(topology, source, topic, "--to")
+
+
+def _check_topic(topology: Topology, source: str, topic: str, what: str) -> None:
+    if topic == source:
+        raise ReplayError(f"{what} {topic!r} is the topic being replayed; pick another target")
+    if topic in {t.topic for t in topology.dlt_tiers}:
+        raise ReplayError(f"{what} {topic!r} is a dead-letter topic of {topology.source}; replaying into a DLT "
+                          "would only dead-letter the records again")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one record goes.
+
+    :param topic: the target topic.
+    :param partition: the record's original partition (as Spring keeps partitions along the retry
+        path), or ``BY_KEY`` when unknown, not present in the target, or the transform changed the key.
+    :param attempt: the attempt it starts at when the target is a retry tier, else None (attempt 1).
+    """
+
+    topic: str
+    partition: int
+    attempt: int | None
+
+
+def target_for(topology: Topology, source: str, spec: str | None, record: DltRecord, *,
+               key_changed: bool = False, partition_counts: dict[str, int] | None = None) -> Target:
+    """The target of ``record`` for ``--to spec`` (default: its original topic)."""
+    if spec in (None, ""):
+        topic = record.original.topic
+        if topic is None:
+            raise ReplayError(f"{record.coordinates} carries no original-topic header (kafka_original-topic or "
+                              "kafka_dlt-original-topic); pass --to main, --to first-tier or --to TOPIC")
+        _check_topic(topology, source, topic, f"the original topic of {record.coordinates}")
+    elif spec == "main":
+        topic = topology.topic
+    elif spec == "first-tier":
+        topic = topology.tier(1).topic
+    else:
+        topic = spec
+    tier = next((t for t in topology.retry_tiers if t.topic == topic), None)
+    attempt = tier.index + 1 if tier is not None else None
+    partition = record.original.partition if record.original.partition is not None else record.partition
+    count = (partition_counts or {}).get(topic)
+    if key_changed or (count is not None and partition >= count):
+        partition = BY_KEY
+    return Target(topic, partition, attempt)

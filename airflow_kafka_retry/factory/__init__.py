@@ -1,0 +1,1 @@
+"""The DAG factory: assembles the operators, sensors and notifiers into scheduled retry-tier DAGs."""

@@ -1,0 +1,192 @@
+"""``build_retry_dags``: one scheduled DAG per retry tier of a topology, plus a DLT-watch DAG.
+
+It only assembles the operators: ``ensure_topics`` >> ``wait_for_due`` >> ``reprocess`` for each
+tier, ``watch_dlt`` for the dead-letter topics. Where a record goes is decided by the policy
+package, offsets are committed by the engine; nothing here touches Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG
+
+from airflow_kafka_retry.factory.overrides import TierSettings, check_overrides, floor_schedule, tier_settings
+from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
+from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
+
+log = logging.getLogger(__name__)
+
+ENGINES = ("local", "spark")
+DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)
+#: The reprocess task drains what is due when it starts (epoch ms, rendered at run time): the due
+#: sensor before it may have waited past the run's logical date for the earliest due record.
+CUTOFF_NOW = "{{ (macros.time.time() * 1000) | int }}"
+TASK_IDS = ("ensure_topics", "wait_for_due", "reprocess")
+WATCH_TASK_ID = "watch_dlt"
+#: DAG arguments the factory sets itself; each has its own parameter (or override) instead.
+_OWNED = {"dag_id": "dag_id_template", "schedule": "tier_overrides={topic: {'schedule': ...}}"}
+
+
+def build_retry_dags(
+    topology: str | Path | Topology,
+    *,
+    handler: str,
+    engine: str = "local",
+    kafka_conn_id: str = "kafka_default",
+    value_deserializer: str | None = None,
+    on_dlt: Callable[..., Any] | Sequence[Callable[..., Any]] | None = (),
+    options: Mapping[str, Any] | None = None,
+    dag_id_template: str = "kafka_retry__{topic}",
+    include_main: bool = False,
+    dlt_watch: bool = True,
+    spark_conn_id: str = "spark_default",
+    tier_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    min_schedule: timedelta = timedelta(seconds=30),
+    asset_server: str | None = None,
+    **dag_kwargs: Any,
+) -> dict[str, DAG]:
+    """Build the DAGs that run a retry topology on Airflow; a DAG file does ``globals().update(...)``.
+
+    One DAG per retry topic (a topic shared by same-interval reuse gets one DAG), scheduled every
+    tier delay, ``max_active_runs=1``, no catchup, with the tasks ``ensure_topics`` (create missing
+    retry/DLT topics) >> ``wait_for_due`` (deferrable; skips an idle tier) >> ``reprocess``
+    (local engine in the worker, or Spark). ``include_main`` adds a DAG for the main topic (tier 0);
+    ``dlt_watch`` adds a DAG with one ``watch_dlt`` task that reports new DLT records to ``on_dlt``.
+
+    :param topology: path of the topology YAML (read by every task, and by the Spark driver), or a
+        ``Topology`` loaded from such a file.
+    :param handler: the handler, ``package.module:function``.
+    :param engine: ``local`` (``ReprocessTierOperator``) or ``spark`` (``SparkReprocessTierOperator``).
+    :param kafka_conn_id: the Kafka connection of every task.
+    :param value_deserializer: ``package.module:function`` decoding record values.
+    :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called when a run
+        dead-letters records, and by the DLT watch.
+    :param options: further ``DrainOptions`` (``batch_size``, ``chunk_size``...) of every reprocess task.
+    :param dag_id_template: DAG id of each tier, formatted with ``topic``.
+    :param include_main: also build a DAG draining the main topic (tier 0) with the service's group.
+    :param dlt_watch: build the DLT-watch DAG (id: the template formatted with the DLT topic). It
+        reports every new DLT record, also those a tier run already reported to ``on_dlt``.
+    :param spark_conn_id: the Spark connection, with ``engine="spark"``.
+    :param tier_overrides: per-tier ``schedule`` (cron string, timedelta or timetable), ``window``
+        (``HH:MM-HH:MM``), ``timezone`` (of the window and a cron schedule) and ``max_run``; keyed by
+        topic name. The DLT-watch DAG's key (its DLT topic) takes only ``schedule``.
+    :param min_schedule: a shorter ``timedelta`` schedule is raised to this, with a warning; records
+        are still never handled before their due time.
+    :param asset_server: one ``host:port`` of the cluster: the reprocess tasks then declare the next
+        tier and the DLTs as asset outlets (``kafka://<server>/<topic>``) and emit events with the
+        record counts; None: no asset outlets.
+    :param dag_kwargs: passed to every ``DAG`` (``default_args``, ``tags``, ``start_date``, ...).
+    """
+    path, loaded = _topology(topology)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if "{topic}" not in dag_id_template:
+        raise ValueError(f"dag_id_template must contain '{{topic}}', got {dag_id_template!r}")
+    for key, instead in _OWNED.items():
+        if key in dag_kwargs:
+            raise ValueError(f"build_retry_dags sets {key} of each DAG itself; use {instead}")
+    if dag_kwargs.get("max_active_runs", 1) != 1:
+        raise ValueError("max_active_runs must be 1: two runs of one tier would drain the same partitions "
+                         "and fence each other")
+    if not isinstance(min_schedule, timedelta) or min_schedule <= timedelta(0):
+        raise ValueError(f"min_schedule must be a positive timedelta, got {min_schedule!r}")
+    notifiers = normalize_notifiers(on_dlt)
+    tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
+    watch_topic = loaded.dlt_topic if dlt_watch else None
+    overrides = check_overrides(loaded, tier_overrides, tiers=tiers, watch_topic=watch_topic)
+
+    dags: dict[str, DAG] = {}
+    settings = {t.topic: tier_settings(t, overrides.get(t.topic, {}), min_schedule=min_schedule) for t in tiers}
+    for tier in tiers:
+        dag = _tier_dag(
+            path, loaded, tier, settings[tier.topic], dag_id=dag_id_template.format(topic=tier.topic),
+            engine=engine, handler=handler, kafka_conn_id=kafka_conn_id, value_deserializer=value_deserializer,
+            on_dlt=notifiers, options=options, spark_conn_id=spark_conn_id, asset_server=asset_server,
+            dag_kwargs=dag_kwargs)
+        dags[dag.dag_id] = dag
+    if watch_topic is not None:
+        intervals = [s.interval for s in settings.values() if s.interval is not None]
+        default = min(intervals) if intervals else min_schedule
+        schedule = floor_schedule(watch_topic, overrides.get(watch_topic, {}).get("schedule", default), min_schedule)
+        dag = _watch_dag(path, loaded, dag_id=dag_id_template.format(topic=watch_topic), schedule=schedule,
+                         kafka_conn_id=kafka_conn_id, on_dlt=notifiers, dag_kwargs=dag_kwargs)
+        dags[dag.dag_id] = dag
+    elif dlt_watch:
+        log.info("%s: no DLT (dlt_strategy: no_dlt), so no DLT-watch DAG", loaded.source)
+    return dags
+
+
+def _topology(topology: str | Path | Topology) -> tuple[str, Topology]:
+    """The topology's file path (what tasks and Spark drivers load) and the topology itself."""
+    if isinstance(topology, Topology):
+        if not Path(topology.source).is_file():
+            raise ValueError(f"build_retry_dags needs the topology's YAML file: every task (and a Spark driver) "
+                             f"loads it, but this Topology came from {topology.source!r}; pass the file's path")
+        return topology.source, topology
+    if not isinstance(topology, (str, Path)):
+        raise TypeError(f"topology must be a YAML file path or a Topology, got {type(topology).__name__}")
+    return str(topology), load_topology(topology)
+
+
+def _dag(dag_id: str, schedule: Any, description: str, dag_kwargs: Mapping[str, Any], *,
+         timezone_name: str | None = None) -> DAG:
+    kwargs = dict(dag_kwargs)
+    kwargs.setdefault("start_date", DEFAULT_START_DATE)
+    kwargs.setdefault("catchup", False)
+    kwargs["max_active_runs"] = 1
+    kwargs.setdefault("description", description)
+    kwargs["tags"] = sorted({*kwargs.get("tags", ()), "kafka-retry"})
+    if isinstance(schedule, str):
+        from airflow.sdk import CronTriggerTimetable
+
+        schedule = CronTriggerTimetable(schedule, timezone=timezone_name or "UTC")
+    return DAG(dag_id=dag_id, schedule=schedule, **kwargs)
+
+
+def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings, *, dag_id: str, engine: str,
+              handler: str, kafka_conn_id: str, value_deserializer: str | None, on_dlt: tuple, options: Any,
+              spark_conn_id: str, asset_server: str | None, dag_kwargs: Mapping[str, Any]) -> DAG:
+    from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
+    from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
+
+    what = "main topic" if tier.kind == "main" else f"retry tier {tier.index}"
+    description = f"Kafka retry: drain due records of {tier.topic} ({what} of {topology.topic})"
+    with _dag(dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone) as dag:
+        ensure = EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id)
+        wait = RetryTierDueSensor(task_id="wait_for_due", topology=path, tier=tier.index,
+                                  kafka_conn_id=kafka_conn_id, window=settings.window, timezone=settings.timezone,
+                                  max_wait=settings.interval, deferrable=True)
+        common: dict[str, Any] = {
+            "task_id": "reprocess", "topology": path, "tier": tier.index, "handler": handler,
+            "value_deserializer": value_deserializer, "kafka_conn_id": kafka_conn_id, "options": options,
+            "cutoff": CUTOFF_NOW,
+        }
+        optional = {"on_dlt": on_dlt, "window": settings.window, "timezone": settings.timezone,
+                    "max_run": settings.max_run, "asset_server": asset_server}
+        common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
+        if engine == "spark":
+            from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
+
+            reprocess = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
+        else:
+            from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+
+            reprocess = ReprocessTierOperator(**common)
+        ensure >> wait >> reprocess
+    return dag
+
+
+def _watch_dag(path: str, topology: Topology, *, dag_id: str, schedule: Any, kafka_conn_id: str,
+               on_dlt: tuple, dag_kwargs: Mapping[str, Any]) -> DAG:
+    from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
+
+    topics = ", ".join(t.topic for t in topology.dlt_tiers)
+    description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({topics})"
+    with _dag(dag_id, schedule, description, dag_kwargs) as dag:
+        DltWatchOperator(task_id=WATCH_TASK_ID, topology=path, kafka_conn_id=kafka_conn_id, on_dlt=on_dlt)
+    return dag

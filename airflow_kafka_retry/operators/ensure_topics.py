@@ -1,0 +1,80 @@
+"""``EnsureRetryTopicsOperator``: create a topology's missing retry and DLT topics, check the existing ones."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.common.compat.sdk import AirflowException
+from airflow.sdk import BaseOperator
+
+from airflow_kafka_retry.engine.topics import ensure_retry_topics
+from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.policy.topology import Topology, load_topology
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+ON_MISMATCH = ("fail", "warn")
+
+
+class EnsureRetryTopicsOperator(BaseOperator):
+    """Create the retry tier and DLT topics of a topology that do not exist yet, sized after the main topic.
+
+    Every new topic gets the main topic's partition count (so a record keeps its partition on the
+    way through the tiers, as Spring does) and, when the broker reports one for the main topic, its
+    ``max.message.bytes`` (so a record the main topic accepted is accepted by every tier and DLT).
+    The main topic itself must exist; it is never created here.
+
+    Topics that already exist are checked against the same two settings. Each shortfall is reported
+    by topic name: fewer partitions than the main topic (records of the higher partitions are
+    spread by the producer instead, so per-key order across retries is lost), or a smaller
+    ``max.message.bytes`` (a large record can be refused by the tier and stop its partition). By
+    default a mismatch fails the task, naming every mismatched topic, before any record is
+    reprocessed; ``on_mismatch="warn"`` logs each one as a warning instead. Topics are never altered.
+
+    The result (XCom) lists the created and existing topics and the mismatches.
+
+    :param topology: the topology: a path to its YAML file, or a ``Topology``. (templated)
+    :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
+    :param replication_factor: replication factor of new topics; -1 uses the broker's default.
+    :param on_mismatch: ``fail`` (default) or ``warn`` when an existing topic is smaller than the main topic.
+    """
+
+    template_fields: Sequence[str] = ("topology", "kafka_conn_id")
+    ui_color = "#e9f5db"
+
+    def __init__(
+        self,
+        *,
+        topology: str | Topology,
+        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        replication_factor: int = -1,
+        on_mismatch: str = "fail",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if on_mismatch not in ON_MISMATCH:
+            raise ValueError(f"on_mismatch must be one of {', '.join(ON_MISMATCH)}, got {on_mismatch!r}")
+        self.topology = topology
+        self.kafka_conn_id = kafka_conn_id
+        self.replication_factor = replication_factor
+        self.on_mismatch = on_mismatch
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
+        kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        report = ensure_retry_topics(topology, kafka_config, replication_factor=self.replication_factor)
+        if report.created:
+            self.log.info("created %s with %s partitions (max.message.bytes %s)", ", ".join(report.created),
+                          report.partitions, report.max_message_bytes)
+        if report.existing:
+            self.log.info("already there: %s", ", ".join(report.existing))
+        for mismatch in report.mismatches:
+            self.log.warning("%s", mismatch)
+        if report.mismatches and self.on_mismatch == "fail":
+            raise AirflowException(
+                f"{len(report.mismatches)} retry topic mismatch(es) with main topic {report.main_topic!r}: "
+                + "; ".join(str(m) for m in report.mismatches)
+                + ". Recreate or enlarge those topics, or set on_mismatch='warn'.")
+        return report.to_dict()

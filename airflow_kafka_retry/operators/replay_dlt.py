@@ -1,0 +1,143 @@
+"""``ReplayDltOperator``: replay records of a DLT (or the parking topic), exactly once, with audit headers."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
+from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.policy.topology import Topology, load_topology
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+log = logging.getLogger(__name__)
+_UNSAFE = re.compile(r"[^A-Za-z0-9._:+-]")
+
+
+def default_replay_id(context: Context) -> str:
+    """``<dag>.<run>.<task>[.<map index>]``: a retry of the task resumes the same replay."""
+    ti = context["ti"]
+    parts = [ti.dag_id, ti.run_id, ti.task_id]
+    map_index = getattr(ti, "map_index", -1)
+    if map_index is not None and map_index >= 0:
+        parts.append(str(map_index))
+    return _UNSAFE.sub("_", ".".join(str(p) for p in parts))[:200]
+
+
+def as_flag(value: Any, name: str) -> bool:
+    """A boolean from a bool or its rendered text (``True``/``false``/``1``/``0``)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", "", "none"):
+        return False
+    raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+def _unset(value: Any) -> Any:
+    """Empty form fields and non-native renderings of None mean 'not given'."""
+    return None if value in ("", "None", [], ()) else value
+
+
+class ReplayDltOperator(BaseOperator):
+    """Replay DLT records to their original topic (or another target), each exactly once.
+
+    The same operation as ``airflow-kafka-retry dlt replay`` (see :mod:`airflow_kafka_retry.dlt.replay`):
+    filtered records are copied to the target with audit headers (DLT coordinates, replay id, time)
+    and a fresh attempt count, each copy committed in one Kafka transaction with its entry in the
+    ``<dlt>-replay-log`` topic, so no later replay moves it again. A record that fails again after
+    the replay ends in the topology's parking topic, not the DLT. Bad input (filter, topic,
+    transform, target) fails the task before anything moves. A dry run moves nothing and lists
+    every move it would make in the task log and the summary.
+
+    The summary (counts and moves by coordinates, never payloads) is the task's return value (XCom).
+    If the replay stops part way (fenced by another replay of the DLT, a failed transaction), the task
+    fails and the partial summary is pushed under the key ``summary``; a retry of the task resumes
+    the same replay (the default replay id is per task of a run) and moves the rest, each record once.
+
+    :param topology: path of the topology YAML, or a :class:`Topology`. (templated)
+    :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
+    :param dlt: a DLT of the topology or ``parking``; default: the topology's DLT. (templated)
+    :param exception: exception class(es), dotted; subclasses match where importable. (templated)
+    :param original_topic: original topic(s) of the records. (templated)
+    :param since: failed at or after: epoch ms, ISO-8601 (UTC) or a duration ago (``2h``). (templated)
+    :param until: failed at or before, same forms. (templated)
+    :param key: record key(s), UTF-8. (templated)
+    :param partition: DLT partition(s): an int, a list, or ``"0,2"``. (templated)
+    :param offsets: DLT offsets ``A-B`` (inclusive), ``A-`` or ``A``. (templated)
+    :param limit: at most this many records, oldest first. (templated)
+    :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic. (templated)
+    :param transform: ``package.module:function`` editing each record (return None to leave it out). (templated)
+    :param dry_run: move nothing; report what would move. (templated)
+    :param replay_id: default ``<dag>.<run>.<task>``, so a retried task resumes its replay. (templated)
+    :param chunk_size: records per Kafka transaction.
+    :param move_cap: at most this many moves listed in the summary and the log.
+    """
+
+    template_fields: Sequence[str] = (
+        "topology", "kafka_conn_id", "dlt", "exception", "original_topic", "since", "until", "key", "partition",
+        "offsets", "limit", "to", "transform", "dry_run", "replay_id",
+    )
+
+    def __init__(self, *, topology: str | Topology, kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+                 dlt: str | None = None, exception: str | Sequence[str] | None = None,
+                 original_topic: str | Sequence[str] | None = None, since: Any = None, until: Any = None,
+                 key: str | Sequence[str] | None = None, partition: Any = None, offsets: str | None = None,
+                 limit: int | str | None = None, to: str | None = None, transform: str | None = None,
+                 dry_run: bool | str = False, replay_id: str | None = None, chunk_size: int = 100,
+                 move_cap: int = 1000, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.topology = topology
+        self.kafka_conn_id = kafka_conn_id
+        self.dlt = dlt
+        self.exception = exception
+        self.original_topic = original_topic
+        self.since = since
+        self.until = until
+        self.key = key
+        self.partition = partition
+        self.offsets = offsets
+        self.limit = limit
+        self.to = to
+        self.transform = transform
+        self.dry_run = dry_run
+        self.replay_id = replay_id
+        self.chunk_size = chunk_size
+        self.move_cap = move_cap
+
+    def request(self) -> ReplayRequest:
+        key = _unset(self.key)
+        if isinstance(key, int | float):  # a digit-only key rendered as a native number
+            key = str(key)
+        return ReplayRequest(dlt=_unset(self.dlt), exception=_unset(self.exception),
+                             original_topic=_unset(self.original_topic), since=_unset(self.since),
+                             until=_unset(self.until), key=key, partition=_unset(self.partition),
+                             offsets=_unset(self.offsets), limit=_unset(self.limit), to=_unset(self.to),
+                             transform=_unset(self.transform))
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
+        dry_run = as_flag(self.dry_run, "dry_run")
+        replay = Replay(topology, KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(), self.request(),
+                        replay_id=_unset(self.replay_id) or default_replay_id(context), dry_run=dry_run,
+                        chunk_size=self.chunk_size, move_cap=self.move_cap)
+        log.info("replay %s of %s%s", replay.replay_id, replay.source,
+                 " (dry run: nothing is moved)" if dry_run else "")
+        try:
+            summary = replay.run()
+        except ReplayAbortedError:
+            if replay.summary is not None:  # what moved before the failure; a rerun of the task resumes it
+                context["ti"].xcom_push(key="summary", value=replay.summary.to_dict())
+            raise
+        for line in summary.lines():
+            log.info("%s", line)
+        return summary.to_dict()

@@ -1,0 +1,101 @@
+"""Headers of a record replayed from a DLT: the audit trail and a fresh retry state.
+
+Spring for Apache Kafka has no DLT replay, so these headers are this provider's own (a
+``dlt_replay-`` prefix, clear of Spring's ``kafka_`` and ``retry_topic-`` names):
+
+* ``dlt_replay-id``: the replay that moved the record (UTF-8);
+* ``dlt_replay-source-topic`` / ``-source-partition`` / ``-source-offset``: the DLT record it was
+  copied from (UTF-8, 4-byte and 8-byte big-endian, like Spring's original coordinates);
+* ``dlt_replay-timestamp``: when it was replayed (epoch ms, 8-byte big-endian).
+
+A replayed record keeps its own headers and the original-coordinate headers of either Spring
+family (they still point at the first failure); the ``retry_topic-*`` and exception headers of
+the failure that dead-lettered it are removed, so it starts a fresh attempt count (and a fresh
+timeout clock: its own timestamp). A record carrying ``dlt_replay-id`` that fails again is parked
+rather than dead-lettered (see :mod:`airflow_kafka_retry.policy.resolver`).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from airflow_kafka_retry.policy.headers import (
+    ATTEMPTS,
+    BACKOFF_TIMESTAMP,
+    HEADER_NAMES,
+    RETRY_HEADERS,
+    Header,
+    encode_big_integer,
+    encode_int32,
+    encode_int64,
+    last_header,
+)
+
+REPLAY_ID = "dlt_replay-id"
+REPLAY_SOURCE_TOPIC = "dlt_replay-source-topic"
+REPLAY_SOURCE_PARTITION = "dlt_replay-source-partition"
+REPLAY_SOURCE_OFFSET = "dlt_replay-source-offset"
+REPLAY_TIMESTAMP = "dlt_replay-timestamp"
+REPLAY_HEADERS = (REPLAY_ID, REPLAY_SOURCE_TOPIC, REPLAY_SOURCE_PARTITION, REPLAY_SOURCE_OFFSET, REPLAY_TIMESTAMP)
+_EXCEPTION_HEADERS = frozenset(name for family in HEADER_NAMES.values() for name in family.exceptions)
+
+
+@dataclass(frozen=True)
+class ReplayAudit:
+    """Which replay moved a record, from which DLT record, and when."""
+
+    replay_id: str
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+    def headers(self) -> list[Header]:
+        return [
+            (REPLAY_ID, self.replay_id.encode("utf-8")),
+            (REPLAY_SOURCE_TOPIC, self.topic.encode("utf-8")),
+            (REPLAY_SOURCE_PARTITION, encode_int32(self.partition)),
+            (REPLAY_SOURCE_OFFSET, encode_int64(self.offset)),
+            (REPLAY_TIMESTAMP, encode_int64(self.timestamp_ms)),
+        ]
+
+
+def is_replayed(headers: Iterable[Header] | None) -> bool:
+    """True when the record was replayed from a DLT (it carries ``dlt_replay-id``)."""
+    return last_header(headers, REPLAY_ID) is not None
+
+
+def read_replay_audit(headers: Iterable[Header] | None) -> ReplayAudit | None:
+    """The audit headers of a replayed record, or None when any is missing or malformed."""
+    headers = list(headers or ())
+    replay_id, topic = last_header(headers, REPLAY_ID), last_header(headers, REPLAY_SOURCE_TOPIC)
+    partition, offset = last_header(headers, REPLAY_SOURCE_PARTITION), last_header(headers, REPLAY_SOURCE_OFFSET)
+    at = last_header(headers, REPLAY_TIMESTAMP)
+    if replay_id is None or topic is None or partition is None or offset is None or at is None:
+        return None
+    if len(partition) != 4 or len(offset) != 8 or len(at) != 8:
+        return None
+    return ReplayAudit(replay_id.decode("utf-8", errors="replace"), topic.decode("utf-8", errors="replace"),
+                       struct.unpack(">i", partition)[0], struct.unpack(">q", offset)[0], struct.unpack(">q", at)[0])
+
+
+def replayed_headers(existing: Sequence[Header] | None, audit: ReplayAudit, *, attempt: int | None = None,
+                     due_ms: int | None = None) -> list[Header]:
+    """The headers of the copy a replay produces.
+
+    :param existing: the DLT record's headers (possibly edited by a transform).
+    :param audit: where the copy comes from.
+    :param attempt: when the target is a retry tier, the attempt the record is on there (a tier's
+        first attempt, as if it had just failed on the topic before); None for the main topic or a
+        topic outside the topology: no ``retry_topic-*`` headers, so attempt 1.
+    :param due_ms: when it is due in that retry tier (``retry_topic-backoff-timestamp``).
+    """
+    dropped = {*RETRY_HEADERS, *REPLAY_HEADERS, *_EXCEPTION_HEADERS}
+    headers = [(k, v) for k, v in existing or () if k not in dropped]
+    headers += audit.headers()
+    if attempt is not None:
+        headers.append((ATTEMPTS, encode_int32(attempt)))
+        headers.append((BACKOFF_TIMESTAMP, encode_big_integer(audit.timestamp_ms if due_ms is None else due_ms)))
+    return headers

@@ -1,0 +1,90 @@
+"""``dlt inspect`` / ``dlt replay`` through real processes, and a DLT written with Spring's ``kafka_dlt-*`` headers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.dlt.inspect import inspect_dlt
+from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
+from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy import replay_headers as R
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.topics import unique_topic
+from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration]
+REPO = Path(__file__).parents[2]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "airflow_kafka_retry.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_inspect_and_dry_run_from_the_command_line(kafka_bootstrap, tmp_path):
+    topology, inputs, _, _ = fill_dlt(kafka_bootstrap, tmp_path, "cli")
+    topology_file = tmp_path / "topology.yaml"
+    ledger.write_topology(topology, topology_file)
+    common = ["--topology", str(topology_file), "--bootstrap", kafka_bootstrap]
+
+    table = _cli("dlt", "inspect", *common)
+    assert table.returncode == 0, table.stderr[-3000:]
+    lines = table.stdout.splitlines()
+    assert lines[0] == f"{topology.dlt_topic}: 30 record(s), 0 replayed (replay log {topology.dlt_topic}-replay-log)"
+    assert lines[1].split()[:3] == ["COUNT", "REPLAYED", "EXCEPTION"]
+    assert any(PERMANENT in line and topology.topic in line for line in lines[2:])
+    assert "mode" not in table.stdout, "payloads shown without --show-values"
+    report = json.loads(_cli("dlt", "inspect", *common, "--format", "json", "--by", "day").stdout)
+    assert sum(g["count"] for g in report["groups"]) == 30 and report["bucket"] == "day"
+    assert '"mode"' in _cli("dlt", "inspect", *common, "--show-values").stdout
+
+    dry = _cli("dlt", "replay", *common, "--exception", PERMANENT, "--dry-run", "--format", "text")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert dry.stderr.startswith("replay id: replay-") and "(dry run)" in dry.stderr
+    moves = [line for line in dry.stdout.splitlines() if " -> " in line]
+    assert len(moves) == len(ids_of(inputs, "permanent")) == 10
+    assert all(line.startswith(f"{topology.dlt_topic}[") and f" -> {topology.topic}[" in line for line in moves)
+    assert f"would move 10 record(s) from {topology.dlt_topic}" in dry.stdout
+    assert replayed_copies(kafka_bootstrap, topology.topic) == []
+
+    bad = _cli("dlt", "replay", *common, "--to", "no-such-target-topic")
+    assert bad.returncode == 2 and "target topic(s) do not exist: no-such-target-topic" in bad.stderr
+
+
+def test_a_dlt_written_by_a_spring_dead_letter_publishing_recoverer(kafka_bootstrap):
+    """Spring's plain DeadLetterPublishingRecoverer writes the kafka_dlt-* family: read, replayed, kept."""
+    topic = unique_topic("spring")
+    topology = Topology.from_mapping({"topic": topic, "group_id": "svc", "attempts": 2})
+    config = {"bootstrap.servers": kafka_bootstrap}
+    ensure_topics(topology, config, partitions=2)
+    names = H.DEAD_LETTER_NAMES
+    producer = Producer(config)
+    for i in range(4):
+        producer.produce(topology.dlt_topic, key=f"k{i}".encode(), value=b"payload", partition=i % 2, headers=[
+            (names.original_topic, topic.encode()), (names.original_partition, H.encode_int32(i % 2)),
+            (names.original_offset, H.encode_int64(100 + i)), (names.original_timestamp, H.encode_int64(1)),
+            (names.exception_fqcn, b"org.springframework.kafka.listener.ListenerExecutionFailedException"),
+            (names.exception_cause_fqcn, b"com.example.InvalidOrder"), (names.exception_message, b"bad order")])
+    assert producer.flush(10) == 0
+
+    report = inspect_dlt(topology, config)
+    [group] = report["groups"]
+    assert (group["exception"], group["cause"], group["original_topic"], group["count"]) == (
+        "org.springframework.kafka.listener.ListenerExecutionFailedException", "com.example.InvalidOrder", topic, 4)
+    summary = replay_dlt(topology, config, ReplayRequest(exception="com.example.InvalidOrder", partition=1))
+    assert summary.moved == 2
+    copies = replayed_copies(kafka_bootstrap, topic)
+    assert sorted(m.key() for m in copies) == [b"k1", b"k3"]
+    for copy in copies:
+        assert copy.partition() == 1 and R.read_replay_audit(copy.headers()).topic == topology.dlt_topic
+        offset = H.last_header(copy.headers(), names.original_offset)
+        assert H.read_original_coordinates(copy.headers()).offset in (101, 103) and offset is not None
+        assert H.last_header(copy.headers(), names.exception_fqcn) is None

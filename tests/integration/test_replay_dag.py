@@ -1,0 +1,89 @@
+"""The DLT replay DAG through real Airflow: ``airflow dags test`` with a dry run, then a real run.
+
+Airflow runs in a subprocess with its own ``AIRFLOW_HOME`` and a SQLite metadata DB; the Kafka
+connection comes from ``AIRFLOW_CONN_KAFKA_DEFAULT`` (JSON), as a deployment would set it. The
+form's values are passed as the run's conf (``-c``), which overrides the DAG's params.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_retry.dlt.replay_log import log_topic
+from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
+from tests.integration.test_spark_operator_dag import REPO, _airflow_env, _json_lines, _xcom
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+DAG_ID = "akr_dlt_replay"
+DAG_FILE = '''
+"""Written by tests/integration/test_replay_dag.py."""
+from airflow_kafka_retry import build_dlt_replay_dag
+
+dag = build_dlt_replay_dag({topology!r}, dag_id={dag_id!r})
+'''
+
+
+def _airflow(airflow: str, env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
+    topology, inputs, ledger_file, _ = fill_dlt(kafka_bootstrap, tmp_path, "dagreplay")
+    topology_file = tmp_path / "topology.yaml"
+    ledger.write_topology(topology, topology_file)
+    env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)
+    dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
+    (dags / "akr_dlt_replay.py").write_text(DAG_FILE.format(topology=str(topology_file), dag_id=DAG_ID))
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    for command in (["db", "migrate"], ["dags", "reserialize"]):
+        done = _airflow(airflow, env, *command)
+        assert done.returncode == 0, done.stderr[-3000:]
+    wanted = ids_of(inputs, "permanent", 1)
+    form = {"exception": PERMANENT, "partition": "1", "transform": "tests.support.dlt_transforms:fix"}
+
+    # 1. the form's defaults: a dry run. It lists every move in the task log and XCom, and moves nothing
+    dry = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-01T00:00:00+00:00", "-c", json.dumps(form),
+                   timeout=600)
+    output = dry.stdout + dry.stderr
+    (tmp_path / "dry-run-output.txt").write_text(output)
+    db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
+    [summary] = _xcom(db, DAG_ID, "replay_dlt", "return_value")
+    assert summary["dry_run"] is True and summary["moved"] == 0, output[-5000:]
+    assert summary["selected"] == len(wanted) == len(summary["moves"]) > 0
+    assert summary["filters"]["exception"] == [PERMANENT] and summary["filters"]["partition"] == [1]
+    for move in summary["moves"]:
+        line = f"{topology.dlt_topic}[1]@{move['offset']} -> {topology.topic}[{move['target_partition']}] (transformed)"
+        assert line in output, f"{line!r} not in the task log"
+    assert f"would move {len(wanted)} record(s) from {topology.dlt_topic}" in output
+    assert replayed_copies(kafka_bootstrap, topology.topic) == []
+    assert not any(m.key().startswith(b"record/") for m in _log(kafka_bootstrap, topology))
+    assert '"mode"' not in json.dumps(summary), "payloads in XCom"
+
+    # 2. the same form with dry_run off moves exactly the selection, with the run's replay id
+    real = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-02T00:00:00+00:00", "-c",
+                    json.dumps({**form, "dry_run": False}), timeout=600)
+    output = real.stdout + real.stderr
+    (tmp_path / "real-run-output.txt").write_text(output)
+    runs = _airflow(airflow, env, "dags", "list-runs", DAG_ID, "-o", "json")
+    assert sorted(r["state"] for r in _json_lines(runs.stdout)) == ["success", "success"], output[-5000:]
+    summaries = _xcom(db, DAG_ID, "replay_dlt", "return_value")
+    [moved] = [s for s in summaries if not s["dry_run"]]
+    assert moved["moved"] == moved["selected"] == len(wanted), output[-5000:]
+    assert moved["replay_id"].startswith(f"{DAG_ID}.") and moved["replay_id"].endswith(".replay_dlt")
+    copies = replayed_copies(kafka_bootstrap, topology.topic)
+    assert sorted(m.key().decode() for m in copies) == sorted(wanted)
+    assert f"moved {len(wanted)} record(s) from {topology.dlt_topic}" in output
+
+
+def _log(bootstrap: str, topology) -> list:
+    from airflow_kafka_retry.testing.topics import admin_client
+
+    name = log_topic(topology.dlt_topic)
+    return ledger.read_all(bootstrap, name) if name in admin_client(bootstrap).list_topics(timeout=10).topics else []

@@ -1,0 +1,73 @@
+"""``ReprocessTierOperator.execute`` against the real broker: ``max_run`` passing mid-run stops at a chunk boundary.
+
+No Airflow process here (``test_reprocess_operator_dag.py`` runs the operator under ``airflow dags
+test``): the operator is executed directly, with its Kafka connection from ``AIRFLOW_CONN_*``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from airflow.sdk.execution_time.context import OutletEventAccessors
+
+from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+COUNT = 400  # at least 8 s of handler pauses: far more than max_run
+CHUNK = 10
+
+
+class TI:
+    dag_id, run_id, task_id, map_index = "orders_retry", "manual__1", "reprocess", -1
+
+    def __init__(self) -> None:
+        self.xcom: dict = {}
+
+    def xcom_push(self, key, value) -> None:
+        self.xcom[key] = value
+
+
+def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishes(kafka_bootstrap, tmp_path,
+                                                                                    monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka",
+                                                                 "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv("AKR_SLOW_S", "0.1")  # 2 batches per chunk: a chunk takes 0.2 s or more
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = ledger.write_topology(ledger.make_topology("opstop"), tmp_path / "topology.yaml")
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, 1)
+    notified = []
+
+    def operator(**kwargs) -> ReprocessTierOperator:
+        return ReprocessTierOperator(task_id="reprocess", topology=str(tmp_path / "topology.yaml"), tier=0,
+                                     handler="tests.support.ledger_handler:slow_indexed",
+                                     value_deserializer="tests.support.ledger_handler:decode",
+                                     options={"batch_size": 5, "chunk_size": CHUNK}, on_dlt=notified.append,
+                                     cutoff="2100-01-01T00:00:00", **kwargs)
+
+    context = {"ti": TI(), "run_id": "manual__1", "outlet_events": OutletEventAccessors()}
+    first = operator(max_run="4s").execute(context)
+
+    assert first["status"] == "ok" and first["stopped"] == "max_run", first["partitions"]
+    [part] = first["partitions"]
+    assert part["stop_reason"] == "stopped" and part["stopped_by"] == "max_run"
+    boundary = part["committed_offset"]
+    assert boundary is not None and 0 < boundary < COUNT and boundary % CHUNK == 0, part
+    assert part["left"] == COUNT - boundary
+    group = topology.consumer_group(topology.tier(0))
+    assert ledger.committed(kafka_bootstrap, group, topology.topic, 1) == {0: boundary}
+    below = {rid for rid, (mode, _, offset) in inputs.records.items() if offset < boundary and mode == "ok"}
+    assert set(ledger.processed_ids(ledger_file)) == below
+    assert len(notified) == 1, "what the stopped run dead-lettered is committed: notify it"
+
+    rest = operator().execute({**context, "ti": TI()})
+    assert rest["stopped"] is None and rest["totals"]["drained"] == COUNT - boundary
+    assert ledger.committed(kafka_bootstrap, group, topology.topic, 1) == {0: COUNT}
+    for tier in topology.tiers[1:]:
+        ReprocessTierOperator(task_id=f"tier_{tier.index}", topology=str(tmp_path / "topology.yaml"), tier=tier.index,
+                              handler="tests.support.ledger_handler:indexed",
+                              value_deserializer="tests.support.ledger_handler:decode",
+                              cutoff="2100-01-01T00:00:00").execute({**context, "ti": TI()})
+    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, 1)

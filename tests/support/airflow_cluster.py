@@ -1,0 +1,142 @@
+"""A real local Airflow 3 deployment for end-to-end tests: api-server, scheduler, dag-processor, triggerer.
+
+What ``airflow standalone`` starts, started one by one so each one's log is kept and each is
+stopped by its own process id: the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
+that pair; tasks reach the DB through the api-server's execution API), one own ``AIRFLOW_HOME``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import closing
+from pathlib import Path
+from typing import IO
+
+REPO = Path(__file__).parents[2]
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
+
+
+def free_port() -> int:
+    with closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def airflow_env(home: Path, *, connections: dict[str, dict] | None = None, extra: dict[str, str] | None = None,
+                api_port: int | None = None) -> dict[str, str]:
+    """The environment of every Airflow process of the deployment (no variable of the caller's Airflow)."""
+    port = api_port or free_port()
+    (home / "dags").mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": "4",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW__API__PORT": str(port),
+        "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API__SECRET_KEY": uuid.uuid4().hex,
+        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    })
+    for conn_id, conn in (connections or {}).items():
+        env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
+    env.update(extra or {})
+    return env
+
+
+class AirflowCluster:
+    """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.airflow = str(Path(sys.executable).with_name("airflow"))
+        self.processes: dict[str, subprocess.Popen] = {}
+        self._logs: dict[str, IO[bytes]] = {}
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([self.airflow, *args], env=self.env, cwd=REPO, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def start(self) -> AirflowCluster:
+        migrate = self.cli("db", "migrate")
+        if migrate.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
+        for name in COMPONENTS:
+            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+            self._logs[name] = log
+            self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=REPO, stdout=log,
+                                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self._wait_for_api()
+        return self
+
+    def _wait_for_api(self, timeout: float = 120) -> None:
+        port = int(self.env["AIRFLOW__API__PORT"])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                with closing(socket.create_connection(("127.0.0.1", port), timeout=1)):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise RuntimeError(f"the api-server did not listen on {port} within {timeout}s:\n{self.log_tail('api-server')}")
+
+    def check_alive(self) -> None:
+        for name, proc in self.processes.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"airflow {name} exited with {proc.returncode}:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, chars: int = 4000) -> str:
+        path = self.home / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self) -> None:
+        for proc in self.processes.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # the process group this harness created for it
+        for name, proc in self.processes.items():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+            self._logs[name].close()
+
+    def __enter__(self) -> AirflowCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ reading the metadata DB
+    def query(self, sql: str, *params: object) -> list[tuple]:
+        with closing(sqlite3.connect(self.home / "airflow.db", timeout=30)) as con:
+            return con.execute(sql, params).fetchall()
+
+    def task_states(self, dag_id: str) -> list[tuple]:
+        """``(run_id, task_id, state)`` of every task instance of ``dag_id``."""
+        return self.query("SELECT run_id, task_id, state FROM task_instance WHERE dag_id = ? ORDER BY run_id",
+                          dag_id)
