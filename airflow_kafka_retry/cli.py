@@ -80,6 +80,7 @@ def _options(args: argparse.Namespace) -> Any:
         batch_size=args.batch_size, chunk_size=args.chunk_size, max_records=args.max_records,
         in_place_attempts=args.in_place_attempts, in_place_backoff_ms=args.in_place_backoff_ms,
         transactional=not args.no_transactions, consumer_group=args.group,
+        handler_timeout_s=args.handler_timeout,
     )
 
 
@@ -167,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--in-place-attempts", type=int, default=0)
     drain.add_argument("--in-place-backoff-ms", type=int, default=0)
     drain.add_argument("--no-transactions", action="store_true", help="idempotent produce, then commit")
+    drain.add_argument("--handler-timeout", type=float, default=None, metavar="SECONDS",
+                       help="fail a handler call that runs longer (its record is isolated and routed as a failure)")
     drain.add_argument("--group", default=None, help="override the tier's consumer group")
     drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
     drain.add_argument("--parallelism", type=int, default=None,

@@ -37,6 +37,9 @@ PREFETCH_DEFAULTS: dict[str, int] = {
     "fetch.queue.backoff.ms": 10,
 }
 
+#: librdkafka's ``message.max.bytes`` for the engine's producer (below Kafka's 100 MiB request limit).
+PRODUCER_MAX_MESSAGE_BYTES = 100_000_000
+
 #: librdkafka's own log lines (disconnects, retries) go to Python logging, so Airflow task logs get them.
 CLIENT_LOGGER = logging.getLogger("airflow_kafka_retry.rdkafka")
 
@@ -81,7 +84,12 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
 
 def producer_config(kafka_config: Mapping[str, Any], transactional_id: str | None) -> dict[str, Any]:
     config = _common(kafka_config, _CONSUMER_ONLY)
-    config.update({"enable.idempotence": True, "acks": "all"})
+    # The engine forwards records the cluster already accepted: the topic's max.message.bytes on the
+    # broker is the limit that counts, not librdkafka's 1 MB default (a 10 MB record must route).
+    config.setdefault("message.max.bytes", PRODUCER_MAX_MESSAGE_BYTES)
+    # A destination deleted during a run must fail the chunk, not be re-created by the broker with
+    # its default layout (partition count) behind the topology's back.
+    config.update({"enable.idempotence": True, "acks": "all", "allow.auto.create.topics": False})
     if transactional_id:
         config["transactional.id"] = transactional_id
     return config
@@ -102,7 +110,14 @@ def open_producer(kafka_config: Mapping[str, Any], transactional_id: str | None)
     try:
         yield producer
     finally:
-        producer.flush(10)
+        # A transactional producer has nothing to flush: commit_transaction flushed what was committed, and
+        # what is left belongs to a failed transaction. Flushing a fenced (fatal) one raises and then runs
+        # delivery callbacks with that exception set, masking the run's own error.
+        if transactional_id is None:
+            try:
+                producer.flush(10)
+            except KafkaException as exc:
+                CLIENT_LOGGER.debug("producer flush on close failed: %s", exc.args[0])
 
 
 def partition_counts(client: Consumer | Producer, topics: list[str], timeout: float = 10.0) -> dict[str, int]:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from airflow_kafka_retry.policy.headers import Header, read_retry_state
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
 
 StopReason = Literal["end", "not_due", "limit", "chunk"]
 _FETCH_BATCH = 500  # messages taken from the client's queue at once
@@ -47,16 +47,20 @@ class PartitionReader:
     :param consumer: a consumer of the tier's group (read_committed, partition EOF on, no auto-commit).
     :param cutoff_ms: records due later than this stay for a later run.
     :param idle_timeout_s: give up when the broker sends neither records nor EOF for this long.
+    :param due_horizon_ms: a due time further than this after ``cutoff_ms`` is not believed (a
+        corrupt header must not hold the partition back forever): the record is due at once.
     """
 
     def __init__(self, consumer: Consumer, topic: str, partition: int, *, cutoff_ms: int,
-                 poll_timeout_s: float = 1.0, idle_timeout_s: float = 60.0) -> None:
+                 poll_timeout_s: float = 1.0, idle_timeout_s: float = 60.0,
+                 due_horizon_ms: int = MAX_BACKOFF_MS) -> None:
         self.consumer = consumer
         self.topic = topic
         self.partition = partition
         self.cutoff_ms = cutoff_ms
         self.poll_timeout_s = poll_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.due_horizon_ms = due_horizon_ms
         self.start_offset = self._committed_offset()
         self.position = self.start_offset
         self.end_offset: int | None = None  # high watermark seen with the first fetch (-1: unknown)
@@ -87,7 +91,7 @@ class PartitionReader:
             chunk.stop = "end"
             return chunk
         messages, headers_of, attempts_of, due_of = chunk.messages, chunk.headers, chunk.attempts, chunk.due_ms
-        cutoff = self.cutoff_ms
+        cutoff, horizon = self.cutoff_ms, self.due_horizon_ms
         idle_since = time.monotonic()
         while len(messages) < limit:
             if self._next >= len(self._pending):
@@ -118,7 +122,7 @@ class PartitionReader:
                     stop = "end"
                     break
                 headers = message.headers()
-                attempt, due = read_retry_state(headers)
+                attempt, due = read_retry_state(headers, now_ms=cutoff, horizon_ms=horizon)
                 if due is not None and due > cutoff:
                     stop = "not_due"
                     chunk.not_due_offset, chunk.not_due_ms = offset, due

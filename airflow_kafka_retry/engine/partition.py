@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Message, TopicPartition
@@ -24,13 +24,17 @@ from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
 from airflow_kafka_retry.engine.route import RoutedRecord, Router, transactional_id
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
+from airflow_kafka_retry.engine.timeouts import HandlerStuckError, TimedHandler
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
 from airflow_kafka_retry.policy.classify import class_path
 from airflow_kafka_retry.policy.headers import (
+    MAX_BACKOFF_MS,
     Failure,
     Header,
+    HeaderBudgetError,
     describe_exception,
     forward_headers,
+    header_bytes,
     read_original_timestamp,
 )
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
@@ -95,7 +99,7 @@ class PartitionJob:
         try:
             with drain_gc():
                 self._run()
-        except Exception as exc:  # noqa: BLE001 - reported in the summary; the run fails on it
+        except (Exception, HandlerStuckError) as exc:  # noqa: BLE001 - reported in the summary; the run fails on it
             self.summary.status = "failed"
             self.summary.error = f"{type(exc).__name__}: {exc}"
             log.error("%s[%s]: partition run failed: %s", self.tier.topic, self.partition, self.summary.error)
@@ -106,6 +110,8 @@ class PartitionJob:
     def _run(self) -> None:
         options = self.options
         handler = load_callable(options.handler, what="handler")
+        if options.handler_timeout_s is not None:
+            handler = TimedHandler(handler, options.handler_timeout_s, name=options.handler)
         self._value_decoder = load_callable(options.value_deserializer, what="value_deserializer") \
             if options.value_deserializer else None
         self._key_decoder = load_callable(options.key_deserializer, what="key_deserializer") \
@@ -125,8 +131,10 @@ class PartitionJob:
                                  f"there is no partition {self.partition}")
             router = Router(producer, consumer, options.transactional, counts)
             router.start()  # fence earlier runs of this partition before reading its committed offset
+            # Spring believes a due time up to a day ahead; a tier with a longer delay needs that much more
             reader = PartitionReader(consumer, self.tier.topic, self.partition, cutoff_ms=self.cutoff_ms,
-                                     idle_timeout_s=options.idle_timeout_s)
+                                     idle_timeout_s=options.idle_timeout_s,
+                                     due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms)
             self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
             left = options.max_records
             piece_size = options.batch_size * max(1, _PIECE_RECORDS // options.batch_size)
@@ -256,9 +264,24 @@ class PartitionJob:
             failure = Failure(topic=message.topic(), partition=message.partition(), offset=message.offset(),
                               timestamp_ms=ts, timestamp_type=ts_type, consumer_group=self.topology.group_id,
                               next_attempt=destination.next_attempt, due_ms=destination.due_ms, exception=info)
-            headers = forward_headers(message.headers(), failure, self.topology.headers)
+            headers = self._forward_headers(message, failure)
             routed.append(RoutedRecord(message, destination, headers, info.fqcn))
         return routed, dropped
+
+    def _forward_headers(self, message: Message, failure: Failure) -> list[Header]:
+        policy = self.topology.headers
+        try:
+            return forward_headers(message.headers(), failure, policy)
+        except HeaderBudgetError:
+            # The record's own headers alone exceed the budget (it arrived that way): it keeps every
+            # one of them (headers are never dropped) and still gets its home; only the headers the
+            # engine writes are held to the budget.
+            own = header_bytes(message.headers() or ())
+            log.warning("%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
+                        "(%s); routed with them all", message.topic(), message.partition(), message.offset(), own,
+                        policy.max_header_bytes)
+            return forward_headers(message.headers(), failure,
+                                   replace(policy, max_header_bytes=policy.max_header_bytes + own))
 
     def _count(self, work: _ChunkWork, runner: BatchRunner) -> None:
         s = self.summary

@@ -12,6 +12,7 @@ from airflow_kafka_retry.engine.clients import (
     CLIENT_LOGGER,
     KafkaConfigError,
     PREFETCH_DEFAULTS,
+    PRODUCER_MAX_MESSAGE_BYTES,
     consumer_config,
     producer_config,
 )
@@ -154,7 +155,17 @@ def test_consumer_without_transactional_or_idempotence_keys() -> None:
 # ----------------------------------------------------------------------------- producer
 def test_producer_engine_settings() -> None:
     assert producer_config(base(), None) == {"bootstrap.servers": BOOTSTRAP, "logger": CLIENT_LOGGER,
-                                             "enable.idempotence": True, "acks": "all"}
+                                             "enable.idempotence": True, "acks": "all",
+                                             "allow.auto.create.topics": False,
+                                             "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES}
+
+
+def test_producer_never_auto_creates_a_destination_and_keeps_a_user_size_limit() -> None:
+    """Regression (faults case 3 and 10): a deleted destination is not re-created behind the topology's
+    back, and a record larger than librdkafka's 1 MB default is routed; a user's own limit still wins."""
+    config = producer_config(base(**{"allow.auto.create.topics": True, "message.max.bytes": 2_000_000}), None)
+    assert config["allow.auto.create.topics"] is False
+    assert config["message.max.bytes"] == 2_000_000
 
 
 def test_producer_transactional_id() -> None:
@@ -240,6 +251,6 @@ def test_consumer_and_producer_configs_are_independent() -> None:
     user = base(**SECURITY, **CONSUMER_ONLY, **PRODUCER_ONLY)
     consumer = consumer_config(user, "g")
     producer = producer_config(user, "txn")
-    # the only keys both get are the user's shared settings
+    # the only keys both get are the user's shared settings (and no topic auto-creation, for both)
     shared = set(consumer) & set(producer)
-    assert shared == {"bootstrap.servers", "logger", *SECURITY}
+    assert shared == {"bootstrap.servers", "logger", "allow.auto.create.topics", *SECURITY}

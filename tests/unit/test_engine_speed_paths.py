@@ -42,6 +42,13 @@ def test_read_retry_state_matches_the_single_header_readers():
     assert checked > 500
 
 
+@pytest.mark.parametrize(("now_ms", "horizon_ms"), [(0, 10), (1_700_000_000_000, 86_400_000), (-10, 0)])
+def test_read_retry_state_applies_the_due_horizon_as_read_due_ms_does(now_ms, horizon_ms):
+    for headers in header_lists():
+        expected = (H.read_attempts(headers), H.read_due_ms(headers, now_ms=now_ms, horizon_ms=horizon_ms))
+        assert H.read_retry_state(headers, now_ms=now_ms, horizon_ms=horizon_ms) == expected, headers
+
+
 def test_decode_big_integer_long_fast_path_agrees_with_java_wrapping():
     for value in (0, 1, -1, 2**31, -(2**31), 2**63 - 1, -(2**63), 1_700_000_000_000):
         encoded = H.encode_big_integer(value)
