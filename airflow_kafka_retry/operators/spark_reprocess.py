@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -28,7 +25,6 @@ if TYPE_CHECKING:
 
 #: Options named by their own operator parameters, not through ``options``.
 _OWN_PARAMETERS = ("handler", "value_deserializer", "key_deserializer")
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
 
 
 def to_epoch_ms(value: Any) -> int:
@@ -50,15 +46,6 @@ def to_epoch_ms(value: Any) -> int:
             value = value.replace(tzinfo=timezone.utc)
         return int(value.timestamp() * 1000)
     raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
-
-
-def default_result_path(context: Context) -> str:
-    """``<tmp>/airflow-kafka-retry/<dag>/<run>/<task>[-<map index>].json``: one summary per task of a run."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    task = ti.task_id if map_index is None or map_index < 0 else f"{ti.task_id}-{map_index}"
-    parts = [_UNSAFE.sub("_", str(p)) for p in (ti.dag_id, ti.run_id)]
-    return os.path.join(tempfile.gettempdir(), "airflow-kafka-retry", *parts, f"{_UNSAFE.sub('_', task)}.json")
 
 
 def failure_message(summary: RunSummary) -> str:
@@ -104,14 +91,18 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
     :param key_deserializer: ``package.module:function`` decoding record keys. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
     :param conn_id: the Spark connection (any master: ``local[2]``, ``spark://``, ``yarn``, ``k8s://``).
-    :param result_path: where the driver writes the run summary, a path or fsspec URL; default: under
-        the temp folder, keyed by DAG, run and task. (templated)
+    :param result_path: where the driver writes the run summary, a path or fsspec URL, deleted once
+        read; default: a new file in the run's private work folder (see
+        :mod:`airflow_kafka_retry.spark.result`). (templated)
     :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
         ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
     :param application: the ``.py`` application to submit; default: the entry point inside this package.
+    :param allow_unencrypted_secrets: with a non-local master, let a Kafka configuration holding secrets
+        reach the executors even though ``spark.authenticate`` and ``spark.network.crypto.enabled`` are not
+        both ``true`` (Spark's RPC then carries them unauthenticated and in plaintext). Default: refuse.
     """
 
     template_fields: Sequence[str] = (
@@ -145,6 +136,7 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
         partitions: Sequence[int] | None = None,
         application: str = "",
         name: str = "airflow-kafka-retry",
+        allow_unencrypted_secrets: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
@@ -158,6 +150,7 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
         self.options = dict(options or {})
         self.cutoff = cutoff
         self.partitions = list(partitions) if partitions is not None else None
+        self.allow_unencrypted_secrets = allow_unencrypted_secrets
         self._user_py_files = self.py_files
         self._user_files = self.files
         self._check_option_names(self.options)
@@ -191,9 +184,8 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
         self.application = submission.application
         self.application_args = submission.application_args
         self.py_files = ",".join(p for p in (self._user_py_files, submission.py_files) if p)
-        self._hook = None
-        connection = self._get_hook()._connection
-        master, deploy_mode = str(connection.get("master") or ""), connection.get("deploy_mode")
+        self.conf = {**submission.spark_conf, **(self.conf or {})}
+        master, deploy_mode = self._master()
         if master.startswith("local"):
             # the driver and executors run here: use this worker's Python and bundled Spark
             self.env_vars = {**local_spark_environment(), **(self.env_vars or {})}
@@ -205,6 +197,12 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
                              submission.result_path)
         self._hook = None  # rebuilt by SparkSubmitOperator.execute with the arguments above
 
+    def _master(self) -> tuple[str, str | None]:
+        """The Spark connection's master and deploy mode."""
+        self._hook = None
+        connection = self._get_hook()._connection
+        return str(connection.get("master") or ""), connection.get("deploy_mode")
+
     def _get_hook(self) -> SparkSubmitHook:
         """The provider's hook, built as ``SparkSubmitOperator`` builds it, submitting without the worker's secrets."""
         hook = super()._get_hook()
@@ -215,14 +213,16 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         options = self.drain_options()
         cutoff = self.cutoff_ms(context)
-        result_path = self.result_path or default_result_path(context)
-        self.log.info("reprocessing tier %s of %s with handler %s, cutoff %s; summary at %s", self.tier,
-                      self.topology, options.handler, cutoff, result_path)
+        master, deploy_mode = self._master()
         submission = prepare_submission(
             topology_path=self.topology, tier=self.tier, options=options,
             kafka_config=KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(),
-            result_path=result_path, cutoff_ms=cutoff, partitions=self.partitions,
+            master=master, deploy_mode=deploy_mode, spark_conf=self.conf, properties_file=self.properties_file,
+            allow_unencrypted_secrets=self.allow_unencrypted_secrets,
+            result_path=self.result_path or None, cutoff_ms=cutoff, partitions=self.partitions,
             application=self.application or None)
+        self.log.info("reprocessing tier %s of %s with handler %s, cutoff %s; summary at %s", self.tier,
+                      self.topology, options.handler, cutoff, submission.result_path)
         with submission:  # deletes the credentials file however the run ends
             self._use(submission)
             remove_result(submission.result_path)
