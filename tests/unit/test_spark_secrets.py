@@ -311,3 +311,26 @@ def test_an_operator_run_leaves_no_result_behind(tmp_path, monkeypatch, airflow_
     op = _operator(tmp_path)  # an explicit path: deleted once read as well
     op.execute(_context())
     assert not (tmp_path / "summary.json").exists()
+
+
+# ----------------------------------------------------------------------------- executors resolving credentials
+def test_an_oauth_callback_travels_as_its_import_path_and_executors_import_it():
+    import functools
+
+    from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, producer_config
+    from airflow_kafka_retry.spark.credentials import check_shippable
+    from tests.support.oauth_token import mounted_token
+
+    config = {**PLAIN, "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": mounted_token}
+    shipped = check_shippable(config)
+    assert shipped["oauth_cb"] == "tests.support.oauth_token:mounted_token"
+    json.dumps(shipped)  # what goes into the credentials file
+    # no secret travels: such a configuration is not refused on a cluster without protected RPC
+    check_secrets_transport(shipped, master="yarn", spark_conf={})
+    # each executor imports the callback itself
+    assert consumer_config(shipped, "g")["oauth_cb"] is mounted_token
+    assert producer_config(shipped, None)["oauth_cb"] is mounted_token
+    # a lambda or a partial (e.g. a managed-Kafka token provider bound to a region) cannot travel
+    for callback in (lambda conf: ("t", 0), functools.partial(mounted_token)):
+        with pytest.raises(KafkaConfigError, match="'oauth_cb' holds a"):
+            check_shippable({**config, "oauth_cb": callback})
