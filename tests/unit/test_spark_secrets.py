@@ -334,3 +334,29 @@ def test_an_oauth_callback_travels_as_its_import_path_and_executors_import_it():
     for callback in (lambda conf: ("t", 0), functools.partial(mounted_token)):
         with pytest.raises(KafkaConfigError, match="'oauth_cb' holds a"):
             check_shippable({**config, "oauth_cb": callback})
+
+
+# ----------------------------------------------------------------------------- the hook's other processes
+def _code_names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def test_every_provider_hook_method_that_starts_a_process_gets_the_stripped_environment():
+    import inspect
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from airflow_kafka_retry.hooks.spark_submit import STATUS_AND_KILL_METHODS, IsolatedSparkSubmitHook
+
+    starting = {name for name, fn in vars(SparkSubmitHook).items()
+                if inspect.isfunction(fn) and "subprocess" in _code_names(fn.__code__)}
+    # a provider upgrade that starts a process elsewhere must be looked at (and added to STATUS_AND_KILL_METHODS)
+    assert starting == {"submit", *STATUS_AND_KILL_METHODS}
+    for name in STATUS_AND_KILL_METHODS:
+        method = getattr(IsolatedSparkSubmitHook, "_base_on_kill" if name == "on_kill" else name)
+        assert type(method.__globals__["subprocess"]).__name__ == "_StrippedSubprocess", name
+        assert method.__code__ is getattr(SparkSubmitHook, name).__code__, f"{name} is not the provider's own code"
