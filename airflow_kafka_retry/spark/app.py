@@ -160,12 +160,17 @@ def read_kafka_config(path: str) -> dict[str, Any]:
     """The librdkafka configuration from the JSON file at ``path``; errors never quote its content.
 
     In cluster deploy mode the file ships with ``--files`` and sits in the driver's working
-    directory under its own name, so that is tried when ``path`` does not exist.
+    directory under its own name, so that is tried when ``path`` does not exist -- only if it
+    belongs to this process's user: a file another user left in a shared working directory could
+    point the run at their broker.
     """
     candidates = [path, os.path.basename(path)]
     found = next((p for p in candidates if os.path.isfile(p)), None)
     if found is None:
         raise AppInputError(f"the Kafka configuration file {path} does not exist")
+    if found != path and os.stat(found).st_uid != os.geteuid():
+        raise AppInputError(f"the Kafka configuration file {path} does not exist, and {os.path.abspath(found)} "
+                            "belongs to another user")
     try:
         with open(found, encoding="utf-8") as fh:
             config = json.load(fh)

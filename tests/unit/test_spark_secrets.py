@@ -360,3 +360,15 @@ def test_every_provider_hook_method_that_starts_a_process_gets_the_stripped_envi
         method = getattr(IsolatedSparkSubmitHook, "_base_on_kill" if name == "on_kill" else name)
         assert type(method.__globals__["subprocess"]).__name__ == "_StrippedSubprocess", name
         assert method.__code__ is getattr(SparkSubmitHook, name).__code__, f"{name} is not the provider's own code"
+
+
+def test_the_cluster_mode_fallback_reads_only_a_credentials_file_of_its_own_user(tmp_path, monkeypatch):
+    shipped = tmp_path / "kafka-config.json"  # where --files puts it: the driver's working folder
+    shipped.write_text(json.dumps(PLAIN))
+    monkeypatch.chdir(tmp_path)
+    assert app.read_kafka_config("/gone/on/the/worker/kafka-config.json") == PLAIN
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner to another user needs root")
+    os.chown(shipped, 65534, 65534)  # left by another user in a shared working folder
+    with pytest.raises(app.AppInputError, match="kafka-config.json belongs to another user"):
+        app.read_kafka_config("/gone/on/the/worker/kafka-config.json")
