@@ -144,7 +144,7 @@ def prepare_submission(*, topology_path: str | os.PathLike[str], tier: int | str
     :param tmp_dir: parent of the private work folder (default: the system temp folder).
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: naming the missing Spark settings.
     """
-    effective, where = effective_spark_conf(spark_conf, [properties_file])
+    effective, where = effective_spark_conf(spark_conf, properties_file)
     check_secrets_transport(check_shippable(kafka_config), master=master, spark_conf=effective,
                             allow_unencrypted_secrets=allow_unencrypted_secrets, where=where)
     extra_conf = cluster_mode_conf(master, deploy_mode, effective)

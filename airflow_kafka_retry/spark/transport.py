@@ -14,9 +14,10 @@ operator and the CLI) and again on the driver, on the configuration Spark really
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 #: What Spark must have on for secrets to cross its RPC: authenticated, and encrypted (AES-GCM).
@@ -98,28 +99,34 @@ def read_properties(path: str) -> dict[str, str]:
 
 
 def spark_defaults_file(environ: Mapping[str, str] | None = None) -> str | None:
-    """``$SPARK_CONF_DIR/spark-defaults.conf``, else ``$SPARK_HOME/conf/spark-defaults.conf``, if it exists."""
+    """The ``spark-defaults.conf`` spark-submit reads, if it exists.
+
+    ``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else the ``conf`` folder of the installed
+    ``pyspark`` (whose ``spark-submit`` sets ``SPARK_HOME`` to it).
+    """
     env = os.environ if environ is None else environ
-    folders = [env.get("SPARK_CONF_DIR")] + ([os.path.join(env["SPARK_HOME"], "conf")] if env.get("SPARK_HOME")
-                                            else [])
-    for folder in folders:
-        if folder and os.path.isfile(os.path.join(folder, "spark-defaults.conf")):
-            return os.path.join(folder, "spark-defaults.conf")
-    return None
+    home = env.get("SPARK_HOME")
+    if not home and environ is None:
+        spec = importlib.util.find_spec("pyspark")
+        home = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+    folder = env.get("SPARK_CONF_DIR") or (os.path.join(home, "conf") if home else None)
+    path = os.path.join(folder, "spark-defaults.conf") if folder else None
+    return path if path and os.path.isfile(path) else None
 
 
-def effective_spark_conf(conf: Mapping[str, Any] | None, properties_files: Iterable[str | None] = (),
+def effective_spark_conf(conf: Mapping[str, Any] | None, properties_file: str | None = None,
                          environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], str]:
     """The Spark properties ``spark-submit`` will use, as far as the submitting side can see them.
 
-    spark-defaults.conf, then each properties file, then ``conf`` (``--conf`` wins, as in spark-submit).
-    Returns the properties and a description of where they were looked up (for error messages).
+    The properties file if one is given, else ``spark-defaults.conf`` (spark-submit reads the defaults
+    besides a properties file only with ``--load-spark-defaults``), then ``conf`` (``--conf`` wins, as
+    in spark-submit). Returns the properties and where they were looked up (for error messages).
     """
     merged: dict[str, str] = {}
     sources: list[str] = []
-    for path in (spark_defaults_file(environ), *properties_files):
-        if path and os.path.isfile(path):
-            merged.update(read_properties(path))
-            sources.append(path)
+    path = properties_file or spark_defaults_file(environ)
+    if path and os.path.isfile(path):
+        merged.update(read_properties(path))
+        sources.append(path)
     merged.update({k: str(v) for k, v in (conf or {}).items()})
     return merged, f" (looked in --conf{''.join(', ' + s for s in sources)})"

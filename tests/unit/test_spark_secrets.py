@@ -112,9 +112,11 @@ def test_the_check_reads_spark_defaults_and_the_properties_file_and_conf_wins(tm
     with pytest.raises(UnencryptedSecretsError, match=r"spark.network.crypto.enabled is not set \(looked in "
                                                       r"--conf, .*spark-defaults.conf\)"):
         check_secrets_transport(KAFKA_CONFIG, master="yarn", spark_conf=merged, where=where)
+    # a properties file replaces spark-defaults.conf (as in spark-submit without --load-spark-defaults)
     props = tmp_path / "job.properties"
-    props.write_text("spark.authenticate: true\nspark.network.crypto.enabled true\n")
-    assert effective_spark_conf(None, [str(props)], environ={})[0] == PROTECTED
+    props.write_text("spark.authenticate: true\n")
+    merged, where = effective_spark_conf(None, str(props), environ=environ)
+    assert merged == {"spark.authenticate": "true"} and "spark-defaults" not in where
 
 
 def test_prepare_submission_refuses_before_writing_anything(tmp_path):
