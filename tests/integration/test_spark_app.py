@@ -171,7 +171,8 @@ class SparkEnvWatcher(ProcessWatcher):
 def describe_process(cmdline: bytes) -> str:
     """``argv[0]`` and the main class / script / module of a command line, for assertion messages."""
     argv = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
-    main = [a for a in argv[1:] if a.startswith(("org.apache.spark.", "pyspark.")) or a.endswith((".py", "spark-class"))]
+    main = [a for a in argv[1:]
+            if a.startswith(("org.apache.spark.", "pyspark.")) or a.endswith((".py", "spark-class"))]
     return " ".join([os.path.basename(argv[0]) if argv else "?", *main[:2]])
 
 

@@ -49,7 +49,7 @@ esac
 
 @pytest.fixture
 def worker(monkeypatch, tmp_path) -> Path:
-    """A worker environment holding Airflow secrets, with the stand-in tools first on PATH; returns the record folder."""
+    """A worker environment holding Airflow secrets, the stand-in tools first on PATH; returns the record folder."""
     record, bin_dir = tmp_path / "record", tmp_path / "bin"
     record.mkdir()
     bin_dir.mkdir()

@@ -42,8 +42,8 @@ SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
 #: one worker with one core; its executor (512 MiB) in a JVM of its own
 LOCAL_CLUSTER = "local-cluster[1,1,768]"
 CLUSTER_CONF = {**SPARK_CONF, "spark.executor.memory": "512m"}
-OPTIONS = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-                       batch_size=20, chunk_size=100)
+OPTIONS = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                       value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=20, chunk_size=100)
 
 
 def _kafka(bootstrap: str) -> dict[str, str]:

@@ -30,19 +30,16 @@ from airflow_kafka_retry.spark.transport import (
     is_local_master,
     secret_keys,
 )
-from tests.unit.test_spark_submit import (  # noqa: F401 - airflow_connections is a fixture
-    KAFKA_CONFIG,
-    OPTIONS,
-    SECRET,
-    TOPOLOGY,
-    _context,
-    _fake_spark,
-    _operator,
-    airflow_connections,
-)
+from tests.unit.test_spark_submit import KAFKA_CONFIG, OPTIONS, SECRET, TOPOLOGY, _context, _fake_spark, _operator
 
 PROTECTED = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
 PLAIN = {"bootstrap.servers": "kafka-1:9092"}
+
+
+@pytest.fixture
+def airflow_connections(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": KAFKA_CONFIG}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
 
 
 # ----------------------------------------------------------------------------- what counts as a secret
@@ -162,7 +159,8 @@ def test_yarn_cluster_mode_deletes_the_staging_folder_unless_told_otherwise(capl
 
 def test_kubernetes_cluster_mode_warns_that_spark_keeps_the_uploaded_copy(caplog):
     with caplog.at_level(logging.WARNING, logger="airflow_kafka_retry.spark.staging"):
-        conf = cluster_mode_conf("k8s://https://k:6443", "cluster", {"spark.kubernetes.file.upload.path": "s3a://b/up"})
+        conf = cluster_mode_conf("k8s://https://k:6443", "cluster",
+                                 {"spark.kubernetes.file.upload.path": "s3a://b/up"})
     assert conf == {}
     assert "s3a://b/up/spark-upload-<uuid>/ and never deletes it" in caplog.text
 
