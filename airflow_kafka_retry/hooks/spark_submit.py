@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_kafka_retry.spark.masking import mask_text
+from airflow_kafka_retry.spark.staging import UPLOAD_LINE, delete_uploads
 from airflow_kafka_retry.spark.submit import spark_app_environment
 
 
@@ -74,6 +75,10 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
 
     The command line it logs masks ``--conf`` values whose key looks secret (``password``, ``secret``,
     ``token``, ``key``, ``sasl``, ``ssl``) besides what the base class masks.
+
+    In Kubernetes cluster mode it records the files ``spark-submit`` uploads (:attr:`uploads`), so
+    that their copies can be deleted once the application has ended (see
+    :func:`~airflow_kafka_retry.spark.staging.delete_uploads`).
     """
 
     _submit_env: dict[str, Any] | None = None  # the environment of the spark-submit being started
@@ -97,6 +102,37 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
             self._submit_env.update({**spark_app_environment(os.environ), **(self._env or {})})
             self._env = None  # the base class would start from os.environ again; ours holds these already
         return command
+
+    @property
+    def uploads(self) -> dict[str, str]:
+        """``source path -> destination URI`` of each file spark-submit reported uploading."""
+        return self.__dict__.setdefault("_uploads", {})
+
+    def delete_uploads(self, workdir: str) -> list[str]:
+        """Delete the uploaded copies of ``workdir``'s files once the application has ended; returns their URIs.
+
+        When ``spark-submit`` returned before the application ended
+        (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``)
+        the driver may not have fetched them yet: they are left, with a warning naming them.
+        """
+        if not self.uploads:
+            return []
+        waited = str(self._conf.get("spark.kubernetes.submission.waitAppCompletion", "true")).lower() != "false"
+        if not waited and not self._should_track_driver_via_k8s_api():
+            self.log.warning("spark-submit did not wait for the application to end: the uploaded copies %s stay; "
+                             "delete them once it has", sorted(self.uploads.values()))
+            return []
+        return delete_uploads(self.uploads, workdir)
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        super()._process_spark_submit_log(self._record_uploads(itr))
+
+    def _record_uploads(self, itr: Iterator[Any]) -> Iterator[Any]:
+        for line in itr:
+            match = UPLOAD_LINE.search(str(line).strip())
+            if match:
+                self.uploads[match["source"]] = match["dest"]
+            yield line
 
     def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
         return mask_text(super()._mask_cmd(connection_cmd))

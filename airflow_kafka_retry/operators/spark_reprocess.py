@@ -231,6 +231,9 @@ class SparkReprocessTierOperator(SparkSubmitOperator):
                 super().execute(context)
             except Exception as exc:  # noqa: BLE001 - spark-submit exits non-zero when a partition failed
                 submit_error = exc
+            finally:  # Kubernetes cluster mode: Spark leaves the uploaded copies of the credentials behind
+                if isinstance(self._hook, IsolatedSparkSubmitHook):
+                    self._hook.delete_uploads(submission.workdir)
             summary = self._summary(submission, submit_error)
         document = summary.to_dict()
         self.log.info("%s: %s", summary.topic, json.dumps(document["totals"]))

@@ -17,18 +17,25 @@ file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentia
   ``spark-submit`` process killed, the cluster down) may leave the staging folder behind.
 * **Kubernetes**: ``spark-submit`` uploads it to
   ``<spark.kubernetes.file.upload.path>/spark-upload-<uuid>/kafka-config.json`` and the driver pod
-  downloads it into its working folder. Spark (4.x) never deletes the uploaded copy, and the driver
-  pod's copy lives as long as the pod (Spark keeps completed driver pods). Nothing on the Spark side
-  can be switched on to delete it, so this package warns on every such submission: give the upload
-  path a lifecycle rule (or clean it), delete finished driver pods, or better, mount the
-  credentials as a Kubernetes secret (``spark.kubernetes.driver.secrets.<name>=<path>``) and ship
-  no file.
+  downloads it into its working folder. Spark (4.x) never deletes the uploaded copy (no setting
+  does), and the driver pod's copy lives as long as the pod (Spark keeps completed driver pods).
+  ``spark-submit`` logs each upload (``Uploading file: <source> to dest: <uri>...``); the operator's
+  hook records those lines and, once the application has ended, :func:`delete_uploads` deletes
+  the ``spark-upload-<uuid>`` folders of the files from the run's private work folder (the
+  credentials and the py-files zip) through fsspec (``s3a://`` needs ``s3fs``). What it cannot
+  delete -- a backend missing, or ``spark-submit`` told not to wait for the application
+  (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``),
+  or a worker that died mid-run -- it names in a warning, where it can. Every such submission also warns about the driver pod's copy:
+  delete finished driver pods, or better, mount the credentials as a Kubernetes secret
+  (``spark.kubernetes.driver.secrets.<name>=<path>``) and ship no file.
 * **Standalone**: Spark does not run Python applications in cluster deploy mode.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,7 +65,38 @@ def cluster_mode_conf(master: str | None, deploy_mode: str | None, spark_conf: M
                         PRESERVE_STAGING)
     elif master.startswith("k8s://"):
         log.warning("Kubernetes cluster mode: Spark uploads the Kafka credentials file to %s/spark-upload-<uuid>/ "
-                    "and never deletes it; the driver pod keeps its copy until the pod is deleted. Give the upload "
-                    "path a lifecycle rule, delete finished driver pods, or mount the credentials as a Kubernetes "
-                    "secret instead", spark_conf.get(UPLOAD_PATH, f"<{UPLOAD_PATH}>"))
+                    "and never deletes it (the operator deletes it once the application has ended); the driver pod "
+                    "keeps its copy until the pod is deleted. Delete finished driver pods, or mount the credentials "
+                    "as a Kubernetes secret instead", spark_conf.get(UPLOAD_PATH, f"<{UPLOAD_PATH}>"))
     return {}
+
+
+#: What ``spark-submit`` logs for each file it uploads in Kubernetes cluster mode (``KubernetesUtils``).
+UPLOAD_LINE = re.compile(r"Uploading file: (?P<source>\S+) to dest: (?P<dest>\S+?)\.\.\.\s*$")
+
+
+def delete_uploads(uploads: Mapping[str, str], workdir: str) -> list[str]:
+    """Delete the uploaded copies of files from ``workdir`` (``source path -> destination URI``).
+
+    Each upload has a ``spark-upload-<uuid>`` folder of its own, which is deleted whole; a
+    destination outside such a folder is deleted alone. Failures are logged with the URI (never
+    raised: the run itself is over). Returns the URIs deleted.
+    """
+    import fsspec
+
+    deleted: list[str] = []
+    folder = os.path.abspath(workdir) + os.sep
+    for source, dest in uploads.items():
+        if not os.path.abspath(source).startswith(folder):
+            continue
+        parent, _, _ = dest.rpartition("/")
+        target = parent if parent.rpartition("/")[2].startswith("spark-upload-") else dest
+        try:
+            fs, path = fsspec.core.url_to_fs(target)
+            fs.rm(path, recursive=True)
+        except Exception as exc:  # noqa: BLE001 - missing fsspec backend, credentials, network: say what is left
+            log.warning("could not delete %s, the copy Spark uploaded of %s; delete it by hand: %s", target,
+                        os.path.basename(source), exc)
+            continue
+        deleted.append(target)
+    return deleted
