@@ -27,6 +27,13 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "operators": [
             {"integration-name": "Kafka Retry Tiers",
-             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess"]}
+             "python-modules": ["airflow_kafka_retry.operators.spark_reprocess",
+                                "airflow_kafka_retry.operators.dlt_watch"]}
+        ],
+        "sensors": [
+            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.sensors.tier_due"]}
+        ],
+        "triggers": [
+            {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.triggers.tier_due"]}
         ],
     }

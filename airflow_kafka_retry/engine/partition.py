@@ -184,7 +184,8 @@ class PartitionJob:
                                           class_path(type(error)), destination.reason))
                 continue
             info = describe_exception(error, include_stacktrace=self.topology.headers.include_stacktrace,
-                                      key=isinstance(error, _KeyDeserializationError))
+                                      key=isinstance(error, _KeyDeserializationError),
+                                      cause_rule=self.topology.headers.cause)
             failure = Failure(topic=message.topic(), partition=message.partition(), offset=message.offset(),
                               timestamp_ms=ts, timestamp_type=ts_type, consumer_group=self.topology.group_id,
                               next_attempt=destination.next_attempt, due_ms=destination.due_ms, exception=info)

@@ -89,16 +89,23 @@ class ExceptionClassifier:
 
     :param not_retryable: classes never retried (added to the defaults unless those are disabled).
     :param retry_only: when not empty, only these classes are retried (Spring's ``retryOn``).
-    :param traverse_causes: also look at the cause/context chain.
+    :param traverse_causes: also look at the cause/context chain for ``not_retryable`` and ``retry_only``.
+    :param always_traversed: those of ``not_retryable`` looked for along the whole cause chain
+        whatever ``traverse_causes`` says, as Spring matches its default fatal exceptions
+        (``ExceptionClassifier.ExtendedBinaryExceptionClassifier`` sets ``traverseCauses(true)``).
     """
 
     not_retryable: tuple[str, ...] = DEFAULT_NOT_RETRYABLE
     retry_only: tuple[str, ...] = ()
     traverse_causes: bool = True
+    always_traversed: tuple[str, ...] = ()
 
-    def first_match(self, exc: BaseException, names: Sequence[str]) -> str | None:
-        """The first name in ``names`` that ``exc`` (or a cause, if traversing) is an instance of."""
-        for link in exception_chain(exc, traverse_causes=self.traverse_causes):
+    def first_match(self, exc: BaseException, names: Sequence[str], *, traverse: bool | None = None) -> str | None:
+        """The first name in ``names`` that ``exc`` (or a cause, if traversing) is an instance of.
+
+        :param traverse: look along the cause chain; ``None``: as ``traverse_causes`` says.
+        """
+        for link in exception_chain(exc, traverse_causes=self.traverse_causes if traverse is None else traverse):
             for name in names:
                 if matches_class(link, name):
                     return name
@@ -106,7 +113,10 @@ class ExceptionClassifier:
 
     def is_fatal(self, exc: BaseException) -> bool:
         """True when ``exc`` is classified not retryable (fatal): it skips the retry tiers."""
-        return self.first_match(exc, self.not_retryable) is not None
+        own = tuple(n for n in self.not_retryable if n not in self.always_traversed)
+        traversed = tuple(n for n in self.not_retryable if n in self.always_traversed)
+        return (self.first_match(exc, own) is not None
+                or self.first_match(exc, traversed, traverse=True) is not None)
 
     def is_retryable(self, exc: BaseException) -> bool:
         """True when ``exc`` may go to a retry tier (attempts and timeout aside)."""

@@ -41,8 +41,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from airflow_kafka_retry.policy.classify import class_path
-from airflow_kafka_retry.policy.header_policy import HeaderNaming, HeaderPolicy
+from airflow_kafka_retry.policy.classify import class_path, exception_chain
+from airflow_kafka_retry.policy.header_policy import CauseRule, HeaderNaming, HeaderPolicy
 
 Header = tuple[str, bytes | None]
 _T = TypeVar("_T")
@@ -224,6 +224,29 @@ def read_original_coordinates(headers: Iterable[Header] | None,
     )
 
 
+def read_exception_classes(headers: Iterable[Header] | None) -> tuple[str | None, str | None]:
+    """``(exception class, cause class)`` a dead-lettered record carries, from either header family.
+
+    The value's exception (``kafka_exception-fqcn`` or ``kafka_dlt-exception-fqcn``) comes first, then
+    the key's (``kafka_key-exception-fqcn`` / ``kafka_dlt-key-exception-fqcn``). Spring writes the
+    exception its error handler got (often its ``ListenerExecutionFailedException`` wrapper) as the
+    class and the root cause as the cause class. Where both families are present the last header wins.
+    """
+    headers = list(headers or ())
+
+    def last_of(*names: str) -> str | None:
+        found = None
+        for key, value in headers:
+            if key in names and value is not None:
+                found = value.decode("utf-8", errors="replace")
+        return found
+
+    families = tuple(HEADER_NAMES.values())
+    fqcn = (last_of(*(n.exception_fqcn for n in families))
+            or last_of(*(n.key_exception_fqcn for n in families)))
+    return fqcn, last_of(*(n.exception_cause_fqcn for n in families))
+
+
 # ---------------------------------------------------------------------- writing
 @dataclass(frozen=True)
 class ExceptionInfo:
@@ -236,9 +259,22 @@ class ExceptionInfo:
     key: bool = False  # the key, not the value, failed (kafka_dlt-key-exception-*)
 
 
-def describe_exception(exc: BaseException, *, include_stacktrace: bool = True, key: bool = False) -> ExceptionInfo:
-    """Describe ``exc`` for the ``kafka_dlt-exception-*`` headers (class, cause class, message, trace)."""
-    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+def describe_exception(exc: BaseException, *, include_stacktrace: bool = True, key: bool = False,
+                       cause_rule: CauseRule = "immediate") -> ExceptionInfo:
+    """Describe ``exc`` for the ``kafka_dlt-exception-*`` headers (class, cause class, message, trace).
+
+    ``cause_rule`` picks the cause class (see ``HeaderPolicy.cause``): the immediate cause, the
+    root of the cause chain, or ``exc`` itself (Spring's ``ErrorHandlingUtils.findRootCause``,
+    which unwraps only Spring's listener wrappers; the provider's own wrappers are already gone).
+    """
+    cause: BaseException | None
+    if cause_rule == "handler":
+        cause = exc
+    elif cause_rule == "root":
+        *_, last = exception_chain(exc, traverse_causes=True)
+        cause = last if last is not exc else None
+    else:
+        cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     message = str(exc)
     stack = "".join(traceback.format_exception(exc)) if include_stacktrace else None
     return ExceptionInfo(
@@ -288,7 +324,7 @@ def _exception_headers(info: ExceptionInfo, names: HeaderNames) -> list[Header]:
     fqcn, message, stack = ((names.key_exception_fqcn, names.key_exception_message, names.key_exception_stacktrace)
                             if info.key else (names.exception_fqcn, names.exception_message, names.exception_stacktrace))
     out: list[Header] = [(fqcn, info.fqcn.encode("utf-8"))]
-    if info.cause_fqcn and not info.key:
+    if info.cause_fqcn:  # one cause header for key and value failures, as Spring writes it
         out.append((names.exception_cause_fqcn, info.cause_fqcn.encode("utf-8")))
     if info.message is not None:
         out.append((message, info.message.encode("utf-8")))

@@ -93,9 +93,9 @@ class DestinationResolver:
 
     def dlt_topic_for(self, exception: BaseException) -> str | None:
         """The DLT for ``exception``: the first matching exception-specific DLT, else the main one."""
-        for suffix, classes in self.topology.dlt_routing:
-            if self._classifier.first_match(exception, classes):
-                return f"{self.topology.topic}{suffix}"
+        for topic, classes in self.topology.exception_dlts:
+            if self._classifier.first_match(exception, classes, traverse=True):  # Spring: isDirectExcOrCause
+                return topic
         return self.topology.dlt_topic
 
     def _to_dlt(self, partition: int, attempt: int, exc: BaseException, now: int, reason: Reason) -> Destination:

@@ -1,8 +1,10 @@
 """The retry topology of one main topic: validated model, tiers, DLT topics and YAML loading.
 
-Like Spring's ``DestinationTopicPropertiesFactory``, a topology turns (attempts, back-off, suffixing,
-same-interval reuse, DLT routing) into the ordered tiers a record travels through: the main topic
-(tier 0), the retry tiers (1..n) and the dead-letter topic(s).
+A topology turns (attempts, back-off, suffixing, same-interval reuse, DLT routing) into the ordered
+tiers a record travels through: the main topic (tier 0), the retry tiers (1..n) and the
+dead-letter topic(s). The names follow :mod:`.naming` (Spring's ``DestinationTopicPropertiesFactory``);
+``compat:`` fills in a Spring version's defaults (:mod:`.compat`). Validation reports every problem
+of a topology at once.
 """
 
 from __future__ import annotations
@@ -11,14 +13,19 @@ import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Literal
 
 from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.classify import DEFAULT_NOT_RETRYABLE, ExceptionClassifier, is_dotted_name
+from airflow_kafka_retry.policy.compat import COMPAT_NAMES, apply_preset, preset
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
+from airflow_kafka_retry.policy.naming import (
+    DLT_ROUTING_NAMINGS, SUFFIXINGS, DltRoutingNaming, NamingError, dlt_routing_suffix, retry_topics,
+)
 
 DltStrategy = Literal["always_retry_on_error", "fail_on_error", "no_dlt"]
 TierKind = Literal["main", "retry", "dlt"]
@@ -26,7 +33,6 @@ TierKind = Literal["main", "retry", "dlt"]
 _TOPIC_NAME = re.compile(r"^(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}$")  # Kafka also refuses "." and ".."
 MAX_ATTEMPTS = 32_766  # the DLT record carries attempts + 1, and Spring reads at most Short.MAX_VALUE
 _DLT_STRATEGIES = ("always_retry_on_error", "fail_on_error", "no_dlt")
-_SUFFIXING = ("index", "delay")
 DEFAULT_TIER_GROUP_TEMPLATE = "{group_id}-{topic}"
 
 
@@ -50,7 +56,12 @@ class Tier:
 
 @dataclass(frozen=True)
 class Topology:
-    """A validated retry topology. Build it with :meth:`from_mapping` or :func:`load_topology`."""
+    """A validated retry topology. Build it with :meth:`from_mapping` or :func:`load_topology`.
+
+    ``compat`` presets are applied to the mapping (keys it does not set); constructed directly, a
+    topology only records ``compat`` (it picks how 2.7's same-interval reuse behaves) and applies
+    no defaults. ``compat_applied`` lists the keys the preset set.
+    """
 
     topic: str
     group_id: str
@@ -70,27 +81,41 @@ class Topology:
     timeout_ms: int | None = None
     headers: HeaderPolicy = field(default_factory=HeaderPolicy)
     tier_group_template: str = DEFAULT_TIER_GROUP_TEMPLATE
+    dlt_routing_naming: DltRoutingNaming = "suffix"
+    compat: str = "none"
+    compat_applied: tuple[str, ...] = field(default=(), compare=False)
     source: str = "<python>"
     tiers: tuple[Tier, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._validate()
-        object.__setattr__(self, "tiers", self._build_tiers())
-        self._validate_topic_names()
+        errors = self._validate()
+        if errors:
+            raise TopologyError.combine(errors)
+        try:
+            object.__setattr__(self, "tiers", self._build_tiers())
+        except NamingError as exc:
+            raise self._error(str(exc), "reuse_same_interval") from None
+        errors = self._validate_topic_names()
+        if errors:
+            raise TopologyError.combine(errors)
 
-    def _validate_topic_names(self) -> None:
+    def _validate_topic_names(self) -> list[TopologyError]:
         routing_fields = [f"dlt_routing.{suffix}" for suffix, _ in self.dlt_routing]
         fields = ["topic", *(["retry_suffix"] * len(self.retry_tiers)),
                   *(["dlt_suffix", *routing_fields] if self.dlt_tiers else [])]
         seen: dict[str, str] = {}
+        errors: list[TopologyError] = []
         for tier, field_name in zip((*self.tiers, *self.dlt_tiers), fields, strict=True):
-            if not _TOPIC_NAME.match(tier.topic):
-                raise self._error(f"derived topic name {tier.topic!r} is not a legal Kafka topic name "
-                                  "(1-249 characters from a-z A-Z 0-9 . _ -)", field_name)
-            if tier.topic in seen:
-                raise self._error(f"derived topic name {tier.topic!r} is also the {seen[tier.topic]} topic; "
-                                  "every tier and DLT needs its own topic", field_name)
-            seen[tier.topic] = f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter"
+            if any(e.field == field_name for e in errors):
+                pass  # one problem per field: the first derived name that shows it
+            elif not _TOPIC_NAME.match(tier.topic):
+                errors.append(self._error(f"derived topic name {tier.topic!r} is not a legal Kafka topic name "
+                                          "(1-249 characters from a-z A-Z 0-9 . _ -)", field_name))
+            elif tier.topic in seen:
+                errors.append(self._error(f"derived topic name {tier.topic!r} is also the {seen[tier.topic]} "
+                                          "topic; every tier and DLT needs its own topic", field_name))
+            seen.setdefault(tier.topic, f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter")
+        return errors
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -101,96 +126,84 @@ class Topology:
     def _error(self, problem: str, field_name: str) -> TopologyError:
         return TopologyError(problem, field=field_name, source=self.source)
 
-    def _validate(self) -> None:
+    def _validate(self) -> list[TopologyError]:
+        errors: list[TopologyError] = []
+
+        def fail(problem: str, field_name: str) -> None:
+            errors.append(self._error(problem, field_name))
+
         if not isinstance(self.topic, str) or not _TOPIC_NAME.match(self.topic):
-            raise self._error(f"{self.topic!r} is not a legal Kafka topic name", "topic")
+            fail(f"{self.topic!r} is not a legal Kafka topic name", "topic")
         if not isinstance(self.group_id, str) or not self.group_id.strip():
-            raise self._error("a non-empty consumer group id is required", "group_id")
+            fail("a non-empty consumer group id is required", "group_id")
         if (isinstance(self.attempts, bool) or not isinstance(self.attempts, int)
                 or not 1 <= self.attempts <= MAX_ATTEMPTS):
-            raise self._error(f"must be an integer from 1 to {MAX_ATTEMPTS} (total attempts, first included), "
-                              f"got {self.attempts!r}", "attempts")
-        if self.topic_suffixing not in _SUFFIXING:
-            raise self._error(f"must be one of {', '.join(_SUFFIXING)}, got {self.topic_suffixing!r}",
-                              "topic_suffixing")
+            fail(f"must be an integer from 1 to {MAX_ATTEMPTS} (total attempts, first included), "
+                 f"got {self.attempts!r}", "attempts")
+        if self.topic_suffixing not in SUFFIXINGS:
+            fail(f"must be one of {', '.join(SUFFIXINGS)}, got {self.topic_suffixing!r}", "topic_suffixing")
         if self.dlt_strategy not in _DLT_STRATEGIES:
-            raise self._error(f"must be one of {', '.join(_DLT_STRATEGIES)}, got {self.dlt_strategy!r}",
-                              "dlt_strategy")
+            fail(f"must be one of {', '.join(_DLT_STRATEGIES)}, got {self.dlt_strategy!r}", "dlt_strategy")
         if isinstance(self.index_start, bool) or self.index_start not in (0, 1):
-            raise self._error(f"must be 0 (Spring's naming) or 1, got {self.index_start!r}", "index_start")
+            fail(f"must be 0 (Spring's naming) or 1, got {self.index_start!r}", "index_start")
+        if self.compat not in COMPAT_NAMES:
+            fail(f"must be one of {', '.join(COMPAT_NAMES)}, got {self.compat!r}", "compat")
+        if self.dlt_routing_naming not in DLT_ROUTING_NAMINGS:
+            fail(f"must be one of {', '.join(DLT_ROUTING_NAMINGS)}, got {self.dlt_routing_naming!r}",
+                 "dlt_routing_naming")
         for name, value in (("retry_suffix", self.retry_suffix), ("dlt_suffix", self.dlt_suffix)):
             if not isinstance(value, str) or not value:
-                raise self._error("must be a non-empty string", name)
+                fail("must be a non-empty string", name)
         if self.retry_suffix == self.dlt_suffix:
-            raise self._error("retry_suffix and dlt_suffix must differ", "dlt_suffix")
+            fail("retry_suffix and dlt_suffix must differ", "dlt_suffix")
         if self.not_retryable and self.retry_only:
-            raise self._error("set either not_retryable or retry_only, not both (as in Spring)", "retry_only")
+            fail("set either not_retryable or retry_only, not both (as in Spring)", "retry_only")
         for key in ("not_retryable", "retry_only"):
             for i, name in enumerate(getattr(self, key)):
                 if not isinstance(name, str) or not is_dotted_name(name):
-                    raise self._error(f"{name!r} is not a dotted exception class path", f"{key}[{i}]")
+                    fail(f"{name!r} is not a dotted exception class path", f"{key}[{i}]")
         seen_suffixes: set[str] = set()
         for suffix, classes in self.dlt_routing:
             where = f"dlt_routing.{suffix}"
             if self.dlt_strategy == "no_dlt":
-                raise self._error("exception-specific DLTs make no sense with dlt_strategy: no_dlt", where)
-            if suffix in seen_suffixes or suffix == self.dlt_suffix:
-                raise self._error(f"suffix {suffix!r} is used twice", where)
+                fail("exception-specific DLTs make no sense with dlt_strategy: no_dlt", where)
+            if self.compat == "spring-2.7":
+                fail("Spring Kafka 2.7 to 3.1 has no exception-based DLT routing (it arrived in 3.2); use "
+                     "compat: spring-builder-4.0 or spring-3.2, or drop dlt_routing", where)
+            routed = dlt_routing_suffix(suffix, dlt_suffix=self.dlt_suffix, naming=self.dlt_routing_naming)
+            if suffix in seen_suffixes or routed == self.dlt_suffix:
+                fail(f"suffix {suffix!r} is used twice", where)
             seen_suffixes.add(suffix)
             if not classes:
-                raise self._error("list at least one exception class", where)
+                fail("list at least one exception class", where)
             for i, name in enumerate(classes):
                 if not isinstance(name, str) or not is_dotted_name(name):
-                    raise self._error(f"{name!r} is not a dotted exception class path", f"{where}[{i}]")
+                    fail(f"{name!r} is not a dotted exception class path", f"{where}[{i}]")
         if self.timeout_ms is not None and self.timeout_ms <= 0:
-            raise self._error("must be a positive duration", "timeout")
-        self._validate_group_template()
+            fail("must be a positive duration", "timeout")
+        errors.extend(self._validate_group_template())
+        return errors
 
-    def _validate_group_template(self) -> None:
+    def _validate_group_template(self) -> list[TopologyError]:
         template = self.tier_group_template
         if not isinstance(template, str) or ("{group_id}" not in template and "{topic}" not in template):
-            raise self._error(f"must be a string containing {{group_id}} or {{topic}}, got {template!r}",
-                              "tier_group_template")
+            return [self._error(f"must be a string containing {{group_id}} or {{topic}}, got {template!r}",
+                                "tier_group_template")]
         try:
-            template.format(group_id="g", topic="t")
+            template.format(group_id="g", topic="t", suffix="-s")
         except (KeyError, IndexError, ValueError) as exc:
-            raise self._error(f"{template!r} is not a valid template; only {{group_id}} and {{topic}} may be "
-                              f"used ({type(exc).__name__}: {exc})", "tier_group_template") from None
+            return [self._error(f"{template!r} is not a valid template; only {{group_id}}, {{topic}} and "
+                                f"{{suffix}} may be used ({type(exc).__name__}: {exc})", "tier_group_template")]
+        return []
 
     def _build_tiers(self) -> tuple[Tier, ...]:
-        delays = self.backoff.delays_for(self.attempts - 1)
-        # Same-interval reuse: the trailing run of equal delays shares one retry topic.
-        shared_from = len(delays)
-        if self.reuse_same_interval and len(delays) > 1:
-            shared_from = len(delays) - 1
-            while shared_from > 0 and delays[shared_from - 1] == delays[-1]:
-                shared_from -= 1
-            if shared_from == len(delays) - 1:
-                shared_from = len(delays)  # one trailing delay: nothing to share
-        tier_delays = delays[: shared_from + 1] if shared_from < len(delays) else delays
-        # Spring: with same-interval reuse, one retry topic left (every delay equal, or a single
-        # retry) is named with the bare retry suffix.
-        single_topic = self.reuse_same_interval and len(tier_delays) == 1
-        # Spring: delay suffixing of a fixed back-off (several equal delays) falls back to indexes from 0.
-        fixed_delay = len(delays) > 1 and len(set(delays)) == 1
+        topics = retry_topics(self.backoff.delays_for(self.attempts - 1), retry_suffix=self.retry_suffix,
+                              suffixing=self.topic_suffixing, index_start=self.index_start,
+                              reuse=self.reuse_same_interval, reuse_scope=preset(self.compat).reuse_scope)
         tiers = [Tier(0, self.topic, 0, "main")]
-        for i, delay in enumerate(tier_delays):
-            name = self._retry_topic_name(i, tier_delays, single_topic=single_topic, fixed_delay=fixed_delay)
-            tiers.append(Tier(i + 1, name, delay, "retry", reusable=i == shared_from))
+        tiers += [Tier(i, f"{self.topic}{t.suffix}", t.delay_ms, "retry", reusable=t.reusable)
+                  for i, t in enumerate(topics, start=1)]
         return tuple(tiers)
-
-    def _retry_topic_name(self, i: int, tier_delays: list[int], *, single_topic: bool, fixed_delay: bool) -> str:
-        base = f"{self.topic}{self.retry_suffix}"
-        if single_topic:
-            return base
-        if self.topic_suffixing == "index":
-            return f"{base}-{i + self.index_start}"
-        if fixed_delay:
-            return f"{base}-{i}"
-        same = [j for j, d in enumerate(tier_delays) if d == tier_delays[i]]
-        if len(same) == 1:
-            return f"{base}-{tier_delays[i]}"
-        return f"{base}-{tier_delays[i]}-{same.index(i)}"
 
     # ------------------------------------------------------------------ queries
     @property
@@ -207,7 +220,15 @@ class Topology:
         if self.dlt_strategy == "no_dlt":
             return ()
         main = Tier(-1, f"{self.topic}{self.dlt_suffix}", 0, "dlt")
-        return (main, *(Tier(-1, f"{self.topic}{suffix}", 0, "dlt") for suffix, _ in self.dlt_routing))
+        return (main, *(Tier(-1, topic, 0, "dlt") for topic, _ in self.exception_dlts))
+
+    @property
+    def exception_dlts(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The exception-specific DLTs in routing order: (topic, exception classes)."""
+        return tuple(
+            (f"{self.topic}{dlt_routing_suffix(key, dlt_suffix=self.dlt_suffix, naming=self.dlt_routing_naming)}",
+             classes)
+            for key, classes in self.dlt_routing)
 
     @property
     def _default_fatal(self) -> tuple[str, ...]:
@@ -220,6 +241,7 @@ class Topology:
             not_retryable=(*self._default_fatal, *self.not_retryable),
             retry_only=self.retry_only,
             traverse_causes=self.traverse_causes,
+            always_traversed=self._default_fatal,
         )
 
     @property
@@ -230,7 +252,7 @@ class Topology:
         record out of the retry tiers, but under ``always_retry_on_error`` they send a failed DLT
         record back to the DLT rather than giving it up.
         """
-        return ExceptionClassifier(not_retryable=self._default_fatal, traverse_causes=self.traverse_causes)
+        return ExceptionClassifier(not_retryable=self._default_fatal, always_traversed=self._default_fatal)
 
     def tier(self, index: int) -> Tier:
         """The tier with this index (0 = main topic); a TopologyError names the valid range."""
@@ -280,15 +302,35 @@ class Topology:
         return self.tiers[tier.index + 1]
 
     def consumer_group(self, tier: Tier) -> str:
-        """The consumer group that drains ``tier``; the main topic keeps the service's own group."""
+        """The consumer group that drains ``tier``; the main topic keeps the service's own group.
+
+        ``{suffix}`` is what the tier's topic adds to the main topic, so ``{group_id}{suffix}`` is
+        Spring's retry listener group (``SuffixingRetryTopicNamesProviderFactory.getGroupId``).
+        """
         if tier.kind == "main":
             return self.group_id
-        return self.tier_group_template.format(group_id=self.group_id, topic=tier.topic)
+        suffix = tier.topic[len(self.topic):]
+        return self.tier_group_template.format(group_id=self.group_id, topic=tier.topic, suffix=suffix)
+
+    def _compat_dict(self) -> dict[str, Any]:
+        """Which preset applied, what it matches, and each of its keys: set by it or by the file."""
+        chosen = preset(self.compat)
+        keys = [f"headers.{k}" if name == "headers" else name
+                for name, value in chosen.defaults.items() for k in (value if name == "headers" else [name])]
+        values = {**{f.name: getattr(self, f.name) for f in dataclass_fields(self)},
+                  **{f"headers.{k}": v for k, v in self.headers.to_dict().items()}}
+        return {
+            "preset": self.compat,
+            "matches": chosen.matches,
+            "from_preset": {k: values[k] for k in keys if k in self.compat_applied},
+            "overridden": {k: values[k] for k in keys if k not in self.compat_applied},
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved path as plain data (what ``topology show`` prints)."""
         return {
             "source": self.source,
+            "compat": self._compat_dict(),
             "topic": self.topic,
             "group_id": self.group_id,
             "attempts": self.attempts,
@@ -306,7 +348,8 @@ class Topology:
             ],
             "dlt": self.dlt_topic,
             "dlt_topics": [t.topic for t in self.dlt_tiers],
-            "dlt_routing": {f"{self.topic}{s}": list(c) for s, c in self.dlt_routing},
+            "dlt_consumer_groups": {t.topic: self.consumer_group(t) for t in self.dlt_tiers},
+            "dlt_routing": {topic: list(c) for topic, c in self.exception_dlts},
             "dlt_strategy": self.dlt_strategy,
             "timeout_ms": self.timeout_ms,
             "not_retryable": list(self.classifier.not_retryable),
@@ -321,6 +364,7 @@ _KEYS = (
     "topic", "group_id", "attempts", "backoff", "topic_suffixing", "index_start", "retry_suffix",
     "dlt_suffix", "reuse_same_interval", "not_retryable", "default_not_retryable", "retry_only",
     "traverse_causes", "dlt_routing", "dlt_strategy", "timeout", "headers", "tier_group_template",
+    "compat", "dlt_routing_naming",
 )
 _BACKOFF_KEYS = {
     "fixed": ("kind", "delay"),
@@ -364,32 +408,42 @@ def _backoff(data: object, source: str) -> BackOff:
     kind = data.get("kind", "fixed")
     if not isinstance(kind, str) or kind not in _BACKOFF_KEYS:
         raise TopologyError(f"must be fixed, exponential or custom, got {kind!r}", field="backoff.kind", source=source)
-    for key in data:
-        if key not in _BACKOFF_KEYS[kind]:
-            raise _unknown_key_error(str(key), _BACKOFF_KEYS[kind], "backoff", source)
+    errors = [_unknown_key_error(str(key), _BACKOFF_KEYS[kind], "backoff", source)
+              for key in data if key not in _BACKOFF_KEYS[kind]]
+
+    def duration(value: object, field_name: str) -> int:
+        try:
+            return _duration(value, field_name, source)
+        except TopologyError as exc:
+            errors.append(exc)
+            return 1
+
+    backoff: BackOff | None = None
     try:
         if kind == "fixed":
-            return BackOff("fixed", delay_ms=_duration(data.get("delay", 1000), "backoff.delay", source))
-        if kind == "custom":
+            backoff = BackOff("fixed", delay_ms=duration(data.get("delay", 1000), "backoff.delay"))
+        elif kind == "custom":
             raw = data.get("delays")
             if not isinstance(raw, list) or not raw:
                 raise TopologyError("must be a non-empty list of durations", field="backoff.delays", source=source)
-            delays = tuple(_duration(v, f"backoff.delays[{i}]", source) for i, v in enumerate(raw))
-            return BackOff("custom", delays=delays)
-        multiplier = data.get("multiplier", 2.0)
-        if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or multiplier != multiplier:
-            raise TopologyError(f"must be a number >= 1.0, got {multiplier!r}", field="backoff.multiplier",
-                                source=source)
-        return BackOff(
-            "exponential",
-            initial_ms=_duration(data.get("initial", 1000), "backoff.initial", source),
-            multiplier=float(multiplier),
-            max_ms=_duration(data.get("max", 30_000), "backoff.max", source),
-        )
+            delays = tuple(duration(v, f"backoff.delays[{i}]") for i, v in enumerate(raw))
+            backoff = None if errors else BackOff("custom", delays=delays)
+        else:
+            multiplier = data.get("multiplier", 2.0)
+            if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or multiplier != multiplier:
+                errors.append(TopologyError(f"must be a number >= 1.0, got {multiplier!r}",
+                                            field="backoff.multiplier", source=source))
+                multiplier = 2.0
+            initial = duration(data.get("initial", 1000), "backoff.initial")
+            maximum = duration(data.get("max", 30_000), "backoff.max")
+            backoff = None if errors else BackOff("exponential", initial_ms=initial, multiplier=float(multiplier),
+                                                  max_ms=maximum)
     except ValueError as exc:
-        if isinstance(exc, TopologyError):
-            raise
-        raise TopologyError(str(exc), field="backoff", source=source) from None
+        errors.append(exc if isinstance(exc, TopologyError) else TopologyError(str(exc), field="backoff",
+                                                                               source=source))
+    if errors or backoff is None:
+        raise TopologyError.combine(errors)
+    return backoff
 
 
 def _dlt_routing(data: object, source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -400,37 +454,64 @@ def _dlt_routing(data: object, source: str) -> tuple[tuple[str, tuple[str, ...]]
 
 
 def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
+    """Parse every key, collecting every problem; raise them together (one TopologyError)."""
     if not isinstance(data, Mapping):
         raise TopologyError(f"a topology must be a mapping of keys, got {type(data).__name__}", source=source)
+    errors: list[TopologyError] = []
+    compat = data.get("compat", "none")
+    if compat not in COMPAT_NAMES:
+        errors.append(TopologyError(f"must be one of {', '.join(COMPAT_NAMES)}, got {compat!r}", field="compat",
+                                    source=source))
+        compat = "none"
+    data, applied = apply_preset(data, preset(compat))
     for key in data:
         if key not in _KEYS:
-            raise _unknown_key_error(str(key), _KEYS, None, source)
+            errors.append(_unknown_key_error(str(key), _KEYS, None, source))
+    kwargs: dict[str, Any] = {"topic": data.get("topic"), "group_id": data.get("group_id"), "source": source,
+                              "compat": compat, "compat_applied": tuple(applied)}
     for required in ("topic", "group_id"):
         if required not in data:
-            raise TopologyError("is required", field=required, source=source)
-    kwargs: dict[str, Any] = {"topic": data["topic"], "group_id": data["group_id"], "source": source}
+            errors.append(TopologyError("is required", field=required, source=source))
+            kwargs[required] = "missing"
+
+    def parse(key: str, parser: Any, *args: Any) -> None:
+        try:
+            kwargs[_KWARG.get(key, key)] = parser(*args)
+        except TopologyError as exc:
+            errors.append(exc)
+
     for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "dlt_strategy",
-                "tier_group_template"):
+                "tier_group_template", "dlt_routing_naming"):
         if key in data:
             kwargs[key] = data[key]
     for key in ("reuse_same_interval", "default_not_retryable", "traverse_causes"):
         if key in data:
-            kwargs[key] = _bool(data[key], key, source)
+            parse(key, _bool, data[key], key, source)
     for key in ("not_retryable", "retry_only"):
         if key in data and data[key] is not None:
-            kwargs[key] = _names(data[key], key, source)
+            parse(key, _names, data[key], key, source)
     if "backoff" in data:
-        kwargs["backoff"] = _backoff(data["backoff"], source)
+        parse("backoff", _backoff, data["backoff"], source)
     if "dlt_routing" in data and data["dlt_routing"]:
-        kwargs["dlt_routing"] = _dlt_routing(data["dlt_routing"], source)
+        parse("dlt_routing", _dlt_routing, data["dlt_routing"], source)
     if data.get("timeout") is not None:
-        kwargs["timeout_ms"] = _duration(data["timeout"], "timeout", source)
+        parse("timeout", _duration, data["timeout"], "timeout", source)
     if "headers" in data:
         try:
             kwargs["headers"] = HeaderPolicy.from_mapping(data["headers"])
         except TopologyError as exc:
-            raise exc.located(source=source, field_prefix="headers") from None
-    return Topology(**kwargs)
+            errors.append(exc.located(source=source, field_prefix="headers"))
+    try:
+        topology = Topology(**kwargs)
+    except TopologyError as exc:
+        reported = {e.field for e in errors}
+        errors += [e for e in exc.errors if e.field not in reported]
+    if errors:
+        raise TopologyError.combine(errors)
+    return topology
+
+
+_KWARG = {"timeout": "timeout_ms"}
 
 
 def load_topology(path: str | Path) -> Topology:

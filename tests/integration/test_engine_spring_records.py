@@ -61,13 +61,20 @@ def spring_headers(family: dict[str, str], *, attempts: bytes, due_ms: int, orig
     ]
 
 
+#: Two ways to get Spring's pre-3.2 names (orders-retry-0, -1, -2 for a fixed back-off): index_start 0 on
+#: this provider's defaults, or the builder-4.0 preset (which also brings Spring's groups and cause header).
+NAMING = {"index_start-0": {"index_start": 0}, "compat-spring-builder-4.0": {"compat": "spring-builder-4.0"}}
+
+
+@pytest.mark.parametrize("naming", sorted(NAMING))
 @pytest.mark.parametrize("family", sorted(SPRING_FAMILIES))
-def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path, family):
+def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path, family,
+                                                                               naming):
     names = SPRING_FAMILIES[family]
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring")
     topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "attempts": 4,
-                                      "backoff": {"kind": "fixed", "delay": "5s"}, "index_start": 0})
+                                      "backoff": {"kind": "fixed", "delay": "5s"}, **NAMING[naming]})
     ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
     tier = topology.select(f"{topic}-retry-1")  # Spring names retry topics from 0: this is the 2nd tier
     assert tier.index == 2
@@ -90,6 +97,8 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
                            value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
     summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
     assert summary.ok and summary.partitions[0].drained == 3
+    assert summary.group == ("orders-service-retry-1" if naming.startswith("compat") else
+                             f"orders-service-{topic}-retry-1")
     assert ledger.processed_ids(ledger_file) == {"ok-int": 1}
 
     routed = {m.key().decode(): m for m in ledger.read_all(kafka_bootstrap, topology.tier(3).topic)}
@@ -114,7 +123,70 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
         java_values = (JAVA_EXCEPTION, b"java.lang.IllegalStateException", b"Listener method threw exception")
         assert not [k for k, v in headers if v in java_values or (v or b"").startswith(b"java.lang")], \
             "the Java failure's exception headers were kept"
-        assert H.last_header(headers, names["cause"]) is None  # no stale cause of the Java failure
+        assert H.last_header(headers, SPRING_FAMILIES["dead-letter-recoverer"]["cause"]) is None  # no stale cause
+        # the cause header: none for a cause-less exception by default; Spring's rule (the handler's own
+        # exception) under the preset
+        assert H.last_header(headers, "kafka_exception-cause-fqcn") == (
+            f"{ledger.HANDLER_MODULE}.PermanentError".encode() if naming.startswith("compat") else None)
         assert H.last_header(headers, "traceparent") == b"00-abc-01"
         due = H.read_due_ms(headers)
         assert now + 5_000 <= due <= int(time.time() * 1000) + 5_000
+
+
+@pytest.mark.parametrize("family", sorted(SPRING_FAMILIES))
+def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_continues(kafka_bootstrap, tmp_path,
+                                                                                     family):
+    """compat: spring-3.2 -- Spring's @RetryableTopic names: one reusable '<topic>-retry' topic, its group
+    '<group>-retry'. Records a Spring service wrote there are drained, and go on with Spring's attempt count
+    and header family: back into '<topic>-retry' while attempts remain, then to '<topic>-dlt'."""
+    names = SPRING_FAMILIES[family]
+    ledger_file = ledger.ledger_path(tmp_path)
+    topic = unique_topic("spring")
+    topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "compat": "spring-3.2",
+                                      "attempts": 4, "backoff": {"kind": "fixed", "delay": "5s"}})
+    tier = topology.select(f"{topic}-retry")
+    assert (tier.index, tier.reusable, len(topology.retry_tiers)) == (1, True, 1)
+    assert topology.consumer_group(tier) == "orders-service-retry"
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
+    now = int(time.time() * 1000)
+    original_ts = now - 60_000
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    cases = {  # Spring: the main topic's failure sends attempt 2 to '-retry', the retry's failure attempt 3
+        "ok": (struct.pack(">i", 2), "ok"),
+        "again": (struct.pack(">i", 2), "permanent"),
+        "last": (struct.pack(">i", 4), "permanent"),
+    }
+    for offset, (rid, (attempts, mode)) in enumerate(cases.items()):
+        producer.produce(tier.topic, json.dumps({"id": rid, "mode": mode}).encode(), key=rid.encode(), partition=0,
+                         timestamp=now - 1000,
+                         headers=spring_headers(names, attempts=attempts, due_ms=now - 1000, original_ts=original_ts,
+                                                main_topic=topic, offset=100 + offset))
+    assert producer.flush(10) == 0
+
+    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
+    assert summary.ok and summary.partitions[0].drained == 3
+    assert summary.group == "orders-service-retry"
+    assert ledger.processed_ids(ledger_file) == {"ok": 1}
+    assert ledger.committed(kafka_bootstrap, "orders-service-retry", tier.topic, 1) == {0: 3}
+
+    again = [m for m in ledger.read_all(kafka_bootstrap, tier.topic) if m.offset() >= len(cases)]
+    dead = ledger.read_all(kafka_bootstrap, f"{topic}-dlt")
+    assert [m.key() for m in again] == [b"again"] and [m.key() for m in dead] == [b"last"]
+    for msg, attempt in ((again[0], 3), (dead[0], 5)):
+        headers = msg.headers()
+        assert H.last_header(headers, H.ATTEMPTS) == struct.pack(">i", attempt)
+        assert H.last_header(headers, H.ORIGINAL_TIMESTAMP) == original_ts.to_bytes(6, "big")
+        # Spring's retry-topic family, coordinates of the first failure carried over from the Java record
+        assert H.last_header(headers, "kafka_original-topic") == topic.encode()
+        offset = {"again": 101, "last": 102}[msg.key().decode()]
+        assert H.last_header(headers, "kafka_original-offset") == struct.pack(">q", offset)
+        assert H.last_header(headers, "kafka_dlt-original-consumer-group") == b"orders-service"
+        # the cause header as Spring writes it (ErrorHandlingUtils.findRootCause): the handler's own exception
+        error = f"{ledger.HANDLER_MODULE}.PermanentError".encode()
+        assert H.last_header(headers, "kafka_exception-fqcn") == error
+        assert H.last_header(headers, "kafka_exception-cause-fqcn") == error
+        assert [k for k, _ in headers].count("kafka_exception-cause-fqcn") == 1
+        assert not [k for k, v in headers if (v or b"").startswith(b"java.lang")]
+    assert now + 5_000 <= H.read_due_ms(again[0].headers()) <= int(time.time() * 1000) + 5_000

@@ -169,8 +169,16 @@ def test_default_fatal_and_fatal_cause(example: DestinationResolver, exc: BaseEx
 
 
 def test_fatal_check_ignores_cause_without_traversal() -> None:
+    """traverse_causes governs the topology's own lists (Spring's retryOn/notRetryOn classifier)."""
+    resolver = resolver_for(make(traverse_causes=False, not_retryable=("myapp.errors.InvalidOrder",)))
+    assert resolve(resolver, "orders", 1, wrapped(RuntimeError("wrapper"), InvalidOrder())).action == "retry"
+    assert resolve(resolver, "orders", 1, InvalidOrder()).action == "dlt"
+
+
+def test_default_fatal_list_is_traversed_whatever_traverse_causes_says() -> None:
+    """Spring's default fatal classifier always traverses causes: v3.2.10 ExceptionClassifier.java:227."""
     resolver = resolver_for(make(traverse_causes=False))
-    assert resolve(resolver, "orders", 1, wrapped(RuntimeError("wrapper"), json_error())).action == "retry"
+    assert resolve(resolver, "orders", 1, wrapped(RuntimeError("wrapper"), json_error())).action == "dlt"
     assert resolve(resolver, "orders", 1, json_error()).action == "dlt"
 
 
@@ -222,9 +230,12 @@ def test_first_matching_exception_specific_dlt_wins() -> None:
     assert resolver.dlt_topic_for(ValueError()) == "orders-dlt"
 
 
-def test_dlt_topic_for_without_traversal_ignores_cause() -> None:
+def test_dlt_topic_for_matches_causes_even_without_traversal() -> None:
+    """Spring routes to an exception DLT by the exception or any cause (isDirectExcOrCause,
+    v3.2.10 DefaultDestinationTopicResolver.java:187-204), whatever traversingCauses says."""
     topology = make(traverse_causes=False, dlt_routing=(("-lookup-dlt", ("LookupError",)),))
-    assert resolver_for(topology).dlt_topic_for(wrapped(RuntimeError(), KeyError())) == "orders-dlt"
+    assert resolver_for(topology).dlt_topic_for(wrapped(RuntimeError(), KeyError())) == "orders-lookup-dlt"
+    assert resolver_for(topology).dlt_topic_for(RuntimeError()) == "orders-dlt"
 
 
 # ---------------------------------------------------------------------- timeout

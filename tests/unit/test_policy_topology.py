@@ -179,7 +179,7 @@ def test_example_to_dict_is_plain_json_data() -> None:
     assert data["not_retryable"][-2:] == ["json.JSONDecodeError", "myapp.errors.InvalidOrder"]
     assert data["headers"] == {
         "include_stacktrace": True, "strip_previous_exception_headers": True, "max_header_bytes": 16_384,
-        "naming": "retry_topic",
+        "naming": "retry_topic", "cause": "immediate",
     }
 
 
@@ -498,6 +498,7 @@ def test_headers_keys(tmp_path: Path, yaml_headers: str, expected: HeaderPolicy)
         "strip_previous_exception_headers": expected.strip_previous_exception_headers,
         "max_header_bytes": expected.max_header_bytes,
         "naming": expected.naming,
+        "cause": expected.cause,
     }
 
 
@@ -639,17 +640,13 @@ def test_reuse_with_a_single_retry_names_it_with_the_bare_suffix_as_spring_does(
     assert topology.next_tier(topology.retry_tiers[0]) is None
 
 
-def test_reuse_only_collapses_the_trailing_run() -> None:
-    # 10, 5, 10, 10: only the trailing 10s collapse; the first 10 keeps its own topic
-    topology = make(
-        attempts=5, reuse_same_interval=True, topic_suffixing="delay",
-        backoff=BackOff("custom", delays=(10_000, 5_000, 10_000, 10_000)),
-    )
-    assert [(t.topic, t.delay_ms, t.reusable) for t in topology.retry_tiers] == [
-        ("orders-retry-10000-0", 10_000, False),
-        ("orders-retry-5000", 5_000, False),
-        ("orders-retry-10000-1", 10_000, True),
-    ]
+def test_reuse_with_the_last_delay_repeated_earlier_is_an_error() -> None:
+    # 10, 5, 10, 10: Spring assumes repeats are at the end (v3.2.10 DestinationTopicPropertiesFactory.java:222)
+    # and would give 10000 a reusable topic that 5000 comes after; refuse it, naming the delays.
+    with pytest.raises(TopologyError, match=r"10000 ms repeats earlier in \[10000, 5000, 10000, 10000\]") as info:
+        make(attempts=5, reuse_same_interval=True, topic_suffixing="delay",
+             backoff=BackOff("custom", delays=(10_000, 5_000, 10_000, 10_000)))
+    assert info.value.field == "reuse_same_interval"
 
 
 def test_without_reuse_equal_delays_get_separate_topics() -> None:
@@ -845,7 +842,7 @@ def test_unknown_key_without_close_match_lists_known_keys(tmp_path: Path) -> Non
          "known keys: kind, initial, multiplier, max"),
         ("{kind: fixed, delay_ms: 10s}", "backoff.delay_ms", "did you mean 'delay'?"),
         ("{kind: fixed, initial: 1s}", "backoff.initial", "known keys: kind, delay"),
-        ("{kind: custom, delay: 1s}", "backoff.delay", "did you mean 'delays'?"),
+        ("{kind: custom, delay: 1s, delays: [1s]}", "backoff.delay", "did you mean 'delays'?"),
     ],
 )
 def test_unknown_backoff_key(tmp_path: Path, backoff: str, field: str, fragment: str) -> None:
@@ -866,12 +863,19 @@ def test_unknown_headers_key(tmp_path: Path) -> None:
     [
         ("group_id: orders-service\n", "topic"),
         ("topic: orders\n", "group_id"),
-        ("attempts: 3\n", "topic"),
     ],
 )
 def test_missing_required(tmp_path: Path, text: str, field: str) -> None:
     error, path = load_error(tmp_path, text)
     assert str(error) == f"{path}: field '{field}': is required"
+
+
+def test_missing_both_required_keys_reports_both(tmp_path: Path) -> None:
+    error, path = load_error(tmp_path, "attempts: 3\n")
+    assert [(e.source, e.field, e.problem) for e in error.errors] == [
+        (str(path), "topic", "is required"), (str(path), "group_id", "is required")]
+    assert str(error) == (f"2 problems:\n  - {path}: field 'topic': is required\n"
+                          f"  - {path}: field 'group_id': is required")
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,18 @@ def test_entry_point_returns_the_provider_info():
     info = entry.load()()
     assert info["package-name"] == "airflow-kafka-retry"
     assert info["versions"] == [__version__]
-    modules = [m for kind in ("hooks", "operators") for item in info[kind] for m in item["python-modules"]]
+    kinds = [kind for kind in ("hooks", "operators", "sensors", "triggers") if kind in info]
+    modules = [m for kind in kinds for item in info[kind] for m in item["python-modules"]]
     assert modules
     for module in modules:
         importlib.import_module(module)
+
+
+def test_sensor_trigger_and_dlt_watch_are_registered():
+    info = entry_points(group="apache_airflow_provider")
+    [entry] = [e for e in info if e.value.startswith("airflow_kafka_retry")]
+    listed = {kind: [m for item in entry.load()().get(kind, []) for m in item["python-modules"]]
+              for kind in ("operators", "sensors", "triggers")}
+    assert "airflow_kafka_retry.sensors.tier_due" in listed["sensors"]
+    assert "airflow_kafka_retry.triggers.tier_due" in listed["triggers"]
+    assert "airflow_kafka_retry.operators.dlt_watch" in listed["operators"]

@@ -1,0 +1,175 @@
+"""Watching dead-letter topics: read what arrived since the watch group's last commit, summarise, commit.
+
+Two steps, so the caller can act between them (call notifiers) and commit only afterwards:
+:func:`scan_new_records` reads every DLT partition from the watch group's committed offset to the
+end seen with the first fetch (partition EOF or the high watermark carried by fetch responses, not
+ListOffsets) and feeds a :class:`DltWatchSummary` (counts and capped coordinates, never payloads);
+:func:`commit_offsets` then commits where the scan stopped. Reading never commits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
+from airflow_kafka_retry.policy.headers import read_exception_classes, read_original_coordinates
+
+TopicPartitionKey = tuple[str, int]
+UNKNOWN_EXCEPTION = "<no exception header>"
+
+
+class DltWatchError(RuntimeError):
+    """A DLT could not be read or the watch group not committed; the message names topic and partition."""
+
+
+@dataclass
+class DltWatchSummary:
+    """New DLT records, counted per exception class, cause class and DLT topic, with capped coordinates.
+
+    ``dead_letters`` entries use the run summary's field names: ``topic``/``partition``/``offset`` is
+    where the record first failed (its ``kafka_original-*`` or ``kafka_dlt-original-*`` headers; None
+    when it carries none), ``dlt_topic``/``dlt_partition``/``dlt_offset`` where it sits now.
+    """
+
+    group: str
+    coordinate_cap: int = 100
+    records: int = 0
+    dead_lettered: Counter[str] = field(default_factory=Counter)  # exception class -> records
+    causes: Counter[str] = field(default_factory=Counter)  # cause class -> records (where a cause is named)
+    dlt_topics: Counter[str] = field(default_factory=Counter)  # DLT topic -> records
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
+    dead_letters_truncated: int = 0
+
+    def add(self, message: Message) -> None:
+        headers = message.headers()
+        exception, cause = read_exception_classes(headers)
+        exception = exception or UNKNOWN_EXCEPTION
+        self.records += 1
+        self.dead_lettered[exception] += 1
+        if cause:
+            self.causes[cause] += 1
+        self.dlt_topics[message.topic()] += 1
+        if len(self.dead_letters) >= self.coordinate_cap:
+            self.dead_letters_truncated += 1
+            return
+        original = read_original_coordinates(headers)
+        self.dead_letters.append({
+            "topic": original.topic, "partition": original.partition, "offset": original.offset,
+            "exception": exception, "cause": cause, "consumer_group": original.consumer_group,
+            "dlt_topic": message.topic(), "dlt_partition": message.partition(), "dlt_offset": message.offset(),
+        })
+
+    def totals(self) -> dict[str, Any]:
+        return {"new_records": self.records, "dead_lettered": dict(sorted(self.dead_lettered.items())),
+                "causes": dict(sorted(self.causes.items())), "dlt_topics": dict(sorted(self.dlt_topics.items()))}
+
+
+@dataclass(frozen=True)
+class DltScan:
+    """Where the scan started and stopped per partition (next offsets to commit where it read anything)."""
+
+    group: str
+    start_offsets: dict[TopicPartitionKey, int]  # committed before the scan; negative: nothing committed
+    next_offsets: dict[TopicPartitionKey, int]  # only partitions where records were read
+
+    def ranges(self) -> dict[str, dict[str, int | None]]:
+        return {f"{t}[{p}]": {"from": start if start >= 0 else None, "to": self.next_offsets.get((t, p))}
+                for (t, p), start in sorted(self.start_offsets.items())}
+
+
+def _where(keys: Sequence[TopicPartitionKey]) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(keys))
+
+
+def _committed(consumer: Consumer, keys: list[TopicPartitionKey], timeout_s: float) -> dict[TopicPartitionKey, int]:
+    try:
+        found = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
+    except KafkaException as exc:
+        raise DltWatchError(f"{_where(keys)}: cannot read the committed offsets: {exc}") from exc
+    offsets = {}
+    for tp in found:
+        if tp.error is not None:
+            raise DltWatchError(f"{tp.topic}[{tp.partition}]: cannot read the committed offset: {tp.error}")
+        offsets[(tp.topic, tp.partition)] = tp.offset
+    return offsets
+
+
+def scan_new_records(kafka_config: Mapping[str, Any], topics: Sequence[str], group: str, summary: DltWatchSummary, *,
+                     timeout_s: float = 120.0, poll_timeout_s: float = 0.5) -> DltScan:
+    """Read every record of ``topics`` after ``group``'s committed offsets into ``summary``; commit nothing.
+
+    Records appended after a partition's first fetch are left for the next scan. A
+    :class:`DltWatchError` names the partitions that did not reach their end within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    with open_consumer(kafka_config, group) as consumer:
+        try:
+            counts = partition_counts(consumer, list(topics), timeout=max(0.1, deadline - time.monotonic()))
+        except KafkaConfigError as exc:
+            raise DltWatchError(str(exc)) from exc
+        keys = [(t, p) for t in topics for p in range(counts[t])]
+        start = _committed(consumer, keys, max(0.1, deadline - time.monotonic()))
+        consumer.assign([TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()])
+        try:
+            next_offsets = _read_to_end(consumer, summary, set(keys), deadline, poll_timeout_s)
+        finally:
+            consumer.unassign()
+    return DltScan(group, start, next_offsets)
+
+
+def _read_to_end(consumer: Consumer, summary: DltWatchSummary, open_keys: set[TopicPartitionKey], deadline: float,
+                 poll_timeout_s: float) -> dict[TopicPartitionKey, int]:
+    ends: dict[TopicPartitionKey, int] = {}  # high watermark seen with a partition's first fetch
+    next_offsets: dict[TopicPartitionKey, int] = {}
+
+    def finish(key: TopicPartitionKey) -> None:
+        open_keys.discard(key)
+        consumer.pause([TopicPartition(*key)])
+
+    while open_keys:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise DltWatchError(f"{_where(list(open_keys))}: no records and no end-of-partition from the broker "
+                                "before the scan timed out; nothing was committed")
+        message = consumer.poll(min(poll_timeout_s, remaining))
+        if message is None:
+            continue
+        key = (message.topic(), message.partition())
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                finish(key)
+                continue
+            raise DltWatchError(f"{key[0]}[{key[1]}]: read failed: {error}; nothing was committed")
+        if key not in open_keys:
+            continue
+        if key not in ends:
+            ends[key] = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
+        if 0 <= ends[key] <= message.offset():
+            finish(key)  # appended after the scan started: left for the next one
+            continue
+        summary.add(message)
+        next_offsets[key] = message.offset() + 1
+    return next_offsets
+
+
+def commit_offsets(kafka_config: Mapping[str, Any], group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
+    """Commit ``(topic, partition) -> next offset`` for ``group``; a DltWatchError names what failed."""
+    if not offsets:
+        return
+    with open_consumer(kafka_config, group) as consumer:
+        try:
+            result = consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
+                                     asynchronous=False)
+        except KafkaException as exc:
+            raise DltWatchError(f"{_where(list(offsets))}: cannot commit group {group!r}: {exc}") from exc
+        failed = [tp for tp in result or () if tp.error is not None]
+        if failed:
+            raise DltWatchError("; ".join(f"{tp.topic}[{tp.partition}]: cannot commit group {group!r}: {tp.error}"
+                                          for tp in failed))

@@ -1,0 +1,152 @@
+"""Peeking at the head of each partition of a tier: the first record after the group's committed offset.
+
+What a due check needs, and nothing more: per partition, whether a record is pending and when
+the first one is due. Reading never commits and never moves the group. The end of a partition is
+taken from partition EOF, as the drain does (not from ListOffsets, whose high watermark some
+brokers get wrong). No Airflow import: the tier-due trigger calls this in a worker thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
+from airflow_kafka_retry.policy.headers import read_due_ms
+
+
+class PeekError(RuntimeError):
+    """A tier's partitions could not be peeked at; the message names topic and partition(s)."""
+
+
+@dataclass(frozen=True)
+class PartitionHead:
+    """The first pending record of a partition.
+
+    :param partition: the partition.
+    :param offset: the record's offset (the group's committed offset, or the first readable one).
+    :param due_ms: its ``retry_topic-backoff-timestamp``; ``None`` when it carries none (a main-topic
+        or DLT record, a Spring record without back-off header): such a record is due at once.
+    :param timestamp_ms: the record's own timestamp.
+    """
+
+    partition: int
+    offset: int
+    due_ms: int | None
+    timestamp_ms: int | None = None
+
+    def due_at(self, now_ms: int) -> int:
+        """When the record is (or was) due; a record without due header counts as due at ``now_ms``."""
+        return self.due_ms if self.due_ms is not None else now_ms
+
+    def is_due(self, now_ms: int) -> bool:
+        return self.due_at(now_ms) <= now_ms
+
+
+@dataclass(frozen=True)
+class TierPeek:
+    """What a peek saw: every partition looked at, and the head of those with a pending record."""
+
+    topic: str
+    group: str
+    partitions: tuple[int, ...]
+    heads: tuple[PartitionHead, ...]
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.heads)
+
+    @property
+    def idle_partitions(self) -> list[int]:
+        busy = {h.partition for h in self.heads}
+        return [p for p in self.partitions if p not in busy]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "group": self.group, "partitions": list(self.partitions),
+                "heads": [{"partition": h.partition, "offset": h.offset, "due_ms": h.due_ms,
+                           "timestamp_ms": h.timestamp_ms} for h in self.heads]}
+
+
+def _where(topic: str, partitions: Iterable[int]) -> str:
+    return f"{topic}[{', '.join(str(p) for p in sorted(partitions))}]"
+
+
+def _committed(consumer: Consumer, topic: str, partitions: Sequence[int], timeout_s: float) -> dict[int, int]:
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
+    except KafkaException as exc:
+        raise PeekError(f"{_where(topic, partitions)}: cannot read the committed offsets: {exc}") from exc
+    offsets: dict[int, int] = {}
+    for tp in found:
+        if tp.error is not None:
+            raise PeekError(f"{topic}[{tp.partition}]: cannot read the committed offset: {tp.error}")
+        offsets[tp.partition] = tp.offset
+    return offsets
+
+
+def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadline: float,
+                poll_timeout_s: float) -> dict[int, PartitionHead | None]:
+    """Poll until every partition gave its first record or its end (EOF); ``None`` = nothing pending."""
+    found: dict[int, PartitionHead | None] = {}
+    while len(found) < len(partitions):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            missing = [p for p in partitions if p not in found]
+            raise PeekError(f"{_where(topic, missing)}: no record and no end-of-partition from the broker "
+                            "before the peek timed out")
+        message: Message | None = consumer.poll(min(poll_timeout_s, remaining))
+        if message is None:
+            continue
+        partition = message.partition()
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                found.setdefault(partition, None)
+                continue
+            where = f"{topic}[{partition}]" if partition is not None and partition >= 0 else _where(topic, partitions)
+            raise PeekError(f"{where}: peek failed: {error}")
+        if partition in found:
+            continue  # the head is known; later records of the partition do not matter
+        _, timestamp = message.timestamp()
+        found[partition] = PartitionHead(partition, message.offset(), read_due_ms(message.headers()),
+                                         timestamp if timestamp >= 0 else None)
+        consumer.pause([TopicPartition(topic, partition)])
+    return found
+
+
+def peek_heads(kafka_config: Mapping[str, Any], topic: str, group: str, *,
+               partitions: Sequence[int] | None = None, timeout_s: float = 30.0,
+               poll_timeout_s: float = 0.5) -> TierPeek:
+    """Peek at the first pending record of each partition of ``topic`` for consumer group ``group``.
+
+    Reading starts at the group's committed offset (the beginning where nothing is committed), with
+    ``read_committed`` isolation; nothing is committed and the group is never joined.
+
+    :param partitions: only these partitions (default: all of the topic's).
+    :param timeout_s: the whole peek must finish within this; a :class:`PeekError` names the
+        partitions that gave neither a record nor their end in time.
+    """
+    deadline = time.monotonic() + timeout_s
+    with open_consumer(kafka_config, group) as consumer:
+        if partitions is None:
+            try:
+                count = partition_counts(consumer, [topic], timeout=max(0.1, deadline - time.monotonic()))[topic]
+            except KafkaConfigError as exc:
+                raise PeekError(str(exc)) from exc
+            partitions = range(count)
+        chosen = sorted(set(partitions))
+        if not chosen:
+            return TierPeek(topic, group, (), ())
+        committed = _committed(consumer, topic, chosen, max(0.1, deadline - time.monotonic()))
+        consumer.assign([TopicPartition(topic, p, offset if offset >= 0 else OFFSET_BEGINNING)
+                         for p, offset in committed.items()])
+        try:
+            found = _read_heads(consumer, topic, chosen, deadline, poll_timeout_s)
+        finally:
+            consumer.unassign()
+    heads = tuple(h for p in chosen if (h := found[p]) is not None)
+    return TierPeek(topic, group, tuple(chosen), heads)

@@ -1,0 +1,110 @@
+"""``DltWatchOperator``: notice new records in a topology's dead-letter topics and call the DLT notifiers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary, commit_offsets, scan_new_records
+from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.topology import Topology, load_topology
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: The watch group of a topology, unless ``consumer_group`` names one.
+WATCH_GROUP_TEMPLATE = "{group_id}-dlt-watch"
+
+
+class DltWatchOperator(BaseOperator):
+    """Report records that arrived in any dead-letter topic of a topology since the last run.
+
+    It reads every DLT of the topology (the main DLT and exception-specific ones) from its own
+    consumer group's committed offset to the end, and summarises what it found: counts per
+    exception class and per cause class (from either Spring header family, ``kafka_exception-*``
+    or ``kafka_dlt-exception-*``, so records a Spring service dead-lettered count too), per DLT
+    topic, and the coordinates of up to ``coordinate_cap`` records (where each first failed and
+    where it sits now). Never payloads.
+
+    When there are new records, each ``on_dlt`` notifier is called once with the summary in
+    ``context["kafka_retry_summary"]``; a notifier that raises is logged and fails nothing. Only
+    after the notifiers were called is the watch group committed, so a run that dies before that
+    reports the same records again next time; no new records means no notification. The summary
+    is the task's return value (XCom). DLT records are only read: nothing is moved or deleted. The
+    first run of a new watch group reports everything the DLTs hold.
+
+    :param topology: a :class:`~airflow_kafka_retry.policy.topology.Topology` or the path of its
+        YAML file. (templated)
+    :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
+    :param on_dlt: a notifier or a list of them: ``BaseNotifier`` instances (Slack, SMTP, ...) or
+        callables ``f(context)``.
+    :param consumer_group: the watch's own group; default ``<group_id>-dlt-watch``. (templated)
+    :param coordinate_cap: at most this many record coordinates in the summary (the rest are counted).
+    :param scan_timeout: seconds the scan may take before the task fails (nothing committed).
+    """
+
+    template_fields: Sequence[str] = ("topology", "kafka_conn_id", "consumer_group")
+    ui_color = "#f7d6d0"
+
+    def __init__(
+        self,
+        *,
+        topology: Topology | str | Path,
+        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        on_dlt: Notifier | Sequence[Notifier] | None = (),
+        consumer_group: str | None = None,
+        coordinate_cap: int = 100,
+        scan_timeout: float = 120.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if isinstance(coordinate_cap, bool) or not isinstance(coordinate_cap, int) or coordinate_cap < 0:
+            raise ValueError(f"coordinate_cap must be a non-negative integer, got {coordinate_cap!r}")
+        self.topology = str(topology) if isinstance(topology, Path) else topology
+        self.kafka_conn_id = kafka_conn_id
+        self.on_dlt = normalize_notifiers(on_dlt)
+        self.consumer_group = consumer_group
+        self.coordinate_cap = coordinate_cap
+        self.scan_timeout = scan_timeout
+
+    def _topology(self) -> Topology:
+        return self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        topology = self._topology()
+        topics = [t.topic for t in topology.dlt_tiers]
+        group = self.consumer_group or WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id)
+        started = wall_clock_ms()
+        summary = DltWatchSummary(group=group, coordinate_cap=self.coordinate_cap)
+        kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
+        scan = scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout) if topics else None
+        result = {
+            "kind": "dlt_watch",
+            "topology": topology.source,
+            "group": group,
+            "dlt_topics_watched": topics,
+            "started_ms": started,
+            "finished_ms": wall_clock_ms(),
+            "totals": summary.totals(),
+            "dead_letters": summary.dead_letters,
+            "dead_letters_truncated": summary.dead_letters_truncated,
+            "offsets": scan.ranges() if scan else {},
+        }
+        if not topics:
+            self.log.info("%s has no DLT (dlt_strategy: no_dlt): nothing to watch", topology.source)
+            return {**result, "notifiers": {"called": 0, "succeeded": 0}}
+        if summary.records:
+            self.log.warning("%s new record(s) in %s: %s", summary.records, ", ".join(sorted(summary.dlt_topics)),
+                             ", ".join(f"{n} x {cls}" for cls, n in sorted(summary.dead_lettered.items())))
+            succeeded = notify_dlt(self.on_dlt, context, result)
+            result["notifiers"] = {"called": len(self.on_dlt), "succeeded": succeeded}
+        else:
+            self.log.info("no new records in %s since the last watch", ", ".join(topics))
+            result["notifiers"] = {"called": 0, "succeeded": 0}
+        commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
+        return result

@@ -1,0 +1,1 @@
+"""Airflow triggers of the Kafka retry provider (serializable; they take connection ids, never configurations)."""
