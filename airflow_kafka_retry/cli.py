@@ -110,7 +110,8 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         try:
             summary = run_spark_submit(topology_path=args.topology, tier=args.tier, options=options,
                                        kafka_config=kafka_config, master=args.master, cutoff_ms=args.cutoff_ms,
-                                       partitions=partitions, on_output=echo, conf=_spark_conf(args.conf))
+                                       partitions=partitions, on_output=echo, conf=_spark_conf(args.conf),
+                                       allow_unencrypted_secrets=args.allow_unencrypted_secrets)
         except SparkSubmitError as exc:
             return _fail(str(exc), EXIT_FAILED)
     else:
@@ -162,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--master", default="local[2]", help="Spark master for --engine spark")
     drain.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="Spark property for --engine spark (repeatable; never put credentials here)")
+    drain.add_argument("--allow-unencrypted-secrets", action="store_true",
+                       help="--engine spark with a non-local master: send Kafka secrets to executors even though "
+                            "spark.authenticate and spark.network.crypto.enabled are not both true")
     drain.add_argument("--batch-size", type=int, default=100)
     drain.add_argument("--chunk-size", type=int, default=1000, help="records per Kafka transaction")
     drain.add_argument("--max-records", type=int, default=None, help="per partition")

@@ -7,6 +7,7 @@ from typing import Any
 
 def get_provider_info() -> dict[str, Any]:
     from airflow_kafka_retry import __version__
+    from airflow_kafka_retry.plugin.settings import provider_config
 
     return {
         "package-name": "airflow-kafka-retry",
@@ -39,5 +40,7 @@ def get_provider_info() -> dict[str, Any]:
         "triggers": [
             {"integration-name": "Kafka Retry Tiers", "python-modules": ["airflow_kafka_retry.triggers.tier_due"]}
         ],
+        "plugins": [{"name": "kafka_retry_tiers", "plugin-class": "airflow_kafka_retry.plugin.plugin.RetryTiersPlugin"}],
+        "config": provider_config(),
         "notifications": ["airflow_kafka_retry.notifications.dlt_log.DltLogNotifier"],
     }

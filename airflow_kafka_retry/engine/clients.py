@@ -40,6 +40,10 @@ def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str,
     config = {k: v for k, v in kafka_config.items() if not any(k == d or k.startswith(d) for d in drop)
               and k not in _ENGINE_OWNED}
     config.setdefault("logger", CLIENT_LOGGER)
+    if isinstance(config.get("oauth_cb"), str):  # 'module:function', as it travels to Spark executors
+        from airflow_kafka_retry.engine.loading import load_callable
+
+        config["oauth_cb"] = load_callable(config["oauth_cb"], what="oauth_cb")
     return config
 
 

@@ -99,7 +99,7 @@ class TopicsReport:
 
 def ensure_retry_topics(topology: Topology, kafka_config: Mapping[str, Any], *, replication_factor: int = -1,
                         timeout: float = 30.0) -> TopicsReport:
-    """Create the missing retry and DLT topics of ``topology``, sized after its main topic.
+    """Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
 
     Each new topic gets the main topic's partition count and, when the main topic reports one, its
     ``max.message.bytes``. Existing retry/DLT topics are checked against the same two settings;

@@ -57,7 +57,7 @@ def test_creates_missing_topics_sized_after_the_main_topic(kafka_bootstrap, topo
     report = ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
     others = topology_topics(topology)[1:]
     assert others == [f"{topology.topic}-retry-1", f"{topology.topic}-retry-2", f"{topology.topic}-dlt",
-                      f"{topology.topic}-validation-dlt"]
+                      f"{topology.topic}-validation-dlt", f"{topology.topic}-parking"]
     assert (report.created, report.existing, report.mismatches) == (others, [], [])
     assert (report.partitions, report.max_message_bytes) == (3, MAIN_LIMIT)
     assert _describe(kafka_bootstrap, others) == {t: (3, str(MAIN_LIMIT)) for t in others}
@@ -67,13 +67,13 @@ def test_creates_missing_topics_sized_after_the_main_topic(kafka_bootstrap, topo
 
 
 def test_existing_topics_smaller_than_the_main_topic_are_each_reported(kafka_bootstrap, topology):
-    main, retry1, retry2, dlt, validation = topology_topics(topology)
+    main, retry1, retry2, dlt, validation, parking = topology_topics(topology)
     create_topics(kafka_bootstrap, [main], 4, config={"max.message.bytes": str(MAIN_LIMIT)})
     create_topics(kafka_bootstrap, [retry1], 2, config={"max.message.bytes": str(MAIN_LIMIT)})  # fewer partitions
     create_topics(kafka_bootstrap, [dlt], 6, config={"max.message.bytes": "1000"})  # smaller limit
     create_topics(kafka_bootstrap, [validation], 1, config={"max.message.bytes": "999"})  # both
     report = ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
-    assert report.created == [retry2] and report.existing == [retry1, dlt, validation]
+    assert report.created == [retry2, parking] and report.existing == [retry1, dlt, validation]
     found = [(m.topic, m.setting, m.actual, m.required) for m in report.mismatches]
     assert found == [(retry1, "partitions", 2, 4), (dlt, "max.message.bytes", 1000, MAIN_LIMIT),
                      (validation, "partitions", 1, 4), (validation, "max.message.bytes", 999, MAIN_LIMIT)]

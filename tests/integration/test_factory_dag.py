@@ -25,6 +25,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
+from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
@@ -111,7 +112,7 @@ def test_factory_dag_drains_a_tier_in_airflow_dags_test(kafka_bootstrap, tmp_pat
     try:
         _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt)
     finally:
-        delete_topics(kafka_bootstrap, [main, retry1, retry2, dlt])
+        delete_topics(kafka_bootstrap, topology_topics(topology))
 
 
 def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt):
@@ -144,7 +145,7 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
                               'AND "key" = '"'return_value'", tier1_dag)
     ensured = json.loads(ensured)
     assert (ensured["created"], ensured["existing"], ensured["mismatches"], ensured["partitions"]) == (
-        [retry2, dlt], [retry1], [], PARTITIONS)
+        [retry2, dlt, topology.parking_topic], [retry1], [], PARTITIONS)
 
     # due records processed, failures moved on, the not-yet-due records left where they are
     modes = Counter(mode for rid, (mode, _, _) in records.items() if not rid.startswith("later"))

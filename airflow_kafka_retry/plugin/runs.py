@@ -1,0 +1,47 @@
+"""The last runs of a tier's DAG, with the run summary its ``reprocess`` task pushed to XCom (counts only)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+REPROCESS_TASK_ID = "reprocess"
+
+
+def _summary_brief(value: Any) -> dict[str, Any] | None:
+    if isinstance(value, (str, bytes)):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict) or "totals" not in value:
+        return None
+    keep = ("status", "engine", "duration_s", "stopped", "cutoff_ms")
+    return {**{k: value.get(k) for k in keep if k in value}, "totals": value["totals"]}
+
+
+def last_runs(dag_id: str, limit: int) -> list[dict[str, Any]]:
+    """Newest first: run id, state, times and the reprocess summary's totals (never payloads)."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        runs = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id)
+                               .order_by(DagRun.run_after.desc()).limit(limit)).all()
+        values: dict[str, Any] = {}
+        if runs:
+            rows = session.execute(select(XComModel.run_id, XComModel.key, XComModel.value).where(
+                XComModel.dag_id == dag_id, XComModel.task_id == REPROCESS_TASK_ID,
+                XComModel.key.in_(("return_value", "summary")),
+                XComModel.run_id.in_([r.run_id for r in runs]))).all()
+            for run_id, key, value in rows:
+                if key == "return_value" or run_id not in values:
+                    values[run_id] = value
+        return [{"run_id": r.run_id, "state": str(r.state) if r.state else None,
+                 "run_after": r.run_after.isoformat() if r.run_after else None,
+                 "start_date": r.start_date.isoformat() if r.start_date else None,
+                 "end_date": r.end_date.isoformat() if r.end_date else None,
+                 "summary": _summary_brief(values.get(r.run_id))} for r in runs]

@@ -1,0 +1,65 @@
+"""Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`` Airflow config section.
+
+``topologies``: comma-separated topology files or glob patterns (default: ``topologies/*.yaml`` and
+``*.yml`` under the DAGs folder). ``kafka_conn_id``: the connection the server reads Kafka with.
+``dag_id_template`` / ``replay_dag_id_template``: how tier and replay DAGs are named, as in
+``build_retry_dags`` / ``build_dlt_replay_dag``. ``timeout``: seconds a broker may take per topic.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from dataclasses import dataclass
+
+SECTION = "kafka_retry"
+#: option -> (default, type, description); also published as the provider's config (get_provider_info).
+OPTIONS: dict[str, tuple[str, str, str]] = {
+    "topologies": ("{dags_folder}/topologies/*.yaml,{dags_folder}/topologies/*.yml", "string",
+                   "Comma-separated topology files or glob patterns the Retry tiers view shows."),
+    "kafka_conn_id": ("kafka_default", "string", "The Kafka connection the API server reads the topics with."),
+    "dag_id_template": ("kafka_retry__{topic}", "string", "How tier DAGs are named (build_retry_dags)."),
+    "replay_dag_id_template": ("kafka_dlt_replay__{topic}", "string",
+                               "How DLT replay DAGs are named (build_dlt_replay_dag), from the main topic."),
+    "timeout": ("10", "float", "Seconds the broker may take per topic before the view reports it."),
+    "runs": ("5", "integer", "How many recent runs of each tier DAG the view lists."),
+}
+
+
+def provider_config() -> dict[str, object]:
+    """The ``config`` entry of ``get_provider_info()``."""
+    return {SECTION: {"description": "The \"Retry tiers\" view in the Airflow UI.", "options": {
+        key: {"description": text, "version_added": "0.1.0", "type": kind, "example": None, "default": default}
+        for key, (default, kind, text) in OPTIONS.items()}}}
+
+
+@dataclass(frozen=True)
+class ViewSettings:
+    topologies: tuple[str, ...]
+    kafka_conn_id: str
+    dag_id_template: str
+    replay_dag_id_template: str
+    timeout_s: float
+    runs: int
+
+    def topology_files(self) -> list[str]:
+        """The topology files the patterns match, in a stable order (a path that exists counts as itself)."""
+        found: list[str] = []
+        for pattern in self.topologies:
+            matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+            found.extend(m for m in matches if m not in found and (os.path.isfile(m) or not glob.has_magic(pattern)))
+        return found
+
+
+def load_settings() -> ViewSettings:
+    from airflow.providers.common.compat.sdk import conf
+
+    def get(key: str) -> str:
+        return conf.get(SECTION, key, fallback=OPTIONS[key][0])
+
+    dags_folder = conf.get("core", "dags_folder")
+    patterns = tuple(p.strip().replace("{dags_folder}", dags_folder) for p in get("topologies").split(",")
+                     if p.strip())
+    return ViewSettings(topologies=patterns, kafka_conn_id=get("kafka_conn_id"),
+                        dag_id_template=get("dag_id_template"), replay_dag_id_template=get("replay_dag_id_template"),
+                        timeout_s=float(get("timeout")), runs=int(get("runs")))
