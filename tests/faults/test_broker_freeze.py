@@ -36,12 +36,19 @@ MODES = ("ok", "transient:1", "permanent", "fatal", "transient:2")
 
 @contextlib.contextmanager
 def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
-    """Patch the router: at the ``on``-th chunk, SIGSTOP ``pid`` at ``point``, SIGCONT it ``FREEZE_S`` later."""
-    original = Router._produce
-    seen, log = [0], []
+    """Patch the router: at the ``on``-th chunk of partition 0, SIGSTOP ``pid`` at ``point``, SIGCONT it
+    ``FREEZE_S`` later (partitions may run in parallel: the count is partition 0's alone)."""
+    original, original_commit = Router._produce, Router.commit
+    seen, log, source = [0], [], threading.local()
+
+    def commit(self, tp, routed):
+        source.partition = tp.partition
+        return original_commit(self, tp, routed)
 
     def produce(self, routed, failures):
         original(self, routed, failures)
+        if getattr(source, "partition", None) != 0:
+            return
         seen[0] += 1
         if seen[0] != on:
             return
@@ -51,11 +58,11 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
         log.append(f"froze the broker at {point} of chunk {on} ({len(routed)} routed records)")
         threading.Timer(FREEZE_S, os.kill, (pid, signal.SIGCONT)).start()
 
-    Router._produce = produce
+    Router._produce, Router.commit = produce, commit
     try:
         yield log
     finally:
-        Router._produce = original
+        Router._produce, Router.commit = original, original_commit
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
 
