@@ -80,6 +80,7 @@ def _options(args: argparse.Namespace) -> Any:
         batch_size=args.batch_size, chunk_size=args.chunk_size, max_records=args.max_records,
         in_place_attempts=args.in_place_attempts, in_place_backoff_ms=args.in_place_backoff_ms,
         transactional=not args.no_transactions, consumer_group=args.group,
+        handler_timeout_s=args.handler_timeout,
     )
 
 
@@ -109,7 +110,8 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         try:
             summary = run_spark_submit(topology_path=args.topology, tier=args.tier, options=options,
                                        kafka_config=kafka_config, master=args.master, cutoff_ms=args.cutoff_ms,
-                                       partitions=partitions, on_output=echo, conf=_spark_conf(args.conf))
+                                       partitions=partitions, on_output=echo, conf=_spark_conf(args.conf),
+                                       allow_unencrypted_secrets=args.allow_unencrypted_secrets)
         except SparkSubmitError as exc:
             return _fail(str(exc), EXIT_FAILED)
     else:
@@ -164,15 +166,21 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--master", default="local[2]", help="Spark master for --engine spark")
     drain.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                        help="Spark property for --engine spark (repeatable; never put credentials here)")
+    drain.add_argument("--allow-unencrypted-secrets", action="store_true",
+                       help="--engine spark with a non-local master: send Kafka secrets to executors even though "
+                            "spark.authenticate and spark.network.crypto.enabled are not both true")
     drain.add_argument("--batch-size", type=int, default=100)
-    drain.add_argument("--chunk-size", type=int, default=1000, help="records per Kafka transaction")
+    drain.add_argument("--chunk-size", type=int, default=5000, help="records per Kafka transaction")
     drain.add_argument("--max-records", type=int, default=None, help="per partition")
     drain.add_argument("--in-place-attempts", type=int, default=0)
     drain.add_argument("--in-place-backoff-ms", type=int, default=0)
     drain.add_argument("--no-transactions", action="store_true", help="idempotent produce, then commit")
+    drain.add_argument("--handler-timeout", type=float, default=None, metavar="SECONDS",
+                       help="fail a handler call that runs longer (its record is isolated and routed as a failure)")
     drain.add_argument("--group", default=None, help="override the tier's consumer group")
     drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
-    drain.add_argument("--parallelism", type=int, default=1, help="partitions at once (local engine)")
+    drain.add_argument("--parallelism", type=int, default=None,
+                       help="partitions at once (local engine; default: cores + 1, at most 8)")
     drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
     _add_kafka_args(drain)
     drain.set_defaults(func=_cmd_drain)

@@ -39,3 +39,12 @@ class UnisolatedFailure(RuntimeError):
                          "ran out before this record was tried on its own")
         self.batch_error = batch_error
         self.__suppress_context__ = True
+
+
+class HandlerTimeoutError(TimeoutError):
+    """A handler call did not return within the run's ``handler_timeout``.
+
+    Retryable by default (a ``TimeoutError``), so a record that hangs follows the retry tiers;
+    list ``airflow_kafka_retry.errors.HandlerTimeoutError`` in ``not_retryable`` to send it
+    straight to the DLT instead.
+    """

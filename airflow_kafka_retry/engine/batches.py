@@ -94,14 +94,24 @@ class BatchRunner:
         self.stats = BatchStats()
 
     def run(self, records: Sequence[TierRecord]) -> list[Outcome]:
-        outcomes: dict[int, Outcome] = {}
+        """One outcome per record, in input order."""
+        failed = dict(self.run_failures(records))
+        return [failed.get(i) or Outcome(record) for i, record in enumerate(records)]
+
+    def run_failures(self, records: Sequence[TierRecord]) -> list[tuple[int, Outcome]]:
+        """``(position in records, outcome)`` of every record whose first call failed, in input order.
+
+        An in-place retry may have recovered such a record since (``outcome.failed`` is then false).
+        The drain's path: records that succeed at once cost no outcome object.
+        """
+        failed: dict[int, Outcome] = {}
         for start in range(0, len(records), self.batch_size):
             batch = list(records[start : start + self.batch_size])
             budget = [self.max_extra_calls]
-            self._run_batch(batch, outcomes, budget, extra=False)
-        result = [outcomes[id(r)] for r in records]
-        for outcome in result:
-            if outcome.failed and self.in_place_attempts:
+            self._run_batch(batch, start, failed, budget, extra=False)
+        result = sorted(failed.items())
+        if self.in_place_attempts:
+            for _, outcome in result:
                 self._retry_in_place(outcome)
         return result
 
@@ -126,52 +136,48 @@ class BatchRunner:
             ) from exc
         return index
 
-    def _run_batch(self, batch: list[TierRecord], outcomes: dict[int, Outcome], budget: list[int],
+    # ``base`` is the position of ``batch[0]`` in the records given to run_failures; ``failed`` maps
+    # positions to outcomes. Records not in ``failed`` when the run ends succeeded.
+    def _run_batch(self, batch: list[TierRecord], base: int, failed: dict[int, Outcome], budget: list[int],
                    *, extra: bool) -> None:
         while batch:
             error = self._call(batch, extra=extra)
             if error is None:
-                for record in batch:
-                    outcomes[id(record)] = Outcome(record)
                 return
             if isinstance(error, BatchFailedError):
                 index = self._check_index(error, batch)
-                for record in batch[:index]:
-                    outcomes[id(record)] = Outcome(record)
-                outcomes[id(batch[index])] = Outcome(batch[index], error.cause or error)
+                failed[base + index] = Outcome(batch[index], error.cause or error)
                 batch = batch[index + 1 :]
+                base += index + 1
                 extra = True  # redelivering the rest is part of handling the failure
                 continue
-            self._bisect(batch, error, outcomes, budget)
+            self._bisect(batch, base, error, failed, budget)
             return
 
-    def _bisect(self, batch: list[TierRecord], error: BaseException, outcomes: dict[int, Outcome],
+    def _bisect(self, batch: list[TierRecord], base: int, error: BaseException, failed: dict[int, Outcome],
                 budget: list[int]) -> None:
         if len(batch) == 1:
-            outcomes[id(batch[0])] = Outcome(batch[0], error)
+            failed[base] = Outcome(batch[0], error)
             return
         middle = len(batch) // 2
-        for half in (batch[:middle], batch[middle:]):
+        for half, half_base in ((batch[:middle], base), (batch[middle:], base + middle)):
             if budget[0] < 1:  # out of budget: this half is retried in a later tier
-                for record in half:
-                    outcomes[id(record)] = Outcome(record, UnisolatedFailure(error))
+                for i, record in enumerate(half):
+                    failed[half_base + i] = Outcome(record, UnisolatedFailure(error))
                 continue
             budget[0] -= 1
-            self._run_half(half, outcomes, budget)
+            self._run_half(half, half_base, failed, budget)
 
-    def _run_half(self, half: list[TierRecord], outcomes: dict[int, Outcome], budget: list[int]) -> None:
+    def _run_half(self, half: list[TierRecord], base: int, failed: dict[int, Outcome], budget: list[int]) -> None:
         error = self._call(half, extra=True)
         if error is None:
-            for record in half:
-                outcomes[id(record)] = Outcome(record)
-        elif isinstance(error, BatchFailedError):
+            return
+        if isinstance(error, BatchFailedError):
             index = self._check_index(error, half)
-            for record in half[:index]:
-                outcomes[id(record)] = Outcome(record)
-            outcomes[id(half[index])] = Outcome(half[index], error.cause or error)
-            self._run_batch(half[index + 1 :], outcomes, budget, extra=True)
+            failed[base + index] = Outcome(half[index], error.cause or error)
+            self._run_batch(half[index + 1 :], base + index + 1, failed, budget, extra=True)
         else:
-            self._bisect(half, error, outcomes, budget)
+            self._bisect(half, base, error, failed, budget)
 
     def _retry_in_place(self, outcome: Outcome) -> None:
         for _ in range(self.in_place_attempts):

@@ -18,10 +18,27 @@ _ENGINE_OWNED = ("enable.auto.commit", "enable.auto.offset.store", "isolation.le
                  "group.id", "transactional.id", "enable.idempotence")
 _CONSUMER_ONLY = ("auto.offset.reset", "session.timeout.ms", "max.poll.interval.ms", "fetch.", "group.",
                   "heartbeat.interval.ms", "partition.assignment.strategy", "isolation.level",
-                  "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "queued.")
+                  "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "queued.",
+                  "max.partition.fetch.bytes")
 _PRODUCER_ONLY = ("acks", "linger.ms", "batch.", "compression.", "transaction.timeout.ms", "delivery.timeout.ms",
                   "message.timeout.ms", "queue.buffering.", "retries", "enable.idempotence", "transactional.id")
 
+
+#: Bounds on what a consumer prefetches (librdkafka's defaults allow 64 MB queued and 50 MB per fetch
+#: per consumer, so memory would multiply with parallelism). A drain consumer reads one partition,
+#: a chunk at a time: a few MB ahead keeps its fetches flowing. User values win.
+PREFETCH_DEFAULTS: dict[str, int] = {
+    "queued.max.messages.kbytes": 4096,
+    "queued.min.messages": 2000,
+    "max.partition.fetch.bytes": 1_048_576,
+    "fetch.max.bytes": 4_194_304,
+    # once a bound is reached librdkafka pauses the partition's fetches for this long (default 1 s,
+    # which would stall a consumer that empties its queue in a few milliseconds)
+    "fetch.queue.backoff.ms": 10,
+}
+
+#: librdkafka's ``message.max.bytes`` for the engine's producer (below Kafka's 100 MiB request limit).
+PRODUCER_MAX_MESSAGE_BYTES = 100_000_000
 
 #: librdkafka's own log lines (disconnects, retries) go to Python logging, so Airflow task logs get them.
 CLIENT_LOGGER = logging.getLogger("airflow_kafka_retry.rdkafka")
@@ -37,6 +54,10 @@ def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str,
     config = {k: v for k, v in kafka_config.items() if not any(k == d or k.startswith(d) for d in drop)
               and k not in _ENGINE_OWNED}
     config.setdefault("logger", CLIENT_LOGGER)
+    if isinstance(config.get("oauth_cb"), str):  # 'module:function', as it travels to Spark executors
+        from airflow_kafka_retry.engine.loading import load_callable
+
+        config["oauth_cb"] = load_callable(config["oauth_cb"], what="oauth_cb")
     return config
 
 
@@ -46,6 +67,11 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
     # A drain reads to the end of the partition and stops: do not let the broker hold an empty
     # fetch for long (librdkafka's default is 500 ms per fetch).
     config.setdefault("fetch.wait.max.ms", 100)
+    for key, value in PREFETCH_DEFAULTS.items():
+        config.setdefault(key, value)
+    # a fetch must hold at least one partition's share and the largest message
+    config["fetch.max.bytes"] = max(config["fetch.max.bytes"], config["max.partition.fetch.bytes"],
+                                    config.get("message.max.bytes", 0))
     config.update({
         "group.id": group_id,
         "enable.auto.commit": False,
@@ -62,7 +88,12 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
 
 def producer_config(kafka_config: Mapping[str, Any], transactional_id: str | None) -> dict[str, Any]:
     config = _common(kafka_config, _CONSUMER_ONLY)
-    config.update({"enable.idempotence": True, "acks": "all"})
+    # The engine forwards records the cluster already accepted: the topic's max.message.bytes on the
+    # broker is the limit that counts, not librdkafka's 1 MB default (a 10 MB record must route).
+    config.setdefault("message.max.bytes", PRODUCER_MAX_MESSAGE_BYTES)
+    # A destination deleted during a run must fail the chunk, not be re-created by the broker with
+    # its default layout (partition count) behind the topology's back.
+    config.update({"enable.idempotence": True, "acks": "all", "allow.auto.create.topics": False})
     if transactional_id:
         config["transactional.id"] = transactional_id
     return config
@@ -83,7 +114,14 @@ def open_producer(kafka_config: Mapping[str, Any], transactional_id: str | None)
     try:
         yield producer
     finally:
-        producer.flush(10)
+        # A transactional producer has nothing to flush: commit_transaction flushed what was committed, and
+        # what is left belongs to a failed transaction. Flushing a fenced (fatal) one raises and then runs
+        # delivery callbacks with that exception set, masking the run's own error.
+        if transactional_id is None:
+            try:
+                producer.flush(10)
+            except KafkaException as exc:
+                CLIENT_LOGGER.debug("producer flush on close failed: %s", exc.args[0])
 
 
 def partition_counts(client: Consumer | Producer, topics: list[str], timeout: float = 10.0) -> dict[str, int]:

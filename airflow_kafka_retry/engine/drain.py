@@ -13,9 +13,10 @@ from typing import Literal
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from airflow_kafka_retry.policy.headers import read_due_ms
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
 
 StopReason = Literal["end", "not_due", "limit", "chunk"]
+_FETCH_BATCH = 500  # messages taken from the client's queue at once
 
 
 class DrainError(RuntimeError):
@@ -24,9 +25,16 @@ class DrainError(RuntimeError):
 
 @dataclass
 class Chunk:
-    """Due records read in one go, and where reading stopped."""
+    """Due records read in one go, and where reading stopped.
+
+    ``headers``, ``attempts`` and ``due_ms`` run parallel to ``messages``: each message's headers
+    (read once) and the attempt and due time they say, so nothing reads a record's headers twice.
+    """
 
     messages: list[Message] = field(default_factory=list)
+    headers: list[list[Header] | None] = field(default_factory=list)
+    attempts: list[int] = field(default_factory=list)
+    due_ms: list[int | None] = field(default_factory=list)
     next_offset: int | None = None  # offset to commit once every message has a home; None: nothing read
     stop: StopReason = "chunk"
     not_due_offset: int | None = None  # the first record that was not yet due, if that stopped the read
@@ -39,21 +47,26 @@ class PartitionReader:
     :param consumer: a consumer of the tier's group (read_committed, partition EOF on, no auto-commit).
     :param cutoff_ms: records due later than this stay for a later run.
     :param idle_timeout_s: give up when the broker sends neither records nor EOF for this long.
+    :param due_horizon_ms: a due time further than this after ``cutoff_ms`` is not believed (a
+        corrupt header must not hold the partition back forever): the record is due at once.
     """
 
     def __init__(self, consumer: Consumer, topic: str, partition: int, *, cutoff_ms: int,
-                 poll_timeout_s: float = 1.0, idle_timeout_s: float = 60.0) -> None:
+                 poll_timeout_s: float = 1.0, idle_timeout_s: float = 60.0,
+                 due_horizon_ms: int = MAX_BACKOFF_MS) -> None:
         self.consumer = consumer
         self.topic = topic
         self.partition = partition
         self.cutoff_ms = cutoff_ms
         self.poll_timeout_s = poll_timeout_s
         self.idle_timeout_s = idle_timeout_s
+        self.due_horizon_ms = due_horizon_ms
         self.start_offset = self._committed_offset()
         self.position = self.start_offset
-        self.end_offset: int | None = None  # high watermark seen with the first fetch
+        self.end_offset: int | None = None  # high watermark seen with the first fetch (-1: unknown)
         self.finished = False
-        self._pending: list[Message] = []
+        self._pending: list[Message] = []  # fetched, not yet read: self._pending[self._next:]
+        self._next = 0
         consumer.assign([TopicPartition(topic, partition, self.start_offset if self.start_offset >= 0
                                         else OFFSET_BEGINNING)])
 
@@ -77,48 +90,64 @@ class PartitionReader:
         if self.finished:
             chunk.stop = "end"
             return chunk
+        messages, headers_of, attempts_of, due_of = chunk.messages, chunk.headers, chunk.attempts, chunk.due_ms
+        cutoff, horizon = self.cutoff_ms, self.due_horizon_ms
         idle_since = time.monotonic()
-        while len(chunk.messages) < limit:
-            message = self._next_message()
-            if message is None:
-                if time.monotonic() - idle_since > self.idle_timeout_s:
-                    raise DrainError(f"{self.where}: no records and no end-of-partition from the broker "
-                                     f"for {self.idle_timeout_s:.0f}s after offset {self.position}")
-                continue
-            idle_since = time.monotonic()
-            error = message.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    self._finish(chunk, "end")
-                    return chunk
-                raise DrainError(f"{self.where}: read failed after offset {self.position}: {error}")
-            if self.end_offset is None:
-                self.end_offset = self.consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, self.partition), cached=True)[1]
-            offset = message.offset()
-            if self.end_offset is not None and self.end_offset >= 0 and offset >= self.end_offset:
-                self._finish(chunk, "end")  # appended during the run: not chased
+        while len(messages) < limit:
+            if self._next >= len(self._pending):
+                if not self._fetch():
+                    if time.monotonic() - idle_since > self.idle_timeout_s:
+                        raise DrainError(f"{self.where}: no records and no end-of-partition from the broker "
+                                         f"for {self.idle_timeout_s:.0f}s after offset {self.position}")
+                    continue
+                idle_since = time.monotonic()
+            pending, first = self._pending, self._next
+            last = min(len(pending), first + limit - len(messages))
+            self._next = last
+            stop: StopReason | None = None
+            for i in range(first, last):
+                message = pending[i]
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF:
+                        raise DrainError(f"{self.where}: read failed after offset {self.position}: {error}")
+                    stop = "end"
+                    break
+                offset = message.offset()
+                if self.end_offset is None:
+                    marks = self.consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition),
+                                                                cached=True)
+                    self.end_offset = marks[1] if marks else -1
+                if 0 <= self.end_offset <= offset:  # appended during the run: not chased
+                    stop = "end"
+                    break
+                headers = message.headers()
+                attempt, due = read_retry_state(headers, now_ms=cutoff, horizon_ms=horizon)
+                if due is not None and due > cutoff:
+                    stop = "not_due"
+                    chunk.not_due_offset, chunk.not_due_ms = offset, due
+                    break
+                messages.append(message)
+                headers_of.append(headers)
+                attempts_of.append(attempt)
+                due_of.append(due)
+            if messages:
+                self.position = chunk.next_offset = messages[-1].offset() + 1
+            if stop is not None:
+                self.finished = True
+                chunk.stop = stop
                 return chunk
-            due = read_due_ms(message.headers())
-            if due is not None and due > self.cutoff_ms:
-                self._finish(chunk, "not_due")
-                chunk.not_due_offset, chunk.not_due_ms = offset, due
-                return chunk
-            chunk.messages.append(message)
-            self.position = chunk.next_offset = offset + 1
         chunk.stop = "limit"
         return chunk
 
-    def _finish(self, chunk: Chunk, reason: StopReason) -> None:
-        self.finished = True
-        chunk.stop = reason
-
-    def _next_message(self) -> Message | None:
-        if not self._pending:
-            # consume() waits its whole timeout unless the batch fills up: wait for one event, then
-            # take whatever else is already queued without waiting.
-            first = self.consumer.poll(self.poll_timeout_s)
-            if first is None:
-                return None
-            self._pending = [first, *self.consumer.consume(num_messages=499, timeout=0)][::-1]
-        return self._pending.pop()
+    def _fetch(self) -> bool:
+        """Refill the pending batch; False when the broker had nothing within the poll timeout."""
+        # consume() waits its whole timeout unless the batch fills up: wait for one event, then
+        # take whatever else is already queued without waiting.
+        first = self.consumer.poll(self.poll_timeout_s)
+        if first is None:
+            self._pending, self._next = [], 0
+            return False
+        self._pending = [first, *self.consumer.consume(num_messages=_FETCH_BATCH - 1, timeout=0)]
+        self._next = 0
+        return True

@@ -17,7 +17,10 @@ class DrainOptions:
         object the handler gets; a record it cannot decode is dead-lettered with its original bytes.
     :param key_deserializer: the same for keys (failures write the key-exception headers).
     :param batch_size: records per handler call.
-    :param chunk_size: records per Kafka transaction (routed records + offset commit).
+    :param chunk_size: records per Kafka transaction (routed records + offset commit). A chunk is read
+        and handled a few hundred records at a time and only its failed records wait for the commit,
+        so a large chunk costs no memory; it saves transactions (each one is several broker round
+        trips) and, after a crash, is the most a partition hands to the handler again.
     :param max_records: stop a partition after this many records (None: drain everything due).
     :param in_place_attempts: extra tries of a failed record before routing; each counts as an attempt.
     :param in_place_backoff_ms: pause before each in-place try.
@@ -29,13 +32,17 @@ class DrainOptions:
     :param idle_timeout_s: fail a partition when the broker answers nothing for this long.
     :param deadline_ms: wall-clock deadline (epoch ms): a partition still running then stops at its next
         chunk boundary, committing what it finished; the rest stays for the next run (None: no deadline).
+    :param handler_timeout_s: a handler call that has not returned after this many seconds fails its
+        batch with ``HandlerTimeoutError`` (the hanging record is isolated by bisection and routed as
+        a failure) and its thread is abandoned; None (default): calls are not timed. See
+        ``engine/timeouts.py`` for the cost.
     """
 
     handler: str
     value_deserializer: str | None = None
     key_deserializer: str | None = None
     batch_size: int = 100
-    chunk_size: int = 1000
+    chunk_size: int = 5000
     max_records: int | None = None
     in_place_attempts: int = 0
     in_place_backoff_ms: int = 0
@@ -46,6 +53,7 @@ class DrainOptions:
     dead_letter_cap: int = 100
     idle_timeout_s: float = 60.0
     deadline_ms: int | None = None
+    handler_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         positive = {"batch_size": self.batch_size, "chunk_size": self.chunk_size}
@@ -64,6 +72,10 @@ class DrainOptions:
         if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int)):
             raise ValueError(f"option deadline_ms must be epoch milliseconds (an integer) or None, "
                              f"got {self.deadline_ms!r}")
+        timeout = self.handler_timeout_s
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise ValueError(f"option handler_timeout_s must be a number of seconds > 0 or None, got {timeout!r}")
         if not isinstance(self.handler, str) or ":" not in self.handler:
             raise ValueError(f"option handler must be 'package.module:function', got {self.handler!r}")
 

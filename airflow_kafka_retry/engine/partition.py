@@ -10,26 +10,31 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from confluent_kafka import Message, TopicPartition
 
 from airflow_kafka_retry.engine.batches import BatchRunner
 from airflow_kafka_retry.engine.clients import open_consumer, open_producer, partition_counts
-from airflow_kafka_retry.engine.drain import PartitionReader
+from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
+from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.records import TierRecord
+from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
 from airflow_kafka_retry.engine.route import RoutedRecord, Router, transactional_id
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
+from airflow_kafka_retry.engine.timeouts import HandlerStuckError, TimedHandler
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
 from airflow_kafka_retry.policy.classify import class_path
 from airflow_kafka_retry.policy.headers import (
+    MAX_BACKOFF_MS,
     Failure,
+    Header,
+    HeaderBudgetError,
     describe_exception,
     forward_headers,
-    read_attempts,
-    read_due_ms,
+    header_bytes,
     read_original_timestamp,
 )
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
@@ -40,6 +45,24 @@ log = logging.getLogger(__name__)
 
 class _KeyDeserializationError(DeserializationError):
     """The key, not the value, failed to decode (written as the key-exception headers)."""
+
+
+#: Records read and handed to the handler at a time within a chunk (rounded to whole batches).
+_PIECE_RECORDS = 500
+
+
+@dataclass
+class _ChunkWork:
+    """A chunk in progress: counts so far, and the failed records waiting for its commit."""
+
+    calls_before: int  # the runner's counters when the chunk began
+    extra_before: int
+    read: int = 0
+    succeeded: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    routed: list[RoutedRecord] = field(default_factory=list)
+    dropped: list[DeadLetter] = field(default_factory=list)
 
 
 class PartitionJob:
@@ -74,8 +97,9 @@ class PartitionJob:
     def run(self) -> PartitionSummary:
         started = time.monotonic()
         try:
-            self._run()
-        except Exception as exc:  # noqa: BLE001 - reported in the summary; the run fails on it
+            with drain_gc():
+                self._run()
+        except (Exception, HandlerStuckError) as exc:  # noqa: BLE001 - reported in the summary; the run fails on it
             self.summary.status = "failed"
             self.summary.error = f"{type(exc).__name__}: {exc}"
             log.error("%s[%s]: partition run failed: %s", self.tier.topic, self.partition, self.summary.error)
@@ -86,6 +110,8 @@ class PartitionJob:
     def _run(self) -> None:
         options = self.options
         handler = load_callable(options.handler, what="handler")
+        if options.handler_timeout_s is not None:
+            handler = TimedHandler(handler, options.handler_timeout_s, name=options.handler)
         self._value_decoder = load_callable(options.value_deserializer, what="value_deserializer") \
             if options.value_deserializer else None
         self._key_decoder = load_callable(options.key_deserializer, what="key_deserializer") \
@@ -105,25 +131,36 @@ class PartitionJob:
                                  f"there is no partition {self.partition}")
             router = Router(producer, consumer, options.transactional, counts)
             router.start()  # fence earlier runs of this partition before reading its committed offset
+            # Spring believes a due time up to a day ahead; a tier with a longer delay needs that much more
             reader = PartitionReader(consumer, self.tier.topic, self.partition, cutoff_ms=self.cutoff_ms,
-                                     idle_timeout_s=options.idle_timeout_s)
+                                     idle_timeout_s=options.idle_timeout_s,
+                                     due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms)
             self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
             left = options.max_records
+            piece_size = options.batch_size * max(1, _PIECE_RECORDS // options.batch_size)
             while True:
                 stopped = self._stop_requested()
                 if stopped is not None:  # a chunk boundary: everything read so far is committed
                     self._stopped(stopped, reader)
                     break
                 limit = options.chunk_size if left is None else min(options.chunk_size, left)
-                chunk = reader.read(limit)
-                if chunk.messages:
-                    self._process(chunk.messages, runner, router)
-                    self.summary.committed_offset = chunk.next_offset
-                self.summary.stop_reason = chunk.stop
-                self.summary.next_due_ms = chunk.not_due_ms
+                # A chunk (one transaction) is read and handled a piece at a time: only its routed
+                # records are kept until the commit, so memory is bounded by the piece, not the chunk.
+                work = _ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
+                while True:
+                    piece = reader.read(min(piece_size, limit - work.read))
+                    if piece.messages:
+                        self._handle(piece, runner, work)
+                    if piece.stop != "limit" or work.read >= limit:
+                        break
+                if work.read:
+                    self._commit(work, runner, router)
+                    self.summary.committed_offset = piece.next_offset
+                self.summary.stop_reason = piece.stop
+                self.summary.next_due_ms = piece.not_due_ms
                 if left is not None:
-                    left -= len(chunk.messages)
-                if chunk.stop != "limit" or left == 0:
+                    left -= work.read
+                if piece.stop != "limit" or left == 0:
                     break
 
     def _stop_requested(self) -> str | None:
@@ -142,34 +179,50 @@ class PartitionJob:
         log.info("%s[%s]: stopped (%s) at offset %s; the rest stays for the next run", self.tier.topic,
                  self.partition, reason, s.committed_offset if s.committed_offset is not None else s.start_offset)
 
-    def _process(self, messages: list[Message], runner: BatchRunner, router: Router) -> None:
+    def _handle(self, piece: Chunk, runner: BatchRunner, work: _ChunkWork) -> None:
+        """Hand a piece of a chunk to the handler; resolve where its failed records go."""
+        messages = piece.messages
         records: list[TierRecord] = []
-        source_of: dict[int, Message] = {}
+        sources: list[Message] = []  # sources[i] is the message records[i] was made from
         failures: list[tuple[Message, BaseException, int]] = []
-        for message in messages:
-            try:
-                record = self._record(message)
-            except DeserializationError as exc:
-                failures.append((message, exc, read_attempts(message.headers())))
-                continue
-            records.append(record)
-            source_of[id(record)] = message
-        calls_before, extra_before = runner.stats.handler_calls, runner.stats.extra_calls
-        succeeded = 0
-        for outcome in runner.run(records):
+        if self._key_decoder is None and self._value_decoder is None:
+            topic, partition = self.tier.topic, self.partition
+            records = [record_from_message(m, h, a, d, topic, partition)
+                       for m, h, a, d in zip(messages, piece.headers, piece.attempts, piece.due_ms)]
+            sources = messages
+        else:
+            for message, headers, attempt, due in zip(messages, piece.headers, piece.attempts, piece.due_ms):
+                try:
+                    records.append(self._record(message, headers, attempt, due))
+                except DeserializationError as exc:
+                    failures.append((message, exc, attempt))
+                    continue
+                sources.append(message)
+        failed = 0
+        for position, outcome in runner.run_failures(records):
             if outcome.failed:
                 error = outcome.error
                 if isinstance(error, BatchFailedError) and error.cause is not None:
                     error = error.cause
-                failures.append((source_of[id(outcome.record)], error, outcome.record.attempt + outcome.tries - 1))
-            else:
-                succeeded += 1
+                failures.append((sources[position], error, outcome.record.attempt + outcome.tries - 1))
+                failed += 1
         routed, dropped = self._route(failures)
-        router.commit(TopicPartition(self.tier.topic, self.partition, messages[-1].offset() + 1), routed)
-        self._count(messages, succeeded, routed, dropped, runner, calls_before, extra_before)
+        work.routed.extend(routed)
+        work.dropped.extend(dropped)
+        work.succeeded += len(records) - failed
+        if work.first_offset is None:
+            work.first_offset = messages[0].offset()
+        work.last_offset = messages[-1].offset()
+        work.read += len(messages)
 
-    def _record(self, message: Message) -> TierRecord:
-        raw_key, raw_value, headers = message.key(), message.value(), tuple(message.headers() or ())
+    def _commit(self, work: _ChunkWork, runner: BatchRunner, router: Router) -> None:
+        """Produce the chunk's routed records and commit its offsets in one step, then count it."""
+        assert work.last_offset is not None
+        router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
+        self._count(work, runner)
+
+    def _record(self, message: Message, headers: list[Header] | None, attempt: int, due: int | None) -> TierRecord:
+        raw_key, raw_value = message.key(), message.value()
         key, value = raw_key, raw_value
         where = f"{message.topic()}[{message.partition()}]@{message.offset()}"
         if self._key_decoder is not None and raw_key is not None:
@@ -185,10 +238,8 @@ class PartitionJob:
                 raise DeserializationError(f"cannot decode the value of {where}: {type(exc).__name__}: {exc}") \
                     from exc
         ts_type, ts = message.timestamp()
-        return TierRecord(key=key, value=value, headers=headers, topic=message.topic(),
-                          partition=message.partition(), offset=message.offset(), timestamp_ms=ts,
-                          timestamp_type=ts_type, attempt=read_attempts(headers), due_ms=read_due_ms(headers),
-                          raw_key=raw_key, raw_value=raw_value)
+        return make_record(key, value, tuple(headers) if headers else (), message.topic(), message.partition(),
+                           message.offset(), ts, ts_type, attempt, due, raw_key, raw_value)
 
     def _route(self, failures: list[tuple[Message, BaseException, int]]) -> tuple[list[RoutedRecord], list[DeadLetter]]:
         routed: list[RoutedRecord] = []
@@ -213,29 +264,43 @@ class PartitionJob:
             failure = Failure(topic=message.topic(), partition=message.partition(), offset=message.offset(),
                               timestamp_ms=ts, timestamp_type=ts_type, consumer_group=self.topology.group_id,
                               next_attempt=destination.next_attempt, due_ms=destination.due_ms, exception=info)
-            headers = forward_headers(message.headers(), failure, self.topology.headers)
+            headers = self._forward_headers(message, failure)
             routed.append(RoutedRecord(message, destination, headers, info.fqcn))
         return routed, dropped
 
-    def _count(self, messages: list[Message], succeeded: int, routed: list[RoutedRecord],
-               dropped: list[DeadLetter], runner: BatchRunner, calls_before: int, extra_before: int) -> None:
+    def _forward_headers(self, message: Message, failure: Failure) -> list[Header]:
+        policy = self.topology.headers
+        try:
+            return forward_headers(message.headers(), failure, policy)
+        except HeaderBudgetError:
+            # The record's own headers alone exceed the budget (it arrived that way): it keeps every
+            # one of them (headers are never dropped) and still gets its home; only the headers the
+            # engine writes are held to the budget.
+            own = header_bytes(message.headers() or ())
+            log.warning("%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
+                        "(%s); routed with them all", message.topic(), message.partition(), message.offset(), own,
+                        policy.max_header_bytes)
+            return forward_headers(message.headers(), failure,
+                                   replace(policy, max_header_bytes=policy.max_header_bytes + own))
+
+    def _count(self, work: _ChunkWork, runner: BatchRunner) -> None:
         s = self.summary
         if s.first_offset is None:
-            s.first_offset = messages[0].offset()
-        s.last_offset = messages[-1].offset()
-        s.drained += len(messages)
-        s.succeeded += succeeded
+            s.first_offset = work.first_offset
+        s.last_offset = work.last_offset
+        s.drained += work.read
+        s.succeeded += work.succeeded
         s.transactions += 1 if self.options.transactional else 0
-        s.handler_calls += runner.stats.handler_calls - calls_before
-        s.extra_handler_calls += runner.stats.extra_calls - extra_before
+        s.handler_calls += runner.stats.handler_calls - work.calls_before
+        s.extra_handler_calls += runner.stats.extra_calls - work.extra_before
         cap = self.options.dead_letter_cap
-        for item in routed:
+        for item in work.routed:
             dest = item.destination
             s.count_route(dest.topic)
             if dest.action == "dlt":
                 src = item.source
                 s.count_dead_letter(DeadLetter(src.topic(), src.partition(), src.offset(), item.exception, dest.reason,
                                                dest.topic, item.delivered_partition, item.delivered_offset), cap)
-        for letter in dropped:
+        for letter in work.dropped:
             s.dropped += 1
             s.count_dead_letter(letter, cap)

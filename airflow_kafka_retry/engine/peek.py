@@ -16,7 +16,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
-from airflow_kafka_retry.policy.headers import read_due_ms
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
 
 class PeekError(RuntimeError):
@@ -89,7 +90,7 @@ def _committed(consumer: Consumer, topic: str, partitions: Sequence[int], timeou
 
 
 def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadline: float,
-                poll_timeout_s: float) -> dict[int, PartitionHead | None]:
+                poll_timeout_s: float, due_horizon_ms: int) -> dict[int, PartitionHead | None]:
     """Poll until every partition gave its first record or its end (EOF); ``None`` = nothing pending."""
     found: dict[int, PartitionHead | None] = {}
     while len(found) < len(partitions):
@@ -112,15 +113,16 @@ def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadl
         if partition in found:
             continue  # the head is known; later records of the partition do not matter
         _, timestamp = message.timestamp()
-        found[partition] = PartitionHead(partition, message.offset(), read_due_ms(message.headers()),
-                                         timestamp if timestamp >= 0 else None)
+        # a due time is read as the drain reads it: a corrupt or far-future one means due now
+        due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
+        found[partition] = PartitionHead(partition, message.offset(), due, timestamp if timestamp >= 0 else None)
         consumer.pause([TopicPartition(topic, partition)])
     return found
 
 
 def peek_heads(kafka_config: Mapping[str, Any], topic: str, group: str, *,
                partitions: Sequence[int] | None = None, timeout_s: float = 30.0,
-               poll_timeout_s: float = 0.5) -> TierPeek:
+               poll_timeout_s: float = 0.5, due_horizon_ms: int = MAX_BACKOFF_MS) -> TierPeek:
     """Peek at the first pending record of each partition of ``topic`` for consumer group ``group``.
 
     Reading starts at the group's committed offset (the beginning where nothing is committed), with
@@ -129,6 +131,8 @@ def peek_heads(kafka_config: Mapping[str, Any], topic: str, group: str, *,
     :param partitions: only these partitions (default: all of the topic's).
     :param timeout_s: the whole peek must finish within this; a :class:`PeekError` names the
         partitions that gave neither a record nor their end in time.
+    :param due_horizon_ms: a due time further ahead than this is not believed (the record is due now), as
+        the drain does (which allows a day plus the tier's delay).
     """
     deadline = time.monotonic() + timeout_s
     with open_consumer(kafka_config, group) as consumer:
@@ -145,7 +149,7 @@ def peek_heads(kafka_config: Mapping[str, Any], topic: str, group: str, *,
         consumer.assign([TopicPartition(topic, p, offset if offset >= 0 else OFFSET_BEGINNING)
                          for p, offset in committed.items()])
         try:
-            found = _read_heads(consumer, topic, chosen, deadline, poll_timeout_s)
+            found = _read_heads(consumer, topic, chosen, deadline, poll_timeout_s, due_horizon_ms)
         finally:
             consumer.unassign()
     heads = tuple(h for p in chosen if (h := found[p]) is not None)

@@ -110,6 +110,8 @@ class Router:
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
+            if error.code() == KafkaError._FATAL:
+                error = self._fatal_cause(error)  # produce() says only "fatal error": ask the transaction why
             if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
                 raise FencedError(f"{where}: fenced by a newer run of the same partition; nothing committed") \
                     from exc
@@ -118,9 +120,18 @@ class Router:
                     self.producer.abort_transaction(_TIMEOUT_S)
                 except KafkaException:
                     pass  # the transaction times out on the broker; the next run's init fences it
-            raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}") from exc
+            delivery = f" (delivery failed: {'; '.join(failures[:3])})" if failures else ""
+            raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}{delivery}") from exc
         if failures:  # cannot happen after a successful commit; kept as a guard, never ignored
             raise RouteError(f"delivery failed after commit: {'; '.join(failures)}")
+
+    def _fatal_cause(self, error: KafkaError) -> KafkaError:
+        """The error that made the producer fatal (``produce()`` raises a bare ``_FATAL``), e.g. ``_FENCED``."""
+        try:
+            self.producer.abort_transaction(0.1)
+        except KafkaException as exc:
+            return exc.args[0]
+        return error
 
     def _commit_idempotent(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
         failures: list[str] = []

@@ -3,21 +3,82 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import types
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
+from airflow_kafka_retry.spark.masking import mask_text
+from airflow_kafka_retry.spark.staging import UPLOAD_LINE, delete_uploads
 from airflow_kafka_retry.spark.submit import spark_app_environment
 
 
+class _StrippedSubprocess:
+    """The ``subprocess`` module as the base class's status/kill methods see it: children get no Airflow secrets.
+
+    ``Popen`` and ``run`` start their child with :func:`spark_app_environment` of the environment
+    they were given (the worker's own when none was): no ``AIRFLOW_CONN_*``, ``AIRFLOW_VAR_*``,
+    ``AIRFLOW__*``. Everything else is the real module.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def _stripped(kwargs: dict[str, Any]) -> dict[str, Any]:
+        env = kwargs.get("env")
+        return {**kwargs, "env": spark_app_environment(os.environ if env is None else env)}
+
+    def Popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - subprocess's name
+        return subprocess.Popen(*args, **self._stripped(kwargs))
+
+    def run(self, *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        return subprocess.run(*args, **self._stripped(kwargs))
+
+
+#: The base class's methods that start processes besides ``spark-submit`` itself: ``spark-submit
+#: --status`` (or curl) while tracking a standalone-cluster driver, ``spark-submit --kill`` (or curl)
+#: and ``yarn application -kill`` on kill, and the user's post-submit commands.
+STATUS_AND_KILL_METHODS = ("_start_driver_status_tracking", "on_kill", "_run_post_submit_commands")
+
+
+def _with_stripped_subprocess(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (a method of the provider's hook) run against :class:`_StrippedSubprocess` as ``subprocess``.
+
+    The copy shares the provider module's code and, but for ``subprocess``, its globals, so it
+    follows the installed provider version; only this hook's instances use it.
+    """
+    namespace = {**vars(provider_hook), "subprocess": _StrippedSubprocess()}
+    copy = types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__,
+                              function.__closure__)
+    copy.__kwdefaults__ = function.__kwdefaults__
+    copy.__doc__ = function.__doc__
+    copy.__qualname__ = function.__qualname__
+    return copy
+
+
 class IsolatedSparkSubmitHook(SparkSubmitHook):
-    """A ``SparkSubmitHook`` whose ``spark-submit`` does not inherit Airflow connections, variables or config.
+    """A ``SparkSubmitHook`` whose processes do not inherit Airflow connections, variables or config.
 
     ``SparkSubmitHook`` starts ``spark-submit`` with the worker's whole environment, so every
     ``AIRFLOW_CONN_*`` (passwords included), ``AIRFLOW_VAR_*`` and ``AIRFLOW__*`` setting would reach
     the Spark driver, its executors and the user's handler code. This hook starts it with the
     environment less those (see :func:`~airflow_kafka_retry.spark.submit.spark_app_environment`),
     plus the operator's ``env_vars``, which still pass through as the base class passes them.
+
+    The other processes the base class starts -- ``spark-submit --status`` and ``--kill`` (or their
+    REST ``curl`` forms) for a standalone-cluster driver, ``yarn application -kill``, post-submit
+    commands -- get the same stripped environment (see :data:`STATUS_AND_KILL_METHODS`).
+
+    The command line it logs masks ``--conf`` values whose key looks secret (``password``, ``secret``,
+    ``token``, ``key``, ``sasl``, ``ssl``) besides what the base class masks.
+
+    In Kubernetes cluster mode it records the files ``spark-submit`` uploads (:attr:`uploads`), so
+    that their copies can be deleted once the application has ended (see
+    :func:`~airflow_kafka_retry.spark.staging.delete_uploads`).
     """
 
     _submit_env: dict[str, Any] | None = None  # the environment of the spark-submit being started
@@ -42,6 +103,44 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
             self._env = None  # the base class would start from os.environ again; ours holds these already
         return command
 
+    @property
+    def uploads(self) -> dict[str, str]:
+        """``source path -> destination URI`` of each file spark-submit reported uploading."""
+        return self.__dict__.setdefault("_uploads", {})
+
+    def delete_uploads(self, workdir: str) -> list[str]:
+        """Delete the uploaded copies of ``workdir``'s files once the application has ended; returns their URIs.
+
+        When ``spark-submit`` returned before the application ended
+        (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``)
+        the driver may not have fetched them yet: they are left, with a warning naming them.
+        """
+        if not self.uploads:
+            return []
+        waited = str(self._conf.get("spark.kubernetes.submission.waitAppCompletion", "true")).lower() != "false"
+        if not waited and not self._should_track_driver_via_k8s_api():
+            self.log.warning("spark-submit did not wait for the application to end: the uploaded copies %s stay; "
+                             "delete them once it has", sorted(self.uploads.values()))
+            return []
+        return delete_uploads(self.uploads, workdir)
+
+    def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
+        super()._process_spark_submit_log(self._record_uploads(itr))
+
+    def _record_uploads(self, itr: Iterator[Any]) -> Iterator[Any]:
+        for line in itr:
+            match = UPLOAD_LINE.search(str(line).strip())
+            if match:
+                self.uploads[match["source"]] = match["dest"]
+            yield line
+
+    def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
+        return mask_text(super()._mask_cmd(connection_cmd))
+
+    _start_driver_status_tracking = _with_stripped_subprocess(SparkSubmitHook._start_driver_status_tracking)
+    _run_post_submit_commands = _with_stripped_subprocess(SparkSubmitHook._run_post_submit_commands)
+    _base_on_kill = _with_stripped_subprocess(SparkSubmitHook.on_kill)
+
     def on_kill(self) -> None:
         self._env = self._own_env  # the YARN kill command of the base class runs with it
-        super().on_kill()
+        self._base_on_kill()

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import re
-import tempfile
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,18 +26,6 @@ from airflow_kafka_retry.spark.submit import Submission, local_spark_environment
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
-
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=+-]")
-
-
-def default_result_path(context: Context) -> str:
-    """``<tmp>/airflow-kafka-retry/<dag>/<run>/<task>[-<map index>].json``: one summary per task of a run."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    task = ti.task_id if map_index is None or map_index < 0 else f"{ti.task_id}-{map_index}"
-    parts = [_UNSAFE.sub("_", str(p)) for p in (ti.dag_id, ti.run_id)]
-    return os.path.join(tempfile.gettempdir(), "airflow-kafka-retry", *parts, f"{_UNSAFE.sub('_', task)}.json")
-
 
 __all__ = ["SparkReprocessTierOperator", "failure_message", "to_epoch_ms"]  # the last two moved to reprocess_base
 
@@ -77,8 +62,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     :param key_deserializer: ``package.module:function`` decoding record keys. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
     :param conn_id: the Spark connection (any master: ``local[2]``, ``spark://``, ``yarn``, ``k8s://``).
-    :param result_path: where the driver writes the run summary, a path or fsspec URL; default: under
-        the temp folder, keyed by DAG, run and task. (templated)
+    :param result_path: where the driver writes the run summary, a path or fsspec URL, deleted once
+        read; default: a new file in the run's private work folder (see
+        :mod:`airflow_kafka_retry.spark.result`). (templated)
     :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
@@ -97,6 +83,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         when given, the next tier and the DLTs are outlets and each event's ``extra`` holds its
         record count. The topology path and tier must not be templated then.
     :param application: the ``.py`` application to submit; default: the entry point inside this package.
+    :param allow_unencrypted_secrets: with a non-local master, let a Kafka configuration holding secrets
+        reach the executors even though ``spark.authenticate`` and ``spark.network.crypto.enabled`` are not
+        both ``true`` (Spark's RPC then carries them unauthenticated and in plaintext). Default: refuse.
     """
 
     template_fields: Sequence[str] = (
@@ -128,6 +117,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         asset_server: str | None = None,
         application: str = "",
         name: str = "airflow-kafka-retry",
+        allow_unencrypted_secrets: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
@@ -136,6 +126,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
                              cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
                              max_run=max_run, asset_server=asset_server)
         self.result_path = result_path
+        self.allow_unencrypted_secrets = allow_unencrypted_secrets
         self._user_py_files = self.py_files
         self._user_files = self.files
 
@@ -144,9 +135,8 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         self.application = submission.application
         self.application_args = submission.application_args
         self.py_files = ",".join(p for p in (self._user_py_files, submission.py_files) if p)
-        self._hook = None
-        connection = self._get_hook()._connection
-        master, deploy_mode = str(connection.get("master") or ""), connection.get("deploy_mode")
+        self.conf = {**submission.spark_conf, **(self.conf or {})}
+        master, deploy_mode = self._master()
         if master.startswith("local"):
             # the driver and executors run here: use this worker's Python and bundled Spark
             self.env_vars = {**local_spark_environment(), **(self.env_vars or {})}
@@ -157,6 +147,12 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
                              "the Spark driver, e.g. as s3:// or hdfs:// URLs", self.topology,
                              submission.result_path)
         self._hook = None  # rebuilt by SparkSubmitOperator.execute with the arguments above
+
+    def _master(self) -> tuple[str, str | None]:
+        """The Spark connection's master and deploy mode."""
+        self._hook = None
+        connection = self._get_hook()._connection
+        return str(connection.get("master") or ""), connection.get("deploy_mode")
 
     def _get_hook(self) -> SparkSubmitHook:
         """The provider's hook, built as ``SparkSubmitOperator`` builds it, submitting without the worker's secrets."""
@@ -169,14 +165,16 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         deadline, deadline_reason = self.deadline(wall_clock_ms())
         options = self.drain_options(deadline)
         cutoff = self.cutoff_ms(context)
-        result_path = self.result_path or default_result_path(context)
-        self.log.info("reprocessing tier %s of %s with handler %s, cutoff %s; summary at %s", self.tier,
-                      self.topology, options.handler, cutoff, result_path)
+        master, deploy_mode = self._master()
         submission = prepare_submission(
             topology_path=self.topology, tier=self.tier, options=options,
             kafka_config=KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(),
-            result_path=result_path, cutoff_ms=cutoff, partitions=self.partitions,
+            master=master, deploy_mode=deploy_mode, spark_conf=self.conf, properties_file=self.properties_file,
+            allow_unencrypted_secrets=self.allow_unencrypted_secrets,
+            result_path=self.result_path or None, cutoff_ms=cutoff, partitions=self.partitions,
             application=self.application or None)
+        self.log.info("reprocessing tier %s of %s with handler %s, cutoff %s; summary at %s", self.tier,
+                      self.topology, options.handler, cutoff, submission.result_path)
         with submission:  # deletes the credentials file however the run ends
             self._use(submission)
             remove_result(submission.result_path)
@@ -185,6 +183,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
                 super().execute(context)
             except Exception as exc:  # noqa: BLE001 - spark-submit exits non-zero when a partition failed
                 submit_error = exc
+            finally:  # Kubernetes cluster mode: Spark leaves the uploaded copies of the credentials behind
+                if isinstance(self._hook, IsolatedSparkSubmitHook):
+                    self._hook.delete_uploads(submission.workdir)
             summary = self._summary(submission, submit_error)
         document = self.report(context, summary, engine="Spark", deadline_reason=deadline_reason, cause=submit_error)
         if submit_error is not None:

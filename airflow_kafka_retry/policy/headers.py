@@ -23,7 +23,8 @@ Encodings (as Spring writes them):
   1..32767, reads as 1.
 * ``retry_topic-backoff-timestamp`` and ``retry_topic-original-timestamp``: ``BigInteger.toByteArray``
   of epoch milliseconds (minimal big-endian two's complement); an original timestamp longer
-  than 8 bytes or empty is ignored in favour of the record timestamp.
+  than 8 bytes or empty is ignored in favour of the record timestamp, and so is a back-off
+  timestamp of that shape (the record is due at once), as is one implausibly far ahead.
 * original partition: 4-byte big-endian int; original offset and timestamp: 8-byte big-endian
   long; original topic, timestamp type (``CreateTime``/``LogAppendTime``), consumer group and
   every exception header: UTF-8 text.
@@ -106,6 +107,8 @@ _SHRINKABLE = tuple(getattr(names, field) for field in ("exception_stacktrace", 
                                                         "exception_message", "key_exception_message")
                     for names in HEADER_NAMES.values())
 ATTEMPTS_HARD_CAP = 32_767  # Spring's Short.MAX_VALUE
+#: Spring ignores a back-off timestamp more than this far in the future (``MAX_BACKOFF_MS``, one day).
+MAX_BACKOFF_MS = 86_400_000
 TIMESTAMP_TYPES = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
 _TRUNCATED = "...[truncated]"
 
@@ -132,6 +135,8 @@ def encode_big_integer(value: int) -> bytes:
 def decode_big_integer_long(value: bytes) -> int:
     """Java's ``new BigInteger(value).longValue()``: two's complement, wrapped to 64 bits."""
     number = int.from_bytes(value, "big", signed=True)
+    if len(value) <= 8:
+        return number  # already within a long
     number &= (1 << 64) - 1
     return number - (1 << 64) if number >= 1 << 63 else number
 
@@ -146,9 +151,8 @@ def last_header(headers: Iterable[Header] | None, name: str) -> bytes | None:
 
 
 # ---------------------------------------------------------------------- reading
-def read_attempts(headers: Iterable[Header] | None) -> int:
-    """The delivery attempt a record is on: 1 on the main topic, n+1 after n failures."""
-    value = last_header(headers, ATTEMPTS)
+def attempts_value(value: bytes | None) -> int:
+    """Decode a ``retry_topic-attempts`` value: 4-byte int, or the legacy 1-byte form; 1 when absent or odd."""
     if value is None:
         return 1
     if len(value) == 1:
@@ -160,12 +164,58 @@ def read_attempts(headers: Iterable[Header] | None) -> int:
     return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1
 
 
-def read_due_ms(headers: Iterable[Header] | None) -> int | None:
-    """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no due time."""
-    value = last_header(headers, BACKOFF_TIMESTAMP)
-    if not value:
+def due_value(value: bytes | None, *, now_ms: int | None = None, horizon_ms: int = MAX_BACKOFF_MS) -> int | None:
+    """Decode a ``retry_topic-backoff-timestamp`` value defensively (see :func:`read_due_ms`)."""
+    if not value or len(value) > 8:
         return None
-    return decode_big_integer_long(value)
+    due = decode_big_integer_long(value)
+    if now_ms is not None and due - now_ms > horizon_ms:
+        return None
+    return due
+
+
+def read_attempts(headers: Iterable[Header] | None) -> int:
+    """The delivery attempt a record is on: 1 on the main topic, n+1 after n failures."""
+    return attempts_value(last_header(headers, ATTEMPTS))
+
+
+def read_due_ms(headers: Iterable[Header] | None, *, now_ms: int | None = None,
+                horizon_ms: int = MAX_BACKOFF_MS) -> int | None:
+    """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no usable due time.
+
+    Read defensively, as Spring's ``KafkaBackoffAwareMessageListenerAdapter`` does: a value that is
+    empty or longer than 8 bytes is ignored, and so (when ``now_ms`` is given) is a due time more
+    than ``horizon_ms`` after ``now_ms`` -- a corrupt or hostile header then cannot hold a
+    partition back forever. A record without a usable due time is due at once.
+    """
+    return due_value(last_header(headers, BACKOFF_TIMESTAMP), now_ms=now_ms, horizon_ms=horizon_ms)
+
+
+def read_retry_state(headers: Iterable[Header] | None, *, now_ms: int | None = None,
+                     horizon_ms: int = MAX_BACKOFF_MS) -> tuple[int, int | None]:
+    """``(read_attempts(headers), read_due_ms(headers, now_ms=..., horizon_ms=...))`` in one pass.
+
+    The per-record hot path of a drain: ``dict`` keeps the last value of a repeated name, which is
+    exactly Kafka's ``lastHeader``, and builds in C.
+    """
+    if not headers:
+        return 1, None
+    if isinstance(headers, list) and len(headers) >= 2:
+        # The engine and Spring both write attempts then back-off timestamp as the last two headers;
+        # the last header of a name is the one that counts, so those two are the answer. The usual
+        # encodings (4-byte attempts, a timestamp of at most 8 bytes) are decoded right here.
+        (name1, value1), (name2, value2) = headers[-2], headers[-1]
+        if name1 == ATTEMPTS and name2 == BACKOFF_TIMESTAMP:
+            if value1 is not None and value2 and len(value1) == 4 and len(value2) <= 8:
+                raw = int.from_bytes(value1, "big", signed=True)
+                due = int.from_bytes(value2, "big", signed=True)
+                if now_ms is not None and due - now_ms > horizon_ms:
+                    due = None
+                return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1, due
+            return attempts_value(value1), due_value(value2, now_ms=now_ms, horizon_ms=horizon_ms)
+    found = dict(headers)
+    return (attempts_value(found.get(ATTEMPTS)),
+            due_value(found.get(BACKOFF_TIMESTAMP), now_ms=now_ms, horizon_ms=horizon_ms))
 
 
 def original_timestamp_bytes(headers: Iterable[Header] | None, record_timestamp_ms: int) -> bytes:
@@ -309,8 +359,10 @@ class Failure:
     exception: ExceptionInfo
 
 
-def _size(headers: Sequence[Header]) -> int:
+def header_bytes(headers: Iterable[Header]) -> int:
+    """Bytes of ``headers`` as the budget counts them (UTF-8 names plus values)."""
     return sum(len(k.encode("utf-8")) + len(v or b"") for k, v in headers)
+
 
 
 def _truncate(value: bytes, keep: int) -> bytes:
@@ -389,7 +441,7 @@ def forward_headers(existing: Sequence[Header] | None, failure: Failure, policy:
 
 def fit_budget(headers: list[Header], budget: int, failure: Failure | None = None) -> list[Header]:
     """Truncate stack traces, then messages (newest first) until ``headers`` fit ``budget`` bytes."""
-    excess = _size(headers) - budget
+    excess = header_bytes(headers) - budget
     for name in _SHRINKABLE:
         if excess <= 0:
             return headers

@@ -4,6 +4,7 @@ Driver::
 
     reprocess_tier.py --topology FILE --tier SPEC --options-json JSON|@FILE
                       --kafka-config-file PATH --result PATH|URL [--cutoff-ms MS] [--partitions 0,2]
+                      [--allow-unencrypted-secrets]
 
 1. Checks everything it can before reading any record: the options, the topology, the tier, that
    the handler and deserializers import, the Kafka configuration and the tier's topic. Any problem
@@ -23,7 +24,12 @@ execution would run two attempts of a partition at once, so the application turn
 The Kafka configuration (which may hold ``sasl.password``) arrives as the PATH of a JSON file,
 never on the command line. The driver reads it and hands it to the tasks inside their serialized
 closure; it is never logged nor set as a Spark property, so it shows neither in ``ps``, the logs,
-the event log nor the Spark UI's environment tab.
+the event log nor the Spark UI's environment tab. The closure crosses Spark's RPC to reach
+executors outside the driver's JVM: once the Spark context is up, the driver refuses to start
+tasks carrying secrets unless that RPC is authenticated and encrypted (``spark.authenticate``,
+``spark.network.crypto.enabled``) or ``--allow-unencrypted-secrets`` was given (see
+:mod:`~airflow_kafka_retry.spark.transport`; the submitting side checks the same before
+``spark-submit``).
 """
 
 from __future__ import annotations
@@ -46,7 +52,13 @@ from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Tier, Topology
-from airflow_kafka_retry.spark.result import error_document, write_result
+from airflow_kafka_retry.spark.result import (
+    UntrustedResultError,
+    check_result_path_free,
+    error_document,
+    write_result,
+)
+from airflow_kafka_retry.spark.transport import UnencryptedSecretsError, check_secrets_transport
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -72,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cutoff-ms", type=int, default=None,
                         help="records due after this epoch-ms time stay for a later run (default: now)")
     parser.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
+    parser.add_argument("--allow-unencrypted-secrets", action="store_true",
+                        help="let Kafka secrets reach executors over unauthenticated, unencrypted Spark RPC")
     return parser
 
 
@@ -146,12 +160,17 @@ def read_kafka_config(path: str) -> dict[str, Any]:
     """The librdkafka configuration from the JSON file at ``path``; errors never quote its content.
 
     In cluster deploy mode the file ships with ``--files`` and sits in the driver's working
-    directory under its own name, so that is tried when ``path`` does not exist.
+    directory under its own name, so that is tried when ``path`` does not exist -- only if it
+    belongs to this process's user: a file another user left in a shared working directory could
+    point the run at their broker.
     """
     candidates = [path, os.path.basename(path)]
     found = next((p for p in candidates if os.path.isfile(p)), None)
     if found is None:
         raise AppInputError(f"the Kafka configuration file {path} does not exist")
+    if found != path and os.stat(found).st_uid != os.geteuid():
+        raise AppInputError(f"the Kafka configuration file {path} does not exist, and {os.path.abspath(found)} "
+                            "belongs to another user")
     try:
         with open(found, encoding="utf-8") as fh:
             config = json.load(fh)
@@ -186,6 +205,7 @@ def prepare(args: argparse.Namespace, started_ms: int) -> TierRun:
     """Every driver-side check, in the order that touches nothing first; the last one asks Kafka."""
     from airflow_kafka_retry.engine.local import tier_partitions
 
+    check_result_path_free(args.result)
     options = options_from_json(args.options_json)
     topology = load_topology_from(args.topology)
     tier = topology.select(args.tier)
@@ -290,13 +310,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = wall_clock_ms()
     try:
         run = prepare(args, started)
-    except (TopologyError, UserCodeError, KafkaConfigError, AppInputError) as exc:
+    except (TopologyError, UserCodeError, KafkaConfigError, AppInputError, UntrustedResultError) as exc:
         return _refuse(args.result, str(exc))
     except (ValueError, OSError) as exc:
         return _refuse(args.result, f"{type(exc).__name__}: {exc}")
     log.info("reprocessing %s (tier %s) partitions %s, cutoff %s", run.tier.topic, run.tier.index,
              list(run.partitions), run.cutoff_ms)
     sc = _spark_context(run)
+    try:
+        check_secrets_transport(run.kafka_config, master=sc.master, spark_conf=dict(sc.getConf().getAll()),
+                                allow_unencrypted_secrets=args.allow_unencrypted_secrets,
+                                where=" in the Spark configuration the driver runs with")
+    except UnencryptedSecretsError as exc:
+        sc.stop()
+        return _refuse(args.result, str(exc))
     try:
         summary = run_on_spark(sc, run)
     finally:

@@ -14,16 +14,33 @@ from collections.abc import Mapping
 from typing import Any
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
 
 CREDENTIALS_FILENAME = "kafka-config.json"
 _JSON_TYPES = (str, int, float, bool, type(None))
 
 
+def callback_path(value: Any) -> str | None:
+    """``module:qualname`` of a module-level function that imports back as itself, else ``None``."""
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", "")
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        return None
+    try:
+        found = load_callable(f"{module}:{qualname}", what="oauth_cb")
+    except UserCodeError:
+        return None
+    return f"{module}:{qualname}" if found is value else None
+
+
 def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of ``kafka_config`` that can be written as JSON; a KafkaConfigError names a bad key.
 
-    Callbacks (``oauth_cb``, ``error_cb``, a ``logger``) are Python objects of the submitting
-    process and cannot travel to Spark executors. Messages name the key, never the value.
+    Callbacks (``error_cb``, a ``logger``, a lambda or ``functools.partial``) are Python objects of
+    the submitting process and cannot travel to Spark executors. An ``oauth_cb`` that is a
+    module-level function travels as its import path (``module:function``) and each executor
+    imports it (see :func:`~airflow_kafka_retry.engine.clients.consumer_config`): the executor then
+    fetches its own OAUTHBEARER tokens, and no token or secret crosses the network. Messages name
+    the key, never the value.
     """
     if "bootstrap.servers" not in kafka_config:
         raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
@@ -31,6 +48,9 @@ def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in kafka_config.items():
         if not isinstance(key, str):
             raise KafkaConfigError(f"Kafka configuration keys must be strings, got a {type(key).__name__}")
+        if key == "oauth_cb" and callable(value) and callback_path(value):
+            shippable[key] = callback_path(value)
+            continue
         if not isinstance(value, _JSON_TYPES):
             raise KafkaConfigError(
                 f"Kafka configuration key {key!r} holds a {type(value).__name__}, which cannot be shipped to Spark "

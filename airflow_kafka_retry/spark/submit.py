@@ -6,7 +6,12 @@
   packages (see :mod:`~airflow_kafka_retry.spark.pyfiles`);
 * ``kafka-config.json`` (``0600``): the librdkafka configuration, credentials included; only its
   PATH goes into the application arguments (see :mod:`~airflow_kafka_retry.spark.credentials`);
-* by default the result document the driver writes.
+* by default the result document the driver writes (see :mod:`~airflow_kafka_retry.spark.result`).
+
+Before writing anything it refuses a run whose Kafka secrets would reach executors over an
+unprotected network (see :mod:`~airflow_kafka_retry.spark.transport`), and in cluster deploy mode
+it adds the settings that delete the shipped credentials file (see
+:mod:`~airflow_kafka_retry.spark.staging`).
 
 Use it as a context manager: the folder, and with it the credentials file, is deleted when the
 block ends, whether the run succeeded or not. :class:`SparkReprocessTierOperator
@@ -33,9 +38,12 @@ from typing import Any
 
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.spark.credentials import remove_credentials_file, write_credentials_file
+from airflow_kafka_retry.spark.credentials import check_shippable, remove_credentials_file, write_credentials_file
+from airflow_kafka_retry.spark.masking import mask_command
 from airflow_kafka_retry.spark.pyfiles import build_for_options
 from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
+from airflow_kafka_retry.spark.staging import cluster_mode_conf
+from airflow_kafka_retry.spark.transport import check_secrets_transport, effective_spark_conf
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +69,7 @@ class Submission:
     :param result_path: where the driver writes the run summary (path or fsspec URL).
     :param workdir: the private folder holding the zip, the credentials and the default result.
     :param shipped: the top-level packages/modules in the zip.
+    :param spark_conf: Spark properties the run adds to the caller's (cluster-mode clean-up settings).
     """
 
     application: str
@@ -70,6 +79,7 @@ class Submission:
     result_path: str
     workdir: str
     shipped: list[str] = field(default_factory=list)
+    spark_conf: dict[str, str] = field(default_factory=dict)
 
     def cleanup(self) -> None:
         """Delete the credentials file, then the whole work folder."""
@@ -95,7 +105,7 @@ def _local_path(path: str | os.PathLike[str]) -> str:
 
 def app_arguments(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
                   kafka_config_file: str, result_path: str, cutoff_ms: int | None = None,
-                  partitions: Iterable[int] | None = None) -> list[str]:
+                  partitions: Iterable[int] | None = None, allow_unencrypted_secrets: bool = False) -> list[str]:
     """The tier app's command-line arguments (paths and options only; see :mod:`~airflow_kafka_retry.spark.app`)."""
     args = ["--topology", _local_path(topology_path), "--tier", str(tier),
             "--options-json", json.dumps(options.to_dict(), separators=(",", ":")),
@@ -104,25 +114,40 @@ def app_arguments(*, topology_path: str | os.PathLike[str], tier: int | str, opt
         args += ["--cutoff-ms", str(int(cutoff_ms))]
     if partitions is not None:
         args += ["--partitions", ",".join(str(int(p)) for p in partitions)]
+    if allow_unencrypted_secrets:
+        args.append("--allow-unencrypted-secrets")
     return args
 
 
 def prepare_submission(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
-                       kafka_config: Mapping[str, Any], result_path: str | None = None,
+                       kafka_config: Mapping[str, Any], master: str, deploy_mode: str | None = None,
+                       spark_conf: Mapping[str, Any] | None = None, properties_file: str | None = None,
+                       allow_unencrypted_secrets: bool = False, result_path: str | None = None,
                        cutoff_ms: int | None = None, partitions: Iterable[int] | None = None,
                        application: str | None = None, tmp_dir: str | None = None) -> Submission:
-    """Build the py-files zip, the credentials file and the arguments of one run.
+    """Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the arguments.
 
     :param topology_path: the topology YAML (local path or fsspec URL readable by the driver).
     :param tier: tier index, topic name or ``dlt``.
     :param options: handler and run options.
     :param kafka_config: librdkafka configuration; written to a ``0600`` file, never into arguments.
-    :param result_path: where the driver writes the summary (default: in the work folder).
+    :param master: the Spark master the run is submitted to.
+    :param deploy_mode: ``cluster`` or ``client`` (default: client).
+    :param spark_conf: the run's Spark properties (``--conf``); with ``properties_file`` and
+        ``spark-defaults.conf`` they decide whether Spark's RPC is protected.
+    :param properties_file: the ``--properties-file`` of the run, if any.
+    :param allow_unencrypted_secrets: let secrets reach executors over unprotected Spark RPC.
+    :param result_path: where the driver writes the summary (default: a new file in the private work folder).
     :param cutoff_ms: due-time cutoff (default: when the driver starts).
     :param partitions: only these partitions (default: all).
     :param application: the app to submit (default: the entry point inside the package).
     :param tmp_dir: parent of the private work folder (default: the system temp folder).
+    :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: naming the missing Spark settings.
     """
+    effective, where = effective_spark_conf(spark_conf, properties_file)
+    check_secrets_transport(check_shippable(kafka_config), master=master, spark_conf=effective,
+                            allow_unencrypted_secrets=allow_unencrypted_secrets, where=where)
+    extra_conf = cluster_mode_conf(master, deploy_mode, effective)
     workdir = tempfile.mkdtemp(prefix="akr-spark-", dir=tmp_dir)  # 0700
     try:
         py_files = os.path.join(workdir, PY_FILES_NAME)
@@ -131,12 +156,13 @@ def prepare_submission(*, topology_path: str | os.PathLike[str], tier: int | str
         result = result_path or os.path.join(workdir, RESULT_NAME)
         args = app_arguments(topology_path=topology_path, tier=tier, options=options,
                              kafka_config_file=credentials, result_path=result, cutoff_ms=cutoff_ms,
-                             partitions=partitions)
+                             partitions=partitions, allow_unencrypted_secrets=allow_unencrypted_secrets)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
     return Submission(application=application or APPLICATION, py_files=py_files, application_args=args,
-                      kafka_config_file=credentials, result_path=result, workdir=workdir, shipped=shipped)
+                      kafka_config_file=credentials, result_path=result, workdir=workdir, shipped=shipped,
+                      spark_conf=extra_conf)
 
 
 # ----------------------------------------------------------------------------- spark-submit
@@ -201,7 +227,7 @@ def spark_submit_command(submission: Submission, *, master: str, conf: Mapping[s
     cmd = [spark_submit or find_spark_submit(), "--master", master]
     if name:
         cmd += ["--name", name]
-    for key, value in (conf or {}).items():
+    for key, value in {**submission.spark_conf, **(conf or {})}.items():
         cmd += ["--conf", f"{key}={value}"]
     cmd += ["--py-files", submission.py_files, submission.application, *submission.application_args]
     return cmd
@@ -223,6 +249,7 @@ def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, 
                      partitions: Sequence[int] | None = None, result_path: str | None = None,
                      conf: Mapping[str, Any] | None = None, spark_submit: str | None = None,
                      env: Mapping[str, str] | None = None, application: str | None = None,
+                     allow_unencrypted_secrets: bool = False,
                      on_output: Callable[[str], None] | None = None) -> RunSummary:
     """Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
 
@@ -230,20 +257,25 @@ def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, 
     file is deleted before this returns.
 
     :param master: Spark master (``local[2]``, ``spark://host:7077``, ``yarn``...).
-    :param conf: Spark properties (``--conf``); never put credentials here.
+    :param conf: Spark properties (``--conf``); never put credentials here (values whose key looks
+        secret are masked in the logged command line, but ``ps`` shows them).
     :param env: extra environment for ``spark-submit`` (on top of this process's environment less
         :data:`WITHHELD_ENV_PREFIXES`, and :func:`local_spark_environment`).
+    :param allow_unencrypted_secrets: see :func:`prepare_submission`.
     :param on_output: called with every line ``spark-submit`` prints (stdout and stderr).
+    :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: secrets would cross unprotected
+        Spark RPC (see :func:`prepare_submission`); a ValueError, raised before anything starts.
     :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a ValueError.
     :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app).
     """
     binary = spark_submit or find_spark_submit()
     with prepare_submission(topology_path=topology_path, tier=tier, options=options, kafka_config=kafka_config,
+                            master=master, spark_conf=conf, allow_unencrypted_secrets=allow_unencrypted_secrets,
                             result_path=result_path, cutoff_ms=cutoff_ms, partitions=partitions,
                             application=application) as submission:
         remove_result(submission.result_path)
         cmd = spark_submit_command(submission, master=master, conf=conf, spark_submit=binary)
-        log.info("spark-submit command: %s", " ".join(cmd))
+        log.info("spark-submit command: %s", mask_command(cmd))
         full_env = {**spark_app_environment(os.environ), **local_spark_environment(binary), **(env or {})}
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,

@@ -61,7 +61,11 @@ def test_records_not_yet_due_stay_for_a_later_run(kafka_bootstrap, tmp_path):
     # "d" is due but sits behind "c": partition order wins, as in Spring's retry topics
     second = run_local(topology, tier, config, options, cutoff_ms=soon)
     assert {p.partition: p.drained for p in second.partitions} == {0: 2, 1: 0}
-    assert list(ledger.processed_ids(ledger_file)) == ["a", "b", "f", "g", "c", "d"]
+    order = list(ledger.processed_ids(ledger_file))
+    assert order[4:] == ["c", "d"]  # the second run handled c, then d
+    # partitions run side by side (default parallelism), so only the order within a partition is fixed
+    assert [rid for rid in order if rid in "abcd"] == ["a", "b", "c", "d"]
+    assert [rid for rid in order if rid in "fg"] == ["f", "g"]
 
     third = run_local(topology, tier, config, options, cutoff_ms=later)
     assert {p.partition: p.committed_offset for p in third.partitions} == {0: 5, 1: None}

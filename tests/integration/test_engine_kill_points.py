@@ -33,6 +33,7 @@ def _drain(bootstrap: str, topology_file: Path, tier: int, env: dict, *, transac
         [sys.executable, "-m", module, "drain", "--topology", str(topology_file), "--tier", str(tier),
          "--handler", f"{ledger.HANDLER_MODULE}:indexed", "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode",
          "--batch-size", "10", "--chunk-size", str(CHUNK), "--bootstrap", bootstrap,
+         "--parallelism", "1",  # one partition after the other: the n-th kill point is partition 0's
          *([] if transactional else ["--no-transactions"])],
         env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
 

@@ -7,8 +7,11 @@ Kafka secret), one run with crashing tasks, and two runs that must refuse to sta
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -123,6 +126,56 @@ class ProcessWatcher(threading.Thread):
         self.join(5)
 
 
+class SparkEnvWatcher(ProcessWatcher):
+    """:class:`ProcessWatcher` that tells the Spark application's processes apart from the rest.
+
+    ``cmdline_hits``: any process whose command line holds the needle. ``spark_env_hits``: a process
+    of the Spark application (spark-submit's JVM, its launcher, the Python driver, PySpark workers,
+    executor JVMs) whose environment holds it. ``other_env_hits``: any other process whose
+    environment holds it (the ``airflow`` CLI itself, which gets the connection from
+    ``AIRFLOW_CONN_KAFKA_DEFAULT``; a decoy started with the full environment).
+    ``spark_submits``/``spark_envs_read``/``executor_jvms`` count only processes that mention
+    ``scope`` (this test's temp folder) in their command line or environment, not those of another
+    test running meanwhile.
+    """
+
+    SPARK_MARKS = (b"org.apache.spark", b"pyspark", b"airflow_kafka_retry/spark/entrypoint.py")
+
+    def __init__(self, needle: str, scope: str) -> None:
+        super().__init__(needle)
+        self.scope = scope.encode()
+        self.cmdline_hits: list[str] = []
+        self.spark_env_hits: dict[int, bytes] = {}
+        self.other_env_hits: dict[int, bytes] = {}
+        self.spark_submits: set[int] = set()  # the spark-submit JVMs seen
+        self.spark_envs_read: set[int] = set()  # Spark processes whose (non-empty) environment was read
+        self.executor_jvms: set[int] = set()  # executors in their own JVM (local-cluster, a real cluster)
+
+    def inspect(self, pid: int, cmdline: bytes, environ: bytes) -> None:
+        spark = any(mark in cmdline for mark in self.SPARK_MARKS)
+        if spark and (self.scope in cmdline or self.scope in environ):
+            self.spark_processes.add(pid)
+            if environ:
+                self.spark_envs_read.add(pid)
+            if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
+                self.spark_submits.add(pid)
+            if b"org.apache.spark.executor.CoarseGrainedExecutorBackend" in cmdline:
+                self.executor_jvms.add(pid)
+        if self.needle in cmdline:
+            self.cmdline_hits.append(f"/proc/{pid}/cmdline: {cmdline[:300]!r}")
+        if self.needle in environ:
+            self.hits.append(f"/proc/{pid}/environ")
+            (self.spark_env_hits if spark else self.other_env_hits)[pid] = cmdline[:300]
+
+
+def describe_process(cmdline: bytes) -> str:
+    """``argv[0]`` and the main class / script / module of a command line, for assertion messages."""
+    argv = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
+    main = [a for a in argv[1:]
+            if a.startswith(("org.apache.spark.", "pyspark.")) or a.endswith((".py", "spark-class"))]
+    return " ".join([os.path.basename(argv[0]) if argv else "?", *main[:2]])
+
+
 def normalized_totals(summary: RunSummary, topology: Topology) -> dict[str, Any]:
     """Run totals with topic names relative to the topology's main topic (for cross-engine comparison)."""
     totals = summary.to_dict()["totals"]
@@ -152,12 +205,19 @@ def spark_ledger(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory)
                          # the event log, uncompressed and in one file per application, so it can be searched
                          conf={**SPARK_CONF, "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
                                "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"})
-    watcher = ProcessWatcher(SECRET)
-    watcher.start()
-    try:
-        summaries = ledger.run_tiers(topology, runner)
-    finally:
-        watcher.stop()
+    # the worker's environment holds the Kafka connection with its password, as a deployment sets it;
+    # a decoy started with that whole environment shows the watcher can see an inherited secret
+    watcher = SparkEnvWatcher(SECRET, scope=str(tmp))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": runner.kafka_config}))
+        decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"], env=dict(os.environ))
+        watcher.start()
+        try:
+            summaries = ledger.run_tiers(topology, runner)
+        finally:
+            watcher.stop()
+            decoy.kill()
+            decoy.wait()
     log.warning("spark ledger: %s records, %s tiers, spark-submit seconds per tier %s", COUNT, len(summaries),
                 runner.seconds)
     return SimpleNamespace(topology=topology, inputs=inputs, ledger_file=ledger_file, summaries=summaries,
@@ -189,9 +249,15 @@ def test_spark_engine_gives_every_record_the_home_the_local_engine_gives(spark_l
 
 def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spark_ledger):
     run = spark_ledger
-    # the command lines, as ps would show them, were watched while Spark ran
-    assert run.watcher.spark_processes, "the watcher never saw the spark-submit JVM; the check proves nothing"
-    assert run.watcher.hits == []
+    # the command lines and environments, as ps would show them, were watched while Spark ran
+    watcher = run.watcher
+    assert watcher.spark_submits, "the watcher never saw the spark-submit JVM; the check proves nothing"
+    assert watcher.spark_envs_read, "the watcher read no Spark process's environment"
+    assert watcher.other_env_hits, "the watcher missed the decoy that inherited AIRFLOW_CONN_KAFKA_DEFAULT"
+    assert not watcher.cmdline_hits, watcher.cmdline_hits
+    assert not watcher.spark_env_hits, (
+        f"AIRFLOW_CONN_KAFKA_DEFAULT reached {len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} Spark "
+        f"processes: {sorted({describe_process(c) for c in watcher.spark_env_hits.values()})}")
     commands = [line for line in run.runner.logged if line.startswith("spark-submit command:")]
     assert len(commands) == len(run.topology.tiers)
     assert "--kafka-config-file" in commands[0]
@@ -204,13 +270,19 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
     logs = [p for p in run.events.rglob("*") if p.is_file()]
     assert len(logs) == len(run.topology.tiers)
     text = "\n".join(p.read_text(errors="replace") for p in logs)
-    assert "SparkListenerEnvironmentUpdate" in text and "kafka-config.json" in text
+    assert "SparkListenerEnvironmentUpdate" in text
+    # (Spark redacts the whole command when any of it matches spark.redaction.regex, e.g. a checkout
+    # folder named "secrets"; then the path is hidden too)
+    assert "kafka-config.json" in text or '"sun.java.command":"*********(redacted)"' in text
     assert SECRET not in text
     # the summaries (what the operator pushes to XCom) neither
     assert not [s for s in run.summaries if SECRET in str(s.to_dict())]
-    # and the credentials files are gone
+    # and the credentials files are gone, with the private folders that held them and the run summaries
     paths = {line.split("--kafka-config-file ")[1].split()[0] for line in commands}
     assert paths and not [p for p in paths if os.path.exists(p)]
+    results = {line.split("--result ")[1].split()[0] for line in commands}
+    assert {os.path.dirname(p) for p in results} == {os.path.dirname(p) for p in paths}
+    assert not [p for p in results if os.path.exists(os.path.dirname(p))]
 
 
 # ----------------------------------------------------------------------------- a task killed mid-partition
@@ -288,25 +360,30 @@ def test_bad_input_fails_on_the_driver_before_any_record_is_read(problem, expect
 
 
 def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_bootstrap, tmp_path):
-    import json
-    import subprocess
-    import sys
-
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_topology("cli-spark")
     topology_file = tmp_path / "topology.yaml"
     ledger.write_topology(topology, topology_file)
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 60, PARTITIONS)
+    kafka = {"bootstrap.servers": kafka_bootstrap, "sasl.username": "svc", "sasl.password": SECRET}
     kafka_config = tmp_path / "kafka.json"
-    kafka_config.write_text(json.dumps({"bootstrap.servers": kafka_bootstrap, "sasl.password": SECRET}))
-    conf = [arg for key, value in SPARK_CONF.items() for arg in ("--conf", f"{key}={value}")]
-    done = subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--engine", "spark", "--topology",
-         str(topology_file), "--tier", "0", "--handler", f"{ledger.HANDLER_MODULE}:indexed",
-         "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode", "--kafka-config", str(kafka_config), *conf],
-        env={**os.environ, **SPARK_ENV, "AKR_LEDGER": ledger_file,
-             "PYTHONPATH": str(Path(__file__).parents[2])},
-        capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    kafka_config.write_text(json.dumps(kafka))
+    s3_secret = f"s3-{uuid.uuid4().hex[:12]}"  # a secret-looking Spark property: masked in the logged command
+    conf = [arg for key, value in {**SPARK_CONF, "spark.hadoop.fs.s3a.secret.key": s3_secret}.items()
+            for arg in ("--conf", f"{key}={value}")]
+    # the CLI runs on a worker whose environment holds the Kafka connection (and so its password)
+    env = {**os.environ, **SPARK_ENV, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(Path(__file__).parents[2]),
+           "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": kafka})}
+    watcher = SparkEnvWatcher(SECRET, scope=str(tmp_path))
+    watcher.start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "airflow_kafka_retry.cli", "-v", "drain", "--engine", "spark", "--topology",
+             str(topology_file), "--tier", "0", "--handler", f"{ledger.HANDLER_MODULE}:indexed",
+             "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode", "--kafka-config", str(kafka_config), *conf],
+            env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+    finally:
+        watcher.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["engine"] == "spark" and summary["status"] == "ok"
@@ -314,4 +391,14 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
     assert summary["totals"]["drained"] == 60
     assert summary["totals"]["succeeded"] == fates.count("ok")
     assert sorted(p["partition"] for p in summary["partitions"]) == [0, 1]
+    # -v: spark-submit's output (driver and executors) reached stderr, so these checks can fail
+    assert "Running Spark version" in done.stderr and "Finished task" in done.stderr, done.stderr[-2000:]
     assert SECRET not in done.stdout + done.stderr
+    [command] = [line for line in done.stderr.splitlines() if "spark-submit command:" in line]
+    assert "--conf spark.hadoop.fs.s3a.secret.key=******" in command and "spark.ui.enabled=false" in command
+    assert s3_secret not in done.stderr
+    # no Spark process got the worker's AIRFLOW_CONN_KAFKA_DEFAULT; the CLI itself had it (the watcher saw it)
+    assert watcher.spark_submits and watcher.spark_envs_read, "the watcher saw no Spark process of this run"
+    assert watcher.other_env_hits, "the watcher did not see the CLI's environment holding the secret"
+    assert not watcher.cmdline_hits, watcher.cmdline_hits
+    assert not watcher.spark_env_hits, sorted({describe_process(c) for c in watcher.spark_env_hits.values()})

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import re
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, ProcessWatcher
+from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, SparkEnvWatcher, describe_process
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
@@ -112,50 +112,6 @@ def _json_lines(stdout: str) -> list:
     return next(json.loads(line) for line in stdout.splitlines() if line.startswith("["))
 
 
-class SparkEnvWatcher(ProcessWatcher):
-    """:class:`ProcessWatcher` that tells the Spark application's processes apart from the rest.
-
-    ``cmdline_hits``: any process whose command line holds the needle. ``spark_env_hits``: a process
-    of the Spark application (spark-submit's JVM, its launcher, the Python driver, PySpark workers)
-    whose environment holds it. ``other_env_hits``: any other process whose environment holds it
-    (the ``airflow`` CLI itself, which gets the connection from ``AIRFLOW_CONN_KAFKA_DEFAULT``).
-    ``spark_submits``/``spark_envs_read`` count only processes that mention ``scope`` (this test's temp
-    folder) in their command line or environment, not those of another test running meanwhile.
-    """
-
-    SPARK_MARKS = (b"org.apache.spark", b"pyspark", b"airflow_kafka_retry/spark/entrypoint.py")
-
-    def __init__(self, needle: str, scope: str) -> None:
-        super().__init__(needle)
-        self.scope = scope.encode()
-        self.cmdline_hits: list[str] = []
-        self.spark_env_hits: dict[int, bytes] = {}
-        self.other_env_hits: dict[int, bytes] = {}
-        self.spark_submits: set[int] = set()  # the spark-submit JVMs seen
-        self.spark_envs_read: set[int] = set()  # Spark processes whose (non-empty) environment was read
-
-    def inspect(self, pid: int, cmdline: bytes, environ: bytes) -> None:
-        spark = any(mark in cmdline for mark in self.SPARK_MARKS)
-        if spark and (self.scope in cmdline or self.scope in environ):
-            self.spark_processes.add(pid)
-            if environ:
-                self.spark_envs_read.add(pid)
-            if b"org.apache.spark.deploy.SparkSubmit" in cmdline:
-                self.spark_submits.add(pid)
-        if self.needle in cmdline:
-            self.cmdline_hits.append(f"/proc/{pid}/cmdline: {cmdline[:300]!r}")
-        if self.needle in environ:
-            self.hits.append(f"/proc/{pid}/environ")
-            (self.spark_env_hits if spark else self.other_env_hits)[pid] = cmdline[:300]
-
-
-def _describe(cmdline: bytes) -> str:
-    """``argv[0]`` and the main class / script / module of a command line, for assertion messages."""
-    argv = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
-    main = [a for a in argv[1:] if a.startswith(("org.apache.spark.", "pyspark.")) or a.endswith((".py", "spark-class"))]
-    return " ".join([os.path.basename(argv[0]) if argv else "?", *main[:2]])
-
-
 def _xcom(db: Path, dag_id: str, task_id: str, key: str) -> list:
     """The values (decoded) of one XCom key of one task, read from the metadata DB (``xcom.value`` is JSON)."""
     with closing(sqlite3.connect(db)) as con:
@@ -196,8 +152,6 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
                              capture_output=True, text=True, timeout=600)
     finally:
         watcher.stop()
-        # bad_handler and failing_partitions used the default result path (keyed by DAG and run under the temp folder)
-        shutil.rmtree(Path(tempfile.gettempdir()) / "airflow-kafka-retry" / "akr_spark_reprocess", ignore_errors=True)
     output = run.stdout + run.stderr
     (tmp_path / "airflow-output.txt").write_text(output)  # kept for debugging a failure
     runs = subprocess.run([airflow, "dags", "list-runs", "akr_spark_reprocess", "-o", "json"], env=env, cwd=REPO,
@@ -219,7 +173,16 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
         topology.tier(1).topic: modes["transient:1"] + modes["transient:2"] + modes["permanent"],
         topology.dlt_topic: modes["fatal"] + modes["bad-json"],
     }
-    assert (out / "results" / "reprocess_main.json").exists(), "templated result_path not used"
+    # the templated result_path was used, and the result deleted once read
+    result = out / "results" / "reprocess_main.json"
+    assert f"summary at {result}" in output, "templated result_path not used"
+    assert (out / "results").is_dir() and not result.exists(), "the result file outlived the run"
+    # bad_handler and failing_partitions used the default: a private folder per run, gone afterwards;
+    # nothing under the old predictable <tmp>/airflow-kafka-retry/<dag>/<run>/<task>.json
+    private = re.findall(r"summary at (\S*/akr-spark-[^/\s]+)/summary\.json", output)
+    assert len(private) == 2 and len(set(private)) == 2, private
+    assert not [p for p in private if os.path.exists(p)]
+    assert not (Path(tempfile.gettempdir()) / "airflow-kafka-retry" / "akr_spark_reprocess").exists()
     # the bad handler failed with a readable reason, before anything was read
     assert "the Spark application refused to start: handler 'tests.support.no_such_handler:handle': " \
            "cannot import module 'tests.support.no_such_handler'" in output
@@ -277,4 +240,4 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     assert not watcher.spark_env_hits, (
         f"the Spark application inherited the Kafka password in its environment: "
         f"{len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} Spark processes: "
-        f"{sorted(Counter(_describe(c) for c in watcher.spark_env_hits.values()).items())}")
+        f"{sorted(Counter(describe_process(c) for c in watcher.spark_env_hits.values()).items())}")

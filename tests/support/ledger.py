@@ -208,3 +208,160 @@ def ledger_path(tmp_path) -> str:
     open(path, "w").close()
     os.environ["AKR_LEDGER"] = path
     return path
+
+
+# ----------------------------------------------------------------------------- the fault suite's full ledger
+FAULT_ID, FAULT_MODE = "fault-id", "fault-mode"
+
+
+def make_fault_topology(prefix: str, attempts: int = 3, **extra) -> Topology:
+    """A short retry path (main, ``attempts - 1`` retry tiers, DLT), delays 0, ``InvalidOrder`` fatal."""
+    topic = unique_topic(prefix)
+    return Topology.from_mapping({
+        "topic": topic, "group_id": f"{topic}-svc", "attempts": attempts, "backoff": {"kind": "fixed", "delay": "0ms"},
+        "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"], **extra,
+    }, source=f"<faults {topic}>")
+
+
+def write_fault_topology(topology: Topology, path: Path) -> Topology:
+    """``topology`` (from :func:`make_fault_topology`) as a YAML file, loaded back from there."""
+    path.write_text(yaml.safe_dump({
+        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
+        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    return load_topology(path)
+
+
+@dataclass
+class FaultInput:
+    """One record to produce: its fate (``mode``), and optionally its key, value and extra headers."""
+
+    mode: str = "ok"
+    key: bytes | None = b"-"  # b"-": the id as key
+    value: bytes | None = None  # None: a small JSON value
+    headers: list = field(default_factory=list)
+
+
+def produce_fault_inputs(bootstrap: str, topology: Topology, specs: list[FaultInput], partitions: int,
+                         **producer_config) -> Inputs:
+    """Create the topology's topics and produce ``specs`` round-robin over ``partitions``; id = index."""
+    ensure_topics(topology, {"bootstrap.servers": bootstrap}, partitions=partitions)
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                         **producer_config})
+    inputs = Inputs()
+    errors: list = []
+
+    def delivered(rid: str, mode: str):
+        def report(err, msg):
+            if err is not None:
+                errors.append(err)
+            else:
+                inputs.records[rid] = (mode, msg.partition(), msg.offset())
+        return report
+
+    for i, spec in enumerate(specs):
+        key = str(i).encode() if spec.key == b"-" else spec.key
+        value = json.dumps({"id": str(i), "mode": spec.mode}).encode() if spec.value is None else spec.value
+        producer.produce(topology.topic, value=value, key=key, partition=i % partitions,
+                         on_delivery=delivered(str(i), spec.mode),
+                         headers=[(FAULT_ID, str(i).encode()), (FAULT_MODE, spec.mode.encode()), ("bin", b"\x00\x01"),
+                                  *spec.headers])
+        producer.poll(0)
+    assert producer.flush(60) == 0 and not errors, errors
+    assert len(inputs.records) == len(specs)
+    return inputs
+
+
+def _fault_id(msg) -> str:
+    value = H.last_header(msg.headers(), FAULT_ID)
+    assert value is not None, f"{msg.topic()}[{msg.partition()}]@{msg.offset()} has no {FAULT_ID} header"
+    return value.decode()
+
+
+def default_fate(mode: str) -> str:
+    """Where a record of ``mode`` ends once every tier ran: ``processed`` or ``dlt``."""
+    return "dlt" if mode in ("permanent", "fatal", "bad-json", "hang") else "processed"
+
+
+@dataclass
+class Account:
+    """Every input's home once the ledger is checked: counts for the results table."""
+
+    inputs: int
+    processed: int
+    dlt: int
+    parking: int
+    pending: dict[str, int]
+    lost: int
+
+    def homes(self) -> str:
+        parts = [f"{self.processed} processed", f"{self.dlt} DLT"]
+        parts += [f"{n} pending in {t}" for t, n in sorted(self.pending.items()) if n]
+        if self.parking:
+            parts.append(f"{self.parking} parked")
+        return ", ".join(parts)
+
+
+def account(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str, partitions: int, *,
+            fate: Callable[[str], str | None] = default_fate, allow_duplicates: bool = False,
+            handled_once: bool = True) -> Account:
+    """The full ledger, asserted: each input in exactly one of processed / a later tier / DLT / parking.
+
+    * a record is *pending* in a tier when a copy of it sits at or after that tier partition's
+      committed offset (not drained yet): that is its home;
+    * every record a tier group committed past (offset < committed) has a home further on: it was
+      processed, or a copy is in a later tier, a DLT or parking -- no committed offset passes a
+      record without a home;
+    * each input has exactly one kind of home, the one ``fate(mode)`` names (None: not checked);
+    * ``allow_duplicates``: copies of one kind are tolerated (a broker without abort isolation shows
+      the records of aborted transactions); ``handled_once``: no id was handled successfully twice.
+    """
+    processed = processed_ids(ledger_path)
+    if handled_once:
+        twice = sorted(i for i, n in processed.items() if n > 1)
+        assert not twice, f"{len(twice)} records handled successfully more than once, e.g. {twice[:5]}"
+    assert set(processed) <= set(inputs.records), "ledger has ids that were never produced"
+    homes: dict[str, list[str]] = {rid: (["processed"] if rid in processed else []) for rid in inputs.records}
+    passed: list[tuple[Tier, str, str]] = []  # (tier, id, where) of records a group committed past
+    copies: Counter = Counter()
+    for tier in topology.tiers:
+        offsets = committed(bootstrap, topology.consumer_group(tier), tier.topic, partitions)
+        for msg in read_all(bootstrap, tier.topic):
+            rid = _fault_id(msg)
+            where = f"{tier.topic}[{msg.partition()}]@{msg.offset()}"
+            if msg.offset() < offsets.get(msg.partition(), -1):
+                passed.append((tier, rid, where))
+            else:
+                homes[rid].append(f"pending:{tier.topic}")
+                copies[(rid, tier.topic)] += 1
+    parking = getattr(topology, "parking_topic", None)
+    for kind, topics in (("dlt", [t.topic for t in topology.dlt_tiers]), ("parking", [parking] if parking else [])):
+        for topic in topics:
+            for msg in read_all(bootstrap, topic):
+                rid = _fault_id(msg)
+                homes[rid].append(kind)
+                copies[(rid, kind)] += 1
+                if kind == "dlt":
+                    mode, partition, offset = inputs.records[rid]
+                    coords = H.read_original_coordinates(msg.headers())
+                    assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), \
+                        (rid, coords)
+    if not allow_duplicates:
+        doubled = [c for c, n in copies.items() if n > 1]
+        assert not doubled, f"records with two copies in one home: {doubled[:5]}"
+    lost = sorted(rid for rid, h in homes.items() if not h)
+    assert not lost, f"{len(lost)} records have no home, e.g. {[(r, inputs.records[r]) for r in lost[:5]]}"
+    for rid, found in homes.items():
+        kinds = set(found)
+        assert len(kinds) == 1, f"id {rid} ({inputs.records[rid][0]}) is in {sorted(kinds)}"
+        expected = fate(inputs.records[rid][0])
+        if expected is not None:
+            assert kinds == {expected}, f"id {rid} ({inputs.records[rid][0]}) ended in {found[0]}, expected {expected}"
+    index = {t.topic: t.index for t in topology.tiers}
+    for tier, rid, where in passed:
+        home = homes[rid][0]
+        later = home in ("processed", "dlt", "parking") or index[home.split(":", 1)[1]] > tier.index
+        assert later, f"{where} (id {rid}) was committed past, but its only home is {home}"
+    pending = Counter(h[0].split(":", 1)[1] for h in homes.values() if h[0].startswith("pending:"))
+    return Account(inputs=len(inputs.records), processed=sum(1 for h in homes.values() if h[0] == "processed"),
+                   dlt=sum(1 for h in homes.values() if h[0] == "dlt"),
+                   parking=sum(1 for h in homes.values() if h[0] == "parking"), pending=dict(pending), lost=len(lost))

@@ -11,6 +11,8 @@ import pytest
 from airflow_kafka_retry.engine.clients import (
     CLIENT_LOGGER,
     KafkaConfigError,
+    PREFETCH_DEFAULTS,
+    PRODUCER_MAX_MESSAGE_BYTES,
     consumer_config,
     producer_config,
 )
@@ -80,6 +82,7 @@ def test_consumer_engine_settings() -> None:
         "group.id": "svc-orders-retry-0",
         "auto.offset.reset": "earliest",
         "fetch.wait.max.ms": 100,
+        **PREFETCH_DEFAULTS,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
@@ -110,6 +113,26 @@ def test_consumer_keeps_user_tuning() -> None:
         assert config[key] == user[key], key
 
 
+def test_prefetch_is_bounded_by_default() -> None:
+    """librdkafka's defaults queue 64 MB per consumer: memory would multiply with parallelism."""
+    config = consumer_config(base(), "g")
+    assert config["queued.max.messages.kbytes"] <= 8192
+    assert config["fetch.max.bytes"] <= 8 * 1024 * 1024
+    assert config["max.partition.fetch.bytes"] <= config["fetch.max.bytes"]
+    assert config["fetch.queue.backoff.ms"] < 1000  # librdkafka's 1 s pause would stall a fast drain
+    producer = producer_config(base(**PREFETCH_DEFAULTS), None)  # consumer keys never reach a producer
+    assert not set(PREFETCH_DEFAULTS) & set(producer), producer
+
+
+def test_prefetch_bounds_keep_user_values_and_fit_the_largest_message() -> None:
+    user = consumer_config(base(**{"queued.max.messages.kbytes": 65536, "fetch.max.bytes": 52428800}), "g")
+    assert user["queued.max.messages.kbytes"] == 65536 and user["fetch.max.bytes"] == 52428800
+    big = consumer_config(base(**{"max.partition.fetch.bytes": 10_485_760}), "g")
+    assert big["fetch.max.bytes"] == 10_485_760  # a fetch must hold one partition's share
+    sized = consumer_config(base(**{"message.max.bytes": 20_000_000}), "g")
+    assert sized["fetch.max.bytes"] == 20_000_000
+
+
 def test_fetch_wait_max_ms_default_and_override() -> None:
     assert consumer_config(base(), "g")["fetch.wait.max.ms"] == 100
     assert consumer_config(base(**{"fetch.wait.max.ms": 500}), "g")["fetch.wait.max.ms"] == 500
@@ -132,7 +155,17 @@ def test_consumer_without_transactional_or_idempotence_keys() -> None:
 # ----------------------------------------------------------------------------- producer
 def test_producer_engine_settings() -> None:
     assert producer_config(base(), None) == {"bootstrap.servers": BOOTSTRAP, "logger": CLIENT_LOGGER,
-                                             "enable.idempotence": True, "acks": "all"}
+                                             "enable.idempotence": True, "acks": "all",
+                                             "allow.auto.create.topics": False,
+                                             "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES}
+
+
+def test_producer_never_auto_creates_a_destination_and_keeps_a_user_size_limit() -> None:
+    """Regression (faults case 3 and 10): a deleted destination is not re-created behind the topology's
+    back, and a record larger than librdkafka's 1 MB default is routed; a user's own limit still wins."""
+    config = producer_config(base(**{"allow.auto.create.topics": True, "message.max.bytes": 2_000_000}), None)
+    assert config["allow.auto.create.topics"] is False
+    assert config["message.max.bytes"] == 2_000_000
 
 
 def test_producer_transactional_id() -> None:
@@ -218,6 +251,6 @@ def test_consumer_and_producer_configs_are_independent() -> None:
     user = base(**SECURITY, **CONSUMER_ONLY, **PRODUCER_ONLY)
     consumer = consumer_config(user, "g")
     producer = producer_config(user, "txn")
-    # the only keys both get are the user's shared settings
+    # the only keys both get are the user's shared settings (and no topic auto-creation, for both)
     shared = set(consumer) & set(producer)
-    assert shared == {"bootstrap.servers", "logger", *SECURITY}
+    assert shared == {"bootstrap.servers", "logger", "allow.auto.create.topics", *SECURITY}

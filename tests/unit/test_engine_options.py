@@ -18,7 +18,7 @@ def test_defaults() -> None:
     assert options.handler == HANDLER
     assert options.value_deserializer is None and options.key_deserializer is None
     assert options.batch_size == 100
-    assert options.chunk_size == 1000
+    assert options.chunk_size == 5000
     assert options.max_records is None
     assert options.in_place_attempts == 0
     assert options.in_place_backoff_ms == 0

@@ -794,3 +794,31 @@ def test_header_policy_from_mapping() -> None:
         "naming": "retry_topic", "cause": "immediate",
     }
     assert HeaderPolicy.from_mapping({"naming": "dead_letter"}).naming == "dead_letter"
+
+
+# ----------------------------------------------------------------------------- poison headers (faults case 9)
+@pytest.mark.parametrize(
+    ("value", "now", "due"),
+    [
+        (b"\x01" * 9, None, None),  # longer than a long: Spring ignores it
+        (java_big_integer_to_byte_array(2**63 - 1), T0, None),  # more than a day ahead of now: ignored
+        (java_big_integer_to_byte_array(T0 + h.MAX_BACKOFF_MS), T0, T0 + h.MAX_BACKOFF_MS),  # exactly a day: kept
+        (java_big_integer_to_byte_array(T0 + h.MAX_BACKOFF_MS + 1), T0, None),
+        (java_big_integer_to_byte_array(-5), T0, -5),  # in the past: due now
+        (java_big_integer_to_byte_array(2**63 - 1), None, 2**63 - 1),  # no clock given: no horizon check
+    ],
+)
+def test_read_due_ms_ignores_what_spring_ignores(value: bytes, now: int | None, due: int | None) -> None:
+    """Regression: a huge back-off timestamp held a partition back for ever (Spring: MAX_BACKOFF_MS, 1..8 bytes)."""
+    assert read_due_ms([(h.BACKOFF_TIMESTAMP, value)], now_ms=now) == due
+
+
+def test_read_due_ms_horizon_can_be_widened_for_long_tiers() -> None:
+    two_days = java_big_integer_to_byte_array(T0 + 2 * h.MAX_BACKOFF_MS)
+    assert read_due_ms([(h.BACKOFF_TIMESTAMP, two_days)], now_ms=T0) is None
+    assert read_due_ms([(h.BACKOFF_TIMESTAMP, two_days)], now_ms=T0, horizon_ms=3 * h.MAX_BACKOFF_MS) == \
+        T0 + 2 * h.MAX_BACKOFF_MS
+
+
+def test_header_bytes_counts_names_and_values() -> None:
+    assert h.header_bytes([("ab", b"xyz"), ("é", None)]) == 2 + 3 + 2

@@ -40,7 +40,7 @@ TOPOLOGY = str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"
 @pytest.fixture
 def submission(tmp_path):
     sub = prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=KAFKA_CONFIG,
-                             cutoff_ms=1234, tmp_dir=str(tmp_path))
+                             master="local[2]", cutoff_ms=1234, tmp_dir=str(tmp_path))
     yield sub
     sub.cleanup()
 
@@ -97,7 +97,7 @@ def test_credentials_go_to_an_owner_only_file_never_into_the_command_line(submis
 
 def test_the_credentials_file_is_removed_after_the_run(tmp_path):
     with prepare_submission(topology_path=TOPOLOGY, tier="dlt", options=OPTIONS, kafka_config=KAFKA_CONFIG,
-                            tmp_dir=str(tmp_path)) as sub:
+                            master="local[2]", tmp_dir=str(tmp_path)) as sub:
         assert os.path.exists(sub.kafka_config_file)
     assert not os.path.exists(sub.kafka_config_file)
     assert not os.path.exists(sub.workdir)
@@ -107,7 +107,7 @@ def test_a_failed_preparation_leaves_no_credentials_behind(tmp_path):
     bad = DrainOptions(handler="no_such_handler_pkg:handle")
     with pytest.raises(UserCodeError):
         prepare_submission(topology_path=TOPOLOGY, tier=0, options=bad, kafka_config=KAFKA_CONFIG,
-                           tmp_dir=str(tmp_path))
+                           master="local[2]", tmp_dir=str(tmp_path))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -343,8 +343,8 @@ def test_operator_ignores_a_stale_result_of_an_earlier_try(tmp_path, monkeypatch
         _operator(tmp_path).execute(_context())
 
 
-def test_operator_cutoff_and_default_result_path(tmp_path):
-    from airflow_kafka_retry.operators.spark_reprocess import default_result_path, to_epoch_ms
+def test_operator_cutoff(tmp_path):
+    from airflow_kafka_retry.operators.spark_reprocess import to_epoch_ms
 
     assert to_epoch_ms(1700000000000) == 1700000000000
     assert to_epoch_ms("1700000000000") == 1700000000000
@@ -354,9 +354,6 @@ def test_operator_cutoff_and_default_result_path(tmp_path):
         to_epoch_ms("yesterday")
     op = _operator(tmp_path, cutoff="2024-01-02T00:00:00+00:00")
     assert op.cutoff_ms(_context()) == 1704153600000
-    path = default_result_path(_context())
-    assert path.endswith(os.path.join("airflow-kafka-retry", "retry_dag", "manual__2024-01-01T00_00_00+00_00",
-                                      "tier_1.json"))
 
 
 def test_hook_reads_the_librdkafka_config_from_the_connection_extra(airflow_connections):
@@ -411,14 +408,23 @@ def test_operator_hook_starts_spark_submit_without_the_workers_secrets(tmp_path,
 def test_on_kill_during_a_submit_still_sees_the_env_vars(tmp_path, monkeypatch, airflow_connections):
     from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
 
-    seen: dict = {}
+    started: list[dict] = []
 
-    class BlockingPopen:  # spark-submit still running when the task is killed
+    class BlockingPopen:  # spark-submit still running when the task is killed; the YARN kill command is recorded
         def __init__(self, cmd, **kwargs):
+            started.append({"cmd": cmd, **kwargs})
             self.stdout = iter(())
 
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
         def wait(self):
-            hook.on_kill()
+            if len(started) == 1:
+                hook._yarn_application_id = "application_1_0001"
+                hook.on_kill()
             return 0
 
         def poll(self):
@@ -427,11 +433,11 @@ def test_on_kill_during_a_submit_still_sees_the_env_vars(tmp_path, monkeypatch, 
         def kill(self):
             pass
 
-    def fake_super_on_kill(self):
-        seen["env_during_kill"] = self._env
-
     monkeypatch.setattr(provider_hook.subprocess, "Popen", BlockingPopen)
-    monkeypatch.setattr(provider_hook.SparkSubmitHook, "on_kill", fake_super_on_kill)
     hook = _operator(tmp_path, env_vars={"HADOOP_CONF_DIR": "/etc/hadoop"})._get_hook()
     hook.submit("app.py")
-    assert seen["env_during_kill"] == {"HADOOP_CONF_DIR": "/etc/hadoop"}
+    submit, kill = started
+    assert kill["cmd"] == ["yarn", "application", "-kill", "application_1_0001"]
+    assert kill["env"]["HADOOP_CONF_DIR"] == "/etc/hadoop"
+    assert "AIRFLOW_CONN_KAFKA_DEFAULT" in os.environ
+    assert not [k for k in kill["env"] if k.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__"))]

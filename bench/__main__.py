@@ -1,0 +1,174 @@
+"""``python -m bench``: the performance bench of the local and Spark engines against the raw loop.
+
+    python -m bench                      # 1,000,000 records, sweep 100k / 1M / 3M (about 10 min on 2 cores)
+    python -m bench --records 200000     # another size for the cases
+    python -m bench --small              # 20,000 records, sweep 5k / 10k / 20k: a smoke run (CI)
+    python -m bench --bootstrap HOST:PORT  # use that cluster instead of an embedded Tansu broker
+
+The workload: a retry tier of 8 partitions holding 1 KB records, every one due, 1 % failing (half
+transiently, half fatally). Every case reads the same records with its own consumer group, each in
+a child process of its own (wall time, CPU and peak RSS of that process tree):
+
+The Python cases run in rounds (``--repeat``, default 2), interleaved, and the fastest round of each
+counts (all wall times are kept in the results); Spark runs once.
+
+* ``raw``: a plain confluent-kafka loop (consume, produce the 1 % with a header, commit);
+* ``provider``: the Kafka provider's ``ConsumeFromTopicOperator`` with an ``apply_function``;
+* ``local_txn`` / ``local_no_txn``: the local engine at its defaults, with and without transactions;
+* ``spark``: the Spark engine on ``local[2]``, reported for the whole ``spark-submit`` and for its
+  partition tasks alone (their summed time over the two slots), i.e. without its fixed start-up;
+* ``local_txn_profile``: the local engine again under phase timers and a cProfile of every thread
+  (not compared: profiling slows it down), kept in the results as the evidence of where time goes;
+* the size sweep: the local engine draining 100k, 1M and 3M records of one topic (a second
+  embedded broker), to show that memory does not grow with the drain.
+
+It writes ``bench/results/<UTC date>.json`` (or ``--out DIR``) and prints the markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from bench.measure import run_case
+from bench.report import case_rows, markdown, rate, verdict
+from bench.workload import Workload, produce, tier_headers
+
+log = logging.getLogger("bench")
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PARTITIONS = 8
+MAIN_CASES = ("raw", "provider", "local_txn", "local_no_txn", "spark")
+
+
+def _parse_sizes(text: str) -> list[int]:
+    sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    if not sizes or sizes[0] < PARTITIONS:
+        raise argparse.ArgumentTypeError(f"sweep sizes must be integers >= {PARTITIONS}, got {text!r}")
+    return sizes
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="Throughput and memory of the engines.")
+    parser.add_argument("--records", type=int, default=1_000_000, help="records of the main cases (default 1M)")
+    parser.add_argument("--sweep", type=_parse_sizes, default=None,
+                        help="comma-separated drain sizes of the memory sweep (default 100000,1000000,3000000)")
+    parser.add_argument("--small", action="store_true",
+                        help="a smoke run: 20,000 records, sweep 5,000/10,000/20,000")
+    parser.add_argument("--bootstrap", default=None, help="use this Kafka cluster instead of an embedded broker")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the results file (default bench/results)")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="rounds of the Python cases, best kept (default 2; 1 with --small)")
+    parser.add_argument("--no-spark", action="store_true", help="leave the Spark engine out")
+    return parser
+
+
+def _broker(stack: ExitStack, bootstrap: str | None) -> str:
+    if bootstrap:
+        return bootstrap
+    from airflow_kafka_retry.testing.broker import EmbeddedBroker
+
+    return stack.enter_context(EmbeddedBroker()).bootstrap
+
+
+def _machine() -> dict[str, Any]:
+    import confluent_kafka
+
+    from airflow_kafka_retry.engine.local import available_cores
+
+    return {"cores": available_cores(), "python": platform.python_version(), "platform": platform.platform(),
+            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "load_average": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _case(name: str, workload: Workload, run_id: str, expect: int, **spec: Any) -> dict[str, Any]:
+    group = f"bench-{name}-{run_id}"
+    log.info("case %s: %s records (group %s)", name, expect, group)
+    result = run_case(name, {"workload": workload.to_dict(), "group": group, **spec})
+    if result["records"] != expect:
+        raise RuntimeError(f"case {name} read {result['records']} records, expected {expect}")
+    log.info("case %s: %.1f s, %.0f rec/s, peak RSS %.0f MB", name, result["wall_s"],
+             rate(result["records"], result["wall_s"]), result["peak_rss_mb"])
+    return result
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    records = 20_000 if args.small else args.records
+    sweep_sizes = args.sweep or ([5_000, 10_000, 20_000] if args.small else [100_000, 1_000_000, 3_000_000])
+    run_id = uuid.uuid4().hex[:8]
+    started = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="bench-"))
+    document: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                                "command": "python -m bench " + " ".join(sys.argv[1:]), "machine": _machine()}
+    cases: dict[str, dict[str, Any]] = {}
+    with ExitStack() as stack:
+        bootstrap = _broker(stack, args.bootstrap)
+        log.info("producing %s records to %s", records, bootstrap)
+        produced = time.perf_counter()
+        workload = produce(bootstrap, f"bench-{run_id}", records, PARTITIONS, folder)
+        document["workload"] = {**workload.to_dict(), "value_bytes": 1024, "failing": workload.failing,
+                                "produce_s": round(time.perf_counter() - produced, 1)}
+        # Rounds of every Python case, best wall time kept: the machine's load drifts, and a round
+        # exposes each case to about the same drift.
+        repeat = args.repeat or (1 if args.small else 2)
+        for round_ in range(repeat):
+            for name in MAIN_CASES[:-1]:
+                result = _case(name, workload, f"{run_id}-{round_}", records)
+                best = cases.get(name)
+                walls = [*(best or {}).get("walls_s", []), result["wall_s"]]
+                peak = max(result["peak_rss_mb"], (best or {}).get("peak_rss_mb", 0.0))
+                if best is None or result["wall_s"] < best["wall_s"]:
+                    best = result
+                cases[name] = {**best, "walls_s": walls, "peak_rss_mb": peak}
+        if not args.no_spark:  # once: it takes longest
+            cases["spark"] = _case("spark", workload, run_id, records)
+        profile = _case("local_txn_profile", workload, run_id, records)
+    sweep: list[dict[str, Any]] = []
+    with ExitStack() as stack:  # a broker of its own: the sweep's data need not sit beside the cases'
+        bootstrap = _broker(stack, args.bootstrap)
+        largest = sweep_sizes[-1]
+        log.info("sweep: producing %s records", largest)
+        sweep_workload = produce(bootstrap, f"bench-sweep-{run_id}", largest, PARTITIONS, folder)
+        for size in sweep_sizes:
+            result = _case("local_txn", sweep_workload, f"{run_id}-{size}", size, max_records=size // PARTITIONS)
+            sweep.append({"records": size, "wall_s": result["wall_s"], "records_per_s": rate(size, result["wall_s"]),
+                          "peak_rss_mb": result["peak_rss_mb"], "cpu_s": result["cpu_s"]})
+    rows = case_rows(cases)
+    document.update({
+        "cases": rows, "raw_results": cases, "sweep": sweep,
+        "profile": {k: profile[k] for k in ("wall_s", "cpu_s", "phases", "top_functions")},
+        "verdict": verdict(rows, profile, cases, len(tier_headers("bench", 0, 0))), "bench_s": round(time.perf_counter() - started, 1),
+    })
+    document["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
+    document["markdown"] = markdown(rows, sweep, document["workload"])
+    return document
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    document = run(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{document['date'][:10]}.json"
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    sys.stdout.write(document["markdown"])
+    verdict_ = document["verdict"]
+    if "what_prevents_it" in verdict_:
+        sys.stdout.write("\n" + verdict_["what_prevents_it"] + "\n")
+    sys.stdout.write(f"\nresults: {path} ({document['bench_s']:.0f} s)\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""Run one case in a child process and measure it: wall time, CPU, peak RSS of its process tree."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+_SAMPLE_S = 0.05
+
+
+class CaseFailed(RuntimeError):
+    """A case's child process failed; the message holds the tail of its output."""
+
+
+def _tree_rss(process: psutil.Process) -> int:
+    total = 0
+    for member in [process, *process.children(recursive=True)]:
+        try:
+            total += member.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
+
+
+def run_case(case: str, spec: dict[str, Any], *, timeout_s: float = 1200) -> dict[str, Any]:
+    """Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-m", "bench.cases", case, json.dumps(spec)], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        process = psutil.Process(child.pid)
+        while not done.wait(_SAMPLE_S):
+            try:
+                peak[0] = max(peak[0], _tree_rss(process))
+            except psutil.NoSuchProcess:
+                return
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        out, err = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        out, err = child.communicate()
+        raise CaseFailed(f"case {case} did not finish within {timeout_s:.0f}s; stderr:\n{err[-3000:]}") from None
+    finally:
+        done.set()
+        sampler.join()
+    if child.returncode != 0 or not out.strip():
+        raise CaseFailed(f"case {case} exited with {child.returncode}; stderr:\n{err[-3000:]}")
+    result = json.loads(out.strip().splitlines()[-1])
+    result["process_s"] = round(time.perf_counter() - started, 3)
+    result["peak_rss_mb"] = round(max(peak[0] / 2**20, result["self_peak_rss_mb"]), 1)
+    return result

@@ -1,0 +1,100 @@
+"""The bench data: a retry tier of 1 KB records, every one of them due, on the embedded broker.
+
+A topology ``<name>`` (attempts 3, fixed 30 s back-off) gives ``<name>-retry-1`` (the tier the
+cases drain), ``<name>-retry-2`` (where transient failures go) and ``<name>-dlt``. Record ``i``
+goes to partition ``i % partitions`` with the key ``%09d`` and carries the headers the engine
+itself writes when it routes a record to tier 1 (attempt 2, due a minute before the data was
+produced), so it is a realistic tier record.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.policy.header_policy import HeaderPolicy
+from airflow_kafka_retry.policy.headers import Failure, describe_exception, forward_headers
+from airflow_kafka_retry.policy.topology import load_topology
+
+VALUE_BYTES = 1024
+FATAL_CLASS = "bench.handler.InvalidRecord"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One produced tier: what the cases read."""
+
+    name: str
+    topology_path: str
+    topic: str  # the tier the cases drain
+    retry_topic: str  # where transient failures go
+    dlt_topic: str
+    records: int
+    partitions: int
+    bootstrap: str
+
+    @property
+    def failing(self) -> int:
+        return len(range(0, self.records, 100))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def write_topology(name: str, folder: Path) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({
+        "topic": name, "group_id": f"{name}-svc", "attempts": 3,
+        "backoff": {"kind": "fixed", "delay": "30s"}, "not_retryable": [FATAL_CLASS],
+    }))
+    return path
+
+
+def tier_headers(name: str, partition: int, due_ms: int) -> list[tuple[str, bytes | None]]:
+    """The headers of a record the main topic's run routed to tier 1 (as the engine writes them)."""
+    error = RuntimeError("downstream service unavailable")
+    failure = Failure(topic=name, partition=partition, offset=0, timestamp_ms=due_ms - 30_000, timestamp_type=1,
+                      consumer_group=f"{name}-svc", next_attempt=2, due_ms=due_ms,
+                      exception=describe_exception(error))
+    return forward_headers([("trace-id", b"0af7651916cd43dd8448eb211c80319c")], failure, HeaderPolicy())
+
+
+def produce(bootstrap: str, name: str, records: int, partitions: int, folder: Path) -> Workload:
+    """Create the topology's topics and produce ``records`` due records to its tier 1."""
+    topology = load_topology(write_topology(name, folder))
+    ensure_topics(topology, {"bootstrap.servers": bootstrap}, partitions=partitions)
+    tier = topology.tier(1)
+    due = int(time.time() * 1000) - 60_000
+    headers = [tier_headers(name, p, due) for p in range(partitions)]
+    value = (b"0123456789abcdef" * (VALUE_BYTES // 16 + 1))[:VALUE_BYTES]
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "queue.buffering.max.kbytes": 262_144, "enable.idempotence": True})
+    errors: list[str] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for i in range(records):
+        p = i % partitions
+        while True:
+            try:
+                producer.produce(tier.topic, value=value, key=b"%09d" % i, partition=p, headers=headers[p],
+                                 on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 1000 == 0:
+            producer.poll(0)
+    left = producer.flush(120)
+    if left or errors:
+        raise RuntimeError(f"producing the bench data failed: {left} undelivered, errors {errors[:3]}")
+    names = {t.index: t.topic for t in topology.tiers}
+    return Workload(name=name, topology_path=str(topology.source), topic=tier.topic, retry_topic=names[2],
+                    dlt_topic=topology.dlt_topic or "", records=records, partitions=partitions, bootstrap=bootstrap)

@@ -1,0 +1,112 @@
+"""Cases 1 and 2: the broker process is frozen (SIGSTOP) inside a chunk's routing, then resumed (SIGCONT).
+
+1. right after the chunk's routed records were handed to the producer, before they are acknowledged
+   (inside the open transaction), for longer than the transaction timeout;
+2. after the routed records were acknowledged, before the source offsets are committed
+   (transactional: before ``send_offsets_to_transaction``/``commit_transaction``; idempotent: before
+   the consumer's commit).
+
+The run either fails with a clear error or finishes; the next runs complete; the ledger holds.
+Each test freezes a broker of its own, so no other test is disturbed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import textwrap
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.route import Router
+from tests.faults.helpers import options, run_all_tiers
+from tests.support import ledger
+from tests.support.ledger import FaultInput
+
+PARTITIONS = 2
+CHUNK = 30
+TXN_TIMEOUT_MS = 4000
+FREEZE_S = 6.0  # longer than the transaction timeout
+MODES = ("ok", "transient:1", "permanent", "fatal", "transient:2")
+
+
+@contextlib.contextmanager
+def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
+    """Patch the router: at the ``on``-th chunk of partition 0, SIGSTOP ``pid`` at ``point``, SIGCONT it
+    ``FREEZE_S`` later (partitions may run in parallel: the count is partition 0's alone)."""
+    original, original_commit = Router._produce, Router.commit
+    seen, log, source = [0], [], threading.local()
+
+    def commit(self, tp, routed):
+        source.partition = tp.partition
+        return original_commit(self, tp, routed)
+
+    def produce(self, routed, failures):
+        original(self, routed, failures)
+        if getattr(source, "partition", None) != 0:
+            return
+        seen[0] += 1
+        if seen[0] != on:
+            return
+        if point == "acknowledged":
+            assert self.producer.flush(30) == 0, "routed records not acknowledged before the freeze"
+        os.kill(pid, signal.SIGSTOP)
+        log.append(f"froze the broker at {point} of chunk {on} ({len(routed)} routed records)")
+        threading.Timer(FREEZE_S, os.kill, (pid, signal.SIGCONT)).start()
+
+    Router._produce, Router.commit = produce, commit
+    try:
+        yield log
+    finally:
+        Router._produce, Router.commit = original, original_commit
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("case", "point", "transactional"), [
+    pytest.param("1", "in-flight", True, marks=pytest.mark.fault_case(
+        "1", f"broker SIGSTOPped for {FREEZE_S:g}s inside chunk 2's transaction, right after its routed records were "
+             f"produced and before they were acknowledged (transaction.timeout.ms={TXN_TIMEOUT_MS})")),
+    pytest.param("2", "acknowledged", True, marks=pytest.mark.fault_case(
+        "2", f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+             f"the offset commit of its transaction (transaction.timeout.ms={TXN_TIMEOUT_MS})")),
+    pytest.param("2", "acknowledged", False, marks=pytest.mark.fault_case(
+        "2", f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+             "the consumer's offset commit (idempotent mode, no transactions)")),
+], ids=["1-in-transaction", "2-before-commit-transactional", "2-before-commit-idempotent"])
+def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(own_broker, tmp_path, fault_result,
+                                                                              case, point, transactional):
+    bootstrap = own_broker.bootstrap
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = ledger.make_fault_topology(f"freeze-{case}")
+    inputs = ledger.produce_fault_inputs(bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(4 * CHUNK)],
+                                         PARTITIONS)
+    config = {"bootstrap.servers": bootstrap, "transaction.timeout.ms": TXN_TIMEOUT_MS}
+    opts = options(chunk_size=CHUNK, transactional=transactional)
+
+    with freeze_at(own_broker.pid, point) as froze:
+        first = run_local(topology, topology.tier(0), config, opts)
+    assert froze, "the broker was never frozen"
+    outcome = first.partitions[0]
+    if outcome.status == "failed":
+        assert outcome.error and f"{topology.topic}[0]" in outcome.error, outcome.error  # clear: names the partition
+        did = f"the run failed on partition 0 with \"{textwrap.shorten(outcome.error, 220, placeholder=' ...')}\""
+    else:
+        did = "the run waited for the broker and finished"
+    committed = ledger.committed(bootstrap, topology.group_id, topology.topic, PARTITIONS)
+    assert committed[0] in (CHUNK, 2 * CHUNK), committed  # chunk 1 committed; chunk 2 only if its commit went through
+    assert own_broker.running
+
+    run_all_tiers(topology, config, opts)  # the next runs complete
+
+    # records of an aborted transaction may show on a broker without abort isolation, and chunk 2 may be
+    # handled twice (handling is at least once): homes must still be exactly one kind each
+    account = ledger.account(bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True,
+                             handled_once=False)
+    fault_result(f"{did} (chunk 2 {'committed' if committed[0] == 2 * CHUNK else 'not committed'}); "
+                 "the next runs completed", account)

@@ -1,0 +1,56 @@
+"""A small run of ``python -m bench`` (what CI runs): every case runs and the results file is well formed.
+
+No timing is asserted: the numbers of a shared CI machine mean nothing; the bench is for humans.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).parents[2]
+CASES = ["raw", "provider", "local_txn", "local_no_txn", "spark", "spark_without_startup"]
+
+
+def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
+    out = tmp_path / "results"
+    done = subprocess.run([sys.executable, "-m", "bench", "--small", "--bootstrap", kafka_bootstrap, "--out", str(out)],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    files = list(out.glob("*.json"))
+    assert len(files) == 1 and files[0].name == f"{json.loads(files[0].read_text())['date'][:10]}.json"
+    doc = json.loads(files[0].read_text())
+
+    records = doc["workload"]["records"]
+    assert records == 20_000 and doc["workload"]["partitions"] == 8 and doc["workload"]["failing"] == 200
+    rows = {row["case"]: row for row in doc["cases"]}
+    assert list(rows) == CASES
+    for name, row in rows.items():
+        assert row["records"] == records, name
+        assert row["label"] in doc["markdown"] and row["label"] in done.stdout
+        assert row["peak_rss_mb"] > 0, (name, row)
+        assert row["wall_s"] > 0 and row["records_per_s"] > 0, (name, row)
+        assert row["ratio_to_raw"] == pytest.approx(row["records_per_s"] / rows["raw"]["records_per_s"], rel=1e-2)
+    assert rows["raw"]["ratio_to_raw"] == 1.0
+    assert 0 < rows["spark_without_startup"]["wall_s"] < rows["spark"]["wall_s"]  # tasks are part of the run
+    # the engines did their work: every failing record routed (half to the next tier, half to the DLT)
+    for name in ("local_txn", "local_no_txn", "spark"):
+        totals = doc["raw_results"][name]["totals"]
+        assert totals["drained"] == records and totals["succeeded"] == records - 200, name
+        assert sorted(totals["routed"].values()) == [100, 100], name
+    assert doc["raw_results"]["local_txn"]["transactions"] >= 8
+    assert doc["raw_results"]["local_no_txn"]["transactions"] == 0
+    assert [p["records"] for p in doc["sweep"]] == [5_000, 10_000, 20_000]
+    assert all(p["peak_rss_mb"] > 0 and p["records_per_s"] > 0 for p in doc["sweep"])
+    assert doc["verdict"]["target_ratio"] == 0.8 and isinstance(doc["verdict"]["met"], bool)
+    if not doc["verdict"]["met"]:
+        assert "what_prevents_it" in doc["verdict"]
+    phases = doc["profile"]["phases"]
+    assert set(phases) == {"start", "read", "handle", "commit", "job"} and phases["job"]["wall_s"] > 0
+    assert doc["profile"]["top_functions"] and "markdown" in doc

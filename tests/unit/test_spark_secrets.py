@@ -1,0 +1,443 @@
+"""Secrets on the Spark path: the RPC-protection check, the private result file, masked command lines,
+cluster-mode staging defaults. (The real spark-submit runs are in tests/integration/test_spark_secrets.py.)"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import uuid
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.spark import app
+from airflow_kafka_retry.spark.masking import mask_command, mask_text
+from airflow_kafka_retry.spark.result import (
+    ResultMissingError,
+    UntrustedResultError,
+    read_result,
+    remove_result,
+    write_result,
+)
+from airflow_kafka_retry.spark.staging import cluster_mode_conf
+from airflow_kafka_retry.spark.submit import prepare_submission, spark_submit_command
+from airflow_kafka_retry.spark.transport import (
+    UnencryptedSecretsError,
+    check_secrets_transport,
+    effective_spark_conf,
+    is_local_master,
+    secret_keys,
+)
+from tests.unit.test_spark_submit import KAFKA_CONFIG, OPTIONS, SECRET, TOPOLOGY, _context, _fake_spark, _operator
+
+PROTECTED = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+PLAIN = {"bootstrap.servers": "kafka-1:9092"}
+
+
+@pytest.fixture
+def airflow_connections(monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": KAFKA_CONFIG}))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
+
+
+# ----------------------------------------------------------------------------- what counts as a secret
+def test_secret_keys_are_sasl_and_ssl_key_material_not_public_certificates():
+    config = {"bootstrap.servers": "b:9092", "sasl.username": "svc", "sasl.password": "p",
+              "sasl.oauthbearer.client.secret": "c", "sasl.oauthbearer.config": "principal=x",
+              "ssl.key.password": "k", "ssl.keystore.password": "ks", "ssl.key.pem": "-----BEGIN", "ssl.ca.pem": "ca",
+              "ssl.certificate.pem": "cert", "ssl.key.location": "/mnt/secrets/key.pem", "sasl.mechanism": "PLAIN",
+              "sasl.oauthbearer.assertion.private.key.passphrase": "pp", "security.protocol": "SASL_SSL"}
+    assert secret_keys(config) == ["sasl.oauthbearer.assertion.private.key.passphrase",
+                                   "sasl.oauthbearer.client.secret", "sasl.oauthbearer.config", "sasl.password",
+                                   "ssl.key.password", "ssl.key.pem", "ssl.keystore.password"]
+    assert secret_keys({**PLAIN, "sasl.password": ""}) == []
+
+
+@pytest.mark.parametrize(("master", "local"), [
+    ("local", True), ("local[2]", True), ("local[*]", True), ("local[2,4]", True), (" local[2] ", True),
+    ("local-cluster[1,1,512]", False), ("spark://h:7077", False), ("yarn", False), ("k8s://https://k:6443", False),
+    ("", False), (None, False),
+])
+def test_only_a_single_jvm_master_is_local(master, local):
+    assert is_local_master(master) is local
+
+
+# ----------------------------------------------------------------------------- the refusal
+def test_secrets_to_a_cluster_without_rpc_protection_are_refused_naming_both_settings():
+    with pytest.raises(UnencryptedSecretsError) as err:
+        check_secrets_transport(KAFKA_CONFIG, master="yarn", spark_conf={"spark.ui.enabled": "false"})
+    message = str(err.value)
+    assert message.startswith("the Kafka configuration holds secrets (sasl.password) and every Spark task carries "
+                              "it to the executors of master 'yarn' over Spark's RPC, which is not protected: "
+                              "spark.authenticate, spark.network.crypto.enabled are not set.")
+    assert "Set spark.authenticate=true and spark.network.crypto.enabled=true" in message
+    assert "allow_unencrypted_secrets=True" in message
+    assert SECRET not in message
+
+
+@pytest.mark.parametrize(("conf", "missing"), [
+    ({"spark.authenticate": "true"}, "spark.network.crypto.enabled is not set"),
+    ({"spark.network.crypto.enabled": "TRUE", "spark.authenticate": "false"}, "spark.authenticate is not set"),
+    ({"spark.network.crypto.enabled": "true", "spark.authenticate": "yes"}, "spark.authenticate is not set"),
+])
+def test_the_refusal_names_the_one_missing_setting(conf, missing):
+    with pytest.raises(UnencryptedSecretsError, match=missing):
+        check_secrets_transport(KAFKA_CONFIG, master="spark://h:7077", spark_conf=conf)
+
+
+def test_protected_rpc_local_masters_configs_without_secrets_and_the_explicit_opt_out_pass():
+    check_secrets_transport(KAFKA_CONFIG, master="yarn", spark_conf={k: " True " for k in PROTECTED})
+    check_secrets_transport(KAFKA_CONFIG, master="local[2]", spark_conf={})
+    check_secrets_transport({**PLAIN, "sasl.username": "svc", "ssl.key.location": "/mnt/k.pem"}, master="yarn",
+                            spark_conf={})
+    check_secrets_transport(KAFKA_CONFIG, master="yarn", spark_conf={}, allow_unencrypted_secrets=True)
+
+
+def test_the_check_reads_spark_defaults_and_the_properties_file_and_conf_wins(tmp_path):
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("# cluster-wide\nspark.authenticate   true\n"
+                                                  "spark.network.crypto.enabled=true\n")
+    environ = {"SPARK_CONF_DIR": str(conf_dir)}
+    merged, where = effective_spark_conf({}, environ=environ)
+    assert merged == PROTECTED and str(conf_dir / "spark-defaults.conf") in where
+    check_secrets_transport(KAFKA_CONFIG, master="yarn", spark_conf=merged)
+    # --conf overrides spark-defaults.conf, as in spark-submit
+    merged, where = effective_spark_conf({"spark.network.crypto.enabled": "false"}, environ=environ)
+    with pytest.raises(UnencryptedSecretsError, match=r"spark.network.crypto.enabled is not set \(looked in "
+                                                      r"--conf, .*spark-defaults.conf\)"):
+        check_secrets_transport(KAFKA_CONFIG, master="yarn", spark_conf=merged, where=where)
+    # a properties file replaces spark-defaults.conf (as in spark-submit without --load-spark-defaults)
+    props = tmp_path / "job.properties"
+    props.write_text("spark.authenticate: true\n")
+    merged, where = effective_spark_conf(None, str(props), environ=environ)
+    assert merged == {"spark.authenticate": "true"} and "spark-defaults" not in where
+
+
+def test_prepare_submission_refuses_before_writing_anything(tmp_path):
+    with pytest.raises(UnencryptedSecretsError, match="spark.authenticate, spark.network.crypto.enabled"):
+        prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=KAFKA_CONFIG,
+                           master="spark://h:7077", spark_conf={"spark.ui.enabled": "false"}, tmp_dir=str(tmp_path))
+    assert list(tmp_path.iterdir()) == [], "no credentials file may be written for a refused run"
+
+
+def test_the_opt_out_reaches_the_driver_as_an_argument(tmp_path):
+    with prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=KAFKA_CONFIG,
+                            master="yarn", allow_unencrypted_secrets=True, tmp_dir=str(tmp_path)) as sub:
+        assert sub.application_args[-1] == "--allow-unencrypted-secrets"
+        assert app.build_parser().parse_args(sub.application_args).allow_unencrypted_secrets is True
+    with prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=KAFKA_CONFIG,
+                            master="yarn", spark_conf=PROTECTED, tmp_dir=str(tmp_path)) as sub:
+        assert "--allow-unencrypted-secrets" not in sub.application_args
+
+
+def test_operator_refuses_on_a_cluster_master_before_spark_submit(tmp_path, monkeypatch, airflow_connections):
+    from airflow_kafka_retry.engine.summary import PartitionSummary
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    seen: dict = {}
+    _fake_spark(monkeypatch, seen, partitions=[PartitionSummary("orders-retry-1", 0, "g", drained=1, succeeded=1)])
+    with pytest.raises(UnencryptedSecretsError, match="master 'yarn'.*spark.authenticate, "
+                                                      "spark.network.crypto.enabled are not set"):
+        _operator(tmp_path, conf={"spark.ui.enabled": "false"}).execute(_context())
+    assert seen == {}, "spark-submit was started"
+    _operator(tmp_path, conf=dict(PROTECTED)).execute(_context())
+    assert seen["credentials_content"] == KAFKA_CONFIG
+
+
+# ----------------------------------------------------------------------------- cluster deploy mode
+def test_yarn_cluster_mode_deletes_the_staging_folder_unless_told_otherwise(caplog):
+    assert cluster_mode_conf("yarn", "cluster", {}) == {"spark.yarn.preserve.staging.files": "false"}
+    assert cluster_mode_conf("yarn", "client", {}) == {}
+    assert cluster_mode_conf("yarn", None, {}) == {}
+    with caplog.at_level(logging.WARNING, logger="airflow_kafka_retry.spark.staging"):
+        assert cluster_mode_conf("yarn", "cluster", {"spark.yarn.preserve.staging.files": "true"}) == {}
+    assert "stays in the application's YARN staging folder" in caplog.text
+
+
+def test_kubernetes_cluster_mode_warns_that_spark_keeps_the_uploaded_copy(caplog):
+    with caplog.at_level(logging.WARNING, logger="airflow_kafka_retry.spark.staging"):
+        conf = cluster_mode_conf("k8s://https://k:6443", "cluster",
+                                 {"spark.kubernetes.file.upload.path": "s3a://b/up"})
+    assert conf == {}
+    assert "s3a://b/up/spark-upload-<uuid>/ and never deletes it" in caplog.text
+
+
+def test_operator_in_yarn_cluster_mode_ships_the_file_with_the_cleanup_setting(tmp_path, monkeypatch,
+                                                                                 airflow_connections):
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+    seen: dict = {}
+
+    def fake_execute(self, context):
+        seen.update(conf=dict(self.conf), files=self.files, result=self.application_args[-1])
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", fake_execute)
+    op = _operator(tmp_path, conf=dict(PROTECTED))
+    with pytest.raises(Exception, match="wrote no result"):
+        op.execute(_context())
+    assert seen["conf"] == {**PROTECTED, "spark.yarn.preserve.staging.files": "false"}
+    assert seen["files"].endswith("/kafka-config.json")
+    assert not os.path.exists(seen["files"])
+
+
+# ----------------------------------------------------------------------------- masking
+def test_the_logged_command_masks_secret_looking_conf_values_but_keeps_paths():
+    cmd = ["spark-submit", "--master", "yarn", "--conf", "spark.hadoop.fs.s3a.secret.key=S3SECRET",
+           "--conf", "spark.hadoop.fs.s3a.access.key=AKIA123", "--conf", "spark.ssl.keyPassword=KP",
+           "--conf", "spark.kubernetes.driverEnv.API_TOKEN=TOK", "--conf", "spark.sasl.x=SASL",
+           "--conf", "spark.ui.enabled=false", "--keytab", "/etc/svc.keytab", "--db-password", "PW",
+           "app.py", "--kafka-config-file", "/tmp/akr-spark-x/kafka-config.json", "--tier", "1"]
+    logged = mask_command(cmd)
+    for value in ("S3SECRET", "AKIA123", "KP", "TOK", "SASL", "PW"):
+        assert value not in logged.split(), logged
+    assert "spark.hadoop.fs.s3a.secret.key=******" in logged and "spark.ui.enabled=false" in logged
+    assert "--keytab /etc/svc.keytab" in logged and "--db-password ******" in logged
+    assert "--kafka-config-file /tmp/akr-spark-x/kafka-config.json --tier 1" in logged
+    assert mask_text("cmd --conf spark.authenticate.secret=abc  other=1\tTOKEN=x") == \
+        "cmd --conf spark.authenticate.secret=******  other=1\tTOKEN=******"
+
+
+def test_the_operator_hook_masks_its_command_line_more_widely_than_the_provider(tmp_path, airflow_connections):
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    op = _operator(tmp_path, conf={"spark.hadoop.fs.s3a.access.key": "AKIA123", "spark.db.password": "PW"})
+    hook = op._get_hook()
+    cmd = hook._build_spark_submit_command("app.py")
+    assert "AKIA123" in SparkSubmitHook._mask_cmd(hook, cmd)  # the provider masks secret/password keys only
+    logged = hook._mask_cmd(cmd)
+    assert "AKIA123" not in logged and "PW" not in logged
+    assert "spark.hadoop.fs.s3a.access.key=******" in logged
+
+
+def test_spark_submit_command_applies_the_submissions_own_conf_under_the_callers(tmp_path):
+    with prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=PLAIN, master="yarn",
+                            deploy_mode="cluster", tmp_dir=str(tmp_path)) as sub:
+        cmd = spark_submit_command(sub, master="yarn", spark_submit="spark-submit")
+        assert "spark.yarn.preserve.staging.files=false" in cmd
+        cmd = spark_submit_command(sub, master="yarn", spark_submit="spark-submit",
+                                   conf={"spark.yarn.preserve.staging.files": "true"})
+        assert "spark.yarn.preserve.staging.files=true" in cmd and "spark.yarn.preserve.staging.files=false" \
+            not in cmd
+
+
+# ----------------------------------------------------------------------------- the result file
+def _summary() -> dict:
+    return RunSummary("t.yaml", 1, "orders-retry-1", "g", "spark", 5, 1, 9).to_dict()
+
+
+def test_the_default_result_is_a_new_file_in_a_private_per_run_folder(tmp_path):
+    with prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=PLAIN, master="local[2]",
+                            tmp_dir=str(tmp_path)) as first, \
+         prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=PLAIN, master="local[2]",
+                            tmp_dir=str(tmp_path)) as second:
+        assert os.path.dirname(first.result_path) == first.workdir != second.workdir
+        assert stat.S_IMODE(os.stat(first.workdir).st_mode) == 0o700
+        assert not os.path.lexists(first.result_path), "the driver creates the result; nothing may be there before"
+        write_result(first.result_path, _summary())
+        assert stat.S_IMODE(os.lstat(first.result_path).st_mode) == 0o600
+        assert first.read_summary().to_dict() == _summary()
+        assert not os.path.lexists(first.result_path), "the result is deleted once read"
+    assert not os.path.exists(first.workdir)
+
+
+def test_the_driver_never_writes_through_a_planted_symlink(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    result = tmp_path / "shared" / "summary.json"
+    result.parent.mkdir()
+    result.symlink_to(victim)
+    with pytest.raises(UntrustedResultError, match="appeared while the run was going"):
+        write_result(str(result), _summary())
+    assert victim.read_text() == "precious"
+    dangling = tmp_path / "shared" / "dangling.json"
+    dangling.symlink_to(tmp_path / "created-by-the-attacker.json")
+    with pytest.raises(UntrustedResultError):
+        write_result(str(dangling), _summary())
+    assert not (tmp_path / "created-by-the-attacker.json").exists()
+
+
+def test_the_reader_refuses_a_symlinked_or_foreign_result_and_a_planted_fifo(tmp_path):
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps({**_summary(), "topic": "forged"}))
+    link = tmp_path / "summary.json"
+    link.symlink_to(forged)
+    with pytest.raises(UntrustedResultError, match="is a symlink; not following it"):
+        read_result(str(link))
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    with pytest.raises(UntrustedResultError, match="not a regular file"):
+        read_result(str(fifo))  # would block forever if opened without O_NONBLOCK
+    with pytest.raises(ResultMissingError):
+        read_result(str(tmp_path / "missing.json"))
+
+
+def test_removing_a_stale_result_removes_a_symlink_not_its_target(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_path / "summary.json"
+    link.symlink_to(victim)
+    remove_result(str(link))
+    assert not os.path.lexists(link) and victim.read_text() == "precious"
+
+
+def test_the_driver_refuses_a_taken_result_path_before_reading_anything(tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    result = tmp_path / "summary.json"
+    result.symlink_to(victim)
+    code = app.main(["--topology", TOPOLOGY, "--tier", "1", "--options-json", json.dumps(OPTIONS.to_dict()),
+                     "--kafka-config-file", str(tmp_path / "never-read.json"), "--result", str(result)])
+    assert code == app.EXIT_BAD_INPUT
+    assert f"the result path {result} already holds a symlink" in capsys.readouterr().err
+    assert victim.read_text() == "precious"
+
+
+def test_an_operator_run_leaves_no_result_behind(tmp_path, monkeypatch, airflow_connections):
+    from airflow_kafka_retry.engine.summary import PartitionSummary
+
+    seen: dict = {}
+    _fake_spark(monkeypatch, seen, partitions=[PartitionSummary("orders-retry-1", 0, "g", drained=1, succeeded=1)])
+    op = _operator(tmp_path)
+    op.result_path = None  # the default: the submission's private folder
+    assert op.execute(_context())["totals"]["drained"] == 1
+    result = Path(seen["args"][seen["args"].index("--result") + 1])
+    assert result.parent == Path(seen["credentials"]).parent
+    assert not result.parent.exists()
+    op = _operator(tmp_path)  # an explicit path: deleted once read as well
+    op.execute(_context())
+    assert not (tmp_path / "summary.json").exists()
+
+
+# ----------------------------------------------------------------------------- executors resolving credentials
+def test_an_oauth_callback_travels_as_its_import_path_and_executors_import_it():
+    import functools
+
+    from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, producer_config
+    from airflow_kafka_retry.spark.credentials import check_shippable
+    from tests.support.oauth_token import mounted_token
+
+    config = {**PLAIN, "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER", "oauth_cb": mounted_token}
+    shipped = check_shippable(config)
+    assert shipped["oauth_cb"] == "tests.support.oauth_token:mounted_token"
+    json.dumps(shipped)  # what goes into the credentials file
+    # no secret travels: such a configuration is not refused on a cluster without protected RPC
+    check_secrets_transport(shipped, master="yarn", spark_conf={})
+    # each executor imports the callback itself
+    assert consumer_config(shipped, "g")["oauth_cb"] is mounted_token
+    assert producer_config(shipped, None)["oauth_cb"] is mounted_token
+    # a lambda or a partial (e.g. a managed-Kafka token provider bound to a region) cannot travel
+    for callback in (lambda conf: ("t", 0), functools.partial(mounted_token)):
+        with pytest.raises(KafkaConfigError, match="'oauth_cb' holds a"):
+            check_shippable({**config, "oauth_cb": callback})
+
+
+# ----------------------------------------------------------------------------- the hook's other processes
+def _code_names(code) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def test_every_provider_hook_method_that_starts_a_process_gets_the_stripped_environment():
+    import inspect
+
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from airflow_kafka_retry.hooks.spark_submit import STATUS_AND_KILL_METHODS, IsolatedSparkSubmitHook
+
+    starting = {name for name, fn in vars(SparkSubmitHook).items()
+                if inspect.isfunction(fn) and "subprocess" in _code_names(fn.__code__)}
+    # a provider upgrade that starts a process elsewhere must be looked at (and added to STATUS_AND_KILL_METHODS)
+    assert starting == {"submit", *STATUS_AND_KILL_METHODS}
+    for name in STATUS_AND_KILL_METHODS:
+        method = getattr(IsolatedSparkSubmitHook, "_base_on_kill" if name == "on_kill" else name)
+        assert type(method.__globals__["subprocess"]).__name__ == "_StrippedSubprocess", name
+        assert method.__code__ is getattr(SparkSubmitHook, name).__code__, f"{name} is not the provider's own code"
+
+
+def test_the_cluster_mode_fallback_reads_only_a_credentials_file_of_its_own_user(tmp_path, monkeypatch):
+    shipped = tmp_path / "kafka-config.json"  # where --files puts it: the driver's working folder
+    shipped.write_text(json.dumps(PLAIN))
+    monkeypatch.chdir(tmp_path)
+    assert app.read_kafka_config("/gone/on/the/worker/kafka-config.json") == PLAIN
+    if os.geteuid() != 0:
+        pytest.skip("changing a file's owner to another user needs root")
+    os.chown(shipped, 65534, 65534)  # left by another user in a shared working folder
+    with pytest.raises(app.AppInputError, match="kafka-config.json belongs to another user"):
+        app.read_kafka_config("/gone/on/the/worker/kafka-config.json")
+
+
+# ----------------------------------------------------------------------------- Kubernetes uploads
+def _upload(root: Path, name: str) -> Path:
+    folder = root / f"spark-upload-{uuid.uuid4()}"
+    folder.mkdir(parents=True)
+    (folder / name).write_text("the uploaded copy")
+    return folder / name
+
+
+def test_the_uploaded_copies_of_the_runs_files_are_deleted_and_nothing_else(tmp_path, caplog):
+    from airflow_kafka_retry.spark.staging import delete_uploads
+
+    workdir, bucket = tmp_path / "akr-spark-x", tmp_path / "bucket"
+    credentials, theirs = _upload(bucket, "kafka-config.json"), _upload(bucket, "lookup.csv")
+    uploads = {str(workdir / "kafka-config.json"): credentials.as_uri(), "/data/lookup.csv": theirs.as_uri(),
+               str(workdir / "deps.zip"): "nosuchfs://bucket/spark-upload-1/deps.zip"}
+    with caplog.at_level(logging.WARNING, logger="airflow_kafka_retry.spark.staging"):
+        assert delete_uploads(uploads, str(workdir)) == [credentials.parent.as_uri()]
+    assert not credentials.parent.exists() and theirs.exists()
+    assert "could not delete nosuchfs://bucket/spark-upload-1, the copy Spark uploaded of deps.zip" in caplog.text
+
+
+def test_operator_in_kubernetes_cluster_mode_deletes_the_uploaded_credentials_after_the_run(
+        tmp_path, monkeypatch, airflow_connections):
+    from types import SimpleNamespace
+
+    from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from airflow_kafka_retry.engine.summary import PartitionSummary
+
+    # a k8s:// master needs the cncf.kubernetes provider (not installed here) for the hook to be built
+    monkeypatch.setattr(provider_hook, "kube_client", SimpleNamespace(), raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps(
+        {"conn_type": "spark", "host": "k8s://https://k8s.example:6443", "extra": {"deploy-mode": "cluster"}}))
+    bucket = tmp_path / "upload-path"
+    seen: dict = {}
+
+    def fake_execute(self, context):  # spark-submit in Kubernetes cluster mode, as far as the hook sees it
+        hook = self._hook = self._get_hook()
+        shipped = self.files.split(",")[-1]
+        copy = _upload(bucket, "kafka-config.json")
+        hook._process_spark_submit_log(iter([
+            f"26/11/23 12:00:00 INFO KubernetesUtils: Uploading file: {shipped} to dest: {copy.as_uri()}...\n",
+            "26/11/23 12:00:09 INFO LoggingPodStatusWatcherImpl: Application finished\n"]))
+        seen.update(copy=copy, uploads=dict(hook.uploads))
+        args = self.application_args
+        write_result(args[args.index("--result") + 1], RunSummary(
+            TOPOLOGY, 1, "orders-retry-1", "g", "spark", 1, 1, 2,
+            [PartitionSummary("orders-retry-1", 0, "g", drained=1, succeeded=1)]).to_dict())
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", fake_execute)
+    op = _operator(tmp_path, conf={**PROTECTED, "spark.kubernetes.file.upload.path": bucket.as_uri()})
+    assert op.execute(_context())["status"] == "ok"
+    assert list(seen["uploads"]) == [op.files.split(",")[-1]]
+    assert not seen["copy"].parent.exists(), "the uploaded credentials outlived the run"
+    assert list(bucket.iterdir()) == []
+
+
+def test_uploads_stay_when_spark_submit_did_not_wait_for_the_application(tmp_path, airflow_connections, caplog):
+    op = _operator(tmp_path, conf={"spark.kubernetes.submission.waitAppCompletion": "false"})
+    hook = op._get_hook()
+    copy = _upload(tmp_path / "bucket", "kafka-config.json")
+    line = f"INFO KubernetesUtils: Uploading file: {tmp_path}/w/kafka-config.json to dest: {copy.as_uri()}..."
+    hook._process_spark_submit_log(iter([line]))
+    assert hook.delete_uploads(str(tmp_path / "w")) == []
+    assert copy.exists()
