@@ -8,6 +8,7 @@ the way out, on errors and Ctrl-C too.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -253,6 +254,9 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
              console: Console | None = None) -> int:
     """The whole demo; returns the process exit code (0: the account reconciles)."""
     console = console or Console(width=None if sys.stdout.isatty() else 132)
+    if importlib.util.find_spec("matplotlib") is None:
+        console.print("[bold red]demo failed:[/] the picture needs matplotlib: pip install 'airflow-kafka-retry[demo]'")
+        return 1
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
     root.mkdir(parents=True, exist_ok=True)
