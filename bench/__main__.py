@@ -82,13 +82,17 @@ def _broker(stack: ExitStack, bootstrap: str | None) -> str:
     return stack.enter_context(EmbeddedBroker()).bootstrap
 
 
+def _version(value: Any) -> str:
+    return value if isinstance(value, str) else str(value[0])  # confluent-kafka: "2.16.1", librdkafka: (str, int)
+
+
 def _machine() -> dict[str, Any]:
     import confluent_kafka
 
     from airflow_kafka_retry.engine.local import available_cores
 
     return {"cores": available_cores(), "python": platform.python_version(), "platform": platform.platform(),
-            "confluent_kafka": confluent_kafka.version()[0], "librdkafka": confluent_kafka.libversion()[0],
+            "confluent_kafka": _version(confluent_kafka.version()), "librdkafka": confluent_kafka.libversion()[0],
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
