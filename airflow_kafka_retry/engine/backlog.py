@@ -2,8 +2,10 @@
 
 Read-only (never commits). The end of each partition comes from fetch responses and partition EOF,
 as the drain finds it, not from a ListOffsets request; the records are read anyway for their due
-headers. At most ``scan_limit`` records per partition are read: beyond that the backlog is counted
-from the high watermark carried by the fetches and the remainder is reported as not scanned.
+headers, so a partition read to its end counts exactly the records a drain would see (transaction
+markers and aborted records take offsets but are not records). At most ``scan_limit`` records per
+partition are read: beyond that the backlog is estimated from the high watermark carried by the
+fetches (markers included) and the remainder is reported as not scanned.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class PartitionBacklog:
     due: dict[str, int] = field(default_factory=lambda: {name: 0 for name, _ in DUE_BUCKETS})
     next_due_ms: int | None = None  # earliest due time among the scanned records not yet due
     first_scanned: int | None = None  # offset of the first record read (where a group with no commit starts)
+    truncated: bool = False  # the scan limit stopped the read: ``backlog`` is estimated from the log end
 
 
 @dataclass
@@ -116,10 +119,13 @@ def _scan(result: TopicBacklog, kafka_config: dict[str, Any], now_ms: int, scan_
             if bucket != "now" and (part.next_due_ms is None or due_ms < part.next_due_ms):
                 part.next_due_ms = due_ms
             if part.scanned >= scan_limit:
+                part.truncated = True
                 high = consumer.get_watermark_offsets(TopicPartition(result.topic, part.partition), cached=True)[1]
                 part.end = high if high >= 0 else message.offset() + 1
                 open_parts.discard(part.partition)
                 consumer.incremental_unassign([TopicPartition(result.topic, part.partition)])
         for part in result.partitions:
             start = part.committed if part.committed is not None else part.first_scanned
-            part.backlog = max(0, part.end - start) if part.end is not None and start is not None else part.scanned
+            part.backlog = part.scanned
+            if part.truncated and part.end is not None and start is not None:
+                part.backlog = max(part.scanned, part.end - start)

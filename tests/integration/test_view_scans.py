@@ -107,3 +107,22 @@ def test_an_unreachable_broker_is_reported_by_topic_within_the_timeout():
     dead = count_dead_letters(config, "orders-dlt", timeout_s=2)
     assert backlog.error is not None and backlog.error.startswith("orders-retry-1: "), backlog.error
     assert dead.error is not None and dead.error.startswith("orders-dlt: "), dead.error
+
+
+def test_transaction_markers_are_not_counted_as_backlog(kafka_bootstrap, new_topic):
+    """Tiers are written in transactions: each commit marker takes an offset but is not a record."""
+    topic = new_topic("view-txn", partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-txn"})
+    producer.init_transactions(15)
+    for batch in range(3):
+        producer.begin_transaction()
+        producer.produce(topic, b"x", partition=0, headers=due(NOW - 1))
+        producer.commit_transaction(15)
+    group = f"{topic}-group"
+    before = scan_backlog({"bootstrap.servers": kafka_bootstrap}, topic, group, now_ms=NOW, timeout_s=20)
+    [part] = before.partitions
+    assert (part.backlog, part.scanned) == (3, 3) and part.end is not None and part.end > 3, part
+    # what a drain commits: the offset after the last record it read, which is the last commit marker's offset
+    commit(kafka_bootstrap, group, topic, 0, part.end - 1)
+    [drained] = scan_backlog({"bootstrap.servers": kafka_bootstrap}, topic, group, now_ms=NOW, timeout_s=20).partitions
+    assert drained.backlog == 0, drained
