@@ -353,6 +353,13 @@ class Replay:
                 self._abort(producer)
             raise ReplayAbortedError(f"replay {self.replay_id}: a transaction failed and was aborted "
                                      f"({error.str()}); rerun with the same replay id to finish") from exc
+        except SystemError as exc:
+            # confluent-kafka's flush() of a producer that turned fatal mid-call (fenced by another replay of
+            # the same DLT while this one waited) can fail without a Kafka error: the transaction is lost either way
+            raise ReplayAbortedError(f"replay {self.replay_id} of {self.source}: the producer failed while "
+                                     f"flushing ({exc}), most likely fenced by another replay of the same DLT; "
+                                     "records moved so far are logged, rerun with the same replay id to finish") \
+                from exc
         summary.transactions += 1
         for move in moves:
             summary.moved += 1
