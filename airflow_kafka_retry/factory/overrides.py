@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from airflow_kafka_retry.policy.durations import parse_duration_ms
+from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
@@ -169,13 +169,10 @@ def _check_window(tier: str, value: object, timezone: str | None) -> None:
 
 
 def _max_run(tier: str, value: object) -> timedelta:
-    if isinstance(value, timedelta):
-        ms = int(value.total_seconds() * 1000)
-    else:
-        try:
-            ms = parse_duration_ms(value)
-        except ValueError as exc:
-            raise TierOverrideError(tier, "max_run", str(exc)) from None
+    try:
+        ms = duration_ms(value)
+    except ValueError as exc:
+        raise TierOverrideError(tier, "max_run", str(exc)) from None
     if ms <= 0:
         raise TierOverrideError(tier, "max_run", f"must be a positive duration, got {value!r}")
     return timedelta(milliseconds=ms)

@@ -20,7 +20,7 @@ from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
-from airflow_kafka_retry.policy.durations import parse_duration_ms
+from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
 
@@ -79,13 +79,10 @@ def max_run_ms(value: Any) -> int | None:
     """``max_run`` as milliseconds: a timedelta, a duration string (``"2h"``, ``"90m"``) or milliseconds."""
     if value is None or value == "":
         return None
-    if isinstance(value, timedelta):
-        ms = int(value.total_seconds() * 1000)
-    else:
-        try:
-            ms = parse_duration_ms(value)
-        except ValueError as exc:
-            raise ValueError(f"max_run: {exc}") from None
+    try:
+        ms = duration_ms(value)
+    except ValueError as exc:
+        raise ValueError(f"max_run: {exc}") from None
     if ms <= 0:
         raise ValueError(f"max_run must be longer than 0, got {value!r}")
     return ms

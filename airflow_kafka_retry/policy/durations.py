@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -35,6 +36,13 @@ def parse_duration_ms(value: object) -> int:
                 return int(ms)
             raise ValueError(f"{value!r} is not a whole number of milliseconds")
     raise ValueError(f"expected a duration like '500ms', '30s', '5m', '2h' or milliseconds, got {value!r}")
+
+
+def duration_ms(value: object) -> int:
+    """:func:`parse_duration_ms`, also taking a ``timedelta`` (whole milliseconds, sign kept)."""
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    return parse_duration_ms(value)
 
 
 def format_duration_ms(ms: int) -> str:
