@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _port_open(port: int) -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection(("127.0.0.1", port), timeout=5.0):
             return True
     except OSError:
         return False
