@@ -84,8 +84,8 @@ def verdict(rows: list[dict[str, Any]], profile: dict[str, Any] | None, cases: d
             f"{cpu.get('local_no_txn', 0):.1f} us (none). The engine must read every record's headers to know "
             "whether it is due and which attempt it is on; confluent-kafka turns all of a record's headers "
             f"({header_count} here, as the engine and Spring write them) into Python objects at once, and the raw loop "
-            f"never asks for them.{header_note} That work holds the GIL. {_bound(cases.get('local_txn'), machine)} "
-            f"{_transaction_cost(by_case)} "
+            f"never asks for them.{header_note} That work holds the GIL. "
+            f"{_bound(cases.get('local_txn'), machine)} {_transaction_cost(by_case)} "
             f"Partition threads spent {job:.1f} s in their jobs: {shares}. Top own times under cProfile: "
             f"{listed}. See 'profile' for the whole profile.")
     return result
@@ -108,21 +108,23 @@ def _bound(engine: dict[str, Any] | None, machine: dict[str, Any]) -> str:
     if not engine or not engine.get("wall_s") or engine.get("cpu_s") is None:
         return f"It ran {where}."
     busy = engine["cpu_s"] / engine["wall_s"]
-    measured = f"its process used {engine['cpu_s']:.1f} s of CPU in {engine['wall_s']:.1f} s ({busy:.2f} cores busy)"
+    measured = (f"its process used {engine['cpu_s']:.1f} s of CPU in {engine['wall_s']:.1f} s "
+                f"({busy:.2f} cores busy)")
     if busy >= CPU_BOUND_CORES:
         return f"It ran {where}; {measured}, so its own CPU, not the broker, bounds its rate."
     return f"It ran {where}; {measured}, so for the rest it waited, on the broker or on I/O, not on its CPU."
 
 
 def _transaction_cost(by_case: dict[str, dict[str, Any]]) -> str:
-    """What transactions (init_transactions per partition, a commit per chunk) cost, from the two local cases."""
+    """What transactions (init_transactions per partition, a commit per chunk) cost: the two local cases."""
     txn, plain = by_case.get("local_txn"), by_case.get("local_no_txn")
     if not txn or not plain or not plain["records_per_s"]:
         return ""
     rates = f"{txn['records_per_s']:,.0f} rec/s with them, {plain['records_per_s']:,.0f} without"
     cost = 1 - txn["records_per_s"] / plain["records_per_s"]
     if cost <= 0:
-        return f"Transactions (init_transactions per partition, a commit per chunk) cost no rate here ({rates})."
+        return (f"Transactions (init_transactions per partition, a commit per chunk) cost no rate here "
+                f"({rates}).")
     return (f"Transactions (init_transactions per partition, a commit per chunk) cost {cost:.0%} of the rate "
             f"here ({rates}).")
 

@@ -41,7 +41,7 @@ CONSUMER_DEFAULTS: Mapping[str, Any] = {
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-faults-doc", action="store_true", dest="update_faults_doc",
-                     help="write the fault-injection results to docs/faults.md instead of comparing them with it")
+                     help="write the fault-injection results to docs/faults.md instead of comparing with it")
 
 
 def pytest_configure(config: pytest.Config) -> None:

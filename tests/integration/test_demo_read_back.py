@@ -1,4 +1,4 @@
-"""The demo's account starts from what the shop's topic holds, read back after the run (on the real broker)."""
+"""The demo's account starts from what the shop's topic holds, read back after the run (real broker)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
 pytestmark = pytest.mark.integration
 
 
-def test_ids_are_read_back_from_the_topic_with_replays_left_out_and_duplicates_counted(kafka_bootstrap, new_topic):
+def test_ids_are_read_back_with_replays_left_out_and_duplicates_counted(kafka_bootstrap, new_topic):
     topic = new_topic("demo-read-back", partitions=2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for order_id, partition in (("0", 0), ("1", 1), ("2", 0), ("2", 1)):  # order 2 written twice

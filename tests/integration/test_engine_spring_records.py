@@ -147,7 +147,8 @@ def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_conti
                                                                                      family):
     """compat: spring-3.2 -- Spring's @RetryableTopic names: one reusable '<topic>-retry' topic, its group
     '<group>-retry'. Records with Spring's headers (produced here from Python) are drained, and go on with
-    Spring's attempt count and header family: back into '<topic>-retry' while attempts remain, then to '<topic>-dlt'."""
+    Spring's attempt count and header family: back into '<topic>-retry' while attempts remain, then to
+    '<topic>-dlt'."""
     names = SPRING_FAMILIES[family]
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring")

@@ -1,5 +1,5 @@
-"""The benchmark's verdict says only what its own measurements show (cores, load, what bounds the rate, the cost
-of transactions), never a fixed description of one machine or broker."""
+"""The benchmark's verdict says only what its own measurements show (cores, load, what bounds the rate,
+the cost of transactions), never a fixed description of one machine or broker."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ import pytest
 
 from bench.report import verdict
 
-RESULTS = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-11-23.json").read_text())
+RESULTS_FILE = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-11-23.json"
+RESULTS = json.loads(RESULTS_FILE.read_text())
 
 
-def _text(*, cores: int = 2, load: float = 0.1, cpu_s: float | None = None, txn_rate: float | None = None) -> str:
+def _text(*, cores: int = 2, load: float = 0.1, cpu_s: float | None = None,
+          txn_rate: float | None = None) -> str:
     cases: dict[str, Any] = copy.deepcopy(RESULTS["raw_results"])
     rows: list[dict[str, Any]] = copy.deepcopy(RESULTS["cases"])
     if cpu_s is not None:
@@ -32,7 +34,7 @@ def test_the_stored_run_is_described_by_its_own_numbers() -> None:
     text = _text(load=RESULTS["machine"]["load_average"][0])
     wall, cpu = RESULTS["raw_results"]["local_txn"]["wall_s"], RESULTS["raw_results"]["local_txn"]["cpu_s"]
     assert f"It ran on 2 core(s); its process used {cpu:.1f} s of CPU in {wall:.1f} s" in text
-    assert "Transactions (init_transactions per partition, a commit per chunk) cost 2% of the rate here" in text
+    assert "Transactions (init_transactions per partition, a commit per chunk) cost 2% of the rate" in text
     assert "Tansu" not in text and "shared" not in text  # load average 0.45 at the start: not shared
     assert text == RESULTS["verdict"]["what_prevents_it"]  # the committed results say the same
 
@@ -41,7 +43,8 @@ def test_the_stored_run_is_described_by_its_own_numbers() -> None:
     (8, 0.1, "It ran on 8 core(s);", "shared"),
     (2, 3.5, "It ran on 2 core(s), shared with other work (load average 3.5 at the start);", "8 core"),
 ])
-def test_cores_and_sharing_come_from_the_machine_record(cores: int, load: float, expected: str, absent: str) -> None:
+def test_cores_and_sharing_come_from_the_machine_record(cores: int, load: float, expected: str,
+                                                        absent: str) -> None:
     text = _text(cores=cores, load=load)
     assert expected in text and absent not in text
 

@@ -1,4 +1,4 @@
-"""The probe's verdicts, without a broker: measured missing is a skip reason; a check that errs fails the probe.
+"""The probe's verdicts, without a broker: measured missing is a skip reason; a check that errs fails it.
 
 The checks themselves and the broker calls around them (cluster id, topic creation) are replaced by fakes:
 what is under test is only how ``probe_capabilities`` turns each check's outcome into a capability, and which
@@ -14,7 +14,8 @@ import pytest
 
 from airflow_kafka_retry.testing import capabilities as C
 from airflow_kafka_retry.testing.capabilities import (CAPABILITIES, BrokerCapabilities, CapabilityProbeError,
-                                                      MissingCapabilityError, check_expected, expected_capabilities)
+                                                      MissingCapabilityError, check_expected,
+                                                      expected_capabilities)
 from tests.unit.test_capability_skip import TANSU_LIKE
 
 Check = Callable[[str, str, float], "str | None"]
@@ -52,7 +53,8 @@ def test_a_measured_missing_capability_is_reported_with_its_reason(fake_broker: 
     assert caps.missing() == {"timestamp_lookup": "offsets_for_times answered 0, expected 5"}
 
 
-def test_a_check_that_raises_fails_the_probe_instead_of_reporting_missing(fake_broker: Callable[..., None]) -> None:
+def test_a_check_that_raises_fails_the_probe_instead_of_reporting_missing(
+        fake_broker: Callable[..., None]) -> None:
     def boom(bootstrap: str, topic: str, timeout: float) -> None:
         raise ConnectionResetError("broker closed the connection")
 
@@ -94,7 +96,8 @@ def test_a_missing_expected_capability_is_an_error_naming_it_and_why() -> None:
         assert f"{name}: {reason}" in message
     assert "timestamp_lookup" not in message  # present
     assert "KAFKA_EXPECTED_CAPABILITIES" in message
-    with pytest.raises(MissingCapabilityError, match=r"lacks 1 capability\(ies\) expected of it \(abort_isolation"):
+    with pytest.raises(MissingCapabilityError,
+                       match=r"lacks 1 capability\(ies\) expected of it \(abort_isolation"):
         check_expected(TANSU_LIKE, ("abort_isolation", "timestamp_lookup"), broker="kafka:9092")
 
 

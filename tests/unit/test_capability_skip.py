@@ -263,8 +263,8 @@ from tests.unit.test_capability_skip import TANSU_LIKE
 
 def probe(bootstrap):
     if os.environ["PROBE"] == "raises":
-        raise CapabilityProbeError("capability check(s) of the broker at kafka.example:9092 measured nothing: "
-                                   "abort_isolation raised ConnectionResetError: reset")
+        raise CapabilityProbeError("capability check(s) of the broker at kafka.example:9092 measured "
+                                   "nothing: abort_isolation raised ConnectionResetError: reset")
     return TANSU_LIKE
 
 
@@ -295,24 +295,26 @@ def test_embedded_broker_without_a_capability_skips_with_the_reason(pytester: py
     result = _run_probed(pytester, monkeypatch, "tansu_like", None)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, skipped=4)
-    result.stdout.fnmatch_lines(["SKIPPED * broker lacks capability 'abort_isolation': read_committed consumer "
-                                 "saw 3 of 3 records of an aborted transaction"])
+    result.stdout.fnmatch_lines(["SKIPPED * broker lacks capability 'abort_isolation': read_committed "
+                                 "consumer saw 3 of 3 records of an aborted transaction"])
 
 
-def test_external_cluster_without_an_expected_capability_fails_the_session(pytester: pytest.Pytester,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_external_cluster_without_an_expected_capability_fails_the_session(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     result = _run_probed(pytester, monkeypatch, "tansu_like", "kafka.example:9092")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*= no tests ran in *"])  # the session ended: nothing was skipped on it
-    result.stdout.fnmatch_lines(["*broker capabilities: broker kafka.example:9092 lacks 6 capability(ies) expected "
-                                 "of it (abort_isolation: read_committed consumer saw 3 of 3 records of an aborted "
-                                 "transaction; exact_high_watermark: *KAFKA_EXPECTED_CAPABILITIES*"])
+    result.stdout.fnmatch_lines(["*broker capabilities: broker kafka.example:9092 lacks 6 "
+                                 "capability(ies) expected of it (abort_isolation: read_committed consumer "
+                                 "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
+                                 "*KAFKA_EXPECTED_CAPABILITIES*"])
     result.stdout.fnmatch_lines(["*abort_isolation: NO - read_committed consumer saw 3 of 3*"])  # summary too
 
 
 def test_external_cluster_expected_to_lack_them_skips(pytester: pytest.Pytester,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run_probed(pytester, monkeypatch, "tansu_like", "kafka.example:9092", expected="timestamp_lookup")
+    result = _run_probed(pytester, monkeypatch, "tansu_like", "kafka.example:9092",
+                         expected="timestamp_lookup")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, skipped=4)
 
@@ -324,5 +326,6 @@ def test_a_probe_that_errs_fails_the_session_instead_of_skipping(pytester: pytes
     result = _run_probed(pytester, monkeypatch, "raises", bootstrap)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*= no tests ran in *"])
-    result.stdout.fnmatch_lines(["*broker capabilities: capability check(s) of the broker at kafka.example:9092 "
-                                 "measured nothing: abort_isolation raised ConnectionResetError: reset*"])
+    result.stdout.fnmatch_lines(["*broker capabilities: capability check(s) of the broker at "
+                                 "kafka.example:9092 measured nothing: abort_isolation raised "
+                                 "ConnectionResetError: reset*"])

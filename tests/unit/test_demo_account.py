@@ -60,22 +60,25 @@ def test_an_order_in_two_places_or_none_is_unaccounted_for_and_not_a_place():
     assert (account.placed, account.produced) == (1, 4)
     assert not account.reconciles
     data = account.to_dict()
-    assert data["placed"] == 1 and data["unaccounted"] == {"1": ["processed on orders", "orders-dlt"], "2": [],
-                                                           "3": []}
+    assert data["placed"] == 1
+    assert data["unaccounted"] == {"1": ["processed on orders", "orders-dlt"], "2": [], "3": []}
 
 
 def test_the_printed_account_counts_placed_orders_and_lists_the_unaccounted_apart():
     produced = {"1": "ok", "2": "ok", "4": "ok"}
     books = [handled("1", "orders", True), handled("4", "orders", True)]
-    account = reconcile(TOPOLOGY, produced, books, {"1": [Parked("orders-dlt", 0, 0)]}, [summary("orders", 2)])
+    parked = {"1": [Parked("orders-dlt", 0, 0)]}
+    account = reconcile(TOPOLOGY, produced, books, parked, [summary("orders", 2)])
     text = _printed(account)
     assert "NOT reconciled: 1 of 3 orders read back from the topic are in exactly one final place" in text
-    assert "Unaccounted for: 2 order(s) - order 1: processed on orders, orders-dlt; order 2: in no final place" in text
-    total = next([c.strip() for c in line.split("│") if c.strip()] for line in text.splitlines() if "total" in line)
+    assert ("Unaccounted for: 2 order(s) - order 1: processed on orders, orders-dlt; "
+            "order 2: in no final place") in text
+    total = next([c.strip() for c in line.split("│") if c.strip()]
+                 for line in text.splitlines() if "total" in line)
     assert total[:2] == ["total", "1"], total  # the table's total counts placed orders only
 
-    good = reconcile(TOPOLOGY, {"1": "ok"}, [handled("1", "orders", True)], {}, [summary("orders", 1)], intended=1,
-                     written={"1": 1})
+    good = reconcile(TOPOLOGY, {"1": "ok"}, [handled("1", "orders", True)], {}, [summary("orders", 1)],
+                     intended=1, written={"1": 1})
     assert good.reconciles
     assert "Reconciled: 1 of 1 orders read back from the topic" in _printed(good)
     assert "Unaccounted" not in _printed(good)

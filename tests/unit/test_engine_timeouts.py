@@ -62,7 +62,8 @@ MUST_NOT_TIME_OUT_S = 0.5
 def test_bisection_isolates_the_record_that_hangs_and_the_rest_succeed() -> None:
     hangs = Hangs(poison=5)
     # 4 calls hang (all 8 records, 4..7, 4..5, then 5 alone, isolated): each costs the timeout
-    runner = BatchRunner(TimedHandler(hangs, MUST_NOT_TIME_OUT_S, name="m:f"), handler_name="m:f", batch_size=8)
+    timed = TimedHandler(hangs, MUST_NOT_TIME_OUT_S, name="m:f")
+    runner = BatchRunner(timed, handler_name="m:f", batch_size=8)
     outcomes = runner.run(_records(8))
     failed = [o.record.value for o in outcomes if o.failed]
     assert failed == [5]

