@@ -152,7 +152,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     document.update({
         "cases": rows, "raw_results": cases, "sweep": sweep,
         "profile": {k: profile[k] for k in ("wall_s", "cpu_s", "phases", "top_functions")},
-        "verdict": verdict(rows, profile, cases, len(tier_headers("bench", 0, 0))), "bench_s": round(time.perf_counter() - started, 1),
+        "verdict": verdict(rows, profile, cases, len(tier_headers("bench", 0, 0)), document["machine"]),
+        "bench_s": round(time.perf_counter() - started, 1),
     })
     document["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
     document["markdown"] = markdown(rows, sweep, document["workload"])

@@ -49,8 +49,12 @@ def _row(name: str, result: dict[str, Any], seconds: float, raw_rate: float | No
 
 
 def verdict(rows: list[dict[str, Any]], profile: dict[str, Any] | None, cases: dict[str, dict[str, Any]],
-            header_count: int) -> dict[str, Any]:
-    """Whether the local engine reached the target, and (if not) what the profile says the time went to."""
+            header_count: int, machine: dict[str, Any]) -> dict[str, Any]:
+    """Whether the local engine reached the target, and (if not) what the profile says the time went to.
+
+    Every statement about the run (cores, load, what bounds the rate, what transactions cost) is derived
+    from this run's measurements (``machine``, ``cases``, the rows), never assumed.
+    """
     by_case = {row["case"]: row for row in rows}
     engine, provider = by_case.get("local_txn"), by_case.get("provider")
     result: dict[str, Any] = {"target_ratio": TARGET_RATIO}
@@ -80,12 +84,49 @@ def verdict(rows: list[dict[str, Any]], profile: dict[str, Any] | None, cases: d
             f"{cpu.get('local_no_txn', 0):.1f} us (none). The engine must read every record's headers to know "
             "whether it is due and which attempt it is on; confluent-kafka turns all of a record's headers "
             f"({header_count} here, as the engine and Spring write them) into Python objects at once, and the raw loop "
-            f"never asks for them.{header_note} That work holds the GIL, and on 2 shared cores the engine's "
-            "CPU, not the broker, bounds its rate. Transactions add init_transactions per partition and a "
-            "commit per chunk, which Tansu serves slowly. "
+            f"never asks for them.{header_note} That work holds the GIL. "
+            f"{_bound(cases.get('local_txn'), machine)} {_transaction_cost(by_case)} "
             f"Partition threads spent {job:.1f} s in their jobs: {shares}. Top own times under cProfile: "
             f"{listed}. See 'profile' for the whole profile.")
     return result
+
+
+#: A 1-minute load average at the start at least this high means the cores were shared with other work.
+SHARED_LOAD = 0.5
+#: CPU time over wall time (in cores) from which the engine is said to be bound by its own CPU: the GIL lets
+#: its Python code use about one core.
+CPU_BOUND_CORES = 0.8
+
+
+def _bound(engine: dict[str, Any] | None, machine: dict[str, Any]) -> str:
+    """What bounded the local engine's rate, from its process's CPU time against its wall time."""
+    cores = machine.get("cores")
+    load = (machine.get("load_average") or [None])[0]
+    where = f"on {cores} core(s)" if cores else "on this machine"
+    if load is not None and load >= SHARED_LOAD:
+        where += f", shared with other work (load average {load:.1f} at the start)"
+    if not engine or not engine.get("wall_s") or engine.get("cpu_s") is None:
+        return f"It ran {where}."
+    busy = engine["cpu_s"] / engine["wall_s"]
+    measured = (f"its process used {engine['cpu_s']:.1f} s of CPU in {engine['wall_s']:.1f} s "
+                f"({busy:.2f} cores busy)")
+    if busy >= CPU_BOUND_CORES:
+        return f"It ran {where}; {measured}, so its own CPU, not the broker, bounds its rate."
+    return f"It ran {where}; {measured}, so for the rest it waited, on the broker or on I/O, not on its CPU."
+
+
+def _transaction_cost(by_case: dict[str, dict[str, Any]]) -> str:
+    """What transactions (init_transactions per partition, a commit per chunk) cost: the two local cases."""
+    txn, plain = by_case.get("local_txn"), by_case.get("local_no_txn")
+    if not txn or not plain or not plain["records_per_s"]:
+        return ""
+    rates = f"{txn['records_per_s']:,.0f} rec/s with them, {plain['records_per_s']:,.0f} without"
+    cost = 1 - txn["records_per_s"] / plain["records_per_s"]
+    if cost <= 0:
+        return (f"Transactions (init_transactions per partition, a commit per chunk) cost no rate here "
+                f"({rates}).")
+    return (f"Transactions (init_transactions per partition, a commit per chunk) cost {cost:.0%} of the rate "
+            f"here ({rates}).")
 
 
 def markdown(rows: list[dict[str, Any]], sweep: list[dict[str, Any]], workload: dict[str, Any]) -> str:
