@@ -6,12 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from airflow_kafka_retry.cli_support import EXIT_FAILED, EXIT_OK, add_kafka_args, kafka_config, print_json
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 
-EXIT_OK, EXIT_FAILED = 0, 1
 
-
-def add_dlt_commands(sub: Any, add_kafka_args: Any) -> None:
+def add_dlt_commands(sub: Any) -> None:
     """Add the ``dlt`` command group to the CLI's subparsers."""
     dlt = sub.add_parser("dlt", help="inspect and replay dead-letter topics").add_subparsers(dest="action",
                                                                                            required=True)
@@ -55,23 +54,21 @@ def add_dlt_commands(sub: Any, add_kafka_args: Any) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.cli import _kafka_config, _print_json
     from airflow_kafka_retry.dlt.groups import format_table
     from airflow_kafka_retry.dlt.inspect import inspect_dlt
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(args.topology)
-    report = inspect_dlt(topology, _kafka_config(args), dlt=args.dlt, bucket=args.by, samples=args.samples,
+    report = inspect_dlt(topology, kafka_config(args), dlt=args.dlt, bucket=args.by, samples=args.samples,
                          show_values=args.show_values)
     if args.format == "json":
-        _print_json(report)
+        print_json(report)
     else:
         sys.stdout.write(format_table(report) + "\n")
     return EXIT_OK
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.cli import _kafka_config, _print_json
     from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
     from airflow_kafka_retry.policy.topology import load_topology
 
@@ -79,7 +76,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     request = ReplayRequest(dlt=args.dlt, exception=args.exception, original_topic=args.original_topic,
                             since=args.since, until=args.until, key=args.key, partition=args.partition,
                             offsets=args.offsets, limit=args.limit, to=args.to, transform=args.transform)
-    replay = Replay(topology, _kafka_config(args), request, replay_id=args.replay_id, dry_run=args.dry_run,
+    replay = Replay(topology, kafka_config(args), request, replay_id=args.replay_id, dry_run=args.dry_run,
                     chunk_size=args.chunk_size)
     sys.stderr.write(f"replay id: {replay.replay_id}{' (dry run)' if args.dry_run else ''}\n")
     sys.stderr.flush()
@@ -87,11 +84,11 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         summary = replay.run()
     except ReplayAbortedError as exc:
         if replay.summary is not None:
-            _print_json(replay.summary.to_dict())
+            print_json(replay.summary.to_dict())
         sys.stderr.write(f"airflow-kafka-retry: error: {exc}\n")
         return EXIT_FAILED
     if args.format == "json":
-        _print_json(summary.to_dict())
+        print_json(summary.to_dict())
     else:
         sys.stdout.write("\n".join(summary.lines()) + "\n")
     return EXIT_OK
