@@ -41,6 +41,9 @@ def add_dlt_commands(sub: Any) -> None:
     replay.add_argument("--limit", type=int, default=None, metavar="N", help="at most N records, oldest first")
     replay.add_argument("--to", default=None, metavar="main|first-tier|TOPIC",
                         help="target (default: each record's original topic)")
+    replay.add_argument("--allow-target", action="append", default=[], metavar="TOPIC",
+                        help="a topic beyond the topology's main topic and retry tiers that records may be "
+                             "replayed to (repeatable)")
     replay.add_argument("--transform", default=None, metavar="MOD:FUNC",
                         help="callable editing each record (return it, edited, or None to leave it out)")
     replay.add_argument("--dry-run", action="store_true", help="print exactly what would move, and where; "
@@ -77,7 +80,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                             since=args.since, until=args.until, key=args.key, partition=args.partition,
                             offsets=args.offsets, limit=args.limit, to=args.to, transform=args.transform)
     replay = Replay(topology, kafka_config(args), request, replay_id=args.replay_id, dry_run=args.dry_run,
-                    chunk_size=args.chunk_size)
+                    chunk_size=args.chunk_size, allowed_targets=args.allow_target)
     sys.stderr.write(f"replay id: {replay.replay_id}{' (dry run)' if args.dry_run else ''}\n")
     sys.stderr.flush()
     try:

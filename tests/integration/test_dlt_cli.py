@@ -55,7 +55,9 @@ def test_inspect_and_dry_run_from_the_command_line(kafka_bootstrap, tmp_path):
     assert f"would move 10 record(s) from {topology.dlt_topic}" in dry.stdout
     assert replayed_copies(kafka_bootstrap, topology.topic) == []
 
-    bad = _cli("dlt", "replay", *common, "--to", "no-such-target-topic")
+    foreign = _cli("dlt", "replay", *common, "--to", "no-such-target-topic")
+    assert foreign.returncode == 2 and "--to 'no-such-target-topic' is not a topic of" in foreign.stderr
+    bad = _cli("dlt", "replay", *common, "--to", "no-such-target-topic", "--allow-target", "no-such-target-topic")
     assert bad.returncode == 2 and "target topic(s) do not exist: no-such-target-topic" in bad.stderr
 
 
