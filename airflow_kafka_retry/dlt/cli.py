@@ -30,7 +30,8 @@ def add_dlt_commands(sub: Any) -> None:
     replay.add_argument("--dlt", default=None,
                         help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)")
     replay.add_argument("--exception", action="append", default=[], metavar="CLASS",
-                        help="dotted exception class (subclasses match where importable; repeatable)")
+                        help="dotted exception class (subclasses match where already loaded; nothing is "
+                             "imported; repeatable)")
     replay.add_argument("--original-topic", action="append", default=[], metavar="TOPIC", help="repeatable")
     replay.add_argument("--since", default=None, help="failed at or after: epoch ms, ISO-8601 (UTC) or a duration "
                                                        "ago (2h)")

@@ -67,7 +67,8 @@ class ReplayDltOperator(BaseOperator):
     :param topology: path of the topology YAML, or a :class:`Topology`. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
     :param dlt: a DLT of the topology or ``parking``; default: the topology's DLT. (templated)
-    :param exception: exception class(es), dotted; subclasses match where importable. (templated)
+    :param exception: exception class(es), dotted; subclasses match where already loaded (a filter never
+        imports). (templated)
     :param original_topic: original topic(s) of the records. (templated)
     :param since: failed at or after: epoch ms, ISO-8601 (UTC) or a duration ago (``2h``). (templated)
     :param until: failed at or before, same forms. (templated)

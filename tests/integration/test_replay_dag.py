@@ -90,10 +90,19 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         refused = _airflow(airflow, env, "dags", "test", DAG_ID, f"2026-01-0{3 + i}T00:00:00+00:00", "-c",
                            json.dumps({"transform": transform, "dry_run": True}), timeout=600)
         output = refused.stdout + refused.stderr
+        (tmp_path / f"refused-{i}-output.txt").write_text(output)
         assert transform in output and "fix" in output, output[-5000:]
         assert not marker.exists(), "a transform that is not on the DAG's list was imported"
     assert len(_xcom(db, DAG_ID, "replay_dlt", "return_value")) == 2, "a refused run reported a replay"
     assert len(replayed_copies(kafka_bootstrap, topology.topic)) == len(wanted)
+
+    # 4. an exception filter is matched by name: the class's module is not imported to filter
+    named = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-05T00:00:00+00:00", "-c",
+                     json.dumps({"exception": "tests.support.import_marker.MarkerError"}), timeout=600)
+    assert named.returncode == 0, (named.stdout + named.stderr)[-5000:]
+    last = _xcom(db, DAG_ID, "replay_dlt", "return_value")[-1]
+    assert last["filters"]["exception"] == ["tests.support.import_marker.MarkerError"] and last["selected"] == 0
+    assert not marker.exists(), "an exception filter imported the module of its class"
 
 
 def _log(bootstrap: str, topology) -> list:
