@@ -26,7 +26,8 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
 
 
 def add_kafka_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", default=None, help="bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument("--bootstrap", default=None,
+                        help="bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
     parser.add_argument("--kafka-config", default=None,
                         help="JSON file with librdkafka settings (credentials stay out of the command line)")
 

@@ -377,8 +377,8 @@ class Replay:
         if edited is None:
             raise ReplayError(f"transform {self.request.transform!r} left out {record.coordinates} when moving it, "
                               "but kept it when the replay was checked; the transform must be deterministic")
-        target = target_for(self.topology, self.source, self.request.to, record, key_changed=edited.key != record.key,
-                            allowed=self.allowed_targets)
+        target = target_for(self.topology, self.source, self.request.to, record,
+                            key_changed=edited.key != record.key, allowed=self.allowed_targets)
         if target.topic != candidate.target.topic:
             raise ReplayError(f"{record.coordinates}: target changed between check and move")
         partition = candidate.target.partition

@@ -36,7 +36,8 @@ def source_topic(topology: Topology, dlt: str | None) -> str:
     return dlt
 
 
-def check_target_spec(topology: Topology, source: str, spec: str | None, allowed: Collection[str] = ()) -> None:
+def check_target_spec(topology: Topology, source: str, spec: str | None,
+                      allowed: Collection[str] = ()) -> None:
     """Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`).
 
     :param allowed: topics beyond the topology's own (main, retry tiers) that a replay may write to.
@@ -59,9 +60,9 @@ def _check_topic(topology: Topology, source: str, topic: str, what: str, allowed
     if topic not in own and topic not in allowed:
         extra = f"; also allowed: {', '.join(sorted(allowed))}" if allowed else ""
         raise ReplayError(f"{what} {topic!r} is not a topic of {topology.source} (main and retry tiers: "
-                          f"{', '.join(own)}{extra}); a replay writes only there unless the replay DAG's author "
-                          "allows more topics (build_dlt_replay_dag(allowed_targets=[...]), dlt replay "
-                          "--allow-target TOPIC)")
+                          f"{', '.join(own)}{extra}); a replay writes only there unless the replay DAG's "
+                          "author allows more topics (build_dlt_replay_dag(allowed_targets=[...]), "
+                          "dlt replay --allow-target TOPIC)")
 
 
 @dataclass(frozen=True)

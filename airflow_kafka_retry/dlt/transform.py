@@ -32,8 +32,9 @@ def resolve_transform(name: str | None, allowed: Mapping[str, str] | None) -> st
     path = allowed.get(name)
     if path is None:
         names = ", ".join(sorted(allowed)) if allowed else "none"
-        raise ReplayError(f"transform {name!r} is not one of this replay's transforms ({names}); the DAG author "
-                          "lists them as build_dlt_replay_dag(transforms={name: 'package.module:function'})")
+        raise ReplayError(f"transform {name!r} is not one of this replay's transforms ({names}); the DAG "
+                          "author lists them as build_dlt_replay_dag(transforms={name: "
+                          "'package.module:function'})")
     return path
 
 

@@ -16,7 +16,12 @@ from typing import Any
 from confluent_kafka import Message, TopicPartition
 
 from airflow_kafka_retry.engine.batches import BatchRunner
-from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, open_producer, partition_counts
+from airflow_kafka_retry.engine.clients import (
+    KafkaConfigError,
+    open_consumer,
+    open_producer,
+    partition_counts,
+)
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
@@ -245,8 +250,9 @@ class PartitionJob:
             raise ParkingTopicMissingError(
                 f"parking topic {parking!r} does not exist, and {len(parked)} replayed record(s) of "
                 f"{self.tier.topic}[{self.partition}] failed again and must be parked there (first: offset "
-                f"{first.offset()}); nothing of this chunk was committed. Create it with `airflow-kafka-retry "
-                "topology create-topics` or EnsureRetryTopicsOperator, then run the tier again") from None
+                f"{first.offset()}); nothing of this chunk was committed. Create it with "
+                "`airflow-kafka-retry topology create-topics` or EnsureRetryTopicsOperator, then run the "
+                "tier again") from None
         router.partition_counts = {**router.partition_counts, parking: count}
 
     def _record(self, message: Message, headers: list[Header] | None, attempt: int, due: int | None) -> TierRecord:

@@ -33,8 +33,9 @@ def replay_params(topology: Topology, transforms: Mapping[str, str] | None = Non
         "dlt": Param(None, type=text, title="DLT or parking topic", examples=source_topics(topology),
                      description=f"Default: {topology.dlt_topic}. 'parking' for {topology.parking_topic}."),
         "exception": Param(None, type=text, title="Exception class",
-                           description="Dotted class name; subclasses match where the class is already loaded "
-                                       "by the worker. Comma-separated for several (e.g. myapp.errors.InvalidOrder)."),
+                           description="Dotted class name; subclasses match where the class is already "
+                                       "loaded by the worker. Comma-separated for several "
+                                       "(e.g. myapp.errors.InvalidOrder)."),
         "original_topic": Param(None, type=text, title="Original topic", examples=[topology.topic]),
         "since": Param(None, type=text, title="Failed since",
                        description="Epoch ms, ISO-8601 time (UTC unless it has an offset) or a duration ago (2h)."),
@@ -50,7 +51,8 @@ def replay_params(topology: Topology, transforms: Mapping[str, str] | None = Non
         "transform": Param(None, type=text, title="Transform", enum=[None, *names],
                            description=("One of the transforms this DAG allows: " + ", ".join(names)
                                         if names else "This DAG allows no transform.")
-                                       + " It gets each record and returns it edited, or None to leave it out."),
+                                       + " It gets each record and returns it edited, or None to leave it "
+                                         "out."),
         "replay_id": Param(None, type=text, title="Replay id",
                            description="Default: derived from the run. Give the id of a stopped replay to finish it."),
     }

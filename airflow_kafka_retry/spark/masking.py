@@ -24,14 +24,14 @@ from typing import Any
 
 MASK = "******"
 SECRET_KEY = re.compile(r"password|secret|token|key|sasl|ssl", re.IGNORECASE)
-#: Spark properties that set an environment variable of the driver or the executors: every value may be a secret
+#: Spark properties that set an environment variable of the driver or executors: any value may be a secret
 ENV_KEY = re.compile(r"(?:executorEnv|appMasterEnv|driverEnv)\.", re.IGNORECASE)
 _SPACE = re.compile(r"(\s+)")
 #: options whose value is a path or a name, never a secret (``--keytab`` is the PATH of a keytab)
 _PATH_OPTIONS = ("--kafka-config-file", "--keytab", "--properties-file")
 #: shorter values are not searched for in output lines (they would mask ordinary words and numbers)
 MIN_SECRET_LENGTH = 4
-#: librdkafka settings whose value is a credential (``sasl.password``, ``ssl.key.password``, ``ssl.key.pem``...)
+#: librdkafka settings whose value is a credential (``sasl.password``, ``ssl.key.password``, ``ssl.key.pem``)
 KAFKA_SECRET_KEY = re.compile(r"password|secret|token|jaas|oauthbearer\.config|\.pem$", re.IGNORECASE)
 _NOT_SECRETS = frozenset(("true", "false", "none", "null"))
 
@@ -92,14 +92,17 @@ class OutputMasker:
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self._secrets = sorted({s for s in map(str, secrets) if len(s) >= MIN_SECRET_LENGTH and not s.isdigit()
-                                and s.lower() not in _NOT_SECRETS}, key=len, reverse=True)
+        wanted = {s for s in map(str, secrets)
+                  if len(s) >= MIN_SECRET_LENGTH and not s.isdigit() and s.lower() not in _NOT_SECRETS}
+        self._secrets = sorted(wanted, key=len, reverse=True)
 
     @classmethod
-    def for_submission(cls, conf: Mapping[str, Any] | None, kafka_config: Mapping[str, Any] | None) -> OutputMasker:
+    def for_submission(cls, conf: Mapping[str, Any] | None,
+                       kafka_config: Mapping[str, Any] | None) -> OutputMasker:
         """The secrets of a submission: masked ``--conf`` values and Kafka settings whose key looks secret."""
         found = [v for k, v in (conf or {}).items() for v in secrets_in(f"{k}={v}")]
-        found += [str(v) for k, v in (kafka_config or {}).items() if KAFKA_SECRET_KEY.search(k) and v is not None]
+        found += [str(v) for k, v in (kafka_config or {}).items()
+                  if KAFKA_SECRET_KEY.search(k) and v is not None]
         return cls(found)
 
     @property
