@@ -6,42 +6,20 @@ Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topol
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
+from airflow_kafka_retry.cli_support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_kafka_args,
+    fail,
+    kafka_config,
+    print_json,
+)
 from airflow_kafka_retry.policy.errors import TopologyError
-
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
-
-
-def _print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
-    sys.stdout.flush()
-
-
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
-    sys.stderr.write(f"airflow-kafka-retry: error: {message}\n")
-    return code
-
-
-def _kafka_config(args: argparse.Namespace) -> dict[str, Any]:
-    """librdkafka config from --kafka-config (a JSON file, may hold credentials) and --bootstrap."""
-    config: dict[str, Any] = {}
-    if args.kafka_config:
-        with open(args.kafka_config, encoding="utf-8") as fh:
-            config.update(json.load(fh))
-    bootstrap = args.bootstrap or os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
-    if bootstrap:
-        config["bootstrap.servers"] = bootstrap
-    if "bootstrap.servers" not in config:
-        raise ValueError("no Kafka cluster: pass --bootstrap HOST:PORT, --kafka-config FILE or set "
-                         "KAFKA_BOOTSTRAP_SERVERS")
-    return config
-
 
 def _cmd_broker(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.testing.broker import run_broker_cli
@@ -58,7 +36,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_topology_show(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.topology import load_topology
 
-    _print_json(load_topology(args.file).to_dict())
+    print_json(load_topology(args.file).to_dict())
     return EXIT_OK
 
 
@@ -67,7 +45,7 @@ def _cmd_topology_create(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(args.file)
-    _print_json(ensure_topics(topology, _kafka_config(args), partitions=args.partitions,
+    print_json(ensure_topics(topology, kafka_config(args), partitions=args.partitions,
                               replication_factor=args.replication_factor))
     return EXIT_OK
 
@@ -101,7 +79,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     topology = load_topology(args.topology)
     tier = topology.select(args.tier)
     options = _options(args)
-    kafka_config = _kafka_config(args)
+    config = kafka_config(args)
     partitions = [int(p) for p in args.partitions.split(",")] if args.partitions else None
     if args.engine == "spark":
         from airflow_kafka_retry.spark.submit import SparkSubmitError, run_spark_submit
@@ -109,11 +87,11 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         echo = (lambda line: sys.stderr.write(line + "\n")) if args.verbose else None
         try:
             summary = run_spark_submit(topology_path=args.topology, tier=args.tier, options=options,
-                                       kafka_config=kafka_config, master=args.master, cutoff_ms=args.cutoff_ms,
+                                       kafka_config=config, master=args.master, cutoff_ms=args.cutoff_ms,
                                        partitions=partitions, on_output=echo, conf=_spark_conf(args.conf),
                                        allow_unencrypted_secrets=args.allow_unencrypted_secrets)
         except SparkSubmitError as exc:
-            return _fail(str(exc), EXIT_FAILED)
+            return fail(str(exc), EXIT_FAILED)
     else:
         from airflow_kafka_retry.engine.local import run_local
 
@@ -121,9 +99,9 @@ def _cmd_drain(args: argparse.Namespace) -> int:
                            (options.key_deserializer, "key_deserializer")):
             if path:
                 load_callable(path, what=what)  # fail before reading any record
-        summary = run_local(topology, tier, kafka_config, options, partitions=partitions, cutoff_ms=args.cutoff_ms,
+        summary = run_local(topology, tier, config, options, partitions=partitions, cutoff_ms=args.cutoff_ms,
                             parallelism=args.parallelism)
-    _print_json(summary.to_dict())
+    print_json(summary.to_dict())
     return EXIT_OK if summary.ok else EXIT_FAILED
 
 
@@ -153,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("file")
     create.add_argument("--partitions", type=int, required=True)
     create.add_argument("--replication-factor", type=int, default=-1)
-    _add_kafka_args(create)
+    add_kafka_args(create)
     create.set_defaults(func=_cmd_topology_create)
 
     drain = sub.add_parser("drain", help="reprocess the due records of one tier and print the run summary")
@@ -182,19 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--parallelism", type=int, default=None,
                        help="partitions at once (local engine; default: cores + 1, at most 8)")
     drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
-    _add_kafka_args(drain)
+    add_kafka_args(drain)
     drain.set_defaults(func=_cmd_drain)
 
     from airflow_kafka_retry.dlt.cli import add_dlt_commands
 
-    add_dlt_commands(sub, _add_kafka_args)
+    add_dlt_commands(sub)
     return parser
-
-
-def _add_kafka_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", default=None, help="bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
-    parser.add_argument("--kafka-config", default=None,
-                        help="JSON file with librdkafka settings (credentials stay out of the command line)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -204,9 +176,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except TopologyError as exc:
-        return _fail(str(exc))
+        return fail(str(exc))
     except (ValueError, OSError) as exc:
-        return _fail(f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc))
+        return fail(f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,12 +6,11 @@ import argparse
 import sys
 from typing import Any
 
+from airflow_kafka_retry.cli_support import EXIT_FAILED, EXIT_OK, add_kafka_args, kafka_config, print_json
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 
-EXIT_OK, EXIT_FAILED = 0, 1
 
-
-def add_dlt_commands(sub: Any, add_kafka_args: Any) -> None:
+def add_dlt_commands(sub: Any) -> None:
     """Add the ``dlt`` command group to the CLI's subparsers."""
     dlt = sub.add_parser("dlt", help="inspect and replay dead-letter topics").add_subparsers(dest="action",
                                                                                            required=True)
@@ -31,7 +30,8 @@ def add_dlt_commands(sub: Any, add_kafka_args: Any) -> None:
     replay.add_argument("--dlt", default=None,
                         help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)")
     replay.add_argument("--exception", action="append", default=[], metavar="CLASS",
-                        help="dotted exception class (subclasses match where importable; repeatable)")
+                        help="dotted exception class (subclasses match where already loaded; nothing is "
+                             "imported; repeatable)")
     replay.add_argument("--original-topic", action="append", default=[], metavar="TOPIC", help="repeatable")
     replay.add_argument("--since", default=None, help="failed at or after: epoch ms, ISO-8601 (UTC) or a duration "
                                                        "ago (2h)")
@@ -42,6 +42,9 @@ def add_dlt_commands(sub: Any, add_kafka_args: Any) -> None:
     replay.add_argument("--limit", type=int, default=None, metavar="N", help="at most N records, oldest first")
     replay.add_argument("--to", default=None, metavar="main|first-tier|TOPIC",
                         help="target (default: each record's original topic)")
+    replay.add_argument("--allow-target", action="append", default=[], metavar="TOPIC",
+                        help="a topic beyond the topology's main topic and retry tiers that records may be "
+                             "replayed to (repeatable)")
     replay.add_argument("--transform", default=None, metavar="MOD:FUNC",
                         help="callable editing each record (return it, edited, or None to leave it out)")
     replay.add_argument("--dry-run", action="store_true", help="print exactly what would move, and where; "
@@ -55,23 +58,21 @@ def add_dlt_commands(sub: Any, add_kafka_args: Any) -> None:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.cli import _kafka_config, _print_json
     from airflow_kafka_retry.dlt.groups import format_table
     from airflow_kafka_retry.dlt.inspect import inspect_dlt
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(args.topology)
-    report = inspect_dlt(topology, _kafka_config(args), dlt=args.dlt, bucket=args.by, samples=args.samples,
+    report = inspect_dlt(topology, kafka_config(args), dlt=args.dlt, bucket=args.by, samples=args.samples,
                          show_values=args.show_values)
     if args.format == "json":
-        _print_json(report)
+        print_json(report)
     else:
         sys.stdout.write(format_table(report) + "\n")
     return EXIT_OK
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.cli import _kafka_config, _print_json
     from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
     from airflow_kafka_retry.policy.topology import load_topology
 
@@ -79,19 +80,19 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     request = ReplayRequest(dlt=args.dlt, exception=args.exception, original_topic=args.original_topic,
                             since=args.since, until=args.until, key=args.key, partition=args.partition,
                             offsets=args.offsets, limit=args.limit, to=args.to, transform=args.transform)
-    replay = Replay(topology, _kafka_config(args), request, replay_id=args.replay_id, dry_run=args.dry_run,
-                    chunk_size=args.chunk_size)
+    replay = Replay(topology, kafka_config(args), request, replay_id=args.replay_id, dry_run=args.dry_run,
+                    chunk_size=args.chunk_size, allowed_targets=args.allow_target)
     sys.stderr.write(f"replay id: {replay.replay_id}{' (dry run)' if args.dry_run else ''}\n")
     sys.stderr.flush()
     try:
         summary = replay.run()
     except ReplayAbortedError as exc:
         if replay.summary is not None:
-            _print_json(replay.summary.to_dict())
+            print_json(replay.summary.to_dict())
         sys.stderr.write(f"airflow-kafka-retry: error: {exc}\n")
         return EXIT_FAILED
     if args.format == "json":
-        _print_json(summary.to_dict())
+        print_json(summary.to_dict())
     else:
         sys.stdout.write("\n".join(summary.lines()) + "\n")
     return EXIT_OK

@@ -6,7 +6,7 @@ value is checked when the filter is built, so a bad one fails before anything is
 
 from __future__ import annotations
 
-import importlib
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -67,13 +67,24 @@ def _split(value: object) -> tuple[str, ...]:
     return tuple(part.strip() for item in _as_list(value) for part in str(item).split(",") if part.strip())
 
 
-def _resolve_class(name: str) -> type | None:
-    module_name, _, attr = name.rpartition(".")
-    try:
-        found = getattr(importlib.import_module(module_name or "builtins"), attr, None)
-    except Exception:  # noqa: BLE001 - not importable here: compare by name
-        return None
-    return found if isinstance(found, type) else None
+def loaded_class(name: str) -> type | None:
+    """The class named ``name`` (dotted; a bare name is a builtin) if its module is already loaded.
+
+    Never imports: a filter or a record's exception header must not run code. Only modules in
+    ``sys.modules`` are looked in, through their ``__dict__`` (a module ``__getattr__`` may import).
+    """
+    parts = name.split(".") if "." in name else ["builtins", name]
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        found: Any = module
+        for part in parts[cut:]:
+            found = vars(found).get(part) if hasattr(found, "__dict__") else None
+            if found is None:
+                break
+        return found if isinstance(found, type) else None
+    return None
 
 
 @dataclass(frozen=True)
@@ -133,7 +144,7 @@ class ReplayFilter:
         return cls(exceptions=exceptions, original_topics=topics, since_ms=since_ms, until_ms=until_ms, keys=keys,
                    partitions=tuple(sorted(set(partitions))),
                    offsets=None if offsets in (None, "") else parse_offsets(offsets), limit=count,
-                   _classes={name: _resolve_class(name) for name in exceptions})
+                   _classes={name: loaded_class(name) for name in exceptions})
 
     def check_partitions(self, topic: str, count: int) -> None:
         """Fail when ``--partition`` names a partition ``topic`` does not have."""
@@ -172,13 +183,13 @@ class ReplayFilter:
         return any(self._is_a(name, wanted) for name in found for wanted in self.exceptions)
 
     def _is_a(self, name: str, wanted: str) -> bool:
-        """``name`` is ``wanted`` or, where both classes import here, a subclass of it."""
+        """``name`` is ``wanted`` or, where both classes are already loaded here, a subclass of it."""
         if name == wanted:
             return True
         base = self._classes.get(wanted)
         if base is None:
             return False
-        cls = _resolve_class(name)
+        cls = loaded_class(name)
         return cls is not None and issubclass(cls, base)
 
     def describe(self) -> dict[str, Any]:

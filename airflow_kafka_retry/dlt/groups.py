@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -85,12 +86,26 @@ def group_records(records: Iterable[DltRecord], *, bucket: Bucket = "hour",
     return sorted(groups.values(), key=lambda g: (-g.count, g._oldest_ms, str(g.exception)))
 
 
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: control and format characters (escape sequences, bidi overrides,
+    line breaks) shown escaped (``\\x1b``, ``\\u202e``) instead of acting on the terminal.
+
+    Header strings come from whoever produced the record; the table shows them through this.
+    """
+    return "".join(ch if ch == " " or unicodedata.category(ch)[0] not in "CZ" else
+                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}") for ch in text)
+
+
 def format_table(report: dict[str, Any]) -> str:
-    """The inspect report as a text table (one line per group, samples as partition@offset)."""
+    """The inspect report as a text table (one line per group, samples as partition@offset).
+
+    Exception classes and original topics (record headers) are passed through :func:`printable`.
+    """
     headers = ("COUNT", "REPLAYED", "EXCEPTION", "ORIGINAL TOPIC", report["bucket"].upper(), "OLDEST", "NEWEST",
                "SAMPLES")
     rows = [(str(g["count"]), str(g["replayed"]),
-             (g["exception"] or "-") + (f" (cause {g['cause']})" if g["cause"] else ""), g["original_topic"] or "-",
+             printable((g["exception"] or "-") + (f" (cause {g['cause']})" if g["cause"] else "")),
+             printable(g["original_topic"] or "-"),
              g["bucket"], g["oldest"], g["newest"], " ".join(f"{s['partition']}@{s['offset']}" for s in g["samples"]))
             for g in report["groups"]]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
@@ -100,8 +115,9 @@ def format_table(report: dict[str, Any]) -> str:
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     for replay in report.get("replays", []):
         if not replay["finished"]:
-            lines.append(f"unfinished replay {replay['replay_id']} ({replay['moved']} moved): rerun it with "
-                         f"--replay-id {replay['replay_id']} and the same options to finish it")
+            replay_id = printable(str(replay["replay_id"]))
+            lines.append(f"unfinished replay {replay_id} ({replay['moved']} moved): rerun it with "
+                         f"--replay-id {replay_id} and the same options to finish it")
     if report.get("show_values"):
         for g in report["groups"]:
             for s in g["samples"]:

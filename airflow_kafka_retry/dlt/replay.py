@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -44,7 +44,7 @@ from airflow_kafka_retry.dlt.replay_log import (
 )
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY, Target, check_target_spec, source_topic, target_for
-from airflow_kafka_retry.dlt.transform import Transform, apply_transform, load_transform
+from airflow_kafka_retry.dlt.transform import Transform, apply_transform, load_transform, resolve_transform
 from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts, producer_config
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, replayed_headers
@@ -133,12 +133,18 @@ class Replay:
     :param dry_run: report what would move and write nothing (not even the log topic).
     :param chunk_size: records per Kafka transaction.
     :param move_cap: at most this many moves listed in the summary (None: all).
+    :param transforms: when given (the replay DAG, the operator), ``request.transform`` is a name of
+        this mapping (name -> ``package.module:function``); any other value fails before anything is
+        imported or read. None (the command line): ``request.transform`` is the path itself.
+    :param allowed_targets: topics beyond the topology's main topic and retry tiers that records may
+        be replayed to (``--to`` or the original-topic header).
     """
 
     def __init__(self, topology: Topology, kafka_config: Mapping[str, Any], request: ReplayRequest, *,
                  replay_id: str | None = None, dry_run: bool = False, chunk_size: int = 100,
                  move_cap: int | None = None, transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX,
-                 clock: Callable[[], int] = wall_clock_ms) -> None:
+                 clock: Callable[[], int] = wall_clock_ms, transforms: Mapping[str, str] | None = None,
+                 allowed_targets: Collection[str] = ()) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ReplayError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         self.topology = topology
@@ -151,8 +157,9 @@ class Replay:
         self.move_cap = move_cap
         self.source = source_topic(topology, request.dlt)
         request.build_filter(clock())  # a bad filter fails here, before any Kafka client is created
-        check_target_spec(topology, self.source, request.to)
-        self.transform: Transform | None = load_transform(request.transform)
+        self.allowed_targets = frozenset(allowed_targets)
+        check_target_spec(topology, self.source, request.to, self.allowed_targets)
+        self.transform: Transform | None = load_transform(resolve_transform(request.transform, transforms))
         self.log_topic = log_topic(self.source)
         self.transactional_id = replay_transactional_id(transactional_id_prefix, self.source)
         self.summary: ReplaySummary | None = None
@@ -260,7 +267,7 @@ class Replay:
                     summary.left_out += 1
                     continue
                 target = target_for(self.topology, self.source, self.request.to, record,
-                                    key_changed=edited.key != record.key)
+                                    key_changed=edited.key != record.key, allowed=self.allowed_targets)
                 candidates.append(_Candidate(partition, record.offset, record.timestamp_ms, target,
                                              _edited(record, edited)))
         if selection.limit is not None and len(candidates) > selection.limit:
@@ -370,7 +377,8 @@ class Replay:
         if edited is None:
             raise ReplayError(f"transform {self.request.transform!r} left out {record.coordinates} when moving it, "
                               "but kept it when the replay was checked; the transform must be deterministic")
-        target = target_for(self.topology, self.source, self.request.to, record, key_changed=edited.key != record.key)
+        target = target_for(self.topology, self.source, self.request.to, record,
+                            key_changed=edited.key != record.key, allowed=self.allowed_targets)
         if target.topic != candidate.target.topic:
             raise ReplayError(f"{record.coordinates}: target changed between check and move")
         partition = candidate.target.partition

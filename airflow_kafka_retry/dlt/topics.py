@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from airflow_kafka_retry.dlt.errors import ReplayError
@@ -35,22 +36,33 @@ def source_topic(topology: Topology, dlt: str | None) -> str:
     return dlt
 
 
-def check_target_spec(topology: Topology, source: str, spec: str | None) -> None:
-    """Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`)."""
+def check_target_spec(topology: Topology, source: str, spec: str | None,
+                      allowed: Collection[str] = ()) -> None:
+    """Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`).
+
+    :param allowed: topics beyond the topology's own (main, retry tiers) that a replay may write to.
+    """
     if spec in (None, ""):
         return
     if spec == "first-tier" and len(topology.tiers) < 2:
         raise ReplayError(f"--to first-tier: {topology.source} has no retry tier (attempts: {topology.attempts})")
     topic = topology.topic if spec == "main" else topology.tiers[1].topic if spec == "first-tier" else spec
-    _check_topic(topology, source, topic, "--to")
+    _check_topic(topology, source, topic, "--to", allowed)
 
 
-def _check_topic(topology: Topology, source: str, topic: str, what: str) -> None:
+def _check_topic(topology: Topology, source: str, topic: str, what: str, allowed: Collection[str]) -> None:
     if topic == source:
         raise ReplayError(f"{what} {topic!r} is the topic being replayed; pick another target")
     if topic in {t.topic for t in topology.dlt_tiers}:
         raise ReplayError(f"{what} {topic!r} is a dead-letter topic of {topology.source}; replaying into a DLT "
                           "would only dead-letter the records again")
+    own = [t.topic for t in topology.tiers]
+    if topic not in own and topic not in allowed:
+        extra = f"; also allowed: {', '.join(sorted(allowed))}" if allowed else ""
+        raise ReplayError(f"{what} {topic!r} is not a topic of {topology.source} (main and retry tiers: "
+                          f"{', '.join(own)}{extra}); a replay writes only there unless the replay DAG's "
+                          "author allows more topics (build_dlt_replay_dag(allowed_targets=[...]), "
+                          "dlt replay --allow-target TOPIC)")
 
 
 @dataclass(frozen=True)
@@ -69,14 +81,20 @@ class Target:
 
 
 def target_for(topology: Topology, source: str, spec: str | None, record: DltRecord, *,
-               key_changed: bool = False, partition_counts: dict[str, int] | None = None) -> Target:
-    """The target of ``record`` for ``--to spec`` (default: its original topic)."""
+               key_changed: bool = False, partition_counts: dict[str, int] | None = None,
+               allowed: Collection[str] = ()) -> Target:
+    """The target of ``record`` for ``--to spec`` (default: its original topic).
+
+    An original topic read from the record's headers is held to the same rule as ``--to``: the
+    topology's main topic or a retry tier, or one of ``allowed``. (A producer can set
+    ``kafka_original-topic`` itself, and Spring keeps such a header on the first failure.)
+    """
     if spec in (None, ""):
         topic = record.original.topic
         if topic is None:
             raise ReplayError(f"{record.coordinates} carries no original-topic header (kafka_original-topic or "
                               "kafka_dlt-original-topic); pass --to main, --to first-tier or --to TOPIC")
-        _check_topic(topology, source, topic, f"the original topic of {record.coordinates}")
+        _check_topic(topology, source, topic, f"the original topic of {record.coordinates}", allowed)
     elif spec == "main":
         topic = topology.topic
     elif spec == "first-tier":

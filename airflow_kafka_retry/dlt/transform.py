@@ -8,7 +8,7 @@ headers, changed DLT coordinates -- is a :class:`ReplayError` naming the transfo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.records import DltRecord
@@ -16,6 +16,26 @@ from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
 
 Transform = Callable[[DltRecord], "DltRecord | None"]
 _READ_ONLY = ("topic", "partition", "offset", "timestamp_ms")
+
+
+def resolve_transform(name: str | None, allowed: Mapping[str, str] | None) -> str | None:
+    """The ``package.module:function`` a replay runs for the transform it was given.
+
+    With ``allowed`` (a replay DAG's ``transforms``: name -> ``package.module:function``, chosen by the
+    DAG author) ``name`` must be one of its names; nothing is imported for any other value. Without it
+    (the command line, whose user runs code anyway) ``name`` is the path itself.
+    """
+    if not name:
+        return None
+    if allowed is None:
+        return name
+    path = allowed.get(name)
+    if path is None:
+        names = ", ".join(sorted(allowed)) if allowed else "none"
+        raise ReplayError(f"transform {name!r} is not one of this replay's transforms ({names}); the DAG "
+                          "author lists them as build_dlt_replay_dag(transforms={name: "
+                          "'package.module:function'})")
+    return path
 
 
 def load_transform(path: str | None) -> Transform | None:

@@ -16,7 +16,12 @@ from typing import Any
 from confluent_kafka import Message, TopicPartition
 
 from airflow_kafka_retry.engine.batches import BatchRunner
-from airflow_kafka_retry.engine.clients import open_consumer, open_producer, partition_counts
+from airflow_kafka_retry.engine.clients import (
+    KafkaConfigError,
+    open_consumer,
+    open_producer,
+    partition_counts,
+)
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
@@ -41,6 +46,10 @@ from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_
 from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
+
+
+class ParkingTopicMissingError(KafkaConfigError):
+    """A replayed record must be parked, and the topology's parking topic does not exist."""
 
 
 class _KeyDeserializationError(DeserializationError):
@@ -125,7 +134,10 @@ class PartitionJob:
             if options.transactional else None
         with open_consumer(self.kafka_config, self.group) as consumer, \
                 open_producer(self.kafka_config, txn_id) as producer:
-            counts = partition_counts(consumer, [self.tier.topic, *self.topology.destinations_from(self.tier)])
+            # the parking topic is looked up only when a chunk parks a record (see _require_parking)
+            parking = self.topology.parking_topic
+            destinations = [t for t in self.topology.destinations_from(self.tier) if t != parking]
+            counts = partition_counts(consumer, [self.tier.topic, *destinations])
             if self.partition >= counts[self.tier.topic]:
                 raise ValueError(f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "
                                  f"there is no partition {self.partition}")
@@ -218,8 +230,30 @@ class PartitionJob:
     def _commit(self, work: _ChunkWork, runner: BatchRunner, router: Router) -> None:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
         assert work.last_offset is not None
+        self._require_parking(work, router)
         router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
         self._count(work, runner)
+
+    def _require_parking(self, work: _ChunkWork, router: Router) -> None:
+        """The parking topic must exist once a chunk parks a record (a topology upgraded from one without
+        parking runs without it until then); else the chunk fails, nothing of it committed."""
+        parking = self.topology.parking_topic
+        if parking is None or parking in router.partition_counts:
+            return
+        parked = [item.source for item in work.routed if item.destination.topic == parking]
+        if not parked:
+            return
+        try:
+            count = partition_counts(router.consumer, [parking])[parking]
+        except KafkaConfigError:
+            first = parked[0]
+            raise ParkingTopicMissingError(
+                f"parking topic {parking!r} does not exist, and {len(parked)} replayed record(s) of "
+                f"{self.tier.topic}[{self.partition}] failed again and must be parked there (first: offset "
+                f"{first.offset()}); nothing of this chunk was committed. Create it with "
+                "`airflow-kafka-retry topology create-topics` or EnsureRetryTopicsOperator, then run the "
+                "tier again") from None
+        router.partition_counts = {**router.partition_counts, parking: count}
 
     def _record(self, message: Message, headers: list[Header] | None, attempt: int, due: int | None) -> TierRecord:
         raw_key, raw_value = message.key(), message.value()

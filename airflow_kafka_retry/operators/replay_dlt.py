@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -67,7 +67,8 @@ class ReplayDltOperator(BaseOperator):
     :param topology: path of the topology YAML, or a :class:`Topology`. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
     :param dlt: a DLT of the topology or ``parking``; default: the topology's DLT. (templated)
-    :param exception: exception class(es), dotted; subclasses match where importable. (templated)
+    :param exception: exception class(es), dotted; subclasses match where already loaded (a filter never
+        imports). (templated)
     :param original_topic: original topic(s) of the records. (templated)
     :param since: failed at or after: epoch ms, ISO-8601 (UTC) or a duration ago (``2h``). (templated)
     :param until: failed at or before, same forms. (templated)
@@ -76,9 +77,14 @@ class ReplayDltOperator(BaseOperator):
     :param offsets: DLT offsets ``A-B`` (inclusive), ``A-`` or ``A``. (templated)
     :param limit: at most this many records, oldest first. (templated)
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic. (templated)
-    :param transform: ``package.module:function`` editing each record (return None to leave it out). (templated)
+    :param transform: the name of one of ``transforms``, editing each record (it returns None to leave a
+        record out); a name not in ``transforms`` fails the task before anything is read. (templated)
     :param dry_run: move nothing; report what would move. (templated)
     :param replay_id: default ``<dag>.<run>.<task>``, so a retried task resumes its replay. (templated)
+    :param transforms: the transforms this task may run, chosen by the DAG author: name ->
+        ``package.module:function``. Whoever triggers the run picks one by name; nothing else is imported.
+    :param allowed_targets: topics beyond the topology's main topic and retry tiers that records may be
+        replayed to (with ``to`` or by their original-topic header); by default only those.
     :param chunk_size: records per Kafka transaction.
     :param move_cap: at most this many moves listed in the summary and the log.
     """
@@ -93,8 +99,9 @@ class ReplayDltOperator(BaseOperator):
                  original_topic: str | Sequence[str] | None = None, since: Any = None, until: Any = None,
                  key: str | Sequence[str] | None = None, partition: Any = None, offsets: str | None = None,
                  limit: int | str | None = None, to: str | None = None, transform: str | None = None,
-                 dry_run: bool | str = False, replay_id: str | None = None, chunk_size: int = 100,
-                 move_cap: int = 1000, **kwargs: Any) -> None:
+                 dry_run: bool | str = False, replay_id: str | None = None,
+                 transforms: Mapping[str, str] | None = None, allowed_targets: Sequence[str] = (),
+                 chunk_size: int = 100, move_cap: int = 1000, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.topology = topology
         self.kafka_conn_id = kafka_conn_id
@@ -111,6 +118,8 @@ class ReplayDltOperator(BaseOperator):
         self.transform = transform
         self.dry_run = dry_run
         self.replay_id = replay_id
+        self.transforms = dict(transforms or {})
+        self.allowed_targets = list(allowed_targets)
         self.chunk_size = chunk_size
         self.move_cap = move_cap
 
@@ -129,7 +138,8 @@ class ReplayDltOperator(BaseOperator):
         dry_run = as_flag(self.dry_run, "dry_run")
         replay = Replay(topology, KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(), self.request(),
                         replay_id=_unset(self.replay_id) or default_replay_id(context), dry_run=dry_run,
-                        chunk_size=self.chunk_size, move_cap=self.move_cap)
+                        chunk_size=self.chunk_size, move_cap=self.move_cap, transforms=self.transforms,
+                        allowed_targets=self.allowed_targets)
         log.info("replay %s of %s%s", replay.replay_id, replay.source,
                  " (dry run: nothing is moved)" if dry_run else "")
         try:

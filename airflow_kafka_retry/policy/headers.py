@@ -32,6 +32,13 @@ Encodings (as Spring writes them):
 Like Spring's retry-topic recoverer, original coordinates are written once (the first failure)
 and never replaced. Beyond Spring: retry headers are replaced, not appended (readers take the
 last value either way), and all headers fit a byte budget.
+
+That includes a record that arrives in the main topic already carrying original-coordinate headers
+(set by its producer): they are kept, as Spring keeps them (``DeadLetterPublishingRecovererFactory.
+create`` calls ``setAppendOriginalHeaders(false)``, and ``DeadLetterRecordManager.maybeAddHeader``
+then adds an original header only when ``lastHeader`` finds none). So nothing downstream may trust
+them as a destination: a DLT replay sends a record to its original topic only when that topic is
+the topology's own or allowed by the replay's author (:mod:`airflow_kafka_retry.dlt.topics`).
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from typing import Any
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.spark.credentials import check_shippable, remove_credentials_file, write_credentials_file
-from airflow_kafka_retry.spark.masking import mask_command
+from airflow_kafka_retry.spark.masking import OutputMasker, mask_command
 from airflow_kafka_retry.spark.pyfiles import build_for_options
 from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
 from airflow_kafka_retry.spark.staging import cluster_mode_conf
@@ -234,10 +234,10 @@ def spark_submit_command(submission: Submission, *, master: str, conf: Mapping[s
 
 
 def _stream(process: subprocess.Popen[str], on_output: Callable[[str], None] | None,
-            tail: collections.deque[str]) -> None:
+            tail: collections.deque[str], mask: OutputMasker) -> None:
     assert process.stdout is not None
     for raw in process.stdout:
-        line = raw.rstrip("\n")
+        line = mask(raw.rstrip("\n"))
         tail.append(line)
         log.info("%s", line)
         if on_output is not None:
@@ -262,7 +262,9 @@ def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, 
     :param env: extra environment for ``spark-submit`` (on top of this process's environment less
         :data:`WITHHELD_ENV_PREFIXES`, and :func:`local_spark_environment`).
     :param allow_unencrypted_secrets: see :func:`prepare_submission`.
-    :param on_output: called with every line ``spark-submit`` prints (stdout and stderr).
+    :param on_output: called with every line ``spark-submit`` prints (stdout and stderr), masked as it is
+        logged: secret-looking ``KEY=VALUE`` pairs and every secret value of ``conf`` and ``kafka_config``
+        (see :class:`~airflow_kafka_retry.spark.masking.OutputMasker`).
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: secrets would cross unprotected
         Spark RPC (see :func:`prepare_submission`); a ValueError, raised before anything starts.
     :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a ValueError.
@@ -280,7 +282,8 @@ def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, 
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
                               bufsize=1) as process:
-            _stream(process, on_output, tail)
+            _stream(process, on_output, tail, OutputMasker.for_submission(
+                {**submission.spark_conf, **(conf or {})}, kafka_config))
             returncode = process.wait()
         log.info("spark-submit exited with %s", returncode)
         try:

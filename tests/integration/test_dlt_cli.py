@@ -55,7 +55,9 @@ def test_inspect_and_dry_run_from_the_command_line(kafka_bootstrap, tmp_path):
     assert f"would move 10 record(s) from {topology.dlt_topic}" in dry.stdout
     assert replayed_copies(kafka_bootstrap, topology.topic) == []
 
-    bad = _cli("dlt", "replay", *common, "--to", "no-such-target-topic")
+    foreign = _cli("dlt", "replay", *common, "--to", "no-such-target-topic")
+    assert foreign.returncode == 2 and "--to 'no-such-target-topic' is not a topic of" in foreign.stderr
+    bad = _cli("dlt", "replay", *common, "--to", "no-such-target-topic", "--allow-target", "no-such-target-topic")
     assert bad.returncode == 2 and "target topic(s) do not exist: no-such-target-topic" in bad.stderr
 
 
@@ -88,3 +90,30 @@ def test_a_dlt_written_by_a_spring_dead_letter_publishing_recoverer(kafka_bootst
         offset = H.last_header(copy.headers(), names.original_offset)
         assert H.read_original_coordinates(copy.headers()).offset in (101, 103) and offset is not None
         assert H.last_header(copy.headers(), names.exception_fqcn) is None
+
+
+def test_inspect_shows_header_strings_without_their_terminal_escapes(kafka_bootstrap, tmp_path):
+    """Whoever produced a record chose its headers: the table shows control characters escaped, never raw."""
+    topology = ledger.make_topology("escapes")
+    topology_file = tmp_path / "topology.yaml"
+    ledger.write_topology(topology, topology_file)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    ensure_topics(topology, config, partitions=1)
+    names = H.RETRY_TOPIC_NAMES
+    hostile_class = "com.example.Bad\x1b]0;owned\x07\x1b[2J\x1b[31mError\u202e"
+    producer = Producer(config)
+    producer.produce(topology.dlt_topic, key=b"k", value=b"v", headers=[
+        (names.original_topic, b"orders\x1b[8m"), (names.exception_fqcn, hostile_class.encode()),
+        (names.exception_cause_fqcn, b"com.example.Cause\r\nFAKE LINE")])
+    assert producer.flush(10) == 0
+
+    table = _cli("dlt", "inspect", "--topology", str(topology_file), "--bootstrap", kafka_bootstrap)
+    assert table.returncode == 0, table.stderr[-3000:]
+    assert not any(c in table.stdout for c in "\x1b\x07\r\u202e"), repr(table.stdout)
+    assert len(table.stdout.splitlines()) == 3, "a header's line break reached the terminal"
+    assert r"com.example.Bad\x1b]0;owned\x07\x1b[2J\x1b[31mError\u202e" in table.stdout
+    assert r"(cause com.example.Cause\x0d\x0aFAKE LINE)" in table.stdout and r"orders\x1b[8m" in table.stdout
+    # JSON keeps the strings as they are (json.dumps escapes control characters itself)
+    report = json.loads(_cli("dlt", "inspect", "--topology", str(topology_file), "--bootstrap", kafka_bootstrap,
+                             "--format", "json").stdout)
+    assert report["groups"][0]["exception"] == hostile_class

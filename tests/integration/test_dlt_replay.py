@@ -196,7 +196,7 @@ def test_limit_key_and_offsets_select_records(kafka_bootstrap, tmp_path):
     ({"exception": "not a class"}, "--exception 'not a class' is not a dotted exception class path"),
     ({"partition": "7"}, "--partition 7:"),
     ({"dlt": "no-such-dlt"}, "--dlt 'no-such-dlt' is not a dead-letter or parking topic"),
-    ({"to": "no-such-topic-anywhere"}, "target topic(s) do not exist: no-such-topic-anywhere"),
+    ({"to": "no-such-topic-anywhere"}, "--to 'no-such-topic-anywhere' is not a topic of"),
     ({"transform": f"{TRANSFORMS}:raise_on_second"}, "raised ValueError: cannot fix this one"),
     ({"transform": f"{TRANSFORMS}:wrong_type"}, "returned str; it must return the record"),
     ({"transform": f"{TRANSFORMS}:str_value"}, "returned a value of type str; it must be bytes or None"),
@@ -264,3 +264,34 @@ def test_a_second_replay_fences_a_running_one_and_nothing_is_lost(kafka_bootstra
 def test_a_fenced_replay_leaves_no_duplicates(kafka_bootstrap, tmp_path):
     copies = _fence_a_running_replay(kafka_bootstrap, tmp_path, "fencedup")
     assert set(copies.values()) == {1}, copies
+
+
+def test_an_original_topic_set_by_the_producer_is_never_a_default_target(kafka_bootstrap, tmp_path, monkeypatch):
+    """Spring keeps a ``kafka_original-topic`` the producer set (so do the tiers); the replay refuses to follow it."""
+    from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+
+    monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
+    topology = ledger.make_fault_topology("forged", attempts=2)
+    victim = unique_topic("victim")
+    create_topics(kafka_bootstrap, [victim])
+    forged_header = [(H.RETRY_TOPIC_NAMES.original_topic, victim.encode())]
+    ledger.produce_fault_inputs(kafka_bootstrap, topology, [ledger.FaultInput(mode="fatal", headers=forged_header),
+                                                            ledger.FaultInput(mode="fatal")], 1)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    assert run_local(topology, topology.tier(0), config, DrainOptions(handler="tests.support.fault_handler:indexed")).ok
+    dead = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    origins = sorted(H.read_original_coordinates(m.headers()).topic for m in dead)
+    assert origins == sorted([victim, topology.topic]), "the tiers no longer keep an original topic as Spring does"
+
+    with pytest.raises(ReplayError, match=rf"the original topic of {topology.dlt_topic}\[0\]@\d+ '{victim}' is not a "
+                                          rf"topic of .*allowed_targets"):
+        replay_dlt(topology, config, ReplayRequest(), dry_run=True)
+    with pytest.raises(ReplayError, match=f"'{victim}' is not a topic of"):
+        replay_dlt(topology, config, ReplayRequest())
+    assert ledger.read_all(kafka_bootstrap, victim) == [], "a record was replayed where its producer chose"
+    assert replayed_copies(kafka_bootstrap, topology.topic) == []
+
+    # where the replay DAG's author allows that topic, the record goes back there
+    summary = replay_dlt(topology, config, ReplayRequest(), allowed_targets=[victim])
+    assert summary.moved == 2 and sorted(summary.targets) == sorted([victim, topology.topic])
+    assert len(replayed_copies(kafka_bootstrap, victim)) == len(replayed_copies(kafka_bootstrap, topology.topic)) == 1

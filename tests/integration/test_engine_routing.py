@@ -116,3 +116,50 @@ def test_in_place_attempts_count_as_attempts_and_stop_at_the_topology_attempts(k
     assert part.dead_letters[0].reason == "exhausted"
     assert ledger.processed_ids(str(ledger_file)) == {"1": 1, "2": 1}
     assert ledger.read_all(kafka_bootstrap, topology.tier(1).topic) == []
+
+
+def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_parked(kafka_bootstrap, tmp_path,
+                                                                                 monkeypatch):
+    """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks nothing."""
+    from airflow_kafka_retry.policy import replay_headers as R
+    from airflow_kafka_retry.testing.topics import create_topics
+
+    monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
+    topology = ledger.make_fault_topology("upgrade", attempts=2)
+    create_topics(kafka_bootstrap, [t.topic for t in (*topology.tiers, *topology.dlt_tiers)])
+    config = {"bootstrap.servers": kafka_bootstrap}
+    options = DrainOptions(handler="tests.support.fault_handler:indexed")
+    main = topology.topic
+    producer = Producer(config)
+
+    def produce(rid: str, mode: str, extra: list) -> None:
+        producer.produce(main, key=rid.encode(), value=b"{}", partition=0,
+                         headers=[(ledger.FAULT_ID, rid.encode()), (ledger.FAULT_MODE, mode.encode()), *extra])
+        assert producer.flush(10) == 0
+
+    produce("0", "ok", [])
+    produce("1", "fatal", [])
+    first = run_local(topology, topology.tier(0), config, options)
+    assert first.ok, first.to_dict()
+    assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)] == [b"1"]
+
+    # a replayed record that fails again must be parked: that chunk fails, naming the topic; nothing is committed
+    replayed = R.ReplayAudit("r1", topology.dlt_topic, 0, 0, 1).headers()
+    produce("2", "ok", [])
+    produce("3", "fatal", replayed)
+    failed = run_local(topology, topology.tier(0), config, options)
+    [partition] = failed.partitions
+    assert not failed.ok and partition.status == "failed"
+    assert partition.error.startswith(f"ParkingTopicMissingError: parking topic '{topology.parking_topic}' does not "
+                                      f"exist, and 1 replayed record(s) of {main}[0] failed again"), partition.error
+    assert "topology create-topics" in partition.error
+    group = topology.consumer_group(topology.tier(0))
+    assert ledger.committed(kafka_bootstrap, group, main, 1) == {0: 2}, "the failed chunk was committed"
+    assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)] == [b"1"]
+
+    # once the topic exists, the same records run again and the replayed one is parked, once
+    create_topics(kafka_bootstrap, [topology.parking_topic])
+    again = run_local(topology, topology.tier(0), config, options)
+    assert again.ok, again.to_dict()
+    assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.parking_topic)] == [b"3"]
+    assert ledger.committed(kafka_bootstrap, group, main, 1) == {0: 4}

@@ -26,7 +26,8 @@ DAG_FILE = '''
 """Written by tests/integration/test_replay_dag.py."""
 from airflow_kafka_retry import build_dlt_replay_dag
 
-dag = build_dlt_replay_dag({topology!r}, dag_id={dag_id!r})
+dag = build_dlt_replay_dag({topology!r}, dag_id={dag_id!r},
+                           transforms={{"fix": "tests.support.dlt_transforms:fix"}})
 '''
 
 
@@ -39,6 +40,8 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     topology_file = tmp_path / "topology.yaml"
     ledger.write_topology(topology, topology_file)
     env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)
+    marker = tmp_path / "imported.txt"
+    env["AKR_IMPORT_MARKER"] = str(marker)
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "akr_dlt_replay.py").write_text(DAG_FILE.format(topology=str(topology_file), dag_id=DAG_ID))
     airflow = str(Path(sys.executable).with_name("airflow"))
@@ -46,7 +49,7 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         done = _airflow(airflow, env, *command)
         assert done.returncode == 0, done.stderr[-3000:]
     wanted = ids_of(inputs, "permanent", 1)
-    form = {"exception": PERMANENT, "partition": "1", "transform": "tests.support.dlt_transforms:fix"}
+    form = {"exception": PERMANENT, "partition": "1", "transform": "fix"}
 
     # 1. the form's defaults: a dry run. It lists every move in the task log and XCom, and moves nothing
     dry = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-01T00:00:00+00:00", "-c", json.dumps(form),
@@ -80,6 +83,26 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     copies = replayed_copies(kafka_bootstrap, topology.topic)
     assert sorted(m.key().decode() for m in copies) == sorted(wanted)
     assert f"moved {len(wanted)} record(s) from {topology.dlt_topic}" in output
+
+    # 3. whoever triggers the DAG picks a transform by name from the DAG's list: a module path is refused
+    #    before the run reads anything, and nothing is imported for it (not even in a dry run)
+    for i, transform in enumerate(("tests.support.import_marker:transform", "tests.support.exits_on_import:x")):
+        refused = _airflow(airflow, env, "dags", "test", DAG_ID, f"2026-01-0{3 + i}T00:00:00+00:00", "-c",
+                           json.dumps({"transform": transform, "dry_run": True}), timeout=600)
+        output = refused.stdout + refused.stderr
+        (tmp_path / f"refused-{i}-output.txt").write_text(output)
+        assert transform in output and "fix" in output, output[-5000:]
+        assert not marker.exists(), "a transform that is not on the DAG's list was imported"
+    assert len(_xcom(db, DAG_ID, "replay_dlt", "return_value")) == 2, "a refused run reported a replay"
+    assert len(replayed_copies(kafka_bootstrap, topology.topic)) == len(wanted)
+
+    # 4. an exception filter is matched by name: the class's module is not imported to filter
+    named = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-05T00:00:00+00:00", "-c",
+                     json.dumps({"exception": "tests.support.import_marker.MarkerError"}), timeout=600)
+    assert named.returncode == 0, (named.stdout + named.stderr)[-5000:]
+    last = _xcom(db, DAG_ID, "replay_dlt", "return_value")[-1]
+    assert last["filters"]["exception"] == ["tests.support.import_marker.MarkerError"] and last["selected"] == 0
+    assert not marker.exists(), "an exception filter imported the module of its class"
 
 
 def _log(bootstrap: str, topology) -> list:

@@ -369,11 +369,17 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
     kafka_config = tmp_path / "kafka.json"
     kafka_config.write_text(json.dumps(kafka))
     s3_secret = f"s3-{uuid.uuid4().hex[:12]}"  # a secret-looking Spark property: masked in the logged command
-    conf = [arg for key, value in {**SPARK_CONF, "spark.hadoop.fs.s3a.secret.key": s3_secret}.items()
-            for arg in ("--conf", f"{key}={value}")]
-    # the CLI runs on a worker whose environment holds the Kafka connection (and so its password)
+    env_secret = f"env-{uuid.uuid4().hex[:12]}"  # an executor environment variable: any value may be a secret
+    jvm_secret = f"jvm-{uuid.uuid4().hex[:12]}"  # a -D...Password= inside the driver's JVM options
+    conf = [arg for key, value in {
+        **SPARK_CONF, "spark.hadoop.fs.s3a.secret.key": s3_secret, "spark.executorEnv.AKR_SERVICE_AUTH": env_secret,
+        "spark.driver.extraJavaOptions": f"{SPARK_CONF['spark.driver.extraJavaOptions']} -Dakr.db.Password={jvm_secret}",
+    }.items() for arg in ("--conf", f"{key}={value}")]
+    # the CLI runs on a worker whose environment holds the Kafka connection (and so its password);
+    # SPARK_PRINT_LAUNCH_COMMAND makes spark-submit print the driver's java command line, JVM options included
     env = {**os.environ, **SPARK_ENV, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(Path(__file__).parents[2]),
-           "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": kafka})}
+           "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": kafka}),
+           "SPARK_PRINT_LAUNCH_COMMAND": "1"}
     watcher = SparkEnvWatcher(SECRET, scope=str(tmp_path))
     watcher.start()
     try:
@@ -396,7 +402,12 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
     assert SECRET not in done.stdout + done.stderr
     [command] = [line for line in done.stderr.splitlines() if "spark-submit command:" in line]
     assert "--conf spark.hadoop.fs.s3a.secret.key=******" in command and "spark.ui.enabled=false" in command
-    assert s3_secret not in done.stderr
+    assert "--conf spark.executorEnv.AKR_SERVICE_AUTH=******" in command
+    assert "-XX:+UseSerialGC -Dakr.db.Password=******" in command
+    [launch] = [line for line in done.stderr.splitlines() if line.startswith("Spark Command:")]
+    assert "-Dakr.db.Password=******" in launch, launch  # spark-submit's own output, masked
+    for secret in (s3_secret, env_secret, jvm_secret):
+        assert secret not in done.stdout + done.stderr, secret
     # no Spark process got the worker's AIRFLOW_CONN_KAFKA_DEFAULT; the CLI itself had it (the watcher saw it)
     assert watcher.spark_submits and watcher.spark_envs_read, "the watcher saw no Spark process of this run"
     assert watcher.other_env_hits, "the watcher did not see the CLI's environment holding the secret"

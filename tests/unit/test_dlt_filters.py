@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import collections
+import sys
+
 import pytest
 
 from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.filters import ReplayFilter, parse_offsets, parse_time_ms
+from airflow_kafka_retry.dlt.filters import ReplayFilter, loaded_class, parse_offsets, parse_time_ms
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.policy.headers import DEAD_LETTER_NAMES, RETRY_TOPIC_NAMES, encode_int32, encode_int64
 
@@ -43,14 +46,48 @@ def test_exception_and_original_topic_are_read_from_either_header_family(names):
     assert build(original_topic="payments").matches(rec) and not build(original_topic="orders").matches(rec)
 
 
-def test_exception_filter_is_subclass_aware_where_importable():
+def test_exception_filter_is_subclass_aware_where_loaded():
     # KeyError and IndexError are LookupErrors; json.JSONDecodeError is a ValueError
     assert build(exception="LookupError").matches(record(exception="KeyError"))
     assert build(exception="ValueError").matches(record(exception="json.JSONDecodeError"))
     assert not build(exception="LookupError").matches(record(exception="ValueError"))
-    # not importable here: compared by name only
+    # not loaded here: compared by name only
     assert build(exception="myapp.errors.Invalid").matches(record(exception="myapp.errors.Invalid"))
     assert not build(exception="myapp.errors.Base").matches(record(exception="myapp.errors.Invalid"))
+
+
+MARKER_MODULE = "tests.support.import_marker"
+
+
+@pytest.fixture
+def marker_not_loaded():
+    sys.modules.pop(MARKER_MODULE, None)
+    yield
+    assert MARKER_MODULE not in sys.modules, f"a filter imported {MARKER_MODULE}"
+
+
+def test_neither_the_filter_nor_a_records_exception_header_imports_anything(marker_not_loaded):
+    wanted = f"{MARKER_MODULE}.MarkerError"
+    selection = build(exception=wanted)
+    assert selection.matches(record(exception=wanted)), "the same dotted name must match"
+    assert not selection.matches(record(exception=f"{MARKER_MODULE}.OtherError"))
+    # a header naming a class of a module that is not loaded: compared by name, never imported
+    assert not build(exception="Exception").matches(record(exception=f"{MARKER_MODULE}.MarkerError"))
+    assert not build(exception="LookupError").matches(record(exception="ValueError", cause=wanted))
+
+
+def test_subclasses_match_once_the_classes_are_loaded(marker_not_loaded):
+    import importlib
+
+    module = importlib.import_module(MARKER_MODULE)  # loaded by the worker for its own reasons
+    try:
+        assert build(exception="Exception").matches(record(exception=f"{MARKER_MODULE}.MarkerError"))
+        assert loaded_class(f"{MARKER_MODULE}.MarkerError") is module.MarkerError
+        assert loaded_class(f"{MARKER_MODULE}.transform") is None, "a function is not a class"
+        assert loaded_class("collections.OrderedDict") is collections.OrderedDict
+        assert loaded_class("KeyError") is KeyError and loaded_class("no_such_builtin") is None
+    finally:
+        sys.modules.pop(MARKER_MODULE, None)
 
 
 def test_exception_filter_matches_the_cause_spring_wraps_listener_errors_in():

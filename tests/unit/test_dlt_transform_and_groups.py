@@ -153,3 +153,11 @@ def test_first_tier_needs_a_retry_tier():
     with pytest.raises(ReplayError, match="has no retry tier"):
         check_target_spec(topology(attempts=1), "orders-dlt", "first-tier")
     check_target_spec(topology(attempts=1), "orders-dlt", "main")
+
+
+def test_printable_escapes_what_would_act_on_a_terminal():
+    from airflow_kafka_retry.dlt.groups import printable
+
+    assert printable("a.b.Error") == "a.b.Error" and printable("café Ünïcode ok") == "café Ünïcode ok"
+    assert printable("X\x1b[31mY\x07\x00\t\r\n\x7f\x9b") == r"X\x1b[31mY\x07\x00\x09\x0d\x0a\x7f\x9b"
+    assert printable("abc\u202edef\u2028") == r"abc\u202edef\u2028"

@@ -166,3 +166,8 @@ def test_not_callable_user_attribute(make_module: Callable[[str], str]) -> None:
     name = make_module("HANDLER = 'not a function'\n")
     with pytest.raises(UserCodeError, match="is not callable"):
         load_callable(f"{name}:HANDLER", what="value_deserializer")
+
+
+def test_a_module_that_exits_as_it_is_imported_is_bad_input_not_an_exit() -> None:
+    with pytest.raises(UserCodeError, match=r"cannot import module 'tests.support.exits_on_import': SystemExit: 3"):
+        load_callable("tests.support.exits_on_import:transform", what="transform")

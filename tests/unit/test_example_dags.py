@@ -77,3 +77,6 @@ def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypat
     assert params["dry_run"] is True and params["dlt"] is None
     assert {"exception", "original_topic", "since", "until", "key", "partition", "offsets", "limit", "to",
             "transform", "replay_id"} <= set(params)
+    assert task.transforms == {"add_default_customer": "handlers.replay_fixes:add_default_customer"}
+    assert dag.params.get_param("transform").schema["enum"] == [None, "add_default_customer"]
+    assert task.allowed_targets == []

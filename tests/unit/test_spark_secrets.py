@@ -3,6 +3,7 @@ cluster-mode staging defaults. (The real spark-submit runs are in tests/integrat
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ import pytest
 
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.spark import app
-from airflow_kafka_retry.spark.masking import mask_command, mask_text
+from airflow_kafka_retry.spark.masking import OutputMasker, mask_command, mask_text
 from airflow_kafka_retry.spark.result import (
     ResultMissingError,
     UntrustedResultError,
@@ -201,6 +202,48 @@ def test_the_logged_command_masks_secret_looking_conf_values_but_keeps_paths():
     assert "--kafka-config-file /tmp/akr-spark-x/kafka-config.json --tier 1" in logged
     assert mask_text("cmd --conf spark.authenticate.secret=abc  other=1\tTOKEN=x") == \
         "cmd --conf spark.authenticate.secret=******  other=1\tTOKEN=******"
+
+
+def test_environment_variables_and_jvm_options_set_through_conf_are_masked():
+    cmd = ["spark-submit", "--conf", "spark.executorEnv.DB_URL=postgres://u:pw@db/x",
+           "--conf", "spark.yarn.appMasterEnv.AUTH=A1B2", "--conf", "spark.kubernetes.driverEnv.X=Y",
+           "--conf", "spark.driver.extraJavaOptions=-XX:+UseG1GC -Djavax.net.ssl.trustStorePassword=TSP -Dx=1",
+           "--conf", "spark.executor.extraJavaOptions=-Ddb.Password=DBP", "app.py"]
+    logged = mask_command(cmd)
+    for value in ("postgres://u:pw@db/x", "A1B2", "=Y", "TSP", "DBP"):
+        assert value not in logged, logged
+    assert "spark.executorEnv.DB_URL=******" in logged
+    assert "spark.driver.extraJavaOptions=-XX:+UseG1GC -Djavax.net.ssl.trustStorePassword=****** -Dx=1" in logged
+    assert "spark.executor.extraJavaOptions=-Ddb.Password=******" in logged
+    assert mask_text("spark.driver.extraJavaOptions=-Da.password=P") == "spark.driver.extraJavaOptions=-Da.password=******"
+
+
+def test_spark_submit_output_is_masked_by_rules_and_by_the_submissions_secret_values():
+    mask = OutputMasker.for_submission(
+        {"spark.executorEnv.SERVICE_AUTH": "envsecret1", "spark.ui.enabled": "false", "spark.ssl.enabled": "true",
+         "spark.driver.extraJavaOptions": "-Dkafka.ssl.keystore.password=jvmsecret2 -Xmx1g"},
+        {"bootstrap.servers": "b:9092", "sasl.username": "svc", "sasl.password": "kafkasecret3"})
+    assert sorted(mask.secrets) == ["envsecret1", "jvmsecret2", "kafkasecret3"]
+    line = ("Parsed: (spark.executorEnv.SERVICE_AUTH,envsecret1) java -Dkafka.ssl.keystore.password=jvmsecret2 "
+            "connecting with kafkasecret3 spark.ui.enabled=false")
+    assert mask(line) == ("Parsed: (spark.executorEnv.SERVICE_AUTH,******) java -Dkafka.ssl.keystore.password=****** "
+                          "connecting with ****** spark.ui.enabled=false")
+    assert mask("true 1234 svc") == "true 1234 svc", "short or ordinary values are not hunted for"
+
+
+def test_the_cli_spark_path_masks_what_spark_submit_prints():
+    """run_spark_submit masks each line before logging it, keeping it, or handing it to ``on_output``."""
+    from airflow_kafka_retry.spark import submit
+
+    seen: list[str] = []
+
+    class Printing:
+        stdout = iter(["(spark.executorEnv.SERVICE_AUTH,envsecret1)\n", "-Da.password=jvmsecret2 ok\n"])
+
+    tail: collections.deque[str] = collections.deque()
+    submit._stream(Printing(), seen.append, tail, OutputMasker.for_submission(
+        {"spark.executorEnv.SERVICE_AUTH": "envsecret1"}, {}))
+    assert seen == list(tail) == ["(spark.executorEnv.SERVICE_AUTH,******)", "-Da.password=****** ok"]
 
 
 def test_the_operator_hook_masks_its_command_line_more_widely_than_the_provider(tmp_path, airflow_connections):
