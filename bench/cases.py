@@ -56,21 +56,30 @@ def raw(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict
     return run_raw_loop(workload, group), {}
 
 
+def raw_headers(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    from bench.raw import run_raw_loop
+
+    return run_raw_loop(workload, group, read_headers=True), {}
+
+
 def provider(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from bench.provider import run_provider_operator
 
     return run_provider_operator(workload, group)
 
 
-def _local(workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool) -> tuple[int, dict[str, Any]]:
+def _local(workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool,
+           in_process: bool = False) -> tuple[int, dict[str, Any]]:
     from airflow_kafka_retry.engine.local import default_parallelism, run_local
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(workload.topology_path)
+    parallelism = spec.get("parallelism")
     summary = run_local(topology, topology.tier(1), _config(workload),
-                        _engine_options(group, spec, transactional=transactional))
+                        _engine_options(group, spec, transactional=transactional), parallelism=parallelism,
+                        in_process=in_process)
     count, details = _summary_details(summary)
-    details["parallelism"] = default_parallelism(workload.partitions)
+    details["parallelism"] = parallelism or default_parallelism(workload.partitions)
     return count, details
 
 
@@ -80,6 +89,11 @@ def local_txn(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int
 
 def local_no_txn(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return _local(workload, group, spec, transactional=False)
+
+
+def local_threads(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The engine's defaults with partitions in threads of one process (``in_process=True``), as before."""
+    return _local(workload, group, spec, transactional=True, in_process=True)
 
 
 def spark(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -106,7 +120,8 @@ def local_txn_profile(workload: Workload, group: str, spec: dict[str, Any]) -> t
 
 
 CASES: dict[str, Callable[[Workload, str, dict[str, Any]], tuple[int, dict[str, Any]]]] = {
-    "raw": raw, "provider": provider, "local_txn": local_txn, "local_no_txn": local_no_txn, "spark": spark,
+    "raw": raw, "raw_headers": raw_headers, "provider": provider, "local_txn": local_txn,
+    "local_no_txn": local_no_txn, "local_threads": local_threads, "spark": spark,
     "local_txn_profile": local_txn_profile,
 }
 
