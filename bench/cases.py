@@ -30,15 +30,16 @@ SPARK_CONF = {
 SPARK_SLOTS = 2  # local[2]
 
 
-def _config(workload: Workload) -> dict[str, Any]:
-    return {"bootstrap.servers": workload.bootstrap}
+def _config(workload: Workload, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Kafka configuration of a case: the broker, plus the spec's ``kafka`` settings (experiments)."""
+    return {"bootstrap.servers": workload.bootstrap, **((spec or {}).get("kafka") or {})}
 
 
 def _engine_options(group: str, spec: dict[str, Any], *, transactional: bool) -> Any:
     from airflow_kafka_retry.engine.options import DrainOptions
 
     return DrainOptions(handler="bench.handler:handle", consumer_group=group, transactional=transactional,
-                        max_records=spec.get("max_records"))
+                        max_records=spec.get("max_records"), **(spec.get("options") or {}))
 
 
 def _summary_details(summary: Any) -> tuple[int, dict[str, Any]]:
@@ -75,7 +76,7 @@ def _local(workload: Workload, group: str, spec: dict[str, Any], *, transactiona
 
     topology = load_topology(workload.topology_path)
     parallelism = spec.get("parallelism")
-    summary = run_local(topology, topology.tier(1), _config(workload),
+    summary = run_local(topology, topology.tier(1), _config(workload, spec),
                         _engine_options(group, spec, transactional=transactional), parallelism=parallelism,
                         in_process=in_process)
     count, details = _summary_details(summary)
@@ -143,9 +144,10 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     count, details = CASES[case](workload, spec["group"], spec)
     wall = time.perf_counter() - started
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # the case's own CPU and its reaped children's (the engine's worker processes, spark-submit)
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     sys.stdout.write(json.dumps({"case": case, "records": count, "wall_s": round(wall, 3),
-                                 "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                                 "cpu_s": round(sum(u.ru_utime + u.ru_stime for u in usage), 3),
                                  "self_peak_rss_mb": _peak_rss_mb(), **details}) + "\n")
     return 0
 
