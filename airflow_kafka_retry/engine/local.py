@@ -1,8 +1,9 @@
 """The local engine: reprocess every partition of a tier on this machine.
 
-With a parallelism above one, partitions run in worker processes (one partition at a time each,
-see :mod:`~airflow_kafka_retry.engine.process_pool`), so that record work and handlers use every
-core; with one, or in-process on request, they run in threads of this process.
+With a parallelism above one, partitions run in worker processes (one per core at most, each running
+a few partitions at once; see :mod:`~airflow_kafka_retry.engine.process_pool`), so that record work
+and handlers use every core; with one, on one core, or in-process on request, they run in threads of
+this process.
 """
 
 from __future__ import annotations
@@ -50,10 +51,11 @@ def available_cores() -> int:
 def default_parallelism(partitions: int, cores: int | None = None) -> int:
     """Partitions to process at once when the caller does not say: one more than the cores, at most 8.
 
-    Each partition at work is a worker process (above one), so up to the cores they process side by
-    side; the extra one keeps a partition's fetches, client start-up and transaction commits (waits)
-    overlapping the others' processing. The cap bounds memory: each worker is an interpreter of its
-    own (about 40 MB) holding its consumer's bounded prefetch and one piece of its chunk.
+    Partitions at work are spread over one worker process per core (:func:`worker_processes`), so
+    record work runs on every core; the extra one keeps a partition's fetches, client start-up and
+    transaction commits (waits) overlapping the others' processing. The cap bounds memory: each
+    partition at work holds its consumer's bounded prefetch and one piece of its chunk, and each
+    worker process is an interpreter of its own (about 40 MB).
     """
     cores = available_cores() if cores is None else cores
     return max(1, min(partitions, MAX_DEFAULT_PARALLELISM, cores + 1))
@@ -64,6 +66,14 @@ def new_summary(topology: Topology, tier: Tier, options: DrainOptions, *, engine
     return RunSummary(topology=topology.source, tier=tier.index, topic=tier.topic,
                       group=options.consumer_group or topology.consumer_group(tier), engine=engine,
                       cutoff_ms=cutoff_ms, started_ms=started_ms)
+
+
+def worker_processes(parallelism: int, cores: int | None = None) -> int:
+    """Worker processes for ``parallelism`` partitions at once: one per core at most (each then runs a few
+    partitions, in threads); 0 (partitions in threads of this process) when fewer than two would run."""
+    cores = available_cores() if cores is None else cores
+    processes = min(parallelism, cores)
+    return processes if processes >= 2 else 0
 
 
 def _shippable(setup: WorkerSetup) -> str | None:
@@ -103,7 +113,8 @@ def run_local(
     :param partitions: only these partitions (default: all of the tier's topic).
     :param cutoff_ms: records due after this stay for a later run (default: now).
     :param parallelism: partitions processed at once, each with its own clients (default:
-        :func:`default_parallelism` of the partition count). Above one, each is a worker process.
+        :func:`default_parallelism` of the partition count). Above one (on more than one core), they run
+        in :func:`worker_processes` processes.
     :param should_stop: asked while partitions run; a reason (e.g. ``"killed"``) stops each at its next
         chunk boundary, after committing what it finished (``options.deadline_ms`` does the same at a time).
     :param clock: epoch milliseconds; a clock other than the wall clock (a test's) keeps the run in-process.
@@ -119,13 +130,14 @@ def run_local(
     setup = WorkerSetup(topology, tier, dict(kafka_config), options, cutoff,
                         log_levels={"": logging.getLogger().getEffectiveLevel(),
                                     "airflow_kafka_retry": logging.getLogger("airflow_kafka_retry").getEffectiveLevel()})
-    why_not = None if workers > 1 and not in_process and clock is wall_clock_ms else "in-process"
-    if why_not is None:
+    processes = 0 if in_process or clock is not wall_clock_ms else worker_processes(workers)
+    if processes:
         why_not = _shippable(setup)
         if why_not is not None:
             log.warning("%s: partitions run in threads of this process: %s", tier.topic, why_not)
-    if why_not is None:
-        summary.partitions = ProcessPool(setup, workers, should_stop=should_stop).run(chosen)
+            processes = 0
+    if processes:
+        summary.partitions = ProcessPool(setup, workers, processes, should_stop=should_stop).run(chosen)
     else:
         summary.partitions = _run_threads(topology, tier, kafka_config, options, chosen, workers, cutoff=cutoff,
                                           clock=clock, should_stop=should_stop)

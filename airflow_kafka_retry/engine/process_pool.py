@@ -91,15 +91,22 @@ def worker_failure(topic: str, partition: int, group: str, *, pid: int, returnco
 
 
 @dataclass
+class _Run:
+    """A partition a worker is running: when it was handed over, and its last progress report."""
+
+    started: float
+    progress: dict[str, Any] | None = None
+
+
+@dataclass
 class _Worker:
     process: subprocess.Popen[bytes]
     control: FrameWriter
     results: FrameReader
-    partition: int | None = None
-    started: float | None = None
-    progress: dict[str, Any] | None = None
+    running: dict[int, _Run] = field(default_factory=dict)
     setup_error: str | None = None
     alive: bool = True
+    exiting: bool = False
     reader: threading.Thread | None = field(default=None, repr=False)
 
     @property
@@ -118,17 +125,22 @@ def _log_levels() -> dict[str, int]:
 
 
 class ProcessPool:
-    """Runs partitions of one tier run in ``workers`` worker processes (see the module's docstring).
+    """Runs partitions of one tier run in worker processes (see the module's docstring).
 
     :param setup: what every worker needs (pickled once per worker).
-    :param workers: processes at most (never more than partitions).
+    :param parallelism: partitions running at once, over all workers.
+    :param processes: worker processes (at most ``parallelism``); each runs up to
+        ``ceil(parallelism / processes)`` partitions at once, in threads, so that one partition's waits
+        (client start-up, fetches, transaction commits) overlap another's record work.
     :param should_stop: asked every ``poll_s``; its first reason is sent to every worker.
     """
 
-    def __init__(self, setup: WorkerSetup, workers: int, *, should_stop: Callable[[], str | None] | None = None,
-                 poll_s: float = STOP_POLL_S) -> None:
+    def __init__(self, setup: WorkerSetup, parallelism: int, processes: int, *,
+                 should_stop: Callable[[], str | None] | None = None, poll_s: float = STOP_POLL_S) -> None:
         self.setup = setup
-        self.workers = max(1, workers)
+        self.parallelism = max(1, parallelism)
+        self.processes = max(1, min(processes, self.parallelism))
+        self.slots = -(-self.parallelism // self.processes)
         self.should_stop = should_stop
         self.poll_s = poll_s
         self._events: queue.Queue[tuple[_Worker, tuple[Any, ...] | None]] = queue.Queue()
@@ -144,7 +156,7 @@ class ProcessPool:
         try:
             process = subprocess.Popen(
                 [sys.executable, "-m", "airflow_kafka_retry.engine.process_worker", str(control_r), str(results_w),
-                 str(os.getpid())],
+                 str(os.getpid()), str(self.slots)],
                 stdin=subprocess.DEVNULL, pass_fds=(control_r, results_w), close_fds=True)
         finally:
             os.close(control_r)
@@ -175,23 +187,38 @@ class ProcessPool:
         except OSError:  # the worker is gone; its results pipe's end reports it
             pass
 
-    def _assign(self, worker: _Worker, pending: deque[int]) -> None:
-        if pending:
-            worker.partition, worker.started, worker.progress = pending.popleft(), time.monotonic(), None
-            self._send(worker, ("run", worker.partition))
-        else:
-            worker.partition = None
-            self._send(worker, ("exit",))
+    def _fill(self, pending: deque[int]) -> None:
+        """Hand pending partitions to the least busy live workers, up to ``parallelism`` at once; tell idle
+        workers to exit once nothing is pending (a replacement is started if every worker is gone)."""
+        live = [w for w in self._workers if w.alive and not w.exiting]
+        if pending and not live:
+            live = [self._start()]
+        while pending:
+            if sum(len(w.running) for w in live) >= self.parallelism:
+                break
+            free = [w for w in live if len(w.running) < self.slots and w.setup_error is None]
+            if not free:
+                break
+            worker = min(free, key=lambda w: len(w.running))
+            partition = pending.popleft()
+            worker.running[partition] = _Run(time.monotonic())
+            self._send(worker, ("run", partition))
+        if not pending:
+            for worker in live:
+                if not worker.running:
+                    worker.exiting = True
+                    self._send(worker, ("exit",))
 
-    def _check_stop(self, live: Sequence[_Worker]) -> None:
+    def _check_stop(self) -> None:
         if self.should_stop is None or self._stop_sent is not None:
             return
         reason = self.should_stop()
         if reason is not None:
             self._stop_sent = reason
             log.info("stopping every partition worker at its next chunk boundary (%s)", reason)
-            for worker in live:
-                self._send(worker, ("stop", reason))
+            for worker in self._workers:
+                if worker.alive:
+                    self._send(worker, ("stop", reason))
 
     # ------------------------------------------------------------------ the run
     def run(self, partitions: Sequence[int]) -> list[PartitionSummary]:
@@ -199,10 +226,11 @@ class ProcessPool:
         pending = deque(partitions)
         results: dict[int, PartitionSummary] = {}
         try:
-            for _ in range(min(self.workers, len(pending))):
-                self._assign(self._start(), pending)
+            for _ in range(min(self.processes, len(pending))):
+                self._start()
+            self._fill(pending)
             while any(w.alive for w in self._workers):
-                self._check_stop([w for w in self._workers if w.alive])
+                self._check_stop()
                 try:
                     worker, message = self._events.get(timeout=self.poll_s)
                 except queue.Empty:
@@ -212,10 +240,10 @@ class ProcessPool:
             self._close()
         topic, group = self.setup.tier.topic, self.setup.options.consumer_group or \
             self.setup.topology.consumer_group(self.setup.tier)
-        for partition in pending:  # every worker ended early
+        for partition in pending:  # every worker failed to start
             summary = PartitionSummary(topic, partition, group, status="failed")
-            summary.error = (f"WorkerDiedError: {topic}[{partition}] was not run: every worker process of the run "
-                             "ended before it (see the other partitions' errors); nothing of it was read")
+            summary.error = (f"WorkerSetupError: {topic}[{partition}] was not run: no worker process of the run "
+                             "could start (see the other partitions' errors); nothing of it was read")
             results[partition] = summary
         return list(results.values())
 
@@ -227,11 +255,12 @@ class ProcessPool:
         kind = message[0]
         if kind == "log":
             _relog(message[1])
-        elif kind == "progress" and message[1] == worker.partition:
-            worker.progress = message[2]
-        elif kind == "done" and message[1] == worker.partition:
-            results[worker.partition] = PartitionSummary.from_dict(message[2])
-            self._assign(worker, pending)
+        elif kind == "progress" and message[1] in worker.running:
+            worker.running[message[1]].progress = message[2]
+        elif kind == "done" and message[1] in worker.running:
+            del worker.running[message[1]]
+            results[message[1]] = PartitionSummary.from_dict(message[2])
+            self._fill(pending)
         elif kind == "setup_failed":
             worker.setup_error = str(message[1])
 
@@ -242,19 +271,22 @@ class ProcessPool:
         except subprocess.TimeoutExpired:  # closed its results pipe but lives on: make sure it ends
             worker.process.kill()
             returncode = worker.process.wait()
-        if worker.partition is None:
+        if not worker.running:
             if returncode != 0:
                 log.warning("partition worker %s %s after its last partition", worker.pid, describe_exit(returncode))
             return
         tier = self.setup.tier
         group = self.setup.options.consumer_group or self.setup.topology.consumer_group(tier)
-        failed = worker_failure(tier.topic, worker.partition, group, pid=worker.pid, returncode=returncode,
-                                progress=worker.progress, setup_error=worker.setup_error, started=worker.started)
-        log.error("%s[%s]: partition run failed: %s", tier.topic, worker.partition, failed.error)
-        results[worker.partition] = failed
-        worker.partition = None
-        if pending and worker.setup_error is None:  # a replacement takes the partitions not yet started
-            self._assign(self._start(), pending)
+        for partition, run in sorted(worker.running.items()):
+            failed = worker_failure(tier.topic, partition, group, pid=worker.pid, returncode=returncode,
+                                    progress=run.progress, setup_error=worker.setup_error, started=run.started)
+            log.error("%s[%s]: partition run failed: %s", tier.topic, partition, failed.error)
+            results[partition] = failed
+        worker.running.clear()
+        if worker.setup_error is not None:
+            if all(w.setup_error is not None for w in self._workers):
+                return  # no worker can start: the pending partitions are reported as not run
+        self._fill(pending)  # the partitions not yet started go to the other workers, or a new one
 
     def _close(self) -> None:
         workers = self._workers

@@ -108,25 +108,33 @@ class _Control:
                 return
 
 
-def serve(setup: WorkerSetup, control: _Control, results: FrameWriter) -> None:
-    """Run every partition the engine hands over, until it says ``exit``."""
+def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: int = 1) -> None:
+    """Run every partition the engine hands over (up to ``slots`` at once, in threads), until it says ``exit``."""
     from airflow_kafka_retry.engine.partition import PartitionJob
 
-    while True:
-        partition = control.runs.get()
-        if partition is None:
-            return
+    def runner() -> None:
+        while True:
+            partition = control.runs.get()
+            if partition is None:
+                control.runs.put(None)  # the next runner ends too
+                return
 
-        def progress(summary: Any, partition: int = partition) -> None:
-            results.send(("progress", partition, summary.to_dict()))
+            def progress(summary: Any, partition: int = partition) -> None:
+                results.send(("progress", partition, summary.to_dict()))
 
-        job = PartitionJob(setup.topology, setup.tier, partition, setup.kafka_config, setup.options,
-                           cutoff_ms=setup.cutoff_ms, should_stop=control.should_stop, on_chunk=progress)
-        results.send(("done", partition, job.run().to_dict()))
+            job = PartitionJob(setup.topology, setup.tier, partition, setup.kafka_config, setup.options,
+                               cutoff_ms=setup.cutoff_ms, should_stop=control.should_stop, on_chunk=progress)
+            results.send(("done", partition, job.run().to_dict()))
+
+    threads = [threading.Thread(target=runner, name=f"partition-slot-{i}") for i in range(max(1, slots))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def main(argv: list[str]) -> int:
-    control_fd, results_fd, parent_pid = (int(a) for a in argv)
+    control_fd, results_fd, parent_pid, slots = (int(a) for a in argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     die_with_parent(parent_pid)
@@ -143,7 +151,7 @@ def main(argv: list[str]) -> int:
     _configure_logging(results, setup.log_levels)
     control = _Control(reader)
     threading.Thread(target=control.listen, name="engine-control", daemon=True).start()
-    serve(setup, control, results)
+    serve(setup, control, results, slots)
     results.close()
     return 0
 
