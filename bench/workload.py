@@ -116,4 +116,5 @@ def produce(bootstrap: str, name: str, records: int, partitions: int, folder: Pa
         raise RuntimeError(f"producing the bench data failed: {left} undelivered, errors {errors[:3]}")
     names = {t.index: t.topic for t in topology.tiers}
     return Workload(name=name, topology_path=str(topology.source), topic=tier.topic, retry_topic=names[2],
-                    dlt_topic=topology.dlt_topic or "", records=records, partitions=partitions, bootstrap=bootstrap, headers=headers)
+                    dlt_topic=topology.dlt_topic or "", records=records, partitions=partitions, bootstrap=bootstrap,
+                    headers=headers)

@@ -127,9 +127,8 @@ def run_local(
     chosen = list(partitions) if partitions is not None else tier_partitions(topology, tier, kafka_config, options)
     workers = default_parallelism(len(chosen)) if parallelism is None else max(1, parallelism)
     workers = min(workers, max(1, len(chosen)))
-    setup = WorkerSetup(topology, tier, dict(kafka_config), options, cutoff,
-                        log_levels={"": logging.getLogger().getEffectiveLevel(),
-                                    "airflow_kafka_retry": logging.getLogger("airflow_kafka_retry").getEffectiveLevel()})
+    levels = {name: logging.getLogger(name or None).getEffectiveLevel() for name in ("", "airflow_kafka_retry")}
+    setup = WorkerSetup(topology, tier, dict(kafka_config), options, cutoff, log_levels=levels)
     processes = 0 if in_process or clock is not wall_clock_ms else worker_processes(workers)
     if processes:
         why_not = _shippable(setup)

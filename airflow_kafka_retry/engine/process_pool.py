@@ -68,7 +68,8 @@ def describe_exit(returncode: int | None) -> str:
 
 
 def worker_failure(topic: str, partition: int, group: str, *, pid: int, returncode: int | None,
-                   progress: dict[str, Any] | None, setup_error: str | None, started: float | None) -> PartitionSummary:
+                   progress: dict[str, Any] | None, setup_error: str | None,
+                   started: float | None) -> PartitionSummary:
     """The failed summary of a partition whose worker process ended before reporting it.
 
     It keeps what the worker reported as committed (``progress``): those chunks are in Kafka.

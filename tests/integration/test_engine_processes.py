@@ -45,8 +45,8 @@ def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tm
     monkeypatch.setenv("AKR_SLOW_S", "0")
     topology = ledger.make_topology("procs")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 600, PARTITIONS)
-    options = DrainOptions(handler=f"{WORKER_MODULE}:pid_indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-                           batch_size=20, chunk_size=50)
+    options = DrainOptions(handler=f"{WORKER_MODULE}:pid_indexed",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=20, chunk_size=50)
     config = {"bootstrap.servers": kafka_bootstrap}
 
     summaries = ledger.run_tiers(topology, lambda tier: run_local(topology, tier, config, options, parallelism=2))
@@ -70,7 +70,8 @@ def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_no
     monkeypatch.setenv("AKR_DIE_MARK", str(tmp_path / "died"))
     topology = ledger.make_topology("procdie")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 450, PARTITIONS)
-    options = DrainOptions(handler=f"{WORKER_MODULE}:dies_once", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+    options = DrainOptions(handler=f"{WORKER_MODULE}:dies_once",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
                            batch_size=10, chunk_size=50)
     config = {"bootstrap.servers": kafka_bootstrap}
     tier0 = topology.tier(0)
@@ -105,7 +106,8 @@ def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_no
 
 def _drain(bootstrap: str, topology_file: Path, env: dict[str, str], tier: int = 0) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--topology", str(topology_file), "--tier", str(tier),
+        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--topology", str(topology_file),
+         "--tier", str(tier),
          "--handler", f"{ledger.HANDLER_MODULE}:slow_indexed", "--value-deserializer",
          f"{ledger.HANDLER_MODULE}:decode", "--batch-size", "10", "--chunk-size", "40", "--parallelism", "2",
          "--bootstrap", bootstrap],
