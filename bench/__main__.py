@@ -86,12 +86,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_BROKER_PID: list[int | None] = [None]  # the embedded broker of the cases running now (its CPU is measured)
+
+
 def _broker(stack: ExitStack, bootstrap: str | None) -> str:
     if bootstrap:
+        _BROKER_PID[0] = None
         return bootstrap
     from airflow_kafka_retry.testing.broker import EmbeddedBroker
 
-    return stack.enter_context(EmbeddedBroker()).bootstrap
+    broker = stack.enter_context(EmbeddedBroker())
+    _BROKER_PID[0] = broker.pid
+    return broker.bootstrap
 
 
 def _version(value: Any) -> str:
@@ -111,7 +117,7 @@ def _machine() -> dict[str, Any]:
 def _case(name: str, workload: Workload, run_id: str, expect: int, **spec: Any) -> dict[str, Any]:
     group = f"bench-{name}-{run_id}"
     log.info("case %s: %s records (group %s)", name, expect, group)
-    result = run_case(name, {"workload": workload.to_dict(), "group": group, **spec})
+    result = run_case(name, {"workload": workload.to_dict(), "group": group, **spec}, broker_pid=_BROKER_PID[0])
     if result["records"] != expect:
         raise RuntimeError(f"case {name} read {result['records']} records, expected {expect}")
     log.info("case %s: %.1f s, %.0f rec/s, peak RSS %.0f MB", name, result["wall_s"],
@@ -178,7 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     document.update({
         "cases": rows, "raw_results": cases, "headerless": {"cases": plain_rows, "raw_results": headerless},
         "sweep": sweep, "profile": profile_part,
-        "verdict": verdict(rows, plain_rows, sweep, profile_part, cases),
+        "verdict": verdict(rows, plain_rows, sweep, profile_part, cases, document["machine"]),
         "bench_s": round(time.perf_counter() - started, 1),
     })
     document["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -94,17 +94,76 @@ def targets(spring: list[dict[str, Any]], headerless: list[dict[str, Any]],
     return found
 
 
+#: A 1-minute load average at the start at least this high means the cores were shared with other work.
+SHARED_LOAD = 0.5
+#: CPU time of the case's process tree and the broker over wall time, as a share of the machine's cores, from
+#: which the drain is said to be bound by the cores rather than by waiting.
+CPU_BOUND_SHARE = 0.8
+
+
+def _bound(engine: dict[str, Any] | None, machine: dict[str, Any]) -> str:
+    """What bounded the local engine's rate: its process tree's and the broker's CPU against its wall time."""
+    cores = machine.get("cores")
+    load = (machine.get("load_average") or [None])[0]
+    where = f"on {cores} core(s)" if cores else "on this machine"
+    if load is not None and load >= SHARED_LOAD:
+        where += f", shared with other work (load average {load:.1f} at the start)"
+    if not engine or not engine.get("wall_s") or engine.get("cpu_s") is None:
+        return f"It ran {where}."
+    wall, cpu, broker = engine["wall_s"], engine["cpu_s"], engine.get("broker_cpu_s")
+    busy = (cpu + (broker or 0.0)) / wall
+    measured = (f"its process tree used {cpu:.1f} s of CPU in {wall:.1f} s"
+                + (f" and the broker {broker:.1f} s" if broker is not None else "") + f" ({busy:.2f} cores busy)")
+    if cores and busy >= CPU_BOUND_SHARE * cores:
+        return f"It ran {where}; {measured}: the cores, not the GIL or the broker's answers, bound its rate."
+    return (f"It ran {where}; {measured}: for the rest it waited (on the broker's answers, or for cores "
+            "taken by other work).")
+
+
+def _transaction_cost(by_case: dict[str, dict[str, Any]]) -> str:
+    """What transactions (init_transactions per partition, a commit per chunk) cost: the two local cases."""
+    txn, plain = by_case.get("local_txn"), by_case.get("local_no_txn")
+    if not txn or not plain or not plain["records_per_s"]:
+        return ""
+    rates = f"{txn['records_per_s']:,.0f} rec/s with them, {plain['records_per_s']:,.0f} without"
+    cost = 1 - txn["records_per_s"] / plain["records_per_s"]
+    if cost <= 0:
+        return f"Transactions (init_transactions per partition, a commit per chunk) cost no rate here ({rates})."
+    return (f"Transactions (init_transactions per partition, a commit per chunk) cost {cost:.0%} of the rate "
+            f"here ({rates}).")
+
+
+def _processes_against_threads(by_case: dict[str, dict[str, Any]]) -> str:
+    """What the worker processes bought: the defaults against the same drain in one process."""
+    procs, threads = by_case.get("local_txn"), by_case.get("local_threads")
+    if not procs or not threads or not threads["records_per_s"]:
+        return ""
+    gain = procs["records_per_s"] / threads["records_per_s"]
+    return (f"Worker processes drained at {gain:.2f}x the rate of the same engine in one process "
+            f"({procs['records_per_s']:,.0f} against {threads['records_per_s']:,.0f} rec/s).")
+
+
 def verdict(spring: list[dict[str, Any]], headerless: list[dict[str, Any]], sweep: list[dict[str, Any]],
-            profile: dict[str, Any] | None, cases: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The targets, CPU per record, and (when a target is missed) where the profile says the time went."""
+            profile: dict[str, Any] | None, cases: dict[str, dict[str, Any]],
+            machine: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The targets, CPU per record, and (when a target is missed) where the time went.
+
+    Every statement about the run (cores, load, what bounds the rate, what transactions and worker
+    processes change) is derived from this run's measurements (``machine``, ``cases``, the rows).
+    """
     found = targets(spring, headerless, sweep)
     cpu = {name: round(cases[name]["cpu_s"] / cases[name]["records"] * 1e6, 2)
            for name in ("raw", "raw_headers", "provider", "local_txn", "local_no_txn", "local_threads")
            if name in cases and cases[name]["records"]}
     result: dict[str, Any] = {"targets": found, "met": all(t["met"] for t in found),
                               "cpu_us_per_record_spring": cpu}
+    broker = {name: round(cases[name]["broker_cpu_s"] / cases[name]["records"] * 1e6, 2)
+              for name in cpu if cases[name].get("broker_cpu_s") is not None}
+    if broker:
+        result["broker_cpu_us_per_record_spring"] = broker
     missed = [t for t in found if t["met"] is False]
     if missed and profile:
+        by_case = {row["case"]: row for row in spring}
         phases = profile.get("phases", {})
         shares = ", ".join(f"{name} {p['wall_s']:.1f} s wall / {p['thread_cpu_s']:.1f} s CPU"
                            for name, p in phases.items() if name != "job")
@@ -113,7 +172,10 @@ def verdict(spring: list[dict[str, Any]], headerless: list[dict[str, Any]], swee
         result["where_the_time_goes"] = (
             "Missed: " + "; ".join(f"{t['target']}: {t['measured']} (target {'<=' if t['at_most'] else '>='} "
                                    f"{t['bound']})" for t in missed) + ". "
-            f"CPU per record with Spring's headers (us, process tree): {cpu}. "
+            f"{_bound(cases.get('local_txn'), machine or {})} {_processes_against_threads(by_case)} "
+            f"{_transaction_cost(by_case)} "
+            f"CPU per record with Spring's headers (us, process tree): {cpu}"
+            + (f"; the broker's, per case: {broker}" if broker else "") + ". "
             f"Profile of the partition work (in-process, under cProfile): {shares}; top own times: {listed}.")
     return result
 

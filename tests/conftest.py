@@ -2,7 +2,9 @@
 
 * ``kafka_bootstrap`` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an embedded Tansu broker
   started on first use and stopped at the end of the session.
-* ``broker_capabilities`` -- probed once; listed in the terminal summary with the reasons.
+* ``broker_capabilities`` -- probed once; listed in the terminal summary with the reasons. A check
+  that errs, or (with ``KAFKA_BOOTSTRAP_SERVERS``, i.e. real Kafka) a capability measured missing
+  that ``KAFKA_EXPECTED_CAPABILITIES`` (default: all) expects, ends the session as failed.
 * ``@pytest.mark.requires_capability("abort_isolation", ...)`` or the ``requires_capability``
   fixture (``requires_capability("abort_isolation")`` inside the test) skip a test, with the
   reason, on a broker without the capability.
@@ -12,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -19,7 +22,9 @@ from typing import Any
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
-from airflow_kafka_retry.testing.capabilities import BrokerCapabilities, missing_reason, probe_capabilities
+from airflow_kafka_retry.testing.capabilities import (EXPECTED_ENV, BrokerCapabilities, BrokerProbeError,
+                                                      check_expected, expected_capabilities, missing_reason,
+                                                      probe_capabilities)
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()
@@ -32,6 +37,11 @@ CONSUMER_DEFAULTS: Mapping[str, Any] = {
     "auto.offset.reset": "earliest",
     "session.timeout.ms": 6000,
 }
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-faults-doc", action="store_true", dest="update_faults_doc",
+                     help="write the fault-injection results to docs/faults.md instead of comparing with it")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -76,9 +86,20 @@ def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPa
 
 @pytest.fixture(scope="session")
 def broker_capabilities(kafka_bootstrap: str, pytestconfig: pytest.Config) -> BrokerCapabilities:
-    """What the broker under test really does, measured once per session."""
-    caps = probe_capabilities(kafka_bootstrap)
-    pytestconfig.stash[_CAPS_KEY] = caps
+    """What the broker under test really does, measured once per session.
+
+    Ends the session as failed (never skips) when a check errs, or when the broker lacks a capability
+    expected of it: every one for an external cluster (``KAFKA_BOOTSTRAP_SERVERS``), unless
+    ``KAFKA_EXPECTED_CAPABILITIES`` says otherwise; none for the embedded Tansu broker.
+    """
+    external = bootstrap_from_env() is not None
+    try:
+        expected = expected_capabilities(external=external, setting=os.environ.get(EXPECTED_ENV))
+        caps = probe_capabilities(kafka_bootstrap)
+        pytestconfig.stash[_CAPS_KEY] = caps
+        check_expected(caps, expected, broker=kafka_bootstrap)
+    except (BrokerProbeError, ValueError) as exc:
+        pytest.exit(f"broker capabilities: {exc}", returncode=pytest.ExitCode.TESTS_FAILED)
     return caps
 
 

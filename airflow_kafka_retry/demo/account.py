@@ -2,15 +2,17 @@
 
 Three independent sources, by order id (the record key; never the order itself):
 
-- what was produced (the demo's producer: id -> fate);
+- what was produced, read back from the shop's topic once the run is over (the records without the
+  DLT replay's ``dlt_replay-id`` header; an order's fate follows from its id);
 - the order service's books (``handled.jsonl``: every handling, its topic, attempt, due and
   handled time, outcome, and whether the record was a DLT replay);
 - the broker: the keys and coordinates in each DLT and the parking topic, and the DLT replay
   log (which DLT records were replayed).
 
 Each order must end in exactly one final place: processed (on the main topic, a retry tier, or
-after the DLT replay), a DLT it was not replayed from, or the parking topic. The XCom run
-summaries are checked against the books: the successes they count per topic must match.
+after the DLT replay), a DLT it was not replayed from, or the parking topic. An order in no final
+place or in several is *unaccounted for*: it is listed on its own, never counted as a place. The
+XCom run summaries are checked against the books: the successes they count per topic must match.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_kafka_retry.demo.orders import FATES
+from airflow_kafka_retry.demo.orders import FATES, fate
 from airflow_kafka_retry.dlt.reading import TopicReader
 from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
 from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.policy.headers import last_header
+from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
 from airflow_kafka_retry.policy.topology import Topology
 
 PROCESSED = "processed"
@@ -40,6 +44,27 @@ class Parked:
     partition: int
     offset: int
     replayed: bool = False
+
+
+def read_produced(kafka_config: Mapping[str, Any], topic: str) -> Counter[str]:
+    """Order id -> how many times the shop's producer wrote it to ``topic`` (DLT replays left out)."""
+    written: Counter[str] = Counter()
+    with TopicReader(kafka_config) as reader:
+        for partition in range(reader.partitions(topic)):
+            for message in reader.read(topic, partition):
+                if last_header(message.headers() or [], REPLAY_ID) is None:
+                    written[message.key().decode() if message.key() is not None else "?"] += 1
+    return written
+
+
+def produced_fates(written: Mapping[str, int]) -> dict[str, str]:
+    """Order id -> its fate, for the ids read back from the topic (a key that is no order id: "unknown")."""
+    return {order_id: fate(int(order_id)) if order_id.isdigit() else "unknown"
+            for order_id in sorted(written, key=_id)}
+
+
+def _id(order_id: str) -> tuple[int, str]:
+    return (int(order_id), "") if order_id.isdigit() else (-1, order_id)
 
 
 def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str, list[Parked]]:
@@ -83,20 +108,34 @@ class Account:
     books_succeeded: dict[str, int]
     places: list[str] = field(default_factory=list)  # every possible final place, in the table's order
     handled_twice: int = 0
+    intended: int | None = None  # orders the producer meant to write (None: not known)
+    written_twice: dict[str, int] = field(default_factory=dict)  # id -> times written, where more than once
+    strangers: list[str] = field(default_factory=list)  # ids handled or parked that were never produced
 
     @property
     def produced(self) -> int:
+        """Orders read back from the topic."""
         return len(self.orders)
 
+    @property
+    def placed(self) -> int:
+        """Orders in exactly one final place."""
+        return sum(1 for o in self.orders if o.place != UNACCOUNTED)
+
+    def unaccounted(self) -> dict[str, list[str]]:
+        """Order id -> the final places it is in (none, or several), for every order not in exactly one."""
+        return {o.order_id: o.places for o in self.orders if o.place == UNACCOUNTED}
+
     def final_counts(self) -> dict[str, int]:
-        """Final place -> orders, in the table's order."""
-        counts = Counter(o.place for o in self.orders)
+        """Final place -> orders in it, in the table's order (orders unaccounted for are not in a place)."""
+        counts = Counter(o.place for o in self.orders if o.place != UNACCOUNTED)
         return {place: counts[place] for place in sorted(counts, key=self._rank)}
 
     def by_fate(self) -> dict[str, dict[str, int]]:
         table: dict[str, Counter[str]] = {}
         for o in self.orders:
-            table.setdefault(o.place, Counter())[o.fate] += 1
+            if o.place != UNACCOUNTED:
+                table.setdefault(o.place, Counter())[o.fate] += 1
         return {place: {f: table[place][f] for f in FATES} for place in sorted(table, key=self._rank)}
 
     def _rank(self, place: str) -> int:
@@ -111,19 +150,29 @@ class Account:
 
     @property
     def reconciles(self) -> bool:
-        return (UNACCOUNTED not in self.final_counts() and sum(self.final_counts().values()) == self.produced
+        """Every order read back is in exactly one final place, the producer wrote what it meant to (each
+        order once), nothing else was handled or parked, and the XCom summaries agree with the books."""
+        return (self.placed == self.produced and self.intended in (None, self.produced)
+                and not self.written_twice and not self.strangers
                 and self.xcom_succeeded == self.books_succeeded)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"produced": self.produced, "final": self.final_counts(), "by_fate": self.by_fate(),
+        return {"produced": self.produced, "intended": self.intended, "placed": self.placed,
+                "final": self.final_counts(), "by_fate": self.by_fate(), "unaccounted": self.unaccounted(),
+                "written_twice": self.written_twice, "strangers": self.strangers,
                 "edges": [list(e) for e in self.edges()], "lateness": self.lateness,
                 "xcom_succeeded": self.xcom_succeeded, "books_succeeded": self.books_succeeded,
                 "handled_twice": self.handled_twice, "reconciles": self.reconciles}
 
 
 def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable[Mapping[str, Any]],
-              parked: Mapping[str, list[Parked]], summaries: Iterable[Mapping[str, Any]]) -> Account:
-    """Put every produced order in its final place(s) and trace its path."""
+              parked: Mapping[str, list[Parked]], summaries: Iterable[Mapping[str, Any]], *,
+              intended: int | None = None, written: Mapping[str, int] | None = None) -> Account:
+    """Put every produced order (id -> fate, read back from the topic) in its final place(s); trace its path.
+
+    ``intended`` is how many orders the producer meant to write; ``written`` how many times each id was read
+    back from the topic (an id written more than once, or fewer ids than intended, does not reconcile).
+    """
     entries: dict[str, list[Mapping[str, Any]]] = {}
     for e in sorted(handled, key=lambda e: e["handled_ms"]):
         entries.setdefault(str(e["id"]), []).append(e)
@@ -156,9 +205,11 @@ def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable
     for s in summaries:
         xcom[s["topic"]] += s["totals"]["succeeded"]
     table_order = [*(f"{PROCESSED} on {t.topic}" for t in topology.tiers), f"{PROCESSED} {AFTER_REPLAY}",
-                   *(t.topic for t in topology.dlt_tiers), parking, UNACCOUNTED]
+                   *(t.topic for t in topology.dlt_tiers), parking]
+    strangers = sorted((set(entries) | set(parked)) - set(produced), key=_id)
     return Account(orders, _lateness(topology, entries), dict(sorted(xcom.items())), dict(sorted(books.items())),
-                   table_order, twice)
+                   table_order, twice, intended, {i: n for i, n in (written or {}).items() if n > 1},
+                   strangers)
 
 
 def _lateness(topology: Topology, entries: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:

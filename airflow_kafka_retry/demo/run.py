@@ -26,9 +26,9 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from airflow_kafka_retry.demo.account import Account, read_parked, reconcile
+from airflow_kafka_retry.demo.account import Account, produced_fates, read_parked, read_produced, reconcile
 from airflow_kafka_retry.demo.deployment import Deployment, prepare
-from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, fate, order_record, read_lines
+from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, order_record, read_lines
 from airflow_kafka_retry.demo.picture import draw, flow_data
 from airflow_kafka_retry.demo.progress import ProgressReader, Snapshot, render, xcom_summaries
 from airflow_kafka_retry.demo.report import print_account
@@ -88,8 +88,6 @@ class Demo:
         from confluent_kafka import Producer
 
         topic = self.d.topology.topic
-        produced = {str(i): fate(i) for i in range(self.orders)}
-        (self.d.root / "produced.json").write_text(json.dumps(produced))
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True})
         failures: list[str] = []
 
@@ -181,11 +179,15 @@ class Demo:
                   f"({targets}), each in a Kafka transaction with its entry in the replay log")
 
     def _account(self) -> Account:
+        """Reconcile what the topic holds (read back, not what the producer meant to write) with the books."""
         topology = self.d.topology
-        produced = json.loads((self.d.root / "produced.json").read_text())
+        written = read_produced(self.kafka_config, topology.topic)
+        produced = produced_fates(written)
+        (self.d.root / "produced.json").write_text(json.dumps(produced))
         parked = read_parked(self.kafka_config, topology)
         summaries = [s for _, _, s in xcom_summaries(self.d.home / "airflow.db")]
-        return reconcile(topology, produced, read_lines(self.d.root / LEDGER_FILE), parked, summaries)
+        return reconcile(topology, produced, read_lines(self.d.root / LEDGER_FILE), parked, summaries,
+                         intended=self.orders, written=written)
 
     # ------------------------------------------------------------------ output and processes
     def _say(self, text: str) -> None:

@@ -1,14 +1,15 @@
 """The FastAPI app of the "Retry tiers" view, mounted by the plugin under ``/kafka-retry``.
 
-Every endpoint needs an Airflow login (the API server's own JWT cookie or bearer token) and shows a
-DAG's runs only to users who may read that DAG. Kafka is read on the server with the
-``kafka_conn_id`` connection; neither its configuration nor any record payload reaches the browser.
-Triggering goes through Airflow's own REST API from the page, with the user's own permissions.
+Every endpoint needs an Airflow login (the API server's own JWT cookie or bearer token). A topology is
+listed and shown only to users who may read all its tier DAGs (403 otherwise); a DAG's runs need
+read access to its runs, their summaries read access to its XComs (:mod:`.access`). Kafka is read on
+the server with the ``kafka_conn_id`` connection, through the cache and cap of :mod:`.scans`; neither
+its configuration nor any record payload reaches the browser. Triggering goes through Airflow's own
+REST API from the page, with the user's own permissions.
 """
 
 from __future__ import annotations
 
-import logging
 from importlib import resources
 from typing import Any
 
@@ -16,30 +17,12 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
-from airflow_kafka_retry.plugin import runs, view_model
+from airflow_kafka_retry.plugin import runs, scans, view_model
+from airflow_kafka_retry.plugin.access import DagAccess
 from airflow_kafka_retry.plugin.settings import ViewSettings, load_settings
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
-log = logging.getLogger(__name__)
 _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
-
-
-def _auth_manager() -> Any:
-    from airflow.api_fastapi.app import get_auth_manager
-
-    return get_auth_manager()
-
-
-def _may(user: Any, method: str, dag_id: str, *, run: bool = False) -> bool:
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-
-    try:
-        return bool(_auth_manager().is_authorized_dag(
-            method=method, user=user, access_entity=DagAccessEntity.RUN if run else None,
-            details=DagDetails(id=dag_id)))
-    except Exception:  # noqa: BLE001 - an auth manager that cannot answer grants nothing
-        log.exception("authorization check failed for DAG %s", dag_id)
-        return False
 
 
 def _kafka_config(settings: ViewSettings) -> dict[str, Any]:
@@ -48,10 +31,23 @@ def _kafka_config(settings: ViewSettings) -> dict[str, Any]:
     return KafkaRetryHook(kafka_config_id=settings.kafka_conn_id).kafka_config()
 
 
+def _visible(access: DagAccess, file: view_model.TopologyFile, settings: ViewSettings) -> bool:
+    if file.topology is None:  # names no DAG: its path and error only for who may read every DAG
+        return access.may_read_every_dag()
+    return access.may_read_all(view_model.tier_dag_ids(file.topology, settings))
+
+
+def _dag_ids(files: list[view_model.TopologyFile], settings: ViewSettings) -> list[str]:
+    return [dag_id for f in files if f.topology is not None for dag_id in [
+        *view_model.tier_dag_ids(f.topology, settings),
+        settings.replay_dag_id_template.format(topic=f.topology.topic)]]
+
+
 def create_app() -> FastAPI:
     from airflow.api_fastapi.core_api.security import get_user as _user  # the API server's authentication
 
     app = FastAPI(title="Kafka retry tiers", docs_url=None, redoc_url=None, openapi_url=None)
+    cache = scans.ScanCache()
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
@@ -67,25 +63,40 @@ def create_app() -> FastAPI:
     @app.get("/api/topologies")
     def topologies(user: Any = Depends(_user)) -> dict[str, Any]:
         settings = load_settings()
-        return {"patterns": list(settings.topologies), "topologies": view_model.list_topologies(settings)}
+        files = view_model.topology_files(settings)
+        access = DagAccess(user, _dag_ids(files, settings))
+        return {"patterns": list(settings.topologies),
+                "topologies": [f.listing() for f in files if _visible(access, f, settings)]}
 
     @app.get("/api/topologies/{ident}")
     async def topology(ident: str, user: Any = Depends(_user)) -> dict[str, Any]:
         settings = load_settings()
-        path = view_model.find_topology_file(settings, ident)
-        if path is None:
+        file = await run_in_threadpool(view_model.find_topology_file, settings, ident)
+        if file is None:
             raise HTTPException(404, f"no topology {ident!r}; the view reads {', '.join(settings.topologies)}")
+        access = await run_in_threadpool(DagAccess, user, _dag_ids([file], settings))
+        if not await run_in_threadpool(_visible, access, file, settings):
+            raise HTTPException(403, f"you may not read the DAGs of topology {ident!r}")
+        if file.topology is None:
+            return {"id": ident, "source": file.path, "error": file.error}
+        topology = file.topology
         try:
             config = await run_in_threadpool(_kafka_config, settings)
         except Exception as exc:  # noqa: BLE001 - e.g. the connection does not exist: say so, never its content
-            return {"id": ident, "source": path,
+            return {"id": ident, "source": file.path,
                     "error": f"connection {settings.kafka_conn_id!r}: {type(exc).__name__}: {exc}"}
 
         def read_runs(dag_id: str, limit: int) -> list[dict[str, Any]]:
-            return runs.last_runs(dag_id, limit) if _may(user, "GET", dag_id, run=True) else []
+            if not access.may("GET", dag_id, "RUN"):
+                return []
+            return runs.last_runs(dag_id, limit, summaries=access.may("GET", dag_id, "XCOM"))
 
-        return await run_in_threadpool(
-            view_model.topology_view, path, settings, config, now_ms=wall_clock_ms(), runs_reader=read_runs,
-            can_trigger=lambda dag_id: _may(user, "POST", dag_id, run=True))
+        def view() -> dict[str, Any]:
+            scan = cache.get(scans.cache_key(file.path, topology, settings), settings.cache_ttl_s,
+                             lambda: scans.read_topology(topology, settings, config, now_ms=wall_clock_ms()))
+            return view_model.topology_view(file.path, topology, settings, scan, runs_reader=read_runs,
+                                            can_trigger=lambda dag_id: access.may("POST", dag_id, "RUN"))
+
+        return await run_in_threadpool(view)
 
     return app

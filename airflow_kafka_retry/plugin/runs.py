@@ -20,8 +20,11 @@ def _summary_brief(value: Any) -> dict[str, Any] | None:
     return {**{k: value.get(k) for k in keep if k in value}, "totals": value["totals"]}
 
 
-def last_runs(dag_id: str, limit: int) -> list[dict[str, Any]]:
-    """Newest first: run id, state, times and the reprocess summary's totals (never payloads)."""
+def last_runs(dag_id: str, limit: int, *, summaries: bool) -> list[dict[str, Any]]:
+    """Newest first: run id, state, times and (``summaries``) the reprocess summary's totals (never payloads).
+
+    Without ``summaries`` (a user who may not read the DAG's XComs) no XCom is read and ``summary`` is None.
+    """
     from sqlalchemy import select
 
     from airflow.models.dagrun import DagRun
@@ -32,7 +35,7 @@ def last_runs(dag_id: str, limit: int) -> list[dict[str, Any]]:
         runs = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id)
                                .order_by(DagRun.run_after.desc()).limit(limit)).all()
         values: dict[str, Any] = {}
-        if runs:
+        if runs and summaries:
             rows = session.execute(select(XComModel.run_id, XComModel.key, XComModel.value).where(
                 XComModel.dag_id == dag_id, XComModel.task_id == REPROCESS_TASK_ID,
                 XComModel.key.in_(("return_value", "summary")),

@@ -4,6 +4,7 @@
 ``*.yml`` under the DAGs folder). ``kafka_conn_id``: the connection the server reads Kafka with.
 ``dag_id_template`` / ``replay_dag_id_template``: how tier and replay DAGs are named, as in
 ``build_retry_dags`` / ``build_dlt_replay_dag``. ``timeout``: seconds a broker may take per topic.
+``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once, server-wide.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
                                "How DLT replay DAGs are named (build_dlt_replay_dag), from the main topic."),
     "timeout": ("10", "float", "Seconds the broker may take per topic before the view reports it."),
     "runs": ("5", "integer", "How many recent runs of each tier DAG the view lists."),
+    "cache_ttl": ("5", "float", "Seconds the view reuses a topology's Kafka reads (backlog, DLT counts) "
+                  "before reading the broker again; 0 reads it on every refresh."),
+    "max_scans": ("4", "integer", "At most this many Kafka scans (one per topic) run at once in the API "
+                  "server, for all users together."),
 }
 
 
@@ -41,6 +46,8 @@ class ViewSettings:
     replay_dag_id_template: str
     timeout_s: float
     runs: int
+    cache_ttl_s: float = 5.0
+    max_scans: int = 4
 
     def topology_files(self) -> list[str]:
         """The topology files the patterns match, in a stable order (a path that exists counts as itself)."""
@@ -62,4 +69,5 @@ def load_settings() -> ViewSettings:
                      if p.strip())
     return ViewSettings(topologies=patterns, kafka_conn_id=get("kafka_conn_id"),
                         dag_id_template=get("dag_id_template"), replay_dag_id_template=get("replay_dag_id_template"),
-                        timeout_s=float(get("timeout")), runs=int(get("runs")))
+                        timeout_s=float(get("timeout")), runs=int(get("runs")),
+                        cache_ttl_s=float(get("cache_ttl")), max_scans=max(1, int(get("max_scans"))))

@@ -1,7 +1,7 @@
 """The JSON the "Retry tiers" page shows for one topology: tiers with backlog and runs, DLTs with counts.
 
-Every Kafka read runs in a worker thread with a deadline, so a slow or unreachable broker makes the
-page say which topic and what error instead of hanging it. Never payloads; never the Kafka config.
+The Kafka reads come from :mod:`~airflow_kafka_retry.plugin.scans` (deadlines, cache, cap); a slow or
+unreachable broker shows as an error on its topic. Never payloads; never the Kafka config.
 """
 
 from __future__ import annotations
@@ -9,14 +9,13 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
-from airflow_kafka_retry.engine.backlog import scan_backlog
-from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
+from airflow_kafka_retry.plugin.scans import TopologyScan
 from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology import Topology, load_topology
 
 RunsReader = Callable[[str, int], list[dict[str, Any]]]
 
@@ -27,60 +26,63 @@ def topology_id(path: str) -> str:
     return f"{stem}-{hashlib.sha1(path.encode()).hexdigest()[:6]}"
 
 
-def list_topologies(settings: ViewSettings) -> list[dict[str, Any]]:
-    items = []
-    for path in settings.topology_files():
-        item: dict[str, Any] = {"id": topology_id(path), "source": path}
-        try:
-            item["topic"] = load_topology(path).topic
-        except (TopologyError, OSError) as exc:
-            item["error"] = str(exc)
-        items.append(item)
-    return items
+@dataclass(frozen=True)
+class TopologyFile:
+    """A topology file the view reads, with its topology or the error that prevented loading it."""
+
+    path: str
+    topology: Topology | None = None
+    error: str | None = None
+
+    @property
+    def id(self) -> str:
+        return topology_id(self.path)
+
+    def listing(self) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": self.id, "source": self.path}
+        if self.topology is not None:
+            item["topic"] = self.topology.topic
+        else:
+            item["error"] = self.error
+        return item
 
 
-def find_topology_file(settings: ViewSettings, ident: str) -> str | None:
-    return next((p for p in settings.topology_files() if topology_id(p) == ident), None)
-
-
-def topology_view(path: str, settings: ViewSettings, kafka_config: dict[str, Any], *, now_ms: int,
-                  runs_reader: RunsReader, can_trigger: Callable[[str], bool]) -> dict[str, Any]:
+def read_topology_file(path: str) -> TopologyFile:
     try:
-        topology = load_topology(path)
+        return TopologyFile(path, topology=load_topology(path))
     except (TopologyError, OSError) as exc:
-        return {"id": topology_id(path), "source": path, "error": str(exc)}
-    timeout = settings.timeout_s
-    tiers = [t for t in topology.tiers]
-    dead = [t.topic for t in topology.dlt_tiers] + ([topology.parking_topic] if topology.parking_topic else [])
+        return TopologyFile(path, error=str(exc))
+
+
+def topology_files(settings: ViewSettings) -> list[TopologyFile]:
+    return [read_topology_file(path) for path in settings.topology_files()]
+
+
+def find_topology_file(settings: ViewSettings, ident: str) -> TopologyFile | None:
+    path = next((p for p in settings.topology_files() if topology_id(p) == ident), None)
+    return read_topology_file(path) if path is not None else None
+
+
+def tier_dag_ids(topology: Topology, settings: ViewSettings) -> list[str]:
+    """The DAGs a topology is made of (one per tier): who may read them all may see the topology."""
+    return [settings.dag_id_template.format(topic=tier.topic) for tier in topology.tiers]
+
+
+def topology_view(path: str, topology: Topology, settings: ViewSettings, scan: TopologyScan, *,
+                  runs_reader: RunsReader, can_trigger: Callable[[str], bool]) -> dict[str, Any]:
+    """The page's JSON from a read of the broker (``scan``, maybe cached) and this user's DAG access."""
     replay_dag = settings.replay_dag_id_template.format(topic=topology.topic)
-    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-retry-view")
-    try:
-        backlog_jobs = {t.topic: pool.submit(scan_backlog, kafka_config, t.topic, topology.consumer_group(t),
-                                             now_ms=now_ms, timeout_s=timeout) for t in tiers}
-        dead_jobs = {topic: pool.submit(count_dead_letters, kafka_config, topic, timeout_s=timeout) for topic in dead}
-        view_tiers = []
-        for tier in tiers:
-            dag_id = settings.dag_id_template.format(topic=tier.topic)
-            view_tiers.append({
-                "index": tier.index, "topic": tier.topic, "kind": tier.kind, "delay_ms": tier.delay_ms,
-                "group": topology.consumer_group(tier), "dag_id": dag_id, "can_trigger": can_trigger(dag_id),
-                "backlog": _result(backlog_jobs[tier.topic], tier.topic, timeout),
-                "runs": runs_reader(dag_id, settings.runs),
-            })
-        view_dlts = []
-        for topic in dead:
-            view_dlts.append({"topic": topic, "kind": "parking" if topic not in
-                              {t.topic for t in topology.dlt_tiers} else "dlt",
-                              "replay_dag_id": replay_dag, "can_trigger": can_trigger(replay_dag),
-                              "counts": _result(dead_jobs[topic], topic, timeout)})
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # a scan stuck past its deadline never holds the page
+    dlt_topics = {t.topic for t in topology.dlt_tiers}
+    view_tiers = []
+    for tier, dag_id in zip(topology.tiers, tier_dag_ids(topology, settings), strict=True):
+        view_tiers.append({
+            "index": tier.index, "topic": tier.topic, "kind": tier.kind, "delay_ms": tier.delay_ms,
+            "group": topology.consumer_group(tier), "dag_id": dag_id, "can_trigger": can_trigger(dag_id),
+            "backlog": scan.backlog[tier.topic], "runs": runs_reader(dag_id, settings.runs),
+        })
+    may_replay = can_trigger(replay_dag)
+    view_dlts = [{"topic": topic, "kind": "dlt" if topic in dlt_topics else "parking",
+                  "replay_dag_id": replay_dag, "can_trigger": may_replay, "counts": counts}
+                 for topic, counts in scan.dead.items()]
     return {"id": topology_id(path), "source": path, "topic": topology.topic, "group_id": topology.group_id,
-            "now_ms": now_ms, "tiers": view_tiers, "dead_letter_topics": view_dlts}
-
-
-def _result(future: Any, topic: str, timeout: float) -> dict[str, Any]:
-    try:
-        return future.result(timeout=timeout + 5).to_dict()
-    except FutureTimeout:
-        return {"topic": topic, "error": f"{topic}: the broker did not answer within {timeout:.0f}s"}
+            "now_ms": scan.now_ms, "tiers": view_tiers, "dead_letter_topics": view_dlts}

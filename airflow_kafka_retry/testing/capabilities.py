@@ -2,8 +2,13 @@
 
 Tests that depend on one of these behaviours are skipped (with the reason) on brokers that lack
 it, instead of passing by accident; the same tests run in full against real Kafka. Every check
-uses its own explicitly created topic (one partition, except where a check needs more), runs in
-its own daemon thread with a deadline, and turns any error into "missing, because ...".
+uses its own explicitly created topic (one partition, except where a check needs more) and runs in
+its own daemon thread with a deadline. A check that *measures* the behaviour missing returns the
+reason; a check that raises or overruns its deadline has measured nothing, so the probe fails
+(``CapabilityProbeError``) instead of reporting the capability missing, which would only skip tests.
+
+Against an external cluster (real Kafka) every capability is expected: ``check_expected`` turns one
+measured missing into ``MissingCapabilityError`` (see ``expected_capabilities``).
 
 ``concurrent_txn_offset_commits``: several transactional producers (one per source partition, as
 the engine's parallel partition jobs are) commit offsets of one consumer group at the same time,
@@ -49,8 +54,21 @@ TANSU_DELETE_RECORDS_REASON = ("not probed: DeleteRecords is known to crash Tans
                                "(not implemented in Tansu 0.6)")
 
 
+#: Names the capabilities a broker under ``KAFKA_BOOTSTRAP_SERVERS`` must have (comma-separated, ``all`` or
+#: ``none``); without it, an external cluster must have all of them (real Kafka does).
+EXPECTED_ENV = "KAFKA_EXPECTED_CAPABILITIES"
+
+
 class BrokerProbeError(RuntimeError):
     """The broker could not be reached, or stopped answering after the probes."""
+
+
+class CapabilityProbeError(BrokerProbeError):
+    """A capability check raised or overran its deadline: it measured nothing, so no test may skip on it."""
+
+
+class MissingCapabilityError(BrokerProbeError):
+    """The broker lacks a capability it is expected to have (real Kafka has every one)."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +128,39 @@ class BrokerCapabilities:
 def _check_name(name: str) -> None:
     if name not in CAPABILITIES:
         raise ValueError(f"unknown broker capability {name!r}; known: {', '.join(CAPABILITIES)}")
+
+
+def expected_capabilities(*, external: bool, setting: str | None) -> tuple[str, ...]:
+    """The capabilities the broker under test must have.
+
+    ``setting`` is ``KAFKA_EXPECTED_CAPABILITIES`` (``None`` when unset): ``all``, ``none`` or a
+    comma-separated list of names. Unset, an external cluster (``external``) is taken for real Kafka
+    and must have every capability; the embedded Tansu broker need have none (tests skip instead).
+    """
+    if setting is None or not setting.strip():
+        return CAPABILITIES if external else ()
+    value = setting.strip().lower()
+    if value == "all":
+        return CAPABILITIES
+    if value == "none":
+        return ()
+    names = tuple(n.strip() for n in setting.split(",") if n.strip())
+    unknown = [n for n in names if n not in CAPABILITIES]
+    if unknown:
+        raise ValueError(f"{EXPECTED_ENV}: unknown broker capability {', '.join(map(repr, unknown))}; "
+                         f"use all, none or names from: {', '.join(CAPABILITIES)}")
+    return names
+
+
+def check_expected(caps: BrokerCapabilities, expected: tuple[str, ...], *, broker: str) -> None:
+    """``MissingCapabilityError`` naming each capability in ``expected`` that ``caps`` lacks, and why."""
+    lacking = {name: reason for name, reason in caps.missing().items() if name in expected}
+    if lacking:
+        listed = "; ".join(f"{name}: {reason}" for name, reason in lacking.items())
+        raise MissingCapabilityError(
+            f"broker {broker} lacks {len(lacking)} capability(ies) expected of it ({listed}). Real Kafka has "
+            f"every one, so tests needing them would be skipped, not run. If this broker is not real Kafka, "
+            f"set {EXPECTED_ENV} to the capabilities it must have (comma-separated, or none).")
 
 
 def missing_reason(caps: BrokerCapabilities, name: str) -> str | None:
@@ -187,8 +238,6 @@ def _check_abort_isolation(bootstrap: str, topic: str, timeout: float) -> str | 
         values = _read_to_eof(consumer, until=b"committed", timeout=timeout)
     finally:
         consumer.close()
-    if b"committed" not in values:
-        return f"read_committed consumer never saw the committed record (got {values!r})"
     aborted = values.count(b"aborted")
     if aborted:
         return f"read_committed consumer saw {aborted} of 3 records of an aborted transaction"
@@ -196,7 +245,7 @@ def _check_abort_isolation(bootstrap: str, topic: str, timeout: float) -> str | 
 
 
 def _read_to_eof(consumer: Consumer, *, until: bytes, timeout: float) -> list[bytes]:
-    """Values read until partition EOF is reached after ``until`` was seen (or the deadline)."""
+    """Values read until partition EOF after ``until`` was seen; ``TimeoutError`` at the deadline."""
     values: list[bytes] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -206,11 +255,12 @@ def _read_to_eof(consumer: Consumer, *, until: bytes, timeout: float) -> list[by
         if msg.error():
             if msg.error().code() == KafkaError._PARTITION_EOF:
                 if until in values:
-                    break
+                    return values
                 continue
             raise KafkaException(msg.error())
         values.append(msg.value())
-    return values
+    raise TimeoutError(f"did not read {until!r} and then the partition end within {timeout:.0f}s "
+                       f"({len(values)} record(s) read)")
 
 
 def _check_exact_high_watermark(bootstrap: str, topic: str, timeout: float) -> str | None:
@@ -437,6 +487,9 @@ def _stale_committed(reader: Consumer, topic: str, expected: Mapping[int, int],
         if time.monotonic() >= deadline:
             if error is not None:
                 raise error
+            unreadable = [p for p, _, offset in stale if offset is None]
+            if unreadable:  # an error measures nothing: not a lost update
+                raise RuntimeError(f"committed offsets of {topic} partition(s) {unreadable} are unreadable")
             return stale
         time.sleep(0.05)
 
@@ -469,11 +522,12 @@ def _check_offsets_only_transactions(bootstrap: str, topic: str, timeout: float)
         group_member.close()
 
 
-def _committed_offset(member: Consumer, topic: str, timeout: float) -> int | None:
-    try:
-        return member.committed([TopicPartition(topic, 0)], timeout=timeout)[0].offset
-    except KafkaException:
-        return None
+def _committed_offset(member: Consumer, topic: str, timeout: float) -> int:
+    """The group's committed offset of partition 0 (negative: none); an error raises, never "missing"."""
+    [tp] = member.committed([TopicPartition(topic, 0)], timeout=timeout)
+    if tp.error is not None:
+        raise KafkaException(tp.error)
+    return tp.offset
 
 
 _CheckFn = Callable[[str, str, float], "str | None"]
@@ -490,28 +544,33 @@ _CHECKS: dict[str, tuple[_CheckFn, Mapping[str, str], int]] = {
 
 
 # ----------------------------------------------------------------------------- runner
-def _run_bounded(name: str, bootstrap: str, topic: str, timeout: float) -> Callable[[], str | None]:
+#: What a finished check gives: (reason the capability is missing or None, error that kept it from measuring).
+_Outcome = tuple["str | None", "str | None"]
+
+
+def _run_bounded(name: str, bootstrap: str, topic: str, timeout: float) -> Callable[[], _Outcome]:
     """Start check ``name`` in a daemon thread; return a function that joins it by the deadline."""
     check, config, partitions = _CHECKS[name]
-    box: dict[str, str | None] = {}
+    box: dict[str, _Outcome] = {}
 
     def target() -> None:
         try:
             create_topics(bootstrap, [topic], partitions, config=config, timeout=timeout)
-            box["reason"] = check(bootstrap, topic, timeout)
-        except Exception as exc:  # noqa: BLE001 - any failure means "not shown to work"
+            box["outcome"] = (check(bootstrap, topic, timeout), None)
+        except Exception as exc:  # noqa: BLE001 - reported as the probe's error, never as "missing"
             log.debug("capability check %s failed", name, exc_info=True)
-            box["reason"] = f"probe failed: {type(exc).__name__}: {exc}"
+            box["outcome"] = (None, f"raised {type(exc).__name__}: {exc}")
 
     thread = threading.Thread(target=target, name=f"caps-{name}", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 2 * timeout + 2  # create + check, each bounded by timeout
+    limit = 2 * timeout + 2  # create + check, each bounded by timeout
+    deadline = time.monotonic() + limit
 
-    def join() -> str | None:
+    def join() -> _Outcome:
         thread.join(max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
-            return f"probe timed out after {2 * timeout + 2:.0f}s"
-        return box["reason"]
+            return None, f"did not finish within {limit:.1f}s"
+        return box["outcome"]
 
     return join
 
@@ -529,7 +588,8 @@ def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
 
     Checks run in parallel on throwaway topics that are deleted afterwards; ``delete_records``
     runs last and alone (see the module docstring for when it is sent at all). Raises
-    ``BrokerProbeError`` if the broker is unreachable before, or stops answering after, probing.
+    ``BrokerProbeError`` if the broker is unreachable before, or stops answering after, probing,
+    and ``CapabilityProbeError`` naming every check that raised or overran its deadline.
     """
     started = time.monotonic()
     cluster_id = _cluster_id(bootstrap, check_timeout)
@@ -537,14 +597,22 @@ def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
     run = uuid.uuid4().hex[:8]
     topics = {name: f"caps-probe-{run}-{name.replace('_', '-')}" for name in CAPABILITIES}
     reasons: dict[str, str | None] = {}
+    errors: dict[str, str] = {}
+
+    def record(name: str, outcome: _Outcome) -> None:
+        reasons[name], error = outcome
+        if error is not None:
+            errors[name] = error
+
     try:
         joins = {name: _run_bounded(name, bootstrap, topics[name], check_timeout)
                  for name in CAPABILITIES if name != "delete_records"}
-        reasons.update({name: join() for name, join in joins.items()})
+        for name, join in joins.items():
+            record(name, join())
         send = probe_delete_records if probe_delete_records is not None else not is_tansu
         if send:
-            reasons["delete_records"] = _run_bounded("delete_records", bootstrap, topics["delete_records"],
-                                                     check_timeout)()
+            record("delete_records", _run_bounded("delete_records", bootstrap, topics["delete_records"],
+                                                  check_timeout)())
             _cluster_id_after(bootstrap, check_timeout)
         else:
             reasons["delete_records"] = (TANSU_DELETE_RECORDS_REASON if is_tansu
@@ -554,6 +622,12 @@ def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
             delete_topics(bootstrap, topics.values(), timeout=check_timeout)
         except Exception:  # noqa: BLE001 - throwaway topics; never fail the probe over cleanup
             log.warning("could not delete capability probe topics %s", list(topics.values()), exc_info=True)
+    if errors:
+        listed = "; ".join(f"{name} {error}" for name, error in errors.items())
+        raise CapabilityProbeError(
+            f"capability check(s) of the broker at {bootstrap} measured nothing: {listed}. A check that "
+            "errs is not a missing capability (that would skip the tests needing it); fix the broker or the "
+            "check.")
     caps = BrokerCapabilities(
         **{name: reasons[name] is None for name in CAPABILITIES},  # type: ignore[arg-type]
         reasons={name: reason for name, reason in reasons.items() if reason is not None},

@@ -97,7 +97,8 @@ def test_watch_reports_both_spring_families_and_engine_records_then_commits(kafk
     assert summary.ok
     engine_dead = summary.totals()["dead_lettered"]
     assert sum(engine_dead.values()) == 4  # 2 fatal + 2 bad-json (the others go to retry-1)
-    # Spring services wrote to both DLTs, in each header family
+    # records as Spring writes them (Spring's header names and encodings, produced here from Python), to both
+    # DLTs, in each header family
     _produce(kafka_bootstrap, [(dlt, 1, _spring_retry_topic_record(topology.topic)),
                                (validation_dlt, 0, _spring_dead_letter_record(topology.topic)),
                                (validation_dlt, 1, [])])

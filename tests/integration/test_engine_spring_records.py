@@ -1,4 +1,13 @@
-"""Records written by a Spring Kafka service (Spring's header encodings) continue their attempts."""
+"""Retry-tier records carrying Spring Kafka's headers continue their attempts.
+
+No Spring service runs here (there is no JVM on these machines): the records are produced by this test,
+from Python, with the header names and byte encodings Spring for Apache Kafka writes, spelled out by hand
+from its source: the attempts as a 4-byte big-endian int (``ByteBuffer.putInt``) or the legacy single byte,
+the original and back-off timestamps as ``BigInteger.toByteArray()`` of epoch milliseconds, partitions and
+offsets as 4- and 8-byte big-endian ints, and both families of coordinate/exception header names
+(``kafka_original-*``/``kafka_exception-*`` and ``kafka_dlt-*``). What is checked is that the engine reads
+such records as Spring would, not that it interoperates with a running Spring application.
+"""
 
 from __future__ import annotations
 
@@ -41,7 +50,7 @@ SPRING_FAMILIES = {
 
 def spring_headers(family: dict[str, str], *, attempts: bytes, due_ms: int, original_ts: int, main_topic: str,
                    offset: int) -> list:
-    """What a Spring service writes on a retry-topic record (bytes spelled out by hand)."""
+    """The headers Spring writes on a retry-topic record, as bytes built here by hand (no Spring involved)."""
     return [
         ("traceparent", b"00-abc-01"),
         (family["topic"], main_topic.encode()),
@@ -137,8 +146,9 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
 def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_continues(kafka_bootstrap, tmp_path,
                                                                                      family):
     """compat: spring-3.2 -- Spring's @RetryableTopic names: one reusable '<topic>-retry' topic, its group
-    '<group>-retry'. Records a Spring service wrote there are drained, and go on with Spring's attempt count
-    and header family: back into '<topic>-retry' while attempts remain, then to '<topic>-dlt'."""
+    '<group>-retry'. Records with Spring's headers (produced here from Python) are drained, and go on with
+    Spring's attempt count and header family: back into '<topic>-retry' while attempts remain, then to
+    '<topic>-dlt'."""
     names = SPRING_FAMILIES[family]
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring")

@@ -1,10 +1,10 @@
 """A factory-built tier DAG through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
 
-Records are put on retry-1 as a Spring service's retry topic would hold them (attempt and due-time
-headers): most are due, two (one per partition) are due in an hour. ``dags test`` of the tier DAG
-must create the missing topics, find the due records, drain them, route the failures on, commit
-the tier group right before the not-yet-due records, call the DLT notifier once with the counts
-and record asset events carrying the counts. A not-yet-due tier and an idle tier (the main topic's
+Records are put on retry-1 from Python with the attempt and due-time headers in Spring's encodings, as a
+Spring service's retry topic would hold them: most are due, two (one per partition) are due in an hour.
+``dags test`` of the tier DAG must create the missing topics, find the due records, drain them, route the
+failures on, commit the tier group right before the not-yet-due records, call the DLT notifier once with the
+counts and record asset events carrying the counts. A not-yet-due tier and an idle tier (the main topic's
 DAG, ``include_main``) must end their ``dags test`` at once (sensor skipped), not wait in the inline
 triggerer.
 """

@@ -1,21 +1,24 @@
 """The view's JSON endpoints in-process (FastAPI TestClient) on the embedded broker, and with the broker down.
 
-Authentication is Airflow's: here the user dependency is overridden and the permission check is a
-stub, so these tests are about what the endpoints read and return; the API-server test
-(test_view_page.py) runs them behind Airflow's real authentication.
+Authentication is Airflow's: here the user dependency is overridden and the auth manager is a fake
+answering per DAG id (and recording the team each check names), so these tests are about what the
+endpoints read, return and withhold; the API-server test (test_view_page.py) runs them behind
+Airflow's real authentication and a real auth manager.
 """
 
 from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from confluent_kafka import Producer
 from fastapi.testclient import TestClient
 
-from airflow_kafka_retry.plugin import app as view_app
+from airflow_kafka_retry.plugin import access as view_access, app as view_app, scans as view_scans
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
@@ -24,21 +27,55 @@ pytestmark = pytest.mark.integration
 SECRET = "view-s3cr3t-password"
 
 
+class FakeAuthManager:
+    """Reads every DAG but ``unreadable``; triggers only ``allowed``; XComs of all but ``no_xcom``."""
+
+    def __init__(self) -> None:
+        self.allowed: set[str] = set()
+        self.unreadable: set[str] = set()
+        self.no_xcom: set[str] = set()
+        self.read_all = True
+        self.teams: dict[str, str | None] = {}
+
+    def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
+        assert user == "someone"
+        if details is None:
+            return method == "GET" and self.read_all
+        self.teams[details.id] = details.team_name
+        if details.id in self.unreadable:
+            return False
+        if access_entity is not None and access_entity.name == "XCOM" and details.id in self.no_xcom:
+            return False
+        return method == "GET" or details.id in self.allowed
+
+    def batch_is_authorized_dag(self, requests, *, user) -> bool:
+        return all(self.is_authorized_dag(method=r["method"], user=user, access_entity=r.get("access_entity"),
+                                          details=r.get("details")) for r in requests)
+
+
+def fake_last_runs(dag_id: str, limit: int, *, summaries: bool = True) -> list[dict]:
+    summary = {"totals": {"drained": 3}} if summaries else None
+    return [{"run_id": f"{dag_id}-r1", "state": "success", "summary": summary}]
+
+
 @pytest.fixture
 def client(monkeypatch, tmp_path):
     from airflow.api_fastapi.core_api.security import get_user
 
     app = view_app.create_app()
     app.dependency_overrides[get_user] = lambda: "someone"
-    allowed: set[str] = set()
-    monkeypatch.setattr(view_app, "_may", lambda user, method, dag_id, run=False: method == "GET" or dag_id in allowed)
-    monkeypatch.setattr(view_app.runs, "last_runs", lambda dag_id, limit: [{"run_id": f"{dag_id}-r1", "state": "success",
-                                                                           "summary": {"totals": {"drained": 3}}}])
+    manager = FakeAuthManager()
+    monkeypatch.setattr(view_access, "_auth_manager", lambda: manager)
+    monkeypatch.setattr(view_access, "_team_names",
+                        lambda dag_ids: {d: "team-a" for d in dag_ids if "orders" in d})
+    monkeypatch.setattr(view_app.runs, "last_runs", fake_last_runs)
     monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__TOPOLOGIES", str(tmp_path / "topologies" / "*.yaml"))
     monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__TIMEOUT", "3")
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__CACHE_TTL", "0")
     (tmp_path / "topologies").mkdir()
     with TestClient(app) as test_client:
-        test_client.allowed = allowed  # type: ignore[attr-defined]
+        test_client.manager = manager  # type: ignore[attr-defined]
+        test_client.allowed = manager.allowed  # type: ignore[attr-defined]
         test_client.topologies = tmp_path / "topologies"  # type: ignore[attr-defined]
         yield test_client
 
@@ -128,3 +165,111 @@ def test_the_page_and_its_assets_are_served(client):
     assert page.status_code == 200 and "<title>Retry tiers</title>" in page.text
     assert client.get("/static/app.js").headers["content-type"].startswith("text/javascript")
     assert client.get("/static/../plugin.py").status_code == 404
+
+
+def test_topologies_are_shown_only_to_users_who_may_read_their_tier_dags(client):
+    (client.topologies / "orders.yaml").write_text("topic: orders\ngroup_id: svc\nattempts: 2\n")
+    (client.topologies / "payments.yaml").write_text("topic: payments\ngroup_id: svc\nattempts: 3\n")
+    (client.topologies / "broken.yaml").write_text("topic: x\n")
+    # one unreadable tier DAG hides payments; a user who may not read every DAG does not see the broken file
+    client.manager.unreadable.add("kafka_retry__payments-retry-1")
+    client.manager.read_all = False
+
+    listing = client.get("/api/topologies")
+    assert listing.status_code == 200
+    assert [t["topic"] for t in listing.json()["topologies"]] == ["orders"]
+    ids = {path.name: view_app.view_model.topology_id(str(path)) for path in client.topologies.iterdir()}
+    for name in ("payments.yaml", "broken.yaml"):
+        denied = client.get(f"/api/topologies/{ids[name]}")
+        assert denied.status_code == 403, denied.text
+        assert denied.json() == {"detail": f"you may not read the DAGs of topology {ids[name]!r}"}
+    # each check named the DAG's team, as Airflow's own requires_access_dag does
+    assert client.manager.teams["kafka_retry__orders-retry-1"] == "team-a"
+    assert client.manager.teams["kafka_retry__payments-retry-1"] is None
+
+    client.manager.read_all = True
+    assert {t["source"].rsplit("/", 1)[1] for t in client.get("/api/topologies").json()["topologies"]} == {
+        "orders.yaml", "broken.yaml"}
+    assert "group_id" in client.get(f"/api/topologies/{ids['broken.yaml']}").json()["error"]
+
+
+def test_run_summaries_need_xcom_read_access(client, monkeypatch, kafka_bootstrap):
+    use_broker(monkeypatch, kafka_bootstrap)
+    (client.topologies / "orders.yaml").write_text("topic: orders-xcom\ngroup_id: svc\nattempts: 2\n")
+    client.manager.no_xcom.add("kafka_retry__orders-xcom-retry-1")
+    [item] = client.get("/api/topologies").json()["topologies"]
+    tiers = {t["topic"]: t for t in client.get(f"/api/topologies/{item['id']}").json()["tiers"]}
+    assert tiers["orders-xcom"]["runs"][0]["summary"] == {"totals": {"drained": 3}}
+    [run] = tiers["orders-xcom-retry-1"]["runs"]
+    assert run["state"] == "success" and run["summary"] is None, "the run is listed, its XCom summary is not"
+
+
+class CountingScans:
+    """The real Kafka scans, counted per topic; each waits (up to a second) for ``cap + 1`` to run at once."""
+
+    def __init__(self, monkeypatch, cap: int) -> None:
+        self.calls: dict[str, int] = {}
+        self.running = self.most = 0
+        self.cap = cap
+        self._cond = threading.Condition()
+        for name in ("scan_backlog", "count_dead_letters"):
+            monkeypatch.setattr(view_scans, name, self._wrap(getattr(view_scans, name)))
+
+    def _wrap(self, scan):
+        def counted(config, topic, *args, **kwargs):
+            with self._cond:
+                self.calls[topic] = self.calls.get(topic, 0) + 1
+                self.running += 1
+                self.most = max(self.most, self.running)
+                self._cond.notify_all()
+                # without a cap, the other scans start meanwhile and this sees more than ``cap`` at once
+                self._cond.wait_for(lambda: self.running > self.cap, timeout=1)
+            try:
+                return scan(config, topic, *args, **kwargs)
+            finally:
+                with self._cond:
+                    self.running -= 1
+        return counted
+
+
+def test_refreshes_within_the_cache_ttl_read_the_broker_once(client, monkeypatch, kafka_bootstrap):
+    name = unique_topic("viewcache")
+    (client.topologies / "orders.yaml").write_text(f"topic: {name}\ngroup_id: svc\nattempts: 2\n")
+    create_topics(kafka_bootstrap, [name, f"{name}-retry-1", f"{name}-dlt"], 1)
+    try:
+        use_broker(monkeypatch, kafka_bootstrap)
+        counting = CountingScans(monkeypatch, cap=100)
+        monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__CACHE_TTL", "600")
+        [item] = client.get("/api/topologies").json()["topologies"]
+        first, second = (client.get(f"/api/topologies/{item['id']}").json() for _ in range(2))
+        assert counting.calls == {name: 1, f"{name}-retry-1": 1, f"{name}-dlt": 1, f"{name}-parking": 1}
+        assert first == second and first["tiers"][0]["backlog"]["error"] is None
+        # a TTL of 0 reads the broker on every refresh
+        monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__CACHE_TTL", "0")
+        client.get(f"/api/topologies/{item['id']}")
+        assert counting.calls[name] == 2
+    finally:
+        delete_topics(kafka_bootstrap, [name, f"{name}-retry-1", f"{name}-dlt"])
+
+
+def test_concurrent_requests_never_run_more_scans_than_the_cap(client, monkeypatch, kafka_bootstrap):
+    names = [unique_topic(f"viewcap{i}") for i in range(3)]
+    topics = [t for n in names for t in (n, f"{n}-retry-1", f"{n}-dlt")]
+    for i, name in enumerate(names):
+        (client.topologies / f"t{i}.yaml").write_text(f"topic: {name}\ngroup_id: svc\nattempts: 2\n")
+    create_topics(kafka_bootstrap, topics, 1)
+    try:
+        use_broker(monkeypatch, kafka_bootstrap)
+        monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__MAX_SCANS", "2")
+        monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__TIMEOUT", "60")  # time enough to wait for a turn
+        counting = CountingScans(monkeypatch, cap=2)
+        ids = [item["id"] for item in client.get("/api/topologies").json()["topologies"]]
+        with ThreadPoolExecutor(max_workers=6) as pool:
+            views = list(pool.map(lambda ident: client.get(f"/api/topologies/{ident}").json(), ids * 2))
+    finally:
+        delete_topics(kafka_bootstrap, topics)
+    assert sum(counting.calls.values()) >= 4 * len(names), counting.calls
+    assert counting.most == 2, f"{counting.most} Kafka scans ran at once; the cap is 2"
+    for view in views:
+        assert [t["backlog"]["error"] for t in view["tiers"]] == [None, None], view
+        assert view["dead_letter_topics"][0]["counts"]["error"] is None, view

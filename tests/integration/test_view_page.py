@@ -1,10 +1,13 @@
 """The "Retry tiers" view in a real Airflow API server, loaded in headless Chromium (system browser via Playwright).
 
 The API server runs with the plugin (registered by this package's entry point), the simple auth
-manager with an admin and a viewer, and the embedded broker holding records in the tiers and the
-DLT. The page's counts are checked against what was produced (read back from the broker), "Run now"
-triggers the tier DAG through Airflow's REST API with the admin's login, and the viewer gets a
-read-only page. A screenshot is kept as a test artifact (``.artifacts/retry-tiers-view.png``).
+manager with an admin and a viewer (restricted per DAG by tests/support/restricted_auth_manager.py:
+the viewer may not read a second topology's tier DAG, nor the XComs of the first one's tier 1), and
+the embedded broker holding records in the tiers and the DLT. The page's DLT counts are checked
+against an independent read of the DLT (a plain consumer counting the exception headers), "Run now"
+triggers the tier DAG through Airflow's REST API with the admin's login, the viewer gets a read-only
+page without run summaries and without the topology it may not read. A screenshot is kept as a test
+artifact (``.artifacts/retry-tiers-view.png``).
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
@@ -41,6 +44,8 @@ TOPOLOGY = {topology!r}
 globals().update(build_retry_dags(TOPOLOGY, handler="tests.support.view_handler:accept", dlt_watch=False,
                                   default_args={{"retries": 0}}))
 replay = build_dlt_replay_dag(TOPOLOGY)
+# a second topology, whose tier DAG the viewer may not read
+globals().update(build_retry_dags({hidden!r}, handler="tests.support.view_handler:accept", dlt_watch=False))
 '''
 
 
@@ -94,7 +99,9 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
     (dags / "topologies").mkdir(parents=True)
     topology = dags / "topologies" / "orders.yaml"
     topology.write_text(f"topic: {name}\ngroup_id: svc\nattempts: 3\nbackoff: {{kind: fixed, delay: 30s}}\n")
-    (dags / "retry_tiers.py").write_text(DAG_FILE.format(topology=str(topology)))
+    hidden = dags / "topologies" / "payments.yaml"
+    hidden.write_text(f"topic: {name}-pay\ngroup_id: svc\nattempts: 2\n")
+    (dags / "retry_tiers.py").write_text(DAG_FILE.format(topology=str(topology), hidden=str(hidden)))
     passwords = home / "passwords.json"
     passwords.write_text(json.dumps(PASSWORDS))
     port = _free_port()
@@ -104,6 +111,9 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+        "AIRFLOW__CORE__AUTH_MANAGER": "tests.support.restricted_auth_manager.RestrictedAuthManager",
+        "KAFKA_RETRY_TEST_DENIED": json.dumps({"viewer": {"dags": [f"kafka_retry__{name}-pay-retry-1"],
+                                                          "xcom": [f"kafka_retry__{name}-retry-1"]}}),
         "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__WORKERS": "1",
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
         "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
@@ -142,6 +152,33 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
         log.close()
 
 
+def dead_letters_by_class(bootstrap: str, topic: str) -> Counter[str]:
+    """The DLT's records by exception class, read by a plain consumer from each partition's start to its end.
+
+    The end is the partition EOF event, as the engine finds it (not a ListOffsets request, whose high
+    watermark some brokers get wrong).
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-test-check",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    counts: Counter[str] = Counter()
+    try:
+        waiting = set(consumer.list_topics(topic, timeout=15).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in waiting])
+        while waiting:
+            message = consumer.poll(15)
+            assert message is not None, f"{topic}: partitions {sorted(waiting)} did not reach their end"
+            if message.error() is not None:
+                if message.error().code() != KafkaError._PARTITION_EOF:
+                    raise KafkaException(message.error())
+                waiting.discard(message.partition())
+                continue
+            headers = dict(message.headers() or [])
+            counts[headers.get("kafka_exception-fqcn", b"unknown").decode()] += 1
+    finally:
+        consumer.close()
+    return counts
+
+
 def token(base: str, user: str) -> str:
     status, body = _request(f"{base}/auth/token", body={"username": user, "password": PASSWORDS[user]})
     assert status == 201, body
@@ -161,12 +198,20 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
     assert status == 401
     status, listing = _request(f"{base}/kafka-retry/api/topologies", token=viewer)
     assert status == 200, listing
-    [item] = listing["topologies"]
+    [item] = listing["topologies"]  # not the second topology: the viewer may not read its tier DAG
+    assert item["topic"] == name
+    _, admin_listing = _request(f"{base}/kafka-retry/api/topologies", token=admin)
+    assert [t["topic"] for t in admin_listing["topologies"]] == [name, f"{name}-pay"]
+    hidden = admin_listing["topologies"][1]["id"]
+    assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=viewer)[0] == 403
+    assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=admin)[0] == 200
     _, viewer_view = _request(f"{base}/kafka-retry/api/topologies/{item['id']}", token=viewer)
     assert [t["can_trigger"] for t in viewer_view["tiers"]] == [False, False, False], "a viewer may not trigger"
+    [viewer_run] = viewer_view["tiers"][1]["runs"]
+    assert viewer_run["state"] == "success" and viewer_run["summary"] is None, "no XCom access, no summary"
     # what the broker holds, read independently of the view
-    dlt_counts = count_dead_letters({"bootstrap.servers": kafka_bootstrap}, f"{name}-dlt", timeout_s=20)
-    assert dlt_counts.total == 5
+    dlt_counts = dead_letters_by_class(kafka_bootstrap, f"{name}-dlt")
+    assert dlt_counts == {"myapp.errors.InvalidOrder": 3, "java.lang.IllegalStateException": 2}
 
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
@@ -188,11 +233,15 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                 assert (committed_0, committed_1) == ("2", "2"), "the run committed past the due records"
                 last_run = tier1.locator("tbody tr").last
                 assert last_run.locator("td").nth(1).inner_text() == "success"
-                assert last_run.locator("td").nth(2).inner_text() == "4", "the run's summary (XCom) is shown"
+                drained = last_run.locator("td").nth(2).inner_text()
+                if user == "admin":
+                    assert drained == "4", "the run's summary (XCom) is shown"
+                else:
+                    assert drained == "—", "a user who may not read the tier DAG's XComs sees no summary"
                 assert page.locator(f'[data-backlog="{name}-retry-2"]').inner_text() == "0"
                 dlt = page.locator(f'section[data-topic="{name}-dlt"]')
-                assert dlt.locator(f'[data-dead-total="{name}-dlt"]').inner_text() == str(dlt_counts.total)
-                for cls, n in dlt_counts.by_exception.items():
+                assert dlt.locator(f'[data-dead-total="{name}-dlt"]').inner_text() == str(dlt_counts.total())
+                for cls, n in dlt_counts.items():
                     assert dlt.locator(f'[data-exception-count="{cls}"]').inner_text() == str(n)
                 assert "never-in-the-browser" not in page.content()
                 run_now = tier1.get_by_role("button", name="Run now")

@@ -244,3 +244,88 @@ def test_unregistered_marker_is_rejected_without_the_repo_conftest(pytester: pyt
     result = _run_inner(pytester, monkeypatch)
     assert result.ret == pytest.ExitCode.INTERRUPTED, result.stdout.str()
     result.stdout.fnmatch_lines(["*'requires_capability' not found in `markers` configuration option*"])
+
+
+# ----------------------------------------------------------------------------- the session fixture's verdict
+#: The repo's own ``broker_capabilities`` fixture (imported, not copied), with the probe replaced: it reports
+#: TANSU_LIKE (``PROBE=tansu_like``) or fails the way a check that raised makes it fail (``PROBE=raises``).
+PROBED_CONFTEST = """
+import os
+
+import pytest
+
+import tests.conftest as repo
+from airflow_kafka_retry.testing.capabilities import CapabilityProbeError
+from tests.conftest import (_skip_without_capability, broker_capabilities, pytest_configure,  # noqa: F401
+                            pytest_terminal_summary, requires_capability)
+from tests.unit.test_capability_skip import TANSU_LIKE
+
+
+def probe(bootstrap):
+    if os.environ["PROBE"] == "raises":
+        raise CapabilityProbeError("capability check(s) of the broker at kafka.example:9092 measured "
+                                   "nothing: abort_isolation raised ConnectionResetError: reset")
+    return TANSU_LIKE
+
+
+repo.probe_capabilities = probe
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap():
+    return os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9")
+"""
+
+
+def _run_probed(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, probe: str,
+                bootstrap: str | None, expected: str | None = None) -> pytest.RunResult:
+    pytester.makeconftest(PROBED_CONFTEST)
+    pytester.makepyfile(test_inner=INNER_TESTS)
+    monkeypatch.setenv("PROBE", probe)
+    for name, value in (("KAFKA_BOOTSTRAP_SERVERS", bootstrap), ("KAFKA_EXPECTED_CAPABILITIES", expected)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    return _run_inner(pytester, monkeypatch, "-rs")
+
+
+def test_embedded_broker_without_a_capability_skips_with_the_reason(pytester: pytest.Pytester,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _run_probed(pytester, monkeypatch, "tansu_like", None)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2, skipped=4)
+    result.stdout.fnmatch_lines(["SKIPPED * broker lacks capability 'abort_isolation': read_committed "
+                                 "consumer saw 3 of 3 records of an aborted transaction"])
+
+
+def test_external_cluster_without_an_expected_capability_fails_the_session(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _run_probed(pytester, monkeypatch, "tansu_like", "kafka.example:9092")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*= no tests ran in *"])  # the session ended: nothing was skipped on it
+    result.stdout.fnmatch_lines(["*broker capabilities: broker kafka.example:9092 lacks 6 "
+                                 "capability(ies) expected of it (abort_isolation: read_committed consumer "
+                                 "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
+                                 "*KAFKA_EXPECTED_CAPABILITIES*"])
+    result.stdout.fnmatch_lines(["*abort_isolation: NO - read_committed consumer saw 3 of 3*"])  # summary too
+
+
+def test_external_cluster_expected_to_lack_them_skips(pytester: pytest.Pytester,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _run_probed(pytester, monkeypatch, "tansu_like", "kafka.example:9092",
+                         expected="timestamp_lookup")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2, skipped=4)
+
+
+@pytest.mark.parametrize("bootstrap", [None, "kafka.example:9092"], ids=["embedded", "external"])
+def test_a_probe_that_errs_fails_the_session_instead_of_skipping(pytester: pytest.Pytester,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 bootstrap: str | None) -> None:
+    result = _run_probed(pytester, monkeypatch, "raises", bootstrap)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*= no tests ran in *"])
+    result.stdout.fnmatch_lines(["*broker capabilities: capability check(s) of the broker at "
+                                 "kafka.example:9092 measured nothing: abort_isolation raised "
+                                 "ConnectionResetError: reset*"])

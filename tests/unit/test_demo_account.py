@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from airflow_kafka_retry.demo.account import UNACCOUNTED, Parked, reconcile
+import io
+
+from rich.console import Console
+
+from airflow_kafka_retry.demo.account import Parked, reconcile
 from airflow_kafka_retry.demo.picture import flow_data
+from airflow_kafka_retry.demo.report import print_account
 from airflow_kafka_retry.policy.topology import Topology
 
 TOPOLOGY = Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 3,
@@ -45,13 +50,57 @@ def test_each_order_in_its_place_with_its_path_and_lateness():
     assert data["final"] == account.final_counts()
 
 
-def test_an_order_in_two_places_or_none_is_unaccounted_for():
-    produced = {"1": "ok", "2": "ok", "3": "bug"}
-    books = [handled("1", "orders", True), handled("3", "orders", False)]
+def test_an_order_in_two_places_or_none_is_unaccounted_for_and_not_a_place():
+    produced = {"1": "ok", "2": "ok", "3": "bug", "4": "ok"}
+    books = [handled("1", "orders", True), handled("3", "orders", False), handled("4", "orders", True)]
     parked = {"1": [Parked("orders-dlt", 0, 0)]}  # processed and dead-lettered: two places
-    account = reconcile(TOPOLOGY, produced, books, parked, [summary("orders", 1)])
-    assert account.final_counts() == {UNACCOUNTED: 3}
+    account = reconcile(TOPOLOGY, produced, books, parked, [summary("orders", 2)])
+    assert account.final_counts() == {"processed on orders": 1}
+    assert account.unaccounted() == {"1": ["processed on orders", "orders-dlt"], "2": [], "3": []}
+    assert (account.placed, account.produced) == (1, 4)
     assert not account.reconciles
+    data = account.to_dict()
+    assert data["placed"] == 1
+    assert data["unaccounted"] == {"1": ["processed on orders", "orders-dlt"], "2": [], "3": []}
+
+
+def test_the_printed_account_counts_placed_orders_and_lists_the_unaccounted_apart():
+    produced = {"1": "ok", "2": "ok", "4": "ok"}
+    books = [handled("1", "orders", True), handled("4", "orders", True)]
+    parked = {"1": [Parked("orders-dlt", 0, 0)]}
+    account = reconcile(TOPOLOGY, produced, books, parked, [summary("orders", 2)])
+    text = _printed(account)
+    assert "NOT reconciled: 1 of 3 orders read back from the topic are in exactly one final place" in text
+    assert ("Unaccounted for: 2 order(s) - order 1: processed on orders, orders-dlt; "
+            "order 2: in no final place") in text
+    total = next([c.strip() for c in line.split("│") if c.strip()]
+                 for line in text.splitlines() if "total" in line)
+    assert total[:2] == ["total", "1"], total  # the table's total counts placed orders only
+
+    good = reconcile(TOPOLOGY, {"1": "ok"}, [handled("1", "orders", True)], {}, [summary("orders", 1)],
+                     intended=1, written={"1": 1})
+    assert good.reconciles
+    assert "Reconciled: 1 of 1 orders read back from the topic" in _printed(good)
+    assert "Unaccounted" not in _printed(good)
+
+
+def test_what_the_producer_wrote_must_be_what_it_meant_to_and_nothing_else_turns_up():
+    books = [handled("1", "orders", True), handled("9", "orders", True)]
+    args = (TOPOLOGY, {"1": "ok"}, books, {"8": [Parked("orders-dlt", 0, 0)]}, [summary("orders", 2)])
+    account = reconcile(*args, intended=2, written={"1": 2})
+    assert account.placed == account.produced == 1
+    assert (account.intended, account.written_twice, account.strangers) == (2, {"1": 2}, ["8", "9"])
+    assert not account.reconciles
+    text = _printed(account)
+    assert "meant to write 2 orders; 1 were read back" in text
+    assert "Written more than once to the topic: order 1 (2x)" in text
+    assert "Handled or parked but never produced: 8, 9" in text
+
+
+def _printed(account) -> str:
+    console = Console(record=True, width=400, color_system=None, file=io.StringIO())
+    print_account(console, account, "test")
+    return console.export_text()
 
 
 def test_xcom_counts_must_match_the_books():

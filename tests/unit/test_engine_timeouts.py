@@ -54,9 +54,16 @@ def test_handler_errors_and_successes_pass_through() -> None:
     assert hangs.handled == [0, 1, 2]
 
 
+#: For calls that must NOT time out: 10x more than a loaded 2-core machine needs to start a thread and run a
+#: trivial handler. Calls that must time out hang until released, so any timeout works for them.
+MUST_NOT_TIME_OUT_S = 0.5
+
+
 def test_bisection_isolates_the_record_that_hangs_and_the_rest_succeed() -> None:
     hangs = Hangs(poison=5)
-    runner = BatchRunner(TimedHandler(hangs, 0.05, name="m:f"), handler_name="m:f", batch_size=8)
+    # 4 calls hang (all 8 records, 4..7, 4..5, then 5 alone, isolated): each costs the timeout
+    timed = TimedHandler(hangs, MUST_NOT_TIME_OUT_S, name="m:f")
+    runner = BatchRunner(timed, handler_name="m:f", batch_size=8)
     outcomes = runner.run(_records(8))
     failed = [o.record.value for o in outcomes if o.failed]
     assert failed == [5]

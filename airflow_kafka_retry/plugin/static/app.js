@@ -220,7 +220,7 @@ async function start() {
     const data = await getJSON("api/topologies");
     const select = $("#topology");
     if (!data.topologies.length) {
-      $("#view").replaceChildren(el("p", {}, `No topology files found (looked in ${data.patterns.join(", ")}); set [kafka_retry] topologies.`));
+      $("#view").replaceChildren(el("p", {}, `No topology files found that you may read (looked in ${data.patterns.join(", ")}); set [kafka_retry] topologies, or ask for read access to their tier DAGs.`));
       document.body.dataset.loaded = "true";
       return;
     }

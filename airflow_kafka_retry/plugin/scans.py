@@ -1,0 +1,119 @@
+"""The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
+
+Refreshes of a topology within ``[kafka_retry] cache_ttl`` seconds reuse one read of the broker, and
+requests arriving while it is read wait for that read instead of starting their own. At most
+``[kafka_retry] max_scans`` scans (one per topic) run at once in the API server, for all users
+together; a scan that cannot start within the broker timeout is reported on its topic ("busy"), and a
+read with such a topic, or one the broker did not finish in time, is not cached. Only broker data is
+cached, never who may see it: permissions are checked on every request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from airflow_kafka_retry.engine.backlog import scan_backlog
+from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
+from airflow_kafka_retry.plugin.settings import ViewSettings
+from airflow_kafka_retry.policy.topology import Topology
+
+
+@dataclass(frozen=True)
+class TopologyScan:
+    """What the broker said, by topic: ``backlog`` of the tiers, ``dead`` counts of the DLT/parking topics."""
+
+    now_ms: int
+    backlog: dict[str, dict[str, Any]]
+    dead: dict[str, dict[str, Any]]
+    complete: bool = True
+
+
+def dead_topics(topology: Topology) -> list[str]:
+    parking = [topology.parking_topic] if topology.parking_topic else []
+    return [t.topic for t in topology.dlt_tiers] + parking
+
+
+@cache
+def _gate(max_scans: int) -> threading.BoundedSemaphore:
+    """The server-wide cap, one per configured size (the configuration is fixed in a running server)."""
+    return threading.BoundedSemaphore(max_scans)
+
+
+def _capped(gate: threading.BoundedSemaphore, wait_s: float,
+            scan: Callable[[], Any]) -> dict[str, Any] | None:
+    if not gate.acquire(timeout=wait_s):
+        return None
+    try:
+        return scan().to_dict()
+    finally:
+        gate.release()
+
+
+def read_topology(topology: Topology, settings: ViewSettings, kafka_config: dict[str, Any], *,
+                  now_ms: int) -> TopologyScan:
+    """Every tier's backlog and every DLT's counts, each scan in a worker thread under the server-wide cap."""
+    timeout, gate = settings.timeout_s, _gate(settings.max_scans)
+    pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-retry-view")
+    try:
+        backlog_jobs = {t.topic: pool.submit(_capped, gate, timeout, lambda t=t: scan_backlog(
+            kafka_config, t.topic, topology.consumer_group(t), now_ms=now_ms, timeout_s=timeout))
+            for t in topology.tiers}
+        dead_jobs = {topic: pool.submit(_capped, gate, timeout, lambda topic=topic: count_dead_letters(
+            kafka_config, topic, timeout_s=timeout)) for topic in dead_topics(topology)}
+        jobs = {**backlog_jobs, **dead_jobs}
+        answers = {topic: _answer(job, topic, settings) for topic, job in jobs.items()}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a scan stuck past its deadline never holds the page
+    return TopologyScan(now_ms=now_ms, backlog={t: answers[t][0] for t in backlog_jobs},
+                        dead={t: answers[t][0] for t in dead_jobs},
+                        complete=all(ok for _, ok in answers.values()))
+
+
+def _answer(job: Any, topic: str, settings: ViewSettings) -> tuple[dict[str, Any], bool]:
+    try:
+        # a scan may wait up to the timeout for its turn under the cap, then has the timeout to answer
+        result = job.result(timeout=2 * settings.timeout_s + 5)
+    except FutureTimeout:
+        late = f"{topic}: the broker did not answer within {settings.timeout_s:.0f}s"
+        return {"topic": topic, "error": late}, False
+    if result is None:
+        busy = (f"{topic}: the view is busy ({settings.max_scans} Kafka scans running, "
+                "[kafka_retry] max_scans); refresh in a moment")
+        return {"topic": topic, "error": busy}, False
+    return result, True
+
+
+class ScanCache:
+    """Per topology, the last complete read for ``ttl_s`` seconds; one read at a time per topology."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._entries: dict[Any, tuple[float, TopologyScan]] = {}
+        self._locks: dict[Any, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, key: Any, ttl_s: float, read: Callable[[], TopologyScan]) -> TopologyScan:
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            entry = self._entries.get(key)
+            if entry is not None and self._clock() - entry[0] < ttl_s:
+                return entry[1]
+            scan = read()
+            if scan.complete:
+                self._entries[key] = (self._clock(), scan)
+            else:
+                self._entries.pop(key, None)
+            return scan
+
+
+def cache_key(path: str, topology: Topology, settings: ViewSettings) -> tuple[Any, ...]:
+    """What a read depends on: the file, its topics and groups as now configured, and the connection."""
+    tiers = tuple((t.topic, topology.consumer_group(t)) for t in topology.tiers)
+    return (path, settings.kafka_conn_id, tiers, tuple(dead_topics(topology)))
