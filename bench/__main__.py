@@ -9,7 +9,7 @@ The workloads: a retry tier of 8 partitions holding 1 KB records, every one due,
 transiently, half fatally); first with the 13 headers Spring's recoverer writes on every record (what a
 retry tier really holds), then the same records without headers. Every case reads the same records
 with its own consumer group, each in a child process of its own (wall time, CPU and peak RSS of that
-process tree, worker processes included).
+process tree, worker processes included; and the CPU the embedded broker spent meanwhile).
 
 The Python cases run in rounds (``--repeat``, default 2), interleaved, and the fastest round of each
 counts (all wall times are kept in the results); Spark runs once.
