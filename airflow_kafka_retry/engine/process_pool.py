@@ -149,6 +149,7 @@ class ProcessPool:
         self._setup_frame = setup_message(setup, sys.path)
         self._workers: list[_Worker] = []
         self.pids: list[int] = []  # every worker process started (for tests and logs)
+        self.peak_rss_mb: dict[int, float] = {}  # worker pid -> its peak RSS, as it reported when done
 
     # ------------------------------------------------------------------ workers
     def _start(self) -> _Worker:
@@ -239,6 +240,9 @@ class ProcessPool:
                 self._handle(worker, message, pending, results)
         finally:
             self._close()
+        if self.peak_rss_mb:
+            log.info("%s: %s worker process(es), peak RSS %.0f MB together (largest %.0f MB)", self.setup.tier.topic,
+                     len(self.pids), sum(self.peak_rss_mb.values()), max(self.peak_rss_mb.values()))
         topic, group = self.setup.tier.topic, self.setup.options.consumer_group or \
             self.setup.topology.consumer_group(self.setup.tier)
         for partition in pending:  # every worker failed to start
@@ -264,6 +268,8 @@ class ProcessPool:
             self._fill(pending)
         elif kind == "setup_failed":
             worker.setup_error = str(message[1])
+        elif kind == "exit" and message[1] is not None:
+            self.peak_rss_mb[worker.pid] = float(message[1])
 
     def _ended(self, worker: _Worker, pending: deque[int], results: dict[int, PartitionSummary]) -> None:
         worker.alive = False

@@ -108,6 +108,18 @@ class _Control:
                 return
 
 
+def peak_rss_mb() -> float | None:
+    """This process's peak resident memory (``VmHWM``), None where ``/proc`` does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
 def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: int = 1) -> None:
     """Run every partition the engine hands over (up to ``slots`` at once, in threads), until it says ``exit``."""
     from airflow_kafka_retry.engine.partition import PartitionJob
@@ -152,6 +164,7 @@ def main(argv: list[str]) -> int:
     control = _Control(reader)
     threading.Thread(target=control.listen, name="engine-control", daemon=True).start()
     serve(setup, control, results, slots)
+    results.send(("exit", peak_rss_mb()))
     results.close()
     return 0
 

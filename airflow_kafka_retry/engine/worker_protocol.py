@@ -12,7 +12,8 @@ next chunk boundary, ``("exit",)`` when there is nothing left. The control pipe 
 
 Worker to engine: ``("progress", partition, summary)`` after each committed chunk, ``("done",
 partition, summary)`` (summaries as :meth:`PartitionSummary.to_dict`), ``("log", record_fields)``
-for each log record, ``("setup_failed", message)`` when it cannot start.
+for each log record, ``("setup_failed", message)`` when it cannot start, ``("exit", peak_rss_mb)``
+when it is done.
 """
 
 from __future__ import annotations

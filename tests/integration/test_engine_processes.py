@@ -8,6 +8,7 @@ SIGKILL of the engine's process leaves no worker behind.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -38,7 +39,8 @@ def _pids(path: Path) -> dict[int, set[int]]:
     return by_partition
 
 
-def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tmp_path, monkeypatch):
+def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="airflow_kafka_retry.engine.process_pool")
     ledger_file = ledger.ledger_path(tmp_path)
     pids = tmp_path / "pids.txt"
     monkeypatch.setenv("AKR_PIDS", str(pids))
@@ -60,6 +62,9 @@ def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tm
     every = set().union(*ran.values())
     assert os.getpid() not in every, "a partition ran in the test's own process"
     assert len(every) >= 2, f"one process ran every partition: {ran}"
+    # each run reports its workers' memory: the peak RSS of every worker process, summed
+    reports = [r.getMessage() for r in caplog.records if "worker process(es), peak RSS" in r.getMessage()]
+    assert len(reports) == len(topology.tiers), reports
 
 
 def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_nothing(kafka_bootstrap, tmp_path,
