@@ -55,7 +55,8 @@ def default_parallelism(partitions: int, cores: int | None = None) -> int:
     record work runs on every core; the extra one keeps a partition's fetches, client start-up and
     transaction commits (waits) overlapping the others' processing. The cap bounds memory: each
     partition at work holds its consumer's bounded prefetch and one piece of its chunk, and each
-    worker process is an interpreter of its own (about 40 MB).
+    worker process is an interpreter of its own (one running two partitions at once peaked at 87 MB in a
+    200k-record drain with Spring's headers).
     """
     cores = available_cores() if cores is None else cores
     return max(1, min(partitions, MAX_DEFAULT_PARALLELISM, cores + 1))
