@@ -100,7 +100,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
             if path:
                 load_callable(path, what=what)  # fail before reading any record
         summary = run_local(topology, tier, config, options, partitions=partitions, cutoff_ms=args.cutoff_ms,
-                            parallelism=args.parallelism)
+                            parallelism=args.parallelism, in_process=args.in_process)
     print_json(summary.to_dict())
     return EXIT_OK if summary.ok else EXIT_FAILED
 
@@ -158,7 +158,10 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--group", default=None, help="override the tier's consumer group")
     drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
     drain.add_argument("--parallelism", type=int, default=None,
-                       help="partitions at once (local engine; default: cores + 1, at most 8)")
+                       help="partitions at once (local engine; default: cores + 1, at most 8); above one, "
+                            "they run in worker processes, one per core at most")
+    drain.add_argument("--in-process", action="store_true",
+                       help="run partitions in threads of this process (local engine; record work then uses one core)")
     drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
     add_kafka_args(drain)
     drain.set_defaults(func=_cmd_drain)

@@ -5,24 +5,33 @@
     python -m bench --small              # 20,000 records, sweep 5k / 10k / 20k: a smoke run (CI)
     python -m bench --bootstrap HOST:PORT  # use that cluster instead of an embedded Tansu broker
 
-The workload: a retry tier of 8 partitions holding 1 KB records, every one due, 1 % failing (half
-transiently, half fatally). Every case reads the same records with its own consumer group, each in
-a child process of its own (wall time, CPU and peak RSS of that process tree):
+The workloads: a retry tier of 8 partitions holding 1 KB records, every one due, 1 % failing (half
+transiently, half fatally); first with the 13 headers Spring's recoverer writes on every record (what a
+retry tier really holds), then the same records without headers. Every case reads the same records
+with its own consumer group, each in a child process of its own (wall time, CPU and peak RSS of that
+process tree, worker processes included; and the CPU the embedded broker spent meanwhile).
 
 The Python cases run in rounds (``--repeat``, default 2), interleaved, and the fastest round of each
 counts (all wall times are kept in the results); Spark runs once.
 
 * ``raw``: a plain confluent-kafka loop (consume, produce the 1 % with a header, commit);
+* ``raw_headers``: the same loop also calling ``Message.headers()`` per record: the single-process
+  limit of a drain that must read each record's due time;
 * ``provider``: the Kafka provider's ``ConsumeFromTopicOperator`` with an ``apply_function``;
-* ``local_txn`` / ``local_no_txn``: the local engine at its defaults, with and without transactions;
+* ``local_txn`` / ``local_no_txn``: the local engine at its defaults (worker processes), with and
+  without transactions; ``local_threads``: its defaults in one process (``in_process=True``);
 * ``spark``: the Spark engine on ``local[2]``, reported for the whole ``spark-submit`` and for its
   partition tasks alone (their summed time over the two slots), i.e. without its fixed start-up;
-* ``local_txn_profile``: the local engine again under phase timers and a cProfile of every thread
-  (not compared: profiling slows it down), kept in the results as the evidence of where time goes;
-* the size sweep: the local engine draining 100k, 1M and 3M records of one topic (a second
-  embedded broker), to show that memory does not grow with the drain.
+* ``local_txn_profile``: the local engine again, in-process under phase timers and a cProfile of
+  every partition thread (not compared: profiling slows it down), kept in the results as the evidence
+  of where time goes;
+* the size sweep (Spring's headers): the local engine draining 100k, 1M and 3M records of one topic
+  (a second embedded broker), to show that memory does not grow with the drain.
 
-It writes ``bench/results/<UTC date>.json`` (or ``--out DIR``) and prints the markdown tables.
+The headerless workload runs ``raw``, ``local_txn`` and ``local_no_txn``.
+
+It writes ``bench/results/<UTC date>-headers.json`` (or ``--out DIR``) and prints the markdown tables
+and the targets.
 """
 
 from __future__ import annotations
@@ -43,13 +52,14 @@ from typing import Any
 
 from bench.measure import run_case
 from bench.report import case_rows, markdown, rate, verdict
-from bench.workload import Workload, produce, tier_headers
+from bench.workload import Workload, produce
 
 log = logging.getLogger("bench")
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
-MAIN_CASES = ("raw", "provider", "local_txn", "local_no_txn", "spark")
+SPRING_CASES = ("raw", "raw_headers", "provider", "local_txn", "local_no_txn", "local_threads")
+HEADERLESS_CASES = ("raw", "local_txn", "local_no_txn")
 
 
 def _parse_sizes(text: str) -> list[int]:
@@ -71,15 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=None,
                         help="rounds of the Python cases, best kept (default 2; 1 with --small)")
     parser.add_argument("--no-spark", action="store_true", help="leave the Spark engine out")
+    parser.add_argument("--no-headerless", action="store_true", help="leave the headerless workload out")
+    parser.add_argument("--no-sweep", action="store_true", help="leave the memory sweep out")
     return parser
+
+
+_BROKER_PID: list[int | None] = [None]  # the embedded broker of the cases running now (its CPU is measured)
 
 
 def _broker(stack: ExitStack, bootstrap: str | None) -> str:
     if bootstrap:
+        _BROKER_PID[0] = None
         return bootstrap
     from airflow_kafka_retry.testing.broker import EmbeddedBroker
 
-    return stack.enter_context(EmbeddedBroker()).bootstrap
+    broker = stack.enter_context(EmbeddedBroker())
+    _BROKER_PID[0] = broker.pid
+    return broker.bootstrap
 
 
 def _version(value: Any) -> str:
@@ -99,12 +117,29 @@ def _machine() -> dict[str, Any]:
 def _case(name: str, workload: Workload, run_id: str, expect: int, **spec: Any) -> dict[str, Any]:
     group = f"bench-{name}-{run_id}"
     log.info("case %s: %s records (group %s)", name, expect, group)
-    result = run_case(name, {"workload": workload.to_dict(), "group": group, **spec})
+    result = run_case(name, {"workload": workload.to_dict(), "group": group, **spec}, broker_pid=_BROKER_PID[0])
     if result["records"] != expect:
         raise RuntimeError(f"case {name} read {result['records']} records, expected {expect}")
     log.info("case %s: %.1f s, %.0f rec/s, peak RSS %.0f MB", name, result["wall_s"],
              rate(result["records"], result["wall_s"]), result["peak_rss_mb"])
     return result
+
+
+def _rounds(names: tuple[str, ...], workload: Workload, run_id: str, records: int, repeat: int,
+            ) -> dict[str, dict[str, Any]]:
+    """Rounds of every case (interleaved: the machine's load drifts, and a round exposes each case to
+    about the same drift); the fastest round of each is kept, with every wall time and the highest peak RSS."""
+    cases: dict[str, dict[str, Any]] = {}
+    for round_ in range(repeat):
+        for name in names:
+            result = _case(name, workload, f"{run_id}-{round_}", records)
+            best = cases.get(name)
+            walls = [*(best or {}).get("walls_s", []), result["wall_s"]]
+            peak = max(result["peak_rss_mb"], (best or {}).get("peak_rss_mb", 0.0))
+            if best is None or result["wall_s"] < best["wall_s"]:
+                best = result
+            cases[name] = {**best, "walls_s": walls, "peak_rss_mb": peak}
+    return cases
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -115,48 +150,45 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     folder = Path(tempfile.mkdtemp(prefix="bench-"))
     document: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                                 "command": "python -m bench " + " ".join(sys.argv[1:]), "machine": _machine()}
-    cases: dict[str, dict[str, Any]] = {}
+    repeat = args.repeat or (1 if args.small else 2)
+    headerless: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
         bootstrap = _broker(stack, args.bootstrap)
-        log.info("producing %s records to %s", records, bootstrap)
+        log.info("producing %s records with Spring's headers to %s", records, bootstrap)
         produced = time.perf_counter()
-        workload = produce(bootstrap, f"bench-{run_id}", records, PARTITIONS, folder)
+        workload = produce(bootstrap, f"bench-{run_id}", records, PARTITIONS, folder, headers="spring")
         document["workload"] = {**workload.to_dict(), "value_bytes": 1024, "failing": workload.failing,
                                 "produce_s": round(time.perf_counter() - produced, 1)}
-        # Rounds of every Python case, best wall time kept: the machine's load drifts, and a round
-        # exposes each case to about the same drift.
-        repeat = args.repeat or (1 if args.small else 2)
-        for round_ in range(repeat):
-            for name in MAIN_CASES[:-1]:
-                result = _case(name, workload, f"{run_id}-{round_}", records)
-                best = cases.get(name)
-                walls = [*(best or {}).get("walls_s", []), result["wall_s"]]
-                peak = max(result["peak_rss_mb"], (best or {}).get("peak_rss_mb", 0.0))
-                if best is None or result["wall_s"] < best["wall_s"]:
-                    best = result
-                cases[name] = {**best, "walls_s": walls, "peak_rss_mb": peak}
+        cases = _rounds(SPRING_CASES, workload, run_id, records, repeat)
         if not args.no_spark:  # once: it takes longest
             cases["spark"] = _case("spark", workload, run_id, records)
         profile = _case("local_txn_profile", workload, run_id, records)
+        if not args.no_headerless:
+            log.info("producing %s records without headers", records)
+            plain = produce(bootstrap, f"bench-plain-{run_id}", records, PARTITIONS, folder, headers="headerless")
+            headerless = _rounds(HEADERLESS_CASES, plain, f"plain-{run_id}", records, repeat)
     sweep: list[dict[str, Any]] = []
-    with ExitStack() as stack:  # a broker of its own: the sweep's data need not sit beside the cases'
-        bootstrap = _broker(stack, args.bootstrap)
-        largest = sweep_sizes[-1]
-        log.info("sweep: producing %s records", largest)
-        sweep_workload = produce(bootstrap, f"bench-sweep-{run_id}", largest, PARTITIONS, folder)
-        for size in sweep_sizes:
-            result = _case("local_txn", sweep_workload, f"{run_id}-{size}", size, max_records=size // PARTITIONS)
-            sweep.append({"records": size, "wall_s": result["wall_s"], "records_per_s": rate(size, result["wall_s"]),
-                          "peak_rss_mb": result["peak_rss_mb"], "cpu_s": result["cpu_s"]})
-    rows = case_rows(cases)
+    if not args.no_sweep:
+        with ExitStack() as stack:  # a broker of its own: the sweep's data need not sit beside the cases'
+            bootstrap = _broker(stack, args.bootstrap)
+            largest = sweep_sizes[-1]
+            log.info("sweep: producing %s records with Spring's headers", largest)
+            sweep_workload = produce(bootstrap, f"bench-sweep-{run_id}", largest, PARTITIONS, folder)
+            for size in sweep_sizes:
+                result = _case("local_txn", sweep_workload, f"{run_id}-{size}", size, max_records=size // PARTITIONS)
+                sweep.append({"records": size, "wall_s": result["wall_s"],
+                              "records_per_s": rate(size, result["wall_s"]), "peak_rss_mb": result["peak_rss_mb"],
+                              "cpu_s": result["cpu_s"]})
+    rows, plain_rows = case_rows(cases), case_rows(headerless)
+    profile_part = {k: profile[k] for k in ("wall_s", "cpu_s", "phases", "top_functions")}
     document.update({
-        "cases": rows, "raw_results": cases, "sweep": sweep,
-        "profile": {k: profile[k] for k in ("wall_s", "cpu_s", "phases", "top_functions")},
-        "verdict": verdict(rows, profile, cases, len(tier_headers("bench", 0, 0)), document["machine"]),
+        "cases": rows, "raw_results": cases, "headerless": {"cases": plain_rows, "raw_results": headerless},
+        "sweep": sweep, "profile": profile_part,
+        "verdict": verdict(rows, plain_rows, sweep, profile_part, cases, document["machine"]),
         "bench_s": round(time.perf_counter() - started, 1),
     })
     document["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    document["markdown"] = markdown(rows, sweep, document["workload"])
+    document["markdown"] = markdown(rows, plain_rows, sweep, document["workload"], document["verdict"]["targets"])
     return document
 
 
@@ -165,12 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     document = run(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{document['date'][:10]}.json"
+    path = args.out / f"{document['date'][:10]}-headers.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
     sys.stdout.write(document["markdown"])
     verdict_ = document["verdict"]
-    if "what_prevents_it" in verdict_:
-        sys.stdout.write("\n" + verdict_["what_prevents_it"] + "\n")
+    if "where_the_time_goes" in verdict_:
+        sys.stdout.write("\n" + verdict_["where_the_time_goes"] + "\n")
     sys.stdout.write(f"\nresults: {path} ({document['bench_s']:.0f} s)\n")
     return 0
 

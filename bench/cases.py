@@ -30,15 +30,16 @@ SPARK_CONF = {
 SPARK_SLOTS = 2  # local[2]
 
 
-def _config(workload: Workload) -> dict[str, Any]:
-    return {"bootstrap.servers": workload.bootstrap}
+def _config(workload: Workload, spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Kafka configuration of a case: the broker, plus the spec's ``kafka`` settings (experiments)."""
+    return {"bootstrap.servers": workload.bootstrap, **((spec or {}).get("kafka") or {})}
 
 
 def _engine_options(group: str, spec: dict[str, Any], *, transactional: bool) -> Any:
     from airflow_kafka_retry.engine.options import DrainOptions
 
     return DrainOptions(handler="bench.handler:handle", consumer_group=group, transactional=transactional,
-                        max_records=spec.get("max_records"))
+                        max_records=spec.get("max_records"), **(spec.get("options") or {}))
 
 
 def _summary_details(summary: Any) -> tuple[int, dict[str, Any]]:
@@ -56,21 +57,30 @@ def raw(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict
     return run_raw_loop(workload, group), {}
 
 
+def raw_headers(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    from bench.raw import run_raw_loop
+
+    return run_raw_loop(workload, group, read_headers=True), {}
+
+
 def provider(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from bench.provider import run_provider_operator
 
     return run_provider_operator(workload, group)
 
 
-def _local(workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool) -> tuple[int, dict[str, Any]]:
+def _local(workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool,
+           in_process: bool = False) -> tuple[int, dict[str, Any]]:
     from airflow_kafka_retry.engine.local import default_parallelism, run_local
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(workload.topology_path)
-    summary = run_local(topology, topology.tier(1), _config(workload),
-                        _engine_options(group, spec, transactional=transactional))
+    parallelism = spec.get("parallelism")
+    summary = run_local(topology, topology.tier(1), _config(workload, spec),
+                        _engine_options(group, spec, transactional=transactional), parallelism=parallelism,
+                        in_process=in_process)
     count, details = _summary_details(summary)
-    details["parallelism"] = default_parallelism(workload.partitions)
+    details["parallelism"] = parallelism or default_parallelism(workload.partitions)
     return count, details
 
 
@@ -80,6 +90,11 @@ def local_txn(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int
 
 def local_no_txn(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     return _local(workload, group, spec, transactional=False)
+
+
+def local_threads(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """The engine's defaults with partitions in threads of one process (``in_process=True``), as before."""
+    return _local(workload, group, spec, transactional=True, in_process=True)
 
 
 def spark(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -106,7 +121,8 @@ def local_txn_profile(workload: Workload, group: str, spec: dict[str, Any]) -> t
 
 
 CASES: dict[str, Callable[[Workload, str, dict[str, Any]], tuple[int, dict[str, Any]]]] = {
-    "raw": raw, "provider": provider, "local_txn": local_txn, "local_no_txn": local_no_txn, "spark": spark,
+    "raw": raw, "raw_headers": raw_headers, "provider": provider, "local_txn": local_txn,
+    "local_no_txn": local_no_txn, "local_threads": local_threads, "spark": spark,
     "local_txn_profile": local_txn_profile,
 }
 
@@ -128,9 +144,10 @@ def main(argv: list[str]) -> int:
     started = time.perf_counter()
     count, details = CASES[case](workload, spec["group"], spec)
     wall = time.perf_counter() - started
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+    # the case's own CPU and its reaped children's (the engine's worker processes, spark-submit)
+    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
     sys.stdout.write(json.dumps({"case": case, "records": count, "wall_s": round(wall, 3),
-                                 "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+                                 "cpu_s": round(sum(u.ru_utime + u.ru_stime for u in usage), 3),
                                  "self_peak_rss_mb": _peak_rss_mb(), **details}) + "\n")
     return 0
 

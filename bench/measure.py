@@ -31,8 +31,21 @@ def _tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def run_case(case: str, spec: dict[str, Any], *, timeout_s: float = 1200) -> dict[str, Any]:
-    """Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree."""
+def _cpu_s(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return times.user + times.system
+
+
+def run_case(case: str, spec: dict[str, Any], *, timeout_s: float = 1200, broker_pid: int | None = None,
+             ) -> dict[str, Any]:
+    """Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree
+    (and ``broker_cpu_s``: the CPU the broker process ``broker_pid`` spent meanwhile, when given)."""
+    broker_before = _cpu_s(broker_pid)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
     started = time.perf_counter()
     child = subprocess.Popen([sys.executable, "-m", "bench.cases", case, json.dumps(spec)], cwd=REPO, env=env,
@@ -63,5 +76,8 @@ def run_case(case: str, spec: dict[str, Any], *, timeout_s: float = 1200) -> dic
         raise CaseFailed(f"case {case} exited with {child.returncode}; stderr:\n{err[-3000:]}")
     result = json.loads(out.strip().splitlines()[-1])
     result["process_s"] = round(time.perf_counter() - started, 3)
+    broker_after = _cpu_s(broker_pid)
+    if broker_before is not None and broker_after is not None:
+        result["broker_cpu_s"] = round(broker_after - broker_before, 3)
     result["peak_rss_mb"] = round(max(peak[0] / 2**20, result["self_peak_rss_mb"]), 1)
     return result

@@ -1,7 +1,9 @@
 """Where the local engine's time goes: phase timers and a cProfile of every partition thread.
 
 Run as the ``local_txn_profile`` case (its numbers are not compared: profiling slows it down).
-Phases are wall and thread-CPU seconds summed over the partition threads:
+cProfile and the phase timers see one process, so the profiled drain runs its partitions in
+threads of this process (``in_process=True``); a partition does the same work, record for record,
+in a worker process. Phases are wall and thread-CPU seconds summed over the partition threads:
 
 * ``start``: ``init_transactions`` (fencing earlier runs of the partition);
 * ``read``: fetching and due-checking records (``PartitionReader.read``; waits for the broker);
@@ -42,11 +44,11 @@ def _timed(method: Callable[..., Any], wall: collections.Counter[str], cpu: coll
 
 
 def profile_local(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """Drain the tier with the local engine's defaults, timing phases and profiling every thread."""
+    """Drain the tier with the local engine in-process, timing phases and profiling every thread."""
     import importlib
 
     from airflow_kafka_retry.engine.partition import PartitionJob
-    from bench.cases import local_txn
+    from bench.cases import local_threads
 
     wall: collections.Counter[str] = collections.Counter()
     cpu: collections.Counter[str] = collections.Counter()
@@ -71,7 +73,7 @@ def profile_local(workload: Workload, group: str, spec: dict[str, Any]) -> tuple
                 cpu["job"] += time.thread_time() - started_cpu
 
     PartitionJob.run = profiled_run  # type: ignore[method-assign]
-    count, details = local_txn(workload, group, spec)
+    count, details = local_threads(workload, group, spec)
     stats = pstats.Stats(profiles[0], stream=io.StringIO())
     for profile in profiles[1:]:
         stats.add(profile)

@@ -5,6 +5,9 @@ It assigns every partition of the tier (no group join), consumes in batches of 1
 with one ``retry_topic-attempts`` header, and commits the batch's offsets asynchronously; at the
 end it flushes the producer and commits synchronously. It checks no due time, writes no Spring
 headers, isolates nothing and is not transactional: the floor the engines are compared with.
+
+With ``read_headers`` it also calls ``Message.headers()`` on every record (and looks at nothing in
+them): the least a due-aware drain must do, in one process -- the single-process limit.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from bench.handler import OK, TRANSIENT, fate
 from bench.workload import Workload
 
 
-def run_raw_loop(workload: Workload, group: str) -> int:
+def run_raw_loop(workload: Workload, group: str, *, read_headers: bool = False) -> int:
     """Drain the tier once; returns the number of records read."""
     consumer = Consumer({"bootstrap.servers": workload.bootstrap, "group.id": group, "enable.auto.commit": False,
                          "auto.offset.reset": "earliest", "enable.partition.eof": True})
@@ -34,6 +37,8 @@ def run_raw_loop(workload: Workload, group: str) -> int:
                         continue
                     raise RuntimeError(f"raw loop: {error}")
                 count += 1
+                if read_headers:
+                    msg.headers()
                 outcome = fate(msg.key())
                 if outcome != OK:
                     topic = workload.retry_topic if outcome == TRANSIENT else workload.dlt_topic

@@ -86,11 +86,14 @@ class PartitionJob:
     :param clock: epoch milliseconds, used for due times of routed records and ``options.deadline_ms``.
     :param should_stop: asked before each chunk; a reason (e.g. ``"killed"``) stops the partition there,
         after everything finished so far was committed (``stop_reason == "stopped"``).
+    :param on_chunk: called with the summary after each committed chunk (a worker process reports its
+        progress with it, so that its engine knows what was committed if the worker dies).
     """
 
     def __init__(self, topology: Topology, tier: Tier, partition: int, kafka_config: Mapping[str, Any],
                  options: DrainOptions, *, cutoff_ms: int, clock: Callable[[], int] = wall_clock_ms,
-                 should_stop: Callable[[], str | None] | None = None) -> None:
+                 should_stop: Callable[[], str | None] | None = None,
+                 on_chunk: Callable[[PartitionSummary], None] | None = None) -> None:
         self.topology = topology
         self.tier = tier
         self.partition = partition
@@ -99,6 +102,7 @@ class PartitionJob:
         self.cutoff_ms = cutoff_ms
         self.clock = clock
         self.should_stop = should_stop
+        self.on_chunk = on_chunk
         self.group = options.consumer_group or topology.consumer_group(tier)
         self.resolver = DestinationResolver(topology, clock=clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
@@ -167,7 +171,6 @@ class PartitionJob:
                         break
                 if work.read:
                     self._commit(work, runner, router)
-                    self.summary.committed_offset = piece.next_offset
                 self.summary.stop_reason = piece.stop
                 self.summary.next_due_ms = piece.not_due_ms
                 if left is not None:
@@ -233,6 +236,9 @@ class PartitionJob:
         self._require_parking(work, router)
         router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
         self._count(work, runner)
+        self.summary.committed_offset = work.last_offset + 1
+        if self.on_chunk is not None:
+            self.on_chunk(self.summary)
 
     def _require_parking(self, work: _ChunkWork, router: Router) -> None:
         """The parking topic must exist once a chunk parks a record (a topology upgraded from one without

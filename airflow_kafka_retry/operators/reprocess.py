@@ -58,7 +58,10 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
     :param parallelism: partitions processed at once, each with its own Kafka clients (default: the
-        local engine's default).
+        local engine's default). Above one, they run in worker processes (one per core at most), which
+        import the handler by its path; see the README's "Your handler" for what it may not rely on there.
+    :param in_process: run the partitions in threads of the task's own process instead (the handler then
+        shares the task's state; record work uses one core).
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after
         the commit, when the run dead-lettered or dropped a record; ``context["kafka_retry_summary"]``
         is the run summary. A notifier that raises is logged and fails nothing.
@@ -89,6 +92,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
         parallelism: int | None = None,
+        in_process: bool = False,
         on_dlt: Notifier | Sequence[Notifier] | None = (),
         window: str | None = None,
         timezone: str | None = None,
@@ -105,6 +109,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                                         or parallelism < 1):
             raise ValueError(f"parallelism must be an integer >= 1, got {parallelism!r}")
         self.parallelism = parallelism
+        self.in_process = in_process
         self._stop_reason: str | None = None
 
     # ------------------------------------------------------------------ stopping
@@ -134,7 +139,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                       f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
         chosen = {"parallelism": self.parallelism} if self.parallelism is not None else {}  # else the engine's
         summary = self._run(lambda: run_local(topology, tier, kafka_config, options, partitions=self.partitions,
-                                              cutoff_ms=cutoff, should_stop=self._should_stop, **chosen))
+                                              cutoff_ms=cutoff, should_stop=self._should_stop,
+                                              in_process=self.in_process, **chosen))
         killed = summary.stopped == KILLED
         document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason)
         if killed:

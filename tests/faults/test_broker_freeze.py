@@ -89,8 +89,8 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(ow
     config = {"bootstrap.servers": bootstrap, "transaction.timeout.ms": TXN_TIMEOUT_MS}
     opts = options(chunk_size=CHUNK, transactional=transactional)
 
-    with freeze_at(own_broker.pid, point) as froze:
-        first = run_local(topology, topology.tier(0), config, opts)
+    with freeze_at(own_broker.pid, point) as froze:  # in-process: the router is patched in this process
+        first = run_local(topology, topology.tier(0), config, opts, in_process=True)
     assert froze, "the broker was never frozen"
     outcome = first.partitions[0]
     if outcome.status == "failed":

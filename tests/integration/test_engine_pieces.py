@@ -35,7 +35,8 @@ def test_a_chunk_spanning_pieces_commits_once_and_loses_nothing(kafka_bootstrap,
                            transactional=transactional)
     config = {"bootstrap.servers": kafka_bootstrap}
 
-    summaries = ledger.run_tiers(topology, lambda tier: run_local(topology, tier, config, options))
+    # in-process: the piece size is patched in this process
+    summaries = ledger.run_tiers(topology, lambda tier: run_local(topology, tier, config, options, in_process=True))
 
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
     main = summaries[0]

@@ -84,25 +84,35 @@ def test_a_window_closing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, 1)
 
 
-def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("in_process", [True, False], ids=["threads", "worker-processes"])
+def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(kafka_bootstrap, tmp_path, monkeypatch,
+                                                                       in_process):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_topology("stopkill")
     partitions = 2
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 120, partitions)
     config = {"bootstrap.servers": kafka_bootstrap}
-    options = DrainOptions(handler=f"{STOP_MODULE}:counting", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+    # in worker processes the handler's state is theirs: the test watches the processed ledger instead,
+    # and the handler pauses per batch so that the stop reaches the workers mid-run
+    monkeypatch.setenv("AKR_SLOW_S", "0.05")
+    handler = f"{STOP_MODULE}:counting" if in_process else f"{ledger.HANDLER_MODULE}:slow_indexed"
+    options = DrainOptions(handler=handler, value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
                            batch_size=5, chunk_size=10)
     stop_handler.reset(0, 0)
     asked = threading.Event()
 
+    def handled() -> int:
+        return len(stop_handler.SEEN) if in_process else sum(ledger.processed_ids(ledger_file).values())
+
     def should_stop() -> str | None:
-        # "killed" once 25 records reached the handler (anywhere); each partition finishes its chunk
-        if len(stop_handler.SEEN) >= 25:
+        # "killed" once 25 records were handled (anywhere); each partition finishes its chunk
+        if handled() >= 25:
             asked.set()
             return "killed"
         return None
 
-    summary = run_local(topology, topology.tier(0), config, options, parallelism=partitions, should_stop=should_stop)
+    summary = run_local(topology, topology.tier(0), config, options, parallelism=partitions, should_stop=should_stop,
+                        in_process=in_process)
 
     assert asked.is_set()
     assert summary.ok and summary.stopped == "killed"

@@ -71,3 +71,67 @@ def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishe
                               value_deserializer="tests.support.ledger_handler:decode",
                               cutoff="2100-01-01T00:00:00").execute({**context, "ti": TI()})
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, 1)
+
+
+def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_path, monkeypatch):
+    """Three partitions in two worker processes: ``max_run`` (in the options) and ``on_kill`` (sent by the
+    engine) stop each partition at a chunk boundary; the killed task fails with the summary in XCom."""
+    import threading
+    import time
+
+    from airflow.providers.common.compat.sdk import AirflowException
+
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka",
+                                                                 "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv("AKR_SLOW_S", "0.1")
+    ledger_file = ledger.ledger_path(tmp_path)
+    partitions = 3
+    topology = ledger.write_topology(ledger.make_topology("opkillp"), tmp_path / "topology.yaml")
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT * partitions, partitions)
+    group = topology.consumer_group(topology.tier(0))
+
+    def operator(**kwargs) -> ReprocessTierOperator:
+        return ReprocessTierOperator(task_id="reprocess", topology=str(tmp_path / "topology.yaml"), tier=0,
+                                     handler="tests.support.ledger_handler:slow_indexed",
+                                     value_deserializer="tests.support.ledger_handler:decode",
+                                     options={"batch_size": 5, "chunk_size": CHUNK}, parallelism=partitions,
+                                     cutoff="2100-01-01T00:00:00", **kwargs)
+
+    def check_boundaries(document: dict, reason: str) -> dict[int, int]:
+        assert document["stopped"] == reason, document
+        boundaries = {}
+        for part in document["partitions"]:
+            assert part["status"] == "ok" and part["stopped_by"] == reason, part
+            boundary = part["committed_offset"] if part["committed_offset"] is not None else part["start_offset"]
+            assert boundary is not None and boundary < COUNT and boundary % CHUNK == 0, part
+            boundaries[part["partition"]] = boundary
+        assert ledger.committed(kafka_bootstrap, group, topology.topic, partitions) == boundaries
+        return boundaries
+
+    context = {"ti": TI(), "run_id": "manual__1", "outlet_events": OutletEventAccessors()}
+    timed = check_boundaries(operator(max_run="3s").execute(context), "max_run")
+
+    killed = operator()
+    ti = TI()
+    before = sum(ledger.processed_ids(ledger_file).values())
+
+    def kill_once_handling() -> None:
+        while sum(ledger.processed_ids(ledger_file).values()) < before + 20:
+            time.sleep(0.05)
+        killed.on_kill()
+
+    killer = threading.Thread(target=kill_once_handling, daemon=True)
+    killer.start()
+    with pytest.raises(AirflowException, match="killed"):
+        killed.execute({**context, "ti": ti})
+    killer.join(timeout=60)
+    after_kill = check_boundaries(ti.xcom["summary"], "killed")
+    assert sum(after_kill.values()) > sum(timed.values())
+
+    operator().execute({**context, "ti": TI()})
+    for tier in topology.tiers[1:]:
+        ReprocessTierOperator(task_id=f"tier_{tier.index}", topology=str(tmp_path / "topology.yaml"), tier=tier.index,
+                              handler="tests.support.ledger_handler:indexed",
+                              value_deserializer="tests.support.ledger_handler:decode",
+                              cutoff="2100-01-01T00:00:00").execute({**context, "ti": TI()})
+    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, partitions)

@@ -1,0 +1,312 @@
+"""Partitions drained by worker processes: the local engine past the GIL.
+
+Reading every record's headers (Python objects built under the GIL), building the handler's records
+and the handler itself are Python work; threads of one process take turns at it, so on N cores a
+tier run uses one. Here worker processes (``python -m airflow_kafka_retry.engine.process_worker``,
+one per core at most; each a fresh interpreter: no fork of a process that runs librdkafka threads or
+Airflow's task runner) take partitions from the engine, a few at a time each (in threads, so that one
+partition's waits overlap another's record work), and run each with its own consumer and
+transactional producer, exactly as a partition thread would; their summaries come back over a pipe
+(:meth:`PartitionSummary.to_dict`, the form Spark's results use) and make up the one run summary.
+
+* **Stopping** (``on_kill``, a closing window, ``max_run``): ``should_stop`` is asked here every
+  ``poll_s`` and its reason is sent to every worker, whose partitions stop at their next chunk
+  boundary; ``deadline_ms`` and ``handler_timeout_s`` travel with the options.
+* **A worker that dies** (killed, out of memory, a crash in native code) fails the partitions it was
+  running, with an error naming the partition, the process and its signal or exit status. What it
+  committed stays committed (its last progress report says up to where); its open transaction was
+  never committed, so nothing of that chunk is visible, and the next run resumes at the committed
+  offset. The partitions not yet started go to the other workers (or a new one).
+* **The engine dying** (SIGKILL of the task) takes the workers with it: see
+  :mod:`~airflow_kafka_retry.engine.process_worker`. Whatever ends this function (an exception
+  included) closes the workers' pipes and reaps them, so no worker outlives a run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow_kafka_retry.engine.summary import PartitionSummary
+from airflow_kafka_retry.engine.worker_protocol import (
+    FrameReader,
+    FrameWriter,
+    PipeClosed,
+    WorkerSetup,
+    setup_message,
+)
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two questions to ``should_stop``.
+STOP_POLL_S = 0.2
+#: Seconds a worker gets to exit once its pipes are closed, before it is killed.
+EXIT_GRACE_S = 5.0
+
+
+def describe_exit(returncode: int | None) -> str:
+    """``killed by signal 9 (SIGKILL)`` / ``exited with status 3`` / ``is still running``."""
+    if returncode is None:
+        return "is still running"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-returncode} ({name})"
+    return f"exited with status {returncode}"
+
+
+def worker_failure(topic: str, partition: int, group: str, *, pid: int, returncode: int | None,
+                   progress: dict[str, Any] | None, setup_error: str | None,
+                   started: float | None) -> PartitionSummary:
+    """The failed summary of a partition whose worker process ended before reporting it.
+
+    It keeps what the worker reported as committed (``progress``): those chunks are in Kafka.
+    """
+    summary = PartitionSummary.from_dict(progress) if progress else PartitionSummary(topic, partition, group)
+    summary.status = "failed"
+    summary.stop_reason = None
+    if setup_error is not None:
+        summary.error = f"WorkerSetupError: the worker process {pid} for {topic}[{partition}] could not start: " \
+                        f"{setup_error}"
+    else:
+        resume = summary.committed_offset if summary.committed_offset is not None else summary.start_offset
+        summary.error = (f"WorkerDiedError: the worker process {pid} running {topic}[{partition}] "
+                         f"{describe_exit(returncode)}; its open transaction was not committed and the next run "
+                         f"resumes the partition at its committed offset"
+                         f"{f' ({resume})' if resume is not None else ''}")
+    if started is not None:
+        summary.duration_s = round(time.monotonic() - started, 3)
+    return summary
+
+
+@dataclass
+class _Run:
+    """A partition a worker is running: when it was handed over, and its last progress report."""
+
+    started: float
+    progress: dict[str, Any] | None = None
+
+
+@dataclass
+class _Worker:
+    process: subprocess.Popen[bytes]
+    control: FrameWriter
+    results: FrameReader
+    running: dict[int, _Run] = field(default_factory=dict)
+    setup_error: str | None = None
+    alive: bool = True
+    exiting: bool = False
+    reader: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+def _relog(fields: dict[str, Any]) -> None:
+    record = logging.makeLogRecord(fields)
+    logging.getLogger(record.name).handle(record)
+
+
+def _log_levels() -> dict[str, int]:
+    return {"": logging.getLogger().getEffectiveLevel(),
+            "airflow_kafka_retry": logging.getLogger("airflow_kafka_retry").getEffectiveLevel()}
+
+
+class ProcessPool:
+    """Runs partitions of one tier run in worker processes (see the module's docstring).
+
+    :param setup: what every worker needs (pickled once per worker).
+    :param parallelism: partitions running at once, over all workers.
+    :param processes: worker processes (at most ``parallelism``); each runs up to
+        ``ceil(parallelism / processes)`` partitions at once, in threads, so that one partition's waits
+        (client start-up, fetches, transaction commits) overlap another's record work.
+    :param should_stop: asked every ``poll_s``; its first reason is sent to every worker.
+    """
+
+    def __init__(self, setup: WorkerSetup, parallelism: int, processes: int, *,
+                 should_stop: Callable[[], str | None] | None = None, poll_s: float = STOP_POLL_S) -> None:
+        self.setup = setup
+        self.parallelism = max(1, parallelism)
+        self.processes = max(1, min(processes, self.parallelism))
+        self.slots = -(-self.parallelism // self.processes)
+        self.should_stop = should_stop
+        self.poll_s = poll_s
+        self._events: queue.Queue[tuple[_Worker, tuple[Any, ...] | None]] = queue.Queue()
+        self._stop_sent: str | None = None
+        self._setup_frame = setup_message(setup, sys.path)
+        self._workers: list[_Worker] = []
+        self.pids: list[int] = []  # every worker process started (for tests and logs)
+        self.peak_rss_mb: dict[int, float] = {}  # worker pid -> its peak RSS, as it reported when done
+
+    # ------------------------------------------------------------------ workers
+    def _start(self) -> _Worker:
+        control_r, control_w = os.pipe()
+        results_r, results_w = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "airflow_kafka_retry.engine.process_worker", str(control_r), str(results_w),
+                 str(os.getpid()), str(self.slots)],
+                stdin=subprocess.DEVNULL, pass_fds=(control_r, results_w), close_fds=True)
+        finally:
+            os.close(control_r)
+            os.close(results_w)
+        worker = _Worker(process, FrameWriter(control_w), FrameReader(results_r))
+        self._workers.append(worker)
+        self.pids.append(process.pid)
+        worker.reader = threading.Thread(target=self._read, args=(worker,), name=f"worker-{process.pid}-results",
+                                         daemon=True)
+        worker.reader.start()
+        self._send(worker, self._setup_frame)
+        if self._stop_sent is not None:
+            self._send(worker, ("stop", self._stop_sent))
+        return worker
+
+    def _read(self, worker: _Worker) -> None:
+        while True:
+            try:
+                message = worker.results.recv()
+            except (PipeClosed, OSError, ValueError):
+                self._events.put((worker, None))
+                return
+            self._events.put((worker, message))
+
+    def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
+        try:
+            worker.control.send(message)
+        except OSError:  # the worker is gone; its results pipe's end reports it
+            pass
+
+    def _fill(self, pending: deque[int]) -> None:
+        """Hand pending partitions to the least busy live workers, up to ``parallelism`` at once; tell idle
+        workers to exit once nothing is pending (a replacement is started if every worker is gone)."""
+        live = [w for w in self._workers if w.alive and not w.exiting]
+        if pending and not live:
+            live = [self._start()]
+        while pending:
+            if sum(len(w.running) for w in live) >= self.parallelism:
+                break
+            free = [w for w in live if len(w.running) < self.slots and w.setup_error is None]
+            if not free:
+                break
+            worker = min(free, key=lambda w: len(w.running))
+            partition = pending.popleft()
+            worker.running[partition] = _Run(time.monotonic())
+            self._send(worker, ("run", partition))
+        if not pending:
+            for worker in live:
+                if not worker.running:
+                    worker.exiting = True
+                    self._send(worker, ("exit",))
+
+    def _check_stop(self) -> None:
+        if self.should_stop is None or self._stop_sent is not None:
+            return
+        reason = self.should_stop()
+        if reason is not None:
+            self._stop_sent = reason
+            log.info("stopping every partition worker at its next chunk boundary (%s)", reason)
+            for worker in self._workers:
+                if worker.alive:
+                    self._send(worker, ("stop", reason))
+
+    # ------------------------------------------------------------------ the run
+    def run(self, partitions: Sequence[int]) -> list[PartitionSummary]:
+        """Summaries of ``partitions`` (in the order they finished); never raises for a partition's failure."""
+        pending = deque(partitions)
+        results: dict[int, PartitionSummary] = {}
+        try:
+            for _ in range(min(self.processes, len(pending))):
+                self._start()
+            self._fill(pending)
+            while any(w.alive for w in self._workers):
+                self._check_stop()
+                try:
+                    worker, message = self._events.get(timeout=self.poll_s)
+                except queue.Empty:
+                    continue
+                self._handle(worker, message, pending, results)
+        finally:
+            self._close()
+        if self.peak_rss_mb:
+            log.info("%s: %s worker process(es), peak RSS %.0f MB together (largest %.0f MB)", self.setup.tier.topic,
+                     len(self.pids), sum(self.peak_rss_mb.values()), max(self.peak_rss_mb.values()))
+        topic, group = self.setup.tier.topic, self.setup.options.consumer_group or \
+            self.setup.topology.consumer_group(self.setup.tier)
+        for partition in pending:  # every worker failed to start
+            summary = PartitionSummary(topic, partition, group, status="failed")
+            summary.error = (f"WorkerSetupError: {topic}[{partition}] was not run: no worker process of the run "
+                             "could start (see the other partitions' errors); nothing of it was read")
+            results[partition] = summary
+        return list(results.values())
+
+    def _handle(self, worker: _Worker, message: tuple[Any, ...] | None, pending: deque[int],
+                results: dict[int, PartitionSummary]) -> None:
+        if message is None:  # the worker's results pipe closed: it exited
+            self._ended(worker, pending, results)
+            return
+        kind = message[0]
+        if kind == "log":
+            _relog(message[1])
+        elif kind == "progress" and message[1] in worker.running:
+            worker.running[message[1]].progress = message[2]
+        elif kind == "done" and message[1] in worker.running:
+            del worker.running[message[1]]
+            results[message[1]] = PartitionSummary.from_dict(message[2])
+            self._fill(pending)
+        elif kind == "setup_failed":
+            worker.setup_error = str(message[1])
+        elif kind == "exit" and message[1] is not None:
+            self.peak_rss_mb[worker.pid] = float(message[1])
+
+    def _ended(self, worker: _Worker, pending: deque[int], results: dict[int, PartitionSummary]) -> None:
+        worker.alive = False
+        try:
+            returncode = worker.process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:  # closed its results pipe but lives on: make sure it ends
+            worker.process.kill()
+            returncode = worker.process.wait()
+        if not worker.running:
+            if returncode != 0:
+                log.warning("partition worker %s %s after its last partition", worker.pid, describe_exit(returncode))
+            return
+        tier = self.setup.tier
+        group = self.setup.options.consumer_group or self.setup.topology.consumer_group(tier)
+        for partition, run in sorted(worker.running.items()):
+            failed = worker_failure(tier.topic, partition, group, pid=worker.pid, returncode=returncode,
+                                    progress=run.progress, setup_error=worker.setup_error, started=run.started)
+            log.error("%s[%s]: partition run failed: %s", tier.topic, partition, failed.error)
+            results[partition] = failed
+        worker.running.clear()
+        if worker.setup_error is not None:
+            if all(w.setup_error is not None for w in self._workers):
+                return  # no worker can start: the pending partitions are reported as not run
+        self._fill(pending)  # the partitions not yet started go to the other workers, or a new one
+
+    def _close(self) -> None:
+        workers = self._workers
+        for worker in workers:
+            worker.control.close()  # a worker still running sees the pipe close and exits at once
+        deadline = time.monotonic() + EXIT_GRACE_S
+        for worker in workers:
+            try:
+                worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+        for worker in workers:
+            if worker.reader is not None:
+                worker.reader.join(timeout=EXIT_GRACE_S)
+            worker.results.close()
