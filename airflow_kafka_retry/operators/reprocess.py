@@ -14,6 +14,7 @@ from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier
+from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
@@ -129,6 +130,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         topology = load_topology_from(str(self.topology))
         tier = topology.select(self.tier)
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        self._lineage_server = lineage_server(kafka_config)
         self.log.info("reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s", tier.topic, tier.index,
                       self.topology, options.handler, cutoff,
                       f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
@@ -136,7 +138,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         summary = self._run(lambda: run_local(topology, tier, kafka_config, options, partitions=self.partitions,
                                               cutoff_ms=cutoff, should_stop=self._should_stop, **chosen))
         killed = summary.stopped == KILLED
-        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason)
+        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason, topology=topology)
         if killed:
             context["ti"].xcom_push(key="summary", value=document)
             raise AirflowException(f"killed: {stop_message(summary)}")
