@@ -12,8 +12,9 @@ from typing import Any
 
 #: Upper bounds (inclusive, milliseconds) of the buckets; one more bucket holds everything above.
 BUCKET_BOUNDS_MS: tuple[int, ...] = (10, 100, 1_000, 10_000, 60_000, 300_000, 600_000, 1_800_000, 3_600_000)
-#: How a bucket is named in metric tags and documents: its upper bound, ``+Inf`` for the last one.
-BUCKET_LABELS: tuple[str, ...] = (*(str(b) for b in BUCKET_BOUNDS_MS), "+Inf")
+#: How a bucket is named in metric tags and documents: its upper bound, ``inf`` for the last one (StatsD
+#: names allow no ``+``).
+BUCKET_LABELS: tuple[str, ...] = (*(str(b) for b in BUCKET_BOUNDS_MS), "inf")
 
 
 def _empty_buckets() -> list[int]:
@@ -49,7 +50,7 @@ class Distribution:
         return self.sum_ms / self.count if self.count else None
 
     def cumulative(self) -> dict[str, int]:
-        """Values at or below each bound, by bucket label (``+Inf``: all of them), as Prometheus counts."""
+        """Values at or below each bound, by bucket label (``inf``: all of them), as Prometheus counts."""
         out: dict[str, int] = {}
         running = 0
         for label, n in zip(BUCKET_LABELS, self.buckets):
