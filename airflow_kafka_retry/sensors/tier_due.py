@@ -55,6 +55,11 @@ class RetryTierDueSensor(BaseSensorOperator):
       again (deferred to the triggerer by default; not a fixed poke loop);
     * outside the reprocessing ``window``, nothing is due: it waits for the window's opening.
 
+    Each look it makes itself (not the trigger's) also sends the tier's backlog gauges through
+    Airflow's metrics (``kafka_retry.tier.backlog`` and ``kafka_retry.tier.oldest_due_age_ms``, see
+    :func:`~airflow_kafka_retry.observability.metrics.emit_tier_backlog`) when it looks at every
+    partition.
+
     With ``max_wait``, a wait that would end later than ``max_wait`` after the sensor started skips
     the task instead: the next scheduled run will find the records. The DAG factory sets it to the
     tier's schedule interval. This also keeps ``airflow dags test`` (which runs triggers inline
