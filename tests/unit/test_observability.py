@@ -226,3 +226,38 @@ print(sorted(m for m in sys.modules if m.startswith(("openlineage", "airflow.pro
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_any_airflow_process_sends_the_backlog_gauges_with_its_own_metrics_settings():
+    """Like a triggerer calling emit_tier_backlog: a fresh Python process with [metrics] statsd_on sends the gauges
+    (nothing of a task runner initialised Airflow's Stats there)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.settimeout(30)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
+        env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                    "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1]),
+                    "AIRFLOW__METRICS__STATSD_PREFIX": "airflow", "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"})
+        code = f"""
+from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
+from airflow_kafka_retry.observability.metrics import emit_tier_backlog
+from airflow_kafka_retry.policy.topology import load_topology
+topology = load_topology({TOPOLOGY.source!r})
+peek = TierPeek("orders-retry-2", "g", (0,), (PartitionHead(0, 5, 1_000, end_offset=12),))
+print(emit_tier_backlog(peek, topology, topology.tier(2), now_ms=61_000))
+"""
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip().endswith("2"), done.stderr[-3000:]
+        lines: list[str] = []
+        while len(lines) < 2:  # Airflow sends some of its own (serde timing) too
+            line = sock.recv(65536).decode()
+            lines += [line] if line.startswith("airflow.kafka_retry.") else []
+        lines.sort()
+    tags = "topology=orders,tier_topic=orders-retry-2,tier=2"
+    assert lines == [f"airflow.kafka_retry.tier.backlog,{tags}:7|g",
+                     f"airflow.kafka_retry.tier.oldest_due_age_ms,{tags}:60000|g"]
