@@ -154,6 +154,7 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
         "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage_file),
                                                        "append": True}),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "akr-test",
+        "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",  # default 10 s: too short on a busy 2-core machine
         # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left by
         # the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's task-side
         # plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes after it
