@@ -115,7 +115,8 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
     }
     if statsd_port is not None:
         env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                    "AIRFLOW__METRICS__STATSD_PORT": str(statsd_port), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+                    "AIRFLOW__METRICS__STATSD_PORT": str(statsd_port),
+                    "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
                     "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"})
     return env
 

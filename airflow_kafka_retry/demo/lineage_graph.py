@@ -77,7 +77,7 @@ def draw_lineage(data: dict[str, Any], topology: Topology, png: Path, *, title: 
     for a, b, n in edges:
         (x0, y0), (x1, y1) = pos[a], pos[b]
         backwards = x1 <= x0  # the replay: a DLT back to the main topic
-        skips = abs(y1 - y0) < 0.05 and abs(layout[b][0] - layout[a][0]) > 1 if a in layout and b in layout else False
+        skips = abs(y1 - y0) < 0.05 and abs(x1 - x0) * max(last, 1) > 1.5  # along the line, past other nodes
         rad = -0.3 if backwards else (0.18 if skips else 0.0)  # bend arrows that would run over other nodes
         ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
                     arrowprops={"arrowstyle": "-|>", "color": "#555555", "lw": 1.2, "shrinkA": 34, "shrinkB": 34,
@@ -87,8 +87,8 @@ def draw_lineage(data: dict[str, Any], topology: Topology, png: Path, *, title: 
                 bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"})
     for name, (x, y) in pos.items():
         kind = layout.get(name, (0, PROCESSED))[1]
-        ax.text(x, y, name, ha="center", va="center", fontsize=9, fontweight="bold", color="white",
-                bbox={"boxstyle": "round,pad=0.5", "facecolor": _COLORS.get(kind, "#777777"), "edgecolor": "none"})
+        box = {"boxstyle": "round,pad=0.5", "facecolor": _COLORS.get(kind, "#777777"), "edgecolor": "none"}
+        ax.text(x, y, name, ha="center", va="center", fontsize=9, fontweight="bold", color="white", bbox=box)
     ax.axis("off")
     ax.set_title(title, loc="left", fontsize=11)
     fig.tight_layout()
@@ -110,8 +110,9 @@ def _place(name: str, layout: dict[str, tuple[int, str]], last: int, topology: T
     return x, 0.55
 
 
-def _curve_middle(ax: Any, start: tuple[float, float], end: tuple[float, float], rad: float) -> tuple[float, float]:
-    """The middle of matplotlib's ``arc3`` curve from ``start`` to ``end`` (computed in display space, as it is)."""
+def _curve_middle(ax: Any, start: tuple[float, float], end: tuple[float, float],
+                  rad: float) -> tuple[float, float]:
+    """The middle of matplotlib's ``arc3`` curve from ``start`` to ``end`` (in display space, as arc3 is)."""
     (x0, y0), (x1, y1) = ax.transData.transform([start, end])
     mx, my = (x0 + x1) / 2, (y0 + y1) / 2
     cx, cy = mx + rad * (y1 - y0), my - rad * (x1 - x0)  # arc3's control point

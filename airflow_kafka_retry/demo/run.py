@@ -330,7 +330,8 @@ def _observability(console: Console, root: Path, deployment: Deployment) -> None
                                  f"events of {sum(lineage['runs'].values())} task runs")
         console.print(f"lineage graph from the OpenLineage events: [bold]{png}[/] (events: {root / LINEAGE_DIR})")
     else:
-        console.print("no OpenLineage events (install the provider: pip install 'airflow-kafka-retry[openlineage]')")
+        console.print("no OpenLineage events (the provider is not installed: "
+                      "pip install 'airflow-kafka-retry[openlineage]')")
     drained = counter_totals(root / METRICS_FILE).get("tier.drained", {})
     if drained:
         console.print("metrics (StatsD, kafka_retry.tier.drained): " + ", ".join(

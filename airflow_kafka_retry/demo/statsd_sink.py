@@ -47,7 +47,8 @@ class StatsdSink:
                     data = self._sock.recv(65536)
                 except TimeoutError:
                     continue
-                kept = [line for line in data.decode("utf-8", "replace").splitlines() if line.startswith(KEEP_PREFIX)]
+                lines = data.decode("utf-8", "replace").splitlines()
+                kept = [line for line in lines if line.startswith(KEEP_PREFIX)]
                 if kept:
                     out.write("\n".join(kept) + "\n")
                     out.flush()

@@ -64,7 +64,7 @@ class _ChunkWork:
     last_offset: int | None = None
     routed: list[RoutedRecord] = field(default_factory=list)
     dropped: list[DeadLetter] = field(default_factory=list)
-    lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due of records with a due time
+    lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due (records with a due time)
     handler_ms: Distribution = field(default_factory=Distribution)  # the runner times each call into this
 
 

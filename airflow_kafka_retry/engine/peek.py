@@ -135,7 +135,8 @@ def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadl
         due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
         # the log end as the fetch response carried it (not ListOffsets, which some brokers get wrong)
         end = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-        found[partition] = PartitionHead(partition, message.offset(), due, timestamp if timestamp >= 0 else None,
+        found[partition] = PartitionHead(partition, message.offset(), due,
+                                         timestamp if timestamp >= 0 else None,
                                          end[1] if end and end[1] >= 0 else None)
         consumer.pause([TopicPartition(topic, partition)])
     return found

@@ -23,12 +23,22 @@ if TYPE_CHECKING:
 
 
 def lineage_server(kafka_config: Mapping[str, Any]) -> str | None:
-    """``host:port`` of the first bootstrap server (a ``PROTOCOL://`` prefix dropped); None if there is none."""
+    """``host:port`` of the first bootstrap server (without a ``PROTOCOL://`` prefix); None if none."""
     servers = str(kafka_config.get("bootstrap.servers") or kafka_config.get("metadata.broker.list") or "")
     first = servers.split(",")[0].strip()
     if "://" in first:
         first = first.split("://", 1)[1]
     return first or None
+
+
+def connection_server(kafka_conn_id: str) -> str:
+    """:func:`lineage_server` of a Kafka connection; a ValueError names a connection without servers."""
+    from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+
+    server = lineage_server(KafkaRetryHook(kafka_config_id=kafka_conn_id).kafka_config())
+    if not server:
+        raise ValueError(f"connection {kafka_conn_id!r} names no bootstrap.servers: no dataset namespace")
+    return server
 
 
 def kafka_namespace(server: str) -> str:
@@ -37,20 +47,24 @@ def kafka_namespace(server: str) -> str:
 
 def _inputs(server: str, counts: Mapping[str, int | None]) -> list[Any]:
     from openlineage.client.generated.base import InputDataset
-    from openlineage.client.generated.input_statistics_input_dataset import InputStatisticsInputDatasetFacet
+    from openlineage.client.generated.input_statistics_input_dataset import (
+        InputStatisticsInputDatasetFacet as Statistics,
+    )
 
     return [InputDataset(namespace=kafka_namespace(server), name=topic,
-                         inputFacets={} if n is None else {"inputStatistics": InputStatisticsInputDatasetFacet(
-                             rowCount=n)}) for topic, n in counts.items()]
+                         inputFacets={} if n is None else {"inputStatistics": Statistics(rowCount=n)})
+            for topic, n in counts.items()]
 
 
 def _outputs(server: str, counts: Mapping[str, int | None]) -> list[Any]:
     from openlineage.client.generated.base import OutputDataset
-    from openlineage.client.generated.output_statistics_output_dataset import OutputStatisticsOutputDatasetFacet
+    from openlineage.client.generated.output_statistics_output_dataset import (
+        OutputStatisticsOutputDatasetFacet as Statistics,
+    )
 
     return [OutputDataset(namespace=kafka_namespace(server), name=topic,
-                          outputFacets={} if n is None else {"outputStatistics": OutputStatisticsOutputDatasetFacet(
-                              rowCount=n)}) for topic, n in counts.items()]
+                          outputFacets={} if n is None else {"outputStatistics": Statistics(rowCount=n)})
+            for topic, n in counts.items()]
 
 
 def _lineage(inputs: list[Any], outputs: list[Any], facet: dict[str, Any] | None) -> OperatorLineage:
@@ -64,10 +78,12 @@ def _lineage(inputs: list[Any], outputs: list[Any], facet: dict[str, Any] | None
 
 def tier_run_lineage(topology: Topology, tier: Tier, server: str,
                      document: Mapping[str, Any] | None = None) -> OperatorLineage:
-    """A tier run: its tier topic in, every destination out; with counts once ``document`` (the run summary) is known."""
+    """A tier run: its tier topic in, every destination out; with counts once ``document`` (the run summary)
+    is known."""
     destinations = topology.destinations_from(tier)
     if document is None:
-        return _lineage(_inputs(server, {tier.topic: None}), _outputs(server, dict.fromkeys(destinations)), None)
+        return _lineage(_inputs(server, {tier.topic: None}), _outputs(server, dict.fromkeys(destinations)),
+                        None)
     totals = document["totals"]
     routed = totals["routed"]
     facet = {"kind": "tier_run", "status": document["status"], "topic": tier.topic, "tier": tier.index,
@@ -82,14 +98,16 @@ def replay_lineage(source: str, server: str, document: Mapping[str, Any] | None 
         return _lineage(_inputs(server, {source: None}), [], None)
     dry_run = bool(document.get("dry_run"))
     targets = {} if dry_run else dict(document.get("targets") or {})
-    totals = {k: document.get(k) for k in ("dry_run", "scanned", "matched", "already_replayed", "moved_before",
-                                           "left_out", "beyond_limit", "selected", "moved", "transactions")}
+    counts = ("dry_run", "scanned", "matched", "already_replayed", "moved_before", "left_out", "beyond_limit",
+              "selected", "moved", "transactions")
+    totals = {k: document.get(k) for k in counts}
     totals["targets"] = dict(document.get("targets") or {})
     facet = {"kind": "dlt_replay", "status": document.get("status", "ok"), "topic": source, "totals": totals}
     return _lineage(_inputs(server, {source: document.get("scanned")}), _outputs(server, targets), facet)
 
 
-def dlt_watch_lineage(topics: Iterable[str], server: str, document: Mapping[str, Any] | None = None) -> OperatorLineage:
+def dlt_watch_lineage(topics: Iterable[str], server: str,
+                      document: Mapping[str, Any] | None = None) -> OperatorLineage:
     """The DLT watch: every DLT in, with the new records it found in each."""
     topics = list(topics)
     if document is None:

@@ -80,9 +80,11 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
         _counter("tier.handler_errors", totals["drained"] - totals["succeeded"], tags),
         _counter("tier.handler_calls", sum(p.handler_calls for p in summary.partitions), tags),
         _counter("tier.bisection_calls", sum(p.extra_handler_calls for p in summary.partitions), tags),
-        Metric("timer", f"{PREFIX}.tier.run_duration", max(0, summary.finished_ms - summary.started_ms), tags),
+        Metric("timer", f"{PREFIX}.tier.run_duration", max(0, summary.finished_ms - summary.started_ms),
+               tags),
     ]
-    metrics += [_counter("tier.dead_lettered", n, tags, dlt_topic=topic) for topic, n in sorted(to_dlts.items())]
+    metrics += [_counter("tier.dead_lettered", n, tags, dlt_topic=topic)
+                for topic, n in sorted(to_dlts.items())]
     metrics += _distribution("handler_batch_time", summary.handler_time(), tags)
     metrics += _distribution("lateness", summary.lateness(), tags)
     return metrics
@@ -104,8 +106,10 @@ def dlt_watch_metrics(topology: Topology, new_records: Mapping[tuple[str, str], 
 
 
 def emit(metrics: Iterable[Metric]) -> int:
-    """Send ``metrics`` through Airflow's ``Stats``; returns how many were sent. A failure is logged, never raised:
-    metrics must not fail a run that did its work."""
+    """Send ``metrics`` through Airflow's ``Stats``; returns how many were sent.
+
+    A failure is logged, never raised: metrics must not fail a run that did its work.
+    """
     sent = 0
     try:
         from airflow.sdk.observability.stats import Stats

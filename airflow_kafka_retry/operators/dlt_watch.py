@@ -127,9 +127,7 @@ class DltWatchOperator(BaseOperator):
         return self._lineage(self._result)
 
     def _lineage(self, result: dict[str, Any] | None) -> OperatorLineage:
-        from airflow_kafka_retry.observability.lineage import dlt_watch_lineage
+        from airflow_kafka_retry.observability.lineage import connection_server, dlt_watch_lineage
 
-        server = self._lineage_server or lineage_server(KafkaRetryHook(self.kafka_conn_id).kafka_config())
-        if not server:
-            raise ValueError(f"connection {self.kafka_conn_id!r} names no bootstrap.servers: no dataset namespace")
+        server = self._lineage_server or connection_server(self.kafka_conn_id)
         return dlt_watch_lineage([t.topic for t in self._topology().dlt_tiers], server, result)

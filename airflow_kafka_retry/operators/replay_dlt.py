@@ -162,11 +162,9 @@ class ReplayDltOperator(BaseOperator):
         return self._lineage(self._result)
 
     def _lineage(self, result: dict[str, Any] | None) -> OperatorLineage:
-        from airflow_kafka_retry.observability.lineage import replay_lineage
+        from airflow_kafka_retry.observability.lineage import connection_server, replay_lineage
 
-        server = self._lineage_server or lineage_server(KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config())
-        if not server:
-            raise ValueError(f"connection {self.kafka_conn_id!r} names no bootstrap.servers: no dataset namespace")
+        server = self._lineage_server or connection_server(self.kafka_conn_id)
         return replay_lineage(self._source or self._source_topic(), server, result)
 
     def _source_topic(self) -> str:

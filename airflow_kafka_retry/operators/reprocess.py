@@ -138,7 +138,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         summary = self._run(lambda: run_local(topology, tier, kafka_config, options, partitions=self.partitions,
                                               cutoff_ms=cutoff, should_stop=self._should_stop, **chosen))
         killed = summary.stopped == KILLED
-        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason, topology=topology)
+        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason,
+                               topology=topology)
         if killed:
             context["ti"].xcom_push(key="summary", value=document)
             raise AirflowException(f"killed: {stop_message(summary)}")

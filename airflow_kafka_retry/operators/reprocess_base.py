@@ -231,8 +231,8 @@ class ReprocessTierMixin:
     # ------------------------------------------------------------------ reporting
     def report(self, context: Context, summary: RunSummary, *, engine: str, deadline_reason: str | None = None,
                cause: BaseException | None = None, topology: Topology | None = None) -> dict[str, Any]:
-        """Log, send metrics, notify, set asset events; return the summary document, or push it and raise when a
-        partition failed.
+        """Log, send metrics, notify, set asset events; return the summary document, or push it and raise
+        when a partition failed.
 
         The engine has committed every finished chunk by now, so notifiers run after the commit.
         """
@@ -279,15 +279,11 @@ class ReprocessTierMixin:
         return self._lineage(self._run_document)
 
     def _lineage(self, document: dict[str, Any] | None) -> OperatorLineage:
-        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-        from airflow_kafka_retry.observability.lineage import lineage_server, tier_run_lineage
+        from airflow_kafka_retry.observability.lineage import connection_server, tier_run_lineage
         from airflow_kafka_retry.spark.app import load_topology_from
 
         topology = load_topology_from(str(self.topology))
-        server = self.asset_server or self._lineage_server or \
-            lineage_server(KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config())
-        if not server:
-            raise ValueError(f"connection {self.kafka_conn_id!r} names no bootstrap.servers: no dataset namespace")
+        server = self.asset_server or self._lineage_server or connection_server(self.kafka_conn_id)
         return tier_run_lineage(topology, topology.select(self.tier), server, document)
 
     def _set_asset_events(self, context: Context, summary: RunSummary, document: Mapping[str, Any]) -> None:

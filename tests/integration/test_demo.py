@@ -6,7 +6,8 @@ broker, fixes the bug, replays the DLT with the replay DAG and ends with the acc
 every order is in exactly one final place, the one its fate calls for, and the places add up to
 the orders produced; the XCom run summaries agree with the service's books; no record was handled
 before its due time; the PNG exists and is a real picture; the data it was drawn from equals the
-table's counts; no Airflow process of the demo outlives it, also when it is stopped mid-run.
+table's counts; the lineage graph drawn from the OpenLineage events has the flow's hops, and the StatsD
+counters the graph's; no Airflow process of the demo outlives it, also when it is stopped mid-run.
 """
 
 from __future__ import annotations
