@@ -7,6 +7,7 @@ due sensors and the DLT-watch DAG; the replay DAG is ``build_dlt_replay_dag``'s.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from dataclasses import dataclass
 from datetime import timedelta
@@ -93,8 +94,36 @@ class Deployment:
         return self.topology.tiers  # the main topic (tier 0) and the retry tiers
 
 
-def prepare(root: Path, *, topic: str, bootstrap: str) -> Deployment:
-    """Write the topology and the DAG file into a fresh Airflow home under ``root``."""
+#: Where the demo's OpenLineage events (one file each) and metrics go, under the run directory.
+LINEAGE_DIR = "openlineage"
+METRICS_FILE = "metrics.statsd"
+
+
+def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
+    """Airflow's own settings turning metrics (StatsD, InfluxDB-style tags) and OpenLineage (file transport) on."""
+    (root / LINEAGE_DIR).mkdir(parents=True, exist_ok=True)
+    env = {
+        # a file per event: tasks running at once never write into one file
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": False,
+                                                       "log_file_path": str(root / LINEAGE_DIR / "event")}),
+        "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow-kafka-retry-demo",
+        # the listener gives up on an event after this many seconds (default 10): a busy 2-core machine needs more
+        "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "60",
+        # emit from a thread of the task, not a forked copy of it: a fork of a process that ran Kafka clients
+        # and thread pools can hang, and Airflow kills a task still running 20 s after it succeeded
+        "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
+    }
+    if statsd_port is not None:
+        env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                    "AIRFLOW__METRICS__STATSD_PORT": str(statsd_port),
+                    "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+                    "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"})
+    return env
+
+
+def prepare(root: Path, *, topic: str, bootstrap: str, statsd_port: int | None = None) -> Deployment:
+    """Write the topology and the DAG file into a fresh Airflow home under ``root``; with ``statsd_port``,
+    Airflow sends its metrics to that StatsD port."""
     home = root / "airflow"
     topologies = home / "dags" / "topologies"
     topologies.mkdir(parents=True, exist_ok=True)
@@ -109,5 +138,6 @@ def prepare(root: Path, *, topic: str, bootstrap: str) -> Deployment:
         DEMO_DIR_ENV: str(root),
         # demo only: every visitor of the UI is an admin, no login
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        **observability_env(root, statsd_port),
     })
     return Deployment(root, topology, env)

@@ -27,11 +27,13 @@ from rich.console import Console
 from rich.live import Live
 
 from airflow_kafka_retry.demo.account import Account, produced_fates, read_parked, read_produced, reconcile
-from airflow_kafka_retry.demo.deployment import Deployment, prepare
+from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, METRICS_FILE, Deployment, prepare
+from airflow_kafka_retry.demo.lineage_graph import draw_lineage, lineage_edges, read_events, unfinished_runs
 from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, order_record, read_lines
 from airflow_kafka_retry.demo.picture import draw, flow_data
 from airflow_kafka_retry.demo.progress import ProgressReader, Snapshot, render, xcom_summaries
 from airflow_kafka_retry.demo.report import print_account
+from airflow_kafka_retry.demo.statsd_sink import StatsdSink, counter_totals
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 
 PHASE_TIMEOUT_S = 600
@@ -82,6 +84,7 @@ class Demo:
         (self.d.root / FIX_FLAG).touch()
         self._replay()
         self._drain("replayed orders going through again", None)
+        self._quiesce()
         return self._account()
 
     def _produce(self) -> threading.Thread | None:
@@ -178,6 +181,24 @@ class Demo:
         self._say(f"replay {summary['replay_id']}: moved {summary['moved']} record(s) from {summary['dlt']} "
                   f"({targets}), each in a Kafka transaction with its entry in the replay log")
 
+    def _quiesce(self, timeout_s: float = 180) -> None:
+        """Pause the demo's DAGs and let the tasks still going finish, and their OpenLineage events be written
+        (a task's listener emits after Airflow recorded its end); Airflow is stopped only then."""
+        if self.fast:
+            return
+        self._cli("dags", "pause", "--treat-dag-id-as-regex", "-y", "^kafka_")
+        deadline = time.monotonic() + timeout_s
+        busy = ("running", "queued", "scheduled", "deferred", "up_for_reschedule", "restarting")
+        marks = ", ".join("?" * len(busy))
+        while (self.cluster.query(f"SELECT count(*) FROM task_instance WHERE state IN ({marks})", *busy)[0][0]
+               or unfinished_runs(read_events(self.d.root / LINEAGE_DIR))):
+            if time.monotonic() > deadline:
+                self._say(f"[yellow]tasks or their lineage events still going after {timeout_s:.0f}s; stopping "
+                          "Airflow anyway[/]")
+                return
+            self.cluster.check_alive()
+            time.sleep(1)
+
     def _account(self) -> Account:
         """Reconcile what the topic holds (read back, not what the producer meant to write) with the books."""
         topology = self.d.topology
@@ -265,9 +286,9 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with _broker(bootstrap, console) as address:
+        with _broker(bootstrap, console) as address, StatsdSink(root / METRICS_FILE) as sink:
             topic = "orders" if bootstrap is None else f"orders-demo-{uuid.uuid4().hex[:6]}"
-            deployment = prepare(root, topic=topic, bootstrap=address)
+            deployment = prepare(root, topic=topic, bootstrap=address, statsd_port=sink.port)
             demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
             mode = "fast: `airflow dags test` in schedule order" if fast else "the Airflow scheduler"
             tiers = ", ".join(f"{t.topic} {t.delay_ms // 1000}s" for t in deployment.topology.retry_tiers)
@@ -284,6 +305,7 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
                      f"{'airflow dags test' if fast else 'the Airflow scheduler'}; the DLT replayed after the fix")
             png = draw(data, root / "flow.png", title=title)
             console.print(f"picture of the flow: [bold]{png}[/] (its data: {png.with_suffix('.json')})")
+            _observability(console, root, deployment)
     except KeyboardInterrupt:
         console.print("[yellow]interrupted: Airflow and the broker were stopped[/]")
         return 130
@@ -299,6 +321,23 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
                   "(e.g. AIRFLOW_CONN_KAFKA_DEFAULT='{\"conn_type\": \"kafka\", \"extra\": "
                   "{\"bootstrap.servers\": \"HOST:9092\"}}') and copy dags/example_retry_tiers.py.")
     return 0 if account.reconciles else 1
+
+
+def _observability(console: Console, root: Path, deployment: Deployment) -> None:
+    """What the demo's Airflow reported through its metrics and OpenLineage settings."""
+    lineage = lineage_edges(read_events(root / LINEAGE_DIR))
+    if lineage["edges"]:
+        png = draw_lineage(lineage, deployment.topology, root / "lineage.png",
+                           title=f"OpenLineage: records between the topics of {lineage['namespace']}, from the "
+                                 f"events of {sum(lineage['runs'].values())} task runs")
+        console.print(f"lineage graph from the OpenLineage events: [bold]{png}[/] (events: {root / LINEAGE_DIR})")
+    else:
+        console.print("no OpenLineage events (the provider is not installed: "
+                      "pip install 'airflow-kafka-retry[openlineage]')")
+    drained = counter_totals(root / METRICS_FILE).get("tier.drained", {})
+    if drained:
+        console.print("metrics (StatsD, kafka_retry.tier.drained): " + ", ".join(
+            f"{tier} {int(n)}" for tier, n in sorted(drained.items())) + f" (all lines: {root / METRICS_FILE})")
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from airflow_kafka_retry.engine.distribution import Distribution
 from airflow_kafka_retry.engine.records import TierRecord
 from airflow_kafka_retry.engine.loading import UserCodeError
 from airflow_kafka_retry.errors import BatchFailedError, UnisolatedFailure
@@ -48,6 +49,7 @@ class Outcome:
 class BatchStats:
     handler_calls: int = 0
     extra_calls: int = 0  # calls spent isolating failures (bisection, in-place retries)
+    handler_ms: Distribution = field(default_factory=Distribution, compare=False)  # each call's duration
 
 
 class BatchRunner:
@@ -120,10 +122,13 @@ class BatchRunner:
         self.stats.handler_calls += 1
         if extra:
             self.stats.extra_calls += 1
+        started = time.perf_counter()
         try:
             self.handler(list(batch))
         except Exception as exc:  # noqa: BLE001 - user code: every failure is classified later
             return exc
+        finally:
+            self.stats.handler_ms.add((time.perf_counter() - started) * 1000)
         return None
 
     def _check_index(self, exc: BatchFailedError, batch: list[TierRecord]) -> int:

@@ -43,6 +43,7 @@ class DltWatchSummary:
     dead_lettered: Counter[str] = field(default_factory=Counter)  # exception class -> records
     causes: Counter[str] = field(default_factory=Counter)  # cause class -> records (where a cause is named)
     dlt_topics: Counter[str] = field(default_factory=Counter)  # DLT topic -> records
+    by_topic_exception: Counter[tuple[str, str]] = field(default_factory=Counter)  # (DLT topic, exception)
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     dead_letters_truncated: int = 0
 
@@ -55,6 +56,7 @@ class DltWatchSummary:
         if cause:
             self.causes[cause] += 1
         self.dlt_topics[message.topic()] += 1
+        self.by_topic_exception[(message.topic(), exception)] += 1
         if len(self.dead_letters) >= self.coordinate_cap:
             self.dead_letters_truncated += 1
             return

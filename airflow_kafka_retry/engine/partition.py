@@ -22,6 +22,7 @@ from airflow_kafka_retry.engine.clients import (
     open_producer,
     partition_counts,
 )
+from airflow_kafka_retry.engine.distribution import Distribution
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
@@ -72,6 +73,8 @@ class _ChunkWork:
     last_offset: int | None = None
     routed: list[RoutedRecord] = field(default_factory=list)
     dropped: list[DeadLetter] = field(default_factory=list)
+    lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due (records with a due time)
+    handler_ms: Distribution = field(default_factory=Distribution)  # the runner times each call into this
 
 
 class PartitionJob:
@@ -163,6 +166,7 @@ class PartitionJob:
                 # A chunk (one transaction) is read and handled a piece at a time: only its routed
                 # records are kept until the commit, so memory is bounded by the piece, not the chunk.
                 work = _ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
+                runner.stats.handler_ms = work.handler_ms
                 while True:
                     piece = reader.read(min(piece_size, limit - work.read))
                     if piece.messages:
@@ -221,6 +225,10 @@ class PartitionJob:
                     error = error.cause
                 failures.append((sources[position], error, outcome.record.attempt + outcome.tries - 1))
                 failed += 1
+        handled = self.clock()
+        for due in piece.due_ms:
+            if due is not None:
+                work.lateness_ms.add(handled - due)
         routed, dropped = self._route(failures)
         work.routed.extend(routed)
         work.dropped.extend(dropped)
@@ -333,6 +341,8 @@ class PartitionJob:
         s.transactions += 1 if self.options.transactional else 0
         s.handler_calls += runner.stats.handler_calls - work.calls_before
         s.extra_handler_calls += runner.stats.extra_calls - work.extra_before
+        s.lateness_ms.merge(work.lateness_ms)
+        s.handler_ms.merge(work.handler_ms)
         cap = self.options.dead_letter_cap
         for item in work.routed:
             dest = item.destination

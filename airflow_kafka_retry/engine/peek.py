@@ -1,9 +1,10 @@
 """Peeking at the head of each partition of a tier: the first record after the group's committed offset.
 
-What a due check needs, and nothing more: per partition, whether a record is pending and when
-the first one is due. Reading never commits and never moves the group. The end of a partition is
-taken from partition EOF, as the drain does (not from ListOffsets, whose high watermark some
-brokers get wrong). No Airflow import: the tier-due trigger calls this in a worker thread.
+What a due check needs, and the backlog gauge: per partition, whether a record is pending, when
+the first one is due, and the log end the fetch reported with it. Reading never commits and never
+moves the group. The end of a partition is taken from partition EOF and the fetch's high watermark,
+as the drain does (not from ListOffsets, whose high watermark some brokers get wrong). No Airflow
+import: the tier-due trigger calls this in a worker thread.
 """
 
 from __future__ import annotations
@@ -33,12 +34,20 @@ class PartitionHead:
     :param due_ms: its ``retry_topic-backoff-timestamp``; ``None`` when it carries none (a main-topic
         or DLT record, a Spring record without back-off header): such a record is due at once.
     :param timestamp_ms: the record's own timestamp.
+    :param end_offset: the partition's log end (high watermark) carried by the fetch that brought the
+        record; None when the client had none.
     """
 
     partition: int
     offset: int
     due_ms: int | None
     timestamp_ms: int | None = None
+    end_offset: int | None = None
+
+    @property
+    def backlog(self) -> int:
+        """Records from the head to the log end (transaction markers included: an upper bound); at least 1."""
+        return max(1, self.end_offset - self.offset) if self.end_offset is not None else 1
 
     def due_at(self, now_ms: int) -> int:
         """When the record is (or was) due; a record without due header counts as due at ``now_ms``."""
@@ -62,6 +71,15 @@ class TierPeek:
         return bool(self.heads)
 
     @property
+    def backlog(self) -> int:
+        """Pending records over every partition looked at (idle partitions count 0)."""
+        return sum(h.backlog for h in self.heads)
+
+    def oldest_due_age_ms(self, now_ms: int) -> int:
+        """How long the longest-waiting due head has been due (0 when nothing is due yet)."""
+        return max((now_ms - h.due_at(now_ms) for h in self.heads if h.is_due(now_ms)), default=0)
+
+    @property
     def idle_partitions(self) -> list[int]:
         busy = {h.partition for h in self.heads}
         return [p for p in self.partitions if p not in busy]
@@ -69,7 +87,7 @@ class TierPeek:
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "group": self.group, "partitions": list(self.partitions),
                 "heads": [{"partition": h.partition, "offset": h.offset, "due_ms": h.due_ms,
-                           "timestamp_ms": h.timestamp_ms} for h in self.heads]}
+                           "timestamp_ms": h.timestamp_ms, "end_offset": h.end_offset} for h in self.heads]}
 
 
 def _where(topic: str, partitions: Iterable[int]) -> str:
@@ -115,7 +133,11 @@ def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadl
         _, timestamp = message.timestamp()
         # a due time is read as the drain reads it: a corrupt or far-future one means due now
         due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
-        found[partition] = PartitionHead(partition, message.offset(), due, timestamp if timestamp >= 0 else None)
+        # the log end as the fetch response carried it (not ListOffsets, which some brokers get wrong)
+        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        found[partition] = PartitionHead(partition, message.offset(), due,
+                                         timestamp if timestamp >= 0 else None,
+                                         end[1] if end and end[1] >= 0 else None)
         consumer.pause([TopicPartition(topic, partition)])
     return found
 

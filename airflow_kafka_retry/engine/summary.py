@@ -6,6 +6,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from airflow_kafka_retry.engine.distribution import Distribution
+
 DEFAULT_COORDINATE_CAP = 100
 
 
@@ -52,6 +54,8 @@ class PartitionSummary:
     duration_s: float = 0.0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     dead_letters_truncated: int = 0
+    lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due, records with a due time
+    handler_ms: Distribution = field(default_factory=Distribution)  # time of each handler call (batch)
 
     def count_route(self, topic: str) -> None:
         self.routed[topic] = self.routed.get(topic, 0) + 1
@@ -72,6 +76,8 @@ class PartitionSummary:
     def from_dict(cls, data: dict[str, Any]) -> PartitionSummary:
         data = dict(data)
         data["dead_letters"] = [DeadLetter(**d) for d in data.get("dead_letters", [])]
+        data["lateness_ms"] = Distribution.from_dict(data.get("lateness_ms"))
+        data["handler_ms"] = Distribution.from_dict(data.get("handler_ms"))
         return cls(**data)
 
 
@@ -122,6 +128,14 @@ class RunSummary:
             "failed_partitions": sorted(p.partition for p in self.failed_partitions),
         }
 
+    def lateness(self) -> Distribution:
+        """Handled minus due time of the run's records (those with a due time), over all partitions."""
+        return Distribution.merged([p.lateness_ms for p in self.partitions])
+
+    def handler_time(self) -> Distribution:
+        """Time of each handler call (one batch, or one bisection step), over all partitions."""
+        return Distribution.merged([p.handler_ms for p in self.partitions])
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "status": "ok" if self.ok else "failed",
@@ -136,6 +150,8 @@ class RunSummary:
             "duration_s": round((self.finished_ms - self.started_ms) / 1000, 3),
             "stopped": self.stopped,
             "totals": self.totals(),
+            "lateness_ms": self.lateness().to_dict(),
+            "handler_ms": self.handler_time().to_dict(),
             "partitions": [p.to_dict() for p in sorted(self.partitions, key=lambda p: p.partition)],
         }
 

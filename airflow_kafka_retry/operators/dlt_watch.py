@@ -11,10 +11,13 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary, commit_offsets, scan_new_records
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
+from airflow_kafka_retry.observability.lineage import lineage_server
+from airflow_kafka_retry.observability.metrics import dlt_watch_metrics, emit
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
 #: The watch group of a topology, unless ``consumer_group`` names one.
@@ -71,6 +74,8 @@ class DltWatchOperator(BaseOperator):
         self.consumer_group = consumer_group
         self.coordinate_cap = coordinate_cap
         self.scan_timeout = scan_timeout
+        self._result: dict[str, Any] | None = None  # the last run's summary, for OpenLineage
+        self._lineage_server: str | None = None
 
     def _topology(self) -> Topology:
         return self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
@@ -82,6 +87,7 @@ class DltWatchOperator(BaseOperator):
         started = wall_clock_ms()
         summary = DltWatchSummary(group=group, coordinate_cap=self.coordinate_cap)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
+        self._lineage_server = lineage_server(kafka_config)
         scan = scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout) if topics else None
         result = {
             "kind": "dlt_watch",
@@ -95,6 +101,8 @@ class DltWatchOperator(BaseOperator):
             "dead_letters_truncated": summary.dead_letters_truncated,
             "offsets": scan.ranges() if scan else {},
         }
+        self._result = result
+        emit(dlt_watch_metrics(topology, summary.by_topic_exception))
         if not topics:
             self.log.info("%s has no DLT (dlt_strategy: no_dlt): nothing to watch", topology.source)
             return {**result, "notifiers": {"called": 0, "succeeded": 0}}
@@ -108,3 +116,18 @@ class DltWatchOperator(BaseOperator):
             result["notifiers"] = {"called": 0, "succeeded": 0}
         commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
         return result
+
+    # ------------------------------------------------------------------ OpenLineage
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """Every DLT of the topology as an input (no counts yet)."""
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """Every DLT as an input with the new records found in it, and the ``kafkaRetry`` run facet."""
+        return self._lineage(self._result)
+
+    def _lineage(self, result: dict[str, Any] | None) -> OperatorLineage:
+        from airflow_kafka_retry.observability.lineage import connection_server, dlt_watch_lineage
+
+        server = self._lineage_server or connection_server(self.kafka_conn_id)
+        return dlt_watch_lineage([t.topic for t in self._topology().dlt_tiers], server, result)

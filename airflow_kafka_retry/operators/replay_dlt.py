@@ -12,9 +12,11 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
 if TYPE_CHECKING:
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,9 @@ class ReplayDltOperator(BaseOperator):
         self.allowed_targets = list(allowed_targets)
         self.chunk_size = chunk_size
         self.move_cap = move_cap
+        self._source: str | None = None  # the topic replayed from, and what the run did: for OpenLineage
+        self._result: dict[str, Any] | None = None
+        self._lineage_server: str | None = None
 
     def request(self) -> ReplayRequest:
         key = _unset(self.key)
@@ -136,18 +141,45 @@ class ReplayDltOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
         dry_run = as_flag(self.dry_run, "dry_run")
-        replay = Replay(topology, KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(), self.request(),
+        kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        self._lineage_server = lineage_server(kafka_config)
+        replay = Replay(topology, kafka_config, self.request(),
                         replay_id=_unset(self.replay_id) or default_replay_id(context), dry_run=dry_run,
                         chunk_size=self.chunk_size, move_cap=self.move_cap, transforms=self.transforms,
                         allowed_targets=self.allowed_targets)
+        self._source = replay.source
         log.info("replay %s of %s%s", replay.replay_id, replay.source,
                  " (dry run: nothing is moved)" if dry_run else "")
         try:
             summary = replay.run()
         except ReplayAbortedError:
             if replay.summary is not None:  # what moved before the failure; a rerun of the task resumes it
+                self._result = {**replay.summary.to_dict(), "status": "failed"}
                 context["ti"].xcom_push(key="summary", value=replay.summary.to_dict())
             raise
         for line in summary.lines():
             log.info("%s", line)
-        return summary.to_dict()
+        self._result = summary.to_dict()
+        return self._result
+
+    # ------------------------------------------------------------------ OpenLineage
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The DLT (or parking topic) replayed from, as the input."""
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """The DLT in; each topic records were moved to out, with its count; the ``kafkaRetry`` run facet."""
+        return self._lineage(self._result)
+
+    def _lineage(self, result: dict[str, Any] | None) -> OperatorLineage:
+        from airflow_kafka_retry.observability.lineage import connection_server, replay_lineage
+
+        server = self._lineage_server or connection_server(self.kafka_conn_id)
+        return replay_lineage(self._source or self._source_topic(), server, result)
+
+    def _source_topic(self) -> str:
+        """The topic this replay reads, before it ran: the ``dlt`` parameter resolved by the topology."""
+        from airflow_kafka_retry.dlt.topics import source_topic
+
+        topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
+        return source_topic(topology, _unset(self.dlt))

@@ -14,6 +14,7 @@ from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier
+from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
@@ -134,6 +135,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         topology = load_topology_from(str(self.topology))
         tier = topology.select(self.tier)
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        self._lineage_server = lineage_server(kafka_config)
         self.log.info("reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s", tier.topic, tier.index,
                       self.topology, options.handler, cutoff,
                       f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
@@ -142,7 +144,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                                               cutoff_ms=cutoff, should_stop=self._should_stop,
                                               in_process=self.in_process, **chosen))
         killed = summary.stopped == KILLED
-        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason)
+        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason,
+                               topology=topology)
         if killed:
             context["ti"].xcom_push(key="summary", value=document)
             raise AirflowException(f"killed: {stop_message(summary)}")

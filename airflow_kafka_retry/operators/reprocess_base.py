@@ -20,13 +20,17 @@ from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
+from airflow_kafka_retry.observability.metrics import emit, run_metrics
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
+    from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Asset
+
+    from airflow_kafka_retry.policy.topology import Topology
 
 #: Options named by their own operator parameters, not through ``options``.
 OWN_PARAMETERS = ("handler", "value_deserializer", "key_deserializer")
@@ -177,6 +181,8 @@ class ReprocessTierMixin:
         if not _templated(max_run):
             max_run_ms(max_run)
         self._tier_assets: dict[str, Asset] = {}
+        self._run_document: dict[str, Any] | None = None  # the last run's summary, for OpenLineage
+        self._lineage_server: str | None = None  # host:port of the run's Kafka connection
         if asset_server:
             if _templated(topology, tier):
                 raise ValueError("asset_server needs the topology path and the tier as plain values (not templated): "
@@ -224,8 +230,9 @@ class ReprocessTierMixin:
 
     # ------------------------------------------------------------------ reporting
     def report(self, context: Context, summary: RunSummary, *, engine: str, deadline_reason: str | None = None,
-               cause: BaseException | None = None) -> dict[str, Any]:
-        """Log, notify, set asset events; return the summary document, or push it and raise when a partition failed.
+               cause: BaseException | None = None, topology: Topology | None = None) -> dict[str, Any]:
+        """Log, send metrics, notify, set asset events; return the summary document, or push it and raise
+        when a partition failed.
 
         The engine has committed every finished chunk by now, so notifiers run after the commit.
         """
@@ -235,7 +242,9 @@ class ReprocessTierMixin:
                 if p.stopped_by == "deadline":
                     p.stopped_by = deadline_reason
         document = summary.to_dict()
+        self._run_document = document
         self.log.info("%s: %s", summary.topic, json.dumps(document["totals"]))
+        self._send_metrics(summary, topology)
         if summary.stopped:
             self.log.warning("%s", stop_message(summary))
         if self.on_dlt and has_dead_letters(summary):
@@ -247,6 +256,35 @@ class ReprocessTierMixin:
             raise AirflowException(failure_message(summary, engine)) from cause
         self._set_asset_events(context, summary, document)
         return document
+
+    def _send_metrics(self, summary: RunSummary, topology: Topology | None) -> None:
+        try:
+            if topology is None:
+                from airflow_kafka_retry.spark.app import load_topology_from
+
+                topology = load_topology_from(str(self.topology))
+            metrics = run_metrics(summary, topology)
+        except Exception as exc:  # noqa: BLE001 - observability never fails a run that did its work
+            self.log.warning("%s: no metrics for this run: %s: %s", summary.topic, type(exc).__name__, exc)
+            return
+        emit(metrics)
+
+    # ------------------------------------------------------------------ OpenLineage
+    def get_openlineage_facets_on_start(self) -> OperatorLineage:
+        """The tier topic in; the next tier, the DLTs and the parking topic out (no counts yet)."""
+        return self._lineage(None)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
+        """As on start, with record counts and the ``kafkaRetry`` run facet (the summary's totals)."""
+        return self._lineage(self._run_document)
+
+    def _lineage(self, document: dict[str, Any] | None) -> OperatorLineage:
+        from airflow_kafka_retry.observability.lineage import connection_server, tier_run_lineage
+        from airflow_kafka_retry.spark.app import load_topology_from
+
+        topology = load_topology_from(str(self.topology))
+        server = self.asset_server or self._lineage_server or connection_server(self.kafka_conn_id)
+        return tier_run_lineage(topology, topology.select(self.tier), server, document)
 
     def _set_asset_events(self, context: Context, summary: RunSummary, document: Mapping[str, Any]) -> None:
         """Each outlet topic that received records gets an event whose ``extra`` holds the counts.

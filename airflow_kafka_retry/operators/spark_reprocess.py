@@ -14,6 +14,7 @@ from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
 from airflow_kafka_retry.notifications.dispatch import Notifier
+from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
     ReprocessTierMixin,
@@ -166,9 +167,10 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         options = self.drain_options(deadline)
         cutoff = self.cutoff_ms(context)
         master, deploy_mode = self._master()
+        kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        self._lineage_server = lineage_server(kafka_config)
         submission = prepare_submission(
-            topology_path=self.topology, tier=self.tier, options=options,
-            kafka_config=KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(),
+            topology_path=self.topology, tier=self.tier, options=options, kafka_config=kafka_config,
             master=master, deploy_mode=deploy_mode, spark_conf=self.conf, properties_file=self.properties_file,
             allow_unencrypted_secrets=self.allow_unencrypted_secrets,
             result_path=self.result_path or None, cutoff_ms=cutoff, partitions=self.partitions,

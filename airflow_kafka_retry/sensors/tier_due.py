@@ -11,6 +11,7 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipExc
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.observability.metrics import emit_tier_backlog
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
@@ -53,6 +54,11 @@ class RetryTierDueSensor(BaseSensorOperator):
     * records are pending but not due yet: it waits until the earliest due time it saw, then looks
       again (deferred to the triggerer by default; not a fixed poke loop);
     * outside the reprocessing ``window``, nothing is due: it waits for the window's opening.
+
+    Each look it makes itself (not the trigger's) also sends the tier's backlog gauges through
+    Airflow's metrics (``kafka_retry.tier.backlog`` and ``kafka_retry.tier.oldest_due_age_ms``, see
+    :func:`~airflow_kafka_retry.observability.metrics.emit_tier_backlog`) when it looks at every
+    partition.
 
     With ``max_wait``, a wait that would end later than ``max_wait`` after the sensor started skips
     the task instead: the next scheduled run will find the records. The DAG factory sets it to the
@@ -115,8 +121,8 @@ class RetryTierDueSensor(BaseSensorOperator):
     def _topology(self) -> Topology:
         return self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
 
-    def _tier(self) -> tuple[Tier, str]:
-        topology = self._topology()
+    def _tier(self, topology: Topology | None = None) -> tuple[Tier, str]:
+        topology = topology or self._topology()
         tier = topology.select(self.tier)
         return tier, self.consumer_group or topology.consumer_group(tier)
 
@@ -136,11 +142,14 @@ class RetryTierDueSensor(BaseSensorOperator):
         return self._deadline_ms
 
     def _look(self, context: Context) -> tuple[Tier, str, dict[str, Any]]:
-        tier, group = self._tier()
+        topology = self._topology()
+        tier, group = self._tier(topology)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         check, peek = look(kafka_config, tier.topic, group, partitions=self.partitions, window=self._window(),
                            deadline_ms=self._start_clock(context), peek_timeout=self.peek_timeout)
-        self.log.info("%s (group %s): %s", tier.topic, group, check.reason)
+        self.log.info("%s (group %s): %s; backlog %s", tier.topic, group, check.reason, peek.backlog)
+        if self.partitions is None:  # the gauge is the whole tier's: a look at some partitions is not
+            emit_tier_backlog(peek, topology, tier, now_ms=check.now_ms)
         return tier, group, event_payload(check, peek)
 
     # ------------------------------------------------------------------ outcomes

@@ -6,8 +6,9 @@ broker, fixes the bug, replays the DLT with the replay DAG and ends with the acc
 every order is in exactly one final place, the one its fate calls for, and the places add up to
 the orders read back from the topic (none unaccounted for, none handled successfully twice); the XCom
 run summaries agree with the service's books; no record was handled before its due time; the PNG
-exists and is a real picture; the data it was drawn from equals the table's counts; no Airflow process
-of the demo outlives it, also when it is stopped mid-run.
+exists and is a real picture; the data it was drawn from equals the table's counts; the lineage graph
+drawn from the OpenLineage events has the flow's hops, and the StatsD counters the graph's; no Airflow
+process of the demo outlives it, also when it is stopped mid-run.
 """
 
 from __future__ import annotations
@@ -122,6 +123,31 @@ def test_the_picture_is_drawn_from_the_table_counts(demo_run):
         assert inflow[place] == account["final"][place]
     assert data["nodes"]["orders"]["orders"] == ORDERS
     assert data["lateness"] == account["lateness"]
+
+
+def test_the_demo_airflow_reports_lineage_and_metrics_with_the_flow_counts(demo_run):
+    """The demo's Airflow sends metrics (StatsD) and OpenLineage events (file transport) with its own settings;
+    the lineage graph's topic-to-topic counts are the flow's, and the drained counters the XCom summaries'."""
+    from airflow_kafka_retry.demo.statsd_sink import counter_totals
+
+    out, _ = demo_run
+    png = out / "lineage.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    lineage = json.loads((out / "lineage.json").read_text())
+    flow = {(a, b): n for a, b, n in json.loads((out / "flow.json").read_text())["edges"]}
+    edges = {(a, b): n for a, b, n in lineage["edges"]}
+    assert lineage["namespace"].startswith("kafka://127.0.0.1:")
+    assert lineage["runs"]["dlt_replay"] >= 1 and lineage["runs"]["tier_run"] >= 3
+    # first passes through the tiers: each hop the orders made is a hop the lineage counted
+    for hop in [("orders", "orders-retry-1"), ("orders-retry-1", "orders-retry-2"), ("orders-retry-2", "orders-dlt"),
+                ("orders", "orders-validation-dlt"), ("orders", "orders-dlt")]:
+        assert edges[hop] == flow[hop], (hop, edges, flow)
+    # the replay moved the DLT's records back to orders; those that fail again are parked from there
+    assert edges[("orders-dlt", "orders")] == flow[("orders-dlt", "orders-parking")] + flow[("orders-dlt", PROCESSED)]
+    assert edges[("orders", "orders-parking")] == flow[("orders-dlt", "orders-parking")]
+    drained = counter_totals(out / "metrics.statsd")["tier.drained"]
+    for tier in ("orders", "orders-retry-1", "orders-retry-2"):
+        assert drained[tier] == sum(n for (a, _), n in edges.items() if a == tier), (tier, drained, edges)
 
 
 def _processes_with_cmdline(fragment: bytes) -> list[int]:

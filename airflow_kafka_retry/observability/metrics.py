@@ -1,0 +1,137 @@
+"""Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
+
+Airflow's ``[metrics]`` settings decide where they go (StatsD, Datadog's DogStatsD, OpenTelemetry)
+and whether tags travel (see the README's metrics table): nothing is configured here. Every name
+starts with :data:`PREFIX`; tags name the path, the tier and, where it matters, the DLT topic and
+the exception class -- never a partition, an offset or a key, so the number of series stays bounded
+by the topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
+:func:`dlt_watch_metrics`); :func:`emit` sends them and never fails the caller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from airflow_kafka_retry.engine.distribution import Distribution
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.peek import TierPeek
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.policy.topology import Tier, Topology
+
+log = logging.getLogger(__name__)
+
+PREFIX = "kafka_retry"
+Kind = Literal["counter", "timer", "gauge"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One value to send: a counter increment, a timing (ms) or a gauge."""
+
+    kind: Kind
+    name: str
+    value: float
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def tier_tags(topology_topic: str, tier_topic: str, tier_index: int) -> dict[str, str]:
+    """The tags every tier metric carries: the path (its main topic), the tier's topic and index."""
+    return {"topology": topology_topic, "tier_topic": tier_topic, "tier": str(tier_index)}
+
+
+def _counter(name: str, value: float, tags: Mapping[str, str], **more: str) -> Metric:
+    return Metric("counter", f"{PREFIX}.{name}", value, {**tags, **more})
+
+
+def _distribution(name: str, dist: Distribution, tags: Mapping[str, str]) -> list[Metric]:
+    """Mean and max as timers, and cumulative bucket counts (``le`` tag) as counters; nothing when empty."""
+    if not dist.count:
+        return []
+    metrics = [Metric("timer", f"{PREFIX}.tier.{name}", round(dist.sum_ms / dist.count, 3), dict(tags)),
+               Metric("timer", f"{PREFIX}.tier.{name}_max", dist.max_ms, dict(tags))]
+    metrics += [_counter(f"tier.{name}_bucket", n, tags, le=le) for le, n in dist.cumulative().items()]
+    return metrics
+
+
+def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
+    """What one reprocess run sends: counts, its duration, handler time per call and lateness.
+
+    ``routed`` counts records sent on to a later retry tier; ``dead_lettered`` (one per DLT topic,
+    tag ``dlt_topic``) those sent to a DLT; ``parked`` those sent to the parking topic; ``dropped``
+    failed records with no home (``dlt_strategy: no_dlt``); ``handler_errors`` records the handler
+    (or a deserializer) failed on, whatever became of them.
+    """
+    tags = tier_tags(topology.topic, summary.topic, summary.tier)
+    totals = summary.totals()
+    to_dlts = dict(totals["dlt_topics"])  # records whose destination was a DLT or the parking topic
+    parked = to_dlts.pop(topology.parking_topic, 0) if topology.parking_topic else 0
+    routed_on = sum(totals["routed"].values()) - sum(to_dlts.values()) - parked
+    metrics = [
+        _counter("tier.runs", 1, tags, status="ok" if summary.ok else "failed"),
+        _counter("tier.drained", totals["drained"], tags),
+        _counter("tier.succeeded", totals["succeeded"], tags),
+        _counter("tier.routed", routed_on, tags),
+        _counter("tier.parked", parked, tags),
+        _counter("tier.dropped", totals["dropped"], tags),
+        _counter("tier.handler_errors", totals["drained"] - totals["succeeded"], tags),
+        _counter("tier.handler_calls", sum(p.handler_calls for p in summary.partitions), tags),
+        _counter("tier.bisection_calls", sum(p.extra_handler_calls for p in summary.partitions), tags),
+        Metric("timer", f"{PREFIX}.tier.run_duration", max(0, summary.finished_ms - summary.started_ms),
+               tags),
+    ]
+    metrics += [_counter("tier.dead_lettered", n, tags, dlt_topic=topic)
+                for topic, n in sorted(to_dlts.items())]
+    metrics += _distribution("handler_batch_time", summary.handler_time(), tags)
+    metrics += _distribution("lateness", summary.lateness(), tags)
+    return metrics
+
+
+def backlog_metrics(peek: TierPeek, topology: Topology, tier: Tier, now_ms: int) -> list[Metric]:
+    """The two figures an on-call alert needs: records pending in the tier, and how long the oldest due
+    one has waited past its due time (ms; 0 when none is due)."""
+    tags = tier_tags(topology.topic, peek.topic, tier.index)
+    return [Metric("gauge", f"{PREFIX}.tier.backlog", peek.backlog, tags),
+            Metric("gauge", f"{PREFIX}.tier.oldest_due_age_ms", peek.oldest_due_age_ms(now_ms), tags)]
+
+
+def dlt_watch_metrics(topology: Topology, new_records: Mapping[tuple[str, str], int]) -> list[Metric]:
+    """New dead letters the watch found, per ``(DLT topic, exception class)``."""
+    tags = {"topology": topology.topic}
+    return [_counter("dlt.new_records", n, tags, dlt_topic=topic, exception=exception)
+            for (topic, exception), n in sorted(new_records.items())]
+
+
+def emit(metrics: Iterable[Metric]) -> int:
+    """Send ``metrics`` through Airflow's ``Stats``; returns how many were sent.
+
+    A failure is logged, never raised: metrics must not fail a run that did its work.
+    """
+    sent = 0
+    try:
+        from airflow.sdk.observability.stats import Stats
+
+        for metric in metrics:
+            tags = dict(metric.tags)
+            if metric.kind == "counter":
+                Stats.incr(metric.name, int(metric.value), tags=tags)
+            elif metric.kind == "timer":
+                Stats.timing(metric.name, metric.value, tags=tags)
+            else:
+                Stats.gauge(metric.name, metric.value, tags=tags)
+            sent += 1
+    except Exception as exc:  # noqa: BLE001 - observability never fails the task
+        log.warning("could not send metrics (%s sent): %s: %s", sent, type(exc).__name__, exc)
+    return sent
+
+
+def emit_tier_backlog(peek: TierPeek, topology: Topology, tier: Tier, *, now_ms: int | None = None) -> int:
+    """Send the backlog gauges of ``tier`` from a peek (the tier-due sensor's, or a trigger's)."""
+    if now_ms is None:
+        from airflow_kafka_retry.policy.resolver import wall_clock_ms
+
+        now_ms = wall_clock_ms()
+    return emit(backlog_metrics(peek, topology, tier, now_ms))
