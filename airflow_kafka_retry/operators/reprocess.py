@@ -55,7 +55,9 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
-        ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
+        ISO-8601 string, or ``"now"`` (when draining starts: a run triggered by a tier's event trigger
+        first waits until the wave it fired for is due); default: the run's data interval end, else its
+        logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
     :param parallelism: partitions processed at once, each with its own Kafka clients (default: the
         local engine's default).
@@ -122,6 +124,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
+        self.wait_for_wave(context, self._should_stop)
         started = wall_clock_ms()
         deadline, deadline_reason = self.deadline(started)
         options = self.drain_options(deadline)

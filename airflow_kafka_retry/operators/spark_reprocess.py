@@ -68,7 +68,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
-        ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
+        ISO-8601 string, or ``"now"`` (when draining starts: a run triggered by a tier's event trigger
+        first waits until the wave it fired for is due); default: the run's data interval end, else its
+        logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after
         the commit, when the run dead-lettered or dropped a record; ``context["kafka_retry_summary"]``
@@ -162,6 +164,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
+        self.wait_for_wave(context)
         deadline, deadline_reason = self.deadline(wall_clock_ms())
         options = self.drain_options(deadline)
         cutoff = self.cutoff_ms(context)

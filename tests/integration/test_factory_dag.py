@@ -1,4 +1,4 @@
-"""A factory-built tier DAG through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
+"""A factory-built tier DAG (schedule mode) through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
 
 Records are put on retry-1 as a Spring service's retry topic would hold them (attempt and due-time
 headers): most are due, two (one per partition) are due in an hour. ``dags test`` of the tier DAG
@@ -58,6 +58,7 @@ globals().update(build_retry_dags(
     default_args={{"retries": 0}},
     include_main=True,
     asset_server={server!r},
+    trigger="schedule",
 ))
 '''
 
