@@ -227,7 +227,8 @@ def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings,
             "cutoff": CUTOFF_NOW if events is not None else CUTOFF_RENDERED_NOW,
         }
         optional = {"on_dlt": on_dlt, "window": settings.window, "timezone": settings.timezone,
-                    "max_run": settings.max_run, "asset_server": asset_server}
+                    "max_run": settings.max_run, "asset_server": asset_server,
+                    "skip_missing_topic": events is not None}
         common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
         if engine == "spark":
             from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator

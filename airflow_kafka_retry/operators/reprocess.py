@@ -72,6 +72,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param asset_server: the Kafka server (``host:port``) of the asset URIs ``kafka://<server>/<topic>``;
         when given, the next tier and the DLTs are outlets and each event's ``extra`` holds its
         record count. The topology path and tier must not be templated then.
+    :param skip_missing_topic: a run that no tier wave started (a sweep, a manual run) is skipped when the
+        tier's own topic does not exist yet (the event-mode DAG factory sets it).
     """
 
     template_fields: Sequence[str] = REPROCESS_TEMPLATE_FIELDS
@@ -96,13 +98,15 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,
         asset_server: str | None = None,
+        skip_missing_topic: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
                              key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
                              cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
-                             max_run=max_run, asset_server=asset_server)
+                             max_run=max_run, asset_server=asset_server,
+                             skip_missing_topic=skip_missing_topic)
         if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int)
                                         or parallelism < 1):
             raise ValueError(f"parallelism must be an integer >= 1, got {parallelism!r}")
@@ -132,6 +136,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         topology = load_topology_from(str(self.topology))
         tier = topology.select(self.tier)
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        self.skip_when_tier_topic_is_missing(context, kafka_config, tier.topic)
         self.log.info("reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s", tier.topic, tier.index,
                       self.topology, options.handler, cutoff,
                       f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")

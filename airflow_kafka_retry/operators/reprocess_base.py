@@ -15,11 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 
 from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
@@ -181,6 +182,7 @@ class ReprocessTierMixin:
         timezone: str | None,
         max_run: str | int | timedelta | None,
         asset_server: str | None,
+        skip_missing_topic: bool = False,
     ) -> None:
         self.topology = topology
         self.tier = tier
@@ -196,6 +198,7 @@ class ReprocessTierMixin:
         self.timezone = timezone
         self.max_run = max_run
         self.asset_server = asset_server
+        self.skip_missing_topic = skip_missing_topic
         check_option_names(self.options)
         if not _templated(window, timezone):
             self.reprocess_window()  # a bad window fails when the DAG is parsed
@@ -222,6 +225,16 @@ class ReprocessTierMixin:
         if value is None or value == "":
             value = context.get("data_interval_end") or context.get("logical_date")
         return wall_clock_ms() if value is None or value == CUTOFF_NOW else to_epoch_ms(value)
+
+    def skip_when_tier_topic_is_missing(self, context: Context, kafka_config: Mapping[str, Any], topic: str) -> None:
+        """Event mode (``skip_missing_topic``): a run that no wave started (a sweep, a manual run) skips when
+        the tier's own topic does not exist yet -- nothing can be due there. A missing destination still
+        fails the run, naming it."""
+        if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
+            return
+        if missing_topics(kafka_config, [topic]):
+            raise AirflowSkipException(f"{topic} does not exist yet, so nothing is due there; the topology's "
+                                       "setup DAG (or airflow-kafka-retry topology create-topics) creates it")
 
     def wait_for_wave(self, context: Context, should_stop: Callable[[], str | None] = lambda: None) -> None:
         """In a run started by a tier's event trigger, wait until the wave it fired for is due.

@@ -21,6 +21,7 @@ from airflow_kafka_retry.operators.reprocess_base import (
     to_epoch_ms,
 )
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.spark.app import load_topology_from
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
 from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
 
@@ -84,6 +85,8 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     :param asset_server: the Kafka server (``host:port``) of the asset URIs ``kafka://<server>/<topic>``;
         when given, the next tier and the DLTs are outlets and each event's ``extra`` holds its
         record count. The topology path and tier must not be templated then.
+    :param skip_missing_topic: a run that no tier wave started (a sweep, a manual run) is skipped when the
+        tier's own topic does not exist yet (the event-mode DAG factory sets it).
     :param application: the ``.py`` application to submit; default: the entry point inside this package.
     :param allow_unencrypted_secrets: with a non-local master, let a Kafka configuration holding secrets
         reach the executors even though ``spark.authenticate`` and ``spark.network.crypto.enabled`` are not
@@ -117,6 +120,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,
         asset_server: str | None = None,
+        skip_missing_topic: bool = False,
         application: str = "",
         name: str = "airflow-kafka-retry",
         allow_unencrypted_secrets: bool = False,
@@ -126,7 +130,8 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
                              key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
                              cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
-                             max_run=max_run, asset_server=asset_server)
+                             max_run=max_run, asset_server=asset_server,
+                             skip_missing_topic=skip_missing_topic)
         self.result_path = result_path
         self.allow_unencrypted_secrets = allow_unencrypted_secrets
         self._user_py_files = self.py_files
@@ -169,9 +174,13 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         options = self.drain_options(deadline)
         cutoff = self.cutoff_ms(context)
         master, deploy_mode = self._master()
+        kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        if self.skip_missing_topic:
+            tier_topic = load_topology_from(str(self.topology)).select(self.tier).topic
+            self.skip_when_tier_topic_is_missing(context, kafka_config, tier_topic)
         submission = prepare_submission(
             topology_path=self.topology, tier=self.tier, options=options,
-            kafka_config=KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config(),
+            kafka_config=kafka_config,
             master=master, deploy_mode=deploy_mode, spark_conf=self.conf, properties_file=self.properties_file,
             allow_unencrypted_secrets=self.allow_unencrypted_secrets,
             result_path=self.result_path or None, cutoff_ms=cutoff, partitions=self.partitions,

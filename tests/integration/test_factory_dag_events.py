@@ -1,7 +1,7 @@
 """Event-mode DAGs of the factory through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
 
 ``dags test`` involves no watcher: the tier DAG's one task drains what is due when it runs. Checked:
-the ``@once`` setup DAG creates the missing topics; the tier DAG drains the due records of retry-1,
+a tier run before the topics exist is skipped; the ``@once`` setup DAG creates the missing topics; the tier DAG drains the due records of retry-1,
 routes the failures and commits right before the not-yet-due ones; the DLT-watch DAG reports the
 dead letters; the watchers' triggers are registered in the metadata DB with the connection id only.
 """
@@ -82,6 +82,12 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     assert sorted(c.rsplit(".", 1)[1] for c, _ in triggers) == ["DltArrivalEventTrigger", "TierDueEventTrigger",
                                                                  "TierDueEventTrigger"], triggers
     assert not any(kafka_bootstrap in str(kwargs) for _, kwargs in triggers)
+
+    # before the setup DAG ran, a run of a tier whose topic does not exist yet is skipped (nothing is due there)
+    tier2 = f"akr_{retry2}"
+    output = dags_test(tier2)
+    assert _states(db, tier2) == [{"reprocess": "skipped"}], output
+    assert f"{retry2} does not exist yet" in output
 
     setup = f"akr_{main}__ensure_topics"
     output = dags_test(setup)

@@ -88,7 +88,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         assert trigger.due_horizon_ms == 86_400_000 + tier.delay_ms
         # no sensor, no ensure_topics per run: the one task waits for its wave and drains from "now"
         assert [t.task_id for t in dag.tasks] == ["reprocess"]
-        assert dag.get_task("reprocess").cutoff == "now"
+        assert dag.get_task("reprocess").cutoff == "now" and dag.get_task("reprocess").skip_missing_topic
     assert dags["kafka_retry__orders-retry-1"].timetable.timetable.delta == timedelta(hours=1)
     night = dags["kafka_retry__orders-retry-3"]
     assert night.timetable.timetable.expression == "0 1 * * *"
