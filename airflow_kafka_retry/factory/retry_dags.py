@@ -261,7 +261,8 @@ def _watch_dag(path: str, topology: Topology, *, dag_id: str, schedule: Any, kaf
         watched = events.dlt_asset(topology.topic, dlts, WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
                                    dag_id=dag_id)
     with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
-        DltWatchOperator(task_id=WATCH_TASK_ID, topology=path, kafka_conn_id=kafka_conn_id, on_dlt=on_dlt)
+        DltWatchOperator(task_id=WATCH_TASK_ID, topology=path, kafka_conn_id=kafka_conn_id, on_dlt=on_dlt,
+                         skip_missing_topics=events is not None)
     return dag
 
 
