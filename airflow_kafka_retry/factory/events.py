@@ -26,6 +26,9 @@ DEFAULT_FIRE_AHEAD = timedelta(seconds=3)
 MAX_FIRE_AHEAD = timedelta(seconds=30)
 #: A wave the group has not committed past after this long fires again.
 DEFAULT_REFIRE_AFTER = timedelta(hours=1)
+#: A run waits in its task for a record due within this long, rather than leaving it to a new run
+#: (a new run costs a wave, a DAG run and a task start: a few seconds).
+DEFAULT_FOLLOW = timedelta(seconds=10)
 #: URI schemes of the watched assets.
 DUE_SCHEME, DEAD_LETTER_SCHEME = "kafka-retry-due", "kafka-retry-dead-letters"
 
@@ -67,6 +70,7 @@ class EventSettings:
     sweep: Any = DEFAULT_SWEEP
     fire_ahead: timedelta = DEFAULT_FIRE_AHEAD
     refire_after: timedelta = DEFAULT_REFIRE_AFTER
+    follow: timedelta | None = DEFAULT_FOLLOW
 
     def __post_init__(self) -> None:
         if not isinstance(self.fire_ahead, timedelta) or not timedelta(0) <= self.fire_ahead <= MAX_FIRE_AHEAD:
@@ -74,6 +78,8 @@ class EventSettings:
                              f"got {self.fire_ahead!r}")
         if not isinstance(self.refire_after, timedelta) or self.refire_after <= timedelta(0):
             raise ValueError(f"refire_after must be a positive timedelta, got {self.refire_after!r}")
+        if self.follow is not None and (not isinstance(self.follow, timedelta) or self.follow < timedelta(0)):
+            raise ValueError(f"follow must be a timedelta >= 0 or None, got {self.follow!r}")
 
     def _timing(self) -> dict[str, float]:
         return {"fire_ahead": self.fire_ahead.total_seconds(), "refire_after": self.refire_after.total_seconds()}

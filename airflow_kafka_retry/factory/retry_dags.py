@@ -21,6 +21,7 @@ from airflow.sdk import DAG
 
 from airflow_kafka_retry.factory.events import (
     DEFAULT_FIRE_AHEAD,
+    DEFAULT_FOLLOW,
     DEFAULT_REFIRE_AFTER,
     DEFAULT_SWEEP,
     EventSettings,
@@ -71,6 +72,7 @@ def build_retry_dags(
     sweep: Any = DEFAULT_SWEEP,
     fire_ahead: timedelta = DEFAULT_FIRE_AHEAD,
     refire_after: timedelta = DEFAULT_REFIRE_AFTER,
+    follow: timedelta | None = DEFAULT_FOLLOW,
     **dag_kwargs: Any,
 ) -> dict[str, DAG]:
     """Build the DAGs that run a retry topology on Airflow; a DAG file does ``globals().update(...)``.
@@ -123,6 +125,9 @@ def build_retry_dags(
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
     :param refire_after: event mode: a wave the tier group has not committed past after this long (a run
         that failed or never started) fires again.
+    :param follow: event mode, local engine: a run whose next record is due within this long waits for it
+        and drains on (``engine/follow.py``), so a steady stream of due records is one run, not a run
+        per wave; None: one drain per run.
     :param dag_kwargs: passed to every ``DAG`` (``default_args``, ``tags``, ``start_date``, ...).
     """
     path, loaded = _topology(topology)
@@ -143,7 +148,7 @@ def build_retry_dags(
     events = None
     if trigger == "event":
         events = EventSettings(kafka_conn_id, sweep=check_sweep(sweep), fire_ahead=fire_ahead,
-                               refire_after=refire_after)
+                               refire_after=refire_after, follow=follow)
     notifiers = normalize_notifiers(on_dlt)
     tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
     watch_topic = loaded.dlt_topic if dlt_watch else None
@@ -237,7 +242,8 @@ def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings,
         else:
             from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 
-            reprocess = ReprocessTierOperator(**common)
+            follow = events.follow if events is not None else None
+            reprocess = ReprocessTierOperator(**common, **({"follow": follow} if follow else {}))
         if events is None:
             from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
             from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor

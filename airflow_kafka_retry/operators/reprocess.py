@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
+from airflow_kafka_retry.engine.follow import drain_following
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
+from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
 
@@ -74,6 +76,9 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         record count. The topology path and tier must not be templated then.
     :param skip_missing_topic: a run that no tier wave started (a sweep, a manual run) is skipped when the
         tier's own topic does not exist yet (the event-mode DAG factory sets it).
+    :param follow: when the first record a drain left is due within this long (a timedelta, ``"10s"`` or
+        milliseconds), wait for it and drain again in this task (see ``engine/follow.py``), instead of
+        leaving it to a new run; None: one drain.
     """
 
     template_fields: Sequence[str] = REPROCESS_TEMPLATE_FIELDS
@@ -99,6 +104,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         max_run: str | int | timedelta | None = None,
         asset_server: str | None = None,
         skip_missing_topic: bool = False,
+        follow: timedelta | int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -111,6 +117,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                                         or parallelism < 1):
             raise ValueError(f"parallelism must be an integer >= 1, got {parallelism!r}")
         self.parallelism = parallelism
+        self.follow_ms = duration_ms(follow) if follow is not None else None
         self._stop_reason: str | None = None
 
     # ------------------------------------------------------------------ stopping
@@ -141,8 +148,12 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                       self.topology, options.handler, cutoff,
                       f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
         chosen = {"parallelism": self.parallelism} if self.parallelism is not None else {}  # else the engine's
-        summary = self._run(lambda: run_local(topology, tier, kafka_config, options, partitions=self.partitions,
-                                              cutoff_ms=cutoff, should_stop=self._should_stop, **chosen))
+        def drain(cutoff_ms: int) -> RunSummary:
+            return run_local(topology, tier, kafka_config, options, partitions=self.partitions, cutoff_ms=cutoff_ms,
+                             should_stop=self._should_stop, **chosen)
+
+        summary = self._run(lambda: drain_following(drain, cutoff_ms=cutoff, follow_ms=self.follow_ms,
+                                                    should_stop=self._should_stop, deadline_ms=deadline))
         killed = summary.stopped == KILLED
         document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason)
         if killed:

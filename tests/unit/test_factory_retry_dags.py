@@ -89,6 +89,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         # no sensor, no ensure_topics per run: the one task waits for its wave and drains from "now"
         assert [t.task_id for t in dag.tasks] == ["reprocess"]
         assert dag.get_task("reprocess").cutoff == "now" and dag.get_task("reprocess").skip_missing_topic
+        assert dag.get_task("reprocess").follow_ms == 10_000
     assert dags["kafka_retry__orders-retry-1"].timetable.timetable.delta == timedelta(hours=1)
     night = dags["kafka_retry__orders-retry-3"]
     assert night.timetable.timetable.expression == "0 1 * * *"
@@ -117,6 +118,10 @@ def test_event_mode_settings_are_checked():
         build_retry_dags(ORDERS, handler=HANDLER, trigger="kafka")
     with pytest.raises(ValueError, match="fire_ahead must be a timedelta from 0 to 30s"):
         build_retry_dags(ORDERS, handler=HANDLER, fire_ahead=timedelta(minutes=5))
+    assert build_retry_dags(ORDERS, handler=HANDLER, follow=None)["kafka_retry__orders-retry-1"].get_task(
+        "reprocess").follow_ms is None
+    with pytest.raises(ValueError, match="follow must be a timedelta >= 0 or None"):
+        build_retry_dags(ORDERS, handler=HANDLER, follow="10s")
     with pytest.raises(ValueError, match="refire_after must be a positive timedelta"):
         build_retry_dags(ORDERS, handler=HANDLER, refire_after=timedelta(0))
     with pytest.raises(ValueError, match="sweep: 'hourly' is not a valid cron expression"):
