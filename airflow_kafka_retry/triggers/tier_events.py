@@ -115,13 +115,13 @@ class _HeadEventTrigger(BaseEventTrigger):
             self.log.info("%s: a wave fired at %s is not taken yet; waiting for the group to commit past it",
                           self.where, format_ms(wave.fired_ms))
         watch: HeadWatch | None = None
-        next_check = 0
+        next_check = failures = 0
         try:
             while True:
                 try:
                     if watch is None:
                         watch = await self._open()
-                        next_check = 0
+                        next_check, failures = 0, 0
                     now = wall_clock_ms()
                     if now >= next_check:
                         committed = await asyncio.to_thread(watch.sync_committed)
@@ -152,11 +152,15 @@ class _HeadEventTrigger(BaseEventTrigger):
                             continue
                     await asyncio.sleep(self.poll_interval)
                 except (HeadWatchError, KafkaException, KafkaConfigError) as exc:
-                    self.log.warning("%s: %s; looking again in %ss", self.where, exc, self.retry_after)
+                    # a topic not created yet is the usual case at a first deployment: look again soon,
+                    # then less often (up to retry_after)
+                    pause = min(self.retry_after, 2.0 ** failures)
+                    failures += 1
+                    self.log.warning("%s: %s; looking again in %.0fs", self.where, exc, pause)
                     if watch is not None:
                         await asyncio.to_thread(watch.close)
                         watch = None
-                    await asyncio.sleep(self.retry_after)
+                    await asyncio.sleep(pause)
         finally:
             if watch is not None:
                 await asyncio.to_thread(watch.close)
@@ -186,7 +190,8 @@ class TierDueEventTrigger(_HeadEventTrigger):
     :param poll_interval: seconds between looks at what the watch consumer fetched.
     :param commit_check: seconds between reads of the committed offsets while a wave or a head is pending.
     :param idle_check: the same while nothing is pending.
-    :param retry_after: seconds to wait after a broker error (a missing topic, an unreachable cluster).
+    :param retry_after: the longest wait after a broker error (a missing topic, an unreachable cluster);
+        the first waits are 1, 2, 4... seconds.
     """
 
     kind = TIER_DUE

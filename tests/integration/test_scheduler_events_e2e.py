@@ -136,6 +136,16 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         return killed
 
     with AirflowCluster(home, env, cwd=REPO) as cluster:
+        # as a deployment starts: the setup DAG creates the topics once, then the service produces
+        setup = f"ev__{main}__ensure_topics"
+
+        def set_up() -> bool:
+            return [state for _, _, state in cluster.task_states(setup)] == ["success"]
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not set_up():
+            time.sleep(1)
+        assert set_up(), cluster.log_tail("scheduler")
         run_phase(cluster, first)
         phase1 = _ledger(timed_ledger)
         killed = run_phase(cluster, second, kill_after=KILL_TRIGGERER_AFTER_S)
