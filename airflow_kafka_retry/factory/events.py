@@ -9,6 +9,7 @@ they are *due*, and would start a run that drains nothing. Nothing here reads a 
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,8 +20,6 @@ from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 if TYPE_CHECKING:
     from airflow.sdk import Asset
 
-#: How often a tier DAG also runs without an event (a safety sweep), by default.
-DEFAULT_SWEEP = timedelta(hours=1)
 #: How long before the due time a wave fires (the task's start-up is not added to lateness).
 DEFAULT_FIRE_AHEAD = timedelta(seconds=3)
 MAX_FIRE_AHEAD = timedelta(seconds=30)
@@ -67,7 +66,7 @@ class EventSettings:
     """What the watchers of one ``build_retry_dags`` call share."""
 
     kafka_conn_id: str
-    sweep: Any = DEFAULT_SWEEP
+    sweep: Any = None  # None: hourly, see sweep_for
     fire_ahead: timedelta = DEFAULT_FIRE_AHEAD
     refire_after: timedelta = DEFAULT_REFIRE_AFTER
     follow: timedelta | None = DEFAULT_FOLLOW
@@ -80,6 +79,13 @@ class EventSettings:
             raise ValueError(f"refire_after must be a positive timedelta, got {self.refire_after!r}")
         if self.follow is not None and (not isinstance(self.follow, timedelta) or self.follow < timedelta(0)):
             raise ValueError(f"follow must be a timedelta >= 0 or None, got {self.follow!r}")
+
+    def sweep_for(self, dag_id: str) -> Any:
+        """The sweep of one DAG: the one given, else hourly at a minute derived from the DAG id (a cron
+        string, so it does not run at once when deployed, and many DAGs' sweeps spread over the hour)."""
+        if self.sweep is not None:
+            return self.sweep
+        return f"{zlib.crc32(dag_id.encode()) % 60} * * * *"
 
     def _timing(self) -> dict[str, float]:
         return {"fire_ahead": self.fire_ahead.total_seconds(), "refire_after": self.refire_after.total_seconds()}

@@ -23,7 +23,6 @@ from airflow_kafka_retry.factory.events import (
     DEFAULT_FIRE_AHEAD,
     DEFAULT_FOLLOW,
     DEFAULT_REFIRE_AFTER,
-    DEFAULT_SWEEP,
     EventSettings,
     check_sweep,
     sweep_schedule,
@@ -69,7 +68,7 @@ def build_retry_dags(
     min_schedule: timedelta = timedelta(seconds=30),
     asset_server: str | None = None,
     trigger: str = "event",
-    sweep: Any = DEFAULT_SWEEP,
+    sweep: Any = None,
     fire_ahead: timedelta = DEFAULT_FIRE_AHEAD,
     refire_after: timedelta = DEFAULT_REFIRE_AFTER,
     follow: timedelta | None = DEFAULT_FOLLOW,
@@ -120,7 +119,8 @@ def build_retry_dags(
         record counts; None: no asset outlets.
     :param trigger: ``event`` (default) or ``schedule``, see above.
     :param sweep: event mode: how often each DAG also runs without an event (timedelta, cron string or
-        timetable); default hourly.
+        timetable); default hourly, at a minute of the hour derived from the DAG id (sweeps of many
+        DAGs are spread over the hour), and not at once when the DAG is first deployed.
     :param fire_ahead: event mode: a wave fires this long before its first record is due (at most 30 s);
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
     :param refire_after: event mode: a wave the tier group has not committed past after this long (a run
@@ -147,7 +147,8 @@ def build_retry_dags(
         raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
     events = None
     if trigger == "event":
-        events = EventSettings(kafka_conn_id, sweep=check_sweep(sweep), fire_ahead=fire_ahead,
+        events = EventSettings(kafka_conn_id, sweep=check_sweep(sweep) if sweep is not None else None,
+                               fire_ahead=fire_ahead,
                                refire_after=refire_after, follow=follow)
     notifiers = normalize_notifiers(on_dlt)
     tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
@@ -155,9 +156,12 @@ def build_retry_dags(
     overrides = check_overrides(loaded, tier_overrides, tiers=tiers, watch_topic=watch_topic)
 
     dags: dict[str, DAG] = {}
-    default = events.sweep if events else None
-    settings = {t.topic: tier_settings(t, overrides.get(t.topic, {}), min_schedule=min_schedule, default=default)
-                for t in tiers}
+
+    def sweep_of(topic: str) -> Any:
+        return events.sweep_for(dag_id_template.format(topic=topic)) if events is not None else None
+
+    settings = {t.topic: tier_settings(t, overrides.get(t.topic, {}), min_schedule=min_schedule,
+                                       default=sweep_of(t.topic)) for t in tiers}
     for tier in tiers:
         dag = _tier_dag(
             path, loaded, tier, settings[tier.topic], dag_id=dag_id_template.format(topic=tier.topic),
@@ -167,7 +171,7 @@ def build_retry_dags(
         dags[dag.dag_id] = dag
     if watch_topic is not None:
         if events is not None:
-            default = events.sweep
+            default = sweep_of(watch_topic)
         else:
             intervals = [s.interval for s in settings.values() if s.interval is not None]
             default = min(intervals) if intervals else min_schedule
@@ -200,7 +204,8 @@ def _dag(dag_id: str, schedule: Any, description: str, dag_kwargs: Mapping[str, 
          timezone_name: str | None = None, watched: Asset | None = None) -> DAG:
     """A DAG of the factory; with ``watched``, scheduled on that asset or ``schedule`` (a sweep)."""
     kwargs = dict(dag_kwargs)
-    kwargs.setdefault("start_date", DEFAULT_START_DATE)
+    if watched is None:  # an event-driven DAG has none: its sweep does not run at once when first deployed
+        kwargs.setdefault("start_date", DEFAULT_START_DATE)
     kwargs.setdefault("catchup", False)
     kwargs["max_active_runs"] = 1
     kwargs.setdefault("description", description)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 import subprocess
 import sys
 from datetime import timedelta
@@ -90,7 +91,13 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         assert [t.task_id for t in dag.tasks] == ["reprocess"]
         assert dag.get_task("reprocess").cutoff == "now" and dag.get_task("reprocess").skip_missing_topic
         assert dag.get_task("reprocess").follow_ms == 10_000
-    assert dags["kafka_retry__orders-retry-1"].timetable.timetable.delta == timedelta(hours=1)
+    # the default sweep: hourly, at a minute derived from the DAG id, and not at once when first deployed
+    # (no start date: the scheduler's first run is the next tick, not the last one)
+    for dag_id in ("kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-dlt"):
+        sweep = dags[dag_id].timetable.timetable
+        assert type(sweep).__name__ == "CronTriggerTimetable"
+        assert sweep.expression == f"{zlib.crc32(dag_id.encode()) % 60} * * * *", sweep.expression
+        assert dags[dag_id].start_date is None
     night = dags["kafka_retry__orders-retry-3"]
     assert night.timetable.timetable.expression == "0 1 * * *"
     assert (night.timetable.asset_condition.watchers[0].trigger.window, night.get_task("reprocess").window) == (
