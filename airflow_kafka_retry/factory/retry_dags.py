@@ -47,6 +47,9 @@ TASK_IDS = ("ensure_topics", "wait_for_due", "reprocess")
 WATCH_TASK_ID = "watch_dlt"
 #: Event mode: the setup DAG's id, ``dag_id_template`` formatted with the main topic, plus this.
 SETUP_SUFFIX = "__ensure_topics"
+#: The setup DAG runs once, so its task retries at least this often (a broker or api-server not up yet).
+SETUP_RETRIES = 3
+SETUP_RETRY_DELAY = timedelta(seconds=20)
 #: DAG arguments the factory sets itself; each has its own parameter (or override) instead.
 _OWNED = {"dag_id": "dag_id_template", "schedule": "tier_overrides={topic: {'schedule': ...}}"}
 
@@ -283,6 +286,9 @@ def _setup_dag(path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str
     from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
 
     description = f"Kafka retry: create the missing topics of {topology.topic}'s retry path (runs once)"
+    retries = max(SETUP_RETRIES, dict(dag_kwargs.get("default_args") or {}).get("retries") or 0)
     with _dag(dag_id, "@once", description, dag_kwargs) as dag:
-        EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id)
+        # it runs once: it gets retries of its own (creating missing topics is idempotent)
+        EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id,
+                                  retries=retries, retry_delay=SETUP_RETRY_DELAY)
     return dag

@@ -90,15 +90,16 @@ class AirflowCluster:
             raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
 
     def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
-        """Migrate the metadata DB, start ``components`` and wait for the api-server (if started)."""
+        """Migrate the metadata DB and start ``components``, the api-server first (tasks reach the DB through
+        it: a task the scheduler started before it listened would fail)."""
         self.migrate()
-        for name in components:
+        for name in sorted(components, key=lambda c: c != "api-server"):
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
             self._logs[name] = log
             self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=self.cwd, stdout=log,
                                                     stderr=subprocess.STDOUT, start_new_session=True)
-        if "api-server" in components:
-            self._wait_for_api()
+            if name == "api-server":
+                self._wait_for_api()
         return self
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

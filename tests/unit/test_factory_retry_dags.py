@@ -112,6 +112,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
     setup = dags["kafka_retry__orders__ensure_topics"]
     assert type(setup.timetable).__name__ == "OnceTimetable"
     assert [t.task_id for t in setup.tasks] == ["ensure_topics"]
+    assert (setup.tasks[0].retries, setup.tasks[0].retry_delay) == (3, timedelta(seconds=20))  # it runs once
 
 
 def test_event_mode_settings_are_checked():
