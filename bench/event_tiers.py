@@ -66,19 +66,19 @@ globals().update(build_retry_dags(
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:
-    """CPU seconds of a process tree: the live processes, and the children it reaped."""
+    """CPU seconds of a process tree: every live process's own, and what each reaped from its dead children
+    (a task process ends; its supervisor, a live executor worker, reaped it)."""
     total = 0.0
     try:
-        times = proc.cpu_times()
-        total += times.user + times.system + times.children_user + times.children_system
-        for child in proc.children(recursive=True):
-            try:
-                times = child.cpu_times()
-                total += times.user + times.system
-            except psutil.NoSuchProcess:
-                pass
+        tree = [proc, *proc.children(recursive=True)]
     except psutil.NoSuchProcess:
-        pass
+        return total
+    for member in tree:
+        try:
+            times = member.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
     return total
 
 
@@ -142,9 +142,11 @@ def run_case(bootstrap: str, broker_pid: int, name: str, topologies: list[tuple[
         try:
             time.sleep(WARM_UP_S)  # parse, setup DAGs, first sweeps
             warm_runs, warm_tis = _counts(cluster)
+            by_dag = dict(cluster.query("SELECT dag_id, count(*) FROM dag_run GROUP BY dag_id"))
             result = measure_window(cluster, broker_pid, seconds)
             result.update({"case": name, "trigger": trigger, "topologies": len(topologies),
-                           "warm_up": {"seconds": WARM_UP_S, "dag_runs": warm_runs, "task_instances": warm_tis}})
+                           "warm_up": {"seconds": WARM_UP_S, "dag_runs": warm_runs, "task_instances": warm_tis,
+                                       "dag_runs_by_dag": by_dag}})
             return result
         finally:
             cluster.stop()
