@@ -1,9 +1,11 @@
-"""Every retry tier of ``topologies/orders.yaml`` as a scheduled DAG, built by ``build_retry_dags``.
+"""Every retry tier of ``topologies/orders.yaml`` as an event-driven DAG, built by ``build_retry_dags``.
 
-This file defines one DAG per retry topic (``kafka_retry__orders-retry-1`` every 30 s, ``-retry-2``
-every 60 s, ``-retry-3`` nightly in a window) and ``kafka_retry__orders-dlt``, which reports new
-dead-lettered records. Copy it next to your DAGs with the topology and the handler package; set the
-``kafka_default`` connection (type ``kafka``, extra = librdkafka configuration).
+This file defines one DAG per retry topic (``kafka_retry__orders-retry-1``, ``-2``, ``-3``), each run
+by the triggerer when its records are due (and hourly as a safety sweep; ``-retry-3`` only in a
+night window), ``kafka_retry__orders-dlt``, which reports new dead-lettered records as they arrive,
+and ``kafka_retry__orders__ensure_topics``, which creates the missing topics once. Copy it next to
+your DAGs with the topology and the handler package; set the ``kafka_default`` connection (type
+``kafka``, extra = librdkafka configuration); run a triggerer. ``trigger="schedule"`` polls instead.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ globals().update(build_retry_dags(
     on_dlt=[DltLogNotifier()],  # or SlackNotifier(...), SmtpNotifier(...), any callable f(context)
     asset_server="kafka:9092",  # every topic is an asset kafka://kafka:9092/<topic>; runs emit record counts
     tier_overrides={
-        # the last tier is drained at night only, in a window; a run stops when the window closes
+        # the last tier is drained at night only, in a window: its trigger holds due records until the
+        # window opens, a run stops when it closes; its safety sweep runs at 01:00
         "orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
                            "max_run": "2h"},
     },

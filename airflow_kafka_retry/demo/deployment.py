@@ -1,8 +1,8 @@
 """The demo's throw-away Airflow home: topology file, DAG file and the environment of every Airflow process.
 
 The tier DAGs are the factory's (``build_retry_dags`` with ``include_main=True``, so the main topic
-runs as tier 0 too), with the DLT notifiers (``DltLogNotifier`` and the demo's alert recorder), the
-due sensors and the DLT-watch DAG; the replay DAG is ``build_dlt_replay_dag``'s.
+runs as tier 0 too), event-driven (the default), with the DLT notifiers (``DltLogNotifier`` and the
+demo's alert recorder), the DLT-watch DAG and the setup DAG; the replay DAG is ``build_dlt_replay_dag``'s.
 """
 
 from __future__ import annotations
@@ -84,6 +84,13 @@ class Deployment:
 
     def dag_id(self, topic: str) -> str:
         return DAG_ID_TEMPLATE.format(topic=topic)
+
+    @property
+    def setup_dag_id(self) -> str:
+        """The factory's ``@once`` DAG that creates the retry path's topics."""
+        from airflow_kafka_retry.factory.retry_dags import SETUP_SUFFIX
+
+        return self.dag_id(self.topology.topic) + SETUP_SUFFIX
 
     @property
     def replay_dag_id(self) -> str:

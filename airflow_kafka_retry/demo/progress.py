@@ -125,7 +125,7 @@ class ProgressReader:
             backlog = scan_backlog(self.kafka_config, tier.topic, topology.consumer_group(tier), now_ms=now,
                                    timeout_s=5)
             if backlog.error and "do not exist" in backlog.error:
-                row.waiting = 0  # the tier DAG's ensure_topics has not created it yet: nothing waits there
+                row.waiting = 0  # the setup DAG has not created it yet: nothing waits there
             elif backlog.error:
                 errors.append(backlog.error)
             else:

@@ -64,17 +64,21 @@ class Demo:
         from airflow_kafka_retry.testing.topics import create_topics
 
         topology = self.d.topology
-        # the shop's topic; the DAGs create the tiers, DLTs and parking topic
+        # the shop's topic; the setup DAG creates the tiers, DLTs and parking topic
         create_topics(self.bootstrap, [topology.topic], self.partitions)
         if self.fast:
             self._say("Airflow: metadata DB (SQLite), DAGs parsed; the DAGs run with `airflow dags test`")
             self.cluster.migrate()
             self._cli("dags", "reserialize")
+            self._cli("dags", "test", self.d.setup_dag_id)
         else:
             self._say("Airflow: starting api-server, scheduler, dag-processor, triggerer (SQLite, LocalExecutor)")
             self.cluster.start()
             self._say(f"[bold]Airflow UI: {self.d.api_url}/[/]  (Browse → Retry tiers: "
                       f"{self.d.api_url}/kafka-retry/)  [yellow]demo only: no login, every visitor is an admin[/]")
+            self._wait_for_setup()
+        self._say(f"the setup DAG {self.d.setup_dag_id} created the retry path's topics; the tier DAGs run when "
+                  "their records are due (event-driven, in the triggerer)")
         producer = self._produce()
         self._drain("orders flowing through the tiers", producer)
         if self.fast:
@@ -86,6 +90,20 @@ class Demo:
         self._drain("replayed orders going through again", None)
         self._quiesce()
         return self._account()
+
+    def _wait_for_setup(self) -> None:
+        """The ``@once`` setup DAG runs when the scheduler first sees it; the orders flow once it is done."""
+        deadline = time.monotonic() + PHASE_TIMEOUT_S
+        while True:
+            states = [s for (s,) in self.cluster.query("SELECT state FROM dag_run WHERE dag_id = ?",
+                                                       self.d.setup_dag_id)]
+            if states and states[-1] == "success":
+                return
+            if states and states[-1] == "failed" or time.monotonic() > deadline:
+                raise DemoError(f"the setup DAG {self.d.setup_dag_id} did not create the topics ({states or 'no run'}"
+                                f"); see the logs in {self.d.home}")
+            self.cluster.check_alive()
+            time.sleep(1)
 
     def _produce(self) -> threading.Thread | None:
         from confluent_kafka import Producer

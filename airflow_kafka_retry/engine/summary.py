@@ -69,6 +69,32 @@ class PartitionSummary:
         else:
             self.dead_letters_truncated += 1
 
+    def absorb(self, later: PartitionSummary, cap: int = DEFAULT_COORDINATE_CAP) -> None:
+        """Add what a later pass over the same partition did (the same run, continued)."""
+        if self.status == "ok" and later.status != "ok":
+            self.status, self.error = later.status, later.error
+        if self.first_offset is None:
+            self.first_offset = later.first_offset
+        for name in ("last_offset", "committed_offset"):
+            value = getattr(later, name)
+            if value is not None:
+                setattr(self, name, value)
+        self.stop_reason, self.stopped_by, self.left, self.next_due_ms = (
+            later.stop_reason, later.stopped_by, later.left, later.next_due_ms)
+        for name in ("drained", "succeeded", "dropped", "handler_calls", "extra_handler_calls", "transactions",
+                     "dead_letters_truncated"):
+            setattr(self, name, getattr(self, name) + getattr(later, name))
+        self.duration_s = round(self.duration_s + later.duration_s, 3)
+        for mine, theirs in ((self.routed, later.routed), (self.dead_lettered, later.dead_lettered),
+                             (self.dlt_topics, later.dlt_topics)):
+            for key, count in theirs.items():
+                mine[key] = mine.get(key, 0) + count
+        self.lateness_ms.merge(later.lateness_ms)
+        self.handler_ms.merge(later.handler_ms)
+        room = max(0, cap - len(self.dead_letters))
+        self.dead_letters.extend(later.dead_letters[:room])
+        self.dead_letters_truncated += max(0, len(later.dead_letters) - room)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -101,6 +127,17 @@ class RunSummary:
         if self.stopped is None:
             self.stopped = next((p.stopped_by for p in sorted(self.partitions, key=lambda p: p.partition)
                                  if p.stop_reason == "stopped"), None)
+
+    def absorb(self, later: RunSummary, cap: int = DEFAULT_COORDINATE_CAP) -> None:
+        """Add a later pass of the same run (``engine/follow.py``): partitions merged by number."""
+        mine = {p.partition: p for p in self.partitions}
+        for p in later.partitions:
+            if p.partition in mine:
+                mine[p.partition].absorb(p, cap)
+            else:
+                self.partitions.append(p)
+        self.finished_ms = max(self.finished_ms, later.finished_ms)
+        self.stopped = self.stopped or later.stopped
 
     @property
     def failed_partitions(self) -> list[PartitionSummary]:

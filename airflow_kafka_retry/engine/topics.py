@@ -40,6 +40,12 @@ def ensure_topics(topology: Topology, kafka_config: Mapping[str, Any], *, partit
     return {name: result[name] for name in wanted}
 
 
+def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeout: float = 30.0) -> list[str]:
+    """Those of ``topics`` the cluster does not have (one metadata request)."""
+    existing = _admin(kafka_config).list_topics(timeout=timeout).topics
+    return [t for t in topics if t not in existing]
+
+
 class MainTopicMissingError(KafkaConfigError):
     """The topology's main topic does not exist; its retry topics are sized after it, so it must."""
 

@@ -89,7 +89,7 @@ def check_overrides(topology: Topology, overrides: Mapping[str, Mapping[str, Any
         if timezone is not None:
             _check_timezone(name, timezone)
         if "schedule" in settings:
-            _check_schedule(name, settings["schedule"], timezone)
+            check_schedule(name, settings["schedule"], timezone)
         if settings.get("window") is not None:
             _check_window(name, settings["window"], timezone)
         if settings.get("max_run") is not None:
@@ -98,9 +98,11 @@ def check_overrides(topology: Topology, overrides: Mapping[str, Mapping[str, Any
     return checked
 
 
-def tier_settings(tier: Tier, override: Mapping[str, Any], *, min_schedule: timedelta) -> TierSettings:
-    """The settings of ``tier``'s DAG: its delay (or the overridden schedule), floored at ``min_schedule``."""
-    schedule = override.get("schedule", timedelta(milliseconds=tier.delay_ms))
+def tier_settings(tier: Tier, override: Mapping[str, Any], *, min_schedule: timedelta,
+                  default: Any = None) -> TierSettings:
+    """The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay;
+    a timedelta floored at ``min_schedule``."""
+    schedule = override.get("schedule", default if default is not None else timedelta(milliseconds=tier.delay_ms))
     schedule = floor_schedule(tier.topic, schedule, min_schedule)
     max_run = override.get("max_run")
     return TierSettings(schedule=schedule, window=override.get("window"), timezone=override.get("timezone"),
@@ -127,7 +129,7 @@ def _check_timezone(tier: str, value: object) -> None:
                                                   "(e.g. 'Europe/Berlin', 'UTC')") from None
 
 
-def _check_schedule(tier: str, value: object, timezone: str | None) -> None:
+def check_schedule(tier: str, value: object, timezone: str | None) -> None:
     if isinstance(value, timedelta):
         if value <= timedelta(0):
             raise TierOverrideError(tier, "schedule", f"a timedelta schedule must be positive, got {value!r}")

@@ -1,8 +1,12 @@
-"""``build_retry_dags``: one scheduled DAG per retry tier of a topology, plus a DLT-watch DAG.
+"""``build_retry_dags``: one DAG per retry tier of a topology, plus a DLT-watch DAG.
 
-It only assembles the operators: ``ensure_topics`` >> ``wait_for_due`` >> ``reprocess`` for each
-tier, ``watch_dlt`` for the dead-letter topics. Where a record goes is decided by the policy
-package, offsets are committed by the engine; nothing here touches Kafka.
+It only assembles the operators. Event mode (the default): each tier DAG is scheduled on its tier's
+"due" asset, whose watcher (``TierDueEventTrigger``, in the triggerer) fires when records are due,
+or by a slow safety sweep; it has one ``reprocess`` task; the topics are created once by an
+``@once`` setup DAG. Schedule mode: ``ensure_topics`` >> ``wait_for_due`` >> ``reprocess`` every
+tier delay. ``watch_dlt`` reports new dead letters (event-driven the same way in event mode).
+Where a record goes is decided by the policy package, offsets are committed by the engine;
+nothing here touches Kafka.
 """
 
 from __future__ import annotations
@@ -11,23 +15,41 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import DAG
 
+from airflow_kafka_retry.factory.events import (
+    DEFAULT_FIRE_AHEAD,
+    DEFAULT_FOLLOW,
+    DEFAULT_REFIRE_AFTER,
+    EventSettings,
+    check_sweep,
+    sweep_schedule,
+)
 from airflow_kafka_retry.factory.overrides import TierSettings, check_overrides, floor_schedule, tier_settings
+from airflow_kafka_retry.operators.reprocess_base import CUTOFF_NOW
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
 from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
 
 log = logging.getLogger(__name__)
 
 ENGINES = ("local", "spark")
+TRIGGERS = ("event", "schedule")
 DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)
-#: The reprocess task drains what is due when it starts (epoch ms, rendered at run time): the due
-#: sensor before it may have waited past the run's logical date for the earliest due record.
-CUTOFF_NOW = "{{ (macros.time.time() * 1000) | int }}"
+#: Schedule mode: the reprocess task drains what is due when it starts (epoch ms, rendered at run time):
+#: the due sensor before it may have waited past the run's logical date for the earliest due record.
+CUTOFF_RENDERED_NOW = "{{ (macros.time.time() * 1000) | int }}"
 TASK_IDS = ("ensure_topics", "wait_for_due", "reprocess")
 WATCH_TASK_ID = "watch_dlt"
+#: Event mode: the setup DAG's id, ``dag_id_template`` formatted with the main topic, plus this.
+SETUP_SUFFIX = "__ensure_topics"
+#: The setup DAG runs once, so its task retries at least this often (a broker or api-server not up yet).
+SETUP_RETRIES = 3
+SETUP_RETRY_DELAY = timedelta(seconds=20)
 #: DAG arguments the factory sets itself; each has its own parameter (or override) instead.
 _OWNED = {"dag_id": "dag_id_template", "schedule": "tier_overrides={topic: {'schedule': ...}}"}
 
@@ -48,15 +70,32 @@ def build_retry_dags(
     tier_overrides: Mapping[str, Mapping[str, Any]] | None = None,
     min_schedule: timedelta = timedelta(seconds=30),
     asset_server: str | None = None,
+    trigger: str = "event",
+    sweep: Any = None,
+    fire_ahead: timedelta = DEFAULT_FIRE_AHEAD,
+    refire_after: timedelta = DEFAULT_REFIRE_AFTER,
+    follow: timedelta | None = DEFAULT_FOLLOW,
     **dag_kwargs: Any,
 ) -> dict[str, DAG]:
     """Build the DAGs that run a retry topology on Airflow; a DAG file does ``globals().update(...)``.
 
-    One DAG per retry topic (a topic shared by same-interval reuse gets one DAG), scheduled every
-    tier delay, ``max_active_runs=1``, no catchup, with the tasks ``ensure_topics`` (create missing
-    retry/DLT topics) >> ``wait_for_due`` (deferrable; skips an idle tier) >> ``reprocess``
-    (local engine in the worker, or Spark). ``include_main`` adds a DAG for the main topic (tier 0);
-    ``dlt_watch`` adds a DAG with one ``watch_dlt`` task that reports new DLT records to ``on_dlt``.
+    One DAG per retry topic (a topic shared by same-interval reuse gets one DAG), ``max_active_runs=1``,
+    no catchup. ``include_main`` adds a DAG for the main topic (tier 0); ``dlt_watch`` adds a DAG with
+    one ``watch_dlt`` task that reports new DLT records to ``on_dlt``.
+
+    ``trigger="event"`` (default): a tier DAG runs when its records are due. It is scheduled on the
+    tier's due asset (``kafka-retry-due://<kafka_conn_id>/<topic>``), watched in the triggerer by a
+    ``TierDueEventTrigger`` that fires ``fire_ahead`` before the first record is due, or every
+    ``sweep`` (``AssetOrTimeSchedule``); its one task ``reprocess`` waits for the wave, then drains
+    what is due. An idle tier creates no DAG run. The DLT-watch DAG runs when a dead letter arrives
+    (``DltArrivalEventTrigger``) or every ``sweep``. Topics are created once, by the ``@once`` DAG
+    ``<dag_id_template formatted with the main topic>__ensure_topics`` (or ``airflow-kafka-retry
+    topology create-topics``); until then a run fails naming the missing topic. Needs a running
+    triggerer.
+
+    ``trigger="schedule"``: each tier DAG runs every tier delay with the tasks ``ensure_topics`` (create
+    missing retry/DLT topics) >> ``wait_for_due`` (deferrable; skips an idle tier) >> ``reprocess``
+    (local engine in the worker, or Spark); the DLT watch as often as the fastest tier.
 
     :param topology: path of the topology YAML (read by every task, and by the Spark driver), or a
         ``Topology`` loaded from such a file.
@@ -72,14 +111,26 @@ def build_retry_dags(
     :param dlt_watch: build the DLT-watch DAG (id: the template formatted with the DLT topic). It
         reports every new DLT record, also those a tier run already reported to ``on_dlt``.
     :param spark_conn_id: the Spark connection, with ``engine="spark"``.
-    :param tier_overrides: per-tier ``schedule`` (cron string, timedelta or timetable), ``window``
-        (``HH:MM-HH:MM``), ``timezone`` (of the window and a cron schedule) and ``max_run``; keyed by
+    :param tier_overrides: per-tier ``schedule`` (cron string, timedelta or timetable; in event mode the
+        tier's sweep), ``window`` (``HH:MM-HH:MM``; in event mode the trigger holds a wave until the
+        window opens), ``timezone`` (of the window and a cron schedule) and ``max_run``; keyed by
         topic name. The DLT-watch DAG's key (its DLT topic) takes only ``schedule``.
-    :param min_schedule: a shorter ``timedelta`` schedule is raised to this, with a warning; records
-        are still never handled before their due time.
+    :param min_schedule: a shorter ``timedelta`` schedule (or sweep) is raised to this, with a warning;
+        records are still never handled before their due time.
     :param asset_server: one ``host:port`` of the cluster: the reprocess tasks then declare the next
         tier and the DLTs as asset outlets (``kafka://<server>/<topic>``) and emit events with the
         record counts; None: no asset outlets.
+    :param trigger: ``event`` (default) or ``schedule``, see above.
+    :param sweep: event mode: how often each DAG also runs without an event (timedelta, cron string or
+        timetable); default hourly, at a minute of the hour derived from the DAG id (sweeps of many
+        DAGs are spread over the hour), and not at once when the DAG is first deployed.
+    :param fire_ahead: event mode: a wave fires this long before its first record is due (at most 30 s);
+        the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
+    :param refire_after: event mode: a wave the tier group has not committed past after this long (a run
+        that failed or never started) fires again.
+    :param follow: event mode, local engine: a run whose next record is due within this long waits for it
+        and drains on (``engine/follow.py``), so a steady stream of due records is one run, not a run
+        per wave; None: one drain per run.
     :param dag_kwargs: passed to every ``DAG`` (``default_args``, ``tags``, ``start_date``, ...).
     """
     path, loaded = _topology(topology)
@@ -95,29 +146,48 @@ def build_retry_dags(
                          "and fence each other")
     if not isinstance(min_schedule, timedelta) or min_schedule <= timedelta(0):
         raise ValueError(f"min_schedule must be a positive timedelta, got {min_schedule!r}")
+    if trigger not in TRIGGERS:
+        raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
+    events = None
+    if trigger == "event":
+        events = EventSettings(kafka_conn_id, sweep=check_sweep(sweep) if sweep is not None else None,
+                               fire_ahead=fire_ahead,
+                               refire_after=refire_after, follow=follow)
     notifiers = normalize_notifiers(on_dlt)
     tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
     watch_topic = loaded.dlt_topic if dlt_watch else None
     overrides = check_overrides(loaded, tier_overrides, tiers=tiers, watch_topic=watch_topic)
 
     dags: dict[str, DAG] = {}
-    settings = {t.topic: tier_settings(t, overrides.get(t.topic, {}), min_schedule=min_schedule) for t in tiers}
+
+    def sweep_of(topic: str) -> Any:
+        return events.sweep_for(dag_id_template.format(topic=topic)) if events is not None else None
+
+    settings = {t.topic: tier_settings(t, overrides.get(t.topic, {}), min_schedule=min_schedule,
+                                       default=sweep_of(t.topic)) for t in tiers}
     for tier in tiers:
         dag = _tier_dag(
             path, loaded, tier, settings[tier.topic], dag_id=dag_id_template.format(topic=tier.topic),
             engine=engine, handler=handler, kafka_conn_id=kafka_conn_id, value_deserializer=value_deserializer,
             on_dlt=notifiers, options=options, spark_conn_id=spark_conn_id, asset_server=asset_server,
-            dag_kwargs=dag_kwargs)
+            events=events, dag_kwargs=dag_kwargs)
         dags[dag.dag_id] = dag
     if watch_topic is not None:
-        intervals = [s.interval for s in settings.values() if s.interval is not None]
-        default = min(intervals) if intervals else min_schedule
+        if events is not None:
+            default = sweep_of(watch_topic)
+        else:
+            intervals = [s.interval for s in settings.values() if s.interval is not None]
+            default = min(intervals) if intervals else min_schedule
         schedule = floor_schedule(watch_topic, overrides.get(watch_topic, {}).get("schedule", default), min_schedule)
         dag = _watch_dag(path, loaded, dag_id=dag_id_template.format(topic=watch_topic), schedule=schedule,
-                         kafka_conn_id=kafka_conn_id, on_dlt=notifiers, dag_kwargs=dag_kwargs)
+                         kafka_conn_id=kafka_conn_id, on_dlt=notifiers, events=events, dag_kwargs=dag_kwargs)
         dags[dag.dag_id] = dag
     elif dlt_watch:
         log.info("%s: no DLT (dlt_strategy: no_dlt), so no DLT-watch DAG", loaded.source)
+    if events is not None:
+        dag = _setup_dag(path, loaded, dag_id=dag_id_template.format(topic=loaded.topic) + SETUP_SUFFIX,
+                         kafka_conn_id=kafka_conn_id, dag_kwargs=dag_kwargs)
+        dags[dag.dag_id] = dag
     return dags
 
 
@@ -134,40 +204,44 @@ def _topology(topology: str | Path | Topology) -> tuple[str, Topology]:
 
 
 def _dag(dag_id: str, schedule: Any, description: str, dag_kwargs: Mapping[str, Any], *,
-         timezone_name: str | None = None) -> DAG:
+         timezone_name: str | None = None, watched: Asset | None = None) -> DAG:
+    """A DAG of the factory; with ``watched``, scheduled on that asset or ``schedule`` (a sweep)."""
     kwargs = dict(dag_kwargs)
-    kwargs.setdefault("start_date", DEFAULT_START_DATE)
+    if watched is None:  # an event-driven DAG has none: its sweep does not run at once when first deployed
+        kwargs.setdefault("start_date", DEFAULT_START_DATE)
     kwargs.setdefault("catchup", False)
     kwargs["max_active_runs"] = 1
     kwargs.setdefault("description", description)
     kwargs["tags"] = sorted({*kwargs.get("tags", ()), "kafka-retry"})
-    if isinstance(schedule, str):
+    if isinstance(schedule, str) and schedule != "@once":
         from airflow.sdk import CronTriggerTimetable
 
         schedule = CronTriggerTimetable(schedule, timezone=timezone_name or "UTC")
+    if watched is not None:
+        schedule = sweep_schedule(watched, schedule)
     return DAG(dag_id=dag_id, schedule=schedule, **kwargs)
 
 
 def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings, *, dag_id: str, engine: str,
               handler: str, kafka_conn_id: str, value_deserializer: str | None, on_dlt: tuple, options: Any,
-              spark_conn_id: str, asset_server: str | None, dag_kwargs: Mapping[str, Any]) -> DAG:
-    from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
-    from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
-
+              spark_conn_id: str, asset_server: str | None, events: EventSettings | None,
+              dag_kwargs: Mapping[str, Any]) -> DAG:
     what = "main topic" if tier.kind == "main" else f"retry tier {tier.index}"
     description = f"Kafka retry: drain due records of {tier.topic} ({what} of {topology.topic})"
-    with _dag(dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone) as dag:
-        ensure = EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id)
-        wait = RetryTierDueSensor(task_id="wait_for_due", topology=path, tier=tier.index,
-                                  kafka_conn_id=kafka_conn_id, window=settings.window, timezone=settings.timezone,
-                                  max_wait=settings.interval, deferrable=True)
+    watched = None
+    if events is not None:
+        watched = events.tier_asset(tier.topic, topology.consumer_group(tier), dag_id=dag_id, window=settings.window,
+                                    timezone=settings.timezone, delay_ms=tier.delay_ms)
+    with _dag(dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone,
+              watched=watched) as dag:
         common: dict[str, Any] = {
             "task_id": "reprocess", "topology": path, "tier": tier.index, "handler": handler,
             "value_deserializer": value_deserializer, "kafka_conn_id": kafka_conn_id, "options": options,
-            "cutoff": CUTOFF_NOW,
+            "cutoff": CUTOFF_NOW if events is not None else CUTOFF_RENDERED_NOW,
         }
         optional = {"on_dlt": on_dlt, "window": settings.window, "timezone": settings.timezone,
-                    "max_run": settings.max_run, "asset_server": asset_server}
+                    "max_run": settings.max_run, "asset_server": asset_server,
+                    "skip_missing_topic": events is not None}
         common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
         if engine == "spark":
             from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
@@ -176,17 +250,45 @@ def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings,
         else:
             from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 
-            reprocess = ReprocessTierOperator(**common)
-        ensure >> wait >> reprocess
+            follow = events.follow if events is not None else None
+            reprocess = ReprocessTierOperator(**common, **({"follow": follow} if follow else {}))
+        if events is None:
+            from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
+            from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
+
+            ensure = EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id)
+            wait = RetryTierDueSensor(task_id="wait_for_due", topology=path, tier=tier.index,
+                                      kafka_conn_id=kafka_conn_id, window=settings.window,
+                                      timezone=settings.timezone, max_wait=settings.interval, deferrable=True)
+            ensure >> wait >> reprocess
     return dag
 
 
 def _watch_dag(path: str, topology: Topology, *, dag_id: str, schedule: Any, kafka_conn_id: str,
-               on_dlt: tuple, dag_kwargs: Mapping[str, Any]) -> DAG:
-    from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
+               on_dlt: tuple, events: EventSettings | None, dag_kwargs: Mapping[str, Any]) -> DAG:
+    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, DltWatchOperator
 
-    topics = ", ".join(t.topic for t in topology.dlt_tiers)
-    description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({topics})"
-    with _dag(dag_id, schedule, description, dag_kwargs) as dag:
-        DltWatchOperator(task_id=WATCH_TASK_ID, topology=path, kafka_conn_id=kafka_conn_id, on_dlt=on_dlt)
+    dlts = [t.topic for t in topology.dlt_tiers]
+    description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({', '.join(dlts)})"
+    watched = None
+    if events is not None:
+        watched = events.dlt_asset(topology.topic, dlts, WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
+                                   dag_id=dag_id)
+    with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
+        DltWatchOperator(task_id=WATCH_TASK_ID, topology=path, kafka_conn_id=kafka_conn_id, on_dlt=on_dlt,
+                         skip_missing_topics=events is not None)
+    return dag
+
+
+def _setup_dag(path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str,
+               dag_kwargs: Mapping[str, Any]) -> DAG:
+    """Event mode: create the topology's missing topics once (the tier DAGs do not at every run)."""
+    from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
+
+    description = f"Kafka retry: create the missing topics of {topology.topic}'s retry path (runs once)"
+    retries = max(SETUP_RETRIES, dict(dag_kwargs.get("default_args") or {}).get("retries") or 0)
+    with _dag(dag_id, "@once", description, dag_kwargs) as dag:
+        # it runs once: it gets retries of its own (creating missing topics is idempotent)
+        EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id,
+                                  retries=retries, retry_delay=SETUP_RETRY_DELAY)
     return dag

@@ -6,9 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator
 
 from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary, commit_offsets, scan_new_records
+from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.observability.lineage import lineage_server
@@ -49,6 +51,8 @@ class DltWatchOperator(BaseOperator):
     :param consumer_group: the watch's own group; default ``<group_id>-dlt-watch``. (templated)
     :param coordinate_cap: at most this many record coordinates in the summary (the rest are counted).
     :param scan_timeout: seconds the scan may take before the task fails (nothing committed).
+    :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets it:
+        its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
     """
 
     template_fields: Sequence[str] = ("topology", "kafka_conn_id", "consumer_group")
@@ -63,6 +67,7 @@ class DltWatchOperator(BaseOperator):
         consumer_group: str | None = None,
         coordinate_cap: int = 100,
         scan_timeout: float = 120.0,
+        skip_missing_topics: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -74,6 +79,7 @@ class DltWatchOperator(BaseOperator):
         self.consumer_group = consumer_group
         self.coordinate_cap = coordinate_cap
         self.scan_timeout = scan_timeout
+        self.skip_missing_topics = skip_missing_topics
         self._result: dict[str, Any] | None = None  # the last run's summary, for OpenLineage
         self._lineage_server: str | None = None
 
@@ -88,6 +94,10 @@ class DltWatchOperator(BaseOperator):
         summary = DltWatchSummary(group=group, coordinate_cap=self.coordinate_cap)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
+        if self.skip_missing_topics and topics and (missing := missing_topics(kafka_config, topics)):
+            raise AirflowSkipException(f"{', '.join(missing)} do(es) not exist yet, so no dead letter is there; "
+                                       "the topology's setup DAG (or airflow-kafka-retry topology create-topics) "
+                                       "creates them")
         scan = scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout) if topics else None
         result = {
             "kind": "dlt_watch",

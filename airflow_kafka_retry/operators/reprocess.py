@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
+from airflow_kafka_retry.engine.follow import drain_following
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
+from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
 
@@ -56,7 +58,9 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
-        ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
+        ISO-8601 string, or ``"now"`` (when draining starts: a run triggered by a tier's event trigger
+        first waits until the wave it fired for is due); default: the run's data interval end, else its
+        logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
     :param parallelism: partitions processed at once, each with its own Kafka clients (default: the
         local engine's default). Above one, they run in worker processes (one per core at most), which
@@ -74,6 +78,11 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param asset_server: the Kafka server (``host:port``) of the asset URIs ``kafka://<server>/<topic>``;
         when given, the next tier and the DLTs are outlets and each event's ``extra`` holds its
         record count. The topology path and tier must not be templated then.
+    :param skip_missing_topic: a run that no tier wave started (a sweep, a manual run) is skipped when the
+        tier's own topic does not exist yet (the event-mode DAG factory sets it).
+    :param follow: when the first record a drain left is due within this long (a timedelta, ``"10s"`` or
+        milliseconds), wait for it and drain again in this task (see ``engine/follow.py``), instead of
+        leaving it to a new run; None: one drain.
     """
 
     template_fields: Sequence[str] = REPROCESS_TEMPLATE_FIELDS
@@ -99,18 +108,22 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,
         asset_server: str | None = None,
+        skip_missing_topic: bool = False,
+        follow: timedelta | int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
                              key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
                              cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
-                             max_run=max_run, asset_server=asset_server)
+                             max_run=max_run, asset_server=asset_server,
+                             skip_missing_topic=skip_missing_topic)
         if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int)
                                         or parallelism < 1):
             raise ValueError(f"parallelism must be an integer >= 1, got {parallelism!r}")
         self.parallelism = parallelism
         self.in_process = in_process
+        self.follow_ms = duration_ms(follow) if follow is not None else None
         self._stop_reason: str | None = None
 
     # ------------------------------------------------------------------ stopping
@@ -128,6 +141,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
+        self.wait_for_wave(context, self._should_stop)
         started = wall_clock_ms()
         deadline, deadline_reason = self.deadline(started)
         options = self.drain_options(deadline)
@@ -136,13 +150,17 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         tier = topology.select(self.tier)
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
+        self.skip_when_tier_topic_is_missing(context, kafka_config, tier.topic)
         self.log.info("reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s", tier.topic, tier.index,
                       self.topology, options.handler, cutoff,
                       f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
         chosen = {"parallelism": self.parallelism} if self.parallelism is not None else {}  # else the engine's
-        summary = self._run(lambda: run_local(topology, tier, kafka_config, options, partitions=self.partitions,
-                                              cutoff_ms=cutoff, should_stop=self._should_stop,
-                                              in_process=self.in_process, **chosen))
+        def drain(cutoff_ms: int) -> RunSummary:
+            return run_local(topology, tier, kafka_config, options, partitions=self.partitions, cutoff_ms=cutoff_ms,
+                             should_stop=self._should_stop, in_process=self.in_process, **chosen)
+
+        summary = self._run(lambda: drain_following(drain, cutoff_ms=cutoff, follow_ms=self.follow_ms,
+                                                    should_stop=self._should_stop, deadline_ms=deadline))
         killed = summary.stopped == KILLED
         document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason,
                                topology=topology)

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 
 from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.observability.metrics import emit, run_metrics
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.triggers.tier_events import TIER_DUE
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -41,6 +44,10 @@ REPROCESS_TEMPLATE_FIELDS = ("topology", "tier", "handler", "value_deserializer"
                              "kafka_conn_id", "options", "cutoff", "window", "timezone", "max_run")
 #: How many dead-letter coordinates, over all partitions, a notifier gets.
 NOTIFY_COORDINATE_CAP = 100
+#: ``cutoff="now"``: records due when the run starts draining (after waiting for its wave).
+CUTOFF_NOW = "now"
+#: A run never waits longer than this for the wave that triggered it (a trigger fires seconds ahead).
+MAX_WAVE_WAIT_MS = 60_000
 
 
 def to_epoch_ms(value: Any) -> int:
@@ -62,6 +69,25 @@ def to_epoch_ms(value: Any) -> int:
             value = value.replace(tzinfo=timezone.utc)
         return int(value.timestamp() * 1000)
     raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
+
+
+def wave_not_before_ms(context: Mapping[str, Any]) -> int | None:
+    """When the last tier-due wave that triggered this run is due (epoch ms); None: no such event.
+
+    Events come from :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger` through the
+    run's ``triggering_asset_events`` (``extra["payload"]``). With several queued waves the latest counts,
+    so every wave's records are due when the run drains.
+    """
+    times = []
+    for events in (context.get("triggering_asset_events") or {}).values():
+        for event in events:
+            extra = getattr(event, "extra", None)
+            payload = extra.get("payload") if isinstance(extra, Mapping) else None
+            if isinstance(payload, Mapping) and payload.get("kind") == TIER_DUE:
+                value = payload.get("not_before_ms")
+                if isinstance(value, int) and not isinstance(value, bool):
+                    times.append(value)
+    return max(times) if times else None
 
 
 def check_option_names(options: Mapping[str, Any]) -> None:
@@ -160,6 +186,7 @@ class ReprocessTierMixin:
         timezone: str | None,
         max_run: str | int | timedelta | None,
         asset_server: str | None,
+        skip_missing_topic: bool = False,
     ) -> None:
         self.topology = topology
         self.tier = tier
@@ -175,6 +202,7 @@ class ReprocessTierMixin:
         self.timezone = timezone
         self.max_run = max_run
         self.asset_server = asset_server
+        self.skip_missing_topic = skip_missing_topic
         check_option_names(self.options)
         if not _templated(window, timezone):
             self.reprocess_window()  # a bad window fails when the DAG is parsed
@@ -198,11 +226,40 @@ class ReprocessTierMixin:
                             key_deserializer=self.key_deserializer or None, deadline_ms=deadline_ms, **self.options)
 
     def cutoff_ms(self, context: Context) -> int:
-        """The due-time cutoff of this run (see the ``cutoff`` parameter)."""
+        """The due-time cutoff of this run (see the ``cutoff`` parameter; ``"now"``: when the run starts draining)."""
         value = self.cutoff
         if value is None or value == "":
             value = context.get("data_interval_end") or context.get("logical_date")
-        return wall_clock_ms() if value is None else to_epoch_ms(value)
+        return wall_clock_ms() if value is None or value == CUTOFF_NOW else to_epoch_ms(value)
+
+    def skip_when_tier_topic_is_missing(self, context: Context, kafka_config: Mapping[str, Any], topic: str) -> None:
+        """Event mode (``skip_missing_topic``): a run that no wave started (a sweep, a manual run) skips when
+        the tier's own topic does not exist yet -- nothing can be due there. A missing destination still
+        fails the run, naming it."""
+        if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
+            return
+        if missing_topics(kafka_config, [topic]):
+            raise AirflowSkipException(f"{topic} does not exist yet, so nothing is due there; the topology's "
+                                       "setup DAG (or airflow-kafka-retry topology create-topics) creates it")
+
+    def wait_for_wave(self, context: Context, should_stop: Callable[[], str | None] = lambda: None) -> None:
+        """In a run started by a tier's event trigger, wait until the wave it fired for is due.
+
+        The trigger fires a little ahead of the due time, so the time Airflow takes to start this
+        task is not added to the records' lateness; the cutoff (``"now"``) is taken after this wait.
+        """
+        wake = wave_not_before_ms(context)
+        if wake is None:
+            return
+        if wake - wall_clock_ms() > MAX_WAVE_WAIT_MS:
+            self.log.warning("the triggering wave is due at %s, more than %ss ahead: not waiting for it", wake,
+                             MAX_WAVE_WAIT_MS // 1000)
+            return
+        if wake > wall_clock_ms():
+            self.log.info("waiting %.1fs until the wave that triggered this run is due",
+                          (wake - wall_clock_ms()) / 1000)
+        while (remaining := wake - wall_clock_ms()) > 0 and should_stop() is None:
+            time.sleep(min(remaining / 1000, 0.2))
 
     def reprocess_window(self) -> ReprocessWindow | None:
         if not self.window:

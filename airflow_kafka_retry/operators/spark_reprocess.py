@@ -22,6 +22,7 @@ from airflow_kafka_retry.operators.reprocess_base import (
     to_epoch_ms,
 )
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.spark.app import load_topology_from
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
 from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
 
@@ -69,7 +70,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
-        ISO-8601 string; default: the run's data interval end, else its logical date, else now. (templated)
+        ISO-8601 string, or ``"now"`` (when draining starts: a run triggered by a tier's event trigger
+        first waits until the wave it fired for is due); default: the run's data interval end, else its
+        logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after
         the commit, when the run dead-lettered or dropped a record; ``context["kafka_retry_summary"]``
@@ -83,6 +86,8 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     :param asset_server: the Kafka server (``host:port``) of the asset URIs ``kafka://<server>/<topic>``;
         when given, the next tier and the DLTs are outlets and each event's ``extra`` holds its
         record count. The topology path and tier must not be templated then.
+    :param skip_missing_topic: a run that no tier wave started (a sweep, a manual run) is skipped when the
+        tier's own topic does not exist yet (the event-mode DAG factory sets it).
     :param application: the ``.py`` application to submit; default: the entry point inside this package.
     :param allow_unencrypted_secrets: with a non-local master, let a Kafka configuration holding secrets
         reach the executors even though ``spark.authenticate`` and ``spark.network.crypto.enabled`` are not
@@ -116,6 +121,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         timezone: str | None = None,
         max_run: str | int | timedelta | None = None,
         asset_server: str | None = None,
+        skip_missing_topic: bool = False,
         application: str = "",
         name: str = "airflow-kafka-retry",
         allow_unencrypted_secrets: bool = False,
@@ -125,7 +131,8 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
                              key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
                              cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
-                             max_run=max_run, asset_server=asset_server)
+                             max_run=max_run, asset_server=asset_server,
+                             skip_missing_topic=skip_missing_topic)
         self.result_path = result_path
         self.allow_unencrypted_secrets = allow_unencrypted_secrets
         self._user_py_files = self.py_files
@@ -163,12 +170,16 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
+        self.wait_for_wave(context)
         deadline, deadline_reason = self.deadline(wall_clock_ms())
         options = self.drain_options(deadline)
         cutoff = self.cutoff_ms(context)
         master, deploy_mode = self._master()
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
+        if self.skip_missing_topic:
+            tier_topic = load_topology_from(str(self.topology)).select(self.tier).topic
+            self.skip_when_tier_topic_is_missing(context, kafka_config, tier_topic)
         submission = prepare_submission(
             topology_path=self.topology, tier=self.tier, options=options, kafka_config=kafka_config,
             master=master, deploy_mode=deploy_mode, spark_conf=self.conf, properties_file=self.properties_file,

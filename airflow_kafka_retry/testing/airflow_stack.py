@@ -90,16 +90,31 @@ class AirflowCluster:
             raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
 
     def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
-        """Migrate the metadata DB, start ``components`` and wait for the api-server (if started)."""
+        """Migrate the metadata DB and start ``components``, the api-server first (tasks reach the DB through
+        it: a task the scheduler started before it listened would fail)."""
         self.migrate()
-        for name in components:
+        for name in sorted(components, key=lambda c: c != "api-server"):
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
             self._logs[name] = log
             self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=self.cwd, stdout=log,
                                                     stderr=subprocess.STDOUT, start_new_session=True)
-        if "api-server" in components:
-            self._wait_for_api()
+            if name == "api-server":
+                self._wait_for_api()
         return self
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` to one component's process group (a crash, with SIGKILL) and wait for it to end."""
+        proc = self.processes[name]
+        os.killpg(proc.pid, sig)
+        proc.wait(30)
+
+    def restart(self, name: str) -> None:
+        """Start a component again (after :meth:`kill`), appending to its log."""
+        self._logs[name].close()
+        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._logs[name] = log
+        self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=self.cwd, stdout=log,
+                                                stderr=subprocess.STDOUT, start_new_session=True)
 
     def _wait_for_api(self, timeout: float = 120) -> None:
         port = int(self.env["AIRFLOW__API__PORT"])

@@ -8,6 +8,7 @@ import time
 import pytest
 from confluent_kafka import Producer
 
+from airflow_kafka_retry.engine.follow import drain_following
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.topics import ensure_topics
@@ -96,3 +97,45 @@ def test_routed_records_carry_increasing_due_times_per_partition(kafka_bootstrap
         assert dues == sorted(dues), f"due times go backwards in partition {partition}"
         assert before + 3_600_000 <= dues[0] and dues[-1] <= after + 3_600_000
         assert [H.read_attempts(m.headers()) for m in records] == [2] * 20
+
+
+def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(kafka_bootstrap, tmp_path):
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = _topology()
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=2)
+    tier = topology.tier(1)
+    now = int(time.time() * 1000)
+    dues = {"a": now - 1_000, "b": now + 800, "c": now + 1_600, "d": now + 60_000, "e": now + 1_200}
+    _produce(kafka_bootstrap, tier.topic, [(0, rid, dues[rid]) for rid in "abcd"] + [(1, "e", dues["e"])])
+    config = {"bootstrap.servers": kafka_bootstrap}
+    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
+                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    passes: list[int] = []
+
+    def drain(cutoff_ms: int):
+        passes.append(cutoff_ms)
+        return run_local(topology, tier, config, options, cutoff_ms=cutoff_ms)
+
+    # without follow: what is due at the cutoff, then stop
+    plain = drain_following(drain, cutoff_ms=now, follow_ms=None)
+    assert (sum(p.drained for p in plain.partitions), len(passes)) == (1, 1)
+    # following: b, e and c fall due within 2 s of each other and are drained by passes of the same run,
+    # each pass's cutoff no earlier than the due time it waited for; d (due in a minute) is left
+    passes.clear()
+    followed = drain_following(drain, cutoff_ms=int(time.time() * 1000), follow_ms=2_000)
+    assert len(passes) == 4 and all(cutoff >= dues[rid] for cutoff, rid in zip(passes[1:], "bec", strict=True))
+    by_partition = {p.partition: p for p in followed.partitions}
+    assert (by_partition[0].drained, by_partition[0].committed_offset, by_partition[0].stop_reason,
+            by_partition[0].next_due_ms) == (2, 3, "not_due", dues["d"])
+    assert (by_partition[1].drained, by_partition[1].committed_offset, by_partition[1].stop_reason) == (1, 1, "end")
+    assert followed.totals()["drained"] == 3 and followed.ok
+    assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "c": 1, "e": 1}
+    assert ledger.committed(kafka_bootstrap, topology.consumer_group(tier), tier.topic, 2) == {0: 3, 1: 1}
+    # a stop request ends a follow wait (here for d, due in a minute) and says so
+    asked = time.monotonic() + 1.0
+    passes.clear()
+    stopped = drain_following(drain, cutoff_ms=int(time.time() * 1000), follow_ms=120_000,
+                              should_stop=lambda: "killed" if time.monotonic() > asked else None)
+    assert (len(passes), stopped.stopped, stopped.totals()["drained"]) == (1, "killed", 0)
+    assert int(time.time() * 1000) < dues["d"]
+    assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "c": 1, "e": 1}

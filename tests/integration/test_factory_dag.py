@@ -1,4 +1,4 @@
-"""A factory-built tier DAG through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
+"""A factory-built tier DAG (schedule mode) through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
 
 Records are put on retry-1 from Python with the attempt and due-time headers in Spring's encodings, as a
 Spring service's retry topic would hold them: most are due, two (one per partition) are due in an hour.
@@ -58,6 +58,7 @@ globals().update(build_retry_dags(
     default_args={{"retries": 0}},
     include_main=True,
     asset_server={server!r},
+    trigger="schedule",
 ))
 '''
 

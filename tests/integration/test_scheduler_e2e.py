@@ -1,4 +1,4 @@
-"""End to end on a real Airflow deployment: factory-built tier DAGs run by the scheduler on their schedule.
+"""End to end on a real Airflow deployment: factory-built tier DAGs (schedule mode) run by the scheduler.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
 SQLite, see airflow_kafka_retry/testing/airflow_stack.py). The topology has tiers of 20 s and 40 s; the main
@@ -56,6 +56,7 @@ globals().update(build_retry_dags(
     dag_id_template="e2e__{{topic}}",
     options={{"batch_size": 50}},
     default_args={{"retries": 0}},
+    trigger="schedule",
 ))
 '''
 

@@ -285,3 +285,36 @@ def test_a_run_that_was_not_stopped_says_so() -> None:
     summary.stopped = "max_run"  # an operator's own label is kept
     summary.note_stops()
     assert summary.stopped == "max_run"
+
+
+def test_a_later_pass_of_the_same_run_adds_up_partition_by_partition():
+    from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
+
+    def run(*partitions):
+        return RunSummary(topology="t.yaml", tier=1, topic="t-retry-1", group="g", engine="local", cutoff_ms=1,
+                          started_ms=10, finished_ms=20, partitions=list(partitions))
+
+    first = run(PartitionSummary("t-retry-1", 0, "g", start_offset=5, first_offset=5, last_offset=9,
+                                 committed_offset=10, stop_reason="not_due", next_due_ms=100, drained=5, succeeded=4,
+                                 routed={"t-dlt": 1}, dead_lettered={"E": 1}, dlt_topics={"t-dlt": 1},
+                                 transactions=1, duration_s=0.5,
+                                 dead_letters=[DeadLetter("t-retry-1", 0, 7, "E", "fatal", "t-dlt", 0, 3)]))
+    later = run(PartitionSummary("t-retry-1", 0, "g", start_offset=10, first_offset=10, last_offset=11,
+                                 committed_offset=12, stop_reason="end", drained=2, succeeded=1,
+                                 routed={"t-dlt": 1, "t-retry-2": 0}, dead_lettered={"E": 1},
+                                 dlt_topics={"t-dlt": 1}, transactions=1, duration_s=0.25,
+                                 dead_letters=[DeadLetter("t-retry-1", 0, 11, "E", "fatal", "t-dlt", 0, 4)]),
+                PartitionSummary("t-retry-1", 1, "g", drained=3, succeeded=3, stop_reason="end"))
+    later.finished_ms = 30
+    first.partitions[0].lateness_ms.add(400)
+    later.partitions[0].lateness_ms.add(1200)
+    later.partitions[0].handler_ms.add(5)
+    first.absorb(later, cap=1)
+    p0, p1 = sorted(first.partitions, key=lambda p: p.partition)
+    assert (p0.start_offset, p0.first_offset, p0.last_offset, p0.committed_offset) == (5, 5, 11, 12)
+    assert (p0.stop_reason, p0.next_due_ms, p0.drained, p0.succeeded, p0.transactions) == ("end", None, 7, 5, 2)
+    assert (p0.routed, p0.dead_lettered, p0.dlt_topics) == ({"t-dlt": 2, "t-retry-2": 0}, {"E": 2}, {"t-dlt": 2})
+    assert [d.offset for d in p0.dead_letters] == [7] and p0.dead_letters_truncated == 1
+    assert p0.duration_s == 0.75 and p1.drained == 3
+    assert (p0.lateness_ms.count, p0.lateness_ms.max_ms, p0.handler_ms.count) == (2, 1200, 1)
+    assert first.finished_ms == 30 and first.totals()["drained"] == 10 and first.ok

@@ -36,18 +36,23 @@ def test_spark_example(bag):
 def test_factory_example_builds_the_orders_tiers(bag):
     ids = {d for d in bag.dags if d.startswith("kafka_retry__")}
     assert ids == {"kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-retry-3",
-                   "kafka_retry__orders-dlt"}
+                   "kafka_retry__orders-dlt", "kafka_retry__orders__ensure_topics"}
     first = bag.dags["kafka_retry__orders-retry-1"]
-    assert first.schedule == timedelta(seconds=30) and first.max_active_runs == 1
-    assert {t.task_id for t in first.tasks} == {"ensure_topics", "wait_for_due", "reprocess"}
+    assert first.max_active_runs == 1
+    assert type(first.timetable).__name__ == "AssetOrTimeSchedule"  # event-driven, hourly sweep
+    watched = first.timetable.asset_condition
+    assert watched.uri == "kafka-retry-due://kafka_default/orders-retry-1"
+    assert [type(w.trigger).__name__ for w in watched.watchers] == ["TierDueEventTrigger"]
+    assert {t.task_id for t in first.tasks} == {"reprocess"}
     assert all(t.owner == "orders-team" and t.retries == 1 for t in first.tasks)
     assert sorted(a.uri for a in first.get_task("reprocess").outlets) == [
         "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
         "kafka://kafka:9092/orders-validation-dlt"]
     assert [type(n).__name__ for n in first.get_task("reprocess").on_dlt] == ["DltLogNotifier"]
     night = bag.dags["kafka_retry__orders-retry-3"]
-    assert night.get_task("wait_for_due").window == "01:00-05:00"
-    assert night.timetable.expression == "0 1 * * *"
+    assert night.get_task("reprocess").window == "01:00-05:00"
+    assert night.timetable.timetable.expression == "0 1 * * *"
+    assert night.timetable.asset_condition.watchers[0].trigger.window == "01:00-05:00"
 
 
 def test_hand_composed_example(bag):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import zlib
 import subprocess
 import sys
 from datetime import timedelta
@@ -13,7 +14,7 @@ import pytest
 import yaml
 
 from airflow_kafka_retry.factory.overrides import TierOverrideError
-from airflow_kafka_retry.factory.retry_dags import CUTOFF_NOW, build_retry_dags
+from airflow_kafka_retry.factory.retry_dags import CUTOFF_RENDERED_NOW, build_retry_dags
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
 REPO = Path(__file__).parents[2]
@@ -32,11 +33,12 @@ def _chain(dag) -> list[tuple[str, list[str]]]:
     return [(t.task_id, sorted(t.downstream_task_ids)) for t in sorted(dag.tasks, key=lambda t: t.task_id)]
 
 
+SCHEDULE = {"trigger": "schedule"}
 TIER_CHAIN = [("ensure_topics", ["wait_for_due"]), ("reprocess", []), ("wait_for_due", ["reprocess"])]
 
 
 def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
-    dags = build_retry_dags(ORDERS, handler=HANDLER, value_deserializer="handlers.orders:decode")
+    dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, value_deserializer="handlers.orders:decode")
     assert list(dags) == ["kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-retry-3",
                           "kafka_retry__orders-dlt"]
     schedules = {dag_id: dag.schedule for dag_id, dag in dags.items()}
@@ -58,7 +60,7 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
         assert type(reprocess).__name__ == "ReprocessTierOperator"
         assert (reprocess.topology, reprocess.tier, reprocess.handler, reprocess.value_deserializer,
                 reprocess.kafka_conn_id) == (str(ORDERS), index, HANDLER, "handlers.orders:decode", "kafka_default")
-        assert reprocess.cutoff == CUTOFF_NOW and reprocess.max_run is None and reprocess.window is None
+        assert reprocess.cutoff == CUTOFF_RENDERED_NOW and reprocess.max_run is None and reprocess.window is None
         assert reprocess.outlets == []  # no asset_server: no asset outlets
     watch = dags["kafka_retry__orders-dlt"]
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
@@ -66,10 +68,78 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
     assert type(task).__name__ == "DltWatchOperator" and task.topology == str(ORDERS)
 
 
+def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_sweep():
+    dags = build_retry_dags(ORDERS, handler=HANDLER, tier_overrides={"orders-retry-3": {
+        "schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin"}})
+    assert list(dags) == ["kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-retry-3",
+                          "kafka_retry__orders-dlt", "kafka_retry__orders__ensure_topics"]
+    topology = load_topology(ORDERS)
+    for index, dag_id in enumerate(list(dags)[:3], start=1):
+        dag = dags[dag_id]
+        assert type(dag.timetable).__name__ == "AssetOrTimeSchedule" and dag.max_active_runs == 1
+        asset = dag.timetable.asset_condition
+        tier = topology.tier(index)
+        assert asset.uri == f"kafka-retry-due://kafka_default/{tier.topic}"
+        [watcher] = asset.watchers
+        trigger = watcher.trigger
+        assert type(trigger).__name__ == "TierDueEventTrigger"
+        assert (trigger.topic, trigger.consumer_group, trigger.kafka_conn_id) == (
+            tier.topic, topology.consumer_group(tier), "kafka_default")
+        assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 3600.0)
+        assert trigger.due_horizon_ms == 86_400_000 + tier.delay_ms
+        # no sensor, no ensure_topics per run: the one task waits for its wave and drains from "now"
+        assert [t.task_id for t in dag.tasks] == ["reprocess"]
+        assert dag.get_task("reprocess").cutoff == "now" and dag.get_task("reprocess").skip_missing_topic
+        assert dag.get_task("reprocess").follow_ms == 10_000
+    # the default sweep: hourly, at a minute derived from the DAG id, and not at once when first deployed
+    # (no start date: the scheduler's first run is the next tick, not the last one)
+    for dag_id in ("kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-dlt"):
+        sweep = dags[dag_id].timetable.timetable
+        assert type(sweep).__name__ == "CronTriggerTimetable"
+        assert sweep.expression == f"{zlib.crc32(dag_id.encode()) % 60} * * * *", sweep.expression
+        assert dags[dag_id].start_date is None
+    night = dags["kafka_retry__orders-retry-3"]
+    assert night.timetable.timetable.expression == "0 1 * * *"
+    assert (night.timetable.asset_condition.watchers[0].trigger.window, night.get_task("reprocess").window) == (
+        "01:00-05:00", "01:00-05:00")
+    # the DLT watch runs when a dead letter arrives in any of the topology's DLTs
+    watch = dags["kafka_retry__orders-dlt"]
+    [trigger] = [w.trigger for w in watch.timetable.asset_condition.watchers]
+    assert type(trigger).__name__ == "DltArrivalEventTrigger"
+    assert trigger.topics == [t.topic for t in topology.dlt_tiers] and trigger.consumer_group == "orders-service-dlt-watch"
+    assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
+    # the topics are created once
+    setup = dags["kafka_retry__orders__ensure_topics"]
+    assert type(setup.timetable).__name__ == "OnceTimetable"
+    assert [t.task_id for t in setup.tasks] == ["ensure_topics"]
+    assert (setup.tasks[0].retries, setup.tasks[0].retry_delay) == (3, timedelta(seconds=20))  # it runs once
+
+
+def test_event_mode_settings_are_checked():
+    sweep = build_retry_dags(ORDERS, handler=HANDLER, sweep=timedelta(minutes=10), fire_ahead=timedelta(0),
+                             refire_after=timedelta(minutes=5), dlt_watch=False)
+    tier = sweep["kafka_retry__orders-retry-1"]
+    assert tier.timetable.timetable.delta == timedelta(minutes=10)
+    assert (tier.timetable.asset_condition.watchers[0].trigger.fire_ahead,
+            tier.timetable.asset_condition.watchers[0].trigger.refire_after) == (0.0, 300.0)
+    with pytest.raises(ValueError, match="trigger must be one of event, schedule, got 'kafka'"):
+        build_retry_dags(ORDERS, handler=HANDLER, trigger="kafka")
+    with pytest.raises(ValueError, match="fire_ahead must be a timedelta from 0 to 30s"):
+        build_retry_dags(ORDERS, handler=HANDLER, fire_ahead=timedelta(minutes=5))
+    assert build_retry_dags(ORDERS, handler=HANDLER, follow=None)["kafka_retry__orders-retry-1"].get_task(
+        "reprocess").follow_ms is None
+    with pytest.raises(ValueError, match="follow must be a timedelta >= 0 or None"):
+        build_retry_dags(ORDERS, handler=HANDLER, follow="10s")
+    with pytest.raises(ValueError, match="refire_after must be a positive timedelta"):
+        build_retry_dags(ORDERS, handler=HANDLER, refire_after=timedelta(0))
+    with pytest.raises(ValueError, match="sweep: 'hourly' is not a valid cron expression"):
+        build_retry_dags(ORDERS, handler=HANDLER, sweep="hourly")
+
+
 def test_custom_delays_below_min_schedule_are_floored_with_a_warning(tmp_path, caplog):
     path = _write(tmp_path, attempts=4, backoff={"kind": "custom", "delays": ["5s", "45s", "10m"]})
     with caplog.at_level(logging.WARNING, logger="airflow_kafka_retry.factory.overrides"):
-        dags = build_retry_dags(path, handler=HANDLER, dlt_watch=False)
+        dags = build_retry_dags(path, **SCHEDULE, handler=HANDLER, dlt_watch=False)
     assert {d: dag.schedule for d, dag in dags.items()} == {
         "kafka_retry__pay-retry-1": timedelta(seconds=30),
         "kafka_retry__pay-retry-2": timedelta(seconds=45),
@@ -79,7 +149,7 @@ def test_custom_delays_below_min_schedule_are_floored_with_a_warning(tmp_path, c
         "(the due check still keeps every record until its due time)"]
     # the sensor waits at most one interval: the floored one
     assert dags["kafka_retry__pay-retry-1"].get_task("wait_for_due").max_wait == timedelta(seconds=30)
-    fast = build_retry_dags(path, handler=HANDLER, dlt_watch=False, min_schedule=timedelta(seconds=1))
+    fast = build_retry_dags(path, **SCHEDULE, handler=HANDLER, dlt_watch=False, min_schedule=timedelta(seconds=1))
     assert fast["kafka_retry__pay-retry-1"].schedule == timedelta(seconds=5)
 
 
@@ -88,7 +158,7 @@ def test_same_interval_reuse_gets_one_dag_for_the_shared_topic(tmp_path):
                   backoff={"kind": "custom", "delays": ["1m", "2m", "5m", "5m", "5m"]})
     topology = load_topology(path)
     assert [t.topic for t in topology.retry_tiers] == ["pay-retry-1", "pay-retry-2", "pay-retry-3"]
-    dags = build_retry_dags(path, handler=HANDLER, dlt_watch=False)
+    dags = build_retry_dags(path, **SCHEDULE, handler=HANDLER, dlt_watch=False)
     assert list(dags) == ["kafka_retry__pay-retry-1", "kafka_retry__pay-retry-2", "kafka_retry__pay-retry-3"]
     assert dags["kafka_retry__pay-retry-3"].schedule == timedelta(minutes=5)
     assert dags["kafka_retry__pay-retry-3"].get_task("reprocess").tier == 3
@@ -97,7 +167,7 @@ def test_same_interval_reuse_gets_one_dag_for_the_shared_topic(tmp_path):
 def test_exception_dlts_one_watch_dag_over_every_dlt(tmp_path):
     path = _write(tmp_path, attempts=2, backoff={"kind": "fixed", "delay": "1m"},
                   dlt_routing={"-validation-dlt": ["myapp.InvalidOrder"], "-fraud-dlt": ["myapp.Fraud"]})
-    dags = build_retry_dags(path, handler=HANDLER, dag_id_template="retry_{topic}", on_dlt=[print])
+    dags = build_retry_dags(path, **SCHEDULE, handler=HANDLER, dag_id_template="retry_{topic}", on_dlt=[print])
     assert list(dags) == ["retry_pay-retry-1", "retry_pay-dlt"]
     [watch] = dags["retry_pay-dlt"].tasks
     assert watch.task_id == "watch_dlt" and watch.topology == str(path)
@@ -105,33 +175,33 @@ def test_exception_dlts_one_watch_dag_over_every_dlt(tmp_path):
     assert tuple(dags["retry_pay-retry-1"].get_task("reprocess").on_dlt) == (print,)
     # the watch DAG's key takes a schedule only; the exception DLTs have no DAG of their own
     with pytest.raises(TierOverrideError, match=r"tier_overrides\['pay-dlt'\]\['window'\]: unknown key"):
-        build_retry_dags(path, handler=HANDLER, tier_overrides={"pay-dlt": {"window": "01:00-02:00"}})
+        build_retry_dags(path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-dlt": {"window": "01:00-02:00"}})
     with pytest.raises(TierOverrideError, match=r"tier_overrides\['pay-fraud-dlt'\]: no DAG is built"):
-        build_retry_dags(path, handler=HANDLER, tier_overrides={"pay-fraud-dlt": {"schedule": "@daily"}})
-    hourly = build_retry_dags(path, handler=HANDLER, tier_overrides={"pay-dlt": {"schedule": timedelta(hours=1)}})
+        build_retry_dags(path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-fraud-dlt": {"schedule": "@daily"}})
+    hourly = build_retry_dags(path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-dlt": {"schedule": timedelta(hours=1)}})
     assert hourly["kafka_retry__pay-dlt"].schedule == timedelta(hours=1)
     no_dlt = _write(tmp_path, "nodlt.yaml", dlt_strategy="no_dlt")
-    assert list(build_retry_dags(no_dlt, handler=HANDLER)) == ["kafka_retry__pay-retry-1", "kafka_retry__pay-retry-2"]
+    assert list(build_retry_dags(no_dlt, **SCHEDULE, handler=HANDLER)) == ["kafka_retry__pay-retry-1", "kafka_retry__pay-retry-2"]
 
 
 def test_spark_engine(tmp_path):
-    dags = build_retry_dags(ORDERS, handler=HANDLER, engine="spark", spark_conn_id="spark_yarn",
+    dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, engine="spark", spark_conn_id="spark_yarn",
                             options={"batch_size": 500}, dlt_watch=False)
     reprocess = dags["kafka_retry__orders-retry-2"].get_task("reprocess")
     assert type(reprocess).__name__ == "SparkReprocessTierOperator"
     assert (reprocess.tier, reprocess.handler, reprocess.options, reprocess.cutoff) == (2, HANDLER,
-                                                                                        {"batch_size": 500}, CUTOFF_NOW)
+                                                                                        {"batch_size": 500}, CUTOFF_RENDERED_NOW)
     assert reprocess._conn_id == "spark_yarn"
     assert _chain(dags["kafka_retry__orders-retry-2"]) == TIER_CHAIN
     with pytest.raises(ValueError, match="engine must be one of local, spark, got 'flink'"):
-        build_retry_dags(ORDERS, handler=HANDLER, engine="flink")
+        build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, engine="flink")
 
 
 def test_tier_overrides_with_a_window():
     overrides = {"orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
                                     "max_run": "2h"},
                  "orders-retry-2": {"schedule": timedelta(minutes=5)}}
-    dags = build_retry_dags(ORDERS, handler=HANDLER, tier_overrides=overrides)
+    dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, tier_overrides=overrides)
     night = dags["kafka_retry__orders-retry-3"]
     assert type(night.timetable).__name__ == "CronTriggerTimetable"
     assert (night.timetable.expression, str(night.timetable.timezone)) == ("0 1 * * *", "Europe/Berlin")
@@ -172,7 +242,7 @@ def test_default_args_and_dag_kwargs_reach_every_dag_and_task(tmp_path):
 
     default_args = {"owner": "payments", "retries": 2, "retry_delay": timedelta(seconds=7),
                     "on_failure_callback": alert}
-    dags = build_retry_dags(ORDERS, handler=HANDLER, default_args=default_args, tags=["team-pay"],
+    dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, default_args=default_args, tags=["team-pay"],
                             doc_md="our tiers", include_main=True)
     assert "kafka_retry__orders" in dags
     assert dags["kafka_retry__orders"].schedule == timedelta(seconds=30)  # main: delay 0, floored

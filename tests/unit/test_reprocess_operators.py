@@ -334,3 +334,30 @@ def test_spark_operator_without_window_or_max_run_sends_no_deadline(tmp_path, mo
     _fake_spark(monkeypatch, seen, document=summary(busy(0)).to_dict())
     make(SparkReprocessTierOperator, result_path=str(tmp_path / "summary.json")).execute(context())
     assert json.loads(seen["args"][seen["args"].index("--options-json") + 1])["deadline_ms"] is None
+
+
+def test_a_run_started_by_a_tier_wave_waits_until_the_wave_is_due_then_drains_from_now():
+    from types import SimpleNamespace
+
+    from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+    from airflow_kafka_retry.operators.reprocess_base import wave_not_before_ms
+
+    def wave(kind, not_before):
+        return SimpleNamespace(extra={"from_trigger": True, "payload": {"kind": kind, "not_before_ms": not_before}})
+
+    now = int(time.time() * 1000)
+    context = {"triggering_asset_events": {"due-asset": [wave("tier_due", now + 300), wave("tier_due", now + 600),
+                                                         wave("dlt_arrival", now + 60_000)],
+                                           "other": [SimpleNamespace(extra={"records": 3})]}}
+    assert wave_not_before_ms(context) == now + 600  # the latest tier wave: every wave's records are due
+    assert wave_not_before_ms({}) is None and wave_not_before_ms({"triggering_asset_events": {}}) is None
+    op = ReprocessTierOperator(task_id="r", topology="t.yaml", tier=1, handler="m:f", cutoff="now")
+    started = time.monotonic()
+    op.wait_for_wave(context, op._should_stop)
+    assert time.monotonic() - started >= 0.5
+    assert op.cutoff_ms({}) >= now + 600
+    # a kill during the wait ends it at once
+    op.request_stop("killed")
+    started = time.monotonic()
+    op.wait_for_wave({"triggering_asset_events": {"a": [wave("tier_due", now + 50_000)]}}, op._should_stop)
+    assert time.monotonic() - started < 5

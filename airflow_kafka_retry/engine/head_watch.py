@@ -1,0 +1,161 @@
+"""Watching the heads of topics for a consumer group, with one long-lived consumer and no commits.
+
+The event triggers of event-driven tiers keep one :class:`HeadWatch` open while they run: it is
+assigned every partition at the group's committed offset, learns each partition's first pending
+record (its head: offset and due time) or its end (partition EOF), and pauses a partition once its
+head is known, so nothing past the head is fetched. When the group's committed offset of a
+partition moves (a tier run committed), :meth:`HeadWatch.sync_committed` re-assigns that partition
+at the new offset and its head is learnt again. Idle, it costs the broker one long-polling fetch
+at a time and one committed-offset request per check; it never joins the group and never commits.
+
+The end of a partition comes from partition EOF, never from ListOffsets (see peek.py). Only
+headers are read (the due time), never payloads. No Airflow import: the triggers call this from a
+worker thread (blocking calls) or directly (:meth:`poll` never blocks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, partition_counts
+from airflow_kafka_retry.engine.peek import PartitionHead
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
+
+Key = tuple[str, int]
+#: A watch consumer waits this long in one fetch when its partitions are at their end: a new record
+#: still arrives at once (the fetch returns with it); idle, this bounds the fetches per second.
+WATCH_FETCH_WAIT_MS = 1000
+_TAKE = 500  # messages taken from the client's queue in one poll
+
+
+class HeadWatchError(RuntimeError):
+    """The watched topics could not be read; the message names topic and partition(s)."""
+
+
+def where(keys: Sequence[Key]) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(keys))
+
+
+class HeadWatch:
+    """The first pending record of every partition of ``topics`` after ``group``'s committed offset.
+
+    :param kafka_config: librdkafka configuration (bootstrap servers, security).
+    :param topics: the topics watched (a tier's topic, or a topology's DLTs).
+    :param group: the consumer group whose committed offsets are the start (never joined, never committed).
+    :param read_due: read each head's due time from its headers (tiers); False: any head is due (DLTs).
+    :param due_horizon_ms: a due time further ahead than this is not believed (the record is due now),
+        as the drain does.
+    """
+
+    def __init__(self, kafka_config: Mapping[str, Any], topics: Sequence[str], group: str, *,
+                 read_due: bool = True, due_horizon_ms: int = MAX_BACKOFF_MS) -> None:
+        self.topics = list(topics)
+        self.group = group
+        self.read_due = read_due
+        self.due_horizon_ms = due_horizon_ms
+        config = consumer_config(kafka_config, group)
+        config["fetch.wait.max.ms"] = kafka_config.get("fetch.wait.max.ms", WATCH_FETCH_WAIT_MS)
+        self._consumer = Consumer(config)
+        self.committed: dict[Key, int] = {}  # the group's committed offset per partition (-1: none)
+        self.heads: dict[Key, PartitionHead] = {}
+        self.ended: set[Key] = set()  # partitions read to their end: nothing pending
+        try:
+            self._refresh_partitions()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ what is known
+    @property
+    def keys(self) -> list[Key]:
+        return sorted(self.committed)
+
+    @property
+    def complete(self) -> bool:
+        """Every partition gave its head or its end since it was last (re-)assigned."""
+        return all(k in self.heads or k in self.ended for k in self.committed)
+
+    # ------------------------------------------------------------------ blocking calls (worker thread)
+    def _refresh_partitions(self) -> None:
+        try:
+            counts = partition_counts(self._consumer, self.topics)
+        except KafkaConfigError as exc:
+            raise HeadWatchError(str(exc)) from exc
+        keys = [(t, p) for t in self.topics for p in range(counts[t])]
+        new = [k for k in keys if k not in self.committed]
+        if new:
+            offsets = self._read_committed(new)
+            self._consumer.incremental_assign([TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING)
+                                               for (t, p), o in offsets.items()])
+            self.committed.update(offsets)
+
+    def _read_committed(self, keys: Sequence[Key], timeout_s: float = 30.0) -> dict[Key, int]:
+        try:
+            found = self._consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
+        except KafkaException as exc:
+            raise HeadWatchError(f"{where(keys)}: cannot read the committed offsets of group {self.group!r}: "
+                                 f"{exc}") from exc
+        offsets: dict[Key, int] = {}
+        for tp in found:
+            if tp.error is not None:
+                raise HeadWatchError(f"{tp.topic}[{tp.partition}]: cannot read the committed offset of group "
+                                     f"{self.group!r}: {tp.error}")
+            offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+        return offsets
+
+    def sync_committed(self) -> dict[Key, int]:
+        """Read the group's committed offsets (and new partitions); re-read the head of every partition
+        whose committed offset moved. Returns the committed offsets."""
+        self._refresh_partitions()
+        offsets = self._read_committed(self.keys)
+        moved = [k for k, o in offsets.items() if o != self.committed[k]]
+        if moved:
+            tps = [TopicPartition(t, p) for t, p in moved]
+            self._consumer.incremental_unassign(tps)
+            self._consumer.incremental_assign([TopicPartition(t, p, offsets[(t, p)] if offsets[(t, p)] >= 0
+                                                              else OFFSET_BEGINNING) for t, p in moved])
+            self._consumer.resume(tps)  # a partition paused at its old head stays paused through re-assignment
+            for key in moved:
+                self.heads.pop(key, None)
+                self.ended.discard(key)
+        self.committed.update(offsets)
+        return dict(self.committed)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    # ------------------------------------------------------------------ never blocks
+    def poll(self) -> None:
+        """Take what the client has fetched: heads and ends of partitions (never waits)."""
+        while True:
+            messages = self._consumer.consume(num_messages=_TAKE, timeout=0)
+            if not messages:
+                return
+            for message in messages:
+                self._take(message)
+
+    def _take(self, message: Any) -> None:
+        key = (message.topic(), message.partition())
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                if key in self.committed and key not in self.heads:
+                    self.ended.add(key)
+                return
+            place = f"{key[0]}[{key[1]}]" if key[0] and key[1] is not None and key[1] >= 0 else where(self.keys)
+            raise HeadWatchError(f"{place}: watching for records failed: {error}")
+        if key not in self.committed or key in self.heads:
+            return  # a record fetched before the partition was paused: its head is known
+        base = self.committed[key]
+        if 0 <= message.offset() < base:
+            return  # fetched before a re-assignment moved the partition on
+        due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=self.due_horizon_ms) \
+            if self.read_due else None
+        _, timestamp = message.timestamp()
+        self.heads[key] = PartitionHead(key[1], message.offset(), due, timestamp if timestamp >= 0 else None)
+        self.ended.discard(key)
+        self._consumer.pause([TopicPartition(*key)])

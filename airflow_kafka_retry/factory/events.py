@@ -1,0 +1,116 @@
+"""Event mode of ``build_retry_dags``: the watched "due" assets and the schedules that combine them with a sweep.
+
+A tier DAG in event mode is scheduled on ``AssetOrTimeSchedule``: its tier's *due* asset, whose
+``AssetWatcher`` runs a :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger` in the
+triggerer, or a slow time schedule (the sweep) as a safety net. The due asset is not the topic's own
+``kafka://`` asset (the outlets of the tier before): an event there says records *arrived*, not that
+they are *due*, and would start a run that drains nothing. Nothing here reads a connection.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset
+
+#: How long before the due time a wave fires (the task's start-up is not added to lateness).
+DEFAULT_FIRE_AHEAD = timedelta(seconds=3)
+MAX_FIRE_AHEAD = timedelta(seconds=30)
+#: A wave the group has not committed past after this long fires again.
+DEFAULT_REFIRE_AFTER = timedelta(hours=1)
+#: A run waits in its task for a record due within this long, rather than leaving it to a new run
+#: (a new run costs a wave, a DAG run and a task start: a few seconds).
+DEFAULT_FOLLOW = timedelta(seconds=10)
+#: URI schemes of the watched assets.
+DUE_SCHEME, DEAD_LETTER_SCHEME = "kafka-retry-due", "kafka-retry-dead-letters"
+
+
+def due_asset_uri(kafka_conn_id: str, topic: str) -> str:
+    """The due asset of a tier: ``kafka-retry-due://<kafka_conn_id>/<topic>``."""
+    return f"{DUE_SCHEME}://{kafka_conn_id}/{topic}"
+
+
+def dead_letter_asset_uri(kafka_conn_id: str, main_topic: str) -> str:
+    """The dead-letter asset of a topology (all its DLTs): ``kafka-retry-dead-letters://<kafka_conn_id>/<main>``."""
+    return f"{DEAD_LETTER_SCHEME}://{kafka_conn_id}/{main_topic}"
+
+
+def check_sweep(value: Any) -> Any:
+    """The sweep schedule: a positive timedelta, a cron string or a timetable."""
+    from airflow_kafka_retry.factory.overrides import TierOverrideError, check_schedule
+
+    try:
+        check_schedule("sweep", value, None)
+    except TierOverrideError as exc:
+        raise ValueError(f"sweep: {str(exc).split(': ', 1)[1]}") from None
+    return value
+
+
+def sweep_schedule(asset: Asset, schedule: Any) -> Any:
+    """Run on an event of ``asset`` or on ``schedule`` (a timedelta, or a timetable)."""
+    from airflow.sdk import AssetOrTimeSchedule, DeltaTriggerTimetable
+
+    timetable = DeltaTriggerTimetable(schedule) if isinstance(schedule, timedelta) else schedule
+    return AssetOrTimeSchedule(timetable=timetable, assets=asset)
+
+
+@dataclass(frozen=True)
+class EventSettings:
+    """What the watchers of one ``build_retry_dags`` call share."""
+
+    kafka_conn_id: str
+    sweep: Any = None  # None: hourly, see sweep_for
+    fire_ahead: timedelta = DEFAULT_FIRE_AHEAD
+    refire_after: timedelta = DEFAULT_REFIRE_AFTER
+    follow: timedelta | None = DEFAULT_FOLLOW
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fire_ahead, timedelta) or not timedelta(0) <= self.fire_ahead <= MAX_FIRE_AHEAD:
+            raise ValueError(f"fire_ahead must be a timedelta from 0 to {MAX_FIRE_AHEAD.total_seconds():.0f}s, "
+                             f"got {self.fire_ahead!r}")
+        if not isinstance(self.refire_after, timedelta) or self.refire_after <= timedelta(0):
+            raise ValueError(f"refire_after must be a positive timedelta, got {self.refire_after!r}")
+        if self.follow is not None and (not isinstance(self.follow, timedelta) or self.follow < timedelta(0)):
+            raise ValueError(f"follow must be a timedelta >= 0 or None, got {self.follow!r}")
+
+    def sweep_for(self, dag_id: str) -> Any:
+        """The sweep of one DAG: the one given, else hourly at a minute derived from the DAG id (a cron
+        string, so it does not run at once when deployed, and many DAGs' sweeps spread over the hour)."""
+        if self.sweep is not None:
+            return self.sweep
+        return f"{zlib.crc32(dag_id.encode()) % 60} * * * *"
+
+    def _timing(self) -> dict[str, float]:
+        return {"fire_ahead": self.fire_ahead.total_seconds(), "refire_after": self.refire_after.total_seconds()}
+
+    def tier_asset(self, topic: str, group: str, *, dag_id: str, window: str | None, timezone: str | None,
+                   delay_ms: int) -> Asset:
+        """The due asset of a tier, watched by a ``TierDueEventTrigger`` (it believes due times up to a day
+        plus the tier's delay ahead, as the drain does)."""
+        from airflow.sdk import Asset, AssetWatcher
+
+        from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger
+
+        trigger = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=self.kafka_conn_id,
+                                      window=window, timezone=timezone, due_horizon_ms=MAX_BACKOFF_MS + delay_ms,
+                                      **self._timing())
+        uri = due_asset_uri(self.kafka_conn_id, topic)
+        return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.due", trigger=trigger)])
+
+    def dlt_asset(self, main_topic: str, dlts: Sequence[str], group: str, *, dag_id: str) -> Asset:
+        """The dead-letter asset of a topology, watched by a ``DltArrivalEventTrigger`` over all its DLTs."""
+        from airflow.sdk import Asset, AssetWatcher
+
+        from airflow_kafka_retry.triggers.tier_events import DltArrivalEventTrigger
+
+        trigger = DltArrivalEventTrigger(topics=list(dlts), consumer_group=group, kafka_conn_id=self.kafka_conn_id,
+                                         **self._timing())
+        uri = dead_letter_asset_uri(self.kafka_conn_id, main_topic)
+        return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.dead_letters", trigger=trigger)])

@@ -1,0 +1,222 @@
+"""Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
+
+``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the
+triggerer as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
+open (one consumer, assigned at the group's committed offsets, never joined, never committing) and
+yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an
+idle tier creates no DAG run and no task. The wave it fired is kept in the asset's state store, so a
+restarted triggerer neither fires it again nor forgets it: it fires again only once the group has
+committed past it, or ``refire_after`` later (a run that failed or never started).
+
+Only the connection id travels in the serialized arguments, never the Kafka configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+from asgiref.sync import sync_to_async
+from confluent_kafka import KafkaException
+
+from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.head_watch import HeadWatch, HeadWatchError
+from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.policy.due_check import format_ms
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
+from airflow_kafka_retry.policy.windows import ReprocessWindow
+
+#: The asset state store key of the last fired wave.
+STATE_KEY = "kafka_retry_wave"
+#: Kind of each trigger's events (``payload["kind"]``).
+TIER_DUE, DLT_ARRIVAL = "tier_due", "dlt_arrival"
+
+
+class _HeadEventTrigger(BaseEventTrigger):
+    """What both event triggers share: the watch loop, the wave state, the event."""
+
+    kind: str = ""
+    read_due = True
+
+    def __init__(self, *, topics: Sequence[str], consumer_group: str, kafka_conn_id: str = "kafka_default",
+                 window: str | None = None, timezone: str | None = None, fire_ahead: float = 0.0,
+                 refire_after: float = 3600.0, poll_interval: float = 0.5, commit_check: float = 1.0,
+                 idle_check: float = 30.0, retry_after: float = 30.0, due_horizon_ms: int = MAX_BACKOFF_MS) -> None:
+        super().__init__()
+        if not topics:
+            raise ValueError(f"{type(self).__name__} needs at least one topic")
+        for name, value in {"fire_ahead": fire_ahead, "refire_after": refire_after, "poll_interval": poll_interval,
+                            "commit_check": commit_check, "idle_check": idle_check,
+                            "retry_after": retry_after}.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{type(self).__name__}: {name} must be a number of seconds >= 0, got {value!r}")
+        self.topics = list(topics)
+        self.consumer_group = consumer_group
+        self.kafka_conn_id = kafka_conn_id
+        self.window = window
+        self.timezone = timezone
+        self.fire_ahead = fire_ahead
+        self.refire_after = refire_after
+        self.poll_interval = poll_interval
+        self.commit_check = commit_check
+        self.idle_check = idle_check
+        self.retry_after = retry_after
+        self.due_horizon_ms = due_horizon_ms
+        self._window = ReprocessWindow.parse(window, timezone) if window else None
+        self._memory: Any = None  # the wave state where no asset state store is injected (a plain run)
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {"consumer_group": self.consumer_group, "kafka_conn_id": self.kafka_conn_id, "window": self.window,
+                "timezone": self.timezone, "fire_ahead": self.fire_ahead, "refire_after": self.refire_after,
+                "poll_interval": self.poll_interval, "commit_check": self.commit_check,
+                "idle_check": self.idle_check, "retry_after": self.retry_after,
+                "due_horizon_ms": self.due_horizon_ms}
+
+    @property
+    def where(self) -> str:
+        return f"{', '.join(self.topics)} (group {self.consumer_group})"
+
+    # ------------------------------------------------------------------ the wave state
+    async def _load_wave(self) -> Wave | None:
+        store = self.asset_state_store
+        return Wave.from_state(await store.aget(STATE_KEY) if store is not None else self._memory)
+
+    async def _save_wave(self, wave: Wave | None) -> None:
+        store = self.asset_state_store
+        if store is None:
+            self._memory = wave.to_state() if wave else None
+        elif wave is None:
+            await store.adelete(STATE_KEY)
+        else:
+            await store.aset(STATE_KEY, wave.to_state())
+
+    # ------------------------------------------------------------------ deciding
+    def plan(self, watch: HeadWatch, now_ms: int) -> WavePlan:
+        heads = {k: h.due_at(now_ms) if self.read_due else now_ms for k, h in watch.heads.items()}
+        return plan_wave(heads, now_ms=now_ms, window=self._window, fire_ahead_ms=int(self.fire_ahead * 1000))
+
+    def payload(self, watch: HeadWatch, plan: WavePlan, wave: Wave) -> dict[str, Any]:
+        """The event (an asset event's ``extra["payload"]``): coordinates and times only, never a payload."""
+        dues = [watch.heads[k].due_ms for k in plan.keys if watch.heads[k].due_ms is not None]
+        return {"kind": self.kind, "topics": self.topics, "group": self.consumer_group,
+                "partitions": [f"{t}[{p}]" for t, p, _ in wave.positions],
+                "heads": [{"topic": t, "partition": p, "offset": o} for t, p, o in wave.positions],
+                "earliest_due_ms": min(dues) if dues else None, "not_before_ms": wave.not_before_ms,
+                "fired_ms": wave.fired_ms}
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        wave = await self._load_wave()
+        if wave is not None:
+            self.log.info("%s: a wave fired at %s is not taken yet; waiting for the group to commit past it",
+                          self.where, format_ms(wave.fired_ms))
+        watch: HeadWatch | None = None
+        next_check = failures = 0
+        try:
+            while True:
+                try:
+                    if watch is None:
+                        watch = await self._open()
+                        next_check, failures = 0, 0
+                    now = wall_clock_ms()
+                    if now >= next_check:
+                        committed = await asyncio.to_thread(watch.sync_committed)
+                        now = wall_clock_ms()
+                        if wave is not None and (wave.taken(committed) or wave.expired(now, int(self.refire_after
+                                                                                                 * 1000))):
+                            if not wave.taken(committed):
+                                self.log.warning("%s: the wave fired at %s was not taken within %ss; firing again",
+                                                 self.where, format_ms(wave.fired_ms), self.refire_after)
+                            wave = None
+                            await self._save_wave(None)
+                        busy = wave is not None or bool(watch.heads)
+                        next_check = now + int((self.commit_check if busy else self.idle_check) * 1000)
+                    watch.poll()
+                    if wave is None and watch.heads:
+                        plan = self.plan(watch, now)
+                        if plan.action == "fire":
+                            wave = Wave(tuple((t, p, watch.heads[(t, p)].offset) for t, p in plan.keys), now,
+                                        plan.not_before_ms or now)
+                            await self._save_wave(wave)  # before the event: a restart must not fire it twice
+                            self.log.info("%s: firing for %s: %s", self.where,
+                                          ", ".join(f"{t}[{p}]@{o}" for t, p, o in wave.positions), plan.reason)
+                            yield TriggerEvent(self.payload(watch, plan, wave))
+                            next_check = min(next_check, now + int(self.commit_check * 1000))
+                            continue
+                        if plan.action == "wait" and plan.wake_ms is not None:
+                            await asyncio.sleep(max(0.0, min(self.poll_interval, (plan.wake_ms - now) / 1000)))
+                            continue
+                    await asyncio.sleep(self.poll_interval)
+                except (HeadWatchError, KafkaException, KafkaConfigError) as exc:
+                    # a topic not created yet is the usual case at a first deployment: look again soon,
+                    # then less often (up to retry_after)
+                    pause = min(self.retry_after, 2.0 ** failures)
+                    failures += 1
+                    self.log.warning("%s: %s; looking again in %.0fs", self.where, exc, pause)
+                    if watch is not None:
+                        await asyncio.to_thread(watch.close)
+                        watch = None
+                    await asyncio.sleep(pause)
+        finally:
+            if watch is not None:
+                await asyncio.to_thread(watch.close)
+
+    async def _open(self) -> HeadWatch:
+        kafka_config = await sync_to_async(KafkaRetryHook(self.kafka_conn_id).kafka_config)()
+        watch = await asyncio.to_thread(HeadWatch, kafka_config, self.topics, self.consumer_group,
+                                        read_due=self.read_due, due_horizon_ms=self.due_horizon_ms)
+        self.log.info("%s: watching %s partition(s) from the group's committed offsets", self.where,
+                      len(watch.keys))
+        return watch
+
+
+class TierDueEventTrigger(_HeadEventTrigger):
+    """Fires when records of a retry tier (or the main topic) are due: the watcher of an event-driven tier DAG.
+
+    It sleeps until the earliest head's due time (records without a due header are due at once) and
+    fires ``fire_ahead`` seconds before it; outside the reprocessing ``window`` it waits for the opening.
+
+    :param topic: the tier's topic.
+    :param consumer_group: the group that drains the tier (its committed offsets are the start).
+    :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra).
+    :param window: reprocessing window ``HH:MM-HH:MM``; outside it, nothing is due.
+    :param timezone: IANA time zone of ``window`` (default UTC).
+    :param fire_ahead: fire this many seconds before the records are due (the run waits for them).
+    :param refire_after: fire a wave again when the group has not committed past it after this long.
+    :param poll_interval: seconds between looks at what the watch consumer fetched.
+    :param commit_check: seconds between reads of the committed offsets while a wave or a head is pending.
+    :param idle_check: the same while nothing is pending.
+    :param retry_after: the longest wait after a broker error (a missing topic, an unreachable cluster);
+        the first waits are 1, 2, 4... seconds.
+    """
+
+    kind = TIER_DUE
+
+    def __init__(self, *, topic: str, consumer_group: str, **kwargs: Any) -> None:
+        super().__init__(topics=[topic], consumer_group=consumer_group, **kwargs)
+        self.topic = topic
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {"topic": self.topic, **self._kwargs()}
+
+
+class DltArrivalEventTrigger(_HeadEventTrigger):
+    """Fires when a record arrives in any of a topology's DLTs after the watch group's committed offset.
+
+    The watcher of an event-driven DLT-watch DAG: every new dead letter is reported seconds after it
+    arrived. Parameters as :class:`TierDueEventTrigger`, with ``topics`` (the DLTs); records carry no
+    due time here: any new record fires (a window, if given, still holds the event until it opens).
+    """
+
+    kind = DLT_ARRIVAL
+    read_due = False
+
+    def __init__(self, *, topics: Sequence[str], consumer_group: str, **kwargs: Any) -> None:
+        super().__init__(topics=topics, consumer_group=consumer_group, **kwargs)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {"topics": self.topics, **self._kwargs()}

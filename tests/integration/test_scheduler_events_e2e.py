@@ -1,0 +1,197 @@
+"""End to end on a real Airflow deployment: event-driven tier DAGs run by the triggerer's watchers.
+
+The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
+SQLite). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
+failing service: every record fails there once. Records are produced continuously (two a second),
+so records become due continuously on both tiers. Phase 1 runs undisturbed (its lateness is the
+figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) while retry
+waves are firing, then started again.
+
+Checked: every record ends where its script says, exactly once (no loss, no repeat, across the
+triggerer's crash); none is handled before its due time; no wave was fired twice (no two due
+events for the same partition heads); the DLT watch reported every dead letter once. Reported,
+not asserted (timing): each tier's lateness in phase 1, handled time minus due time, p50 and max.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import textwrap
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.engine.topics import topology_topics
+from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from tests.support import ledger
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
+
+REPO = Path(__file__).parents[2]
+
+PARTITIONS = 2
+COUNT = 60  # phase 1
+CRASH_COUNT = 20  # phase 2
+RATE = 2.0  # records produced per second
+DELAYS_S = (10, 30)
+PHASE_DEADLINE_S = 240
+KILL_TRIGGERER_AFTER_S = 15  # into phase 2: the first retry-1 waves of its records are firing
+
+DAG_FILE = '''
+"""Written by tests/integration/test_scheduler_events_e2e.py."""
+from datetime import timedelta
+
+from airflow_kafka_retry import build_retry_dags
+from tests.support.timed_handler import record_notification
+
+globals().update(build_retry_dags(
+    {topology!r},
+    handler="tests.support.timed_handler:handle",
+    include_main=True,
+    on_dlt=[record_notification],
+    dag_id_template="ev__{{topic}}",
+    options={{"batch_size": 50}},
+    default_args={{"retries": 0}},
+))
+'''
+
+
+def _script(ids: range) -> dict[str, int]:
+    """id -> the attempt it succeeds on (2: retry-1, 3: retry-2, 0: never, DLT)."""
+    return {str(i): (2, 3, 0)[i % 3] for i in ids}
+
+
+def _produce_slowly(bootstrap: str, topic: str, script: dict[str, int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i, (rid, succeed_on) in enumerate(script.items()):
+        producer.produce(topic, key=rid.encode(), partition=i % PARTITIONS,
+                         value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode())
+        producer.poll(0)
+        time.sleep(1 / RATE)
+    assert producer.flush(30) == 0
+
+
+def _ledger(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _watched(notes: list[dict]) -> int:
+    return sum(n["summary"]["totals"]["new_records"] for n in notes if n["task_id"] == "watch_dlt")
+
+
+def _lateness(entries: list[dict]) -> tuple[float, float]:
+    late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries]
+    return statistics.median(late), max(late)
+
+
+def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, capsys, request):
+    main = unique_topic("ev")
+    topology_file = tmp_path / "topology.yaml"
+    topology_file.write_text(json.dumps({
+        "topic": main, "group_id": f"{main}-svc", "attempts": 3,
+        "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]}}))
+    topology = load_topology(topology_file)
+    create_topics(kafka_bootstrap, [main], PARTITIONS)  # the service's topic; the setup DAG creates the others
+    request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
+    first, second = _script(range(COUNT)), _script(range(COUNT, COUNT + CRASH_COUNT))
+    script = {**first, **second}
+    timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
+
+    home = tmp_path / "airflow"
+    env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
+        "bootstrap.servers": kafka_bootstrap}}}, extra={
+        "AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log),
+        # a restarted triggerer takes over the dead one's watchers after this (default 30 s)
+        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"}, pythonpath=[REPO])
+    (home / "dags" / "ev_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
+    dlt = topology.dlt_topic
+    expected_dlt = sorted(rid for rid, n in script.items() if n == 0)
+    retry1, retry2 = (t.topic for t in topology.retry_tiers)
+
+    def finished(entries: list[dict], ids: dict[str, int]) -> bool:
+        finals = {e["id"] for e in entries if e["ok"]} | {e["id"] for e in entries
+                                                          if e["topic"] == retry2 and not e["ok"]}
+        return set(ids) <= finals
+
+    def run_phase(cluster: AirflowCluster, ids: dict[str, int], kill_after: float | None = None) -> bool:
+        producer = threading.Thread(target=_produce_slowly, args=(kafka_bootstrap, main, ids), daemon=True)
+        started = time.monotonic()
+        producer.start()
+        killed = False
+        while time.monotonic() - started < PHASE_DEADLINE_S and not finished(_ledger(timed_ledger), ids):
+            if kill_after is not None and not killed and time.monotonic() - started > kill_after:
+                cluster.kill("triggerer")
+                cluster.restart("triggerer")
+                killed = True
+            cluster.check_alive()
+            time.sleep(1)
+        producer.join(60)
+        return killed
+
+    with AirflowCluster(home, env, cwd=REPO) as cluster:
+        # as a deployment starts: the setup DAG creates the topics once, then the service produces
+        setup = f"ev__{main}__ensure_topics"
+
+        def set_up() -> bool:
+            return [state for _, _, state in cluster.task_states(setup)] == ["success"]
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not set_up():
+            time.sleep(1)
+        assert set_up(), cluster.log_tail("scheduler")
+        run_phase(cluster, first)
+        phase1 = _ledger(timed_ledger)
+        killed = run_phase(cluster, second, kill_after=KILL_TRIGGERER_AFTER_S)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _watched(_ledger(notify_log)) < len(expected_dlt):
+            time.sleep(1)
+        states = Counter((dag, task, state) for dag, task, state in cluster.query(
+            "SELECT dag_id, task_id, state FROM task_instance"))
+        due_events = cluster.query("SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                                   "WHERE a.uri LIKE 'kafka-retry-due://%'")
+        logs = {name: cluster.log_tail(name, 1500) for name in ("scheduler", "triggerer")}
+    entries = _ledger(timed_ledger)
+    with capsys.disabled():
+        print(f"\nevent-driven lateness (handled - due), phase 1: {COUNT} records over {PARTITIONS} partitions "
+              f"produced at {RATE:.0f}/s, each failing once on the main topic:")
+        for topic, delay in zip((retry1, retry2), DELAYS_S, strict=True):
+            handled = [e for e in phase1 if e["topic"] == topic]
+            if handled:
+                p50, worst = _lateness(handled)
+                print(f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max {worst:.2f}s "
+                      f"over {len(handled)} records")
+        print(f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed after "
+              f"{KILL_TRIGGERER_AFTER_S}s and restarted)")
+    assert killed
+    assert finished(entries, script), (f"not every record reached its end; handled: "
+                                       f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; "
+                                       f"task states: {dict(states)}; logs: {logs}")
+
+    # every record: fails once on the main topic, then follows its script, each step exactly once
+    by_id: dict[str, list[dict]] = {}
+    for e in entries:
+        by_id.setdefault(e["id"], []).append(e)
+    for rid, succeed_on in script.items():
+        path = [(e["topic"], e["attempt"], e["ok"]) for e in by_id[rid]]
+        want = [(main, 1, False), (retry1, 2, succeed_on == 2)]
+        if succeed_on != 2:
+            want.append((retry2, 3, succeed_on == 3))
+        assert path == want, (rid, path)
+    assert sorted(m.key().decode() for m in ledger.read_all(kafka_bootstrap, dlt)) == expected_dlt
+    tiered = [e for e in entries if e["topic"] in (retry1, retry2)]
+    early = [e for e in tiered if e["handled_ms"] < e["due_ms"]]
+    assert not early, f"handled before their due time: {early}"
+    # runs that a sweep started before the setup DAG created the topics were skipped, none failed
+    assert not [k for k in states if k[2] == "failed"], dict(states)
+    # one event per wave: no two due events name the same partition heads (the triggerer's restart included)
+    waves = Counter((uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True))
+                    for uri, extra in due_events)
+    assert waves and not [w for w, n in waves.items() if n > 1], waves
+    assert _watched(_ledger(notify_log)) == len(expected_dlt)

@@ -1,0 +1,190 @@
+"""The event triggers of event-driven tiers against the real broker (run as the triggerer runs a watcher).
+
+A watcher trigger never ends: each test runs ``run()`` as a task, collects its events for a while,
+then cancels it, as the triggerer does when a DAG stops using the watcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from airflow_kafka_retry.policy.waves import Wave
+from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.triggers.tier_events import STATE_KEY, DltArrivalEventTrigger, TierDueEventTrigger
+from tests.support.tier_records import commit, produce
+
+pytestmark = pytest.mark.integration
+
+FAST = {"poll_interval": 0.1, "commit_check": 0.2, "idle_check": 0.5, "retry_after": 0.5}
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
+    monkeypatch.setenv("AIRFLOW_CONN_AKR_EVENT_TEST", json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    return "akr_event_test"
+
+
+class _Store:
+    """The asset state store the triggerer injects into a watcher (same async accessors)."""
+
+    def __init__(self, state: dict | None = None) -> None:
+        self.state = dict(state or {})
+
+    async def aget(self, key, default=None):
+        return self.state.get(key, default)
+
+    async def aset(self, key, value):
+        self.state[key] = json.loads(json.dumps(value))  # what the API stores: JSON
+
+    async def adelete(self, key):
+        self.state.pop(key, None)
+
+
+class _Running:
+    """A trigger's ``run()`` as a background task in its own event loop thread, events collected with times."""
+
+    def __init__(self, trigger) -> None:
+        self.trigger = trigger
+        self.events: list[tuple[int, dict]] = []
+
+    async def _collect(self) -> None:
+        async for event in self.trigger.run():
+            self.events.append((_now(), event.payload))
+
+    def for_seconds(self, seconds: float, *, until=None, then=None) -> list[tuple[int, dict]]:
+        """Run the trigger ``seconds`` (``then(events)`` is called in a thread when ``until(events)`` holds)."""
+        async def main():
+            task = asyncio.create_task(self._collect())
+            deadline = time.monotonic() + seconds
+            acted = False
+            while time.monotonic() < deadline and not task.done():
+                if not acted and until is not None and until(self.events):
+                    acted = True
+                    if then is not None:
+                        await asyncio.to_thread(then, list(self.events))
+                await asyncio.sleep(0.05)
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            if task.done() and not task.cancelled() and task.exception():
+                raise task.exception()
+        asyncio.run(main())
+        return self.events
+
+
+def test_fires_once_ahead_of_the_due_time_and_again_only_after_the_group_commits(kafka_bootstrap, kafka_conn,
+                                                                                 new_topic):
+    topic = new_topic("evt-due", partitions=2)
+    group = unique_topic("g")
+    due = _now() + 3_000
+    produce(kafka_bootstrap, topic, [(0, due), (0, due + 1_000), (1, _now() + 3_600_000)])
+    trigger = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=kafka_conn, fire_ahead=1.0,
+                                  **FAST)
+    rebuilt = TierDueEventTrigger(**trigger.serialize()[1])
+    assert rebuilt.serialize() == trigger.serialize()
+    assert "bootstrap" not in json.dumps(trigger.serialize())  # the connection id travels, not the config
+    store = _Store()
+    rebuilt.asset_state_store = store
+
+    # the run that takes the first wave commits past partition 0's head (offset 0) once it fired
+    events = _Running(rebuilt).for_seconds(9, until=lambda ev: len(ev) == 1,
+                                           then=lambda ev: (time.sleep(1), commit(kafka_bootstrap, group, topic,
+                                                                                  {0: 1})))
+    assert len(events) == 2, events
+    (first_at, first), (second_at, second) = events
+    assert due - 1_000 - 300 <= first_at < due, (first_at - due)  # fired about fire_ahead before the due time
+    assert first["kind"] == "tier_due" and first["not_before_ms"] == due and first["earliest_due_ms"] == due
+    assert first["heads"] == [{"topic": topic, "partition": 0, "offset": 0}]
+    assert "secret-payload" not in json.dumps(first)
+    # the second wave (offset 1, due a second later) only after the commit, never for the same head again
+    assert second["heads"] == [{"topic": topic, "partition": 0, "offset": 1}]
+    assert second["not_before_ms"] == due + 1_000
+    # the fired wave is in the asset state store until the group commits past it
+    assert Wave.from_state(store.state[STATE_KEY]).positions == ((topic, 0, 1),)
+
+
+def test_a_restarted_trigger_does_not_fire_a_wave_it_already_fired(kafka_bootstrap, kafka_conn, new_topic):
+    topic = new_topic("evt-restart", partitions=1)
+    group = unique_topic("g")
+    produce(kafka_bootstrap, topic, [(0, _now() - 1_000)])
+    store = _Store()
+    first = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=kafka_conn, **FAST)
+    first.asset_state_store = store
+    assert len(_Running(first).for_seconds(3)) == 1
+    # the triggerer dies and starts the watcher again: same kwargs, the same asset state store
+    again = TierDueEventTrigger(**first.serialize()[1])
+    again.asset_state_store = store
+    assert _Running(again).for_seconds(3) == []
+    # the run commits past the wave: the state is cleared and the next record fires
+    commit(kafka_bootstrap, group, topic, {0: 1})
+    produce(kafka_bootstrap, topic, [(0, _now() - 1_000)])
+    third = TierDueEventTrigger(**first.serialize()[1])
+    third.asset_state_store = store
+    [(_, event)] = _Running(third).for_seconds(3)
+    assert event["heads"] == [{"topic": topic, "partition": 0, "offset": 1}]
+
+
+def test_an_unanswered_wave_fires_again_after_refire_after(kafka_bootstrap, kafka_conn, new_topic):
+    topic = new_topic("evt-refire", partitions=1)
+    produce(kafka_bootstrap, topic, [(0, _now() - 1_000)])
+    trigger = TierDueEventTrigger(topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn,
+                                  refire_after=2.0, **FAST)
+    events = _Running(trigger).for_seconds(5)
+    assert len(events) >= 2, events
+    assert all(e["heads"] == [{"topic": topic, "partition": 0, "offset": 0}] for _, e in events)
+    assert all(later - earlier >= 2_000 for (earlier, _), (later, _) in zip(events, events[1:]))
+
+
+def test_an_idle_tier_fires_nothing_and_a_new_record_wakes_it(kafka_bootstrap, kafka_conn, new_topic):
+    topic = new_topic("evt-idle", partitions=2)
+    trigger = TierDueEventTrigger(topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, **FAST)
+    produced: list[int] = []
+
+    def produce_later(_events):
+        time.sleep(2)
+        produced.append(_now())
+        produce(kafka_bootstrap, topic, [(1, None)])  # no due header (a main-topic record): due at once
+
+    events = _Running(trigger).for_seconds(6, until=lambda ev: True, then=produce_later)
+    assert len(events) == 1, events
+    fired_at, payload = events[0]
+    assert fired_at >= produced[0]
+    assert payload["heads"] == [{"topic": topic, "partition": 1, "offset": 0}]
+
+
+def test_a_missing_topic_is_logged_and_watched_again(kafka_bootstrap, kafka_conn, capsys, request):
+    topic = unique_topic("evt-missing")
+    request.addfinalizer(lambda: delete_topics(kafka_bootstrap, [topic]))
+    trigger = TierDueEventTrigger(topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, **FAST)
+
+    def create_later(_events):
+        time.sleep(1.5)
+        create_topics(kafka_bootstrap, [topic], 1)
+        produce(kafka_bootstrap, topic, [(0, None)])
+
+    events = _Running(trigger).for_seconds(6, until=lambda ev: True, then=create_later)
+    assert f"topic(s) {topic} do not exist" in capsys.readouterr().out
+    assert [e["heads"] for _, e in events] == [[{"topic": topic, "partition": 0, "offset": 0}]]
+
+
+def test_the_dlt_trigger_fires_for_any_new_dead_letter(kafka_bootstrap, kafka_conn, new_topic):
+    dlt, dlt2 = new_topic("evt-dlt", partitions=1), new_topic("evt-dlt-x", partitions=1)
+    group = unique_topic("watch")
+    produce(kafka_bootstrap, dlt, [(0, None)])
+    commit(kafka_bootstrap, group, dlt, {0: 1})  # already reported
+    produce(kafka_bootstrap, dlt2, [(0, _now() + 3_600_000)])  # a due header means nothing in a DLT
+    trigger = DltArrivalEventTrigger(topics=[dlt, dlt2], consumer_group=group, kafka_conn_id=kafka_conn, **FAST)
+    [(_, payload)] = _Running(DltArrivalEventTrigger(**trigger.serialize()[1])).for_seconds(3)
+    assert payload["kind"] == "dlt_arrival"
+    assert payload["heads"] == [{"topic": dlt2, "partition": 0, "offset": 0}]
