@@ -8,20 +8,24 @@ partition moves (a tier run committed), :meth:`HeadWatch.sync_committed` re-assi
 at the new offset and its head is learnt again. Idle, it costs the broker one long-polling fetch
 at a time and one committed-offset request per check; it never joins the group and never commits.
 
-The end of a partition comes from partition EOF, never from ListOffsets (see peek.py). Only
-headers are read (the due time), never payloads. No Airflow import: the triggers call this from a
+Whether a partition has a pending record comes from partition EOF, never from ListOffsets (see
+peek.py). For the backlog gauge, :meth:`HeadWatch.refresh_ends` also asks for the log end of the
+partitions paused at their head (the fetch's own figure goes stale while paused): the higher of
+the two is kept, so a broker whose ListOffsets lags (BROKERS.md) only makes the figure stale, never
+lower than what the fetch saw. Only headers are read (the due time), never payloads. No Airflow import: the triggers call this from a
 worker thread (blocking calls) or directly (:meth:`poll` never blocks).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, partition_counts
-from airflow_kafka_retry.engine.peek import PartitionHead
+from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
@@ -125,6 +129,22 @@ class HeadWatch:
         self.committed.update(offsets)
         return dict(self.committed)
 
+    def refresh_ends(self, timeout_s: float = 10.0) -> None:
+        """Ask the broker for the log end of every partition paused at its head (for the backlog gauge)."""
+        for key, head in list(self.heads.items()):
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s,
+                                                               cached=False)
+            except KafkaException as exc:
+                raise HeadWatchError(f"{key[0]}[{key[1]}]: cannot read the log end: {exc}") from exc
+            if high is not None and high >= 0 and (head.end_offset is None or high > head.end_offset):
+                self.heads[key] = replace(head, end_offset=high)
+
+    def peek_of(self, topic: str) -> TierPeek:
+        """What the watch knows of ``topic``, as a tier-due peek would report it."""
+        return TierPeek(topic, self.group, tuple(p for t, p in self.keys if t == topic),
+                        tuple(h for (t, _), h in sorted(self.heads.items()) if t == topic))
+
     def close(self) -> None:
         self._consumer.close()
 
@@ -156,6 +176,8 @@ class HeadWatch:
         due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=self.due_horizon_ms) \
             if self.read_due else None
         _, timestamp = message.timestamp()
-        self.heads[key] = PartitionHead(key[1], message.offset(), due, timestamp if timestamp >= 0 else None)
+        end = self._consumer.get_watermark_offsets(TopicPartition(*key), cached=True)  # the fetch's log end
+        self.heads[key] = PartitionHead(key[1], message.offset(), due, timestamp if timestamp >= 0 else None,
+                                        end[1] if end and end[1] >= 0 else None)
         self.ended.discard(key)
         self._consumer.pause([TopicPartition(*key)])

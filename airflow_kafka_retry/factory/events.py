@@ -91,7 +91,7 @@ class EventSettings:
         return {"fire_ahead": self.fire_ahead.total_seconds(), "refire_after": self.refire_after.total_seconds()}
 
     def tier_asset(self, topic: str, group: str, *, dag_id: str, window: str | None, timezone: str | None,
-                   delay_ms: int) -> Asset:
+                   delay_ms: int, topology_topic: str, tier_index: int) -> Asset:
         """The due asset of a tier, watched by a ``TierDueEventTrigger`` (it believes due times up to a day
         plus the tier's delay ahead, as the drain does)."""
         from airflow.sdk import Asset, AssetWatcher
@@ -100,7 +100,7 @@ class EventSettings:
 
         trigger = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=self.kafka_conn_id,
                                       window=window, timezone=timezone, due_horizon_ms=MAX_BACKOFF_MS + delay_ms,
-                                      **self._timing())
+                                      topology_topic=topology_topic, tier_index=tier_index, **self._timing())
         uri = due_asset_uri(self.kafka_conn_id, topic)
         return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.due", trigger=trigger)])
 

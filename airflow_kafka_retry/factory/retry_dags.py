@@ -231,7 +231,8 @@ def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings,
     watched = None
     if events is not None:
         watched = events.tier_asset(tier.topic, topology.consumer_group(tier), dag_id=dag_id, window=settings.window,
-                                    timezone=settings.timezone, delay_ms=tier.delay_ms)
+                                    timezone=settings.timezone, delay_ms=tier.delay_ms,
+                                    topology_topic=topology.topic, tier_index=tier.index)
     with _dag(dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone,
               watched=watched) as dag:
         common: dict[str, Any] = {

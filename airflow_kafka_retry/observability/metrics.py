@@ -93,7 +93,12 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
 def backlog_metrics(peek: TierPeek, topology: Topology, tier: Tier, now_ms: int) -> list[Metric]:
     """The two figures an on-call alert needs: records pending in the tier, and how long the oldest due
     one has waited past its due time (ms; 0 when none is due)."""
-    tags = tier_tags(topology.topic, peek.topic, tier.index)
+    return peek_gauges(peek, topology.topic, tier.index, now_ms)
+
+
+def peek_gauges(peek: TierPeek, topology_topic: str, tier_index: int, now_ms: int) -> list[Metric]:
+    """:func:`backlog_metrics` by names (what an event trigger knows of its tier)."""
+    tags = tier_tags(topology_topic, peek.topic, tier_index)
     return [Metric("gauge", f"{PREFIX}.tier.backlog", peek.backlog, tags),
             Metric("gauge", f"{PREFIX}.tier.oldest_due_age_ms", peek.oldest_due_age_ms(now_ms), tags)]
 

@@ -115,7 +115,7 @@ class _HeadEventTrigger(BaseEventTrigger):
             self.log.info("%s: a wave fired at %s is not taken yet; waiting for the group to commit past it",
                           self.where, format_ms(wave.fired_ms))
         watch: HeadWatch | None = None
-        next_check = failures = 0
+        next_check = next_gauges = failures = 0
         try:
             while True:
                 try:
@@ -136,6 +136,9 @@ class _HeadEventTrigger(BaseEventTrigger):
                         busy = wave is not None or bool(watch.heads)
                         next_check = now + int((self.commit_check if busy else self.idle_check) * 1000)
                     watch.poll()
+                    if now >= next_gauges and watch.complete:
+                        await self.send_gauges(watch, now)
+                        next_gauges = now + int(self.gauge_interval * 1000)
                     if wave is None and watch.heads:
                         plan = self.plan(watch, now)
                         if plan.action == "fire":
@@ -165,6 +168,11 @@ class _HeadEventTrigger(BaseEventTrigger):
             if watch is not None:
                 await asyncio.to_thread(watch.close)
 
+    gauge_interval = 60.0
+
+    async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
+        """Send metrics of what the watch sees (the tier trigger's backlog gauges); nothing here."""
+
     async def _open(self) -> HeadWatch:
         kafka_config = await sync_to_async(KafkaRetryHook(self.kafka_conn_id).kafka_config)()
         watch = await asyncio.to_thread(HeadWatch, kafka_config, self.topics, self.consumer_group,
@@ -192,16 +200,45 @@ class TierDueEventTrigger(_HeadEventTrigger):
     :param idle_check: the same while nothing is pending.
     :param retry_after: the longest wait after a broker error (a missing topic, an unreachable cluster);
         the first waits are 1, 2, 4... seconds.
+    :param topology_topic: the topology's main topic and
+    :param tier_index: the tier's index: given both, the trigger sends the tier's backlog gauges
+        through Airflow's metrics (the triggerer's ``[metrics]`` settings) every ``gauge_interval`` seconds.
     """
 
     kind = TIER_DUE
 
-    def __init__(self, *, topic: str, consumer_group: str, **kwargs: Any) -> None:
+    def __init__(self, *, topic: str, consumer_group: str, topology_topic: str | None = None,
+                 tier_index: int | None = None, gauge_interval: float = 60.0, **kwargs: Any) -> None:
         super().__init__(topics=[topic], consumer_group=consumer_group, **kwargs)
+        if (topology_topic is None) != (tier_index is None):
+            raise ValueError("TierDueEventTrigger: topology_topic and tier_index go together (the gauges' tags)")
+        if isinstance(gauge_interval, bool) or not isinstance(gauge_interval, (int, float)) or gauge_interval <= 0:
+            raise ValueError(f"TierDueEventTrigger: gauge_interval must be a number of seconds > 0, "
+                             f"got {gauge_interval!r}")
         self.topic = topic
+        self.topology_topic = topology_topic
+        self.tier_index = tier_index
+        self.gauge_interval = gauge_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{type(self).__module__}.{type(self).__qualname__}", {"topic": self.topic, **self._kwargs()}
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            "topic": self.topic, "topology_topic": self.topology_topic, "tier_index": self.tier_index,
+            "gauge_interval": self.gauge_interval, **self._kwargs()}
+
+    async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
+        """The tier's backlog gauges (``kafka_retry.tier.backlog``, ``.oldest_due_age_ms``), every
+        ``gauge_interval`` seconds, zeros included (a gauge keeps its last value otherwise): what an
+        on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``."""
+        if self.topology_topic is None or self.tier_index is None:
+            return
+        from airflow_kafka_retry.observability.metrics import emit, peek_gauges
+
+        try:
+            await asyncio.to_thread(watch.refresh_ends)
+        except HeadWatchError as exc:  # the gauges never disturb the watch: send what the fetches saw
+            self.log.warning("%s: %s; the backlog gauge uses the log ends the fetches saw", self.where, exc)
+        await asyncio.to_thread(emit, peek_gauges(watch.peek_of(self.topic), self.topology_topic, self.tier_index,
+                                                  now_ms))
 
 
 class DltArrivalEventTrigger(_HeadEventTrigger):

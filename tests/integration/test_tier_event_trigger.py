@@ -188,3 +188,44 @@ def test_the_dlt_trigger_fires_for_any_new_dead_letter(kafka_bootstrap, kafka_co
     [(_, payload)] = _Running(DltArrivalEventTrigger(**trigger.serialize()[1])).for_seconds(3)
     assert payload["kind"] == "dlt_arrival"
     assert payload["heads"] == [{"topic": dlt2, "partition": 0, "offset": 0}]
+
+
+def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained(kafka_bootstrap, kafka_conn,
+                                                                                 new_topic, monkeypatch):
+    """Event mode has no sensor: the watcher sends the backlog gauges. Records arriving behind a head the
+    watch paused at still count (the log end is asked for), and a drained tier reports zeros again."""
+    from airflow_kafka_retry.observability import metrics
+
+    sent: list[tuple[int, dict[str, float]]] = []
+
+    def capture(batch):
+        batch = list(batch)
+        sent.append((_now(), {m.name.rsplit(".", 1)[-1]: m.value for m in batch}))
+        assert all(m.kind == "gauge" and dict(m.tags) == {"topology": "orders", "tier_topic": topic, "tier": "1"}
+                   for m in batch), batch
+        return len(batch)
+
+    monkeypatch.setattr(metrics, "emit", capture)
+    topic = new_topic("evt-gauges", partitions=1)
+    group = unique_topic("g")
+    due = _now() - 2_000
+    produce(kafka_bootstrap, topic, [(0, due), (0, due), (0, due)])
+    trigger = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=kafka_conn,
+                                  topology_topic="orders", tier_index=1, gauge_interval=0.3, **FAST)
+    assert TierDueEventTrigger(**trigger.serialize()[1]).serialize() == trigger.serialize()
+    marks: dict[str, int] = {}
+
+    def later(_events):
+        time.sleep(1)
+        for _ in range(2):  # one batch each: an exact log end from ListOffsets on every broker
+            produce(kafka_bootstrap, topic, [(0, due)])
+        time.sleep(2)
+        marks["drained"] = _now()
+        commit(kafka_bootstrap, group, topic, {0: 5})
+
+    _Running(trigger).for_seconds(8, until=lambda ev: len(ev) == 1, then=later)
+    before = [g for at, g in sent if at < marks["drained"]]
+    after = [g for at, g in sent if at > marks["drained"] + 1_500]
+    assert before and before[0]["backlog"] == 3 and before[0]["oldest_due_age_ms"] >= 2_000, sent
+    assert before[-1]["backlog"] == 5, sent  # the two behind the paused head
+    assert after and after[-1] == {"backlog": 0, "oldest_due_age_ms": 0}, sent
