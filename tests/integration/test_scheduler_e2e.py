@@ -1,7 +1,7 @@
 """End to end on a real Airflow deployment: factory-built tier DAGs (schedule mode) run by the scheduler.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-SQLite, see airflow_kafka_retry/testing/airflow_stack.py). The topology has tiers of 20 s and 40 s; the main
+SQLite, see airflow_kafka_retry/testing/airflow_stack.py). The topology has tiers of 10 s and 20 s; the main
 topic's DAG (``include_main``) plays the failing service: every record fails there once. Records
 then go through retry-1 and retry-2, and the ones that never succeed end in the DLT.
 
@@ -36,9 +36,9 @@ REPO = Path(__file__).parents[2]
 
 PARTITIONS = 2
 COUNT = 24
-DELAYS_S = (20, 40)
+DELAYS_S = (10, 20)
 MIN_SCHEDULE = timedelta(seconds=10)  # the main topic's DAG (delay 0) runs every 10 s
-DEADLINE_S = 240  # from the first DAG run; the path takes about 10 + 20 + 40 s plus scheduling
+DEADLINE_S = 240  # from the first DAG run; the path takes about 10 + 10 + 20 s plus scheduling
 
 DAG_FILE = '''
 """Written by tests/integration/test_scheduler_e2e.py."""

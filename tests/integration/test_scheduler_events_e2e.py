@@ -2,7 +2,7 @@
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
 SQLite). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
-failing service: every record fails there once. Records are produced continuously (two a second),
+failing service: every record fails there once. Records are produced continuously (four a second),
 so records become due continuously on both tiers. Phase 1 runs undisturbed (its lateness is the
 figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) while retry
 waves are firing, then started again.
@@ -39,10 +39,10 @@ REPO = Path(__file__).parents[2]
 PARTITIONS = 2
 COUNT = 60  # phase 1
 CRASH_COUNT = 20  # phase 2
-RATE = 2.0  # records produced per second
+RATE = 4.0  # records produced per second
 DELAYS_S = (10, 30)
 PHASE_DEADLINE_S = 240
-KILL_TRIGGERER_AFTER_S = 15  # into phase 2: the first retry-1 waves of its records are firing
+KILL_TRIGGERER_AFTER_S = 12  # into phase 2: the first retry-1 waves of its records are firing
 
 DAG_FILE = '''
 """Written by tests/integration/test_scheduler_events_e2e.py."""
