@@ -55,15 +55,43 @@ def _processes_with(marker: bytes) -> list[int]:
     return pids
 
 
-@pytest.fixture(scope="module", params=["fast", "scheduler"])
-def demo_run(request, tmp_path_factory):
-    out = tmp_path_factory.mktemp(f"demo-{request.param}")
-    mode = ["--fast"] if request.param == "fast" else []
-    command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo", *mode, "--orders", str(ORDERS),
-               "--out", str(out)]
+MODES = ("fast", "scheduler")
+
+
+@pytest.fixture(scope="module")
+def demo_processes(tmp_path_factory):
+    """Both demos, started together (each its own broker, Airflow home and ports): the suite waits for the
+    longer one, not for both in turn."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1100)
-    (out / "stdout.txt").write_text(done.stdout + done.stderr)
+    started = {}
+    for mode in MODES:
+        out = tmp_path_factory.mktemp(f"demo-{mode}")
+        command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo",
+                   *(["--fast"] if mode == "fast" else []), "--orders", str(ORDERS), "--out", str(out)]
+        stdout, stderr = open(out / "stdout.txt", "w"), open(out / "stderr.txt", "w")
+        started[mode] = (out, subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, text=True),
+                         stdout, stderr)
+    yield started
+    for _, proc, stdout, stderr in started.values():
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(60)
+        stdout.close()
+        stderr.close()
+
+
+@pytest.fixture(scope="module", params=MODES)
+def demo_run(request, demo_processes):
+    out, proc, stdout, stderr = demo_processes[request.param]
+    try:
+        proc.wait(1100)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(60)
+    stdout.flush()
+    stderr.flush()
+    done = subprocess.CompletedProcess(proc.args, proc.returncode, (out / "stdout.txt").read_text(),
+                                       (out / "stderr.txt").read_text())
     return out, done
 
 
