@@ -16,7 +16,7 @@ from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-COUNT = 400  # at least 8 s of handler pauses: far more than max_run
+COUNT = 200  # per partition: at least 4 s of handler pauses, twice max_run
 CHUNK = 10
 
 
@@ -48,7 +48,7 @@ def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishe
                                      cutoff="2100-01-01T00:00:00", **kwargs)
 
     context = {"ti": TI(), "run_id": "manual__1", "outlet_events": OutletEventAccessors()}
-    first = operator(max_run="4s").execute(context)
+    first = operator(max_run="2s").execute(context)
 
     assert first["status"] == "ok" and first["stopped"] == "max_run", first["partitions"]
     [part] = first["partitions"]
@@ -109,7 +109,7 @@ def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_pat
         return boundaries
 
     context = {"ti": TI(), "run_id": "manual__1", "outlet_events": OutletEventAccessors()}
-    timed = check_boundaries(operator(max_run="3s").execute(context), "max_run")
+    timed = check_boundaries(operator(max_run="2s").execute(context), "max_run")
 
     killed = operator()
     ti = TI()
