@@ -119,11 +119,12 @@ def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(k
     # without follow: what is due at the cutoff, then stop
     plain = drain_following(drain, cutoff_ms=now, follow_ms=None)
     assert (sum(p.drained for p in plain.partitions), len(passes)) == (1, 1)
-    # following: b, e and c fall due within 2 s of each other and are drained by passes of the same run,
-    # each pass's cutoff no earlier than the due time it waited for; d (due in a minute) is left
+    # following: b, e and c fall due within 2 s of each other and are drained by passes of the same run
+    # (how many depends on how long each pass takes: one per due time at most); the last pass's cutoff is
+    # no earlier than c's due time; d (due in a minute) is left
     passes.clear()
     followed = drain_following(drain, cutoff_ms=int(time.time() * 1000), follow_ms=2_000)
-    assert len(passes) == 4 and all(cutoff >= dues[rid] for cutoff, rid in zip(passes[1:], "bec", strict=True))
+    assert 2 <= len(passes) <= 4 and passes == sorted(passes) and passes[-1] >= dues["c"], (passes, dues)
     by_partition = {p.partition: p for p in followed.partitions}
     assert (by_partition[0].drained, by_partition[0].committed_offset, by_partition[0].stop_reason,
             by_partition[0].next_due_ms) == (2, 3, "not_due", dues["d"])
