@@ -61,7 +61,11 @@ class _Running:
             self.events.append((_now(), event.payload))
 
     def for_seconds(self, seconds: float, *, until=None, then=None) -> list[tuple[int, dict]]:
-        """Run the trigger ``seconds`` (``then(events)`` is called in a thread when ``until(events)`` holds)."""
+        """Run the trigger ``seconds`` (``then(events)`` is called in a thread when ``until(events)`` holds).
+
+        The time ``then`` takes is added to the deadline, so the trigger is watched as long after the action
+        as before it, however slow the machine is.
+        """
         async def main():
             task = asyncio.create_task(self._collect())
             deadline = time.monotonic() + seconds
@@ -70,7 +74,9 @@ class _Running:
                 if not acted and until is not None and until(self.events):
                     acted = True
                     if then is not None:
+                        started = time.monotonic()
                         await asyncio.to_thread(then, list(self.events))
+                        deadline += time.monotonic() - started  # a loaded machine's slow action is not watch time
                 await asyncio.sleep(0.05)
             task.cancel()
             try:
