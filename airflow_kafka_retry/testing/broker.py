@@ -7,12 +7,10 @@ it differs from Apache Kafka (``capabilities.py`` measures them at run time).
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +18,9 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType, TracebackType
+
+from airflow_kafka_retry.testing.processes import (free_port, parent_death_hook, port_open, register,
+                                                   signal_group, unregister)
 
 log = logging.getLogger(__name__)
 
@@ -30,49 +31,11 @@ _TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_
 #: How long the broker must stay alive after its port first accepts a connection.
 _SETTLE_SECONDS = 0.15
 
-_LIVE: set[EmbeddedBroker] = set()
-_LIVE_LOCK = threading.Lock()
-
 
 def bootstrap_from_env() -> str | None:
     """``KAFKA_BOOTSTRAP_SERVERS`` if set to something non-blank, else ``None``."""
     value = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     return value or None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """Ask Linux to SIGKILL the broker when the process that started it dies (even by SIGKILL)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort; atexit + process groups still apply
-        pass
-
-
-def _stop_all() -> None:
-    with _LIVE_LOCK:
-        brokers = list(_LIVE)
-    for broker in brokers:
-        broker.stop()
-
-
-atexit.register(_stop_all)
 
 
 class EmbeddedBroker:
@@ -144,7 +107,7 @@ class EmbeddedBroker:
         # A port picked by _free_port() can be taken by someone else before Tansu binds it: retry.
         attempts = 1 if self._requested_port is not None else 3
         for attempt in range(1, attempts + 1):
-            port = self._requested_port or _free_port()
+            port = self._requested_port or free_port()
             self._log_path = log_dir / f"tansu-{port}.log"
             self._spawn(binary, port)
             try:
@@ -222,13 +185,11 @@ class EmbeddedBroker:
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env["NO_COLOR"] = "1"  # plain-text log file, no ANSI escapes
         assert self._log_path is not None
-        in_main_thread = threading.current_thread() is threading.main_thread()
         with open(self._log_path, "ab") as logf:
             self._proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent if in_main_thread else None)
-        with _LIVE_LOCK:
-            _LIVE.add(self)
+                start_new_session=True, preexec_fn=parent_death_hook())  # type: ignore[arg-type]
+        register(self)
         log.debug("spawned %s (pid %s)", cmd, self._proc.pid)
 
     def _wait_ready(self, port: int) -> None:
@@ -238,7 +199,7 @@ class EmbeddedBroker:
             if self._proc.poll() is not None:
                 raise _BrokerExited(f"Tansu broker exited (code {self._proc.returncode}) during startup on "
                                     f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}")
-            if _port_open(port):
+            if port_open(port):
                 # Someone else may own the port: Tansu then logs AddrInUse and exits (with code 0)
                 # within milliseconds, so only a broker still alive a moment later counts as ready.
                 time.sleep(_SETTLE_SECONDS)
@@ -253,18 +214,14 @@ class EmbeddedBroker:
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self._proc is not None
-        try:
-            os.killpg(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
-        except (ProcessLookupError, PermissionError):
-            pass
+        signal_group(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
 
     def _reap(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             self._signal_group(signal.SIGKILL)
             self._proc.wait(5)
         self._proc = None
-        with _LIVE_LOCK:
-            _LIVE.discard(self)
+        unregister(self)
 
 
 class _BrokerExited(Exception):
