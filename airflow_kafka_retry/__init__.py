@@ -18,7 +18,13 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.factory.replay_dag import build_dlt_replay_dag
     from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 
-__all__ = ["BatchFailedError", "DeserializationError", "__version__", "build_dlt_replay_dag", "build_retry_dags"]
+__all__ = [
+    "BatchFailedError",
+    "DeserializationError",
+    "__version__",
+    "build_dlt_replay_dag",
+    "build_retry_dags",
+]
 
 __version__ = "0.1.0"
 

@@ -26,8 +26,9 @@ def topic_asset(server: str, topic: str) -> Asset:
     """The asset of one topic: ``kafka://<server>/<topic>``."""
     server = (server or "").strip()
     if not server or "/" in server or "," in server:
-        raise ValueError(f"asset server must be one 'host:port' (e.g. the first host of bootstrap.servers), "
-                         f"got {server!r}")
+        raise ValueError(
+            f"asset server must be one 'host:port' (e.g. the first host of bootstrap.servers), got {server!r}"
+        )
     return create_asset(server=server, topic=topic)
 
 

@@ -21,6 +21,7 @@ from airflow_kafka_retry.cli_support import (
 )
 from airflow_kafka_retry.policy.errors import TopologyError
 
+
 def _cmd_broker(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.testing.broker import run_broker_cli
 
@@ -30,7 +31,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.demo import main as demo_main
 
-    return demo_main(args.bootstrap, orders=args.orders, partitions=args.partitions, fast=args.fast, out_dir=args.out)
+    return demo_main(
+        args.bootstrap, orders=args.orders, partitions=args.partitions, fast=args.fast, out_dir=args.out
+    )
 
 
 def _cmd_topology_show(args: argparse.Namespace) -> int:
@@ -45,8 +48,14 @@ def _cmd_topology_create(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(args.file)
-    print_json(ensure_topics(topology, kafka_config(args), partitions=args.partitions,
-                              replication_factor=args.replication_factor))
+    print_json(
+        ensure_topics(
+            topology,
+            kafka_config(args),
+            partitions=args.partitions,
+            replication_factor=args.replication_factor,
+        )
+    )
     return EXIT_OK
 
 
@@ -54,10 +63,16 @@ def _options(args: argparse.Namespace) -> Any:
     from airflow_kafka_retry.engine.options import DrainOptions
 
     return DrainOptions(
-        handler=args.handler, value_deserializer=args.value_deserializer, key_deserializer=args.key_deserializer,
-        batch_size=args.batch_size, chunk_size=args.chunk_size, max_records=args.max_records,
-        in_place_attempts=args.in_place_attempts, in_place_backoff_ms=args.in_place_backoff_ms,
-        transactional=not args.no_transactions, consumer_group=args.group,
+        handler=args.handler,
+        value_deserializer=args.value_deserializer,
+        key_deserializer=args.key_deserializer,
+        batch_size=args.batch_size,
+        chunk_size=args.chunk_size,
+        max_records=args.max_records,
+        in_place_attempts=args.in_place_attempts,
+        in_place_backoff_ms=args.in_place_backoff_ms,
+        transactional=not args.no_transactions,
+        consumer_group=args.group,
         handler_timeout_s=args.handler_timeout,
     )
 
@@ -86,21 +101,40 @@ def _cmd_drain(args: argparse.Namespace) -> int:
 
         echo = (lambda line: sys.stderr.write(line + "\n")) if args.verbose else None
         try:
-            summary = run_spark_submit(topology_path=args.topology, tier=args.tier, options=options,
-                                       kafka_config=config, master=args.master, cutoff_ms=args.cutoff_ms,
-                                       partitions=partitions, on_output=echo, conf=_spark_conf(args.conf),
-                                       allow_unencrypted_secrets=args.allow_unencrypted_secrets)
+            summary = run_spark_submit(
+                topology_path=args.topology,
+                tier=args.tier,
+                options=options,
+                kafka_config=config,
+                master=args.master,
+                cutoff_ms=args.cutoff_ms,
+                partitions=partitions,
+                on_output=echo,
+                conf=_spark_conf(args.conf),
+                allow_unencrypted_secrets=args.allow_unencrypted_secrets,
+            )
         except SparkSubmitError as exc:
             return fail(str(exc), EXIT_FAILED)
     else:
         from airflow_kafka_retry.engine.local import run_local
 
-        for path, what in ((options.handler, "handler"), (options.value_deserializer, "value_deserializer"),
-                           (options.key_deserializer, "key_deserializer")):
+        for path, what in (
+            (options.handler, "handler"),
+            (options.value_deserializer, "value_deserializer"),
+            (options.key_deserializer, "key_deserializer"),
+        ):
             if path:
                 load_callable(path, what=what)  # fail before reading any record
-        summary = run_local(topology, tier, config, options, partitions=partitions, cutoff_ms=args.cutoff_ms,
-                            parallelism=args.parallelism, in_process=args.in_process)
+        summary = run_local(
+            topology,
+            tier,
+            config,
+            options,
+            partitions=partitions,
+            cutoff_ms=args.cutoff_ms,
+            parallelism=args.parallelism,
+            in_process=args.in_process,
+        )
     print_json(summary.to_dict())
     return EXIT_OK if summary.ok else EXIT_FAILED
 
@@ -110,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    broker = sub.add_parser("broker", help="start an embedded Kafka-protocol broker (Tansu) and print its address")
+    broker = sub.add_parser(
+        "broker", help="start an embedded Kafka-protocol broker (Tansu) and print its address"
+    )
     broker.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
     broker.set_defaults(func=_cmd_broker)
 
@@ -118,12 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--orders", type=int, default=200)
     demo.add_argument("--partitions", type=int, default=3)
     demo.add_argument("--bootstrap", default=None, help="use this cluster instead of an embedded broker")
-    demo.add_argument("--fast", action="store_true",
-                      help="run the DAGs with `airflow dags test` in schedule order instead of the scheduler (CI)")
+    demo.add_argument(
+        "--fast",
+        action="store_true",
+        help="run the DAGs with `airflow dags test` in schedule order instead of the scheduler (CI)",
+    )
     demo.add_argument("--out", default=None, help="working directory (default: .artifacts/demo/<time>)")
     demo.set_defaults(func=_cmd_demo)
 
-    topology = sub.add_parser("topology", help="inspect a retry topology").add_subparsers(dest="action", required=True)
+    topology = sub.add_parser("topology", help="inspect a retry topology").add_subparsers(
+        dest="action", required=True
+    )
     show = topology.add_parser("show", help="print the resolved retry path as JSON")
     show.add_argument("file")
     show.set_defaults(func=_cmd_topology_show)
@@ -142,26 +183,46 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--key-deserializer", default=None)
     drain.add_argument("--engine", choices=("local", "spark"), default="local")
     drain.add_argument("--master", default="local[2]", help="Spark master for --engine spark")
-    drain.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                       help="Spark property for --engine spark (repeatable; never put credentials here)")
-    drain.add_argument("--allow-unencrypted-secrets", action="store_true",
-                       help="--engine spark with a non-local master: send Kafka secrets to executors even though "
-                            "spark.authenticate and spark.network.crypto.enabled are not both true")
+    drain.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark property for --engine spark (repeatable; never put credentials here)",
+    )
+    drain.add_argument(
+        "--allow-unencrypted-secrets",
+        action="store_true",
+        help="--engine spark with a non-local master: send Kafka secrets to executors even though "
+        "spark.authenticate and spark.network.crypto.enabled are not both true",
+    )
     drain.add_argument("--batch-size", type=int, default=100)
     drain.add_argument("--chunk-size", type=int, default=5000, help="records per Kafka transaction")
     drain.add_argument("--max-records", type=int, default=None, help="per partition")
     drain.add_argument("--in-place-attempts", type=int, default=0)
     drain.add_argument("--in-place-backoff-ms", type=int, default=0)
     drain.add_argument("--no-transactions", action="store_true", help="idempotent produce, then commit")
-    drain.add_argument("--handler-timeout", type=float, default=None, metavar="SECONDS",
-                       help="fail a handler call that runs longer (its record is isolated and routed as a failure)")
+    drain.add_argument(
+        "--handler-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail a handler call that runs longer (its record is isolated and routed as a failure)",
+    )
     drain.add_argument("--group", default=None, help="override the tier's consumer group")
     drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
-    drain.add_argument("--parallelism", type=int, default=None,
-                       help="partitions at once (local engine; default: cores + 1, at most 8); above one, "
-                            "they run in worker processes, one per core at most")
-    drain.add_argument("--in-process", action="store_true",
-                       help="run partitions in threads of this process (local engine; record work then uses one core)")
+    drain.add_argument(
+        "--parallelism",
+        type=int,
+        default=None,
+        help="partitions at once (local engine; default: cores + 1, at most 8); above one, "
+        "they run in worker processes, one per core at most",
+    )
+    drain.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run partitions in threads of this process (local engine; record work then uses one core)",
+    )
     drain.add_argument("--cutoff-ms", type=int, default=None, help="due-time cutoff, epoch ms (default: now)")
     add_kafka_args(drain)
     drain.set_defaults(func=_cmd_drain)
@@ -174,8 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return args.func(args)
     except TopologyError as exc:

@@ -26,10 +26,14 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> int:
 
 
 def add_kafka_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap", default=None,
-                        help="bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)")
-    parser.add_argument("--kafka-config", default=None,
-                        help="JSON file with librdkafka settings (credentials stay out of the command line)")
+    parser.add_argument(
+        "--bootstrap", default=None, help="bootstrap servers (default: $KAFKA_BOOTSTRAP_SERVERS)"
+    )
+    parser.add_argument(
+        "--kafka-config",
+        default=None,
+        help="JSON file with librdkafka settings (credentials stay out of the command line)",
+    )
 
 
 def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
@@ -42,6 +46,7 @@ def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
     if bootstrap:
         config["bootstrap.servers"] = bootstrap
     if "bootstrap.servers" not in config:
-        raise ValueError("no Kafka cluster: pass --bootstrap HOST:PORT, --kafka-config FILE or set "
-                         "KAFKA_BOOTSTRAP_SERVERS")
+        raise ValueError(
+            "no Kafka cluster: pass --bootstrap HOST:PORT, --kafka-config FILE or set KAFKA_BOOTSTRAP_SERVERS"
+        )
     return config

@@ -35,8 +35,10 @@ class UnisolatedFailure(RuntimeError):
     """
 
     def __init__(self, batch_error: BaseException) -> None:
-        super().__init__(f"its batch failed with {type(batch_error).__name__}: {batch_error}; the bisection budget "
-                         "ran out before this record was tried on its own")
+        super().__init__(
+            f"its batch failed with {type(batch_error).__name__}: {batch_error}; the bisection budget "
+            "ran out before this record was tried on its own"
+        )
         self.batch_error = batch_error
         self.__suppress_context__ = True
 

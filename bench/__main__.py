@@ -70,16 +70,33 @@ def _parse_sizes(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench", description="Throughput and memory of the engines.")
-    parser.add_argument("--records", type=int, default=1_000_000, help="records of the main cases (default 1M)")
-    parser.add_argument("--sweep", type=_parse_sizes, default=None,
-                        help="comma-separated drain sizes of the memory sweep (default 100000,1000000,3000000)")
-    parser.add_argument("--small", action="store_true",
-                        help="a smoke run: 20,000 records, sweep 5,000/10,000/20,000")
-    parser.add_argument("--bootstrap", default=None, help="use this Kafka cluster instead of an embedded broker")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the results file (default bench/results)")
-    parser.add_argument("--repeat", type=int, default=None,
-                        help="rounds of the Python cases, best kept (default 2; 1 with --small)")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description="Throughput and memory of the engines."
+    )
+    parser.add_argument(
+        "--records", type=int, default=1_000_000, help="records of the main cases (default 1M)"
+    )
+    parser.add_argument(
+        "--sweep",
+        type=_parse_sizes,
+        default=None,
+        help="comma-separated drain sizes of the memory sweep (default 100000,1000000,3000000)",
+    )
+    parser.add_argument(
+        "--small", action="store_true", help="a smoke run: 20,000 records, sweep 5,000/10,000/20,000"
+    )
+    parser.add_argument(
+        "--bootstrap", default=None, help="use this Kafka cluster instead of an embedded broker"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="folder of the results file (default bench/results)"
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=None,
+        help="rounds of the Python cases, best kept (default 2; 1 with --small)",
+    )
     parser.add_argument("--no-spark", action="store_true", help="leave the Spark engine out")
     parser.add_argument("--no-headerless", action="store_true", help="leave the headerless workload out")
     parser.add_argument("--no-sweep", action="store_true", help="leave the memory sweep out")
@@ -101,7 +118,9 @@ def _broker(stack: ExitStack, bootstrap: str | None) -> str:
 
 
 def _version(value: Any) -> str:
-    return value if isinstance(value, str) else str(value[0])  # confluent-kafka: "2.16.1", librdkafka: (str, int)
+    return (
+        value if isinstance(value, str) else str(value[0])
+    )  # confluent-kafka: "2.16.1", librdkafka: (str, int)
 
 
 def _machine() -> dict[str, Any]:
@@ -109,24 +128,41 @@ def _machine() -> dict[str, Any]:
 
     from airflow_kafka_retry.engine.local import available_cores
 
-    return {"cores": available_cores(), "python": platform.python_version(), "platform": platform.platform(),
-            "confluent_kafka": _version(confluent_kafka.version()), "librdkafka": confluent_kafka.libversion()[0],
-            "load_average": [round(x, 2) for x in os.getloadavg()]}
+    return {
+        "cores": available_cores(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "confluent_kafka": _version(confluent_kafka.version()),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+    }
 
 
 def _case(name: str, workload: Workload, run_id: str, expect: int, **spec: Any) -> dict[str, Any]:
     group = f"bench-{name}-{run_id}"
     log.info("case %s: %s records (group %s)", name, expect, group)
-    result = run_case(name, {"workload": workload.to_dict(), "group": group, **spec}, broker_pid=_BROKER_PID[0])
+    result = run_case(
+        name, {"workload": workload.to_dict(), "group": group, **spec}, broker_pid=_BROKER_PID[0]
+    )
     if result["records"] != expect:
         raise RuntimeError(f"case {name} read {result['records']} records, expected {expect}")
-    log.info("case %s: %.1f s, %.0f rec/s, peak RSS %.0f MB", name, result["wall_s"],
-             rate(result["records"], result["wall_s"]), result["peak_rss_mb"])
+    log.info(
+        "case %s: %.1f s, %.0f rec/s, peak RSS %.0f MB",
+        name,
+        result["wall_s"],
+        rate(result["records"], result["wall_s"]),
+        result["peak_rss_mb"],
+    )
     return result
 
 
-def _rounds(names: tuple[str, ...], workload: Workload, run_id: str, records: int, repeat: int,
-            ) -> dict[str, dict[str, Any]]:
+def _rounds(
+    names: tuple[str, ...],
+    workload: Workload,
+    run_id: str,
+    records: int,
+    repeat: int,
+) -> dict[str, dict[str, Any]]:
     """Rounds of every case (interleaved: the machine's load drifts, and a round exposes each case to
     about the same drift); the fastest round of each is kept, with every wall time and the highest peak RSS."""
     cases: dict[str, dict[str, Any]] = {}
@@ -148,8 +184,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:8]
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="bench-"))
-    document: dict[str, Any] = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                                "command": "python -m bench " + " ".join(sys.argv[1:]), "machine": _machine()}
+    document: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "python -m bench " + " ".join(sys.argv[1:]),
+        "machine": _machine(),
+    }
     repeat = args.repeat or (1 if args.small else 2)
     headerless: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
@@ -157,15 +196,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log.info("producing %s records with Spring's headers to %s", records, bootstrap)
         produced = time.perf_counter()
         workload = produce(bootstrap, f"bench-{run_id}", records, PARTITIONS, folder, headers="spring")
-        document["workload"] = {**workload.to_dict(), "value_bytes": 1024, "failing": workload.failing,
-                                "produce_s": round(time.perf_counter() - produced, 1)}
+        document["workload"] = {
+            **workload.to_dict(),
+            "value_bytes": 1024,
+            "failing": workload.failing,
+            "produce_s": round(time.perf_counter() - produced, 1),
+        }
         cases = _rounds(SPRING_CASES, workload, run_id, records, repeat)
         if not args.no_spark:  # once: it takes longest
             cases["spark"] = _case("spark", workload, run_id, records)
         profile = _case("local_txn_profile", workload, run_id, records)
         if not args.no_headerless:
             log.info("producing %s records without headers", records)
-            plain = produce(bootstrap, f"bench-plain-{run_id}", records, PARTITIONS, folder, headers="headerless")
+            plain = produce(
+                bootstrap, f"bench-plain-{run_id}", records, PARTITIONS, folder, headers="headerless"
+            )
             headerless = _rounds(HEADERLESS_CASES, plain, f"plain-{run_id}", records, repeat)
     sweep: list[dict[str, Any]] = []
     if not args.no_sweep:
@@ -175,20 +220,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             log.info("sweep: producing %s records with Spring's headers", largest)
             sweep_workload = produce(bootstrap, f"bench-sweep-{run_id}", largest, PARTITIONS, folder)
             for size in sweep_sizes:
-                result = _case("local_txn", sweep_workload, f"{run_id}-{size}", size, max_records=size // PARTITIONS)
-                sweep.append({"records": size, "wall_s": result["wall_s"],
-                              "records_per_s": rate(size, result["wall_s"]), "peak_rss_mb": result["peak_rss_mb"],
-                              "cpu_s": result["cpu_s"]})
+                result = _case(
+                    "local_txn", sweep_workload, f"{run_id}-{size}", size, max_records=size // PARTITIONS
+                )
+                sweep.append(
+                    {
+                        "records": size,
+                        "wall_s": result["wall_s"],
+                        "records_per_s": rate(size, result["wall_s"]),
+                        "peak_rss_mb": result["peak_rss_mb"],
+                        "cpu_s": result["cpu_s"],
+                    }
+                )
     rows, plain_rows = case_rows(cases), case_rows(headerless)
     profile_part = {k: profile[k] for k in ("wall_s", "cpu_s", "phases", "top_functions")}
-    document.update({
-        "cases": rows, "raw_results": cases, "headerless": {"cases": plain_rows, "raw_results": headerless},
-        "sweep": sweep, "profile": profile_part,
-        "verdict": verdict(rows, plain_rows, sweep, profile_part, cases, document["machine"]),
-        "bench_s": round(time.perf_counter() - started, 1),
-    })
+    document.update(
+        {
+            "cases": rows,
+            "raw_results": cases,
+            "headerless": {"cases": plain_rows, "raw_results": headerless},
+            "sweep": sweep,
+            "profile": profile_part,
+            "verdict": verdict(rows, plain_rows, sweep, profile_part, cases, document["machine"]),
+            "bench_s": round(time.perf_counter() - started, 1),
+        }
+    )
     document["machine"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    document["markdown"] = markdown(rows, plain_rows, sweep, document["workload"], document["verdict"]["targets"])
+    document["markdown"] = markdown(
+        rows, plain_rows, sweep, document["workload"], document["verdict"]["targets"]
+    )
     return document
 
 

@@ -38,8 +38,13 @@ def _config(workload: Workload, spec: dict[str, Any] | None = None) -> dict[str,
 def _engine_options(group: str, spec: dict[str, Any], *, transactional: bool) -> Any:
     from airflow_kafka_retry.engine.options import DrainOptions
 
-    return DrainOptions(handler="bench.handler:handle", consumer_group=group, transactional=transactional,
-                        max_records=spec.get("max_records"), **(spec.get("options") or {}))
+    return DrainOptions(
+        handler="bench.handler:handle",
+        consumer_group=group,
+        transactional=transactional,
+        max_records=spec.get("max_records"),
+        **(spec.get("options") or {}),
+    )
 
 
 def _summary_details(summary: Any) -> tuple[int, dict[str, Any]]:
@@ -48,7 +53,10 @@ def _summary_details(summary: Any) -> tuple[int, dict[str, Any]]:
         failed = [(p["partition"], p["error"]) for p in data["partitions"] if p["status"] != "ok"]
         raise RuntimeError(f"the drain failed: {failed}")
     totals = data["totals"]
-    return totals["drained"], {"totals": totals, "transactions": sum(p["transactions"] for p in data["partitions"])}
+    return totals["drained"], {
+        "totals": totals,
+        "transactions": sum(p["transactions"] for p in data["partitions"]),
+    }
 
 
 def raw(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -69,16 +77,22 @@ def provider(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int,
     return run_provider_operator(workload, group)
 
 
-def _local(workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool,
-           in_process: bool = False) -> tuple[int, dict[str, Any]]:
+def _local(
+    workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool, in_process: bool = False
+) -> tuple[int, dict[str, Any]]:
     from airflow_kafka_retry.engine.local import default_parallelism, run_local
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(workload.topology_path)
     parallelism = spec.get("parallelism")
-    summary = run_local(topology, topology.tier(1), _config(workload, spec),
-                        _engine_options(group, spec, transactional=transactional), parallelism=parallelism,
-                        in_process=in_process)
+    summary = run_local(
+        topology,
+        topology.tier(1),
+        _config(workload, spec),
+        _engine_options(group, spec, transactional=transactional),
+        parallelism=parallelism,
+        in_process=in_process,
+    )
     count, details = _summary_details(summary)
     details["parallelism"] = parallelism or default_parallelism(workload.partitions)
     return count, details
@@ -101,11 +115,16 @@ def spark(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, di
     """The Spark engine on ``local[2]``; with ``spec["cutoff_ms"] = 0`` nothing is due (start-up only)."""
     from airflow_kafka_retry.spark.submit import run_spark_submit
 
-    summary = run_spark_submit(topology_path=workload.topology_path, tier=1,
-                               options=_engine_options(group, spec, transactional=True),
-                               kafka_config=_config(workload), master=f"local[{SPARK_SLOTS}]",
-                               cutoff_ms=spec.get("cutoff_ms"),
-                               conf=SPARK_CONF, env={"SPARK_LOCAL_IP": "127.0.0.1"})
+    summary = run_spark_submit(
+        topology_path=workload.topology_path,
+        tier=1,
+        options=_engine_options(group, spec, transactional=True),
+        kafka_config=_config(workload),
+        master=f"local[{SPARK_SLOTS}]",
+        cutoff_ms=spec.get("cutoff_ms"),
+        conf=SPARK_CONF,
+        env={"SPARK_LOCAL_IP": "127.0.0.1"},
+    )
     count, details = _summary_details(summary)
     details["driver_s"] = round((summary.finished_ms - summary.started_ms) / 1000, 3)
     # the partition tasks' own time, two at a time on local[2]: the run without its fixed start-up
@@ -121,8 +140,13 @@ def local_txn_profile(workload: Workload, group: str, spec: dict[str, Any]) -> t
 
 
 CASES: dict[str, Callable[[Workload, str, dict[str, Any]], tuple[int, dict[str, Any]]]] = {
-    "raw": raw, "raw_headers": raw_headers, "provider": provider, "local_txn": local_txn,
-    "local_no_txn": local_no_txn, "local_threads": local_threads, "spark": spark,
+    "raw": raw,
+    "raw_headers": raw_headers,
+    "provider": provider,
+    "local_txn": local_txn,
+    "local_no_txn": local_no_txn,
+    "local_threads": local_threads,
+    "spark": spark,
     "local_txn_profile": local_txn_profile,
 }
 
@@ -146,9 +170,19 @@ def main(argv: list[str]) -> int:
     wall = time.perf_counter() - started
     # the case's own CPU and its reaped children's (the engine's worker processes, spark-submit)
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    sys.stdout.write(json.dumps({"case": case, "records": count, "wall_s": round(wall, 3),
-                                 "cpu_s": round(sum(u.ru_utime + u.ru_stime for u in usage), 3),
-                                 "self_peak_rss_mb": _peak_rss_mb(), **details}) + "\n")
+    sys.stdout.write(
+        json.dumps(
+            {
+                "case": case,
+                "records": count,
+                "wall_s": round(wall, 3),
+                "cpu_s": round(sum(u.ru_utime + u.ru_stime for u in usage), 3),
+                "self_peak_rss_mb": _peak_rss_mb(),
+                **details,
+            }
+        )
+        + "\n"
+    )
     return 0
 
 

@@ -48,7 +48,7 @@ RESULTS = REPO / "bench" / "results"
 PARTITIONS = 2
 WARM_UP_S = 90
 
-DAG_FILE = '''
+DAG_FILE = """
 from datetime import timedelta
 
 from airflow_kafka_retry import build_retry_dags
@@ -62,7 +62,7 @@ globals().update(build_retry_dags(
     trigger={trigger!r},
     min_schedule=timedelta(seconds=10),
 ))
-'''
+"""
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:
@@ -96,26 +96,52 @@ def _counts(cluster: AirflowCluster) -> tuple[int, int]:
 
 def _topology(home: Path, name: str, delays: tuple[str, ...]) -> Path:
     path = home / f"{name}.json"
-    path.write_text(json.dumps({"topic": name, "group_id": f"{name}-svc", "attempts": len(delays) + 1,
-                                "backoff": {"kind": "custom", "delays": list(delays)}}))
+    path.write_text(
+        json.dumps(
+            {
+                "topic": name,
+                "group_id": f"{name}-svc",
+                "attempts": len(delays) + 1,
+                "backoff": {"kind": "custom", "delays": list(delays)},
+            }
+        )
+    )
     return path
 
 
-def _deploy(bootstrap: str, home: Path, topologies: list[tuple[str, tuple[str, ...]]], trigger: str, *,
-            include_main: bool = False, ledger: Path | None = None) -> AirflowCluster:
-    env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
-        "bootstrap.servers": bootstrap}}}, extra={"AKR_TIMED_LEDGER": str(ledger or home / "handled.jsonl"),
-                                                  "AIRFLOW__CORE__PARALLELISM": "8"}, pythonpath=[REPO])
+def _deploy(
+    bootstrap: str,
+    home: Path,
+    topologies: list[tuple[str, tuple[str, ...]]],
+    trigger: str,
+    *,
+    include_main: bool = False,
+    ledger: Path | None = None,
+) -> AirflowCluster:
+    env = airflow_env(
+        home,
+        connections={"kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}},
+        extra={"AKR_TIMED_LEDGER": str(ledger or home / "handled.jsonl"), "AIRFLOW__CORE__PARALLELISM": "8"},
+        pythonpath=[REPO],
+    )
     for name, delays in topologies:
         create_topics(bootstrap, [name], PARTITIONS)
-        (home / "dags" / f"{name}.py").write_text(textwrap.dedent(DAG_FILE.format(
-            topology=str(_topology(home, name, delays)), include_main=include_main, prefix=name.replace("-", "_"),
-            trigger=trigger)))
+        (home / "dags" / f"{name}.py").write_text(
+            textwrap.dedent(
+                DAG_FILE.format(
+                    topology=str(_topology(home, name, delays)),
+                    include_main=include_main,
+                    prefix=name.replace("-", "_"),
+                    trigger=trigger,
+                )
+            )
+        )
     return AirflowCluster(home, env, cwd=REPO).start()
 
 
-def measure_window(cluster: AirflowCluster, broker_pid: int, seconds: float, *,
-                   during: Callable[[], None] | None = None) -> dict[str, Any]:
+def measure_window(
+    cluster: AirflowCluster, broker_pid: int, seconds: float, *, during: Callable[[], None] | None = None
+) -> dict[str, Any]:
     runs0, tis0 = _counts(cluster)
     cpu0 = _cpu(cluster, broker_pid)
     started = time.monotonic()
@@ -129,13 +155,24 @@ def measure_window(cluster: AirflowCluster, broker_pid: int, seconds: float, *,
     cpu1 = _cpu(cluster, broker_pid)
     cpu = {name: round(cpu1[name] - cpu0[name], 2) for name in cpu1}
     airflow = round(sum(cpu[name] for name in COMPONENTS), 2)
-    return {"seconds": round(elapsed, 1), "dag_runs": runs1 - runs0, "task_instances": tis1 - tis0,
-            "cpu_seconds": cpu, "airflow_cpu_seconds": airflow,
-            "airflow_cpu_percent_of_one_core": round(100 * airflow / elapsed, 2)}
+    return {
+        "seconds": round(elapsed, 1),
+        "dag_runs": runs1 - runs0,
+        "task_instances": tis1 - tis0,
+        "cpu_seconds": cpu,
+        "airflow_cpu_seconds": airflow,
+        "airflow_cpu_percent_of_one_core": round(100 * airflow / elapsed, 2),
+    }
 
 
-def run_case(bootstrap: str, broker_pid: int, name: str, topologies: list[tuple[str, tuple[str, ...]]],
-             trigger: str, seconds: float) -> dict[str, Any]:
+def run_case(
+    bootstrap: str,
+    broker_pid: int,
+    name: str,
+    topologies: list[tuple[str, tuple[str, ...]]],
+    trigger: str,
+    seconds: float,
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"akr-bench-{name}-") as tmp:
         home = Path(tmp)
         cluster = _deploy(bootstrap, home, topologies, trigger)
@@ -144,9 +181,19 @@ def run_case(bootstrap: str, broker_pid: int, name: str, topologies: list[tuple[
             warm_runs, warm_tis = _counts(cluster)
             by_dag = dict(cluster.query("SELECT dag_id, count(*) FROM dag_run GROUP BY dag_id"))
             result = measure_window(cluster, broker_pid, seconds)
-            result.update({"case": name, "trigger": trigger, "topologies": len(topologies),
-                           "warm_up": {"seconds": WARM_UP_S, "dag_runs": warm_runs, "task_instances": warm_tis,
-                                       "dag_runs_by_dag": by_dag}})
+            result.update(
+                {
+                    "case": name,
+                    "trigger": trigger,
+                    "topologies": len(topologies),
+                    "warm_up": {
+                        "seconds": WARM_UP_S,
+                        "dag_runs": warm_runs,
+                        "task_instances": warm_tis,
+                        "dag_runs_by_dag": by_dag,
+                    },
+                }
+            )
             return result
         finally:
             cluster.stop()
@@ -159,13 +206,15 @@ def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dic
     with tempfile.TemporaryDirectory(prefix="akr-bench-capacity-") as tmp:
         home = Path(tmp)
         ledger = home / "handled.jsonl"
-        cluster = _deploy(bootstrap, home, [(n, ("10s", "30s")) for n in names], "event", include_main=True,
-                          ledger=ledger)
+        cluster = _deploy(
+            bootstrap, home, [(n, ("10s", "30s")) for n in names], "event", include_main=True, ledger=ledger
+        )
         try:
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:  # every setup DAG has run
-                done = cluster.query("SELECT count(*) FROM task_instance WHERE task_id = 'ensure_topics' "
-                                     "AND state = 'success'")[0][0]
+                done = cluster.query(
+                    "SELECT count(*) FROM task_instance WHERE task_id = 'ensure_topics' AND state = 'success'"
+                )[0][0]
                 if done >= count:
                     break
                 time.sleep(5)
@@ -175,16 +224,26 @@ def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dic
             records = 60
             producer = threading.Thread(target=_produce, args=(bootstrap, names[0], records), daemon=True)
             active = measure_window(cluster, broker_pid, 150, during=producer.start)
-            entries = [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+            entries = (
+                [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+            )
             lateness = {}
             for tier in (f"{names[0]}-retry-1", f"{names[0]}-retry-2"):
                 late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if e["topic"] == tier]
                 if late:
-                    lateness[tier] = {"records": len(late), "p50_s": round(statistics.median(late), 2),
-                                      "max_s": round(max(late), 2)}
-            return {"case": "capacity", "topologies": count, "dags": 4 * count, "parse": parse, "idle": idle,
-                    "active": {**active, "records": records, "lateness": lateness,
-                               "handled": len(entries)}}
+                    lateness[tier] = {
+                        "records": len(late),
+                        "p50_s": round(statistics.median(late), 2),
+                        "max_s": round(max(late), 2),
+                    }
+            return {
+                "case": "capacity",
+                "topologies": count,
+                "dags": 4 * count,
+                "parse": parse,
+                "idle": idle,
+                "active": {**active, "records": records, "lateness": lateness, "handled": len(entries)},
+            }
         finally:
             cluster.stop()
 
@@ -192,8 +251,12 @@ def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dic
 def _produce(bootstrap: str, topic: str, count: int) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     for i in range(count):
-        producer.produce(topic, key=str(i).encode(), partition=i % PARTITIONS,
-                         value=json.dumps({"id": str(i), "succeed_on": 2 + i % 2}).encode())
+        producer.produce(
+            topic,
+            key=str(i).encode(),
+            partition=i % PARTITIONS,
+            value=json.dumps({"id": str(i), "succeed_on": 2 + i % 2}).encode(),
+        )
         producer.poll(0)
         time.sleep(0.5)
     producer.flush(30)
@@ -201,32 +264,43 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 def _parse_seconds(cluster: AirflowCluster) -> dict[str, Any]:
     """The dag-processor's own parse time of each DAG file (``dag.last_parse_duration``, one value per file)."""
-    rows = cluster.query("SELECT fileloc, max(last_parse_duration) FROM dag WHERE last_parse_duration IS NOT NULL "
-                         "GROUP BY fileloc")
+    rows = cluster.query(
+        "SELECT fileloc, max(last_parse_duration) FROM dag WHERE last_parse_duration IS NOT NULL "
+        "GROUP BY fileloc"
+    )
     durations = [d for _, d in rows]
     if not durations:
         return {"files": 0}
-    return {"files": len(durations), "mean_s": round(statistics.mean(durations), 3),
-            "max_s": round(max(durations), 3)}
+    return {
+        "files": len(durations),
+        "mean_s": round(statistics.mean(durations), 3),
+        "max_s": round(max(durations), 3),
+    }
 
 
 def _table(results: list[dict[str, Any]]) -> str:
     base = next(r for r in results if r["case"] == "baseline")
-    lines = ["| case | DAG runs | task instances | Airflow CPU s | over baseline, % of one core | broker CPU s |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| case | DAG runs | task instances | Airflow CPU s | over baseline, % of one core | broker CPU s |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
         if r["case"] == "capacity":
             continue
         extra = (r["airflow_cpu_seconds"] - base["airflow_cpu_seconds"]) / r["seconds"] * 100
-        lines.append(f"| {r['case']} | {r['dag_runs']} | {r['task_instances']} | {r['airflow_cpu_seconds']} | "
-                     f"{extra:.2f} | {r['cpu_seconds']['broker']} |")
+        lines.append(
+            f"| {r['case']} | {r['dag_runs']} | {r['task_instances']} | {r['airflow_cpu_seconds']} | "
+            f"{extra:.2f} | {r['cpu_seconds']['broker']} |"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.event_tiers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=300.0, help="measurement window of each case")
-    parser.add_argument("--capacity", type=int, default=0, help="also N idle event topologies, then one active")
+    parser.add_argument(
+        "--capacity", type=int, default=0, help="also N idle event topologies, then one active"
+    )
     parser.add_argument("--cases", default="baseline,event,schedule", help="which idle cases to run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -238,17 +312,31 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{case}-{stamp:%H%M%S}"
             topologies = [] if case == "baseline" else [(f"idle-{name}", tiers)]
             trigger = "schedule" if case == "schedule" else "event"
-            print(f"{case}: deploying, {WARM_UP_S}s warm-up, then {args.seconds:.0f}s measured...", flush=True)
-            results.append({**run_case(broker.bootstrap, broker.pid, case, topologies, trigger, args.seconds),
-                            "case": case})
+            print(
+                f"{case}: deploying, {WARM_UP_S}s warm-up, then {args.seconds:.0f}s measured...", flush=True
+            )
+            results.append(
+                {
+                    **run_case(broker.bootstrap, broker.pid, case, topologies, trigger, args.seconds),
+                    "case": case,
+                }
+            )
             print(json.dumps(results[-1]), flush=True)
         if args.capacity:
             print(f"capacity: {args.capacity} topologies...", flush=True)
             results.append(capacity(broker.bootstrap, broker.pid, args.capacity, args.seconds))
             print(json.dumps(results[-1]), flush=True)
-    document = {"date": stamp.isoformat(timespec="seconds"), "machine": {
-        "cores": psutil.cpu_count(), "load_average_at_end": list(psutil.getloadavg()), "python": sys.version.split()[0],
-        "platform": platform.platform()}, "window_seconds": args.seconds, "results": results}
+    document = {
+        "date": stamp.isoformat(timespec="seconds"),
+        "machine": {
+            "cores": psutil.cpu_count(),
+            "load_average_at_end": list(psutil.getloadavg()),
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+        },
+        "window_seconds": args.seconds,
+        "results": results,
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"{stamp:%Y-%m-%d}-event-tiers.json"
     out.write_text(json.dumps(document, indent=2) + "\n")

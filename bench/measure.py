@@ -41,15 +41,29 @@ def _cpu_s(pid: int | None) -> float | None:
     return times.user + times.system
 
 
-def run_case(case: str, spec: dict[str, Any], *, timeout_s: float = 1200, broker_pid: int | None = None,
-             ) -> dict[str, Any]:
+def run_case(
+    case: str,
+    spec: dict[str, Any],
+    *,
+    timeout_s: float = 1200,
+    broker_pid: int | None = None,
+) -> dict[str, Any]:
     """Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree
     (and ``broker_cpu_s``: the CPU the broker process ``broker_pid`` spent meanwhile, when given)."""
     broker_before = _cpu_s(broker_pid)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    }
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "bench.cases", case, json.dumps(spec)], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bench.cases", case, json.dumps(spec)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     peak = [0]
     done = threading.Event()
 
@@ -68,7 +82,9 @@ def run_case(case: str, spec: dict[str, Any], *, timeout_s: float = 1200, broker
     except subprocess.TimeoutExpired:
         child.kill()
         out, err = child.communicate()
-        raise CaseFailed(f"case {case} did not finish within {timeout_s:.0f}s; stderr:\n{err[-3000:]}") from None
+        raise CaseFailed(
+            f"case {case} did not finish within {timeout_s:.0f}s; stderr:\n{err[-3000:]}"
+        ) from None
     finally:
         done.set()
         sampler.join()

@@ -25,14 +25,17 @@ from typing import Any
 
 from bench.workload import Workload
 
-_PHASES = {"start": ("airflow_kafka_retry.engine.route", "Router", "start"),
-           "read": ("airflow_kafka_retry.engine.drain", "PartitionReader", "read"),
-           "handle": ("airflow_kafka_retry.engine.partition", "PartitionJob", "_handle"),
-           "commit": ("airflow_kafka_retry.engine.route", "Router", "commit")}
+_PHASES = {
+    "start": ("airflow_kafka_retry.engine.route", "Router", "start"),
+    "read": ("airflow_kafka_retry.engine.drain", "PartitionReader", "read"),
+    "handle": ("airflow_kafka_retry.engine.partition", "PartitionJob", "_handle"),
+    "commit": ("airflow_kafka_retry.engine.route", "Router", "commit"),
+}
 
 
-def _timed(method: Callable[..., Any], wall: collections.Counter[str], cpu: collections.Counter[str],
-           phase: str) -> Callable[..., Any]:
+def _timed(
+    method: Callable[..., Any], wall: collections.Counter[str], cpu: collections.Counter[str], phase: str
+) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         started, started_cpu = time.perf_counter(), time.thread_time()
         try:
@@ -40,6 +43,7 @@ def _timed(method: Callable[..., Any], wall: collections.Counter[str], cpu: coll
         finally:
             wall[phase] += time.perf_counter() - started
             cpu[phase] += time.thread_time() - started_cpu
+
     return wrapper
 
 
@@ -78,11 +82,17 @@ def profile_local(workload: Workload, group: str, spec: dict[str, Any]) -> tuple
     for profile in profiles[1:]:
         stats.add(profile)
     rows = sorted(stats.stats.items(), key=lambda item: item[1][2], reverse=True)[:20]  # type: ignore[attr-defined]
-    details["phases"] = {phase: {"wall_s": round(wall[phase], 3), "thread_cpu_s": round(cpu[phase], 3)}
-                         for phase in (*_PHASES, "job")}
+    details["phases"] = {
+        phase: {"wall_s": round(wall[phase], 3), "thread_cpu_s": round(cpu[phase], 3)}
+        for phase in (*_PHASES, "job")
+    }
     details["top_functions"] = [
-        {"function": f"{path.rsplit('/', 1)[-1]}:{line}({name})", "calls": calls, "own_s": round(own, 3),
-         "cumulative_s": round(cumulative, 3)}
+        {
+            "function": f"{path.rsplit('/', 1)[-1]}:{line}({name})",
+            "calls": calls,
+            "own_s": round(own, 3),
+            "cumulative_s": round(cumulative, 3),
+        }
         for (path, line, name), (_, calls, own, cumulative, _) in rows
     ]
     return count, details

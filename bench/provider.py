@@ -32,24 +32,36 @@ def apply(message: Any) -> None:
     if outcome != OK:
         topic = _target["retry"] if outcome == TRANSIENT else _target["dlt"]
         producer: Producer = _target["producer"]
-        producer.produce(topic, value=message.value(), key=message.key(), headers=_ATTEMPTS,
-                         partition=message.partition())
+        producer.produce(
+            topic, value=message.value(), key=message.key(), headers=_ATTEMPTS, partition=message.partition()
+        )
         producer.poll(0)
 
 
 def run_provider_operator(workload: Workload, group: str) -> tuple[int, dict[str, Any]]:
     """Run the operator over the whole tier; returns the records it read and when the first came."""
     os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="bench-airflow-"))
-    os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps({"conn_type": "kafka", "extra": {
-        "bootstrap.servers": workload.bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-        "enable.auto.commit": False,
-        # Tansu lets a new member join only after about half the session timeout (45 s by default);
-        # 6 s is the smallest value real Kafka accepts, and what the test suite uses
-        "session.timeout.ms": 6000}})
+    os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+        {
+            "conn_type": "kafka",
+            "extra": {
+                "bootstrap.servers": workload.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                # Tansu lets a new member join only after about half the session timeout (45 s by default);
+                # 6 s is the smallest value real Kafka accepts, and what the test suite uses
+                "session.timeout.ms": 6000,
+            },
+        }
+    )
     from airflow.providers.apache.kafka.operators.consume import ConsumeFromTopicOperator
 
-    _target.update(retry=workload.retry_topic, dlt=workload.dlt_topic,
-                   producer=Producer({"bootstrap.servers": workload.bootstrap, "linger.ms": 5}))
+    _target.update(
+        retry=workload.retry_topic,
+        dlt=workload.dlt_topic,
+        producer=Producer({"bootstrap.servers": workload.bootstrap, "linger.ms": 5}),
+    )
     read = [0]
     started = time.perf_counter()
     first: list[float] = []
@@ -60,9 +72,16 @@ def run_provider_operator(workload: Workload, group: str) -> tuple[int, dict[str
         read[0] += 1
         apply(message)
 
-    operator = ConsumeFromTopicOperator(task_id="bench_consume", kafka_config_id=CONN_ID, topics=[workload.topic],
-                                        apply_function=counted, commit_cadence="end_of_batch",
-                                        max_messages=workload.records, max_batch_size=1000, poll_timeout=30)
+    operator = ConsumeFromTopicOperator(
+        task_id="bench_consume",
+        kafka_config_id=CONN_ID,
+        topics=[workload.topic],
+        apply_function=counted,
+        commit_cadence="end_of_batch",
+        max_messages=workload.records,
+        max_batch_size=1000,
+        poll_timeout=30,
+    )
     operator.execute(context={})
     if _target["producer"].flush(60):
         raise RuntimeError("provider case: records left unacknowledged")

@@ -20,8 +20,15 @@ from bench.workload import Workload
 
 def run_raw_loop(workload: Workload, group: str, *, read_headers: bool = False) -> int:
     """Drain the tier once; returns the number of records read."""
-    consumer = Consumer({"bootstrap.servers": workload.bootstrap, "group.id": group, "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": workload.bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+        }
+    )
     producer = Producer({"bootstrap.servers": workload.bootstrap, "linger.ms": 5})
     consumer.assign([TopicPartition(workload.topic, p) for p in range(workload.partitions)])
     attempts = [("retry_topic-attempts", (3).to_bytes(4, "big"))]
@@ -42,8 +49,9 @@ def run_raw_loop(workload: Workload, group: str, *, read_headers: bool = False) 
                 outcome = fate(msg.key())
                 if outcome != OK:
                     topic = workload.retry_topic if outcome == TRANSIENT else workload.dlt_topic
-                    producer.produce(topic, value=msg.value(), key=msg.key(), headers=attempts,
-                                     partition=msg.partition())
+                    producer.produce(
+                        topic, value=msg.value(), key=msg.key(), headers=attempts, partition=msg.partition()
+                    )
             producer.poll(0)
             consumer.commit(asynchronous=True)
         if producer.flush(60):

@@ -56,10 +56,17 @@ class Workload:
 
 def write_topology(name: str, folder: Path) -> Path:
     path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({
-        "topic": name, "group_id": f"{name}-svc", "attempts": 3,
-        "backoff": {"kind": "fixed", "delay": "30s"}, "not_retryable": [FATAL_CLASS],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "topic": name,
+                "group_id": f"{name}-svc",
+                "attempts": 3,
+                "backoff": {"kind": "fixed", "delay": "30s"},
+                "not_retryable": [FATAL_CLASS],
+            }
+        )
+    )
     return path
 
 
@@ -69,20 +76,34 @@ WORKLOADS = ("spring", "headerless")
 SPRING_EXCEPTION = ExceptionInfo(
     fqcn="org.springframework.kafka.listener.ListenerExecutionFailedException",
     message="Listener method 'public void com.example.orders.OrderListener.onOrder(java.lang.String)' threw exception",
-    stacktrace="org.springframework.kafka.listener.ListenerExecutionFailedException: Listener failed\n" + "".join(
-        f"\tat com.example.orders.pipeline.Stage{i}.invoke(Stage{i}.java:{40 + i})\n" for i in range(19)),
-    cause_fqcn="java.net.SocketTimeoutException", key=False)
+    stacktrace="org.springframework.kafka.listener.ListenerExecutionFailedException: Listener failed\n"
+    + "".join(
+        f"\tat com.example.orders.pipeline.Stage{i}.invoke(Stage{i}.java:{40 + i})\n" for i in range(19)
+    ),
+    cause_fqcn="java.net.SocketTimeoutException",
+    key=False,
+)
 
 
 def spring_headers(name: str, partition: int, due_ms: int) -> list[Header]:
     """The 13 headers of a record a Spring service sent from ``name`` to its first retry topic."""
-    failure = Failure(topic=name, partition=partition, offset=123_456, timestamp_ms=due_ms - 30_000, timestamp_type=1,
-                      consumer_group=f"{name}-svc", next_attempt=2, due_ms=due_ms, exception=SPRING_EXCEPTION)
+    failure = Failure(
+        topic=name,
+        partition=partition,
+        offset=123_456,
+        timestamp_ms=due_ms - 30_000,
+        timestamp_type=1,
+        consumer_group=f"{name}-svc",
+        next_attempt=2,
+        due_ms=due_ms,
+        exception=SPRING_EXCEPTION,
+    )
     return forward_headers([], failure, HeaderPolicy())
 
 
-def produce(bootstrap: str, name: str, records: int, partitions: int, folder: Path, *,
-            headers: str = "spring") -> Workload:
+def produce(
+    bootstrap: str, name: str, records: int, partitions: int, folder: Path, *, headers: str = "spring"
+) -> Workload:
     """Create the topology's topics and produce ``records`` due records to its tier 1 (``headers``: a workload)."""
     if headers not in WORKLOADS:
         raise ValueError(f"unknown workload {headers!r}; known: {', '.join(WORKLOADS)}")
@@ -92,8 +113,15 @@ def produce(bootstrap: str, name: str, records: int, partitions: int, folder: Pa
     due = int(time.time() * 1000) - 1_000
     headers_of = [spring_headers(name, p, due) if headers == "spring" else None for p in range(partitions)]
     value = (b"0123456789abcdef" * (VALUE_BYTES // 16 + 1))[:VALUE_BYTES]
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
-                         "queue.buffering.max.kbytes": 262_144, "enable.idempotence": True})
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.kbytes": 262_144,
+            "enable.idempotence": True,
+        }
+    )
     errors: list[str] = []
 
     def delivered(err: Any, msg: Any) -> None:
@@ -104,8 +132,14 @@ def produce(bootstrap: str, name: str, records: int, partitions: int, folder: Pa
         p = i % partitions
         while True:
             try:
-                producer.produce(tier.topic, value=value, key=b"%09d" % i, partition=p, headers=headers_of[p],
-                                 on_delivery=delivered)
+                producer.produce(
+                    tier.topic,
+                    value=value,
+                    key=b"%09d" % i,
+                    partition=p,
+                    headers=headers_of[p],
+                    on_delivery=delivered,
+                )
                 break
             except BufferError:
                 producer.poll(0.05)
@@ -115,6 +149,14 @@ def produce(bootstrap: str, name: str, records: int, partitions: int, folder: Pa
     if left or errors:
         raise RuntimeError(f"producing the bench data failed: {left} undelivered, errors {errors[:3]}")
     names = {t.index: t.topic for t in topology.tiers}
-    return Workload(name=name, topology_path=str(topology.source), topic=tier.topic, retry_topic=names[2],
-                    dlt_topic=topology.dlt_topic or "", records=records, partitions=partitions, bootstrap=bootstrap,
-                    headers=headers)
+    return Workload(
+        name=name,
+        topology_path=str(topology.source),
+        topic=tier.topic,
+        retry_topic=names[2],
+        dlt_topic=topology.dlt_topic or "",
+        records=records,
+        partitions=partitions,
+        bootstrap=bootstrap,
+        headers=headers,
+    )

@@ -18,18 +18,24 @@ from airflow_kafka_retry.notifications.dlt_log import DltLogNotifier
 
 TOPOLOGY = Path(__file__).parent / "topologies" / "orders.yaml"
 
-globals().update(build_retry_dags(
-    TOPOLOGY,
-    handler="handlers.orders:handle",
-    value_deserializer="handlers.orders:decode",
-    on_dlt=[DltLogNotifier()],  # or SlackNotifier(...), SmtpNotifier(...), any callable f(context)
-    asset_server="kafka:9092",  # every topic is an asset kafka://kafka:9092/<topic>; runs emit record counts
-    tier_overrides={
-        # the last tier is drained at night only, in a window: its trigger holds due records until the
-        # window opens, a run stops when it closes; its safety sweep runs at 01:00
-        "orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
-                           "max_run": "2h"},
-    },
-    default_args={"owner": "orders-team", "retries": 1, "retry_delay": timedelta(seconds=30)},
-    tags=["orders"],
-))
+globals().update(
+    build_retry_dags(
+        TOPOLOGY,
+        handler="handlers.orders:handle",
+        value_deserializer="handlers.orders:decode",
+        on_dlt=[DltLogNotifier()],  # or SlackNotifier(...), SmtpNotifier(...), any callable f(context)
+        asset_server="kafka:9092",  # every topic is an asset kafka://kafka:9092/<topic>; runs emit record counts
+        tier_overrides={
+            # the last tier is drained at night only, in a window: its trigger holds due records until the
+            # window opens, a run stops when it closes; its safety sweep runs at 01:00
+            "orders-retry-3": {
+                "schedule": "0 1 * * *",
+                "window": "01:00-05:00",
+                "timezone": "Europe/Berlin",
+                "max_run": "2h",
+            },
+        },
+        default_args={"owner": "orders-team", "retries": 1, "retry_delay": timedelta(seconds=30)},
+        tags=["orders"],
+    )
+)

@@ -22,9 +22,15 @@ from typing import Any
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
-from airflow_kafka_retry.testing.capabilities import (EXPECTED_ENV, BrokerCapabilities, BrokerProbeError,
-                                                      check_expected, expected_capabilities, missing_reason,
-                                                      probe_capabilities)
+from airflow_kafka_retry.testing.capabilities import (
+    EXPECTED_ENV,
+    BrokerCapabilities,
+    BrokerProbeError,
+    check_expected,
+    expected_capabilities,
+    missing_reason,
+    probe_capabilities,
+)
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()
@@ -40,14 +46,20 @@ CONSUMER_DEFAULTS: Mapping[str, Any] = {
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-faults-doc", action="store_true", dest="update_faults_doc",
-                     help="write the fault-injection results to docs/faults.md instead of comparing with it")
+    parser.addoption(
+        "--update-faults-doc",
+        action="store_true",
+        dest="update_faults_doc",
+        help="write the fault-injection results to docs/faults.md instead of comparing with it",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "requires_capability(*names): skip unless the Kafka broker under test has these "
-                   "capabilities (names from airflow_kafka_retry.testing.capabilities.CAPABILITIES)")
+        "markers",
+        "requires_capability(*names): skip unless the Kafka broker under test has these "
+        "capabilities (names from airflow_kafka_retry.testing.capabilities.CAPABILITIES)",
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -79,8 +91,9 @@ def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPa
         yield env
         return
     with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu")) as broker:
-        pytestconfig.stash[_BROKER_KEY] = (f"embedded Tansu at {broker.bootstrap} (pid {broker.pid}), "
-                                           f"log {broker.log_path}")
+        pytestconfig.stash[_BROKER_KEY] = (
+            f"embedded Tansu at {broker.bootstrap} (pid {broker.pid}), log {broker.log_path}"
+        )
         yield broker.bootstrap
 
 
@@ -141,8 +154,11 @@ def kafka_consumer_config(kafka_bootstrap: str) -> Callable[..., dict[str, Any]]
     """``make(group=None, **overrides)`` -> consumer config with test defaults and a unique group."""
 
     def make(group: str | None = None, **overrides: Any) -> dict[str, Any]:
-        conf: dict[str, Any] = {"bootstrap.servers": kafka_bootstrap,
-                                "group.id": group or f"test-{uuid.uuid4().hex[:12]}", **CONSUMER_DEFAULTS}
+        conf: dict[str, Any] = {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": group or f"test-{uuid.uuid4().hex[:12]}",
+            **CONSUMER_DEFAULTS,
+        }
         conf.update(overrides)
         return conf
 

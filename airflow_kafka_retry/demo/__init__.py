@@ -12,10 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def main(bootstrap: str | None, *, orders: int = 200, partitions: int = 3, fast: bool = False,
-         out_dir: str | Path | None = None) -> int:
+def main(
+    bootstrap: str | None,
+    *,
+    orders: int = 200,
+    partitions: int = 3,
+    fast: bool = False,
+    out_dir: str | Path | None = None,
+) -> int:
     """Run the demo on ``bootstrap``, or on an embedded broker started for the occasion."""
     from airflow_kafka_retry.demo.run import run_demo
 
-    return run_demo(bootstrap=bootstrap, orders=orders, partitions=partitions, fast=fast,
-                    out_dir=Path(out_dir) if out_dir else None)
+    return run_demo(
+        bootstrap=bootstrap,
+        orders=orders,
+        partitions=partitions,
+        fast=fast,
+        out_dir=Path(out_dir) if out_dir else None,
+    )

@@ -59,8 +59,10 @@ def read_produced(kafka_config: Mapping[str, Any], topic: str) -> Counter[str]:
 
 def produced_fates(written: Mapping[str, int]) -> dict[str, str]:
     """Order id -> its fate, for the ids read back from the topic (a key that is no order id: "unknown")."""
-    return {order_id: fate(int(order_id)) if order_id.isdigit() else "unknown"
-            for order_id in sorted(written, key=_id)}
+    return {
+        order_id: fate(int(order_id)) if order_id.isdigit() else "unknown"
+        for order_id in sorted(written, key=_id)
+    }
 
 
 def _id(order_id: str) -> tuple[int, str]:
@@ -77,12 +79,15 @@ def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str
                 partitions = reader.partitions(topic)
             except KafkaConfigError:
                 continue  # never created: nothing there
-            replayed = set(read_log(reader, log_topic(topic)).moved) if topic != topology.parking_topic else set()
+            replayed = (
+                set(read_log(reader, log_topic(topic)).moved) if topic != topology.parking_topic else set()
+            )
             for partition in range(partitions):
                 for message in reader.read(topic, partition):
                     key = message.key().decode() if message.key() is not None else "?"
-                    found.setdefault(key, []).append(Parked(topic, partition, message.offset(),
-                                                            (partition, message.offset()) in replayed))
+                    found.setdefault(key, []).append(
+                        Parked(topic, partition, message.offset(), (partition, message.offset()) in replayed)
+                    )
     return found
 
 
@@ -152,22 +157,43 @@ class Account:
     def reconciles(self) -> bool:
         """Every order read back is in exactly one final place, the producer wrote what it meant to (each
         order once), nothing else was handled or parked, and the XCom summaries agree with the books."""
-        return (self.placed == self.produced and self.intended in (None, self.produced)
-                and not self.written_twice and not self.strangers
-                and self.xcom_succeeded == self.books_succeeded)
+        return (
+            self.placed == self.produced
+            and self.intended in (None, self.produced)
+            and not self.written_twice
+            and not self.strangers
+            and self.xcom_succeeded == self.books_succeeded
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"produced": self.produced, "intended": self.intended, "placed": self.placed,
-                "final": self.final_counts(), "by_fate": self.by_fate(), "unaccounted": self.unaccounted(),
-                "written_twice": self.written_twice, "strangers": self.strangers,
-                "edges": [list(e) for e in self.edges()], "lateness": self.lateness,
-                "xcom_succeeded": self.xcom_succeeded, "books_succeeded": self.books_succeeded,
-                "handled_twice": self.handled_twice, "reconciles": self.reconciles}
+        return {
+            "produced": self.produced,
+            "intended": self.intended,
+            "placed": self.placed,
+            "final": self.final_counts(),
+            "by_fate": self.by_fate(),
+            "unaccounted": self.unaccounted(),
+            "written_twice": self.written_twice,
+            "strangers": self.strangers,
+            "edges": [list(e) for e in self.edges()],
+            "lateness": self.lateness,
+            "xcom_succeeded": self.xcom_succeeded,
+            "books_succeeded": self.books_succeeded,
+            "handled_twice": self.handled_twice,
+            "reconciles": self.reconciles,
+        }
 
 
-def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable[Mapping[str, Any]],
-              parked: Mapping[str, list[Parked]], summaries: Iterable[Mapping[str, Any]], *,
-              intended: int | None = None, written: Mapping[str, int] | None = None) -> Account:
+def reconcile(
+    topology: Topology,
+    produced: Mapping[str, str],
+    handled: Iterable[Mapping[str, Any]],
+    parked: Mapping[str, list[Parked]],
+    summaries: Iterable[Mapping[str, Any]],
+    *,
+    intended: int | None = None,
+    written: Mapping[str, int] | None = None,
+) -> Account:
     """Put every produced order (id -> fate, read back from the topic) in its final place(s); trace its path.
 
     ``intended`` is how many orders the producer meant to write; ``written`` how many times each id was read
@@ -184,11 +210,16 @@ def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable
         oks = [e for e in mine if e["ok"]]
         twice += max(0, len(oks) - 1)
         records = parked.get(order_id, [])
-        places = [f"{PROCESSED} {AFTER_REPLAY}" if oks[0]["replayed"] else f"{PROCESSED} on {oks[0]['topic']}"] \
-            if oks else []
+        places = (
+            [f"{PROCESSED} {AFTER_REPLAY}" if oks[0]["replayed"] else f"{PROCESSED} on {oks[0]['topic']}"]
+            if oks
+            else []
+        )
         places += [r.topic for r in records if not r.replayed]
         # the path: main topic -> the retry tiers it visited -> its first-pass end -> (replay) -> its end
-        path = [main] + [t for t in dict.fromkeys(e["topic"] for e in mine if not e["replayed"]) if t in tiers]
+        path = [main] + [
+            t for t in dict.fromkeys(e["topic"] for e in mine if not e["replayed"]) if t in tiers
+        ]
         first = [e for e in oks if not e["replayed"]]
         dlts = [r for r in records if r.topic != parking]
         if first:
@@ -197,29 +228,55 @@ def reconcile(topology: Topology, produced: Mapping[str, str], handled: Iterable
             path.append(dlts[0].topic)
             if dlts[0].replayed:
                 again = [e for e in oks if e["replayed"]]
-                path.append(PROCESSED if again else parking if any(r.topic == parking for r in records)
-                            else UNACCOUNTED)
+                path.append(
+                    PROCESSED
+                    if again
+                    else parking
+                    if any(r.topic == parking for r in records)
+                    else UNACCOUNTED
+                )
         orders.append(OrderAccount(order_id, kind, path, places))
     books = Counter(e["topic"] for es in entries.values() for e in es if e["ok"])
     xcom: Counter[str] = Counter()
     for s in summaries:
         xcom[s["topic"]] += s["totals"]["succeeded"]
-    table_order = [*(f"{PROCESSED} on {t.topic}" for t in topology.tiers), f"{PROCESSED} {AFTER_REPLAY}",
-                   *(t.topic for t in topology.dlt_tiers), parking]
+    table_order = [
+        *(f"{PROCESSED} on {t.topic}" for t in topology.tiers),
+        f"{PROCESSED} {AFTER_REPLAY}",
+        *(t.topic for t in topology.dlt_tiers),
+        parking,
+    ]
     strangers = sorted((set(entries) | set(parked)) - set(produced), key=_id)
-    return Account(orders, _lateness(topology, entries), dict(sorted(xcom.items())), dict(sorted(books.items())),
-                   table_order, twice, intended, {i: n for i, n in (written or {}).items() if n > 1},
-                   strangers)
+    return Account(
+        orders,
+        _lateness(topology, entries),
+        dict(sorted(xcom.items())),
+        dict(sorted(books.items())),
+        table_order,
+        twice,
+        intended,
+        {i: n for i, n in (written or {}).items() if n > 1},
+        strangers,
+    )
 
 
-def _lateness(topology: Topology, entries: Mapping[str, list[Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+def _lateness(
+    topology: Topology, entries: Mapping[str, list[Mapping[str, Any]]]
+) -> dict[str, dict[str, Any]]:
     """Per retry tier: handled time minus due time (seconds), p50 and max, over every handling there."""
     out: dict[str, dict[str, Any]] = {}
     for tier in topology.retry_tiers:
-        late = [(e["handled_ms"] - e["due_ms"]) / 1000 for es in entries.values() for e in es
-                if e["topic"] == tier.topic and e["due_ms"] is not None]
-        out[tier.topic] = {"delay_s": tier.delay_ms / 1000, "handled": len(late),
-                           "p50_s": round(statistics.median(late), 2) if late else None,
-                           "max_s": round(max(late), 2) if late else None,
-                           "early": sum(1 for x in late if x < 0)}
+        late = [
+            (e["handled_ms"] - e["due_ms"]) / 1000
+            for es in entries.values()
+            for e in es
+            if e["topic"] == tier.topic and e["due_ms"] is not None
+        ]
+        out[tier.topic] = {
+            "delay_s": tier.delay_ms / 1000,
+            "handled": len(late),
+            "p50_s": round(statistics.median(late), 2) if late else None,
+            "max_s": round(max(late), 2) if late else None,
+            "early": sum(1 for x in late if x < 0),
+        }
     return out

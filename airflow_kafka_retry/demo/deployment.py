@@ -111,8 +111,9 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
     (root / LINEAGE_DIR).mkdir(parents=True, exist_ok=True)
     env = {
         # a file per event: tasks running at once never write into one file
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "append": False,
-                                                       "log_file_path": str(root / LINEAGE_DIR / "event")}),
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "append": False, "log_file_path": str(root / LINEAGE_DIR / "event")}
+        ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow-kafka-retry-demo",
         # the listener gives up on an event after this many seconds (default 10): a busy 2-core machine needs more
         "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "60",
@@ -121,10 +122,15 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
         "AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD": "True",
     }
     if statsd_port is not None:
-        env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                    "AIRFLOW__METRICS__STATSD_PORT": str(statsd_port),
-                    "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-                    "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"})
+        env.update(
+            {
+                "AIRFLOW__METRICS__STATSD_ON": "True",
+                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(statsd_port),
+                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+                "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
+            }
+        )
     return env
 
 
@@ -137,14 +143,26 @@ def prepare(root: Path, *, topic: str, bootstrap: str, statsd_port: int | None =
     topology_file = topologies / f"{topic}.yaml"
     topology_file.write_text(yaml.safe_dump(topology_mapping(topic), sort_keys=False))
     topology = load_topology(topology_file)
-    (home / "dags" / "demo_retry_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(
-        topology=str(topology_file), handler=HANDLER, deserializer=DESERIALIZER,
-        min_schedule=int(MIN_SCHEDULE.total_seconds()), asset_server=bootstrap.split(",")[0])).lstrip())
-    env = airflow_env(home, api_port=free_port(), connections={"kafka_default": {
-        "conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}}, extra={
-        DEMO_DIR_ENV: str(root),
-        # demo only: every visitor of the UI is an admin, no login
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
-        **observability_env(root, statsd_port),
-    })
+    (home / "dags" / "demo_retry_tiers.py").write_text(
+        textwrap.dedent(
+            DAG_FILE.format(
+                topology=str(topology_file),
+                handler=HANDLER,
+                deserializer=DESERIALIZER,
+                min_schedule=int(MIN_SCHEDULE.total_seconds()),
+                asset_server=bootstrap.split(",")[0],
+            )
+        ).lstrip()
+    )
+    env = airflow_env(
+        home,
+        api_port=free_port(),
+        connections={"kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}},
+        extra={
+            DEMO_DIR_ENV: str(root),
+            # demo only: every visitor of the UI is an admin, no login
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            **observability_env(root, statsd_port),
+        },
+    )
     return Deployment(root, topology, env)

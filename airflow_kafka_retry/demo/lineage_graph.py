@@ -18,7 +18,13 @@ from airflow_kafka_retry.demo.account import PROCESSED
 from airflow_kafka_retry.demo.picture import columns
 from airflow_kafka_retry.policy.topology import Topology
 
-_COLORS = {"main": "#4C72B0", "retry": "#DD8452", "dlt": "#C44E52", "parking": "#8172B3", PROCESSED: "#55A868"}
+_COLORS = {
+    "main": "#4C72B0",
+    "retry": "#DD8452",
+    "dlt": "#C44E52",
+    "parking": "#8172B3",
+    PROCESSED: "#55A868",
+}
 
 
 def read_events(folder: Path) -> list[dict[str, Any]]:
@@ -55,8 +61,11 @@ def lineage_edges(events: list[dict[str, Any]]) -> dict[str, Any]:
         succeeded = facet.get("totals", {}).get("succeeded") or 0
         if facet["kind"] == "tier_run" and succeeded:
             edges[source, PROCESSED] += succeeded
-    return {"namespace": ", ".join(sorted(namespaces)), "runs": dict(sorted(runs.items())),
-            "edges": [[a, b, n] for (a, b), n in sorted(edges.items())]}
+    return {
+        "namespace": ", ".join(sorted(namespaces)),
+        "runs": dict(sorted(runs.items())),
+        "edges": [[a, b, n] for (a, b), n in sorted(edges.items())],
+    }
 
 
 def draw_lineage(data: dict[str, Any], topology: Topology, png: Path, *, title: str) -> Path:
@@ -79,12 +88,29 @@ def draw_lineage(data: dict[str, Any], topology: Topology, png: Path, *, title: 
         backwards = x1 <= x0  # the replay: a DLT back to the main topic
         skips = abs(y1 - y0) < 0.05 and abs(x1 - x0) * max(last, 1) > 1.5  # along the line, past other nodes
         rad = -0.3 if backwards else (0.18 if skips else 0.0)  # bend arrows that would run over other nodes
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops={"arrowstyle": "-|>", "color": "#555555", "lw": 1.2, "shrinkA": 34, "shrinkB": 34,
-                                "connectionstyle": f"arc3,rad={rad}"})
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops={
+                "arrowstyle": "-|>",
+                "color": "#555555",
+                "lw": 1.2,
+                "shrinkA": 34,
+                "shrinkB": 34,
+                "connectionstyle": f"arc3,rad={rad}",
+            },
+        )
         lx, ly = _curve_middle(ax, (x0, y0), (x1, y1), rad)
-        ax.text(lx, ly, f"{n} replayed" if backwards else str(n), ha="center", va="center", fontsize=9,
-                bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"})
+        ax.text(
+            lx,
+            ly,
+            f"{n} replayed" if backwards else str(n),
+            ha="center",
+            va="center",
+            fontsize=9,
+            bbox={"boxstyle": "round,pad=0.2", "facecolor": "white", "edgecolor": "none"},
+        )
     for name, (x, y) in pos.items():
         kind = layout.get(name, (0, PROCESSED))[1]
         box = {"boxstyle": "round,pad=0.5", "facecolor": _COLORS.get(kind, "#777777"), "edgecolor": "none"}
@@ -99,7 +125,9 @@ def draw_lineage(data: dict[str, Any], topology: Topology, png: Path, *, title: 
     return png
 
 
-def _place(name: str, layout: dict[str, tuple[int, str]], last: int, topology: Topology) -> tuple[float, float]:
+def _place(
+    name: str, layout: dict[str, tuple[int, str]], last: int, topology: Topology
+) -> tuple[float, float]:
     """Main topic and tiers on one line; processed above the end, DLTs below, parking at the end of the line."""
     column, kind = layout.get(name, (last, PROCESSED))
     x = column / max(last, 1)
@@ -110,8 +138,9 @@ def _place(name: str, layout: dict[str, tuple[int, str]], last: int, topology: T
     return x, 0.55
 
 
-def _curve_middle(ax: Any, start: tuple[float, float], end: tuple[float, float],
-                  rad: float) -> tuple[float, float]:
+def _curve_middle(
+    ax: Any, start: tuple[float, float], end: tuple[float, float], rad: float
+) -> tuple[float, float]:
     """The middle of matplotlib's ``arc3`` curve from ``start`` to ``end`` (in display space, as arc3 is)."""
     (x0, y0), (x1, y1) = ax.transData.transform([start, end])
     mx, my = (x0 + x1) / 2, (y0 + y1) / 2

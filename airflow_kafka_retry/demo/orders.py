@@ -61,14 +61,20 @@ class UnsupportedCurrency(RuntimeError):
 def fate(order_id: int) -> str:
     """The fate of an order (deterministic; about 70 % ok, 5-10 % each of the others)."""
     bucket = zlib.crc32(f"order-{order_id}".encode()) % 20
-    return {0: "invalid", 1: "flaky", 2: "flaky", 3: "slow-flaky", 4: "bug", 5: "undecodable"}.get(bucket, "ok")
+    return {0: "invalid", 1: "flaky", 2: "flaky", 3: "slow-flaky", 4: "bug", 5: "undecodable"}.get(
+        bucket, "ok"
+    )
 
 
 def order_record(order_id: int) -> tuple[bytes, bytes]:
     """The key and value the shop's producer writes for order ``order_id``."""
     kind = fate(order_id)
-    order = {"id": order_id, "customer": None if kind == "invalid" else f"c-{order_id % 37}",
-             "amount": round(5 + (order_id * 7.31) % 200, 2), "currency": "CHF" if kind == "bug" else "EUR"}
+    order = {
+        "id": order_id,
+        "customer": None if kind == "invalid" else f"c-{order_id % 37}",
+        "amount": round(5 + (order_id * 7.31) % 200, 2),
+        "currency": "CHF" if kind == "bug" else "EUR",
+    }
     value = json.dumps(order).encode()
     if kind == "undecodable":
         value = value[: len(value) // 2]  # a truncated write
@@ -86,9 +92,15 @@ def handle_orders(records: list) -> None:
     lines: list[dict[str, Any]] = []
     try:
         for index, record in enumerate(records):
-            line = {"id": record.key.decode() if isinstance(record.key, bytes) else str(record.key),
-                    "topic": record.topic, "attempt": record.attempt, "due_ms": record.due_ms,
-                    "handled_ms": int(time.time() * 1000), "replayed": is_replayed(record.headers), "ok": False}
+            line = {
+                "id": record.key.decode() if isinstance(record.key, bytes) else str(record.key),
+                "topic": record.topic,
+                "attempt": record.attempt,
+                "due_ms": record.due_ms,
+                "handled_ms": int(time.time() * 1000),
+                "replayed": is_replayed(record.headers),
+                "ok": False,
+            }
             lines.append(line)
             try:
                 _process(record.value, record.attempt, fixed)
@@ -116,8 +128,10 @@ def record_alert(context: Any) -> None:
     totals = summary.get("totals", {})
     count = totals["new_records"] if "new_records" in totals else sum(totals.get("dlt_topics", {}).values())
     ti = context["ti"]
-    _append(ALERTS_FILE, [{"dag_id": ti.dag_id, "task_id": ti.task_id, "records": count,
-                           "at_ms": int(time.time() * 1000)}])
+    _append(
+        ALERTS_FILE,
+        [{"dag_id": ti.dag_id, "task_id": ti.task_id, "records": count, "at_ms": int(time.time() * 1000)}],
+    )
 
 
 def demo_dir() -> Path | None:
@@ -134,7 +148,9 @@ def _append(name: str, lines: list[dict[str, Any]]) -> None:
     where = demo_dir()
     if where is None or not lines:
         return
-    fd = os.open(where / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # several task processes share it
+    fd = os.open(
+        where / name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+    )  # several task processes share it
     try:
         os.write(fd, "".join(json.dumps(line) + "\n" for line in lines).encode())
     finally:

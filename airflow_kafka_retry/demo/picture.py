@@ -15,8 +15,14 @@ from typing import Any
 from airflow_kafka_retry.demo.account import PROCESSED, UNACCOUNTED, Account
 from airflow_kafka_retry.policy.topology import Topology
 
-_COLORS = {"main": "#4C72B0", "retry": "#DD8452", "dlt": "#C44E52", "parking": "#8172B3", PROCESSED: "#55A868",
-           UNACCOUNTED: "#000000"}
+_COLORS = {
+    "main": "#4C72B0",
+    "retry": "#DD8452",
+    "dlt": "#C44E52",
+    "parking": "#8172B3",
+    PROCESSED: "#55A868",
+    UNACCOUNTED: "#000000",
+}
 _GAP = 0.035
 _NODE_W = 0.018
 
@@ -45,11 +51,22 @@ def flow_data(account: Account, topology: Topology) -> dict[str, Any]:
     for a, b, n in account.edges():
         through[a] += n
         inflow[b] += n
-    nodes = {name: {"column": col, "kind": kind, "orders": max(through[name], inflow[name])
-                    if name != topology.topic else account.produced}
-             for name, (col, kind) in layout.items() if name == topology.topic or through[name] or inflow[name]}
-    return {"produced": data["produced"], "final": data["final"], "nodes": nodes, "edges": data["edges"],
-            "lateness": data["lateness"]}
+    nodes = {
+        name: {
+            "column": col,
+            "kind": kind,
+            "orders": max(through[name], inflow[name]) if name != topology.topic else account.produced,
+        }
+        for name, (col, kind) in layout.items()
+        if name == topology.topic or through[name] or inflow[name]
+    }
+    return {
+        "produced": data["produced"],
+        "final": data["final"],
+        "nodes": nodes,
+        "edges": data["edges"],
+        "lateness": data["lateness"],
+    }
 
 
 def draw(data: dict[str, Any], png: Path, *, title: str) -> Path:
@@ -76,7 +93,9 @@ def draw(data: dict[str, Any], png: Path, *, title: str) -> Path:
         top = 1.0
         for name in sorted(names, key=lambda n: (nodes[n]["kind"] != PROCESSED, n)):
             height = nodes[name]["orders"] * scale
-            if nodes[name]["kind"] == "dlt" and 0 < col < ncols - 1:  # the DLT sits low, out of the retries' way
+            if (
+                nodes[name]["kind"] == "dlt" and 0 < col < ncols - 1
+            ):  # the DLT sits low, out of the retries' way
                 top = 1 - tallest * scale + height
             pos[name] = (x, top, height)
             top -= height + _GAP
@@ -86,32 +105,68 @@ def draw(data: dict[str, Any], png: Path, *, title: str) -> Path:
     in_y: dict[tuple[str, str], float] = {}
     for name, (_, top, _) in pos.items():
         y = top
-        for a, b, n in sorted((e for e in edges if e[0] == name), key=lambda e: (-pos[e[1]][1], pos[e[1]][0])):
+        for a, b, n in sorted(
+            (e for e in edges if e[0] == name), key=lambda e: (-pos[e[1]][1], pos[e[1]][0])
+        ):
             out_y[a, b], y = y, y - n * scale
         y = top
-        for a, b, n in sorted((e for e in edges if e[1] == name), key=lambda e: (pos[e[0]][0], -pos[e[0]][1])):
+        for a, b, n in sorted(
+            (e for e in edges if e[1] == name), key=lambda e: (pos[e[0]][0], -pos[e[0]][1])
+        ):
             in_y[a, b], y = y, y - n * scale
     for a, b, n in edges:
         w = n * scale
         y0, y1 = out_y[a, b], in_y[a, b]
         x0, x1 = pos[a][0] + _NODE_W, pos[b][0]
         mid = (x0 + x1) / 2
-        verts = [(x0, y0), (mid, y0), (mid, y1), (x1, y1), (x1, y1 - w), (mid, y1 - w), (mid, y0 - w), (x0, y0 - w),
-                 (x0, y0)]
-        codes = [MPath.MOVETO, MPath.CURVE4, MPath.CURVE4, MPath.CURVE4, MPath.LINETO, MPath.CURVE4, MPath.CURVE4,
-                 MPath.CURVE4, MPath.CLOSEPOLY]
+        verts = [
+            (x0, y0),
+            (mid, y0),
+            (mid, y1),
+            (x1, y1),
+            (x1, y1 - w),
+            (mid, y1 - w),
+            (mid, y0 - w),
+            (x0, y0 - w),
+            (x0, y0),
+        ]
+        codes = [
+            MPath.MOVETO,
+            MPath.CURVE4,
+            MPath.CURVE4,
+            MPath.CURVE4,
+            MPath.LINETO,
+            MPath.CURVE4,
+            MPath.CURVE4,
+            MPath.CURVE4,
+            MPath.CLOSEPOLY,
+        ]
         color = _COLORS[nodes[b]["kind"]]
         ax.add_patch(PathPatch(MPath(verts, codes), facecolor=color, edgecolor="none", alpha=0.35))
         replayed = nodes[a]["kind"] == "dlt"
-        ax.text(mid, (y0 + y1 - w) / 2, f"{n} replayed" if replayed else str(n), ha="center", va="center",
-                fontsize=8, color="#333333")
+        ax.text(
+            mid,
+            (y0 + y1 - w) / 2,
+            f"{n} replayed" if replayed else str(n),
+            ha="center",
+            va="center",
+            fontsize=8,
+            color="#333333",
+        )
     for name, (x, top, height) in pos.items():
         kind = nodes[name]["kind"]
         ax.add_patch(Rectangle((x, top - height), _NODE_W, height, facecolor=_COLORS[kind], edgecolor="none"))
         right = nodes[name]["column"] == ncols - 1 or kind == "dlt"  # label on the left of the node
         label = f"{name}\n{nodes[name]['orders']} orders"
-        ax.text(x - 0.008 if right else x + _NODE_W + 0.008, top - height / 2, label,
-                ha="right" if right else "left", va="center", fontsize=9, fontweight="bold")
+        ax.text(
+            x - 0.008 if right else x + _NODE_W + 0.008,
+            top - height / 2,
+            label,
+            ha="right" if right else "left",
+            va="center",
+            fontsize=9,
+            fontweight="bold",
+        )
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(min(t - h for _, t, h in pos.values()) - 0.03, 1.03)
     ax.axis("off")
@@ -132,8 +187,10 @@ def _lateness(ax: Any, lateness: dict[str, dict[str, Any]]) -> None:
     y = range(len(tiers))
     ax.barh([i + 0.2 for i in y], worst, height=0.38, color="#DD8452", alpha=0.5, label="max")
     ax.barh([i - 0.2 for i in y], p50, height=0.38, color="#DD8452", label="p50")
-    ax.set_yticks(list(y), [f"{t} (delay {lateness[t]['delay_s']:.0f}s, {lateness[t]['handled']} handled)"
-                            for t in tiers])
+    ax.set_yticks(
+        list(y),
+        [f"{t} (delay {lateness[t]['delay_s']:.0f}s, {lateness[t]['handled']} handled)" for t in tiers],
+    )
     ax.invert_yaxis()
     ax.set_xlabel("lateness per retry tier: handled time - due time (s), p50 and max")
     ax.set_xlim(0, max([*worst, 1]) * 1.15)

@@ -65,8 +65,10 @@ def xcom_summaries(db: Path) -> list[tuple[str, str, dict[str, Any]]]:
         return []
     try:
         with closing(sqlite3.connect(db, timeout=30)) as con:
-            rows = con.execute("SELECT dag_id, run_id, value FROM xcom WHERE task_id = 'reprocess' AND "
-                               "key IN ('return_value', 'summary')").fetchall()
+            rows = con.execute(
+                "SELECT dag_id, run_id, value FROM xcom WHERE task_id = 'reprocess' AND "
+                "key IN ('return_value', 'summary')"
+            ).fetchall()
     except sqlite3.OperationalError:  # not migrated yet
         return []
     out = []
@@ -85,8 +87,9 @@ def dag_runs(db: Path) -> dict[str, tuple[int, int]]:
         return {}
     try:
         with closing(sqlite3.connect(db, timeout=30)) as con:
-            rows = con.execute("SELECT dag_id, count(*), sum(state IN ('queued', 'running')) FROM dag_run "
-                               "GROUP BY dag_id").fetchall()
+            rows = con.execute(
+                "SELECT dag_id, count(*), sum(state IN ('queued', 'running')) FROM dag_run GROUP BY dag_id"
+            ).fetchall()
     except sqlite3.OperationalError:
         return {}
     return {dag_id: (runs, active or 0) for dag_id, runs, active in rows}
@@ -122,8 +125,9 @@ class ProgressReader:
                 row.succeeded += totals["succeeded"]
                 row.dead_lettered += sum(totals.get("dlt_topics", {}).values())
                 row.routed += sum(totals["routed"].values()) - sum(totals.get("dlt_topics", {}).values())
-            backlog = scan_backlog(self.kafka_config, tier.topic, topology.consumer_group(tier), now_ms=now,
-                                   timeout_s=5)
+            backlog = scan_backlog(
+                self.kafka_config, tier.topic, topology.consumer_group(tier), now_ms=now, timeout_s=5
+            )
             if backlog.error and "do not exist" in backlog.error:
                 row.waiting = 0  # the setup DAG has not created it yet: nothing waits there
             elif backlog.error:
@@ -136,21 +140,45 @@ class ProgressReader:
             tiers.append(row)
         dlts: dict[str, int | None] = {}
         for topic in [t.topic for t in topology.dlt_tiers] + [topology.parking_topic]:
-            backlog = scan_backlog(self.kafka_config, topic, topology.group_id + PROGRESS_GROUP_SUFFIX, now_ms=now,
-                                   timeout_s=5)
-            dlts[topic] = (0 if "do not exist" in backlog.error else None) if backlog.error else \
-                backlog.totals()["scanned"]
+            backlog = scan_backlog(
+                self.kafka_config, topic, topology.group_id + PROGRESS_GROUP_SUFFIX, now_ms=now, timeout_s=5
+            )
+            dlts[topic] = (
+                (0 if "do not exist" in backlog.error else None)
+                if backlog.error
+                else backlog.totals()["scanned"]
+            )
         alerts = list(read_lines(self.deployment.root / ALERTS_FILE))
-        return Snapshot(tiers, dlts, len(alerts), sum(a["records"] for a in alerts), self.produced, self.phase, now,
-                        errors, alerts[-1] if alerts else None)
+        return Snapshot(
+            tiers,
+            dlts,
+            len(alerts),
+            sum(a["records"] for a in alerts),
+            self.produced,
+            self.phase,
+            now,
+            errors,
+            alerts[-1] if alerts else None,
+        )
 
 
 def render(snap: Snapshot, *, elapsed_s: float) -> Group:
-    table = Table(title=f"Retry tiers under Airflow: {snap.phase} ({elapsed_s:.0f}s)", title_justify="left",
-                  expand=False)
-    for name, justify in (("tier", "left"), ("delay", "right"), ("DAG runs", "right"), ("drained", "right"),
-                          ("succeeded", "right"), ("routed on", "right"), ("to DLT", "right"),
-                          ("waiting", "right"), ("next due", "right")):
+    table = Table(
+        title=f"Retry tiers under Airflow: {snap.phase} ({elapsed_s:.0f}s)",
+        title_justify="left",
+        expand=False,
+    )
+    for name, justify in (
+        ("tier", "left"),
+        ("delay", "right"),
+        ("DAG runs", "right"),
+        ("drained", "right"),
+        ("succeeded", "right"),
+        ("routed on", "right"),
+        ("to DLT", "right"),
+        ("waiting", "right"),
+        ("next due", "right"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for i, t in enumerate(snap.tiers):
         due = "-"
@@ -161,15 +189,28 @@ def render(snap: Snapshot, *, elapsed_s: float) -> Group:
             due = "due now"
         runs = f"{t.runs}{' ▶' if t.running else ''}"
         waiting = "?" if t.waiting is None else str(t.waiting)
-        table.add_row(t.topic, f"{t.delay_s:.0f}s" if i else "main", runs, str(t.drained), str(t.succeeded),
-                      str(t.routed), str(t.dead_lettered), waiting, due)
+        table.add_row(
+            t.topic,
+            f"{t.delay_s:.0f}s" if i else "main",
+            runs,
+            str(t.drained),
+            str(t.succeeded),
+            str(t.routed),
+            str(t.dead_lettered),
+            waiting,
+            due,
+        )
     dlt = "  ".join(f"{topic}: {'?' if n is None else n}" for topic, n in snap.dlt_records.items())
     alert = ""
     if snap.last_alert:
         a = snap.last_alert
         alert = f"; latest: {a['dag_id']}.{a['task_id']} reported {a['records']} record(s)"
-    lines = [Text(f"orders produced: {snap.produced}   dead-letter/parking topics: {dlt}"),
-             Text(f"DLT alerts fired: {snap.alerts} (records reported: {snap.alerted_records}){alert}",
-                  style="bold red" if snap.alerts else "")]
+    lines = [
+        Text(f"orders produced: {snap.produced}   dead-letter/parking topics: {dlt}"),
+        Text(
+            f"DLT alerts fired: {snap.alerts} (records reported: {snap.alerted_records}){alert}",
+            style="bold red" if snap.alerts else "",
+        ),
+    ]
     lines += [Text(f"broker: {e}", style="yellow") for e in snap.errors[:2]]
     return Group(table, *lines)

@@ -24,34 +24,47 @@ def print_account(console: Console, account: Account, produced_label: str) -> No
     console.print(table)
     console.print("fates: " + "; ".join(f"{f}: {FATE_NOTES[f]}" for f in FATES), style="dim")
     if account.reconciles:
-        console.print(f"[bold green]Reconciled:[/] {account.placed} of {account.produced} orders read "
-                      "back from the topic are each in exactly one final place; the XCom run summaries count "
-                      f"the same successes per topic as the service's books {account.xcom_succeeded}.")
+        console.print(
+            f"[bold green]Reconciled:[/] {account.placed} of {account.produced} orders read "
+            "back from the topic are each in exactly one final place; the XCom run summaries count "
+            f"the same successes per topic as the service's books {account.xcom_succeeded}."
+        )
     else:
-        console.print(f"[bold red]NOT reconciled:[/] {account.placed} of {account.produced} orders read "
-                      "back from the topic are in exactly one final place; XCom successes "
-                      f"{account.xcom_succeeded} vs the service's books {account.books_succeeded}")
+        console.print(
+            f"[bold red]NOT reconciled:[/] {account.placed} of {account.produced} orders read "
+            "back from the topic are in exactly one final place; XCom successes "
+            f"{account.xcom_succeeded} vs the service's books {account.books_succeeded}"
+        )
     print_problems(console, account)
     if account.handled_twice:
-        console.print(f"{account.handled_twice} order(s) were handled successfully more than once (a task retried "
-                      "after its handler ran): the handler must be idempotent.", style="yellow")
+        console.print(
+            f"{account.handled_twice} order(s) were handled successfully more than once (a task retried "
+            "after its handler ran): the handler must be idempotent.",
+            style="yellow",
+        )
     for topic, late in account.lateness.items():
         if late["handled"]:
-            console.print(f"lateness on {topic} (delay {late['delay_s']:.0f}s): p50 {late['p50_s']}s, max "
-                          f"{late['max_s']}s over {late['handled']} handlings; handled early: {late['early']}")
+            console.print(
+                f"lateness on {topic} (delay {late['delay_s']:.0f}s): p50 {late['p50_s']}s, max "
+                f"{late['max_s']}s over {late['handled']} handlings; handled early: {late['early']}"
+            )
 
 
 def print_problems(console: Console, account: Account, *, shown: int = 20) -> None:
     """Orders unaccounted for (in no final place, or in several) and writes that do not add up, listed."""
     unaccounted = account.unaccounted()
     if unaccounted:
-        listed = "; ".join(f"order {i}: {', '.join(places) if places else 'in no final place'}"
-                           for i, places in list(unaccounted.items())[:shown])
+        listed = "; ".join(
+            f"order {i}: {', '.join(places) if places else 'in no final place'}"
+            for i, places in list(unaccounted.items())[:shown]
+        )
         more = f" (and {len(unaccounted) - shown} more)" if len(unaccounted) > shown else ""
         console.print(f"[bold red]Unaccounted for: {len(unaccounted)} order(s)[/] - {listed}{more}")
     if account.intended is not None and account.intended != account.produced:
-        console.print(f"[bold red]The producer meant to write {account.intended} orders; {account.produced} "
-                      "were read back from the topic.[/]")
+        console.print(
+            f"[bold red]The producer meant to write {account.intended} orders; {account.produced} "
+            "were read back from the topic.[/]"
+        )
     if account.written_twice:
         twice = [f"order {i} ({n}x)" for i, n in list(account.written_twice.items())[:shown]]
         console.print(f"[bold red]Written more than once to the topic:[/] {', '.join(twice)}")

@@ -45,8 +45,16 @@ class DemoError(RuntimeError):
 
 
 class Demo:
-    def __init__(self, deployment: Deployment, bootstrap: str, *, orders: int, partitions: int, fast: bool,
-                 console: Console) -> None:
+    def __init__(
+        self,
+        deployment: Deployment,
+        bootstrap: str,
+        *,
+        orders: int,
+        partitions: int,
+        fast: bool,
+        console: Console,
+    ) -> None:
         self.d = deployment
         self.bootstrap = bootstrap
         self.orders = orders
@@ -72,19 +80,29 @@ class Demo:
             self._cli("dags", "reserialize")
             self._cli("dags", "test", self.d.setup_dag_id)
         else:
-            self._say("Airflow: starting api-server, scheduler, dag-processor, triggerer (SQLite, LocalExecutor)")
+            self._say(
+                "Airflow: starting api-server, scheduler, dag-processor, triggerer (SQLite, LocalExecutor)"
+            )
             self.cluster.start()
-            self._say(f"[bold]Airflow UI: {self.d.api_url}/[/]  (Browse → Retry tiers: "
-                      f"{self.d.api_url}/kafka-retry/)  [yellow]demo only: no login, every visitor is an admin[/]")
+            self._say(
+                f"[bold]Airflow UI: {self.d.api_url}/[/]  (Browse → Retry tiers: "
+                f"{self.d.api_url}/kafka-retry/)  [yellow]demo only: no login, every visitor is an admin[/]"
+            )
             self._wait_for_setup()
-        self._say(f"the setup DAG {self.d.setup_dag_id} created the retry path's topics; the tier DAGs run when "
-                  "their records are due (event-driven, in the triggerer)")
+        self._say(
+            f"the setup DAG {self.d.setup_dag_id} created the retry path's topics; the tier DAGs run when "
+            "their records are due (event-driven, in the triggerer)"
+        )
         producer = self._produce()
         self._drain("orders flowing through the tiers", producer)
         if self.fast:
-            self._cli("dags", "test", self.d.dag_id(topology.dlt_topic))  # the DLT watch: alerts for new records
-        self._say(f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying "
-                  f"{topology.dlt_topic} with the replay DAG {self.d.replay_dag_id} (dry_run off)")
+            self._cli(
+                "dags", "test", self.d.dag_id(topology.dlt_topic)
+            )  # the DLT watch: alerts for new records
+        self._say(
+            f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying "
+            f"{topology.dlt_topic} with the replay DAG {self.d.replay_dag_id} (dry_run off)"
+        )
         (self.d.root / FIX_FLAG).touch()
         self._replay()
         self._drain("replayed orders going through again", None)
@@ -95,13 +113,19 @@ class Demo:
         """The ``@once`` setup DAG runs when the scheduler first sees it; the orders flow once it is done."""
         deadline = time.monotonic() + PHASE_TIMEOUT_S
         while True:
-            states = [s for (s,) in self.cluster.query("SELECT state FROM dag_run WHERE dag_id = ?",
-                                                       self.d.setup_dag_id)]
+            states = [
+                s
+                for (s,) in self.cluster.query(
+                    "SELECT state FROM dag_run WHERE dag_id = ?", self.d.setup_dag_id
+                )
+            ]
             if states and states[-1] == "success":
                 return
             if states and states[-1] == "failed" or time.monotonic() > deadline:
-                raise DemoError(f"the setup DAG {self.d.setup_dag_id} did not create the topics ({states or 'no run'}"
-                                f"); see the logs in {self.d.home}")
+                raise DemoError(
+                    f"the setup DAG {self.d.setup_dag_id} did not create the topics ({states or 'no run'}"
+                    f"); see the logs in {self.d.home}"
+                )
             self.cluster.check_alive()
             time.sleep(1)
 
@@ -115,8 +139,13 @@ class Demo:
         def send(ids: range) -> None:
             for i in ids:
                 key, value = order_record(i)
-                producer.produce(topic, key=key, value=value, partition=i % self.partitions,
-                                 on_delivery=lambda err, _msg: failures.append(str(err)) if err else None)
+                producer.produce(
+                    topic,
+                    key=key,
+                    value=value,
+                    partition=i % self.partitions,
+                    on_delivery=lambda err, _msg: failures.append(str(err)) if err else None,
+                )
             if producer.flush(30) or failures:
                 raise DemoError(f"could not produce orders to {topic}: {failures[:3]}")
             self.reader.produced = ids.stop
@@ -147,8 +176,9 @@ class Demo:
         with self._live() as show:
             while settled < 2:
                 if time.monotonic() > deadline:
-                    raise DemoError(f"{phase}: not settled after {PHASE_TIMEOUT_S}s; see the logs in "
-                                    f"{self.d.home}")
+                    raise DemoError(
+                        f"{phase}: not settled after {PHASE_TIMEOUT_S}s; see the logs in {self.d.home}"
+                    )
                 self.cluster.check_alive()
                 snap = self.reader.snapshot()
                 show(snap)
@@ -179,25 +209,33 @@ class Demo:
             self._cli("dags", "trigger", self.d.replay_dag_id, "--conf", conf)
             deadline = time.monotonic() + PHASE_TIMEOUT_S
             while True:
-                states = [s for (s,) in self.cluster.query("SELECT state FROM dag_run WHERE dag_id = ?",
-                                                           self.d.replay_dag_id)]
+                states = [
+                    s
+                    for (s,) in self.cluster.query(
+                        "SELECT state FROM dag_run WHERE dag_id = ?", self.d.replay_dag_id
+                    )
+                ]
                 if states and states[-1] in ("success", "failed"):
                     break
                 if time.monotonic() > deadline:
                     raise DemoError(f"the replay DAG did not finish in {PHASE_TIMEOUT_S}s")
                 self.cluster.check_alive()
                 time.sleep(2)
-        rows = self.cluster.query("SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'replay_dlt'",
-                                  self.d.replay_dag_id)
+        rows = self.cluster.query(
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'replay_dlt'", self.d.replay_dag_id
+        )
         summary = json.loads(rows[-1][0]) if rows else None
         if isinstance(summary, str):
             summary = json.loads(summary)
         if not summary or summary.get("status") != "ok":
-            raise DemoError(f"the DLT replay failed: {summary and summary.get('error')}; task log under "
-                            f"{self.d.home}")
+            raise DemoError(
+                f"the DLT replay failed: {summary and summary.get('error')}; task log under {self.d.home}"
+            )
         targets = ", ".join(f"{t}: {n}" for t, n in summary["targets"].items())
-        self._say(f"replay {summary['replay_id']}: moved {summary['moved']} record(s) from {summary['dlt']} "
-                  f"({targets}), each in a Kafka transaction with its entry in the replay log")
+        self._say(
+            f"replay {summary['replay_id']}: moved {summary['moved']} record(s) from {summary['dlt']} "
+            f"({targets}), each in a Kafka transaction with its entry in the replay log"
+        )
 
     def _quiesce(self, timeout_s: float = 180) -> None:
         """Pause the demo's DAGs and let the tasks still going finish, and their OpenLineage events be written
@@ -208,11 +246,14 @@ class Demo:
         deadline = time.monotonic() + timeout_s
         busy = ("running", "queued", "scheduled", "deferred", "up_for_reschedule", "restarting")
         marks = ", ".join("?" * len(busy))
-        while (self.cluster.query(f"SELECT count(*) FROM task_instance WHERE state IN ({marks})", *busy)[0][0]
-               or unfinished_runs(read_events(self.d.root / LINEAGE_DIR))):
+        while self.cluster.query(f"SELECT count(*) FROM task_instance WHERE state IN ({marks})", *busy)[0][
+            0
+        ] or unfinished_runs(read_events(self.d.root / LINEAGE_DIR)):
             if time.monotonic() > deadline:
-                self._say(f"[yellow]tasks or their lineage events still going after {timeout_s:.0f}s; stopping "
-                          "Airflow anyway[/]")
+                self._say(
+                    f"[yellow]tasks or their lineage events still going after {timeout_s:.0f}s; stopping "
+                    "Airflow anyway[/]"
+                )
                 return
             self.cluster.check_alive()
             time.sleep(1)
@@ -225,8 +266,15 @@ class Demo:
         (self.d.root / "produced.json").write_text(json.dumps(produced))
         parked = read_parked(self.kafka_config, topology)
         summaries = [s for _, _, s in xcom_summaries(self.d.home / "airflow.db")]
-        return reconcile(topology, produced, read_lines(self.d.root / LEDGER_FILE), parked, summaries,
-                         intended=self.orders, written=written)
+        return reconcile(
+            topology,
+            produced,
+            read_lines(self.d.root / LEDGER_FILE),
+            parked,
+            summaries,
+            intended=self.orders,
+            written=written,
+        )
 
     # ------------------------------------------------------------------ output and processes
     def _say(self, text: str) -> None:
@@ -259,8 +307,14 @@ class Demo:
         self._say(f"[cyan]airflow {label}[/]")
         log = self.d.home / f"cli-{len(self._children):02d}.log"
         with open(log, "wb") as sink:
-            proc = subprocess.Popen([self.cluster.airflow, *args], env=self.d.env, cwd=self.d.home, stdout=sink,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                [self.cluster.airflow, *args],
+                env=self.d.env,
+                cwd=self.d.home,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             self._children.append(proc)
             try:
                 code = proc.wait(timeout)
@@ -269,8 +323,10 @@ class Demo:
             finally:
                 self._end(proc)
         if code != 0:
-            raise DemoError(f"airflow {label} failed ({'timed out' if code is None else f'exit {code}'}):\n"
-                            f"{log.read_text(errors='replace')[-3000:]}")
+            raise DemoError(
+                f"airflow {label} failed ({'timed out' if code is None else f'exit {code}'}):\n"
+                f"{log.read_text(errors='replace')[-3000:]}"
+            )
         return log.read_text(errors="replace")
 
     @staticmethod
@@ -291,12 +347,21 @@ class Demo:
             self.cluster.stop()
 
 
-def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool, out_dir: Path | None,
-             console: Console | None = None) -> int:
+def run_demo(
+    *,
+    bootstrap: str | None,
+    orders: int,
+    partitions: int,
+    fast: bool,
+    out_dir: Path | None,
+    console: Console | None = None,
+) -> int:
     """The whole demo; returns the process exit code (0: the account reconciles)."""
     console = console or Console(width=None if sys.stdout.isatty() else 132)
     if importlib.util.find_spec("matplotlib") is None:
-        console.print("[bold red]demo failed:[/] the picture needs matplotlib: pip install 'airflow-kafka-retry[demo]'")
+        console.print(
+            "[bold red]demo failed:[/] the picture needs matplotlib: pip install 'airflow-kafka-retry[demo]'"
+        )
         return 1
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
@@ -310,8 +375,10 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
             demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
             mode = "fast: `airflow dags test` in schedule order" if fast else "the Airflow scheduler"
             tiers = ", ".join(f"{t.topic} {t.delay_ms // 1000}s" for t in deployment.topology.retry_tiers)
-            console.print(f"[bold]airflow-kafka-retry demo[/]: {orders} orders on {topic} ({partitions} "
-                          f"partitions), tiers {tiers}, run by {mode}. Working directory: {root}")
+            console.print(
+                f"[bold]airflow-kafka-retry demo[/]: {orders} orders on {topic} ({partitions} "
+                f"partitions), tiers {tiers}, run by {mode}. Working directory: {root}"
+            )
             try:
                 account = demo.run()
             finally:
@@ -319,8 +386,10 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
             print_account(console, account, f"{account.produced} produced")
             data = flow_data(account, deployment.topology)
             (root / "account.json").write_text(json.dumps(account.to_dict(), indent=2, sort_keys=True))
-            title = (f"{account.produced} orders through the retry tiers of {topic}, run by "
-                     f"{'airflow dags test' if fast else 'the Airflow scheduler'}; the DLT replayed after the fix")
+            title = (
+                f"{account.produced} orders through the retry tiers of {topic}, run by "
+                f"{'airflow dags test' if fast else 'the Airflow scheduler'}; the DLT replayed after the fix"
+            )
             png = draw(data, root / "flow.png", title=title)
             console.print(f"picture of the flow: [bold]{png}[/] (its data: {png.with_suffix('.json')})")
             _observability(console, root, deployment)
@@ -332,12 +401,15 @@ def run_demo(*, bootstrap: str | None, orders: int, partitions: int, fast: bool,
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous)
-    console.print(f"took {time.monotonic() - started:.0f}s. Airflow and the broker are stopped; everything is in "
-                  f"{root}")
-    console.print("Against a real cluster: [bold]airflow-kafka-retry demo --bootstrap HOST:9092[/] (fresh "
-                  "orders-demo-* topics); in your own Airflow, set the [bold]kafka_default[/] connection "
-                  "(e.g. AIRFLOW_CONN_KAFKA_DEFAULT='{\"conn_type\": \"kafka\", \"extra\": "
-                  "{\"bootstrap.servers\": \"HOST:9092\"}}') and copy dags/example_retry_tiers.py.")
+    console.print(
+        f"took {time.monotonic() - started:.0f}s. Airflow and the broker are stopped; everything is in {root}"
+    )
+    console.print(
+        "Against a real cluster: [bold]airflow-kafka-retry demo --bootstrap HOST:9092[/] (fresh "
+        "orders-demo-* topics); in your own Airflow, set the [bold]kafka_default[/] connection "
+        '(e.g. AIRFLOW_CONN_KAFKA_DEFAULT=\'{"conn_type": "kafka", "extra": '
+        '{"bootstrap.servers": "HOST:9092"}}\') and copy dags/example_retry_tiers.py.'
+    )
     return 0 if account.reconciles else 1
 
 
@@ -345,17 +417,28 @@ def _observability(console: Console, root: Path, deployment: Deployment) -> None
     """What the demo's Airflow reported through its metrics and OpenLineage settings."""
     lineage = lineage_edges(read_events(root / LINEAGE_DIR))
     if lineage["edges"]:
-        png = draw_lineage(lineage, deployment.topology, root / "lineage.png",
-                           title=f"OpenLineage: records between the topics of {lineage['namespace']}, from the "
-                                 f"events of {sum(lineage['runs'].values())} task runs")
-        console.print(f"lineage graph from the OpenLineage events: [bold]{png}[/] (events: {root / LINEAGE_DIR})")
+        png = draw_lineage(
+            lineage,
+            deployment.topology,
+            root / "lineage.png",
+            title=f"OpenLineage: records between the topics of {lineage['namespace']}, from the "
+            f"events of {sum(lineage['runs'].values())} task runs",
+        )
+        console.print(
+            f"lineage graph from the OpenLineage events: [bold]{png}[/] (events: {root / LINEAGE_DIR})"
+        )
     else:
-        console.print("no OpenLineage events (the provider is not installed: "
-                      "pip install 'airflow-kafka-retry[openlineage]')")
+        console.print(
+            "no OpenLineage events (the provider is not installed: "
+            "pip install 'airflow-kafka-retry[openlineage]')"
+        )
     drained = counter_totals(root / METRICS_FILE).get("tier.drained", {})
     if drained:
-        console.print("metrics (StatsD, kafka_retry.tier.drained): " + ", ".join(
-            f"{tier} {int(n)}" for tier, n in sorted(drained.items())) + f" (all lines: {root / METRICS_FILE})")
+        console.print(
+            "metrics (StatsD, kafka_retry.tier.drained): "
+            + ", ".join(f"{tier} {int(n)}" for tier, n in sorted(drained.items()))
+            + f" (all lines: {root / METRICS_FILE})"
+        )
 
 
 def _interrupt(signum: int, frame: Any) -> None:

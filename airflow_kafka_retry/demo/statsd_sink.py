@@ -34,8 +34,9 @@ class StatsdSink:
         self._thread.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop.set()
         self._thread.join()
         self._sock.close()
@@ -66,5 +67,5 @@ def counter_totals(path: Path) -> dict[str, dict[str, float]]:
             continue
         name, *tags = head.split(",")
         tier = dict(t.split("=", 1) for t in tags if "=" in t).get("tier_topic", "")
-        totals[name[len(KEEP_PREFIX):]][tier] += float(value)
+        totals[name[len(KEEP_PREFIX) :]][tier] += float(value)
     return {name: dict(by_tier) for name, by_tier in sorted(totals.items())}

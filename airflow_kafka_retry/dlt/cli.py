@@ -12,45 +12,83 @@ from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 
 def add_dlt_commands(sub: Any) -> None:
     """Add the ``dlt`` command group to the CLI's subparsers."""
-    dlt = sub.add_parser("dlt", help="inspect and replay dead-letter topics").add_subparsers(dest="action",
-                                                                                           required=True)
+    dlt = sub.add_parser("dlt", help="inspect and replay dead-letter topics").add_subparsers(
+        dest="action", required=True
+    )
     inspect = dlt.add_parser("inspect", help="group a DLT's records (read only: nothing is committed)")
     inspect.add_argument("--topology", required=True, help="topology YAML file")
-    inspect.add_argument("--dlt", default=None,
-                         help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)")
+    inspect.add_argument(
+        "--dlt",
+        default=None,
+        help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)",
+    )
     inspect.add_argument("--format", choices=("table", "json"), default="table")
-    inspect.add_argument("--by", choices=("hour", "day"), default="hour", help="failure-time bucket of the groups")
+    inspect.add_argument(
+        "--by", choices=("hour", "day"), default="hour", help="failure-time bucket of the groups"
+    )
     inspect.add_argument("--samples", type=int, default=3, help="coordinates shown per group")
-    inspect.add_argument("--show-values", action="store_true", help="also show keys and values of the samples")
+    inspect.add_argument(
+        "--show-values", action="store_true", help="also show keys and values of the samples"
+    )
     add_kafka_args(inspect)
     inspect.set_defaults(func=_cmd_inspect)
 
     replay = dlt.add_parser("replay", help="move DLT records back, exactly once, with audit headers")
     replay.add_argument("--topology", required=True, help="topology YAML file")
-    replay.add_argument("--dlt", default=None,
-                        help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)")
-    replay.add_argument("--exception", action="append", default=[], metavar="CLASS",
-                        help="dotted exception class (subclasses match where already loaded; nothing is "
-                             "imported; repeatable)")
+    replay.add_argument(
+        "--dlt",
+        default=None,
+        help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)",
+    )
+    replay.add_argument(
+        "--exception",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="dotted exception class (subclasses match where already loaded; nothing is "
+        "imported; repeatable)",
+    )
     replay.add_argument("--original-topic", action="append", default=[], metavar="TOPIC", help="repeatable")
-    replay.add_argument("--since", default=None, help="failed at or after: epoch ms, ISO-8601 (UTC) or a duration "
-                                                       "ago (2h)")
+    replay.add_argument(
+        "--since", default=None, help="failed at or after: epoch ms, ISO-8601 (UTC) or a duration ago (2h)"
+    )
     replay.add_argument("--until", default=None, help="failed at or before (same forms as --since)")
     replay.add_argument("--key", action="append", default=[], help="record key, UTF-8 (repeatable)")
     replay.add_argument("--partition", action="append", default=[], help="DLT partition(s), e.g. 0 or 0,2")
-    replay.add_argument("--offsets", default=None, metavar="A-B", help="DLT offsets, inclusive (A-B, A- or A)")
-    replay.add_argument("--limit", type=int, default=None, metavar="N", help="at most N records, oldest first")
-    replay.add_argument("--to", default=None, metavar="main|first-tier|TOPIC",
-                        help="target (default: each record's original topic)")
-    replay.add_argument("--allow-target", action="append", default=[], metavar="TOPIC",
-                        help="a topic beyond the topology's main topic and retry tiers that records may be "
-                             "replayed to (repeatable)")
-    replay.add_argument("--transform", default=None, metavar="MOD:FUNC",
-                        help="callable editing each record (return it, edited, or None to leave it out)")
-    replay.add_argument("--dry-run", action="store_true", help="print exactly what would move, and where; "
-                                                               "write nothing")
-    replay.add_argument("--replay-id", default=None, help="default: a fresh id (printed); the same id resumes a "
-                                                          "stopped replay")
+    replay.add_argument(
+        "--offsets", default=None, metavar="A-B", help="DLT offsets, inclusive (A-B, A- or A)"
+    )
+    replay.add_argument(
+        "--limit", type=int, default=None, metavar="N", help="at most N records, oldest first"
+    )
+    replay.add_argument(
+        "--to",
+        default=None,
+        metavar="main|first-tier|TOPIC",
+        help="target (default: each record's original topic)",
+    )
+    replay.add_argument(
+        "--allow-target",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a topic beyond the topology's main topic and retry tiers that records may be "
+        "replayed to (repeatable)",
+    )
+    replay.add_argument(
+        "--transform",
+        default=None,
+        metavar="MOD:FUNC",
+        help="callable editing each record (return it, edited, or None to leave it out)",
+    )
+    replay.add_argument(
+        "--dry-run", action="store_true", help="print exactly what would move, and where; write nothing"
+    )
+    replay.add_argument(
+        "--replay-id",
+        default=None,
+        help="default: a fresh id (printed); the same id resumes a stopped replay",
+    )
     replay.add_argument("--chunk-size", type=int, default=100, help="records per Kafka transaction")
     replay.add_argument("--format", choices=("json", "text"), default="json")
     add_kafka_args(replay)
@@ -63,8 +101,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(args.topology)
-    report = inspect_dlt(topology, kafka_config(args), dlt=args.dlt, bucket=args.by, samples=args.samples,
-                         show_values=args.show_values)
+    report = inspect_dlt(
+        topology,
+        kafka_config(args),
+        dlt=args.dlt,
+        bucket=args.by,
+        samples=args.samples,
+        show_values=args.show_values,
+    )
     if args.format == "json":
         print_json(report)
     else:
@@ -77,11 +121,28 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(args.topology)
-    request = ReplayRequest(dlt=args.dlt, exception=args.exception, original_topic=args.original_topic,
-                            since=args.since, until=args.until, key=args.key, partition=args.partition,
-                            offsets=args.offsets, limit=args.limit, to=args.to, transform=args.transform)
-    replay = Replay(topology, kafka_config(args), request, replay_id=args.replay_id, dry_run=args.dry_run,
-                    chunk_size=args.chunk_size, allowed_targets=args.allow_target)
+    request = ReplayRequest(
+        dlt=args.dlt,
+        exception=args.exception,
+        original_topic=args.original_topic,
+        since=args.since,
+        until=args.until,
+        key=args.key,
+        partition=args.partition,
+        offsets=args.offsets,
+        limit=args.limit,
+        to=args.to,
+        transform=args.transform,
+    )
+    replay = Replay(
+        topology,
+        kafka_config(args),
+        request,
+        replay_id=args.replay_id,
+        dry_run=args.dry_run,
+        chunk_size=args.chunk_size,
+        allowed_targets=args.allow_target,
+    )
     sys.stderr.write(f"replay id: {replay.replay_id}{' (dry run)' if args.dry_run else ''}\n")
     sys.stderr.flush()
     try:
@@ -96,4 +157,3 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n".join(summary.lines()) + "\n")
     return EXIT_OK
-

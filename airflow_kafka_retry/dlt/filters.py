@@ -20,7 +20,9 @@ from airflow_kafka_retry.policy.durations import parse_duration_ms
 def parse_time_ms(value: object, *, now_ms: int, option: str) -> int:
     """Epoch ms from epoch milliseconds, an ISO-8601 time (naive = UTC) or a duration ago (``2h``, ``3d``)."""
     if isinstance(value, bool):
-        raise ReplayError(f"{option} {value!r}: expected epoch milliseconds, an ISO-8601 time or a duration ago")
+        raise ReplayError(
+            f"{option} {value!r}: expected epoch milliseconds, an ISO-8601 time or a duration ago"
+        )
     if isinstance(value, int):
         return value
     if isinstance(value, datetime):
@@ -35,8 +37,10 @@ def parse_time_ms(value: object, *, now_ms: int, option: str) -> int:
     try:
         return parse_time_ms(datetime.fromisoformat(text), now_ms=now_ms, option=option)
     except ValueError:
-        raise ReplayError(f"{option} {text!r} is not a time: use epoch milliseconds, an ISO-8601 time "
-                          "(2026-11-23T10:00, UTC unless it has an offset) or a duration ago (30m, 2h, 3d)") from None
+        raise ReplayError(
+            f"{option} {text!r} is not a time: use epoch milliseconds, an ISO-8601 time "
+            "(2026-11-23T10:00, UTC unless it has an offset) or a duration ago (30m, 2h, 3d)"
+        ) from None
 
 
 def parse_offsets(spec: object) -> tuple[int, int | None]:
@@ -47,8 +51,9 @@ def parse_offsets(spec: object) -> tuple[int, int | None]:
         start = int(first)
         end = (int(last) if last.strip() else None) if sep else start
     except ValueError:
-        raise ReplayError(f"--offsets {text!r}: expected A-B (inclusive), A- or A, with offsets as integers") \
-            from None
+        raise ReplayError(
+            f"--offsets {text!r}: expected A-B (inclusive), A- or A, with offsets as integers"
+        ) from None
     if start < 0 or (end is not None and end < start):
         raise ReplayError(f"--offsets {text!r}: offsets must be >= 0 and A <= B")
     return start, end
@@ -102,9 +107,19 @@ class ReplayFilter:
     _classes: dict[str, type | None] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def build(cls, *, exception: object = None, original_topic: object = None, since: object = None,
-              until: object = None, key: object = None, partition: object = None, offsets: object = None,
-              limit: object = None, now_ms: int) -> ReplayFilter:
+    def build(
+        cls,
+        *,
+        exception: object = None,
+        original_topic: object = None,
+        since: object = None,
+        until: object = None,
+        key: object = None,
+        partition: object = None,
+        offsets: object = None,
+        limit: object = None,
+        now_ms: int,
+    ) -> ReplayFilter:
         """Check and normalise filter options as the CLI, the operator and the DAG form give them.
 
         ``exception``, ``original_topic`` and ``partition`` take one value, a list, or comma-separated
@@ -114,8 +129,10 @@ class ReplayFilter:
         exceptions = _split(exception)
         for name in exceptions:
             if not is_dotted_name(name):
-                raise ReplayError(f"--exception {name!r} is not a dotted exception class path "
-                                  "(e.g. myapp.errors.InvalidOrder or ValueError)")
+                raise ReplayError(
+                    f"--exception {name!r} is not a dotted exception class path "
+                    "(e.g. myapp.errors.InvalidOrder or ValueError)"
+                )
         partitions: list[int] = []
         for item in _as_list(partition):
             for part in str(item).split(","):
@@ -141,17 +158,26 @@ class ReplayFilter:
                 raise ReplayError(f"--limit {limit!r} must be a whole number >= 1")
         keys = tuple(k if isinstance(k, bytes) else str(k).encode("utf-8") for k in _as_list(key))
         topics = _split(original_topic)
-        return cls(exceptions=exceptions, original_topics=topics, since_ms=since_ms, until_ms=until_ms, keys=keys,
-                   partitions=tuple(sorted(set(partitions))),
-                   offsets=None if offsets in (None, "") else parse_offsets(offsets), limit=count,
-                   _classes={name: loaded_class(name) for name in exceptions})
+        return cls(
+            exceptions=exceptions,
+            original_topics=topics,
+            since_ms=since_ms,
+            until_ms=until_ms,
+            keys=keys,
+            partitions=tuple(sorted(set(partitions))),
+            offsets=None if offsets in (None, "") else parse_offsets(offsets),
+            limit=count,
+            _classes={name: loaded_class(name) for name in exceptions},
+        )
 
     def check_partitions(self, topic: str, count: int) -> None:
         """Fail when ``--partition`` names a partition ``topic`` does not have."""
         missing = [p for p in self.partitions if p >= count]
         if missing:
-            raise ReplayError(f"--partition {', '.join(map(str, missing))}: {topic} has {count} partition(s) "
-                              f"(0..{count - 1})")
+            raise ReplayError(
+                f"--partition {', '.join(map(str, missing))}: {topic} has {count} partition(s) "
+                f"(0..{count - 1})"
+            )
 
     def chosen_partitions(self, count: int) -> list[int]:
         return list(self.partitions) if self.partitions else list(range(count))
@@ -195,9 +221,12 @@ class ReplayFilter:
     def describe(self) -> dict[str, Any]:
         """The filter as plain data (summary, replay log), keys as text."""
         return {
-            "exception": list(self.exceptions), "original_topic": list(self.original_topics),
-            "since_ms": self.since_ms, "until_ms": self.until_ms,
-            "key": [k.decode("utf-8", errors="replace") for k in self.keys], "partition": list(self.partitions),
-            "offsets": list(self.offsets) if self.offsets else None, "limit": self.limit,
+            "exception": list(self.exceptions),
+            "original_topic": list(self.original_topics),
+            "since_ms": self.since_ms,
+            "until_ms": self.until_ms,
+            "key": [k.decode("utf-8", errors="replace") for k in self.keys],
+            "partition": list(self.partitions),
+            "offsets": list(self.offsets) if self.offsets else None,
+            "limit": self.limit,
         }
-

@@ -69,20 +69,34 @@ class Group:
         return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
 
 
-def group_records(records: Iterable[DltRecord], *, bucket: Bucket = "hour",
-                  replayed: Collection[tuple[int, int]] = frozenset(), samples: int = 3,
-                  show_values: bool = False) -> list[Group]:
+def group_records(
+    records: Iterable[DltRecord],
+    *,
+    bucket: Bucket = "hour",
+    replayed: Collection[tuple[int, int]] = frozenset(),
+    samples: int = 3,
+    show_values: bool = False,
+) -> list[Group]:
     """Group ``records``; biggest groups first, then oldest first."""
     if bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, got {bucket!r}")
     groups: dict[tuple[str | None, str | None, str | None, str], Group] = {}
     for record in records:
-        key = (record.exception, record.exception_cause, record.original.topic, bucket_of(record.timestamp_ms, bucket))
+        key = (
+            record.exception,
+            record.exception_cause,
+            record.original.topic,
+            bucket_of(record.timestamp_ms, bucket),
+        )
         group = groups.get(key)
         if group is None:
             group = groups[key] = Group(*key)
-        group.add(record, replayed=(record.partition, record.offset) in replayed, samples=samples,
-                  show_values=show_values)
+        group.add(
+            record,
+            replayed=(record.partition, record.offset) in replayed,
+            samples=samples,
+            show_values=show_values,
+        )
     return sorted(groups.values(), key=lambda g: (-g.count, g._oldest_ms, str(g.exception)))
 
 
@@ -92,8 +106,12 @@ def printable(text: str) -> str:
 
     Header strings come from whoever produced the record; the table shows them through this.
     """
-    return "".join(ch if ch == " " or unicodedata.category(ch)[0] not in "CZ" else
-                   (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}") for ch in text)
+    return "".join(
+        ch
+        if ch == " " or unicodedata.category(ch)[0] not in "CZ"
+        else (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+        for ch in text
+    )
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -101,26 +119,48 @@ def format_table(report: dict[str, Any]) -> str:
 
     Exception classes and original topics (record headers) are passed through :func:`printable`.
     """
-    headers = ("COUNT", "REPLAYED", "EXCEPTION", "ORIGINAL TOPIC", report["bucket"].upper(), "OLDEST", "NEWEST",
-               "SAMPLES")
-    rows = [(str(g["count"]), str(g["replayed"]),
-             printable((g["exception"] or "-") + (f" (cause {g['cause']})" if g["cause"] else "")),
-             printable(g["original_topic"] or "-"),
-             g["bucket"], g["oldest"], g["newest"], " ".join(f"{s['partition']}@{s['offset']}" for s in g["samples"]))
-            for g in report["groups"]]
+    headers = (
+        "COUNT",
+        "REPLAYED",
+        "EXCEPTION",
+        "ORIGINAL TOPIC",
+        report["bucket"].upper(),
+        "OLDEST",
+        "NEWEST",
+        "SAMPLES",
+    )
+    rows = [
+        (
+            str(g["count"]),
+            str(g["replayed"]),
+            printable((g["exception"] or "-") + (f" (cause {g['cause']})" if g["cause"] else "")),
+            printable(g["original_topic"] or "-"),
+            g["bucket"],
+            g["oldest"],
+            g["newest"],
+            " ".join(f"{s['partition']}@{s['offset']}" for s in g["samples"]),
+        )
+        for g in report["groups"]
+    ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    lines = [f"{report['topic']}: {report['records']} record(s), {report['replayed']} replayed "
-             f"(replay log {report['replay_log']})"]
+    lines = [
+        f"{report['topic']}: {report['records']} record(s), {report['replayed']} replayed "
+        f"(replay log {report['replay_log']})"
+    ]
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     for replay in report.get("replays", []):
         if not replay["finished"]:
             replay_id = printable(str(replay["replay_id"]))
-            lines.append(f"unfinished replay {replay_id} ({replay['moved']} moved): rerun it with "
-                         f"--replay-id {replay_id} and the same options to finish it")
+            lines.append(
+                f"unfinished replay {replay_id} ({replay['moved']} moved): rerun it with "
+                f"--replay-id {replay_id} and the same options to finish it"
+            )
     if report.get("show_values"):
         for g in report["groups"]:
             for s in g["samples"]:
-                lines.append(f"  {report['topic']}[{s['partition']}]@{s['offset']}: key={s.get('key')!r} "
-                             f"value={s.get('value')!r}")
+                lines.append(
+                    f"  {report['topic']}[{s['partition']}]@{s['offset']}: key={s.get('key')!r} "
+                    f"value={s.get('value')!r}"
+                )
     return "\n".join(lines)

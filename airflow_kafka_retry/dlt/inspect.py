@@ -15,8 +15,15 @@ from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.policy.topology import Topology
 
 
-def inspect_dlt(topology: Topology, kafka_config: Mapping[str, Any], *, dlt: str | None = None,
-                bucket: Bucket = "hour", samples: int = 3, show_values: bool = False) -> dict[str, Any]:
+def inspect_dlt(
+    topology: Topology,
+    kafka_config: Mapping[str, Any],
+    *,
+    dlt: str | None = None,
+    bucket: Bucket = "hour",
+    samples: int = 3,
+    show_values: bool = False,
+) -> dict[str, Any]:
     """Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
 
     Returns plain data: the topic, record and replayed counts per partition and in total, the
@@ -45,7 +52,9 @@ def inspect_dlt(topology: Topology, kafka_config: Mapping[str, Any], *, dlt: str
                     per_partition[partition] += 1
                     yield DltRecord.from_message(message)
 
-        groups = group_records(records(), bucket=bucket, replayed=replayed, samples=samples, show_values=show_values)
+        groups = group_records(
+            records(), bucket=bucket, replayed=replayed, samples=samples, show_values=show_values
+        )
     return {
         "topic": topic,
         "replay_log": replay_log_topic,

@@ -29,8 +29,15 @@ def reader_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     return consumer_config(kafka_config, f"airflow-kafka-retry.reader.{uuid.uuid4().hex}")
 
 
-def read_partition(consumer: Consumer, topic: str, partition: int, *, start: int | None = None,
-                   end: int | None = None, idle_timeout_s: float = 60.0) -> Iterator[Message]:
+def read_partition(
+    consumer: Consumer,
+    topic: str,
+    partition: int,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    idle_timeout_s: float = 60.0,
+) -> Iterator[Message]:
     """Yield the records of ``topic[partition]`` from ``start`` (default: the beginning) to its end.
 
     :param end: stop before this offset (a snapshot taken earlier); default: the partition's end
@@ -47,8 +54,10 @@ def read_partition(consumer: Consumer, topic: str, partition: int, *, start: int
             message = consumer.poll(_POLL_S)
             if message is None:
                 if time.monotonic() - idle_since > idle_timeout_s:
-                    raise ReadError(f"{where}: no records and no end-of-partition from the broker for "
-                                    f"{idle_timeout_s:.0f}s")
+                    raise ReadError(
+                        f"{where}: no records and no end-of-partition from the broker for "
+                        f"{idle_timeout_s:.0f}s"
+                    )
                 continue
             idle_since = time.monotonic()
             error = message.error()
@@ -86,6 +95,7 @@ class TopicReader:
     def partitions(self, topic: str, timeout: float = 10.0) -> int:
         return partition_counts(self.consumer, [topic], timeout)[topic]
 
-    def read(self, topic: str, partition: int, *, start: int | None = None,
-             end: int | None = None) -> Iterator[Message]:
+    def read(
+        self, topic: str, partition: int, *, start: int | None = None, end: int | None = None
+    ) -> Iterator[Message]:
         return read_partition(self.consumer, topic, partition, start=start, end=end)

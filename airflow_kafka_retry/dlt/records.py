@@ -50,9 +50,15 @@ class DltRecord:
 
     @classmethod
     def from_message(cls, message: Message) -> DltRecord:
-        return cls(topic=message.topic(), partition=message.partition(), offset=message.offset(),
-                   timestamp_ms=message.timestamp()[1], key=message.key(), value=message.value(),
-                   headers=tuple(message.headers() or ()))
+        return cls(
+            topic=message.topic(),
+            partition=message.partition(),
+            offset=message.offset(),
+            timestamp_ms=message.timestamp()[1],
+            key=message.key(),
+            value=message.value(),
+            headers=tuple(message.headers() or ()),
+        )
 
     @property
     def coordinates(self) -> str:

@@ -65,7 +65,9 @@ def new_replay_id(now_ms: int | None = None) -> str:
 
 def check_replay_id(replay_id: str) -> str:
     if not replay_id or len(replay_id) > 200 or not set(replay_id) <= _REPLAY_ID_CHARS:
-        raise ReplayError(f"--replay-id {replay_id!r}: use 1-200 characters from letters, digits and . _ - : +")
+        raise ReplayError(
+            f"--replay-id {replay_id!r}: use 1-200 characters from letters, digits and . _ - : +"
+        )
     return replay_id
 
 
@@ -103,14 +105,24 @@ class ReplayRequest:
         """
         described = self.build_filter(0).describe()
         del described["since_ms"], described["until_ms"]
-        raw = {name: None if getattr(self, name) in (None, "") else str(getattr(self, name))
-               for name in ("dlt", "since", "until", "to", "transform")}
+        raw = {
+            name: None if getattr(self, name) in (None, "") else str(getattr(self, name))
+            for name in ("dlt", "since", "until", "to", "transform")
+        }
         return {**raw, **described}
 
     def build_filter(self, now_ms: int) -> ReplayFilter:
-        return ReplayFilter.build(exception=self.exception, original_topic=self.original_topic, since=self.since,
-                                  until=self.until, key=self.key, partition=self.partition, offsets=self.offsets,
-                                  limit=self.limit, now_ms=now_ms)
+        return ReplayFilter.build(
+            exception=self.exception,
+            original_topic=self.original_topic,
+            since=self.since,
+            until=self.until,
+            key=self.key,
+            partition=self.partition,
+            offsets=self.offsets,
+            limit=self.limit,
+            now_ms=now_ms,
+        )
 
 
 @dataclass
@@ -140,11 +152,21 @@ class Replay:
         be replayed to (``--to`` or the original-topic header).
     """
 
-    def __init__(self, topology: Topology, kafka_config: Mapping[str, Any], request: ReplayRequest, *,
-                 replay_id: str | None = None, dry_run: bool = False, chunk_size: int = 100,
-                 move_cap: int | None = None, transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX,
-                 clock: Callable[[], int] = wall_clock_ms, transforms: Mapping[str, str] | None = None,
-                 allowed_targets: Collection[str] = ()) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        kafka_config: Mapping[str, Any],
+        request: ReplayRequest,
+        *,
+        replay_id: str | None = None,
+        dry_run: bool = False,
+        chunk_size: int = 100,
+        move_cap: int | None = None,
+        transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX,
+        clock: Callable[[], int] = wall_clock_ms,
+        transforms: Mapping[str, str] | None = None,
+        allowed_targets: Collection[str] = (),
+    ) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ReplayError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         self.topology = topology
@@ -173,19 +195,42 @@ class Replay:
             try:
                 plan, selection, replay_log = self._resume(reader, partitions)
                 summary = self.summary = ReplaySummary(
-                    self.replay_id, self.topology.source, self.source, self.log_topic, self.dry_run,
-                    selection.describe(), self.request.to, self.request.transform,
-                    started_ms=plan["started_ms"], resumed="ends" in plan)
+                    self.replay_id,
+                    self.topology.source,
+                    self.source,
+                    self.log_topic,
+                    self.dry_run,
+                    selection.describe(),
+                    self.request.to,
+                    self.request.transform,
+                    started_ms=plan["started_ms"],
+                    resumed="ends" in plan,
+                )
                 candidates, seen_ends = self._select(reader, selection, replay_log, plan.get("ends"), summary)
                 self._check_targets(reader, candidates)
                 if producer is None:
                     for c in candidates:
                         if not c.moved_before:
-                            summary.add_move(Move(c.partition, c.offset, c.target.topic, _shown(c.target.partition),
-                                                  c.target.attempt, c.transformed), self.move_cap)
+                            summary.add_move(
+                                Move(
+                                    c.partition,
+                                    c.offset,
+                                    c.target.topic,
+                                    _shown(c.target.partition),
+                                    c.target.attempt,
+                                    c.transformed,
+                                ),
+                                self.move_cap,
+                            )
                 else:
-                    self._write(reader, producer, summary, plan, seen_ends,
-                                [c for c in candidates if not c.moved_before])
+                    self._write(
+                        reader,
+                        producer,
+                        summary,
+                        plan,
+                        seen_ends,
+                        [c for c in candidates if not c.moved_before],
+                    )
                 summary.finished_ms = self.clock()
                 return summary
             except ReplayAbortedError as exc:
@@ -201,25 +246,51 @@ class Replay:
         replay_log = read_log(reader, self.log_topic)
         logged = replay_log.plans.get(self.replay_id)
         if logged is not None and logged["request"] != self.request.spec():
-            raise ReplayError(f"replay id {self.replay_id} was started with other options ({logged['request']}); "
-                              "rerun it with the same options, or use a new replay id")
-        plan: dict[str, Any] = {"started_ms": self.clock()} if logged is None else {
-            "started_ms": logged["started_ms"], "ends": {int(p): e for p, e in logged["ends"].items()}}
+            raise ReplayError(
+                f"replay id {self.replay_id} was started with other options ({logged['request']}); "
+                "rerun it with the same options, or use a new replay id"
+            )
+        plan: dict[str, Any] = (
+            {"started_ms": self.clock()}
+            if logged is None
+            else {"started_ms": logged["started_ms"], "ends": {int(p): e for p, e in logged["ends"].items()}}
+        )
         selection = self.request.build_filter(plan["started_ms"])
         selection.check_partitions(self.source, partitions)
         return plan, selection, replay_log
 
-    def _write(self, reader: TopicReader, producer: Producer, summary: ReplaySummary, plan: dict[str, Any],
-               seen_ends: dict[int, int], todo: list[_Candidate]) -> None:
+    def _write(
+        self,
+        reader: TopicReader,
+        producer: Producer,
+        summary: ReplaySummary,
+        plan: dict[str, Any],
+        seen_ends: dict[int, int],
+        todo: list[_Candidate],
+    ) -> None:
         """Log the plan (first run of this id), move ``todo``, log the replay as done."""
         if "ends" not in plan:
-            self._log_only(producer, plan_key(self.replay_id), {
-                "replay_id": self.replay_id, "request": self.request.spec(), "started_ms": plan["started_ms"],
-                "ends": {str(p): e for p, e in seen_ends.items()}})
+            self._log_only(
+                producer,
+                plan_key(self.replay_id),
+                {
+                    "replay_id": self.replay_id,
+                    "request": self.request.spec(),
+                    "started_ms": plan["started_ms"],
+                    "ends": {str(p): e for p, e in seen_ends.items()},
+                },
+            )
         self._move(reader, producer, todo, summary)
-        self._log_only(producer, done_key(self.replay_id), {
-            "replay_id": self.replay_id, "moved": summary.moved + summary.moved_before, "targets": summary.targets,
-            "finished_ms": self.clock()})
+        self._log_only(
+            producer,
+            done_key(self.replay_id),
+            {
+                "replay_id": self.replay_id,
+                "moved": summary.moved + summary.moved_before,
+                "targets": summary.targets,
+                "finished_ms": self.clock(),
+            },
+        )
 
     def _partitions(self, reader: TopicReader, topic: str, option: str) -> int:
         try:
@@ -233,13 +304,20 @@ class Replay:
         try:
             producer.init_transactions(_TIMEOUT_S)
         except KafkaException as exc:
-            raise ReplayAbortedError(f"cannot initialise transactions for replays of {self.source}: "
-                                     f"{exc.args[0].str()}") from exc
+            raise ReplayAbortedError(
+                f"cannot initialise transactions for replays of {self.source}: {exc.args[0].str()}"
+            ) from exc
         return producer
 
     # ------------------------------------------------------------------ step 2: select and check
-    def _select(self, reader: TopicReader, selection: ReplayFilter, replay_log: ReplayLog,
-                ends: dict[int, int] | None, summary: ReplaySummary) -> tuple[list[_Candidate], dict[int, int]]:
+    def _select(
+        self,
+        reader: TopicReader,
+        selection: ReplayFilter,
+        replay_log: ReplayLog,
+        ends: dict[int, int] | None,
+        summary: ReplaySummary,
+    ) -> tuple[list[_Candidate], dict[int, int]]:
         candidates: list[_Candidate] = []
         seen_ends: dict[int, int] = {}
         for partition in selection.chosen_partitions(reader.partitions(self.source)):
@@ -258,18 +336,35 @@ class Replay:
                     summary.already_replayed += 1
                     continue
                 if entry is not None:
-                    target = Target(entry["target"], entry.get("target_partition", BY_KEY), entry.get("attempt"))
-                    candidates.append(_Candidate(partition, record.offset, record.timestamp_ms, target,
-                                                 bool(entry.get("transformed")), moved_before=True))
+                    target = Target(
+                        entry["target"], entry.get("target_partition", BY_KEY), entry.get("attempt")
+                    )
+                    candidates.append(
+                        _Candidate(
+                            partition,
+                            record.offset,
+                            record.timestamp_ms,
+                            target,
+                            bool(entry.get("transformed")),
+                            moved_before=True,
+                        )
+                    )
                     continue
                 edited = apply_transform(self.transform, self.request.transform, record)
                 if edited is None:
                     summary.left_out += 1
                     continue
-                target = target_for(self.topology, self.source, self.request.to, record,
-                                    key_changed=edited.key != record.key, allowed=self.allowed_targets)
-                candidates.append(_Candidate(partition, record.offset, record.timestamp_ms, target,
-                                             _edited(record, edited)))
+                target = target_for(
+                    self.topology,
+                    self.source,
+                    self.request.to,
+                    record,
+                    key_changed=edited.key != record.key,
+                    allowed=self.allowed_targets,
+                )
+                candidates.append(
+                    _Candidate(partition, record.offset, record.timestamp_ms, target, _edited(record, edited))
+                )
         if selection.limit is not None and len(candidates) > selection.limit:
             candidates.sort(key=lambda c: (c.timestamp_ms, c.partition, c.offset))
             summary.beyond_limit = len(candidates) - selection.limit
@@ -290,18 +385,26 @@ class Replay:
             except KafkaConfigError:
                 missing.append(topic)
         if missing:
-            examples = {t: [f"{self.source}[{c.partition}]@{c.offset}" for c in candidates
-                            if c.target.topic == t][:3] for t in missing}
-            raise ReplayError("target topic(s) do not exist: " + "; ".join(
-                f"{t} (for {', '.join(e)}{' ...' if len(e) == 3 else ''})" for t, e in examples.items())
-                + ". Create them, or pick another target with --to")
+            examples = {
+                t: [f"{self.source}[{c.partition}]@{c.offset}" for c in candidates if c.target.topic == t][:3]
+                for t in missing
+            }
+            raise ReplayError(
+                "target topic(s) do not exist: "
+                + "; ".join(
+                    f"{t} (for {', '.join(e)}{' ...' if len(e) == 3 else ''})" for t, e in examples.items()
+                )
+                + ". Create them, or pick another target with --to"
+            )
         for c in candidates:
             count = counts.get(c.target.topic)
             if count is not None and c.target.partition >= count:
                 c.target = Target(c.target.topic, BY_KEY, c.target.attempt)
 
     # ------------------------------------------------------------------ step 3: move
-    def _move(self, reader: TopicReader, producer: Producer, todo: list[_Candidate], summary: ReplaySummary) -> None:
+    def _move(
+        self, reader: TopicReader, producer: Producer, todo: list[_Candidate], summary: ReplaySummary
+    ) -> None:
         by_partition: dict[int, dict[int, _Candidate]] = {}
         for c in todo:
             by_partition.setdefault(c.partition, {})[c.offset] = c
@@ -320,11 +423,14 @@ class Replay:
         if chunk:
             self._commit_chunk(producer, chunk, summary)
         if summary.moved != len(todo):
-            raise ReplayAbortedError(f"replay {self.replay_id}: found {summary.moved} of the {len(todo)} selected "
-                                     f"records of {self.source} when moving them; rerun with the same replay id")
+            raise ReplayAbortedError(
+                f"replay {self.replay_id}: found {summary.moved} of the {len(todo)} selected "
+                f"records of {self.source} when moving them; rerun with the same replay id"
+            )
 
-    def _commit_chunk(self, producer: Producer, chunk: list[tuple[DltRecord, _Candidate]],
-                      summary: ReplaySummary) -> None:
+    def _commit_chunk(
+        self, producer: Producer, chunk: list[tuple[DltRecord, _Candidate]], summary: ReplaySummary
+    ) -> None:
         moves: list[Move] = []
         failures: list[str] = []
         try:
@@ -333,60 +439,103 @@ class Replay:
                 moves.append(self._produce(producer, record, candidate, failures))
             # copies first, acknowledged, then their log entries: a log entry never exists without its copy
             if producer.flush(_TIMEOUT_S) or failures:
-                raise ReplayAbortedError(f"replay {self.replay_id}: {len(failures)} replayed record(s) were not "
-                                         f"delivered ({'; '.join(failures[:3])}); the chunk was aborted")
+                raise ReplayAbortedError(
+                    f"replay {self.replay_id}: {len(failures)} replayed record(s) were not "
+                    f"delivered ({'; '.join(failures[:3])}); the chunk was aborted"
+                )
             at = self.clock()
             for move in moves:
-                producer.produce(self.log_topic, key=record_key(move.partition, move.offset), value=encode({
-                    "replay_id": self.replay_id, "partition": move.partition, "offset": move.offset,
-                    "target": move.target, "target_partition": move.target_partition if move.target_partition
-                    is not None else BY_KEY, "target_offset": move.target_offset, "attempt": move.attempt,
-                    "transformed": move.transformed, "at_ms": at}))
+                producer.produce(
+                    self.log_topic,
+                    key=record_key(move.partition, move.offset),
+                    value=encode(
+                        {
+                            "replay_id": self.replay_id,
+                            "partition": move.partition,
+                            "offset": move.offset,
+                            "target": move.target,
+                            "target_partition": move.target_partition
+                            if move.target_partition is not None
+                            else BY_KEY,
+                            "target_offset": move.target_offset,
+                            "attempt": move.attempt,
+                            "transformed": move.transformed,
+                            "at_ms": at,
+                        }
+                    ),
+                )
             producer.commit_transaction(_TIMEOUT_S)
         except ReplayError as exc:
             self._abort(producer)
-            raise ReplayAbortedError(f"{exc}; the chunk was aborted, {summary.moved} record(s) moved before it "
-                                     "stay moved (and logged)") from exc
+            raise ReplayAbortedError(
+                f"{exc}; the chunk was aborted, {summary.moved} record(s) moved before it "
+                "stay moved (and logged)"
+            ) from exc
         except ReplayAbortedError:
             self._abort(producer)
             raise
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
-                raise ReplayAbortedError(f"replay {self.replay_id} of {self.source} was fenced by another replay "
-                                         "of the same DLT; records moved so far are logged, rerun with the same "
-                                         "replay id to finish") from exc
+            if error.code() in (
+                KafkaError._FENCED,
+                KafkaError.PRODUCER_FENCED,
+                KafkaError.INVALID_PRODUCER_EPOCH,
+            ):
+                raise ReplayAbortedError(
+                    f"replay {self.replay_id} of {self.source} was fenced by another replay "
+                    "of the same DLT; records moved so far are logged, rerun with the same "
+                    "replay id to finish"
+                ) from exc
             if error.txn_requires_abort():
                 self._abort(producer)
-            raise ReplayAbortedError(f"replay {self.replay_id}: a transaction failed and was aborted "
-                                     f"({error.str()}); rerun with the same replay id to finish") from exc
+            raise ReplayAbortedError(
+                f"replay {self.replay_id}: a transaction failed and was aborted "
+                f"({error.str()}); rerun with the same replay id to finish"
+            ) from exc
         except SystemError as exc:
             # confluent-kafka's flush() of a producer that turned fatal mid-call (fenced by another replay of
             # the same DLT while this one waited) can fail without a Kafka error: the transaction is lost either way
-            raise ReplayAbortedError(f"replay {self.replay_id} of {self.source}: the producer failed while "
-                                     f"flushing ({exc}), most likely fenced by another replay of the same DLT; "
-                                     "records moved so far are logged, rerun with the same replay id to finish") \
-                from exc
+            raise ReplayAbortedError(
+                f"replay {self.replay_id} of {self.source}: the producer failed while "
+                f"flushing ({exc}), most likely fenced by another replay of the same DLT; "
+                "records moved so far are logged, rerun with the same replay id to finish"
+            ) from exc
         summary.transactions += 1
         for move in moves:
             summary.moved += 1
             summary.add_move(move, self.move_cap)
 
-    def _produce(self, producer: Producer, record: DltRecord, candidate: _Candidate, failures: list[str]) -> Move:
+    def _produce(
+        self, producer: Producer, record: DltRecord, candidate: _Candidate, failures: list[str]
+    ) -> Move:
         edited = apply_transform(self.transform, self.request.transform, record)
         if edited is None:
-            raise ReplayError(f"transform {self.request.transform!r} left out {record.coordinates} when moving it, "
-                              "but kept it when the replay was checked; the transform must be deterministic")
-        target = target_for(self.topology, self.source, self.request.to, record,
-                            key_changed=edited.key != record.key, allowed=self.allowed_targets)
+            raise ReplayError(
+                f"transform {self.request.transform!r} left out {record.coordinates} when moving it, "
+                "but kept it when the replay was checked; the transform must be deterministic"
+            )
+        target = target_for(
+            self.topology,
+            self.source,
+            self.request.to,
+            record,
+            key_changed=edited.key != record.key,
+            allowed=self.allowed_targets,
+        )
         if target.topic != candidate.target.topic:
             raise ReplayError(f"{record.coordinates}: target changed between check and move")
         partition = candidate.target.partition
         now = self.clock()
         audit = ReplayAudit(self.replay_id, record.topic, record.partition, record.offset, now)
         headers = replayed_headers(edited.headers, audit, attempt=target.attempt, due_ms=now)
-        move = Move(record.partition, record.offset, target.topic, _shown(partition), target.attempt,
-                    _edited(record, edited))
+        move = Move(
+            record.partition,
+            record.offset,
+            target.topic,
+            _shown(partition),
+            target.attempt,
+            _edited(record, edited),
+        )
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
@@ -394,8 +543,14 @@ class Replay:
             else:
                 move.target_partition, move.target_offset = msg.partition(), msg.offset()
 
-        producer.produce(target.topic, value=edited.value, key=edited.key, headers=headers, partition=partition,
-                         on_delivery=delivered)
+        producer.produce(
+            target.topic,
+            value=edited.value,
+            key=edited.key,
+            headers=headers,
+            partition=partition,
+            on_delivery=delivered,
+        )
         producer.poll(0)
         return move
 
@@ -406,8 +561,10 @@ class Replay:
             producer.commit_transaction(_TIMEOUT_S)
         except KafkaException as exc:
             self._abort(producer)
-            raise ReplayAbortedError(f"replay {self.replay_id}: cannot write {key.decode()} to {self.log_topic}: "
-                                     f"{exc.args[0].str()}") from exc
+            raise ReplayAbortedError(
+                f"replay {self.replay_id}: cannot write {key.decode()} to {self.log_topic}: "
+                f"{exc.args[0].str()}"
+            ) from exc
 
     @staticmethod
     def _abort(producer: Producer) -> None:
@@ -418,14 +575,19 @@ class Replay:
 
 
 def _edited(record: DltRecord, edited: DltRecord) -> bool:
-    return (edited.key, edited.value, tuple(map(tuple, edited.headers))) != (record.key, record.value, record.headers)
+    return (edited.key, edited.value, tuple(map(tuple, edited.headers))) != (
+        record.key,
+        record.value,
+        record.headers,
+    )
 
 
 def _shown(partition: int) -> int | None:
     return None if partition == BY_KEY else partition
 
 
-def replay_dlt(topology: Topology, kafka_config: Mapping[str, Any], request: ReplayRequest, **kwargs: Any) \
-        -> ReplaySummary:
+def replay_dlt(
+    topology: Topology, kafka_config: Mapping[str, Any], request: ReplayRequest, **kwargs: Any
+) -> ReplaySummary:
     """Run one replay (see :class:`Replay` for the keyword arguments)."""
     return Replay(topology, kafka_config, request, **kwargs).run()

@@ -41,8 +41,10 @@ def log_topic(source: str) -> str:
     """The replay log of ``source`` (a DLT or parking topic)."""
     name = f"{source}{LOG_SUFFIX}"
     if len(name) > _MAX_TOPIC:
-        raise ReplayError(f"the replay log of {source!r} would be named {name!r}, longer than Kafka's "
-                          f"{_MAX_TOPIC} characters; shorten the topic name")
+        raise ReplayError(
+            f"the replay log of {source!r} would be named {name!r}, longer than Kafka's "
+            f"{_MAX_TOPIC} characters; shorten the topic name"
+        )
     return name
 
 
@@ -79,8 +81,14 @@ class ReplayLog:
         out = []
         for replay_id, plan in sorted(self.plans.items(), key=lambda item: item[1].get("started_ms", 0)):
             moved = sum(1 for entry in self.moved.values() if entry.get("replay_id") == replay_id)
-            out.append({"replay_id": replay_id, "started_ms": plan.get("started_ms"), "moved": moved,
-                        "finished": replay_id in self.done})
+            out.append(
+                {
+                    "replay_id": replay_id,
+                    "started_ms": plan.get("started_ms"),
+                    "moved": moved,
+                    "finished": replay_id in self.done,
+                }
+            )
         return out
 
     def add(self, key: bytes | None, value: bytes | None) -> None:
@@ -115,19 +123,25 @@ def read_log(reader: TopicReader, topic: str) -> ReplayLog:
             try:
                 result.add(message.key(), message.value())
             except (ValueError, UnicodeDecodeError) as exc:
-                raise ReplayError(f"{topic}[{partition}]@{message.offset()} is not a replay log entry ({exc}); "
-                                  f"{topic} must only be written by airflow-kafka-retry replays") from None
+                raise ReplayError(
+                    f"{topic}[{partition}]@{message.offset()} is not a replay log entry ({exc}); "
+                    f"{topic} must only be written by airflow-kafka-retry replays"
+                ) from None
     return result
 
 
 def ensure_log_topic(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
     """Create the compacted log topic (one partition) if it is missing; True when it was created."""
-    admin = AdminClient({k: v for k, v in kafka_config.items() if k != "group.id"} | {"logger": CLIENT_LOGGER})
+    admin = AdminClient(
+        {k: v for k, v in kafka_config.items() if k != "group.id"} | {"logger": CLIENT_LOGGER}
+    )
     if topic in admin.list_topics(timeout=timeout).topics:
         return False
-    future = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
-                                           config={"cleanup.policy": "compact"})],
-                                 operation_timeout=timeout, request_timeout=timeout)[topic]
+    future = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=-1, config={"cleanup.policy": "compact"})],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )[topic]
     try:
         future.result(timeout)
     except KafkaException as exc:

@@ -24,8 +24,11 @@ class Move:
     target_offset: int | None = None
 
     def line(self, source: str) -> str:
-        where = f"{self.target}[{self.target_partition}]" if self.target_partition is not None \
+        where = (
+            f"{self.target}[{self.target_partition}]"
+            if self.target_partition is not None
             else f"{self.target}[by key]"
+        )
         if self.target_offset is not None:
             where += f"@{self.target_offset}"
         edited = " (transformed)" if self.transformed else ""
@@ -83,11 +86,13 @@ class ReplaySummary:
         if self.moves_truncated:
             out.append(f"... and {self.moves_truncated} more")
         count = self.selected - self.moved_before if self.dry_run else self.moved
-        out.append(f"replay {self.replay_id}: {verb} {count} record(s) from {self.dlt} "
-                   f"({', '.join(f'{t}: {n}' for t, n in self.targets.items()) or 'nothing'}); matched "
-                   f"{self.matched}, already replayed {self.already_replayed}, moved before by this replay id "
-                   f"{self.moved_before}, left out by the transform {self.left_out}, beyond the limit "
-                   f"{self.beyond_limit}")
+        out.append(
+            f"replay {self.replay_id}: {verb} {count} record(s) from {self.dlt} "
+            f"({', '.join(f'{t}: {n}' for t, n in self.targets.items()) or 'nothing'}); matched "
+            f"{self.matched}, already replayed {self.already_replayed}, moved before by this replay id "
+            f"{self.moved_before}, left out by the transform {self.left_out}, beyond the limit "
+            f"{self.beyond_limit}"
+        )
         return out
 
     def to_dict(self) -> dict[str, Any]:

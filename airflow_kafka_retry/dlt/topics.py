@@ -25,19 +25,23 @@ def source_topic(topology: Topology, dlt: str | None) -> str:
     """
     known = source_topics(topology)
     if not known:
-        raise ReplayError(f"{topology.source}: the topology has no DLT (dlt_strategy: no_dlt); nothing to replay")
+        raise ReplayError(
+            f"{topology.source}: the topology has no DLT (dlt_strategy: no_dlt); nothing to replay"
+        )
     if dlt in (None, "", "dlt"):
         return known[0]
     if dlt == "parking":
         return known[-1]
     if dlt not in known:
-        raise ReplayError(f"--dlt {dlt!r} is not a dead-letter or parking topic of {topology.source} "
-                          f"({', '.join(known)})")
+        raise ReplayError(
+            f"--dlt {dlt!r} is not a dead-letter or parking topic of {topology.source} ({', '.join(known)})"
+        )
     return dlt
 
 
-def check_target_spec(topology: Topology, source: str, spec: str | None,
-                      allowed: Collection[str] = ()) -> None:
+def check_target_spec(
+    topology: Topology, source: str, spec: str | None, allowed: Collection[str] = ()
+) -> None:
     """Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`).
 
     :param allowed: topics beyond the topology's own (main, retry tiers) that a replay may write to.
@@ -45,7 +49,9 @@ def check_target_spec(topology: Topology, source: str, spec: str | None,
     if spec in (None, ""):
         return
     if spec == "first-tier" and len(topology.tiers) < 2:
-        raise ReplayError(f"--to first-tier: {topology.source} has no retry tier (attempts: {topology.attempts})")
+        raise ReplayError(
+            f"--to first-tier: {topology.source} has no retry tier (attempts: {topology.attempts})"
+        )
     topic = topology.topic if spec == "main" else topology.tiers[1].topic if spec == "first-tier" else spec
     _check_topic(topology, source, topic, "--to", allowed)
 
@@ -54,15 +60,19 @@ def _check_topic(topology: Topology, source: str, topic: str, what: str, allowed
     if topic == source:
         raise ReplayError(f"{what} {topic!r} is the topic being replayed; pick another target")
     if topic in {t.topic for t in topology.dlt_tiers}:
-        raise ReplayError(f"{what} {topic!r} is a dead-letter topic of {topology.source}; replaying into a DLT "
-                          "would only dead-letter the records again")
+        raise ReplayError(
+            f"{what} {topic!r} is a dead-letter topic of {topology.source}; replaying into a DLT "
+            "would only dead-letter the records again"
+        )
     own = [t.topic for t in topology.tiers]
     if topic not in own and topic not in allowed:
         extra = f"; also allowed: {', '.join(sorted(allowed))}" if allowed else ""
-        raise ReplayError(f"{what} {topic!r} is not a topic of {topology.source} (main and retry tiers: "
-                          f"{', '.join(own)}{extra}); a replay writes only there unless the replay DAG's "
-                          "author allows more topics (build_dlt_replay_dag(allowed_targets=[...]), "
-                          "dlt replay --allow-target TOPIC)")
+        raise ReplayError(
+            f"{what} {topic!r} is not a topic of {topology.source} (main and retry tiers: "
+            f"{', '.join(own)}{extra}); a replay writes only there unless the replay DAG's "
+            "author allows more topics (build_dlt_replay_dag(allowed_targets=[...]), "
+            "dlt replay --allow-target TOPIC)"
+        )
 
 
 @dataclass(frozen=True)
@@ -80,9 +90,16 @@ class Target:
     attempt: int | None
 
 
-def target_for(topology: Topology, source: str, spec: str | None, record: DltRecord, *,
-               key_changed: bool = False, partition_counts: dict[str, int] | None = None,
-               allowed: Collection[str] = ()) -> Target:
+def target_for(
+    topology: Topology,
+    source: str,
+    spec: str | None,
+    record: DltRecord,
+    *,
+    key_changed: bool = False,
+    partition_counts: dict[str, int] | None = None,
+    allowed: Collection[str] = (),
+) -> Target:
     """The target of ``record`` for ``--to spec`` (default: its original topic).
 
     An original topic read from the record's headers is held to the same rule as ``--to``: the
@@ -92,8 +109,10 @@ def target_for(topology: Topology, source: str, spec: str | None, record: DltRec
     if spec in (None, ""):
         topic = record.original.topic
         if topic is None:
-            raise ReplayError(f"{record.coordinates} carries no original-topic header (kafka_original-topic or "
-                              "kafka_dlt-original-topic); pass --to main, --to first-tier or --to TOPIC")
+            raise ReplayError(
+                f"{record.coordinates} carries no original-topic header (kafka_original-topic or "
+                "kafka_dlt-original-topic); pass --to main, --to first-tier or --to TOPIC"
+            )
         _check_topic(topology, source, topic, f"the original topic of {record.coordinates}", allowed)
     elif spec == "main":
         topic = topology.topic

@@ -32,9 +32,11 @@ def resolve_transform(name: str | None, allowed: Mapping[str, str] | None) -> st
     path = allowed.get(name)
     if path is None:
         names = ", ".join(sorted(allowed)) if allowed else "none"
-        raise ReplayError(f"transform {name!r} is not one of this replay's transforms ({names}); the DAG "
-                          "author lists them as build_dlt_replay_dag(transforms={name: "
-                          "'package.module:function'})")
+        raise ReplayError(
+            f"transform {name!r} is not one of this replay's transforms ({names}); the DAG "
+            "author lists them as build_dlt_replay_dag(transforms={name: "
+            "'package.module:function'})"
+        )
     return path
 
 
@@ -60,20 +62,32 @@ def apply_transform(transform: Transform | None, name: str | None, record: DltRe
     if result is None:
         return None
     if not isinstance(result, DltRecord):
-        raise ReplayError(f"{where} returned {type(result).__name__}; it must return the record (edited with "
-                          "dataclasses.replace) or None to leave it out")
+        raise ReplayError(
+            f"{where} returned {type(result).__name__}; it must return the record (edited with "
+            "dataclasses.replace) or None to leave it out"
+        )
     changed = [f for f in _READ_ONLY if getattr(result, f) != getattr(record, f)]
     if changed:
-        raise ReplayError(f"{where} changed {', '.join(changed)}: the DLT coordinates cannot be edited "
-                          "(edit key, value or headers)")
+        raise ReplayError(
+            f"{where} changed {', '.join(changed)}: the DLT coordinates cannot be edited "
+            "(edit key, value or headers)"
+        )
     for field in ("key", "value"):
         value = getattr(result, field)
         if value is not None and not isinstance(value, bytes):
-            raise ReplayError(f"{where} returned a {field} of type {type(value).__name__}; it must be bytes or None "
-                              "(encode it, e.g. json.dumps(...).encode())")
+            raise ReplayError(
+                f"{where} returned a {field} of type {type(value).__name__}; it must be bytes or None "
+                "(encode it, e.g. json.dumps(...).encode())"
+            )
     headers = result.headers
     if not isinstance(headers, tuple | list) or not all(
-            isinstance(h, tuple | list) and len(h) == 2 and isinstance(h[0], str)
-            and (h[1] is None or isinstance(h[1], bytes)) for h in headers):
-        raise ReplayError(f"{where} returned malformed headers; they must be a sequence of (str, bytes | None)")
+        isinstance(h, tuple | list)
+        and len(h) == 2
+        and isinstance(h[0], str)
+        and (h[1] is None or isinstance(h[1], bytes))
+        for h in headers
+    ):
+        raise ReplayError(
+            f"{where} returned malformed headers; they must be a sequence of (str, bytes | None)"
+        )
     return result

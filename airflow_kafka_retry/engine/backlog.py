@@ -21,7 +21,12 @@ from airflow_kafka_retry.policy.headers import read_due_ms
 
 #: Due-time buckets, by how far in the future a record is due (upper bounds in ms; ``None`` = beyond).
 DUE_BUCKETS: tuple[tuple[str, int | None], ...] = (
-    ("now", 0), ("minute", 60_000), ("hour", 3_600_000), ("day", 86_400_000), ("later", None))
+    ("now", 0),
+    ("minute", 60_000),
+    ("hour", 3_600_000),
+    ("day", 86_400_000),
+    ("later", None),
+)
 
 
 def due_bucket(due_ms: int | None, now_ms: int) -> str:
@@ -60,17 +65,32 @@ class TopicBacklog:
     def totals(self) -> dict[str, Any]:
         due = {name: sum(p.due[name] for p in self.partitions) for name, _ in DUE_BUCKETS}
         waiting = [p.next_due_ms for p in self.partitions if p.next_due_ms is not None]
-        return {"backlog": sum(p.backlog for p in self.partitions),
-                "scanned": sum(p.scanned for p in self.partitions), "due": due,
-                "next_due_ms": min(waiting) if waiting else None}
+        return {
+            "backlog": sum(p.backlog for p in self.partitions),
+            "scanned": sum(p.scanned for p in self.partitions),
+            "due": due,
+            "next_due_ms": min(waiting) if waiting else None,
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "group": self.group, "error": self.error, "totals": self.totals(),
-                "partitions": [asdict(p) for p in self.partitions]}
+        return {
+            "topic": self.topic,
+            "group": self.group,
+            "error": self.error,
+            "totals": self.totals(),
+            "partitions": [asdict(p) for p in self.partitions],
+        }
 
 
-def scan_backlog(kafka_config: dict[str, Any], topic: str, group: str, *, now_ms: int,
-                 scan_limit: int = 10_000, timeout_s: float = 10.0) -> TopicBacklog:
+def scan_backlog(
+    kafka_config: dict[str, Any],
+    topic: str,
+    group: str,
+    *,
+    now_ms: int,
+    scan_limit: int = 10_000,
+    timeout_s: float = 10.0,
+) -> TopicBacklog:
     """The backlog of ``topic`` for ``group``; a broker problem is returned in ``error``, naming the topic."""
     result = TopicBacklog(topic, group)
     try:
@@ -80,19 +100,29 @@ def scan_backlog(kafka_config: dict[str, Any], topic: str, group: str, *, now_ms
     return result
 
 
-def _scan(result: TopicBacklog, kafka_config: dict[str, Any], now_ms: int, scan_limit: int,
-          timeout_s: float) -> None:
+def _scan(
+    result: TopicBacklog, kafka_config: dict[str, Any], now_ms: int, scan_limit: int, timeout_s: float
+) -> None:
     deadline = time.monotonic() + timeout_s
     config = {**kafka_config, "socket.timeout.ms": int(timeout_s * 1000), "session.timeout.ms": 6000}
     with open_consumer(config, result.group) as consumer:
         count = partition_counts(consumer, [result.topic], timeout=timeout_s)[result.topic]
-        committed = consumer.committed([TopicPartition(result.topic, p) for p in range(count)], timeout=timeout_s)
-        parts = {tp.partition: PartitionBacklog(tp.partition, tp.offset if tp.offset >= 0 else None)
-                 for tp in committed}
+        committed = consumer.committed(
+            [TopicPartition(result.topic, p) for p in range(count)], timeout=timeout_s
+        )
+        parts = {
+            tp.partition: PartitionBacklog(tp.partition, tp.offset if tp.offset >= 0 else None)
+            for tp in committed
+        }
         result.partitions = [parts[p] for p in sorted(parts)]
-        consumer.assign([TopicPartition(result.topic, p.partition,
-                                        p.committed if p.committed is not None else OFFSET_BEGINNING)
-                         for p in result.partitions])
+        consumer.assign(
+            [
+                TopicPartition(
+                    result.topic, p.partition, p.committed if p.committed is not None else OFFSET_BEGINNING
+                )
+                for p in result.partitions
+            ]
+        )
         open_parts = set(parts)
         while open_parts:
             if time.monotonic() > deadline:
@@ -120,7 +150,9 @@ def _scan(result: TopicBacklog, kafka_config: dict[str, Any], now_ms: int, scan_
                 part.next_due_ms = due_ms
             if part.scanned >= scan_limit:
                 part.truncated = True
-                high = consumer.get_watermark_offsets(TopicPartition(result.topic, part.partition), cached=True)[1]
+                high = consumer.get_watermark_offsets(
+                    TopicPartition(result.topic, part.partition), cached=True
+                )[1]
                 part.end = high if high >= 0 else message.offset() + 1
                 open_parts.discard(part.partition)
                 consumer.incremental_unassign([TopicPartition(result.topic, part.partition)])

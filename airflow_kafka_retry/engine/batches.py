@@ -143,8 +143,15 @@ class BatchRunner:
 
     # ``base`` is the position of ``batch[0]`` in the records given to run_failures; ``failed`` maps
     # positions to outcomes. Records not in ``failed`` when the run ends succeeded.
-    def _run_batch(self, batch: list[TierRecord], base: int, failed: dict[int, Outcome], budget: list[int],
-                   *, extra: bool) -> None:
+    def _run_batch(
+        self,
+        batch: list[TierRecord],
+        base: int,
+        failed: dict[int, Outcome],
+        budget: list[int],
+        *,
+        extra: bool,
+    ) -> None:
         while batch:
             error = self._call(batch, extra=extra)
             if error is None:
@@ -159,8 +166,14 @@ class BatchRunner:
             self._bisect(batch, base, error, failed, budget)
             return
 
-    def _bisect(self, batch: list[TierRecord], base: int, error: BaseException, failed: dict[int, Outcome],
-                budget: list[int]) -> None:
+    def _bisect(
+        self,
+        batch: list[TierRecord],
+        base: int,
+        error: BaseException,
+        failed: dict[int, Outcome],
+        budget: list[int],
+    ) -> None:
         if len(batch) == 1:
             failed[base] = Outcome(batch[0], error)
             return
@@ -173,7 +186,9 @@ class BatchRunner:
             budget[0] -= 1
             self._run_half(half, half_base, failed, budget)
 
-    def _run_half(self, half: list[TierRecord], base: int, failed: dict[int, Outcome], budget: list[int]) -> None:
+    def _run_half(
+        self, half: list[TierRecord], base: int, failed: dict[int, Outcome], budget: list[int]
+    ) -> None:
         error = self._call(half, extra=True)
         if error is None:
             return

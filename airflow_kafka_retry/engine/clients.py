@@ -14,14 +14,43 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer
 
 # Keys the engine sets itself; a user value for them would break its guarantees.
-_ENGINE_OWNED = ("enable.auto.commit", "enable.auto.offset.store", "isolation.level", "enable.partition.eof",
-                 "group.id", "transactional.id", "enable.idempotence")
-_CONSUMER_ONLY = ("auto.offset.reset", "session.timeout.ms", "max.poll.interval.ms", "fetch.", "group.",
-                  "heartbeat.interval.ms", "partition.assignment.strategy", "isolation.level",
-                  "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "queued.",
-                  "max.partition.fetch.bytes")
-_PRODUCER_ONLY = ("acks", "linger.ms", "batch.", "compression.", "transaction.timeout.ms", "delivery.timeout.ms",
-                  "message.timeout.ms", "queue.buffering.", "retries", "enable.idempotence", "transactional.id")
+_ENGINE_OWNED = (
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "isolation.level",
+    "enable.partition.eof",
+    "group.id",
+    "transactional.id",
+    "enable.idempotence",
+)
+_CONSUMER_ONLY = (
+    "auto.offset.reset",
+    "session.timeout.ms",
+    "max.poll.interval.ms",
+    "fetch.",
+    "group.",
+    "heartbeat.interval.ms",
+    "partition.assignment.strategy",
+    "isolation.level",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.partition.eof",
+    "queued.",
+    "max.partition.fetch.bytes",
+)
+_PRODUCER_ONLY = (
+    "acks",
+    "linger.ms",
+    "batch.",
+    "compression.",
+    "transaction.timeout.ms",
+    "delivery.timeout.ms",
+    "message.timeout.ms",
+    "queue.buffering.",
+    "retries",
+    "enable.idempotence",
+    "transactional.id",
+)
 
 
 #: Bounds on what a consumer prefetches (librdkafka's defaults allow 64 MB queued and 50 MB per fetch
@@ -51,8 +80,11 @@ class KafkaConfigError(ValueError):
 def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
     if "bootstrap.servers" not in kafka_config:
         raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
-    config = {k: v for k, v in kafka_config.items() if not any(k == d or k.startswith(d) for d in drop)
-              and k not in _ENGINE_OWNED}
+    config = {
+        k: v
+        for k, v in kafka_config.items()
+        if not any(k == d or k.startswith(d) for d in drop) and k not in _ENGINE_OWNED
+    }
     config.setdefault("logger", CLIENT_LOGGER)
     if isinstance(config.get("oauth_cb"), str):  # 'module:function', as it travels to Spark executors
         from airflow_kafka_retry.engine.loading import load_callable
@@ -70,16 +102,19 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
     for key, value in PREFETCH_DEFAULTS.items():
         config.setdefault(key, value)
     # a fetch must hold at least one partition's share and the largest message
-    config["fetch.max.bytes"] = max(config["fetch.max.bytes"], config["max.partition.fetch.bytes"],
-                                    config.get("message.max.bytes", 0))
-    config.update({
-        "group.id": group_id,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
-        "enable.partition.eof": True,
-        "allow.auto.create.topics": False,
-    })
+    config["fetch.max.bytes"] = max(
+        config["fetch.max.bytes"], config["max.partition.fetch.bytes"], config.get("message.max.bytes", 0)
+    )
+    config.update(
+        {
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "allow.auto.create.topics": False,
+        }
+    )
     for key in ("auto.offset.reset", "session.timeout.ms", "fetch.wait.max.ms"):
         if key in kafka_config:
             config[key] = kafka_config[key]

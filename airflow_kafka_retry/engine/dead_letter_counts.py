@@ -36,13 +36,21 @@ class DeadLetterCounts:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "total": self.total, "truncated": self.truncated, "error": self.error,
-                "by_exception": dict(self.by_exception.most_common()),
-                "by_hour": [{"hour": hour, "counts": dict(counts)} for hour, counts in sorted(self.by_hour.items())]}
+        return {
+            "topic": self.topic,
+            "total": self.total,
+            "truncated": self.truncated,
+            "error": self.error,
+            "by_exception": dict(self.by_exception.most_common()),
+            "by_hour": [
+                {"hour": hour, "counts": dict(counts)} for hour, counts in sorted(self.by_hour.items())
+            ],
+        }
 
 
-def count_dead_letters(kafka_config: dict[str, Any], topic: str, *, scan_limit: int = 20_000,
-                       timeout_s: float = 10.0) -> DeadLetterCounts:
+def count_dead_letters(
+    kafka_config: dict[str, Any], topic: str, *, scan_limit: int = 20_000, timeout_s: float = 10.0
+) -> DeadLetterCounts:
     """Counts of ``topic``'s records; a broker problem is returned in ``error``, naming the topic."""
     result = DeadLetterCounts(topic)
     try:

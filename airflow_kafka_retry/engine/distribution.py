@@ -59,8 +59,12 @@ class Distribution:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"count": self.count, "sum_ms": self.sum_ms, "max_ms": self.max_ms,
-                "buckets": list(self.buckets)}
+        return {
+            "count": self.count,
+            "sum_ms": self.sum_ms,
+            "max_ms": self.max_ms,
+            "buckets": list(self.buckets),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Distribution:

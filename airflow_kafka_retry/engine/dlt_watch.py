@@ -61,15 +61,27 @@ class DltWatchSummary:
             self.dead_letters_truncated += 1
             return
         original = read_original_coordinates(headers)
-        self.dead_letters.append({
-            "topic": original.topic, "partition": original.partition, "offset": original.offset,
-            "exception": exception, "cause": cause, "consumer_group": original.consumer_group,
-            "dlt_topic": message.topic(), "dlt_partition": message.partition(), "dlt_offset": message.offset(),
-        })
+        self.dead_letters.append(
+            {
+                "topic": original.topic,
+                "partition": original.partition,
+                "offset": original.offset,
+                "exception": exception,
+                "cause": cause,
+                "consumer_group": original.consumer_group,
+                "dlt_topic": message.topic(),
+                "dlt_partition": message.partition(),
+                "dlt_offset": message.offset(),
+            }
+        )
 
     def totals(self) -> dict[str, Any]:
-        return {"new_records": self.records, "dead_lettered": dict(sorted(self.dead_lettered.items())),
-                "causes": dict(sorted(self.causes.items())), "dlt_topics": dict(sorted(self.dlt_topics.items()))}
+        return {
+            "new_records": self.records,
+            "dead_lettered": dict(sorted(self.dead_lettered.items())),
+            "causes": dict(sorted(self.causes.items())),
+            "dlt_topics": dict(sorted(self.dlt_topics.items())),
+        }
 
 
 @dataclass(frozen=True)
@@ -81,15 +93,19 @@ class DltScan:
     next_offsets: dict[TopicPartitionKey, int]  # only partitions where records were read
 
     def ranges(self) -> dict[str, dict[str, int | None]]:
-        return {f"{t}[{p}]": {"from": start if start >= 0 else None, "to": self.next_offsets.get((t, p))}
-                for (t, p), start in sorted(self.start_offsets.items())}
+        return {
+            f"{t}[{p}]": {"from": start if start >= 0 else None, "to": self.next_offsets.get((t, p))}
+            for (t, p), start in sorted(self.start_offsets.items())
+        }
 
 
 def _where(keys: Sequence[TopicPartitionKey]) -> str:
     return ", ".join(f"{t}[{p}]" for t, p in sorted(keys))
 
 
-def _committed(consumer: Consumer, keys: list[TopicPartitionKey], timeout_s: float) -> dict[TopicPartitionKey, int]:
+def _committed(
+    consumer: Consumer, keys: list[TopicPartitionKey], timeout_s: float
+) -> dict[TopicPartitionKey, int]:
     try:
         found = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
     except KafkaException as exc:
@@ -102,8 +118,15 @@ def _committed(consumer: Consumer, keys: list[TopicPartitionKey], timeout_s: flo
     return offsets
 
 
-def scan_new_records(kafka_config: Mapping[str, Any], topics: Sequence[str], group: str, summary: DltWatchSummary, *,
-                     timeout_s: float = 120.0, poll_timeout_s: float = 0.5) -> DltScan:
+def scan_new_records(
+    kafka_config: Mapping[str, Any],
+    topics: Sequence[str],
+    group: str,
+    summary: DltWatchSummary,
+    *,
+    timeout_s: float = 120.0,
+    poll_timeout_s: float = 0.5,
+) -> DltScan:
     """Read every record of ``topics`` after ``group``'s committed offsets into ``summary``; commit nothing.
 
     Records appended after a partition's first fetch are left for the next scan. A
@@ -117,7 +140,9 @@ def scan_new_records(kafka_config: Mapping[str, Any], topics: Sequence[str], gro
             raise DltWatchError(str(exc)) from exc
         keys = [(t, p) for t in topics for p in range(counts[t])]
         start = _committed(consumer, keys, max(0.1, deadline - time.monotonic()))
-        consumer.assign([TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()])
+        consumer.assign(
+            [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
+        )
         try:
             next_offsets = _read_to_end(consumer, summary, set(keys), deadline, poll_timeout_s)
         finally:
@@ -125,8 +150,13 @@ def scan_new_records(kafka_config: Mapping[str, Any], topics: Sequence[str], gro
     return DltScan(group, start, next_offsets)
 
 
-def _read_to_end(consumer: Consumer, summary: DltWatchSummary, open_keys: set[TopicPartitionKey], deadline: float,
-                 poll_timeout_s: float) -> dict[TopicPartitionKey, int]:
+def _read_to_end(
+    consumer: Consumer,
+    summary: DltWatchSummary,
+    open_keys: set[TopicPartitionKey],
+    deadline: float,
+    poll_timeout_s: float,
+) -> dict[TopicPartitionKey, int]:
     ends: dict[TopicPartitionKey, int] = {}  # high watermark seen with a partition's first fetch
     next_offsets: dict[TopicPartitionKey, int] = {}
 
@@ -137,8 +167,10 @@ def _read_to_end(consumer: Consumer, summary: DltWatchSummary, open_keys: set[To
     while open_keys:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise DltWatchError(f"{_where(list(open_keys))}: no records and no end-of-partition from the broker "
-                                "before the scan timed out; nothing was committed")
+            raise DltWatchError(
+                f"{_where(list(open_keys))}: no records and no end-of-partition from the broker "
+                "before the scan timed out; nothing was committed"
+            )
         message = consumer.poll(min(poll_timeout_s, remaining))
         if message is None:
             continue
@@ -161,17 +193,23 @@ def _read_to_end(consumer: Consumer, summary: DltWatchSummary, open_keys: set[To
     return next_offsets
 
 
-def commit_offsets(kafka_config: Mapping[str, Any], group: str, offsets: Mapping[TopicPartitionKey, int]) -> None:
+def commit_offsets(
+    kafka_config: Mapping[str, Any], group: str, offsets: Mapping[TopicPartitionKey, int]
+) -> None:
     """Commit ``(topic, partition) -> next offset`` for ``group``; a DltWatchError names what failed."""
     if not offsets:
         return
     with open_consumer(kafka_config, group) as consumer:
         try:
-            result = consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())],
-                                     asynchronous=False)
+            result = consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())], asynchronous=False
+            )
         except KafkaException as exc:
             raise DltWatchError(f"{_where(list(offsets))}: cannot commit group {group!r}: {exc}") from exc
         failed = [tp for tp in result or () if tp.error is not None]
         if failed:
-            raise DltWatchError("; ".join(f"{tp.topic}[{tp.partition}]: cannot commit group {group!r}: {tp.error}"
-                                          for tp in failed))
+            raise DltWatchError(
+                "; ".join(
+                    f"{tp.topic}[{tp.partition}]: cannot commit group {group!r}: {tp.error}" for tp in failed
+                )
+            )

@@ -51,9 +51,17 @@ class PartitionReader:
         corrupt header must not hold the partition back forever): the record is due at once.
     """
 
-    def __init__(self, consumer: Consumer, topic: str, partition: int, *, cutoff_ms: int,
-                 poll_timeout_s: float = 1.0, idle_timeout_s: float = 60.0,
-                 due_horizon_ms: int = MAX_BACKOFF_MS) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        topic: str,
+        partition: int,
+        *,
+        cutoff_ms: int,
+        poll_timeout_s: float = 1.0,
+        idle_timeout_s: float = 60.0,
+        due_horizon_ms: int = MAX_BACKOFF_MS,
+    ) -> None:
         self.consumer = consumer
         self.topic = topic
         self.partition = partition
@@ -67,8 +75,13 @@ class PartitionReader:
         self.finished = False
         self._pending: list[Message] = []  # fetched, not yet read: self._pending[self._next:]
         self._next = 0
-        consumer.assign([TopicPartition(topic, partition, self.start_offset if self.start_offset >= 0
-                                        else OFFSET_BEGINNING)])
+        consumer.assign(
+            [
+                TopicPartition(
+                    topic, partition, self.start_offset if self.start_offset >= 0 else OFFSET_BEGINNING
+                )
+            ]
+        )
 
     @property
     def where(self) -> str:
@@ -90,15 +103,22 @@ class PartitionReader:
         if self.finished:
             chunk.stop = "end"
             return chunk
-        messages, headers_of, attempts_of, due_of = chunk.messages, chunk.headers, chunk.attempts, chunk.due_ms
+        messages, headers_of, attempts_of, due_of = (
+            chunk.messages,
+            chunk.headers,
+            chunk.attempts,
+            chunk.due_ms,
+        )
         cutoff, horizon = self.cutoff_ms, self.due_horizon_ms
         idle_since = time.monotonic()
         while len(messages) < limit:
             if self._next >= len(self._pending):
                 if not self._fetch():
                     if time.monotonic() - idle_since > self.idle_timeout_s:
-                        raise DrainError(f"{self.where}: no records and no end-of-partition from the broker "
-                                         f"for {self.idle_timeout_s:.0f}s after offset {self.position}")
+                        raise DrainError(
+                            f"{self.where}: no records and no end-of-partition from the broker "
+                            f"for {self.idle_timeout_s:.0f}s after offset {self.position}"
+                        )
                     continue
                 idle_since = time.monotonic()
             pending, first = self._pending, self._next
@@ -115,8 +135,9 @@ class PartitionReader:
                     break
                 offset = message.offset()
                 if self.end_offset is None:
-                    marks = self.consumer.get_watermark_offsets(TopicPartition(self.topic, self.partition),
-                                                                cached=True)
+                    marks = self.consumer.get_watermark_offsets(
+                        TopicPartition(self.topic, self.partition), cached=True
+                    )
                     self.end_offset = marks[1] if marks else -1
                 if 0 <= self.end_offset <= offset:  # appended during the run: not chased
                     stop = "end"

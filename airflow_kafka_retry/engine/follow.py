@@ -20,13 +20,21 @@ _STEP_S = 0.2  # how often a wait looks at should_stop
 
 def next_due_ms(summary: RunSummary) -> int | None:
     """When the first record a pass left (because it was not due yet) is due, over all partitions."""
-    dues = [p.next_due_ms for p in summary.partitions if p.stop_reason == "not_due" and p.next_due_ms is not None]
+    dues = [
+        p.next_due_ms for p in summary.partitions if p.stop_reason == "not_due" and p.next_due_ms is not None
+    ]
     return min(dues) if dues else None
 
 
-def drain_following(drain: Callable[[int], RunSummary], *, cutoff_ms: int, follow_ms: int | None,
-                    should_stop: Callable[[], str | None] = lambda: None, deadline_ms: int | None = None,
-                    clock: Callable[[], int] = wall_clock_ms) -> RunSummary:
+def drain_following(
+    drain: Callable[[int], RunSummary],
+    *,
+    cutoff_ms: int,
+    follow_ms: int | None,
+    should_stop: Callable[[], str | None] = lambda: None,
+    deadline_ms: int | None = None,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> RunSummary:
     """``drain(cutoff_ms)``, then more passes while the next record is due within ``follow_ms``.
 
     :param drain: one pass: drains what is due by the given cutoff and returns its summary.

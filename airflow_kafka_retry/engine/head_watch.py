@@ -55,8 +55,15 @@ class HeadWatch:
         as the drain does.
     """
 
-    def __init__(self, kafka_config: Mapping[str, Any], topics: Sequence[str], group: str, *,
-                 read_due: bool = True, due_horizon_ms: int = MAX_BACKOFF_MS) -> None:
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        topics: Sequence[str],
+        group: str,
+        *,
+        read_due: bool = True,
+        due_horizon_ms: int = MAX_BACKOFF_MS,
+    ) -> None:
         self.topics = list(topics)
         self.group = group
         self.read_due = read_due
@@ -93,21 +100,25 @@ class HeadWatch:
         new = [k for k in keys if k not in self.committed]
         if new:
             offsets = self._read_committed(new)
-            self._consumer.incremental_assign([TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING)
-                                               for (t, p), o in offsets.items()])
+            self._consumer.incremental_assign(
+                [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in offsets.items()]
+            )
             self.committed.update(offsets)
 
     def _read_committed(self, keys: Sequence[Key], timeout_s: float = 30.0) -> dict[Key, int]:
         try:
             found = self._consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
         except KafkaException as exc:
-            raise HeadWatchError(f"{where(keys)}: cannot read the committed offsets of group {self.group!r}: "
-                                 f"{exc}") from exc
+            raise HeadWatchError(
+                f"{where(keys)}: cannot read the committed offsets of group {self.group!r}: {exc}"
+            ) from exc
         offsets: dict[Key, int] = {}
         for tp in found:
             if tp.error is not None:
-                raise HeadWatchError(f"{tp.topic}[{tp.partition}]: cannot read the committed offset of group "
-                                     f"{self.group!r}: {tp.error}")
+                raise HeadWatchError(
+                    f"{tp.topic}[{tp.partition}]: cannot read the committed offset of group "
+                    f"{self.group!r}: {tp.error}"
+                )
             offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
         return offsets
 
@@ -120,9 +131,15 @@ class HeadWatch:
         if moved:
             tps = [TopicPartition(t, p) for t, p in moved]
             self._consumer.incremental_unassign(tps)
-            self._consumer.incremental_assign([TopicPartition(t, p, offsets[(t, p)] if offsets[(t, p)] >= 0
-                                                              else OFFSET_BEGINNING) for t, p in moved])
-            self._consumer.resume(tps)  # a partition paused at its old head stays paused through re-assignment
+            self._consumer.incremental_assign(
+                [
+                    TopicPartition(t, p, offsets[(t, p)] if offsets[(t, p)] >= 0 else OFFSET_BEGINNING)
+                    for t, p in moved
+                ]
+            )
+            self._consumer.resume(
+                tps
+            )  # a partition paused at its old head stays paused through re-assignment
             for key in moved:
                 self.heads.pop(key, None)
                 self.ended.discard(key)
@@ -133,8 +150,9 @@ class HeadWatch:
         """Ask the broker for the log end of every partition paused at its head (for the backlog gauge)."""
         for key, head in list(self.heads.items()):
             try:
-                _, high = self._consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s,
-                                                               cached=False)
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(*key), timeout=timeout_s, cached=False
+                )
             except KafkaException as exc:
                 raise HeadWatchError(f"{key[0]}[{key[1]}]: cannot read the log end: {exc}") from exc
             if high is not None and high >= 0 and (head.end_offset is None or high > head.end_offset):
@@ -142,8 +160,12 @@ class HeadWatch:
 
     def peek_of(self, topic: str) -> TierPeek:
         """What the watch knows of ``topic``, as a tier-due peek would report it."""
-        return TierPeek(topic, self.group, tuple(p for t, p in self.keys if t == topic),
-                        tuple(h for (t, _), h in sorted(self.heads.items()) if t == topic))
+        return TierPeek(
+            topic,
+            self.group,
+            tuple(p for t, p in self.keys if t == topic),
+            tuple(h for (t, _), h in sorted(self.heads.items()) if t == topic),
+        )
 
     def close(self) -> None:
         self._consumer.close()
@@ -166,18 +188,28 @@ class HeadWatch:
                 if key in self.committed and key not in self.heads:
                     self.ended.add(key)
                 return
-            place = f"{key[0]}[{key[1]}]" if key[0] and key[1] is not None and key[1] >= 0 else where(self.keys)
+            place = (
+                f"{key[0]}[{key[1]}]" if key[0] and key[1] is not None and key[1] >= 0 else where(self.keys)
+            )
             raise HeadWatchError(f"{place}: watching for records failed: {error}")
         if key not in self.committed or key in self.heads:
             return  # a record fetched before the partition was paused: its head is known
         base = self.committed[key]
         if 0 <= message.offset() < base:
             return  # fetched before a re-assignment moved the partition on
-        due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=self.due_horizon_ms) \
-            if self.read_due else None
+        due = (
+            read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=self.due_horizon_ms)
+            if self.read_due
+            else None
+        )
         _, timestamp = message.timestamp()
         end = self._consumer.get_watermark_offsets(TopicPartition(*key), cached=True)  # the fetch's log end
-        self.heads[key] = PartitionHead(key[1], message.offset(), due, timestamp if timestamp >= 0 else None,
-                                        end[1] if end and end[1] >= 0 else None)
+        self.heads[key] = PartitionHead(
+            key[1],
+            message.offset(),
+            due,
+            timestamp if timestamp >= 0 else None,
+            end[1] if end and end[1] >= 0 else None,
+        )
         self.ended.discard(key)
         self._consumer.pause([TopicPartition(*key)])

@@ -21,8 +21,9 @@ def load_callable(path: str, *, what: str = "handler") -> Callable[..., Any]:
     try:
         target: Any = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure (a script's exit too)
-        raise UserCodeError(f"{what} {path!r}: cannot import module {module_name!r}: "
-                            f"{type(exc).__name__}: {exc}") from exc
+        raise UserCodeError(
+            f"{what} {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     for part in attr_path.split("."):
         if not hasattr(target, part):
             raise UserCodeError(f"{what} {path!r}: module {module_name!r} has no attribute {attr_path!r}")

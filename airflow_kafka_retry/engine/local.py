@@ -28,8 +28,9 @@ from airflow_kafka_retry.policy.topology import Tier, Topology
 log = logging.getLogger(__name__)
 
 
-def tier_partitions(topology: Topology, tier: Tier, kafka_config: Mapping[str, Any],
-                    options: DrainOptions) -> list[int]:
+def tier_partitions(
+    topology: Topology, tier: Tier, kafka_config: Mapping[str, Any], options: DrainOptions
+) -> list[int]:
     """The partitions of ``tier``'s topic (the topic must exist)."""
     group = options.consumer_group or topology.consumer_group(tier)
     with open_consumer(kafka_config, group) as consumer:
@@ -62,11 +63,18 @@ def default_parallelism(partitions: int, cores: int | None = None) -> int:
     return max(1, min(partitions, MAX_DEFAULT_PARALLELISM, cores + 1))
 
 
-def new_summary(topology: Topology, tier: Tier, options: DrainOptions, *, engine: str, cutoff_ms: int,
-                started_ms: int) -> RunSummary:
-    return RunSummary(topology=topology.source, tier=tier.index, topic=tier.topic,
-                      group=options.consumer_group or topology.consumer_group(tier), engine=engine,
-                      cutoff_ms=cutoff_ms, started_ms=started_ms)
+def new_summary(
+    topology: Topology, tier: Tier, options: DrainOptions, *, engine: str, cutoff_ms: int, started_ms: int
+) -> RunSummary:
+    return RunSummary(
+        topology=topology.source,
+        tier=tier.index,
+        topic=tier.topic,
+        group=options.consumer_group or topology.consumer_group(tier),
+        engine=engine,
+        cutoff_ms=cutoff_ms,
+        started_ms=started_ms,
+    )
 
 
 def worker_processes(parallelism: int, cores: int | None = None) -> int:
@@ -125,10 +133,14 @@ def run_local(
     started = clock()
     cutoff = started if cutoff_ms is None else cutoff_ms
     summary = new_summary(topology, tier, options, engine="local", cutoff_ms=cutoff, started_ms=started)
-    chosen = list(partitions) if partitions is not None else tier_partitions(topology, tier, kafka_config, options)
+    chosen = (
+        list(partitions) if partitions is not None else tier_partitions(topology, tier, kafka_config, options)
+    )
     workers = default_parallelism(len(chosen)) if parallelism is None else max(1, parallelism)
     workers = min(workers, max(1, len(chosen)))
-    levels = {name: logging.getLogger(name or None).getEffectiveLevel() for name in ("", "airflow_kafka_retry")}
+    levels = {
+        name: logging.getLogger(name or None).getEffectiveLevel() for name in ("", "airflow_kafka_retry")
+    }
     setup = WorkerSetup(topology, tier, dict(kafka_config), options, cutoff, log_levels=levels)
     processes = 0 if in_process or clock is not wall_clock_ms else worker_processes(workers)
     if processes:
@@ -139,17 +151,39 @@ def run_local(
     if processes:
         summary.partitions = ProcessPool(setup, workers, processes, should_stop=should_stop).run(chosen)
     else:
-        summary.partitions = _run_threads(topology, tier, kafka_config, options, chosen, workers, cutoff=cutoff,
-                                          clock=clock, should_stop=should_stop)
+        summary.partitions = _run_threads(
+            topology,
+            tier,
+            kafka_config,
+            options,
+            chosen,
+            workers,
+            cutoff=cutoff,
+            clock=clock,
+            should_stop=should_stop,
+        )
     summary.finished_ms = clock()
     summary.note_stops()
     return summary
 
 
-def _run_threads(topology: Topology, tier: Tier, kafka_config: Mapping[str, Any], options: DrainOptions,
-                 partitions: list[int], workers: int, *, cutoff: int, clock: Callable[[], int],
-                 should_stop: Callable[[], str | None] | None) -> list[PartitionSummary]:
-    jobs = [PartitionJob(topology, tier, p, kafka_config, options, cutoff_ms=cutoff, clock=clock,
-                         should_stop=should_stop) for p in partitions]
+def _run_threads(
+    topology: Topology,
+    tier: Tier,
+    kafka_config: Mapping[str, Any],
+    options: DrainOptions,
+    partitions: list[int],
+    workers: int,
+    *,
+    cutoff: int,
+    clock: Callable[[], int],
+    should_stop: Callable[[], str | None] | None,
+) -> list[PartitionSummary]:
+    jobs = [
+        PartitionJob(
+            topology, tier, p, kafka_config, options, cutoff_ms=cutoff, clock=clock, should_stop=should_stop
+        )
+        for p in partitions
+    ]
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda job: job.run(), jobs))

@@ -60,22 +60,34 @@ class DrainOptions:
         for name, value in positive.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"option {name} must be an integer >= 1, got {value!r}")
-        non_negative = {"in_place_attempts": self.in_place_attempts, "in_place_backoff_ms": self.in_place_backoff_ms,
-                        "max_extra_calls": self.max_extra_calls, "dead_letter_cap": self.dead_letter_cap}
+        non_negative = {
+            "in_place_attempts": self.in_place_attempts,
+            "in_place_backoff_ms": self.in_place_backoff_ms,
+            "max_extra_calls": self.max_extra_calls,
+            "dead_letter_cap": self.dead_letter_cap,
+        }
         for name, value in non_negative.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"option {name} must be an integer >= 0, got {value!r}")
-        if self.max_records is not None and (isinstance(self.max_records, bool) or not isinstance(self.max_records, int)
-                                             or self.max_records < 1):
+        if self.max_records is not None and (
+            isinstance(self.max_records, bool)
+            or not isinstance(self.max_records, int)
+            or self.max_records < 1
+        ):
             raise ValueError(f"option max_records must be an integer >= 1 or None, got {self.max_records!r}")
         deadline = self.deadline_ms
         if deadline is not None and (isinstance(deadline, bool) or not isinstance(deadline, int)):
-            raise ValueError(f"option deadline_ms must be epoch milliseconds (an integer) or None, "
-                             f"got {self.deadline_ms!r}")
+            raise ValueError(
+                f"option deadline_ms must be epoch milliseconds (an integer) or None, "
+                f"got {self.deadline_ms!r}"
+            )
         timeout = self.handler_timeout_s
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not timeout > 0):
-            raise ValueError(f"option handler_timeout_s must be a number of seconds > 0 or None, got {timeout!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0
+        ):
+            raise ValueError(
+                f"option handler_timeout_s must be a number of seconds > 0 or None, got {timeout!r}"
+            )
         if not isinstance(self.handler, str) or ":" not in self.handler:
             raise ValueError(f"option handler must be 'package.module:function', got {self.handler!r}")
 

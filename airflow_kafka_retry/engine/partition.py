@@ -93,10 +93,19 @@ class PartitionJob:
         progress with it, so that its engine knows what was committed if the worker dies).
     """
 
-    def __init__(self, topology: Topology, tier: Tier, partition: int, kafka_config: Mapping[str, Any],
-                 options: DrainOptions, *, cutoff_ms: int, clock: Callable[[], int] = wall_clock_ms,
-                 should_stop: Callable[[], str | None] | None = None,
-                 on_chunk: Callable[[PartitionSummary], None] | None = None) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        tier: Tier,
+        partition: int,
+        kafka_config: Mapping[str, Any],
+        options: DrainOptions,
+        *,
+        cutoff_ms: int,
+        clock: Callable[[], int] = wall_clock_ms,
+        should_stop: Callable[[], str | None] | None = None,
+        on_chunk: Callable[[PartitionSummary], None] | None = None,
+    ) -> None:
         self.topology = topology
         self.tier = tier
         self.partition = partition
@@ -128,32 +137,55 @@ class PartitionJob:
         handler = load_callable(options.handler, what="handler")
         if options.handler_timeout_s is not None:
             handler = TimedHandler(handler, options.handler_timeout_s, name=options.handler)
-        self._value_decoder = load_callable(options.value_deserializer, what="value_deserializer") \
-            if options.value_deserializer else None
-        self._key_decoder = load_callable(options.key_deserializer, what="key_deserializer") \
-            if options.key_deserializer else None
-        runner = BatchRunner(handler, handler_name=options.handler, batch_size=options.batch_size,
-                             max_extra_calls=options.max_extra_calls, in_place_attempts=options.in_place_attempts,
-                             in_place_backoff_ms=options.in_place_backoff_ms,
-                             max_attempts=None if self.tier.kind == "dlt" else self.topology.attempts,
-                             retryable=self.topology.classifier.is_retryable)
-        txn_id = transactional_id(options.transactional_id_prefix, self.group, self.tier.topic, self.partition) \
-            if options.transactional else None
-        with open_consumer(self.kafka_config, self.group) as consumer, \
-                open_producer(self.kafka_config, txn_id) as producer:
+        self._value_decoder = (
+            load_callable(options.value_deserializer, what="value_deserializer")
+            if options.value_deserializer
+            else None
+        )
+        self._key_decoder = (
+            load_callable(options.key_deserializer, what="key_deserializer")
+            if options.key_deserializer
+            else None
+        )
+        runner = BatchRunner(
+            handler,
+            handler_name=options.handler,
+            batch_size=options.batch_size,
+            max_extra_calls=options.max_extra_calls,
+            in_place_attempts=options.in_place_attempts,
+            in_place_backoff_ms=options.in_place_backoff_ms,
+            max_attempts=None if self.tier.kind == "dlt" else self.topology.attempts,
+            retryable=self.topology.classifier.is_retryable,
+        )
+        txn_id = (
+            transactional_id(options.transactional_id_prefix, self.group, self.tier.topic, self.partition)
+            if options.transactional
+            else None
+        )
+        with (
+            open_consumer(self.kafka_config, self.group) as consumer,
+            open_producer(self.kafka_config, txn_id) as producer,
+        ):
             # the parking topic is looked up only when a chunk parks a record (see _require_parking)
             parking = self.topology.parking_topic
             destinations = [t for t in self.topology.destinations_from(self.tier) if t != parking]
             counts = partition_counts(consumer, [self.tier.topic, *destinations])
             if self.partition >= counts[self.tier.topic]:
-                raise ValueError(f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "
-                                 f"there is no partition {self.partition}")
+                raise ValueError(
+                    f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "
+                    f"there is no partition {self.partition}"
+                )
             router = Router(producer, consumer, options.transactional, counts)
             router.start()  # fence earlier runs of this partition before reading its committed offset
             # Spring believes a due time up to a day ahead; a tier with a longer delay needs that much more
-            reader = PartitionReader(consumer, self.tier.topic, self.partition, cutoff_ms=self.cutoff_ms,
-                                     idle_timeout_s=options.idle_timeout_s,
-                                     due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms)
+            reader = PartitionReader(
+                consumer,
+                self.tier.topic,
+                self.partition,
+                cutoff_ms=self.cutoff_ms,
+                idle_timeout_s=options.idle_timeout_s,
+                due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms,
+            )
             self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
             left = options.max_records
             piece_size = options.batch_size * max(1, _PIECE_RECORDS // options.batch_size)
@@ -195,8 +227,13 @@ class PartitionJob:
         s.stop_reason, s.stopped_by, s.next_due_ms = "stopped", reason, None
         position, end = reader.position, reader.end_offset
         s.left = max(0, end - position) if end is not None and end >= 0 and position >= 0 else None
-        log.info("%s[%s]: stopped (%s) at offset %s; the rest stays for the next run", self.tier.topic,
-                 self.partition, reason, s.committed_offset if s.committed_offset is not None else s.start_offset)
+        log.info(
+            "%s[%s]: stopped (%s) at offset %s; the rest stays for the next run",
+            self.tier.topic,
+            self.partition,
+            reason,
+            s.committed_offset if s.committed_offset is not None else s.start_offset,
+        )
 
     def _handle(self, piece: Chunk, runner: BatchRunner, work: _ChunkWork) -> None:
         """Hand a piece of a chunk to the handler; resolve where its failed records go."""
@@ -206,8 +243,10 @@ class PartitionJob:
         failures: list[tuple[Message, BaseException, int]] = []
         if self._key_decoder is None and self._value_decoder is None:
             topic, partition = self.tier.topic, self.partition
-            records = [record_from_message(m, h, a, d, topic, partition)
-                       for m, h, a, d in zip(messages, piece.headers, piece.attempts, piece.due_ms)]
+            records = [
+                record_from_message(m, h, a, d, topic, partition)
+                for m, h, a, d in zip(messages, piece.headers, piece.attempts, piece.due_ms)
+            ]
             sources = messages
         else:
             for message, headers, attempt, due in zip(messages, piece.headers, piece.attempts, piece.due_ms):
@@ -266,10 +305,13 @@ class PartitionJob:
                 f"{self.tier.topic}[{self.partition}] failed again and must be parked there (first: offset "
                 f"{first.offset()}); nothing of this chunk was committed. Create it with "
                 "`airflow-kafka-retry topology create-topics` or EnsureRetryTopicsOperator, then run the "
-                "tier again") from None
+                "tier again"
+            ) from None
         router.partition_counts = {**router.partition_counts, parking: count}
 
-    def _record(self, message: Message, headers: list[Header] | None, attempt: int, due: int | None) -> TierRecord:
+    def _record(
+        self, message: Message, headers: list[Header] | None, attempt: int, due: int | None
+    ) -> TierRecord:
         raw_key, raw_value = message.key(), message.value()
         key, value = raw_key, raw_value
         where = f"{message.topic()}[{message.partition()}]@{message.offset()}"
@@ -277,19 +319,35 @@ class PartitionJob:
             try:
                 key = self._key_decoder(raw_key)
             except Exception as exc:  # noqa: BLE001 - any decoding failure is fatal for the record
-                raise _KeyDeserializationError(f"cannot decode the key of {where}: {type(exc).__name__}: {exc}") \
-                    from exc
+                raise _KeyDeserializationError(
+                    f"cannot decode the key of {where}: {type(exc).__name__}: {exc}"
+                ) from exc
         if self._value_decoder is not None and raw_value is not None:
             try:
                 value = self._value_decoder(raw_value)
             except Exception as exc:  # noqa: BLE001
-                raise DeserializationError(f"cannot decode the value of {where}: {type(exc).__name__}: {exc}") \
-                    from exc
+                raise DeserializationError(
+                    f"cannot decode the value of {where}: {type(exc).__name__}: {exc}"
+                ) from exc
         ts_type, ts = message.timestamp()
-        return make_record(key, value, tuple(headers) if headers else (), message.topic(), message.partition(),
-                           message.offset(), ts, ts_type, attempt, due, raw_key, raw_value)
+        return make_record(
+            key,
+            value,
+            tuple(headers) if headers else (),
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            ts,
+            ts_type,
+            attempt,
+            due,
+            raw_key,
+            raw_value,
+        )
 
-    def _route(self, failures: list[tuple[Message, BaseException, int]]) -> tuple[list[RoutedRecord], list[DeadLetter]]:
+    def _route(
+        self, failures: list[tuple[Message, BaseException, int]]
+    ) -> tuple[list[RoutedRecord], list[DeadLetter]]:
         routed: list[RoutedRecord] = []
         dropped: list[DeadLetter] = []
         for message, error, attempt in failures:
@@ -297,21 +355,50 @@ class PartitionJob:
             if ts < 0:
                 ts = self.clock()
             destination = self.resolver.resolve(
-                topic=message.topic(), partition=message.partition(), attempt=attempt, exception=error,
-                original_timestamp_ms=read_original_timestamp(message.headers(), ts), headers=message.headers())
+                topic=message.topic(),
+                partition=message.partition(),
+                attempt=attempt,
+                exception=error,
+                original_timestamp_ms=read_original_timestamp(message.headers(), ts),
+                headers=message.headers(),
+            )
             if destination.action == "drop":
-                log.warning("%s[%s]@%s: %s failed (%s) and is dropped (%s)", message.topic(), message.partition(),
-                            message.offset(), class_path(type(error)), destination.reason,
-                            self.topology.dlt_strategy)
-                dropped.append(DeadLetter(message.topic(), message.partition(), message.offset(),
-                                          class_path(type(error)), destination.reason))
+                log.warning(
+                    "%s[%s]@%s: %s failed (%s) and is dropped (%s)",
+                    message.topic(),
+                    message.partition(),
+                    message.offset(),
+                    class_path(type(error)),
+                    destination.reason,
+                    self.topology.dlt_strategy,
+                )
+                dropped.append(
+                    DeadLetter(
+                        message.topic(),
+                        message.partition(),
+                        message.offset(),
+                        class_path(type(error)),
+                        destination.reason,
+                    )
+                )
                 continue
-            info = describe_exception(error, include_stacktrace=self.topology.headers.include_stacktrace,
-                                      key=isinstance(error, _KeyDeserializationError),
-                                      cause_rule=self.topology.headers.cause)
-            failure = Failure(topic=message.topic(), partition=message.partition(), offset=message.offset(),
-                              timestamp_ms=ts, timestamp_type=ts_type, consumer_group=self.topology.group_id,
-                              next_attempt=destination.next_attempt, due_ms=destination.due_ms, exception=info)
+            info = describe_exception(
+                error,
+                include_stacktrace=self.topology.headers.include_stacktrace,
+                key=isinstance(error, _KeyDeserializationError),
+                cause_rule=self.topology.headers.cause,
+            )
+            failure = Failure(
+                topic=message.topic(),
+                partition=message.partition(),
+                offset=message.offset(),
+                timestamp_ms=ts,
+                timestamp_type=ts_type,
+                consumer_group=self.topology.group_id,
+                next_attempt=destination.next_attempt,
+                due_ms=destination.due_ms,
+                exception=info,
+            )
             headers = self._forward_headers(message, failure)
             routed.append(RoutedRecord(message, destination, headers, info.fqcn))
         return routed, dropped
@@ -325,11 +412,18 @@ class PartitionJob:
             # one of them (headers are never dropped) and still gets its home; only the headers the
             # engine writes are held to the budget.
             own = header_bytes(message.headers() or ())
-            log.warning("%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
-                        "(%s); routed with them all", message.topic(), message.partition(), message.offset(), own,
-                        policy.max_header_bytes)
-            return forward_headers(message.headers(), failure,
-                                   replace(policy, max_header_bytes=policy.max_header_bytes + own))
+            log.warning(
+                "%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
+                "(%s); routed with them all",
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                own,
+                policy.max_header_bytes,
+            )
+            return forward_headers(
+                message.headers(), failure, replace(policy, max_header_bytes=policy.max_header_bytes + own)
+            )
 
     def _count(self, work: _ChunkWork, runner: BatchRunner) -> None:
         s = self.summary
@@ -349,8 +443,19 @@ class PartitionJob:
             s.count_route(dest.topic)
             if dest.action == "dlt":
                 src = item.source
-                s.count_dead_letter(DeadLetter(src.topic(), src.partition(), src.offset(), item.exception, dest.reason,
-                                               dest.topic, item.delivered_partition, item.delivered_offset), cap)
+                s.count_dead_letter(
+                    DeadLetter(
+                        src.topic(),
+                        src.partition(),
+                        src.offset(),
+                        item.exception,
+                        dest.reason,
+                        dest.topic,
+                        item.delivered_partition,
+                        item.delivered_offset,
+                    ),
+                    cap,
+                )
         for letter in work.dropped:
             s.dropped += 1
             s.count_dead_letter(letter, cap)

@@ -85,9 +85,21 @@ class TierPeek:
         return [p for p in self.partitions if p not in busy]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "group": self.group, "partitions": list(self.partitions),
-                "heads": [{"partition": h.partition, "offset": h.offset, "due_ms": h.due_ms,
-                           "timestamp_ms": h.timestamp_ms, "end_offset": h.end_offset} for h in self.heads]}
+        return {
+            "topic": self.topic,
+            "group": self.group,
+            "partitions": list(self.partitions),
+            "heads": [
+                {
+                    "partition": h.partition,
+                    "offset": h.offset,
+                    "due_ms": h.due_ms,
+                    "timestamp_ms": h.timestamp_ms,
+                    "end_offset": h.end_offset,
+                }
+                for h in self.heads
+            ],
+        }
 
 
 def _where(topic: str, partitions: Iterable[int]) -> str:
@@ -107,16 +119,24 @@ def _committed(consumer: Consumer, topic: str, partitions: Sequence[int], timeou
     return offsets
 
 
-def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadline: float,
-                poll_timeout_s: float, due_horizon_ms: int) -> dict[int, PartitionHead | None]:
+def _read_heads(
+    consumer: Consumer,
+    topic: str,
+    partitions: Sequence[int],
+    deadline: float,
+    poll_timeout_s: float,
+    due_horizon_ms: int,
+) -> dict[int, PartitionHead | None]:
     """Poll until every partition gave its first record or its end (EOF); ``None`` = nothing pending."""
     found: dict[int, PartitionHead | None] = {}
     while len(found) < len(partitions):
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             missing = [p for p in partitions if p not in found]
-            raise PeekError(f"{_where(topic, missing)}: no record and no end-of-partition from the broker "
-                            "before the peek timed out")
+            raise PeekError(
+                f"{_where(topic, missing)}: no record and no end-of-partition from the broker "
+                "before the peek timed out"
+            )
         message: Message | None = consumer.poll(min(poll_timeout_s, remaining))
         if message is None:
             continue
@@ -126,7 +146,11 @@ def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadl
             if error.code() == KafkaError._PARTITION_EOF:
                 found.setdefault(partition, None)
                 continue
-            where = f"{topic}[{partition}]" if partition is not None and partition >= 0 else _where(topic, partitions)
+            where = (
+                f"{topic}[{partition}]"
+                if partition is not None and partition >= 0
+                else _where(topic, partitions)
+            )
             raise PeekError(f"{where}: peek failed: {error}")
         if partition in found:
             continue  # the head is known; later records of the partition do not matter
@@ -135,16 +159,27 @@ def _read_heads(consumer: Consumer, topic: str, partitions: Sequence[int], deadl
         due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
         # the log end as the fetch response carried it (not ListOffsets, which some brokers get wrong)
         end = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-        found[partition] = PartitionHead(partition, message.offset(), due,
-                                         timestamp if timestamp >= 0 else None,
-                                         end[1] if end and end[1] >= 0 else None)
+        found[partition] = PartitionHead(
+            partition,
+            message.offset(),
+            due,
+            timestamp if timestamp >= 0 else None,
+            end[1] if end and end[1] >= 0 else None,
+        )
         consumer.pause([TopicPartition(topic, partition)])
     return found
 
 
-def peek_heads(kafka_config: Mapping[str, Any], topic: str, group: str, *,
-               partitions: Sequence[int] | None = None, timeout_s: float = 30.0,
-               poll_timeout_s: float = 0.5, due_horizon_ms: int = MAX_BACKOFF_MS) -> TierPeek:
+def peek_heads(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    group: str,
+    *,
+    partitions: Sequence[int] | None = None,
+    timeout_s: float = 30.0,
+    poll_timeout_s: float = 0.5,
+    due_horizon_ms: int = MAX_BACKOFF_MS,
+) -> TierPeek:
     """Peek at the first pending record of each partition of ``topic`` for consumer group ``group``.
 
     Reading starts at the group's committed offset (the beginning where nothing is committed), with
@@ -160,7 +195,9 @@ def peek_heads(kafka_config: Mapping[str, Any], topic: str, group: str, *,
     with open_consumer(kafka_config, group) as consumer:
         if partitions is None:
             try:
-                count = partition_counts(consumer, [topic], timeout=max(0.1, deadline - time.monotonic()))[topic]
+                count = partition_counts(consumer, [topic], timeout=max(0.1, deadline - time.monotonic()))[
+                    topic
+                ]
             except KafkaConfigError as exc:
                 raise PeekError(str(exc)) from exc
             partitions = range(count)
@@ -168,8 +205,12 @@ def peek_heads(kafka_config: Mapping[str, Any], topic: str, group: str, *,
         if not chosen:
             return TierPeek(topic, group, (), ())
         committed = _committed(consumer, topic, chosen, max(0.1, deadline - time.monotonic()))
-        consumer.assign([TopicPartition(topic, p, offset if offset >= 0 else OFFSET_BEGINNING)
-                         for p, offset in committed.items()])
+        consumer.assign(
+            [
+                TopicPartition(topic, p, offset if offset >= 0 else OFFSET_BEGINNING)
+                for p, offset in committed.items()
+            ]
+        )
         try:
             found = _read_heads(consumer, topic, chosen, deadline, poll_timeout_s, due_horizon_ms)
         finally:

@@ -67,9 +67,17 @@ def describe_exit(returncode: int | None) -> str:
     return f"exited with status {returncode}"
 
 
-def worker_failure(topic: str, partition: int, group: str, *, pid: int, returncode: int | None,
-                   progress: dict[str, Any] | None, setup_error: str | None,
-                   started: float | None) -> PartitionSummary:
+def worker_failure(
+    topic: str,
+    partition: int,
+    group: str,
+    *,
+    pid: int,
+    returncode: int | None,
+    progress: dict[str, Any] | None,
+    setup_error: str | None,
+    started: float | None,
+) -> PartitionSummary:
     """The failed summary of a partition whose worker process ended before reporting it.
 
     It keeps what the worker reported as committed (``progress``): those chunks are in Kafka.
@@ -78,14 +86,18 @@ def worker_failure(topic: str, partition: int, group: str, *, pid: int, returnco
     summary.status = "failed"
     summary.stop_reason = None
     if setup_error is not None:
-        summary.error = f"WorkerSetupError: the worker process {pid} for {topic}[{partition}] could not start: " \
-                        f"{setup_error}"
+        summary.error = (
+            f"WorkerSetupError: the worker process {pid} for {topic}[{partition}] could not start: "
+            f"{setup_error}"
+        )
     else:
         resume = summary.committed_offset if summary.committed_offset is not None else summary.start_offset
-        summary.error = (f"WorkerDiedError: the worker process {pid} running {topic}[{partition}] "
-                         f"{describe_exit(returncode)}; its open transaction was not committed and the next run "
-                         f"resumes the partition at its committed offset"
-                         f"{f' ({resume})' if resume is not None else ''}")
+        summary.error = (
+            f"WorkerDiedError: the worker process {pid} running {topic}[{partition}] "
+            f"{describe_exit(returncode)}; its open transaction was not committed and the next run "
+            f"resumes the partition at its committed offset"
+            f"{f' ({resume})' if resume is not None else ''}"
+        )
     if started is not None:
         summary.duration_s = round(time.monotonic() - started, 3)
     return summary
@@ -121,8 +133,10 @@ def _relog(fields: dict[str, Any]) -> None:
 
 
 def _log_levels() -> dict[str, int]:
-    return {"": logging.getLogger().getEffectiveLevel(),
-            "airflow_kafka_retry": logging.getLogger("airflow_kafka_retry").getEffectiveLevel()}
+    return {
+        "": logging.getLogger().getEffectiveLevel(),
+        "airflow_kafka_retry": logging.getLogger("airflow_kafka_retry").getEffectiveLevel(),
+    }
 
 
 class ProcessPool:
@@ -136,8 +150,15 @@ class ProcessPool:
     :param should_stop: asked every ``poll_s``; its first reason is sent to every worker.
     """
 
-    def __init__(self, setup: WorkerSetup, parallelism: int, processes: int, *,
-                 should_stop: Callable[[], str | None] | None = None, poll_s: float = STOP_POLL_S) -> None:
+    def __init__(
+        self,
+        setup: WorkerSetup,
+        parallelism: int,
+        processes: int,
+        *,
+        should_stop: Callable[[], str | None] | None = None,
+        poll_s: float = STOP_POLL_S,
+    ) -> None:
         self.setup = setup
         self.parallelism = max(1, parallelism)
         self.processes = max(1, min(processes, self.parallelism))
@@ -157,17 +178,28 @@ class ProcessPool:
         results_r, results_w = os.pipe()
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "airflow_kafka_retry.engine.process_worker", str(control_r), str(results_w),
-                 str(os.getpid()), str(self.slots)],
-                stdin=subprocess.DEVNULL, pass_fds=(control_r, results_w), close_fds=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "airflow_kafka_retry.engine.process_worker",
+                    str(control_r),
+                    str(results_w),
+                    str(os.getpid()),
+                    str(self.slots),
+                ],
+                stdin=subprocess.DEVNULL,
+                pass_fds=(control_r, results_w),
+                close_fds=True,
+            )
         finally:
             os.close(control_r)
             os.close(results_w)
         worker = _Worker(process, FrameWriter(control_w), FrameReader(results_r))
         self._workers.append(worker)
         self.pids.append(process.pid)
-        worker.reader = threading.Thread(target=self._read, args=(worker,), name=f"worker-{process.pid}-results",
-                                         daemon=True)
+        worker.reader = threading.Thread(
+            target=self._read, args=(worker,), name=f"worker-{process.pid}-results", daemon=True
+        )
         worker.reader.start()
         self._send(worker, self._setup_frame)
         if self._stop_sent is not None:
@@ -241,19 +273,33 @@ class ProcessPool:
         finally:
             self._close()
         if self.peak_rss_mb:
-            log.info("%s: %s worker process(es), peak RSS %.0f MB together (largest %.0f MB)", self.setup.tier.topic,
-                     len(self.pids), sum(self.peak_rss_mb.values()), max(self.peak_rss_mb.values()))
-        topic, group = self.setup.tier.topic, self.setup.options.consumer_group or \
-            self.setup.topology.consumer_group(self.setup.tier)
+            log.info(
+                "%s: %s worker process(es), peak RSS %.0f MB together (largest %.0f MB)",
+                self.setup.tier.topic,
+                len(self.pids),
+                sum(self.peak_rss_mb.values()),
+                max(self.peak_rss_mb.values()),
+            )
+        topic, group = (
+            self.setup.tier.topic,
+            self.setup.options.consumer_group or self.setup.topology.consumer_group(self.setup.tier),
+        )
         for partition in pending:  # every worker failed to start
             summary = PartitionSummary(topic, partition, group, status="failed")
-            summary.error = (f"WorkerSetupError: {topic}[{partition}] was not run: no worker process of the run "
-                             "could start (see the other partitions' errors); nothing of it was read")
+            summary.error = (
+                f"WorkerSetupError: {topic}[{partition}] was not run: no worker process of the run "
+                "could start (see the other partitions' errors); nothing of it was read"
+            )
             results[partition] = summary
         return list(results.values())
 
-    def _handle(self, worker: _Worker, message: tuple[Any, ...] | None, pending: deque[int],
-                results: dict[int, PartitionSummary]) -> None:
+    def _handle(
+        self,
+        worker: _Worker,
+        message: tuple[Any, ...] | None,
+        pending: deque[int],
+        results: dict[int, PartitionSummary],
+    ) -> None:
         if message is None:  # the worker's results pipe closed: it exited
             self._ended(worker, pending, results)
             return
@@ -280,13 +326,23 @@ class ProcessPool:
             returncode = worker.process.wait()
         if not worker.running:
             if returncode != 0:
-                log.warning("partition worker %s %s after its last partition", worker.pid, describe_exit(returncode))
+                log.warning(
+                    "partition worker %s %s after its last partition", worker.pid, describe_exit(returncode)
+                )
             return
         tier = self.setup.tier
         group = self.setup.options.consumer_group or self.setup.topology.consumer_group(tier)
         for partition, run in sorted(worker.running.items()):
-            failed = worker_failure(tier.topic, partition, group, pid=worker.pid, returncode=returncode,
-                                    progress=run.progress, setup_error=worker.setup_error, started=run.started)
+            failed = worker_failure(
+                tier.topic,
+                partition,
+                group,
+                pid=worker.pid,
+                returncode=returncode,
+                progress=run.progress,
+                setup_error=worker.setup_error,
+                started=run.started,
+            )
             log.error("%s[%s]: partition run failed: %s", tier.topic, partition, failed.error)
             results[partition] = failed
         worker.running.clear()

@@ -59,12 +59,22 @@ class _ForwardHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            fields = {"name": record.name, "levelno": record.levelno, "levelname": record.levelname,
-                      "msg": record.getMessage(), "pathname": record.pathname, "lineno": record.lineno,
-                      "funcName": record.funcName, "created": record.created, "threadName": record.threadName,
-                      "processName": f"partition-worker-{os.getpid()}", "process": os.getpid(),
-                      "exc_text": self.formatter.formatException(record.exc_info)
-                      if record.exc_info and self.formatter else record.exc_text}
+            fields = {
+                "name": record.name,
+                "levelno": record.levelno,
+                "levelname": record.levelname,
+                "msg": record.getMessage(),
+                "pathname": record.pathname,
+                "lineno": record.lineno,
+                "funcName": record.funcName,
+                "created": record.created,
+                "threadName": record.threadName,
+                "processName": f"partition-worker-{os.getpid()}",
+                "process": os.getpid(),
+                "exc_text": self.formatter.formatException(record.exc_info)
+                if record.exc_info and self.formatter
+                else record.exc_text,
+            }
             self.results.send(("log", fields))
         except Exception:  # noqa: BLE001 - a log line must never fail the partition
             self.handleError(record)
@@ -134,8 +144,16 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
             def progress(summary: Any, partition: int = partition) -> None:
                 results.send(("progress", partition, summary.to_dict()))
 
-            job = PartitionJob(setup.topology, setup.tier, partition, setup.kafka_config, setup.options,
-                               cutoff_ms=setup.cutoff_ms, should_stop=control.should_stop, on_chunk=progress)
+            job = PartitionJob(
+                setup.topology,
+                setup.tier,
+                partition,
+                setup.kafka_config,
+                setup.options,
+                cutoff_ms=setup.cutoff_ms,
+                should_stop=control.should_stop,
+                on_chunk=progress,
+            )
             results.send(("done", partition, job.run().to_dict()))
 
     threads = [threading.Thread(target=runner, name=f"partition-slot-{i}") for i in range(max(1, slots))]

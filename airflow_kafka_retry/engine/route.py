@@ -95,8 +95,14 @@ class Router:
                 else:
                     item.delivered_partition, item.delivered_offset = msg.partition(), msg.offset()
 
-            self.producer.produce(destination.topic, value=item.source.value(), key=item.source.key(),
-                                  headers=item.headers, partition=partition, on_delivery=delivered)
+            self.producer.produce(
+                destination.topic,
+                value=item.source.value(),
+                key=item.source.key(),
+                headers=item.headers,
+                partition=partition,
+                on_delivery=delivered,
+            )
             self.producer.poll(0)
 
     def _commit_transactional(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
@@ -104,17 +110,23 @@ class Router:
         try:
             self.producer.begin_transaction()
             self._produce(routed, failures)
-            self.producer.send_offsets_to_transaction([source], self.consumer.consumer_group_metadata(),
-                                                      _TIMEOUT_S)
+            self.producer.send_offsets_to_transaction(
+                [source], self.consumer.consumer_group_metadata(), _TIMEOUT_S
+            )
             self.producer.commit_transaction(_TIMEOUT_S)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
             if error.code() == KafkaError._FATAL:
                 error = self._fatal_cause(error)  # produce() says only "fatal error": ask the transaction why
-            if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
-                raise FencedError(f"{where}: fenced by a newer run of the same partition; nothing committed") \
-                    from exc
+            if error.code() in (
+                KafkaError._FENCED,
+                KafkaError.PRODUCER_FENCED,
+                KafkaError.INVALID_PRODUCER_EPOCH,
+            ):
+                raise FencedError(
+                    f"{where}: fenced by a newer run of the same partition; nothing committed"
+                ) from exc
             if error.txn_requires_abort():
                 try:
                     self.producer.abort_transaction(_TIMEOUT_S)
@@ -139,10 +151,14 @@ class Router:
         self._produce(routed, failures)
         pending = self.producer.flush(_TIMEOUT_S)
         if pending or failures:
-            raise RouteError(f"{where}: {len(failures)} routed records failed and {pending} were not acknowledged; "
-                             f"offsets not committed ({'; '.join(failures[:3])})")
+            raise RouteError(
+                f"{where}: {len(failures)} routed records failed and {pending} were not acknowledged; "
+                f"offsets not committed ({'; '.join(failures[:3])})"
+            )
         try:
             self.consumer.commit(offsets=[source], asynchronous=False)
         except KafkaException as exc:
-            raise RouteError(f"{where}: routed records were delivered but the offset commit failed "
-                             f"({exc.args[0]}); the next run will route them again") from exc
+            raise RouteError(
+                f"{where}: routed records were delivered but the offset commit failed "
+                f"({exc.args[0]}); the next run will route them again"
+            ) from exc

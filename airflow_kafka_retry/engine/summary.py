@@ -39,8 +39,12 @@ class PartitionSummary:
     last_offset: int | None = None  # last drained record
     committed_offset: int | None = None  # what the run committed (next offset to read)
     stop_reason: str | None = None  # end | not_due | limit | stopped
-    stopped_by: str | None = None  # why a stopped partition stopped: killed, deadline, window_closed, max_run...
-    left: int | None = None  # records after the committed offset, up to the end seen by the run (None: unknown)
+    stopped_by: str | None = (
+        None  # why a stopped partition stopped: killed, deadline, window_closed, max_run...
+    )
+    left: int | None = (
+        None  # records after the committed offset, up to the end seen by the run (None: unknown)
+    )
     next_due_ms: int | None = None  # due time of the first record left for a later run
     drained: int = 0
     succeeded: int = 0
@@ -80,13 +84,27 @@ class PartitionSummary:
             if value is not None:
                 setattr(self, name, value)
         self.stop_reason, self.stopped_by, self.left, self.next_due_ms = (
-            later.stop_reason, later.stopped_by, later.left, later.next_due_ms)
-        for name in ("drained", "succeeded", "dropped", "handler_calls", "extra_handler_calls", "transactions",
-                     "dead_letters_truncated"):
+            later.stop_reason,
+            later.stopped_by,
+            later.left,
+            later.next_due_ms,
+        )
+        for name in (
+            "drained",
+            "succeeded",
+            "dropped",
+            "handler_calls",
+            "extra_handler_calls",
+            "transactions",
+            "dead_letters_truncated",
+        ):
             setattr(self, name, getattr(self, name) + getattr(later, name))
         self.duration_s = round(self.duration_s + later.duration_s, 3)
-        for mine, theirs in ((self.routed, later.routed), (self.dead_lettered, later.dead_lettered),
-                             (self.dlt_topics, later.dlt_topics)):
+        for mine, theirs in (
+            (self.routed, later.routed),
+            (self.dead_lettered, later.dead_lettered),
+            (self.dlt_topics, later.dlt_topics),
+        ):
             for key, count in theirs.items():
                 mine[key] = mine.get(key, 0) + count
         self.lateness_ms.merge(later.lateness_ms)
@@ -120,13 +138,21 @@ class RunSummary:
     started_ms: int
     finished_ms: int = 0
     partitions: list[PartitionSummary] = field(default_factory=list)
-    stopped: str | None = None  # why the run stopped early (killed, window_closed, max_run...); None: it did not
+    stopped: str | None = (
+        None  # why the run stopped early (killed, window_closed, max_run...); None: it did not
+    )
 
     def note_stops(self) -> None:
         """Set :attr:`stopped` from the partitions that were stopped (once they are all in)."""
         if self.stopped is None:
-            self.stopped = next((p.stopped_by for p in sorted(self.partitions, key=lambda p: p.partition)
-                                 if p.stop_reason == "stopped"), None)
+            self.stopped = next(
+                (
+                    p.stopped_by
+                    for p in sorted(self.partitions, key=lambda p: p.partition)
+                    if p.stop_reason == "stopped"
+                ),
+                None,
+            )
 
     def absorb(self, later: RunSummary, cap: int = DEFAULT_COORDINATE_CAP) -> None:
         """Add a later pass of the same run (``engine/follow.py``): partitions merged by number."""
@@ -195,8 +221,14 @@ class RunSummary:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunSummary:
         return cls(
-            topology=data["topology"], tier=data["tier"], topic=data["topic"], group=data["group"],
-            engine=data["engine"], cutoff_ms=data["cutoff_ms"], started_ms=data["started_ms"],
-            finished_ms=data["finished_ms"], stopped=data.get("stopped"),
+            topology=data["topology"],
+            tier=data["tier"],
+            topic=data["topic"],
+            group=data["group"],
+            engine=data["engine"],
+            cutoff_ms=data["cutoff_ms"],
+            started_ms=data["started_ms"],
+            finished_ms=data["finished_ms"],
+            stopped=data.get("stopped"),
             partitions=[PartitionSummary.from_dict(p) for p in data["partitions"]],
         )

@@ -40,8 +40,14 @@ class TimedHandler:
     :param max_abandoned: calls that may overrun before :class:`HandlerStuckError` stops the run.
     """
 
-    def __init__(self, handler: Callable[[list[Any]], object], timeout_s: float, *, name: str,
-                 max_abandoned: int = MAX_ABANDONED_CALLS) -> None:
+    def __init__(
+        self,
+        handler: Callable[[list[Any]], object],
+        timeout_s: float,
+        *,
+        name: str,
+        max_abandoned: int = MAX_ABANDONED_CALLS,
+    ) -> None:
         if timeout_s <= 0:
             raise ValueError(f"handler timeout must be > 0 seconds, got {timeout_s!r}")
         self.handler = handler
@@ -55,7 +61,8 @@ class TimedHandler:
             raise HandlerStuckError(
                 f"handler {self.name!r} overran handler_timeout ({self.timeout_s:g}s) {self.abandoned} times in "
                 f"this run; stopping the partition so that hung handler threads do not pile up (the chunk being "
-                f"handled is not committed; the next run goes on from the committed offset)")
+                f"handled is not committed; the next run goes on from the committed offset)"
+            )
         outcome: list[BaseException | None] = []
         finished = threading.Event()
         batch = list(records)
@@ -76,7 +83,8 @@ class TimedHandler:
             first = getattr(batch[0], "coordinates", "?") if batch else "?"
             raise HandlerTimeoutError(
                 f"handler {self.name!r} did not return within {self.timeout_s:g}s for a batch of {len(batch)} "
-                f"record(s) starting at {first}; its thread was abandoned")
+                f"record(s) starting at {first}; its thread was abandoned"
+            )
         error = outcome[0]
         if error is not None:
             raise error

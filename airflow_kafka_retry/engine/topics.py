@@ -24,8 +24,14 @@ def topology_topics(topology: Topology) -> list[str]:
     return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)] + parking
 
 
-def ensure_topics(topology: Topology, kafka_config: Mapping[str, Any], *, partitions: int,
-                  replication_factor: int = -1, timeout: float = 30.0) -> dict[str, str]:
+def ensure_topics(
+    topology: Topology,
+    kafka_config: Mapping[str, Any],
+    *,
+    partitions: int,
+    replication_factor: int = -1,
+    timeout: float = 30.0,
+) -> dict[str, str]:
     """Create the topology's missing topics; returns ``{topic: "created" | "exists"}``.
 
     Retry tiers and DLTs should have at least the main topic's partitions so records keep their
@@ -35,7 +41,9 @@ def ensure_topics(topology: Topology, kafka_config: Mapping[str, Any], *, partit
     existing = admin.list_topics(timeout=timeout).topics
     wanted = topology_topics(topology)
     result = {name: "exists" for name in wanted if name in existing}
-    created = _create(admin, [n for n in wanted if n not in existing], partitions, {}, replication_factor, timeout)
+    created = _create(
+        admin, [n for n in wanted if n not in existing], partitions, {}, replication_factor, timeout
+    )
     result.update(created)
     return {name: result[name] for name in wanted}
 
@@ -55,8 +63,9 @@ class TopicMismatchError(KafkaConfigError):
 
     def __init__(self, mismatches: list[TopicMismatch]) -> None:
         self.mismatches = mismatches
-        super().__init__("existing retry topics do not match the main topic: "
-                         + "; ".join(str(m) for m in mismatches))
+        super().__init__(
+            "existing retry topics do not match the main topic: " + "; ".join(str(m) for m in mismatches)
+        )
 
 
 @dataclass(frozen=True)
@@ -77,8 +86,10 @@ class TopicMismatch:
             why = "records cannot keep their partition"
         else:
             why = "a record the main topic accepts may be refused"
-        return (f"topic {self.topic!r} has {self.setting}={self.actual}, less than main topic "
-                f"{self.main_topic!r} ({self.required}): {why}")
+        return (
+            f"topic {self.topic!r} has {self.setting}={self.actual}, less than main topic "
+            f"{self.main_topic!r} ({self.required}): {why}"
+        )
 
 
 @dataclass
@@ -103,8 +114,13 @@ class TopicsReport:
         }
 
 
-def ensure_retry_topics(topology: Topology, kafka_config: Mapping[str, Any], *, replication_factor: int = -1,
-                        timeout: float = 30.0) -> TopicsReport:
+def ensure_retry_topics(
+    topology: Topology,
+    kafka_config: Mapping[str, Any],
+    *,
+    replication_factor: int = -1,
+    timeout: float = 30.0,
+) -> TopicsReport:
     """Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
 
     Each new topic gets the main topic's partition count and, when the main topic reports one, its
@@ -120,13 +136,16 @@ def ensure_retry_topics(topology: Topology, kafka_config: Mapping[str, Any], *, 
     if info is None or info.error is not None or not info.partitions:
         raise MainTopicMissingError(
             f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it first "
-            "(its partition count and max.message.bytes size the retry topics)")
+            "(its partition count and max.message.bytes size the retry topics)"
+        )
     partitions = len(info.partitions)
     wanted = topology_topics(topology)[1:]
     existing = [t for t in wanted if t in metadata and metadata[t].error is None]
     limits = _max_message_bytes(admin, [main, *existing], timeout)
     main_limit = limits.get(main)
-    report = TopicsReport(main_topic=main, partitions=partitions, max_message_bytes=main_limit, existing=existing)
+    report = TopicsReport(
+        main_topic=main, partitions=partitions, max_message_bytes=main_limit, existing=existing
+    )
     for topic in existing:
         count = len(metadata[topic].partitions)
         if count < partitions:
@@ -147,12 +166,20 @@ def _admin(kafka_config: Mapping[str, Any]) -> AdminClient:
     return AdminClient({k: v for k, v in kafka_config.items() if k != "group.id"})
 
 
-def _create(admin: AdminClient, names: list[str], partitions: int, config: Mapping[str, str],
-            replication_factor: int, timeout: float) -> dict[str, str]:
+def _create(
+    admin: AdminClient,
+    names: list[str],
+    partitions: int,
+    config: Mapping[str, str],
+    replication_factor: int,
+    timeout: float,
+) -> dict[str, str]:
     if not names:
         return {}
-    new = [NewTopic(n, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
-           for n in names]
+    new = [
+        NewTopic(n, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+        for n in names
+    ]
     result: dict[str, str] = {}
     for name, future in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
         try:
@@ -174,8 +201,9 @@ def _max_message_bytes(admin: AdminClient, topics: list[str], timeout: float) ->
         try:
             entries = future.result(timeout)
         except KafkaException as exc:
-            raise KafkaConfigError(f"cannot describe the configuration of topic {resource.name!r}: "
-                                   f"{exc.args[0].str()}") from exc
+            raise KafkaConfigError(
+                f"cannot describe the configuration of topic {resource.name!r}: {exc.args[0].str()}"
+            ) from exc
         entry = entries.get(MAX_MESSAGE_BYTES)
         value = getattr(entry, "value", None)
         if value is not None and str(value).strip().lstrip("-").isdigit():

@@ -72,9 +72,14 @@ class EventSettings:
     follow: timedelta | None = DEFAULT_FOLLOW
 
     def __post_init__(self) -> None:
-        if not isinstance(self.fire_ahead, timedelta) or not timedelta(0) <= self.fire_ahead <= MAX_FIRE_AHEAD:
-            raise ValueError(f"fire_ahead must be a timedelta from 0 to {MAX_FIRE_AHEAD.total_seconds():.0f}s, "
-                             f"got {self.fire_ahead!r}")
+        if (
+            not isinstance(self.fire_ahead, timedelta)
+            or not timedelta(0) <= self.fire_ahead <= MAX_FIRE_AHEAD
+        ):
+            raise ValueError(
+                f"fire_ahead must be a timedelta from 0 to {MAX_FIRE_AHEAD.total_seconds():.0f}s, "
+                f"got {self.fire_ahead!r}"
+            )
         if not isinstance(self.refire_after, timedelta) or self.refire_after <= timedelta(0):
             raise ValueError(f"refire_after must be a positive timedelta, got {self.refire_after!r}")
         if self.follow is not None and (not isinstance(self.follow, timedelta) or self.follow < timedelta(0)):
@@ -88,19 +93,40 @@ class EventSettings:
         return f"{zlib.crc32(dag_id.encode()) % 60} * * * *"
 
     def _timing(self) -> dict[str, float]:
-        return {"fire_ahead": self.fire_ahead.total_seconds(), "refire_after": self.refire_after.total_seconds()}
+        return {
+            "fire_ahead": self.fire_ahead.total_seconds(),
+            "refire_after": self.refire_after.total_seconds(),
+        }
 
-    def tier_asset(self, topic: str, group: str, *, dag_id: str, window: str | None, timezone: str | None,
-                   delay_ms: int, topology_topic: str, tier_index: int) -> Asset:
+    def tier_asset(
+        self,
+        topic: str,
+        group: str,
+        *,
+        dag_id: str,
+        window: str | None,
+        timezone: str | None,
+        delay_ms: int,
+        topology_topic: str,
+        tier_index: int,
+    ) -> Asset:
         """The due asset of a tier, watched by a ``TierDueEventTrigger`` (it believes due times up to a day
         plus the tier's delay ahead, as the drain does)."""
         from airflow.sdk import Asset, AssetWatcher
 
         from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger
 
-        trigger = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=self.kafka_conn_id,
-                                      window=window, timezone=timezone, due_horizon_ms=MAX_BACKOFF_MS + delay_ms,
-                                      topology_topic=topology_topic, tier_index=tier_index, **self._timing())
+        trigger = TierDueEventTrigger(
+            topic=topic,
+            consumer_group=group,
+            kafka_conn_id=self.kafka_conn_id,
+            window=window,
+            timezone=timezone,
+            due_horizon_ms=MAX_BACKOFF_MS + delay_ms,
+            topology_topic=topology_topic,
+            tier_index=tier_index,
+            **self._timing(),
+        )
         uri = due_asset_uri(self.kafka_conn_id, topic)
         return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.due", trigger=trigger)])
 
@@ -110,7 +136,10 @@ class EventSettings:
 
         from airflow_kafka_retry.triggers.tier_events import DltArrivalEventTrigger
 
-        trigger = DltArrivalEventTrigger(topics=list(dlts), consumer_group=group, kafka_conn_id=self.kafka_conn_id,
-                                         **self._timing())
+        trigger = DltArrivalEventTrigger(
+            topics=list(dlts), consumer_group=group, kafka_conn_id=self.kafka_conn_id, **self._timing()
+        )
         uri = dead_letter_asset_uri(self.kafka_conn_id, main_topic)
-        return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.dead_letters", trigger=trigger)])
+        return Asset(
+            name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.dead_letters", trigger=trigger)]
+        )

@@ -54,8 +54,13 @@ class TierSettings:
         return self.schedule if isinstance(self.schedule, timedelta) else None
 
 
-def check_overrides(topology: Topology, overrides: Mapping[str, Mapping[str, Any]] | None, *,
-                    tiers: list[Tier], watch_topic: str | None) -> dict[str, dict[str, Any]]:
+def check_overrides(
+    topology: Topology,
+    overrides: Mapping[str, Mapping[str, Any]] | None,
+    *,
+    tiers: list[Tier],
+    watch_topic: str | None,
+) -> dict[str, dict[str, Any]]:
     """Validate ``overrides`` against the tiers that get a DAG; returns them as plain dicts keyed by topic.
 
     :param tiers: the tiers that get a DAG (retry tiers, and the main topic with ``include_main``).
@@ -64,7 +69,9 @@ def check_overrides(topology: Topology, overrides: Mapping[str, Mapping[str, Any
     if overrides is None:
         return {}
     if not isinstance(overrides, Mapping):
-        raise TypeError(f"tier_overrides must map tier topic names to settings, got {type(overrides).__name__}")
+        raise TypeError(
+            f"tier_overrides must map tier topic names to settings, got {type(overrides).__name__}"
+        )
     by_topic = {t.topic: t for t in tiers}
     checked: dict[str, dict[str, Any]] = {}
     for name, settings in overrides.items():
@@ -77,11 +84,13 @@ def check_overrides(topology: Topology, overrides: Mapping[str, Mapping[str, Any
             hint = ""
             if name == topology.topic:
                 hint = " (the main topic gets a DAG only with include_main=True)"
-            raise TierOverrideError(str(name), None, f"no DAG is built for this topic{hint}; "
-                                                    f"tiers with a DAG: {', '.join(known)}")
+            raise TierOverrideError(
+                str(name), None, f"no DAG is built for this topic{hint}; tiers with a DAG: {', '.join(known)}"
+            )
         if not isinstance(settings, Mapping):
-            raise TierOverrideError(name, None, f"must be a mapping of {', '.join(allowed)}, "
-                                                f"got {type(settings).__name__}")
+            raise TierOverrideError(
+                name, None, f"must be a mapping of {', '.join(allowed)}, got {type(settings).__name__}"
+            )
         for key in settings:
             if key not in allowed:
                 raise TierOverrideError(name, str(key), f"unknown key; known keys: {', '.join(allowed)}")
@@ -98,23 +107,35 @@ def check_overrides(topology: Topology, overrides: Mapping[str, Mapping[str, Any
     return checked
 
 
-def tier_settings(tier: Tier, override: Mapping[str, Any], *, min_schedule: timedelta,
-                  default: Any = None) -> TierSettings:
+def tier_settings(
+    tier: Tier, override: Mapping[str, Any], *, min_schedule: timedelta, default: Any = None
+) -> TierSettings:
     """The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay;
     a timedelta floored at ``min_schedule``."""
-    schedule = override.get("schedule", default if default is not None else timedelta(milliseconds=tier.delay_ms))
+    schedule = override.get(
+        "schedule", default if default is not None else timedelta(milliseconds=tier.delay_ms)
+    )
     schedule = floor_schedule(tier.topic, schedule, min_schedule)
     max_run = override.get("max_run")
-    return TierSettings(schedule=schedule, window=override.get("window"), timezone=override.get("timezone"),
-                        max_run=_max_run(tier.topic, max_run) if max_run is not None else None)
+    return TierSettings(
+        schedule=schedule,
+        window=override.get("window"),
+        timezone=override.get("timezone"),
+        max_run=_max_run(tier.topic, max_run) if max_run is not None else None,
+    )
 
 
 def floor_schedule(topic: str, schedule: Any, min_schedule: timedelta) -> Any:
     """A ``timedelta`` schedule shorter than ``min_schedule`` is raised to it, with a warning."""
     if isinstance(schedule, timedelta) and schedule < min_schedule:
-        log.warning("tier %s: schedule %s is shorter than min_schedule %s; scheduling it every %s "
-                    "(the due check still keeps every record until its due time)", topic, schedule,
-                    min_schedule, min_schedule)
+        log.warning(
+            "tier %s: schedule %s is shorter than min_schedule %s; scheduling it every %s "
+            "(the due check still keeps every record until its due time)",
+            topic,
+            schedule,
+            min_schedule,
+            min_schedule,
+        )
         return min_schedule
     return schedule
 
@@ -125,8 +146,9 @@ def _check_timezone(tier: str, value: object) -> None:
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise TierOverrideError(tier, "timezone", f"{value!r} is not a known IANA time zone "
-                                                  "(e.g. 'Europe/Berlin', 'UTC')") from None
+        raise TierOverrideError(
+            tier, "timezone", f"{value!r} is not a known IANA time zone (e.g. 'Europe/Berlin', 'UTC')"
+        ) from None
 
 
 def check_schedule(tier: str, value: object, timezone: str | None) -> None:
@@ -140,11 +162,15 @@ def check_schedule(tier: str, value: object, timezone: str | None) -> None:
         try:
             CronTriggerTimetable(value, timezone=timezone or "UTC").validate()
         except Exception as exc:  # noqa: BLE001 - Airflow raises several types for a bad cron expression
-            raise TierOverrideError(tier, "schedule", f"{value!r} is not a valid cron expression: {exc}") from None
+            raise TierOverrideError(
+                tier, "schedule", f"{value!r} is not a valid cron expression: {exc}"
+            ) from None
         return
     if _is_timetable(value):
         return
-    raise TierOverrideError(tier, "schedule", f"must be a cron string, a timedelta or a timetable, got {value!r}")
+    raise TierOverrideError(
+        tier, "schedule", f"must be a cron string, a timedelta or a timetable, got {value!r}"
+    )
 
 
 def _is_timetable(value: object) -> bool:

@@ -16,45 +16,99 @@ from airflow_kafka_retry.policy.topology import Topology, load_topology
 
 #: The task id of the replay (the UI, docs and tests rely on it).
 TASK_ID = "replay_dlt"
-_FILTERS = ("dlt", "exception", "original_topic", "since", "until", "key", "partition", "offsets", "limit", "to",
-            "transform", "dry_run", "replay_id")
+_FILTERS = (
+    "dlt",
+    "exception",
+    "original_topic",
+    "since",
+    "until",
+    "key",
+    "partition",
+    "offsets",
+    "limit",
+    "to",
+    "transform",
+    "dry_run",
+    "replay_id",
+)
 
 
-def replay_params(topology: Topology, transforms: Mapping[str, str] | None = None,
-                  allowed_targets: Sequence[str] = ()) -> dict[str, Param]:
+def replay_params(
+    topology: Topology, transforms: Mapping[str, str] | None = None, allowed_targets: Sequence[str] = ()
+) -> dict[str, Param]:
     """The trigger form: filters, target, transform (a name the DAG allows), ``dry_run`` (on), replay id."""
     text = ["null", "string"]
     names = sorted(transforms or {})
     own = [t.topic for t in topology.tiers]
     targets = own + [t for t in allowed_targets if t not in own]
     return {
-        "dry_run": Param(True, type="boolean", title="Dry run",
-                         description="Only list what would move, and where (task log and XCom). Untick to move."),
-        "dlt": Param(None, type=text, title="DLT or parking topic", examples=source_topics(topology),
-                     description=f"Default: {topology.dlt_topic}. 'parking' for {topology.parking_topic}."),
-        "exception": Param(None, type=text, title="Exception class",
-                           description="Dotted class name; subclasses match where the class is already "
-                                       "loaded by the worker. Comma-separated for several "
-                                       "(e.g. myapp.errors.InvalidOrder)."),
+        "dry_run": Param(
+            True,
+            type="boolean",
+            title="Dry run",
+            description="Only list what would move, and where (task log and XCom). Untick to move.",
+        ),
+        "dlt": Param(
+            None,
+            type=text,
+            title="DLT or parking topic",
+            examples=source_topics(topology),
+            description=f"Default: {topology.dlt_topic}. 'parking' for {topology.parking_topic}.",
+        ),
+        "exception": Param(
+            None,
+            type=text,
+            title="Exception class",
+            description="Dotted class name; subclasses match where the class is already "
+            "loaded by the worker. Comma-separated for several "
+            "(e.g. myapp.errors.InvalidOrder).",
+        ),
         "original_topic": Param(None, type=text, title="Original topic", examples=[topology.topic]),
-        "since": Param(None, type=text, title="Failed since",
-                       description="Epoch ms, ISO-8601 time (UTC unless it has an offset) or a duration ago (2h)."),
+        "since": Param(
+            None,
+            type=text,
+            title="Failed since",
+            description="Epoch ms, ISO-8601 time (UTC unless it has an offset) or a duration ago (2h).",
+        ),
         "until": Param(None, type=text, title="Failed until", description="Same forms as 'Failed since'."),
         "key": Param(None, type=text, title="Record key", description="UTF-8 key of the records to replay."),
         "partition": Param(None, type=text, title="DLT partitions", description="e.g. 0 or 0,2"),
         "offsets": Param(None, type=text, title="DLT offsets", description="A-B (inclusive), A- or A."),
-        "limit": Param(None, type=["null", "integer"], minimum=1, title="Limit",
-                       description="At most this many records, oldest first."),
-        "to": Param(None, type=text, title="Target", examples=["main", "first-tier", *targets],
-                    description="main, first-tier or one of: " + ", ".join(targets)
-                                + ". Default: each record's original topic (it must be one of those too)."),
-        "transform": Param(None, type=text, title="Transform", enum=[None, *names],
-                           description=("One of the transforms this DAG allows: " + ", ".join(names)
-                                        if names else "This DAG allows no transform.")
-                                       + " It gets each record and returns it edited, or None to leave it "
-                                         "out."),
-        "replay_id": Param(None, type=text, title="Replay id",
-                           description="Default: derived from the run. Give the id of a stopped replay to finish it."),
+        "limit": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            title="Limit",
+            description="At most this many records, oldest first.",
+        ),
+        "to": Param(
+            None,
+            type=text,
+            title="Target",
+            examples=["main", "first-tier", *targets],
+            description="main, first-tier or one of: "
+            + ", ".join(targets)
+            + ". Default: each record's original topic (it must be one of those too).",
+        ),
+        "transform": Param(
+            None,
+            type=text,
+            title="Transform",
+            enum=[None, *names],
+            description=(
+                "One of the transforms this DAG allows: " + ", ".join(names)
+                if names
+                else "This DAG allows no transform."
+            )
+            + " It gets each record and returns it edited, or None to leave it "
+            "out.",
+        ),
+        "replay_id": Param(
+            None,
+            type=text,
+            title="Replay id",
+            description="Default: derived from the run. Give the id of a stopped replay to finish it.",
+        ),
     }
 
 
@@ -63,8 +117,10 @@ def check_transforms(transforms: Mapping[str, str] | None) -> dict[str, str]:
     checked: dict[str, str] = {}
     for name, path in (transforms or {}).items():
         if not isinstance(name, str) or not name.strip() or ":" in name:
-            raise UserCodeError(f"transforms: {name!r} is not a transform name (use a short name such as "
-                                "'fix_currency', mapped to 'package.module:function')")
+            raise UserCodeError(
+                f"transforms: {name!r} is not a transform name (use a short name such as "
+                "'fix_currency', mapped to 'package.module:function')"
+            )
         module, sep, function = str(path).partition(":")
         if not sep or not module or not function:
             raise UserCodeError(f"transforms[{name!r}] = {path!r} must be given as 'package.module:function'")
@@ -72,9 +128,15 @@ def check_transforms(transforms: Mapping[str, str] | None) -> dict[str, str]:
     return checked
 
 
-def build_dlt_replay_dag(topology: str | Path | Topology, *, kafka_conn_id: str = "kafka_default",
-                         dag_id: str | None = None, transforms: Mapping[str, str] | None = None,
-                         allowed_targets: Sequence[str] = (), **dag_kwargs: Any) -> DAG:
+def build_dlt_replay_dag(
+    topology: str | Path | Topology,
+    *,
+    kafka_conn_id: str = "kafka_default",
+    dag_id: str | None = None,
+    transforms: Mapping[str, str] | None = None,
+    allowed_targets: Sequence[str] = (),
+    **dag_kwargs: Any,
+) -> DAG:
     """A DAG with one :class:`ReplayDltOperator` task (``replay_dlt``), triggered by hand with a form.
 
     Whoever may trigger the DAG picks filters, a target and a transform in the form; the code a
@@ -103,12 +165,18 @@ def build_dlt_replay_dag(topology: str | Path | Topology, *, kafka_conn_id: str 
         "tags": ["kafka-retry", "dlt"],
         "render_template_as_native_obj": True,
         "doc_md": f"Replay records of the dead-letter topics of `{model.topic}` (retry topology "
-                  f"`{model.source}`). Trigger with the form: a dry run (the default) lists what would move in "
-                  f"the task log and XCom; untick *Dry run* to move the records, each exactly once.",
+        f"`{model.source}`). Trigger with the form: a dry run (the default) lists what would move in "
+        f"the task log and XCom; untick *Dry run* to move the records, each exactly once.",
         **dag_kwargs,
     }
     settings["params"] = {**replay_params(model, allowed, targets), **dag_kwargs.get("params", {})}
     with DAG(dag_id or f"kafka_dlt_replay__{model.topic}", **settings) as dag:
-        ReplayDltOperator(task_id=TASK_ID, topology=path, kafka_conn_id=kafka_conn_id, transforms=allowed,
-                          allowed_targets=targets, **{name: f"{{{{ params.{name} }}}}" for name in _FILTERS})
+        ReplayDltOperator(
+            task_id=TASK_ID,
+            topology=path,
+            kafka_conn_id=kafka_conn_id,
+            transforms=allowed,
+            allowed_targets=targets,
+            **{name: f"{{{{ params.{name} }}}}" for name in _FILTERS},
+        )
     return dag

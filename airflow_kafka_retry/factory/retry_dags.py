@@ -142,17 +142,23 @@ def build_retry_dags(
         if key in dag_kwargs:
             raise ValueError(f"build_retry_dags sets {key} of each DAG itself; use {instead}")
     if dag_kwargs.get("max_active_runs", 1) != 1:
-        raise ValueError("max_active_runs must be 1: two runs of one tier would drain the same partitions "
-                         "and fence each other")
+        raise ValueError(
+            "max_active_runs must be 1: two runs of one tier would drain the same partitions "
+            "and fence each other"
+        )
     if not isinstance(min_schedule, timedelta) or min_schedule <= timedelta(0):
         raise ValueError(f"min_schedule must be a positive timedelta, got {min_schedule!r}")
     if trigger not in TRIGGERS:
         raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
     events = None
     if trigger == "event":
-        events = EventSettings(kafka_conn_id, sweep=check_sweep(sweep) if sweep is not None else None,
-                               fire_ahead=fire_ahead,
-                               refire_after=refire_after, follow=follow)
+        events = EventSettings(
+            kafka_conn_id,
+            sweep=check_sweep(sweep) if sweep is not None else None,
+            fire_ahead=fire_ahead,
+            refire_after=refire_after,
+            follow=follow,
+        )
     notifiers = normalize_notifiers(on_dlt)
     tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
     watch_topic = loaded.dlt_topic if dlt_watch else None
@@ -163,14 +169,30 @@ def build_retry_dags(
     def sweep_of(topic: str) -> Any:
         return events.sweep_for(dag_id_template.format(topic=topic)) if events is not None else None
 
-    settings = {t.topic: tier_settings(t, overrides.get(t.topic, {}), min_schedule=min_schedule,
-                                       default=sweep_of(t.topic)) for t in tiers}
+    settings = {
+        t.topic: tier_settings(
+            t, overrides.get(t.topic, {}), min_schedule=min_schedule, default=sweep_of(t.topic)
+        )
+        for t in tiers
+    }
     for tier in tiers:
         dag = _tier_dag(
-            path, loaded, tier, settings[tier.topic], dag_id=dag_id_template.format(topic=tier.topic),
-            engine=engine, handler=handler, kafka_conn_id=kafka_conn_id, value_deserializer=value_deserializer,
-            on_dlt=notifiers, options=options, spark_conn_id=spark_conn_id, asset_server=asset_server,
-            events=events, dag_kwargs=dag_kwargs)
+            path,
+            loaded,
+            tier,
+            settings[tier.topic],
+            dag_id=dag_id_template.format(topic=tier.topic),
+            engine=engine,
+            handler=handler,
+            kafka_conn_id=kafka_conn_id,
+            value_deserializer=value_deserializer,
+            on_dlt=notifiers,
+            options=options,
+            spark_conn_id=spark_conn_id,
+            asset_server=asset_server,
+            events=events,
+            dag_kwargs=dag_kwargs,
+        )
         dags[dag.dag_id] = dag
     if watch_topic is not None:
         if events is not None:
@@ -178,15 +200,30 @@ def build_retry_dags(
         else:
             intervals = [s.interval for s in settings.values() if s.interval is not None]
             default = min(intervals) if intervals else min_schedule
-        schedule = floor_schedule(watch_topic, overrides.get(watch_topic, {}).get("schedule", default), min_schedule)
-        dag = _watch_dag(path, loaded, dag_id=dag_id_template.format(topic=watch_topic), schedule=schedule,
-                         kafka_conn_id=kafka_conn_id, on_dlt=notifiers, events=events, dag_kwargs=dag_kwargs)
+        schedule = floor_schedule(
+            watch_topic, overrides.get(watch_topic, {}).get("schedule", default), min_schedule
+        )
+        dag = _watch_dag(
+            path,
+            loaded,
+            dag_id=dag_id_template.format(topic=watch_topic),
+            schedule=schedule,
+            kafka_conn_id=kafka_conn_id,
+            on_dlt=notifiers,
+            events=events,
+            dag_kwargs=dag_kwargs,
+        )
         dags[dag.dag_id] = dag
     elif dlt_watch:
         log.info("%s: no DLT (dlt_strategy: no_dlt), so no DLT-watch DAG", loaded.source)
     if events is not None:
-        dag = _setup_dag(path, loaded, dag_id=dag_id_template.format(topic=loaded.topic) + SETUP_SUFFIX,
-                         kafka_conn_id=kafka_conn_id, dag_kwargs=dag_kwargs)
+        dag = _setup_dag(
+            path,
+            loaded,
+            dag_id=dag_id_template.format(topic=loaded.topic) + SETUP_SUFFIX,
+            kafka_conn_id=kafka_conn_id,
+            dag_kwargs=dag_kwargs,
+        )
         dags[dag.dag_id] = dag
     return dags
 
@@ -195,16 +232,25 @@ def _topology(topology: str | Path | Topology) -> tuple[str, Topology]:
     """The topology's file path (what tasks and Spark drivers load) and the topology itself."""
     if isinstance(topology, Topology):
         if not Path(topology.source).is_file():
-            raise ValueError(f"build_retry_dags needs the topology's YAML file: every task (and a Spark driver) "
-                             f"loads it, but this Topology came from {topology.source!r}; pass the file's path")
+            raise ValueError(
+                f"build_retry_dags needs the topology's YAML file: every task (and a Spark driver) "
+                f"loads it, but this Topology came from {topology.source!r}; pass the file's path"
+            )
         return topology.source, topology
     if not isinstance(topology, (str, Path)):
         raise TypeError(f"topology must be a YAML file path or a Topology, got {type(topology).__name__}")
     return str(topology), load_topology(topology)
 
 
-def _dag(dag_id: str, schedule: Any, description: str, dag_kwargs: Mapping[str, Any], *,
-         timezone_name: str | None = None, watched: Asset | None = None) -> DAG:
+def _dag(
+    dag_id: str,
+    schedule: Any,
+    description: str,
+    dag_kwargs: Mapping[str, Any],
+    *,
+    timezone_name: str | None = None,
+    watched: Asset | None = None,
+) -> DAG:
     """A DAG of the factory; with ``watched``, scheduled on that asset or ``schedule`` (a sweep)."""
     kwargs = dict(dag_kwargs)
     if watched is None:  # an event-driven DAG has none: its sweep does not run at once when first deployed
@@ -222,27 +268,59 @@ def _dag(dag_id: str, schedule: Any, description: str, dag_kwargs: Mapping[str, 
     return DAG(dag_id=dag_id, schedule=schedule, **kwargs)
 
 
-def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings, *, dag_id: str, engine: str,
-              handler: str, kafka_conn_id: str, value_deserializer: str | None, on_dlt: tuple, options: Any,
-              spark_conn_id: str, asset_server: str | None, events: EventSettings | None,
-              dag_kwargs: Mapping[str, Any]) -> DAG:
+def _tier_dag(
+    path: str,
+    topology: Topology,
+    tier: Tier,
+    settings: TierSettings,
+    *,
+    dag_id: str,
+    engine: str,
+    handler: str,
+    kafka_conn_id: str,
+    value_deserializer: str | None,
+    on_dlt: tuple,
+    options: Any,
+    spark_conn_id: str,
+    asset_server: str | None,
+    events: EventSettings | None,
+    dag_kwargs: Mapping[str, Any],
+) -> DAG:
     what = "main topic" if tier.kind == "main" else f"retry tier {tier.index}"
     description = f"Kafka retry: drain due records of {tier.topic} ({what} of {topology.topic})"
     watched = None
     if events is not None:
-        watched = events.tier_asset(tier.topic, topology.consumer_group(tier), dag_id=dag_id, window=settings.window,
-                                    timezone=settings.timezone, delay_ms=tier.delay_ms,
-                                    topology_topic=topology.topic, tier_index=tier.index)
-    with _dag(dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone,
-              watched=watched) as dag:
+        watched = events.tier_asset(
+            tier.topic,
+            topology.consumer_group(tier),
+            dag_id=dag_id,
+            window=settings.window,
+            timezone=settings.timezone,
+            delay_ms=tier.delay_ms,
+            topology_topic=topology.topic,
+            tier_index=tier.index,
+        )
+    with _dag(
+        dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone, watched=watched
+    ) as dag:
         common: dict[str, Any] = {
-            "task_id": "reprocess", "topology": path, "tier": tier.index, "handler": handler,
-            "value_deserializer": value_deserializer, "kafka_conn_id": kafka_conn_id, "options": options,
+            "task_id": "reprocess",
+            "topology": path,
+            "tier": tier.index,
+            "handler": handler,
+            "value_deserializer": value_deserializer,
+            "kafka_conn_id": kafka_conn_id,
+            "options": options,
             "cutoff": CUTOFF_NOW if events is not None else CUTOFF_RENDERED_NOW,
         }
-        optional = {"on_dlt": on_dlt, "window": settings.window, "timezone": settings.timezone,
-                    "max_run": settings.max_run, "asset_server": asset_server,
-                    "skip_missing_topic": events is not None}
+        optional = {
+            "on_dlt": on_dlt,
+            "window": settings.window,
+            "timezone": settings.timezone,
+            "max_run": settings.max_run,
+            "asset_server": asset_server,
+            "skip_missing_topic": events is not None,
+        }
         common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
         if engine == "spark":
             from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
@@ -257,32 +335,57 @@ def _tier_dag(path: str, topology: Topology, tier: Tier, settings: TierSettings,
             from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
             from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
 
-            ensure = EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id)
-            wait = RetryTierDueSensor(task_id="wait_for_due", topology=path, tier=tier.index,
-                                      kafka_conn_id=kafka_conn_id, window=settings.window,
-                                      timezone=settings.timezone, max_wait=settings.interval, deferrable=True)
+            ensure = EnsureRetryTopicsOperator(
+                task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id
+            )
+            wait = RetryTierDueSensor(
+                task_id="wait_for_due",
+                topology=path,
+                tier=tier.index,
+                kafka_conn_id=kafka_conn_id,
+                window=settings.window,
+                timezone=settings.timezone,
+                max_wait=settings.interval,
+                deferrable=True,
+            )
             ensure >> wait >> reprocess
     return dag
 
 
-def _watch_dag(path: str, topology: Topology, *, dag_id: str, schedule: Any, kafka_conn_id: str,
-               on_dlt: tuple, events: EventSettings | None, dag_kwargs: Mapping[str, Any]) -> DAG:
+def _watch_dag(
+    path: str,
+    topology: Topology,
+    *,
+    dag_id: str,
+    schedule: Any,
+    kafka_conn_id: str,
+    on_dlt: tuple,
+    events: EventSettings | None,
+    dag_kwargs: Mapping[str, Any],
+) -> DAG:
     from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, DltWatchOperator
 
     dlts = [t.topic for t in topology.dlt_tiers]
     description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({', '.join(dlts)})"
     watched = None
     if events is not None:
-        watched = events.dlt_asset(topology.topic, dlts, WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
-                                   dag_id=dag_id)
+        watched = events.dlt_asset(
+            topology.topic, dlts, WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id), dag_id=dag_id
+        )
     with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
-        DltWatchOperator(task_id=WATCH_TASK_ID, topology=path, kafka_conn_id=kafka_conn_id, on_dlt=on_dlt,
-                         skip_missing_topics=events is not None)
+        DltWatchOperator(
+            task_id=WATCH_TASK_ID,
+            topology=path,
+            kafka_conn_id=kafka_conn_id,
+            on_dlt=on_dlt,
+            skip_missing_topics=events is not None,
+        )
     return dag
 
 
-def _setup_dag(path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str,
-               dag_kwargs: Mapping[str, Any]) -> DAG:
+def _setup_dag(
+    path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str, dag_kwargs: Mapping[str, Any]
+) -> DAG:
     """Event mode: create the topology's missing topics once (the tier DAGs do not at every run)."""
     from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
 
@@ -290,6 +393,11 @@ def _setup_dag(path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str
     retries = max(SETUP_RETRIES, dict(dag_kwargs.get("default_args") or {}).get("retries") or 0)
     with _dag(dag_id, "@once", description, dag_kwargs) as dag:
         # it runs once: it gets retries of its own (creating missing topics is idempotent)
-        EnsureRetryTopicsOperator(task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id,
-                                  retries=retries, retry_delay=SETUP_RETRY_DELAY)
+        EnsureRetryTopicsOperator(
+            task_id="ensure_topics",
+            topology=path,
+            kafka_conn_id=kafka_conn_id,
+            retries=retries,
+            retry_delay=SETUP_RETRY_DELAY,
+        )
     return dag

@@ -52,8 +52,9 @@ def _with_stripped_subprocess(function: Callable[..., Any]) -> Callable[..., Any
     follows the installed provider version; only this hook's instances use it.
     """
     namespace = {**vars(provider_hook), "subprocess": _StrippedSubprocess()}
-    copy = types.FunctionType(function.__code__, namespace, function.__name__, function.__defaults__,
-                              function.__closure__)
+    copy = types.FunctionType(
+        function.__code__, namespace, function.__name__, function.__defaults__, function.__closure__
+    )
     copy.__kwdefaults__ = function.__kwdefaults__
     copy.__doc__ = function.__doc__
     copy.__qualname__ = function.__qualname__
@@ -117,10 +118,15 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
         """
         if not self.uploads:
             return []
-        waited = str(self._conf.get("spark.kubernetes.submission.waitAppCompletion", "true")).lower() != "false"
+        waited = (
+            str(self._conf.get("spark.kubernetes.submission.waitAppCompletion", "true")).lower() != "false"
+        )
         if not waited and not self._should_track_driver_via_k8s_api():
-            self.log.warning("spark-submit did not wait for the application to end: the uploaded copies %s stay; "
-                             "delete them once it has", sorted(self.uploads.values()))
+            self.log.warning(
+                "spark-submit did not wait for the application to end: the uploaded copies %s stay; "
+                "delete them once it has",
+                sorted(self.uploads.values()),
+            )
             return []
         return delete_uploads(self.uploads, workdir)
 

@@ -18,18 +18,24 @@ SUMMARY_KEY = "kafka_retry_summary"
 Notifier = Callable[[Any], Any]
 
 
-def normalize_notifiers(value: Notifier | Sequence[Notifier] | None, *, field: str = "on_dlt") -> tuple[Notifier, ...]:
+def normalize_notifiers(
+    value: Notifier | Sequence[Notifier] | None, *, field: str = "on_dlt"
+) -> tuple[Notifier, ...]:
     """``None``, one notifier or a sequence of them, as a tuple; anything not callable is refused by position."""
     if value is None:
         return ()
     items = [value] if callable(value) else value
     if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Sequence):
-        raise TypeError(f"{field} must be a notifier (a BaseNotifier or a callable f(context)) or a list of them, "
-                        f"got {type(value).__name__}")
+        raise TypeError(
+            f"{field} must be a notifier (a BaseNotifier or a callable f(context)) or a list of them, "
+            f"got {type(value).__name__}"
+        )
     for i, item in enumerate(items):
         if not callable(item):
-            raise TypeError(f"{field}[{i}] is a {type(item).__name__}, not a notifier: pass a BaseNotifier "
-                            "instance (e.g. SlackNotifier(...)) or a callable f(context)")
+            raise TypeError(
+                f"{field}[{i}] is a {type(item).__name__}, not a notifier: pass a BaseNotifier "
+                "instance (e.g. SlackNotifier(...)) or a callable f(context)"
+            )
     return tuple(items)
 
 
@@ -37,7 +43,9 @@ def notifier_name(notifier: Notifier) -> str:
     return getattr(notifier, "__qualname__", None) or type(notifier).__name__
 
 
-def notify_dlt(notifiers: Sequence[Notifier], context: MutableMapping[str, Any], summary: Mapping[str, Any]) -> int:
+def notify_dlt(
+    notifiers: Sequence[Notifier], context: MutableMapping[str, Any], summary: Mapping[str, Any]
+) -> int:
     """Put ``summary`` in ``context["kafka_retry_summary"]`` and call every notifier once.
 
     Returns how many notifiers returned without raising; the others are logged with their error.

@@ -19,8 +19,13 @@ DEFAULT_MESSAGE = (
     "{% if t.get('dropped') %}, {{ t.dropped }} dropped{% endif %}; by exception: "
     "{{ t.get('dead_lettered', {}) | tojson }} (DAG {{ ti.dag_id }}, task {{ ti.task_id }}, run {{ run_id }})"
 )
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR,
-          "critical": logging.CRITICAL}
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
 
 
 class DltLogNotifier(BaseNotifier):

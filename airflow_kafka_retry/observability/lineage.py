@@ -51,9 +51,14 @@ def _inputs(server: str, counts: Mapping[str, int | None]) -> list[Any]:
         InputStatisticsInputDatasetFacet as Statistics,
     )
 
-    return [InputDataset(namespace=kafka_namespace(server), name=topic,
-                         inputFacets={} if n is None else {"inputStatistics": Statistics(rowCount=n)})
-            for topic, n in counts.items()]
+    return [
+        InputDataset(
+            namespace=kafka_namespace(server),
+            name=topic,
+            inputFacets={} if n is None else {"inputStatistics": Statistics(rowCount=n)},
+        )
+        for topic, n in counts.items()
+    ]
 
 
 def _outputs(server: str, counts: Mapping[str, int | None]) -> list[Any]:
@@ -62,9 +67,14 @@ def _outputs(server: str, counts: Mapping[str, int | None]) -> list[Any]:
         OutputStatisticsOutputDatasetFacet as Statistics,
     )
 
-    return [OutputDataset(namespace=kafka_namespace(server), name=topic,
-                          outputFacets={} if n is None else {"outputStatistics": Statistics(rowCount=n)})
-            for topic, n in counts.items()]
+    return [
+        OutputDataset(
+            namespace=kafka_namespace(server),
+            name=topic,
+            outputFacets={} if n is None else {"outputStatistics": Statistics(rowCount=n)},
+        )
+        for topic, n in counts.items()
+    ]
 
 
 def _lineage(inputs: list[Any], outputs: list[Any], facet: dict[str, Any] | None) -> OperatorLineage:
@@ -76,20 +86,31 @@ def _lineage(inputs: list[Any], outputs: list[Any], facet: dict[str, Any] | None
     return OperatorLineage(inputs=inputs, outputs=outputs, run_facets=run_facets)
 
 
-def tier_run_lineage(topology: Topology, tier: Tier, server: str,
-                     document: Mapping[str, Any] | None = None) -> OperatorLineage:
+def tier_run_lineage(
+    topology: Topology, tier: Tier, server: str, document: Mapping[str, Any] | None = None
+) -> OperatorLineage:
     """A tier run: its tier topic in, every destination out; with counts once ``document`` (the run summary)
     is known."""
     destinations = topology.destinations_from(tier)
     if document is None:
-        return _lineage(_inputs(server, {tier.topic: None}), _outputs(server, dict.fromkeys(destinations)),
-                        None)
+        return _lineage(
+            _inputs(server, {tier.topic: None}), _outputs(server, dict.fromkeys(destinations)), None
+        )
     totals = document["totals"]
     routed = totals["routed"]
-    facet = {"kind": "tier_run", "status": document["status"], "topic": tier.topic, "tier": tier.index,
-             "stopped": document.get("stopped"), "totals": dict(totals)}
-    return _lineage(_inputs(server, {tier.topic: totals["drained"]}),
-                    _outputs(server, {topic: routed.get(topic, 0) for topic in destinations}), facet)
+    facet = {
+        "kind": "tier_run",
+        "status": document["status"],
+        "topic": tier.topic,
+        "tier": tier.index,
+        "stopped": document.get("stopped"),
+        "totals": dict(totals),
+    }
+    return _lineage(
+        _inputs(server, {tier.topic: totals["drained"]}),
+        _outputs(server, {topic: routed.get(topic, 0) for topic in destinations}),
+        facet,
+    )
 
 
 def replay_lineage(source: str, server: str, document: Mapping[str, Any] | None = None) -> OperatorLineage:
@@ -98,16 +119,27 @@ def replay_lineage(source: str, server: str, document: Mapping[str, Any] | None 
         return _lineage(_inputs(server, {source: None}), [], None)
     dry_run = bool(document.get("dry_run"))
     targets = {} if dry_run else dict(document.get("targets") or {})
-    counts = ("dry_run", "scanned", "matched", "already_replayed", "moved_before", "left_out", "beyond_limit",
-              "selected", "moved", "transactions")
+    counts = (
+        "dry_run",
+        "scanned",
+        "matched",
+        "already_replayed",
+        "moved_before",
+        "left_out",
+        "beyond_limit",
+        "selected",
+        "moved",
+        "transactions",
+    )
     totals = {k: document.get(k) for k in counts}
     totals["targets"] = dict(document.get("targets") or {})
     facet = {"kind": "dlt_replay", "status": document.get("status", "ok"), "topic": source, "totals": totals}
     return _lineage(_inputs(server, {source: document.get("scanned")}), _outputs(server, targets), facet)
 
 
-def dlt_watch_lineage(topics: Iterable[str], server: str,
-                      document: Mapping[str, Any] | None = None) -> OperatorLineage:
+def dlt_watch_lineage(
+    topics: Iterable[str], server: str, document: Mapping[str, Any] | None = None
+) -> OperatorLineage:
     """The DLT watch: every DLT in, with the new records it found in each."""
     topics = list(topics)
     if document is None:

@@ -51,8 +51,10 @@ def _distribution(name: str, dist: Distribution, tags: Mapping[str, str]) -> lis
     """Mean and max as timers, and cumulative bucket counts (``le`` tag) as counters; nothing when empty."""
     if not dist.count:
         return []
-    metrics = [Metric("timer", f"{PREFIX}.tier.{name}", round(dist.sum_ms / dist.count, 3), dict(tags)),
-               Metric("timer", f"{PREFIX}.tier.{name}_max", dist.max_ms, dict(tags))]
+    metrics = [
+        Metric("timer", f"{PREFIX}.tier.{name}", round(dist.sum_ms / dist.count, 3), dict(tags)),
+        Metric("timer", f"{PREFIX}.tier.{name}_max", dist.max_ms, dict(tags)),
+    ]
     metrics += [_counter(f"tier.{name}_bucket", n, tags, le=le) for le, n in dist.cumulative().items()]
     return metrics
 
@@ -80,11 +82,13 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
         _counter("tier.handler_errors", totals["drained"] - totals["succeeded"], tags),
         _counter("tier.handler_calls", sum(p.handler_calls for p in summary.partitions), tags),
         _counter("tier.bisection_calls", sum(p.extra_handler_calls for p in summary.partitions), tags),
-        Metric("timer", f"{PREFIX}.tier.run_duration", max(0, summary.finished_ms - summary.started_ms),
-               tags),
+        Metric(
+            "timer", f"{PREFIX}.tier.run_duration", max(0, summary.finished_ms - summary.started_ms), tags
+        ),
     ]
-    metrics += [_counter("tier.dead_lettered", n, tags, dlt_topic=topic)
-                for topic, n in sorted(to_dlts.items())]
+    metrics += [
+        _counter("tier.dead_lettered", n, tags, dlt_topic=topic) for topic, n in sorted(to_dlts.items())
+    ]
     metrics += _distribution("handler_batch_time", summary.handler_time(), tags)
     metrics += _distribution("lateness", summary.lateness(), tags)
     return metrics
@@ -99,15 +103,19 @@ def backlog_metrics(peek: TierPeek, topology: Topology, tier: Tier, now_ms: int)
 def peek_gauges(peek: TierPeek, topology_topic: str, tier_index: int, now_ms: int) -> list[Metric]:
     """:func:`backlog_metrics` by names (what an event trigger knows of its tier)."""
     tags = tier_tags(topology_topic, peek.topic, tier_index)
-    return [Metric("gauge", f"{PREFIX}.tier.backlog", peek.backlog, tags),
-            Metric("gauge", f"{PREFIX}.tier.oldest_due_age_ms", peek.oldest_due_age_ms(now_ms), tags)]
+    return [
+        Metric("gauge", f"{PREFIX}.tier.backlog", peek.backlog, tags),
+        Metric("gauge", f"{PREFIX}.tier.oldest_due_age_ms", peek.oldest_due_age_ms(now_ms), tags),
+    ]
 
 
 def dlt_watch_metrics(topology: Topology, new_records: Mapping[tuple[str, str], int]) -> list[Metric]:
     """New dead letters the watch found, per ``(DLT topic, exception class)``."""
     tags = {"topology": topology.topic}
-    return [_counter("dlt.new_records", n, tags, dlt_topic=topic, exception=exception)
-            for (topic, exception), n in sorted(new_records.items())]
+    return [
+        _counter("dlt.new_records", n, tags, dlt_topic=topic, exception=exception)
+        for (topic, exception), n in sorted(new_records.items())
+    ]
 
 
 def emit(metrics: Iterable[Metric]) -> int:

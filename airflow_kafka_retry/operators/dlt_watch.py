@@ -95,10 +95,16 @@ class DltWatchOperator(BaseOperator):
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
         if self.skip_missing_topics and topics and (missing := missing_topics(kafka_config, topics)):
-            raise AirflowSkipException(f"{', '.join(missing)} do(es) not exist yet, so no dead letter is there; "
-                                       "the topology's setup DAG (or airflow-kafka-retry topology create-topics) "
-                                       "creates them")
-        scan = scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout) if topics else None
+            raise AirflowSkipException(
+                f"{', '.join(missing)} do(es) not exist yet, so no dead letter is there; "
+                "the topology's setup DAG (or airflow-kafka-retry topology create-topics) "
+                "creates them"
+            )
+        scan = (
+            scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout)
+            if topics
+            else None
+        )
         result = {
             "kind": "dlt_watch",
             "topology": topology.source,
@@ -117,8 +123,12 @@ class DltWatchOperator(BaseOperator):
             self.log.info("%s has no DLT (dlt_strategy: no_dlt): nothing to watch", topology.source)
             return {**result, "notifiers": {"called": 0, "succeeded": 0}}
         if summary.records:
-            self.log.warning("%s new record(s) in %s: %s", summary.records, ", ".join(sorted(summary.dlt_topics)),
-                             ", ".join(f"{n} x {cls}" for cls, n in sorted(summary.dead_lettered.items())))
+            self.log.warning(
+                "%s new record(s) in %s: %s",
+                summary.records,
+                ", ".join(sorted(summary.dlt_topics)),
+                ", ".join(f"{n} x {cls}" for cls, n in sorted(summary.dead_lettered.items())),
+            )
             succeeded = notify_dlt(self.on_dlt, context, result)
             result["notifiers"] = {"called": len(self.on_dlt), "succeeded": succeeded}
         else:

@@ -66,8 +66,12 @@ class EnsureRetryTopicsOperator(BaseOperator):
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         report = ensure_retry_topics(topology, kafka_config, replication_factor=self.replication_factor)
         if report.created:
-            self.log.info("created %s with %s partitions (max.message.bytes %s)", ", ".join(report.created),
-                          report.partitions, report.max_message_bytes)
+            self.log.info(
+                "created %s with %s partitions (max.message.bytes %s)",
+                ", ".join(report.created),
+                report.partitions,
+                report.max_message_bytes,
+            )
         if report.existing:
             self.log.info("already there: %s", ", ".join(report.existing))
         for mismatch in report.mismatches:
@@ -76,5 +80,6 @@ class EnsureRetryTopicsOperator(BaseOperator):
             raise AirflowException(
                 f"{len(report.mismatches)} retry topic mismatch(es) with main topic {report.main_topic!r}: "
                 + "; ".join(str(m) for m in report.mismatches)
-                + ". Recreate or enlarge those topics, or set on_mismatch='warn'.")
+                + ". Recreate or enlarge those topics, or set on_mismatch='warn'."
+            )
         return report.to_dict()

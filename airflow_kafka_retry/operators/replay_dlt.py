@@ -92,18 +92,47 @@ class ReplayDltOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "topology", "kafka_conn_id", "dlt", "exception", "original_topic", "since", "until", "key", "partition",
-        "offsets", "limit", "to", "transform", "dry_run", "replay_id",
+        "topology",
+        "kafka_conn_id",
+        "dlt",
+        "exception",
+        "original_topic",
+        "since",
+        "until",
+        "key",
+        "partition",
+        "offsets",
+        "limit",
+        "to",
+        "transform",
+        "dry_run",
+        "replay_id",
     )
 
-    def __init__(self, *, topology: str | Topology, kafka_conn_id: str = KafkaRetryHook.default_conn_name,
-                 dlt: str | None = None, exception: str | Sequence[str] | None = None,
-                 original_topic: str | Sequence[str] | None = None, since: Any = None, until: Any = None,
-                 key: str | Sequence[str] | None = None, partition: Any = None, offsets: str | None = None,
-                 limit: int | str | None = None, to: str | None = None, transform: str | None = None,
-                 dry_run: bool | str = False, replay_id: str | None = None,
-                 transforms: Mapping[str, str] | None = None, allowed_targets: Sequence[str] = (),
-                 chunk_size: int = 100, move_cap: int = 1000, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        topology: str | Topology,
+        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        dlt: str | None = None,
+        exception: str | Sequence[str] | None = None,
+        original_topic: str | Sequence[str] | None = None,
+        since: Any = None,
+        until: Any = None,
+        key: str | Sequence[str] | None = None,
+        partition: Any = None,
+        offsets: str | None = None,
+        limit: int | str | None = None,
+        to: str | None = None,
+        transform: str | None = None,
+        dry_run: bool | str = False,
+        replay_id: str | None = None,
+        transforms: Mapping[str, str] | None = None,
+        allowed_targets: Sequence[str] = (),
+        chunk_size: int = 100,
+        move_cap: int = 1000,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.topology = topology
         self.kafka_conn_id = kafka_conn_id
@@ -132,24 +161,43 @@ class ReplayDltOperator(BaseOperator):
         key = _unset(self.key)
         if isinstance(key, int | float):  # a digit-only key rendered as a native number
             key = str(key)
-        return ReplayRequest(dlt=_unset(self.dlt), exception=_unset(self.exception),
-                             original_topic=_unset(self.original_topic), since=_unset(self.since),
-                             until=_unset(self.until), key=key, partition=_unset(self.partition),
-                             offsets=_unset(self.offsets), limit=_unset(self.limit), to=_unset(self.to),
-                             transform=_unset(self.transform))
+        return ReplayRequest(
+            dlt=_unset(self.dlt),
+            exception=_unset(self.exception),
+            original_topic=_unset(self.original_topic),
+            since=_unset(self.since),
+            until=_unset(self.until),
+            key=key,
+            partition=_unset(self.partition),
+            offsets=_unset(self.offsets),
+            limit=_unset(self.limit),
+            to=_unset(self.to),
+            transform=_unset(self.transform),
+        )
 
     def execute(self, context: Context) -> dict[str, Any]:
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
         dry_run = as_flag(self.dry_run, "dry_run")
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
-        replay = Replay(topology, kafka_config, self.request(),
-                        replay_id=_unset(self.replay_id) or default_replay_id(context), dry_run=dry_run,
-                        chunk_size=self.chunk_size, move_cap=self.move_cap, transforms=self.transforms,
-                        allowed_targets=self.allowed_targets)
+        replay = Replay(
+            topology,
+            kafka_config,
+            self.request(),
+            replay_id=_unset(self.replay_id) or default_replay_id(context),
+            dry_run=dry_run,
+            chunk_size=self.chunk_size,
+            move_cap=self.move_cap,
+            transforms=self.transforms,
+            allowed_targets=self.allowed_targets,
+        )
         self._source = replay.source
-        log.info("replay %s of %s%s", replay.replay_id, replay.source,
-                 " (dry run: nothing is moved)" if dry_run else "")
+        log.info(
+            "replay %s of %s%s",
+            replay.replay_id,
+            replay.source,
+            " (dry run: nothing is moved)" if dry_run else "",
+        )
         try:
             summary = replay.run()
         except ReplayAbortedError:

@@ -16,7 +16,11 @@ from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.observability.lineage import lineage_server
-from airflow_kafka_retry.operators.reprocess_base import REPROCESS_TEMPLATE_FIELDS, ReprocessTierMixin, stop_message
+from airflow_kafka_retry.operators.reprocess_base import (
+    REPROCESS_TEMPLATE_FIELDS,
+    ReprocessTierMixin,
+    stop_message,
+)
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
@@ -113,13 +117,26 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
-                             key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
-                             cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
-                             max_run=max_run, asset_server=asset_server,
-                             skip_missing_topic=skip_missing_topic)
-        if parallelism is not None and (isinstance(parallelism, bool) or not isinstance(parallelism, int)
-                                        or parallelism < 1):
+        self._init_reprocess(
+            topology=topology,
+            tier=tier,
+            handler=handler,
+            value_deserializer=value_deserializer,
+            key_deserializer=key_deserializer,
+            kafka_conn_id=kafka_conn_id,
+            options=options,
+            cutoff=cutoff,
+            partitions=partitions,
+            on_dlt=on_dlt,
+            window=window,
+            timezone=timezone,
+            max_run=max_run,
+            asset_server=asset_server,
+            skip_missing_topic=skip_missing_topic,
+        )
+        if parallelism is not None and (
+            isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1
+        ):
             raise ValueError(f"parallelism must be an integer >= 1, got {parallelism!r}")
         self.parallelism = parallelism
         self.in_process = in_process
@@ -151,19 +168,45 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
         self.skip_when_tier_topic_is_missing(context, kafka_config, tier.topic)
-        self.log.info("reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s", tier.topic, tier.index,
-                      self.topology, options.handler, cutoff,
-                      f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "")
-        chosen = {"parallelism": self.parallelism} if self.parallelism is not None else {}  # else the engine's
-        def drain(cutoff_ms: int) -> RunSummary:
-            return run_local(topology, tier, kafka_config, options, partitions=self.partitions, cutoff_ms=cutoff_ms,
-                             should_stop=self._should_stop, in_process=self.in_process, **chosen)
+        self.log.info(
+            "reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s",
+            tier.topic,
+            tier.index,
+            self.topology,
+            options.handler,
+            cutoff,
+            f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "",
+        )
+        chosen = (
+            {"parallelism": self.parallelism} if self.parallelism is not None else {}
+        )  # else the engine's
 
-        summary = self._run(lambda: drain_following(drain, cutoff_ms=cutoff, follow_ms=self.follow_ms,
-                                                    should_stop=self._should_stop, deadline_ms=deadline))
+        def drain(cutoff_ms: int) -> RunSummary:
+            return run_local(
+                topology,
+                tier,
+                kafka_config,
+                options,
+                partitions=self.partitions,
+                cutoff_ms=cutoff_ms,
+                should_stop=self._should_stop,
+                in_process=self.in_process,
+                **chosen,
+            )
+
+        summary = self._run(
+            lambda: drain_following(
+                drain,
+                cutoff_ms=cutoff,
+                follow_ms=self.follow_ms,
+                should_stop=self._should_stop,
+                deadline_ms=deadline,
+            )
+        )
         killed = summary.stopped == KILLED
-        document = self.report(context, summary, engine="Local", deadline_reason=deadline_reason,
-                               topology=topology)
+        document = self.report(
+            context, summary, engine="Local", deadline_reason=deadline_reason, topology=topology
+        )
         if killed:
             context["ti"].xcom_push(key="summary", value=document)
             raise AirflowException(f"killed: {stop_message(summary)}")

@@ -40,8 +40,19 @@ OWN_PARAMETERS = ("handler", "value_deserializer", "key_deserializer")
 #: Options the operator sets itself, from ``window`` and ``max_run``.
 DERIVED_OPTIONS = {"deadline_ms": "window/max_run"}
 #: Templated fields of both operators (each adds its own).
-REPROCESS_TEMPLATE_FIELDS = ("topology", "tier", "handler", "value_deserializer", "key_deserializer",
-                             "kafka_conn_id", "options", "cutoff", "window", "timezone", "max_run")
+REPROCESS_TEMPLATE_FIELDS = (
+    "topology",
+    "tier",
+    "handler",
+    "value_deserializer",
+    "key_deserializer",
+    "kafka_conn_id",
+    "options",
+    "cutoff",
+    "window",
+    "timezone",
+    "max_run",
+)
 #: How many dead-letter coordinates, over all partitions, a notifier gets.
 NOTIFY_COORDINATE_CAP = 100
 #: ``cutoff="now"``: records due when the run starts draining (after waiting for its wave).
@@ -53,7 +64,9 @@ MAX_WAVE_WAIT_MS = 60_000
 def to_epoch_ms(value: Any) -> int:
     """Epoch milliseconds from an int/float (ms), a datetime (naive = UTC) or an ISO-8601/digit string."""
     if isinstance(value, bool):
-        raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
+        raise ValueError(
+            f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}"
+        )
     if isinstance(value, (int, float)):
         return int(value)
     if isinstance(value, str):
@@ -98,8 +111,10 @@ def check_option_names(options: Mapping[str, Any]) -> None:
         raise ValueError(f"pass {', '.join(own)} as operator argument(s), not in options")
     derived = sorted(set(options) & set(DERIVED_OPTIONS))
     if derived:
-        raise ValueError(f"option(s) {', '.join(derived)} are set by the operator: use "
-                         f"{', '.join(DERIVED_OPTIONS[d] for d in derived)} instead")
+        raise ValueError(
+            f"option(s) {', '.join(derived)} are set by the operator: use "
+            f"{', '.join(DERIVED_OPTIONS[d] for d in derived)} instead"
+        )
     unknown = sorted(set(options) - known)
     if unknown:
         raise ValueError(f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}")
@@ -121,21 +136,30 @@ def max_run_ms(value: Any) -> int | None:
 def failure_message(summary: RunSummary, engine: str = "Spark") -> str:
     """Which partitions failed and why, for the task's exception."""
     failed = sorted(summary.failed_partitions, key=lambda p: p.partition)
-    lines = [f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
-             f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
-             "progress and a rerun resumes each failed one from its committed offset:"]
-    lines += [f"  partition {p.partition}: {p.error or 'failed'} (committed up to {p.committed_offset})"
-              for p in failed]
+    lines = [
+        f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
+        f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
+        "progress and a rerun resumes each failed one from its committed offset:"
+    ]
+    lines += [
+        f"  partition {p.partition}: {p.error or 'failed'} (committed up to {p.committed_offset})"
+        for p in failed
+    ]
     return "\n".join(lines)
 
 
 def stop_message(summary: RunSummary) -> str:
     """Where each stopped partition stopped and what it left for the next run."""
     stopped = sorted((p for p in summary.partitions if p.stop_reason == "stopped"), key=lambda p: p.partition)
-    parts = [f"{p.partition} at offset {p.committed_offset if p.committed_offset is not None else p.start_offset}"
-             f" ({'unknown' if p.left is None else p.left} left)" for p in stopped]
-    return (f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is committed "
-            f"and the rest stays for the next run: partition(s) {', '.join(parts)}")
+    parts = [
+        f"{p.partition} at offset {p.committed_offset if p.committed_offset is not None else p.start_offset}"
+        f" ({'unknown' if p.left is None else p.left} left)"
+        for p in stopped
+    ]
+    return (
+        f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is committed "
+        f"and the rest stays for the next run: partition(s) {', '.join(parts)}"
+    )
 
 
 def notifier_summary(document: Mapping[str, Any], cap: int = NOTIFY_COORDINATE_CAP) -> dict[str, Any]:
@@ -213,8 +237,10 @@ class ReprocessTierMixin:
         self._lineage_server: str | None = None  # host:port of the run's Kafka connection
         if asset_server:
             if _templated(topology, tier):
-                raise ValueError("asset_server needs the topology path and the tier as plain values (not templated): "
-                                 "the outlets are declared when the DAG is parsed")
+                raise ValueError(
+                    "asset_server needs the topology path and the tier as plain values (not templated): "
+                    "the outlets are declared when the DAG is parsed"
+                )
             self._tier_assets = reprocess_outlets(topology, tier, asset_server)
             self.outlets = [*self.outlets, *self._tier_assets.values()]
 
@@ -222,8 +248,13 @@ class ReprocessTierMixin:
     def drain_options(self, deadline_ms: int | None = None) -> DrainOptions:
         """The run options from ``handler``, the deserializers and ``options`` (after templating)."""
         check_option_names(self.options)
-        return DrainOptions(handler=self.handler, value_deserializer=self.value_deserializer or None,
-                            key_deserializer=self.key_deserializer or None, deadline_ms=deadline_ms, **self.options)
+        return DrainOptions(
+            handler=self.handler,
+            value_deserializer=self.value_deserializer or None,
+            key_deserializer=self.key_deserializer or None,
+            deadline_ms=deadline_ms,
+            **self.options,
+        )
 
     def cutoff_ms(self, context: Context) -> int:
         """The due-time cutoff of this run (see the ``cutoff`` parameter; ``"now"``: when the run starts draining)."""
@@ -232,15 +263,19 @@ class ReprocessTierMixin:
             value = context.get("data_interval_end") or context.get("logical_date")
         return wall_clock_ms() if value is None or value == CUTOFF_NOW else to_epoch_ms(value)
 
-    def skip_when_tier_topic_is_missing(self, context: Context, kafka_config: Mapping[str, Any], topic: str) -> None:
+    def skip_when_tier_topic_is_missing(
+        self, context: Context, kafka_config: Mapping[str, Any], topic: str
+    ) -> None:
         """Event mode (``skip_missing_topic``): a run that no wave started (a sweep, a manual run) skips when
         the tier's own topic does not exist yet -- nothing can be due there. A missing destination still
         fails the run, naming it."""
         if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
             return
         if missing_topics(kafka_config, [topic]):
-            raise AirflowSkipException(f"{topic} does not exist yet, so nothing is due there; the topology's "
-                                       "setup DAG (or airflow-kafka-retry topology create-topics) creates it")
+            raise AirflowSkipException(
+                f"{topic} does not exist yet, so nothing is due there; the topology's "
+                "setup DAG (or airflow-kafka-retry topology create-topics) creates it"
+            )
 
     def wait_for_wave(self, context: Context, should_stop: Callable[[], str | None] = lambda: None) -> None:
         """In a run started by a tier's event trigger, wait until the wave it fired for is due.
@@ -252,12 +287,16 @@ class ReprocessTierMixin:
         if wake is None:
             return
         if wake - wall_clock_ms() > MAX_WAVE_WAIT_MS:
-            self.log.warning("the triggering wave is due at %s, more than %ss ahead: not waiting for it", wake,
-                             MAX_WAVE_WAIT_MS // 1000)
+            self.log.warning(
+                "the triggering wave is due at %s, more than %ss ahead: not waiting for it",
+                wake,
+                MAX_WAVE_WAIT_MS // 1000,
+            )
             return
         if wake > wall_clock_ms():
-            self.log.info("waiting %.1fs until the wave that triggered this run is due",
-                          (wake - wall_clock_ms()) / 1000)
+            self.log.info(
+                "waiting %.1fs until the wave that triggered this run is due", (wake - wall_clock_ms()) / 1000
+            )
         while (remaining := wake - wall_clock_ms()) > 0 and should_stop() is None:
             time.sleep(min(remaining / 1000, 0.2))
 
@@ -286,8 +325,16 @@ class ReprocessTierMixin:
         return min(candidates)
 
     # ------------------------------------------------------------------ reporting
-    def report(self, context: Context, summary: RunSummary, *, engine: str, deadline_reason: str | None = None,
-               cause: BaseException | None = None, topology: Topology | None = None) -> dict[str, Any]:
+    def report(
+        self,
+        context: Context,
+        summary: RunSummary,
+        *,
+        engine: str,
+        deadline_reason: str | None = None,
+        cause: BaseException | None = None,
+        topology: Topology | None = None,
+    ) -> dict[str, Any]:
         """Log, send metrics, notify, set asset events; return the summary document, or push it and raise
         when a partition failed.
 
@@ -306,8 +353,9 @@ class ReprocessTierMixin:
             self.log.warning("%s", stop_message(summary))
         if self.on_dlt and has_dead_letters(summary):
             called = notify_dlt(self.on_dlt, context, notifier_summary(document))
-            self.log.info("%s: %s of %s DLT notifier(s) called without error", summary.topic, called,
-                          len(self.on_dlt))
+            self.log.info(
+                "%s: %s of %s DLT notifier(s) called without error", summary.topic, called, len(self.on_dlt)
+            )
         if not summary.ok:
             context["ti"].xcom_push(key="summary", value=document)
             raise AirflowException(failure_message(summary, engine)) from cause
@@ -358,8 +406,12 @@ class ReprocessTierMixin:
             if not records:
                 idle.append(asset)
                 continue
-            context["outlet_events"][asset].extra = {"records": records, "source_topic": summary.topic,
-                                                     "source_tier": summary.tier, "group": summary.group}
+            context["outlet_events"][asset].extra = {
+                "records": records,
+                "source_topic": summary.topic,
+                "source_tier": summary.tier,
+                "group": summary.group,
+            }
         self.outlets = [o for o in self.outlets if not any(o is a for a in idle)]
 
 

@@ -29,7 +29,11 @@ from airflow_kafka_retry.spark.submit import Submission, local_spark_environment
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
-__all__ = ["SparkReprocessTierOperator", "failure_message", "to_epoch_ms"]  # the last two moved to reprocess_base
+__all__ = [
+    "SparkReprocessTierOperator",
+    "failure_message",
+    "to_epoch_ms",
+]  # the last two moved to reprocess_base
 
 
 class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
@@ -128,11 +132,23 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(application=application, conn_id=conn_id, name=name, **kwargs)
-        self._init_reprocess(topology=topology, tier=tier, handler=handler, value_deserializer=value_deserializer,
-                             key_deserializer=key_deserializer, kafka_conn_id=kafka_conn_id, options=options,
-                             cutoff=cutoff, partitions=partitions, on_dlt=on_dlt, window=window, timezone=timezone,
-                             max_run=max_run, asset_server=asset_server,
-                             skip_missing_topic=skip_missing_topic)
+        self._init_reprocess(
+            topology=topology,
+            tier=tier,
+            handler=handler,
+            value_deserializer=value_deserializer,
+            key_deserializer=key_deserializer,
+            kafka_conn_id=kafka_conn_id,
+            options=options,
+            cutoff=cutoff,
+            partitions=partitions,
+            on_dlt=on_dlt,
+            window=window,
+            timezone=timezone,
+            max_run=max_run,
+            asset_server=asset_server,
+            skip_missing_topic=skip_missing_topic,
+        )
         self.result_path = result_path
         self.allow_unencrypted_secrets = allow_unencrypted_secrets
         self._user_py_files = self.py_files
@@ -151,9 +167,12 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         if deploy_mode == "cluster":
             # the driver runs elsewhere: Spark ships the credentials file into its working folder
             self.files = ",".join(p for p in (self._user_files, submission.kafka_config_file) if p)
-            self.log.warning("cluster deploy mode: the topology (%s) and result_path (%s) must be reachable from "
-                             "the Spark driver, e.g. as s3:// or hdfs:// URLs", self.topology,
-                             submission.result_path)
+            self.log.warning(
+                "cluster deploy mode: the topology (%s) and result_path (%s) must be reachable from "
+                "the Spark driver, e.g. as s3:// or hdfs:// URLs",
+                self.topology,
+                submission.result_path,
+            )
         self._hook = None  # rebuilt by SparkSubmitOperator.execute with the arguments above
 
     def _master(self) -> tuple[str, str | None]:
@@ -181,13 +200,28 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
             tier_topic = load_topology_from(str(self.topology)).select(self.tier).topic
             self.skip_when_tier_topic_is_missing(context, kafka_config, tier_topic)
         submission = prepare_submission(
-            topology_path=self.topology, tier=self.tier, options=options, kafka_config=kafka_config,
-            master=master, deploy_mode=deploy_mode, spark_conf=self.conf, properties_file=self.properties_file,
+            topology_path=self.topology,
+            tier=self.tier,
+            options=options,
+            kafka_config=kafka_config,
+            master=master,
+            deploy_mode=deploy_mode,
+            spark_conf=self.conf,
+            properties_file=self.properties_file,
             allow_unencrypted_secrets=self.allow_unencrypted_secrets,
-            result_path=self.result_path or None, cutoff_ms=cutoff, partitions=self.partitions,
-            application=self.application or None)
-        self.log.info("reprocessing tier %s of %s with handler %s, cutoff %s; summary at %s", self.tier,
-                      self.topology, options.handler, cutoff, submission.result_path)
+            result_path=self.result_path or None,
+            cutoff_ms=cutoff,
+            partitions=self.partitions,
+            application=self.application or None,
+        )
+        self.log.info(
+            "reprocessing tier %s of %s with handler %s, cutoff %s; summary at %s",
+            self.tier,
+            self.topology,
+            options.handler,
+            cutoff,
+            submission.result_path,
+        )
         with submission:  # deletes the credentials file however the run ends
             self._use(submission)
             remove_result(submission.result_path)
@@ -200,7 +234,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
                 if isinstance(self._hook, IsolatedSparkSubmitHook):
                     self._hook.delete_uploads(submission.workdir)
             summary = self._summary(submission, submit_error)
-        document = self.report(context, summary, engine="Spark", deadline_reason=deadline_reason, cause=submit_error)
+        document = self.report(
+            context, summary, engine="Spark", deadline_reason=deadline_reason, cause=submit_error
+        )
         if submit_error is not None:
             raise submit_error
         return document

@@ -31,8 +31,14 @@ def _auth_manager() -> Any:
 class DagAccess:
     """One user's permissions on a known set of DAGs (their teams are looked up once)."""
 
-    def __init__(self, user: Any, dag_ids: Iterable[str], *, auth_manager: Any | None = None,
-                 team_names: Callable[[list[str]], Mapping[str, str | None]] | None = None) -> None:
+    def __init__(
+        self,
+        user: Any,
+        dag_ids: Iterable[str],
+        *,
+        auth_manager: Any | None = None,
+        team_names: Callable[[list[str]], Mapping[str, str | None]] | None = None,
+    ) -> None:
         self._user = user
         self._manager = auth_manager if auth_manager is not None else _auth_manager()
         self._teams = (team_names or _team_names)(sorted(set(dag_ids)))
@@ -54,7 +60,8 @@ class DagAccess:
         requests = [{"method": "GET", "details": self._details(dag_id)} for dag_id in dag_ids]
         return bool(requests) and self._ask(
             f"DAGs {[r['details'].id for r in requests]}",
-            lambda: self._manager.batch_is_authorized_dag(requests, user=self._user))
+            lambda: self._manager.batch_is_authorized_dag(requests, user=self._user),
+        )
 
     def may_read_every_dag(self) -> bool:
         """Whether the user may read all DAGs (no DAG named), for what belongs to no known DAG."""
@@ -64,6 +71,12 @@ class DagAccess:
         """Whether the user may ``method`` the DAG itself or its ``entity`` ("RUN", "XCOM")."""
         from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 
-        return self._ask(f"{method} {entity or 'DAG'} of {dag_id}", lambda: self._manager.is_authorized_dag(
-            method=method, user=self._user, access_entity=DagAccessEntity[entity] if entity else None,
-            details=self._details(dag_id)))
+        return self._ask(
+            f"{method} {entity or 'DAG'} of {dag_id}",
+            lambda: self._manager.is_authorized_dag(
+                method=method,
+                user=self._user,
+                access_entity=DagAccessEntity[entity] if entity else None,
+                details=self._details(dag_id),
+            ),
+        )

@@ -38,9 +38,15 @@ def _visible(access: DagAccess, file: view_model.TopologyFile, settings: ViewSet
 
 
 def _dag_ids(files: list[view_model.TopologyFile], settings: ViewSettings) -> list[str]:
-    return [dag_id for f in files if f.topology is not None for dag_id in [
-        *view_model.tier_dag_ids(f.topology, settings),
-        settings.replay_dag_id_template.format(topic=f.topology.topic)]]
+    return [
+        dag_id
+        for f in files
+        if f.topology is not None
+        for dag_id in [
+            *view_model.tier_dag_ids(f.topology, settings),
+            settings.replay_dag_id_template.format(topic=f.topology.topic),
+        ]
+    ]
 
 
 def create_app() -> FastAPI:
@@ -65,15 +71,19 @@ def create_app() -> FastAPI:
         settings = load_settings()
         files = view_model.topology_files(settings)
         access = DagAccess(user, _dag_ids(files, settings))
-        return {"patterns": list(settings.topologies),
-                "topologies": [f.listing() for f in files if _visible(access, f, settings)]}
+        return {
+            "patterns": list(settings.topologies),
+            "topologies": [f.listing() for f in files if _visible(access, f, settings)],
+        }
 
     @app.get("/api/topologies/{ident}")
     async def topology(ident: str, user: Any = Depends(_user)) -> dict[str, Any]:
         settings = load_settings()
         file = await run_in_threadpool(view_model.find_topology_file, settings, ident)
         if file is None:
-            raise HTTPException(404, f"no topology {ident!r}; the view reads {', '.join(settings.topologies)}")
+            raise HTTPException(
+                404, f"no topology {ident!r}; the view reads {', '.join(settings.topologies)}"
+            )
         access = await run_in_threadpool(DagAccess, user, _dag_ids([file], settings))
         if not await run_in_threadpool(_visible, access, file, settings):
             raise HTTPException(403, f"you may not read the DAGs of topology {ident!r}")
@@ -83,8 +93,11 @@ def create_app() -> FastAPI:
         try:
             config = await run_in_threadpool(_kafka_config, settings)
         except Exception as exc:  # noqa: BLE001 - e.g. the connection does not exist: say so, never its content
-            return {"id": ident, "source": file.path,
-                    "error": f"connection {settings.kafka_conn_id!r}: {type(exc).__name__}: {exc}"}
+            return {
+                "id": ident,
+                "source": file.path,
+                "error": f"connection {settings.kafka_conn_id!r}: {type(exc).__name__}: {exc}",
+            }
 
         def read_runs(dag_id: str, limit: int) -> list[dict[str, Any]]:
             if not access.may("GET", dag_id, "RUN"):
@@ -92,10 +105,19 @@ def create_app() -> FastAPI:
             return runs.last_runs(dag_id, limit, summaries=access.may("GET", dag_id, "XCOM"))
 
         def view() -> dict[str, Any]:
-            scan = cache.get(scans.cache_key(file.path, topology, settings), settings.cache_ttl_s,
-                             lambda: scans.read_topology(topology, settings, config, now_ms=wall_clock_ms()))
-            return view_model.topology_view(file.path, topology, settings, scan, runs_reader=read_runs,
-                                            can_trigger=lambda dag_id: access.may("POST", dag_id, "RUN"))
+            scan = cache.get(
+                scans.cache_key(file.path, topology, settings),
+                settings.cache_ttl_s,
+                lambda: scans.read_topology(topology, settings, config, now_ms=wall_clock_ms()),
+            )
+            return view_model.topology_view(
+                file.path,
+                topology,
+                settings,
+                scan,
+                runs_reader=read_runs,
+                can_trigger=lambda dag_id: access.may("POST", dag_id, "RUN"),
+            )
 
         return await run_in_threadpool(view)
 

@@ -29,5 +29,12 @@ class RetryTiersPlugin(AirflowPlugin):
 
     name = "kafka_retry_tiers"
     fastapi_apps = _BuiltOnFirstUse()  # type: ignore[assignment]
-    external_views = [{"name": "Retry tiers", "href": f"{URL_PREFIX}/", "destination": "nav",
-                       "url_route": "kafka-retry-tiers", "category": "browse"}]
+    external_views = [
+        {
+            "name": "Retry tiers",
+            "href": f"{URL_PREFIX}/",
+            "destination": "nav",
+            "url_route": "kafka-retry-tiers",
+            "category": "browse",
+        }
+    ]

@@ -32,19 +32,30 @@ def last_runs(dag_id: str, limit: int, *, summaries: bool) -> list[dict[str, Any
     from airflow.utils.session import create_session
 
     with create_session() as session:
-        runs = session.scalars(select(DagRun).where(DagRun.dag_id == dag_id)
-                               .order_by(DagRun.run_after.desc()).limit(limit)).all()
+        runs = session.scalars(
+            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()).limit(limit)
+        ).all()
         values: dict[str, Any] = {}
         if runs and summaries:
-            rows = session.execute(select(XComModel.run_id, XComModel.key, XComModel.value).where(
-                XComModel.dag_id == dag_id, XComModel.task_id == REPROCESS_TASK_ID,
-                XComModel.key.in_(("return_value", "summary")),
-                XComModel.run_id.in_([r.run_id for r in runs]))).all()
+            rows = session.execute(
+                select(XComModel.run_id, XComModel.key, XComModel.value).where(
+                    XComModel.dag_id == dag_id,
+                    XComModel.task_id == REPROCESS_TASK_ID,
+                    XComModel.key.in_(("return_value", "summary")),
+                    XComModel.run_id.in_([r.run_id for r in runs]),
+                )
+            ).all()
             for run_id, key, value in rows:
                 if key == "return_value" or run_id not in values:
                     values[run_id] = value
-        return [{"run_id": r.run_id, "state": str(r.state) if r.state else None,
-                 "run_after": r.run_after.isoformat() if r.run_after else None,
-                 "start_date": r.start_date.isoformat() if r.start_date else None,
-                 "end_date": r.end_date.isoformat() if r.end_date else None,
-                 "summary": _summary_brief(values.get(r.run_id))} for r in runs]
+        return [
+            {
+                "run_id": r.run_id,
+                "state": str(r.state) if r.state else None,
+                "run_after": r.run_after.isoformat() if r.run_after else None,
+                "start_date": r.start_date.isoformat() if r.start_date else None,
+                "end_date": r.end_date.isoformat() if r.end_date else None,
+                "summary": _summary_brief(values.get(r.run_id)),
+            }
+            for r in runs
+        ]

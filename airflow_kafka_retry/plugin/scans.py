@@ -45,8 +45,9 @@ def _gate(max_scans: int) -> threading.BoundedSemaphore:
     return threading.BoundedSemaphore(max_scans)
 
 
-def _capped(gate: threading.BoundedSemaphore, wait_s: float,
-            scan: Callable[[], Any]) -> dict[str, Any] | None:
+def _capped(
+    gate: threading.BoundedSemaphore, wait_s: float, scan: Callable[[], Any]
+) -> dict[str, Any] | None:
     if not gate.acquire(timeout=wait_s):
         return None
     try:
@@ -55,24 +56,43 @@ def _capped(gate: threading.BoundedSemaphore, wait_s: float,
         gate.release()
 
 
-def read_topology(topology: Topology, settings: ViewSettings, kafka_config: dict[str, Any], *,
-                  now_ms: int) -> TopologyScan:
+def read_topology(
+    topology: Topology, settings: ViewSettings, kafka_config: dict[str, Any], *, now_ms: int
+) -> TopologyScan:
     """Every tier's backlog and every DLT's counts, each scan in a worker thread under the server-wide cap."""
     timeout, gate = settings.timeout_s, _gate(settings.max_scans)
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-retry-view")
     try:
-        backlog_jobs = {t.topic: pool.submit(_capped, gate, timeout, lambda t=t: scan_backlog(
-            kafka_config, t.topic, topology.consumer_group(t), now_ms=now_ms, timeout_s=timeout))
-            for t in topology.tiers}
-        dead_jobs = {topic: pool.submit(_capped, gate, timeout, lambda topic=topic: count_dead_letters(
-            kafka_config, topic, timeout_s=timeout)) for topic in dead_topics(topology)}
+        backlog_jobs = {
+            t.topic: pool.submit(
+                _capped,
+                gate,
+                timeout,
+                lambda t=t: scan_backlog(
+                    kafka_config, t.topic, topology.consumer_group(t), now_ms=now_ms, timeout_s=timeout
+                ),
+            )
+            for t in topology.tiers
+        }
+        dead_jobs = {
+            topic: pool.submit(
+                _capped,
+                gate,
+                timeout,
+                lambda topic=topic: count_dead_letters(kafka_config, topic, timeout_s=timeout),
+            )
+            for topic in dead_topics(topology)
+        }
         jobs = {**backlog_jobs, **dead_jobs}
         answers = {topic: _answer(job, topic, settings) for topic, job in jobs.items()}
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a scan stuck past its deadline never holds the page
-    return TopologyScan(now_ms=now_ms, backlog={t: answers[t][0] for t in backlog_jobs},
-                        dead={t: answers[t][0] for t in dead_jobs},
-                        complete=all(ok for _, ok in answers.values()))
+    return TopologyScan(
+        now_ms=now_ms,
+        backlog={t: answers[t][0] for t in backlog_jobs},
+        dead={t: answers[t][0] for t in dead_jobs},
+        complete=all(ok for _, ok in answers.values()),
+    )
 
 
 def _answer(job: Any, topic: str, settings: ViewSettings) -> tuple[dict[str, Any], bool]:
@@ -83,8 +103,10 @@ def _answer(job: Any, topic: str, settings: ViewSettings) -> tuple[dict[str, Any
         late = f"{topic}: the broker did not answer within {settings.timeout_s:.0f}s"
         return {"topic": topic, "error": late}, False
     if result is None:
-        busy = (f"{topic}: the view is busy ({settings.max_scans} Kafka scans running, "
-                "[kafka_retry] max_scans); refresh in a moment")
+        busy = (
+            f"{topic}: the view is busy ({settings.max_scans} Kafka scans running, "
+            "[kafka_retry] max_scans); refresh in a moment"
+        )
         return {"topic": topic, "error": busy}, False
     return result, True
 

@@ -16,26 +16,56 @@ from dataclasses import dataclass
 SECTION = "kafka_retry"
 #: option -> (default, type, description); also published as the provider's config (get_provider_info).
 OPTIONS: dict[str, tuple[str, str, str]] = {
-    "topologies": ("{dags_folder}/topologies/*.yaml,{dags_folder}/topologies/*.yml", "string",
-                   "Comma-separated topology files or glob patterns the Retry tiers view shows."),
-    "kafka_conn_id": ("kafka_default", "string", "The Kafka connection the API server reads the topics with."),
+    "topologies": (
+        "{dags_folder}/topologies/*.yaml,{dags_folder}/topologies/*.yml",
+        "string",
+        "Comma-separated topology files or glob patterns the Retry tiers view shows.",
+    ),
+    "kafka_conn_id": (
+        "kafka_default",
+        "string",
+        "The Kafka connection the API server reads the topics with.",
+    ),
     "dag_id_template": ("kafka_retry__{topic}", "string", "How tier DAGs are named (build_retry_dags)."),
-    "replay_dag_id_template": ("kafka_dlt_replay__{topic}", "string",
-                               "How DLT replay DAGs are named (build_dlt_replay_dag), from the main topic."),
+    "replay_dag_id_template": (
+        "kafka_dlt_replay__{topic}",
+        "string",
+        "How DLT replay DAGs are named (build_dlt_replay_dag), from the main topic.",
+    ),
     "timeout": ("10", "float", "Seconds the broker may take per topic before the view reports it."),
     "runs": ("5", "integer", "How many recent runs of each tier DAG the view lists."),
-    "cache_ttl": ("5", "float", "Seconds the view reuses a topology's Kafka reads (backlog, DLT counts) "
-                  "before reading the broker again; 0 reads it on every refresh."),
-    "max_scans": ("4", "integer", "At most this many Kafka scans (one per topic) run at once in the API "
-                  "server, for all users together."),
+    "cache_ttl": (
+        "5",
+        "float",
+        "Seconds the view reuses a topology's Kafka reads (backlog, DLT counts) "
+        "before reading the broker again; 0 reads it on every refresh.",
+    ),
+    "max_scans": (
+        "4",
+        "integer",
+        "At most this many Kafka scans (one per topic) run at once in the API "
+        "server, for all users together.",
+    ),
 }
 
 
 def provider_config() -> dict[str, object]:
     """The ``config`` entry of ``get_provider_info()``."""
-    return {SECTION: {"description": "The \"Retry tiers\" view in the Airflow UI.", "options": {
-        key: {"description": text, "version_added": "0.1.0", "type": kind, "example": None, "default": default}
-        for key, (default, kind, text) in OPTIONS.items()}}}
+    return {
+        SECTION: {
+            "description": 'The "Retry tiers" view in the Airflow UI.',
+            "options": {
+                key: {
+                    "description": text,
+                    "version_added": "0.1.0",
+                    "type": kind,
+                    "example": None,
+                    "default": default,
+                }
+                for key, (default, kind, text) in OPTIONS.items()
+            },
+        }
+    }
 
 
 @dataclass(frozen=True)
@@ -54,7 +84,9 @@ class ViewSettings:
         found: list[str] = []
         for pattern in self.topologies:
             matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
-            found.extend(m for m in matches if m not in found and (os.path.isfile(m) or not glob.has_magic(pattern)))
+            found.extend(
+                m for m in matches if m not in found and (os.path.isfile(m) or not glob.has_magic(pattern))
+            )
         return found
 
 
@@ -65,9 +97,16 @@ def load_settings() -> ViewSettings:
         return conf.get(SECTION, key, fallback=OPTIONS[key][0])
 
     dags_folder = conf.get("core", "dags_folder")
-    patterns = tuple(p.strip().replace("{dags_folder}", dags_folder) for p in get("topologies").split(",")
-                     if p.strip())
-    return ViewSettings(topologies=patterns, kafka_conn_id=get("kafka_conn_id"),
-                        dag_id_template=get("dag_id_template"), replay_dag_id_template=get("replay_dag_id_template"),
-                        timeout_s=float(get("timeout")), runs=int(get("runs")),
-                        cache_ttl_s=float(get("cache_ttl")), max_scans=max(1, int(get("max_scans"))))
+    patterns = tuple(
+        p.strip().replace("{dags_folder}", dags_folder) for p in get("topologies").split(",") if p.strip()
+    )
+    return ViewSettings(
+        topologies=patterns,
+        kafka_conn_id=get("kafka_conn_id"),
+        dag_id_template=get("dag_id_template"),
+        replay_dag_id_template=get("replay_dag_id_template"),
+        timeout_s=float(get("timeout")),
+        runs=int(get("runs")),
+        cache_ttl_s=float(get("cache_ttl")),
+        max_scans=max(1, int(get("max_scans"))),
+    )

@@ -68,21 +68,50 @@ def tier_dag_ids(topology: Topology, settings: ViewSettings) -> list[str]:
     return [settings.dag_id_template.format(topic=tier.topic) for tier in topology.tiers]
 
 
-def topology_view(path: str, topology: Topology, settings: ViewSettings, scan: TopologyScan, *,
-                  runs_reader: RunsReader, can_trigger: Callable[[str], bool]) -> dict[str, Any]:
+def topology_view(
+    path: str,
+    topology: Topology,
+    settings: ViewSettings,
+    scan: TopologyScan,
+    *,
+    runs_reader: RunsReader,
+    can_trigger: Callable[[str], bool],
+) -> dict[str, Any]:
     """The page's JSON from a read of the broker (``scan``, maybe cached) and this user's DAG access."""
     replay_dag = settings.replay_dag_id_template.format(topic=topology.topic)
     dlt_topics = {t.topic for t in topology.dlt_tiers}
     view_tiers = []
     for tier, dag_id in zip(topology.tiers, tier_dag_ids(topology, settings), strict=True):
-        view_tiers.append({
-            "index": tier.index, "topic": tier.topic, "kind": tier.kind, "delay_ms": tier.delay_ms,
-            "group": topology.consumer_group(tier), "dag_id": dag_id, "can_trigger": can_trigger(dag_id),
-            "backlog": scan.backlog[tier.topic], "runs": runs_reader(dag_id, settings.runs),
-        })
+        view_tiers.append(
+            {
+                "index": tier.index,
+                "topic": tier.topic,
+                "kind": tier.kind,
+                "delay_ms": tier.delay_ms,
+                "group": topology.consumer_group(tier),
+                "dag_id": dag_id,
+                "can_trigger": can_trigger(dag_id),
+                "backlog": scan.backlog[tier.topic],
+                "runs": runs_reader(dag_id, settings.runs),
+            }
+        )
     may_replay = can_trigger(replay_dag)
-    view_dlts = [{"topic": topic, "kind": "dlt" if topic in dlt_topics else "parking",
-                  "replay_dag_id": replay_dag, "can_trigger": may_replay, "counts": counts}
-                 for topic, counts in scan.dead.items()]
-    return {"id": topology_id(path), "source": path, "topic": topology.topic, "group_id": topology.group_id,
-            "now_ms": scan.now_ms, "tiers": view_tiers, "dead_letter_topics": view_dlts}
+    view_dlts = [
+        {
+            "topic": topic,
+            "kind": "dlt" if topic in dlt_topics else "parking",
+            "replay_dag_id": replay_dag,
+            "can_trigger": may_replay,
+            "counts": counts,
+        }
+        for topic, counts in scan.dead.items()
+    ]
+    return {
+        "id": topology_id(path),
+        "source": path,
+        "topic": topology.topic,
+        "group_id": topology.group_id,
+        "now_ms": scan.now_ms,
+        "tiers": view_tiers,
+        "dead_letter_topics": view_dlts,
+    }

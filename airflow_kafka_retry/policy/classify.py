@@ -100,12 +100,16 @@ class ExceptionClassifier:
     traverse_causes: bool = True
     always_traversed: tuple[str, ...] = ()
 
-    def first_match(self, exc: BaseException, names: Sequence[str], *, traverse: bool | None = None) -> str | None:
+    def first_match(
+        self, exc: BaseException, names: Sequence[str], *, traverse: bool | None = None
+    ) -> str | None:
         """The first name in ``names`` that ``exc`` (or a cause, if traversing) is an instance of.
 
         :param traverse: look along the cause chain; ``None``: as ``traverse_causes`` says.
         """
-        for link in exception_chain(exc, traverse_causes=self.traverse_causes if traverse is None else traverse):
+        for link in exception_chain(
+            exc, traverse_causes=self.traverse_causes if traverse is None else traverse
+        ):
             for name in names:
                 if matches_class(link, name):
                     return name
@@ -115,8 +119,10 @@ class ExceptionClassifier:
         """True when ``exc`` is classified not retryable (fatal): it skips the retry tiers."""
         own = tuple(n for n in self.not_retryable if n not in self.always_traversed)
         traversed = tuple(n for n in self.not_retryable if n in self.always_traversed)
-        return (self.first_match(exc, own) is not None
-                or self.first_match(exc, traversed, traverse=True) is not None)
+        return (
+            self.first_match(exc, own) is not None
+            or self.first_match(exc, traversed, traverse=True) is not None
+        )
 
     def is_retryable(self, exc: BaseException) -> bool:
         """True when ``exc`` may go to a retry tier (attempts and timeout aside)."""

@@ -62,14 +62,27 @@ def _spring(reuse: bool) -> dict[str, Any]:
 
 PRESETS: dict[str, Preset] = {
     "none": Preset("none", "this provider's own defaults (orders-retry-1, orders-retry-2, ...)", {}),
-    "spring-3.2": Preset("spring-3.2", "@RetryableTopic defaults, Spring Kafka 3.2 and later (4.x included)",
-                         _spring(reuse=True)),
-    "spring-2.7": Preset("spring-2.7", "@RetryableTopic or RetryTopicConfigurationBuilder defaults, "
-                                       "Spring Kafka 2.7 to 3.1", _spring(reuse=False), reuse_scope="fixed_only"),
-    "spring-builder-4.0": Preset("spring-builder-4.0", "RetryTopicConfigurationBuilder defaults, Spring Kafka "
-                                                       "3.2 to 4.0", _spring(reuse=False)),
-    "spring-builder-4.1": Preset("spring-builder-4.1", "RetryTopicConfigurationBuilder defaults, Spring Kafka "
-                                                       "4.1 and later", _spring(reuse=True)),
+    "spring-3.2": Preset(
+        "spring-3.2",
+        "@RetryableTopic defaults, Spring Kafka 3.2 and later (4.x included)",
+        _spring(reuse=True),
+    ),
+    "spring-2.7": Preset(
+        "spring-2.7",
+        "@RetryableTopic or RetryTopicConfigurationBuilder defaults, Spring Kafka 2.7 to 3.1",
+        _spring(reuse=False),
+        reuse_scope="fixed_only",
+    ),
+    "spring-builder-4.0": Preset(
+        "spring-builder-4.0",
+        "RetryTopicConfigurationBuilder defaults, Spring Kafka 3.2 to 4.0",
+        _spring(reuse=False),
+    ),
+    "spring-builder-4.1": Preset(
+        "spring-builder-4.1",
+        "RetryTopicConfigurationBuilder defaults, Spring Kafka 4.1 and later",
+        _spring(reuse=True),
+    ),
 }
 COMPAT_NAMES: tuple[str, ...] = tuple(PRESETS)
 

@@ -47,13 +47,24 @@ class DueCheck:
     pending_partitions: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "now_ms": self.now_ms, "due_partitions": list(self.due_partitions),
-                "earliest_due_ms": self.earliest_due_ms, "wake_ms": self.wake_ms, "reason": self.reason,
-                "pending_partitions": list(self.pending_partitions)}
+        return {
+            "action": self.action,
+            "now_ms": self.now_ms,
+            "due_partitions": list(self.due_partitions),
+            "earliest_due_ms": self.earliest_due_ms,
+            "wake_ms": self.wake_ms,
+            "reason": self.reason,
+            "pending_partitions": list(self.pending_partitions),
+        }
 
 
-def check_due(due_at: Mapping[int, int], *, now_ms: int, window: ReprocessWindow | None = None,
-              deadline_ms: int | None = None) -> DueCheck:
+def check_due(
+    due_at: Mapping[int, int],
+    *,
+    now_ms: int,
+    window: ReprocessWindow | None = None,
+    deadline_ms: int | None = None,
+) -> DueCheck:
     """Decide what the due sensor does.
 
     :param due_at: partition -> when its first pending record is due (epoch ms); partitions with
@@ -75,17 +86,42 @@ def check_due(due_at: Mapping[int, int], *, now_ms: int, window: ReprocessWindow
         return _wait_or_skip(now_ms, wake, earliest, pending, deadline_ms, why)
     due = tuple(p for p in pending if due_at[p] <= now_ms)
     if due:
-        return DueCheck("due", now_ms, due_partitions=due, earliest_due_ms=earliest, pending_partitions=pending,
-                        reason=f"{len(due)} of {len(pending)} pending partition(s) have a due record")
-    return _wait_or_skip(now_ms, earliest, earliest, pending, deadline_ms,
-                         f"records are pending but not due yet; the earliest is due at {format_ms(earliest)}")
+        return DueCheck(
+            "due",
+            now_ms,
+            due_partitions=due,
+            earliest_due_ms=earliest,
+            pending_partitions=pending,
+            reason=f"{len(due)} of {len(pending)} pending partition(s) have a due record",
+        )
+    return _wait_or_skip(
+        now_ms,
+        earliest,
+        earliest,
+        pending,
+        deadline_ms,
+        f"records are pending but not due yet; the earliest is due at {format_ms(earliest)}",
+    )
 
 
-def _wait_or_skip(now_ms: int, wake_ms: int, earliest: int, pending: tuple[int, ...], deadline_ms: int | None,
-                  why: str) -> DueCheck:
+def _wait_or_skip(
+    now_ms: int, wake_ms: int, earliest: int, pending: tuple[int, ...], deadline_ms: int | None, why: str
+) -> DueCheck:
     if deadline_ms is not None and wake_ms > deadline_ms:
-        return DueCheck("skip", now_ms, earliest_due_ms=earliest, wake_ms=wake_ms, pending_partitions=pending,
-                        reason=f"{why}, after the wait limit ({format_ms(deadline_ms)}): "
-                               "the next scheduled run will see them")
-    return DueCheck("wait", now_ms, earliest_due_ms=earliest, wake_ms=wake_ms, pending_partitions=pending,
-                    reason=f"{why}; waiting until {format_ms(wake_ms)}")
+        return DueCheck(
+            "skip",
+            now_ms,
+            earliest_due_ms=earliest,
+            wake_ms=wake_ms,
+            pending_partitions=pending,
+            reason=f"{why}, after the wait limit ({format_ms(deadline_ms)}): "
+            "the next scheduled run will see them",
+        )
+    return DueCheck(
+        "wait",
+        now_ms,
+        earliest_due_ms=earliest,
+        wake_ms=wake_ms,
+        pending_partitions=pending,
+        reason=f"{why}; waiting until {format_ms(wake_ms)}",
+    )

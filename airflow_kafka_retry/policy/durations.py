@@ -18,7 +18,9 @@ def parse_duration_ms(value: object) -> int:
     number of milliseconds (``1.5s``). Raises ``ValueError`` naming the accepted forms.
     """
     if isinstance(value, bool):
-        raise ValueError(f"expected a duration like '500ms', '30s', '5m', '2h' or milliseconds, got {value!r}")
+        raise ValueError(
+            f"expected a duration like '500ms', '30s', '5m', '2h' or milliseconds, got {value!r}"
+        )
     if isinstance(value, int):
         if value < 0:
             raise ValueError(f"a duration cannot be negative, got {value}")

@@ -27,7 +27,9 @@ class TopologyError(ValueError):
     def located(self, *, source: str | None = None, field_prefix: str | None = None) -> TopologyError:
         """Return the same error(s) with the source and/or a parent field path filled in."""
         if len(self.errors) > 1:
-            return TopologyError.combine([e.located(source=source, field_prefix=field_prefix) for e in self.errors])
+            return TopologyError.combine(
+                [e.located(source=source, field_prefix=field_prefix) for e in self.errors]
+            )
         field = self.field
         if field_prefix:
             field = f"{field_prefix}.{field}" if field else field_prefix

@@ -53,15 +53,23 @@ class HeaderPolicy:
         errors: list[TopologyError] = []
         for name in ("include_stacktrace", "strip_previous_exception_headers"):
             if not isinstance(getattr(self, name), bool):
-                errors.append(TopologyError(f"must be true or false, got {getattr(self, name)!r}", field=name))
+                errors.append(
+                    TopologyError(f"must be true or false, got {getattr(self, name)!r}", field=name)
+                )
         value = self.max_header_bytes
         if isinstance(value, bool) or not isinstance(value, int) or value < MIN_HEADER_BYTES:
-            errors.append(TopologyError(f"must be an integer >= {MIN_HEADER_BYTES}, got {value!r}",
-                                        field="max_header_bytes"))
+            errors.append(
+                TopologyError(
+                    f"must be an integer >= {MIN_HEADER_BYTES}, got {value!r}", field="max_header_bytes"
+                )
+            )
         for name, allowed in (("naming", HEADER_NAMINGS), ("cause", CAUSE_RULES)):
             if getattr(self, name) not in allowed:
-                errors.append(TopologyError(f"must be one of {', '.join(allowed)}, got {getattr(self, name)!r}",
-                                            field=name))
+                errors.append(
+                    TopologyError(
+                        f"must be one of {', '.join(allowed)}, got {getattr(self, name)!r}", field=name
+                    )
+                )
         if errors:
             raise TopologyError.combine(errors)
 

@@ -82,37 +82,77 @@ class HeaderNames:
     @property
     def originals(self) -> tuple[str, ...]:
         """The original-coordinate headers, in the order they are written."""
-        return (self.original_topic, self.original_partition, self.original_offset, self.original_timestamp,
-                self.original_timestamp_type, self.original_consumer_group)
+        return (
+            self.original_topic,
+            self.original_partition,
+            self.original_offset,
+            self.original_timestamp,
+            self.original_timestamp_type,
+            self.original_consumer_group,
+        )
 
     @property
     def exceptions(self) -> tuple[str, ...]:
-        return (self.exception_fqcn, self.exception_cause_fqcn, self.exception_message, self.exception_stacktrace,
-                self.key_exception_fqcn, self.key_exception_message, self.key_exception_stacktrace)
+        return (
+            self.exception_fqcn,
+            self.exception_cause_fqcn,
+            self.exception_message,
+            self.exception_stacktrace,
+            self.key_exception_fqcn,
+            self.key_exception_message,
+            self.key_exception_stacktrace,
+        )
 
 
 #: Spring's non-blocking retries (``DeadLetterPublishingRecovererFactory``: ``KafkaHeaders.ORIGINAL_*``,
 #: ``EXCEPTION_*``, ``KEY_EXCEPTION_*``).
 RETRY_TOPIC_NAMES = HeaderNames(
-    "kafka_original-topic", "kafka_original-partition", "kafka_original-offset", "kafka_original-timestamp",
-    "kafka_original-timestamp-type", "kafka_dlt-original-consumer-group",
-    "kafka_exception-fqcn", "kafka_exception-cause-fqcn", "kafka_exception-message", "kafka_exception-stacktrace",
-    "kafka_key-exception-fqcn", "kafka_key-exception-message", "kafka_key-exception-stacktrace",
+    "kafka_original-topic",
+    "kafka_original-partition",
+    "kafka_original-offset",
+    "kafka_original-timestamp",
+    "kafka_original-timestamp-type",
+    "kafka_dlt-original-consumer-group",
+    "kafka_exception-fqcn",
+    "kafka_exception-cause-fqcn",
+    "kafka_exception-message",
+    "kafka_exception-stacktrace",
+    "kafka_key-exception-fqcn",
+    "kafka_key-exception-message",
+    "kafka_key-exception-stacktrace",
 )
 #: A plain ``DeadLetterPublishingRecoverer`` (``KafkaHeaders.DLT_*``).
 DEAD_LETTER_NAMES = HeaderNames(
-    "kafka_dlt-original-topic", "kafka_dlt-original-partition", "kafka_dlt-original-offset",
-    "kafka_dlt-original-timestamp", "kafka_dlt-original-timestamp-type", "kafka_dlt-original-consumer-group",
-    "kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn", "kafka_dlt-exception-message",
-    "kafka_dlt-exception-stacktrace", "kafka_dlt-key-exception-fqcn", "kafka_dlt-key-exception-message",
+    "kafka_dlt-original-topic",
+    "kafka_dlt-original-partition",
+    "kafka_dlt-original-offset",
+    "kafka_dlt-original-timestamp",
+    "kafka_dlt-original-timestamp-type",
+    "kafka_dlt-original-consumer-group",
+    "kafka_dlt-exception-fqcn",
+    "kafka_dlt-exception-cause-fqcn",
+    "kafka_dlt-exception-message",
+    "kafka_dlt-exception-stacktrace",
+    "kafka_dlt-key-exception-fqcn",
+    "kafka_dlt-key-exception-message",
     "kafka_dlt-key-exception-stacktrace",
 )
 #: ``headers.naming`` of a topology -> its family.
-HEADER_NAMES: dict[HeaderNaming, HeaderNames] = {"retry_topic": RETRY_TOPIC_NAMES, "dead_letter": DEAD_LETTER_NAMES}
+HEADER_NAMES: dict[HeaderNaming, HeaderNames] = {
+    "retry_topic": RETRY_TOPIC_NAMES,
+    "dead_letter": DEAD_LETTER_NAMES,
+}
 # Truncated, in this order, when a record's headers exceed the budget: stack traces, then messages.
-_SHRINKABLE = tuple(getattr(names, field) for field in ("exception_stacktrace", "key_exception_stacktrace",
-                                                        "exception_message", "key_exception_message")
-                    for names in HEADER_NAMES.values())
+_SHRINKABLE = tuple(
+    getattr(names, field)
+    for field in (
+        "exception_stacktrace",
+        "key_exception_stacktrace",
+        "exception_message",
+        "key_exception_message",
+    )
+    for names in HEADER_NAMES.values()
+)
 ATTEMPTS_HARD_CAP = 32_767  # Spring's Short.MAX_VALUE
 #: Spring ignores a back-off timestamp more than this far in the future (``MAX_BACKOFF_MS``, one day).
 MAX_BACKOFF_MS = 86_400_000
@@ -171,7 +211,9 @@ def attempts_value(value: bytes | None) -> int:
     return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1
 
 
-def due_value(value: bytes | None, *, now_ms: int | None = None, horizon_ms: int = MAX_BACKOFF_MS) -> int | None:
+def due_value(
+    value: bytes | None, *, now_ms: int | None = None, horizon_ms: int = MAX_BACKOFF_MS
+) -> int | None:
     """Decode a ``retry_topic-backoff-timestamp`` value defensively (see :func:`read_due_ms`)."""
     if not value or len(value) > 8:
         return None
@@ -186,8 +228,9 @@ def read_attempts(headers: Iterable[Header] | None) -> int:
     return attempts_value(last_header(headers, ATTEMPTS))
 
 
-def read_due_ms(headers: Iterable[Header] | None, *, now_ms: int | None = None,
-                horizon_ms: int = MAX_BACKOFF_MS) -> int | None:
+def read_due_ms(
+    headers: Iterable[Header] | None, *, now_ms: int | None = None, horizon_ms: int = MAX_BACKOFF_MS
+) -> int | None:
     """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no usable due time.
 
     Read defensively, as Spring's ``KafkaBackoffAwareMessageListenerAdapter`` does: a value that is
@@ -198,8 +241,9 @@ def read_due_ms(headers: Iterable[Header] | None, *, now_ms: int | None = None,
     return due_value(last_header(headers, BACKOFF_TIMESTAMP), now_ms=now_ms, horizon_ms=horizon_ms)
 
 
-def read_retry_state(headers: Iterable[Header] | None, *, now_ms: int | None = None,
-                     horizon_ms: int = MAX_BACKOFF_MS) -> tuple[int, int | None]:
+def read_retry_state(
+    headers: Iterable[Header] | None, *, now_ms: int | None = None, horizon_ms: int = MAX_BACKOFF_MS
+) -> tuple[int, int | None]:
     """``(read_attempts(headers), read_due_ms(headers, now_ms=..., horizon_ms=...))`` in one pass.
 
     The per-record hot path of a drain: ``dict`` keeps the last value of a repeated name, which is
@@ -221,8 +265,10 @@ def read_retry_state(headers: Iterable[Header] | None, *, now_ms: int | None = N
                 return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1, due
             return attempts_value(value1), due_value(value2, now_ms=now_ms, horizon_ms=horizon_ms)
     found = dict(headers)
-    return (attempts_value(found.get(ATTEMPTS)),
-            due_value(found.get(BACKOFF_TIMESTAMP), now_ms=now_ms, horizon_ms=horizon_ms))
+    return (
+        attempts_value(found.get(ATTEMPTS)),
+        due_value(found.get(BACKOFF_TIMESTAMP), now_ms=now_ms, horizon_ms=horizon_ms),
+    )
 
 
 def original_timestamp_bytes(headers: Iterable[Header] | None, record_timestamp_ms: int) -> bytes:
@@ -262,8 +308,9 @@ def _fixed(headers: Iterable[Header] | None, name: str, fmt: str) -> int | None:
     return struct.unpack(fmt, value)[0]
 
 
-def read_original_coordinates(headers: Iterable[Header] | None,
-                              prefer: HeaderNames = RETRY_TOPIC_NAMES) -> OriginalCoordinates:
+def read_original_coordinates(
+    headers: Iterable[Header] | None, prefer: HeaderNames = RETRY_TOPIC_NAMES
+) -> OriginalCoordinates:
     """Where the record first failed: each coordinate from the ``prefer`` family, else the other one."""
     headers = list(headers or ())
     families = (prefer, *(n for n in HEADER_NAMES.values() if n != prefer))
@@ -299,8 +346,9 @@ def read_exception_classes(headers: Iterable[Header] | None) -> tuple[str | None
         return found
 
     families = tuple(HEADER_NAMES.values())
-    fqcn = (last_of(*(n.exception_fqcn for n in families))
-            or last_of(*(n.key_exception_fqcn for n in families)))
+    fqcn = last_of(*(n.exception_fqcn for n in families)) or last_of(
+        *(n.key_exception_fqcn for n in families)
+    )
     return fqcn, last_of(*(n.exception_cause_fqcn for n in families))
 
 
@@ -316,8 +364,13 @@ class ExceptionInfo:
     key: bool = False  # the key, not the value, failed (kafka_dlt-key-exception-*)
 
 
-def describe_exception(exc: BaseException, *, include_stacktrace: bool = True, key: bool = False,
-                       cause_rule: CauseRule = "immediate") -> ExceptionInfo:
+def describe_exception(
+    exc: BaseException,
+    *,
+    include_stacktrace: bool = True,
+    key: bool = False,
+    cause_rule: CauseRule = "immediate",
+) -> ExceptionInfo:
     """Describe ``exc`` for the ``kafka_dlt-exception-*`` headers (class, cause class, message, trace).
 
     ``cause_rule`` picks the cause class (see ``HeaderPolicy.cause``): the immediate cause, the
@@ -371,7 +424,6 @@ def header_bytes(headers: Iterable[Header]) -> int:
     return sum(len(k.encode("utf-8")) + len(v or b"") for k, v in headers)
 
 
-
 def _truncate(value: bytes, keep: int) -> bytes:
     marker = _TRUNCATED.encode()
     if keep <= len(marker):
@@ -380,8 +432,11 @@ def _truncate(value: bytes, keep: int) -> bytes:
 
 
 def _exception_headers(info: ExceptionInfo, names: HeaderNames) -> list[Header]:
-    fqcn, message, stack = ((names.key_exception_fqcn, names.key_exception_message, names.key_exception_stacktrace)
-                            if info.key else (names.exception_fqcn, names.exception_message, names.exception_stacktrace))
+    fqcn, message, stack = (
+        (names.key_exception_fqcn, names.key_exception_message, names.key_exception_stacktrace)
+        if info.key
+        else (names.exception_fqcn, names.exception_message, names.exception_stacktrace)
+    )
     out: list[Header] = [(fqcn, info.fqcn.encode("utf-8"))]
     if info.cause_fqcn:  # one cause header for key and value failures, as Spring writes it
         out.append((names.exception_cause_fqcn, info.cause_fqcn.encode("utf-8")))
@@ -412,12 +467,16 @@ def _original_headers(existing: list[Header], failure: Failure, names: HeaderNam
         name = getattr(names, field)
         if name in present:
             continue
-        carried = (last_header(existing, getattr(other, field)) for other in HEADER_NAMES.values() if other != names)
+        carried = (
+            last_header(existing, getattr(other, field)) for other in HEADER_NAMES.values() if other != names
+        )
         out.append((name, next((v for v in carried if v is not None), value)))
     return out
 
 
-def forward_headers(existing: Sequence[Header] | None, failure: Failure, policy: HeaderPolicy) -> list[Header]:
+def forward_headers(
+    existing: Sequence[Header] | None, failure: Failure, policy: HeaderPolicy
+) -> list[Header]:
     """The headers of the record produced to the next tier or DLT for ``failure``.
 
     Keeps the record's own headers, adds the original coordinates (in ``policy.naming``) only where
@@ -460,7 +519,7 @@ def fit_budget(headers: list[Header], budget: int, failure: Failure | None = Non
             excess -= len(value) - len(shrunk)
             headers[i] = (key, shrunk)
     if excess > 0:
-        where = (f" for record {failure.topic}[{failure.partition}]@{failure.offset}" if failure else "")
+        where = f" for record {failure.topic}[{failure.partition}]@{failure.offset}" if failure else ""
         raise HeaderBudgetError(
             f"headers need {budget + excess} bytes{where} but headers.max_header_bytes is {budget}, even "
             "with stack trace and message truncated; raise the budget or trim the record's own headers"

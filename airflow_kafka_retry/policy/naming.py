@@ -44,8 +44,15 @@ class RetryTopic:
     reusable: bool
 
 
-def retry_topics(delays: Sequence[int], *, retry_suffix: str, suffixing: Suffixing, index_start: int = 0,
-                 reuse: bool = False, reuse_scope: ReuseScope = "trailing") -> list[RetryTopic]:
+def retry_topics(
+    delays: Sequence[int],
+    *,
+    retry_suffix: str,
+    suffixing: Suffixing,
+    index_start: int = 0,
+    reuse: bool = False,
+    reuse_scope: ReuseScope = "trailing",
+) -> list[RetryTopic]:
     """The retry topics for ``delays`` (one delay per retry), in the order a record travels them.
 
     :param index_start: the first index of index suffixing (Spring: 0). Delay suffixing of a fixed
@@ -91,7 +98,8 @@ def _check_repeats_trail(delays: list[int]) -> None:
         raise NamingError(
             f"same-interval reuse needs repeated delays only at the end (Spring's DestinationTopicPropertiesFactory "
             f"assumes so), but {', '.join(f'{d} ms' for d in bad)} repeats earlier in {delays}; "
-            "reorder the delays or set reuse_same_interval: false")
+            "reorder the delays or set reuse_same_interval: false"
+        )
 
 
 def dlt_routing_suffix(key: str, *, dlt_suffix: str, naming: DltRoutingNaming) -> str:

@@ -38,7 +38,13 @@ REPLAY_SOURCE_TOPIC = "dlt_replay-source-topic"
 REPLAY_SOURCE_PARTITION = "dlt_replay-source-partition"
 REPLAY_SOURCE_OFFSET = "dlt_replay-source-offset"
 REPLAY_TIMESTAMP = "dlt_replay-timestamp"
-REPLAY_HEADERS = (REPLAY_ID, REPLAY_SOURCE_TOPIC, REPLAY_SOURCE_PARTITION, REPLAY_SOURCE_OFFSET, REPLAY_TIMESTAMP)
+REPLAY_HEADERS = (
+    REPLAY_ID,
+    REPLAY_SOURCE_TOPIC,
+    REPLAY_SOURCE_PARTITION,
+    REPLAY_SOURCE_OFFSET,
+    REPLAY_TIMESTAMP,
+)
 _EXCEPTION_HEADERS = frozenset(name for family in HEADER_NAMES.values() for name in family.exceptions)
 
 
@@ -71,18 +77,31 @@ def read_replay_audit(headers: Iterable[Header] | None) -> ReplayAudit | None:
     """The audit headers of a replayed record, or None when any is missing or malformed."""
     headers = list(headers or ())
     replay_id, topic = last_header(headers, REPLAY_ID), last_header(headers, REPLAY_SOURCE_TOPIC)
-    partition, offset = last_header(headers, REPLAY_SOURCE_PARTITION), last_header(headers, REPLAY_SOURCE_OFFSET)
+    partition, offset = (
+        last_header(headers, REPLAY_SOURCE_PARTITION),
+        last_header(headers, REPLAY_SOURCE_OFFSET),
+    )
     at = last_header(headers, REPLAY_TIMESTAMP)
     if replay_id is None or topic is None or partition is None or offset is None or at is None:
         return None
     if len(partition) != 4 or len(offset) != 8 or len(at) != 8:
         return None
-    return ReplayAudit(replay_id.decode("utf-8", errors="replace"), topic.decode("utf-8", errors="replace"),
-                       struct.unpack(">i", partition)[0], struct.unpack(">q", offset)[0], struct.unpack(">q", at)[0])
+    return ReplayAudit(
+        replay_id.decode("utf-8", errors="replace"),
+        topic.decode("utf-8", errors="replace"),
+        struct.unpack(">i", partition)[0],
+        struct.unpack(">q", offset)[0],
+        struct.unpack(">q", at)[0],
+    )
 
 
-def replayed_headers(existing: Sequence[Header] | None, audit: ReplayAudit, *, attempt: int | None = None,
-                     due_ms: int | None = None) -> list[Header]:
+def replayed_headers(
+    existing: Sequence[Header] | None,
+    audit: ReplayAudit,
+    *,
+    attempt: int | None = None,
+    due_ms: int | None = None,
+) -> list[Header]:
     """The headers of the copy a replay produces.
 
     :param existing: the DLT record's headers (possibly edited by a transform).
@@ -97,5 +116,7 @@ def replayed_headers(existing: Sequence[Header] | None, audit: ReplayAudit, *, a
     headers += audit.headers()
     if attempt is not None:
         headers.append((ATTEMPTS, encode_int32(attempt)))
-        headers.append((BACKOFF_TIMESTAMP, encode_big_integer(audit.timestamp_ms if due_ms is None else due_ms)))
+        headers.append(
+            (BACKOFF_TIMESTAMP, encode_big_integer(audit.timestamp_ms if due_ms is None else due_ms))
+        )
     return headers

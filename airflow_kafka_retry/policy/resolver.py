@@ -90,11 +90,19 @@ class DestinationResolver:
         now = self.clock()
         if source.kind == "dlt":
             return self._park(self._dlt_failure(source, partition, attempt, exception, now), headers)
-        return self._park(self._retry_or_dlt(source, partition, attempt, exception, original_timestamp_ms, now),
-                          headers)
+        return self._park(
+            self._retry_or_dlt(source, partition, attempt, exception, original_timestamp_ms, now), headers
+        )
 
-    def _retry_or_dlt(self, source: Tier, partition: int, attempt: int, exception: BaseException,
-                      original_timestamp_ms: int, now: int) -> Destination:
+    def _retry_or_dlt(
+        self,
+        source: Tier,
+        partition: int,
+        attempt: int,
+        exception: BaseException,
+        original_timestamp_ms: int,
+        now: int,
+    ) -> Destination:
         if not self._classifier.is_retryable(exception):
             return self._to_dlt(partition, attempt, exception, now, "not_retryable")
         if attempt >= self.topology.attempts:
@@ -105,15 +113,30 @@ class DestinationResolver:
         following = self.topology.next_tier(source)
         if following is None:
             return self._to_dlt(partition, attempt, exception, now, "exhausted")
-        return Destination("retry", following.topic, partition, attempt + 1, now + following.delay_ms,
-                           following.delay_ms, "retryable")
+        return Destination(
+            "retry",
+            following.topic,
+            partition,
+            attempt + 1,
+            now + following.delay_ms,
+            following.delay_ms,
+            "retryable",
+        )
 
     def _park(self, destination: Destination, headers: Iterable[Header] | None) -> Destination:
         parking = self.topology.parking_topic
         if destination.action != "dlt" or parking is None or not is_replayed(headers):
             return destination
-        return Destination("dlt", parking, destination.partition, destination.next_attempt, destination.due_ms,
-                           destination.delay_ms, destination.reason, parked=True)
+        return Destination(
+            "dlt",
+            parking,
+            destination.partition,
+            destination.next_attempt,
+            destination.due_ms,
+            destination.delay_ms,
+            destination.reason,
+            parked=True,
+        )
 
     def dlt_topic_for(self, exception: BaseException) -> str | None:
         """The DLT for ``exception``: the first matching exception-specific DLT, else the main one."""
@@ -122,13 +145,17 @@ class DestinationResolver:
                 return topic
         return self.topology.dlt_topic
 
-    def _to_dlt(self, partition: int, attempt: int, exc: BaseException, now: int, reason: Reason) -> Destination:
+    def _to_dlt(
+        self, partition: int, attempt: int, exc: BaseException, now: int, reason: Reason
+    ) -> Destination:
         topic = self.dlt_topic_for(exc)
         if topic is None:
             return Destination("drop", None, partition, attempt + 1, now, 0, "no_dlt")
         return Destination("dlt", topic, partition, attempt + 1, now, 0, reason)
 
-    def _dlt_failure(self, source: Tier, partition: int, attempt: int, exc: BaseException, now: int) -> Destination:
+    def _dlt_failure(
+        self, source: Tier, partition: int, attempt: int, exc: BaseException, now: int
+    ) -> Destination:
         # As in Spring: under always_retry_on_error a failure goes back to the same DLT (to the end of
         # it, so a run never meets it again) unless it is one of the default fatal errors; anything
         # else is given up, never looped.

@@ -24,7 +24,12 @@ from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
 from airflow_kafka_retry.policy.naming import (
-    DLT_ROUTING_NAMINGS, SUFFIXINGS, DltRoutingNaming, NamingError, dlt_routing_suffix, retry_topics,
+    DLT_ROUTING_NAMINGS,
+    SUFFIXINGS,
+    DltRoutingNaming,
+    NamingError,
+    dlt_routing_suffix,
+    retry_topics,
 )
 
 DltStrategy = Literal["always_retry_on_error", "fail_on_error", "no_dlt"]
@@ -102,27 +107,52 @@ class Topology:
 
     def _validate_topic_names(self) -> list[TopologyError]:
         routing_fields = [f"dlt_routing.{suffix}" for suffix, _ in self.dlt_routing]
-        fields = ["topic", *(["retry_suffix"] * len(self.retry_tiers)),
-                  *(["dlt_suffix", *routing_fields] if self.dlt_tiers else [])]
+        fields = [
+            "topic",
+            *(["retry_suffix"] * len(self.retry_tiers)),
+            *(["dlt_suffix", *routing_fields] if self.dlt_tiers else []),
+        ]
         seen: dict[str, str] = {}
         errors: list[TopologyError] = []
         for tier, field_name in zip((*self.tiers, *self.dlt_tiers), fields, strict=True):
             if any(e.field == field_name for e in errors):
                 pass  # one problem per field: the first derived name that shows it
             elif not _TOPIC_NAME.match(tier.topic):
-                errors.append(self._error(f"derived topic name {tier.topic!r} is not a legal Kafka topic name "
-                                          "(1-249 characters from a-z A-Z 0-9 . _ -)", field_name))
+                errors.append(
+                    self._error(
+                        f"derived topic name {tier.topic!r} is not a legal Kafka topic name "
+                        "(1-249 characters from a-z A-Z 0-9 . _ -)",
+                        field_name,
+                    )
+                )
             elif tier.topic in seen:
-                errors.append(self._error(f"derived topic name {tier.topic!r} is also the {seen[tier.topic]} "
-                                          "topic; every tier and DLT needs its own topic", field_name))
-            seen.setdefault(tier.topic, f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter")
+                errors.append(
+                    self._error(
+                        f"derived topic name {tier.topic!r} is also the {seen[tier.topic]} "
+                        "topic; every tier and DLT needs its own topic",
+                        field_name,
+                    )
+                )
+            seen.setdefault(
+                tier.topic, f"{tier.kind} tier {tier.index}" if tier.kind != "dlt" else "dead-letter"
+            )
         parking = self.parking_topic
         if parking is not None and not _TOPIC_NAME.match(parking):
-            errors.append(self._error(f"derived topic name {parking!r} is not a legal Kafka topic name "
-                                      "(1-249 characters from a-z A-Z 0-9 . _ -)", "parking_suffix"))
+            errors.append(
+                self._error(
+                    f"derived topic name {parking!r} is not a legal Kafka topic name "
+                    "(1-249 characters from a-z A-Z 0-9 . _ -)",
+                    "parking_suffix",
+                )
+            )
         elif parking is not None and parking in seen:
-            errors.append(self._error(f"derived topic name {parking!r} is also the {seen[parking]} topic; the "
-                                      "parking topic needs its own topic", "parking_suffix"))
+            errors.append(
+                self._error(
+                    f"derived topic name {parking!r} is also the {seen[parking]} topic; the "
+                    "parking topic needs its own topic",
+                    "parking_suffix",
+                )
+            )
         return errors
 
     # ------------------------------------------------------------------ construction
@@ -144,10 +174,16 @@ class Topology:
             fail(f"{self.topic!r} is not a legal Kafka topic name", "topic")
         if not isinstance(self.group_id, str) or not self.group_id.strip():
             fail("a non-empty consumer group id is required", "group_id")
-        if (isinstance(self.attempts, bool) or not isinstance(self.attempts, int)
-                or not 1 <= self.attempts <= MAX_ATTEMPTS):
-            fail(f"must be an integer from 1 to {MAX_ATTEMPTS} (total attempts, first included), "
-                 f"got {self.attempts!r}", "attempts")
+        if (
+            isinstance(self.attempts, bool)
+            or not isinstance(self.attempts, int)
+            or not 1 <= self.attempts <= MAX_ATTEMPTS
+        ):
+            fail(
+                f"must be an integer from 1 to {MAX_ATTEMPTS} (total attempts, first included), "
+                f"got {self.attempts!r}",
+                "attempts",
+            )
         if self.topic_suffixing not in SUFFIXINGS:
             fail(f"must be one of {', '.join(SUFFIXINGS)}, got {self.topic_suffixing!r}", "topic_suffixing")
         if self.dlt_strategy not in _DLT_STRATEGIES:
@@ -157,10 +193,15 @@ class Topology:
         if self.compat not in COMPAT_NAMES:
             fail(f"must be one of {', '.join(COMPAT_NAMES)}, got {self.compat!r}", "compat")
         if self.dlt_routing_naming not in DLT_ROUTING_NAMINGS:
-            fail(f"must be one of {', '.join(DLT_ROUTING_NAMINGS)}, got {self.dlt_routing_naming!r}",
-                 "dlt_routing_naming")
-        for name, value in (("retry_suffix", self.retry_suffix), ("dlt_suffix", self.dlt_suffix),
-                            ("parking_suffix", self.parking_suffix)):
+            fail(
+                f"must be one of {', '.join(DLT_ROUTING_NAMINGS)}, got {self.dlt_routing_naming!r}",
+                "dlt_routing_naming",
+            )
+        for name, value in (
+            ("retry_suffix", self.retry_suffix),
+            ("dlt_suffix", self.dlt_suffix),
+            ("parking_suffix", self.parking_suffix),
+        ):
             if not isinstance(value, str) or not value:
                 fail("must be a non-empty string", name)
         if self.retry_suffix == self.dlt_suffix:
@@ -177,8 +218,11 @@ class Topology:
             if self.dlt_strategy == "no_dlt":
                 fail("exception-specific DLTs make no sense with dlt_strategy: no_dlt", where)
             if self.compat == "spring-2.7":
-                fail("Spring Kafka 2.7 to 3.1 has no exception-based DLT routing (it arrived in 3.2); use "
-                     "compat: spring-builder-4.0 or spring-3.2, or drop dlt_routing", where)
+                fail(
+                    "Spring Kafka 2.7 to 3.1 has no exception-based DLT routing (it arrived in 3.2); use "
+                    "compat: spring-builder-4.0 or spring-3.2, or drop dlt_routing",
+                    where,
+                )
             routed = dlt_routing_suffix(suffix, dlt_suffix=self.dlt_suffix, naming=self.dlt_routing_naming)
             if suffix in seen_suffixes or routed == self.dlt_suffix:
                 fail(f"suffix {suffix!r} is used twice", where)
@@ -196,22 +240,38 @@ class Topology:
     def _validate_group_template(self) -> list[TopologyError]:
         template = self.tier_group_template
         if not isinstance(template, str) or ("{group_id}" not in template and "{topic}" not in template):
-            return [self._error(f"must be a string containing {{group_id}} or {{topic}}, got {template!r}",
-                                "tier_group_template")]
+            return [
+                self._error(
+                    f"must be a string containing {{group_id}} or {{topic}}, got {template!r}",
+                    "tier_group_template",
+                )
+            ]
         try:
             template.format(group_id="g", topic="t", suffix="-s")
         except (KeyError, IndexError, ValueError) as exc:
-            return [self._error(f"{template!r} is not a valid template; only {{group_id}}, {{topic}} and "
-                                f"{{suffix}} may be used ({type(exc).__name__}: {exc})", "tier_group_template")]
+            return [
+                self._error(
+                    f"{template!r} is not a valid template; only {{group_id}}, {{topic}} and "
+                    f"{{suffix}} may be used ({type(exc).__name__}: {exc})",
+                    "tier_group_template",
+                )
+            ]
         return []
 
     def _build_tiers(self) -> tuple[Tier, ...]:
-        topics = retry_topics(self.backoff.delays_for(self.attempts - 1), retry_suffix=self.retry_suffix,
-                              suffixing=self.topic_suffixing, index_start=self.index_start,
-                              reuse=self.reuse_same_interval, reuse_scope=preset(self.compat).reuse_scope)
+        topics = retry_topics(
+            self.backoff.delays_for(self.attempts - 1),
+            retry_suffix=self.retry_suffix,
+            suffixing=self.topic_suffixing,
+            index_start=self.index_start,
+            reuse=self.reuse_same_interval,
+            reuse_scope=preset(self.compat).reuse_scope,
+        )
         tiers = [Tier(0, self.topic, 0, "main")]
-        tiers += [Tier(i, f"{self.topic}{t.suffix}", t.delay_ms, "retry", reusable=t.reusable)
-                  for i, t in enumerate(topics, start=1)]
+        tiers += [
+            Tier(i, f"{self.topic}{t.suffix}", t.delay_ms, "retry", reusable=t.reusable)
+            for i, t in enumerate(topics, start=1)
+        ]
         return tuple(tiers)
 
     # ------------------------------------------------------------------ queries
@@ -235,9 +295,12 @@ class Topology:
     def exception_dlts(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """The exception-specific DLTs in routing order: (topic, exception classes)."""
         return tuple(
-            (f"{self.topic}{dlt_routing_suffix(key, dlt_suffix=self.dlt_suffix, naming=self.dlt_routing_naming)}",
-             classes)
-            for key, classes in self.dlt_routing)
+            (
+                f"{self.topic}{dlt_routing_suffix(key, dlt_suffix=self.dlt_suffix, naming=self.dlt_routing_naming)}",
+                classes,
+            )
+            for key, classes in self.dlt_routing
+        )
 
     @property
     def parking_topic(self) -> str | None:
@@ -286,13 +349,16 @@ class Topology:
     def select(self, spec: int | str) -> Tier:
         """A tier by index (``2``, ``"2"``), by topic name, or ``"dlt"`` for the main dead-letter topic."""
         if isinstance(spec, bool):
-            raise TopologyError(f"tier {spec!r} is not a tier index, topic name or 'dlt'", field="tier",
-                                source=self.source)
+            raise TopologyError(
+                f"tier {spec!r} is not a tier index, topic name or 'dlt'", field="tier", source=self.source
+            )
         if isinstance(spec, int) or (isinstance(spec, str) and spec.isdigit()):
             return self.tier(int(spec))
         if spec == "dlt":
             if not self.dlt_tiers:
-                raise TopologyError("this topology has no DLT (dlt_strategy: no_dlt)", field="tier", source=self.source)
+                raise TopologyError(
+                    "this topology has no DLT (dlt_strategy: no_dlt)", field="tier", source=self.source
+                )
             return self.dlt_tiers[0]
         return self.tier_for_topic(spec)
 
@@ -311,7 +377,9 @@ class Topology:
             if tier.topic == topic:
                 return tier
         known = ", ".join(t.topic for t in (*self.tiers, *self.dlt_tiers))
-        raise TopologyError(f"topic {topic!r} is not on this retry path ({known})", field="topic", source=self.source)
+        raise TopologyError(
+            f"topic {topic!r} is not on this retry path ({known})", field="topic", source=self.source
+        )
 
     def next_tier(self, tier: Tier) -> Tier | None:
         """Where a retryable failure in ``tier`` goes: the following tier, the same reusable tier, or None."""
@@ -329,16 +397,21 @@ class Topology:
         """
         if tier.kind == "main":
             return self.group_id
-        suffix = tier.topic[len(self.topic):]
+        suffix = tier.topic[len(self.topic) :]
         return self.tier_group_template.format(group_id=self.group_id, topic=tier.topic, suffix=suffix)
 
     def _compat_dict(self) -> dict[str, Any]:
         """Which preset applied, what it matches, and each of its keys: set by it or by the file."""
         chosen = preset(self.compat)
-        keys = [f"headers.{k}" if name == "headers" else name
-                for name, value in chosen.defaults.items() for k in (value if name == "headers" else [name])]
-        values = {**{f.name: getattr(self, f.name) for f in dataclass_fields(self)},
-                  **{f"headers.{k}": v for k, v in self.headers.to_dict().items()}}
+        keys = [
+            f"headers.{k}" if name == "headers" else name
+            for name, value in chosen.defaults.items()
+            for k in (value if name == "headers" else [name])
+        ]
+        values = {
+            **{f.name: getattr(self, f.name) for f in dataclass_fields(self)},
+            **{f"headers.{k}": v for k, v in self.headers.to_dict().items()},
+        }
         return {
             "preset": self.compat,
             "matches": chosen.matches,
@@ -382,10 +455,27 @@ class Topology:
 
 # ---------------------------------------------------------------------- mapping -> model
 _KEYS = (
-    "topic", "group_id", "attempts", "backoff", "topic_suffixing", "index_start", "retry_suffix",
-    "dlt_suffix", "parking_suffix", "reuse_same_interval", "not_retryable", "default_not_retryable", "retry_only",
-    "traverse_causes", "dlt_routing", "dlt_strategy", "timeout", "headers", "tier_group_template",
-    "compat", "dlt_routing_naming",
+    "topic",
+    "group_id",
+    "attempts",
+    "backoff",
+    "topic_suffixing",
+    "index_start",
+    "retry_suffix",
+    "dlt_suffix",
+    "parking_suffix",
+    "reuse_same_interval",
+    "not_retryable",
+    "default_not_retryable",
+    "retry_only",
+    "traverse_causes",
+    "dlt_routing",
+    "dlt_strategy",
+    "timeout",
+    "headers",
+    "tier_group_template",
+    "compat",
+    "dlt_routing_naming",
 )
 _BACKOFF_KEYS = {
     "fixed": ("kind", "delay"),
@@ -394,7 +484,9 @@ _BACKOFF_KEYS = {
 }
 
 
-def _unknown_key_error(key: str, allowed: tuple[str, ...], field_prefix: str | None, source: str) -> TopologyError:
+def _unknown_key_error(
+    key: str, allowed: tuple[str, ...], field_prefix: str | None, source: str
+) -> TopologyError:
     hint = difflib.get_close_matches(key, allowed, n=1)
     suggestion = f"; did you mean {hint[0]!r}?" if hint else f"; known keys: {', '.join(allowed)}"
     path = f"{field_prefix}.{key}" if field_prefix else key
@@ -418,8 +510,9 @@ def _names(value: object, field_name: str, source: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list | tuple):
-        raise TopologyError(f"must be a list of dotted exception class paths, got {value!r}",
-                            field=field_name, source=source)
+        raise TopologyError(
+            f"must be a list of dotted exception class paths, got {value!r}", field=field_name, source=source
+        )
     return tuple(value)
 
 
@@ -428,9 +521,14 @@ def _backoff(data: object, source: str) -> BackOff:
         raise TopologyError("must be a mapping with 'kind' and its settings", field="backoff", source=source)
     kind = data.get("kind", "fixed")
     if not isinstance(kind, str) or kind not in _BACKOFF_KEYS:
-        raise TopologyError(f"must be fixed, exponential or custom, got {kind!r}", field="backoff.kind", source=source)
-    errors = [_unknown_key_error(str(key), _BACKOFF_KEYS[kind], "backoff", source)
-              for key in data if key not in _BACKOFF_KEYS[kind]]
+        raise TopologyError(
+            f"must be fixed, exponential or custom, got {kind!r}", field="backoff.kind", source=source
+        )
+    errors = [
+        _unknown_key_error(str(key), _BACKOFF_KEYS[kind], "backoff", source)
+        for key in data
+        if key not in _BACKOFF_KEYS[kind]
+    ]
 
     def duration(value: object, field_name: str) -> int:
         try:
@@ -446,22 +544,37 @@ def _backoff(data: object, source: str) -> BackOff:
         elif kind == "custom":
             raw = data.get("delays")
             if not isinstance(raw, list) or not raw:
-                raise TopologyError("must be a non-empty list of durations", field="backoff.delays", source=source)
+                raise TopologyError(
+                    "must be a non-empty list of durations", field="backoff.delays", source=source
+                )
             delays = tuple(duration(v, f"backoff.delays[{i}]") for i, v in enumerate(raw))
             backoff = None if errors else BackOff("custom", delays=delays)
         else:
             multiplier = data.get("multiplier", 2.0)
-            if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or multiplier != multiplier:
-                errors.append(TopologyError(f"must be a number >= 1.0, got {multiplier!r}",
-                                            field="backoff.multiplier", source=source))
+            if (
+                isinstance(multiplier, bool)
+                or not isinstance(multiplier, int | float)
+                or multiplier != multiplier
+            ):
+                errors.append(
+                    TopologyError(
+                        f"must be a number >= 1.0, got {multiplier!r}",
+                        field="backoff.multiplier",
+                        source=source,
+                    )
+                )
                 multiplier = 2.0
             initial = duration(data.get("initial", 1000), "backoff.initial")
             maximum = duration(data.get("max", 30_000), "backoff.max")
-            backoff = None if errors else BackOff("exponential", initial_ms=initial, multiplier=float(multiplier),
-                                                  max_ms=maximum)
+            backoff = (
+                None
+                if errors
+                else BackOff("exponential", initial_ms=initial, multiplier=float(multiplier), max_ms=maximum)
+            )
     except ValueError as exc:
-        errors.append(exc if isinstance(exc, TopologyError) else TopologyError(str(exc), field="backoff",
-                                                                               source=source))
+        errors.append(
+            exc if isinstance(exc, TopologyError) else TopologyError(str(exc), field="backoff", source=source)
+        )
     if errors or backoff is None:
         raise TopologyError.combine(errors)
     return backoff
@@ -469,8 +582,11 @@ def _backoff(data: object, source: str) -> BackOff:
 
 def _dlt_routing(data: object, source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     if not isinstance(data, Mapping):
-        raise TopologyError("must map a topic suffix (e.g. -validation-dlt) to exception classes",
-                            field="dlt_routing", source=source)
+        raise TopologyError(
+            "must map a topic suffix (e.g. -validation-dlt) to exception classes",
+            field="dlt_routing",
+            source=source,
+        )
     return tuple((str(k), _names(v, f"dlt_routing.{k}", source)) for k, v in data.items())
 
 
@@ -481,15 +597,23 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
     errors: list[TopologyError] = []
     compat = data.get("compat", "none")
     if compat not in COMPAT_NAMES:
-        errors.append(TopologyError(f"must be one of {', '.join(COMPAT_NAMES)}, got {compat!r}", field="compat",
-                                    source=source))
+        errors.append(
+            TopologyError(
+                f"must be one of {', '.join(COMPAT_NAMES)}, got {compat!r}", field="compat", source=source
+            )
+        )
         compat = "none"
     data, applied = apply_preset(data, preset(compat))
     for key in data:
         if key not in _KEYS:
             errors.append(_unknown_key_error(str(key), _KEYS, None, source))
-    kwargs: dict[str, Any] = {"topic": data.get("topic"), "group_id": data.get("group_id"), "source": source,
-                              "compat": compat, "compat_applied": tuple(applied)}
+    kwargs: dict[str, Any] = {
+        "topic": data.get("topic"),
+        "group_id": data.get("group_id"),
+        "source": source,
+        "compat": compat,
+        "compat_applied": tuple(applied),
+    }
     for required in ("topic", "group_id"):
         if required not in data:
             errors.append(TopologyError("is required", field=required, source=source))
@@ -501,8 +625,17 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
         except TopologyError as exc:
             errors.append(exc)
 
-    for key in ("attempts", "topic_suffixing", "index_start", "retry_suffix", "dlt_suffix", "parking_suffix",
-                "dlt_strategy", "tier_group_template", "dlt_routing_naming"):
+    for key in (
+        "attempts",
+        "topic_suffixing",
+        "index_start",
+        "retry_suffix",
+        "dlt_suffix",
+        "parking_suffix",
+        "dlt_strategy",
+        "tier_group_template",
+        "dlt_routing_naming",
+    ):
         if key in data:
             kwargs[key] = data[key]
     for key in ("reuse_same_interval", "default_not_retryable", "traverse_causes"):
@@ -551,5 +684,7 @@ def load_topology(path: str | Path) -> Topology:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise TopologyError(f"not valid YAML{where}: {getattr(exc, 'problem', exc)}", source=source) from None
     if data is None:
-        raise TopologyError("the file is empty; a topology needs at least 'topic' and 'group_id'", source=source)
+        raise TopologyError(
+            "the file is empty; a topology needs at least 'topic' and 'group_id'", source=source
+        )
     return Topology.from_mapping(data, source=source)

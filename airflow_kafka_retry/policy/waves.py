@@ -38,8 +38,13 @@ class WavePlan:
     reason: str = ""
 
 
-def plan_wave(due_at: Mapping[Hashable, int], *, now_ms: int, window: ReprocessWindow | None = None,
-              fire_ahead_ms: int = 0) -> WavePlan:
+def plan_wave(
+    due_at: Mapping[Hashable, int],
+    *,
+    now_ms: int,
+    window: ReprocessWindow | None = None,
+    fire_ahead_ms: int = 0,
+) -> WavePlan:
     """Fire, wait or stay idle, given when each partition's head is due (partitions without one left out)."""
     if fire_ahead_ms < 0:
         raise ValueError(f"fire_ahead_ms cannot be negative, got {fire_ahead_ms}")
@@ -71,8 +76,11 @@ class Wave:
         return now_ms - self.fired_ms >= refire_after_ms
 
     def to_state(self) -> dict[str, Any]:
-        return {"positions": [list(p) for p in self.positions], "fired_ms": self.fired_ms,
-                "not_before_ms": self.not_before_ms}
+        return {
+            "positions": [list(p) for p in self.positions],
+            "fired_ms": self.fired_ms,
+            "not_before_ms": self.not_before_ms,
+        }
 
     @classmethod
     def from_state(cls, state: Any) -> Wave | None:

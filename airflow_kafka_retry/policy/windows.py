@@ -22,8 +22,10 @@ def _clock(hours: str, minutes: str, spec: str, *, end: bool) -> time | None:
     if end and (h, m) == (24, 0):
         return None
     if h > 23 or m > 59:
-        raise ValueError(f"window {spec!r}: {hours}:{minutes} is not a time of day (00:00 to 23:59"
-                         f"{', or 24:00 as the end' if end else ''})")
+        raise ValueError(
+            f"window {spec!r}: {hours}:{minutes} is not a time of day (00:00 to 23:59"
+            f"{', or 24:00 as the end' if end else ''})"
+        )
     return time(h, m)
 
 
@@ -51,14 +53,18 @@ class ReprocessWindow:
         start = _clock(match[1], match[2], spec, end=False)
         end = _clock(match[3], match[4], spec, end=True) or time(0, 0)
         if start == end and (match[3], match[4]) != ("24", "00"):
-            raise ValueError(f"window {spec!r} opens and closes at the same time; leave the window out to "
-                             "reprocess at any hour")
+            raise ValueError(
+                f"window {spec!r} opens and closes at the same time; leave the window out to "
+                "reprocess at any hour"
+            )
         tz = timezone or "UTC"
         try:
             ZoneInfo(tz)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(f"window {spec!r}: unknown time zone {tz!r} (use an IANA name such as "
-                             "'Europe/Berlin' or 'UTC')") from None
+            raise ValueError(
+                f"window {spec!r}: unknown time zone {tz!r} (use an IANA name such as "
+                "'Europe/Berlin' or 'UTC')"
+            ) from None
         return cls(start=start, end=end, timezone=tz)
 
     @property

@@ -84,7 +84,14 @@ class RetryTierDueSensor(BaseSensorOperator):
     :param deferrable: wait in the triggerer (default) rather than in a worker slot.
     """
 
-    template_fields: Sequence[str] = ("topology", "tier", "kafka_conn_id", "consumer_group", "window", "timezone")
+    template_fields: Sequence[str] = (
+        "topology",
+        "tier",
+        "kafka_conn_id",
+        "consumer_group",
+        "window",
+        "timezone",
+    )
     ui_color = "#cfe8d5"
 
     def __init__(
@@ -145,8 +152,15 @@ class RetryTierDueSensor(BaseSensorOperator):
         topology = self._topology()
         tier, group = self._tier(topology)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
-        check, peek = look(kafka_config, tier.topic, group, partitions=self.partitions, window=self._window(),
-                           deadline_ms=self._start_clock(context), peek_timeout=self.peek_timeout)
+        check, peek = look(
+            kafka_config,
+            tier.topic,
+            group,
+            partitions=self.partitions,
+            window=self._window(),
+            deadline_ms=self._start_clock(context),
+            peek_timeout=self.peek_timeout,
+        )
         self.log.info("%s (group %s): %s; backlog %s", tier.topic, group, check.reason, peek.backlog)
         if self.partitions is None:  # the gauge is the whole tier's: a look at some partitions is not
             emit_tier_backlog(peek, topology, tier, now_ms=check.now_ms)
@@ -183,16 +197,25 @@ class RetryTierDueSensor(BaseSensorOperator):
         tier, group, event = self._look(context)
         if event["status"] == "wait":
             self.defer(
-                trigger=TierDueTrigger(topic=tier.topic, consumer_group=group, kafka_conn_id=self.kafka_conn_id,
-                                       partitions=self.partitions, window=self.window, timezone=self.timezone,
-                                       deadline_ms=self._deadline_ms, wake_ms=event["check"]["wake_ms"],
-                                       peek_timeout=self.peek_timeout),
+                trigger=TierDueTrigger(
+                    topic=tier.topic,
+                    consumer_group=group,
+                    kafka_conn_id=self.kafka_conn_id,
+                    partitions=self.partitions,
+                    window=self.window,
+                    timezone=self.timezone,
+                    deadline_ms=self._deadline_ms,
+                    wake_ms=event["check"]["wake_ms"],
+                    peek_timeout=self.peek_timeout,
+                ),
                 method_name="execute_complete",
                 timeout=timedelta(seconds=self.timeout),
             )
         return self._outcome(event, tier.index)
 
-    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    def execute_complete(
+        self, context: Context, event: dict[str, Any] | None = None
+    ) -> dict[str, Any] | None:
         """Resumed from :class:`TierDueTrigger`: succeed with the due partitions, or skip, or fail."""
         if not event:
             raise AirflowException("the tier due trigger fired without an event")

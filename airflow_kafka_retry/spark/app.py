@@ -72,20 +72,34 @@ class AppInputError(ValueError):
 
 # ----------------------------------------------------------------------------- arguments
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="reprocess_tier.py",
-                                     description="Reprocess one retry tier of a Kafka topology with Spark.")
+    parser = argparse.ArgumentParser(
+        prog="reprocess_tier.py", description="Reprocess one retry tier of a Kafka topology with Spark."
+    )
     parser.add_argument("--topology", required=True, help="topology YAML file (local path or fsspec URL)")
     parser.add_argument("--tier", required=True, help="tier index (0 = main topic), a topic name, or 'dlt'")
-    parser.add_argument("--options-json", required=True,
-                        help="the run options (DrainOptions) as inline JSON, or @FILE holding them")
-    parser.add_argument("--kafka-config-file", required=True,
-                        help="JSON file with the librdkafka configuration (may hold credentials; never inline)")
+    parser.add_argument(
+        "--options-json",
+        required=True,
+        help="the run options (DrainOptions) as inline JSON, or @FILE holding them",
+    )
+    parser.add_argument(
+        "--kafka-config-file",
+        required=True,
+        help="JSON file with the librdkafka configuration (may hold credentials; never inline)",
+    )
     parser.add_argument("--result", required=True, help="where to write the run summary (path or fsspec URL)")
-    parser.add_argument("--cutoff-ms", type=int, default=None,
-                        help="records due after this epoch-ms time stay for a later run (default: now)")
+    parser.add_argument(
+        "--cutoff-ms",
+        type=int,
+        default=None,
+        help="records due after this epoch-ms time stay for a later run (default: now)",
+    )
     parser.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")
-    parser.add_argument("--allow-unencrypted-secrets", action="store_true",
-                        help="let Kafka secrets reach executors over unauthenticated, unencrypted Spark RPC")
+    parser.add_argument(
+        "--allow-unencrypted-secrets",
+        action="store_true",
+        help="let Kafka secrets reach executors over unauthenticated, unencrypted Spark RPC",
+    )
     return parser
 
 
@@ -114,14 +128,17 @@ def options_from_json(value: str) -> DrainOptions:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise AppInputError(f"--options-json is not valid JSON: {exc.msg} at line {exc.lineno}, "
-                            f"column {exc.colno}") from None
+        raise AppInputError(
+            f"--options-json is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}"
+        ) from None
     if not isinstance(data, dict):
         raise AppInputError("--options-json must be a JSON object of DrainOptions fields")
     known = {f.name for f in dataclasses.fields(DrainOptions)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise AppInputError(f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}")
+        raise AppInputError(
+            f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}"
+        )
     if "handler" not in data:
         raise AppInputError("the options name no handler ('package.module:function')")
     return DrainOptions(**data)
@@ -150,8 +167,11 @@ def load_topology_from(url: str) -> Topology:
 
 def check_user_code(options: DrainOptions) -> None:
     """Import the handler and deserializers now, so a typo fails the run before any record is read."""
-    for path, what in ((options.handler, "handler"), (options.value_deserializer, "value_deserializer"),
-                       (options.key_deserializer, "key_deserializer")):
+    for path, what in (
+        (options.handler, "handler"),
+        (options.value_deserializer, "value_deserializer"),
+        (options.key_deserializer, "key_deserializer"),
+    ):
         if path:
             load_callable(path, what=what)
 
@@ -169,16 +189,21 @@ def read_kafka_config(path: str) -> dict[str, Any]:
     if found is None:
         raise AppInputError(f"the Kafka configuration file {path} does not exist")
     if found != path and os.stat(found).st_uid != os.geteuid():
-        raise AppInputError(f"the Kafka configuration file {path} does not exist, and {os.path.abspath(found)} "
-                            "belongs to another user")
+        raise AppInputError(
+            f"the Kafka configuration file {path} does not exist, and {os.path.abspath(found)} "
+            "belongs to another user"
+        )
     try:
         with open(found, encoding="utf-8") as fh:
             config = json.load(fh)
     except json.JSONDecodeError as exc:
-        raise AppInputError(f"the Kafka configuration file {path} is not valid JSON "
-                            f"(line {exc.lineno}, column {exc.colno})") from None
+        raise AppInputError(
+            f"the Kafka configuration file {path} is not valid JSON (line {exc.lineno}, column {exc.colno})"
+        ) from None
     except OSError as exc:
-        raise AppInputError(f"cannot read the Kafka configuration file {path}: {exc.strerror or exc}") from None
+        raise AppInputError(
+            f"cannot read the Kafka configuration file {path}: {exc.strerror or exc}"
+        ) from None
     if not isinstance(config, dict):
         raise AppInputError(f"the Kafka configuration file {path} must hold a JSON object")
     if "bootstrap.servers" not in config:
@@ -196,8 +221,9 @@ def choose_partitions(run_partitions: Sequence[int], requested: str | None, topi
         raise AppInputError(f"--partitions must be comma-separated integers, got {requested!r}") from None
     missing = [p for p in chosen if p not in run_partitions]
     if missing or not chosen:
-        raise AppInputError(f"{topic} has partitions 0..{len(run_partitions) - 1}; cannot reprocess "
-                            f"{missing or requested!r}")
+        raise AppInputError(
+            f"{topic} has partitions 0..{len(run_partitions) - 1}; cannot reprocess {missing or requested!r}"
+        )
     return chosen
 
 
@@ -211,8 +237,9 @@ def prepare(args: argparse.Namespace, started_ms: int) -> TierRun:
     tier = topology.select(args.tier)
     check_user_code(options)
     kafka_config = read_kafka_config(args.kafka_config_file)
-    partitions = choose_partitions(tier_partitions(topology, tier, kafka_config, options), args.partitions,
-                                   tier.topic)
+    partitions = choose_partitions(
+        tier_partitions(topology, tier, kafka_config, options), args.partitions, tier.topic
+    )
     cutoff = started_ms if args.cutoff_ms is None else args.cutoff_ms
     return TierRun(topology, tier, options, kafka_config, partitions, cutoff, started_ms)
 
@@ -224,8 +251,14 @@ def _configure_worker_logging() -> None:
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=LOG_FORMAT)
 
 
-def run_partition(topology: Topology, tier: Tier, options: dict[str, Any], kafka_config: Mapping[str, Any],
-                  cutoff_ms: int, partition: int) -> dict[str, Any]:
+def run_partition(
+    topology: Topology,
+    tier: Tier,
+    options: dict[str, Any],
+    kafka_config: Mapping[str, Any],
+    cutoff_ms: int,
+    partition: int,
+) -> dict[str, Any]:
     """Spark task body: reprocess one partition on the executor and return its summary as a dict.
 
     Never raises for a partition failure (the summary says ``failed``); a crash of the worker
@@ -239,7 +272,9 @@ def run_partition(topology: Topology, tier: Tier, options: dict[str, Any], kafka
         job = PartitionJob(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
     except Exception as exc:  # noqa: BLE001 - reported in the summary like any partition failure
         group = drain_options.consumer_group or topology.consumer_group(tier)
-        failed = PartitionSummary(tier.topic, partition, group, status="failed", error=f"{type(exc).__name__}: {exc}")
+        failed = PartitionSummary(
+            tier.topic, partition, group, status="failed", error=f"{type(exc).__name__}: {exc}"
+        )
         return failed.to_dict()
     return job.run().to_dict()
 
@@ -251,7 +286,9 @@ def _spark_context(run: TierRun) -> Any:
     conf = SparkConf()
     conf.setIfMissing("spark.app.name", f"airflow-kafka-retry {run.tier.topic}")
     if conf.get("spark.speculation", "false").lower() == "true":
-        log.warning("spark.speculation is turned off: two attempts of one Kafka partition must not run at once")
+        log.warning(
+            "spark.speculation is turned off: two attempts of one Kafka partition must not run at once"
+        )
     conf.set("spark.speculation", "false")
     return SparkContext.getOrCreate(conf=conf)
 
@@ -260,26 +297,39 @@ def _short_error(exc: BaseException, limit: int = 600) -> str:
     """The first meaningful line of a (possibly Java) error, for the summary."""
     text = str(exc).strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    chosen = next((line for line in lines if "Job aborted" in line), lines[0] if lines else type(exc).__name__)
+    chosen = next(
+        (line for line in lines if "Job aborted" in line), lines[0] if lines else type(exc).__name__
+    )
     return chosen[:limit]
 
 
 def run_on_spark(sc: Any, run: TierRun) -> RunSummary:
     """One task per partition; every task's summary collected into the run summary."""
     group = run.options.consumer_group or run.topology.consumer_group(run.tier)
-    summary = RunSummary(topology=run.topology.source, tier=run.tier.index, topic=run.tier.topic, group=group,
-                         engine="spark", cutoff_ms=run.cutoff_ms, started_ms=run.started_ms)
-    task = functools.partial(run_partition, run.topology, run.tier, run.options.to_dict(), dict(run.kafka_config),
-                             run.cutoff_ms)
-    sc.setJobDescription(f"reprocess {run.tier.topic} (tier {run.tier.index}): {len(run.partitions)} partitions")
+    summary = RunSummary(
+        topology=run.topology.source,
+        tier=run.tier.index,
+        topic=run.tier.topic,
+        group=group,
+        engine="spark",
+        cutoff_ms=run.cutoff_ms,
+        started_ms=run.started_ms,
+    )
+    task = functools.partial(
+        run_partition, run.topology, run.tier, run.options.to_dict(), dict(run.kafka_config), run.cutoff_ms
+    )
+    sc.setJobDescription(
+        f"reprocess {run.tier.topic} (tier {run.tier.index}): {len(run.partitions)} partitions"
+    )
     try:
         results = sc.parallelize(list(run.partitions), len(run.partitions)).map(task).collect()
         summary.partitions = [PartitionSummary.from_dict(r) for r in results]
     except Exception as exc:  # noqa: BLE001 - the Spark job gave up (task retries exhausted)
         error = f"Spark job failed: {_short_error(exc)}"
         log.error("%s: %s", run.tier.topic, error)
-        summary.partitions = [PartitionSummary(run.tier.topic, p, group, status="failed", error=error)
-                              for p in run.partitions]
+        summary.partitions = [
+            PartitionSummary(run.tier.topic, p, group, status="failed", error=error) for p in run.partitions
+        ]
     summary.finished_ms = wall_clock_ms()
     summary.note_stops()  # options.deadline_ms stops partitions at a chunk boundary
     return summary
@@ -314,13 +364,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _refuse(args.result, str(exc))
     except (ValueError, OSError) as exc:
         return _refuse(args.result, f"{type(exc).__name__}: {exc}")
-    log.info("reprocessing %s (tier %s) partitions %s, cutoff %s", run.tier.topic, run.tier.index,
-             list(run.partitions), run.cutoff_ms)
+    log.info(
+        "reprocessing %s (tier %s) partitions %s, cutoff %s",
+        run.tier.topic,
+        run.tier.index,
+        list(run.partitions),
+        run.cutoff_ms,
+    )
     sc = _spark_context(run)
     try:
-        check_secrets_transport(run.kafka_config, master=sc.master, spark_conf=dict(sc.getConf().getAll()),
-                                allow_unencrypted_secrets=args.allow_unencrypted_secrets,
-                                where=" in the Spark configuration the driver runs with")
+        check_secrets_transport(
+            run.kafka_config,
+            master=sc.master,
+            spark_conf=dict(sc.getConf().getAll()),
+            allow_unencrypted_secrets=args.allow_unencrypted_secrets,
+            where=" in the Spark configuration the driver runs with",
+        )
     except UnencryptedSecretsError as exc:
         sc.stop()
         return _refuse(args.result, str(exc))

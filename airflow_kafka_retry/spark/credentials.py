@@ -54,7 +54,8 @@ def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(value, _JSON_TYPES):
             raise KafkaConfigError(
                 f"Kafka configuration key {key!r} holds a {type(value).__name__}, which cannot be shipped to Spark "
-                "executors; use plain librdkafka settings (strings, numbers, booleans) for Spark runs")
+                "executors; use plain librdkafka settings (strings, numbers, booleans) for Spark runs"
+            )
         shippable[key] = value
     return shippable
 

@@ -92,17 +92,22 @@ class OutputMasker:
     """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        wanted = {s for s in map(str, secrets)
-                  if len(s) >= MIN_SECRET_LENGTH and not s.isdigit() and s.lower() not in _NOT_SECRETS}
+        wanted = {
+            s
+            for s in map(str, secrets)
+            if len(s) >= MIN_SECRET_LENGTH and not s.isdigit() and s.lower() not in _NOT_SECRETS
+        }
         self._secrets = sorted(wanted, key=len, reverse=True)
 
     @classmethod
-    def for_submission(cls, conf: Mapping[str, Any] | None,
-                       kafka_config: Mapping[str, Any] | None) -> OutputMasker:
+    def for_submission(
+        cls, conf: Mapping[str, Any] | None, kafka_config: Mapping[str, Any] | None
+    ) -> OutputMasker:
         """The secrets of a submission: masked ``--conf`` values and Kafka settings whose key looks secret."""
         found = [v for k, v in (conf or {}).items() for v in secrets_in(f"{k}={v}")]
-        found += [str(v) for k, v in (kafka_config or {}).items()
-                  if KAFKA_SECRET_KEY.search(k) and v is not None]
+        found += [
+            str(v) for k, v in (kafka_config or {}).items() if KAFKA_SECRET_KEY.search(k) and v is not None
+        ]
         return cls(found)
 
     @property

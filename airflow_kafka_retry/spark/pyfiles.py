@@ -45,7 +45,7 @@ def _stdlib_dirs() -> tuple[str, ...]:
 
 def _is_stdlib(origin: str) -> bool:
     real = os.path.realpath(origin)
-    return any(real.startswith(d + os.sep) and "site-packages" not in real[len(d):] for d in _stdlib_dirs())
+    return any(real.startswith(d + os.sep) and "site-packages" not in real[len(d) :] for d in _stdlib_dirs())
 
 
 def top_level_sources(module: str) -> list[tuple[str, Path]]:
@@ -61,8 +61,10 @@ def top_level_sources(module: str) -> list[tuple[str, Path]]:
     except (ImportError, ValueError) as exc:
         raise UserCodeError(f"cannot locate module {top!r} to ship it to the executors: {exc}") from exc
     if spec is None:
-        raise UserCodeError(f"cannot locate module {top!r} (of {module!r}) to ship it to the executors; "
-                            "is it importable where the run is submitted?")
+        raise UserCodeError(
+            f"cannot locate module {top!r} (of {module!r}) to ship it to the executors; "
+            "is it importable where the run is submitted?"
+        )
     if spec.origin in (None, "built-in", "frozen") and not spec.submodule_search_locations:
         return []
     if spec.submodule_search_locations:  # a package (possibly a namespace package over several folders)
@@ -74,8 +76,10 @@ def top_level_sources(module: str) -> list[tuple[str, Path]]:
     if _is_stdlib(origin):
         return []
     if origin.endswith(_EXTENSION_SUFFIXES) or not origin.endswith(".py"):
-        raise UserCodeError(f"module {top!r} is a compiled extension ({origin}); it cannot be shipped in a zip "
-                            "and must be installed on the Spark executors")
+        raise UserCodeError(
+            f"module {top!r} is a compiled extension ({origin}); it cannot be shipped in a zip "
+            "and must be installed on the Spark executors"
+        )
     return [(f"{top}.py", Path(origin))]
 
 
@@ -90,8 +94,12 @@ def _package_files(name: str, root: Path) -> Iterator[tuple[str, Path]]:
                 continue
             path = Path(folder) / filename
             if filename.endswith(_EXTENSION_SUFFIXES):
-                log.warning("%s: compiled extension %s is not shipped (zip imports cannot load it); install "
-                            "it on the executors", name, path)
+                log.warning(
+                    "%s: compiled extension %s is not shipped (zip imports cannot load it); install "
+                    "it on the executors",
+                    name,
+                    path,
+                )
                 continue
             yield f"{name}/{path.relative_to(root).as_posix()}", path
 

@@ -44,15 +44,17 @@ def is_local(url: str) -> bool:
 
 
 def _local_path(url: str) -> str:
-    return url[len("file://"):] if url.startswith("file://") else url
+    return url[len("file://") :] if url.startswith("file://") else url
 
 
 def check_result_path_free(url: str) -> None:
     """Refuse a local result path that already holds something (the driver checks before reading any record)."""
     if is_local(url) and os.path.lexists(_local_path(url)):
         kind = "a symlink" if os.path.islink(_local_path(url)) else "a file"
-        raise UntrustedResultError(f"the result path {url} already holds {kind}; the run writes its summary "
-                                   "only to a new file (remove it, or use the default private result path)")
+        raise UntrustedResultError(
+            f"the result path {url} already holds {kind}; the run writes its summary "
+            "only to a new file (remove it, or use the default private result path)"
+        )
 
 
 def _write_local(path: str, data: bytes) -> None:
@@ -62,8 +64,9 @@ def _write_local(path: str, data: bytes) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
-        raise UntrustedResultError(f"the result path {path} appeared while the run was going: not writing "
-                                   "through it") from None
+        raise UntrustedResultError(
+            f"the result path {path} appeared while the run was going: not writing through it"
+        ) from None
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
 
@@ -112,13 +115,16 @@ def _read_local(path: str) -> bytes:
             raise UntrustedResultError(f"the result path {path} is a symlink; not following it") from None
         raise ResultMissingError(f"the Spark application wrote no result to {path}") from None
     except OSError as exc:  # ELOOP: the last component is a symlink
-        raise UntrustedResultError(f"the result path {path} is a symlink; not following it ({exc.strerror})") \
-            from None
+        raise UntrustedResultError(
+            f"the result path {path} is a symlink; not following it ({exc.strerror})"
+        ) from None
     with os.fdopen(fd, "rb") as fh:
         info = os.fstat(fh.fileno())
         if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-            raise UntrustedResultError(f"the result file {path} is not a regular file of this user "
-                                       f"(owner uid {info.st_uid}); not trusting it")
+            raise UntrustedResultError(
+                f"the result file {path} is not a regular file of this user "
+                f"(owner uid {info.st_uid}); not trusting it"
+            )
         return fh.read()
 
 

@@ -45,7 +45,9 @@ PRESERVE_STAGING = "spark.yarn.preserve.staging.files"
 UPLOAD_PATH = "spark.kubernetes.file.upload.path"
 
 
-def cluster_mode_conf(master: str | None, deploy_mode: str | None, spark_conf: Mapping[str, Any]) -> dict[str, str]:
+def cluster_mode_conf(
+    master: str | None, deploy_mode: str | None, spark_conf: Mapping[str, Any]
+) -> dict[str, str]:
     """Spark properties to add so the shipped credentials file does not outlive the run (and warn where none can).
 
     :param master: the Spark master.
@@ -60,14 +62,19 @@ def cluster_mode_conf(master: str | None, deploy_mode: str | None, spark_conf: M
         if PRESERVE_STAGING not in spark_conf:
             return {PRESERVE_STAGING: "false"}
         if str(spark_conf[PRESERVE_STAGING]).strip().lower() == "true":
-            log.warning("%s=true: the Kafka credentials file stays in the application's YARN staging folder "
-                        "(.sparkStaging/<application id>) after the run; delete it, or leave the setting out",
-                        PRESERVE_STAGING)
+            log.warning(
+                "%s=true: the Kafka credentials file stays in the application's YARN staging folder "
+                "(.sparkStaging/<application id>) after the run; delete it, or leave the setting out",
+                PRESERVE_STAGING,
+            )
     elif master.startswith("k8s://"):
-        log.warning("Kubernetes cluster mode: Spark uploads the Kafka credentials file to %s/spark-upload-<uuid>/ "
-                    "and never deletes it (the operator deletes it once the application has ended); the driver pod "
-                    "keeps its copy until the pod is deleted. Delete finished driver pods, or mount the credentials "
-                    "as a Kubernetes secret instead", spark_conf.get(UPLOAD_PATH, f"<{UPLOAD_PATH}>"))
+        log.warning(
+            "Kubernetes cluster mode: Spark uploads the Kafka credentials file to %s/spark-upload-<uuid>/ "
+            "and never deletes it (the operator deletes it once the application has ended); the driver pod "
+            "keeps its copy until the pod is deleted. Delete finished driver pods, or mount the credentials "
+            "as a Kubernetes secret instead",
+            spark_conf.get(UPLOAD_PATH, f"<{UPLOAD_PATH}>"),
+        )
     return {}
 
 
@@ -95,8 +102,12 @@ def delete_uploads(uploads: Mapping[str, str], workdir: str) -> list[str]:
             fs, path = fsspec.core.url_to_fs(target)
             fs.rm(path, recursive=True)
         except Exception as exc:  # noqa: BLE001 - missing fsspec backend, credentials, network: say what is left
-            log.warning("could not delete %s, the copy Spark uploaded of %s; delete it by hand: %s", target,
-                        os.path.basename(source), exc)
+            log.warning(
+                "could not delete %s, the copy Spark uploaded of %s; delete it by hand: %s",
+                target,
+                os.path.basename(source),
+                exc,
+            )
             continue
         deleted.append(target)
     return deleted

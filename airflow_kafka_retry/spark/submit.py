@@ -38,7 +38,11 @@ from typing import Any
 
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.spark.credentials import check_shippable, remove_credentials_file, write_credentials_file
+from airflow_kafka_retry.spark.credentials import (
+    check_shippable,
+    remove_credentials_file,
+    write_credentials_file,
+)
 from airflow_kafka_retry.spark.masking import OutputMasker, mask_command
 from airflow_kafka_retry.spark.pyfiles import build_for_options
 from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
@@ -93,8 +97,9 @@ class Submission:
     def __enter__(self) -> Submission:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.cleanup()
 
 
@@ -103,13 +108,30 @@ def _local_path(path: str | os.PathLike[str]) -> str:
     return text if "://" in text else os.path.abspath(text)
 
 
-def app_arguments(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
-                  kafka_config_file: str, result_path: str, cutoff_ms: int | None = None,
-                  partitions: Iterable[int] | None = None, allow_unencrypted_secrets: bool = False) -> list[str]:
+def app_arguments(
+    *,
+    topology_path: str | os.PathLike[str],
+    tier: int | str,
+    options: DrainOptions,
+    kafka_config_file: str,
+    result_path: str,
+    cutoff_ms: int | None = None,
+    partitions: Iterable[int] | None = None,
+    allow_unencrypted_secrets: bool = False,
+) -> list[str]:
     """The tier app's command-line arguments (paths and options only; see :mod:`~airflow_kafka_retry.spark.app`)."""
-    args = ["--topology", _local_path(topology_path), "--tier", str(tier),
-            "--options-json", json.dumps(options.to_dict(), separators=(",", ":")),
-            "--kafka-config-file", kafka_config_file, "--result", _local_path(result_path)]
+    args = [
+        "--topology",
+        _local_path(topology_path),
+        "--tier",
+        str(tier),
+        "--options-json",
+        json.dumps(options.to_dict(), separators=(",", ":")),
+        "--kafka-config-file",
+        kafka_config_file,
+        "--result",
+        _local_path(result_path),
+    ]
     if cutoff_ms is not None:
         args += ["--cutoff-ms", str(int(cutoff_ms))]
     if partitions is not None:
@@ -119,12 +141,23 @@ def app_arguments(*, topology_path: str | os.PathLike[str], tier: int | str, opt
     return args
 
 
-def prepare_submission(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
-                       kafka_config: Mapping[str, Any], master: str, deploy_mode: str | None = None,
-                       spark_conf: Mapping[str, Any] | None = None, properties_file: str | None = None,
-                       allow_unencrypted_secrets: bool = False, result_path: str | None = None,
-                       cutoff_ms: int | None = None, partitions: Iterable[int] | None = None,
-                       application: str | None = None, tmp_dir: str | None = None) -> Submission:
+def prepare_submission(
+    *,
+    topology_path: str | os.PathLike[str],
+    tier: int | str,
+    options: DrainOptions,
+    kafka_config: Mapping[str, Any],
+    master: str,
+    deploy_mode: str | None = None,
+    spark_conf: Mapping[str, Any] | None = None,
+    properties_file: str | None = None,
+    allow_unencrypted_secrets: bool = False,
+    result_path: str | None = None,
+    cutoff_ms: int | None = None,
+    partitions: Iterable[int] | None = None,
+    application: str | None = None,
+    tmp_dir: str | None = None,
+) -> Submission:
     """Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the arguments.
 
     :param topology_path: the topology YAML (local path or fsspec URL readable by the driver).
@@ -145,8 +178,13 @@ def prepare_submission(*, topology_path: str | os.PathLike[str], tier: int | str
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: naming the missing Spark settings.
     """
     effective, where = effective_spark_conf(spark_conf, properties_file)
-    check_secrets_transport(check_shippable(kafka_config), master=master, spark_conf=effective,
-                            allow_unencrypted_secrets=allow_unencrypted_secrets, where=where)
+    check_secrets_transport(
+        check_shippable(kafka_config),
+        master=master,
+        spark_conf=effective,
+        allow_unencrypted_secrets=allow_unencrypted_secrets,
+        where=where,
+    )
     extra_conf = cluster_mode_conf(master, deploy_mode, effective)
     workdir = tempfile.mkdtemp(prefix="akr-spark-", dir=tmp_dir)  # 0700
     try:
@@ -154,15 +192,29 @@ def prepare_submission(*, topology_path: str | os.PathLike[str], tier: int | str
         shipped = build_for_options(py_files, options)
         credentials = write_credentials_file(kafka_config, workdir)
         result = result_path or os.path.join(workdir, RESULT_NAME)
-        args = app_arguments(topology_path=topology_path, tier=tier, options=options,
-                             kafka_config_file=credentials, result_path=result, cutoff_ms=cutoff_ms,
-                             partitions=partitions, allow_unencrypted_secrets=allow_unencrypted_secrets)
+        args = app_arguments(
+            topology_path=topology_path,
+            tier=tier,
+            options=options,
+            kafka_config_file=credentials,
+            result_path=result,
+            cutoff_ms=cutoff_ms,
+            partitions=partitions,
+            allow_unencrypted_secrets=allow_unencrypted_secrets,
+        )
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-    return Submission(application=application or APPLICATION, py_files=py_files, application_args=args,
-                      kafka_config_file=credentials, result_path=result, workdir=workdir, shipped=shipped,
-                      spark_conf=extra_conf)
+    return Submission(
+        application=application or APPLICATION,
+        py_files=py_files,
+        application_args=args,
+        kafka_config_file=credentials,
+        result_path=result,
+        workdir=workdir,
+        shipped=shipped,
+        spark_conf=extra_conf,
+    )
 
 
 # ----------------------------------------------------------------------------- spark-submit
@@ -221,8 +273,14 @@ def local_spark_environment(spark_submit: str | None = None) -> dict[str, str]:
     return env
 
 
-def spark_submit_command(submission: Submission, *, master: str, conf: Mapping[str, Any] | None = None,
-                         spark_submit: str | None = None, name: str | None = None) -> list[str]:
+def spark_submit_command(
+    submission: Submission,
+    *,
+    master: str,
+    conf: Mapping[str, Any] | None = None,
+    spark_submit: str | None = None,
+    name: str | None = None,
+) -> list[str]:
     """The ``spark-submit`` command line of ``submission`` (paths and options only)."""
     cmd = [spark_submit or find_spark_submit(), "--master", master]
     if name:
@@ -233,8 +291,12 @@ def spark_submit_command(submission: Submission, *, master: str, conf: Mapping[s
     return cmd
 
 
-def _stream(process: subprocess.Popen[str], on_output: Callable[[str], None] | None,
-            tail: collections.deque[str], mask: OutputMasker) -> None:
+def _stream(
+    process: subprocess.Popen[str],
+    on_output: Callable[[str], None] | None,
+    tail: collections.deque[str],
+    mask: OutputMasker,
+) -> None:
     assert process.stdout is not None
     for raw in process.stdout:
         line = mask(raw.rstrip("\n"))
@@ -244,13 +306,23 @@ def _stream(process: subprocess.Popen[str], on_output: Callable[[str], None] | N
             on_output(line)
 
 
-def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, options: DrainOptions,
-                     kafka_config: Mapping[str, Any], master: str = "local[2]", cutoff_ms: int | None = None,
-                     partitions: Sequence[int] | None = None, result_path: str | None = None,
-                     conf: Mapping[str, Any] | None = None, spark_submit: str | None = None,
-                     env: Mapping[str, str] | None = None, application: str | None = None,
-                     allow_unencrypted_secrets: bool = False,
-                     on_output: Callable[[str], None] | None = None) -> RunSummary:
+def run_spark_submit(
+    *,
+    topology_path: str | os.PathLike[str],
+    tier: int | str,
+    options: DrainOptions,
+    kafka_config: Mapping[str, Any],
+    master: str = "local[2]",
+    cutoff_ms: int | None = None,
+    partitions: Sequence[int] | None = None,
+    result_path: str | None = None,
+    conf: Mapping[str, Any] | None = None,
+    spark_submit: str | None = None,
+    env: Mapping[str, str] | None = None,
+    application: str | None = None,
+    allow_unencrypted_secrets: bool = False,
+    on_output: Callable[[str], None] | None = None,
+) -> RunSummary:
     """Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
 
     The summary is returned even when partitions failed (check ``summary.ok``); the credentials
@@ -271,24 +343,40 @@ def run_spark_submit(*, topology_path: str | os.PathLike[str], tier: int | str, 
     :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app).
     """
     binary = spark_submit or find_spark_submit()
-    with prepare_submission(topology_path=topology_path, tier=tier, options=options, kafka_config=kafka_config,
-                            master=master, spark_conf=conf, allow_unencrypted_secrets=allow_unencrypted_secrets,
-                            result_path=result_path, cutoff_ms=cutoff_ms, partitions=partitions,
-                            application=application) as submission:
+    with prepare_submission(
+        topology_path=topology_path,
+        tier=tier,
+        options=options,
+        kafka_config=kafka_config,
+        master=master,
+        spark_conf=conf,
+        allow_unencrypted_secrets=allow_unencrypted_secrets,
+        result_path=result_path,
+        cutoff_ms=cutoff_ms,
+        partitions=partitions,
+        application=application,
+    ) as submission:
         remove_result(submission.result_path)
         cmd = spark_submit_command(submission, master=master, conf=conf, spark_submit=binary)
         log.info("spark-submit command: %s", mask_command(cmd))
         full_env = {**spark_app_environment(os.environ), **local_spark_environment(binary), **(env or {})}
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                              bufsize=1) as process:
-            _stream(process, on_output, tail, OutputMasker.for_submission(
-                {**submission.spark_conf, **(conf or {})}, kafka_config))
+        with subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, bufsize=1
+        ) as process:
+            _stream(
+                process,
+                on_output,
+                tail,
+                OutputMasker.for_submission({**submission.spark_conf, **(conf or {})}, kafka_config),
+            )
             returncode = process.wait()
         log.info("spark-submit exited with %s", returncode)
         try:
             return submission.read_summary()
         except ResultMissingError:
             output = "\n".join(tail)
-            raise SparkSubmitError(f"spark-submit exited with {returncode} and the app wrote no result to "
-                                   f"{submission.result_path}; last output:\n{output}") from None
+            raise SparkSubmitError(
+                f"spark-submit exited with {returncode} and the app wrote no result to "
+                f"{submission.result_path}; last output:\n{output}"
+            ) from None

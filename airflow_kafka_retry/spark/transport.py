@@ -25,8 +25,9 @@ REQUIRED_SETTINGS = ("spark.authenticate", "spark.network.crypto.enabled")
 ALLOW_FLAG = "allow_unencrypted_secrets"
 
 #: librdkafka keys whose value is a secret: passwords, client secrets, private keys in PEM form.
-_SECRET_KEY = re.compile(r"password|secret|passphrase|private\.key|^ssl\.key\.pem$|^sasl\.oauthbearer\.config$",
-                         re.IGNORECASE)
+_SECRET_KEY = re.compile(
+    r"password|secret|passphrase|private\.key|^ssl\.key\.pem$|^sasl\.oauthbearer\.config$", re.IGNORECASE
+)
 _LOCAL_MASTER = re.compile(r"^local(\[[^\]]*\])?$")
 
 
@@ -56,8 +57,14 @@ def missing_protection(spark_conf: Mapping[str, Any]) -> list[str]:
     return [key for key in REQUIRED_SETTINGS if not _true(spark_conf.get(key, "false"))]
 
 
-def check_secrets_transport(kafka_config: Mapping[str, Any], *, master: str | None, spark_conf: Mapping[str, Any],
-                            allow_unencrypted_secrets: bool = False, where: str = "") -> None:
+def check_secrets_transport(
+    kafka_config: Mapping[str, Any],
+    *,
+    master: str | None,
+    spark_conf: Mapping[str, Any],
+    allow_unencrypted_secrets: bool = False,
+    where: str = "",
+) -> None:
     """Refuse a run whose Kafka secrets would cross Spark's network in the clear.
 
     :param kafka_config: the librdkafka configuration the tasks will carry.
@@ -80,7 +87,8 @@ def check_secrets_transport(kafka_config: Mapping[str, Any], *, master: str | No
         f"executors of master {master!r} over Spark's RPC, which is not protected: {', '.join(missing)} "
         f"{'is' if len(missing) == 1 else 'are'} not set{where}. Set {settings} (Spark then authenticates and "
         f"encrypts its RPC), let executors resolve credentials themselves (a secret the cluster mounts, such as "
-        f"ssl.key.location, or an OAUTHBEARER token source), or pass {ALLOW_FLAG}=True to accept the risk")
+        f"ssl.key.location, or an OAUTHBEARER token source), or pass {ALLOW_FLAG}=True to accept the risk"
+    )
 
 
 # ----------------------------------------------------------------------------- the settings spark-submit uses
@@ -114,8 +122,11 @@ def spark_defaults_file(environ: Mapping[str, str] | None = None) -> str | None:
     return path if path and os.path.isfile(path) else None
 
 
-def effective_spark_conf(conf: Mapping[str, Any] | None, properties_file: str | None = None,
-                         environ: Mapping[str, str] | None = None) -> tuple[dict[str, str], str]:
+def effective_spark_conf(
+    conf: Mapping[str, Any] | None,
+    properties_file: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[dict[str, str], str]:
     """The Spark properties ``spark-submit`` will use, as far as the submitting side can see them.
 
     The properties file if one is given, else ``spark-defaults.conf`` (spark-submit reads the defaults

@@ -30,8 +30,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def airflow_env(home: Path, *, connections: dict[str, dict] | None = None, extra: dict[str, str] | None = None,
-                api_port: int | None = None, pythonpath: Sequence[str | Path] = ()) -> dict[str, str]:
+def airflow_env(
+    home: Path,
+    *,
+    connections: dict[str, dict] | None = None,
+    extra: dict[str, str] | None = None,
+    api_port: int | None = None,
+    pythonpath: Sequence[str | Path] = (),
+) -> dict[str, str]:
     """The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
 
     :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
@@ -39,30 +45,32 @@ def airflow_env(home: Path, *, connections: dict[str, dict] | None = None, extra
     port = api_port or free_port()
     (home / "dags").mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
-        "AIRFLOW__CORE__PARALLELISM": "4",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API__SECRET_KEY": uuid.uuid4().hex,
-        "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
-        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-        "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
-        "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
-        "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
-        "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        "PYTHONPATH": os.pathsep.join(str(p) for p in (*pythonpath, os.environ.get("PYTHONPATH")) if p),
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__SECRET_KEY": uuid.uuid4().hex,
+            "AIRFLOW__API_AUTH__JWT_SECRET": uuid.uuid4().hex,
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__SCHEDULER__STANDALONE_DAG_PROCESSOR": "True",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+            "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
+            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PYTHONPATH": os.pathsep.join(str(p) for p in (*pythonpath, os.environ.get("PYTHONPATH")) if p),
+        }
+    )
     for conn_id, conn in (connections or {}).items():
         env[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(conn)
     env.update(extra or {})
@@ -81,8 +89,9 @@ class AirflowCluster:
         self._logs: dict[str, IO[bytes]] = {}
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([self.airflow, *args], env=self.env, cwd=self.cwd, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [self.airflow, *args], env=self.env, cwd=self.cwd, capture_output=True, text=True, timeout=timeout
+        )
 
     def migrate(self) -> None:
         migrate = self.cli("db", "migrate")
@@ -96,8 +105,14 @@ class AirflowCluster:
         for name in sorted(components, key=lambda c: c != "api-server"):
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
             self._logs[name] = log
-            self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=self.cwd, stdout=log,
-                                                    stderr=subprocess.STDOUT, start_new_session=True)
+            self.processes[name] = subprocess.Popen(
+                [self.airflow, name],
+                env=self.env,
+                cwd=self.cwd,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             if name == "api-server":
                 self._wait_for_api()
         return self
@@ -113,8 +128,14 @@ class AirflowCluster:
         self._logs[name].close()
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs[name] = log
-        self.processes[name] = subprocess.Popen([self.airflow, name], env=self.env, cwd=self.cwd, stdout=log,
-                                                stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = subprocess.Popen(
+            [self.airflow, name],
+            env=self.env,
+            cwd=self.cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def _wait_for_api(self, timeout: float = 120) -> None:
         port = int(self.env["AIRFLOW__API__PORT"])
@@ -126,7 +147,9 @@ class AirflowCluster:
                     return
             except OSError:
                 time.sleep(0.5)
-        raise RuntimeError(f"the api-server did not listen on {port} within {timeout}s:\n{self.log_tail('api-server')}")
+        raise RuntimeError(
+            f"the api-server did not listen on {port} within {timeout}s:\n{self.log_tail('api-server')}"
+        )
 
     def check_alive(self) -> None:
         for name, proc in self.processes.items():
@@ -162,5 +185,6 @@ class AirflowCluster:
 
     def task_states(self, dag_id: str) -> list[tuple]:
         """``(run_id, task_id, state)`` of every task instance of ``dag_id``."""
-        return self.query("SELECT run_id, task_id, state FROM task_instance WHERE dag_id = ? ORDER BY run_id",
-                          dag_id)
+        return self.query(
+            "SELECT run_id, task_id, state FROM task_instance WHERE dag_id = ? ORDER BY run_id", dag_id
+        )

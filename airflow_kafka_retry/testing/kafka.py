@@ -29,8 +29,14 @@ from pathlib import Path
 from types import TracebackType
 
 from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, find_java, pinned_version
-from airflow_kafka_retry.testing.processes import (free_port, parent_death_hook, port_open, register,
-                                                   signal_group, unregister)
+from airflow_kafka_retry.testing.processes import (
+    free_port,
+    parent_death_hook,
+    port_open,
+    register,
+    signal_group,
+    unregister,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +62,9 @@ logger.org.level = INFO
 """
 
 
-def server_properties(*, port: int, controller_port: int, log_dirs: Path,
-                      overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+def server_properties(
+    *, port: int, controller_port: int, log_dirs: Path, overrides: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The ``server.properties`` of a one-node KRaft test cluster on loopback."""
     props = {
         "process.roles": "broker,controller",
@@ -107,10 +114,18 @@ class ApacheKafka:
         (unless ``keep_data``).
     """
 
-    def __init__(self, *, version: str | None = None, port: int | None = None, heap: str = DEFAULT_HEAP,
-                 overrides: Mapping[str, str] | None = None, startup_timeout: float = 90.0,
-                 stop_timeout: float = 20.0, data_dir: str | os.PathLike[str] | None = None,
-                 keep_data: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        version: str | None = None,
+        port: int | None = None,
+        heap: str = DEFAULT_HEAP,
+        overrides: Mapping[str, str] | None = None,
+        startup_timeout: float = 90.0,
+        stop_timeout: float = 20.0,
+        data_dir: str | os.PathLike[str] | None = None,
+        keep_data: bool = False,
+    ) -> None:
         self.version = version or pinned_version()
         self._requested_port = port
         self._heap = heap
@@ -177,13 +192,20 @@ class ApacheKafka:
                 if attempt == attempts:
                     self.stop()
                     raise KafkaStartError(str(exc)) from None
-                log.warning("Kafka exited during start-up (attempt %s), retrying on other ports: %s",
-                            attempt, exc)
+                log.warning(
+                    "Kafka exited during start-up (attempt %s), retrying on other ports: %s", attempt, exc
+                )
                 continue
             self._port = port
             self.ready_seconds = time.monotonic() - started
-            log.info("Apache Kafka %s pid %s on 127.0.0.1:%s, ready in %.1fs (log %s)", self.version,
-                     self.pid, port, self.ready_seconds, self._log_path)
+            log.info(
+                "Apache Kafka %s pid %s on 127.0.0.1:%s, ready in %.1fs (log %s)",
+                self.version,
+                self.pid,
+                port,
+                self.ready_seconds,
+                self._log_path,
+            )
             return self
         raise AssertionError("unreachable")
 
@@ -196,7 +218,9 @@ class ApacheKafka:
                 try:
                     proc.wait(self._stop_timeout)
                 except subprocess.TimeoutExpired:
-                    log.warning("Kafka pid %s ignored SIGTERM for %.0fs; killing", proc.pid, self._stop_timeout)
+                    log.warning(
+                        "Kafka pid %s ignored SIGTERM for %.0fs; killing", proc.pid, self._stop_timeout
+                    )
         finally:
             self._reap()
             self._port = None
@@ -213,8 +237,9 @@ class ApacheKafka:
     def __enter__(self) -> ApacheKafka:
         return self.start() if self._proc is None else self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     def __repr__(self) -> str:
@@ -222,34 +247,59 @@ class ApacheKafka:
 
     # ------------------------------------------------------------------ internals
     def _write_config(self, run_dir: Path, port: int, controller: int) -> Path:
-        props = server_properties(port=port, controller_port=controller, log_dirs=run_dir / "data",
-                                  overrides=self._overrides)
+        props = server_properties(
+            port=port, controller_port=controller, log_dirs=run_dir / "data", overrides=self._overrides
+        )
         config = run_dir / "server.properties"
         config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         (run_dir / "log4j2.properties").write_text(_LOG4J2)
         return config
 
     def _jvm(self, java: str, classpath: str, run_dir: Path, *, heap: str) -> list[str]:
-        return [java, f"-Xmx{heap}", f"-Xms{min(256, _megabytes(heap))}m", "-XX:+UseG1GC",
-                "-XX:MaxGCPauseMillis=20", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={run_dir / 'log4j2.properties'}",
-                f"-Dkafka.logs.dir={run_dir}", "-cp", classpath]
+        return [
+            java,
+            f"-Xmx{heap}",
+            f"-Xms{min(256, _megabytes(heap))}m",
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:+ExitOnOutOfMemoryError",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={run_dir / 'log4j2.properties'}",
+            f"-Dkafka.logs.dir={run_dir}",
+            "-cp",
+            classpath,
+        ]
 
     def _format(self, java: str, classpath: str, config: Path, run_dir: Path) -> None:
-        cmd = [*self._jvm(java, classpath, run_dir, heap="256m"), "kafka.tools.StorageTool", "format",
-               "--config", str(config), "--cluster-id", _cluster_id(), "--ignore-formatted"]
+        cmd = [
+            *self._jvm(java, classpath, run_dir, heap="256m"),
+            "kafka.tools.StorageTool",
+            "format",
+            "--config",
+            str(config),
+            "--cluster-id",
+            _cluster_id(),
+            "--ignore-formatted",
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             out = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
-            raise KafkaStartError(f"formatting Kafka storage in {run_dir} failed (exit {done.returncode}):\n{out}")
+            raise KafkaStartError(
+                f"formatting Kafka storage in {run_dir} failed (exit {done.returncode}):\n{out}"
+            )
 
     def _spawn(self, java: str, classpath: str, config: Path, run_dir: Path) -> None:
         cmd = [*self._jvm(java, classpath, run_dir, heap=self._heap), "kafka.Kafka", str(config)]
         assert self._log_path is not None
         with open(self._log_path, "ab") as logf:
-            self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                          start_new_session=True,
-                                          preexec_fn=parent_death_hook())  # type: ignore[arg-type]
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=parent_death_hook(),
+            )  # type: ignore[arg-type]
         register(self)
 
     def _wait_ready(self, port: int) -> None:
@@ -262,8 +312,10 @@ class ApacheKafka:
         admin = None
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise _Exited(f"Apache Kafka exited (code {self._proc.returncode}) during start-up on "
-                              f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}")
+                raise _Exited(
+                    f"Apache Kafka exited (code {self._proc.returncode}) during start-up on "
+                    f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}"
+                )
             if port_open(port):
                 admin = admin or admin_client(f"127.0.0.1:{port}")
                 try:
@@ -274,8 +326,10 @@ class ApacheKafka:
             time.sleep(0.1)
         tail = self.log_tail()
         self.stop()
-        raise KafkaStartError(f"Apache Kafka did not answer a metadata request on 127.0.0.1:{port} within "
-                              f"{self._startup_timeout:.0f}s; log {self._log_path}:\n{tail}")
+        raise KafkaStartError(
+            f"Apache Kafka did not answer a metadata request on 127.0.0.1:{port} within "
+            f"{self._startup_timeout:.0f}s; log {self._log_path}:\n{tail}"
+        )
 
     def _reap(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

@@ -49,13 +49,21 @@ def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
         except KafkaException as exc:
             last_error = exc
         time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout:.1f}s waiting for {what}"
-                       + (f" (last error: {last_error})" if last_error else ""))
+    raise TimeoutError(
+        f"timed out after {timeout:.1f}s waiting for {what}"
+        + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
-def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 1, *,
-                  config: Mapping[str, str] | None = None, replication_factor: int = -1,
-                  timeout: float = 15.0) -> list[str]:
+def create_topics(
+    bootstrap: str,
+    names: Iterable[str],
+    partitions: int = 1,
+    *,
+    config: Mapping[str, str] | None = None,
+    replication_factor: int = -1,
+    timeout: float = 15.0,
+) -> list[str]:
     """Create ``names`` and wait until cluster metadata lists each with ``partitions`` partitions.
 
     ``replication_factor=-1`` uses the broker default, which works on a single-node test broker
@@ -66,8 +74,12 @@ def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 1, *,
     if not wanted:
         return wanted
     admin = admin_client(bootstrap)
-    new = [NewTopic(n, num_partitions=partitions, replication_factor=replication_factor,
-                    config=dict(config or {})) for n in wanted]
+    new = [
+        NewTopic(
+            n, num_partitions=partitions, replication_factor=replication_factor, config=dict(config or {})
+        )
+        for n in wanted
+    ]
     futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout)
     for name, fut in futures.items():
         fut.result(timeout)
@@ -75,15 +87,18 @@ def create_topics(bootstrap: str, names: Iterable[str], partitions: int = 1, *,
 
     def visible() -> bool:
         topics = admin.list_topics(timeout=min(5.0, timeout)).topics
-        return all(n in topics and topics[n].error is None and len(topics[n].partitions) == partitions
-                   for n in wanted)
+        return all(
+            n in topics and topics[n].error is None and len(topics[n].partitions) == partitions
+            for n in wanted
+        )
 
     _wait_for(visible, timeout, f"topics {wanted} in metadata with {partitions} partition(s)")
     return wanted
 
 
-def delete_topics(bootstrap: str, names: Iterable[str], *, timeout: float = 15.0,
-                  missing_ok: bool = True) -> None:
+def delete_topics(
+    bootstrap: str, names: Iterable[str], *, timeout: float = 15.0, missing_ok: bool = True
+) -> None:
     """Delete ``names`` and wait until they are gone from cluster metadata.
 
     With ``missing_ok`` (the default) a topic that does not exist is not an error, so this is
@@ -102,5 +117,8 @@ def delete_topics(bootstrap: str, names: Iterable[str], *, timeout: float = 15.0
                 log.debug("topic %s already absent", name)
                 continue
             raise
-    _wait_for(lambda: not set(wanted) & set(admin.list_topics(timeout=min(5.0, timeout)).topics),
-              timeout, f"topics {wanted} to disappear from metadata")
+    _wait_for(
+        lambda: not set(wanted) & set(admin.list_topics(timeout=min(5.0, timeout)).topics),
+        timeout,
+        f"topics {wanted} to disappear from metadata",
+    )

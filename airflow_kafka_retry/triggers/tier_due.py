@@ -19,13 +19,22 @@ from airflow_kafka_retry.policy.windows import ReprocessWindow
 MAX_SLEEP_S = 60.0
 
 
-def look(kafka_config: dict[str, Any], topic: str, group: str, *, partitions: Sequence[int] | None,
-         window: ReprocessWindow | None, deadline_ms: int | None, peek_timeout: float) -> tuple[DueCheck, TierPeek]:
+def look(
+    kafka_config: dict[str, Any],
+    topic: str,
+    group: str,
+    *,
+    partitions: Sequence[int] | None,
+    window: ReprocessWindow | None,
+    deadline_ms: int | None,
+    peek_timeout: float,
+) -> tuple[DueCheck, TierPeek]:
     """Peek at the tier and decide (blocking: Kafka I/O)."""
     peek = peek_heads(kafka_config, topic, group, partitions=partitions, timeout_s=peek_timeout)
     now = wall_clock_ms()
-    check = check_due({h.partition: h.due_at(now) for h in peek.heads}, now_ms=now, window=window,
-                      deadline_ms=deadline_ms)
+    check = check_due(
+        {h.partition: h.due_at(now) for h in peek.heads}, now_ms=now, window=window, deadline_ms=deadline_ms
+    )
     return check, peek
 
 
@@ -110,8 +119,15 @@ class TierDueTrigger(BaseTrigger):
                 await self._sleep_until(self.wake_ms)
             while True:
                 check, peek = await asyncio.to_thread(
-                    look, kafka_config, self.topic, self.consumer_group, partitions=self.partitions,
-                    window=self._window, deadline_ms=self.deadline_ms, peek_timeout=self.peek_timeout)
+                    look,
+                    kafka_config,
+                    self.topic,
+                    self.consumer_group,
+                    partitions=self.partitions,
+                    window=self._window,
+                    deadline_ms=self.deadline_ms,
+                    peek_timeout=self.peek_timeout,
+                )
                 self.log.info("%s: %s", where, check.reason)
                 if check.action != "wait":
                     yield TriggerEvent(event_payload(check, peek))

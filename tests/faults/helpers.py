@@ -47,21 +47,62 @@ def totals(summaries: list[RunSummary]) -> dict:
 def cli_env(tmp_path: Path, ledger_file: str, **extra: str) -> dict:
     kill_dir = tmp_path / "markers"
     kill_dir.mkdir(exist_ok=True)
-    return {**os.environ, "AKR_LEDGER": ledger_file, "AKR_KILL_DIR": str(kill_dir), "PYTHONPATH": str(REPO),
-            **extra}
+    return {
+        **os.environ,
+        "AKR_LEDGER": ledger_file,
+        "AKR_KILL_DIR": str(kill_dir),
+        "PYTHONPATH": str(REPO),
+        **extra,
+    }
 
 
-def cli_drain_cmd(topology_file: Path, tier: int, bootstrap: str, *extra: str, handler: str = "indexed",
-                  module: str = "airflow_kafka_retry.cli") -> list[str]:
-    return [sys.executable, "-m", module, "drain", "--topology", str(topology_file), "--tier", str(tier),
-            "--handler", f"{HANDLER}:{handler}", "--batch-size", "10", "--chunk-size", "50",
-            "--bootstrap", bootstrap, *extra]
+def cli_drain_cmd(
+    topology_file: Path,
+    tier: int,
+    bootstrap: str,
+    *extra: str,
+    handler: str = "indexed",
+    module: str = "airflow_kafka_retry.cli",
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        module,
+        "drain",
+        "--topology",
+        str(topology_file),
+        "--tier",
+        str(tier),
+        "--handler",
+        f"{HANDLER}:{handler}",
+        "--batch-size",
+        "10",
+        "--chunk-size",
+        "50",
+        "--bootstrap",
+        bootstrap,
+        *extra,
+    ]
 
 
-def cli_drain(topology_file: Path, tier: int, bootstrap: str, env: dict, *extra: str, handler: str = "indexed",
-              module: str = "airflow_kafka_retry.cli", timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(cli_drain_cmd(topology_file, tier, bootstrap, *extra, handler=handler, module=module),
-                          env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+def cli_drain(
+    topology_file: Path,
+    tier: int,
+    bootstrap: str,
+    env: dict,
+    *extra: str,
+    handler: str = "indexed",
+    module: str = "airflow_kafka_retry.cli",
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cli_drain_cmd(topology_file, tier, bootstrap, *extra, handler=handler, module=module),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+    )
 
 
 def cli_summary(done: subprocess.CompletedProcess) -> dict:

@@ -57,8 +57,9 @@ def migrated_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An AIRFLOW_HOME with a migrated SQLite DB, copied by each deployment the tests start."""
     home = tmp_path_factory.mktemp("airflow-template")
     env = _env(home, "127.0.0.1:1", "unused")
-    done = subprocess.run([_airflow(), "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [_airflow(), "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return home
 
@@ -69,14 +70,20 @@ def _airflow() -> str:
 
 def _env(home: Path, bootstrap: str, ledger_file: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
-    env.update({
-        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-        "AKR_LEDGER": ledger_file, **extra,
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
+            ),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+            "AKR_LEDGER": ledger_file,
+            **extra,
+        }
+    )
     return env
 
 
@@ -84,19 +91,31 @@ def _deployment(template: Path, where: Path, topology_file: Path, env: dict[str,
     """A copy of the migrated home with the DAG file, reserialized; returns its environment."""
     shutil.copytree(template, where)
     (where / "dags").mkdir(exist_ok=True)
-    (where / "dags" / "akr_faults_reprocess.py").write_text(DAG_FILE.format(topology=str(topology_file), chunk=CHUNK))
-    env = {**env, "AIRFLOW_HOME": str(where), "AIRFLOW__CORE__DAGS_FOLDER": str(where / "dags"),
-           "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{where / 'airflow.db'}"}
-    done = subprocess.run([_airflow(), "dags", "reserialize"], env=env, cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+    (where / "dags" / "akr_faults_reprocess.py").write_text(
+        DAG_FILE.format(topology=str(topology_file), chunk=CHUNK)
+    )
+    env = {
+        **env,
+        "AIRFLOW_HOME": str(where),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(where / "dags"),
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{where / 'airflow.db'}",
+    }
+    done = subprocess.run(
+        [_airflow(), "dags", "reserialize"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return env
 
 
 def _dags_test(env: dict[str, str], log: Path) -> subprocess.Popen:
     out = open(log, "w")  # noqa: SIM115 - closed with the process
-    return subprocess.Popen([_airflow(), "dags", "test", "akr_faults_reprocess"], env=env, cwd=REPO, stdout=out,
-                            stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [_airflow(), "dags", "test", "akr_faults_reprocess"],
+        env=env,
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def _wait_for_commit(bootstrap: str, topology, proc: subprocess.Popen, timeout: float = 180) -> int:
@@ -113,25 +132,46 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
     ledger_file = ledger.ledger_path(tmp_path)
     topology_file = tmp_path / "topology.yaml"
     topology = ledger.write_fault_topology(ledger.make_fault_topology(prefix), topology_file)
-    inputs = ledger.produce_fault_inputs(bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(count)], 1)
+    inputs = ledger.produce_fault_inputs(
+        bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(count)], 1
+    )
     markers = tmp_path / "markers"
     markers.mkdir()
     return ledger_file, topology_file, topology, inputs, str(markers)
 
 
-@pytest.mark.parametrize("slow_s", [
-    pytest.param(0.1, marks=pytest.mark.fault_case(
-        "8", f"SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk of {CHUNK} "
-             f"records takes about 0.5 s), SIGKILL if it is alive {GRACE_S:g} s later")),
-    pytest.param(1.5, marks=pytest.mark.fault_case(
-        "8", f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands inside a "
-             "chunk")),
-], ids=["boundary-within-grace", "sigkill-mid-chunk"])
-def test_a_killed_airflow_task_stops_at_a_chunk_boundary(kafka_bootstrap, tmp_path, migrated_home, fault_result,
-                                                         slow_s):
+@pytest.mark.parametrize(
+    "slow_s",
+    [
+        pytest.param(
+            0.1,
+            marks=pytest.mark.fault_case(
+                "8",
+                f"SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk of {CHUNK} "
+                f"records takes about 0.5 s), SIGKILL if it is alive {GRACE_S:g} s later",
+            ),
+        ),
+        pytest.param(
+            1.5,
+            marks=pytest.mark.fault_case(
+                "8",
+                f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands inside a "
+                "chunk",
+            ),
+        ),
+    ],
+    ids=["boundary-within-grace", "sigkill-mid-chunk"],
+)
+def test_a_killed_airflow_task_stops_at_a_chunk_boundary(
+    kafka_bootstrap, tmp_path, migrated_home, fault_result, slow_s
+):
     ledger_file, topology_file, topology, inputs, markers = _setup(tmp_path, kafka_bootstrap, "af-kill", 200)
-    env = _deployment(migrated_home, tmp_path / "airflow", topology_file,
-                      _env(tmp_path, kafka_bootstrap, ledger_file, AKR_SLOW_S=str(slow_s), AKR_KILL_DIR=markers))
+    env = _deployment(
+        migrated_home,
+        tmp_path / "airflow",
+        topology_file,
+        _env(tmp_path, kafka_bootstrap, ledger_file, AKR_SLOW_S=str(slow_s), AKR_KILL_DIR=markers),
+    )
     log = tmp_path / "dags-test.log"
     proc = _dags_test(env, log)
     _wait_for_commit(kafka_bootstrap, topology, proc)
@@ -141,7 +181,11 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(kafka_bootstrap, tmp_pa
     # process exits as soon as its task ended. Here the task runs inside `airflow dags test`, which goes on
     # to finish the DAG run, so the task's end is read from its log.
     deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline and TASK_END not in log.read_text(errors="replace") and proc.poll() is None:
+    while (
+        time.monotonic() < deadline
+        and TASK_END not in log.read_text(errors="replace")
+        and proc.poll() is None
+    ):
         time.sleep(0.05)
     killed = TASK_END not in log.read_text(errors="replace")
     if killed:
@@ -157,7 +201,9 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(kafka_bootstrap, tmp_pa
     assert committed > 0 and committed % CHUNK == 0 and committed < 200, committed
     assert killed == (slow_s > 1), "SIGKILL needed with fast chunks, or not needed with slow ones"
     if killed:
-        did = "on_kill asked for a stop; the chunk in progress outlasted the grace period and SIGKILL ended it"
+        did = (
+            "on_kill asked for a stop; the chunk in progress outlasted the grace period and SIGKILL ended it"
+        )
     else:
         assert "killed: " in output, output[-3000:]
         did = "on_kill stopped the partition at the next chunk boundary; the task failed as killed"
@@ -167,9 +213,14 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(kafka_bootstrap, tmp_pa
     fault_result(f"{did}; committed offset {committed} (a chunk boundary); the next runs completed", account)
 
 
-@pytest.mark.fault_case("7", "two task instances of ReprocessTierOperator for the same tier at once (two `airflow "
-                             "dags test` runs, two deployments, one Kafka), started together")
-def test_two_airflow_task_instances_of_one_tier_one_is_fenced(kafka_bootstrap, tmp_path, migrated_home, fault_result):
+@pytest.mark.fault_case(
+    "7",
+    "two task instances of ReprocessTierOperator for the same tier at once (two `airflow "
+    "dags test` runs, two deployments, one Kafka), started together",
+)
+def test_two_airflow_task_instances_of_one_tier_one_is_fenced(
+    kafka_bootstrap, tmp_path, migrated_home, fault_result
+):
     ledger_file, topology_file, topology, inputs, markers = _setup(tmp_path, kafka_bootstrap, "af-twice", 80)
     base = _env(tmp_path, kafka_bootstrap, ledger_file, AKR_SLOW_S="0.3", AKR_KILL_DIR=markers)
     envs = [_deployment(migrated_home, tmp_path / f"airflow-{n}", topology_file, base) for n in "ab"]
@@ -187,7 +238,11 @@ def test_two_airflow_task_instances_of_one_tier_one_is_fenced(kafka_bootstrap, t
     assert len(fenced) == 1, "both were fenced"
 
     run_all_tiers(topology, {"bootstrap.servers": kafka_bootstrap}, options(chunk_size=CHUNK))
-    account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, 1, allow_duplicates=True,
-                             handled_once=False)
-    fault_result(f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of its "
-                 "chunk committed); the other finished", account)
+    account = ledger.account(
+        kafka_bootstrap, topology, inputs, ledger_file, 1, allow_duplicates=True, handled_once=False
+    )
+    fault_result(
+        f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of its "
+        "chunk committed); the other finished",
+        account,
+    )

@@ -68,24 +68,51 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("case", "point", "transactional"), [
-    pytest.param("1", "in-flight", True, marks=pytest.mark.fault_case(
-        "1", f"broker SIGSTOPped for {FREEZE_S:g}s inside chunk 2's transaction, right after its routed records were "
-             f"produced and before they were acknowledged (transaction.timeout.ms={TXN_TIMEOUT_MS})")),
-    pytest.param("2", "acknowledged", True, marks=pytest.mark.fault_case(
-        "2", f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
-             f"the offset commit of its transaction (transaction.timeout.ms={TXN_TIMEOUT_MS})")),
-    pytest.param("2", "acknowledged", False, marks=pytest.mark.fault_case(
-        "2", f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
-             "the consumer's offset commit (idempotent mode, no transactions)")),
-], ids=["1-in-transaction", "2-before-commit-transactional", "2-before-commit-idempotent"])
-def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(own_broker, tmp_path, fault_result,
-                                                                              case, point, transactional):
+@pytest.mark.parametrize(
+    ("case", "point", "transactional"),
+    [
+        pytest.param(
+            "1",
+            "in-flight",
+            True,
+            marks=pytest.mark.fault_case(
+                "1",
+                f"broker SIGSTOPped for {FREEZE_S:g}s inside chunk 2's transaction, right after its routed records were "
+                f"produced and before they were acknowledged (transaction.timeout.ms={TXN_TIMEOUT_MS})",
+            ),
+        ),
+        pytest.param(
+            "2",
+            "acknowledged",
+            True,
+            marks=pytest.mark.fault_case(
+                "2",
+                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+                f"the offset commit of its transaction (transaction.timeout.ms={TXN_TIMEOUT_MS})",
+            ),
+        ),
+        pytest.param(
+            "2",
+            "acknowledged",
+            False,
+            marks=pytest.mark.fault_case(
+                "2",
+                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+                "the consumer's offset commit (idempotent mode, no transactions)",
+            ),
+        ),
+    ],
+    ids=["1-in-transaction", "2-before-commit-transactional", "2-before-commit-idempotent"],
+)
+def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(
+    own_broker, tmp_path, fault_result, case, point, transactional
+):
     bootstrap = own_broker.bootstrap
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology(f"freeze-{case}")
-    inputs = ledger.produce_fault_inputs(bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(4 * CHUNK)],
-                                         PARTITIONS)
+    inputs = ledger.produce_fault_inputs(
+        bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(4 * CHUNK)], PARTITIONS
+    )
     config = {"bootstrap.servers": bootstrap, "transaction.timeout.ms": TXN_TIMEOUT_MS}
     opts = options(chunk_size=CHUNK, transactional=transactional)
 
@@ -94,19 +121,29 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(ow
     assert froze, "the broker was never frozen"
     outcome = first.partitions[0]
     if outcome.status == "failed":
-        assert outcome.error and f"{topology.topic}[0]" in outcome.error, outcome.error  # clear: names the partition
-        did = f"the run failed on partition 0 with \"{textwrap.shorten(outcome.error, 220, placeholder=' ...')}\""
+        assert outcome.error and f"{topology.topic}[0]" in outcome.error, (
+            outcome.error
+        )  # clear: names the partition
+        did = (
+            f'the run failed on partition 0 with "{textwrap.shorten(outcome.error, 220, placeholder=" ...")}"'
+        )
     else:
         did = "the run waited for the broker and finished"
     committed = ledger.committed(bootstrap, topology.group_id, topology.topic, PARTITIONS)
-    assert committed[0] in (CHUNK, 2 * CHUNK), committed  # chunk 1 committed; chunk 2 only if its commit went through
+    assert committed[0] in (CHUNK, 2 * CHUNK), (
+        committed
+    )  # chunk 1 committed; chunk 2 only if its commit went through
     assert own_broker.running
 
     run_all_tiers(topology, config, opts)  # the next runs complete
 
     # records of an aborted transaction may show on a broker without abort isolation, and chunk 2 may be
     # handled twice (handling is at least once): homes must still be exactly one kind each
-    account = ledger.account(bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True,
-                             handled_once=False)
-    fault_result(f"{did} (chunk 2 {'committed' if committed[0] == 2 * CHUNK else 'not committed'}); "
-                 "the next runs completed", account)
+    account = ledger.account(
+        bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True, handled_once=False
+    )
+    fault_result(
+        f"{did} (chunk 2 {'committed' if committed[0] == 2 * CHUNK else 'not committed'}); "
+        "the next runs completed",
+        account,
+    )

@@ -33,8 +33,14 @@ def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
     if (bootstrap, transactional) not in _PROBED:
         topic = unique_topic("probe-deleted")
         create_topics(bootstrap, [topic], 1)
-        config = {"bootstrap.servers": bootstrap, "enable.idempotence": True, "allow.auto.create.topics": False,
-                  "topic.metadata.propagation.max.ms": 3000, "message.timeout.ms": 10000, "logger": CLIENT_LOGGER}
+        config = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "allow.auto.create.topics": False,
+            "topic.metadata.propagation.max.ms": 3000,
+            "message.timeout.ms": 10000,
+            "logger": CLIENT_LOGGER,
+        }
         if transactional:
             config["transactional.id"] = unique_topic("probe-txn")
         producer = Producer(config)
@@ -45,7 +51,9 @@ def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
         delivered: list = []
         if transactional:
             producer.begin_transaction()
-        producer.produce(topic, value=b"x", partition=0, on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+        producer.produce(
+            topic, value=b"x", partition=0, on_delivery=lambda err, msg: delivered.append((err, msg.offset()))
+        )
         try:
             producer.commit_transaction(30) if transactional else producer.flush(30)
         except KafkaException:
@@ -55,30 +63,51 @@ def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
         _PROBED[(bootstrap, transactional)] = (
             f"measured: the broker acknowledged {mode} write to a deleted topic (offset {delivered[0][1]}) and the "
             "record is nowhere to be read (Kafka answers UNKNOWN_TOPIC_OR_PARTITION), so a run cannot notice "
-            "the deletion" if ok else None)
+            "the deletion"
+            if ok
+            else None
+        )
     return _PROBED[(bootstrap, transactional)]
 
 
 def _variant(which: str, when: str, transactional: bool):
     mode = "transactional" if transactional else "idempotent (--no-transactions)"
-    what = ("deleted by the first handler call of the run (before the run wrote to it)" if when == "mid-run"
-            else "missing when the run starts")
-    return pytest.param(which, when, transactional, id=f"{which}-{when}-{'txn' if transactional else 'idempotent'}",
-                        marks=pytest.mark.fault_case("3", f"the {which} topic {what}; {mode} run; the engine's "
-                                                          "producer never auto-creates topics"))
+    what = (
+        "deleted by the first handler call of the run (before the run wrote to it)"
+        if when == "mid-run"
+        else "missing when the run starts"
+    )
+    return pytest.param(
+        which,
+        when,
+        transactional,
+        id=f"{which}-{when}-{'txn' if transactional else 'idempotent'}",
+        marks=pytest.mark.fault_case(
+            "3", f"the {which} topic {what}; {mode} run; the engine's producer never auto-creates topics"
+        ),
+    )
 
 
-@pytest.mark.parametrize(("which", "when", "transactional"), [
-    _variant("retry-1", "mid-run", True), _variant("dlt", "mid-run", True), _variant("dlt", "mid-run", False),
-    _variant("dlt", "at-start", True), _variant("retry-1", "at-start", False)])
+@pytest.mark.parametrize(
+    ("which", "when", "transactional"),
+    [
+        _variant("retry-1", "mid-run", True),
+        _variant("dlt", "mid-run", True),
+        _variant("dlt", "mid-run", False),
+        _variant("dlt", "at-start", True),
+        _variant("retry-1", "at-start", False),
+    ],
+)
 def test_a_deleted_or_missing_destination_fails_the_chunk_and_names_the_topic(
-        kafka_bootstrap, tmp_path, monkeypatch, fault_result, which, when, transactional):
+    kafka_bootstrap, tmp_path, monkeypatch, fault_result, which, when, transactional
+):
     if when == "mid-run" and (reason := write_to_deleted_topic(kafka_bootstrap, transactional)):
         pytest.skip(reason)
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology(f"gone-{which}")
-    inputs = ledger.produce_fault_inputs(kafka_bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(60)],
-                                         PARTITIONS)
+    inputs = ledger.produce_fault_inputs(
+        kafka_bootstrap, topology, [FaultInput(MODES[i % 5]) for i in range(60)], PARTITIONS
+    )
     gone = topology.dlt_topic if which == "dlt" else topology.tier(1).topic
     # librdkafka waits topic.metadata.propagation.max.ms (30 s by default) for a topic it cannot see
     config = {"bootstrap.servers": kafka_bootstrap, "topic.metadata.propagation.max.ms": 3000}
@@ -96,15 +125,21 @@ def test_a_deleted_or_missing_destination_fails_the_chunk_and_names_the_topic(
     for p in failed.partitions:
         assert p.status == "failed" and gone in p.error, p.error
         assert p.committed_offset is None and p.drained == 0
-    assert ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, PARTITIONS) == \
-        {p: -1001 for p in range(PARTITIONS)}, "an offset was committed past records whose destination is gone"
+    assert ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, PARTITIONS) == {
+        p: -1001 for p in range(PARTITIONS)
+    }, "an offset was committed past records whose destination is gone"
 
-    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS)  # the operator puts it back
+    ensure_topics(
+        topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS
+    )  # the operator puts it back
     monkeypatch.delenv("AKR_DELETE_TOPIC", raising=False)
     run_all_tiers(topology, config, opts)
 
     # handled before the failure and again after: handling is at least once, homes are exactly one
     account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, handled_once=False)
     error = failed.partitions[0].error
-    fault_result(f"the run failed on both partitions, nothing committed, error names the topic "
-                 f"(\"{error[:160]}...\"); after the topic was re-created the next runs finished", account)
+    fault_result(
+        f"the run failed on both partitions, nothing committed, error names the topic "
+        f'("{error[:160]}..."); after the topic was re-created the next runs finished',
+        account,
+    )

@@ -18,10 +18,14 @@ PARTITIONS = 2
 MODES = ("ok", "transient:1", "permanent", "fatal", "ok")
 
 
-@pytest.mark.fault_case("5", "a handler call that never returns, for one record per partition (whole-batch handler, "
-                             "batches of 10), with --handler-timeout 0.5 and --in-place-attempts 1")
-def test_a_hanging_record_is_isolated_timed_out_and_routed_and_the_run_goes_on(kafka_bootstrap, tmp_path,
-                                                                                fault_result):
+@pytest.mark.fault_case(
+    "5",
+    "a handler call that never returns, for one record per partition (whole-batch handler, "
+    "batches of 10), with --handler-timeout 0.5 and --in-place-attempts 1",
+)
+def test_a_hanging_record_is_isolated_timed_out_and_routed_and_the_run_goes_on(
+    kafka_bootstrap, tmp_path, fault_result
+):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.write_fault_topology(ledger.make_fault_topology("hangs"), tmp_path / "topology.yaml")
     specs = [FaultInput(MODES[i % len(MODES)]) for i in range(40)]
@@ -31,23 +35,41 @@ def test_a_hanging_record_is_isolated_timed_out_and_routed_and_the_run_goes_on(k
 
     runs = []
     for tier in topology.tiers:
-        done = cli_drain(tmp_path / "topology.yaml", tier.index, kafka_bootstrap, env, "--handler-timeout", "0.5",
-                         "--in-place-attempts", "1", handler="whole_batch", timeout=240)
+        done = cli_drain(
+            tmp_path / "topology.yaml",
+            tier.index,
+            kafka_bootstrap,
+            env,
+            "--handler-timeout",
+            "0.5",
+            "--in-place-attempts",
+            "1",
+            handler="whole_batch",
+            timeout=240,
+        )
         assert done.returncode == 0, done.stderr[-3000:]  # finished and exited, hung threads and all
         runs.append(cli_summary(done))
 
     account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
-    dead = {H.last_header(m.headers(), ledger.FAULT_ID).decode(): m
-            for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)}
+    dead = {
+        H.last_header(m.headers(), ledger.FAULT_ID).decode(): m
+        for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    }
     for rid in ("6", "13"):
         headers = dead[rid].headers()
-        assert H.last_header(headers, H.RETRY_TOPIC_NAMES.exception_fqcn) == b"airflow_kafka_retry.errors.HandlerTimeoutError"
+        assert (
+            H.last_header(headers, H.RETRY_TOPIC_NAMES.exception_fqcn)
+            == b"airflow_kafka_retry.errors.HandlerTimeoutError"
+        )
         # attempt 1 and its in-place try on the main topic, attempt 3 on retry-1 (no in-place try past the
         # topology's 3 attempts), then the DLT: Spring's attempts header says 4
         assert H.read_attempts(headers) == 4
     main = runs[0]["totals"]
     assert main["routed"][topology.tier(1).topic] >= 2 and main["drained"] == 40
     extra = sum(p["extra_handler_calls"] for run in runs for p in run["partitions"])
-    fault_result(f"every run finished and its process exited; each hanging record was isolated by bisection and "
-                 f"tried in place once (each try costs the timeout and an abandoned thread), routed to retry-1 as "
-                 f"HandlerTimeoutError, then to the DLT with attempts 4; {extra} extra handler calls in all", account)
+    fault_result(
+        f"every run finished and its process exited; each hanging record was isolated by bisection and "
+        f"tried in place once (each try costs the timeout and an abandoned thread), routed to retry-1 as "
+        f"HandlerTimeoutError, then to the DLT with attempts 4; {extra} extra handler calls in all",
+        account,
+    )

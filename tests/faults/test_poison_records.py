@@ -29,17 +29,25 @@ POISON = {
     # a due time in the past is due now; one more than a day ahead (Spring's MAX_BACKOFF_MS) or longer than 8 bytes
     # is ignored, as Spring ignores it, instead of holding the partition back for ever
     "negative backoff timestamp": FaultInput("ok", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(-5))]),
-    "huge backoff timestamp (2^63-1)": FaultInput("transient:1",
-                                                  headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(2**63 - 1))]),
+    "huge backoff timestamp (2^63-1)": FaultInput(
+        "transient:1", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(2**63 - 1))]
+    ),
     "9-byte backoff timestamp": FaultInput("ok", headers=[(H.BACKOFF_TIMESTAMP, b"\x01" * 9)]),
     "12-byte original timestamp": FaultInput("permanent", headers=[(H.ORIGINAL_TIMESTAMP, b"\x7f" * 12)]),
-    "non-UTF-8 exception headers": FaultInput("permanent", headers=[
-        (H.RETRY_TOPIC_NAMES.exception_fqcn, b"\xc3\x28"), (H.RETRY_TOPIC_NAMES.exception_message, b"\xff\xfe\x80"),
-        (H.DEAD_LETTER_NAMES.exception_stacktrace, b"\x80" * 100)]),
+    "non-UTF-8 exception headers": FaultInput(
+        "permanent",
+        headers=[
+            (H.RETRY_TOPIC_NAMES.exception_fqcn, b"\xc3\x28"),
+            (H.RETRY_TOPIC_NAMES.exception_message, b"\xff\xfe\x80"),
+            (H.DEAD_LETTER_NAMES.exception_stacktrace, b"\x80" * 100),
+        ],
+    ),
     "10,000 headers (150 kB, over the 16 kB budget)": FaultInput(
-        "transient:1", headers=[(f"x-poison-{i:05d}", b"v") for i in range(10_000)]),
+        "transient:1", headers=[(f"x-poison-{i:05d}", b"v") for i in range(10_000)]
+    ),
     "10,000 headers, failing to the DLT": FaultInput(
-        "permanent", headers=[(f"x-poison-{i:05d}", b"v") for i in range(10_000)]),
+        "permanent", headers=[(f"x-poison-{i:05d}", b"v") for i in range(10_000)]
+    ),
 }
 
 
@@ -56,39 +64,69 @@ def test_poison_headers_never_crash_a_partition(kafka_bootstrap, tmp_path, fault
     account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
     poison_ids = {str(i) for i in range(3, 3 + len(POISON))}
     assert poison_ids <= set(ledger.processed_ids(ledger_file)) | {
-        H.last_header(m.headers(), ledger.FAULT_ID).decode() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)}
+        H.last_header(m.headers(), ledger.FAULT_ID).decode()
+        for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    }
     # the 10,000 headers went along with the record, every one of them, to the DLT
-    big = [m for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)
-           if H.last_header(m.headers(), "x-poison-09999") is not None]
+    big = [
+        m
+        for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+        if H.last_header(m.headers(), "x-poison-09999") is not None
+    ]
     assert len(big) == 1 and sum(1 for k, _ in big[0].headers() if k.startswith("x-poison-")) == 10_000
     assert H.read_attempts(big[0].headers()) == topology.attempts + 1
     t = totals(summaries)
-    fault_result(f"every run ok on every partition; {t['drained']} records drained over {len(summaries)} tier runs, "
-                 "bad attempts read as 1 and bad or far-future due times as due now (Spring's checks), over-budget "
-                 "own headers kept and routed", account)
+    fault_result(
+        f"every run ok on every partition; {t['drained']} records drained over {len(summaries)} tier runs, "
+        "bad attempts read as 1 and bad or far-future due times as due now (Spring's checks), over-budget "
+        "own headers kept and routed",
+        account,
+    )
 
 
-@pytest.mark.fault_case("10", "a record with no key; with an empty value; with a 10 MB value (failing and not)")
+@pytest.mark.fault_case(
+    "10", "a record with no key; with an empty value; with a 10 MB value (failing and not)"
+)
 def test_keyless_empty_and_10_mb_records_route_like_any_other(kafka_bootstrap, tmp_path, fault_result):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology("odd-records")
     big = b"x" * 10_000_000
-    specs = [*_normal(10),
-             FaultInput("ok", key=None), FaultInput("transient:1", key=None), FaultInput("permanent", key=None),
-             FaultInput("ok", value=b""), FaultInput("transient:1", value=b""), FaultInput("fatal", value=b""),
-             FaultInput("ok", key=None, value=b""), FaultInput("ok", value=big), FaultInput("transient:1", value=big),
-             FaultInput("permanent", value=big, key=None), *_normal(6)]
-    inputs = ledger.produce_fault_inputs(kafka_bootstrap, topology, specs, PARTITIONS, **{"message.max.bytes": 30_000_000})
+    specs = [
+        *_normal(10),
+        FaultInput("ok", key=None),
+        FaultInput("transient:1", key=None),
+        FaultInput("permanent", key=None),
+        FaultInput("ok", value=b""),
+        FaultInput("transient:1", value=b""),
+        FaultInput("fatal", value=b""),
+        FaultInput("ok", key=None, value=b""),
+        FaultInput("ok", value=big),
+        FaultInput("transient:1", value=big),
+        FaultInput("permanent", value=big, key=None),
+        *_normal(6),
+    ]
+    inputs = ledger.produce_fault_inputs(
+        kafka_bootstrap, topology, specs, PARTITIONS, **{"message.max.bytes": 30_000_000}
+    )
 
     summaries = run_all_tiers(topology, {"bootstrap.servers": kafka_bootstrap}, options())
 
     account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
-    dead = {H.last_header(m.headers(), ledger.FAULT_ID).decode(): m for m in ledger.read_all(kafka_bootstrap,
-                                                                                              topology.dlt_topic)}
+    dead = {
+        H.last_header(m.headers(), ledger.FAULT_ID).decode(): m
+        for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    }
     assert dead["12"].key() is None and dead["15"].value() in (b"", None) and dead["19"].value() == big
-    retried = {H.last_header(m.headers(), ledger.FAULT_ID).decode(): m
-               for m in ledger.read_all(kafka_bootstrap, topology.tier(1).topic)}
-    assert retried["18"].value() == big and retried["11"].key() is None and retried["14"].value() in (b"", None)
+    retried = {
+        H.last_header(m.headers(), ledger.FAULT_ID).decode(): m
+        for m in ledger.read_all(kafka_bootstrap, topology.tier(1).topic)
+    }
+    assert (
+        retried["18"].value() == big and retried["11"].key() is None and retried["14"].value() in (b"", None)
+    )
     t = totals(summaries)
-    fault_result(f"every run ok; {t['routed']} records routed (three 10 MB ones among them, byte for byte), "
-                 "null keys and empty values kept as they were", account)
+    fault_result(
+        f"every run ok; {t['routed']} records routed (three 10 MB ones among them, byte for byte), "
+        "null keys and empty values kept as they were",
+        account,
+    )

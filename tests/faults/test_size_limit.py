@@ -23,7 +23,9 @@ MODES = ("ok", "transient:1", "permanent", "fatal", "transient:2")
 
 
 @pytest.mark.requires_capability("enforces_max_message_bytes")
-@pytest.mark.fault_case("4", f"a 50 kB record fails and is routed to a retry tier whose max.message.bytes is {LIMIT}")
+@pytest.mark.fault_case(
+    "4", f"a 50 kB record fails and is routed to a retry tier whose max.message.bytes is {LIMIT}"
+)
 def test_a_record_over_the_destination_limit_is_never_committed_past(kafka_bootstrap, tmp_path, fault_result):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology("too-big")
@@ -39,14 +41,24 @@ def test_a_record_over_the_destination_limit_is_never_committed_past(kafka_boots
     [partition] = failed.partitions
     assert partition.status == "failed" and retry in partition.error, partition.error
     committed = ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, PARTITIONS)[0]
-    assert committed == 10, f"committed {committed}: past the oversized record at offset 12, or not the first chunk"
+    assert committed == 10, (
+        f"committed {committed}: past the oversized record at offset 12, or not the first chunk"
+    )
 
-    resource = ConfigResource(ConfigResource.Type.TOPIC, retry, incremental_configs=[
-        ConfigEntry("max.message.bytes", "1000000", incremental_operation=AlterConfigOpType.SET)])
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        retry,
+        incremental_configs=[
+            ConfigEntry("max.message.bytes", "1000000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
     for future in admin_client(kafka_bootstrap).incremental_alter_configs([resource]).values():
         future.result(30)  # the operator raises the limit
     run_all_tiers(topology, config, options(chunk_size=10))
 
     account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, handled_once=False)
-    fault_result(f"the chunk's transaction failed (\"{partition.error[:120]}...\"); the committed offset stayed "
-                 "before the record; after the limit was raised the next runs finished", account)
+    fault_result(
+        f'the chunk\'s transaction failed ("{partition.error[:120]}..."); the committed offset stayed '
+        "before the record; after the limit was raised the next runs finished",
+        account,
+    )

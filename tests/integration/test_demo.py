@@ -66,11 +66,22 @@ def demo_processes(tmp_path_factory):
     started = {}
     for mode in MODES:
         out = tmp_path_factory.mktemp(f"demo-{mode}")
-        command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo",
-                   *(["--fast"] if mode == "fast" else []), "--orders", str(ORDERS), "--out", str(out)]
+        command = [
+            str(Path(sys.executable).with_name("airflow-kafka-retry")),
+            "demo",
+            *(["--fast"] if mode == "fast" else []),
+            "--orders",
+            str(ORDERS),
+            "--out",
+            str(out),
+        ]
         stdout, stderr = open(out / "stdout.txt", "w"), open(out / "stderr.txt", "w")
-        started[mode] = (out, subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, text=True),
-                         stdout, stderr)
+        started[mode] = (
+            out,
+            subprocess.Popen(command, env=env, stdout=stdout, stderr=stderr, text=True),
+            stdout,
+            stderr,
+        )
     yield started
     for _, proc, stdout, stderr in started.values():
         if proc.poll() is None:
@@ -90,8 +101,9 @@ def demo_run(request, demo_processes):
         proc.wait(60)
     stdout.flush()
     stderr.flush()
-    done = subprocess.CompletedProcess(proc.args, proc.returncode, (out / "stdout.txt").read_text(),
-                                       (out / "stderr.txt").read_text())
+    done = subprocess.CompletedProcess(
+        proc.args, proc.returncode, (out / "stdout.txt").read_text(), (out / "stderr.txt").read_text()
+    )
     return out, done
 
 
@@ -101,7 +113,9 @@ def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
     assert "Reconciled:" in done.stdout
     if "--fast" not in done.args:
         assert "Airflow UI: http://127.0.0.1:" in done.stdout
-    assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], "an Airflow process outlived the demo"
+    assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], (
+        "an Airflow process outlived the demo"
+    )
 
 
 def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):
@@ -123,11 +137,16 @@ def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):
     got = {place: {k: n for k, n in row.items() if n} for place, row in account["by_fate"].items()}
     assert got == expected
     assert account["xcom_succeeded"] == account["books_succeeded"]
-    assert account["books_succeeded"]["orders"] == fates["ok"] + fates["bug"]  # the replayed ones on main again
+    assert (
+        account["books_succeeded"]["orders"] == fates["ok"] + fates["bug"]
+    )  # the replayed ones on main again
     for topic, late in account["lateness"].items():
         assert late["handled"] > 0 and late["early"] == 0, (topic, late)
     for place, count in account["final"].items():  # the printed table shows the same
-        assert any(place in line and f" {count} " in line for line in done.stdout.splitlines()), (place, count)
+        assert any(place in line and f" {count} " in line for line in done.stdout.splitlines()), (
+            place,
+            count,
+        )
 
 
 def test_the_picture_is_drawn_from_the_table_counts(demo_run):
@@ -167,11 +186,19 @@ def test_the_demo_airflow_reports_lineage_and_metrics_with_the_flow_counts(demo_
     assert lineage["namespace"].startswith("kafka://127.0.0.1:")
     assert lineage["runs"]["dlt_replay"] >= 1 and lineage["runs"]["tier_run"] >= 3
     # first passes through the tiers: each hop the orders made is a hop the lineage counted
-    for hop in [("orders", "orders-retry-1"), ("orders-retry-1", "orders-retry-2"), ("orders-retry-2", "orders-dlt"),
-                ("orders", "orders-validation-dlt"), ("orders", "orders-dlt")]:
+    for hop in [
+        ("orders", "orders-retry-1"),
+        ("orders-retry-1", "orders-retry-2"),
+        ("orders-retry-2", "orders-dlt"),
+        ("orders", "orders-validation-dlt"),
+        ("orders", "orders-dlt"),
+    ]:
         assert edges[hop] == flow[hop], (hop, edges, flow)
     # the replay moved the DLT's records back to orders; those that fail again are parked from there
-    assert edges[("orders-dlt", "orders")] == flow[("orders-dlt", "orders-parking")] + flow[("orders-dlt", PROCESSED)]
+    assert (
+        edges[("orders-dlt", "orders")]
+        == flow[("orders-dlt", "orders-parking")] + flow[("orders-dlt", PROCESSED)]
+    )
     assert edges[("orders", "orders-parking")] == flow[("orders-dlt", "orders-parking")]
     drained = counter_totals(out / "metrics.statsd")["tier.drained"]
     for tier in ("orders", "orders-retry-1", "orders-retry-2"):
@@ -200,7 +227,9 @@ def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path):
         try:
             deadline = time.monotonic() + 300
             while "orders produced: 200" not in log.read_text(errors="replace"):
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[
+                    -3000:
+                ]
                 time.sleep(1)
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(120)

@@ -25,8 +25,13 @@ REPO = Path(__file__).parents[2]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "airflow_kafka_retry.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "airflow_kafka_retry.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_inspect_and_dry_run_from_the_command_line(kafka_bootstrap, tmp_path):
@@ -38,7 +43,10 @@ def test_inspect_and_dry_run_from_the_command_line(kafka_bootstrap, tmp_path):
     table = _cli("dlt", "inspect", *common)
     assert table.returncode == 0, table.stderr[-3000:]
     lines = table.stdout.splitlines()
-    assert lines[0] == f"{topology.dlt_topic}: 30 record(s), 0 replayed (replay log {topology.dlt_topic}-replay-log)"
+    assert (
+        lines[0]
+        == f"{topology.dlt_topic}: 30 record(s), 0 replayed (replay log {topology.dlt_topic}-replay-log)"
+    )
     assert lines[1].split()[:3] == ["COUNT", "REPLAYED", "EXCEPTION"]
     assert any(PERMANENT in line and topology.topic in line for line in lines[2:])
     assert "mode" not in table.stdout, "payloads shown without --show-values"
@@ -51,13 +59,17 @@ def test_inspect_and_dry_run_from_the_command_line(kafka_bootstrap, tmp_path):
     assert dry.stderr.startswith("replay id: replay-") and "(dry run)" in dry.stderr
     moves = [line for line in dry.stdout.splitlines() if " -> " in line]
     assert len(moves) == len(ids_of(inputs, "permanent")) == 10
-    assert all(line.startswith(f"{topology.dlt_topic}[") and f" -> {topology.topic}[" in line for line in moves)
+    assert all(
+        line.startswith(f"{topology.dlt_topic}[") and f" -> {topology.topic}[" in line for line in moves
+    )
     assert f"would move 10 record(s) from {topology.dlt_topic}" in dry.stdout
     assert replayed_copies(kafka_bootstrap, topology.topic) == []
 
     foreign = _cli("dlt", "replay", *common, "--to", "no-such-target-topic")
     assert foreign.returncode == 2 and "--to 'no-such-target-topic' is not a topic of" in foreign.stderr
-    bad = _cli("dlt", "replay", *common, "--to", "no-such-target-topic", "--allow-target", "no-such-target-topic")
+    bad = _cli(
+        "dlt", "replay", *common, "--to", "no-such-target-topic", "--allow-target", "no-such-target-topic"
+    )
     assert bad.returncode == 2 and "target topic(s) do not exist: no-such-target-topic" in bad.stderr
 
 
@@ -70,17 +82,34 @@ def test_a_dlt_written_by_a_spring_dead_letter_publishing_recoverer(kafka_bootst
     names = H.DEAD_LETTER_NAMES
     producer = Producer(config)
     for i in range(4):
-        producer.produce(topology.dlt_topic, key=f"k{i}".encode(), value=b"payload", partition=i % 2, headers=[
-            (names.original_topic, topic.encode()), (names.original_partition, H.encode_int32(i % 2)),
-            (names.original_offset, H.encode_int64(100 + i)), (names.original_timestamp, H.encode_int64(1)),
-            (names.exception_fqcn, b"org.springframework.kafka.listener.ListenerExecutionFailedException"),
-            (names.exception_cause_fqcn, b"com.example.InvalidOrder"), (names.exception_message, b"bad order")])
+        producer.produce(
+            topology.dlt_topic,
+            key=f"k{i}".encode(),
+            value=b"payload",
+            partition=i % 2,
+            headers=[
+                (names.original_topic, topic.encode()),
+                (names.original_partition, H.encode_int32(i % 2)),
+                (names.original_offset, H.encode_int64(100 + i)),
+                (names.original_timestamp, H.encode_int64(1)),
+                (
+                    names.exception_fqcn,
+                    b"org.springframework.kafka.listener.ListenerExecutionFailedException",
+                ),
+                (names.exception_cause_fqcn, b"com.example.InvalidOrder"),
+                (names.exception_message, b"bad order"),
+            ],
+        )
     assert producer.flush(10) == 0
 
     report = inspect_dlt(topology, config)
     [group] = report["groups"]
     assert (group["exception"], group["cause"], group["original_topic"], group["count"]) == (
-        "org.springframework.kafka.listener.ListenerExecutionFailedException", "com.example.InvalidOrder", topic, 4)
+        "org.springframework.kafka.listener.ListenerExecutionFailedException",
+        "com.example.InvalidOrder",
+        topic,
+        4,
+    )
     summary = replay_dlt(topology, config, ReplayRequest(exception="com.example.InvalidOrder", partition=1))
     assert summary.moved == 2
     copies = replayed_copies(kafka_bootstrap, topic)
@@ -102,9 +131,16 @@ def test_inspect_shows_header_strings_without_their_terminal_escapes(kafka_boots
     names = H.RETRY_TOPIC_NAMES
     hostile_class = "com.example.Bad\x1b]0;owned\x07\x1b[2J\x1b[31mError\u202e"
     producer = Producer(config)
-    producer.produce(topology.dlt_topic, key=b"k", value=b"v", headers=[
-        (names.original_topic, b"orders\x1b[8m"), (names.exception_fqcn, hostile_class.encode()),
-        (names.exception_cause_fqcn, b"com.example.Cause\r\nFAKE LINE")])
+    producer.produce(
+        topology.dlt_topic,
+        key=b"k",
+        value=b"v",
+        headers=[
+            (names.original_topic, b"orders\x1b[8m"),
+            (names.exception_fqcn, hostile_class.encode()),
+            (names.exception_cause_fqcn, b"com.example.Cause\r\nFAKE LINE"),
+        ],
+    )
     assert producer.flush(10) == 0
 
     table = _cli("dlt", "inspect", "--topology", str(topology_file), "--bootstrap", kafka_bootstrap)
@@ -114,6 +150,16 @@ def test_inspect_shows_header_strings_without_their_terminal_escapes(kafka_boots
     assert r"com.example.Bad\x1b]0;owned\x07\x1b[2J\x1b[31mError\u202e" in table.stdout
     assert r"(cause com.example.Cause\x0d\x0aFAKE LINE)" in table.stdout and r"orders\x1b[8m" in table.stdout
     # JSON keeps the strings as they are (json.dumps escapes control characters itself)
-    report = json.loads(_cli("dlt", "inspect", "--topology", str(topology_file), "--bootstrap", kafka_bootstrap,
-                             "--format", "json").stdout)
+    report = json.loads(
+        _cli(
+            "dlt",
+            "inspect",
+            "--topology",
+            str(topology_file),
+            "--bootstrap",
+            kafka_bootstrap,
+            "--format",
+            "json",
+        ).stdout
+    )
     assert report["groups"][0]["exception"] == hostile_class

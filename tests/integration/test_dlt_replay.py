@@ -29,8 +29,9 @@ TRANSFORMS = "tests.support.dlt_transforms"
 
 
 def _options() -> DrainOptions:
-    return DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                        value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    return DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+    )
 
 
 def fill_dlt(bootstrap: str, tmp_path, prefix: str = "dlt"):
@@ -44,7 +45,9 @@ def fill_dlt(bootstrap: str, tmp_path, prefix: str = "dlt"):
 
 
 def ids_of(inputs, mode: str, partition: int | None = None) -> set[str]:
-    return {i for i, (m, p, _) in inputs.records.items() if m == mode and (partition is None or p == partition)}
+    return {
+        i for i, (m, p, _) in inputs.records.items() if m == mode and (partition is None or p == partition)
+    }
 
 
 def replayed_copies(bootstrap: str, topic: str) -> list:
@@ -66,7 +69,9 @@ def test_inspect_groups_a_dlt_filled_by_tier_runs(kafka_bootstrap, tmp_path):
         assert group["original_topic"] == topology.topic
         assert group["oldest"] <= group["newest"] and group["bucket"].endswith(":00Z")
         assert 1 <= len(group["samples"]) <= 3
-        assert all(set(s) == {"partition", "offset"} for s in group["samples"]), "payloads shown without asking"
+        assert all(set(s) == {"partition", "offset"} for s in group["samples"]), (
+            "payloads shown without asking"
+        )
         by_exception[group["exception"]] += group["count"]
     assert by_exception == {PERMANENT: 10, INVALID: 10, DESERIALIZATION: 10}
     assert sum(report["partitions"].values()) == 30 and set(report["partitions"]) == set(range(PARTITIONS))
@@ -81,7 +86,9 @@ def test_inspect_groups_a_dlt_filled_by_tier_runs(kafka_bootstrap, tmp_path):
 def test_filtered_replay_with_transform_moves_exactly_the_selection_once(kafka_bootstrap, tmp_path):
     topology, inputs, ledger_file, config = fill_dlt(kafka_bootstrap, tmp_path)
     dlt_before = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
-    request = ReplayRequest(exception=PERMANENT, partition="0", transform=f"{TRANSFORMS}:fix_even_leave_out_odd")
+    request = ReplayRequest(
+        exception=PERMANENT, partition="0", transform=f"{TRANSFORMS}:fix_even_leave_out_odd"
+    )
 
     dry = replay_dlt(topology, config, request, dry_run=True)
     wanted = {i for i in ids_of(inputs, "permanent", 0) if int(i) % 2 == 0}
@@ -101,7 +108,11 @@ def test_filtered_replay_with_transform_moves_exactly_the_selection_once(kafka_b
         mode, partition, offset = inputs.records[copy.key().decode()]
         audit = R.read_replay_audit(copy.headers())
         assert (audit.replay_id, audit.topic, audit.partition, audit.offset) == (
-            "fix-1", topology.dlt_topic, source.partition(), source.offset())
+            "fix-1",
+            topology.dlt_topic,
+            source.partition(),
+            source.offset(),
+        )
         assert summary.started_ms <= audit.timestamp_ms <= summary.finished_ms
         assert H.last_header(copy.headers(), H.ATTEMPTS) is None and H.read_attempts(copy.headers()) == 1
         assert H.last_header(copy.headers(), H.RETRY_TOPIC_NAMES.exception_fqcn) is None
@@ -116,7 +127,8 @@ def test_filtered_replay_with_transform_moves_exactly_the_selection_once(kafka_b
     assert report["replayed"] == len(wanted)
     log_keys = [m.key().decode() for m in ledger.read_all(kafka_bootstrap, log_topic(topology.dlt_topic))]
     assert sorted(k for k in log_keys if k.startswith("record/")) == sorted(
-        f"record/{dlt_by_key[m.key()].partition()}/{dlt_by_key[m.key()].offset()}" for m in copies)
+        f"record/{dlt_by_key[m.key()].partition()}/{dlt_by_key[m.key()].offset()}" for m in copies
+    )
     assert {"plan/fix-1", "done/fix-1"} <= set(log_keys)
 
     # the fixed records now succeed on the main topic
@@ -145,13 +157,19 @@ def test_a_replayed_record_that_fails_again_is_parked_not_dead_lettered(kafka_bo
     permanent = replay_dlt(topology, config, ReplayRequest(exception=PERMANENT, to="first-tier"))
     assert fatal.moved == permanent.moved == 10
     tier1 = replayed_copies(kafka_bootstrap, topology.tier(1).topic)
-    assert len(tier1) == 10 and all(H.read_attempts(m.headers()) == 2 for m in tier1), "not the tier's first attempt"
+    assert len(tier1) == 10 and all(H.read_attempts(m.headers()) == 2 for m in tier1), (
+        "not the tier's first attempt"
+    )
     for tier in topology.tiers:
         summary = run_local(topology, tier, config, _options())
         assert summary.ok
     parked = ledger.read_all(kafka_bootstrap, topology.parking_topic)
-    assert sorted(m.key().decode() for m in parked) == sorted(ids_of(inputs, "fatal") | ids_of(inputs, "permanent"))
-    assert len(ledger.read_all(kafka_bootstrap, topology.dlt_topic)) == dlt_count, "a replayed record was dead-lettered"
+    assert sorted(m.key().decode() for m in parked) == sorted(
+        ids_of(inputs, "fatal") | ids_of(inputs, "permanent")
+    )
+    assert len(ledger.read_all(kafka_bootstrap, topology.dlt_topic)) == dlt_count, (
+        "a replayed record was dead-lettered"
+    )
     for message in parked:
         mode, partition, offset = inputs.records[message.key().decode()]
         audit = DltRecord.from_message(message).replay  # what a transform replaying from parking sees
@@ -171,17 +189,23 @@ def test_a_replayed_record_that_fails_again_is_parked_not_dead_lettered(kafka_bo
     assert run_local(topology, topology.tier(0), config, _options()).ok
     processed = ledger.processed_ids(ledger_file)
     assert ids_of(inputs, "fatal") | ids_of(inputs, "permanent") <= set(processed)
-    assert len(ledger.read_all(kafka_bootstrap, topology.parking_topic)) == 20, "a fixed record was parked again"
+    assert len(ledger.read_all(kafka_bootstrap, topology.parking_topic)) == 20, (
+        "a fixed record was parked again"
+    )
 
 
 def test_limit_key_and_offsets_select_records(kafka_bootstrap, tmp_path):
     topology, inputs, _, config = fill_dlt(kafka_bootstrap, tmp_path, "select")
-    dlt = sorted(ledger.read_all(kafka_bootstrap, topology.dlt_topic), key=lambda m: (m.timestamp()[1], m.partition(),
-                                                                                      m.offset()))
+    dlt = sorted(
+        ledger.read_all(kafka_bootstrap, topology.dlt_topic),
+        key=lambda m: (m.timestamp()[1], m.partition(), m.offset()),
+    )
     oldest = [m.key().decode() for m in dlt if m.key().decode() in ids_of(inputs, "permanent")][:3]
     first = replay_dlt(topology, config, ReplayRequest(exception=PERMANENT, limit=3))
     assert (first.moved, first.beyond_limit) == (3, 7)
-    assert sorted(m.key().decode() for m in replayed_copies(kafka_bootstrap, topology.topic)) == sorted(oldest)
+    assert sorted(m.key().decode() for m in replayed_copies(kafka_bootstrap, topology.topic)) == sorted(
+        oldest
+    )
     one = next(iter(ids_of(inputs, "fatal")))
     assert replay_dlt(topology, config, ReplayRequest(key=one)).moved == 1
     assert replay_dlt(topology, config, ReplayRequest(key=one)).already_replayed == 1
@@ -190,19 +214,22 @@ def test_limit_key_and_offsets_select_records(kafka_bootstrap, tmp_path):
     assert span.matched == 5 and span.selected == 5 - span.already_replayed
 
 
-@pytest.mark.parametrize("request_kwargs, message", [
-    ({"offsets": "5-3"}, "--offsets '5-3'"),
-    ({"since": "yesterday-ish"}, "--since 'yesterday-ish' is not a time"),
-    ({"exception": "not a class"}, "--exception 'not a class' is not a dotted exception class path"),
-    ({"partition": "7"}, "--partition 7:"),
-    ({"dlt": "no-such-dlt"}, "--dlt 'no-such-dlt' is not a dead-letter or parking topic"),
-    ({"to": "no-such-topic-anywhere"}, "--to 'no-such-topic-anywhere' is not a topic of"),
-    ({"transform": f"{TRANSFORMS}:raise_on_second"}, "raised ValueError: cannot fix this one"),
-    ({"transform": f"{TRANSFORMS}:wrong_type"}, "returned str; it must return the record"),
-    ({"transform": f"{TRANSFORMS}:str_value"}, "returned a value of type str; it must be bytes or None"),
-    ({"transform": f"{TRANSFORMS}:move_offset"}, "changed offset: the DLT coordinates cannot be edited"),
-    ({"transform": f"{TRANSFORMS}:no_such_function"}, "has no attribute 'no_such_function'"),
-])
+@pytest.mark.parametrize(
+    "request_kwargs, message",
+    [
+        ({"offsets": "5-3"}, "--offsets '5-3'"),
+        ({"since": "yesterday-ish"}, "--since 'yesterday-ish' is not a time"),
+        ({"exception": "not a class"}, "--exception 'not a class' is not a dotted exception class path"),
+        ({"partition": "7"}, "--partition 7:"),
+        ({"dlt": "no-such-dlt"}, "--dlt 'no-such-dlt' is not a dead-letter or parking topic"),
+        ({"to": "no-such-topic-anywhere"}, "--to 'no-such-topic-anywhere' is not a topic of"),
+        ({"transform": f"{TRANSFORMS}:raise_on_second"}, "raised ValueError: cannot fix this one"),
+        ({"transform": f"{TRANSFORMS}:wrong_type"}, "returned str; it must return the record"),
+        ({"transform": f"{TRANSFORMS}:str_value"}, "returned a value of type str; it must be bytes or None"),
+        ({"transform": f"{TRANSFORMS}:move_offset"}, "changed offset: the DLT coordinates cannot be edited"),
+        ({"transform": f"{TRANSFORMS}:no_such_function"}, "has no attribute 'no_such_function'"),
+    ],
+)
 def test_bad_input_moves_nothing_and_names_the_problem(kafka_bootstrap, filled_once, request_kwargs, message):
     topology, _, _, config = filled_once
     with pytest.raises(ReplayError) as info:
@@ -212,8 +239,15 @@ def test_bad_input_moves_nothing_and_names_the_problem(kafka_bootstrap, filled_o
         assert f"{topology.dlt_topic}[" in str(info.value), "the record's coordinates are not named"
     assert replayed_copies(kafka_bootstrap, topology.topic) == []
     assert replayed_copies(kafka_bootstrap, topology.tier(1).topic) == []
-    moved = [m for m in ledger.read_all(kafka_bootstrap, log_topic(topology.dlt_topic))
-             if m.key().startswith(b"record/")] if _exists(kafka_bootstrap, log_topic(topology.dlt_topic)) else []
+    moved = (
+        [
+            m
+            for m in ledger.read_all(kafka_bootstrap, log_topic(topology.dlt_topic))
+            if m.key().startswith(b"record/")
+        ]
+        if _exists(kafka_bootstrap, log_topic(topology.dlt_topic))
+        else []
+    )
     assert moved == []
 
 
@@ -236,8 +270,14 @@ def _fence_a_running_replay(bootstrap: str, tmp_path, prefix: str) -> Counter:
     topology, _, _, config = fill_dlt(bootstrap, tmp_path, prefix)
     dlt_keys = sorted(m.key().decode() for m in ledger.read_all(bootstrap, topology.dlt_topic))
     with ThreadPoolExecutor(1) as pool:
-        first = pool.submit(replay_dlt, topology, config, ReplayRequest(transform=f"{TRANSFORMS}:gated"),
-                            replay_id="first", chunk_size=2)
+        first = pool.submit(
+            replay_dlt,
+            topology,
+            config,
+            ReplayRequest(transform=f"{TRANSFORMS}:gated"),
+            replay_id="first",
+            chunk_size=2,
+        )
         assert dlt_transforms.BLOCKED.wait(60), "the first replay never reached its move step"
         try:
             second = replay_dlt(topology, config, ReplayRequest(), replay_id="second")
@@ -266,7 +306,9 @@ def test_a_fenced_replay_leaves_no_duplicates(kafka_bootstrap, tmp_path):
     assert set(copies.values()) == {1}, copies
 
 
-def test_an_original_topic_set_by_the_producer_is_never_a_default_target(kafka_bootstrap, tmp_path, monkeypatch):
+def test_an_original_topic_set_by_the_producer_is_never_a_default_target(
+    kafka_bootstrap, tmp_path, monkeypatch
+):
     """Spring keeps a ``kafka_original-topic`` the producer set (so do the tiers); the replay refuses to follow it."""
     from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 
@@ -275,16 +317,27 @@ def test_an_original_topic_set_by_the_producer_is_never_a_default_target(kafka_b
     victim = unique_topic("victim")
     create_topics(kafka_bootstrap, [victim])
     forged_header = [(H.RETRY_TOPIC_NAMES.original_topic, victim.encode())]
-    ledger.produce_fault_inputs(kafka_bootstrap, topology, [ledger.FaultInput(mode="fatal", headers=forged_header),
-                                                            ledger.FaultInput(mode="fatal")], 1)
+    ledger.produce_fault_inputs(
+        kafka_bootstrap,
+        topology,
+        [ledger.FaultInput(mode="fatal", headers=forged_header), ledger.FaultInput(mode="fatal")],
+        1,
+    )
     config = {"bootstrap.servers": kafka_bootstrap}
-    assert run_local(topology, topology.tier(0), config, DrainOptions(handler="tests.support.fault_handler:indexed")).ok
+    assert run_local(
+        topology, topology.tier(0), config, DrainOptions(handler="tests.support.fault_handler:indexed")
+    ).ok
     dead = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
     origins = sorted(H.read_original_coordinates(m.headers()).topic for m in dead)
-    assert origins == sorted([victim, topology.topic]), "the tiers no longer keep an original topic as Spring does"
+    assert origins == sorted([victim, topology.topic]), (
+        "the tiers no longer keep an original topic as Spring does"
+    )
 
-    with pytest.raises(ReplayError, match=rf"the original topic of {topology.dlt_topic}\[0\]@\d+ '{victim}' is not a "
-                                          rf"topic of .*allowed_targets"):
+    with pytest.raises(
+        ReplayError,
+        match=rf"the original topic of {topology.dlt_topic}\[0\]@\d+ '{victim}' is not a "
+        rf"topic of .*allowed_targets",
+    ):
         replay_dlt(topology, config, ReplayRequest(), dry_run=True)
     with pytest.raises(ReplayError, match=f"'{victim}' is not a topic of"):
         replay_dlt(topology, config, ReplayRequest())
@@ -294,4 +347,8 @@ def test_an_original_topic_set_by_the_producer_is_never_a_default_target(kafka_b
     # where the replay DAG's author allows that topic, the record goes back there
     summary = replay_dlt(topology, config, ReplayRequest(), allowed_targets=[victim])
     assert summary.moved == 2 and sorted(summary.targets) == sorted([victim, topology.topic])
-    assert len(replayed_copies(kafka_bootstrap, victim)) == len(replayed_copies(kafka_bootstrap, topology.topic)) == 1
+    assert (
+        len(replayed_copies(kafka_bootstrap, victim))
+        == len(replayed_copies(kafka_bootstrap, topology.topic))
+        == 1
+    )

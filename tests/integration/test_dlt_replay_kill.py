@@ -26,9 +26,29 @@ KILL_ON = {"produced": 10, "logged": 3, "committed": 2}
 
 def _replay(bootstrap: str, topology_file: Path, module: list[str], env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", *module, "dlt", "replay", "--topology", str(topology_file), "--replay-id", "kill-1",
-         "--transform", "tests.support.dlt_transforms:fix", "--chunk-size", str(CHUNK), "--bootstrap", bootstrap],
-        env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            *module,
+            "dlt",
+            "replay",
+            "--topology",
+            str(topology_file),
+            "--replay-id",
+            "kill-1",
+            "--transform",
+            "tests.support.dlt_transforms:fix",
+            "--chunk-size",
+            str(CHUNK),
+            "--bootstrap",
+            bootstrap,
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _kill_and_rerun(bootstrap: str, tmp_path: Path, kill_at: str, *, isolation: bool):
@@ -36,15 +56,28 @@ def _kill_and_rerun(bootstrap: str, tmp_path: Path, kill_at: str, *, isolation: 
     topology_file = tmp_path / "topology.yaml"
     ledger.write_topology(topology, topology_file)
     dlt_keys = sorted(m.key().decode() for m in ledger.read_all(bootstrap, topology.dlt_topic))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "AKR_KILL_AT": kill_at, "AKR_KILL_ON": str(KILL_ON[kill_at])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "AKR_KILL_AT": kill_at,
+        "AKR_KILL_ON": str(KILL_ON[kill_at]),
+    }
     killed = _replay(bootstrap, topology_file, ["tests.support.replay_kill"], env)
     assert killed.returncode == -9, killed.stderr[-3000:]
-    logged = [m for m in ledger.read_all(bootstrap, log_topic(topology.dlt_topic)) if m.key().startswith(b"record/")]
+    logged = [
+        m for m in ledger.read_all(bootstrap, log_topic(topology.dlt_topic)) if m.key().startswith(b"record/")
+    ]
     assert len(logged) == 2 * CHUNK, f"the kill did not land after two committed chunks: {len(logged)} logged"
     [unfinished] = inspect_dlt(topology, {"bootstrap.servers": bootstrap})["replays"]
-    assert (unfinished["replay_id"], unfinished["moved"], unfinished["finished"]) == ("kill-1", 2 * CHUNK, False)
+    assert (unfinished["replay_id"], unfinished["moved"], unfinished["finished"]) == (
+        "kill-1",
+        2 * CHUNK,
+        False,
+    )
 
-    rerun = _replay(bootstrap, topology_file, ["airflow_kafka_retry.cli"], {**os.environ, "PYTHONPATH": str(REPO)})
+    rerun = _replay(
+        bootstrap, topology_file, ["airflow_kafka_retry.cli"], {**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     summary = json.loads(rerun.stdout)
     assert summary["resumed"] and summary["replay_id"] == "kill-1"
@@ -68,10 +101,14 @@ def _kill_and_rerun(bootstrap: str, tmp_path: Path, kill_at: str, *, isolation: 
 
 
 @pytest.mark.parametrize("kill_at", ["produced", "logged", "committed"])
-def test_killed_replay_rerun_with_the_same_id_loses_nothing(kafka_bootstrap, tmp_path, broker_capabilities, kill_at):
+def test_killed_replay_rerun_with_the_same_id_loses_nothing(
+    kafka_bootstrap, tmp_path, broker_capabilities, kill_at
+):
     # copies are written and acknowledged before their log entries: where a broker shows the records of
     # an aborted transaction, a visible log entry still always has its visible copy, so nothing is lost
-    copies = _kill_and_rerun(kafka_bootstrap, tmp_path, kill_at, isolation=broker_capabilities.abort_isolation)
+    copies = _kill_and_rerun(
+        kafka_bootstrap, tmp_path, kill_at, isolation=broker_capabilities.abort_isolation
+    )
     if kill_at == "committed":  # no transaction was open at the kill: nothing to abort, nothing doubled
         assert set(copies.values()) == {1}, copies
 

@@ -26,33 +26,51 @@ LEFE = "org.springframework.kafka.listener.ListenerExecutionFailedException"
 
 @pytest.fixture
 def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv("AIRFLOW_CONN_AKR_WATCH_TEST", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AKR_WATCH_TEST",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
     return "akr_watch_test"
 
 
 def _topology() -> Topology:
     topic = unique_topic("watch")
-    return Topology.from_mapping({
-        "topic": topic, "group_id": f"{topic}-svc", "attempts": 2, "backoff": {"kind": "fixed", "delay": "0ms"},
-        "not_retryable": [f"{ledger.HANDLER_MODULE}.InvalidOrder"],
-        "dlt_routing": {"-validation-dlt": ["com.acme.ValidationError"]}})
+    return Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": f"{topic}-svc",
+            "attempts": 2,
+            "backoff": {"kind": "fixed", "delay": "0ms"},
+            "not_retryable": [f"{ledger.HANDLER_MODULE}.InvalidOrder"],
+            "dlt_routing": {"-validation-dlt": ["com.acme.ValidationError"]},
+        }
+    )
 
 
 def _spring_retry_topic_record(topic: str) -> list[tuple[str, bytes]]:
     """What Spring's non-blocking retries put on a DLT: the listener wrapper as class, the root cause as cause."""
-    return [("kafka_original-topic", topic.encode()), ("kafka_original-partition", H.encode_int32(1)),
-            ("kafka_original-offset", H.encode_int64(41)), ("kafka_exception-fqcn", LEFE.encode()),
-            ("kafka_exception-cause-fqcn", b"com.acme.PaymentDeclined"),
-            ("kafka_exception-message", b"Listener failed; declined"), ("kafka_exception-stacktrace", b"at ...")]
+    return [
+        ("kafka_original-topic", topic.encode()),
+        ("kafka_original-partition", H.encode_int32(1)),
+        ("kafka_original-offset", H.encode_int64(41)),
+        ("kafka_exception-fqcn", LEFE.encode()),
+        ("kafka_exception-cause-fqcn", b"com.acme.PaymentDeclined"),
+        ("kafka_exception-message", b"Listener failed; declined"),
+        ("kafka_exception-stacktrace", b"at ..."),
+    ]
 
 
 def _spring_dead_letter_record(topic: str) -> list[tuple[str, bytes]]:
     """What a plain DeadLetterPublishingRecoverer writes (blocking retries): the kafka_dlt-* family."""
-    return [("kafka_dlt-original-topic", topic.encode()), ("kafka_dlt-original-partition", H.encode_int32(0)),
-            ("kafka_dlt-original-offset", H.encode_int64(7)), ("kafka_dlt-original-consumer-group", b"spring-svc"),
-            ("kafka_dlt-exception-fqcn", b"com.acme.ValidationError"),
-            ("kafka_dlt-exception-message", b"bad order"), ("kafka_dlt-exception-stacktrace", b"at ...")]
+    return [
+        ("kafka_dlt-original-topic", topic.encode()),
+        ("kafka_dlt-original-partition", H.encode_int32(0)),
+        ("kafka_dlt-original-offset", H.encode_int64(7)),
+        ("kafka_dlt-original-consumer-group", b"spring-svc"),
+        ("kafka_dlt-exception-fqcn", b"com.acme.ValidationError"),
+        ("kafka_dlt-exception-message", b"bad order"),
+        ("kafka_dlt-exception-stacktrace", b"at ..."),
+    ]
 
 
 def _produce(bootstrap: str, rows: list[tuple[str, int, list]]) -> None:
@@ -80,28 +98,41 @@ def _committed(bootstrap: str, topology: Topology, group: str) -> dict:
 
 
 def _watch(topology, conn, notifiers, **kwargs) -> dict:
-    return DltWatchOperator(task_id="watch_dlt", topology=topology, kafka_conn_id=conn, on_dlt=notifiers,
-                            **kwargs).execute({})
+    return DltWatchOperator(
+        task_id="watch_dlt", topology=topology, kafka_conn_id=conn, on_dlt=notifiers, **kwargs
+    ).execute({})
 
 
-def test_watch_reports_both_spring_families_and_engine_records_then_commits(kafka_bootstrap, kafka_conn, tmp_path):
+def test_watch_reports_both_spring_families_and_engine_records_then_commits(
+    kafka_bootstrap, kafka_conn, tmp_path
+):
     topology = _topology()
     ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS)
     dlt, validation_dlt = (t.topic for t in topology.dlt_tiers)
     # the engine dead-letters the main topic's fatal and undecodable records (and the failures: attempts 2)
     ledger.ledger_path(tmp_path)
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 14, PARTITIONS)
-    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap},
-                        DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                                     value_deserializer=f"{ledger.HANDLER_MODULE}:decode"))
+    summary = run_local(
+        topology,
+        topology.tier(0),
+        {"bootstrap.servers": kafka_bootstrap},
+        DrainOptions(
+            handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+        ),
+    )
     assert summary.ok
     engine_dead = summary.totals()["dead_lettered"]
     assert sum(engine_dead.values()) == 4  # 2 fatal + 2 bad-json (the others go to retry-1)
     # records as Spring writes them (Spring's header names and encodings, produced here from Python), to both
     # DLTs, in each header family
-    _produce(kafka_bootstrap, [(dlt, 1, _spring_retry_topic_record(topology.topic)),
-                               (validation_dlt, 0, _spring_dead_letter_record(topology.topic)),
-                               (validation_dlt, 1, [])])
+    _produce(
+        kafka_bootstrap,
+        [
+            (dlt, 1, _spring_retry_topic_record(topology.topic)),
+            (validation_dlt, 0, _spring_dead_letter_record(topology.topic)),
+            (validation_dlt, 1, []),
+        ],
+    )
     group = f"{topology.group_id}-dlt-watch"
     recorder = Recorder(kafka_bootstrap, topology, group)
     before = _committed(kafka_bootstrap, topology, group)
@@ -113,17 +144,29 @@ def test_watch_reports_both_spring_families_and_engine_records_then_commits(kafk
     assert result["notifiers"] == {"called": 1, "succeeded": 1}
     totals = result["totals"]
     assert totals["new_records"] == 7
-    assert totals["dead_lettered"] == {**engine_dead, LEFE: 1, "com.acme.ValidationError": 1,
-                                       "<no exception header>": 1}
+    assert totals["dead_lettered"] == {
+        **engine_dead,
+        LEFE: 1,
+        "com.acme.ValidationError": 1,
+        "<no exception header>": 1,
+    }
     assert totals["causes"]["com.acme.PaymentDeclined"] == 1
     assert totals["dlt_topics"] == {dlt: 5, validation_dlt: 2}
     coordinates = {(d["dlt_topic"], d["exception"]): d for d in result["dead_letters"]}
     spring = coordinates[(validation_dlt, "com.acme.ValidationError")]
-    assert (spring["topic"], spring["partition"], spring["offset"], spring["consumer_group"]) == \
-        (topology.topic, 0, 7, "spring-svc")
+    assert (spring["topic"], spring["partition"], spring["offset"], spring["consumer_group"]) == (
+        topology.topic,
+        0,
+        7,
+        "spring-svc",
+    )
     wrapped = coordinates[(dlt, LEFE)]
-    assert (wrapped["topic"], wrapped["partition"], wrapped["offset"], wrapped["cause"]) == \
-        (topology.topic, 1, 41, "com.acme.PaymentDeclined")
+    assert (wrapped["topic"], wrapped["partition"], wrapped["offset"], wrapped["cause"]) == (
+        topology.topic,
+        1,
+        41,
+        "com.acme.PaymentDeclined",
+    )
     engine_records = [d for d in result["dead_letters"] if d["exception"] in engine_dead]
     assert len(engine_records) == 4
     modes = {(partition, offset): mode for mode, partition, offset in inputs.records.values()}
@@ -182,7 +225,9 @@ def test_a_run_that_dies_in_a_notifier_commits_nothing_and_reports_again(kafka_b
 
     with pytest.raises(SystemExit):
         _watch(topology, kafka_conn, [killed], consumer_group=group)
-    assert all(o < 0 for offsets in _committed(kafka_bootstrap, topology, group).values() for o in offsets.values())
+    assert all(
+        o < 0 for offsets in _committed(kafka_bootstrap, topology, group).values() for o in offsets.values()
+    )
     recorder = Recorder(kafka_bootstrap, topology, group)
     assert _watch(topology, kafka_conn, recorder, consumer_group=group)["totals"]["new_records"] == 1
     assert len(recorder.calls) == 1

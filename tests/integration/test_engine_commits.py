@@ -17,10 +17,15 @@ from tests.support import ledger
 pytestmark = [pytest.mark.integration]
 
 
-@pytest.mark.parametrize("transactional", [
-    pytest.param(True, id="transactional", marks=pytest.mark.requires_capability("offsets_only_transactions")),
-    pytest.param(False, id="idempotent"),
-])
+@pytest.mark.parametrize(
+    "transactional",
+    [
+        pytest.param(
+            True, id="transactional", marks=pytest.mark.requires_capability("offsets_only_transactions")
+        ),
+        pytest.param(False, id="idempotent"),
+    ],
+)
 def test_successful_chunks_commit_their_offsets(kafka_bootstrap, tmp_path, transactional):
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("commits")
@@ -30,8 +35,12 @@ def test_successful_chunks_commit_their_offsets(kafka_bootstrap, tmp_path, trans
     for i in range(25):
         producer.produce(topic, json.dumps({"id": str(i), "mode": "ok"}).encode(), partition=0)
     assert producer.flush(10) == 0
-    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed", chunk_size=10, transactional=transactional,
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed",
+        chunk_size=10,
+        transactional=transactional,
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+    )
 
     summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options)
 

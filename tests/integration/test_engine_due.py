@@ -22,18 +22,32 @@ pytestmark = [pytest.mark.integration]
 
 def _topology() -> Topology:
     topic = unique_topic("due")
-    return Topology.from_mapping({"topic": topic, "group_id": f"{topic}-svc", "attempts": 3,
-                                  "backoff": {"kind": "fixed", "delay": "1h"}})
+    return Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": f"{topic}-svc",
+            "attempts": 3,
+            "backoff": {"kind": "fixed", "delay": "1h"},
+        }
+    )
 
 
 def _produce(bootstrap: str, topic: str, rows: list[tuple[int, str, int]]) -> None:
     """rows: (partition, id, due_ms) as a retry tier would hold them (attempt 2)."""
     producer = Producer({"bootstrap.servers": bootstrap})
     for partition, rid, due in rows:
-        headers = [(H.ATTEMPTS, H.encode_int32(2)), (H.BACKOFF_TIMESTAMP, H.encode_big_integer(due)),
-                   (H.ORIGINAL_TIMESTAMP, H.encode_big_integer(due - 3_600_000))]
-        producer.produce(topic, json.dumps({"id": rid, "mode": "ok"}).encode(), key=rid.encode(),
-                         partition=partition, headers=headers)
+        headers = [
+            (H.ATTEMPTS, H.encode_int32(2)),
+            (H.BACKOFF_TIMESTAMP, H.encode_big_integer(due)),
+            (H.ORIGINAL_TIMESTAMP, H.encode_big_integer(due - 3_600_000)),
+        ]
+        producer.produce(
+            topic,
+            json.dumps({"id": rid, "mode": "ok"}).encode(),
+            key=rid.encode(),
+            partition=partition,
+            headers=headers,
+        )
     assert producer.flush(10) == 0
 
 
@@ -44,19 +58,37 @@ def test_records_not_yet_due_stay_for_a_later_run(kafka_bootstrap, tmp_path):
     tier = topology.tier(1)
     now = int(time.time() * 1000)
     past, soon, later = now - 60_000, now + 60_000, now + 120_000
-    _produce(kafka_bootstrap, tier.topic, [
-        (0, "a", past), (0, "b", past), (0, "c", soon), (0, "d", past), (0, "e", later),
-        (1, "f", past), (1, "g", past),
-    ])
-    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    _produce(
+        kafka_bootstrap,
+        tier.topic,
+        [
+            (0, "a", past),
+            (0, "b", past),
+            (0, "c", soon),
+            (0, "d", past),
+            (0, "e", later),
+            (1, "f", past),
+            (1, "g", past),
+        ],
+    )
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+    )
     config = {"bootstrap.servers": kafka_bootstrap}
 
     first = run_local(topology, tier, config, options, cutoff_ms=now)
     by_partition = {p.partition: p for p in first.partitions}
-    assert (by_partition[0].drained, by_partition[0].committed_offset, by_partition[0].stop_reason) == (2, 2, "not_due")
+    assert (by_partition[0].drained, by_partition[0].committed_offset, by_partition[0].stop_reason) == (
+        2,
+        2,
+        "not_due",
+    )
     assert by_partition[0].next_due_ms == soon
-    assert (by_partition[1].drained, by_partition[1].committed_offset, by_partition[1].stop_reason) == (2, 2, "end")
+    assert (by_partition[1].drained, by_partition[1].committed_offset, by_partition[1].stop_reason) == (
+        2,
+        2,
+        "end",
+    )
     assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "f": 1, "g": 1}
 
     # "d" is due but sits behind "c": partition order wins, as in Spring's retry topics
@@ -79,13 +111,23 @@ def test_routed_records_carry_increasing_due_times_per_partition(kafka_bootstrap
     ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     for i in range(40):  # interleaved over two partitions
-        producer.produce(topology.topic, json.dumps({"id": str(i), "mode": "permanent"}).encode(), key=str(i).encode(),
-                         partition=i % 2)
+        producer.produce(
+            topology.topic,
+            json.dumps({"id": str(i), "mode": "permanent"}).encode(),
+            key=str(i).encode(),
+            partition=i % 2,
+        )
     assert producer.flush(10) == 0
-    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=4, chunk_size=7)
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed",
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+        batch_size=4,
+        chunk_size=7,
+    )
     before = int(time.time() * 1000)
-    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options, parallelism=2)
+    summary = run_local(
+        topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options, parallelism=2
+    )
     after = int(time.time() * 1000)
     assert summary.ok and summary.to_dict()["totals"]["routed"] == {topology.tier(1).topic: 40}
     routed = ledger.read_all(kafka_bootstrap, topology.tier(1).topic)
@@ -108,8 +150,9 @@ def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(k
     dues = {"a": now - 1_000, "b": now + 800, "c": now + 1_600, "d": now + 60_000, "e": now + 1_200}
     _produce(kafka_bootstrap, tier.topic, [(0, rid, dues[rid]) for rid in "abcd"] + [(1, "e", dues["e"])])
     config = {"bootstrap.servers": kafka_bootstrap}
-    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+    )
     passes: list[int] = []
 
     def drain(cutoff_ms: int):
@@ -126,17 +169,29 @@ def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(k
     followed = drain_following(drain, cutoff_ms=int(time.time() * 1000), follow_ms=2_000)
     assert 2 <= len(passes) <= 4 and passes == sorted(passes) and passes[-1] >= dues["c"], (passes, dues)
     by_partition = {p.partition: p for p in followed.partitions}
-    assert (by_partition[0].drained, by_partition[0].committed_offset, by_partition[0].stop_reason,
-            by_partition[0].next_due_ms) == (2, 3, "not_due", dues["d"])
-    assert (by_partition[1].drained, by_partition[1].committed_offset, by_partition[1].stop_reason) == (1, 1, "end")
+    assert (
+        by_partition[0].drained,
+        by_partition[0].committed_offset,
+        by_partition[0].stop_reason,
+        by_partition[0].next_due_ms,
+    ) == (2, 3, "not_due", dues["d"])
+    assert (by_partition[1].drained, by_partition[1].committed_offset, by_partition[1].stop_reason) == (
+        1,
+        1,
+        "end",
+    )
     assert followed.totals()["drained"] == 3 and followed.ok
     assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "c": 1, "e": 1}
     assert ledger.committed(kafka_bootstrap, topology.consumer_group(tier), tier.topic, 2) == {0: 3, 1: 1}
     # a stop request ends a follow wait (here for d, due in a minute) and says so
     asked = time.monotonic() + 1.0
     passes.clear()
-    stopped = drain_following(drain, cutoff_ms=int(time.time() * 1000), follow_ms=120_000,
-                              should_stop=lambda: "killed" if time.monotonic() > asked else None)
+    stopped = drain_following(
+        drain,
+        cutoff_ms=int(time.time() * 1000),
+        follow_ms=120_000,
+        should_stop=lambda: "killed" if time.monotonic() > asked else None,
+    )
     assert (len(passes), stopped.stopped, stopped.totals()["drained"]) == (1, "killed", 0)
     assert int(time.time() * 1000) < dues["d"]
     assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "c": 1, "e": 1}

@@ -21,11 +21,31 @@ KILL_AFTER_S = (0.9, 1.6)  # after process start-up, while records are being han
 
 def _drain(bootstrap: str, topology_file: Path, tier: int, env: dict, extra: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--topology", str(topology_file),
-         "--tier", str(tier), "--handler", f"{ledger.HANDLER_MODULE}:slow_indexed",
-         "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode", "--batch-size", "10", "--chunk-size", "40",
-         "--bootstrap", bootstrap, *extra],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=Path(__file__).parents[2],
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_retry.cli",
+            "drain",
+            "--topology",
+            str(topology_file),
+            "--tier",
+            str(tier),
+            "--handler",
+            f"{ledger.HANDLER_MODULE}:slow_indexed",
+            "--value-deserializer",
+            f"{ledger.HANDLER_MODULE}:decode",
+            "--batch-size",
+            "10",
+            "--chunk-size",
+            "40",
+            "--bootstrap",
+            bootstrap,
+            *extra,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
     )
 
 
@@ -34,7 +54,12 @@ def _kill_and_rerun_every_tier(bootstrap: str, tmp_path: Path, *, transactional:
     topology_file = tmp_path / "topology.yaml"
     topology = ledger.write_topology(ledger.make_topology("kill"), topology_file)
     inputs = ledger.produce_inputs(bootstrap, topology, 600, PARTITIONS)
-    env = {**os.environ, "AKR_LEDGER": ledger_file, "AKR_SLOW_S": "0.03", "PYTHONPATH": str(Path(__file__).parents[2])}
+    env = {
+        **os.environ,
+        "AKR_LEDGER": ledger_file,
+        "AKR_SLOW_S": "0.03",
+        "PYTHONPATH": str(Path(__file__).parents[2]),
+    }
     extra = [] if transactional else ["--no-transactions"]
     kills = 0
     for tier in topology.tiers:
@@ -54,18 +79,22 @@ def _kill_and_rerun_every_tier(bootstrap: str, tmp_path: Path, *, transactional:
 
 @pytest.mark.parametrize("transactional", [True, False], ids=["transactional", "idempotent"])
 def test_killed_runs_lose_nothing(kafka_bootstrap, tmp_path, transactional):
-    topology, inputs, ledger_file = _kill_and_rerun_every_tier(kafka_bootstrap, tmp_path, transactional=transactional)
+    topology, inputs, ledger_file = _kill_and_rerun_every_tier(
+        kafka_bootstrap, tmp_path, transactional=transactional
+    )
     # copies are possible here: without transactions by design (at-least-once), with them on a
     # broker that shows aborted records; every record still has exactly one kind of home
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True,
-                        handled_once=False)
+    ledger.check_ledger(
+        kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True, handled_once=False
+    )
 
 
 @pytest.mark.requires_capability("abort_isolation")
 def test_killed_transactional_runs_duplicate_nothing(kafka_bootstrap, tmp_path):
     topology, inputs, ledger_file = _kill_and_rerun_every_tier(kafka_bootstrap, tmp_path, transactional=True)
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False,
-                        handled_once=False)
+    ledger.check_ledger(
+        kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False, handled_once=False
+    )
     for tier in topology.retry_tiers:
         keys = [m.key() for m in ledger.read_all(kafka_bootstrap, tier.topic)]
         assert len(keys) == len(set(keys)), f"duplicates in {tier.topic}"

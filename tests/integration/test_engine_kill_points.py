@@ -27,15 +27,45 @@ COUNT = 280  # 140 per partition: chunks of 40 -> the 2nd chunk of partition 0 i
 CHUNK = 40
 
 
-def _drain(bootstrap: str, topology_file: Path, tier: int, env: dict, *, transactional: bool,
-           module: str = "airflow_kafka_retry.cli") -> subprocess.CompletedProcess:
+def _drain(
+    bootstrap: str,
+    topology_file: Path,
+    tier: int,
+    env: dict,
+    *,
+    transactional: bool,
+    module: str = "airflow_kafka_retry.cli",
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", module, "drain", "--topology", str(topology_file), "--tier", str(tier),
-         "--handler", f"{ledger.HANDLER_MODULE}:indexed", "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode",
-         "--batch-size", "10", "--chunk-size", str(CHUNK), "--bootstrap", bootstrap,
-         "--parallelism", "1",  # one partition after the other: the n-th kill point is partition 0's
-         *([] if transactional else ["--no-transactions"])],
-        env=env, capture_output=True, text=True, timeout=300, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            module,
+            "drain",
+            "--topology",
+            str(topology_file),
+            "--tier",
+            str(tier),
+            "--handler",
+            f"{ledger.HANDLER_MODULE}:indexed",
+            "--value-deserializer",
+            f"{ledger.HANDLER_MODULE}:decode",
+            "--batch-size",
+            "10",
+            "--chunk-size",
+            str(CHUNK),
+            "--bootstrap",
+            bootstrap,
+            "--parallelism",
+            "1",  # one partition after the other: the n-th kill point is partition 0's
+            *([] if transactional else ["--no-transactions"]),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
 
 
 def _kill_then_finish(bootstrap: str, tmp_path: Path, point: str, *, transactional: bool):
@@ -46,8 +76,14 @@ def _kill_then_finish(bootstrap: str, tmp_path: Path, point: str, *, transaction
     kill_log = tmp_path / "kills.txt"
     env = {**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(REPO), "AKR_KILL_LOG": str(kill_log)}
 
-    killed = _drain(bootstrap, topology_file, 0, {**env, "AKR_KILL_AT": point, "AKR_KILL_ON": "2"},
-                    transactional=transactional, module="tests.support.kill_at")
+    killed = _drain(
+        bootstrap,
+        topology_file,
+        0,
+        {**env, "AKR_KILL_AT": point, "AKR_KILL_ON": "2"},
+        transactional=transactional,
+        module="tests.support.kill_at",
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     main = topology.topic
     assert kill_log.read_text() == f"{point} {main}[0] up-to={2 * CHUNK}\n"
@@ -66,19 +102,29 @@ def _kill_then_finish(bootstrap: str, tmp_path: Path, point: str, *, transaction
 @pytest.mark.parametrize("transactional", [True, False], ids=["transactional", "idempotent"])
 @pytest.mark.parametrize("point", ["routed", "committed"])
 def test_a_kill_at_a_protocol_point_loses_nothing(kafka_bootstrap, tmp_path, point, transactional):
-    topology, inputs, ledger_file = _kill_then_finish(kafka_bootstrap, tmp_path, point, transactional=transactional)
+    topology, inputs, ledger_file = _kill_then_finish(
+        kafka_bootstrap, tmp_path, point, transactional=transactional
+    )
     # chunk 2 of partition 0 was handled before the kill and is handled again (at least once);
     # without abort isolation (or without transactions) its routed records may show twice
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True,
-                        handled_once=point == "committed")
+    ledger.check_ledger(
+        kafka_bootstrap,
+        topology,
+        inputs,
+        ledger_file,
+        PARTITIONS,
+        allow_duplicates=True,
+        handled_once=point == "committed",
+    )
 
 
 @pytest.mark.requires_capability("abort_isolation")
 def test_a_kill_inside_the_transaction_duplicates_nothing(kafka_bootstrap, tmp_path):
     topology, inputs, ledger_file = _kill_then_finish(kafka_bootstrap, tmp_path, "routed", transactional=True)
     # the rerun's init_transactions aborted the dead run's open transaction: its records stay invisible
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False,
-                        handled_once=False)
+    ledger.check_ledger(
+        kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False, handled_once=False
+    )
     for tier in topology.retry_tiers:
         keys = [m.key() for m in ledger.read_all(kafka_bootstrap, tier.topic)]
         assert len(keys) == len(set(keys)), f"duplicates in {tier.topic}"

@@ -22,20 +22,25 @@ PARTITIONS = 4
         pytest.param("indexed", True, 2, 800, id="batch-index-transactional-parallel"),
     ],
 )
-def test_every_record_ends_in_exactly_one_home(kafka_bootstrap, tmp_path, handler, transactional, parallelism,
-                                               count):
+def test_every_record_ends_in_exactly_one_home(
+    kafka_bootstrap, tmp_path, handler, transactional, parallelism, count
+):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_topology()
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, count, PARTITIONS)
-    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:{handler}",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-                           # whole batches fail on most inputs here: small batches keep bisection in budget
-                           batch_size=50 if handler == "indexed" else 10, chunk_size=300,
-                           transactional=transactional)
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:{handler}",
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+        # whole batches fail on most inputs here: small batches keep bisection in budget
+        batch_size=50 if handler == "indexed" else 10,
+        chunk_size=300,
+        transactional=transactional,
+    )
     config = {"bootstrap.servers": kafka_bootstrap}
 
-    summaries = ledger.run_tiers(topology, lambda tier: run_local(topology, tier, config, options,
-                                                                         parallelism=parallelism))
+    summaries = ledger.run_tiers(
+        topology, lambda tier: run_local(topology, tier, config, options, parallelism=parallelism)
+    )
 
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
     first = summaries[0].to_dict()["totals"]

@@ -43,7 +43,10 @@ def test_fully_committed_tier_is_idle(kafka_bootstrap, new_topic):
     assert peek.heads == ()
     # another group (nothing committed) sees the same records pending from the beginning
     other = peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, unique_topic("g"), timeout_s=30)
-    assert [(h.partition, h.offset, h.due_ms) for h in other.heads] == [(0, 0, now - HOUR), (1, 0, now - HOUR)]
+    assert [(h.partition, h.offset, h.due_ms) for h in other.heads] == [
+        (0, 0, now - HOUR),
+        (1, 0, now - HOUR),
+    ]
 
 
 def test_mixed_partitions_from_committed_offsets(kafka_bootstrap, new_topic):
@@ -51,19 +54,31 @@ def test_mixed_partitions_from_committed_offsets(kafka_bootstrap, new_topic):
     topic = new_topic("peek-mixed", partitions=4)
     group = unique_topic("g")
     now = _now()
-    produce(kafka_bootstrap, topic, [
-        (0, now - HOUR), (0, now + HOUR), (0, now - 2 * HOUR),   # committed 1: head is offset 1, not due
-        (1, now - 5_000), (1, now + HOUR),                        # nothing committed: head offset 0, due
-        (2, now - HOUR),                                          # committed 1: idle
-        (3, None), (3, None),                                     # committed 1: head without due header
-    ], extra_headers=[("trace-id", b"t")])
+    produce(
+        kafka_bootstrap,
+        topic,
+        [
+            (0, now - HOUR),
+            (0, now + HOUR),
+            (0, now - 2 * HOUR),  # committed 1: head is offset 1, not due
+            (1, now - 5_000),
+            (1, now + HOUR),  # nothing committed: head offset 0, due
+            (2, now - HOUR),  # committed 1: idle
+            (3, None),
+            (3, None),  # committed 1: head without due header
+        ],
+        extra_headers=[("trace-id", b"t")],
+    )
     commit(kafka_bootstrap, group, topic, {0: 1, 2: 1, 3: 1})
     before = ledger.committed(kafka_bootstrap, group, topic, 4)
 
     peek = peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, group, timeout_s=30)
 
     assert [(h.partition, h.offset, h.due_ms) for h in peek.heads] == [
-        (0, 1, now + HOUR), (1, 0, now - 5_000), (3, 1, None)]
+        (0, 1, now + HOUR),
+        (1, 0, now - 5_000),
+        (3, 1, None),
+    ]
     assert peek.idle_partitions == [2]
     assert all(h.timestamp_ms is not None and abs(h.timestamp_ms - now) < 10 * 60_000 for h in peek.heads)
     later = _now()
@@ -105,7 +120,9 @@ def test_missing_topic_names_it(kafka_bootstrap):
 
 def test_unreachable_broker_times_out_naming_the_topic():
     with pytest.raises(PeekError) as info:
-        peek_heads({"bootstrap.servers": "127.0.0.1:1"}, "orders-retry-1", "g", partitions=[0, 1], timeout_s=2)
+        peek_heads(
+            {"bootstrap.servers": "127.0.0.1:1"}, "orders-retry-1", "g", partitions=[0, 1], timeout_s=2
+        )
     assert "orders-retry-1[0, 1]" in str(info.value)
 
 
@@ -114,16 +131,28 @@ def test_heads_of_tiers_the_engine_wrote_and_committed(kafka_bootstrap, tmp_path
     marker), retry-1 holds the failures with the engine's due headers, not due for an hour."""
     ledger.ledger_path(tmp_path)
     topic = unique_topic("peek-engine")
-    topology = Topology.from_mapping({"topic": topic, "group_id": f"{topic}-svc", "attempts": 3,
-                                      "backoff": {"kind": "fixed", "delay": "1h"},
-                                      "not_retryable": [f"{ledger.HANDLER_MODULE}.InvalidOrder"]})
+    topology = Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": f"{topic}-svc",
+            "attempts": 3,
+            "backoff": {"kind": "fixed", "delay": "1h"},
+            "not_retryable": [f"{ledger.HANDLER_MODULE}.InvalidOrder"],
+        }
+    )
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 28, 2)
     config = {"bootstrap.servers": kafka_bootstrap}
     main, retry = topology.tier(0), topology.tier(1)
     assert peek_heads(config, main.topic, topology.consumer_group(main)).heads[0].due_ms is None
     started = _now()
-    summary = run_local(topology, main, config, DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                                                             value_deserializer=f"{ledger.HANDLER_MODULE}:decode"))
+    summary = run_local(
+        topology,
+        main,
+        config,
+        DrainOptions(
+            handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+        ),
+    )
     assert summary.ok and summary.totals()["drained"] == 28
     assert not peek_heads(config, main.topic, topology.consumer_group(main)).pending
 

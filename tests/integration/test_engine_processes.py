@@ -47,11 +47,17 @@ def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tm
     monkeypatch.setenv("AKR_SLOW_S", "0")
     topology = ledger.make_topology("procs")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 600, PARTITIONS)
-    options = DrainOptions(handler=f"{WORKER_MODULE}:pid_indexed",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=20, chunk_size=50)
+    options = DrainOptions(
+        handler=f"{WORKER_MODULE}:pid_indexed",
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+        batch_size=20,
+        chunk_size=50,
+    )
     config = {"bootstrap.servers": kafka_bootstrap}
 
-    summaries = ledger.run_tiers(topology, lambda tier: run_local(topology, tier, config, options, parallelism=2))
+    summaries = ledger.run_tiers(
+        topology, lambda tier: run_local(topology, tier, config, options, parallelism=2)
+    )
 
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
     first = summaries[0]
@@ -67,17 +73,21 @@ def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tm
     assert len(reports) == len(topology.tiers), reports
 
 
-def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_nothing(kafka_bootstrap, tmp_path,
-                                                                                        monkeypatch):
+def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_nothing(
+    kafka_bootstrap, tmp_path, monkeypatch
+):
     ledger_file = ledger.ledger_path(tmp_path)
     monkeypatch.setenv("AKR_DIE_PARTITION", "1")
     monkeypatch.setenv("AKR_DIE_OFFSET", "73")  # inside the second chunk of 50
     monkeypatch.setenv("AKR_DIE_MARK", str(tmp_path / "died"))
     topology = ledger.make_topology("procdie")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 450, PARTITIONS)
-    options = DrainOptions(handler=f"{WORKER_MODULE}:dies_once",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-                           batch_size=10, chunk_size=50)
+    options = DrainOptions(
+        handler=f"{WORKER_MODULE}:dies_once",
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+        batch_size=10,
+        chunk_size=50,
+    )
     config = {"bootstrap.servers": kafka_bootstrap}
     tier0 = topology.tier(0)
 
@@ -105,25 +115,50 @@ def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_no
     assert again.ok and {p.partition: p.start_offset for p in again.partitions}[1] == 50
     for tier in topology.tiers[1:]:
         assert run_local(topology, tier, config, options, parallelism=2).ok
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True,
-                        handled_once=False)
+    ledger.check_ledger(
+        kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True, handled_once=False
+    )
 
 
 def _drain(bootstrap: str, topology_file: Path, env: dict[str, str], tier: int = 0) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--topology", str(topology_file),
-         "--tier", str(tier),
-         "--handler", f"{ledger.HANDLER_MODULE}:slow_indexed", "--value-deserializer",
-         f"{ledger.HANDLER_MODULE}:decode", "--batch-size", "10", "--chunk-size", "40", "--parallelism", "2",
-         "--bootstrap", bootstrap],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO)
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_retry.cli",
+            "drain",
+            "--topology",
+            str(topology_file),
+            "--tier",
+            str(tier),
+            "--handler",
+            f"{ledger.HANDLER_MODULE}:slow_indexed",
+            "--value-deserializer",
+            f"{ledger.HANDLER_MODULE}:decode",
+            "--batch-size",
+            "10",
+            "--chunk-size",
+            "40",
+            "--parallelism",
+            "2",
+            "--bootstrap",
+            bootstrap,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+    )
 
 
 def _workers_of(proc: subprocess.Popen, count: int) -> list[psutil.Process]:
     """The engine's worker processes once ``count`` of them run (waits for the engine to start them)."""
     for _ in range(600):
-        workers = [c for c in psutil.Process(proc.pid).children()
-                   if "airflow_kafka_retry.engine.process_worker" in " ".join(c.cmdline())]
+        workers = [
+            c
+            for c in psutil.Process(proc.pid).children()
+            if "airflow_kafka_retry.engine.process_worker" in " ".join(c.cmdline())
+        ]
         if len(workers) >= count:
             return workers
         assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
@@ -154,5 +189,6 @@ def test_killing_the_engine_leaves_no_worker_and_loses_nothing(kafka_bootstrap, 
         rerun = _drain(kafka_bootstrap, topology_file, {**env, "AKR_SLOW_S": "0"}, tier.index)
         _, err = rerun.communicate(timeout=300)
         assert rerun.returncode == 0, err.decode()[-3000:]
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, 2, allow_duplicates=True,
-                        handled_once=False)
+    ledger.check_ledger(
+        kafka_bootstrap, topology, inputs, ledger_file, 2, allow_duplicates=True, handled_once=False
+    )

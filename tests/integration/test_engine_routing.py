@@ -23,12 +23,21 @@ HANDLERS = ledger.HANDLER_MODULE
 def _setup(bootstrap: str, tmp_path, modes: list[str], **topology: object) -> Topology:
     ledger.ledger_path(tmp_path)
     topic = unique_topic("route")
-    built = Topology.from_mapping({"topic": topic, "group_id": f"{topic}-svc", "attempts": 3,
-                                   "backoff": {"kind": "fixed", "delay": "0ms"}, **topology})
+    built = Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": f"{topic}-svc",
+            "attempts": 3,
+            "backoff": {"kind": "fixed", "delay": "0ms"},
+            **topology,
+        }
+    )
     ensure_topics(built, {"bootstrap.servers": bootstrap}, partitions=1)
     producer = Producer({"bootstrap.servers": bootstrap})
     for i, mode in enumerate(modes):
-        producer.produce(topic, json.dumps({"id": str(i), "mode": mode}).encode(), key=str(i).encode(), partition=0)
+        producer.produce(
+            topic, json.dumps({"id": str(i), "mode": mode}).encode(), key=str(i).encode(), partition=0
+        )
     assert producer.flush(10) == 0
     return built
 
@@ -38,9 +47,13 @@ def _options(handler: str = "indexed") -> DrainOptions:
 
 
 def test_exception_specific_dlt_and_dlt_reprocessing_never_loops(kafka_bootstrap, tmp_path):
-    topology = _setup(kafka_bootstrap, tmp_path, ["fatal", "permanent", "ok"],
-                      dlt_routing={"-invalid-dlt": [f"{HANDLERS}.InvalidOrder"]},
-                      not_retryable=[f"{HANDLERS}.InvalidOrder"])
+    topology = _setup(
+        kafka_bootstrap,
+        tmp_path,
+        ["fatal", "permanent", "ok"],
+        dlt_routing={"-invalid-dlt": [f"{HANDLERS}.InvalidOrder"]},
+        not_retryable=[f"{HANDLERS}.InvalidOrder"],
+    )
     config = {"bootstrap.servers": kafka_bootstrap}
     for tier in topology.tiers:
         assert run_local(topology, tier, config, _options()).ok
@@ -67,7 +80,10 @@ def test_fail_on_error_dlt_strategy_drops_with_coordinates(kafka_bootstrap, tmp_
     part = summary.partitions[0]
     assert (part.drained, part.dropped, part.routed, part.committed_offset) == (1, 1, {}, 1)
     assert (part.dead_letters[0].topic, part.dead_letters[0].offset, part.dead_letters[0].reason) == (
-        topology.dlt_topic, 0, "dlt_failure_dropped")
+        topology.dlt_topic,
+        0,
+        "dlt_failure_dropped",
+    )
 
 
 def test_no_dlt_drops_exhausted_records_and_commits(kafka_bootstrap, tmp_path):
@@ -86,23 +102,28 @@ def test_records_older_than_the_timeout_go_to_the_dlt(kafka_bootstrap, tmp_path)
     assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)] == [b"0"]
 
 
-def test_a_bad_batch_index_fails_the_partition_naming_the_handler_and_commits_nothing(kafka_bootstrap, tmp_path):
+def test_a_bad_batch_index_fails_the_partition_naming_the_handler_and_commits_nothing(
+    kafka_bootstrap, tmp_path
+):
     topology = _setup(kafka_bootstrap, tmp_path, ["ok", "ok"])
-    summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap},
-                        _options("bad_index"))
+    summary = run_local(
+        topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, _options("bad_index")
+    )
     part = summary.partitions[0]
     assert not summary.ok and part.status == "failed"
     assert f"{HANDLERS}:bad_index" in part.error and "index 5" in part.error
     assert part.committed_offset is None
-    assert ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(0)), topology.topic, 1) == {
-        0: -1001}
+    assert ledger.committed(
+        kafka_bootstrap, topology.consumer_group(topology.tier(0)), topology.topic, 1
+    ) == {0: -1001}
 
 
 def test_in_place_attempts_count_as_attempts_and_stop_at_the_topology_attempts(kafka_bootstrap, tmp_path):
     ledger_file = tmp_path / "ledger.txt"
     topology = _setup(kafka_bootstrap, tmp_path, ["permanent", "transient:2", "ok"], attempts=3)
-    options = DrainOptions(handler=f"{HANDLERS}:indexed", value_deserializer=f"{HANDLERS}:decode",
-                           in_place_attempts=5)
+    options = DrainOptions(
+        handler=f"{HANDLERS}:indexed", value_deserializer=f"{HANDLERS}:decode", in_place_attempts=5
+    )
     summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options)
     part = summary.partitions[0]
     assert summary.ok and (part.drained, part.succeeded, part.committed_offset) == (3, 2, 3)
@@ -118,8 +139,9 @@ def test_in_place_attempts_count_as_attempts_and_stop_at_the_topology_attempts(k
     assert ledger.read_all(kafka_bootstrap, topology.tier(1).topic) == []
 
 
-def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_parked(kafka_bootstrap, tmp_path,
-                                                                                 monkeypatch):
+def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_parked(
+    kafka_bootstrap, tmp_path, monkeypatch
+):
     """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks nothing."""
     from airflow_kafka_retry.policy import replay_headers as R
     from airflow_kafka_retry.testing.topics import create_topics
@@ -133,8 +155,13 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
     producer = Producer(config)
 
     def produce(rid: str, mode: str, extra: list) -> None:
-        producer.produce(main, key=rid.encode(), value=b"{}", partition=0,
-                         headers=[(ledger.FAULT_ID, rid.encode()), (ledger.FAULT_MODE, mode.encode()), *extra])
+        producer.produce(
+            main,
+            key=rid.encode(),
+            value=b"{}",
+            partition=0,
+            headers=[(ledger.FAULT_ID, rid.encode()), (ledger.FAULT_MODE, mode.encode()), *extra],
+        )
         assert producer.flush(10) == 0
 
     produce("0", "ok", [])
@@ -150,8 +177,10 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
     failed = run_local(topology, topology.tier(0), config, options)
     [partition] = failed.partitions
     assert not failed.ok and partition.status == "failed"
-    assert partition.error.startswith(f"ParkingTopicMissingError: parking topic '{topology.parking_topic}' does not "
-                                      f"exist, and 1 replayed record(s) of {main}[0] failed again"), partition.error
+    assert partition.error.startswith(
+        f"ParkingTopicMissingError: parking topic '{topology.parking_topic}' does not "
+        f"exist, and 1 replayed record(s) of {main}[0] failed again"
+    ), partition.error
     assert "topology create-topics" in partition.error
     group = topology.consumer_group(topology.tier(0))
     assert ledger.committed(kafka_bootstrap, group, main, 1) == {0: 2}, "the failed chunk was committed"

@@ -33,23 +33,36 @@ JAVA_EXCEPTION = b"org.springframework.kafka.listener.ListenerExecutionFailedExc
 #: non-blocking retries (DeadLetterPublishingRecovererFactory: ORIGINAL_*, EXCEPTION_*) and a plain
 #: DeadLetterPublishingRecoverer (DLT_*). ORIGINAL_CONSUMER_GROUP is spelled with "dlt-" in both.
 SPRING_FAMILIES = {
-    "retry-topics": {"topic": "kafka_original-topic", "partition": "kafka_original-partition",
-                     "offset": "kafka_original-offset", "timestamp": "kafka_original-timestamp",
-                     "timestamp-type": "kafka_original-timestamp-type",
-                     "group": "kafka_dlt-original-consumer-group", "fqcn": "kafka_exception-fqcn",
-                     "cause": "kafka_exception-cause-fqcn", "message": "kafka_exception-message",
-                     "stacktrace": "kafka_exception-stacktrace"},
-    "dead-letter-recoverer": {"topic": "kafka_dlt-original-topic", "partition": "kafka_dlt-original-partition",
-                              "offset": "kafka_dlt-original-offset", "timestamp": "kafka_dlt-original-timestamp",
-                              "timestamp-type": "kafka_dlt-original-timestamp-type",
-                              "group": "kafka_dlt-original-consumer-group", "fqcn": "kafka_dlt-exception-fqcn",
-                              "cause": "kafka_dlt-exception-cause-fqcn", "message": "kafka_dlt-exception-message",
-                              "stacktrace": "kafka_dlt-exception-stacktrace"},
+    "retry-topics": {
+        "topic": "kafka_original-topic",
+        "partition": "kafka_original-partition",
+        "offset": "kafka_original-offset",
+        "timestamp": "kafka_original-timestamp",
+        "timestamp-type": "kafka_original-timestamp-type",
+        "group": "kafka_dlt-original-consumer-group",
+        "fqcn": "kafka_exception-fqcn",
+        "cause": "kafka_exception-cause-fqcn",
+        "message": "kafka_exception-message",
+        "stacktrace": "kafka_exception-stacktrace",
+    },
+    "dead-letter-recoverer": {
+        "topic": "kafka_dlt-original-topic",
+        "partition": "kafka_dlt-original-partition",
+        "offset": "kafka_dlt-original-offset",
+        "timestamp": "kafka_dlt-original-timestamp",
+        "timestamp-type": "kafka_dlt-original-timestamp-type",
+        "group": "kafka_dlt-original-consumer-group",
+        "fqcn": "kafka_dlt-exception-fqcn",
+        "cause": "kafka_dlt-exception-cause-fqcn",
+        "message": "kafka_dlt-exception-message",
+        "stacktrace": "kafka_dlt-exception-stacktrace",
+    },
 }
 
 
-def spring_headers(family: dict[str, str], *, attempts: bytes, due_ms: int, original_ts: int, main_topic: str,
-                   offset: int) -> list:
+def spring_headers(
+    family: dict[str, str], *, attempts: bytes, due_ms: int, original_ts: int, main_topic: str, offset: int
+) -> list:
     """The headers Spring writes on a retry-topic record, as bytes built here by hand (no Spring involved)."""
     return [
         ("traceparent", b"00-abc-01"),
@@ -77,13 +90,21 @@ NAMING = {"index_start-0": {"index_start": 0}, "compat-spring-builder-4.0": {"co
 
 @pytest.mark.parametrize("naming", sorted(NAMING))
 @pytest.mark.parametrize("family", sorted(SPRING_FAMILIES))
-def test_spring_written_records_are_drained_with_their_attempt_count_continued(kafka_bootstrap, tmp_path, family,
-                                                                               naming):
+def test_spring_written_records_are_drained_with_their_attempt_count_continued(
+    kafka_bootstrap, tmp_path, family, naming
+):
     names = SPRING_FAMILIES[family]
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring")
-    topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "attempts": 4,
-                                      "backoff": {"kind": "fixed", "delay": "5s"}, **NAMING[naming]})
+    topology = Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": "orders-service",
+            "attempts": 4,
+            "backoff": {"kind": "fixed", "delay": "5s"},
+            **NAMING[naming],
+        }
+    )
     ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=1)
     tier = topology.select(f"{topic}-retry-1")  # Spring names retry topics from 0: this is the 2nd tier
     assert tier.index == 2
@@ -96,18 +117,31 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
         "fail-legacy": (bytes([3]), "permanent"),  # legacy 1-byte attempts still read
     }
     for offset, (rid, (attempts, mode)) in enumerate(cases.items()):
-        producer.produce(tier.topic, json.dumps({"id": rid, "mode": mode}).encode(), key=rid.encode(), partition=0,
-                         timestamp=now - 1000,
-                         headers=spring_headers(names, attempts=attempts, due_ms=now - 1000, original_ts=original_ts,
-                                                main_topic=topic, offset=100 + offset))
+        producer.produce(
+            tier.topic,
+            json.dumps({"id": rid, "mode": mode}).encode(),
+            key=rid.encode(),
+            partition=0,
+            timestamp=now - 1000,
+            headers=spring_headers(
+                names,
+                attempts=attempts,
+                due_ms=now - 1000,
+                original_ts=original_ts,
+                main_topic=topic,
+                offset=100 + offset,
+            ),
+        )
     assert producer.flush(10) == 0
 
-    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+    )
     summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
     assert summary.ok and summary.partitions[0].drained == 3
-    assert summary.group == ("orders-service-retry-1" if naming.startswith("compat") else
-                             f"orders-service-{topic}-retry-1")
+    assert summary.group == (
+        "orders-service-retry-1" if naming.startswith("compat") else f"orders-service-{topic}-retry-1"
+    )
     assert ledger.processed_ids(ledger_file) == {"ok-int": 1}
 
     routed = {m.key().decode(): m for m in ledger.read_all(kafka_bootstrap, topology.tier(3).topic)}
@@ -124,27 +158,40 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(k
         # written the way Spring's retry topics spell them, once each (carried over from the other
         # spelling when the record came with it); the Spring exception headers are replaced
         written = [k for k, _ in headers]
-        for once in ("kafka_original-topic", "kafka_original-offset", "kafka_exception-fqcn", H.ATTEMPTS,
-                     H.BACKOFF_TIMESTAMP):
+        for once in (
+            "kafka_original-topic",
+            "kafka_original-offset",
+            "kafka_exception-fqcn",
+            H.ATTEMPTS,
+            H.BACKOFF_TIMESTAMP,
+        ):
             assert written.count(once) == 1, once
         assert H.last_header(headers, "kafka_original-offset") == struct.pack(">q", coords.offset)
-        assert H.last_header(headers, "kafka_exception-fqcn") == f"{ledger.HANDLER_MODULE}.PermanentError".encode()
+        assert (
+            H.last_header(headers, "kafka_exception-fqcn")
+            == f"{ledger.HANDLER_MODULE}.PermanentError".encode()
+        )
         java_values = (JAVA_EXCEPTION, b"java.lang.IllegalStateException", b"Listener method threw exception")
-        assert not [k for k, v in headers if v in java_values or (v or b"").startswith(b"java.lang")], \
+        assert not [k for k, v in headers if v in java_values or (v or b"").startswith(b"java.lang")], (
             "the Java failure's exception headers were kept"
-        assert H.last_header(headers, SPRING_FAMILIES["dead-letter-recoverer"]["cause"]) is None  # no stale cause
+        )
+        assert (
+            H.last_header(headers, SPRING_FAMILIES["dead-letter-recoverer"]["cause"]) is None
+        )  # no stale cause
         # the cause header: none for a cause-less exception by default; Spring's rule (the handler's own
         # exception) under the preset
         assert H.last_header(headers, "kafka_exception-cause-fqcn") == (
-            f"{ledger.HANDLER_MODULE}.PermanentError".encode() if naming.startswith("compat") else None)
+            f"{ledger.HANDLER_MODULE}.PermanentError".encode() if naming.startswith("compat") else None
+        )
         assert H.last_header(headers, "traceparent") == b"00-abc-01"
         due = H.read_due_ms(headers)
         assert now + 5_000 <= due <= int(time.time() * 1000) + 5_000
 
 
 @pytest.mark.parametrize("family", sorted(SPRING_FAMILIES))
-def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_continues(kafka_bootstrap, tmp_path,
-                                                                                     family):
+def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_continues(
+    kafka_bootstrap, tmp_path, family
+):
     """compat: spring-3.2 -- Spring's @RetryableTopic names: one reusable '<topic>-retry' topic, its group
     '<group>-retry'. Records with Spring's headers (produced here from Python) are drained, and go on with
     Spring's attempt count and header family: back into '<topic>-retry' while attempts remain, then to
@@ -152,8 +199,15 @@ def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_conti
     names = SPRING_FAMILIES[family]
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring")
-    topology = Topology.from_mapping({"topic": topic, "group_id": "orders-service", "compat": "spring-3.2",
-                                      "attempts": 4, "backoff": {"kind": "fixed", "delay": "5s"}})
+    topology = Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": "orders-service",
+            "compat": "spring-3.2",
+            "attempts": 4,
+            "backoff": {"kind": "fixed", "delay": "5s"},
+        }
+    )
     tier = topology.select(f"{topic}-retry")
     assert (tier.index, tier.reusable, len(topology.retry_tiers)) == (1, True, 1)
     assert topology.consumer_group(tier) == "orders-service-retry"
@@ -167,14 +221,26 @@ def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_conti
         "last": (struct.pack(">i", 4), "permanent"),
     }
     for offset, (rid, (attempts, mode)) in enumerate(cases.items()):
-        producer.produce(tier.topic, json.dumps({"id": rid, "mode": mode}).encode(), key=rid.encode(), partition=0,
-                         timestamp=now - 1000,
-                         headers=spring_headers(names, attempts=attempts, due_ms=now - 1000, original_ts=original_ts,
-                                                main_topic=topic, offset=100 + offset))
+        producer.produce(
+            tier.topic,
+            json.dumps({"id": rid, "mode": mode}).encode(),
+            key=rid.encode(),
+            partition=0,
+            timestamp=now - 1000,
+            headers=spring_headers(
+                names,
+                attempts=attempts,
+                due_ms=now - 1000,
+                original_ts=original_ts,
+                main_topic=topic,
+                offset=100 + offset,
+            ),
+        )
     assert producer.flush(10) == 0
 
-    options = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode")
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+    )
     summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
     assert summary.ok and summary.partitions[0].drained == 3
     assert summary.group == "orders-service-retry"

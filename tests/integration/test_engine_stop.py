@@ -26,8 +26,11 @@ STEP_MS = 10_000  # the clock moves 10 s per record read (see stop_handler.advan
 
 
 def _ids_at_offsets(inputs: ledger.Inputs, partition: int, below: int, *, modes: tuple[str, ...]) -> set[str]:
-    return {rid for rid, (mode, p, offset) in inputs.records.items() if p == partition and offset < below
-            and mode in modes}
+    return {
+        rid
+        for rid, (mode, p, offset) in inputs.records.items()
+        if p == partition and offset < below and mode in modes
+    }
 
 
 def _check_boundary(bootstrap, topology, inputs, ledger_file, partition: int, boundary: int) -> None:
@@ -39,7 +42,9 @@ def _check_boundary(bootstrap, topology, inputs, ledger_file, partition: int, bo
     assert processed == _ids_at_offsets(inputs, partition, boundary, modes=("ok",))
     routed = {m.key().decode() for m in ledger.read_all(bootstrap, tier1.topic) if m.partition() == partition}
     assert routed == _ids_at_offsets(inputs, partition, boundary, modes=ledger.RETRIED_MODES)
-    dead = {m.key().decode() for m in ledger.read_all(bootstrap, topology.dlt_topic) if m.partition() == partition}
+    dead = {
+        m.key().decode() for m in ledger.read_all(bootstrap, topology.dlt_topic) if m.partition() == partition
+    }
     assert dead == _ids_at_offsets(inputs, partition, boundary, modes=STRAIGHT_TO_DLT)
 
 
@@ -52,8 +57,13 @@ def test_a_window_closing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp
     # T0 + 10 steps, after chunk 2 (10-19) T0 + 19 steps (offset 19 is bad JSON, never handed to the handler)
     closes = ReprocessWindow.parse("09:00-10:00", "UTC").closes_at_ms(T0)
     assert closes == T0 + 12 * STEP_MS
-    options = DrainOptions(handler=f"{STOP_MODULE}:advancing", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-                           batch_size=5, chunk_size=10, deadline_ms=closes)
+    options = DrainOptions(
+        handler=f"{STOP_MODULE}:advancing",
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+        batch_size=5,
+        chunk_size=10,
+        deadline_ms=closes,
+    )
     stop_handler.reset(T0, STEP_MS)
 
     summary = run_local(topology, topology.tier(0), config, options, cutoff_ms=T0, clock=stop_handler.now_ms)
@@ -66,8 +76,9 @@ def test_a_window_closing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp
     assert stop_handler.CLOCK[0] == T0 + 19 * STEP_MS, "a record after the boundary reached the handler"
     _check_boundary(kafka_bootstrap, topology, inputs, ledger_file, 0, 20)
     totals = summary.to_dict()["totals"]
-    assert totals["dlt_topics"] == {topology.dlt_topic: len(_ids_at_offsets(inputs, 0, 20,
-                                                                             modes=STRAIGHT_TO_DLT))}
+    assert totals["dlt_topics"] == {
+        topology.dlt_topic: len(_ids_at_offsets(inputs, 0, 20, modes=STRAIGHT_TO_DLT))
+    }
 
     # a run that starts after the window closed reads nothing and moves nothing
     again = run_local(topology, topology.tier(0), config, options, cutoff_ms=T0, clock=stop_handler.now_ms)
@@ -78,15 +89,18 @@ def test_a_window_closing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp
     # the next window's run drains the rest; then every record has exactly one home
     later = DrainOptions(**{**options.to_dict(), "deadline_ms": None})
     rest = run_local(topology, topology.tier(0), config, later, cutoff_ms=T0, clock=stop_handler.now_ms)
-    assert rest.stopped is None and rest.partitions[0].drained == 50 and rest.partitions[0].stop_reason == "end"
+    assert (
+        rest.stopped is None and rest.partitions[0].drained == 50 and rest.partitions[0].stop_reason == "end"
+    )
     for tier in topology.tiers[1:]:
         assert run_local(topology, tier, config, later, clock=stop_handler.now_ms).ok
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, 1)
 
 
 @pytest.mark.parametrize("in_process", [True, False], ids=["threads", "worker-processes"])
-def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(kafka_bootstrap, tmp_path, monkeypatch,
-                                                                       in_process):
+def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(
+    kafka_bootstrap, tmp_path, monkeypatch, in_process
+):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_topology("stopkill")
     partitions = 2
@@ -99,8 +113,9 @@ def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(kafka_boot
     # of pauses: failed batches are split and redelivered). At 25 of them the stop could come too late.
     monkeypatch.setenv("AKR_SLOW_S", "0.05")
     handler = f"{STOP_MODULE}:counting" if in_process else f"{ledger.HANDLER_MODULE}:slow_indexed"
-    options = DrainOptions(handler=handler, value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-                           batch_size=5, chunk_size=10)
+    options = DrainOptions(
+        handler=handler, value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=5, chunk_size=10
+    )
     stop_handler.reset(0, 0)
     asked = threading.Event()
     stop_at = 25 if in_process else 8
@@ -115,8 +130,15 @@ def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(kafka_boot
             return "killed"
         return None
 
-    summary = run_local(topology, topology.tier(0), config, options, parallelism=partitions, should_stop=should_stop,
-                        in_process=in_process)
+    summary = run_local(
+        topology,
+        topology.tier(0),
+        config,
+        options,
+        parallelism=partitions,
+        should_stop=should_stop,
+        in_process=in_process,
+    )
 
     assert asked.is_set()
     assert summary.ok and summary.stopped == "killed"
@@ -133,7 +155,9 @@ def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(kafka_boot
     for number, part in by_partition.items():
         assert committed[number] == (part.committed_offset if part.committed_offset is not None else -1001)
     processed = set(ledger.processed_ids(ledger_file))
-    expected_ok = set().union(*(_ids_at_offsets(inputs, n, p.drained, modes=("ok",)) for n, p in by_partition.items()))
+    expected_ok = set().union(
+        *(_ids_at_offsets(inputs, n, p.drained, modes=("ok",)) for n, p in by_partition.items())
+    )
     assert processed == expected_ok
     # the drained records hold at least those handled before the stop was asked
     assert (sum(p.drained for p in summary.partitions) if in_process else len(expected_ok)) >= stop_at

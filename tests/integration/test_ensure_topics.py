@@ -23,9 +23,15 @@ MAIN_LIMIT = 2_000_000
 
 
 def _topology(main: str) -> Topology:
-    return Topology.from_mapping({"topic": main, "group_id": f"{main}-svc", "attempts": 3,
-                                  "backoff": {"kind": "custom", "delays": ["1s", "2s"]},
-                                  "dlt_routing": {"-validation-dlt": ["myapp.InvalidOrder"]}})
+    return Topology.from_mapping(
+        {
+            "topic": main,
+            "group_id": f"{main}-svc",
+            "attempts": 3,
+            "backoff": {"kind": "custom", "delays": ["1s", "2s"]},
+            "dlt_routing": {"-validation-dlt": ["myapp.InvalidOrder"]},
+        }
+    )
 
 
 @pytest.fixture
@@ -40,7 +46,9 @@ def _describe(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, str | N
     admin = admin_client(bootstrap)
     meta = admin.list_topics(timeout=10).topics
     limits = {}
-    for res, fut in admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]).items():
+    for res, fut in admin.describe_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    ).items():
         entry = fut.result(10).get("max.message.bytes")
         limits[res.name] = entry.value if entry is not None else None
     return {t: (len(meta[t].partitions), limits[t]) for t in topics}
@@ -49,15 +57,22 @@ def _describe(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, str | N
 def test_main_topic_must_exist(kafka_bootstrap, topology):
     with pytest.raises(MainTopicMissingError, match=f"main topic '{topology.topic}' .* does not exist"):
         ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
-    assert not set(topology_topics(topology)) & set(admin_client(kafka_bootstrap).list_topics(timeout=10).topics)
+    assert not set(topology_topics(topology)) & set(
+        admin_client(kafka_bootstrap).list_topics(timeout=10).topics
+    )
 
 
 def test_creates_missing_topics_sized_after_the_main_topic(kafka_bootstrap, topology):
     create_topics(kafka_bootstrap, [topology.topic], 3, config={"max.message.bytes": str(MAIN_LIMIT)})
     report = ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
     others = topology_topics(topology)[1:]
-    assert others == [f"{topology.topic}-retry-1", f"{topology.topic}-retry-2", f"{topology.topic}-dlt",
-                      f"{topology.topic}-validation-dlt", f"{topology.topic}-parking"]
+    assert others == [
+        f"{topology.topic}-retry-1",
+        f"{topology.topic}-retry-2",
+        f"{topology.topic}-dlt",
+        f"{topology.topic}-validation-dlt",
+        f"{topology.topic}-parking",
+    ]
     assert (report.created, report.existing, report.mismatches) == (others, [], [])
     assert (report.partitions, report.max_message_bytes) == (3, MAIN_LIMIT)
     assert _describe(kafka_bootstrap, others) == {t: (3, str(MAIN_LIMIT)) for t in others}
@@ -69,18 +84,27 @@ def test_creates_missing_topics_sized_after_the_main_topic(kafka_bootstrap, topo
 def test_existing_topics_smaller_than_the_main_topic_are_each_reported(kafka_bootstrap, topology):
     main, retry1, retry2, dlt, validation, parking = topology_topics(topology)
     create_topics(kafka_bootstrap, [main], 4, config={"max.message.bytes": str(MAIN_LIMIT)})
-    create_topics(kafka_bootstrap, [retry1], 2, config={"max.message.bytes": str(MAIN_LIMIT)})  # fewer partitions
+    create_topics(
+        kafka_bootstrap, [retry1], 2, config={"max.message.bytes": str(MAIN_LIMIT)}
+    )  # fewer partitions
     create_topics(kafka_bootstrap, [dlt], 6, config={"max.message.bytes": "1000"})  # smaller limit
     create_topics(kafka_bootstrap, [validation], 1, config={"max.message.bytes": "999"})  # both
     report = ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
     assert report.created == [retry2, parking] and report.existing == [retry1, dlt, validation]
     found = [(m.topic, m.setting, m.actual, m.required) for m in report.mismatches]
-    assert found == [(retry1, "partitions", 2, 4), (dlt, "max.message.bytes", 1000, MAIN_LIMIT),
-                     (validation, "partitions", 1, 4), (validation, "max.message.bytes", 999, MAIN_LIMIT)]
-    assert str(report.mismatches[0]) == (f"topic '{retry1}' has partitions=2, less than main topic '{main}' (4): "
-                                         "records cannot keep their partition")
-    assert _describe(kafka_bootstrap, [retry1, dlt]) == {retry1: (2, str(MAIN_LIMIT)), dlt: (6, "1000")}, \
+    assert found == [
+        (retry1, "partitions", 2, 4),
+        (dlt, "max.message.bytes", 1000, MAIN_LIMIT),
+        (validation, "partitions", 1, 4),
+        (validation, "max.message.bytes", 999, MAIN_LIMIT),
+    ]
+    assert str(report.mismatches[0]) == (
+        f"topic '{retry1}' has partitions=2, less than main topic '{main}' (4): "
+        "records cannot keep their partition"
+    )
+    assert _describe(kafka_bootstrap, [retry1, dlt]) == {retry1: (2, str(MAIN_LIMIT)), dlt: (6, "1000")}, (
         "existing topics must be left as they are"
+    )
 
     # the operator fails naming every mismatch, or only warns with on_mismatch="warn"
     conn = {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
@@ -91,7 +115,8 @@ def test_existing_topics_smaller_than_the_main_topic_are_each_reported(kafka_boo
             strict.execute({})
         for mismatch in report.mismatches:
             assert str(mismatch) in str(failed.value)
-        lenient = EnsureRetryTopicsOperator(task_id="t", topology=topology, kafka_conn_id="ensure_test",
-                                            on_mismatch="warn")
+        lenient = EnsureRetryTopicsOperator(
+            task_id="t", topology=topology, kafka_conn_id="ensure_test", on_mismatch="warn"
+        )
         result = lenient.execute({})
     assert result["created"] == [] and result["mismatches"] == [str(m) for m in report.mismatches]

@@ -61,14 +61,17 @@ def _run_child_pytest(env: dict[str, str], log: Path) -> tuple[int, str, set[int
     # not -q: it hides the report header, which must name the broker
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs", *INNER_TESTS]
     with log.open("w") as out:  # a file, not a pipe: a long failure report cannot block the child
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + CHILD_TIMEOUT
         try:
             while proc.poll() is None:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"child pytest did not finish within {CHILD_TIMEOUT:.0f}s: {cmd}\n"
-                                f"{log.read_text()[-4000:]}")
+                    pytest.fail(
+                        f"child pytest did not finish within {CHILD_TIMEOUT:.0f}s: {cmd}\n"
+                        f"{log.read_text()[-4000:]}"
+                    )
                 for pid in _tansu_pids() - before:
                     if proc.pid in _ancestors(pid):
                         descendants.add(pid)
@@ -85,21 +88,27 @@ def _passed(output: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def test_bootstrap_env_makes_child_run_use_that_cluster_and_start_no_broker(kafka_bootstrap: str,
-                                                                             tmp_path: Path) -> None:
+def test_bootstrap_env_makes_child_run_use_that_cluster_and_start_no_broker(
+    kafka_bootstrap: str, tmp_path: Path
+) -> None:
     env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap}  # passed through if the session has it
     code, out, descendants = _run_child_pytest(env, tmp_path / "child.log")
     assert code == 0, out[-4000:]
     assert f"kafka broker: {kafka_bootstrap} (KAFKA_BOOTSTRAP_SERVERS)" in out, out[-4000:]  # report header
-    summary = re.search(r"^=+ kafka broker =+\n((?:(?!=+ ).*\n)*)", out, re.MULTILINE)  # terminal summary section
+    summary = re.search(
+        r"^=+ kafka broker =+\n((?:(?!=+ ).*\n)*)", out, re.MULTILINE
+    )  # terminal summary section
     assert summary, out[-4000:]
-    assert f"bootstrap {kafka_bootstrap} (from KAFKA_BOOTSTRAP_SERVERS)" in summary.group(1).splitlines(), \
+    assert f"bootstrap {kafka_bootstrap} (from KAFKA_BOOTSTRAP_SERVERS)" in summary.group(1).splitlines(), (
         out[-4000:]
+    )
     assert _passed(out) >= 1, out[-4000:]
     assert "embedded Tansu" not in out, out[-4000:]
     # Only descendants count: Tansu brokers of other pytest runs on this machine may come and go meanwhile.
-    assert descendants == set(), (f"child pytest started Tansu broker(s) {sorted(descendants)} although "
-                                  f"KAFKA_BOOTSTRAP_SERVERS was set\n{out[-4000:]}")
+    assert descendants == set(), (
+        f"child pytest started Tansu broker(s) {sorted(descendants)} although "
+        f"KAFKA_BOOTSTRAP_SERVERS was set\n{out[-4000:]}"
+    )
 
 
 def test_without_bootstrap_env_the_watch_sees_the_embedded_broker(tmp_path: Path) -> None:

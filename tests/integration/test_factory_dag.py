@@ -78,8 +78,14 @@ def _produce_tier_records(bootstrap: str, topic: str) -> dict[str, tuple[str, in
     items += [(f"later-{p}", "ok", p, now + 3_600_000) for p in range(PARTITIONS)]
     for rid, mode, partition, due in items:
         headers = [(H.ATTEMPTS, H.encode_int32(2)), (H.BACKOFF_TIMESTAMP, H.encode_big_integer(due))]
-        producer.produce(topic, key=rid.encode(), value=json.dumps({"id": rid, "mode": mode}).encode(),
-                         partition=partition, headers=headers, on_delivery=delivered)
+        producer.produce(
+            topic,
+            key=rid.encode(),
+            value=json.dumps({"id": rid, "mode": mode}).encode(),
+            partition=partition,
+            headers=headers,
+            on_delivery=delivered,
+        )
         producer.flush(30)  # in order
     return records
 
@@ -92,9 +98,13 @@ def _query(db: Path, sql: str, *params: object) -> list[tuple]:
 def _states(db: Path, dag_id: str) -> list[dict[str, str]]:
     """Task states per run of ``dag_id``, in run order."""
     runs: dict[str, dict[str, str]] = {}
-    for run_id, task_id, state in _query(db, "SELECT ti.run_id, ti.task_id, ti.state FROM task_instance ti JOIN "
-                                             "dag_run dr ON dr.run_id = ti.run_id AND dr.dag_id = ti.dag_id "
-                                             "WHERE ti.dag_id = ? ORDER BY dr.id", dag_id):
+    for run_id, task_id, state in _query(
+        db,
+        "SELECT ti.run_id, ti.task_id, ti.state FROM task_instance ti JOIN "
+        "dag_run dr ON dr.run_id = ti.run_id AND dr.dag_id = ti.dag_id "
+        "WHERE ti.dag_id = ? ORDER BY dr.id",
+        dag_id,
+    ):
         runs.setdefault(run_id, {})[task_id] = state
     return list(runs.values())
 
@@ -102,10 +112,17 @@ def _states(db: Path, dag_id: str) -> list[dict[str, str]]:
 def test_factory_dag_drains_a_tier_in_airflow_dags_test(kafka_bootstrap, tmp_path):
     main = unique_topic("fdag")
     topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(yaml.safe_dump({
-        "topic": main, "group_id": f"{main}-svc", "attempts": 3,
-        "backoff": {"kind": "custom", "delays": ["1s", "2h"]},
-        "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"]}))
+    topology_file.write_text(
+        yaml.safe_dump(
+            {
+                "topic": main,
+                "group_id": f"{main}-svc",
+                "attempts": 3,
+                "backoff": {"kind": "custom", "delays": ["1s", "2h"]},
+                "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
+            }
+        )
+    )
     topology = load_topology(topology_file)
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
     dlt = topology.dlt_topic
@@ -120,16 +137,25 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     records = _produce_tier_records(kafka_bootstrap, retry1)
     ledger_file, notify_log = tmp_path / "ledger.txt", tmp_path / "notified.jsonl"
     home = tmp_path / "airflow"
-    env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
-        "bootstrap.servers": kafka_bootstrap}}}, extra={"AKR_LEDGER": str(ledger_file),
-                                                         "AKR_NOTIFY_LOG": str(notify_log)},
-                      pythonpath=[REPO])
-    (home / "dags" / "akr_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(
-        topology=str(topology_file), retry2=retry2, server=kafka_bootstrap.split(",")[0])))
+    env = airflow_env(
+        home,
+        connections={
+            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+        },
+        extra={"AKR_LEDGER": str(ledger_file), "AKR_NOTIFY_LOG": str(notify_log)},
+        pythonpath=[REPO],
+    )
+    (home / "dags" / "akr_tiers.py").write_text(
+        textwrap.dedent(
+            DAG_FILE.format(topology=str(topology_file), retry2=retry2, server=kafka_bootstrap.split(",")[0])
+        )
+    )
     airflow = str(Path(sys.executable).with_name("airflow"))
 
     def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        )
 
     for step in (("db", "migrate"), ("dags", "reserialize")):
         done = cli(*step)
@@ -139,24 +165,34 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     output = run.stdout + run.stderr
     (tmp_path / "dags-test-1.txt").write_text(output)
     db = home / "airflow.db"
-    assert _states(db, tier1_dag) == [{"ensure_topics": "success", "wait_for_due": "success",
-                                       "reprocess": "success"}], output[-5000:]
+    assert _states(db, tier1_dag) == [
+        {"ensure_topics": "success", "wait_for_due": "success", "reprocess": "success"}
+    ], output[-5000:]
 
     # ensure_topics created what was missing, sized after the main topic
-    [(ensured,)] = _query(db, "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'ensure_topics' "
-                              'AND "key" = '"'return_value'", tier1_dag)
+    [(ensured,)] = _query(
+        db,
+        "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'ensure_topics' AND \"key\" = 'return_value'",
+        tier1_dag,
+    )
     ensured = json.loads(ensured)
     assert (ensured["created"], ensured["existing"], ensured["mismatches"], ensured["partitions"]) == (
-        [retry2, dlt, topology.parking_topic], [retry1], [], PARTITIONS)
+        [retry2, dlt, topology.parking_topic],
+        [retry1],
+        [],
+        PARTITIONS,
+    )
 
     # due records processed, failures moved on, the not-yet-due records left where they are
     modes = Counter(mode for rid, (mode, _, _) in records.items() if not rid.startswith("later"))
     processed = ledger_file.read_text().split()
-    assert sorted(processed) == sorted(rid for rid, (mode, _, _) in records.items()
-                                       if mode == "ok" and not rid.startswith("later"))
+    assert sorted(processed) == sorted(
+        rid for rid, (mode, _, _) in records.items() if mode == "ok" and not rid.startswith("later")
+    )
     moved = {m.key().decode(): m for m in ledger.read_all(kafka_bootstrap, retry2)}
-    assert sorted(moved) == sorted(rid for rid, (mode, _, _) in records.items()
-                                   if mode in ("transient:2", "permanent"))
+    assert sorted(moved) == sorted(
+        rid for rid, (mode, _, _) in records.items() if mode in ("transient:2", "permanent")
+    )
     assert all(H.read_attempts(m.headers()) == 3 for m in moved.values())
     dead = {m.key().decode(): m for m in ledger.read_all(kafka_bootstrap, dlt)}
     assert sorted(dead) == sorted(rid for rid, (mode, _, _) in records.items() if mode == "fatal")
@@ -177,28 +213,40 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     assert totals["dlt_topics"] == {dlt: modes["fatal"]}
 
     # asset events of the run carry the counts: the next tier and the DLT
-    events = {uri: json.loads(extra) if isinstance(extra, str) else extra for uri, extra in _query(
-        db, "SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id")}
+    events = {
+        uri: json.loads(extra) if isinstance(extra, str) else extra
+        for uri, extra in _query(
+            db, "SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id"
+        )
+    }
     server = kafka_bootstrap.split(",")[0]
     assert set(events) == {f"kafka://{server}/{retry2}", f"kafka://{server}/{dlt}"}, events
-    assert events[f"kafka://{server}/{retry2}"]["records"] == modes["transient:2"] + modes["permanent"], events
+    assert events[f"kafka://{server}/{retry2}"]["records"] == modes["transient:2"] + modes["permanent"], (
+        events
+    )
     assert events[f"kafka://{server}/{dlt}"]["records"] == modes["fatal"], events
 
     # retry-2's records are due in 2 h, its schedule is 30 min: the sensor skips, nothing is drained
     run = cli("dags", "test", tier2_dag, timeout=180)
     output = run.stdout + run.stderr
     (tmp_path / "dags-test-2.txt").write_text(output)
-    assert _states(db, tier2_dag) == [{"ensure_topics": "success", "wait_for_due": "skipped",
-                                       "reprocess": "skipped"}], output[-5000:]
-    assert ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(2)), retry2,
-                            PARTITIONS) == {p: -1001 for p in range(PARTITIONS)}
+    assert _states(db, tier2_dag) == [
+        {"ensure_topics": "success", "wait_for_due": "skipped", "reprocess": "skipped"}
+    ], output[-5000:]
+    assert ledger.committed(
+        kafka_bootstrap, topology.consumer_group(topology.tier(2)), retry2, PARTITIONS
+    ) == {p: -1001 for p in range(PARTITIONS)}
     # retry-1 again: only records due in an hour (more than its 30 s schedule): skipped as well
     run = cli("dags", "test", tier1_dag, timeout=180)
-    assert _states(db, tier1_dag)[-1] == {"ensure_topics": "success", "wait_for_due": "skipped",
-                                          "reprocess": "skipped"}, (run.stdout + run.stderr)[-5000:]
+    assert _states(db, tier1_dag)[-1] == {
+        "ensure_topics": "success",
+        "wait_for_due": "skipped",
+        "reprocess": "skipped",
+    }, (run.stdout + run.stderr)[-5000:]
     # the main topic's DAG (include_main): nothing pending at all, skipped at once
     main_dag = f"akr_{topology.topic}"
     run = cli("dags", "test", main_dag, timeout=180)
-    assert _states(db, main_dag) == [{"ensure_topics": "success", "wait_for_due": "skipped",
-                                      "reprocess": "skipped"}], (run.stdout + run.stderr)[-5000:]
+    assert _states(db, main_dag) == [
+        {"ensure_topics": "success", "wait_for_due": "skipped", "reprocess": "skipped"}
+    ], (run.stdout + run.stderr)[-5000:]
     assert len(notify_log.read_text().splitlines()) == 1

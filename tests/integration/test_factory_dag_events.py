@@ -22,8 +22,15 @@ from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
-from tests.integration.test_factory_dag import COUNT, HANDLER_MODULE, MODES, PARTITIONS, _produce_tier_records, \
-    _query, _states
+from tests.integration.test_factory_dag import (
+    COUNT,
+    HANDLER_MODULE,
+    MODES,
+    PARTITIONS,
+    _produce_tier_records,
+    _query,
+    _states,
+)
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,10 +56,17 @@ globals().update(build_retry_dags(
 def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request):
     main = unique_topic("edag")
     topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(yaml.safe_dump({
-        "topic": main, "group_id": f"{main}-svc", "attempts": 3,
-        "backoff": {"kind": "custom", "delays": ["1s", "2h"]},
-        "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"]}))
+    topology_file.write_text(
+        yaml.safe_dump(
+            {
+                "topic": main,
+                "group_id": f"{main}-svc",
+                "attempts": 3,
+                "backoff": {"kind": "custom", "delays": ["1s", "2h"]},
+                "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
+            }
+        )
+    )
     topology = load_topology(topology_file)
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
     dlt = topology.dlt_topic
@@ -61,26 +75,41 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     records = _produce_tier_records(kafka_bootstrap, retry1)
     ledger_file, notify_log = tmp_path / "ledger.txt", tmp_path / "notified.jsonl"
     home = tmp_path / "airflow"
-    env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
-        "bootstrap.servers": kafka_bootstrap}}}, extra={"AKR_LEDGER": str(ledger_file),
-                                                         "AKR_NOTIFY_LOG": str(notify_log)}, pythonpath=[REPO])
-    (home / "dags" / "akr_events.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
+    env = airflow_env(
+        home,
+        connections={
+            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+        },
+        extra={"AKR_LEDGER": str(ledger_file), "AKR_NOTIFY_LOG": str(notify_log)},
+        pythonpath=[REPO],
+    )
+    (home / "dags" / "akr_events.py").write_text(
+        textwrap.dedent(DAG_FILE.format(topology=str(topology_file)))
+    )
     airflow = str(Path(sys.executable).with_name("airflow"))
 
     def dags_test(dag_id: str) -> str:
-        run = subprocess.run([airflow, "dags", "test", dag_id], env=env, cwd=REPO, capture_output=True, text=True,
-                             timeout=300)
+        run = subprocess.run(
+            [airflow, "dags", "test", dag_id], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        )
         return (run.stdout + run.stderr)[-5000:]
 
     for step in (("db", "migrate"), ("dags", "reserialize")):
-        done = subprocess.run([airflow, *step], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [airflow, *step], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-3000:]
     db = home / "airflow.db"
 
     # the watchers' triggers are registered with their kwargs: the connection id, never its configuration
-    triggers = _query(db, "SELECT t.classpath, t.kwargs FROM trigger t JOIN asset_watcher w ON w.trigger_id = t.id")
-    assert sorted(c.rsplit(".", 1)[1] for c, _ in triggers) == ["DltArrivalEventTrigger", "TierDueEventTrigger",
-                                                                 "TierDueEventTrigger"], triggers
+    triggers = _query(
+        db, "SELECT t.classpath, t.kwargs FROM trigger t JOIN asset_watcher w ON w.trigger_id = t.id"
+    )
+    assert sorted(c.rsplit(".", 1)[1] for c, _ in triggers) == [
+        "DltArrivalEventTrigger",
+        "TierDueEventTrigger",
+        "TierDueEventTrigger",
+    ], triggers
     assert not any(kafka_bootstrap in str(kwargs) for _, kwargs in triggers)
 
     # before the setup DAG ran, a run of a tier whose topic does not exist yet is skipped (nothing is due there)
@@ -98,20 +127,29 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     [(ensured,)] = _query(db, "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'ensure_topics'", setup)
     assert json.loads(ensured)["created"] == [retry2, dlt, topology.parking_topic]
     assert set(Producer({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics) >= {
-        retry2, dlt, topology.parking_topic}
+        retry2,
+        dlt,
+        topology.parking_topic,
+    }
 
     tier1 = f"akr_{retry1}"
     output = dags_test(tier1)
     assert _states(db, tier1) == [{"reprocess": "success"}], output
     processed = ledger_file.read_text().split()
-    assert sorted(processed) == sorted(rid for rid, (mode, _, _) in records.items()
-                                       if mode == "ok" and not rid.startswith("later"))
+    assert sorted(processed) == sorted(
+        rid for rid, (mode, _, _) in records.items() if mode == "ok" and not rid.startswith("later")
+    )
     moved = sorted(m.key().decode() for m in ledger.read_all(kafka_bootstrap, retry2))
-    assert moved == sorted(rid for rid, (mode, _, _) in records.items() if mode in ("transient:2", "permanent"))
+    assert moved == sorted(
+        rid for rid, (mode, _, _) in records.items() if mode in ("transient:2", "permanent")
+    )
     dead = sorted(m.key().decode() for m in ledger.read_all(kafka_bootstrap, dlt))
     assert dead == sorted(rid for rid, (mode, _, _) in records.items() if mode == "fatal")
     later = {p: offset for rid, (_, p, offset) in records.items() if rid.startswith("later")}
-    assert ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(1)), retry1, PARTITIONS) == later
+    assert (
+        ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(1)), retry1, PARTITIONS)
+        == later
+    )
 
     output = dags_test(watch)
     assert _states(db, watch)[-1] == {"watch_dlt": "success"}, output

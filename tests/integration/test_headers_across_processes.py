@@ -42,8 +42,13 @@ WRITER = textwrap.dedent("""
 
 def test_headers_written_in_one_process_read_back_in_another(kafka_bootstrap, new_topic):
     topic = new_topic("headers")
-    done = subprocess.run([sys.executable, "-c", WRITER, kafka_bootstrap, topic], capture_output=True, text=True,
-                          timeout=60, cwd=Path(__file__).parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", WRITER, kafka_bootstrap, topic],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     written = [(k, bytes.fromhex(v) if v is not None else None) for k, v in json.loads(done.stdout)]
 
@@ -56,8 +61,14 @@ def test_headers_written_in_one_process_read_back_in_another(kafka_bootstrap, ne
     assert H.last_header(headers, H.BACKOFF_TIMESTAMP) == bytes.fromhex("018bcfe65260")
     assert H.last_header(headers, H.ORIGINAL_TIMESTAMP) == bytes.fromhex("018bcfe56800")
     coords = H.read_original_coordinates(headers)
-    assert (coords.topic, coords.partition, coords.offset, coords.timestamp_ms, coords.timestamp_type,
-            coords.consumer_group) == ("orders", 0, 4242, 1_700_000_000_000, "CreateTime", "orders-service")
+    assert (
+        coords.topic,
+        coords.partition,
+        coords.offset,
+        coords.timestamp_ms,
+        coords.timestamp_type,
+        coords.consumer_group,
+    ) == ("orders", 0, 4242, 1_700_000_000_000, "CreateTime", "orders-service")
     assert H.last_header(headers, "kafka_original-offset") == bytes.fromhex("0000000000001092")
     assert H.last_header(headers, "kafka_exception-fqcn") == b"RuntimeError"
     assert H.last_header(headers, "kafka_exception-cause-fqcn") == b"KeyError"

@@ -88,7 +88,9 @@ class StatsdListener:
         return self.lines
 
 
-def parse_statsd(lines: list[str], prefix: str = "airflow.kafka_retry.") -> dict[tuple, list[tuple[str, float]]]:
+def parse_statsd(
+    lines: list[str], prefix: str = "airflow.kafka_retry."
+) -> dict[tuple, list[tuple[str, float]]]:
     """``(name, sorted tags) -> [(type, value), ...]`` of this provider's metrics (InfluxDB-style tags)."""
     found: dict[tuple, list[tuple[str, float]]] = defaultdict(list)
     for line in lines:
@@ -97,8 +99,9 @@ def parse_statsd(lines: list[str], prefix: str = "airflow.kafka_retry.") -> dict
         head, _, rest = line.partition(":")
         value, _, kind = rest.partition("|")
         name, *tags = head.split(",")
-        found[(name[len("airflow."):], tuple(sorted(tuple(t.split("=", 1)) for t in tags)))].append(
-            (kind, float(value)))
+        found[(name[len("airflow.") :], tuple(sorted(tuple(t.split("=", 1)) for t in tags)))].append(
+            (kind, float(value))
+        )
     return found
 
 
@@ -119,13 +122,19 @@ def lineage_events(path: Path) -> list[dict]:
 
 
 def completed(events: list[dict], task_id: str) -> dict:
-    [event] = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == f"{DAG_ID}.{task_id}"]
+    [event] = [
+        e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == f"{DAG_ID}.{task_id}"
+    ]
     return event
 
 
 def statistics(datasets: list[dict], facet: str) -> dict[str, int | None]:
-    return {d["name"]: (d.get(facet) or {}).get(f"{'input' if facet == 'inputFacets' else 'output'}Statistics",
-                                                 {}).get("rowCount") for d in datasets}
+    return {
+        d["name"]: (d.get(facet) or {})
+        .get(f"{'input' if facet == 'inputFacets' else 'output'}Statistics", {})
+        .get("rowCount")
+        for d in datasets
+    }
 
 
 def _tests_only_path(tmp_path: Path) -> Path:
@@ -145,40 +154,65 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
     env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)
     listener = StatsdListener()
     lineage_file = tmp_path / "openlineage.jsonl"
-    env.update({
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
-        "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
-        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
-        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage_file),
-                                                       "append": True}),
-        "AIRFLOW__OPENLINEAGE__NAMESPACE": "akr-test",
-        "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",  # default 10 s: too short on a busy 2-core machine
-        # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left by
-        # the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's task-side
-        # plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes after it
-        "PYTHONPATH": str(_tests_only_path(tmp_path)),
-    })
+    env.update(
+        {
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(listener.port),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(lineage_file), "append": True}
+            ),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "akr-test",
+            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",  # default 10 s: too short on a busy 2-core machine
+            # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left by
+            # the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's task-side
+            # plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes after it
+            "PYTHONPATH": str(_tests_only_path(tmp_path)),
+        }
+    )
     dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{DAG_ID}.py"
-    dag_file.write_text(textwrap.dedent(DAG_FILE.format(topology=str(tmp_path / "topology.yaml"), dag_id=DAG_ID,
-                                                        fatal=f"{ledger.HANDLER_MODULE}.InvalidOrder")))
+    dag_file.write_text(
+        textwrap.dedent(
+            DAG_FILE.format(
+                topology=str(tmp_path / "topology.yaml"),
+                dag_id=DAG_ID,
+                fatal=f"{ledger.HANDLER_MODULE}.InvalidOrder",
+            )
+        )
+    )
     try:
         _airflow(env, "db", "migrate")
-        run = subprocess.run([str(Path(sys.executable).with_name("airflow")), "dags", "test", DAG_ID], env=env,
-                             cwd=REPO, capture_output=True, text=True, timeout=600)
+        run = subprocess.run(
+            [str(Path(sys.executable).with_name("airflow")), "dags", "test", DAG_ID],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         lines = listener.close()
     output = run.stdout + run.stderr
     (tmp_path / "airflow-output.txt").write_text(output)
     assert _states(env, DAG_ID) == dict.fromkeys(
-        ["reprocess_main", "tier_1_due", "reprocess_tier_1", "watch_dlt", "replay_dlt"], "success"), output[-5000:]
+        ["reprocess_main", "tier_1_due", "reprocess_tier_1", "watch_dlt", "replay_dlt"], "success"
+    ), output[-5000:]
     db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
-    xcom = {task: _xcom(db, DAG_ID, task, "return_value")[0]
-            for task in ("reprocess_main", "tier_1_due", "reprocess_tier_1", "watch_dlt", "replay_dlt")}
-    return {"topology": topology, "inputs": inputs, "metrics": parse_statsd(lines), "xcom": xcom,
-            "lineage": lineage_events(lineage_file) if lineage_file.exists() else [], "output": output,
-            "server": kafka_bootstrap.split(",")[0]}
+    xcom = {
+        task: _xcom(db, DAG_ID, task, "return_value")[0]
+        for task in ("reprocess_main", "tier_1_due", "reprocess_tier_1", "watch_dlt", "replay_dlt")
+    }
+    return {
+        "topology": topology,
+        "inputs": inputs,
+        "metrics": parse_statsd(lines),
+        "xcom": xcom,
+        "lineage": lineage_events(lineage_file) if lineage_file.exists() else [],
+        "output": output,
+        "server": kafka_bootstrap.split(",")[0],
+    }
 
 
 def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run):
@@ -195,17 +229,29 @@ def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run)
     assert counter(metrics, "kafka_retry.tier.drained", **tags) == COUNT
     assert counter(metrics, "kafka_retry.tier.succeeded", **tags) == totals["succeeded"] == modes["ok"]
     assert counter(metrics, "kafka_retry.tier.routed", **tags) == totals["routed"][tier1]
-    assert counter(metrics, "kafka_retry.tier.dead_lettered", dlt_topic=dlt, **tags) == totals["dlt_topics"][dlt]
+    assert (
+        counter(metrics, "kafka_retry.tier.dead_lettered", dlt_topic=dlt, **tags) == totals["dlt_topics"][dlt]
+    )
     assert counter(metrics, "kafka_retry.tier.parked", **tags) == 0
     assert counter(metrics, "kafka_retry.tier.dropped", **tags) == totals["dropped"] == 0
     assert counter(metrics, "kafka_retry.tier.handler_errors", **tags) == COUNT - modes["ok"]
-    assert counter(metrics, "kafka_retry.tier.bisection_calls", **tags) == \
-        sum(p["extra_handler_calls"] for p in main["partitions"]) > 0
-    assert counter(metrics, "kafka_retry.tier.handler_calls", **tags) == sum(p["handler_calls"] for p in main["partitions"])
-    assert single(metrics, "kafka_retry.tier.run_duration", "ms", **tags) == main["finished_ms"] - main["started_ms"]
+    assert (
+        counter(metrics, "kafka_retry.tier.bisection_calls", **tags)
+        == sum(p["extra_handler_calls"] for p in main["partitions"])
+        > 0
+    )
+    assert counter(metrics, "kafka_retry.tier.handler_calls", **tags) == sum(
+        p["handler_calls"] for p in main["partitions"]
+    )
+    assert (
+        single(metrics, "kafka_retry.tier.run_duration", "ms", **tags)
+        == main["finished_ms"] - main["started_ms"]
+    )
     handler = main["handler_ms"]
     assert handler["count"] == counter(metrics, "kafka_retry.tier.handler_calls", **tags)
-    assert counter(metrics, "kafka_retry.tier.handler_batch_time_bucket", le="inf", **tags) == handler["count"]
+    assert (
+        counter(metrics, "kafka_retry.tier.handler_batch_time_bucket", le="inf", **tags) == handler["count"]
+    )
     assert single(metrics, "kafka_retry.tier.handler_batch_time_max", "ms", **tags) == handler["max_ms"]
     # main-topic records carry no due time: no lateness for that run
     assert not [k for k in metrics if k[0].startswith("kafka_retry.tier.lateness") and ("tier", "0") in k[1]]
@@ -218,23 +264,40 @@ def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run)
     markers = sum(p["transactions"] for p in main["partitions"])
     assert totals["routed"][tier1] <= backlog <= totals["routed"][tier1] + markers, (backlog, markers)
     oldest_due = min(h["due_ms"] for h in due["heads"])
-    assert single(metrics, "kafka_retry.tier.oldest_due_age_ms", "g", **tier1_tags) == \
-        due["checked_at_ms"] - oldest_due > 0
+    assert (
+        single(metrics, "kafka_retry.tier.oldest_due_age_ms", "g", **tier1_tags)
+        == due["checked_at_ms"] - oldest_due
+        > 0
+    )
 
     # ---- tier 1: every record had a due time, so each one's lateness is in the distribution
     first = xcom["reprocess_tier_1"]
     assert first["lateness_ms"]["count"] == first["totals"]["drained"] == totals["routed"][tier1]
-    assert counter(metrics, "kafka_retry.tier.lateness_bucket", le="inf", **tier1_tags) == first["totals"]["drained"]
-    assert single(metrics, "kafka_retry.tier.lateness_max", "ms", **tier1_tags) == first["lateness_ms"]["max_ms"]
+    assert (
+        counter(metrics, "kafka_retry.tier.lateness_bucket", le="inf", **tier1_tags)
+        == first["totals"]["drained"]
+    )
+    assert (
+        single(metrics, "kafka_retry.tier.lateness_max", "ms", **tier1_tags) == first["lateness_ms"]["max_ms"]
+    )
     assert single(metrics, "kafka_retry.tier.lateness", "ms", **tier1_tags) == pytest.approx(
-        first["lateness_ms"]["sum_ms"] / first["lateness_ms"]["count"], abs=0.001)
+        first["lateness_ms"]["sum_ms"] / first["lateness_ms"]["count"], abs=0.001
+    )
 
     # ---- the DLT watch: new dead letters per DLT and exception class
     watched = xcom["watch_dlt"]["totals"]
     assert watched["new_records"] == totals["dlt_topics"][dlt]
     for exception, n in watched["dead_lettered"].items():
-        assert counter(metrics, "kafka_retry.dlt.new_records", topology=topology.topic, dlt_topic=dlt,
-                       exception=exception) == n
+        assert (
+            counter(
+                metrics,
+                "kafka_retry.dlt.new_records",
+                topology=topology.topic,
+                dlt_topic=dlt,
+                exception=exception,
+            )
+            == n
+        )
 
     # ---- nothing names a partition, an offset or a key
     tag_names = {name for _, tag_set in metrics for name, _ in tag_set}
@@ -255,13 +318,22 @@ def test_openlineage_events_name_kafka_topics_with_counts(observed_run):
     assert statistics(main["outputs"], "outputFacets") == destinations
     assert set(destinations) == {tier1, dlt, parking}
     facet = main["run"]["facets"]["kafkaRetry"]
-    assert (facet["kind"], facet["status"], facet["tier"], facet["topic"]) == ("tier_run", "ok", 0, topology.topic)
+    assert (facet["kind"], facet["status"], facet["tier"], facet["topic"]) == (
+        "tier_run",
+        "ok",
+        0,
+        topology.topic,
+    )
     assert facet["totals"] == totals
 
     first = completed(events, "reprocess_tier_1")
-    assert statistics(first["inputs"], "inputFacets") == {tier1: xcom["reprocess_tier_1"]["totals"]["drained"]}
+    assert statistics(first["inputs"], "inputFacets") == {
+        tier1: xcom["reprocess_tier_1"]["totals"]["drained"]
+    }
 
-    started = [e for e in events if e["eventType"] == "START" and e["job"]["name"] == f"{DAG_ID}.reprocess_main"]
+    started = [
+        e for e in events if e["eventType"] == "START" and e["job"]["name"] == f"{DAG_ID}.reprocess_main"
+    ]
     assert [d["name"] for d in started[0]["inputs"]] == [topology.topic]
 
     watch = completed(events, "watch_dlt")

@@ -32,7 +32,9 @@ dag = build_dlt_replay_dag({topology!r}, dag_id={dag_id!r},
 
 
 def _airflow(airflow: str, env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
@@ -52,8 +54,9 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     form = {"exception": PERMANENT, "partition": "1", "transform": "fix"}
 
     # 1. the form's defaults: a dry run. It lists every move in the task log and XCom, and moves nothing
-    dry = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-01T00:00:00+00:00", "-c", json.dumps(form),
-                   timeout=600)
+    dry = _airflow(
+        airflow, env, "dags", "test", DAG_ID, "2026-01-01T00:00:00+00:00", "-c", json.dumps(form), timeout=600
+    )
     output = dry.stdout + dry.stderr
     (tmp_path / "dry-run-output.txt").write_text(output)
     db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
@@ -70,8 +73,17 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     assert '"mode"' not in json.dumps(summary), "payloads in XCom"
 
     # 2. the same form with dry_run off moves exactly the selection, with the run's replay id
-    real = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-02T00:00:00+00:00", "-c",
-                    json.dumps({**form, "dry_run": False}), timeout=600)
+    real = _airflow(
+        airflow,
+        env,
+        "dags",
+        "test",
+        DAG_ID,
+        "2026-01-02T00:00:00+00:00",
+        "-c",
+        json.dumps({**form, "dry_run": False}),
+        timeout=600,
+    )
     output = real.stdout + real.stderr
     (tmp_path / "real-run-output.txt").write_text(output)
     runs = _airflow(airflow, env, "dags", "list-runs", DAG_ID, "-o", "json")
@@ -86,9 +98,20 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
 
     # 3. whoever triggers the DAG picks a transform by name from the DAG's list: a module path is refused
     #    before the run reads anything, and nothing is imported for it (not even in a dry run)
-    for i, transform in enumerate(("tests.support.import_marker:transform", "tests.support.exits_on_import:x")):
-        refused = _airflow(airflow, env, "dags", "test", DAG_ID, f"2026-01-0{3 + i}T00:00:00+00:00", "-c",
-                           json.dumps({"transform": transform, "dry_run": True}), timeout=600)
+    for i, transform in enumerate(
+        ("tests.support.import_marker:transform", "tests.support.exits_on_import:x")
+    ):
+        refused = _airflow(
+            airflow,
+            env,
+            "dags",
+            "test",
+            DAG_ID,
+            f"2026-01-0{3 + i}T00:00:00+00:00",
+            "-c",
+            json.dumps({"transform": transform, "dry_run": True}),
+            timeout=600,
+        )
         output = refused.stdout + refused.stderr
         (tmp_path / f"refused-{i}-output.txt").write_text(output)
         assert transform in output and "fix" in output, output[-5000:]
@@ -97,11 +120,22 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     assert len(replayed_copies(kafka_bootstrap, topology.topic)) == len(wanted)
 
     # 4. an exception filter is matched by name: the class's module is not imported to filter
-    named = _airflow(airflow, env, "dags", "test", DAG_ID, "2026-01-05T00:00:00+00:00", "-c",
-                     json.dumps({"exception": "tests.support.import_marker.MarkerError"}), timeout=600)
+    named = _airflow(
+        airflow,
+        env,
+        "dags",
+        "test",
+        DAG_ID,
+        "2026-01-05T00:00:00+00:00",
+        "-c",
+        json.dumps({"exception": "tests.support.import_marker.MarkerError"}),
+        timeout=600,
+    )
     assert named.returncode == 0, (named.stdout + named.stderr)[-5000:]
     last = _xcom(db, DAG_ID, "replay_dlt", "return_value")[-1]
-    assert last["filters"]["exception"] == ["tests.support.import_marker.MarkerError"] and last["selected"] == 0
+    assert (
+        last["filters"]["exception"] == ["tests.support.import_marker.MarkerError"] and last["selected"] == 0
+    )
     assert not marker.exists(), "an exception filter imported the module of its class"
 
 
@@ -109,4 +143,8 @@ def _log(bootstrap: str, topology) -> list:
     from airflow_kafka_retry.testing.topics import admin_client
 
     name = log_topic(topology.dlt_topic)
-    return ledger.read_all(bootstrap, name) if name in admin_client(bootstrap).list_topics(timeout=10).topics else []
+    return (
+        ledger.read_all(bootstrap, name)
+        if name in admin_client(bootstrap).list_topics(timeout=10).topics
+        else []
+    )

@@ -126,7 +126,9 @@ with DAG("akr_local_kill", schedule=None, start_date=datetime(2024, 1, 1), catch
 
 def _airflow(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     airflow = str(Path(sys.executable).with_name("airflow"))
-    done = subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -139,8 +141,11 @@ def _states(env: dict, dag_id: str) -> dict[str, str]:
 
 def _asset_events(db: Path, dag_id: str) -> list[tuple[str, str, dict]]:
     with closing(sqlite3.connect(db)) as con:
-        rows = con.execute("SELECT e.source_task_id, a.uri, e.extra FROM asset_event e "
-                           "JOIN asset a ON a.id = e.asset_id WHERE e.source_dag_id = ? ORDER BY e.id", (dag_id,)).fetchall()
+        rows = con.execute(
+            "SELECT e.source_task_id, a.uri, e.extra FROM asset_event e "
+            "JOIN asset a ON a.id = e.asset_id WHERE e.source_dag_id = ? ORDER BY e.id",
+            (dag_id,),
+        ).fetchall()
     return [(task, uri, json.loads(extra)) for task, uri, extra in rows]
 
 
@@ -162,13 +167,30 @@ def airflow_home(kafka_bootstrap, tmp_path):
     env["AKR_SLOW_S"] = "0.25"
     server = kafka_bootstrap.split(",")[0]
     dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "akr_local_reprocess.py"
-    dag_file.write_text(textwrap.dedent(DAG_FILE.format(
-        topology=str(tmp_path / "topology.yaml"), kill_topology=str(tmp_path / "kill-topology.yaml"), out=str(out),
-        server=server, dlt=topology.dlt_topic, kill_chunk=KILL_CHUNK, closed_window=_closed_window())))
+    dag_file.write_text(
+        textwrap.dedent(
+            DAG_FILE.format(
+                topology=str(tmp_path / "topology.yaml"),
+                kill_topology=str(tmp_path / "kill-topology.yaml"),
+                out=str(out),
+                server=server,
+                dlt=topology.dlt_topic,
+                kill_chunk=KILL_CHUNK,
+                closed_window=_closed_window(),
+            )
+        )
+    )
     _airflow(env, "db", "migrate")
     _airflow(env, "dags", "reserialize")
-    return {"env": env, "topology": topology, "kill_topology": kill_topology, "out": out, "server": server,
-            "ledger": ledger_file, "db": Path(env["AIRFLOW_HOME"]) / "airflow.db"}
+    return {
+        "env": env,
+        "topology": topology,
+        "kill_topology": kill_topology,
+        "out": out,
+        "server": server,
+        "ledger": ledger_file,
+        "db": Path(env["AIRFLOW_HOME"]) / "airflow.db",
+    }
 
 
 def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstrap, airflow_home):
@@ -177,12 +199,22 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     modes = Counter(mode for mode, _, _ in inputs.records.values())
     _airflow(env, "dags", "unpause", "akr_on_dlt")  # only unpaused DAGs are queued by asset events
 
-    run = subprocess.run([str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_local_reprocess"],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_local_reprocess"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = run.stdout + run.stderr
     (out / "airflow-output.txt").write_text(output)
-    assert _states(env, "akr_local_reprocess") == {"reprocess_main": "success", "reprocess_tier_1": "success",
-                                                   "outside_window": "success", "record": "success"}, output[-5000:]
+    assert _states(env, "akr_local_reprocess") == {
+        "reprocess_main": "success",
+        "reprocess_tier_1": "success",
+        "outside_window": "success",
+        "record": "success",
+    }, output[-5000:]
 
     # due records processed, failures moved on, the tier group committed
     tier1, tier2 = topology.tier(1).topic, topology.tier(2).topic
@@ -191,21 +223,29 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     assert summary["engine"] == "local" and summary["status"] == "ok" and summary["stopped"] is None
     totals = summary["totals"]
     assert totals["drained"] == COUNT and totals["succeeded"] == modes["ok"]
-    assert totals["routed"] == {tier1: modes["transient:1"] + modes["transient:2"] + modes["permanent"],
-                                topology.dlt_topic: straight_to_dlt}
+    assert totals["routed"] == {
+        tier1: modes["transient:1"] + modes["transient:2"] + modes["permanent"],
+        topology.dlt_topic: straight_to_dlt,
+    }
     assert totals["dlt_topics"] == {topology.dlt_topic: straight_to_dlt}
     ends: dict[int, int] = {}
     for _, (_, partition, offset) in inputs.records.items():
         ends[partition] = max(ends.get(partition, 0), offset + 1)
-    assert ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(0)), topology.topic,
-                            PARTITIONS) == ends
+    assert (
+        ledger.committed(
+            kafka_bootstrap, topology.consumer_group(topology.tier(0)), topology.topic, PARTITIONS
+        )
+        == ends
+    )
     tier1_records = ledger.read_all(kafka_bootstrap, tier1)
     assert len(tier1_records) == totals["routed"][tier1]
     tier1_ends: dict[int, int] = {}
     for msg in tier1_records:
         tier1_ends[msg.partition()] = max(tier1_ends.get(msg.partition(), 0), msg.offset() + 1)
-    assert ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(1)), tier1,
-                            PARTITIONS) == tier1_ends, "the tier-1 task did not commit its group"
+    assert (
+        ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(1)), tier1, PARTITIONS)
+        == tier1_ends
+    ), "the tier-1 task did not commit its group"
     processed = ledger.processed_ids(airflow_home["ledger"])
     assert sum(processed.values()) == modes["ok"] + modes["transient:1"]  # transient:1 succeeds on attempt 2
     [tier1_summary] = _xcom(airflow_home["db"], "akr_local_reprocess", "reprocess_tier_1", "return_value")
@@ -217,8 +257,12 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     assert closed["stopped"] == "window_closed" and closed["status"] == "ok", closed
     assert closed["totals"]["drained"] == 0
     assert {p["stop_reason"] for p in closed["partitions"]} == {"stopped"}
-    assert all(offset < 0 for offset in ledger.committed(kafka_bootstrap, topology.consumer_group(topology.tier(2)),
-                                                         tier2, PARTITIONS).values())
+    assert all(
+        offset < 0
+        for offset in ledger.committed(
+            kafka_bootstrap, topology.consumer_group(topology.tier(2)), tier2, PARTITIONS
+        ).values()
+    )
     assert len(ledger.read_all(kafka_bootstrap, tier2)) == modes["transient:2"] + modes["permanent"]
 
     # the notifiers: called once (only the main tier dead-lettered), with the run's counts
@@ -228,24 +272,50 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     assert given["totals"]["dlt_topics"] == {topology.dlt_topic: straight_to_dlt}
     assert given["totals"]["dead_lettered"] == {
         f"{ledger.HANDLER_MODULE}.InvalidOrder": modes["fatal"],
-        "airflow_kafka_retry.errors.DeserializationError": modes["bad-json"]}
+        "airflow_kafka_retry.errors.DeserializationError": modes["bad-json"],
+    }
     assert sorted((d["partition"], d["offset"]) for d in given["dead_letters"]) == sorted(
-        (p, o) for mode, p, o in inputs.records.values() if mode in ("fatal", "bad-json"))
+        (p, o) for mode, p, o in inputs.records.values() if mode in ("fatal", "bad-json")
+    )
     assert f"DLT-NOTE {{'{topology.dlt_topic}': {straight_to_dlt}}}" in output, "DltLogNotifier did not log"
 
     # asset events carry the counts; an outlet that got nothing has no event
     events = _asset_events(airflow_home["db"], "akr_local_reprocess")
     url = f"kafka://{server}/"
-    assert sorted(events) == sorted([
-        ("reprocess_main", url + tier1, {"records": totals["routed"][tier1], "source_topic": topology.topic,
-                                         "source_tier": 0, "group": topology.consumer_group(topology.tier(0))}),
-        ("reprocess_main", url + topology.dlt_topic, {"records": straight_to_dlt, "source_topic": topology.topic,
-                                                      "source_tier": 0,
-                                                      "group": topology.consumer_group(topology.tier(0))}),
-        ("reprocess_tier_1", url + tier2, {"records": modes["transient:2"] + modes["permanent"],
-                                           "source_topic": tier1, "source_tier": 1,
-                                           "group": topology.consumer_group(topology.tier(1))}),
-    ]), events
+    assert sorted(events) == sorted(
+        [
+            (
+                "reprocess_main",
+                url + tier1,
+                {
+                    "records": totals["routed"][tier1],
+                    "source_topic": topology.topic,
+                    "source_tier": 0,
+                    "group": topology.consumer_group(topology.tier(0)),
+                },
+            ),
+            (
+                "reprocess_main",
+                url + topology.dlt_topic,
+                {
+                    "records": straight_to_dlt,
+                    "source_topic": topology.topic,
+                    "source_tier": 0,
+                    "group": topology.consumer_group(topology.tier(0)),
+                },
+            ),
+            (
+                "reprocess_tier_1",
+                url + tier2,
+                {
+                    "records": modes["transient:2"] + modes["permanent"],
+                    "source_topic": tier1,
+                    "source_tier": 1,
+                    "group": topology.consumer_group(topology.tier(1)),
+                },
+            ),
+        ]
+    ), events
     # ... and the DAG scheduled on the DLT's asset is queued by the DLT event
     with closing(sqlite3.connect(airflow_home["db"])) as con:
         queued = con.execute("SELECT target_dag_id FROM asset_dag_run_queue").fetchall()
@@ -258,8 +328,14 @@ def test_sigterm_stops_the_task_at_a_chunk_boundary(kafka_bootstrap, airflow_hom
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, KILL_COUNT, 1)
     ledger_file = airflow_home["ledger"]
     airflow = str(Path(sys.executable).with_name("airflow"))
-    process = subprocess.Popen([airflow, "dags", "test", "akr_local_kill"], env=env, cwd=REPO,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [airflow, "dags", "test", "akr_local_kill"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 300
         while sum(ledger.processed_ids(ledger_file).values()) < 3:  # the handler is running: mid-run

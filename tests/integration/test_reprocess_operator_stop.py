@@ -30,10 +30,13 @@ class TI:
         self.xcom[key] = value
 
 
-def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishes(kafka_bootstrap, tmp_path,
-                                                                                    monkeypatch):
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka",
-                                                                 "extra": {"bootstrap.servers": kafka_bootstrap}}))
+def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishes(
+    kafka_bootstrap, tmp_path, monkeypatch
+):
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
     monkeypatch.setenv("AKR_SLOW_S", "0.1")  # 2 batches per chunk: a chunk takes 0.2 s or more
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.write_topology(ledger.make_topology("opstop"), tmp_path / "topology.yaml")
@@ -41,11 +44,17 @@ def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishe
     notified = []
 
     def operator(**kwargs) -> ReprocessTierOperator:
-        return ReprocessTierOperator(task_id="reprocess", topology=str(tmp_path / "topology.yaml"), tier=0,
-                                     handler="tests.support.ledger_handler:slow_indexed",
-                                     value_deserializer="tests.support.ledger_handler:decode",
-                                     options={"batch_size": 5, "chunk_size": CHUNK}, on_dlt=notified.append,
-                                     cutoff="2100-01-01T00:00:00", **kwargs)
+        return ReprocessTierOperator(
+            task_id="reprocess",
+            topology=str(tmp_path / "topology.yaml"),
+            tier=0,
+            handler="tests.support.ledger_handler:slow_indexed",
+            value_deserializer="tests.support.ledger_handler:decode",
+            options={"batch_size": 5, "chunk_size": CHUNK},
+            on_dlt=notified.append,
+            cutoff="2100-01-01T00:00:00",
+            **kwargs,
+        )
 
     context = {"ti": TI(), "run_id": "manual__1", "outlet_events": OutletEventAccessors()}
     first = operator(max_run="2s").execute(context)
@@ -66,10 +75,14 @@ def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishe
     assert rest["stopped"] is None and rest["totals"]["drained"] == COUNT - boundary
     assert ledger.committed(kafka_bootstrap, group, topology.topic, 1) == {0: COUNT}
     for tier in topology.tiers[1:]:
-        ReprocessTierOperator(task_id=f"tier_{tier.index}", topology=str(tmp_path / "topology.yaml"), tier=tier.index,
-                              handler="tests.support.ledger_handler:indexed",
-                              value_deserializer="tests.support.ledger_handler:decode",
-                              cutoff="2100-01-01T00:00:00").execute({**context, "ti": TI()})
+        ReprocessTierOperator(
+            task_id=f"tier_{tier.index}",
+            topology=str(tmp_path / "topology.yaml"),
+            tier=tier.index,
+            handler="tests.support.ledger_handler:indexed",
+            value_deserializer="tests.support.ledger_handler:decode",
+            cutoff="2100-01-01T00:00:00",
+        ).execute({**context, "ti": TI()})
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, 1)
 
 
@@ -81,8 +94,10 @@ def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_pat
 
     from airflow.providers.common.compat.sdk import AirflowException
 
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka",
-                                                                 "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
     monkeypatch.setenv("AKR_SLOW_S", "0.1")
     ledger_file = ledger.ledger_path(tmp_path)
     partitions = 3
@@ -91,18 +106,26 @@ def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_pat
     group = topology.consumer_group(topology.tier(0))
 
     def operator(**kwargs) -> ReprocessTierOperator:
-        return ReprocessTierOperator(task_id="reprocess", topology=str(tmp_path / "topology.yaml"), tier=0,
-                                     handler="tests.support.ledger_handler:slow_indexed",
-                                     value_deserializer="tests.support.ledger_handler:decode",
-                                     options={"batch_size": 5, "chunk_size": CHUNK}, parallelism=partitions,
-                                     cutoff="2100-01-01T00:00:00", **kwargs)
+        return ReprocessTierOperator(
+            task_id="reprocess",
+            topology=str(tmp_path / "topology.yaml"),
+            tier=0,
+            handler="tests.support.ledger_handler:slow_indexed",
+            value_deserializer="tests.support.ledger_handler:decode",
+            options={"batch_size": 5, "chunk_size": CHUNK},
+            parallelism=partitions,
+            cutoff="2100-01-01T00:00:00",
+            **kwargs,
+        )
 
     def check_boundaries(document: dict, reason: str) -> dict[int, int]:
         assert document["stopped"] == reason, document
         boundaries = {}
         for part in document["partitions"]:
             assert part["status"] == "ok" and part["stopped_by"] == reason, part
-            boundary = part["committed_offset"] if part["committed_offset"] is not None else part["start_offset"]
+            boundary = (
+                part["committed_offset"] if part["committed_offset"] is not None else part["start_offset"]
+            )
             assert boundary is not None and boundary < COUNT and boundary % CHUNK == 0, part
             boundaries[part["partition"]] = boundary
         assert ledger.committed(kafka_bootstrap, group, topology.topic, partitions) == boundaries
@@ -130,8 +153,12 @@ def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_pat
 
     operator().execute({**context, "ti": TI()})
     for tier in topology.tiers[1:]:
-        ReprocessTierOperator(task_id=f"tier_{tier.index}", topology=str(tmp_path / "topology.yaml"), tier=tier.index,
-                              handler="tests.support.ledger_handler:indexed",
-                              value_deserializer="tests.support.ledger_handler:decode",
-                              cutoff="2100-01-01T00:00:00").execute({**context, "ti": TI()})
+        ReprocessTierOperator(
+            task_id=f"tier_{tier.index}",
+            topology=str(tmp_path / "topology.yaml"),
+            tier=tier.index,
+            handler="tests.support.ledger_handler:indexed",
+            value_deserializer="tests.support.ledger_handler:decode",
+            cutoff="2100-01-01T00:00:00",
+        ).execute({**context, "ti": TI()})
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, partitions)

@@ -66,8 +66,12 @@ def _produce(bootstrap: str, topic: str) -> dict[str, int]:
     script = {str(i): (2, 3, 0)[i % 3] for i in range(COUNT)}
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for i, (rid, succeed_on) in enumerate(script.items()):
-        producer.produce(topic, key=rid.encode(), partition=i % PARTITIONS,
-                         value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode())
+        producer.produce(
+            topic,
+            key=rid.encode(),
+            partition=i % PARTITIONS,
+            value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode(),
+        )
     assert producer.flush(30) == 0
     return script
 
@@ -91,17 +95,22 @@ def _breakdown(task_times: list[tuple], dag_id: str, first_due_ms: int) -> str:
     for dag, run_id, task, state, start, end in task_times:
         if dag == dag_id:
             runs.setdefault(run_id, {})[task] = (state, _seconds(start), _seconds(end))
-    drained = [r for r in runs.values() if r.get("reprocess", ("",))[0] == "success"
-               and r.get("wait_for_due", ("",))[0] == "success"]
+    drained = [
+        r
+        for r in runs.values()
+        if r.get("reprocess", ("",))[0] == "success" and r.get("wait_for_due", ("",))[0] == "success"
+    ]
     if not drained:
         return "no run drained records"
     gap = statistics.median(r["reprocess"][1] - r["wait_for_due"][2] for r in drained)
     took = statistics.median(r["reprocess"][2] - r["reprocess"][1] for r in drained)
     waited = statistics.median(r["wait_for_due"][2] - r["wait_for_due"][1] for r in drained)
     resumed = min(r["wait_for_due"][2] for r in drained) - first_due_ms / 1000
-    return (f"first due record -> due sensor done {resumed:.1f}s (trigger fires, the scheduler resumes the "
-            f"sensor in a new task process; the sensor ran {waited:.1f}s in all, deferral included), sensor done "
-            f"-> reprocess started {gap:.1f}s, reprocess task {took:.1f}s; over {len(drained)} run(s)")
+    return (
+        f"first due record -> due sensor done {resumed:.1f}s (trigger fires, the scheduler resumes the "
+        f"sensor in a new task process; the sensor ran {waited:.1f}s in all, deferral included), sensor done "
+        f"-> reprocess started {gap:.1f}s, reprocess task {took:.1f}s; over {len(drained)} run(s)"
+    )
 
 
 def _lateness(entries: list[dict]) -> tuple[float, float]:
@@ -112,9 +121,16 @@ def _lateness(entries: list[dict]) -> tuple[float, float]:
 def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, request):
     main = unique_topic("e2e")
     topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(json.dumps({
-        "topic": main, "group_id": f"{main}-svc", "attempts": 3,
-        "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]}}))
+    topology_file.write_text(
+        json.dumps(
+            {
+                "topic": main,
+                "group_id": f"{main}-svc",
+                "attempts": 3,
+                "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]},
+            }
+        )
+    )
     topology = load_topology(topology_file)
     create_topics(kafka_bootstrap, [main], PARTITIONS)  # the service's topic; the DAGs create the others
     request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
@@ -122,18 +138,27 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, req
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
     home = tmp_path / "airflow"
-    env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
-        "bootstrap.servers": kafka_bootstrap}}}, extra={
-        "AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log)}, pythonpath=[REPO])
-    (home / "dags" / "e2e_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(
-        topology=str(topology_file), min_schedule=int(MIN_SCHEDULE.total_seconds()))))
+    env = airflow_env(
+        home,
+        connections={
+            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+        },
+        extra={"AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log)},
+        pythonpath=[REPO],
+    )
+    (home / "dags" / "e2e_tiers.py").write_text(
+        textwrap.dedent(
+            DAG_FILE.format(topology=str(topology_file), min_schedule=int(MIN_SCHEDULE.total_seconds()))
+        )
+    )
     dlt = topology.dlt_topic
     expected_dlt = sorted(rid for rid, n in script.items() if n == 0)
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
 
     def done(entries: list[dict]) -> bool:
-        finals = {e["id"] for e in entries if e["ok"]} | {e["id"] for e in entries
-                                                          if e["topic"] == retry2 and not e["ok"]}
+        finals = {e["id"] for e in entries if e["ok"]} | {
+            e["id"] for e in entries if e["topic"] == retry2 and not e["ok"]
+        }
         return len(finals) == COUNT
 
     with AirflowCluster(home, env, cwd=REPO) as cluster:
@@ -146,14 +171,20 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, req
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and _watched(_ledger(notify_log)) < len(expected_dlt):
             time.sleep(1)
-        states = Counter((dag, task, state) for dag, task, state in cluster.query(
-            "SELECT dag_id, task_id, state FROM task_instance"))
-        task_times = cluster.query("SELECT dag_id, run_id, task_id, state, start_date, end_date FROM task_instance")
+        states = Counter(
+            (dag, task, state)
+            for dag, task, state in cluster.query("SELECT dag_id, task_id, state FROM task_instance")
+        )
+        task_times = cluster.query(
+            "SELECT dag_id, run_id, task_id, state, start_date, end_date FROM task_instance"
+        )
         logs = {name: cluster.log_tail(name, 1500) for name in ("scheduler", "triggerer")}
     entries = _ledger(timed_ledger)
-    assert done(entries), (f"not every record reached its end within {DEADLINE_S}s; handled: "
-                           f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; task states: "
-                           f"{dict(states)}; logs: {logs}")
+    assert done(entries), (
+        f"not every record reached its end within {DEADLINE_S}s; handled: "
+        f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; task states: "
+        f"{dict(states)}; logs: {logs}"
+    )
 
     # every record: fails once on the main topic, then follows its script, each step once
     by_id: dict[str, list[dict]] = {}
@@ -175,7 +206,9 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, req
     # the reprocess runs that dead-lettered records notified them, with the counts
     notes = _ledger(notify_log)
     reprocess_notes = [n for n in notes if n["task_id"] == "reprocess"]
-    assert sum(sum(n["summary"]["totals"]["dead_lettered"].values()) for n in reprocess_notes) == len(expected_dlt)
+    assert sum(sum(n["summary"]["totals"]["dead_lettered"].values()) for n in reprocess_notes) == len(
+        expected_dlt
+    )
     assert {n["dag_id"] for n in reprocess_notes} == {f"e2e__{retry2}"}
     # ... and the DLT watch reported each DLT record once, to the same notifier
     assert _watched(notes) == len(expected_dlt), [n for n in notes if n["task_id"] == "watch_dlt"]
@@ -185,7 +218,9 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, req
         print(f"\nend-to-end lateness (handled - due), {COUNT} records over {PARTITIONS} partitions:")
         for topic, delay in zip((retry1, retry2), DELAYS_S, strict=True):
             p50, worst = _lateness([e for e in entries if e["topic"] == topic])
-            print(f"  {topic} (delay {delay}s, target <= {delay * 0.1:.0f}s + scheduler cycle): "
-                  f"p50 {p50:.2f}s, max {worst:.2f}s")
+            print(
+                f"  {topic} (delay {delay}s, target <= {delay * 0.1:.0f}s + scheduler cycle): "
+                f"p50 {p50:.2f}s, max {worst:.2f}s"
+            )
             first_due = min(e["due_ms"] for e in entries if e["topic"] == topic)
             print(f"    where it goes: {_breakdown(task_times, f'e2e__{topic}', first_due)}")

@@ -71,8 +71,12 @@ def _script(ids: range) -> dict[str, int]:
 def _produce_slowly(bootstrap: str, topic: str, script: dict[str, int]) -> None:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for i, (rid, succeed_on) in enumerate(script.items()):
-        producer.produce(topic, key=rid.encode(), partition=i % PARTITIONS,
-                         value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode())
+        producer.produce(
+            topic,
+            key=rid.encode(),
+            partition=i % PARTITIONS,
+            value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode(),
+        )
         producer.poll(0)
         time.sleep(1 / RATE)
     assert producer.flush(30) == 0
@@ -94,30 +98,48 @@ def _lateness(entries: list[dict]) -> tuple[float, float]:
 def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, capsys, request):
     main = unique_topic("ev")
     topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(json.dumps({
-        "topic": main, "group_id": f"{main}-svc", "attempts": 3,
-        "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]}}))
+    topology_file.write_text(
+        json.dumps(
+            {
+                "topic": main,
+                "group_id": f"{main}-svc",
+                "attempts": 3,
+                "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]},
+            }
+        )
+    )
     topology = load_topology(topology_file)
-    create_topics(kafka_bootstrap, [main], PARTITIONS)  # the service's topic; the setup DAG creates the others
+    create_topics(
+        kafka_bootstrap, [main], PARTITIONS
+    )  # the service's topic; the setup DAG creates the others
     request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
     first, second = _script(range(COUNT)), _script(range(COUNT, COUNT + CRASH_COUNT))
     script = {**first, **second}
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
     home = tmp_path / "airflow"
-    env = airflow_env(home, connections={"kafka_default": {"conn_type": "kafka", "extra": {
-        "bootstrap.servers": kafka_bootstrap}}}, extra={
-        "AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log),
-        # a restarted triggerer takes over the dead one's watchers after this (default 30 s)
-        "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"}, pythonpath=[REPO])
+    env = airflow_env(
+        home,
+        connections={
+            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+        },
+        extra={
+            "AKR_TIMED_LEDGER": str(timed_ledger),
+            "AKR_NOTIFY_LOG": str(notify_log),
+            # a restarted triggerer takes over the dead one's watchers after this (default 30 s)
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+        },
+        pythonpath=[REPO],
+    )
     (home / "dags" / "ev_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
     dlt = topology.dlt_topic
     expected_dlt = sorted(rid for rid, n in script.items() if n == 0)
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
 
     def finished(entries: list[dict], ids: dict[str, int]) -> bool:
-        finals = {e["id"] for e in entries if e["ok"]} | {e["id"] for e in entries
-                                                          if e["topic"] == retry2 and not e["ok"]}
+        finals = {e["id"] for e in entries if e["ok"]} | {
+            e["id"] for e in entries if e["topic"] == retry2 and not e["ok"]
+        }
         return set(ids) <= finals
 
     def run_phase(cluster: AirflowCluster, ids: dict[str, int], kill_after: float | None = None) -> bool:
@@ -152,27 +174,39 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and _watched(_ledger(notify_log)) < len(expected_dlt):
             time.sleep(1)
-        states = Counter((dag, task, state) for dag, task, state in cluster.query(
-            "SELECT dag_id, task_id, state FROM task_instance"))
-        due_events = cluster.query("SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-                                   "WHERE a.uri LIKE 'kafka-retry-due://%'")
+        states = Counter(
+            (dag, task, state)
+            for dag, task, state in cluster.query("SELECT dag_id, task_id, state FROM task_instance")
+        )
+        due_events = cluster.query(
+            "SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            "WHERE a.uri LIKE 'kafka-retry-due://%'"
+        )
         logs = {name: cluster.log_tail(name, 1500) for name in ("scheduler", "triggerer")}
     entries = _ledger(timed_ledger)
     with capsys.disabled():
-        print(f"\nevent-driven lateness (handled - due), phase 1: {COUNT} records over {PARTITIONS} partitions "
-              f"produced at {RATE:.0f}/s, each failing once on the main topic:")
+        print(
+            f"\nevent-driven lateness (handled - due), phase 1: {COUNT} records over {PARTITIONS} partitions "
+            f"produced at {RATE:.0f}/s, each failing once on the main topic:"
+        )
         for topic, delay in zip((retry1, retry2), DELAYS_S, strict=True):
             handled = [e for e in phase1 if e["topic"] == topic]
             if handled:
                 p50, worst = _lateness(handled)
-                print(f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max {worst:.2f}s "
-                      f"over {len(handled)} records")
-        print(f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed after "
-              f"{KILL_TRIGGERER_AFTER_S}s and restarted)")
+                print(
+                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max {worst:.2f}s "
+                    f"over {len(handled)} records"
+                )
+        print(
+            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed after "
+            f"{KILL_TRIGGERER_AFTER_S}s and restarted)"
+        )
     assert killed
-    assert finished(entries, script), (f"not every record reached its end; handled: "
-                                       f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; "
-                                       f"task states: {dict(states)}; logs: {logs}")
+    assert finished(entries, script), (
+        f"not every record reached its end; handled: "
+        f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; "
+        f"task states: {dict(states)}; logs: {logs}"
+    )
 
     # every record: fails once on the main topic, then follows its script, each step exactly once
     by_id: dict[str, list[dict]] = {}
@@ -191,7 +225,8 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     # runs that a sweep started before the setup DAG created the topics were skipped, none failed
     assert not [k for k in states if k[2] == "failed"], dict(states)
     # one event per wave: no two due events name the same partition heads (the triggerer's restart included)
-    waves = Counter((uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True))
-                    for uri, extra in due_events)
+    waves = Counter(
+        (uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
+    )
     assert waves and not [w for w, n in waves.items() if n > 1], waves
     assert _watched(_ledger(notify_log)) == len(expected_dlt)

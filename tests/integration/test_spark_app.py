@@ -43,8 +43,12 @@ SPARK_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
-OPTIONS = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-                       batch_size=20, chunk_size=100)
+OPTIONS = DrainOptions(
+    handler=f"{ledger.HANDLER_MODULE}:indexed",
+    value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+    batch_size=20,
+    chunk_size=100,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +85,16 @@ class SparkRunner:
         submit_log.setLevel(logging.INFO)
         started = time.monotonic()
         try:
-            return run_spark_submit(topology_path=self.topology_file, tier=tier.index, options=self.options,
-                                    kafka_config=self.kafka_config, master=self.master, conf=self.conf,
-                                    env=self.env, on_output=self.output.append)
+            return run_spark_submit(
+                topology_path=self.topology_file,
+                tier=tier.index,
+                options=self.options,
+                kafka_config=self.kafka_config,
+                master=self.master,
+                conf=self.conf,
+                env=self.env,
+                on_output=self.output.append,
+            )
         finally:
             self.seconds.append(round(time.monotonic() - started, 1))
             submit_log.removeHandler(handler)
@@ -171,8 +182,11 @@ class SparkEnvWatcher(ProcessWatcher):
 def describe_process(cmdline: bytes) -> str:
     """``argv[0]`` and the main class / script / module of a command line, for assertion messages."""
     argv = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
-    main = [a for a in argv[1:]
-            if a.startswith(("org.apache.spark.", "pyspark.")) or a.endswith((".py", "spark-class"))]
+    main = [
+        a
+        for a in argv[1:]
+        if a.startswith(("org.apache.spark.", "pyspark.")) or a.endswith((".py", "spark-class"))
+    ]
     return " ".join([os.path.basename(argv[0]) if argv else "?", *main[:2]])
 
 
@@ -198,18 +212,26 @@ def spark_ledger(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory)
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
     events = tmp / "spark-events"
     events.mkdir()
-    runner = SparkRunner(topology_file=tmp / "topology.yaml",
-                         # a distinctive secret; librdkafka accepts sasl.password on a PLAINTEXT connection
-                         kafka_config={"bootstrap.servers": kafka_bootstrap, "sasl.username": "svc",
-                                       "sasl.password": SECRET},
-                         # the event log, uncompressed and in one file per application, so it can be searched
-                         conf={**SPARK_CONF, "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri(),
-                               "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false"})
+    runner = SparkRunner(
+        topology_file=tmp / "topology.yaml",
+        # a distinctive secret; librdkafka accepts sasl.password on a PLAINTEXT connection
+        kafka_config={"bootstrap.servers": kafka_bootstrap, "sasl.username": "svc", "sasl.password": SECRET},
+        # the event log, uncompressed and in one file per application, so it can be searched
+        conf={
+            **SPARK_CONF,
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(),
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        },
+    )
     # the worker's environment holds the Kafka connection with its password, as a deployment sets it;
     # a decoy started with that whole environment shows the watcher can see an inherited secret
     watcher = SparkEnvWatcher(SECRET, scope=str(tmp))
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": runner.kafka_config}))
+        env.setenv(
+            "AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": runner.kafka_config})
+        )
         decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(900)"], env=dict(os.environ))
         watcher.start()
         try:
@@ -218,18 +240,32 @@ def spark_ledger(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory)
             watcher.stop()
             decoy.kill()
             decoy.wait()
-    log.warning("spark ledger: %s records, %s tiers, spark-submit seconds per tier %s", COUNT, len(summaries),
-                runner.seconds)
-    return SimpleNamespace(topology=topology, inputs=inputs, ledger_file=ledger_file, summaries=summaries,
-                           runner=runner, watcher=watcher, events=events)
+    log.warning(
+        "spark ledger: %s records, %s tiers, spark-submit seconds per tier %s",
+        COUNT,
+        len(summaries),
+        runner.seconds,
+    )
+    return SimpleNamespace(
+        topology=topology,
+        inputs=inputs,
+        ledger_file=ledger_file,
+        summaries=summaries,
+        runner=runner,
+        watcher=watcher,
+        events=events,
+    )
 
 
-def test_spark_engine_gives_every_record_the_home_the_local_engine_gives(spark_ledger, kafka_bootstrap, tmp_path):
+def test_spark_engine_gives_every_record_the_home_the_local_engine_gives(
+    spark_ledger, kafka_bootstrap, tmp_path
+):
     run = spark_ledger
     ledger.check_ledger(kafka_bootstrap, run.topology, run.inputs, run.ledger_file, PARTITIONS)
     assert all(s.engine == "spark" for s in run.summaries)
-    assert [sorted(p.partition for p in s.partitions) for s in run.summaries] == \
-        [list(range(PARTITIONS))] * len(run.topology.tiers), "one Spark task per Kafka partition"
+    assert [sorted(p.partition for p in s.partitions) for s in run.summaries] == [
+        list(range(PARTITIONS))
+    ] * len(run.topology.tiers), "one Spark task per Kafka partition"
     first = run.summaries[0].to_dict()["totals"]
     assert first["drained"] == COUNT
     assert first["succeeded"] + sum(first["routed"].values()) == COUNT
@@ -242,9 +278,12 @@ def test_spark_engine_gives_every_record_the_home_the_local_engine_gives(spark_l
     local = ledger.run_tiers(local_topology, lambda tier: run_local(local_topology, tier, config, OPTIONS))
     ledger.check_ledger(kafka_bootstrap, local_topology, local_inputs, local_ledger, PARTITIONS)
     # the same records took the same path: each tier and the DLT hold the same ids, in the same order
-    assert ledger.tier_contents(kafka_bootstrap, run.topology) == ledger.tier_contents(kafka_bootstrap, local_topology)
-    assert [normalized_totals(s, run.topology) for s in run.summaries] == \
-        [normalized_totals(s, local_topology) for s in local]
+    assert ledger.tier_contents(kafka_bootstrap, run.topology) == ledger.tier_contents(
+        kafka_bootstrap, local_topology
+    )
+    assert [normalized_totals(s, run.topology) for s in run.summaries] == [
+        normalized_totals(s, local_topology) for s in local
+    ]
 
 
 def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spark_ledger):
@@ -257,7 +296,8 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
     assert not watcher.cmdline_hits, watcher.cmdline_hits
     assert not watcher.spark_env_hits, (
         f"AIRFLOW_CONN_KAFKA_DEFAULT reached {len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} Spark "
-        f"processes: {sorted({describe_process(c) for c in watcher.spark_env_hits.values()})}")
+        f"processes: {sorted({describe_process(c) for c in watcher.spark_env_hits.values()})}"
+    )
     commands = [line for line in run.runner.logged if line.startswith("spark-submit command:")]
     assert len(commands) == len(run.topology.tiers)
     assert "--kafka-config-file" in commands[0]
@@ -286,18 +326,32 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
 
 
 # ----------------------------------------------------------------------------- a task killed mid-partition
-def test_a_task_killed_mid_partition_is_retried_by_spark_and_nothing_is_lost_or_doubled(kafka_bootstrap, tmp_path):
+def test_a_task_killed_mid_partition_is_retried_by_spark_and_nothing_is_lost_or_doubled(
+    kafka_bootstrap, tmp_path
+):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.write_topology(ledger.make_topology("spark-kill"), tmp_path / "topology.yaml")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
     kills = tmp_path / "kills"
     kills.mkdir()
-    options = DrainOptions(handler="tests.support.spark_kill_handler:crash_once",
-                           value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=10, chunk_size=40)
-    runner = SparkRunner(topology_file=tmp_path / "topology.yaml", kafka_config={"bootstrap.servers": kafka_bootstrap},
-                         options=options, master="local[2,4]",  # local mode with up to 4 attempts per task
-                         env={**SPARK_ENV, "AKR_KILL_DIR": str(kills), "AKR_KILL_TOPIC": topology.topic,
-                              "AKR_KILL_AT_OFFSET": "60"})
+    options = DrainOptions(
+        handler="tests.support.spark_kill_handler:crash_once",
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+        batch_size=10,
+        chunk_size=40,
+    )
+    runner = SparkRunner(
+        topology_file=tmp_path / "topology.yaml",
+        kafka_config={"bootstrap.servers": kafka_bootstrap},
+        options=options,
+        master="local[2,4]",  # local mode with up to 4 attempts per task
+        env={
+            **SPARK_ENV,
+            "AKR_KILL_DIR": str(kills),
+            "AKR_KILL_TOPIC": topology.topic,
+            "AKR_KILL_AT_OFFSET": "60",
+        },
+    )
 
     summaries = ledger.run_tiers(topology, runner)
 
@@ -310,13 +364,16 @@ def test_a_task_killed_mid_partition_is_retried_by_spark_and_nothing_is_lost_or_
         assert partition.start_offset == 40, partition
         assert partition.drained == COUNT // PARTITIONS - 40
     # nothing lost, nothing committed twice: one home per record, no duplicates in the DLT or the tiers
-    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False,
-                        handled_once=False)
+    ledger.check_ledger(
+        kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=False, handled_once=False
+    )
     for tier in topology.retry_tiers:
         keys = [m.key() for m in ledger.read_all(kafka_bootstrap, tier.topic)]
         assert len(keys) == len(set(keys)), f"duplicates in {tier.topic}"
     handled_twice = [i for i, n in ledger.processed_ids(ledger_file).items() if n > 1]
-    assert handled_twice, "the killed attempts handled records that their retries handled again (at least once)"
+    assert handled_twice, (
+        "the killed attempts handled records that their retries handled again (at least once)"
+    )
 
 
 # ----------------------------------------------------------------------------- refusing to start
@@ -327,12 +384,18 @@ def _bad_topology(topology: Topology, path: Path) -> None:
 @pytest.mark.parametrize(
     ("problem", "expected"),
     [
-        pytest.param("handler", "handler 'tests.support.no_such_handler:handle': cannot import module "
-                                "'tests.support.no_such_handler': ModuleNotFoundError", id="handler-import-error"),
+        pytest.param(
+            "handler",
+            "handler 'tests.support.no_such_handler:handle': cannot import module "
+            "'tests.support.no_such_handler': ModuleNotFoundError",
+            id="handler-import-error",
+        ),
         pytest.param("topology", "field 'atempts': unknown key", id="bad-topology"),
     ],
 )
-def test_bad_input_fails_on_the_driver_before_any_record_is_read(problem, expected, kafka_bootstrap, tmp_path):
+def test_bad_input_fails_on_the_driver_before_any_record_is_read(
+    problem, expected, kafka_bootstrap, tmp_path
+):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_topology("spark-refuse")
     ledger.produce_inputs(kafka_bootstrap, topology, 40, PARTITIONS)
@@ -347,9 +410,15 @@ def test_bad_input_fails_on_the_driver_before_any_record_is_read(problem, expect
     started = time.monotonic()
 
     with pytest.raises(SparkAppError) as err:
-        run_spark_submit(topology_path=path, tier=0, options=options,
-                         kafka_config={"bootstrap.servers": kafka_bootstrap}, conf=SPARK_CONF, env=SPARK_ENV,
-                         on_output=output.append)
+        run_spark_submit(
+            topology_path=path,
+            tier=0,
+            options=options,
+            kafka_config={"bootstrap.servers": kafka_bootstrap},
+            conf=SPARK_CONF,
+            env=SPARK_ENV,
+            on_output=output.append,
+        )
 
     assert expected in str(err.value)
     log.warning("spark app refused %s after %.1f s", problem, time.monotonic() - started)
@@ -371,23 +440,56 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
     s3_secret = f"s3-{uuid.uuid4().hex[:12]}"  # a secret-looking Spark property: masked in the logged command
     env_secret = f"env-{uuid.uuid4().hex[:12]}"  # an executor environment variable: any value may be a secret
     jvm_secret = f"jvm-{uuid.uuid4().hex[:12]}"  # a -D...Password= inside the driver's JVM options
-    conf = [arg for key, value in {
-        **SPARK_CONF, "spark.hadoop.fs.s3a.secret.key": s3_secret, "spark.executorEnv.AKR_SERVICE_AUTH": env_secret,
-        "spark.driver.extraJavaOptions": f"{SPARK_CONF['spark.driver.extraJavaOptions']} -Dakr.db.Password={jvm_secret}",
-    }.items() for arg in ("--conf", f"{key}={value}")]
+    conf = [
+        arg
+        for key, value in {
+            **SPARK_CONF,
+            "spark.hadoop.fs.s3a.secret.key": s3_secret,
+            "spark.executorEnv.AKR_SERVICE_AUTH": env_secret,
+            "spark.driver.extraJavaOptions": f"{SPARK_CONF['spark.driver.extraJavaOptions']} -Dakr.db.Password={jvm_secret}",
+        }.items()
+        for arg in ("--conf", f"{key}={value}")
+    ]
     # the CLI runs on a worker whose environment holds the Kafka connection (and so its password);
     # SPARK_PRINT_LAUNCH_COMMAND makes spark-submit print the driver's java command line, JVM options included
-    env = {**os.environ, **SPARK_ENV, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(Path(__file__).parents[2]),
-           "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": kafka}),
-           "SPARK_PRINT_LAUNCH_COMMAND": "1"}
+    env = {
+        **os.environ,
+        **SPARK_ENV,
+        "AKR_LEDGER": ledger_file,
+        "PYTHONPATH": str(Path(__file__).parents[2]),
+        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": kafka}),
+        "SPARK_PRINT_LAUNCH_COMMAND": "1",
+    }
     watcher = SparkEnvWatcher(SECRET, scope=str(tmp_path))
     watcher.start()
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "airflow_kafka_retry.cli", "-v", "drain", "--engine", "spark", "--topology",
-             str(topology_file), "--tier", "0", "--handler", f"{ledger.HANDLER_MODULE}:indexed",
-             "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode", "--kafka-config", str(kafka_config), *conf],
-            env=env, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[2])
+            [
+                sys.executable,
+                "-m",
+                "airflow_kafka_retry.cli",
+                "-v",
+                "drain",
+                "--engine",
+                "spark",
+                "--topology",
+                str(topology_file),
+                "--tier",
+                "0",
+                "--handler",
+                f"{ledger.HANDLER_MODULE}:indexed",
+                "--value-deserializer",
+                f"{ledger.HANDLER_MODULE}:decode",
+                "--kafka-config",
+                str(kafka_config),
+                *conf,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=Path(__file__).parents[2],
+        )
     finally:
         watcher.stop()
     assert done.returncode == 0, done.stderr[-3000:]

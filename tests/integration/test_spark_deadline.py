@@ -15,13 +15,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 PARTITIONS = 2
 
 
-def test_spark_partitions_stop_at_the_deadline_and_leave_everything_for_the_next_run(kafka_bootstrap, tmp_path):
+def test_spark_partitions_stop_at_the_deadline_and_leave_everything_for_the_next_run(
+    kafka_bootstrap, tmp_path
+):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.write_topology(ledger.make_topology("spark-deadline"), tmp_path / "topology.yaml")
     ledger.produce_inputs(kafka_bootstrap, topology, 40, PARTITIONS)
     options = dataclasses.replace(OPTIONS, deadline_ms=wall_clock_ms() - 1)  # e.g. the window has closed
-    runner = SparkRunner(topology_file=tmp_path / "topology.yaml", kafka_config={"bootstrap.servers": kafka_bootstrap},
-                         options=options)
+    runner = SparkRunner(
+        topology_file=tmp_path / "topology.yaml",
+        kafka_config={"bootstrap.servers": kafka_bootstrap},
+        options=options,
+    )
 
     summary = runner(topology.tier(0))
 
@@ -31,5 +36,7 @@ def test_spark_partitions_stop_at_the_deadline_and_leave_everything_for_the_next
     for part in summary.partitions:
         assert (part.stop_reason, part.stopped_by, part.drained) == ("stopped", "deadline", 0), part
     group = topology.consumer_group(topology.tier(0))
-    assert all(offset < 0 for offset in ledger.committed(kafka_bootstrap, group, topology.topic, PARTITIONS).values())
+    assert all(
+        offset < 0 for offset in ledger.committed(kafka_bootstrap, group, topology.topic, PARTITIONS).values()
+    )
     assert not ledger.processed_ids(ledger_file)

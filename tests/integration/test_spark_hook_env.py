@@ -31,8 +31,10 @@ SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
 DRIVER_ID = f"driver-20261123000000-{uuid.uuid4().hex[:4]}"
 YARN_APP = "application_1700000000000_0042"
 WITHHELD = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__")
-HOOKS = [pytest.param(SparkSubmitHook, True, id="provider-hook-leaks"),
-         pytest.param(IsolatedSparkSubmitHook, False, id="isolated-hook")]
+HOOKS = [
+    pytest.param(SparkSubmitHook, True, id="provider-hook-leaks"),
+    pytest.param(IsolatedSparkSubmitHook, False, id="isolated-hook"),
+]
 
 RECORDER = """#!/bin/sh
 # stand-in for a cluster tool: records how it was started, then answers like the real one
@@ -59,14 +61,29 @@ def worker(monkeypatch, tmp_path) -> Path:
         tool.chmod(tool.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("AKR_RECORD_DIR", str(record))
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": "kafka-1:9092", "sasl.password": SECRET}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": "kafka-1:9092", "sasl.password": SECRET}}
+        ),
+    )
     monkeypatch.setenv("AIRFLOW_VAR_API_TOKEN", SECRET)
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", SECRET)
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_STANDALONE", json.dumps(
-        {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077, "extra": {"deploy-mode": "cluster"}}))
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_YARN", json.dumps(
-        {"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_STANDALONE",
+        json.dumps(
+            {
+                "conn_type": "spark",
+                "host": "spark://127.0.0.1",
+                "port": 7077,
+                "extra": {"deploy-mode": "cluster"},
+            }
+        ),
+    )
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_SPARK_YARN",
+        json.dumps({"conn_type": "spark", "host": "yarn", "extra": {"deploy-mode": "cluster"}}),
+    )
     return record
 
 
@@ -84,7 +101,9 @@ def _recorded(record: Path, tool: str) -> list[tuple[list[str], dict[str, str]]]
 def _check_env(env: dict[str, str], leaks: bool) -> None:
     assert env["AKR_RECORD_DIR"], "the stand-in did not record the worker's ordinary environment"
     if leaks:
-        assert SECRET in json.dumps(env), "the control run did not see the worker's secrets: the check proves nothing"
+        assert SECRET in json.dumps(env), (
+            "the control run did not see the worker's secrets: the check proves nothing"
+        )
     else:
         assert SECRET not in json.dumps(env)
         assert not [k for k in env if k.startswith(WITHHELD)], sorted(env)
@@ -101,8 +120,10 @@ def test_spark_submit_status_and_kill_of_a_standalone_driver(worker, hook_class,
 
     assert hook._driver_status == "FINISHED"
     runs = _recorded(worker, "spark-submit")
-    assert [args for args, _ in runs] == [["--master", "spark://127.0.0.1:7077", "--status", DRIVER_ID],
-                                          ["--master", "spark://127.0.0.1:7077", "--kill", DRIVER_ID]]
+    assert [args for args, _ in runs] == [
+        ["--master", "spark://127.0.0.1:7077", "--status", DRIVER_ID],
+        ["--master", "spark://127.0.0.1:7077", "--kill", DRIVER_ID],
+    ]
     for _, env in runs:
         _check_env(env, leaks)
 
@@ -154,7 +175,9 @@ def test_rest_status_and_kill_run_curl_without_the_workers_secrets(worker, hook_
         server.shutdown()
         server.server_close()
     assert [request for request, _ in _StatusEndpoint.seen] == [
-        f"GET /v1/submissions/status/{DRIVER_ID}", f"POST /v1/submissions/kill/{DRIVER_ID}"]
+        f"GET /v1/submissions/status/{DRIVER_ID}",
+        f"POST /v1/submissions/kill/{DRIVER_ID}",
+    ]
     for _, env in _StatusEndpoint.seen:
         assert env, "the endpoint could not read curl's environment"
         _check_env(env, leaks)
@@ -164,8 +187,11 @@ def test_rest_status_and_kill_run_curl_without_the_workers_secrets(worker, hook_
 def test_a_yarn_kill_while_spark_submit_runs_and_the_post_submit_commands(worker, hook_class, leaks):
     from airflow.providers.common.compat.sdk import AirflowException
 
-    hook = hook_class(conn_id="spark_yarn", env_vars={"HADOOP_CONF_DIR": "/etc/hadoop/conf"},
-                      post_submit_commands=["akr-sidecar-stop post-submit"])
+    hook = hook_class(
+        conn_id="spark_yarn",
+        env_vars={"HADOOP_CONF_DIR": "/etc/hadoop/conf"},
+        post_submit_commands=["akr-sidecar-stop post-submit"],
+    )
 
     def kill_once_submitted() -> None:  # what Airflow does on SIGTERM while the task blocks in submit()
         deadline = time.monotonic() + 60

@@ -92,18 +92,28 @@ def _airflow_env(tmp_path: Path, kafka_bootstrap: str, ledger_file: str) -> dict
     home = tmp_path / "airflow"
     (home / "dags").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {
-            "bootstrap.servers": kafka_bootstrap, "sasl.username": "svc", "sasl.password": SECRET}}),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-        "AKR_LEDGER": ledger_file,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                {
+                    "conn_type": "kafka",
+                    "extra": {
+                        "bootstrap.servers": kafka_bootstrap,
+                        "sasl.username": "svc",
+                        "sasl.password": SECRET,
+                    },
+                }
+            ),
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+            "AKR_LEDGER": ledger_file,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+    )
     return env
 
 
@@ -115,8 +125,9 @@ def _json_lines(stdout: str) -> list:
 def _xcom(db: Path, dag_id: str, task_id: str, key: str) -> list:
     """The values (decoded) of one XCom key of one task, read from the metadata DB (``xcom.value`` is JSON)."""
     with closing(sqlite3.connect(db)) as con:
-        rows = con.execute('SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND "key" = ?',
-                           (dag_id, task_id, key)).fetchall()
+        rows = con.execute(
+            'SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND "key" = ?', (dag_id, task_id, key)
+        ).fetchall()
     return [json.loads(value) for (value,) in rows]
 
 
@@ -134,34 +145,67 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     out.mkdir()
     env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)
     dag_file = Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "akr_spark_reprocess.py"
-    dag_file.write_text(textwrap.dedent(DAG_FILE.format(topology=str(tmp_path / "topology.yaml"), out=str(out),
-                                                         fail_topology=str(tmp_path / "fail-topology.yaml"),
-                                                         conf=SPARK_CONF)))
+    dag_file.write_text(
+        textwrap.dedent(
+            DAG_FILE.format(
+                topology=str(tmp_path / "topology.yaml"),
+                out=str(out),
+                fail_topology=str(tmp_path / "fail-topology.yaml"),
+                conf=SPARK_CONF,
+            )
+        )
+    )
     airflow = str(Path(sys.executable).with_name("airflow"))
 
-    migrate = subprocess.run([airflow, "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True,
-                             timeout=300)
+    migrate = subprocess.run(
+        [airflow, "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert migrate.returncode == 0, migrate.stderr[-3000:]
-    reserialize = subprocess.run([airflow, "dags", "reserialize"], env=env, cwd=REPO, capture_output=True,
-                                 text=True, timeout=300)
+    reserialize = subprocess.run(
+        [airflow, "dags", "reserialize"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
     assert reserialize.returncode == 0, reserialize.stderr[-3000:]
-    watcher = SparkEnvWatcher(SECRET, scope=str(tmp_path))  # every process's command line and environment, while the DAG runs
+    watcher = SparkEnvWatcher(
+        SECRET, scope=str(tmp_path)
+    )  # every process's command line and environment, while the DAG runs
     watcher.start()
     try:
-        run = subprocess.run([airflow, "dags", "test", "akr_spark_reprocess"], env=env, cwd=REPO,
-                             capture_output=True, text=True, timeout=600)
+        run = subprocess.run(
+            [airflow, "dags", "test", "akr_spark_reprocess"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         watcher.stop()
     output = run.stdout + run.stderr
     (tmp_path / "airflow-output.txt").write_text(output)  # kept for debugging a failure
-    runs = subprocess.run([airflow, "dags", "list-runs", "akr_spark_reprocess", "-o", "json"], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    runs = subprocess.run(
+        [airflow, "dags", "list-runs", "akr_spark_reprocess", "-o", "json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     [dag_run] = _json_lines(runs.stdout)
-    listed = subprocess.run([airflow, "tasks", "states-for-dag-run", "akr_spark_reprocess", dag_run["run_id"],
-                             "-o", "json"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        [airflow, "tasks", "states-for-dag-run", "akr_spark_reprocess", dag_run["run_id"], "-o", "json"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
-    assert states == {"reprocess_main": "success", "record": "success", "bad_handler": "failed",
-                      "failing_partitions": "failed"}, output[-5000:]
+    assert states == {
+        "reprocess_main": "success",
+        "record": "success",
+        "bad_handler": "failed",
+        "failing_partitions": "failed",
+    }, output[-5000:]
     # the summary went to XCom and says what happened to the main topic
     summary = json.loads((out / "xcom.json").read_text())
     assert summary["engine"] == "spark" and summary["status"] == "ok" and summary["tier"] == 0
@@ -184,8 +228,10 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     assert not [p for p in private if os.path.exists(p)]
     assert not (Path(tempfile.gettempdir()) / "airflow-kafka-retry" / "akr_spark_reprocess").exists()
     # the bad handler failed with a readable reason, before anything was read
-    assert "the Spark application refused to start: handler 'tests.support.no_such_handler:handle': " \
-           "cannot import module 'tests.support.no_such_handler'" in output
+    assert (
+        "the Spark application refused to start: handler 'tests.support.no_such_handler:handle': "
+        "cannot import module 'tests.support.no_such_handler'" in output
+    )
     # the Kafka password is nowhere in what Airflow printed (task logs, spark-submit output) nor in XCom
     assert SECRET not in output
     assert SECRET not in json.dumps(summary)
@@ -204,13 +250,17 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     for p in parts:
         # the handler was called on the partition's records (the bad index is judged against the real batch)
         assert p["status"] == "failed", p
-        assert p["error"] == "UserCodeError: handler 'tests.support.ledger_handler:bad_index' raised " \
-            "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first record " \
-            f"of the batch: {fail_topology.topic}[{p['partition']}]@0", p
+        assert (
+            p["error"] == "UserCodeError: handler 'tests.support.ledger_handler:bad_index' raised "
+            "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first record "
+            f"of the batch: {fail_topology.topic}[{p['partition']}]@0"
+        ), p
         assert p["committed_offset"] is None and p["succeeded"] == 0, p
     # ... and the task failed with the message naming each failed partition and its error
-    assert f"Spark reprocessing of {fail_topology.topic} (tier 0, group {fail_group}) failed on {PARTITIONS} of " \
-           f"{PARTITIONS} partition(s); other partitions committed their progress" in output, output[-5000:]
+    assert (
+        f"Spark reprocessing of {fail_topology.topic} (tier 0, group {fail_group}) failed on {PARTITIONS} of "
+        f"{PARTITIONS} partition(s); other partitions committed their progress" in output
+    ), output[-5000:]
     for p in parts:
         assert f"  partition {p['partition']}: {p['error']} (committed up to None)" in output, output[-5000:]
     # nothing was committed for the failing partitions
@@ -220,11 +270,15 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     # the Kafka password is in no file under AIRFLOW_HOME: the metadata DB (and its WAL, if any), the
     # config, any log file. (``dags test`` runs tasks in-process: their logs are ``output``, checked above.)
     files = [p for p in home.rglob("*") if p.is_file()]
-    assert db in files and fail_topology.topic.encode() in db.read_bytes(), "the DB scan would not see stored text"
+    assert db in files and fail_topology.topic.encode() in db.read_bytes(), (
+        "the DB scan would not see stored text"
+    )
     assert not [str(p) for p in files if SECRET.encode() in p.read_bytes()]
     with closing(sqlite3.connect(db)) as con:
-        for table, tasks in (("xcom", {"reprocess_main", "failing_partitions"}),
-                             ("rendered_task_instance_fields", {"reprocess_main", "failing_partitions"})):
+        for table, tasks in (
+            ("xcom", {"reprocess_main", "failing_partitions"}),
+            ("rendered_task_instance_fields", {"reprocess_main", "failing_partitions"}),
+        ):
             columns = [row[1] for row in con.execute(f"PRAGMA table_info({table})")]
             assert "task_id" in columns, (table, columns)
             rows = [dict(zip(columns, row)) for row in con.execute(f"SELECT * FROM {table}")]
@@ -235,9 +289,12 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     # AIRFLOW_CONN_KAFKA_DEFAULT, as a deployment would set it)
     assert watcher.spark_submits, "the watcher saw no spark-submit: the process checks below would be vacuous"
     assert watcher.spark_envs_read, "the watcher read no Spark process's environment"
-    assert watcher.other_env_hits, "the watcher did not even see the airflow CLI's environment holding the secret"
+    assert watcher.other_env_hits, (
+        "the watcher did not even see the airflow CLI's environment holding the secret"
+    )
     assert not watcher.cmdline_hits, watcher.cmdline_hits
     assert not watcher.spark_env_hits, (
         f"the Spark application inherited the Kafka password in its environment: "
         f"{len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} Spark processes: "
-        f"{sorted(Counter(describe_process(c) for c in watcher.spark_env_hits.values()).items())}")
+        f"{sorted(Counter(describe_process(c) for c in watcher.spark_env_hits.values()).items())}"
+    )

@@ -63,13 +63,24 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
     out.mkdir()
     env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)
     server = kafka_bootstrap.split(",")[0]
-    (Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "akr_spark_notify.py").write_text(textwrap.dedent(DAG_FILE.format(
-        out=str(out), topology=str(tmp_path / "topology.yaml"), conf=SPARK_CONF, server=server)))
+    (Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / "akr_spark_notify.py").write_text(
+        textwrap.dedent(
+            DAG_FILE.format(
+                out=str(out), topology=str(tmp_path / "topology.yaml"), conf=SPARK_CONF, server=server
+            )
+        )
+    )
     _airflow(env, "db", "migrate")
     _airflow(env, "dags", "reserialize")
 
-    run = subprocess.run([str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_spark_notify"],
-                         env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    run = subprocess.run(
+        [str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_spark_notify"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = run.stdout + run.stderr
     (out / "airflow-output.txt").write_text(output)
     assert _states(env, "akr_spark_notify") == {"reprocess_main": "success"}, output[-5000:]
@@ -84,7 +95,9 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
     assert len(note["dead_letters"]) == to_dlt
     group = topology.consumer_group(topology.tier(0))
     extra = {"source_topic": topology.topic, "source_tier": 0, "group": group}
-    assert sorted(_asset_events(tmp_path / "airflow" / "airflow.db", "akr_spark_notify")) == sorted([
-        ("reprocess_main", f"kafka://{server}/{tier1}", {"records": retried, **extra}),
-        ("reprocess_main", f"kafka://{server}/{topology.dlt_topic}", {"records": to_dlt, **extra}),
-    ])
+    assert sorted(_asset_events(tmp_path / "airflow" / "airflow.db", "akr_spark_notify")) == sorted(
+        [
+            ("reprocess_main", f"kafka://{server}/{tier1}", {"records": retried, **extra}),
+            ("reprocess_main", f"kafka://{server}/{topology.dlt_topic}", {"records": to_dlt, **extra}),
+        ]
+    )

@@ -32,7 +32,13 @@ from airflow_kafka_retry.spark.submit import (
     spark_app_environment,
     spark_submit_command,
 )
-from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, SPARK_ENV, SparkEnvWatcher, describe_process
+from tests.integration.test_spark_app import (
+    PARTITIONS,
+    SPARK_CONF,
+    SPARK_ENV,
+    SparkEnvWatcher,
+    describe_process,
+)
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -42,8 +48,12 @@ SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
 #: one worker with one core; its executor (512 MiB) in a JVM of its own
 LOCAL_CLUSTER = "local-cluster[1,1,768]"
 CLUSTER_CONF = {**SPARK_CONF, "spark.executor.memory": "512m"}
-OPTIONS = DrainOptions(handler=f"{ledger.HANDLER_MODULE}:indexed",
-                       value_deserializer=f"{ledger.HANDLER_MODULE}:decode", batch_size=20, chunk_size=100)
+OPTIONS = DrainOptions(
+    handler=f"{ledger.HANDLER_MODULE}:indexed",
+    value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+    batch_size=20,
+    chunk_size=100,
+)
 
 
 def _kafka(bootstrap: str) -> dict[str, str]:
@@ -60,44 +70,77 @@ def test_cli_refuses_to_send_secrets_to_a_cluster_master_without_rpc_protection(
     ledger.write_topology(ledger.make_topology("cli-refuse"), topology_file)
     kafka_config = tmp_path / "kafka.json"
     kafka_config.write_text(json.dumps(_kafka("127.0.0.1:1")))
-    cmd = [sys.executable, "-m", "airflow_kafka_retry.cli", "-v", "drain", "--engine", "spark",
-           "--master", LOCAL_CLUSTER, "--conf", "spark.authenticate=true", "--topology", str(topology_file),
-           "--tier", "0", "--handler", f"{ledger.HANDLER_MODULE}:indexed", "--kafka-config", str(kafka_config)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "airflow_kafka_retry.cli",
+        "-v",
+        "drain",
+        "--engine",
+        "spark",
+        "--master",
+        LOCAL_CLUSTER,
+        "--conf",
+        "spark.authenticate=true",
+        "--topology",
+        str(topology_file),
+        "--tier",
+        "0",
+        "--handler",
+        f"{ledger.HANDLER_MODULE}:indexed",
+        "--kafka-config",
+        str(kafka_config),
+    ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_CONF_DIR": str(tmp_path)}  # no spark-defaults.conf
 
     refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
 
     assert refused.returncode == 2, refused.stderr[-2000:]
-    assert ("airflow-kafka-retry: error: the Kafka configuration holds secrets (sasl.password) and every Spark task "
-            f"carries it to the executors of master '{LOCAL_CLUSTER}' over Spark's RPC, which is not protected: "
-            "spark.network.crypto.enabled is not set (looked in --conf)") in refused.stderr
+    assert (
+        "airflow-kafka-retry: error: the Kafka configuration holds secrets (sasl.password) and every Spark task "
+        f"carries it to the executors of master '{LOCAL_CLUSTER}' over Spark's RPC, which is not protected: "
+        "spark.network.crypto.enabled is not set (looked in --conf)"
+    ) in refused.stderr
     assert "spark-submit command" not in refused.stderr, "spark-submit was started"
     assert SECRET not in refused.stdout + refused.stderr
 
 
 @pytest.mark.slow
-def test_the_driver_refuses_when_spark_runs_it_with_a_cluster_master_and_unprotected_rpc(kafka_bootstrap, tmp_path):
+def test_the_driver_refuses_when_spark_runs_it_with_a_cluster_master_and_unprotected_rpc(
+    kafka_bootstrap, tmp_path
+):
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.write_topology(ledger.make_topology("drv-refuse"), tmp_path / "topology.yaml")
     ledger.produce_inputs(kafka_bootstrap, topology, 20, PARTITIONS)
     # the submitting side was told the run is local, so its own check passes; Spark runs it on local-cluster
-    with prepare_submission(topology_path=tmp_path / "topology.yaml", tier=0, options=OPTIONS,
-                            kafka_config=_kafka(kafka_bootstrap), master="local[2]") as submission:
+    with prepare_submission(
+        topology_path=tmp_path / "topology.yaml",
+        tier=0,
+        options=OPTIONS,
+        kafka_config=_kafka(kafka_bootstrap),
+        master="local[2]",
+    ) as submission:
         cmd = spark_submit_command(submission, master=LOCAL_CLUSTER, conf=CLUSTER_CONF)
         done = subprocess.run(cmd, env=_submit_env(), capture_output=True, text=True, timeout=300)
         with pytest.raises(SparkAppError) as err:
             submission.read_summary()
     output = done.stdout + done.stderr
     assert done.returncode == 2, output[-3000:]
-    assert str(err.value).startswith("the Kafka configuration holds secrets (sasl.password) and every Spark task "
-                                     f"carries it to the executors of master '{LOCAL_CLUSTER}' over Spark's RPC, "
-                                     "which is not protected: spark.authenticate, spark.network.crypto.enabled are "
-                                     "not set in the Spark configuration the driver runs with.")
+    assert str(err.value).startswith(
+        "the Kafka configuration holds secrets (sasl.password) and every Spark task "
+        f"carries it to the executors of master '{LOCAL_CLUSTER}' over Spark's RPC, "
+        "which is not protected: spark.authenticate, spark.network.crypto.enabled are "
+        "not set in the Spark configuration the driver runs with."
+    )
     assert "refusing to start" in output
     assert "Running Spark version" in output, "the check must run on the driver's live Spark configuration"
     assert "Starting task" not in output, "a task (and with it the Kafka password) went to an executor"
-    assert all(offset < 0 for offset in ledger.committed(kafka_bootstrap, topology.group_id, topology.topic,
-                                                         PARTITIONS).values())
+    assert all(
+        offset < 0
+        for offset in ledger.committed(
+            kafka_bootstrap, topology.group_id, topology.topic, PARTITIONS
+        ).values()
+    )
     assert ledger.processed_ids(ledger_file) == {}
     assert SECRET not in output
 
@@ -107,17 +150,28 @@ def test_secrets_reach_executors_in_their_own_jvm_over_authenticated_encrypted_r
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.write_topology(ledger.make_topology("protected"), tmp_path / "topology.yaml")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, 40, PARTITIONS)
-    protected = {**CLUSTER_CONF, "spark.authenticate": "true", "spark.network.crypto.enabled": "true",
-                 # a standalone master (local-cluster is one) needs the shared secret given; YARN and
-                 # Kubernetes generate one per application
-                 "spark.authenticate.secret": uuid.uuid4().hex}
+    protected = {
+        **CLUSTER_CONF,
+        "spark.authenticate": "true",
+        "spark.network.crypto.enabled": "true",
+        # a standalone master (local-cluster is one) needs the shared secret given; YARN and
+        # Kubernetes generate one per application
+        "spark.authenticate.secret": uuid.uuid4().hex,
+    }
     output: list[str] = []
     watcher = SparkEnvWatcher(SECRET, scope=str(tmp_path))
     watcher.start()
     try:
-        summary = run_spark_submit(topology_path=tmp_path / "topology.yaml", tier=0, options=OPTIONS,
-                                   kafka_config=_kafka(kafka_bootstrap), master=LOCAL_CLUSTER, conf=protected,
-                                   env=SPARK_ENV, on_output=output.append)
+        summary = run_spark_submit(
+            topology_path=tmp_path / "topology.yaml",
+            tier=0,
+            options=OPTIONS,
+            kafka_config=_kafka(kafka_bootstrap),
+            master=LOCAL_CLUSTER,
+            conf=protected,
+            env=SPARK_ENV,
+            on_output=output.append,
+        )
     finally:
         watcher.stop()
     assert summary.ok and summary.engine == "spark", "\n".join(output[-60:])
@@ -127,8 +181,9 @@ def test_secrets_reach_executors_in_their_own_jvm_over_authenticated_encrypted_r
     # the tasks ran in an executor JVM of their own, reached over authenticated RPC
     assert watcher.executor_jvms, "no executor JVM of this run was seen: the run proves nothing about RPC"
     assert [line for line in output if "SecurityManager: authentication enabled" in line]
-    assert not watcher.cmdline_hits and not watcher.spark_env_hits, \
-        sorted({describe_process(c) for c in watcher.spark_env_hits.values()})
+    assert not watcher.cmdline_hits and not watcher.spark_env_hits, sorted(
+        {describe_process(c) for c in watcher.spark_env_hits.values()}
+    )
     assert not [line for line in output if SECRET in line]
 
 
@@ -141,8 +196,14 @@ def test_the_driver_will_not_write_its_summary_through_a_planted_symlink(tmp_pat
     shared.mkdir()
     result = shared / "summary.json"
     result.symlink_to(victim)  # planted by another local user before the run
-    with prepare_submission(topology_path=topology_file, tier=0, options=OPTIONS, master="local[2]",
-                            kafka_config=_kafka("127.0.0.1:1"), result_path=str(result)) as submission:
+    with prepare_submission(
+        topology_path=topology_file,
+        tier=0,
+        options=OPTIONS,
+        master="local[2]",
+        kafka_config=_kafka("127.0.0.1:1"),
+        result_path=str(result),
+    ) as submission:
         cmd = spark_submit_command(submission, master="local[2]", conf=SPARK_CONF)
         done = subprocess.run(cmd, env=_submit_env(), capture_output=True, text=True, timeout=300)
     output = done.stdout + done.stderr

@@ -26,17 +26,40 @@ pytestmark = [pytest.mark.integration]
 ROOT = Path(__file__).parents[2]
 PARTITIONS = 2
 # mode -> (home, attempts header in that home): attempts 4, so 'permanent' reaches the DLT at attempt 5
-FATES = {"ok": ("processed", None), "transient:1": ("processed", None), "transient:2": ("processed", None),
-         "permanent": ("dlt", 5), "fatal": ("invalid-dlt", 2), "bad-json": ("dlt", 2)}
+FATES = {
+    "ok": ("processed", None),
+    "transient:1": ("processed", None),
+    "transient:2": ("processed", None),
+    "permanent": ("dlt", 5),
+    "fatal": ("invalid-dlt", 2),
+    "bad-json": ("dlt", 2),
+}
 
 
 def drain(topology_file: Path, tier: str, bootstrap: str, ledger_file: str) -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--topology", str(topology_file), "--tier", tier,
-         "--handler", f"{ledger.HANDLER_MODULE}:indexed", "--value-deserializer", f"{ledger.HANDLER_MODULE}:decode",
-         "--bootstrap", bootstrap],
-        env={**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-        timeout=180, cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_retry.cli",
+            "drain",
+            "--topology",
+            str(topology_file),
+            "--tier",
+            tier,
+            "--handler",
+            f"{ledger.HANDLER_MODULE}:indexed",
+            "--value-deserializer",
+            f"{ledger.HANDLER_MODULE}:decode",
+            "--bootstrap",
+            bootstrap,
+        ],
+        env={**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout)
 
@@ -45,13 +68,20 @@ def test_spring_32_path_end_to_end(kafka_bootstrap, tmp_path):
     ledger_file = ledger.ledger_path(tmp_path)
     topic = unique_topic("spring32")
     topology_file = tmp_path / "orders.yaml"
-    topology_file.write_text(yaml.safe_dump({
-        "topic": topic, "group_id": "orders-service", "compat": "spring-3.2", "attempts": 4,
-        "backoff": {"kind": "fixed", "delay": "0ms"},
-        # as in Spring, routing an exception to its own DLT does not make it fatal: that is not_retryable
-        "not_retryable": [f"{ledger.HANDLER_MODULE}.InvalidOrder"],
-        "dlt_routing": {"-invalid": [f"{ledger.HANDLER_MODULE}.InvalidOrder"]},
-    }))
+    topology_file.write_text(
+        yaml.safe_dump(
+            {
+                "topic": topic,
+                "group_id": "orders-service",
+                "compat": "spring-3.2",
+                "attempts": 4,
+                "backoff": {"kind": "fixed", "delay": "0ms"},
+                # as in Spring, routing an exception to its own DLT does not make it fatal: that is not_retryable
+                "not_retryable": [f"{ledger.HANDLER_MODULE}.InvalidOrder"],
+                "dlt_routing": {"-invalid": [f"{ledger.HANDLER_MODULE}.InvalidOrder"]},
+            }
+        )
+    )
     topology = load_topology(topology_file)
     retry, invalid_dlt, dlt = f"{topic}-retry", f"{topic}-invalid-dlt", f"{topic}-dlt"
     assert [t.topic for t in topology.tiers] == [topic, retry]
@@ -68,9 +98,14 @@ def test_spring_32_path_end_to_end(kafka_bootstrap, tmp_path):
     count = Counter(m for m, _, _ in inputs.records.values())
     assert [r["totals"]["drained"] for r in runs] == [
         count["transient:1"] + count["transient:2"] + count["permanent"],
-        count["transient:2"] + count["permanent"], count["permanent"], 0]
+        count["transient:2"] + count["permanent"],
+        count["permanent"],
+        0,
+    ]
 
-    homes: dict[str, list[str]] = {rid: ["processed"] * n for rid, n in ledger.processed_ids(ledger_file).items()}
+    homes: dict[str, list[str]] = {
+        rid: ["processed"] * n for rid, n in ledger.processed_ids(ledger_file).items()
+    }
     for name, where in ((dlt, "dlt"), (invalid_dlt, "invalid-dlt")):
         for msg in ledger.read_all(kafka_bootstrap, name):
             rid = msg.key().decode()
@@ -79,7 +114,11 @@ def test_spring_32_path_end_to_end(kafka_bootstrap, tmp_path):
             assert H.read_attempts(msg.headers()) == FATES[mode][1], (rid, mode)
             coords = H.read_original_coordinates(msg.headers())
             assert (coords.topic, coords.partition, coords.offset, coords.consumer_group) == (
-                topic, partition, offset, "orders-service")
+                topic,
+                partition,
+                offset,
+                "orders-service",
+            )
             fqcn = H.last_header(msg.headers(), "kafka_exception-fqcn")
             assert H.last_header(msg.headers(), "kafka_exception-cause-fqcn") == fqcn  # Spring's cause rule
             assert msg.partition() == partition
@@ -91,9 +130,16 @@ def test_spring_32_path_end_to_end(kafka_bootstrap, tmp_path):
     for msg in ledger.read_all(kafka_bootstrap, retry):
         rid = msg.key().decode()
         seen[(inputs.records[rid][0], H.read_attempts(msg.headers()))] += 1
-    assert seen == Counter({("transient:1", 2): count["transient:1"], ("transient:2", 2): count["transient:2"],
-                            ("transient:2", 3): count["transient:2"], ("permanent", 2): count["permanent"],
-                            ("permanent", 3): count["permanent"], ("permanent", 4): count["permanent"]})
+    assert seen == Counter(
+        {
+            ("transient:1", 2): count["transient:1"],
+            ("transient:2", 2): count["transient:2"],
+            ("transient:2", 3): count["transient:2"],
+            ("permanent", 2): count["permanent"],
+            ("permanent", 3): count["permanent"],
+            ("permanent", 4): count["permanent"],
+        }
+    )
     for name, group in ((topic, "orders-service"), (retry, "orders-service-retry")):
         ends: dict[int, int] = {}
         for msg in ledger.read_all(kafka_bootstrap, name):

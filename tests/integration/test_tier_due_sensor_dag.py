@@ -108,29 +108,57 @@ def _closed_window() -> str:
 
 def _run(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     airflow = str(Path(sys.executable).with_name("airflow"))
-    return subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_tier_due_sensor_and_dlt_watch_through_airflow(kafka_bootstrap, tmp_path):
     topic = unique_topic("due-dag")
     path = tmp_path / "topology.yaml"
-    path.write_text(yaml.safe_dump({"topic": topic, "group_id": f"{topic}-svc", "attempts": 4,
-                                    "backoff": {"kind": "fixed", "delay": "1h"}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "topic": topic,
+                "group_id": f"{topic}-svc",
+                "attempts": 4,
+                "backoff": {"kind": "fixed", "delay": "1h"},
+            }
+        )
+    )
     topology = load_topology(path)
     ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=2)
     retry_1, retry_2, retry_3 = (topology.tier(i).topic for i in (1, 2, 3))
     now = time.time_ns() // 1_000_000
     produce(kafka_bootstrap, retry_3, [(0, now + 3_600_000)])
-    produce(kafka_bootstrap, topology.dlt_topic, [(1, None)], extra_headers=[
-        ("kafka_dlt-original-topic", topic.encode()), ("kafka_dlt-original-partition", H.encode_int32(1)),
-        ("kafka_dlt-original-offset", H.encode_int64(12)), ("kafka_dlt-exception-fqcn", b"com.acme.Declined")])
+    produce(
+        kafka_bootstrap,
+        topology.dlt_topic,
+        [(1, None)],
+        extra_headers=[
+            ("kafka_dlt-original-topic", topic.encode()),
+            ("kafka_dlt-original-partition", H.encode_int32(1)),
+            ("kafka_dlt-original-offset", H.encode_int64(12)),
+            ("kafka_dlt-exception-fqcn", b"com.acme.Declined"),
+        ],
+    )
     out = tmp_path / "out"
     out.mkdir()
     env = _airflow_env(tmp_path, kafka_bootstrap, ledger.ledger_path(tmp_path))
     secret = json.loads(env["AIRFLOW_CONN_KAFKA_DEFAULT"])["extra"]["sasl.password"]
     window = _closed_window()
-    (Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{DAG_ID}.py").write_text(textwrap.dedent(DAG_FILE.format(
-        topology=str(path), out=str(out), dag_id=DAG_ID, due_in=DUE_IN_MS, retry_1=retry_1, window=window)))
+    (Path(env["AIRFLOW__CORE__DAGS_FOLDER"]) / f"{DAG_ID}.py").write_text(
+        textwrap.dedent(
+            DAG_FILE.format(
+                topology=str(path),
+                out=str(out),
+                dag_id=DAG_ID,
+                due_in=DUE_IN_MS,
+                retry_1=retry_1,
+                window=window,
+            )
+        )
+    )
 
     migrate = _run(["db", "migrate"], env)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
@@ -145,22 +173,34 @@ def test_tier_due_sensor_and_dlt_watch_through_airflow(kafka_bootstrap, tmp_path
     [dag_run] = _json_lines(runs.stdout)
     listed = _run(["tasks", "states-for-dag-run", DAG_ID, dag_run["run_id"], "-o", "json"], env)
     states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
-    assert states == {"produce_soon": "success", "wait_due": "success", "record": "success",
-                      "wait_idle": "skipped", "wait_not_due": "skipped", "wait_window": "skipped",
-                      "watch_dlt": "success"}, output[-6000:]
+    assert states == {
+        "produce_soon": "success",
+        "wait_due": "success",
+        "record": "success",
+        "wait_idle": "skipped",
+        "wait_not_due": "skipped",
+        "wait_window": "skipped",
+        "watch_dlt": "success",
+    }, output[-6000:]
 
     # the due tier: deferred, the trigger ran inline and fired once the record was due, not before
     assert "running trigger in line" in output, output[-6000:]
     due_ms = json.loads((out / "due.json").read_text())["due_ms"]
     value = json.loads((out / "xcom.json").read_text())
-    assert value["topic"] == retry_1 and value["tier"] == 1 and value["group"] == topology.consumer_group(
-        topology.tier(1))
+    assert (
+        value["topic"] == retry_1
+        and value["tier"] == 1
+        and value["group"] == topology.consumer_group(topology.tier(1))
+    )
     assert value["due_partitions"] == [1] and value["earliest_due_ms"] == due_ms
     assert value["checked_at_ms"] >= due_ms
     # the idle tier and the not-yet-due tier skipped with their reasons, without waiting an hour
     assert f"{retry_2} (group {topology.consumer_group(topology.tier(2))}): nothing is pending" in output
-    assert f"{retry_3} (group {topology.consumer_group(topology.tier(3))}): records are pending but not due yet" \
-        in output and "after the wait limit" in output
+    assert (
+        f"{retry_3} (group {topology.consumer_group(topology.tier(3))}): records are pending but not due yet"
+        in output
+        and "after the wait limit" in output
+    )
     assert f"the reprocessing window {window} Europe/Berlin is closed" in output
 
     # the DLT watch told the notifier once and committed its group

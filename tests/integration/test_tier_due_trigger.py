@@ -21,14 +21,17 @@ def _now() -> int:
 
 @pytest.fixture
 def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv("AIRFLOW_CONN_AKR_TRIGGER_TEST", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AKR_TRIGGER_TEST",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
     return "akr_trigger_test"
 
 
 def _events(trigger: TierDueTrigger, timeout: float = 60) -> list:
     async def collect():
         return [event async for event in trigger.run()]
+
     return asyncio.run(asyncio.wait_for(collect(), timeout))
 
 
@@ -38,8 +41,9 @@ def test_fires_when_the_head_becomes_due(kafka_bootstrap, kafka_conn, new_topic)
     due = _now() + 2_000
     produce(kafka_bootstrap, topic, [(0, _now() - 1000), (1, due), (1, due + 3_600_000)])
     commit(kafka_bootstrap, group, topic, {0: 1})  # partition 0 already drained
-    trigger = TierDueTrigger(topic=topic, consumer_group=group, kafka_conn_id=kafka_conn,
-                             deadline_ms=_now() + 60_000)
+    trigger = TierDueTrigger(
+        topic=topic, consumer_group=group, kafka_conn_id=kafka_conn, deadline_ms=_now() + 60_000
+    )
     rebuilt = TierDueTrigger(**trigger.serialize()[1])
     [event] = _events(rebuilt)
     assert _now() >= due  # not before the record was due
@@ -59,13 +63,21 @@ def test_idle_tier_fires_idle_at_once(kafka_bootstrap, kafka_conn, new_topic):
 def test_not_due_before_the_deadline_fires_skip(kafka_bootstrap, kafka_conn, new_topic):
     topic = new_topic("trig-skip", partitions=1)
     produce(kafka_bootstrap, topic, [(0, _now() + 3_600_000)])
-    [event] = _events(TierDueTrigger(topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn,
-                                     deadline_ms=_now() + 1_000))
+    [event] = _events(
+        TierDueTrigger(
+            topic=topic,
+            consumer_group=unique_topic("g"),
+            kafka_conn_id=kafka_conn,
+            deadline_ms=_now() + 1_000,
+        )
+    )
     assert event.payload["status"] == "skip"
     assert event.payload["check"]["pending_partitions"] == [0]
 
 
 def test_missing_topic_fires_an_error_naming_it(kafka_conn):
     topic = unique_topic("trig-missing")
-    [event] = _events(TierDueTrigger(topic=topic, consumer_group="g", kafka_conn_id=kafka_conn, peek_timeout=10))
+    [event] = _events(
+        TierDueTrigger(topic=topic, consumer_group="g", kafka_conn_id=kafka_conn, peek_timeout=10)
+    )
     assert event.payload["status"] == "error" and topic in event.payload["message"]

@@ -28,8 +28,10 @@ def _now() -> int:
 
 @pytest.fixture
 def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv("AIRFLOW_CONN_AKR_EVENT_TEST", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AKR_EVENT_TEST",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
     return "akr_event_test"
 
 
@@ -66,6 +68,7 @@ class _Running:
         The time ``then`` takes is added to the deadline, so the trigger is watched as long after the action
         as before it, however slow the machine is.
         """
+
         async def main():
             task = asyncio.create_task(self._collect())
             deadline = time.monotonic() + seconds
@@ -76,7 +79,9 @@ class _Running:
                     if then is not None:
                         started = time.monotonic()
                         await asyncio.to_thread(then, list(self.events))
-                        deadline += time.monotonic() - started  # a loaded machine's slow action is not watch time
+                        deadline += (
+                            time.monotonic() - started
+                        )  # a loaded machine's slow action is not watch time
                 await asyncio.sleep(0.05)
             task.cancel()
             try:
@@ -85,18 +90,21 @@ class _Running:
                 pass
             if task.done() and not task.cancelled() and task.exception():
                 raise task.exception()
+
         asyncio.run(main())
         return self.events
 
 
-def test_fires_once_ahead_of_the_due_time_and_again_only_after_the_group_commits(kafka_bootstrap, kafka_conn,
-                                                                                 new_topic):
+def test_fires_once_ahead_of_the_due_time_and_again_only_after_the_group_commits(
+    kafka_bootstrap, kafka_conn, new_topic
+):
     topic = new_topic("evt-due", partitions=2)
     group = unique_topic("g")
     due = _now() + 3_000
     produce(kafka_bootstrap, topic, [(0, due), (0, due + 1_000), (1, _now() + 3_600_000)])
-    trigger = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=kafka_conn, fire_ahead=1.0,
-                                  **FAST)
+    trigger = TierDueEventTrigger(
+        topic=topic, consumer_group=group, kafka_conn_id=kafka_conn, fire_ahead=1.0, **FAST
+    )
     rebuilt = TierDueEventTrigger(**trigger.serialize()[1])
     assert rebuilt.serialize() == trigger.serialize()
     assert "bootstrap" not in json.dumps(trigger.serialize())  # the connection id travels, not the config
@@ -104,12 +112,14 @@ def test_fires_once_ahead_of_the_due_time_and_again_only_after_the_group_commits
     rebuilt.asset_state_store = store
 
     # the run that takes the first wave commits past partition 0's head (offset 0) once it fired
-    events = _Running(rebuilt).for_seconds(9, until=lambda ev: len(ev) == 1,
-                                           then=lambda ev: (time.sleep(1), commit(kafka_bootstrap, group, topic,
-                                                                                  {0: 1})))
+    events = _Running(rebuilt).for_seconds(
+        9,
+        until=lambda ev: len(ev) == 1,
+        then=lambda ev: (time.sleep(1), commit(kafka_bootstrap, group, topic, {0: 1})),
+    )
     assert len(events) == 2, events
     (first_at, first), (second_at, second) = events
-    assert due - 1_000 - 300 <= first_at < due, (first_at - due)  # fired about fire_ahead before the due time
+    assert due - 1_000 - 300 <= first_at < due, first_at - due  # fired about fire_ahead before the due time
     assert first["kind"] == "tier_due" and first["not_before_ms"] == due and first["earliest_due_ms"] == due
     assert first["heads"] == [{"topic": topic, "partition": 0, "offset": 0}]
     assert "secret-payload" not in json.dumps(first)
@@ -144,8 +154,9 @@ def test_a_restarted_trigger_does_not_fire_a_wave_it_already_fired(kafka_bootstr
 def test_an_unanswered_wave_fires_again_after_refire_after(kafka_bootstrap, kafka_conn, new_topic):
     topic = new_topic("evt-refire", partitions=1)
     produce(kafka_bootstrap, topic, [(0, _now() - 1_000)])
-    trigger = TierDueEventTrigger(topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn,
-                                  refire_after=2.0, **FAST)
+    trigger = TierDueEventTrigger(
+        topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, refire_after=2.0, **FAST
+    )
     events = _Running(trigger).for_seconds(5)
     assert len(events) >= 2, events
     assert all(e["heads"] == [{"topic": topic, "partition": 0, "offset": 0}] for _, e in events)
@@ -154,7 +165,9 @@ def test_an_unanswered_wave_fires_again_after_refire_after(kafka_bootstrap, kafk
 
 def test_an_idle_tier_fires_nothing_and_a_new_record_wakes_it(kafka_bootstrap, kafka_conn, new_topic):
     topic = new_topic("evt-idle", partitions=2)
-    trigger = TierDueEventTrigger(topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, **FAST)
+    trigger = TierDueEventTrigger(
+        topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, **FAST
+    )
     produced: list[int] = []
 
     def produce_later(_events):
@@ -172,7 +185,9 @@ def test_an_idle_tier_fires_nothing_and_a_new_record_wakes_it(kafka_bootstrap, k
 def test_a_missing_topic_is_logged_and_watched_again(kafka_bootstrap, kafka_conn, capsys, request):
     topic = unique_topic("evt-missing")
     request.addfinalizer(lambda: delete_topics(kafka_bootstrap, [topic]))
-    trigger = TierDueEventTrigger(topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, **FAST)
+    trigger = TierDueEventTrigger(
+        topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, **FAST
+    )
 
     def create_later(_events):
         time.sleep(1.5)
@@ -190,14 +205,17 @@ def test_the_dlt_trigger_fires_for_any_new_dead_letter(kafka_bootstrap, kafka_co
     produce(kafka_bootstrap, dlt, [(0, None)])
     commit(kafka_bootstrap, group, dlt, {0: 1})  # already reported
     produce(kafka_bootstrap, dlt2, [(0, _now() + 3_600_000)])  # a due header means nothing in a DLT
-    trigger = DltArrivalEventTrigger(topics=[dlt, dlt2], consumer_group=group, kafka_conn_id=kafka_conn, **FAST)
+    trigger = DltArrivalEventTrigger(
+        topics=[dlt, dlt2], consumer_group=group, kafka_conn_id=kafka_conn, **FAST
+    )
     [(_, payload)] = _Running(DltArrivalEventTrigger(**trigger.serialize()[1])).for_seconds(3)
     assert payload["kind"] == "dlt_arrival"
     assert payload["heads"] == [{"topic": dlt2, "partition": 0, "offset": 0}]
 
 
-def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained(kafka_bootstrap, kafka_conn,
-                                                                                 new_topic, monkeypatch):
+def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained(
+    kafka_bootstrap, kafka_conn, new_topic, monkeypatch
+):
     """Event mode has no sensor: the watcher sends the backlog gauges. Records arriving behind a head the
     watch paused at still count (the log end is asked for), and a drained tier reports zeros again."""
     from airflow_kafka_retry.observability import metrics
@@ -207,8 +225,10 @@ def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained
     def capture(batch):
         batch = list(batch)
         sent.append((_now(), {m.name.rsplit(".", 1)[-1]: m.value for m in batch}))
-        assert all(m.kind == "gauge" and dict(m.tags) == {"topology": "orders", "tier_topic": topic, "tier": "1"}
-                   for m in batch), batch
+        assert all(
+            m.kind == "gauge" and dict(m.tags) == {"topology": "orders", "tier_topic": topic, "tier": "1"}
+            for m in batch
+        ), batch
         return len(batch)
 
     monkeypatch.setattr(metrics, "emit", capture)
@@ -216,8 +236,15 @@ def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained
     group = unique_topic("g")
     due = _now() - 2_000
     produce(kafka_bootstrap, topic, [(0, due), (0, due), (0, due)])
-    trigger = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=kafka_conn,
-                                  topology_topic="orders", tier_index=1, gauge_interval=0.3, **FAST)
+    trigger = TierDueEventTrigger(
+        topic=topic,
+        consumer_group=group,
+        kafka_conn_id=kafka_conn,
+        topology_topic="orders",
+        tier_index=1,
+        gauge_interval=0.3,
+        **FAST,
+    )
     assert TierDueEventTrigger(**trigger.serialize()[1]).serialize() == trigger.serialize()
     marks: dict[str, int] = {}
 

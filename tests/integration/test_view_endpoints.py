@@ -49,8 +49,12 @@ class FakeAuthManager:
         return method == "GET" or details.id in self.allowed
 
     def batch_is_authorized_dag(self, requests, *, user) -> bool:
-        return all(self.is_authorized_dag(method=r["method"], user=user, access_entity=r.get("access_entity"),
-                                          details=r.get("details")) for r in requests)
+        return all(
+            self.is_authorized_dag(
+                method=r["method"], user=user, access_entity=r.get("access_entity"), details=r.get("details")
+            )
+            for r in requests
+        )
 
 
 def fake_last_runs(dag_id: str, limit: int, *, summaries: bool = True) -> list[dict]:
@@ -66,8 +70,9 @@ def client(monkeypatch, tmp_path):
     app.dependency_overrides[get_user] = lambda: "someone"
     manager = FakeAuthManager()
     monkeypatch.setattr(view_access, "_auth_manager", lambda: manager)
-    monkeypatch.setattr(view_access, "_team_names",
-                        lambda dag_ids: {d: "team-a" for d in dag_ids if "orders" in d})
+    monkeypatch.setattr(
+        view_access, "_team_names", lambda dag_ids: {d: "team-a" for d in dag_ids if "orders" in d}
+    )
     monkeypatch.setattr(view_app.runs, "last_runs", fake_last_runs)
     monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__TOPOLOGIES", str(tmp_path / "topologies" / "*.yaml"))
     monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__TIMEOUT", "3")
@@ -81,14 +86,19 @@ def client(monkeypatch, tmp_path):
 
 
 def use_broker(monkeypatch, bootstrap: str) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap, "sasl.password": SECRET}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap, "sasl.password": SECRET}}
+        ),
+    )
 
 
 def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_bootstrap):
     name = unique_topic("viewapi")
     (client.topologies / "orders.yaml").write_text(
-        f"topic: {name}\ngroup_id: svc\nattempts: 3\nbackoff: {{kind: fixed, delay: 30s}}\n")
+        f"topic: {name}\ngroup_id: svc\nattempts: 3\nbackoff: {{kind: fixed, delay: 30s}}\n"
+    )
     (client.topologies / "broken.yaml").write_text("topic: x\n")
     topics = [name, f"{name}-retry-1", f"{name}-retry-2", f"{name}-dlt"]
     create_topics(kafka_bootstrap, topics, 2)
@@ -97,9 +107,15 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
         producer = Producer({"bootstrap.servers": kafka_bootstrap})
         now = int(time.time() * 1000)
         for i in range(5):
-            producer.produce(f"{name}-retry-1", b"{}", partition=i % 2,
-                             headers=[(BACKOFF_TIMESTAMP, encode_big_integer(now - 1000 if i < 3 else now + 600_000))])
-        producer.produce(f"{name}-dlt", b"{}", partition=0, headers=[("kafka_exception-fqcn", b"myapp.Invalid")])
+            producer.produce(
+                f"{name}-retry-1",
+                b"{}",
+                partition=i % 2,
+                headers=[(BACKOFF_TIMESTAMP, encode_big_integer(now - 1000 if i < 3 else now + 600_000))],
+            )
+        producer.produce(
+            f"{name}-dlt", b"{}", partition=0, headers=[("kafka_exception-fqcn", b"myapp.Invalid")]
+        )
         assert producer.flush(15) == 0
         client.allowed.add(f"kafka_retry__{name}-retry-1")
 
@@ -124,8 +140,10 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
     assert dlt["topic"] == f"{name}-dlt" and dlt["counts"]["by_exception"] == {"myapp.Invalid": 1}
     assert dlt["replay_dag_id"] == parking["replay_dag_id"] == f"kafka_dlt_replay__{name}"
     assert (parking["topic"], parking["kind"]) == (f"{name}-parking", "parking")
-    assert parking["counts"]["error"] == f"{name}-parking: topic(s) {name}-parking do not exist on the cluster; " \
+    assert (
+        parking["counts"]["error"] == f"{name}-parking: topic(s) {name}-parking do not exist on the cluster; "
         "create the topology's topics first (airflow-kafka-retry topology create-topics FILE)"
+    )
     body = json.dumps(view)
     assert SECRET not in body and kafka_bootstrap not in body, "no Kafka configuration reaches the browser"
 
@@ -189,7 +207,9 @@ def test_topologies_are_shown_only_to_users_who_may_read_their_tier_dags(client)
 
     client.manager.read_all = True
     assert {t["source"].rsplit("/", 1)[1] for t in client.get("/api/topologies").json()["topologies"]} == {
-        "orders.yaml", "broken.yaml"}
+        "orders.yaml",
+        "broken.yaml",
+    }
     assert "group_id" in client.get(f"/api/topologies/{ids['broken.yaml']}").json()["error"]
 
 
@@ -229,6 +249,7 @@ class CountingScans:
             finally:
                 with self._cond:
                     self.running -= 1
+
         return counted
 
 

@@ -59,7 +59,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _request(url: str, *, token: str | None = None, body: dict | None = None, method: str | None = None) -> tuple[int, dict]:
+def _request(
+    url: str, *, token: str | None = None, body: dict | None = None, method: str | None = None
+) -> tuple[int, dict]:
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
@@ -79,16 +81,29 @@ def topology_on_broker(kafka_bootstrap, tmp_path):
     create_topics(kafka_bootstrap, topics, 2)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     now = int(time.time() * 1000)
-    due = [now - 5_000] * 4 + [now + 20 * 60_000] * 3  # 4 due now (drained by a real run), 3 due within the hour
+    due = [now - 5_000] * 4 + [
+        now + 20 * 60_000
+    ] * 3  # 4 due now (drained by a real run), 3 due within the hour
     for i, due_ms in enumerate(due):
-        producer.produce(f"{name}-retry-1", b'{"order": 1}', partition=i % 2,
-                         headers=[(BACKOFF_TIMESTAMP, encode_big_integer(due_ms))])
+        producer.produce(
+            f"{name}-retry-1",
+            b'{"order": 1}',
+            partition=i % 2,
+            headers=[(BACKOFF_TIMESTAMP, encode_big_integer(due_ms))],
+        )
     for cls, n in (("myapp.errors.InvalidOrder", 3), ("java.lang.IllegalStateException", 2)):
         for i in range(n):
-            producer.produce(f"{name}-dlt", b'{"order": 2}', partition=i % 2, headers=[("kafka_exception-fqcn", cls.encode())])
+            producer.produce(
+                f"{name}-dlt",
+                b'{"order": 2}',
+                partition=i % 2,
+                headers=[("kafka_exception-fqcn", cls.encode())],
+            )
     assert producer.flush(15) == 0
     yield name
-    delete_topics(kafka_bootstrap, [*topics, f"{name}-parking"])  # the tier DAG's ensure_topics made the parking topic
+    delete_topics(
+        kafka_bootstrap, [*topics, f"{name}-parking"]
+    )  # the tier DAG's ensure_topics made the parking topic
 
 
 @pytest.fixture
@@ -106,30 +121,58 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
     passwords.write_text(json.dumps(PASSWORDS))
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update({
-        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
-        "AIRFLOW__CORE__AUTH_MANAGER": "tests.support.restricted_auth_manager.RestrictedAuthManager",
-        "KAFKA_RETRY_TEST_DENIED": json.dumps({"viewer": {"dags": [f"kafka_retry__{name}-pay-retry-1"],
-                                                          "xcom": [f"kafka_retry__{name}-retry-1"]}}),
-        "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
-        "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps({"conn_type": "kafka", "extra": {
-            "bootstrap.servers": kafka_bootstrap, "sasl.password": "never-in-the-browser"}}),
-        "AIRFLOW__KAFKA_RETRY__TIMEOUT": "10",
-        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            "AIRFLOW__CORE__AUTH_MANAGER": "tests.support.restricted_auth_manager.RestrictedAuthManager",
+            "KAFKA_RETRY_TEST_DENIED": json.dumps(
+                {
+                    "viewer": {
+                        "dags": [f"kafka_retry__{name}-pay-retry-1"],
+                        "xcom": [f"kafka_retry__{name}-retry-1"],
+                    }
+                }
+            ),
+            "AIRFLOW__API__PORT": str(port),
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__WORKERS": "1",
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+            "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
+                {
+                    "conn_type": "kafka",
+                    "extra": {"bootstrap.servers": kafka_bootstrap, "sasl.password": "never-in-the-browser"},
+                }
+            ),
+            "AIRFLOW__KAFKA_RETRY__TIMEOUT": "10",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+        }
+    )
     airflow = str(Path(sys.executable).with_name("airflow"))
     # one real run of the first tier's DAG: it drains the 4 due records, so the view has a run summary to show
-    for args in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", f"kafka_retry__{name}-retry-1"]):
-        done = subprocess.run([airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    for args in (
+        ["db", "migrate"],
+        ["dags", "reserialize"],
+        ["dags", "test", f"kafka_retry__{name}-retry-1"],
+    ):
+        done = subprocess.run(
+            [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+        )
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     log = (tmp_path / "api-server.log").open("w")
-    server = subprocess.Popen([airflow, "api-server", "--port", str(port), "--host", "127.0.0.1"], env=env, cwd=REPO,
-                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [airflow, "api-server", "--port", str(port), "--host", "127.0.0.1"],
+        env=env,
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -158,8 +201,14 @@ def dead_letters_by_class(bootstrap: str, topic: str) -> Counter[str]:
     The end is the partition EOF event, as the engine finds it (not a ListOffsets request, whose high
     watermark some brokers get wrong).
     """
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-test-check",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{topic}-test-check",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     counts: Counter[str] = Counter()
     try:
         waiting = set(consumer.list_topics(topic, timeout=15).topics[topic].partitions)
@@ -206,7 +255,9 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
     assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=viewer)[0] == 403
     assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=admin)[0] == 200
     _, viewer_view = _request(f"{base}/kafka-retry/api/topologies/{item['id']}", token=viewer)
-    assert [t["can_trigger"] for t in viewer_view["tiers"]] == [False, False, False], "a viewer may not trigger"
+    assert [t["can_trigger"] for t in viewer_view["tiers"]] == [False, False, False], (
+        "a viewer may not trigger"
+    )
     [viewer_run] = viewer_view["tiers"][1]["runs"]
     assert viewer_run["state"] == "success" and viewer_run["summary"] is None, "no XCom access, no summary"
     # what the broker holds, read independently of the view
@@ -228,8 +279,9 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                 assert tier1.locator(f'[data-backlog="{name}-retry-1"]').inner_text() == "3"
                 assert tier1.locator('[data-due="now"]').inner_text() == "0"
                 assert tier1.locator('[data-due="hour"]').inner_text() == "3"
-                [committed_0, committed_1] = [tier1.locator(f'tr[data-partition="{p}"] td').nth(1).inner_text()
-                                              for p in (0, 1)]
+                [committed_0, committed_1] = [
+                    tier1.locator(f'tr[data-partition="{p}"] td').nth(1).inner_text() for p in (0, 1)
+                ]
                 assert (committed_0, committed_1) == ("2", "2"), "the run committed past the due records"
                 last_run = tier1.locator("tbody tr").last
                 assert last_run.locator("td").nth(1).inner_text() == "success"
@@ -251,17 +303,25 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                 else:
                     page.screenshot(path=str(ARTIFACTS / "retry-tiers-view.png"), full_page=True)
                     run_now.click()
-                    page.wait_for_function("document.querySelector('#status').textContent.startsWith('triggered')",
-                                           timeout=60_000)
+                    page.wait_for_function(
+                        "document.querySelector('#status').textContent.startsWith('triggered')",
+                        timeout=60_000,
+                    )
                     # Replay on the InvalidOrder group: the form is pre-filled, dry run on, and triggers the replay DAG
-                    dlt.locator('tr[data-exception="myapp.errors.InvalidOrder"]').get_by_role("button", name="Replay").click()
+                    dlt.locator('tr[data-exception="myapp.errors.InvalidOrder"]').get_by_role(
+                        "button", name="Replay"
+                    ).click()
                     form = page.locator("#replay-form")
-                    assert form.locator('input[name="exception"]').input_value() == "myapp.errors.InvalidOrder"
+                    assert (
+                        form.locator('input[name="exception"]').input_value() == "myapp.errors.InvalidOrder"
+                    )
                     assert form.locator('input[name="dlt"]').input_value() == f"{name}-dlt"
                     assert form.locator('input[name="dry_run"]').is_checked()
                     form.get_by_role("button", name="Trigger replay").click()
                     page.wait_for_function(
-                        "document.querySelector('#replay-result').textContent.startsWith('triggered')", timeout=60_000)
+                        "document.querySelector('#replay-result').textContent.startsWith('triggered')",
+                        timeout=60_000,
+                    )
                 context.close()
         finally:
             browser.close()
@@ -270,6 +330,9 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
     assert status == 200 and runs["total_entries"] == 2, runs
     status, replays = _request(f"{base}/api/v2/dags/kafka_dlt_replay__{name}/dagRuns", token=admin)
     assert status == 200 and replays["total_entries"] == 1, replays
-    assert replays["dag_runs"][0]["conf"] == {"dlt": f"{name}-dlt", "dry_run": True,
-                                              "exception": "myapp.errors.InvalidOrder"}
+    assert replays["dag_runs"][0]["conf"] == {
+        "dlt": f"{name}-dlt",
+        "dry_run": True,
+        "exception": "myapp.errors.InvalidOrder",
+    }
     assert (ARTIFACTS / "retry-tiers-view.png").stat().st_size > 10_000

@@ -17,11 +17,18 @@ pytestmark = pytest.mark.integration
 NOW = 1_800_000_000_000
 
 
-def produce(bootstrap: str, topic: str, rows: list[tuple[int, list[tuple[str, bytes]]]], ts_ms: int | None = None) -> None:
+def produce(
+    bootstrap: str, topic: str, rows: list[tuple[int, list[tuple[str, bytes]]]], ts_ms: int | None = None
+) -> None:
     producer = Producer({"bootstrap.servers": bootstrap})
     for partition, headers in rows:
-        producer.produce(topic, b"payload-not-shown", partition=partition, headers=headers,
-                         **({"timestamp": ts_ms} if ts_ms else {}))
+        producer.produce(
+            topic,
+            b"payload-not-shown",
+            partition=partition,
+            headers=headers,
+            **({"timestamp": ts_ms} if ts_ms else {}),
+        )
     assert producer.flush(15) == 0
 
 
@@ -41,8 +48,17 @@ def test_backlog_counts_from_the_committed_offset_and_buckets_due_times(kafka_bo
     topic = new_topic("view-tier", partitions=2)
     group = f"{topic}-group"
     # partition 0: 2 already handled (committed), then due now, due in 30 s, due in 30 min, due in 2 days
-    produce(kafka_bootstrap, topic, [(0, due(NOW - 5000))] * 2 + [
-        (0, due(NOW - 1)), (0, due(NOW + 30_000)), (0, due(NOW + 1_800_000)), (0, due(NOW + 2 * 86_400_000))])
+    produce(
+        kafka_bootstrap,
+        topic,
+        [(0, due(NOW - 5000))] * 2
+        + [
+            (0, due(NOW - 1)),
+            (0, due(NOW + 30_000)),
+            (0, due(NOW + 1_800_000)),
+            (0, due(NOW + 2 * 86_400_000)),
+        ],
+    )
     # partition 1: nothing committed; one without a due header (due now), one due in 10 hours
     produce(kafka_bootstrap, topic, [(1, []), (1, due(NOW + 36_000_000))])
     commit(kafka_bootstrap, group, topic, 0, 2)
@@ -70,8 +86,9 @@ def test_backlog_counts_from_the_committed_offset_and_buckets_due_times(kafka_bo
 def test_backlog_beyond_the_scan_limit_is_counted_not_read(kafka_bootstrap, new_topic):
     topic = new_topic("view-big", partitions=1)
     produce(kafka_bootstrap, topic, [(0, due(NOW - 1))] * 30)
-    result = scan_backlog({"bootstrap.servers": kafka_bootstrap}, topic, f"{topic}-g", now_ms=NOW, scan_limit=10,
-                          timeout_s=20)
+    result = scan_backlog(
+        {"bootstrap.servers": kafka_bootstrap}, topic, f"{topic}-g", now_ms=NOW, scan_limit=10, timeout_s=20
+    )
     [part] = result.partitions
     assert part.scanned == 10 and part.due["now"] == 10
     assert part.backlog == 30, "the high watermark carried by the fetches counts what was not read"
@@ -80,17 +97,29 @@ def test_backlog_beyond_the_scan_limit_is_counted_not_read(kafka_bootstrap, new_
 def test_dead_letter_counts_read_either_header_family(kafka_bootstrap, new_topic):
     topic = new_topic("view-dlt", partitions=2)
     hour = int(datetime(2027, 1, 15, 8, tzinfo=timezone.utc).timestamp() * 1000)
-    produce(kafka_bootstrap, topic, [
-        (0, [("kafka_exception-fqcn", b"myapp.errors.InvalidOrder")]),
-        (1, [("kafka_exception-fqcn", b"myapp.errors.InvalidOrder")]),
-        (0, [("kafka_dlt-exception-fqcn", b"java.lang.IllegalStateException")]),  # a Spring DeadLetterPublishingRecoverer
-        (1, [("kafka_key-exception-fqcn", b"airflow_kafka_retry.errors.DeserializationError")]),
-        (0, []),
-    ], ts_ms=hour + 60_000)
+    produce(
+        kafka_bootstrap,
+        topic,
+        [
+            (0, [("kafka_exception-fqcn", b"myapp.errors.InvalidOrder")]),
+            (1, [("kafka_exception-fqcn", b"myapp.errors.InvalidOrder")]),
+            (
+                0,
+                [("kafka_dlt-exception-fqcn", b"java.lang.IllegalStateException")],
+            ),  # a Spring DeadLetterPublishingRecoverer
+            (1, [("kafka_key-exception-fqcn", b"airflow_kafka_retry.errors.DeserializationError")]),
+            (0, []),
+        ],
+        ts_ms=hour + 60_000,
+    )
     counts = count_dead_letters({"bootstrap.servers": kafka_bootstrap}, topic, timeout_s=20).to_dict()
     assert counts["error"] is None and counts["total"] == 5 and not counts["truncated"]
-    assert counts["by_exception"] == {"myapp.errors.InvalidOrder": 2, "java.lang.IllegalStateException": 1,
-                                      "airflow_kafka_retry.errors.DeserializationError": 1, "unknown": 1}
+    assert counts["by_exception"] == {
+        "myapp.errors.InvalidOrder": 2,
+        "java.lang.IllegalStateException": 1,
+        "airflow_kafka_retry.errors.DeserializationError": 1,
+        "unknown": 1,
+    }
     assert counts["by_hour"] == [{"hour": "2027-01-15T08:00Z", "counts": counts["by_exception"]}]
     assert "payload" not in repr(counts)
 
@@ -124,5 +153,7 @@ def test_transaction_markers_are_not_counted_as_backlog(kafka_bootstrap, new_top
     assert (part.backlog, part.scanned) == (3, 3) and part.end is not None and part.end > 3, part
     # what a drain commits: the offset after the last record it read, which is the last commit marker's offset
     commit(kafka_bootstrap, group, topic, 0, part.end - 1)
-    [drained] = scan_backlog({"bootstrap.servers": kafka_bootstrap}, topic, group, now_ms=NOW, timeout_s=20).partitions
+    [drained] = scan_backlog(
+        {"bootstrap.servers": kafka_bootstrap}, topic, group, now_ms=NOW, timeout_s=20
+    ).partitions
     assert drained.backlog == 0, drained

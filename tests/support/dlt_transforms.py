@@ -16,8 +16,9 @@ def _with_mode(record: DltRecord, mode: str) -> DltRecord:
     except ValueError:  # the bad-json records: rebuild the value from the key
         value = {"id": record.key.decode()}
     value["mode"] = mode
-    return dataclasses.replace(record, value=json.dumps(value).encode(),
-                               headers=(*record.headers, ("fixed-by", b"dlt-test")))
+    return dataclasses.replace(
+        record, value=json.dumps(value).encode(), headers=(*record.headers, ("fixed-by", b"dlt-test"))
+    )
 
 
 def fix(record: DltRecord) -> DltRecord:

@@ -38,7 +38,9 @@ def record_mode(record) -> str:
 def _once(name: str) -> bool:
     """True the first time ``name`` is claimed (a marker file created exclusively in $AKR_KILL_DIR)."""
     try:
-        fd = os.open(os.path.join(os.environ["AKR_KILL_DIR"], name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(
+            os.path.join(os.environ["AKR_KILL_DIR"], name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644
+        )
     except FileExistsError:
         return False
     os.write(fd, f"pid {os.getpid()}\n".encode())

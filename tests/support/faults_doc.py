@@ -49,8 +49,11 @@ def merge(previous: Mapping[str, Row], fresh: Iterable[Row], source: str) -> dic
     change); rows of test functions no longer in ``source`` (the suite's code) go; the others stay."""
     fresh = [tuple(cell(c) for c in row) for row in fresh]
     ran = {row[1].split("[")[0] for row in fresh}
-    rows = {name: row for name, row in previous.items()
-            if name.split("[")[0] not in ran and f"def {name.split('[')[0]}(" in source}
+    rows = {
+        name: row
+        for name, row in previous.items()
+        if name.split("[")[0] not in ran and f"def {name.split('[')[0]}(" in source
+    }
     rows.update({row[1]: row for row in fresh})
     return rows
 
@@ -64,7 +67,7 @@ def render(rows: Mapping[str, Row], broker: str, notes: str | None) -> str:
         "writes `.artifacts/faults.md` and fails if it differs from this file in more than the measured "
         f"details of the cases that ran). Last written against {broker}. Every case asserts the full ledger "
         "(`tests/support/ledger.py`: each record in exactly one of processed / a later tier / DLT / parking, "
-        "and no committed offset past a record without a home); \"records lost\" counts records with no "
+        'and no committed offset past a record without a home); "records lost" counts records with no '
         "home and must be 0. A skipped case shows the reason measured on the broker. What each fix and "
         "option costs is in the notes below the table.",
         "",
@@ -90,6 +93,9 @@ def _comparable(text: str) -> list[str]:
 
 def differences(generated: str, committed: str, *, generated_name: str, committed_name: str) -> str | None:
     """A unified diff of the two documents (measured details of cases that ran left out), or None if equal."""
-    diff = list(difflib.unified_diff(_comparable(committed), _comparable(generated), committed_name,
-                                     generated_name, lineterm="", n=0))
+    diff = list(
+        difflib.unified_diff(
+            _comparable(committed), _comparable(generated), committed_name, generated_name, lineterm="", n=0
+        )
+    )
     return "\n".join(diff) if diff else None

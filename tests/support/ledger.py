@@ -43,20 +43,31 @@ RETRIED_MODES = ("transient:1", "transient:2", "permanent")
 
 def make_topology(prefix: str = "orders") -> Topology:
     topic = unique_topic(prefix)
-    return Topology.from_mapping({
-        "topic": topic,
-        "group_id": f"{topic}-svc",
-        "attempts": 4,
-        "backoff": {"kind": "fixed", "delay": "0ms"},
-        "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
-    }, source=f"<ledger {topic}>")
+    return Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": f"{topic}-svc",
+            "attempts": 4,
+            "backoff": {"kind": "fixed", "delay": "0ms"},
+            "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
+        },
+        source=f"<ledger {topic}>",
+    )
 
 
 def write_topology(topology: Topology, path: Path) -> Topology:
     """A ledger topology as a YAML file (what the CLI and the Spark driver read); returns it loaded from there."""
-    path.write_text(yaml.safe_dump({
-        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
-        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "topic": topology.topic,
+                "group_id": topology.group_id,
+                "attempts": topology.attempts,
+                "backoff": {"kind": "fixed", "delay": "0ms"},
+                "not_retryable": list(topology.not_retryable),
+            }
+        )
+    )
     return load_topology(path)
 
 
@@ -80,8 +91,14 @@ def produce_inputs(bootstrap: str, topology: Topology, count: int, partitions: i
     for i in range(count):
         mode = MODES[i % len(MODES)]
         value = b"{not json" if mode == "bad-json" else json.dumps({"id": str(i), "mode": mode}).encode()
-        producer.produce(topology.topic, value=value, key=str(i).encode(), partition=i % partitions,
-                         headers=[("trace-id", f"t{i}".encode()), ("bin", b"\x00\x01")], on_delivery=delivered)
+        producer.produce(
+            topology.topic,
+            value=value,
+            key=str(i).encode(),
+            partition=i % partitions,
+            headers=[("trace-id", f"t{i}".encode()), ("bin", b"\x00\x01")],
+            on_delivery=delivered,
+        )
         if i % 1000 == 0:
             producer.poll(0)
     assert producer.flush(30) == 0
@@ -91,9 +108,15 @@ def produce_inputs(bootstrap: str, topology: Topology, count: int, partitions: i
 
 def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
     """Every committed record of ``topic`` (all partitions), read to partition EOF."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": unique_topic("reader"),
-                         "enable.partition.eof": True, "isolation.level": "read_committed",
-                         "enable.auto.commit": False})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique_topic("reader"),
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
@@ -135,8 +158,16 @@ def processed_ids(ledger_path: str) -> Counter:
         return Counter(line.strip() for line in fh if line.strip())
 
 
-def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str, partitions: int, *,
-                 allow_duplicates: bool = False, handled_once: bool = True) -> None:
+def check_ledger(
+    bootstrap: str,
+    topology: Topology,
+    inputs: Inputs,
+    ledger_path: str,
+    partitions: int,
+    *,
+    allow_duplicates: bool = False,
+    handled_once: bool = True,
+) -> None:
     """Assert every input has exactly one home (the one its mode gives), with the right headers and offsets.
 
     ``allow_duplicates``: a broker without abort isolation shows the records of transactions that a
@@ -165,11 +196,16 @@ def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path
         headers = msg.headers()
         assert H.read_attempts(headers) == attempts, (rid, mode, H.read_attempts(headers))
         coords = H.read_original_coordinates(headers)
-        assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), (rid, coords)
+        assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), (
+            rid,
+            coords,
+        )
         assert H.last_header(headers, H.RETRY_TOPIC_NAMES.exception_fqcn).decode() == fqcn
         assert H.last_header(headers, "trace-id") == f"t{rid}".encode()
         assert H.last_header(headers, "bin") == b"\x00\x01"
-        assert [k for k, _ in headers].count(H.RETRY_TOPIC_NAMES.exception_fqcn) == 1, "exception headers appended, not replaced"
+        assert [k for k, _ in headers].count(H.RETRY_TOPIC_NAMES.exception_fqcn) == 1, (
+            "exception headers appended, not replaced"
+        )
         assert msg.partition() == partition, "DLT record left its partition"
         if mode == "bad-json":
             assert msg.value() == b"{not json", "undeserializable record lost its original bytes"
@@ -178,9 +214,16 @@ def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path
             rid = msg.key().decode()
             mode, partition, offset = inputs.records[rid]
             assert mode in RETRIED_MODES, f"id {rid} ({mode}) was sent to {tier.topic}"
-            assert H.read_attempts(msg.headers()) == tier.index + 1, (tier.topic, rid, H.read_attempts(msg.headers()))
+            assert H.read_attempts(msg.headers()) == tier.index + 1, (
+                tier.topic,
+                rid,
+                H.read_attempts(msg.headers()),
+            )
             coords = H.read_original_coordinates(msg.headers())
-            assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), (rid, coords)
+            assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), (
+                rid,
+                coords,
+            )
             assert msg.partition() == partition, f"id {rid} left its partition in {tier.topic}"
     for tier in topology.tiers:
         records = read_all(bootstrap, tier.topic)
@@ -191,7 +234,9 @@ def check_ledger(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path
         offsets = committed(bootstrap, group, tier.topic, partitions)
         for p in range(partitions):
             if p in ends:
-                assert offsets[p] == ends[p], f"{tier.topic}[{p}]: committed {offsets[p]}, drained to {ends[p]}"
+                assert offsets[p] == ends[p], (
+                    f"{tier.topic}[{p}]: committed {offsets[p]}, drained to {ends[p]}"
+                )
 
 
 def tier_contents(bootstrap: str, topology: Topology) -> dict[int, list[str]]:
@@ -217,17 +262,32 @@ FAULT_ID, FAULT_MODE = "fault-id", "fault-mode"
 def make_fault_topology(prefix: str, attempts: int = 3, **extra) -> Topology:
     """A short retry path (main, ``attempts - 1`` retry tiers, DLT), delays 0, ``InvalidOrder`` fatal."""
     topic = unique_topic(prefix)
-    return Topology.from_mapping({
-        "topic": topic, "group_id": f"{topic}-svc", "attempts": attempts, "backoff": {"kind": "fixed", "delay": "0ms"},
-        "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"], **extra,
-    }, source=f"<faults {topic}>")
+    return Topology.from_mapping(
+        {
+            "topic": topic,
+            "group_id": f"{topic}-svc",
+            "attempts": attempts,
+            "backoff": {"kind": "fixed", "delay": "0ms"},
+            "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
+            **extra,
+        },
+        source=f"<faults {topic}>",
+    )
 
 
 def write_fault_topology(topology: Topology, path: Path) -> Topology:
     """``topology`` (from :func:`make_fault_topology`) as a YAML file, loaded back from there."""
-    path.write_text(yaml.safe_dump({
-        "topic": topology.topic, "group_id": topology.group_id, "attempts": topology.attempts,
-        "backoff": {"kind": "fixed", "delay": "0ms"}, "not_retryable": list(topology.not_retryable)}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "topic": topology.topic,
+                "group_id": topology.group_id,
+                "attempts": topology.attempts,
+                "backoff": {"kind": "fixed", "delay": "0ms"},
+                "not_retryable": list(topology.not_retryable),
+            }
+        )
+    )
     return load_topology(path)
 
 
@@ -241,12 +301,14 @@ class FaultInput:
     headers: list = field(default_factory=list)
 
 
-def produce_fault_inputs(bootstrap: str, topology: Topology, specs: list[FaultInput], partitions: int,
-                         **producer_config) -> Inputs:
+def produce_fault_inputs(
+    bootstrap: str, topology: Topology, specs: list[FaultInput], partitions: int, **producer_config
+) -> Inputs:
     """Create the topology's topics and produce ``specs`` round-robin over ``partitions``; id = index."""
     ensure_topics(topology, {"bootstrap.servers": bootstrap}, partitions=partitions)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5,
-                         **producer_config})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **producer_config}
+    )
     inputs = Inputs()
     errors: list = []
 
@@ -256,15 +318,25 @@ def produce_fault_inputs(bootstrap: str, topology: Topology, specs: list[FaultIn
                 errors.append(err)
             else:
                 inputs.records[rid] = (mode, msg.partition(), msg.offset())
+
         return report
 
     for i, spec in enumerate(specs):
         key = str(i).encode() if spec.key == b"-" else spec.key
         value = json.dumps({"id": str(i), "mode": spec.mode}).encode() if spec.value is None else spec.value
-        producer.produce(topology.topic, value=value, key=key, partition=i % partitions,
-                         on_delivery=delivered(str(i), spec.mode),
-                         headers=[(FAULT_ID, str(i).encode()), (FAULT_MODE, spec.mode.encode()), ("bin", b"\x00\x01"),
-                                  *spec.headers])
+        producer.produce(
+            topology.topic,
+            value=value,
+            key=key,
+            partition=i % partitions,
+            on_delivery=delivered(str(i), spec.mode),
+            headers=[
+                (FAULT_ID, str(i).encode()),
+                (FAULT_MODE, spec.mode.encode()),
+                ("bin", b"\x00\x01"),
+                *spec.headers,
+            ],
+        )
         producer.poll(0)
     assert producer.flush(60) == 0 and not errors, errors
     assert len(inputs.records) == len(specs)
@@ -301,9 +373,17 @@ class Account:
         return ", ".join(parts)
 
 
-def account(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str, partitions: int, *,
-            fate: Callable[[str], str | None] = default_fate, allow_duplicates: bool = False,
-            handled_once: bool = True) -> Account:
+def account(
+    bootstrap: str,
+    topology: Topology,
+    inputs: Inputs,
+    ledger_path: str,
+    partitions: int,
+    *,
+    fate: Callable[[str], str | None] = default_fate,
+    allow_duplicates: bool = False,
+    handled_once: bool = True,
+) -> Account:
     """The full ledger, asserted: each input in exactly one of processed / a later tier / DLT / parking.
 
     * a record is *pending* in a tier when a copy of it sits at or after that tier partition's
@@ -334,7 +414,10 @@ def account(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str
                 homes[rid].append(f"pending:{tier.topic}")
                 copies[(rid, tier.topic)] += 1
     parking = getattr(topology, "parking_topic", None)
-    for kind, topics in (("dlt", [t.topic for t in topology.dlt_tiers]), ("parking", [parking] if parking else [])):
+    for kind, topics in (
+        ("dlt", [t.topic for t in topology.dlt_tiers]),
+        ("parking", [parking] if parking else []),
+    ):
         for topic in topics:
             for msg in read_all(bootstrap, topic):
                 rid = _fault_id(msg)
@@ -343,8 +426,11 @@ def account(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str
                 if kind == "dlt":
                     mode, partition, offset = inputs.records[rid]
                     coords = H.read_original_coordinates(msg.headers())
-                    assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset), \
-                        (rid, coords)
+                    assert (coords.topic, coords.partition, coords.offset) == (
+                        topology.topic,
+                        partition,
+                        offset,
+                    ), (rid, coords)
     if not allow_duplicates:
         doubled = [c for c, n in copies.items() if n > 1]
         assert not doubled, f"records with two copies in one home: {doubled[:5]}"
@@ -355,13 +441,20 @@ def account(bootstrap: str, topology: Topology, inputs: Inputs, ledger_path: str
         assert len(kinds) == 1, f"id {rid} ({inputs.records[rid][0]}) is in {sorted(kinds)}"
         expected = fate(inputs.records[rid][0])
         if expected is not None:
-            assert kinds == {expected}, f"id {rid} ({inputs.records[rid][0]}) ended in {found[0]}, expected {expected}"
+            assert kinds == {expected}, (
+                f"id {rid} ({inputs.records[rid][0]}) ended in {found[0]}, expected {expected}"
+            )
     index = {t.topic: t.index for t in topology.tiers}
     for tier, rid, where in passed:
         home = homes[rid][0]
         later = home in ("processed", "dlt", "parking") or index[home.split(":", 1)[1]] > tier.index
         assert later, f"{where} (id {rid}) was committed past, but its only home is {home}"
     pending = Counter(h[0].split(":", 1)[1] for h in homes.values() if h[0].startswith("pending:"))
-    return Account(inputs=len(inputs.records), processed=sum(1 for h in homes.values() if h[0] == "processed"),
-                   dlt=sum(1 for h in homes.values() if h[0] == "dlt"),
-                   parking=sum(1 for h in homes.values() if h[0] == "parking"), pending=dict(pending), lost=len(lost))
+    return Account(
+        inputs=len(inputs.records),
+        processed=sum(1 for h in homes.values() if h[0] == "processed"),
+        dlt=sum(1 for h in homes.values() if h[0] == "dlt"),
+        parking=sum(1 for h in homes.values() if h[0] == "parking"),
+        pending=dict(pending),
+        lost=len(lost),
+    )

@@ -25,8 +25,14 @@ class RestrictedAuthManager(SimpleAuthManager):
     def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
         if details is not None and details.id in _denied(user, "dags"):
             return False
-        if access_entity is DagAccessEntity.XCOM and details is not None and details.id in _denied(user, "xcom"):
+        if (
+            access_entity is DagAccessEntity.XCOM
+            and details is not None
+            and details.id in _denied(user, "xcom")
+        ):
             return False
         if details is None and _denied(user, "dags"):
             return False  # who may not read some DAGs may not read "all DAGs"
-        return super().is_authorized_dag(method=method, user=user, access_entity=access_entity, details=details)
+        return super().is_authorized_dag(
+            method=method, user=user, access_entity=access_entity, details=details
+        )

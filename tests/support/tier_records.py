@@ -9,8 +9,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from airflow_kafka_retry.policy import headers as H
 
 
-def produce(bootstrap: str, topic: str, records: Sequence[tuple[int, int | None]],
-            extra_headers: Sequence[tuple[str, bytes]] = ()) -> list[int]:
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[int, int | None]],
+    extra_headers: Sequence[tuple[str, bytes]] = (),
+) -> list[int]:
     """Produce one record per ``(partition, due_ms)`` (``None``: no due header); returns their offsets."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     offsets: dict[int, int] = {}
@@ -23,8 +27,14 @@ def produce(bootstrap: str, topic: str, records: Sequence[tuple[int, int | None]
         headers = list(extra_headers)
         if due_ms is not None:
             headers += [(H.ATTEMPTS, H.encode_int32(2)), (H.BACKOFF_TIMESTAMP, H.encode_big_integer(due_ms))]
-        producer.produce(topic, value=f"secret-payload-{i}".encode(), key=str(i).encode(), partition=partition,
-                         headers=headers, on_delivery=delivered)
+        producer.produce(
+            topic,
+            value=f"secret-payload-{i}".encode(),
+            key=str(i).encode(),
+            partition=partition,
+            headers=headers,
+            on_delivery=delivered,
+        )
         producer.flush(30)  # one at a time: offsets come back in order
     assert producer.flush(30) == 0
     return [offsets[i] for i in range(len(records))]
@@ -37,4 +47,3 @@ def commit(bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]) -
         consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
     finally:
         consumer.close()
-

@@ -35,8 +35,16 @@ def handle(records) -> None:
         for i, record in enumerate(records):
             value = json.loads(record.value)
             ok = value["succeed_on"] == record.attempt
-            lines.append({"id": value["id"], "topic": record.topic, "attempt": record.attempt,
-                          "due_ms": record.due_ms, "handled_ms": int(time.time() * 1000), "ok": ok})
+            lines.append(
+                {
+                    "id": value["id"],
+                    "topic": record.topic,
+                    "attempt": record.attempt,
+                    "due_ms": record.due_ms,
+                    "handled_ms": int(time.time() * 1000),
+                    "ok": ok,
+                }
+            )
             if not ok:
                 raise BatchFailedError(i, NotYetError(f"id {value['id']} fails on attempt {record.attempt}"))
     finally:
@@ -45,8 +53,11 @@ def handle(records) -> None:
 
 def record_notification(context) -> None:
     """A DLT notifier (``f(context)``): appends the task id and the run summary to ``AKR_NOTIFY_LOG``."""
-    line = {"task_id": context["ti"].task_id, "dag_id": context["ti"].dag_id,
-            "summary": context["kafka_retry_summary"]}
+    line = {
+        "task_id": context["ti"].task_id,
+        "dag_id": context["ti"].dag_id,
+        "summary": context["kafka_retry_summary"],
+    }
     fd = os.open(os.environ["AKR_NOTIFY_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (json.dumps(line) + "\n").encode())

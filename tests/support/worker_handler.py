@@ -27,6 +27,6 @@ def dies_once(records) -> None:
     hit = [i for i, r in enumerate(records) if r.partition == partition and r.offset == offset]
     if hit and not os.path.exists(mark):
         open(mark, "w").close()
-        ledger_handler.indexed(records[:hit[0]])
+        ledger_handler.indexed(records[: hit[0]])
         os.kill(os.getpid(), signal.SIGKILL)
     ledger_handler.indexed(records)

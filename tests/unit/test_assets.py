@@ -29,15 +29,28 @@ def test_asset_server_must_be_one_host(server):
 
 def test_topology_assets_cover_the_whole_path_in_order():
     assets = topology_assets(load_topology(TOPOLOGY), "k:9092")
-    assert list(assets) == ["orders", "orders-retry-1", "orders-retry-2", "orders-retry-3", "orders-dlt",
-                            "orders-validation-dlt", "orders-parking"]
+    assert list(assets) == [
+        "orders",
+        "orders-retry-1",
+        "orders-retry-2",
+        "orders-retry-3",
+        "orders-dlt",
+        "orders-validation-dlt",
+        "orders-parking",
+    ]
     assert all(a.uri == f"kafka://k:9092/{t}" for t, a in assets.items())
 
 
-@pytest.mark.parametrize(("tier", "expected"), [
-    (0, ["orders-retry-1", "orders-dlt", "orders-validation-dlt", "orders-parking"]),
-    ("orders-retry-2", ["orders-retry-3", "orders-dlt", "orders-validation-dlt", "orders-parking"]),
-    (3, ["orders-dlt", "orders-validation-dlt", "orders-parking"]),  # the last tier only dead-letters (or parks)
-])
+@pytest.mark.parametrize(
+    ("tier", "expected"),
+    [
+        (0, ["orders-retry-1", "orders-dlt", "orders-validation-dlt", "orders-parking"]),
+        ("orders-retry-2", ["orders-retry-3", "orders-dlt", "orders-validation-dlt", "orders-parking"]),
+        (
+            3,
+            ["orders-dlt", "orders-validation-dlt", "orders-parking"],
+        ),  # the last tier only dead-letters (or parks)
+    ],
+)
 def test_reprocess_outlets_are_where_a_tier_can_route(tier, expected):
     assert list(reprocess_outlets(str(TOPOLOGY), tier, "k:9092")) == expected

@@ -13,9 +13,14 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from airflow_kafka_retry.testing import capabilities as C
-from airflow_kafka_retry.testing.capabilities import (CAPABILITIES, BrokerCapabilities, CapabilityProbeError,
-                                                      MissingCapabilityError, check_expected,
-                                                      expected_capabilities)
+from airflow_kafka_retry.testing.capabilities import (
+    CAPABILITIES,
+    BrokerCapabilities,
+    CapabilityProbeError,
+    MissingCapabilityError,
+    check_expected,
+    expected_capabilities,
+)
 from tests.unit.test_capability_skip import TANSU_LIKE
 
 Check = Callable[[str, str, float], "str | None"]
@@ -54,7 +59,8 @@ def test_a_measured_missing_capability_is_reported_with_its_reason(fake_broker: 
 
 
 def test_a_check_that_raises_fails_the_probe_instead_of_reporting_missing(
-        fake_broker: Callable[..., None]) -> None:
+    fake_broker: Callable[..., None],
+) -> None:
     def boom(bootstrap: str, topic: str, timeout: float) -> None:
         raise ConnectionResetError("broker closed the connection")
 
@@ -83,7 +89,9 @@ def test_an_external_cluster_is_expected_to_have_every_capability() -> None:
     assert expected_capabilities(external=True, setting="none") == ()
     assert expected_capabilities(external=False, setting="ALL") == CAPABILITIES
     assert expected_capabilities(external=True, setting="abort_isolation, delete_records") == (
-        "abort_isolation", "delete_records")
+        "abort_isolation",
+        "delete_records",
+    )
     with pytest.raises(ValueError, match="KAFKA_EXPECTED_CAPABILITIES: unknown broker capability 'abort'"):
         expected_capabilities(external=True, setting="abort,delete_records")
 
@@ -96,8 +104,9 @@ def test_a_missing_expected_capability_is_an_error_naming_it_and_why() -> None:
         assert f"{name}: {reason}" in message
     assert "timestamp_lookup" not in message  # present
     assert "KAFKA_EXPECTED_CAPABILITIES" in message
-    with pytest.raises(MissingCapabilityError,
-                       match=r"lacks 1 capability\(ies\) expected of it \(abort_isolation"):
+    with pytest.raises(
+        MissingCapabilityError, match=r"lacks 1 capability\(ies\) expected of it \(abort_isolation"
+    ):
         check_expected(TANSU_LIKE, ("abort_isolation", "timestamp_lookup"), broker="kafka:9092")
 
 

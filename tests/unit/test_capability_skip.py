@@ -11,28 +11,42 @@ from xml.etree import ElementTree
 
 import pytest
 
-from airflow_kafka_retry.testing.capabilities import (CAPABILITIES, TANSU_DELETE_RECORDS_REASON,
-                                                      BrokerCapabilities, missing_reason)
+from airflow_kafka_retry.testing.capabilities import (
+    CAPABILITIES,
+    TANSU_DELETE_RECORDS_REASON,
+    BrokerCapabilities,
+    missing_reason,
+)
 from tests.conftest import capability_marker_names, require_capability
 
 pytest_plugins = ["pytester"]
 
 REPO = Path(__file__).resolve().parents[2]
 
-TXN_RACE_REASON = ("concurrent transactional offset commits to one group lose updates "
-                   "(partition 0 committed at 1, read back no committed offset)")
+TXN_RACE_REASON = (
+    "concurrent transactional offset commits to one group lose updates "
+    "(partition 0 committed at 1, read back no committed offset)"
+)
 
 TANSU_LIKE = BrokerCapabilities(
-    abort_isolation=False, exact_high_watermark=False, timestamp_lookup=True,
-    enforces_max_message_bytes=False, concurrent_txn_offset_commits=False, offsets_only_transactions=False,
+    abort_isolation=False,
+    exact_high_watermark=False,
+    timestamp_lookup=True,
+    enforces_max_message_bytes=False,
+    concurrent_txn_offset_commits=False,
+    offsets_only_transactions=False,
     delete_records=False,
-    reasons={"abort_isolation": "read_committed consumer saw 3 of 3 records of an aborted transaction",
-             "exact_high_watermark": "ListOffsets(latest) says 11, log end is 15",
-             "concurrent_txn_offset_commits": TXN_RACE_REASON,
-             "offsets_only_transactions": "a transaction with offsets only committed offset 2 and returned success, "
-                                          "but the group's committed offset reads back as 1",
-             "delete_records": TANSU_DELETE_RECORDS_REASON},
-    cluster_id="tansu_cluster", is_tansu=True)
+    reasons={
+        "abort_isolation": "read_committed consumer saw 3 of 3 records of an aborted transaction",
+        "exact_high_watermark": "ListOffsets(latest) says 11, log end is 15",
+        "concurrent_txn_offset_commits": TXN_RACE_REASON,
+        "offsets_only_transactions": "a transaction with offsets only committed offset 2 and returned success, "
+        "but the group's committed offset reads back as 1",
+        "delete_records": TANSU_DELETE_RECORDS_REASON,
+    },
+    cluster_id="tansu_cluster",
+    is_tansu=True,
+)
 
 
 @pytest.fixture
@@ -68,14 +82,21 @@ def test_missing_reason_names_capability_and_reason() -> None:
 def test_missing_without_recorded_reason_still_explains() -> None:
     reason = missing_reason(TANSU_LIKE, "enforces_max_message_bytes")
     assert reason is not None and "no reason recorded" in reason
-    assert set(TANSU_LIKE.missing()) == {"abort_isolation", "exact_high_watermark", "enforces_max_message_bytes",
-                                         "concurrent_txn_offset_commits", "offsets_only_transactions",
-                                         "delete_records"}
+    assert set(TANSU_LIKE.missing()) == {
+        "abort_isolation",
+        "exact_high_watermark",
+        "enforces_max_message_bytes",
+        "concurrent_txn_offset_commits",
+        "offsets_only_transactions",
+        "delete_records",
+    }
 
 
 def test_concurrent_txn_offset_commits_is_a_capability() -> None:
     assert "concurrent_txn_offset_commits" in CAPABILITIES
-    flags = {f.name for f in dataclasses.fields(BrokerCapabilities) if f.type in (bool, "bool")} - {"is_tansu"}
+    flags = {f.name for f in dataclasses.fields(BrokerCapabilities) if f.type in (bool, "bool")} - {
+        "is_tansu"
+    }
     assert set(CAPABILITIES) == flags, "every capability field is probed, and only those"
     assert BrokerCapabilities.everything().concurrent_txn_offset_commits
     assert not BrokerCapabilities().concurrent_txn_offset_commits  # not shown to work until probed
@@ -99,9 +120,11 @@ def test_require_capability_skips_with_reason() -> None:
 
 
 def test_marker_names_are_collected_from_all_markers() -> None:
-    node = _Node(pytest.mark.requires_capability("abort_isolation"),
-                 pytest.mark.integration,
-                 pytest.mark.requires_capability("exact_high_watermark", "delete_records"))
+    node = _Node(
+        pytest.mark.requires_capability("abort_isolation"),
+        pytest.mark.integration,
+        pytest.mark.requires_capability("exact_high_watermark", "delete_records"),
+    )
     assert capability_marker_names(node) == ["abort_isolation", "exact_high_watermark", "delete_records"]
     assert capability_marker_names(_Node(pytest.mark.integration)) == []
     with pytest.raises(pytest.UsageError):
@@ -181,14 +204,17 @@ def _run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", *args, timeout=120)
 
 
-def test_missing_capability_skips_with_reason_in_a_real_run(pytester: pytest.Pytester,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_missing_capability_skips_with_reason_in_a_real_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)
     result = _run_inner(pytester, monkeypatch, "-rs", "--junitxml=inner.xml")
     reason = missing_reason(TANSU_LIKE, "abort_isolation")
-    assert reason == ("broker lacks capability 'abort_isolation': "
-                      "read_committed consumer saw 3 of 3 records of an aborted transaction")
+    assert reason == (
+        "broker lacks capability 'abort_isolation': "
+        "read_committed consumer saw 3 of 3 records of an aborted transaction"
+    )
 
     outcomes: dict[str, tuple[str, str | None]] = {}
     for case in ElementTree.parse(pytester.path / "inner.xml").iter("testcase"):
@@ -217,11 +243,13 @@ def test_missing_capability_skips_with_reason_in_a_real_run(pytester: pytest.Pyt
     assert all(counts) and sum(int(m.group(1)) for m in counts if m) == 4, skip_lines
 
 
-def test_misspelt_capability_is_an_error_in_a_real_run(pytester: pytest.Pytester,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_misspelt_capability_is_an_error_in_a_real_run(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A typo in a capability name must fail the test, not skip it (a skip would hide the typo forever)."""
     pytester.makeconftest(INNER_CONFTEST)
-    pytester.makepyfile(test_inner="""
+    pytester.makepyfile(
+        test_inner="""
         import pytest
 
         @pytest.mark.requires_capability("abort_isolaton")
@@ -230,14 +258,16 @@ def test_misspelt_capability_is_an_error_in_a_real_run(pytester: pytest.Pytester
 
         def test_typo_fixture(requires_capability):
             requires_capability("abort_isolaton")
-    """)
+    """
+    )
     result = _run_inner(pytester, monkeypatch, "-rs")
     result.assert_outcomes(errors=1, failed=1)
     result.stdout.fnmatch_lines(["*unknown broker capability 'abort_isolaton'*"])
 
 
-def test_unregistered_marker_is_rejected_without_the_repo_conftest(pytester: pytest.Pytester,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unregistered_marker_is_rejected_without_the_repo_conftest(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Control: in the runs above, the marker is registered by the imported ``pytest_configure``."""
     pytester.makeconftest("")
     pytester.makepyfile(test_inner=INNER_TESTS)
@@ -277,8 +307,13 @@ def kafka_bootstrap():
 """
 
 
-def _run_probed(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, probe: str,
-                bootstrap: str | None, expected: str | None = None) -> pytest.RunResult:
+def _run_probed(
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    probe: str,
+    bootstrap: str | None,
+    expected: str | None = None,
+) -> pytest.RunResult:
     pytester.makeconftest(PROBED_CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)
     monkeypatch.setenv("PROBE", probe)
@@ -290,42 +325,58 @@ def _run_probed(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, prob
     return _run_inner(pytester, monkeypatch, "-rs")
 
 
-def test_embedded_broker_without_a_capability_skips_with_the_reason(pytester: pytest.Pytester,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_embedded_broker_without_a_capability_skips_with_the_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = _run_probed(pytester, monkeypatch, "tansu_like", None)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, skipped=4)
-    result.stdout.fnmatch_lines(["SKIPPED * broker lacks capability 'abort_isolation': read_committed "
-                                 "consumer saw 3 of 3 records of an aborted transaction"])
+    result.stdout.fnmatch_lines(
+        [
+            "SKIPPED * broker lacks capability 'abort_isolation': read_committed "
+            "consumer saw 3 of 3 records of an aborted transaction"
+        ]
+    )
 
 
 def test_external_cluster_without_an_expected_capability_fails_the_session(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     result = _run_probed(pytester, monkeypatch, "tansu_like", "kafka.example:9092")
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*= no tests ran in *"])  # the session ended: nothing was skipped on it
-    result.stdout.fnmatch_lines(["*broker capabilities: broker kafka.example:9092 lacks 6 "
-                                 "capability(ies) expected of it (abort_isolation: read_committed consumer "
-                                 "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
-                                 "*KAFKA_EXPECTED_CAPABILITIES*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*broker capabilities: broker kafka.example:9092 lacks 6 "
+            "capability(ies) expected of it (abort_isolation: read_committed consumer "
+            "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
+            "*KAFKA_EXPECTED_CAPABILITIES*"
+        ]
+    )
     result.stdout.fnmatch_lines(["*abort_isolation: NO - read_committed consumer saw 3 of 3*"])  # summary too
 
 
-def test_external_cluster_expected_to_lack_them_skips(pytester: pytest.Pytester,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    result = _run_probed(pytester, monkeypatch, "tansu_like", "kafka.example:9092",
-                         expected="timestamp_lookup")
+def test_external_cluster_expected_to_lack_them_skips(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = _run_probed(
+        pytester, monkeypatch, "tansu_like", "kafka.example:9092", expected="timestamp_lookup"
+    )
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, skipped=4)
 
 
 @pytest.mark.parametrize("bootstrap", [None, "kafka.example:9092"], ids=["embedded", "external"])
-def test_a_probe_that_errs_fails_the_session_instead_of_skipping(pytester: pytest.Pytester,
-                                                                 monkeypatch: pytest.MonkeyPatch,
-                                                                 bootstrap: str | None) -> None:
+def test_a_probe_that_errs_fails_the_session_instead_of_skipping(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, bootstrap: str | None
+) -> None:
     result = _run_probed(pytester, monkeypatch, "raises", bootstrap)
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*= no tests ran in *"])
-    result.stdout.fnmatch_lines(["*broker capabilities: capability check(s) of the broker at "
-                                 "kafka.example:9092 measured nothing: abort_isolation raised "
-                                 "ConnectionResetError: reset*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*broker capabilities: capability check(s) of the broker at "
+            "kafka.example:9092 measured nothing: abort_isolation raised "
+            "ConnectionResetError: reset*"
+        ]
+    )

@@ -11,14 +11,28 @@ from airflow_kafka_retry.demo.picture import flow_data
 from airflow_kafka_retry.demo.report import print_account
 from airflow_kafka_retry.policy.topology import Topology
 
-TOPOLOGY = Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 3,
-                                  "backoff": {"kind": "custom", "delays": ["10s", "20s"]},
-                                  "dlt_routing": {"-validation-dlt": ["myapp.InvalidOrder"]}}, source="<test>")
+TOPOLOGY = Topology.from_mapping(
+    {
+        "topic": "orders",
+        "group_id": "svc",
+        "attempts": 3,
+        "backoff": {"kind": "custom", "delays": ["10s", "20s"]},
+        "dlt_routing": {"-validation-dlt": ["myapp.InvalidOrder"]},
+    },
+    source="<test>",
+)
 
 
 def handled(order_id, topic, ok, *, attempt=1, due_ms=None, at=0, replayed=False):
-    return {"id": order_id, "topic": topic, "attempt": attempt, "due_ms": due_ms, "handled_ms": at, "ok": ok,
-            "replayed": replayed}
+    return {
+        "id": order_id,
+        "topic": topic,
+        "attempt": attempt,
+        "due_ms": due_ms,
+        "handled_ms": at,
+        "ok": ok,
+        "replayed": replayed,
+    }
 
 
 def summary(topic, succeeded):
@@ -27,24 +41,46 @@ def summary(topic, succeeded):
 
 def test_each_order_in_its_place_with_its_path_and_lateness():
     produced = {"1": "ok", "2": "flaky", "3": "bug", "4": "undecodable", "5": "invalid"}
-    books = [handled("1", "orders", True, at=1), handled("2", "orders", False, at=1),
-             handled("2", "orders-retry-1", True, attempt=2, due_ms=10_000, at=12_000),
-             handled("3", "orders", False, at=1), handled("3", "orders-retry-1", False, due_ms=10_000, at=11_000),
-             handled("3", "orders-retry-2", False, due_ms=30_000, at=30_500),
-             handled("3", "orders", True, at=40_000, replayed=True), handled("5", "orders", False, at=1)]
-    parked = {"3": [Parked("orders-dlt", 0, 0, replayed=True)], "4": [Parked("orders-dlt", 0, 1, replayed=True),
-                                                                      Parked("orders-parking", 0, 0)],
-              "5": [Parked("orders-validation-dlt", 1, 0)]}
-    account = reconcile(TOPOLOGY, produced, books, parked,
-                        [summary("orders", 1), summary("orders-retry-1", 1), summary("orders", 1)])
-    assert account.final_counts() == {"processed on orders": 1, "processed on orders-retry-1": 1,
-                                      "processed after DLT replay": 1, "orders-validation-dlt": 1, "orders-parking": 1}
+    books = [
+        handled("1", "orders", True, at=1),
+        handled("2", "orders", False, at=1),
+        handled("2", "orders-retry-1", True, attempt=2, due_ms=10_000, at=12_000),
+        handled("3", "orders", False, at=1),
+        handled("3", "orders-retry-1", False, due_ms=10_000, at=11_000),
+        handled("3", "orders-retry-2", False, due_ms=30_000, at=30_500),
+        handled("3", "orders", True, at=40_000, replayed=True),
+        handled("5", "orders", False, at=1),
+    ]
+    parked = {
+        "3": [Parked("orders-dlt", 0, 0, replayed=True)],
+        "4": [Parked("orders-dlt", 0, 1, replayed=True), Parked("orders-parking", 0, 0)],
+        "5": [Parked("orders-validation-dlt", 1, 0)],
+    }
+    account = reconcile(
+        TOPOLOGY,
+        produced,
+        books,
+        parked,
+        [summary("orders", 1), summary("orders-retry-1", 1), summary("orders", 1)],
+    )
+    assert account.final_counts() == {
+        "processed on orders": 1,
+        "processed on orders-retry-1": 1,
+        "processed after DLT replay": 1,
+        "orders-validation-dlt": 1,
+        "orders-parking": 1,
+    }
     assert account.reconciles
     paths = {o.order_id: o.path for o in account.orders}
     assert paths["3"] == ["orders", "orders-retry-1", "orders-retry-2", "orders-dlt", "processed"]
     assert paths["4"] == ["orders", "orders-dlt", "orders-parking"]
-    assert account.lateness["orders-retry-1"] == {"delay_s": 10.0, "handled": 2, "p50_s": 1.5, "max_s": 2.0,
-                                                  "early": 0}
+    assert account.lateness["orders-retry-1"] == {
+        "delay_s": 10.0,
+        "handled": 2,
+        "p50_s": 1.5,
+        "max_s": 2.0,
+        "early": 0,
+    }
     data = flow_data(account, TOPOLOGY)
     assert data["nodes"]["orders-dlt"]["orders"] == 2 and data["nodes"]["processed"]["orders"] == 3
     assert data["final"] == account.final_counts()
@@ -71,14 +107,23 @@ def test_the_printed_account_counts_placed_orders_and_lists_the_unaccounted_apar
     account = reconcile(TOPOLOGY, produced, books, parked, [summary("orders", 2)])
     text = _printed(account)
     assert "NOT reconciled: 1 of 3 orders read back from the topic are in exactly one final place" in text
-    assert ("Unaccounted for: 2 order(s) - order 1: processed on orders, orders-dlt; "
-            "order 2: in no final place") in text
-    total = next([c.strip() for c in line.split("│") if c.strip()]
-                 for line in text.splitlines() if "total" in line)
+    assert (
+        "Unaccounted for: 2 order(s) - order 1: processed on orders, orders-dlt; order 2: in no final place"
+    ) in text
+    total = next(
+        [c.strip() for c in line.split("│") if c.strip()] for line in text.splitlines() if "total" in line
+    )
     assert total[:2] == ["total", "1"], total  # the table's total counts placed orders only
 
-    good = reconcile(TOPOLOGY, {"1": "ok"}, [handled("1", "orders", True)], {}, [summary("orders", 1)],
-                     intended=1, written={"1": 1})
+    good = reconcile(
+        TOPOLOGY,
+        {"1": "ok"},
+        [handled("1", "orders", True)],
+        {},
+        [summary("orders", 1)],
+        intended=1,
+        written={"1": 1},
+    )
     assert good.reconciles
     assert "Reconciled: 1 of 1 orders read back from the topic" in _printed(good)
     assert "Unaccounted" not in _printed(good)

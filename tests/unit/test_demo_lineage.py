@@ -7,13 +7,29 @@ from airflow_kafka_retry.demo.lineage_graph import lineage_edges, unfinished_run
 NS = "kafka://k1:9092"
 
 
-def _event(kind: str, run: str, source: str, outputs: dict[str, int], *, event_type: str = "COMPLETE",
-           succeeded: int = 0) -> dict:
-    return {"eventType": event_type, "run": {"runId": run, "facets": {} if event_type == "START" else {
-        "kafkaRetry": {"kind": kind, "status": "ok", "totals": {"succeeded": succeeded}}}},
+def _event(
+    kind: str,
+    run: str,
+    source: str,
+    outputs: dict[str, int],
+    *,
+    event_type: str = "COMPLETE",
+    succeeded: int = 0,
+) -> dict:
+    return {
+        "eventType": event_type,
+        "run": {
+            "runId": run,
+            "facets": {}
+            if event_type == "START"
+            else {"kafkaRetry": {"kind": kind, "status": "ok", "totals": {"succeeded": succeeded}}},
+        },
         "inputs": [{"namespace": NS, "name": source}],
-        "outputs": [{"namespace": NS, "name": t, "outputFacets": {"outputStatistics": {"rowCount": n}}}
-                    for t, n in outputs.items()]}
+        "outputs": [
+            {"namespace": NS, "name": t, "outputFacets": {"outputStatistics": {"rowCount": n}}}
+            for t, n in outputs.items()
+        ],
+    }
 
 
 def test_edges_are_summed_over_runs_with_processed_from_the_facet_and_empty_outputs_left_out():
@@ -25,8 +41,12 @@ def test_edges_are_summed_over_runs_with_processed_from_the_facet_and_empty_outp
         _event("tier_run", "e", "orders", {"orders-retry-1": 9}, event_type="START"),
     ]
     data = lineage_edges(events)
-    assert data["edges"] == [["orders", "orders-dlt", 1], ["orders", "orders-retry-1", 5], ["orders", "processed", 11],
-                             ["orders-dlt", "orders", 1]]
+    assert data["edges"] == [
+        ["orders", "orders-dlt", 1],
+        ["orders", "orders-retry-1", 5],
+        ["orders", "processed", 11],
+        ["orders-dlt", "orders", 1],
+    ]
     assert data["runs"] == {"dlt_replay": 1, "tier_run": 2} and data["namespace"] == NS
 
 

@@ -15,15 +15,18 @@ EXAMPLE = Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"
 NOWHERE = "127.0.0.1:9"  # nothing listens: a test that reached Kafka would time out, not pass
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--offsets", "9-2"], "--offsets '9-2': offsets must be >= 0 and A <= B"),
-    (["--since", "soon"], "--since 'soon' is not a time"),
-    (["--dlt", "orders"], "--dlt 'orders' is not a dead-letter or parking topic"),
-    (["--to", "orders-dlt"], "--to 'orders-dlt' is the topic being replayed"),
-    (["--transform", "tests.support.dlt_transforms:nope"], "has no attribute 'nope'"),
-    (["--replay-id", "has space"], "--replay-id 'has space'"),
-    (["--chunk-size", "0"], "chunk_size must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--offsets", "9-2"], "--offsets '9-2': offsets must be >= 0 and A <= B"),
+        (["--since", "soon"], "--since 'soon' is not a time"),
+        (["--dlt", "orders"], "--dlt 'orders' is not a dead-letter or parking topic"),
+        (["--to", "orders-dlt"], "--to 'orders-dlt' is the topic being replayed"),
+        (["--transform", "tests.support.dlt_transforms:nope"], "has no attribute 'nope'"),
+        (["--replay-id", "has space"], "--replay-id 'has space'"),
+        (["--chunk-size", "0"], "chunk_size must be an integer >= 1"),
+    ],
+)
 def test_replay_bad_input_exits_2_naming_the_problem(capsys, args, message):
     code = main(["dlt", "replay", "--topology", str(EXAMPLE), "--bootstrap", NOWHERE, *args])
     assert code == 2
@@ -31,14 +34,22 @@ def test_replay_bad_input_exits_2_naming_the_problem(capsys, args, message):
 
 
 def test_inspect_bad_dlt_exits_2(capsys):
-    assert main(["dlt", "inspect", "--topology", str(EXAMPLE), "--dlt", "orders-retry-1", "--bootstrap", NOWHERE]) == 2
+    assert (
+        main(
+            ["dlt", "inspect", "--topology", str(EXAMPLE), "--dlt", "orders-retry-1", "--bootstrap", NOWHERE]
+        )
+        == 2
+    )
     assert "is not a dead-letter or parking topic" in capsys.readouterr().err
 
 
 def test_replay_ids():
     assert new_replay_id(1_795_428_000_000).startswith("replay-20261123T100000Z-")
     assert new_replay_id() != new_replay_id()
-    assert check_replay_id("dag.manual__2026-11-23T10:00:00+00:00.task") == "dag.manual__2026-11-23T10:00:00+00:00.task"
+    assert (
+        check_replay_id("dag.manual__2026-11-23T10:00:00+00:00.task")
+        == "dag.manual__2026-11-23T10:00:00+00:00.task"
+    )
 
 
 def test_request_spec_is_what_a_rerun_must_repeat():
@@ -49,10 +60,36 @@ def test_request_spec_is_what_a_rerun_must_repeat():
 
 
 def test_operator_template_fields_and_request_from_rendered_form_values():
-    op = ReplayDltOperator(task_id="t", topology="t.yaml", dlt="None", exception="a.B,c.D", key=12, partition=[0, 1],
-                           limit=5, to="", transform=None, dry_run="True", offsets=3)
-    assert {"topology", "kafka_conn_id", "dlt", "exception", "original_topic", "since", "until", "key", "partition",
-            "offsets", "limit", "to", "transform", "dry_run", "replay_id"} <= set(op.template_fields)
+    op = ReplayDltOperator(
+        task_id="t",
+        topology="t.yaml",
+        dlt="None",
+        exception="a.B,c.D",
+        key=12,
+        partition=[0, 1],
+        limit=5,
+        to="",
+        transform=None,
+        dry_run="True",
+        offsets=3,
+    )
+    assert {
+        "topology",
+        "kafka_conn_id",
+        "dlt",
+        "exception",
+        "original_topic",
+        "since",
+        "until",
+        "key",
+        "partition",
+        "offsets",
+        "limit",
+        "to",
+        "transform",
+        "dry_run",
+        "replay_id",
+    } <= set(op.template_fields)
     request = op.request()
     assert (request.dlt, request.to, request.key, request.limit) == (None, None, "12", 5)
     built = request.build_filter(0)
@@ -64,8 +101,9 @@ def test_operator_template_fields_and_request_from_rendered_form_values():
 
 
 def test_default_replay_id_is_stable_per_task_of_a_run():
-    ti = SimpleNamespace(dag_id="replay", run_id="manual__2026-11-23T10:00:00+00:00", task_id="replay_dlt",
-                         map_index=-1)
+    ti = SimpleNamespace(
+        dag_id="replay", run_id="manual__2026-11-23T10:00:00+00:00", task_id="replay_dlt", map_index=-1
+    )
     assert default_replay_id({"ti": ti}) == "replay.manual__2026-11-23T10:00:00+00:00.replay_dlt"
     mapped = SimpleNamespace(dag_id="d", run_id="r id", task_id="t", map_index=2)
     assert default_replay_id({"ti": mapped}) == "d.r_id.t.2"
@@ -77,8 +115,13 @@ def test_replay_dag_from_a_topology_object_with_own_dag_arguments():
     from airflow_kafka_retry.policy.topology import load_topology
 
     topology = load_topology(EXAMPLE)
-    dag = build_dlt_replay_dag(topology, kafka_conn_id="kafka_prod", dag_id="replay_orders", tags=["ops"],
-                               params={"dry_run": True, "note": "extra form field"})
+    dag = build_dlt_replay_dag(
+        topology,
+        kafka_conn_id="kafka_prod",
+        dag_id="replay_orders",
+        tags=["ops"],
+        params={"dry_run": True, "note": "extra form field"},
+    )
     [task] = dag.tasks
     assert dag.dag_id == "replay_orders" and set(dag.tags) == {"ops"}
     assert task.topology is topology and task.kafka_conn_id == "kafka_prod"

@@ -10,18 +10,34 @@ import pytest
 from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.filters import ReplayFilter, loaded_class, parse_offsets, parse_time_ms
 from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.policy.headers import DEAD_LETTER_NAMES, RETRY_TOPIC_NAMES, encode_int32, encode_int64
+from airflow_kafka_retry.policy.headers import (
+    DEAD_LETTER_NAMES,
+    RETRY_TOPIC_NAMES,
+    encode_int32,
+    encode_int64,
+)
 
 NOW = 1_800_000_000_000
 
 
-def record(*, exception: str | None = "ValueError", cause: str | None = None, original_topic: str | None = "orders",
-           partition: int = 0, offset: int = 0, timestamp_ms: int = NOW, key: bytes | None = b"k1",
-           names=RETRY_TOPIC_NAMES) -> DltRecord:
+def record(
+    *,
+    exception: str | None = "ValueError",
+    cause: str | None = None,
+    original_topic: str | None = "orders",
+    partition: int = 0,
+    offset: int = 0,
+    timestamp_ms: int = NOW,
+    key: bytes | None = b"k1",
+    names=RETRY_TOPIC_NAMES,
+) -> DltRecord:
     headers = []
     if original_topic is not None:
-        headers += [(names.original_topic, original_topic.encode()), (names.original_partition, encode_int32(3)),
-                    (names.original_offset, encode_int64(42))]
+        headers += [
+            (names.original_topic, original_topic.encode()),
+            (names.original_partition, encode_int32(3)),
+            (names.original_offset, encode_int64(42)),
+        ]
     if exception is not None:
         headers.append((names.exception_fqcn, exception.encode()))
     if cause is not None:
@@ -34,14 +50,20 @@ def build(**kwargs) -> ReplayFilter:
 
 
 def test_no_filter_selects_everything():
-    assert build().matches(record()) and build().matches(record(exception=None, original_topic=None, key=None))
+    assert build().matches(record()) and build().matches(
+        record(exception=None, original_topic=None, key=None)
+    )
 
 
 @pytest.mark.parametrize("names", [RETRY_TOPIC_NAMES, DEAD_LETTER_NAMES], ids=["retry_topic", "dead_letter"])
 def test_exception_and_original_topic_are_read_from_either_header_family(names):
     rec = record(exception="KeyError", original_topic="payments", names=names)
     assert (rec.exception, rec.original.topic, rec.original.partition, rec.original.offset) == (
-        "KeyError", "payments", 3, 42)
+        "KeyError",
+        "payments",
+        3,
+        42,
+    )
     assert build(exception="KeyError").matches(rec) and not build(exception="TypeError").matches(rec)
     assert build(original_topic="payments").matches(rec) and not build(original_topic="orders").matches(rec)
 
@@ -91,8 +113,10 @@ def test_subclasses_match_once_the_classes_are_loaded(marker_not_loaded):
 
 
 def test_exception_filter_matches_the_cause_spring_wraps_listener_errors_in():
-    wrapped = record(exception="org.springframework.kafka.listener.ListenerExecutionFailedException",
-                     cause="myapp.errors.Invalid")
+    wrapped = record(
+        exception="org.springframework.kafka.listener.ListenerExecutionFailedException",
+        cause="myapp.errors.Invalid",
+    )
     assert build(exception="myapp.errors.Invalid").matches(wrapped)
 
 
@@ -111,7 +135,7 @@ def test_time_key_partition_and_offsets():
     assert not f.matches(record(offset=6, key=b"k3")) and not f.matches(record(offset=6, key=None))
     assert not f.matches(record(offset=6, timestamp_ms=NOW - 11))
     assert not f.matches(record(offset=6, timestamp_ms=NOW + 11))
-    assert build(offsets="5-").matches(record(offset=10 ** 9)) and build(offsets="5").offsets == (5, 5)
+    assert build(offsets="5-").matches(record(offset=10**9)) and build(offsets="5").offsets == (5, 5)
 
 
 def test_time_forms():
@@ -121,17 +145,23 @@ def test_time_forms():
     assert parse_time_ms("1795428000000", now_ms=NOW, option="--since") == 1_795_428_000_000
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"offsets": "7-5"}, "--offsets '7-5': offsets must be >= 0 and A <= B"),
-    ({"offsets": "a-b"}, "--offsets 'a-b': expected A-B"),
-    ({"since": "last tuesday"}, "--since 'last tuesday' is not a time"),
-    ({"since": "1h", "until": "2h"}, "--since (1h) is later than --until (2h)"),
-    ({"exception": "no spaces allowed"}, "--exception 'no spaces allowed' is not a dotted exception class path"),
-    ({"partition": "x"}, "--partition 'x' is not a partition number"),
-    ({"partition": -1}, "--partition -1 is not a partition number"),
-    ({"limit": 0}, "--limit 0 must be a whole number >= 1"),
-    ({"limit": "many"}, "--limit 'many' must be a whole number >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"offsets": "7-5"}, "--offsets '7-5': offsets must be >= 0 and A <= B"),
+        ({"offsets": "a-b"}, "--offsets 'a-b': expected A-B"),
+        ({"since": "last tuesday"}, "--since 'last tuesday' is not a time"),
+        ({"since": "1h", "until": "2h"}, "--since (1h) is later than --until (2h)"),
+        (
+            {"exception": "no spaces allowed"},
+            "--exception 'no spaces allowed' is not a dotted exception class path",
+        ),
+        ({"partition": "x"}, "--partition 'x' is not a partition number"),
+        ({"partition": -1}, "--partition -1 is not a partition number"),
+        ({"limit": 0}, "--limit 0 must be a whole number >= 1"),
+        ({"limit": "many"}, "--limit 'many' must be a whole number >= 1"),
+    ],
+)
 def test_bad_filters_name_the_option(kwargs, message):
     with pytest.raises(ReplayError) as info:
         build(**kwargs)

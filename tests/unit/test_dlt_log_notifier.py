@@ -15,9 +15,14 @@ class TI:
 
 
 def run_summary(dlt: int, dropped: int = 0) -> dict:
-    return {"topic": "orders-retry-1", "totals": {"dlt_topics": {"orders-dlt": dlt} if dlt else {},
-                                                  "dead_lettered": {"myapp.Invalid": dlt + dropped},
-                                                  "dropped": dropped}}
+    return {
+        "topic": "orders-retry-1",
+        "totals": {
+            "dlt_topics": {"orders-dlt": dlt} if dlt else {},
+            "dead_lettered": {"myapp.Invalid": dlt + dropped},
+            "dropped": dropped,
+        },
+    }
 
 
 def logged(notifier, summary: dict) -> list[dict]:
@@ -29,23 +34,35 @@ def logged(notifier, summary: dict) -> list[dict]:
 def test_default_message_names_counts_per_dlt_and_exception_and_the_run():
     [entry] = logged(DltLogNotifier(), run_summary(3, dropped=1))
     assert entry["log_level"] == "warning"
-    assert entry["event"] == ('Kafka retry: 3 record(s) reached a DLT {"orders-dlt": 3} from orders-retry-1, '
-                              '1 dropped; by exception: {"myapp.Invalid": 4} (DAG kafka_retry__orders-retry-1, '
-                              'task reprocess, run scheduled__1)')
+    assert entry["event"] == (
+        'Kafka retry: 3 record(s) reached a DLT {"orders-dlt": 3} from orders-retry-1, '
+        '1 dropped; by exception: {"myapp.Invalid": 4} (DAG kafka_retry__orders-retry-1, '
+        "task reprocess, run scheduled__1)"
+    )
 
 
 def test_default_message_reads_a_dlt_watch_summary_too():
-    watch = {"kind": "dlt_watch", "totals": {"new_records": 3, "dead_lettered": {"myapp.Invalid": 3},
-                                             "causes": {}, "dlt_topics": {"orders-dlt": 2, "orders-validation-dlt": 1}}}
+    watch = {
+        "kind": "dlt_watch",
+        "totals": {
+            "new_records": 3,
+            "dead_lettered": {"myapp.Invalid": 3},
+            "causes": {},
+            "dlt_topics": {"orders-dlt": 2, "orders-validation-dlt": 1},
+        },
+    }
     [entry] = logged(DltLogNotifier(), watch)
-    assert entry["event"] == ('Kafka retry: 3 record(s) reached a DLT {"orders-dlt": 2, "orders-validation-dlt": 1}; '
-                              'by exception: {"myapp.Invalid": 3} (DAG kafka_retry__orders-retry-1, task reprocess, '
-                              'run scheduled__1)')
+    assert entry["event"] == (
+        'Kafka retry: 3 record(s) reached a DLT {"orders-dlt": 2, "orders-validation-dlt": 1}; '
+        'by exception: {"myapp.Invalid": 3} (DAG kafka_retry__orders-retry-1, task reprocess, '
+        "run scheduled__1)"
+    )
 
 
 def test_custom_message_and_level():
-    notifier = DltLogNotifier(message="{{ kafka_retry_summary.totals.dlt_topics['orders-dlt'] }} in {{ ti.dag_id }}",
-                              level="ERROR")
+    notifier = DltLogNotifier(
+        message="{{ kafka_retry_summary.totals.dlt_topics['orders-dlt'] }} in {{ ti.dag_id }}", level="ERROR"
+    )
     [entry] = logged(notifier, run_summary(2))
     assert (entry["log_level"], entry["event"]) == ("error", "2 in kafka_retry__orders-retry-1")
 

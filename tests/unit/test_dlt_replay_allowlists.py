@@ -37,9 +37,13 @@ def no_marker_module():
     assert MARKER_MODULE not in sys.modules, f"{MARKER_MODULE} was imported"
 
 
-@pytest.mark.parametrize("given", [f"{MARKER_MODULE}:transform", "fix_currency", "tests.support.exits_on_import:x"])
+@pytest.mark.parametrize(
+    "given", [f"{MARKER_MODULE}:transform", "fix_currency", "tests.support.exits_on_import:x"]
+)
 def test_a_transform_not_on_the_list_fails_before_anything_is_imported(topology, no_marker_module, given):
-    with pytest.raises(ReplayError, match=rf"transform '{given}' is not one of this replay's transforms \(fix\)"):
+    with pytest.raises(
+        ReplayError, match=rf"transform '{given}' is not one of this replay's transforms \(fix\)"
+    ):
         Replay(topology, NOWHERE, ReplayRequest(transform=given), transforms={"fix": FIX}, dry_run=True)
 
 
@@ -72,16 +76,27 @@ def test_allowed_targets_open_more_topics(topology):
 
 
 def _record(original_topic: str) -> DltRecord:
-    return DltRecord(topic="orders-dlt", partition=0, offset=7, timestamp_ms=0, key=b"k", value=b"v",
-                     headers=(("kafka_original-topic", original_topic.encode()),))
+    return DltRecord(
+        topic="orders-dlt",
+        partition=0,
+        offset=7,
+        timestamp_ms=0,
+        key=b"k",
+        value=b"v",
+        headers=(("kafka_original-topic", original_topic.encode()),),
+    )
 
 
 def test_a_producer_chosen_original_topic_is_not_a_default_target(topology):
     # Spring keeps an original-topic header the producer set (see policy/headers.py): the replay refuses it
-    with pytest.raises(ReplayError, match=r"the original topic of orders-dlt\[0\]@7 'payments' is not a topic of"):
+    with pytest.raises(
+        ReplayError, match=r"the original topic of orders-dlt\[0\]@7 'payments' is not a topic of"
+    ):
         target_for(topology, topology.dlt_topic, None, _record("payments"))
-    assert target_for(topology, topology.dlt_topic, None, _record("payments"), allowed={"payments"}).topic \
+    assert (
+        target_for(topology, topology.dlt_topic, None, _record("payments"), allowed={"payments"}).topic
         == "payments"
+    )
     assert target_for(topology, topology.dlt_topic, None, _record("orders")).topic == "orders"
 
 
@@ -96,8 +111,9 @@ def test_the_cli_refuses_a_foreign_target_unless_allowed(capsys):
 def test_the_dag_offers_the_allowlists(topology):
     from airflow_kafka_retry import build_dlt_replay_dag
 
-    dag = build_dlt_replay_dag(topology, dag_id="replay_orders", transforms={"fix": FIX},
-                               allowed_targets=["payments-fixups"])
+    dag = build_dlt_replay_dag(
+        topology, dag_id="replay_orders", transforms={"fix": FIX}, allowed_targets=["payments-fixups"]
+    )
     [task] = dag.tasks
     assert task.transforms == {"fix": FIX} and task.allowed_targets == ["payments-fixups"]
     assert "transforms" not in task.template_fields and "allowed_targets" not in task.template_fields
@@ -108,10 +124,13 @@ def test_the_dag_offers_the_allowlists(topology):
         dag.params.get_param("transform").resolve(f"{MARKER_MODULE}:transform")
 
 
-@pytest.mark.parametrize("transforms, message", [
-    ({"fix": "no_colon"}, "transforms['fix'] = 'no_colon' must be given as 'package.module:function'"),
-    ({"a:b": FIX}, "transforms: 'a:b' is not a transform name"),
-])
+@pytest.mark.parametrize(
+    "transforms, message",
+    [
+        ({"fix": "no_colon"}, "transforms['fix'] = 'no_colon' must be given as 'package.module:function'"),
+        ({"a:b": FIX}, "transforms: 'a:b' is not a transform name"),
+    ],
+)
 def test_bad_allowlists_fail_when_the_dag_is_built(topology, transforms, message):
     from airflow_kafka_retry import build_dlt_replay_dag
 

@@ -32,12 +32,15 @@ def test_transform_edits_or_leaves_out():
     assert apply_transform(load_transform(f"{T}:fix_even_leave_out_odd"), "fix", odd) is None
 
 
-@pytest.mark.parametrize("function, message", [
-    ("raise_on_second", "transform 'f' on orders-dlt[0]@1 raised ValueError: cannot fix this one"),
-    ("wrong_type", "transform 'f' on orders-dlt[0]@1 returned str; it must return the record"),
-    ("str_value", "returned a value of type str; it must be bytes or None"),
-    ("move_offset", "changed offset: the DLT coordinates cannot be edited"),
-])
+@pytest.mark.parametrize(
+    "function, message",
+    [
+        ("raise_on_second", "transform 'f' on orders-dlt[0]@1 raised ValueError: cannot fix this one"),
+        ("wrong_type", "transform 'f' on orders-dlt[0]@1 returned str; it must return the record"),
+        ("str_value", "returned a value of type str; it must be bytes or None"),
+        ("move_offset", "changed offset: the DLT coordinates cannot be edited"),
+    ],
+)
 def test_bad_transforms_name_the_record(function, message):
     with pytest.raises(ReplayError) as info:
         apply_transform(load_transform(f"{T}:{function}"), "f", record(offset=1))
@@ -48,15 +51,20 @@ def test_malformed_headers_are_refused():
     def bad_headers(rec):
         return dataclasses.replace(rec, headers=(("name", "not bytes"),))
 
-    with pytest.raises(ReplayError, match=r"malformed headers; they must be a sequence of \(str, bytes \| None\)"):
+    with pytest.raises(
+        ReplayError, match=r"malformed headers; they must be a sequence of \(str, bytes \| None\)"
+    ):
         apply_transform(bad_headers, "bad", record())
 
 
-@pytest.mark.parametrize("path, message", [
-    ("nomodule", "must be given as 'package.module:function'"),
-    ("tests.support.no_such_module:f", "cannot import module 'tests.support.no_such_module'"),
-    (f"{T}:missing", f"module '{T}' has no attribute 'missing'"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("nomodule", "must be given as 'package.module:function'"),
+        ("tests.support.no_such_module:f", "cannot import module 'tests.support.no_such_module'"),
+        (f"{T}:missing", f"module '{T}' has no attribute 'missing'"),
+    ],
+)
 def test_transforms_that_do_not_load(path, message):
     with pytest.raises(ReplayError, match=message):
         load_transform(path)
@@ -77,8 +85,10 @@ def test_groups_by_exception_original_topic_and_hour_with_counts_and_samples():
     assert (first.oldest, first.newest) == ("2026-11-23T10:00:00Z", "2026-11-23T10:04:00Z")
     assert first.samples == [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1}]
     by_day = group_records(records, bucket="day")
-    assert [(g.exception, g.bucket, g.count) for g in by_day] == [("KeyError", "2026-11-23", 6),
-                                                                  ("TypeError", "2026-11-23", 1)]
+    assert [(g.exception, g.bucket, g.count) for g in by_day] == [
+        ("KeyError", "2026-11-23", 6),
+        ("TypeError", "2026-11-23", 1),
+    ]
 
 
 def test_values_only_when_asked():
@@ -90,13 +100,23 @@ def test_values_only_when_asked():
 
 def test_table_lists_each_group():
     groups = group_records([record(exception="KeyError", cause="OSError"), record(exception=None, offset=1)])
-    report = {"topic": "orders-dlt", "records": 2, "replayed": 0, "replay_log": "orders-dlt-replay-log",
-              "bucket": "hour", "groups": [g.to_dict() for g in groups],
-              "replays": [{"replay_id": "done-1", "moved": 3, "finished": True},
-                          {"replay_id": "killed-1", "moved": 2, "finished": False}]}
+    report = {
+        "topic": "orders-dlt",
+        "records": 2,
+        "replayed": 0,
+        "replay_log": "orders-dlt-replay-log",
+        "bucket": "hour",
+        "groups": [g.to_dict() for g in groups],
+        "replays": [
+            {"replay_id": "done-1", "moved": 3, "finished": True},
+            {"replay_id": "killed-1", "moved": 2, "finished": False},
+        ],
+    }
     table = format_table(report).splitlines()
-    assert table[-1] == ("unfinished replay killed-1 (2 moved): rerun it with --replay-id killed-1 and the same "
-                         "options to finish it")
+    assert table[-1] == (
+        "unfinished replay killed-1 (2 moved): rerun it with --replay-id killed-1 and the same "
+        "options to finish it"
+    )
     assert not any("done-1" in line for line in table)
     assert table[0] == "orders-dlt: 2 record(s), 0 replayed (replay log orders-dlt-replay-log)"
     assert table[1].split()[:4] == ["COUNT", "REPLAYED", "EXCEPTION", "ORIGINAL"]
@@ -109,8 +129,15 @@ def test_bucket_of():
 
 # ---------------------------------------------------------------------- source and target topics
 def topology(**kwargs) -> Topology:
-    return Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 3,
-                                  "dlt_routing": {"-invalid-dlt": ["KeyError"]}, **kwargs})
+    return Topology.from_mapping(
+        {
+            "topic": "orders",
+            "group_id": "svc",
+            "attempts": 3,
+            "dlt_routing": {"-invalid-dlt": ["KeyError"]},
+            **kwargs,
+        }
+    )
 
 
 def test_source_topics_are_the_dlts_and_parking():
@@ -118,8 +145,11 @@ def test_source_topics_are_the_dlts_and_parking():
     assert source_topics(t) == ["orders-dlt", "orders-invalid-dlt", "orders-parking"]
     assert source_topic(t, None) == "orders-dlt" and source_topic(t, "parking") == "orders-parking"
     assert source_topic(t, "orders-invalid-dlt") == "orders-invalid-dlt"
-    with pytest.raises(ReplayError, match="--dlt 'orders' is not a dead-letter or parking topic of <python> "
-                                          r"\(orders-dlt, orders-invalid-dlt, orders-parking\)"):
+    with pytest.raises(
+        ReplayError,
+        match="--dlt 'orders' is not a dead-letter or parking topic of <python> "
+        r"\(orders-dlt, orders-invalid-dlt, orders-parking\)",
+    ):
         source_topic(t, "orders")
     with pytest.raises(ReplayError, match="has no DLT"):
         source_topic(Topology.from_mapping({"topic": "o", "group_id": "g", "dlt_strategy": "no_dlt"}), None)
@@ -134,16 +164,21 @@ def test_targets():
     first = target_for(t, "orders-dlt", "first-tier", rec)
     assert (first.topic, first.attempt) == ("orders-retry-1", 2)
     assert target_for(t, "orders-dlt", "orders-retry-2", rec).attempt == 3
-    assert target_for(t, "orders-dlt", "elsewhere", rec, partition_counts={"elsewhere": 2}).partition == BY_KEY
+    assert (
+        target_for(t, "orders-dlt", "elsewhere", rec, partition_counts={"elsewhere": 2}).partition == BY_KEY
+    )
     assert target_for(t, "orders-dlt", "main", rec, key_changed=True).partition == BY_KEY
     with pytest.raises(ReplayError, match=r"orders-dlt\[0\]@0 carries no original-topic header"):
         target_for(t, "orders-dlt", None, record(original_topic=None))
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("orders-dlt", "--to 'orders-dlt' is the topic being replayed"),
-    ("orders-invalid-dlt", "--to 'orders-invalid-dlt' is a dead-letter topic"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("orders-dlt", "--to 'orders-dlt' is the topic being replayed"),
+        ("orders-invalid-dlt", "--to 'orders-invalid-dlt' is a dead-letter topic"),
+    ],
+)
 def test_impossible_targets(spec, message):
     with pytest.raises(ReplayError, match=message):
         check_target_spec(topology(), "orders-dlt", spec)

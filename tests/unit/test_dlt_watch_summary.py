@@ -28,34 +28,79 @@ class FakeMessage:
 
 
 def test_exception_classes_from_either_family():
-    assert read_exception_classes([("kafka_exception-fqcn", b"a.B"), ("kafka_exception-cause-fqcn", b"c.D")]) == \
-        ("a.B", "c.D")
+    assert read_exception_classes(
+        [("kafka_exception-fqcn", b"a.B"), ("kafka_exception-cause-fqcn", b"c.D")]
+    ) == ("a.B", "c.D")
     dead_letter_family = [("kafka_dlt-exception-fqcn", b"x.Y"), ("kafka_dlt-exception-cause-fqcn", b"z.W")]
     assert read_exception_classes(dead_letter_family) == ("x.Y", "z.W")
     # the last header wins across families; a key exception counts when the value has none
-    assert read_exception_classes([("kafka_dlt-exception-fqcn", b"old.E"), ("kafka_exception-fqcn", b"new.E")])[0] \
+    assert (
+        read_exception_classes([("kafka_dlt-exception-fqcn", b"old.E"), ("kafka_exception-fqcn", b"new.E")])[
+            0
+        ]
         == "new.E"
+    )
     assert read_exception_classes([("kafka_dlt-key-exception-fqcn", b"k.E")]) == ("k.E", None)
-    assert read_exception_classes([("kafka_key-exception-fqcn", b"k.E"), ("kafka_exception-fqcn", b"v.E")])[0] \
+    assert (
+        read_exception_classes([("kafka_key-exception-fqcn", b"k.E"), ("kafka_exception-fqcn", b"v.E")])[0]
         == "v.E"
+    )
     assert read_exception_classes(None) == (None, None)
     assert read_exception_classes([("kafka_exception-fqcn", None)]) == (None, None)
 
 
 def test_summary_counts_and_caps_coordinates():
     summary = DltWatchSummary(group="g", coordinate_cap=2)
-    summary.add(FakeMessage("orders-dlt", 0, 5, [
-        ("kafka_dlt-original-topic", b"orders"), ("kafka_dlt-original-partition", H.encode_int32(3)),
-        ("kafka_dlt-original-offset", H.encode_int64(99)), ("kafka_dlt-exception-fqcn", b"a.Bad")]))
-    summary.add(FakeMessage("orders-dlt", 1, 0, [("kafka_exception-fqcn", b"a.Bad"),
-                                                 ("kafka_exception-cause-fqcn", b"c.Root")]))
+    summary.add(
+        FakeMessage(
+            "orders-dlt",
+            0,
+            5,
+            [
+                ("kafka_dlt-original-topic", b"orders"),
+                ("kafka_dlt-original-partition", H.encode_int32(3)),
+                ("kafka_dlt-original-offset", H.encode_int64(99)),
+                ("kafka_dlt-exception-fqcn", b"a.Bad"),
+            ],
+        )
+    )
+    summary.add(
+        FakeMessage(
+            "orders-dlt",
+            1,
+            0,
+            [("kafka_exception-fqcn", b"a.Bad"), ("kafka_exception-cause-fqcn", b"c.Root")],
+        )
+    )
     summary.add(FakeMessage("orders-x-dlt", 0, 2, []))
-    assert summary.totals() == {"new_records": 3, "dead_lettered": {UNKNOWN_EXCEPTION: 1, "a.Bad": 2},
-                                "causes": {"c.Root": 1}, "dlt_topics": {"orders-dlt": 2, "orders-x-dlt": 1}}
+    assert summary.totals() == {
+        "new_records": 3,
+        "dead_lettered": {UNKNOWN_EXCEPTION: 1, "a.Bad": 2},
+        "causes": {"c.Root": 1},
+        "dlt_topics": {"orders-dlt": 2, "orders-x-dlt": 1},
+    }
     assert summary.dead_letters == [
-        {"topic": "orders", "partition": 3, "offset": 99, "exception": "a.Bad", "cause": None, "consumer_group": None,
-         "dlt_topic": "orders-dlt", "dlt_partition": 0, "dlt_offset": 5},
-        {"topic": None, "partition": None, "offset": None, "exception": "a.Bad", "cause": "c.Root",
-         "consumer_group": None, "dlt_topic": "orders-dlt", "dlt_partition": 1, "dlt_offset": 0},
+        {
+            "topic": "orders",
+            "partition": 3,
+            "offset": 99,
+            "exception": "a.Bad",
+            "cause": None,
+            "consumer_group": None,
+            "dlt_topic": "orders-dlt",
+            "dlt_partition": 0,
+            "dlt_offset": 5,
+        },
+        {
+            "topic": None,
+            "partition": None,
+            "offset": None,
+            "exception": "a.Bad",
+            "cause": "c.Root",
+            "consumer_group": None,
+            "dlt_topic": "orders-dlt",
+            "dlt_partition": 1,
+            "dlt_offset": 0,
+        },
     ]
     assert summary.dead_letters_truncated == 1

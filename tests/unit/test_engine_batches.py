@@ -28,10 +28,18 @@ HANDLER_NAME = "myapp.handlers:handle_orders"
 
 # ----------------------------------------------------------------------------- helpers
 def make_record(offset: int, *, topic: str = "orders-retry-0", partition: int = 3) -> TierRecord:
-    return TierRecord(key=f"k{offset}".encode(), value=f"v{offset}".encode(), headers=(("h", b"x"),),
-                      topic=topic, partition=partition, offset=offset,
-                      timestamp_ms=1_700_000_000_000 + offset,
-                      timestamp_type=1, attempt=2, due_ms=None)
+    return TierRecord(
+        key=f"k{offset}".encode(),
+        value=f"v{offset}".encode(),
+        headers=(("h", b"x"),),
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        timestamp_ms=1_700_000_000_000 + offset,
+        timestamp_type=1,
+        attempt=2,
+        due_ms=None,
+    )
 
 
 def make_records(n: int, start: int = 0) -> list[TierRecord]:
@@ -156,12 +164,15 @@ def test_handler_gets_a_fresh_list_and_may_mutate_it() -> None:
     assert not any(o.failed for o in outcomes)
 
 
-@pytest.mark.parametrize(("n", "size", "expected"), [
-    (7, 3, [[0, 1, 2], [3, 4, 5], [6]]),
-    (6, 3, [[0, 1, 2], [3, 4, 5]]),
-    (3, 1, [[0], [1], [2]]),
-    (2, 5, [[0, 1]]),
-])
+@pytest.mark.parametrize(
+    ("n", "size", "expected"),
+    [
+        (7, 3, [[0, 1, 2], [3, 4, 5], [6]]),
+        (6, 3, [[0, 1, 2], [3, 4, 5]]),
+        (3, 1, [[0], [1], [2]]),
+        (2, 5, [[0, 1]]),
+    ],
+)
 def test_batch_size_splits_records(n: int, size: int, expected: list[list[int]]) -> None:
     handler = Recorder()
     r = runner(handler, batch_size=size)
@@ -190,10 +201,16 @@ def test_equal_records_get_separate_outcomes() -> None:
     assert outcomes[0].failed and not outcomes[1].failed
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"batch_size": 0}, {"batch_size": -1}, {"max_extra_calls": -1}, {"in_place_attempts": -1},
-    {"in_place_backoff_ms": -5},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"batch_size": 0},
+        {"batch_size": -1},
+        {"max_extra_calls": -1},
+        {"in_place_attempts": -1},
+        {"in_place_backoff_ms": -5},
+    ],
+)
 def test_constructor_rejects_bad_numbers(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError, match=">= "):
         runner(Recorder(), **kwargs)
@@ -481,8 +498,9 @@ def test_zero_budget_fails_the_whole_batch_unisolated() -> None:
 
 def test_unisolated_failure_is_not_chained_to_the_batch_error() -> None:
     # TypeError is fatal by default: a neighbour's TypeError must not make a record fatal
-    handler = Recorder(lambda batch, n: TypeError("bad payload in record 0") if any(
-        r.offset == 0 for r in batch) else None)
+    handler = Recorder(
+        lambda batch, n: TypeError("bad payload in record 0") if any(r.offset == 0 for r in batch) else None
+    )
     outcomes = runner(handler, batch_size=4, max_extra_calls=0).run(make_records(4))
     error = outcomes[1].error
     assert isinstance(error, UnisolatedFailure)
@@ -520,8 +538,9 @@ def unisolated_outcome(batch_error: BaseException) -> Outcome:
 def resolve(topology: Topology, error: BaseException):  # type: ignore[no-untyped-def]
     now = 1_700_000_000_000
     resolver = DestinationResolver(topology, clock=lambda: now)
-    return resolver.resolve(topic=topology.topic, partition=0, attempt=1, exception=error,
-                            original_timestamp_ms=now)
+    return resolver.resolve(
+        topic=topology.topic, partition=0, attempt=1, exception=error, original_timestamp_ms=now
+    )
 
 
 def test_unisolated_record_goes_to_a_retry_tier_even_after_a_fatal_batch_error() -> None:
@@ -716,21 +735,27 @@ def test_in_place_retries_only_failed_records_and_keep_order() -> None:
 def test_in_place_attempts_skip_fatal_errors() -> None:
     sleep = FakeSleep()
     handler = Recorder(lambda batch, n: TypeError("payload has the wrong shape"))
-    outcomes = runner(handler, batch_size=1, in_place_attempts=3, in_place_backoff_ms=1000,
-                      sleep=sleep).run(make_records(1))
+    outcomes = runner(handler, batch_size=1, in_place_attempts=3, in_place_backoff_ms=1000, sleep=sleep).run(
+        make_records(1)
+    )
     assert isinstance(outcomes[0].error, TypeError)
     assert handler.calls == [[0]]
     assert outcomes[0].tries == 1
     assert sleep.calls == []
 
 
-@pytest.mark.parametrize(("attempt", "max_attempts", "tries"), [
-    (1, 4, 4),  # attempts 1, 2, 3, 4: the in-place budget (5) is cut by the topology's 4 attempts
-    (2, 4, 3),  # a retry-tier record on attempt 2 may still be tried on attempts 3 and 4
-    (4, 4, 1),  # on its last attempt: no in-place try at all
-    (3, None, 6),  # no cap (a DLT): every in-place try is made
-])
-def test_in_place_attempts_never_take_a_record_past_the_topology_attempts(attempt, max_attempts, tries) -> None:
+@pytest.mark.parametrize(
+    ("attempt", "max_attempts", "tries"),
+    [
+        (1, 4, 4),  # attempts 1, 2, 3, 4: the in-place budget (5) is cut by the topology's 4 attempts
+        (2, 4, 3),  # a retry-tier record on attempt 2 may still be tried on attempts 3 and 4
+        (4, 4, 1),  # on its last attempt: no in-place try at all
+        (3, None, 6),  # no cap (a DLT): every in-place try is made
+    ],
+)
+def test_in_place_attempts_never_take_a_record_past_the_topology_attempts(
+    attempt, max_attempts, tries
+) -> None:
     handler = poison_handler({0})
     record = dataclasses.replace(make_record(0), attempt=attempt)
     r = runner(handler, batch_size=1, in_place_attempts=5, max_attempts=max_attempts)

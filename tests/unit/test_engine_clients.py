@@ -92,9 +92,16 @@ def test_consumer_engine_settings() -> None:
 
 
 def test_consumer_engine_owned_keys_override_user_values() -> None:
-    user = base(**{"group.id": "user-group", "enable.auto.commit": True, "enable.auto.offset.store": True,
-                   "isolation.level": "read_uncommitted", "enable.partition.eof": False,
-                   "allow.auto.create.topics": True})
+    user = base(
+        **{
+            "group.id": "user-group",
+            "enable.auto.commit": True,
+            "enable.auto.offset.store": True,
+            "isolation.level": "read_uncommitted",
+            "enable.partition.eof": False,
+            "allow.auto.create.topics": True,
+        }
+    )
     config = consumer_config(user, "tier-group")
     assert config["group.id"] == "tier-group"
     assert config["enable.auto.commit"] is False
@@ -105,11 +112,25 @@ def test_consumer_engine_owned_keys_override_user_values() -> None:
 
 
 def test_consumer_keeps_user_tuning() -> None:
-    user = base(**{"auto.offset.reset": "latest", "session.timeout.ms": 6000, "max.poll.interval.ms": 600_000,
-                   "heartbeat.interval.ms": 1000, "fetch.min.bytes": 10, "queued.min.messages": 5})
+    user = base(
+        **{
+            "auto.offset.reset": "latest",
+            "session.timeout.ms": 6000,
+            "max.poll.interval.ms": 600_000,
+            "heartbeat.interval.ms": 1000,
+            "fetch.min.bytes": 10,
+            "queued.min.messages": 5,
+        }
+    )
     config = consumer_config(user, "g")
-    for key in ("auto.offset.reset", "session.timeout.ms", "max.poll.interval.ms", "heartbeat.interval.ms",
-                "fetch.min.bytes", "queued.min.messages"):
+    for key in (
+        "auto.offset.reset",
+        "session.timeout.ms",
+        "max.poll.interval.ms",
+        "heartbeat.interval.ms",
+        "fetch.min.bytes",
+        "queued.min.messages",
+    ):
         assert config[key] == user[key], key
 
 
@@ -154,10 +175,14 @@ def test_consumer_without_transactional_or_idempotence_keys() -> None:
 
 # ----------------------------------------------------------------------------- producer
 def test_producer_engine_settings() -> None:
-    assert producer_config(base(), None) == {"bootstrap.servers": BOOTSTRAP, "logger": CLIENT_LOGGER,
-                                             "enable.idempotence": True, "acks": "all",
-                                             "allow.auto.create.topics": False,
-                                             "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES}
+    assert producer_config(base(), None) == {
+        "bootstrap.servers": BOOTSTRAP,
+        "logger": CLIENT_LOGGER,
+        "enable.idempotence": True,
+        "acks": "all",
+        "allow.auto.create.topics": False,
+        "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
+    }
 
 
 def test_producer_never_auto_creates_a_destination_and_keeps_a_user_size_limit() -> None:
@@ -182,8 +207,7 @@ def test_producer_user_transactional_id_is_dropped_when_idempotent(txn: str | No
 
 def test_producer_engine_owned_keys_override_user_values() -> None:
     user = base(**{"enable.idempotence": False, "acks": "0", "transactional.id": "user-txn"})
-    config = producer_config(user,
-                             "engine-txn")
+    config = producer_config(user, "engine-txn")
     assert config["enable.idempotence"] is True
     assert config["acks"] == "all"
     assert config["transactional.id"] == "engine-txn"
@@ -210,8 +234,11 @@ def test_producer_has_no_consumer_keys() -> None:
 
 
 # ----------------------------------------------------------------------------- shared
-@pytest.mark.parametrize("build", [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, "txn")],
-                         ids=["consumer", "producer"])
+@pytest.mark.parametrize(
+    "build",
+    [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, "txn")],
+    ids=["consumer", "producer"],
+)
 def test_security_and_common_keys_pass_through_to_both(build: Any) -> None:
     config = build(base(**SECURITY))
     for key, value in SECURITY.items():
@@ -219,8 +246,11 @@ def test_security_and_common_keys_pass_through_to_both(build: Any) -> None:
     assert config["bootstrap.servers"] == BOOTSTRAP
 
 
-@pytest.mark.parametrize("build", [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, None)],
-                         ids=["consumer", "producer"])
+@pytest.mark.parametrize(
+    "build",
+    [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, None)],
+    ids=["consumer", "producer"],
+)
 def test_missing_bootstrap_servers(build: Any) -> None:
     with pytest.raises(KafkaConfigError) as info:
         build(dict(SECURITY))
@@ -229,8 +259,11 @@ def test_missing_bootstrap_servers(build: Any) -> None:
     assert isinstance(info.value, ValueError)
 
 
-@pytest.mark.parametrize("build", [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, None)],
-                         ids=["consumer", "producer"])
+@pytest.mark.parametrize(
+    "build",
+    [lambda c: consumer_config(c, "g"), lambda c: producer_config(c, None)],
+    ids=["consumer", "producer"],
+)
 def test_user_logger_is_kept(build: Any) -> None:
     mine = logging.getLogger("my.kafka")
     assert build(base(logger=mine))["logger"] is mine

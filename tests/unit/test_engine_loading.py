@@ -139,8 +139,9 @@ def test_module_importing_a_missing_dependency_names_it(make_module: Callable[[s
 def test_missing_attribute() -> None:
     with pytest.raises(UserCodeError) as info:
         load_callable("json:no_such_function")
-    assert str(info.value) == ("handler 'json:no_such_function': module 'json' has no attribute "
-                               "'no_such_function'")
+    assert str(info.value) == (
+        "handler 'json:no_such_function': module 'json' has no attribute 'no_such_function'"
+    )
 
 
 def test_missing_nested_attribute_names_the_whole_path() -> None:
@@ -169,5 +170,7 @@ def test_not_callable_user_attribute(make_module: Callable[[str], str]) -> None:
 
 
 def test_a_module_that_exits_as_it_is_imported_is_bad_input_not_an_exit() -> None:
-    with pytest.raises(UserCodeError, match=r"cannot import module 'tests.support.exits_on_import': SystemExit: 3"):
+    with pytest.raises(
+        UserCodeError, match=r"cannot import module 'tests.support.exits_on_import': SystemExit: 3"
+    ):
         load_callable("tests.support.exits_on_import:transform", what="transform")

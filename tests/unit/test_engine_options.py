@@ -37,10 +37,21 @@ def test_frozen() -> None:
 
 
 def test_to_dict_round_trips_and_is_json_serialisable() -> None:
-    options = DrainOptions(HANDLER, value_deserializer="json:loads", batch_size=10, chunk_size=50,
-                           max_records=7, in_place_attempts=2, in_place_backoff_ms=100, max_extra_calls=0,
-                           transactional=False, transactional_id_prefix="p.", consumer_group="g",
-                           dead_letter_cap=0, idle_timeout_s=5)
+    options = DrainOptions(
+        HANDLER,
+        value_deserializer="json:loads",
+        batch_size=10,
+        chunk_size=50,
+        max_records=7,
+        in_place_attempts=2,
+        in_place_backoff_ms=100,
+        max_extra_calls=0,
+        transactional=False,
+        transactional_id_prefix="p.",
+        consumer_group="g",
+        dead_letter_cap=0,
+        idle_timeout_s=5,
+    )
     data = options.to_dict()
     assert json.loads(json.dumps(data)) == data
     assert DrainOptions(**data) == options

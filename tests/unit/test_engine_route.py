@@ -9,8 +9,10 @@ from airflow_kafka_retry.engine.route import transactional_id
 
 
 def test_transactional_id_format() -> None:
-    assert transactional_id("airflow-kafka-retry.", "svc-orders-retry-0", "orders-retry-0", 3) == \
-        "airflow-kafka-retry.svc-orders-retry-0/orders-retry-0/3"
+    assert (
+        transactional_id("airflow-kafka-retry.", "svc-orders-retry-0", "orders-retry-0", 3)
+        == "airflow-kafka-retry.svc-orders-retry-0/orders-retry-0/3"
+    )
 
 
 def test_transactional_id_is_deterministic() -> None:
@@ -23,12 +25,15 @@ def test_transactional_id_with_default_options_prefix() -> None:
     assert transactional_id(options.transactional_id_prefix, "g", "t", 0) == "airflow-kafka-retry.g/t/0"
 
 
-@pytest.mark.parametrize("other", [
-    ("airflow-kafka-retry.", "g", "orders-retry-0", 1),  # another partition
-    ("airflow-kafka-retry.", "g2", "orders-retry-0", 0),  # another group
-    ("airflow-kafka-retry.", "g", "orders-retry-1", 0),  # another topic
-    ("other.", "g", "orders-retry-0", 0),  # another prefix
-])
+@pytest.mark.parametrize(
+    "other",
+    [
+        ("airflow-kafka-retry.", "g", "orders-retry-0", 1),  # another partition
+        ("airflow-kafka-retry.", "g2", "orders-retry-0", 0),  # another group
+        ("airflow-kafka-retry.", "g", "orders-retry-1", 0),  # another topic
+        ("other.", "g", "orders-retry-0", 0),  # another prefix
+    ],
+)
 def test_transactional_id_differs_per_coordinate(other: tuple[str, str, str, int]) -> None:
     assert transactional_id("airflow-kafka-retry.", "g", "orders-retry-0", 0) != transactional_id(*other)
 

@@ -15,8 +15,19 @@ from airflow_kafka_retry.engine.records import TierRecord, make_record, record_f
 from airflow_kafka_retry.policy import headers as H
 
 ATT, DUE = H.ATTEMPTS, H.BACKOFF_TIMESTAMP
-VALUES = [None, b"", b"\x03", b"\x00\x00\x00\x02", b"\x00\x00\x80\x00", b"\xff\xff\xff\xff", b"\x00\x00\x00",
-          H.encode_big_integer(1_700_000_000_000), H.encode_big_integer(-5), b"\x01" * 9, b"\x7f" * 8]
+VALUES = [
+    None,
+    b"",
+    b"\x03",
+    b"\x00\x00\x00\x02",
+    b"\x00\x00\x80\x00",
+    b"\xff\xff\xff\xff",
+    b"\x00\x00\x00",
+    H.encode_big_integer(1_700_000_000_000),
+    H.encode_big_integer(-5),
+    b"\x01" * 9,
+    b"\x7f" * 8,
+]
 
 
 def header_lists():
@@ -27,7 +38,12 @@ def header_lists():
         for combo in itertools.product(names, repeat=n):
             for values in itertools.islice(itertools.product(VALUES, repeat=n), 0, None, 7):
                 yield list(zip(combo, values))
-    yield [("trace", b"x"), (ATT, b"\x00\x00\x00\x04"), (DUE, b"\x01\x02"), (ATT, b"\x02")]  # a later attempts wins
+    yield [
+        ("trace", b"x"),
+        (ATT, b"\x00\x00\x00\x04"),
+        (DUE, b"\x01\x02"),
+        (ATT, b"\x02"),
+    ]  # a later attempts wins
     yield [(ATT, b"\x00\x00\x00\x04"), (DUE, b"\x01\x02"), (DUE, None)]
 
 
@@ -83,9 +99,20 @@ class FakeMessage:
 def test_fast_records_equal_constructed_ones(headers):
     message = FakeMessage(b"k", b"v", 42)
     fast = record_from_message(message, headers, 2, 99, "orders-retry-1", 3)
-    plain = TierRecord(key=b"k", value=b"v", headers=tuple(headers or ()), topic="orders-retry-1", partition=3,
-                       offset=42, timestamp_ms=1_700_000_000_000, timestamp_type=1, attempt=2, due_ms=99,
-                       raw_key=b"k", raw_value=b"v")
+    plain = TierRecord(
+        key=b"k",
+        value=b"v",
+        headers=tuple(headers or ()),
+        topic="orders-retry-1",
+        partition=3,
+        offset=42,
+        timestamp_ms=1_700_000_000_000,
+        timestamp_type=1,
+        attempt=2,
+        due_ms=99,
+        raw_key=b"k",
+        raw_value=b"v",
+    )
     assert fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
     assert isinstance(fast.headers, tuple)
     args = dataclasses.astuple(plain)
@@ -95,9 +122,17 @@ def test_fast_records_equal_constructed_ones(headers):
     assert dataclasses.replace(fast, attempt=5).attempt == 5
 
 
-@pytest.mark.parametrize(("partitions", "cores", "expected"), [
-    (8, 2, 3), (8, 1, 2), (1, 8, 1), (2, 2, 2), (32, 16, MAX_DEFAULT_PARALLELISM), (0, 2, 1),
-])
+@pytest.mark.parametrize(
+    ("partitions", "cores", "expected"),
+    [
+        (8, 2, 3),
+        (8, 1, 2),
+        (1, 8, 1),
+        (2, 2, 2),
+        (32, 16, MAX_DEFAULT_PARALLELISM),
+        (0, 2, 1),
+    ],
+)
 def test_default_parallelism(partitions, cores, expected):
     assert default_parallelism(partitions, cores) == expected
 
@@ -147,8 +182,9 @@ def test_run_failures_reports_positions_of_failed_records_only(kind):
     assert [position for position, _ in failures] == sorted(o - 100 for o in poison)
     assert all(records[position] is outcome.record and outcome.failed for position, outcome in failures)
     # the same run through run() gives one outcome per record, failed exactly at those positions
-    outcomes = runner(indexed_handler(poison) if kind == "indexed" else poison_handler(poison),
-                      batch_size=8).run(records)
+    outcomes = runner(
+        indexed_handler(poison) if kind == "indexed" else poison_handler(poison), batch_size=8
+    ).run(records)
     assert [i for i, o in enumerate(outcomes) if o.failed] == [p for p, _ in failures]
 
 

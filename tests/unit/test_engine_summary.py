@@ -30,8 +30,9 @@ def all_keys(data: Any) -> Iterator[str]:
 
 def letter(offset: int, exception: str = "myapp.errors.InvalidOrder", *, dlt: bool = True) -> DeadLetter:
     if dlt:
-        return DeadLetter("orders-retry-1", 2, offset, exception, "not retryable", "orders-dlt", 2,
-                          100 + offset)
+        return DeadLetter(
+            "orders-retry-1", 2, offset, exception, "not retryable", "orders-dlt", 2, 100 + offset
+        )
     return DeadLetter("orders-retry-1", 2, offset, exception, "attempts exhausted")
 
 
@@ -41,9 +42,22 @@ def partition(number: int, **kwargs: Any) -> PartitionSummary:
 
 
 def busy_partition(number: int) -> PartitionSummary:
-    p = partition(number, start_offset=10, first_offset=10, last_offset=19, committed_offset=20,
-                  stop_reason="not_due", next_due_ms=1_700_000_123_000, drained=10, succeeded=6,
-                  dropped=1, handler_calls=4, extra_handler_calls=3, transactions=1, duration_s=0.25)
+    p = partition(
+        number,
+        start_offset=10,
+        first_offset=10,
+        last_offset=19,
+        committed_offset=20,
+        stop_reason="not_due",
+        next_due_ms=1_700_000_123_000,
+        drained=10,
+        succeeded=6,
+        dropped=1,
+        handler_calls=4,
+        extra_handler_calls=3,
+        transactions=1,
+        duration_s=0.25,
+    )
     p.count_route("orders-retry-2")
     p.count_route("orders-retry-2")
     p.count_route("orders-dlt")
@@ -53,9 +67,17 @@ def busy_partition(number: int) -> PartitionSummary:
 
 
 def run_summary(partitions: list[PartitionSummary]) -> RunSummary:
-    return RunSummary(topology="orders", tier=1, topic="orders-retry-1", group="svc-orders-retry-1",
-                      engine="local", cutoff_ms=1_700_000_000_000, started_ms=1_700_000_001_000,
-                      finished_ms=1_700_000_003_456, partitions=partitions)
+    return RunSummary(
+        topology="orders",
+        tier=1,
+        topic="orders-retry-1",
+        group="svc-orders-retry-1",
+        engine="local",
+        cutoff_ms=1_700_000_000_000,
+        started_ms=1_700_000_001_000,
+        finished_ms=1_700_000_003_456,
+        partitions=partitions,
+    )
 
 
 # ----------------------------------------------------------------------------- PartitionSummary
@@ -135,9 +157,16 @@ def test_partition_from_dict_without_dead_letters() -> None:
 
 def test_dead_letter_has_coordinates_and_no_payload() -> None:
     data = busy_partition(0).to_dict()["dead_letters"]
-    assert data[0] == {"topic": "orders-retry-1", "partition": 2, "offset": 15,
-                       "exception": "myapp.errors.InvalidOrder", "reason": "not retryable",
-                       "dlt_topic": "orders-dlt", "dlt_partition": 2, "dlt_offset": 115}
+    assert data[0] == {
+        "topic": "orders-retry-1",
+        "partition": 2,
+        "offset": 15,
+        "exception": "myapp.errors.InvalidOrder",
+        "reason": "not retryable",
+        "dlt_topic": "orders-dlt",
+        "dlt_partition": 2,
+        "dlt_offset": 115,
+    }
     assert data[1]["dlt_topic"] is None and data[1]["dlt_offset"] is None
 
 
@@ -167,9 +196,15 @@ def test_empty_run_is_ok() -> None:
     assert summary.ok and summary.failed_partitions == []
     data = summary.to_dict()
     assert data["status"] == "ok"
-    assert data["totals"] == {"drained": 0, "succeeded": 0, "routed": {}, "dead_lettered": {}, "dlt_topics": {},
-                              "dropped": 0,
-                              "failed_partitions": []}
+    assert data["totals"] == {
+        "drained": 0,
+        "succeeded": 0,
+        "routed": {},
+        "dead_lettered": {},
+        "dlt_topics": {},
+        "dropped": 0,
+        "failed_partitions": [],
+    }
     assert data["partitions"] == []
 
 
@@ -194,11 +229,19 @@ def test_run_to_dict_shape() -> None:
     summary = run_summary([busy_partition(2), busy_partition(0), busy_partition(1)])
     data = summary.to_dict()
     assert list(data)[:1] == ["status"]
-    assert {k: data[k] for k in ("topology", "tier", "topic", "group", "engine", "cutoff_ms", "started_ms",
-                                  "finished_ms")} == {
-        "topology": "orders", "tier": 1, "topic": "orders-retry-1", "group": "svc-orders-retry-1",
-        "engine": "local", "cutoff_ms": 1_700_000_000_000, "started_ms": 1_700_000_001_000,
-        "finished_ms": 1_700_000_003_456}
+    assert {
+        k: data[k]
+        for k in ("topology", "tier", "topic", "group", "engine", "cutoff_ms", "started_ms", "finished_ms")
+    } == {
+        "topology": "orders",
+        "tier": 1,
+        "topic": "orders-retry-1",
+        "group": "svc-orders-retry-1",
+        "engine": "local",
+        "cutoff_ms": 1_700_000_000_000,
+        "started_ms": 1_700_000_001_000,
+        "finished_ms": 1_700_000_003_456,
+    }
     assert data["duration_s"] == 2.456
     assert [p["partition"] for p in data["partitions"]] == [0, 1, 2]  # sorted by partition
 
@@ -238,8 +281,9 @@ def test_run_round_trip_sorts_partitions() -> None:
     assert again.to_dict() == summary.to_dict()
 
 
-@pytest.mark.parametrize(("started", "finished", "expected"),
-                         [(0, 0, 0.0), (1000, 1001, 0.001), (5, 2505, 2.5)])
+@pytest.mark.parametrize(
+    ("started", "finished", "expected"), [(0, 0, 0.0), (1000, 1001, 0.001), (5, 2505, 2.5)]
+)
 def test_duration(started: int, finished: int, expected: float) -> None:
     summary = RunSummary("t", 0, "x", "g", "local", cutoff_ms=0, started_ms=started, finished_ms=finished)
     assert summary.to_dict()["duration_s"] == expected
@@ -256,11 +300,15 @@ def test_dlt_topics_count_every_dlt_record_even_past_the_coordinate_cap() -> Non
     p = partition(0)
     for i in range(4):
         p.count_dead_letter(letter(i), cap=1)
-    p.count_dead_letter(DeadLetter("orders-retry-1", 2, 9, "x.Invalid", "routed", "orders-validation-dlt", 2, 1), cap=1)
+    p.count_dead_letter(
+        DeadLetter("orders-retry-1", 2, 9, "x.Invalid", "routed", "orders-validation-dlt", 2, 1), cap=1
+    )
     p.count_dead_letter(letter(5, dlt=False), cap=1)  # dropped: no DLT
     assert p.dlt_topics == {"orders-dlt": 4, "orders-validation-dlt": 1}
-    assert run_summary([p, busy_partition(1)]).totals()["dlt_topics"] == {"orders-dlt": 5,
-                                                                          "orders-validation-dlt": 1}
+    assert run_summary([p, busy_partition(1)]).totals()["dlt_topics"] == {
+        "orders-dlt": 5,
+        "orders-validation-dlt": 1,
+    }
 
 
 def test_a_stopped_run_says_why_and_round_trips() -> None:
@@ -291,20 +339,60 @@ def test_a_later_pass_of_the_same_run_adds_up_partition_by_partition():
     from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
 
     def run(*partitions):
-        return RunSummary(topology="t.yaml", tier=1, topic="t-retry-1", group="g", engine="local", cutoff_ms=1,
-                          started_ms=10, finished_ms=20, partitions=list(partitions))
+        return RunSummary(
+            topology="t.yaml",
+            tier=1,
+            topic="t-retry-1",
+            group="g",
+            engine="local",
+            cutoff_ms=1,
+            started_ms=10,
+            finished_ms=20,
+            partitions=list(partitions),
+        )
 
-    first = run(PartitionSummary("t-retry-1", 0, "g", start_offset=5, first_offset=5, last_offset=9,
-                                 committed_offset=10, stop_reason="not_due", next_due_ms=100, drained=5, succeeded=4,
-                                 routed={"t-dlt": 1}, dead_lettered={"E": 1}, dlt_topics={"t-dlt": 1},
-                                 transactions=1, duration_s=0.5,
-                                 dead_letters=[DeadLetter("t-retry-1", 0, 7, "E", "fatal", "t-dlt", 0, 3)]))
-    later = run(PartitionSummary("t-retry-1", 0, "g", start_offset=10, first_offset=10, last_offset=11,
-                                 committed_offset=12, stop_reason="end", drained=2, succeeded=1,
-                                 routed={"t-dlt": 1, "t-retry-2": 0}, dead_lettered={"E": 1},
-                                 dlt_topics={"t-dlt": 1}, transactions=1, duration_s=0.25,
-                                 dead_letters=[DeadLetter("t-retry-1", 0, 11, "E", "fatal", "t-dlt", 0, 4)]),
-                PartitionSummary("t-retry-1", 1, "g", drained=3, succeeded=3, stop_reason="end"))
+    first = run(
+        PartitionSummary(
+            "t-retry-1",
+            0,
+            "g",
+            start_offset=5,
+            first_offset=5,
+            last_offset=9,
+            committed_offset=10,
+            stop_reason="not_due",
+            next_due_ms=100,
+            drained=5,
+            succeeded=4,
+            routed={"t-dlt": 1},
+            dead_lettered={"E": 1},
+            dlt_topics={"t-dlt": 1},
+            transactions=1,
+            duration_s=0.5,
+            dead_letters=[DeadLetter("t-retry-1", 0, 7, "E", "fatal", "t-dlt", 0, 3)],
+        )
+    )
+    later = run(
+        PartitionSummary(
+            "t-retry-1",
+            0,
+            "g",
+            start_offset=10,
+            first_offset=10,
+            last_offset=11,
+            committed_offset=12,
+            stop_reason="end",
+            drained=2,
+            succeeded=1,
+            routed={"t-dlt": 1, "t-retry-2": 0},
+            dead_lettered={"E": 1},
+            dlt_topics={"t-dlt": 1},
+            transactions=1,
+            duration_s=0.25,
+            dead_letters=[DeadLetter("t-retry-1", 0, 11, "E", "fatal", "t-dlt", 0, 4)],
+        ),
+        PartitionSummary("t-retry-1", 1, "g", drained=3, succeeded=3, stop_reason="end"),
+    )
     later.finished_ms = 30
     first.partitions[0].lateness_ms.add(400)
     later.partitions[0].lateness_ms.add(1200)
@@ -312,8 +400,18 @@ def test_a_later_pass_of_the_same_run_adds_up_partition_by_partition():
     first.absorb(later, cap=1)
     p0, p1 = sorted(first.partitions, key=lambda p: p.partition)
     assert (p0.start_offset, p0.first_offset, p0.last_offset, p0.committed_offset) == (5, 5, 11, 12)
-    assert (p0.stop_reason, p0.next_due_ms, p0.drained, p0.succeeded, p0.transactions) == ("end", None, 7, 5, 2)
-    assert (p0.routed, p0.dead_lettered, p0.dlt_topics) == ({"t-dlt": 2, "t-retry-2": 0}, {"E": 2}, {"t-dlt": 2})
+    assert (p0.stop_reason, p0.next_due_ms, p0.drained, p0.succeeded, p0.transactions) == (
+        "end",
+        None,
+        7,
+        5,
+        2,
+    )
+    assert (p0.routed, p0.dead_lettered, p0.dlt_topics) == (
+        {"t-dlt": 2, "t-retry-2": 0},
+        {"E": 2},
+        {"t-dlt": 2},
+    )
     assert [d.offset for d in p0.dead_letters] == [7] and p0.dead_letters_truncated == 1
     assert p0.duration_s == 0.75 and p1.drained == 3
     assert (p0.lateness_ms.count, p0.lateness_ms.max_ms, p0.handler_ms.count) == (2, 1200, 1)

@@ -14,8 +14,20 @@ from airflow_kafka_retry.errors import HandlerTimeoutError
 
 
 def _records(n: int) -> list[TierRecord]:
-    return [TierRecord(key=None, value=i, headers=(), topic="t", partition=0, offset=i, timestamp_ms=0,
-                       timestamp_type=1, attempt=1) for i in range(n)]
+    return [
+        TierRecord(
+            key=None,
+            value=i,
+            headers=(),
+            topic="t",
+            partition=0,
+            offset=i,
+            timestamp_ms=0,
+            timestamp_type=1,
+            attempt=1,
+        )
+        for i in range(n)
+    ]
 
 
 class Hangs:
@@ -36,8 +48,11 @@ class Hangs:
 def test_a_call_that_overruns_raises_and_names_the_batch() -> None:
     hangs = Hangs(poison=0)
     timed = TimedHandler(hangs, 0.05, name="m:f")
-    with pytest.raises(HandlerTimeoutError, match=r"'m:f' did not return within 0.05s for a batch of 2 record\(s\) "
-                                                  r"starting at t\[0\]@0"):
+    with pytest.raises(
+        HandlerTimeoutError,
+        match=r"'m:f' did not return within 0.05s for a batch of 2 record\(s\) "
+        r"starting at t\[0\]@0",
+    ):
         timed(_records(2))
     assert timed.abandoned == 1
     hangs.release.set()

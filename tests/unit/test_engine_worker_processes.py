@@ -22,13 +22,21 @@ from airflow_kafka_retry.engine.worker_protocol import (
 )
 from airflow_kafka_retry.policy.topology import Topology
 
-TOPOLOGY = Topology.from_mapping({"topic": "orders", "group_id": "orders-svc", "attempts": 3,
-                                  "backoff": {"kind": "fixed", "delay": "1s"}}, source="<unit>")
+TOPOLOGY = Topology.from_mapping(
+    {"topic": "orders", "group_id": "orders-svc", "attempts": 3, "backoff": {"kind": "fixed", "delay": "1s"}},
+    source="<unit>",
+)
 
 
 def _setup(**kafka: object) -> WorkerSetup:
-    return WorkerSetup(TOPOLOGY, TOPOLOGY.tier(1), {"bootstrap.servers": "k:9092", **kafka},
-                       DrainOptions("app.handlers:handle"), 1_000, log_levels={"": 20})
+    return WorkerSetup(
+        TOPOLOGY,
+        TOPOLOGY.tier(1),
+        {"bootstrap.servers": "k:9092", **kafka},
+        DrainOptions("app.handlers:handle"),
+        1_000,
+        log_levels={"": 20},
+    )
 
 
 def test_frames_round_trip_over_a_pipe_in_order():
@@ -80,20 +88,37 @@ def test_the_setup_carries_the_engines_sys_path_before_it_is_unpickled(monkeypat
         read_setup(("run", 1))
 
 
-@pytest.mark.parametrize(("code", "text"), [(-9, "was killed by signal 9 (SIGKILL)"), (3, "exited with status 3"),
-                                            (None, "is still running"), (-15, "signal 15 (SIGTERM)")])
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [
+        (-9, "was killed by signal 9 (SIGKILL)"),
+        (3, "exited with status 3"),
+        (None, "is still running"),
+        (-15, "signal 15 (SIGTERM)"),
+    ],
+)
 def test_describe_exit(code, text):
     assert text in describe_exit(code)
 
 
 def test_a_dead_workers_partition_keeps_what_it_committed_and_says_where_the_next_run_resumes():
-    progress = PartitionSummary("orders-retry-1", 4, "g", start_offset=100, committed_offset=250, drained=150,
-                                succeeded=149, transactions=3).to_dict()
-    failed = worker_failure("orders-retry-1", 4, "g", pid=4242, returncode=-9, progress=progress, setup_error=None,
-                            started=None)
+    progress = PartitionSummary(
+        "orders-retry-1",
+        4,
+        "g",
+        start_offset=100,
+        committed_offset=250,
+        drained=150,
+        succeeded=149,
+        transactions=3,
+    ).to_dict()
+    failed = worker_failure(
+        "orders-retry-1", 4, "g", pid=4242, returncode=-9, progress=progress, setup_error=None, started=None
+    )
     assert failed.status == "failed" and failed.drained == 150 and failed.committed_offset == 250
-    assert failed.error.startswith("WorkerDiedError: the worker process 4242 running orders-retry-1[4] was killed "
-                                   "by signal 9 (SIGKILL)")
+    assert failed.error.startswith(
+        "WorkerDiedError: the worker process 4242 running orders-retry-1[4] was killed by signal 9 (SIGKILL)"
+    )
     assert "resumes the partition at its committed offset (250)" in failed.error
 
 
@@ -101,13 +126,22 @@ def test_a_worker_that_died_before_any_commit_resumes_at_the_start_offset_or_say
     failed = worker_failure("t", 0, "g", pid=1, returncode=1, progress=None, setup_error=None, started=None)
     assert failed.drained == 0 and failed.committed_offset is None
     assert "exited with status 1" in failed.error and failed.error.endswith("committed offset")
-    setup = worker_failure("t", 0, "g", pid=1, returncode=1, progress=None,
-                           setup_error="ModuleNotFoundError: No module named 'creds'", started=None)
+    setup = worker_failure(
+        "t",
+        0,
+        "g",
+        pid=1,
+        returncode=1,
+        progress=None,
+        setup_error="ModuleNotFoundError: No module named 'creds'",
+        started=None,
+    )
     assert setup.error.startswith("WorkerSetupError:") and "No module named 'creds'" in setup.error
 
 
-@pytest.mark.parametrize(("parallelism", "cores", "processes"),
-                         [(3, 2, 2), (2, 2, 2), (1, 2, 0), (5, 1, 0), (8, 8, 8), (3, 16, 3)])
+@pytest.mark.parametrize(
+    ("parallelism", "cores", "processes"), [(3, 2, 2), (2, 2, 2), (1, 2, 0), (5, 1, 0), (8, 8, 8), (3, 16, 3)]
+)
 def test_worker_processes_one_per_core_at_most_none_below_two(parallelism, cores, processes):
     assert worker_processes(parallelism, cores) == processes
 

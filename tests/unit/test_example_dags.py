@@ -35,8 +35,13 @@ def test_spark_example(bag):
 
 def test_factory_example_builds_the_orders_tiers(bag):
     ids = {d for d in bag.dags if d.startswith("kafka_retry__")}
-    assert ids == {"kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-retry-3",
-                   "kafka_retry__orders-dlt", "kafka_retry__orders__ensure_topics"}
+    assert ids == {
+        "kafka_retry__orders-retry-1",
+        "kafka_retry__orders-retry-2",
+        "kafka_retry__orders-retry-3",
+        "kafka_retry__orders-dlt",
+        "kafka_retry__orders__ensure_topics",
+    }
     first = bag.dags["kafka_retry__orders-retry-1"]
     assert first.max_active_runs == 1
     assert type(first.timetable).__name__ == "AssetOrTimeSchedule"  # event-driven, hourly sweep
@@ -46,8 +51,11 @@ def test_factory_example_builds_the_orders_tiers(bag):
     assert {t.task_id for t in first.tasks} == {"reprocess"}
     assert all(t.owner == "orders-team" and t.retries == 1 for t in first.tasks)
     assert sorted(a.uri for a in first.get_task("reprocess").outlets) == [
-        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
-        "kafka://kafka:9092/orders-validation-dlt"]
+        "kafka://kafka:9092/orders-dlt",
+        "kafka://kafka:9092/orders-parking",
+        "kafka://kafka:9092/orders-retry-2",
+        "kafka://kafka:9092/orders-validation-dlt",
+    ]
     assert [type(n).__name__ for n in first.get_task("reprocess").on_dlt] == ["DltLogNotifier"]
     night = bag.dags["kafka_retry__orders-retry-3"]
     assert night.get_task("reprocess").window == "01:00-05:00"
@@ -63,8 +71,11 @@ def test_hand_composed_example(bag):
     assert [a.uri for a in follow_up.timetable.asset_condition.objects] == ["kafka://kafka:9092/orders-dlt"]
     reprocess = tier.get_task("reprocess")
     assert sorted(a.uri for a in reprocess.outlets) == [
-        "kafka://kafka:9092/orders-dlt", "kafka://kafka:9092/orders-parking", "kafka://kafka:9092/orders-retry-2",
-        "kafka://kafka:9092/orders-validation-dlt"]
+        "kafka://kafka:9092/orders-dlt",
+        "kafka://kafka:9092/orders-parking",
+        "kafka://kafka:9092/orders-retry-2",
+        "kafka://kafka:9092/orders-validation-dlt",
+    ]
 
 
 def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypatch):
@@ -80,8 +91,19 @@ def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypat
     assert task.task_id == "replay_dlt" and task.kafka_conn_id == "kafka_default"
     params = dag.params.dump()
     assert params["dry_run"] is True and params["dlt"] is None
-    assert {"exception", "original_topic", "since", "until", "key", "partition", "offsets", "limit", "to",
-            "transform", "replay_id"} <= set(params)
+    assert {
+        "exception",
+        "original_topic",
+        "since",
+        "until",
+        "key",
+        "partition",
+        "offsets",
+        "limit",
+        "to",
+        "transform",
+        "replay_id",
+    } <= set(params)
     assert task.transforms == {"add_default_customer": "handlers.replay_fixes:add_default_customer"}
     assert dag.params.get_param("transform").schema["enum"] == [None, "add_default_customer"]
     assert task.allowed_targets == []

@@ -39,14 +39,20 @@ TIER_CHAIN = [("ensure_topics", ["wait_for_due"]), ("reprocess", []), ("wait_for
 
 def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
     dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, value_deserializer="handlers.orders:decode")
-    assert list(dags) == ["kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-retry-3",
-                          "kafka_retry__orders-dlt"]
+    assert list(dags) == [
+        "kafka_retry__orders-retry-1",
+        "kafka_retry__orders-retry-2",
+        "kafka_retry__orders-retry-3",
+        "kafka_retry__orders-dlt",
+    ]
     schedules = {dag_id: dag.schedule for dag_id, dag in dags.items()}
     # exponential 30s x2, max 10m, 4 attempts: 30s, 60s, 120s; the watch runs as often as the fastest tier
-    assert schedules == {"kafka_retry__orders-retry-1": timedelta(seconds=30),
-                         "kafka_retry__orders-retry-2": timedelta(seconds=60),
-                         "kafka_retry__orders-retry-3": timedelta(seconds=120),
-                         "kafka_retry__orders-dlt": timedelta(seconds=30)}
+    assert schedules == {
+        "kafka_retry__orders-retry-1": timedelta(seconds=30),
+        "kafka_retry__orders-retry-2": timedelta(seconds=60),
+        "kafka_retry__orders-retry-3": timedelta(seconds=120),
+        "kafka_retry__orders-dlt": timedelta(seconds=30),
+    }
     for index, dag_id in enumerate(list(dags)[:3], start=1):
         dag = dags[dag_id]
         assert dag.dag_id == dag_id and dag.max_active_runs == 1 and dag.catchup is False
@@ -54,13 +60,24 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
         assert _chain(dag) == TIER_CHAIN
         ensure, wait, reprocess = (dag.get_task(t) for t in ("ensure_topics", "wait_for_due", "reprocess"))
         assert (ensure.topology, ensure.kafka_conn_id) == (str(ORDERS), "kafka_default")
-        assert (wait.topology, wait.tier, wait.kafka_conn_id, wait.deferrable) == (str(ORDERS), index,
-                                                                                   "kafka_default", True)
+        assert (wait.topology, wait.tier, wait.kafka_conn_id, wait.deferrable) == (
+            str(ORDERS),
+            index,
+            "kafka_default",
+            True,
+        )
         assert wait.max_wait == dag.schedule and wait.window is None
         assert type(reprocess).__name__ == "ReprocessTierOperator"
-        assert (reprocess.topology, reprocess.tier, reprocess.handler, reprocess.value_deserializer,
-                reprocess.kafka_conn_id) == (str(ORDERS), index, HANDLER, "handlers.orders:decode", "kafka_default")
-        assert reprocess.cutoff == CUTOFF_RENDERED_NOW and reprocess.max_run is None and reprocess.window is None
+        assert (
+            reprocess.topology,
+            reprocess.tier,
+            reprocess.handler,
+            reprocess.value_deserializer,
+            reprocess.kafka_conn_id,
+        ) == (str(ORDERS), index, HANDLER, "handlers.orders:decode", "kafka_default")
+        assert (
+            reprocess.cutoff == CUTOFF_RENDERED_NOW and reprocess.max_run is None and reprocess.window is None
+        )
         assert reprocess.outlets == []  # no asset_server: no asset outlets
     watch = dags["kafka_retry__orders-dlt"]
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
@@ -69,10 +86,20 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
 
 
 def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_sweep():
-    dags = build_retry_dags(ORDERS, handler=HANDLER, tier_overrides={"orders-retry-3": {
-        "schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin"}})
-    assert list(dags) == ["kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-retry-3",
-                          "kafka_retry__orders-dlt", "kafka_retry__orders__ensure_topics"]
+    dags = build_retry_dags(
+        ORDERS,
+        handler=HANDLER,
+        tier_overrides={
+            "orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin"}
+        },
+    )
+    assert list(dags) == [
+        "kafka_retry__orders-retry-1",
+        "kafka_retry__orders-retry-2",
+        "kafka_retry__orders-retry-3",
+        "kafka_retry__orders-dlt",
+        "kafka_retry__orders__ensure_topics",
+    ]
     topology = load_topology(ORDERS)
     for index, dag_id in enumerate(list(dags)[:3], start=1):
         dag = dags[dag_id]
@@ -84,10 +111,16 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         trigger = watcher.trigger
         assert type(trigger).__name__ == "TierDueEventTrigger"
         assert (trigger.topic, trigger.consumer_group, trigger.kafka_conn_id) == (
-            tier.topic, topology.consumer_group(tier), "kafka_default")
+            tier.topic,
+            topology.consumer_group(tier),
+            "kafka_default",
+        )
         assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 3600.0)
         assert trigger.due_horizon_ms == 86_400_000 + tier.delay_ms
-        assert (trigger.topology_topic, trigger.tier_index) == ("orders", index)  # it sends the backlog gauges
+        assert (trigger.topology_topic, trigger.tier_index) == (
+            "orders",
+            index,
+        )  # it sends the backlog gauges
         # no sensor, no ensure_topics per run: the one task waits for its wave and drains from "now"
         assert [t.task_id for t in dag.tasks] == ["reprocess"]
         assert dag.get_task("reprocess").cutoff == "now" and dag.get_task("reprocess").skip_missing_topic
@@ -101,13 +134,18 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         assert dags[dag_id].start_date is None
     night = dags["kafka_retry__orders-retry-3"]
     assert night.timetable.timetable.expression == "0 1 * * *"
-    assert (night.timetable.asset_condition.watchers[0].trigger.window, night.get_task("reprocess").window) == (
-        "01:00-05:00", "01:00-05:00")
+    assert (
+        night.timetable.asset_condition.watchers[0].trigger.window,
+        night.get_task("reprocess").window,
+    ) == ("01:00-05:00", "01:00-05:00")
     # the DLT watch runs when a dead letter arrives in any of the topology's DLTs
     watch = dags["kafka_retry__orders-dlt"]
     [trigger] = [w.trigger for w in watch.timetable.asset_condition.watchers]
     assert type(trigger).__name__ == "DltArrivalEventTrigger"
-    assert trigger.topics == [t.topic for t in topology.dlt_tiers] and trigger.consumer_group == "orders-service-dlt-watch"
+    assert (
+        trigger.topics == [t.topic for t in topology.dlt_tiers]
+        and trigger.consumer_group == "orders-service-dlt-watch"
+    )
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
     # the topics are created once
     setup = dags["kafka_retry__orders__ensure_topics"]
@@ -117,18 +155,30 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
 
 
 def test_event_mode_settings_are_checked():
-    sweep = build_retry_dags(ORDERS, handler=HANDLER, sweep=timedelta(minutes=10), fire_ahead=timedelta(0),
-                             refire_after=timedelta(minutes=5), dlt_watch=False)
+    sweep = build_retry_dags(
+        ORDERS,
+        handler=HANDLER,
+        sweep=timedelta(minutes=10),
+        fire_ahead=timedelta(0),
+        refire_after=timedelta(minutes=5),
+        dlt_watch=False,
+    )
     tier = sweep["kafka_retry__orders-retry-1"]
     assert tier.timetable.timetable.delta == timedelta(minutes=10)
-    assert (tier.timetable.asset_condition.watchers[0].trigger.fire_ahead,
-            tier.timetable.asset_condition.watchers[0].trigger.refire_after) == (0.0, 300.0)
+    assert (
+        tier.timetable.asset_condition.watchers[0].trigger.fire_ahead,
+        tier.timetable.asset_condition.watchers[0].trigger.refire_after,
+    ) == (0.0, 300.0)
     with pytest.raises(ValueError, match="trigger must be one of event, schedule, got 'kafka'"):
         build_retry_dags(ORDERS, handler=HANDLER, trigger="kafka")
     with pytest.raises(ValueError, match="fire_ahead must be a timedelta from 0 to 30s"):
         build_retry_dags(ORDERS, handler=HANDLER, fire_ahead=timedelta(minutes=5))
-    assert build_retry_dags(ORDERS, handler=HANDLER, follow=None)["kafka_retry__orders-retry-1"].get_task(
-        "reprocess").follow_ms is None
+    assert (
+        build_retry_dags(ORDERS, handler=HANDLER, follow=None)["kafka_retry__orders-retry-1"]
+        .get_task("reprocess")
+        .follow_ms
+        is None
+    )
     with pytest.raises(ValueError, match="follow must be a timedelta >= 0 or None"):
         build_retry_dags(ORDERS, handler=HANDLER, follow="10s")
     with pytest.raises(ValueError, match="refire_after must be a positive timedelta"):
@@ -144,19 +194,27 @@ def test_custom_delays_below_min_schedule_are_floored_with_a_warning(tmp_path, c
     assert {d: dag.schedule for d, dag in dags.items()} == {
         "kafka_retry__pay-retry-1": timedelta(seconds=30),
         "kafka_retry__pay-retry-2": timedelta(seconds=45),
-        "kafka_retry__pay-retry-3": timedelta(minutes=10)}
+        "kafka_retry__pay-retry-3": timedelta(minutes=10),
+    }
     assert [r.getMessage() for r in caplog.records] == [
         "tier pay-retry-1: schedule 0:00:05 is shorter than min_schedule 0:00:30; scheduling it every 0:00:30 "
-        "(the due check still keeps every record until its due time)"]
+        "(the due check still keeps every record until its due time)"
+    ]
     # the sensor waits at most one interval: the floored one
     assert dags["kafka_retry__pay-retry-1"].get_task("wait_for_due").max_wait == timedelta(seconds=30)
-    fast = build_retry_dags(path, **SCHEDULE, handler=HANDLER, dlt_watch=False, min_schedule=timedelta(seconds=1))
+    fast = build_retry_dags(
+        path, **SCHEDULE, handler=HANDLER, dlt_watch=False, min_schedule=timedelta(seconds=1)
+    )
     assert fast["kafka_retry__pay-retry-1"].schedule == timedelta(seconds=5)
 
 
 def test_same_interval_reuse_gets_one_dag_for_the_shared_topic(tmp_path):
-    path = _write(tmp_path, attempts=6, reuse_same_interval=True,
-                  backoff={"kind": "custom", "delays": ["1m", "2m", "5m", "5m", "5m"]})
+    path = _write(
+        tmp_path,
+        attempts=6,
+        reuse_same_interval=True,
+        backoff={"kind": "custom", "delays": ["1m", "2m", "5m", "5m", "5m"]},
+    )
     topology = load_topology(path)
     assert [t.topic for t in topology.retry_tiers] == ["pay-retry-1", "pay-retry-2", "pay-retry-3"]
     dags = build_retry_dags(path, **SCHEDULE, handler=HANDLER, dlt_watch=False)
@@ -166,9 +224,15 @@ def test_same_interval_reuse_gets_one_dag_for_the_shared_topic(tmp_path):
 
 
 def test_exception_dlts_one_watch_dag_over_every_dlt(tmp_path):
-    path = _write(tmp_path, attempts=2, backoff={"kind": "fixed", "delay": "1m"},
-                  dlt_routing={"-validation-dlt": ["myapp.InvalidOrder"], "-fraud-dlt": ["myapp.Fraud"]})
-    dags = build_retry_dags(path, **SCHEDULE, handler=HANDLER, dag_id_template="retry_{topic}", on_dlt=[print])
+    path = _write(
+        tmp_path,
+        attempts=2,
+        backoff={"kind": "fixed", "delay": "1m"},
+        dlt_routing={"-validation-dlt": ["myapp.InvalidOrder"], "-fraud-dlt": ["myapp.Fraud"]},
+    )
+    dags = build_retry_dags(
+        path, **SCHEDULE, handler=HANDLER, dag_id_template="retry_{topic}", on_dlt=[print]
+    )
     assert list(dags) == ["retry_pay-retry-1", "retry_pay-dlt"]
     [watch] = dags["retry_pay-dlt"].tasks
     assert watch.task_id == "watch_dlt" and watch.topology == str(path)
@@ -176,22 +240,42 @@ def test_exception_dlts_one_watch_dag_over_every_dlt(tmp_path):
     assert tuple(dags["retry_pay-retry-1"].get_task("reprocess").on_dlt) == (print,)
     # the watch DAG's key takes a schedule only; the exception DLTs have no DAG of their own
     with pytest.raises(TierOverrideError, match=r"tier_overrides\['pay-dlt'\]\['window'\]: unknown key"):
-        build_retry_dags(path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-dlt": {"window": "01:00-02:00"}})
+        build_retry_dags(
+            path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-dlt": {"window": "01:00-02:00"}}
+        )
     with pytest.raises(TierOverrideError, match=r"tier_overrides\['pay-fraud-dlt'\]: no DAG is built"):
-        build_retry_dags(path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-fraud-dlt": {"schedule": "@daily"}})
-    hourly = build_retry_dags(path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-dlt": {"schedule": timedelta(hours=1)}})
+        build_retry_dags(
+            path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-fraud-dlt": {"schedule": "@daily"}}
+        )
+    hourly = build_retry_dags(
+        path, **SCHEDULE, handler=HANDLER, tier_overrides={"pay-dlt": {"schedule": timedelta(hours=1)}}
+    )
     assert hourly["kafka_retry__pay-dlt"].schedule == timedelta(hours=1)
     no_dlt = _write(tmp_path, "nodlt.yaml", dlt_strategy="no_dlt")
-    assert list(build_retry_dags(no_dlt, **SCHEDULE, handler=HANDLER)) == ["kafka_retry__pay-retry-1", "kafka_retry__pay-retry-2"]
+    assert list(build_retry_dags(no_dlt, **SCHEDULE, handler=HANDLER)) == [
+        "kafka_retry__pay-retry-1",
+        "kafka_retry__pay-retry-2",
+    ]
 
 
 def test_spark_engine(tmp_path):
-    dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, engine="spark", spark_conn_id="spark_yarn",
-                            options={"batch_size": 500}, dlt_watch=False)
+    dags = build_retry_dags(
+        ORDERS,
+        **SCHEDULE,
+        handler=HANDLER,
+        engine="spark",
+        spark_conn_id="spark_yarn",
+        options={"batch_size": 500},
+        dlt_watch=False,
+    )
     reprocess = dags["kafka_retry__orders-retry-2"].get_task("reprocess")
     assert type(reprocess).__name__ == "SparkReprocessTierOperator"
-    assert (reprocess.tier, reprocess.handler, reprocess.options, reprocess.cutoff) == (2, HANDLER,
-                                                                                        {"batch_size": 500}, CUTOFF_RENDERED_NOW)
+    assert (reprocess.tier, reprocess.handler, reprocess.options, reprocess.cutoff) == (
+        2,
+        HANDLER,
+        {"batch_size": 500},
+        CUTOFF_RENDERED_NOW,
+    )
     assert reprocess._conn_id == "spark_yarn"
     assert _chain(dags["kafka_retry__orders-retry-2"]) == TIER_CHAIN
     with pytest.raises(ValueError, match="engine must be one of local, spark, got 'flink'"):
@@ -199,9 +283,15 @@ def test_spark_engine(tmp_path):
 
 
 def test_tier_overrides_with_a_window():
-    overrides = {"orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
-                                    "max_run": "2h"},
-                 "orders-retry-2": {"schedule": timedelta(minutes=5)}}
+    overrides = {
+        "orders-retry-3": {
+            "schedule": "0 1 * * *",
+            "window": "01:00-05:00",
+            "timezone": "Europe/Berlin",
+            "max_run": "2h",
+        },
+        "orders-retry-2": {"schedule": timedelta(minutes=5)},
+    }
     dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, tier_overrides=overrides)
     night = dags["kafka_retry__orders-retry-3"]
     assert type(night.timetable).__name__ == "CronTriggerTimetable"
@@ -215,23 +305,42 @@ def test_tier_overrides_with_a_window():
     assert dags["kafka_retry__orders-retry-1"].schedule == timedelta(seconds=30)
 
 
-@pytest.mark.parametrize(("overrides", "message"), [
-    ({"orders-retry-9": {"schedule": "@daily"}},
-     r"tier_overrides\['orders-retry-9'\]: no DAG is built for this topic; tiers with a DAG: orders-retry-1, "
-     r"orders-retry-2, orders-retry-3, orders-dlt"),
-    ({"orders": {"schedule": "@daily"}}, r"tier_overrides\['orders'\]: .*only with include_main=True"),
-    ({"orders-retry-1": {"windows": "01:00-02:00"}},
-     r"tier_overrides\['orders-retry-1'\]\['windows'\]: unknown key; known keys: schedule, window, timezone, max_run"),
-    ({"orders-retry-1": {"schedule": "every minute"}},
-     r"tier_overrides\['orders-retry-1'\]\['schedule'\]: 'every minute' is not a valid cron expression"),
-    ({"orders-retry-1": {"schedule": 30}},
-     r"tier_overrides\['orders-retry-1'\]\['schedule'\]: must be a cron string, a timedelta or a timetable"),
-    ({"orders-retry-1": {"timezone": "Mars/Olympus"}},
-     r"tier_overrides\['orders-retry-1'\]\['timezone'\]: 'Mars/Olympus' is not a known IANA time zone"),
-    ({"orders-retry-1": {"window": "25:00-02:00"}}, r"tier_overrides\['orders-retry-1'\]\['window'\]: window '25:00"),
-    ({"orders-retry-1": {"max_run": "soon"}}, r"tier_overrides\['orders-retry-1'\]\['max_run'\]: expected a duration"),
-    ({"orders-retry-1": "0 1 * * *"}, r"tier_overrides\['orders-retry-1'\]: must be a mapping"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"orders-retry-9": {"schedule": "@daily"}},
+            r"tier_overrides\['orders-retry-9'\]: no DAG is built for this topic; tiers with a DAG: orders-retry-1, "
+            r"orders-retry-2, orders-retry-3, orders-dlt",
+        ),
+        ({"orders": {"schedule": "@daily"}}, r"tier_overrides\['orders'\]: .*only with include_main=True"),
+        (
+            {"orders-retry-1": {"windows": "01:00-02:00"}},
+            r"tier_overrides\['orders-retry-1'\]\['windows'\]: unknown key; known keys: schedule, window, timezone, max_run",
+        ),
+        (
+            {"orders-retry-1": {"schedule": "every minute"}},
+            r"tier_overrides\['orders-retry-1'\]\['schedule'\]: 'every minute' is not a valid cron expression",
+        ),
+        (
+            {"orders-retry-1": {"schedule": 30}},
+            r"tier_overrides\['orders-retry-1'\]\['schedule'\]: must be a cron string, a timedelta or a timetable",
+        ),
+        (
+            {"orders-retry-1": {"timezone": "Mars/Olympus"}},
+            r"tier_overrides\['orders-retry-1'\]\['timezone'\]: 'Mars/Olympus' is not a known IANA time zone",
+        ),
+        (
+            {"orders-retry-1": {"window": "25:00-02:00"}},
+            r"tier_overrides\['orders-retry-1'\]\['window'\]: window '25:00",
+        ),
+        (
+            {"orders-retry-1": {"max_run": "soon"}},
+            r"tier_overrides\['orders-retry-1'\]\['max_run'\]: expected a duration",
+        ),
+        ({"orders-retry-1": "0 1 * * *"}, r"tier_overrides\['orders-retry-1'\]: must be a mapping"),
+    ],
+)
 def test_bad_overrides_name_the_tier_and_key(overrides, message):
     with pytest.raises(TierOverrideError, match=message):
         build_retry_dags(ORDERS, handler=HANDLER, tier_overrides=overrides)
@@ -241,10 +350,21 @@ def test_default_args_and_dag_kwargs_reach_every_dag_and_task(tmp_path):
     def alert(context):
         return None
 
-    default_args = {"owner": "payments", "retries": 2, "retry_delay": timedelta(seconds=7),
-                    "on_failure_callback": alert}
-    dags = build_retry_dags(ORDERS, **SCHEDULE, handler=HANDLER, default_args=default_args, tags=["team-pay"],
-                            doc_md="our tiers", include_main=True)
+    default_args = {
+        "owner": "payments",
+        "retries": 2,
+        "retry_delay": timedelta(seconds=7),
+        "on_failure_callback": alert,
+    }
+    dags = build_retry_dags(
+        ORDERS,
+        **SCHEDULE,
+        handler=HANDLER,
+        default_args=default_args,
+        tags=["team-pay"],
+        doc_md="our tiers",
+        include_main=True,
+    )
     assert "kafka_retry__orders" in dags
     assert dags["kafka_retry__orders"].schedule == timedelta(seconds=30)  # main: delay 0, floored
     assert dags["kafka_retry__orders"].get_task("reprocess").tier == 0
@@ -252,8 +372,11 @@ def test_default_args_and_dag_kwargs_reach_every_dag_and_task(tmp_path):
         assert set(dag.tags) == {"team-pay", "kafka-retry"} and dag.doc_md == "our tiers"
         for task in dag.tasks:
             assert (task.owner, task.retries, task.retry_delay) == ("payments", 2, timedelta(seconds=7)), task
-            assert alert in (task.on_failure_callback if isinstance(task.on_failure_callback, list)
-                             else [task.on_failure_callback])
+            assert alert in (
+                task.on_failure_callback
+                if isinstance(task.on_failure_callback, list)
+                else [task.on_failure_callback]
+            )
 
 
 def test_dag_kwargs_the_factory_owns_are_refused(tmp_path):
@@ -267,7 +390,8 @@ def test_dag_kwargs_the_factory_owns_are_refused(tmp_path):
     with pytest.raises(ValueError, match="needs the topology's YAML file.*came from '<python>'"):
         build_retry_dags(in_python, handler=HANDLER)
     assert list(build_retry_dags(load_topology(ORDERS), handler=HANDLER)) == list(
-        build_retry_dags(ORDERS, handler=HANDLER))
+        build_retry_dags(ORDERS, handler=HANDLER)
+    )
     with pytest.raises(TypeError, match=r"on_dlt\[0\] is a str, not a notifier"):
         build_retry_dags(ORDERS, handler=HANDLER, on_dlt=["slack"])
 
@@ -275,9 +399,18 @@ def test_dag_kwargs_the_factory_owns_are_refused(tmp_path):
 def test_built_dags_serialize(tmp_path):
     from airflow.serialization.serialized_objects import DagSerialization
 
-    dags = build_retry_dags(ORDERS, handler=HANDLER, tier_overrides={
-        "orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
-                           "max_run": "2h"}})
+    dags = build_retry_dags(
+        ORDERS,
+        handler=HANDLER,
+        tier_overrides={
+            "orders-retry-3": {
+                "schedule": "0 1 * * *",
+                "window": "01:00-05:00",
+                "timezone": "Europe/Berlin",
+                "max_run": "2h",
+            }
+        },
+    )
     for dag in dags.values():
         data = DagSerialization.to_dict(dag)
         back = DagSerialization.from_dict(json.loads(json.dumps(data)))
@@ -286,15 +419,17 @@ def test_built_dags_serialize(tmp_path):
 
 def test_importing_the_package_does_not_import_airflow():
     """Handler code and Spark executors import ``airflow_kafka_retry`` (and the engine) without Airflow."""
-    code = ("import sys, airflow_kafka_retry\n"
-            "from airflow_kafka_retry import BatchFailedError\n"
-            "import airflow_kafka_retry.engine.local, airflow_kafka_retry.spark.app\n"
-            "import airflow_kafka_retry.policy.windows\n"
-            "loaded = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
-            "assert not loaded, loaded\n"
-            "assert 'build_retry_dags' in dir(airflow_kafka_retry)\n"
-            "from airflow_kafka_retry import build_retry_dags\n"
-            "assert 'airflow' in sys.modules\n")
+    code = (
+        "import sys, airflow_kafka_retry\n"
+        "from airflow_kafka_retry import BatchFailedError\n"
+        "import airflow_kafka_retry.engine.local, airflow_kafka_retry.spark.app\n"
+        "import airflow_kafka_retry.policy.windows\n"
+        "loaded = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
+        "assert not loaded, loaded\n"
+        "assert 'build_retry_dags' in dir(airflow_kafka_retry)\n"
+        "from airflow_kafka_retry import build_retry_dags\n"
+        "assert 'airflow' in sys.modules\n"
+    )
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     with pytest.raises(AttributeError, match="has no attribute 'build_everything'"):

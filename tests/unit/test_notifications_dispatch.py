@@ -29,11 +29,14 @@ def test_normalize_accepts_none_one_or_many() -> None:
     assert normalize_notifiers([notifier, print]) == (notifier, print)
 
 
-@pytest.mark.parametrize(("value", "message"), [
-    ("send-alert", "on_dlt must be a notifier"),
-    ({"a": 1}, "on_dlt must be a notifier"),
-    ([print, "oops"], r"on_dlt\[1\] is a str, not a notifier"),
-])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("send-alert", "on_dlt must be a notifier"),
+        ({"a": 1}, "on_dlt must be a notifier"),
+        ([print, "oops"], r"on_dlt\[1\] is a str, not a notifier"),
+    ],
+)
 def test_normalize_refuses_what_cannot_be_called(value, message) -> None:
     with pytest.raises(TypeError, match=message):
         normalize_notifiers(value)
@@ -48,7 +51,9 @@ def test_every_notifier_sees_the_summary_and_a_raising_one_is_logged(caplog) -> 
 
     context: dict = {"ti": None}
     with caplog.at_level(logging.ERROR):
-        ok = notify_dlt([first, broken, lambda c: calls.append(c[SUMMARY_KEY]), last], context, {"totals": {"x": 1}})
+        ok = notify_dlt(
+            [first, broken, lambda c: calls.append(c[SUMMARY_KEY]), last], context, {"totals": {"x": 1}}
+        )
     assert ok == 3
     assert first.seen == last.seen == calls == [{"totals": {"x": 1}}]
     assert context[SUMMARY_KEY] == {"totals": {"x": 1}}

@@ -64,12 +64,20 @@ def test_partition_summaries_carry_lateness_and_handler_time_through_the_spark_r
 
 # ----------------------------------------------------------------------------- run metrics
 def _run() -> RunSummary:
-    p = PartitionSummary("orders-retry-1", 0, "g", drained=10, succeeded=5, handler_calls=4, extra_handler_calls=3)
-    for topic, n in (("orders-retry-2", 2), ("orders-dlt", 1), ("orders-validation-dlt", 1), ("orders-parking", 1)):
+    p = PartitionSummary(
+        "orders-retry-1", 0, "g", drained=10, succeeded=5, handler_calls=4, extra_handler_calls=3
+    )
+    for topic, n in (
+        ("orders-retry-2", 2),
+        ("orders-dlt", 1),
+        ("orders-validation-dlt", 1),
+        ("orders-parking", 1),
+    ):
         for i in range(n):
             p.count_route(topic)
-            p.count_dead_letter(DeadLetter("orders-retry-1", 0, i, "a.B", "r", topic, 0, i), 100) \
-                if topic != "orders-retry-2" else None
+            p.count_dead_letter(
+                DeadLetter("orders-retry-1", 0, i, "a.B", "r", topic, 0, i), 100
+            ) if topic != "orders-retry-2" else None
     p.lateness_ms.add(2_000)
     p.lateness_ms.add(4_000)
     p.handler_ms.add(30)
@@ -95,7 +103,10 @@ def test_run_metrics_split_routed_records_into_next_tier_dlts_and_parking():
     assert got[("kafka_retry.tier.bisection_calls", base)] == ("counter", 3)
     assert got[("kafka_retry.tier.dropped", base)] == ("counter", 0)
     assert got[("kafka_retry.tier.dead_lettered", _tags(base, dlt_topic="orders-dlt"))] == ("counter", 1)
-    assert got[("kafka_retry.tier.dead_lettered", _tags(base, dlt_topic="orders-validation-dlt"))] == ("counter", 1)
+    assert got[("kafka_retry.tier.dead_lettered", _tags(base, dlt_topic="orders-validation-dlt"))] == (
+        "counter",
+        1,
+    )
     assert got[("kafka_retry.tier.run_duration", base)] == ("timer", 2_500)
     assert got[("kafka_retry.tier.lateness", base)] == ("timer", 3_000)
     assert got[("kafka_retry.tier.lateness_max", base)] == ("timer", 4_000)
@@ -113,26 +124,41 @@ def test_metric_tags_never_name_a_partition_offset_or_key():
 
 def test_backlog_gauges_from_a_peek():
     now = 1_000_000
-    peek = TierPeek("orders-retry-2", "g", (0, 1, 2), (
-        PartitionHead(0, 10, now - 700_000, end_offset=25),  # due 700 s ago, 15 records
-        PartitionHead(1, 3, now + 5_000, end_offset=4),  # not due yet, 1 record
-    ))
+    peek = TierPeek(
+        "orders-retry-2",
+        "g",
+        (0, 1, 2),
+        (
+            PartitionHead(0, 10, now - 700_000, end_offset=25),  # due 700 s ago, 15 records
+            PartitionHead(1, 3, now + 5_000, end_offset=4),  # not due yet, 1 record
+        ),
+    )
     got = _by_name(backlog_metrics(peek, TOPOLOGY, TOPOLOGY.tier(2), now))
     tags = (("tier", "2"), ("tier_topic", "orders-retry-2"), ("topology", "orders"))
-    assert got == {("kafka_retry.tier.backlog", tags): ("gauge", 16),
-                   ("kafka_retry.tier.oldest_due_age_ms", tags): ("gauge", 700_000)}
+    assert got == {
+        ("kafka_retry.tier.backlog", tags): ("gauge", 16),
+        ("kafka_retry.tier.oldest_due_age_ms", tags): ("gauge", 700_000),
+    }
     idle = TierPeek("orders-retry-2", "g", (0,), ())
     assert _by_name(backlog_metrics(idle, TOPOLOGY, TOPOLOGY.tier(2), now))[
-        ("kafka_retry.tier.oldest_due_age_ms", tags)] == ("gauge", 0)
+        ("kafka_retry.tier.oldest_due_age_ms", tags)
+    ] == ("gauge", 0)
 
 
 def test_dlt_watch_metrics_per_dlt_and_exception():
-    got = _by_name(dlt_watch_metrics(TOPOLOGY, {("orders-dlt", "a.B"): 3, ("orders-validation-dlt", "c.D"): 1}))
+    got = _by_name(
+        dlt_watch_metrics(TOPOLOGY, {("orders-dlt", "a.B"): 3, ("orders-validation-dlt", "c.D"): 1})
+    )
     assert got == {
-        ("kafka_retry.dlt.new_records", (("dlt_topic", "orders-dlt"), ("exception", "a.B"), ("topology", "orders"))):
-            ("counter", 3),
-        ("kafka_retry.dlt.new_records", (("dlt_topic", "orders-validation-dlt"), ("exception", "c.D"),
-                                         ("topology", "orders"))): ("counter", 1)}
+        (
+            "kafka_retry.dlt.new_records",
+            (("dlt_topic", "orders-dlt"), ("exception", "a.B"), ("topology", "orders")),
+        ): ("counter", 3),
+        (
+            "kafka_retry.dlt.new_records",
+            (("dlt_topic", "orders-validation-dlt"), ("exception", "c.D"), ("topology", "orders")),
+        ): ("counter", 1),
+    }
 
 
 # ----------------------------------------------------------------------------- lineage
@@ -158,12 +184,23 @@ def test_tier_run_lineage_names_kafka_datasets_and_counts_what_went_where():
 
 
 def test_replay_lineage_outputs_only_what_moved():
-    document = {"status": "ok", "dry_run": False, "scanned": 7, "matched": 5, "moved": 4, "selected": 4,
-                "targets": {"orders": 3, "orders-retry-1": 1}}
+    document = {
+        "status": "ok",
+        "dry_run": False,
+        "scanned": 7,
+        "matched": 5,
+        "moved": 4,
+        "selected": 4,
+        "targets": {"orders": 3, "orders-retry-1": 1},
+    }
     lineage = replay_lineage("orders-dlt", "k1:9092", document)
-    assert [(i.name, i.inputFacets["inputStatistics"].rowCount) for i in lineage.inputs] == [("orders-dlt", 7)]
+    assert [(i.name, i.inputFacets["inputStatistics"].rowCount) for i in lineage.inputs] == [
+        ("orders-dlt", 7)
+    ]
     assert {o.name: o.outputFacets["outputStatistics"].rowCount for o in lineage.outputs} == {
-        "orders": 3, "orders-retry-1": 1}
+        "orders": 3,
+        "orders-retry-1": 1,
+    }
     assert lineage.run_facets["kafkaRetry"].totals["moved"] == 4
     assert replay_lineage("orders-dlt", "k1:9092", {**document, "dry_run": True}).outputs == []
 
@@ -177,8 +214,13 @@ def test_both_reprocess_operators_report_lineage_with_the_run_counts(cls):
     from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
 
     operator = {"local": ReprocessTierOperator, "spark": SparkReprocessTierOperator}[cls]
-    op = operator(task_id="t", topology=TOPOLOGY.source, tier=1, handler="tests.support.ledger_handler:indexed",
-                  asset_server="k1:9092")
+    op = operator(
+        task_id="t",
+        topology=TOPOLOGY.source,
+        tier=1,
+        handler="tests.support.ledger_handler:indexed",
+        asset_server="k1:9092",
+    )
     started = op.get_openlineage_facets_on_start()
     assert [i.name for i in started.inputs] == ["orders-retry-1"] and not started.run_facets
 
@@ -191,7 +233,9 @@ def test_both_reprocess_operators_report_lineage_with_the_run_counts(cls):
     op.report({"ti": TI(), "outlet_events": OutletEventAccessors()}, run, engine=cls)
     lineage = op.get_openlineage_facets_on_complete(None)
     assert lineage.inputs[0].inputFacets["inputStatistics"].rowCount == 10
-    assert {o.name: o.outputFacets["outputStatistics"].rowCount for o in lineage.outputs}["orders-retry-2"] == 2
+    assert {o.name: o.outputFacets["outputStatistics"].rowCount for o in lineage.outputs}[
+        "orders-retry-2"
+    ] == 2
     assert lineage.run_facets["kafkaRetry"].totals == run.totals()
 
 
@@ -240,9 +284,15 @@ def test_any_airflow_process_sends_the_backlog_gauges_with_its_own_metrics_setti
         sock.bind(("127.0.0.1", 0))
         sock.settimeout(30)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__"))}
-        env.update({"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-                    "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1]),
-                    "AIRFLOW__METRICS__STATSD_PREFIX": "airflow", "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"})
+        env.update(
+            {
+                "AIRFLOW__METRICS__STATSD_ON": "True",
+                "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1]),
+                "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+                "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
+            }
+        )
         code = f"""
 from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.observability.metrics import emit_tier_backlog
@@ -251,7 +301,9 @@ topology = load_topology({TOPOLOGY.source!r})
 peek = TierPeek("orders-retry-2", "g", (0,), (PartitionHead(0, 5, 1_000, end_offset=12),))
 print(emit_tier_backlog(peek, topology, topology.tier(2), now_ms=61_000))
 """
-        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0 and done.stdout.strip().endswith("2"), done.stderr[-3000:]
         lines: list[str] = []
         while len(lines) < 2:  # Airflow sends some of its own (serde timing) too
@@ -259,5 +311,7 @@ print(emit_tier_backlog(peek, topology, topology.tier(2), now_ms=61_000))
             lines += [line] if line.startswith("airflow.kafka_retry.") else []
         lines.sort()
     tags = "topology=orders,tier_topic=orders-retry-2,tier=2"
-    assert lines == [f"airflow.kafka_retry.tier.backlog,{tags}:7|g",
-                     f"airflow.kafka_retry.tier.oldest_due_age_ms,{tags}:60000|g"]
+    assert lines == [
+        f"airflow.kafka_retry.tier.backlog,{tags}:7|g",
+        f"airflow.kafka_retry.tier.oldest_due_age_ms,{tags}:60000|g",
+    ]

@@ -104,8 +104,10 @@ def test_negative_retries_rejected() -> None:
     [
         ({"kind": "linear"}, "unknown back-off kind 'linear'; use fixed, exponential or custom"),
         ({"kind": "exponential", "multiplier": 0.5}, "multiplier must be >= 1.0, got 0.5"),
-        ({"kind": "exponential", "initial_ms": 60_000, "max_ms": 30_000},
-         r"max \(30000 ms\) is smaller than initial \(60000 ms\)"),
+        (
+            {"kind": "exponential", "initial_ms": 60_000, "max_ms": 30_000},
+            r"max \(30000 ms\) is smaller than initial \(60000 ms\)",
+        ),
         ({"kind": "custom"}, "a custom back-off needs at least one delay in 'delays'"),
         ({"kind": "custom", "delays": ()}, "a custom back-off needs at least one delay"),
     ],
@@ -138,4 +140,8 @@ def test_exponential_truncates_to_whole_milliseconds_at_every_step_like_spring()
     assert BackOff("exponential", initial_ms=3, multiplier=1.1, max_ms=100).delays_for(3) == [3, 3, 3]
     # once past the cap the interval stops growing
     assert BackOff("exponential", initial_ms=7_000, multiplier=3.0, max_ms=10_000).delays_for(4) == [
-        7_000, 10_000, 10_000, 10_000]
+        7_000,
+        10_000,
+        10_000,
+        10_000,
+    ]

@@ -288,7 +288,12 @@ def test_default_fatal_exceptions(exc: BaseException) -> None:
 @pytest.mark.parametrize(
     "exc",
     [
-        ValueError("x"), KeyError("k"), ConnectionError(), TimeoutError(), RuntimeError(), OSError(),
+        ValueError("x"),
+        KeyError("k"),
+        ConnectionError(),
+        TimeoutError(),
+        RuntimeError(),
+        OSError(),
         InvalidOrder(),
     ],
 )

@@ -33,9 +33,15 @@ def test_every_spring_preset_sets_every_spring_default(name: str) -> None:
     assert topology.tier_group_template == "{group_id}{suffix}"
     assert topology.traverse_causes is False
     assert topology.headers.cause == "handler"
-    assert set(topology.compat_applied) == {"topic_suffixing", "index_start", "reuse_same_interval",
-                                            "dlt_routing_naming", "tier_group_template", "traverse_causes",
-                                            "headers.cause"}
+    assert set(topology.compat_applied) == {
+        "topic_suffixing",
+        "index_start",
+        "reuse_same_interval",
+        "dlt_routing_naming",
+        "tier_group_template",
+        "traverse_causes",
+        "headers.cause",
+    }
 
 
 def test_none_is_the_providers_own_defaults() -> None:
@@ -44,18 +50,31 @@ def test_none_is_the_providers_own_defaults() -> None:
 
 
 def test_explicit_keys_override_the_preset() -> None:
-    topology = make(compat="spring-3.2", topic_suffixing="index", index_start=1, reuse_same_interval=False,
-                    traverse_causes=True, tier_group_template="{group_id}-{topic}", dlt_routing_naming="suffix",
-                    headers={"cause": "root", "naming": "dead_letter"})
+    topology = make(
+        compat="spring-3.2",
+        topic_suffixing="index",
+        index_start=1,
+        reuse_same_interval=False,
+        traverse_causes=True,
+        tier_group_template="{group_id}-{topic}",
+        dlt_routing_naming="suffix",
+        headers={"cause": "root", "naming": "dead_letter"},
+    )
     assert [t.topic for t in topology.retry_tiers] == ["orders-retry-1", "orders-retry-2"]
     assert topology.traverse_causes is True
     assert topology.headers.cause == "root" and topology.headers.naming == "dead_letter"
     assert topology.consumer_group(topology.retry_tiers[0]) == "orders-service-orders-retry-1"
     shown = topology.to_dict()["compat"]
     assert shown["from_preset"] == {}
-    assert shown["overridden"] == {"topic_suffixing": "index", "index_start": 1, "reuse_same_interval": False,
-                                   "dlt_routing_naming": "suffix", "tier_group_template": "{group_id}-{topic}",
-                                   "traverse_causes": True, "headers.cause": "root"}
+    assert shown["overridden"] == {
+        "topic_suffixing": "index",
+        "index_start": 1,
+        "reuse_same_interval": False,
+        "dlt_routing_naming": "suffix",
+        "tier_group_template": "{group_id}-{topic}",
+        "traverse_causes": True,
+        "headers.cause": "root",
+    }
 
 
 def test_apply_preset_merges_headers_key_by_key() -> None:
@@ -75,17 +94,24 @@ def test_unknown_preset_names_the_choices(tmp_path: Path) -> None:
     path.write_text("topic: orders\ngroup_id: g\ncompat: spring-3.3\n")
     with pytest.raises(TopologyError) as info:
         load_topology(path)
-    assert str(info.value) == (f"{path}: field 'compat': must be one of none, spring-3.2, spring-2.7, "
-                               "spring-builder-4.0, spring-builder-4.1, got 'spring-3.3'")
+    assert str(info.value) == (
+        f"{path}: field 'compat': must be one of none, spring-3.2, spring-2.7, "
+        "spring-builder-4.0, spring-builder-4.1, got 'spring-3.3'"
+    )
 
 
 # ---------------------------------------------------------------------- groups and exception DLTs
 def test_suffix_placeholder_in_tier_group_template() -> None:
     topology = make(tier_group_template="{group_id}.{suffix}", dlt_routing={"-bad-dlt": ["ValueError"]})
     assert [topology.consumer_group(t) for t in topology.tiers] == [
-        "orders-service", "orders-service.-retry-1", "orders-service.-retry-2"]
-    assert [topology.consumer_group(t) for t in topology.dlt_tiers] == ["orders-service.-dlt",
-                                                                        "orders-service.-bad-dlt"]
+        "orders-service",
+        "orders-service.-retry-1",
+        "orders-service.-retry-2",
+    ]
+    assert [topology.consumer_group(t) for t in topology.dlt_tiers] == [
+        "orders-service.-dlt",
+        "orders-service.-bad-dlt",
+    ]
 
 
 def test_template_with_unknown_placeholder_lists_the_allowed_ones() -> None:
@@ -111,7 +137,10 @@ def test_naming_rejects_repeats_that_do_not_trail_under_reuse() -> None:
         retry_topics([1000, 1000, 2000], retry_suffix="-retry", suffixing="delay", reuse=True)
     # without reuse the same delays are fine (Spring: '-<i - first index>')
     assert [t.suffix for t in retry_topics([1000, 1000, 2000], retry_suffix="-retry", suffixing="delay")] == [
-        "-retry-1000-0", "-retry-1000-1", "-retry-2000"]
+        "-retry-1000-0",
+        "-retry-1000-1",
+        "-retry-2000",
+    ]
 
 
 # ---------------------------------------------------------------------- cause header
@@ -128,8 +157,9 @@ def _chain() -> Exception:
         return top
 
 
-@pytest.mark.parametrize(("rule", "expected"), [("immediate", "LookupError"), ("root", "KeyError"),
-                                                ("handler", "RuntimeError")])
+@pytest.mark.parametrize(
+    ("rule", "expected"), [("immediate", "LookupError"), ("root", "KeyError"), ("handler", "RuntimeError")]
+)
 def test_cause_header_rules(rule: str, expected: str) -> None:
     info = describe_exception(_chain(), cause_rule=rule)  # type: ignore[arg-type]
     assert info.fqcn == "RuntimeError"
@@ -162,9 +192,20 @@ def test_every_problem_of_a_file_is_reported_at_once(tmp_path: Path) -> None:
         load_topology(path)
     error = info.value
     fields = sorted(e.field or "" for e in error.errors)
-    assert fields == sorted(["group_id", "attempts", "topic_suffixing", "backoff.initial", "backoff.maximum",
-                             "reuse_same_interval", "not_retryable[0]", "headers.naming", "headers.stacktrace",
-                             "tier_group_template"])
+    assert fields == sorted(
+        [
+            "group_id",
+            "attempts",
+            "topic_suffixing",
+            "backoff.initial",
+            "backoff.maximum",
+            "reuse_same_interval",
+            "not_retryable[0]",
+            "headers.naming",
+            "headers.stacktrace",
+            "tier_group_template",
+        ]
+    )
     assert all(e.source == str(path) for e in error.errors)
     message = str(error)
     assert message.startswith(f"{len(error.errors)} problems:\n")
@@ -178,8 +219,16 @@ def test_cli_prints_every_problem_and_exits_2(tmp_path: Path, capsys: pytest.Cap
     assert main(["topology", "show", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("airflow-kafka-retry: error: 10 problems:\n")
-    for field in ("group_id", "attempts", "backoff.initial", "backoff.maximum", "headers.naming",
-                  "headers.stacktrace", "tier_group_template", "not_retryable[0]"):
+    for field in (
+        "group_id",
+        "attempts",
+        "backoff.initial",
+        "backoff.maximum",
+        "headers.naming",
+        "headers.stacktrace",
+        "tier_group_template",
+        "not_retryable[0]",
+    ):
         assert f"field '{field}'" in err
 
 
@@ -197,14 +246,19 @@ def test_derived_name_problems_are_all_reported_one_per_field() -> None:
     with pytest.raises(TopologyError) as info:
         make(retry_suffix="/r", dlt_suffix="/d")
     assert [(e.field, e.problem.split(" is ")[0]) for e in info.value.errors] == [
-        ("retry_suffix", "derived topic name 'orders/r-1'"), ("dlt_suffix", "derived topic name 'orders/d'")]
+        ("retry_suffix", "derived topic name 'orders/r-1'"),
+        ("dlt_suffix", "derived topic name 'orders/d'"),
+    ]
 
 
-def test_show_prints_the_preset_and_where_each_value_came_from(capsys: pytest.CaptureFixture[str],
-                                                               tmp_path: Path) -> None:
+def test_show_prints_the_preset_and_where_each_value_came_from(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = tmp_path / "t.yaml"
-    path.write_text("topic: orders\ngroup_id: orders-service\ncompat: spring-builder-4.0\nattempts: 4\n"
-                    "traverse_causes: true\n")
+    path.write_text(
+        "topic: orders\ngroup_id: orders-service\ncompat: spring-builder-4.0\nattempts: 4\n"
+        "traverse_causes: true\n"
+    )
     assert main(["topology", "show", str(path)]) == 0
     shown = json.loads(capsys.readouterr().out)
     assert shown["compat"]["preset"] == "spring-builder-4.0"
@@ -212,8 +266,11 @@ def test_show_prints_the_preset_and_where_each_value_came_from(capsys: pytest.Ca
     assert shown["compat"]["overridden"] == {"traverse_causes": True}
     assert shown["compat"]["from_preset"]["tier_group_template"] == "{group_id}{suffix}"
     assert [(t["topic"], t["consumer_group"]) for t in shown["tiers"]] == [
-        ("orders", "orders-service"), ("orders-retry-0", "orders-service-retry-0"),
-        ("orders-retry-1", "orders-service-retry-1"), ("orders-retry-2", "orders-service-retry-2")]
+        ("orders", "orders-service"),
+        ("orders-retry-0", "orders-service-retry-0"),
+        ("orders-retry-1", "orders-service-retry-1"),
+        ("orders-retry-2", "orders-service-retry-2"),
+    ]
 
 
 def test_a_preset_does_not_hide_a_headers_key_that_is_not_a_mapping() -> None:

@@ -93,5 +93,12 @@ def test_summer_time_opening():
 
 def test_to_dict_is_plain_data():
     check = check_due({1: NOW - 1}, now_ms=NOW)
-    assert check.to_dict() == {"action": "due", "now_ms": NOW, "due_partitions": [1], "earliest_due_ms": NOW - 1,
-                               "wake_ms": None, "reason": check.reason, "pending_partitions": [1]}
+    assert check.to_dict() == {
+        "action": "due",
+        "now_ms": NOW,
+        "due_partitions": [1],
+        "earliest_due_ms": NOW - 1,
+        "wake_ms": None,
+        "reason": check.reason,
+        "pending_partitions": [1],
+    }

@@ -25,15 +25,26 @@ from airflow_kafka_retry.policy.headers import (
 )
 
 T0 = 1_700_000_000_000  # hex 018bcfe56800
-INFO = ExceptionInfo(fqcn="myapp.errors.InvalidOrder", message="no customer", stacktrace="trace", cause_fqcn="KeyError")
+INFO = ExceptionInfo(
+    fqcn="myapp.errors.InvalidOrder", message="no customer", stacktrace="trace", cause_fqcn="KeyError"
+)
 
 SPRING_RETRY_TOPIC_ORIGINALS = (
-    "kafka_original-topic", "kafka_original-partition", "kafka_original-offset", "kafka_original-timestamp",
-    "kafka_original-timestamp-type", "kafka_dlt-original-consumer-group",
+    "kafka_original-topic",
+    "kafka_original-partition",
+    "kafka_original-offset",
+    "kafka_original-timestamp",
+    "kafka_original-timestamp-type",
+    "kafka_dlt-original-consumer-group",
 )
 SPRING_RETRY_TOPIC_EXCEPTIONS = (
-    "kafka_exception-fqcn", "kafka_exception-cause-fqcn", "kafka_exception-message", "kafka_exception-stacktrace",
-    "kafka_key-exception-fqcn", "kafka_key-exception-message", "kafka_key-exception-stacktrace",
+    "kafka_exception-fqcn",
+    "kafka_exception-cause-fqcn",
+    "kafka_exception-message",
+    "kafka_exception-stacktrace",
+    "kafka_key-exception-fqcn",
+    "kafka_key-exception-message",
+    "kafka_key-exception-stacktrace",
 )
 # What a Spring DeadLetterPublishingRecoverer wrote for orders-retry-0[5]@17 at T0 - 1000 (a blocking
 # error handler's DLT record, later fed into a retry path)
@@ -51,8 +62,17 @@ DLT_FAMILY_RECORD = [
 
 
 def failure(**overrides) -> Failure:
-    data = dict(topic="orders-retry-1", partition=3, offset=42, timestamp_ms=T0, timestamp_type=1,
-                consumer_group="orders-service", next_attempt=3, due_ms=T0 + 30_000, exception=INFO)
+    data = dict(
+        topic="orders-retry-1",
+        partition=3,
+        offset=42,
+        timestamp_ms=T0,
+        timestamp_type=1,
+        consumer_group="orders-service",
+        next_attempt=3,
+        due_ms=T0 + 30_000,
+        exception=INFO,
+    )
     data.update(overrides)
     return Failure(**data)
 
@@ -88,10 +108,15 @@ def test_first_failure_with_the_default_naming_byte_for_byte() -> None:
 
 
 def test_key_failures_use_the_families_key_exception_names() -> None:
-    key_info = ExceptionInfo("airflow_kafka_retry.errors.DeserializationError", "bad key", "t", None, key=True)
+    key_info = ExceptionInfo(
+        "airflow_kafka_retry.errors.DeserializationError", "bad key", "t", None, key=True
+    )
     out = forward_headers(None, failure(exception=key_info), HeaderPolicy())
     assert [n for n in names_of(out) if "exception" in n] == [
-        "kafka_key-exception-fqcn", "kafka_key-exception-message", "kafka_key-exception-stacktrace"]
+        "kafka_key-exception-fqcn",
+        "kafka_key-exception-message",
+        "kafka_key-exception-stacktrace",
+    ]
 
 
 @pytest.mark.parametrize("naming", HEADER_NAMINGS)
@@ -99,9 +124,14 @@ def test_coordinates_of_the_other_family_are_carried_over_not_restamped(naming: 
     out = forward_headers(DLT_FAMILY_RECORD, failure(), HeaderPolicy(naming=naming))
     coordinates = read_original_coordinates(out, prefer=h.HEADER_NAMES[naming])
     # the first failure (orders[5]@17), not this one (orders-retry-1[3]@42)
-    assert (coordinates.topic, coordinates.partition, coordinates.offset, coordinates.timestamp_ms,
-            coordinates.timestamp_type, coordinates.consumer_group) == (
-        "orders", 5, 17, T0 - 1_000, "LogAppendTime", "legacy-service")
+    assert (
+        coordinates.topic,
+        coordinates.partition,
+        coordinates.offset,
+        coordinates.timestamp_ms,
+        coordinates.timestamp_type,
+        coordinates.consumer_group,
+    ) == ("orders", 5, 17, T0 - 1_000, "LogAppendTime", "legacy-service")
     names = h.HEADER_NAMES[naming]
     for name in names.originals:
         assert names_of(out).count(name) == 1, name
@@ -111,7 +141,9 @@ def test_coordinates_of_the_other_family_are_carried_over_not_restamped(naming: 
 
 
 def test_a_spring_retry_topic_record_keeps_its_coordinates_under_the_dead_letter_naming() -> None:
-    first = forward_headers(None, failure(topic="orders", partition=1, offset=7, next_attempt=2), HeaderPolicy())
+    first = forward_headers(
+        None, failure(topic="orders", partition=1, offset=7, next_attempt=2), HeaderPolicy()
+    )
     out = forward_headers(first, failure(), HeaderPolicy(naming="dead_letter"))
     coords = read_original_coordinates(out, prefer=h.DEAD_LETTER_NAMES)
     assert (coords.topic, coords.partition, coords.offset) == ("orders", 1, 7)
@@ -138,9 +170,11 @@ def test_without_stripping_the_other_familys_exception_headers_stay_and_shrink_f
 
 @pytest.mark.parametrize(("prefer", "offset"), [(h.RETRY_TOPIC_NAMES, 1), (h.DEAD_LETTER_NAMES, 2)])
 def test_reading_prefers_one_family_and_falls_back_to_the_other(prefer, offset) -> None:
-    both = [("kafka_original-offset", bytes.fromhex("0000000000000001")),
-            ("kafka_dlt-original-offset", bytes.fromhex("0000000000000002")),
-            ("kafka_dlt-original-topic", b"orders")]
+    both = [
+        ("kafka_original-offset", bytes.fromhex("0000000000000001")),
+        ("kafka_dlt-original-offset", bytes.fromhex("0000000000000002")),
+        ("kafka_dlt-original-topic", b"orders"),
+    ]
     coords = read_original_coordinates(both, prefer=prefer)
     assert coords.offset == offset
     assert coords.topic == "orders"  # only the kafka_dlt family has it

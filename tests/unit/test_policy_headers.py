@@ -111,8 +111,15 @@ def dlt_policy(**settings) -> HeaderPolicy:
 
 def failure(**overrides) -> Failure:
     data = dict(
-        topic="orders", partition=3, offset=42, timestamp_ms=T0, timestamp_type=1,
-        consumer_group="orders-service", next_attempt=2, due_ms=DUE, exception=INFO,
+        topic="orders",
+        partition=3,
+        offset=42,
+        timestamp_ms=T0,
+        timestamp_type=1,
+        consumer_group="orders-service",
+        next_attempt=2,
+        due_ms=DUE,
+        exception=INFO,
     )
     data.update(overrides)
     return Failure(**data)
@@ -121,16 +128,25 @@ def failure(**overrides) -> Failure:
 # ---------------------------------------------------------------------- header names
 def test_header_names_are_springs() -> None:
     assert (h.ATTEMPTS, h.BACKOFF_TIMESTAMP, h.ORIGINAL_TIMESTAMP) == (
-        "retry_topic-attempts", "retry_topic-backoff-timestamp", "retry_topic-original-timestamp",
+        "retry_topic-attempts",
+        "retry_topic-backoff-timestamp",
+        "retry_topic-original-timestamp",
     )
     assert h.DEAD_LETTER_NAMES.originals == (
-        "kafka_dlt-original-topic", "kafka_dlt-original-partition", "kafka_dlt-original-offset",
-        "kafka_dlt-original-timestamp", "kafka_dlt-original-timestamp-type",
+        "kafka_dlt-original-topic",
+        "kafka_dlt-original-partition",
+        "kafka_dlt-original-offset",
+        "kafka_dlt-original-timestamp",
+        "kafka_dlt-original-timestamp-type",
         "kafka_dlt-original-consumer-group",
     )
     assert h.DEAD_LETTER_NAMES.exceptions == (
-        "kafka_dlt-exception-fqcn", "kafka_dlt-exception-cause-fqcn", "kafka_dlt-exception-message",
-        "kafka_dlt-exception-stacktrace", "kafka_dlt-key-exception-fqcn", "kafka_dlt-key-exception-message",
+        "kafka_dlt-exception-fqcn",
+        "kafka_dlt-exception-cause-fqcn",
+        "kafka_dlt-exception-message",
+        "kafka_dlt-exception-stacktrace",
+        "kafka_dlt-key-exception-fqcn",
+        "kafka_dlt-key-exception-message",
         "kafka_dlt-key-exception-stacktrace",
     )
     assert h.ATTEMPTS_HARD_CAP == 32_767
@@ -320,8 +336,15 @@ def test_read_due_ms(value: bytes | None, due: int | None) -> None:
 def test_read_due_ms_absent() -> None:
     assert read_due_ms(None) is None
     assert read_due_ms([("x", b"1")]) is None
-    assert read_due_ms([(h.BACKOFF_TIMESTAMP, java_big_integer_to_byte_array(5)),
-                        (h.BACKOFF_TIMESTAMP, java_big_integer_to_byte_array(9))]) == 9
+    assert (
+        read_due_ms(
+            [
+                (h.BACKOFF_TIMESTAMP, java_big_integer_to_byte_array(5)),
+                (h.BACKOFF_TIMESTAMP, java_big_integer_to_byte_array(9)),
+            ]
+        )
+        == 9
+    )
 
 
 @pytest.mark.parametrize(
@@ -359,7 +382,11 @@ def test_read_original_coordinates_from_spring_bytes() -> None:
         ("kafka_dlt-original-consumer-group", b"orders-service"),
     ]
     assert read_original_coordinates(headers) == OriginalCoordinates(
-        topic="orders", partition=3, offset=42, timestamp_ms=T0, timestamp_type="CreateTime",
+        topic="orders",
+        partition=3,
+        offset=42,
+        timestamp_ms=T0,
+        timestamp_type="CreateTime",
         consumer_group="orders-service",
     )
 
@@ -467,8 +494,13 @@ def test_first_failure_headers_byte_for_byte() -> None:
     [(0, 0, 0), (11, 1_234_567_890_123, 1_735_689_600_000), (2**31 - 1, 2**63 - 1, 127), (5, 9, 128)],
 )
 def test_coordinates_and_retry_headers_match_reference(partition: int, offset: int, timestamp: int) -> None:
-    out = forward_headers([], failure(partition=partition, offset=offset, timestamp_ms=timestamp,
-                                      next_attempt=5, due_ms=timestamp + 1), dlt_policy())
+    out = forward_headers(
+        [],
+        failure(
+            partition=partition, offset=offset, timestamp_ms=timestamp, next_attempt=5, due_ms=timestamp + 1
+        ),
+        dlt_policy(),
+    )
     assert the(out, "kafka_dlt-original-partition") == java_put_int(partition)
     assert the(out, "kafka_dlt-original-offset") == java_put_long(offset)
     assert the(out, "kafka_dlt-original-timestamp") == java_put_long(timestamp)
@@ -487,9 +519,7 @@ def test_timestamp_type(timestamp_type: int, text: bytes) -> None:
 
 
 def test_text_headers_are_utf8() -> None:
-    info = ExceptionInfo(
-        fqcn="myapp.errors.Ungültig", message="café ✓", stacktrace="é", cause_fqcn="Ärger"
-    )
+    info = ExceptionInfo(fqcn="myapp.errors.Ungültig", message="café ✓", stacktrace="é", cause_fqcn="Ärger")
     out = forward_headers(None, failure(consumer_group="grüppe", exception=info), dlt_policy())
     assert the(out, "kafka_dlt-original-consumer-group") == b"gr\xc3\xbcppe"
     assert the(out, "kafka_dlt-exception-fqcn") == b"myapp.errors.Ung\xc3\xbcltig"
@@ -503,7 +533,9 @@ def test_no_message_and_no_cause_means_no_header() -> None:
     out = forward_headers(None, failure(exception=info), dlt_policy())
     assert the(out, "kafka_dlt-exception-fqcn") == b"ValueError"
     for name in (
-        "kafka_dlt-exception-message", "kafka_dlt-exception-stacktrace", "kafka_dlt-exception-cause-fqcn"
+        "kafka_dlt-exception-message",
+        "kafka_dlt-exception-stacktrace",
+        "kafka_dlt-exception-cause-fqcn",
     ):
         assert values(out, name) == []
 
@@ -515,8 +547,13 @@ def test_include_stacktrace_false_drops_the_trace() -> None:
 
 
 def test_key_exception_headers() -> None:
-    info = ExceptionInfo(fqcn="airflow_kafka_retry.errors.DeserializationError", message="bad key",
-                         stacktrace="trace", cause_fqcn="UnicodeDecodeError", key=True)
+    info = ExceptionInfo(
+        fqcn="airflow_kafka_retry.errors.DeserializationError",
+        message="bad key",
+        stacktrace="trace",
+        cause_fqcn="UnicodeDecodeError",
+        key=True,
+    )
     out = forward_headers(None, failure(exception=info), dlt_policy())
     assert the(out, "kafka_dlt-key-exception-fqcn") == b"airflow_kafka_retry.errors.DeserializationError"
     assert the(out, "kafka_dlt-key-exception-message") == b"bad key"
@@ -538,8 +575,14 @@ def test_describe_then_forward() -> None:
 # ---------------------------------------------------------------------- forward_headers: later tiers
 def second_failure(**overrides) -> Failure:
     data = dict(
-        topic="orders-retry-1", partition=3, offset=7, timestamp_ms=T0 + 31_000, timestamp_type=2,
-        consumer_group="orders-service-orders-retry-1", next_attempt=3, due_ms=T0 + 91_000,
+        topic="orders-retry-1",
+        partition=3,
+        offset=7,
+        timestamp_ms=T0 + 31_000,
+        timestamp_type=2,
+        consumer_group="orders-service-orders-retry-1",
+        next_attempt=3,
+        due_ms=T0 + 91_000,
         exception=ExceptionInfo("TimeoutError", "slow", "trace 2"),
     )
     data.update(overrides)
@@ -604,8 +647,11 @@ def test_previous_key_exception_headers_replaced_by_default() -> None:
     key_info = ExceptionInfo("airflow_kafka_retry.errors.DeserializationError", "bad key", "t", key=True)
     first = forward_headers(None, failure(exception=key_info), dlt_policy())
     second = forward_headers(first, second_failure(), dlt_policy())
-    for name in ("kafka_dlt-key-exception-fqcn", "kafka_dlt-key-exception-message",
-                 "kafka_dlt-key-exception-stacktrace"):
+    for name in (
+        "kafka_dlt-key-exception-fqcn",
+        "kafka_dlt-key-exception-message",
+        "kafka_dlt-key-exception-stacktrace",
+    ):
         assert values(second, name) == []
 
 
@@ -647,7 +693,7 @@ def test_existing_input_is_not_mutated() -> None:
 
 
 # ---------------------------------------------------------------------- byte budget
-BIG_TRACE = "Traceback (most recent call last):\n" + "  File \"x.py\", line 1, in f\n" * 300
+BIG_TRACE = "Traceback (most recent call last):\n" + '  File "x.py", line 1, in f\n' * 300
 BIG_MESSAGE = "m" * 3_000
 
 
@@ -684,8 +730,12 @@ def test_budget_never_touches_coordinates_or_retry_headers() -> None:
     untouched = forward_headers(None, failure(), dlt_policy())
     info = ExceptionInfo("myapp.errors.InvalidOrder", BIG_MESSAGE, BIG_TRACE, cause_fqcn="KeyError")
     out = forward_headers(None, failure(exception=info), dlt_policy(max_header_bytes=1_024))
-    for name in (*h.DEAD_LETTER_NAMES.originals, *h.RETRY_HEADERS, "kafka_dlt-exception-fqcn",
-                 "kafka_dlt-exception-cause-fqcn"):
+    for name in (
+        *h.DEAD_LETTER_NAMES.originals,
+        *h.RETRY_HEADERS,
+        "kafka_dlt-exception-fqcn",
+        "kafka_dlt-exception-cause-fqcn",
+    ):
         assert the(out, name) == the(untouched, name), name
 
 
@@ -739,7 +789,10 @@ def test_record_through_many_tiers_stays_within_budget() -> None:
             headers,
             failure(
                 topic="orders" if tier == 1 else f"orders-retry-{tier - 1}",
-                offset=tier, next_attempt=tier + 1, due_ms=T0 + tier * 1_000, exception=info,
+                offset=tier,
+                next_attempt=tier + 1,
+                due_ms=T0 + tier * 1_000,
+                exception=info,
             ),
             policy,
         )
@@ -790,8 +843,11 @@ def test_header_policy_from_mapping() -> None:
         HeaderPolicy.from_mapping({"stacktrace": True})
     assert info.value.field == "stacktrace"
     assert HeaderPolicy(False, False, 2_000).to_dict() == {
-        "include_stacktrace": False, "strip_previous_exception_headers": False, "max_header_bytes": 2_000,
-        "naming": "retry_topic", "cause": "immediate",
+        "include_stacktrace": False,
+        "strip_previous_exception_headers": False,
+        "max_header_bytes": 2_000,
+        "naming": "retry_topic",
+        "cause": "immediate",
     }
     assert HeaderPolicy.from_mapping({"naming": "dead_letter"}).naming == "dead_letter"
 
@@ -802,7 +858,11 @@ def test_header_policy_from_mapping() -> None:
     [
         (b"\x01" * 9, None, None),  # longer than a long: Spring ignores it
         (java_big_integer_to_byte_array(2**63 - 1), T0, None),  # more than a day ahead of now: ignored
-        (java_big_integer_to_byte_array(T0 + h.MAX_BACKOFF_MS), T0, T0 + h.MAX_BACKOFF_MS),  # exactly a day: kept
+        (
+            java_big_integer_to_byte_array(T0 + h.MAX_BACKOFF_MS),
+            T0,
+            T0 + h.MAX_BACKOFF_MS,
+        ),  # exactly a day: kept
         (java_big_integer_to_byte_array(T0 + h.MAX_BACKOFF_MS + 1), T0, None),
         (java_big_integer_to_byte_array(-5), T0, -5),  # in the past: due now
         (java_big_integer_to_byte_array(2**63 - 1), None, 2**63 - 1),  # no clock given: no horizon check
@@ -816,8 +876,10 @@ def test_read_due_ms_ignores_what_spring_ignores(value: bytes, now: int | None, 
 def test_read_due_ms_horizon_can_be_widened_for_long_tiers() -> None:
     two_days = java_big_integer_to_byte_array(T0 + 2 * h.MAX_BACKOFF_MS)
     assert read_due_ms([(h.BACKOFF_TIMESTAMP, two_days)], now_ms=T0) is None
-    assert read_due_ms([(h.BACKOFF_TIMESTAMP, two_days)], now_ms=T0, horizon_ms=3 * h.MAX_BACKOFF_MS) == \
-        T0 + 2 * h.MAX_BACKOFF_MS
+    assert (
+        read_due_ms([(h.BACKOFF_TIMESTAMP, two_days)], now_ms=T0, horizon_ms=3 * h.MAX_BACKOFF_MS)
+        == T0 + 2 * h.MAX_BACKOFF_MS
+    )
 
 
 def test_header_bytes_counts_names_and_values() -> None:

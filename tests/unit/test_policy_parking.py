@@ -22,9 +22,16 @@ AUDIT = ReplayAudit("r-1", "orders-dlt", 2, 17, NOW)
 
 
 def topology(**kwargs) -> Topology:
-    return Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 3,
-                                  "not_retryable": ["KeyError"], "dlt_routing": {"-invalid-dlt": ["LookupError"]},
-                                  **kwargs})
+    return Topology.from_mapping(
+        {
+            "topic": "orders",
+            "group_id": "svc",
+            "attempts": 3,
+            "not_retryable": ["KeyError"],
+            "dlt_routing": {"-invalid-dlt": ["LookupError"]},
+            **kwargs,
+        }
+    )
 
 
 # ---------------------------------------------------------------------- topology
@@ -38,12 +45,15 @@ def test_parking_topic_default_custom_and_in_the_topics_to_create():
     assert no_dlt.parking_topic is None and not any("parking" in t for t in topology_topics(no_dlt))
 
 
-@pytest.mark.parametrize("suffix, message", [
-    ("-dlt", "derived topic name 'orders-dlt' is also the dead-letter topic"),
-    ("-retry-1", "derived topic name 'orders-retry-1' is also the retry tier 1 topic"),
-    ("/bad", "derived topic name 'orders/bad' is not a legal Kafka topic name"),
-    ("", "must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "suffix, message",
+    [
+        ("-dlt", "derived topic name 'orders-dlt' is also the dead-letter topic"),
+        ("-retry-1", "derived topic name 'orders-retry-1' is also the retry tier 1 topic"),
+        ("/bad", "derived topic name 'orders/bad' is not a legal Kafka topic name"),
+        ("", "must be a non-empty string"),
+    ],
+)
 def test_bad_parking_suffix_names_the_field(suffix, message):
     with pytest.raises(TopologyError) as info:
         topology(parking_suffix=suffix)
@@ -53,20 +63,31 @@ def test_bad_parking_suffix_names_the_field(suffix, message):
 # ---------------------------------------------------------------------- resolver
 def resolve(t: Topology, topic: str, attempt: int, exc: BaseException, headers=None):
     return DestinationResolver(t, clock=lambda: NOW).resolve(
-        topic=topic, partition=1, attempt=attempt, exception=exc, original_timestamp_ms=NOW, headers=headers)
+        topic=topic, partition=1, attempt=attempt, exception=exc, original_timestamp_ms=NOW, headers=headers
+    )
 
 
-@pytest.mark.parametrize("topic, attempt, exc, reason", [
-    ("orders-retry-2", 3, RuntimeError("again"), "exhausted"),
-    ("orders", 1, KeyError("fatal"), "not_retryable"),
-    ("orders-dlt", 4, RuntimeError("again"), "dlt_failure_retried"),
-])
-def test_a_replayed_record_that_fails_again_is_parked_wherever_it_would_be_dead_lettered(topic, attempt, exc, reason):
+@pytest.mark.parametrize(
+    "topic, attempt, exc, reason",
+    [
+        ("orders-retry-2", 3, RuntimeError("again"), "exhausted"),
+        ("orders", 1, KeyError("fatal"), "not_retryable"),
+        ("orders-dlt", 4, RuntimeError("again"), "dlt_failure_retried"),
+    ],
+)
+def test_a_replayed_record_that_fails_again_is_parked_wherever_it_would_be_dead_lettered(
+    topic, attempt, exc, reason
+):
     t = topology()
     plain = resolve(t, topic, attempt, exc)
     assert plain.action == "dlt" and plain.topic != "orders-parking" and not plain.parked
     parked = resolve(t, topic, attempt, exc, headers=AUDIT.headers())
-    assert (parked.action, parked.topic, parked.reason, parked.parked) == ("dlt", "orders-parking", reason, True)
+    assert (parked.action, parked.topic, parked.reason, parked.parked) == (
+        "dlt",
+        "orders-parking",
+        reason,
+        True,
+    )
     assert (parked.partition, parked.next_attempt) == (plain.partition, plain.next_attempt)
 
 
@@ -93,13 +114,18 @@ def test_audit_headers_round_trip():
 
 
 def dlt_record_headers() -> list:
-    return [("trace-id", b"t1"),
-            (H.RETRY_TOPIC_NAMES.original_topic, b"orders"), (H.RETRY_TOPIC_NAMES.original_offset, H.encode_int64(9)),
-            (H.DEAD_LETTER_NAMES.original_partition, H.encode_int32(2)),
-            (H.RETRY_TOPIC_NAMES.exception_fqcn, b"KeyError"), (H.DEAD_LETTER_NAMES.exception_message, b"old"),
-            (H.ORIGINAL_TIMESTAMP, H.encode_big_integer(5)), (H.ATTEMPTS, H.encode_int32(4)),
-            (H.BACKOFF_TIMESTAMP, H.encode_big_integer(7)),
-            *ReplayAudit("older", "orders-dlt", 0, 1, 2).headers()]
+    return [
+        ("trace-id", b"t1"),
+        (H.RETRY_TOPIC_NAMES.original_topic, b"orders"),
+        (H.RETRY_TOPIC_NAMES.original_offset, H.encode_int64(9)),
+        (H.DEAD_LETTER_NAMES.original_partition, H.encode_int32(2)),
+        (H.RETRY_TOPIC_NAMES.exception_fqcn, b"KeyError"),
+        (H.DEAD_LETTER_NAMES.exception_message, b"old"),
+        (H.ORIGINAL_TIMESTAMP, H.encode_big_integer(5)),
+        (H.ATTEMPTS, H.encode_int32(4)),
+        (H.BACKOFF_TIMESTAMP, H.encode_big_integer(7)),
+        *ReplayAudit("older", "orders-dlt", 0, 1, 2).headers(),
+    ]
 
 
 def test_replayed_headers_keep_originals_and_own_headers_and_start_a_fresh_attempt_count():
@@ -110,8 +136,12 @@ def test_replayed_headers_keep_originals_and_own_headers_and_start_a_fresh_attem
     assert (coords.topic, coords.partition, coords.offset) == ("orders", 2, 9)  # both families kept
     assert not {H.ATTEMPTS, H.BACKOFF_TIMESTAMP, H.ORIGINAL_TIMESTAMP} & set(names)
     assert H.read_attempts(out) == 1
-    assert H.RETRY_TOPIC_NAMES.exception_fqcn not in names and H.DEAD_LETTER_NAMES.exception_message not in names
-    assert read_replay_audit(out) == AUDIT and [n for n in names if n in REPLAY_HEADERS] == list(REPLAY_HEADERS)
+    assert (
+        H.RETRY_TOPIC_NAMES.exception_fqcn not in names and H.DEAD_LETTER_NAMES.exception_message not in names
+    )
+    assert read_replay_audit(out) == AUDIT and [n for n in names if n in REPLAY_HEADERS] == list(
+        REPLAY_HEADERS
+    )
 
 
 def test_replayed_headers_for_a_retry_tier_carry_the_tiers_attempt_and_due_now():

@@ -51,10 +51,20 @@ def resolver_for(topology: Topology, now: int = NOW) -> DestinationResolver:
     return DestinationResolver(topology, clock=lambda: now)
 
 
-def resolve(resolver: DestinationResolver, topic: str, attempt: int, exc: BaseException, *,
-            partition: int = 3, original: int | None = None) -> Destination:
+def resolve(
+    resolver: DestinationResolver,
+    topic: str,
+    attempt: int,
+    exc: BaseException,
+    *,
+    partition: int = 3,
+    original: int | None = None,
+) -> Destination:
     return resolver.resolve(
-        topic=topic, partition=partition, attempt=attempt, exception=exc,
+        topic=topic,
+        partition=partition,
+        attempt=attempt,
+        exception=exc,
         original_timestamp_ms=NOW if original is None else original,
     )
 
@@ -97,10 +107,12 @@ def test_same_partition(example: DestinationResolver, partition: int) -> None:
 def test_due_time_uses_injected_clock_at_resolve_time() -> None:
     ticks = iter([1_000, 5_000])
     resolver = DestinationResolver(make(backoff=BackOff("fixed", delay_ms=250)), clock=lambda: next(ticks))
-    first = resolver.resolve(topic="orders", partition=0, attempt=1, exception=ValueError(),
-                             original_timestamp_ms=0)
-    second = resolver.resolve(topic="orders-retry-1", partition=0, attempt=2, exception=ValueError(),
-                              original_timestamp_ms=0)
+    first = resolver.resolve(
+        topic="orders", partition=0, attempt=1, exception=ValueError(), original_timestamp_ms=0
+    )
+    second = resolver.resolve(
+        topic="orders-retry-1", partition=0, attempt=2, exception=ValueError(), original_timestamp_ms=0
+    )
     assert (first.due_ms, first.delay_ms) == (1_250, 250)
     assert (second.topic, second.due_ms, second.delay_ms) == ("orders-retry-2", 5_250, 250)
 
@@ -112,8 +124,9 @@ def test_default_clock_is_wall_clock() -> None:
     assert before <= now <= after
     resolver = DestinationResolver(make())
     assert resolver.clock is wall_clock_ms
-    dest = resolver.resolve(topic="orders", partition=0, attempt=1, exception=ValueError(),
-                            original_timestamp_ms=before)
+    dest = resolver.resolve(
+        topic="orders", partition=0, attempt=1, exception=ValueError(), original_timestamp_ms=before
+    )
     assert before + 1_000 <= dest.due_ms <= time.time_ns() // 1_000_000 + 1_000
 
 
@@ -294,20 +307,21 @@ def test_always_retry_on_error_sends_non_fatal_back_to_same_dlt(
     )
 
 
-@pytest.mark.parametrize(
-    "exc", [json_error(), TypeError(), wrapped(RuntimeError(), json_error())]
-)
+@pytest.mark.parametrize("exc", [json_error(), TypeError(), wrapped(RuntimeError(), json_error())])
 def test_always_retry_on_error_drops_default_fatal(example: DestinationResolver, exc: BaseException) -> None:
     expected = Destination("drop", None, 3, 6, NOW, 0, "dlt_failure_dropped")
     assert resolve(example, "orders-dlt", 5, exc) == expected
 
 
-def test_always_retry_on_error_sends_the_topologys_not_retryable_back_to_the_dlt(example: DestinationResolver) -> None:
+def test_always_retry_on_error_sends_the_topologys_not_retryable_back_to_the_dlt(
+    example: DestinationResolver,
+) -> None:
     # Spring's resolver only gives up a DLT failure for its resolver-wide fatal exceptions; a
     # topic's own not-retryable classes (InvalidOrder here) keep the record in the DLT
     assert "myapp.errors.InvalidOrder" in example.topology.not_retryable
     assert resolve(example, "orders-dlt", 5, InvalidOrder()) == Destination(
-        "dlt", "orders-dlt", 3, 6, NOW, 0, "dlt_failure_retried")
+        "dlt", "orders-dlt", 3, 6, NOW, 0, "dlt_failure_retried"
+    )
     # and it still skips the retry tiers when it happens on the main topic
     assert resolve(example, "orders", 1, InvalidOrder()).reason == "not_retryable"
 
@@ -360,7 +374,8 @@ def test_reusable_tier_keeps_record_until_attempts_run_out() -> None:
 
 def test_spring_example_with_reuse() -> None:
     topology = make(
-        attempts=7, reuse_same_interval=True,
+        attempts=7,
+        reuse_same_interval=True,
         backoff=BackOff("exponential", initial_ms=1_000, multiplier=2.0, max_ms=10_000),
     )
     resolver = resolver_for(topology)
@@ -372,8 +387,13 @@ def test_spring_example_with_reuse() -> None:
             break
         topic, attempt = dest.topic, dest.next_attempt
     assert path == [
-        ("orders-retry-1", 1_000), ("orders-retry-2", 2_000), ("orders-retry-3", 4_000),
-        ("orders-retry-4", 8_000), ("orders-retry-5", 10_000), ("orders-retry-5", 10_000), ("orders-dlt", 0),
+        ("orders-retry-1", 1_000),
+        ("orders-retry-2", 2_000),
+        ("orders-retry-3", 4_000),
+        ("orders-retry-4", 8_000),
+        ("orders-retry-5", 10_000),
+        ("orders-retry-5", 10_000),
+        ("orders-dlt", 0),
     ]
 
 

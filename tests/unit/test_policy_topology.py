@@ -143,7 +143,9 @@ def test_example_consumer_groups() -> None:
 def test_example_classifier() -> None:
     classifier = load_topology(EXAMPLE).classifier
     assert classifier.not_retryable == (
-        *DEFAULT_NOT_RETRYABLE, "json.JSONDecodeError", "myapp.errors.InvalidOrder"
+        *DEFAULT_NOT_RETRYABLE,
+        "json.JSONDecodeError",
+        "myapp.errors.InvalidOrder",
     )
     assert classifier.retry_only == ()
     assert classifier.traverse_causes is True
@@ -162,11 +164,19 @@ def test_example_to_dict_is_plain_json_data() -> None:
     assert data["source"] == str(EXAMPLE)
     assert data["backoff"] == {"kind": "exponential", "delays_ms": [30_000, 60_000, 120_000]}
     assert data["tiers"][0] == {
-        "index": 0, "topic": "orders", "kind": "main", "delay_ms": 0, "reusable": False,
+        "index": 0,
+        "topic": "orders",
+        "kind": "main",
+        "delay_ms": 0,
+        "reusable": False,
         "consumer_group": "orders-service",
     }
     assert data["tiers"][3] == {
-        "index": 3, "topic": "orders-retry-3", "kind": "retry", "delay_ms": 120_000, "reusable": False,
+        "index": 3,
+        "topic": "orders-retry-3",
+        "kind": "retry",
+        "delay_ms": 120_000,
+        "reusable": False,
         "consumer_group": "orders-service-orders-retry-3",
     }
     assert data["dlt"] == "orders-dlt"
@@ -178,8 +188,11 @@ def test_example_to_dict_is_plain_json_data() -> None:
     assert data["traverse_causes"] is True
     assert data["not_retryable"][-2:] == ["json.JSONDecodeError", "myapp.errors.InvalidOrder"]
     assert data["headers"] == {
-        "include_stacktrace": True, "strip_previous_exception_headers": True, "max_header_bytes": 16_384,
-        "naming": "retry_topic", "cause": "immediate",
+        "include_stacktrace": True,
+        "strip_previous_exception_headers": True,
+        "max_header_bytes": 16_384,
+        "naming": "retry_topic",
+        "cause": "immediate",
     }
 
 
@@ -272,14 +285,17 @@ def test_backoff_exponential_defaults(tmp_path: Path) -> None:
 
 
 def test_backoff_exponential_block_style_with_plain_numbers(tmp_path: Path) -> None:
-    topology = load(tmp_path, """\
+    topology = load(
+        tmp_path,
+        """\
         attempts: 4
         backoff:
           kind: exponential
           initial: 500
           multiplier: 1.5
           max: 1000.0
-        """)
+        """,
+    )
     assert topology.backoff == BackOff("exponential", initial_ms=500, multiplier=1.5, max_ms=1_000)
     assert [t.delay_ms for t in topology.retry_tiers] == [500, 750, 1_000]
 
@@ -304,11 +320,14 @@ def test_backoff_custom_mixed_duration_spellings(tmp_path: Path) -> None:
     ],
 )
 def test_topic_suffixing_key(tmp_path: Path, suffixing: str, expected: list[str]) -> None:
-    topology = load(tmp_path, f"""\
+    topology = load(
+        tmp_path,
+        f"""\
         attempts: 4
         backoff: {{kind: exponential, initial: 1s, multiplier: 2, max: 10s}}
         topic_suffixing: {suffixing}
-        """)
+        """,
+    )
     assert topology.topic_suffixing == suffixing
     assert names(topology.retry_tiers) == expected
 
@@ -417,11 +436,14 @@ def test_traverse_causes_key(tmp_path: Path, flag: bool) -> None:
 
 
 def test_dlt_routing_key(tmp_path: Path) -> None:
-    topology = load(tmp_path, """\
+    topology = load(
+        tmp_path,
+        """\
         dlt_routing:
           -validation-dlt: [myapp.errors.InvalidOrder, KeyError]
           -poison-dlt: UnicodeError
-        """)
+        """,
+    )
     assert topology.dlt_routing == (
         ("-validation-dlt", ("myapp.errors.InvalidOrder", "KeyError")),
         ("-poison-dlt", ("UnicodeError",)),
@@ -464,8 +486,14 @@ def test_dlt_strategy_no_dlt(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("value", "expected_ms"),
     [
-        ("2h", 7_200_000), ("500ms", 500), ("30s", 30_000), ("1d", 86_400_000), ("60000", 60_000),
-        ("45000", 45_000), ("1.5m", 90_000), ("null", None),
+        ("2h", 7_200_000),
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("1d", 86_400_000),
+        ("60000", 60_000),
+        ("45000", 45_000),
+        ("1.5m", 90_000),
+        ("null", None),
     ],
 )
 def test_timeout_key(tmp_path: Path, value: str, expected_ms: int | None) -> None:
@@ -551,25 +579,34 @@ def test_delay_suffixing_of_a_fixed_backoff_falls_back_to_indexes_from_zero_as_s
     # joinWithRetrySuffix(indexInBackoffValues), whatever the suffixing strategy
     topology = make(attempts=4, topic_suffixing="delay", backoff=BackOff("fixed", delay_ms=30_000))
     assert names(topology.retry_tiers) == ["orders-retry-0", "orders-retry-1", "orders-retry-2"]
-    custom = make(attempts=3, topic_suffixing="delay", index_start=1, backoff=BackOff("custom", delays=(5, 5)))
+    custom = make(
+        attempts=3, topic_suffixing="delay", index_start=1, backoff=BackOff("custom", delays=(5, 5))
+    )
     assert names(custom.retry_tiers) == ["orders-retry-0", "orders-retry-1"]
 
 
 def test_delay_suffixing_duplicates_get_an_index() -> None:
     topology = make(attempts=4, topic_suffixing="delay", backoff=BackOff("custom", delays=(1_000, 30_000)))
     assert names(topology.retry_tiers) == [
-        "orders-retry-1000", "orders-retry-30000-0", "orders-retry-30000-1",
+        "orders-retry-1000",
+        "orders-retry-30000-0",
+        "orders-retry-30000-1",
     ]
 
 
 def test_delay_suffixing_spring_example_without_reuse() -> None:
     topology = make(
-        attempts=7, topic_suffixing="delay",
+        attempts=7,
+        topic_suffixing="delay",
         backoff=BackOff("exponential", initial_ms=1_000, multiplier=2.0, max_ms=10_000),
     )
     assert names(topology.retry_tiers) == [
-        "orders-retry-1000", "orders-retry-2000", "orders-retry-4000", "orders-retry-8000",
-        "orders-retry-10000-0", "orders-retry-10000-1",
+        "orders-retry-1000",
+        "orders-retry-2000",
+        "orders-retry-4000",
+        "orders-retry-8000",
+        "orders-retry-10000-0",
+        "orders-retry-10000-1",
     ]
     assert not any(t.reusable for t in topology.tiers)
 
@@ -585,13 +622,23 @@ def test_delay_suffixing_ignores_index_start() -> None:
     ("suffixing", "expected"),
     [
         ("index", ["orders-retry-1", "orders-retry-2", "orders-retry-3", "orders-retry-4", "orders-retry-5"]),
-        ("delay", ["orders-retry-1000", "orders-retry-2000", "orders-retry-4000", "orders-retry-8000",
-                   "orders-retry-10000"]),
+        (
+            "delay",
+            [
+                "orders-retry-1000",
+                "orders-retry-2000",
+                "orders-retry-4000",
+                "orders-retry-8000",
+                "orders-retry-10000",
+            ],
+        ),
     ],
 )
 def test_same_interval_reuse_collapses_trailing_equal_delays(suffixing: str, expected: list[str]) -> None:
     topology = make(
-        attempts=7, topic_suffixing=suffixing, reuse_same_interval=True,
+        attempts=7,
+        topic_suffixing=suffixing,
+        reuse_same_interval=True,
         backoff=BackOff("exponential", initial_ms=1_000, multiplier=2.0, max_ms=10_000),
     )
     assert names(topology.retry_tiers) == expected
@@ -613,7 +660,9 @@ def test_same_interval_reuse_longer_trailing_run() -> None:
 @pytest.mark.parametrize("suffixing", ["index", "delay"])
 def test_all_equal_delays_reuse_a_single_topic(suffixing: str) -> None:
     topology = make(
-        attempts=5, topic_suffixing=suffixing, reuse_same_interval=True,
+        attempts=5,
+        topic_suffixing=suffixing,
+        reuse_same_interval=True,
         backoff=BackOff("fixed", delay_ms=5_000),
     )
     assert topology.retry_tiers == (Tier(1, "orders-retry", 5_000, "retry", reusable=True),)
@@ -643,9 +692,15 @@ def test_reuse_with_a_single_retry_names_it_with_the_bare_suffix_as_spring_does(
 def test_reuse_with_the_last_delay_repeated_earlier_is_an_error() -> None:
     # 10, 5, 10, 10: Spring assumes repeats are at the end (v3.2.10 DestinationTopicPropertiesFactory.java:222)
     # and would give 10000 a reusable topic that 5000 comes after; refuse it, naming the delays.
-    with pytest.raises(TopologyError, match=r"10000 ms repeats earlier in \[10000, 5000, 10000, 10000\]") as info:
-        make(attempts=5, reuse_same_interval=True, topic_suffixing="delay",
-             backoff=BackOff("custom", delays=(10_000, 5_000, 10_000, 10_000)))
+    with pytest.raises(
+        TopologyError, match=r"10000 ms repeats earlier in \[10000, 5000, 10000, 10000\]"
+    ) as info:
+        make(
+            attempts=5,
+            reuse_same_interval=True,
+            topic_suffixing="delay",
+            backoff=BackOff("custom", delays=(10_000, 5_000, 10_000, 10_000)),
+        )
     assert info.value.field == "reuse_same_interval"
 
 
@@ -664,7 +719,8 @@ def test_single_attempt_has_no_retry_tiers() -> None:
 
 def test_all_topic_names_are_distinct() -> None:
     topology = make(
-        attempts=8, topic_suffixing="delay",
+        attempts=8,
+        topic_suffixing="delay",
         dlt_routing=(("-a-dlt", ("KeyError",)), ("-b-dlt", ("OSError",))),
         backoff=BackOff("custom", delays=(1, 2, 1, 2, 1)),
     )
@@ -676,7 +732,8 @@ def test_dlt_topic_names() -> None:
     topology = make(dlt_routing=(("-validation-dlt", ("myapp.errors.InvalidOrder",)),))
     assert topology.dlt_topic == "orders-dlt"
     assert topology.dlt_tiers == (
-        Tier(-1, "orders-dlt", 0, "dlt"), Tier(-1, "orders-validation-dlt", 0, "dlt"),
+        Tier(-1, "orders-dlt", 0, "dlt"),
+        Tier(-1, "orders-validation-dlt", 0, "dlt"),
     )
 
 
@@ -746,9 +803,14 @@ def test_next_tier() -> None:
 @pytest.mark.parametrize(
     ("spec", "topic"),
     [
-        (0, "orders"), (2, "orders-retry-2"), ("0", "orders"), ("1", "orders-retry-1"),
-        ("orders-retry-2", "orders-retry-2"), ("dlt", "orders-dlt"),
-        ("orders-validation-dlt", "orders-validation-dlt"), ("orders", "orders"),
+        (0, "orders"),
+        (2, "orders-retry-2"),
+        ("0", "orders"),
+        ("1", "orders-retry-1"),
+        ("orders-retry-2", "orders-retry-2"),
+        ("dlt", "orders-dlt"),
+        ("orders-validation-dlt", "orders-validation-dlt"),
+        ("orders", "orders"),
     ],
 )
 def test_select(spec: int | str, topic: str) -> None:
@@ -759,8 +821,10 @@ def test_select(spec: int | str, topic: str) -> None:
 @pytest.mark.parametrize(
     ("spec", "fragment"),
     [
-        (3, "tier 3 does not exist"), ("7", "tier 7 does not exist"),
-        ("payments", "'payments' is not on this retry path"), ("-1", "'-1' is not on this retry path"),
+        (3, "tier 3 does not exist"),
+        ("7", "tier 7 does not exist"),
+        ("payments", "'payments' is not on this retry path"),
+        ("-1", "'-1' is not on this retry path"),
     ],
 )
 def test_select_unknown(spec: int | str, fragment: str) -> None:
@@ -777,7 +841,11 @@ def test_select_dlt_under_no_dlt() -> None:
 def test_destinations_from() -> None:
     topology = make(attempts=3, dlt_routing=(("-validation-dlt", ("KeyError",)),))
     main, first, last = topology.tiers
-    dlts = ["orders-dlt", "orders-validation-dlt", "orders-parking"]  # parking: replayed records that fail again
+    dlts = [
+        "orders-dlt",
+        "orders-validation-dlt",
+        "orders-parking",
+    ]  # parking: replayed records that fail again
     assert topology.destinations_from(main) == ["orders-retry-1", *dlts]
     assert topology.destinations_from(first) == ["orders-retry-2", *dlts]
     assert topology.destinations_from(last) == dlts
@@ -838,8 +906,7 @@ def test_unknown_key_without_close_match_lists_known_keys(tmp_path: Path) -> Non
     ("backoff", "field", "fragment"),
     [
         ("{kind: exponential, maximum: 10s}", "backoff.maximum", "did you mean 'max'?"),
-        ("{kind: exponential, delay: 10s}", "backoff.delay",
-         "known keys: kind, initial, multiplier, max"),
+        ("{kind: exponential, delay: 10s}", "backoff.delay", "known keys: kind, initial, multiplier, max"),
         ("{kind: fixed, delay_ms: 10s}", "backoff.delay_ms", "did you mean 'delay'?"),
         ("{kind: fixed, initial: 1s}", "backoff.initial", "known keys: kind, delay"),
         ("{kind: custom, delay: 1s, delays: [1s]}", "backoff.delay", "did you mean 'delays'?"),
@@ -853,7 +920,9 @@ def test_unknown_backoff_key(tmp_path: Path, backoff: str, field: str, fragment:
 def test_unknown_headers_key(tmp_path: Path) -> None:
     error, path = load_error(tmp_path, BASE + "headers: {include_stack: true}\n")
     assert_located(
-        error, path, "headers.include_stack",
+        error,
+        path,
+        "headers.include_stack",
         "unknown key; did you mean 'include_stacktrace'?",
     )
 
@@ -873,16 +942,22 @@ def test_missing_required(tmp_path: Path, text: str, field: str) -> None:
 def test_missing_both_required_keys_reports_both(tmp_path: Path) -> None:
     error, path = load_error(tmp_path, "attempts: 3\n")
     assert [(e.source, e.field, e.problem) for e in error.errors] == [
-        (str(path), "topic", "is required"), (str(path), "group_id", "is required")]
-    assert str(error) == (f"2 problems:\n  - {path}: field 'topic': is required\n"
-                          f"  - {path}: field 'group_id': is required")
+        (str(path), "topic", "is required"),
+        (str(path), "group_id", "is required"),
+    ]
+    assert str(error) == (
+        f"2 problems:\n  - {path}: field 'topic': is required\n  - {path}: field 'group_id': is required"
+    )
 
 
 @pytest.mark.parametrize(
     ("extra", "field", "fragment"),
     [
-        ("timeout: 5 minutes\n", "timeout",
-         "expected a duration like '500ms', '30s', '5m', '2h' or milliseconds"),
+        (
+            "timeout: 5 minutes\n",
+            "timeout",
+            "expected a duration like '500ms', '30s', '5m', '2h' or milliseconds",
+        ),
         ("timeout: 30x\n", "timeout", "got '30x'"),
         ("timeout: -5s\n", "timeout", "got '-5s'"),
         ("timeout: -5\n", "timeout", "cannot be negative"),
@@ -905,7 +980,11 @@ def test_bad_durations(tmp_path: Path, extra: str, field: str, fragment: str) ->
 @pytest.mark.parametrize(
     ("extra", "field", "fragment"),
     [
-        ("attempts: '3'\n", "attempts", "must be an integer from 1 to 32766 (total attempts, first included), got '3'"),
+        (
+            "attempts: '3'\n",
+            "attempts",
+            "must be an integer from 1 to 32766 (total attempts, first included), got '3'",
+        ),
         ("attempts: 0\n", "attempts", "got 0"),
         ("attempts: -2\n", "attempts", "got -2"),
         ("attempts: true\n", "attempts", "got True"),
@@ -917,53 +996,89 @@ def test_bad_durations(tmp_path: Path, extra: str, field: str, fragment: str) ->
         ("not_retryable: {a: b}\n", "not_retryable", "must be a list of dotted exception class paths"),
         ("not_retryable: 5\n", "not_retryable", "must be a list of dotted exception class paths, got 5"),
         ("not_retryable: [KeyError, 1]\n", "not_retryable[1]", "1 is not a dotted exception class path"),
-        ("not_retryable: ['not a class']\n", "not_retryable[0]",
-         "'not a class' is not a dotted exception class"),
+        (
+            "not_retryable: ['not a class']\n",
+            "not_retryable[0]",
+            "'not a class' is not a dotted exception class",
+        ),
         ("not_retryable: [myapp..Error]\n", "not_retryable[0]", "'myapp..Error' is not a dotted"),
-        ("retry_only: [my-app.Error]\n", "retry_only[0]",
-         "'my-app.Error' is not a dotted exception class path"),
+        (
+            "retry_only: [my-app.Error]\n",
+            "retry_only[0]",
+            "'my-app.Error' is not a dotted exception class path",
+        ),
         ("retry_only: [1up.Error]\n", "retry_only[0]", "'1up.Error' is not a dotted"),
         ("backoff: 5s\n", "backoff", "must be a mapping with 'kind' and its settings"),
         ("backoff: [fixed]\n", "backoff", "must be a mapping"),
         ("backoff: {kind: linear}\n", "backoff.kind", "must be fixed, exponential or custom, got 'linear'"),
-        ("backoff: {kind: exponential, multiplier: '2'}\n", "backoff.multiplier",
-         "must be a number >= 1.0, got '2'"),
+        (
+            "backoff: {kind: exponential, multiplier: '2'}\n",
+            "backoff.multiplier",
+            "must be a number >= 1.0, got '2'",
+        ),
         ("backoff: {kind: exponential, multiplier: true}\n", "backoff.multiplier", "got True"),
         ("backoff: {kind: exponential, multiplier: 0.5}\n", "backoff", "multiplier must be >= 1.0, got 0.5"),
-        ("backoff: {kind: exponential, initial: 1m}\n", "backoff",
-         "max (30000 ms) is smaller than initial (60000 ms)"),
+        (
+            "backoff: {kind: exponential, initial: 1m}\n",
+            "backoff",
+            "max (30000 ms) is smaller than initial (60000 ms)",
+        ),
         ("backoff: {kind: custom}\n", "backoff.delays", "must be a non-empty list of durations"),
         ("backoff: {kind: custom, delays: []}\n", "backoff.delays", "must be a non-empty list of durations"),
         ("backoff: {kind: custom, delays: 5s}\n", "backoff.delays", "must be a non-empty list of durations"),
         ("topic_suffixing: name\n", "topic_suffixing", "must be one of index, delay, got 'name'"),
-        ("dlt_strategy: retry\n", "dlt_strategy",
-         "must be one of always_retry_on_error, fail_on_error, no_dlt, got 'retry'"),
+        (
+            "dlt_strategy: retry\n",
+            "dlt_strategy",
+            "must be one of always_retry_on_error, fail_on_error, no_dlt, got 'retry'",
+        ),
         ("index_start: 2\n", "index_start", "must be 0 (Spring's naming) or 1, got 2"),
         ("index_start: '1'\n", "index_start", "got '1'"),
         ("retry_suffix: ''\n", "retry_suffix", "must be a non-empty string"),
         ("retry_suffix: 5\n", "retry_suffix", "must be a non-empty string"),
         ("dlt_suffix: null\n", "dlt_suffix", "must be a non-empty string"),
         ("dlt_suffix: -retry\n", "dlt_suffix", "retry_suffix and dlt_suffix must differ"),
-        ("dlt_routing: [a, b]\n", "dlt_routing",
-         "must map a topic suffix (e.g. -validation-dlt) to exception classes"),
+        (
+            "dlt_routing: [a, b]\n",
+            "dlt_routing",
+            "must map a topic suffix (e.g. -validation-dlt) to exception classes",
+        ),
         ("dlt_routing: {-x-dlt: []}\n", "dlt_routing.-x-dlt", "list at least one exception class"),
-        ("dlt_routing: {-x-dlt: null}\n", "dlt_routing.-x-dlt",
-         "must be a list of dotted exception class paths"),
-        ("dlt_routing: {-x-dlt: [KeyError, 'bad name']}\n", "dlt_routing.-x-dlt[1]",
-         "'bad name' is not a dotted exception class path"),
+        (
+            "dlt_routing: {-x-dlt: null}\n",
+            "dlt_routing.-x-dlt",
+            "must be a list of dotted exception class paths",
+        ),
+        (
+            "dlt_routing: {-x-dlt: [KeyError, 'bad name']}\n",
+            "dlt_routing.-x-dlt[1]",
+            "'bad name' is not a dotted exception class path",
+        ),
         ("dlt_routing: {-dlt: [KeyError]}\n", "dlt_routing.-dlt", "suffix '-dlt' is used twice"),
         ("headers: 5\n", "headers", "must be a mapping, got 5"),
         ("headers: null\n", "headers", "must be a mapping, got None"),
-        ("headers: {include_stacktrace: 'yes'}\n", "headers.include_stacktrace",
-         "must be true or false, got 'yes'"),
-        ("headers: {strip_previous_exception_headers: 1}\n", "headers.strip_previous_exception_headers",
-         "must be true or false, got 1"),
-        ("headers: {max_header_bytes: 16k}\n", "headers.max_header_bytes",
-         "must be an integer >= 1024, got '16k'"),
+        (
+            "headers: {include_stacktrace: 'yes'}\n",
+            "headers.include_stacktrace",
+            "must be true or false, got 'yes'",
+        ),
+        (
+            "headers: {strip_previous_exception_headers: 1}\n",
+            "headers.strip_previous_exception_headers",
+            "must be true or false, got 1",
+        ),
+        (
+            "headers: {max_header_bytes: 16k}\n",
+            "headers.max_header_bytes",
+            "must be an integer >= 1024, got '16k'",
+        ),
         ("headers: {max_header_bytes: 2048.0}\n", "headers.max_header_bytes", "got 2048.0"),
         ("headers: {max_header_bytes: true}\n", "headers.max_header_bytes", "got True"),
-        ("tier_group_template: static-group\n", "tier_group_template",
-         "must be a string containing {group_id} or {topic}, got 'static-group'"),
+        (
+            "tier_group_template: static-group\n",
+            "tier_group_template",
+            "must be a string containing {group_id} or {topic}, got 'static-group'",
+        ),
         ("group_id: ''\n", "group_id", "a non-empty consumer group id is required"),
         ("group_id: '   '\n", "group_id", "a non-empty consumer group id is required"),
         ("group_id: 123\n", "group_id", "a non-empty consumer group id is required"),
@@ -1003,11 +1118,17 @@ def test_topic_of_wrong_type(tmp_path: Path, topic: str) -> None:
 
 
 def test_derived_topic_name_too_long(tmp_path: Path) -> None:
-    topic = "x" * 245  # legal itself, but x...x-retry-1 is 253 characters (a short parking suffix keeps that legal)
+    topic = (
+        "x" * 245
+    )  # legal itself, but x...x-retry-1 is 253 characters (a short parking suffix keeps that legal)
     error, path = load_error(tmp_path, f"topic: {topic}\ngroup_id: g\nparking_suffix: -p\n")
-    assert_located(error, path, "retry_suffix",
-                   f"derived topic name '{topic}-retry-1' is not a legal Kafka topic name",
-                   "1-249 characters from a-z A-Z 0-9 . _ -")
+    assert_located(
+        error,
+        path,
+        "retry_suffix",
+        f"derived topic name '{topic}-retry-1' is not a legal Kafka topic name",
+        "1-249 characters from a-z A-Z 0-9 . _ -",
+    )
 
 
 def test_derived_dlt_name_illegal(tmp_path: Path) -> None:
@@ -1069,11 +1190,15 @@ def test_headers_max_header_bytes_too_small(tmp_path: Path, value: int) -> None:
 
 
 def test_dlt_routing_under_no_dlt(tmp_path: Path) -> None:
-    error, path = load_error(tmp_path, BASE + """\
+    error, path = load_error(
+        tmp_path,
+        BASE
+        + """\
 dlt_strategy: no_dlt
 dlt_routing:
   -validation-dlt: [myapp.errors.InvalidOrder]
-""")
+""",
+    )
     assert str(error) == (
         f"{path}: field 'dlt_routing.-validation-dlt': "
         "exception-specific DLTs make no sense with dlt_strategy: no_dlt"
@@ -1149,13 +1274,19 @@ def test_bug_tier_group_template_unusable(tmp_path: Path, template: str) -> None
     ("extra", "field", "collision"),
     [
         ("dlt_suffix: -retry-1\n", "dlt_suffix", "'orders-retry-1' is also the retry tier 1 topic"),
-        ("dlt_routing: {-retry-2: [KeyError]}\n", "dlt_routing.-retry-2", "'orders-retry-2' is also the retry tier 2"),
+        (
+            "dlt_routing: {-retry-2: [KeyError]}\n",
+            "dlt_routing.-retry-2",
+            "'orders-retry-2' is also the retry tier 2",
+        ),
         ("dlt_routing: {'': [KeyError]}\n", "dlt_routing.", "'orders' is also the main tier 0 topic"),
     ],
 )
 def test_bug_topic_name_collisions_rejected(tmp_path: Path, extra: str, field: str, collision: str) -> None:
     error, path = load_error(tmp_path, BASE + extra)
-    assert_located(error, path, field, f"derived topic name {collision}", "every tier and DLT needs its own topic")
+    assert_located(
+        error, path, field, f"derived topic name {collision}", "every tier and DLT needs its own topic"
+    )
 
 
 @pytest.mark.parametrize("topic", [".", ".."])

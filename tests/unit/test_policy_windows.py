@@ -24,14 +24,17 @@ def test_default_timezone_is_utc() -> None:
     assert ReprocessWindow.parse("1:00-5:30").timezone == "UTC"
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("1-5", "is not of the form 'HH:MM-HH:MM'"),
-    ("01:00 to 05:00", "is not of the form"),
-    ("25:00-05:00", "25:00 is not a time of day"),
-    ("01:00-05:61", "05:61 is not a time of day"),
-    ("24:00-05:00", "24:00 is not a time of day (00:00 to 23:59)"),
-    ("03:00-03:00", "opens and closes at the same time"),
-])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("1-5", "is not of the form 'HH:MM-HH:MM'"),
+        ("01:00 to 05:00", "is not of the form"),
+        ("25:00-05:00", "25:00 is not a time of day"),
+        ("01:00-05:61", "05:61 is not a time of day"),
+        ("24:00-05:00", "24:00 is not a time of day (00:00 to 23:59)"),
+        ("03:00-03:00", "opens and closes at the same time"),
+    ],
+)
 def test_bad_specs_name_the_problem(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=f"window '{spec}'") as err:
         ReprocessWindow.parse(spec)
@@ -61,8 +64,12 @@ def test_next_open_is_now_when_open_else_the_next_opening() -> None:
     window = ReprocessWindow.parse("01:00-05:00", "Europe/Berlin")
     inside = ms("2026-01-11T03:00", "Europe/Berlin")
     assert window.next_open_ms(inside) == inside
-    assert window.next_open_ms(ms("2026-01-11T00:30", "Europe/Berlin")) == ms("2026-01-11T01:00", "Europe/Berlin")
-    assert window.next_open_ms(ms("2026-01-11T06:00", "Europe/Berlin")) == ms("2026-01-12T01:00", "Europe/Berlin")
+    assert window.next_open_ms(ms("2026-01-11T00:30", "Europe/Berlin")) == ms(
+        "2026-01-11T01:00", "Europe/Berlin"
+    )
+    assert window.next_open_ms(ms("2026-01-11T06:00", "Europe/Berlin")) == ms(
+        "2026-01-12T01:00", "Europe/Berlin"
+    )
 
 
 def test_window_across_midnight() -> None:

@@ -9,7 +9,9 @@ from airflow_kafka_retry import __version__
 
 
 def test_entry_point_returns_the_provider_info():
-    [entry] = [e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_kafka_retry")]
+    [entry] = [
+        e for e in entry_points(group="apache_airflow_provider") if e.value.startswith("airflow_kafka_retry")
+    ]
     info = entry.load()()
     assert info["package-name"] == "airflow-kafka-retry"
     assert info["versions"] == [__version__]
@@ -35,8 +37,10 @@ def test_notifications_are_registered_by_class_path_and_import():
 def test_sensor_trigger_and_dlt_watch_are_registered():
     info = entry_points(group="apache_airflow_provider")
     [entry] = [e for e in info if e.value.startswith("airflow_kafka_retry")]
-    listed = {kind: [m for item in entry.load()().get(kind, []) for m in item["python-modules"]]
-              for kind in ("operators", "sensors", "triggers")}
+    listed = {
+        kind: [m for item in entry.load()().get(kind, []) for m in item["python-modules"]]
+        for kind in ("operators", "sensors", "triggers")
+    }
     assert "airflow_kafka_retry.sensors.tier_due" in listed["sensors"]
     assert "airflow_kafka_retry.triggers.tier_due" in listed["triggers"]
     assert "airflow_kafka_retry.operators.dlt_watch" in listed["operators"]

@@ -57,17 +57,38 @@ def context() -> dict[str, Any]:
 
 
 def summary(*partitions: PartitionSummary, stopped: str | None = None) -> RunSummary:
-    return RunSummary(TOPOLOGY, 1, "orders-retry-1", "orders-service-orders-retry-1", "local", T0, T0, T0 + 5,
-                      list(partitions), stopped)
+    return RunSummary(
+        TOPOLOGY,
+        1,
+        "orders-retry-1",
+        "orders-service-orders-retry-1",
+        "local",
+        T0,
+        T0,
+        T0 + 5,
+        list(partitions),
+        stopped,
+    )
 
 
 def busy(number: int = 0, *, dead: int = 0, dropped: int = 0, **kwargs: Any) -> PartitionSummary:
-    p = PartitionSummary("orders-retry-1", number, "g", drained=10, succeeded=10 - dead - dropped,
-                         committed_offset=10, **kwargs)
+    p = PartitionSummary(
+        "orders-retry-1",
+        number,
+        "g",
+        drained=10,
+        succeeded=10 - dead - dropped,
+        committed_offset=10,
+        **kwargs,
+    )
     for i in range(dead):
         p.count_route("orders-dlt")
-        p.count_dead_letter(DeadLetter("orders-retry-1", number, i, "myapp.Invalid", "not retryable", "orders-dlt",
-                                       number, i), cap=100)
+        p.count_dead_letter(
+            DeadLetter(
+                "orders-retry-1", number, i, "myapp.Invalid", "not retryable", "orders-dlt", number, i
+            ),
+            cap=100,
+        )
     for i in range(dropped):
         p.dropped += 1
         p.count_dead_letter(DeadLetter("orders-retry-1", number, 100 + i, "myapp.Gone", "no_dlt"), cap=100)
@@ -90,43 +111,83 @@ class Recording(BaseNotifier):
 @pytest.mark.parametrize("cls", OPERATORS)
 def test_both_operators_template_the_shared_fields(cls):
     fields = set(cls.template_fields)
-    assert {"topology", "tier", "handler", "value_deserializer", "key_deserializer", "kafka_conn_id", "options",
-            "cutoff", "window", "timezone", "max_run"} <= fields
+    assert {
+        "topology",
+        "tier",
+        "handler",
+        "value_deserializer",
+        "key_deserializer",
+        "kafka_conn_id",
+        "options",
+        "cutoff",
+        "window",
+        "timezone",
+        "max_run",
+    } <= fields
 
 
 @pytest.mark.parametrize("cls", OPERATORS)
 def test_template_fields_render(cls):
     with DAG("render", schedule=None, start_date=datetime(2026, 1, 1)):
-        op = make(cls, tier="{{ params.tier }}", handler="{{ params.module }}:handle",
-                  value_deserializer="{{ params.module }}:decode", kafka_conn_id="{{ params.conn }}",
-                  options={"batch_size": "{{ params.batch }}"}, cutoff="{{ params.cutoff }}",
-                  window="{{ params.window }}", timezone="{{ params.tz }}", max_run="{{ params.max_run }}",
-                  topology="{{ params.topology }}")
-    params = {"tier": 2, "module": "myapp.retry", "conn": "kafka_prod", "batch": 50, "cutoff": "2026-01-02T00:00:00",
-              "window": "01:00-05:00", "tz": "Europe/Berlin", "max_run": "2h", "topology": TOPOLOGY}
+        op = make(
+            cls,
+            tier="{{ params.tier }}",
+            handler="{{ params.module }}:handle",
+            value_deserializer="{{ params.module }}:decode",
+            kafka_conn_id="{{ params.conn }}",
+            options={"batch_size": "{{ params.batch }}"},
+            cutoff="{{ params.cutoff }}",
+            window="{{ params.window }}",
+            timezone="{{ params.tz }}",
+            max_run="{{ params.max_run }}",
+            topology="{{ params.topology }}",
+        )
+    params = {
+        "tier": 2,
+        "module": "myapp.retry",
+        "conn": "kafka_prod",
+        "batch": 50,
+        "cutoff": "2026-01-02T00:00:00",
+        "window": "01:00-05:00",
+        "tz": "Europe/Berlin",
+        "max_run": "2h",
+        "topology": TOPOLOGY,
+    }
     op.render_template_fields({"params": params})
-    assert (op.tier, op.handler, op.value_deserializer, op.kafka_conn_id) == ("2", "myapp.retry:handle",
-                                                                              "myapp.retry:decode", "kafka_prod")
-    assert op.options == {"batch_size": "50"} and op.cutoff == "2026-01-02T00:00:00" and op.topology == TOPOLOGY
+    assert (op.tier, op.handler, op.value_deserializer, op.kafka_conn_id) == (
+        "2",
+        "myapp.retry:handle",
+        "myapp.retry:decode",
+        "kafka_prod",
+    )
+    assert (
+        op.options == {"batch_size": "50"} and op.cutoff == "2026-01-02T00:00:00" and op.topology == TOPOLOGY
+    )
     assert (op.window, op.timezone, op.max_run) == ("01:00-05:00", "Europe/Berlin", "2h")
     assert op.reprocess_window().timezone == "Europe/Berlin"
 
 
 @pytest.mark.parametrize("cls", OPERATORS)
-@pytest.mark.parametrize(("kwargs", "error"), [
-    ({"options": {"batchsize": 3}}, "unknown option.*batchsize"),
-    ({"options": {"handler": "x:y"}}, "pass handler as operator argument"),
-    ({"options": {"deadline_ms": 5}}, "deadline_ms are set by the operator: use window/max_run"),
-    ({"window": "1-5"}, "window '1-5' is not of the form 'HH:MM-HH:MM'"),
-    ({"window": "01:00-05:00", "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
-    ({"timezone": "Europe/Berlin"}, "timezone is only used with a window"),
-    ({"max_run": "two hours"}, "max_run: expected a duration like"),
-    ({"max_run": 0}, "max_run must be longer than 0"),
-    ({"on_dlt": ["not a notifier"]}, r"on_dlt\[0\] is a str, not a notifier"),
-    ({"asset_server": "a:9092,b:9092"}, "asset server must be one 'host:port'"),
-    ({"asset_server": SERVER, "tier": "{{ params.tier }}"}, "asset_server needs the topology path and the tier"),
-    ({"asset_server": SERVER, "tier": 9}, "tier"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"options": {"batchsize": 3}}, "unknown option.*batchsize"),
+        ({"options": {"handler": "x:y"}}, "pass handler as operator argument"),
+        ({"options": {"deadline_ms": 5}}, "deadline_ms are set by the operator: use window/max_run"),
+        ({"window": "1-5"}, "window '1-5' is not of the form 'HH:MM-HH:MM'"),
+        ({"window": "01:00-05:00", "timezone": "Mars/Olympus"}, "unknown time zone 'Mars/Olympus'"),
+        ({"timezone": "Europe/Berlin"}, "timezone is only used with a window"),
+        ({"max_run": "two hours"}, "max_run: expected a duration like"),
+        ({"max_run": 0}, "max_run must be longer than 0"),
+        ({"on_dlt": ["not a notifier"]}, r"on_dlt\[0\] is a str, not a notifier"),
+        ({"asset_server": "a:9092,b:9092"}, "asset server must be one 'host:port'"),
+        (
+            {"asset_server": SERVER, "tier": "{{ params.tier }}"},
+            "asset_server needs the topology path and the tier",
+        ),
+        ({"asset_server": SERVER, "tier": 9}, "tier"),
+    ],
+)
 def test_bad_parameters_fail_when_the_dag_is_parsed(cls, kwargs, error):
     with pytest.raises((ValueError, TypeError), match=error):
         make(cls, **kwargs)
@@ -146,18 +207,27 @@ def test_templated_window_and_max_run_are_checked_when_rendered():
 
 
 # ----------------------------------------------------------------------------- deadline
-@pytest.mark.parametrize(("kwargs", "expected"), [
-    ({}, (None, None)),
-    ({"window": "09:00-10:00"}, (T0 + 120_000, "window_closed")),
-    ({"window": "10:00-11:00"}, (T0, "window_closed")),  # closed: stop before reading anything
-    ({"window": "22:00-10:30", "timezone": "UTC"}, (T0 + 32 * 60_000, "window_closed")),  # across midnight
-    ({"window": "10:00-11:00", "timezone": "Europe/Berlin"}, (T0 + 120_000, "window_closed")),  # 10:58 there
-    ({"max_run": "90s"}, (T0 + 90_000, "max_run")),
-    ({"max_run": timedelta(minutes=5)}, (T0 + 300_000, "max_run")),
-    ({"max_run": 1000}, (T0 + 1000, "max_run")),
-    ({"window": "09:00-10:00", "max_run": "1m"}, (T0 + 60_000, "max_run")),
-    ({"window": "09:00-10:00", "max_run": "1h"}, (T0 + 120_000, "window_closed")),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({}, (None, None)),
+        ({"window": "09:00-10:00"}, (T0 + 120_000, "window_closed")),
+        ({"window": "10:00-11:00"}, (T0, "window_closed")),  # closed: stop before reading anything
+        (
+            {"window": "22:00-10:30", "timezone": "UTC"},
+            (T0 + 32 * 60_000, "window_closed"),
+        ),  # across midnight
+        (
+            {"window": "10:00-11:00", "timezone": "Europe/Berlin"},
+            (T0 + 120_000, "window_closed"),
+        ),  # 10:58 there
+        ({"max_run": "90s"}, (T0 + 90_000, "max_run")),
+        ({"max_run": timedelta(minutes=5)}, (T0 + 300_000, "max_run")),
+        ({"max_run": 1000}, (T0 + 1000, "max_run")),
+        ({"window": "09:00-10:00", "max_run": "1m"}, (T0 + 60_000, "max_run")),
+        ({"window": "09:00-10:00", "max_run": "1h"}, (T0 + 120_000, "window_closed")),
+    ],
+)
 def test_deadline_is_the_first_of_window_closing_and_max_run(kwargs, expected):
     assert make(**kwargs).deadline(T0) == expected
 
@@ -183,7 +253,11 @@ def test_notifiers_are_called_once_with_the_run_summary_when_records_reached_a_d
     assert given["totals"]["dead_lettered"] == {"myapp.Gone": 1, "myapp.Invalid": 3}
     assert given["totals"]["dropped"] == 1
     assert [(d["partition"], d["offset"], d["dlt_topic"]) for d in given["dead_letters"]] == [
-        (0, 0, "orders-dlt"), (0, 1, "orders-dlt"), (1, 0, "orders-dlt"), (1, 100, None)]
+        (0, 0, "orders-dlt"),
+        (0, 1, "orders-dlt"),
+        (1, 0, "orders-dlt"),
+        (1, 100, None),
+    ]
     assert {k: v for k, v in given.items() if k not in ("dead_letters", "dead_letters_truncated")} == document
 
 
@@ -217,16 +291,22 @@ def test_notifier_summary_caps_the_coordinates_over_all_partitions():
 
 
 # ----------------------------------------------------------------------------- report: failures and stops
-@pytest.mark.parametrize(("cls", "engine"), [(ReprocessTierOperator, "Local"), (SparkReprocessTierOperator, "Spark")])
+@pytest.mark.parametrize(
+    ("cls", "engine"), [(ReprocessTierOperator, "Local"), (SparkReprocessTierOperator, "Spark")]
+)
 def test_a_failed_partition_fails_the_task_after_notifying_and_pushes_the_summary(cls, engine):
     recording = Recording()
     op = make(cls, on_dlt=recording, asset_server=SERVER)
-    bad = PartitionSummary("orders-retry-1", 1, "g", status="failed", error="RouteError: boom", committed_offset=4)
+    bad = PartitionSummary(
+        "orders-retry-1", 1, "g", status="failed", error="RouteError: boom", committed_offset=4
+    )
     ctx = context()
     with pytest.raises(AirflowException) as err:
         op.report(ctx, summary(busy(0, dead=1), bad), engine=engine)
-    assert str(err.value).startswith(f"{engine} reprocessing of orders-retry-1 (tier 1, group "
-                                     "orders-service-orders-retry-1) failed on 1 of 2 partition(s)")
+    assert str(err.value).startswith(
+        f"{engine} reprocessing of orders-retry-1 (tier 1, group "
+        "orders-service-orders-retry-1) failed on 1 of 2 partition(s)"
+    )
     assert "  partition 1: RouteError: boom (committed up to 4)" in str(err.value)
     assert ctx["ti"].xcom["summary"]["totals"]["failed_partitions"] == [1]
     assert len(recording.calls) == 1, "what partition 0 dead-lettered is committed: notify it"
@@ -236,10 +316,14 @@ def test_a_deadline_stop_is_reported_with_its_reason_and_what_is_left():
     stopped = busy(0, stop_reason="stopped", stopped_by="deadline", left=40)
     run = summary(stopped, busy(1, stop_reason="end"), stopped="deadline")
     with capture_logs() as logs:
-        document = make(window="09:00-10:00").report(context(), run, engine="Local", deadline_reason="window_closed")
+        document = make(window="09:00-10:00").report(
+            context(), run, engine="Local", deadline_reason="window_closed"
+        )
     text = "\n".join(str(entry.get("event")) for entry in logs if entry["log_level"] == "warning")
     assert document["status"] == "ok" and document["stopped"] == "window_closed"
-    assert document["partitions"][0]["stopped_by"] == "window_closed" and document["partitions"][0]["left"] == 40
+    assert (
+        document["partitions"][0]["stopped_by"] == "window_closed" and document["partitions"][0]["left"] == 40
+    )
     assert "orders-retry-1: stopped (window_closed) at a chunk boundary" in text
     assert "partition(s) 0 at offset 10 (40 left)" in text
 
@@ -248,9 +332,10 @@ def test_a_deadline_stop_is_reported_with_its_reason_and_what_is_left():
 @pytest.mark.parametrize("cls", OPERATORS)
 def test_outlets_are_the_next_tier_and_the_dlts(cls):
     op = make(cls, asset_server=SERVER, outlets=[])
-    assert [a.uri for a in op.outlets] == [f"kafka://{SERVER}/{t}" for t in
-                                           ("orders-retry-2", "orders-dlt", "orders-validation-dlt",
-                                                                 "orders-parking")]
+    assert [a.uri for a in op.outlets] == [
+        f"kafka://{SERVER}/{t}"
+        for t in ("orders-retry-2", "orders-dlt", "orders-validation-dlt", "orders-parking")
+    ]
     assert make(cls).outlets == []  # no asset_server: no assets
 
 
@@ -262,8 +347,12 @@ def test_asset_events_carry_the_counts_and_idle_outlets_emit_nothing():
     ctx = context()
     op.report(ctx, summary(first, busy(1, dead=1)), engine="Local")
     events = ctx["outlet_events"]
-    assert events[retry2].extra == {"records": 1, "source_topic": "orders-retry-1", "source_tier": 1,
-                                    "group": "orders-service-orders-retry-1"}
+    assert events[retry2].extra == {
+        "records": 1,
+        "source_topic": "orders-retry-1",
+        "source_tier": 1,
+        "group": "orders-service-orders-retry-1",
+    }
     assert events[dlt].extra["records"] == 3
     assert op.outlets == [retry2, dlt], "an outlet that received nothing must not get an event"
     json.dumps(events[dlt].extra)
@@ -315,8 +404,9 @@ def test_an_interruption_of_the_task_thread_waits_for_the_chunk_boundary():
 
 
 # ----------------------------------------------------------------------------- the Spark operator's deadline
-def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window(tmp_path, monkeypatch,
-                                                                                 airflow_connections):
+def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window(
+    tmp_path, monkeypatch, airflow_connections
+):
     seen: dict = {}
     stopped = busy(0, stop_reason="stopped", stopped_by="deadline", left=3)
     _fake_spark(monkeypatch, seen, document=summary(stopped, stopped="deadline").to_dict())
@@ -326,10 +416,14 @@ def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window
     sent = json.loads(seen["args"][seen["args"].index("--options-json") + 1])
     midnight = (before // 86_400_000 + 1) * 86_400_000
     assert sent["deadline_ms"] == midnight and sent["handler"] == HANDLER
-    assert document["stopped"] == "window_closed" and document["partitions"][0]["stopped_by"] == "window_closed"
+    assert (
+        document["stopped"] == "window_closed" and document["partitions"][0]["stopped_by"] == "window_closed"
+    )
 
 
-def test_spark_operator_without_window_or_max_run_sends_no_deadline(tmp_path, monkeypatch, airflow_connections):
+def test_spark_operator_without_window_or_max_run_sends_no_deadline(
+    tmp_path, monkeypatch, airflow_connections
+):
     seen: dict = {}
     _fake_spark(monkeypatch, seen, document=summary(busy(0)).to_dict())
     make(SparkReprocessTierOperator, result_path=str(tmp_path / "summary.json")).execute(context())
@@ -343,12 +437,21 @@ def test_a_run_started_by_a_tier_wave_waits_until_the_wave_is_due_then_drains_fr
     from airflow_kafka_retry.operators.reprocess_base import wave_not_before_ms
 
     def wave(kind, not_before):
-        return SimpleNamespace(extra={"from_trigger": True, "payload": {"kind": kind, "not_before_ms": not_before}})
+        return SimpleNamespace(
+            extra={"from_trigger": True, "payload": {"kind": kind, "not_before_ms": not_before}}
+        )
 
     now = int(time.time() * 1000)
-    context = {"triggering_asset_events": {"due-asset": [wave("tier_due", now + 300), wave("tier_due", now + 600),
-                                                         wave("dlt_arrival", now + 60_000)],
-                                           "other": [SimpleNamespace(extra={"records": 3})]}}
+    context = {
+        "triggering_asset_events": {
+            "due-asset": [
+                wave("tier_due", now + 300),
+                wave("tier_due", now + 600),
+                wave("dlt_arrival", now + 60_000),
+            ],
+            "other": [SimpleNamespace(extra={"records": 3})],
+        }
+    }
     assert wave_not_before_ms(context) == now + 600  # the latest tier wave: every wave's records are due
     assert wave_not_before_ms({}) is None and wave_not_before_ms({"triggering_asset_events": {}}) is None
     op = ReprocessTierOperator(task_id="r", topology="t.yaml", tier=1, handler="m:f", cutoff="now")

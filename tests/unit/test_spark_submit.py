@@ -30,17 +30,31 @@ from airflow_kafka_retry.spark.result import (
 from airflow_kafka_retry.spark.submit import APPLICATION, prepare_submission, spark_submit_command
 
 SECRET = "s3cr3t-7f3a9c1d0e"
-KAFKA_CONFIG = {"bootstrap.servers": "kafka-1:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
-                "sasl.username": "svc-retry", "sasl.password": SECRET}
+KAFKA_CONFIG = {
+    "bootstrap.servers": "kafka-1:9092",
+    "security.protocol": "SASL_SSL",
+    "sasl.mechanism": "PLAIN",
+    "sasl.username": "svc-retry",
+    "sasl.password": SECRET,
+}
 HANDLER = "tests.support.ledger_handler:indexed"
-OPTIONS = DrainOptions(handler=HANDLER, value_deserializer="tests.support.ledger_handler:decode", batch_size=7)
+OPTIONS = DrainOptions(
+    handler=HANDLER, value_deserializer="tests.support.ledger_handler:decode", batch_size=7
+)
 TOPOLOGY = str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml")
 
 
 @pytest.fixture
 def submission(tmp_path):
-    sub = prepare_submission(topology_path=TOPOLOGY, tier=1, options=OPTIONS, kafka_config=KAFKA_CONFIG,
-                             master="local[2]", cutoff_ms=1234, tmp_dir=str(tmp_path))
+    sub = prepare_submission(
+        topology_path=TOPOLOGY,
+        tier=1,
+        options=OPTIONS,
+        kafka_config=KAFKA_CONFIG,
+        master="local[2]",
+        cutoff_ms=1234,
+        tmp_dir=str(tmp_path),
+    )
     yield sub
     sub.cleanup()
 
@@ -48,9 +62,15 @@ def submission(tmp_path):
 # ----------------------------------------------------------------------------- py-files
 def test_py_files_zip_holds_the_package_and_the_handler_package(submission):
     names = zipfile.ZipFile(submission.py_files).namelist()
-    for expected in ("airflow_kafka_retry/__init__.py", "airflow_kafka_retry/spark/app.py",
-                     "airflow_kafka_retry/engine/partition.py", "airflow_kafka_retry/policy/topology.py",
-                     "tests/__init__.py", "tests/support/__init__.py", "tests/support/ledger_handler.py"):
+    for expected in (
+        "airflow_kafka_retry/__init__.py",
+        "airflow_kafka_retry/spark/app.py",
+        "airflow_kafka_retry/engine/partition.py",
+        "airflow_kafka_retry/policy/topology.py",
+        "tests/__init__.py",
+        "tests/support/__init__.py",
+        "tests/support/ledger_handler.py",
+    ):
         assert expected in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert submission.shipped == ["airflow_kafka_retry", "tests"]
@@ -78,8 +98,9 @@ def test_py_files_name_a_handler_module_that_cannot_be_found(tmp_path):
 
 # ----------------------------------------------------------------------------- credentials
 def test_credentials_go_to_an_owner_only_file_never_into_the_command_line(submission):
-    cmd = spark_submit_command(submission, master="local[2]", conf={"spark.ui.enabled": "false"},
-                               spark_submit="spark-submit")
+    cmd = spark_submit_command(
+        submission, master="local[2]", conf={"spark.ui.enabled": "false"}, spark_submit="spark-submit"
+    )
     assert SECRET not in " ".join(cmd)
     assert SECRET not in json.dumps(submission.application_args)
     path = submission.kafka_config_file
@@ -96,8 +117,14 @@ def test_credentials_go_to_an_owner_only_file_never_into_the_command_line(submis
 
 
 def test_the_credentials_file_is_removed_after_the_run(tmp_path):
-    with prepare_submission(topology_path=TOPOLOGY, tier="dlt", options=OPTIONS, kafka_config=KAFKA_CONFIG,
-                            master="local[2]", tmp_dir=str(tmp_path)) as sub:
+    with prepare_submission(
+        topology_path=TOPOLOGY,
+        tier="dlt",
+        options=OPTIONS,
+        kafka_config=KAFKA_CONFIG,
+        master="local[2]",
+        tmp_dir=str(tmp_path),
+    ) as sub:
         assert os.path.exists(sub.kafka_config_file)
     assert not os.path.exists(sub.kafka_config_file)
     assert not os.path.exists(sub.workdir)
@@ -106,8 +133,14 @@ def test_the_credentials_file_is_removed_after_the_run(tmp_path):
 def test_a_failed_preparation_leaves_no_credentials_behind(tmp_path):
     bad = DrainOptions(handler="no_such_handler_pkg:handle")
     with pytest.raises(UserCodeError):
-        prepare_submission(topology_path=TOPOLOGY, tier=0, options=bad, kafka_config=KAFKA_CONFIG,
-                           master="local[2]", tmp_dir=str(tmp_path))
+        prepare_submission(
+            topology_path=TOPOLOGY,
+            tier=0,
+            options=bad,
+            kafka_config=KAFKA_CONFIG,
+            master="local[2]",
+            tmp_dir=str(tmp_path),
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -159,8 +192,20 @@ def test_app_kafka_config_errors_never_quote_the_file(tmp_path):
 def test_app_refuses_a_missing_handler_before_touching_kafka(tmp_path, capsys):
     result = tmp_path / "out" / "summary.json"
     options = DrainOptions(handler="tests.support.no_such_module:handle")
-    code = app.main(["--topology", TOPOLOGY, "--tier", "1", "--options-json", json.dumps(options.to_dict()),
-                     "--kafka-config-file", str(tmp_path / "never-read.json"), "--result", str(result)])
+    code = app.main(
+        [
+            "--topology",
+            TOPOLOGY,
+            "--tier",
+            "1",
+            "--options-json",
+            json.dumps(options.to_dict()),
+            "--kafka-config-file",
+            str(tmp_path / "never-read.json"),
+            "--result",
+            str(result),
+        ]
+    )
     assert code == app.EXIT_BAD_INPUT
     with pytest.raises(SparkAppError, match="cannot import module 'tests.support.no_such_module'"):
         read_result(str(result))
@@ -177,8 +222,17 @@ def test_app_tier_run_repr_hides_the_kafka_config():
 
 # ----------------------------------------------------------------------------- result documents
 def test_result_documents_round_trip(tmp_path):
-    summary = RunSummary("t.yaml", 1, "orders-retry-1", "g", "spark", 5, 1, 9,
-                         [PartitionSummary("orders-retry-1", 0, "g", drained=3, succeeded=3)])
+    summary = RunSummary(
+        "t.yaml",
+        1,
+        "orders-retry-1",
+        "g",
+        "spark",
+        5,
+        1,
+        9,
+        [PartitionSummary("orders-retry-1", 0, "g", drained=3, succeeded=3)],
+    )
     url = str(tmp_path / "a" / "b.json")
     write_result(url, summary.to_dict())
     assert read_result(url).to_dict() == summary.to_dict()
@@ -199,7 +253,9 @@ def test_result_documents_go_to_fsspec_urls():
 # ----------------------------------------------------------------------------- the operator
 @pytest.fixture
 def airflow_connections(monkeypatch, tmp_path):
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": KAFKA_CONFIG}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps({"conn_type": "kafka", "extra": KAFKA_CONFIG})
+    )
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[2]"}))
 
 
@@ -214,20 +270,35 @@ class FakeTI:
 
 
 def _context() -> dict[str, Any]:
-    return {"ti": FakeTI(), "data_interval_end": datetime(2024, 1, 2, tzinfo=timezone.utc), "logical_date": None}
+    return {
+        "ti": FakeTI(),
+        "data_interval_end": datetime(2024, 1, 2, tzinfo=timezone.utc),
+        "logical_date": None,
+    }
 
 
 def _operator(tmp_path, **kwargs):
     from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
 
     kwargs.setdefault("options", {"batch_size": 7})
-    return SparkReprocessTierOperator(task_id="tier_1", topology=TOPOLOGY, tier=1, handler=HANDLER,
-                                      value_deserializer="tests.support.ledger_handler:decode",
-                                      result_path=str(tmp_path / "summary.json"), **kwargs)
+    return SparkReprocessTierOperator(
+        task_id="tier_1",
+        topology=TOPOLOGY,
+        tier=1,
+        handler=HANDLER,
+        value_deserializer="tests.support.ledger_handler:decode",
+        result_path=str(tmp_path / "summary.json"),
+        **kwargs,
+    )
 
 
-def _fake_spark(monkeypatch, seen: dict, partitions: list[PartitionSummary] | None = None,
-                document: dict | None = None, fail: bool = False):
+def _fake_spark(
+    monkeypatch,
+    seen: dict,
+    partitions: list[PartitionSummary] | None = None,
+    document: dict | None = None,
+    fail: bool = False,
+):
     """Replace SparkSubmitOperator.execute: record what would be submitted, write a result, maybe fail."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
     from airflow.providers.common.compat.sdk import AirflowException
@@ -247,8 +318,17 @@ def _fake_spark(monkeypatch, seen: dict, partitions: list[PartitionSummary] | No
         if document is not None:
             write_result(result, document)
         elif partitions is not None:
-            summary = RunSummary(TOPOLOGY, 1, "orders-retry-1", "orders-service-orders-retry-1", "spark",
-                                 int(args[args.index("--cutoff-ms") + 1]), 1, 2, partitions)
+            summary = RunSummary(
+                TOPOLOGY,
+                1,
+                "orders-retry-1",
+                "orders-service-orders-retry-1",
+                "spark",
+                int(args[args.index("--cutoff-ms") + 1]),
+                1,
+                2,
+                partitions,
+            )
             write_result(result, summary.to_dict())
         if fail:
             raise AirflowException("Cannot execute: spark-submit ... Error code is: 1.")
@@ -274,7 +354,9 @@ def test_operator_rejects_unknown_options_when_the_dag_is_parsed(tmp_path):
 def test_operator_submits_paths_only_and_returns_the_summary(tmp_path, monkeypatch, airflow_connections):
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     seen: dict = {}
-    _fake_spark(monkeypatch, seen, partitions=[PartitionSummary("orders-retry-1", 0, "g", drained=4, succeeded=4)])
+    _fake_spark(
+        monkeypatch, seen, partitions=[PartitionSummary("orders-retry-1", 0, "g", drained=4, succeeded=4)]
+    )
     op = _operator(tmp_path)
     context = _context()
     document = op.execute(context)
@@ -292,16 +374,31 @@ def test_operator_submits_paths_only_and_returns_the_summary(tmp_path, monkeypat
     assert seen["env_vars"]["PYSPARK_PYTHON"] == sys.executable
 
 
-def test_operator_fails_with_the_failed_partitions_and_their_errors(tmp_path, monkeypatch, airflow_connections):
+def test_operator_fails_with_the_failed_partitions_and_their_errors(
+    tmp_path, monkeypatch, airflow_connections
+):
     from airflow.providers.common.compat.sdk import AirflowException
 
     seen: dict = {}
-    _fake_spark(monkeypatch, seen, fail=True, partitions=[
-        PartitionSummary("orders-retry-1", 0, "g", drained=4, succeeded=4, committed_offset=4),
-        PartitionSummary("orders-retry-1", 1, "g", status="failed", committed_offset=40,
-                         error="RouteError: orders-retry-1[1] up to offset 60: transaction failed"),
-        PartitionSummary("orders-retry-1", 2, "g", status="failed", error="KafkaConfigError: topic missing"),
-    ])
+    _fake_spark(
+        monkeypatch,
+        seen,
+        fail=True,
+        partitions=[
+            PartitionSummary("orders-retry-1", 0, "g", drained=4, succeeded=4, committed_offset=4),
+            PartitionSummary(
+                "orders-retry-1",
+                1,
+                "g",
+                status="failed",
+                committed_offset=40,
+                error="RouteError: orders-retry-1[1] up to offset 60: transaction failed",
+            ),
+            PartitionSummary(
+                "orders-retry-1", 2, "g", status="failed", error="KafkaConfigError: topic missing"
+            ),
+        ],
+    )
     context = _context()
     with pytest.raises(AirflowException) as err:
         _operator(tmp_path).execute(context)
@@ -318,7 +415,9 @@ def test_operator_reports_why_the_app_refused_to_start(tmp_path, monkeypatch, ai
     from airflow.providers.common.compat.sdk import AirflowException
 
     seen: dict = {}
-    _fake_spark(monkeypatch, seen, fail=True, document=error_document("handler 'x:y': cannot import module 'x'"))
+    _fake_spark(
+        monkeypatch, seen, fail=True, document=error_document("handler 'x:y': cannot import module 'x'")
+    )
     with pytest.raises(AirflowException, match="refused to start: handler 'x:y': cannot import module 'x'"):
         _operator(tmp_path).execute(_context())
     assert not os.path.exists(seen["credentials"])
@@ -367,14 +466,26 @@ def test_hook_reads_the_librdkafka_config_from_the_connection_extra(airflow_conn
 def test_spark_submit_environment_withholds_airflow_connections_variables_and_config():
     from airflow_kafka_retry.spark.submit import spark_app_environment
 
-    environ = {"AIRFLOW_CONN_KAFKA_DEFAULT": "kafka://:pw@h", "AIRFLOW_VAR_API_TOKEN": "t",
-               "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u:pw@db/airflow", "AIRFLOW_HOME": "/opt/airflow",
-               "AIRFLOW_CTX_DAG_ID": "orders", "PATH": "/usr/bin", "AKR_LEDGER": "/tmp/l"}
-    assert spark_app_environment(environ) == {"AIRFLOW_HOME": "/opt/airflow", "AIRFLOW_CTX_DAG_ID": "orders",
-                                              "PATH": "/usr/bin", "AKR_LEDGER": "/tmp/l"}
+    environ = {
+        "AIRFLOW_CONN_KAFKA_DEFAULT": "kafka://:pw@h",
+        "AIRFLOW_VAR_API_TOKEN": "t",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u:pw@db/airflow",
+        "AIRFLOW_HOME": "/opt/airflow",
+        "AIRFLOW_CTX_DAG_ID": "orders",
+        "PATH": "/usr/bin",
+        "AKR_LEDGER": "/tmp/l",
+    }
+    assert spark_app_environment(environ) == {
+        "AIRFLOW_HOME": "/opt/airflow",
+        "AIRFLOW_CTX_DAG_ID": "orders",
+        "PATH": "/usr/bin",
+        "AKR_LEDGER": "/tmp/l",
+    }
 
 
-def test_operator_hook_starts_spark_submit_without_the_workers_secrets(tmp_path, monkeypatch, airflow_connections):
+def test_operator_hook_starts_spark_submit_without_the_workers_secrets(
+    tmp_path, monkeypatch, airflow_connections
+):
     from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
 
     from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook

@@ -27,8 +27,9 @@ from airflow_kafka_retry.triggers.tier_due import TierDueTrigger
 NOW = 1_790_000_000_000  # 2026-09-21T..Z
 MIN = 60_000
 SECRET = "pw-never-in-trigger"
-TOPOLOGY = Topology.from_mapping({"topic": "orders", "group_id": "orders-svc", "attempts": 3,
-                                  "backoff": {"kind": "fixed", "delay": "5m"}})
+TOPOLOGY = Topology.from_mapping(
+    {"topic": "orders", "group_id": "orders-svc", "attempts": 3, "backoff": {"kind": "fixed", "delay": "5m"}}
+)
 TIER = TOPOLOGY.tier(1)
 GROUP = TOPOLOGY.consumer_group(TIER)
 
@@ -71,8 +72,12 @@ def clock(monkeypatch):
         await real_sleep(0)
 
     monkeypatch.setattr(trigger_module.asyncio, "sleep", sleep)
-    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_DEFAULT", json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": "broker:9092", "sasl.password": SECRET}}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_KAFKA_DEFAULT",
+        json.dumps(
+            {"conn_type": "kafka", "extra": {"bootstrap.servers": "broker:9092", "sasl.password": SECRET}}
+        ),
+    )
     return clock
 
 
@@ -82,6 +87,7 @@ def peek(monkeypatch):
         fake = FakePeek(*looks)
         monkeypatch.setattr(trigger_module, "peek_heads", fake)
         return fake
+
     return install
 
 
@@ -92,14 +98,22 @@ def make_sensor(**kwargs) -> RetryTierDueSensor:
 def run_trigger(trigger: TierDueTrigger) -> list:
     async def collect():
         return [event async for event in trigger.run()]
+
     return asyncio.run(collect())
 
 
 # ---------------------------------------------------------------------- trigger serialization
-TRIGGER_KWARGS = {"topic": "orders-retry-1", "consumer_group": "orders-svc-orders-retry-1",
-                  "kafka_conn_id": "kafka_x",
-                  "partitions": [0, 2], "window": "22:00-04:00", "timezone": "Europe/Berlin",
-                  "deadline_ms": NOW + 5 * MIN, "wake_ms": NOW + MIN, "peek_timeout": 12.5}
+TRIGGER_KWARGS = {
+    "topic": "orders-retry-1",
+    "consumer_group": "orders-svc-orders-retry-1",
+    "kafka_conn_id": "kafka_x",
+    "partitions": [0, 2],
+    "window": "22:00-04:00",
+    "timezone": "Europe/Berlin",
+    "deadline_ms": NOW + 5 * MIN,
+    "wake_ms": NOW + MIN,
+    "peek_timeout": 12.5,
+}
 
 
 @pytest.mark.parametrize("kwargs", [TRIGGER_KWARGS, {"topic": "t", "consumer_group": "g"}])
@@ -108,8 +122,17 @@ def test_trigger_round_trips_through_serialize(kwargs):
     path, args = trigger.serialize()
     assert path == "airflow_kafka_retry.triggers.tier_due.TierDueTrigger"
     # every constructor argument, nothing else
-    assert set(args) == {"topic", "consumer_group", "kafka_conn_id", "partitions", "window", "timezone",
-                         "deadline_ms", "wake_ms", "peek_timeout"}
+    assert set(args) == {
+        "topic",
+        "consumer_group",
+        "kafka_conn_id",
+        "partitions",
+        "window",
+        "timezone",
+        "deadline_ms",
+        "wake_ms",
+        "peek_timeout",
+    }
     # as the triggerer stores and rebuilds it: serde-encoded, then the class from its dotted path
     rebuilt = import_string(path)(**deserialize(serialize(args)))
     assert rebuilt.serialize() == (path, args)
@@ -125,9 +148,17 @@ def test_the_sensor_defers_with_a_trigger_holding_no_configuration(clock, peek):
     deferred = info.value
     assert deferred.method_name == "execute_complete"
     path, args = deferred.trigger.serialize()
-    assert args == {"topic": "orders-retry-1", "consumer_group": GROUP, "kafka_conn_id": "kafka_default",
-                    "partitions": None, "window": None, "timezone": None, "deadline_ms": NOW + 10 * MIN,
-                    "wake_ms": NOW + 2 * MIN, "peek_timeout": 30.0}
+    assert args == {
+        "topic": "orders-retry-1",
+        "consumer_group": GROUP,
+        "kafka_conn_id": "kafka_default",
+        "partitions": None,
+        "window": None,
+        "timezone": None,
+        "deadline_ms": NOW + 10 * MIN,
+        "wake_ms": NOW + 2 * MIN,
+        "peek_timeout": 30.0,
+    }
     assert SECRET not in repr(args) and "broker:9092" not in repr(args)
 
 
@@ -143,7 +174,12 @@ def test_due_succeeds_with_due_partitions_and_earliest_due_time(clock, peek):
     assert [h["partition"] for h in result["heads"]] == [0, 1, 2]
     # the peek got the connection's configuration, the tier's topic and group
     [(config, topic, group, partitions, _)] = fake.calls
-    assert (config["bootstrap.servers"], topic, group, partitions) == ("broker:9092", "orders-retry-1", GROUP, None)
+    assert (config["bootstrap.servers"], topic, group, partitions) == (
+        "broker:9092",
+        "orders-retry-1",
+        GROUP,
+        None,
+    )
     json.dumps(result)  # XCom-able
 
 
@@ -202,7 +238,10 @@ def test_trigger_reports_idle_when_the_records_went_away(clock, peek):
 def test_trigger_turns_a_broker_error_into_an_error_event(clock, peek):
     peek(PeekError("orders-retry-1[2]: peek failed: Broker: Not leader"))
     [event] = run_trigger(TierDueTrigger(topic="orders-retry-1", consumer_group=GROUP))
-    assert event.payload == {"status": "error", "message": "orders-retry-1[2]: peek failed: Broker: Not leader"}
+    assert event.payload == {
+        "status": "error",
+        "message": "orders-retry-1[2]: peek failed: Broker: Not leader",
+    }
     with pytest.raises(AirflowException, match=r"orders-retry-1\[2\]: peek failed"):
         make_sensor().execute_complete({}, event=event.payload)
 
@@ -259,22 +298,43 @@ def test_non_deferrable_execute_pokes_until_due(clock, peek, monkeypatch):
 # ---------------------------------------------------------------------- parameters and templates
 def test_template_fields_render(tmp_path):
     with DAG("t", schedule=None, start_date=datetime(2026, 1, 1)):
-        sensor = RetryTierDueSensor(task_id="s", topology="{{ params.dir }}/orders.yaml", tier="{{ params.tier }}",
-                                    kafka_conn_id="{{ params.conn }}", consumer_group="{{ params.conn }}-g",
-                                    window="{{ params.window }}", timezone="{{ params.tz }}",
-                                    params={"dir": str(tmp_path), "tier": "2", "conn": "k", "window": "01:00-05:00",
-                                            "tz": "Europe/Berlin"})
+        sensor = RetryTierDueSensor(
+            task_id="s",
+            topology="{{ params.dir }}/orders.yaml",
+            tier="{{ params.tier }}",
+            kafka_conn_id="{{ params.conn }}",
+            consumer_group="{{ params.conn }}-g",
+            window="{{ params.window }}",
+            timezone="{{ params.tz }}",
+            params={
+                "dir": str(tmp_path),
+                "tier": "2",
+                "conn": "k",
+                "window": "01:00-05:00",
+                "tz": "Europe/Berlin",
+            },
+        )
     sensor.render_template_fields({"params": sensor.params})
-    rendered = (sensor.topology, sensor.tier, sensor.kafka_conn_id, sensor.consumer_group, sensor.window,
-                sensor.timezone)
+    rendered = (
+        sensor.topology,
+        sensor.tier,
+        sensor.kafka_conn_id,
+        sensor.consumer_group,
+        sensor.window,
+        sensor.timezone,
+    )
     assert rendered == (f"{tmp_path}/orders.yaml", "2", "k", "k-g", "01:00-05:00", "Europe/Berlin")
 
 
 def test_topology_from_a_file_and_tier_by_name(clock, peek, tmp_path):
     (tmp_path / "orders.yaml").write_text("topic: orders\ngroup_id: orders-svc\nattempts: 3\n")
     fake = peek({0: NOW})
-    result = RetryTierDueSensor(task_id="s", topology=str(tmp_path / "orders.yaml"), tier="orders-retry-2",
-                                consumer_group="custom-group").execute({})
+    result = RetryTierDueSensor(
+        task_id="s",
+        topology=str(tmp_path / "orders.yaml"),
+        tier="orders-retry-2",
+        consumer_group="custom-group",
+    ).execute({})
     assert result["tier"] == 2
     assert fake.calls[0][1:3] == ("orders-retry-2", "custom-group")
 
@@ -284,9 +344,16 @@ def test_bad_window_fails_when_the_dag_is_built():
         make_sensor(window="01:00-05:00", timezone="Mars/Olympus")
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (None, None), (90, timedelta(seconds=90)), ("5m", timedelta(minutes=5)), (timedelta(hours=1), timedelta(hours=1)),
-    (0.5, timedelta(seconds=0.5))])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        (90, timedelta(seconds=90)),
+        ("5m", timedelta(minutes=5)),
+        (timedelta(hours=1), timedelta(hours=1)),
+        (0.5, timedelta(seconds=0.5)),
+    ],
+)
 def test_wait_limit(value, expected):
     assert wait_limit(value) == expected
 

@@ -13,8 +13,15 @@ class Manager:
     def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
         if self.fail:
             raise RuntimeError("auth backend down")
-        self.asked.append((method, user, access_entity.name if access_entity else None,
-                           details.id if details else None, details.team_name if details else None))
+        self.asked.append(
+            (
+                method,
+                user,
+                access_entity.name if access_entity else None,
+                details.id if details else None,
+                details.team_name if details else None,
+            )
+        )
         return details is None or details.id in self.readable
 
     def batch_is_authorized_dag(self, requests, *, user) -> bool:

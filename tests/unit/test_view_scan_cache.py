@@ -59,9 +59,17 @@ def test_concurrent_requests_for_one_topology_share_one_read():
 
 
 def test_a_scan_that_cannot_start_under_the_cap_is_reported_busy_and_not_cached(monkeypatch):
-    settings = ViewSettings(topologies=(), kafka_conn_id="k", dag_id_template="{topic}",
-                            replay_dag_id_template="{topic}", timeout_s=0.2, runs=1, max_scans=7)
+    settings = ViewSettings(
+        topologies=(),
+        kafka_conn_id="k",
+        dag_id_template="{topic}",
+        replay_dag_id_template="{topic}",
+        timeout_s=0.2,
+        runs=1,
+        max_scans=7,
+    )
     topology = Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 2})
+
     def never(*args, **kwargs):
         raise AssertionError("a scan ran past the cap")
 
@@ -76,8 +84,7 @@ def test_a_scan_that_cannot_start_under_the_cap_is_reported_busy_and_not_cached(
         for _ in range(7):
             gate.release()
     assert not result.complete
-    busy = \
-        "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); refresh in a moment"
+    busy = "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); refresh in a moment"
     assert result.backlog["orders-retry-1"]["error"] == busy
     assert set(result.dead) == {"orders-dlt", "orders-parking"}
     assert "busy" in result.dead["orders-dlt"]["error"]

@@ -55,7 +55,9 @@ def java_major(java: str) -> int:
         raise KafkaJarsError(f"could not run {java!r} -version: {exc}") from exc
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
     if match is None:
-        raise KafkaJarsError(f"could not read the version of {java!r} from: {(out.stderr or out.stdout)[:300]!r}")
+        raise KafkaJarsError(
+            f"could not read the version of {java!r} from: {(out.stderr or out.stdout)[:300]!r}"
+        )
     major = int(match.group(1))
     return int(match.group(2) or 0) if major == 1 else major  # "1.8.0" is Java 8
 
@@ -68,19 +70,24 @@ def find_java() -> str:
         raise KafkaJarsError(
             "the Apache Kafka broker needs Java 17 or newer, and no `java` was found "
             f"({'JAVA_HOME=' + home if home else 'not on PATH, JAVA_HOME unset'}). Install a JDK, e.g. "
-            "`apt-get install openjdk-17-jre-headless`, or set JAVA_HOME.")
+            "`apt-get install openjdk-17-jre-headless`, or set JAVA_HOME."
+        )
     major = java_major(java)
     if major < MIN_JAVA:
-        raise KafkaJarsError(f"the Apache Kafka broker needs Java {MIN_JAVA} or newer; {java} is Java {major}. "
-                             "Install a newer JDK and put it on PATH or in JAVA_HOME.")
+        raise KafkaJarsError(
+            f"the Apache Kafka broker needs Java {MIN_JAVA} or newer; {java} is Java {major}. "
+            "Install a newer JDK and put it on PATH or in JAVA_HOME."
+        )
     return java
 
 
 def find_mvn() -> str:
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise KafkaJarsError("resolving Apache Kafka's jars needs Maven (`mvn`), which is not on PATH: install it, "
-                             "e.g. `apt-get install maven`.")
+        raise KafkaJarsError(
+            "resolving Apache Kafka's jars needs Maven (`mvn`), which is not on PATH: install it, "
+            "e.g. `apt-get install maven`."
+        )
     return mvn
 
 
@@ -104,20 +111,33 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
     try:
         pom = work / "pom.xml"
         text = pom_path().read_text()
-        pom.write_text(re.sub(r"<kafka\.version>[^<]+</kafka\.version>",
-                              f"<kafka.version>{version}</kafka.version>", text))
-        cmd = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-               f"-DoutputDirectory={work / 'lib'}"]
+        pom.write_text(
+            re.sub(
+                r"<kafka\.version>[^<]+</kafka\.version>", f"<kafka.version>{version}</kafka.version>", text
+            )
+        )
+        cmd = [
+            mvn,
+            "-B",
+            "-q",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={work / 'lib'}",
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work)
         except subprocess.TimeoutExpired as exc:
-            raise KafkaJarsError(f"`mvn dependency:copy-dependencies` for Apache Kafka {version} did not finish "
-                                 f"within {timeout:.0f}s; is Maven Central reachable?") from exc
+            raise KafkaJarsError(
+                f"`mvn dependency:copy-dependencies` for Apache Kafka {version} did not finish "
+                f"within {timeout:.0f}s; is Maven Central reachable?"
+            ) from exc
         if done.returncode != 0 or not any((work / "lib").glob("kafka_2.13-*.jar")):
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise KafkaJarsError(
                 f"Maven could not resolve org.apache.kafka:kafka_2.13:{version} (exit {done.returncode}). "
-                f"Is Maven Central reachable (proxy settings in ~/.m2/settings.xml)? Maven said:\n{tail}")
+                f"Is Maven Central reachable (proxy settings in ~/.m2/settings.xml)? Maven said:\n{tail}"
+            )
         (work / "lib" / _MARKER).write_text(version + "\n")
         if target.exists():  # a concurrent resolve finished first
             shutil.rmtree(target, ignore_errors=True)
