@@ -10,7 +10,7 @@ sys.path.insert(0, str(ROOT))
 
 project = "airflow-kafka-retry"
 author = "airflow-kafka-retry contributors"
-copyright = "2026, airflow-kafka-retry contributors"  # noqa: A001 (Sphinx's name)
+copyright = "2026, airflow-kafka-retry contributors"
 release = "0.1.0"
 
 extensions = [
