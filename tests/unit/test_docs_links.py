@@ -13,9 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.MULTILINE | re.DOTALL)
 _LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)\)")
-_HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.M)
+_HEADING = re.compile(r"^#{1,6} +(.+?) *$", re.MULTILINE)
 
 
 def _links(page: Path) -> list[str]:
@@ -37,7 +37,7 @@ def _anchors(page: Path) -> set[str]:
 
 
 def _local(target: str) -> bool:
-    return not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I)  # http:, https:, mailto: ...
+    return not re.match(r"^[a-z][a-z0-9+.-]*:", target, re.IGNORECASE)  # http:, https:, mailto: ...
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
