@@ -24,7 +24,6 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 # faults-notes.md is an input of the fault suite's generator: its text is already in faults.md.
 exclude_patterns = ["_build", "faults-notes.md", "README.md"]
-templates_path = ["_templates"]
 
 # Markdown: GitHub-style heading anchors, so README-style links `page.md#a-heading` resolve.
 myst_heading_anchors = 3
