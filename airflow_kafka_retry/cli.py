@@ -1,4 +1,5 @@
-"""``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
+"""
+``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """

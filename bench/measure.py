@@ -48,8 +48,10 @@ def run_case(
     timeout_s: float = 1200,
     broker_pid: int | None = None,
 ) -> dict[str, Any]:
-    """Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree
-    (and ``broker_cpu_s``: the CPU the broker process ``broker_pid`` spent meanwhile, when given)."""
+    """
+    Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree
+    (and ``broker_cpu_s``: the CPU the broker process ``broker_pid`` spent meanwhile, when given).
+    """
     broker_before = _cpu_s(broker_pid)
     env = {
         **os.environ,

@@ -1,4 +1,5 @@
-"""Where the local engine's time goes: phase timers and a cProfile of every partition thread.
+"""
+Where the local engine's time goes: phase timers and a cProfile of every partition thread.
 
 Run as the ``local_txn_profile`` case (its numbers are not compared: profiling slows it down).
 cProfile and the phase timers see one process, so the profiled drain runs its partitions in
@@ -14,8 +15,8 @@ in a worker process. Phases are wall and thread-CPU seconds summed over the part
 
 from __future__ import annotations
 
-import cProfile
 import collections
+import cProfile
 import io
 import pstats
 import threading

@@ -1,4 +1,5 @@
-"""The Kafka provider's way: ``ConsumeFromTopicOperator`` with an ``apply_function`` producing the 1 %.
+"""
+The Kafka provider's way: ``ConsumeFromTopicOperator`` with an ``apply_function`` producing the 1 %.
 
 The operator subscribes with the connection's consumer group, consumes batches of 1000, calls
 :func:`apply` on every message and commits at the end of each batch (``commit_cadence``

@@ -1,4 +1,5 @@
-"""The reference: a plain confluent-kafka loop that consumes, produces the 1 % with a header, commits.
+"""
+The reference: a plain confluent-kafka loop that consumes, produces the 1 % with a header, commits.
 
 It assigns every partition of the tier (no group join), consumes in batches of 1000, calls
 :func:`bench.handler.fate` on each key, produces a failing record to the retry topic or the DLT

@@ -31,7 +31,8 @@ def rate(records: int, seconds: float) -> float:
 
 
 def case_rows(cases: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per case: rec/s, ratio to the raw loop, wall time, peak RSS of the case's process tree.
+    """
+    One row per case: rec/s, ratio to the raw loop, wall time, peak RSS of the case's process tree.
 
     Spark's row without its fixed start-up counts the partition tasks' own time (summed, divided
     by the two slots of ``local[2]``); the start-up is the rest of the ``spark-submit`` wall time.
@@ -202,7 +203,8 @@ def verdict(
     cases: dict[str, dict[str, Any]],
     machine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The targets, CPU per record, and (when a target is missed) where the time went.
+    """
+    The targets, CPU per record, and (when a target is missed) where the time went.
 
     Every statement about the run (cores, load, what bounds the rate, what transactions and worker
     processes change) is derived from this run's measurements (``machine``, ``cases``, the rows).

@@ -1,4 +1,5 @@
-"""The bench data: a retry tier of 1 KB records, every one of them due, on the embedded broker.
+"""
+The bench data: a retry tier of 1 KB records, every one of them due, on the embedded broker.
 
 A topology ``<name>`` (attempts 3, fixed 30 s back-off) gives ``<name>-retry-1`` (the tier the
 cases drain), ``<name>-retry-2`` (where transient failures go) and ``<name>-dlt``. Record ``i``

@@ -1,4 +1,5 @@
-"""Every retry tier of ``topologies/orders.yaml`` as an event-driven DAG, built by ``build_retry_dags``.
+"""
+Every retry tier of ``topologies/orders.yaml`` as an event-driven DAG, built by ``build_retry_dags``.
 
 This file defines one DAG per retry topic (``kafka_retry__orders-retry-1``, ``-2``, ``-3``), each run
 by the triggerer when its records are due (and hourly as a safety sweep; ``-retry-3`` only in a

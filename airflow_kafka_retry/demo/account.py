@@ -1,4 +1,5 @@
-"""Where every order went: the reconciliation the demo ends with, and the flow the picture draws.
+"""
+Where every order went: the reconciliation the demo ends with, and the flow the picture draws.
 
 Three independent sources, by order id (the record key; never the order itself):
 
@@ -155,8 +156,10 @@ class Account:
 
     @property
     def reconciles(self) -> bool:
-        """Every order read back is in exactly one final place, the producer wrote what it meant to (each
-        order once), nothing else was handled or parked, and the XCom summaries agree with the books."""
+        """
+        Every order read back is in exactly one final place, the producer wrote what it meant to (each
+        order once), nothing else was handled or parked, and the XCom summaries agree with the books.
+        """
         return (
             self.placed == self.produced
             and self.intended in (None, self.produced)
@@ -194,7 +197,8 @@ def reconcile(
     intended: int | None = None,
     written: Mapping[str, int] | None = None,
 ) -> Account:
-    """Put every produced order (id -> fate, read back from the topic) in its final place(s); trace its path.
+    """
+    Put every produced order (id -> fate, read back from the topic) in its final place(s); trace its path.
 
     ``intended`` is how many orders the producer meant to write; ``written`` how many times each id was read
     back from the topic (an id written more than once, or fewer ids than intended, does not reconcile).

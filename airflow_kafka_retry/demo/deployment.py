@@ -1,4 +1,5 @@
-"""The demo's throw-away Airflow home: topology file, DAG file and the environment of every Airflow process.
+"""
+The demo's throw-away Airflow home: topology file, DAG file and the environment of every Airflow process.
 
 The tier DAGs are the factory's (``build_retry_dags`` with ``include_main=True``, so the main topic
 runs as tier 0 too), event-driven (the default), with the DLT notifiers (``DltLogNotifier`` and the
@@ -135,8 +136,10 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
 
 
 def prepare(root: Path, *, topic: str, bootstrap: str, statsd_port: int | None = None) -> Deployment:
-    """Write the topology and the DAG file into a fresh Airflow home under ``root``; with ``statsd_port``,
-    Airflow sends its metrics to that StatsD port."""
+    """
+    Write the topology and the DAG file into a fresh Airflow home under ``root``; with ``statsd_port``,
+    Airflow sends its metrics to that StatsD port.
+    """
     home = root / "airflow"
     topologies = home / "dags" / "topologies"
     topologies.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""The demo's lineage graph: what the OpenLineage events of its tasks say moved from topic to topic.
+"""
+The demo's lineage graph: what the OpenLineage events of its tasks say moved from topic to topic.
 
 The demo's Airflow writes its OpenLineage events with the provider's file transport, a file
 each (``openlineage/``). Each completed tier run, replay and watch names its Kafka datasets and

@@ -1,4 +1,5 @@
-"""The demo's picture: the flow main topic -> tiers -> processed / DLT / parking, and each tier's lateness.
+"""
+The demo's picture: the flow main topic -> tiers -> processed / DLT / parking, and each tier's lateness.
 
 Band widths are proportional to order counts. The data it is drawn from is written next to the
 PNG as JSON (``flow.json``), so a test can compare it with the final table.

@@ -1,4 +1,5 @@
-"""Live progress of the demo: per tier drained, succeeded, routed, waiting and next due.
+"""
+Live progress of the demo: per tier drained, succeeded, routed, waiting and next due.
 
 Counts come from the reprocess tasks' XCom run summaries (Airflow's metadata DB) and the broker
 (``scan_backlog``: the tier group's backlog and due times, read from headers); never from

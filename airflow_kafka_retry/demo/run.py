@@ -1,4 +1,5 @@
-"""The demo's course: broker, Airflow, orders, the tier DAGs at work, the fix and DLT replay, the account.
+"""
+The demo's course: broker, Airflow, orders, the tier DAGs at work, the fix and DLT replay, the account.
 
 Full mode runs the tier DAGs under the real scheduler (api-server, scheduler, dag-processor and
 triggerer, LocalExecutor on SQLite); ``fast`` runs each DAG with ``airflow dags test``, in schedule
@@ -19,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -238,8 +239,10 @@ class Demo:
         )
 
     def _quiesce(self, timeout_s: float = 180) -> None:
-        """Pause the demo's DAGs and let the tasks still going finish, and their OpenLineage events be written
-        (a task's listener emits after Airflow recorded its end); Airflow is stopped only then."""
+        """
+        Pause the demo's DAGs and let the tasks still going finish, and their OpenLineage events be written
+        (a task's listener emits after Airflow recorded its end); Airflow is stopped only then.
+        """
         if self.fast:
             return
         self._cli("dags", "pause", "--treat-dag-id-as-regex", "-y", "^kafka_")
@@ -363,7 +366,7 @@ def run_demo(
             "[bold red]demo failed:[/] the picture needs matplotlib: pip install 'airflow-kafka-retry[demo]'"
         )
         return 1
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

@@ -1,4 +1,5 @@
-"""The demo's metrics backend: a StatsD socket on 127.0.0.1 that keeps this provider's lines in a file.
+"""
+The demo's metrics backend: a StatsD socket on 127.0.0.1 that keeps this provider's lines in a file.
 
 The demo's Airflow sends its metrics there with its own ``[metrics]`` settings (``statsd_on``,
 InfluxDB-style tags), as it would to Telegraf or Prometheus' ``statsd_exporter``; the demo then

@@ -24,7 +24,8 @@ def inspect_dlt(
     samples: int = 3,
     show_values: bool = False,
 ) -> dict[str, Any]:
-    """Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
+    """
+    Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
 
     Returns plain data: the topic, record and replayed counts per partition and in total, the
     groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`) and the replays in its replay log

@@ -1,4 +1,5 @@
-"""Reading a topic's committed records without committing anything.
+"""
+Reading a topic's committed records without committing anything.
 
 An assigned (never subscribed) consumer with a throw-away group id reads each partition from a
 start offset to its end, ``read_committed``. The end is where the broker reports partition EOF
@@ -38,7 +39,8 @@ def read_partition(
     end: int | None = None,
     idle_timeout_s: float = 60.0,
 ) -> Iterator[Message]:
-    """Yield the records of ``topic[partition]`` from ``start`` (default: the beginning) to its end.
+    """
+    Yield the records of ``topic[partition]`` from ``start`` (default: the beginning) to its end.
 
     :param end: stop before this offset (a snapshot taken earlier); default: the partition's end
         as the broker reports it while reading.

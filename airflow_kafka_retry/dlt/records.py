@@ -1,4 +1,5 @@
-"""A record read from a DLT (or parking topic), and what its headers say about the failure.
+"""
+A record read from a DLT (or parking topic), and what its headers say about the failure.
 
 Both of Spring's header families are read (``kafka_exception-*`` / ``kafka_original-*`` written by
 non-blocking retries, ``kafka_dlt-exception-*`` / ``kafka_dlt-original-*`` written by a plain
@@ -32,7 +33,8 @@ def _first_text(headers: tuple[Header, ...], field: str) -> str | None:
 
 @dataclass(frozen=True)
 class DltRecord:
-    """One dead-lettered record, as a replay transform gets it.
+    """
+    One dead-lettered record, as a replay transform gets it.
 
     A transform returns it edited with ``dataclasses.replace(record, value=..., key=..., headers=...)``
     (``key``/``value`` bytes or None, ``headers`` a sequence of ``(str, bytes | None)``), or None to

@@ -1,4 +1,5 @@
-"""Replay DLT records: select, check, then move each record with its log entry in one Kafka transaction.
+"""
+Replay DLT records: select, check, then move each record with its log entry in one Kafka transaction.
 
 A replay runs in three steps, and nothing is written before the third:
 
@@ -23,7 +24,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -59,7 +60,7 @@ _REPLAY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX
 
 def new_replay_id(now_ms: int | None = None) -> str:
     """A fresh replay id: ``replay-<UTC time>-<random>``."""
-    at = datetime.fromtimestamp((now_ms if now_ms is not None else wall_clock_ms()) / 1000, tz=timezone.utc)
+    at = datetime.fromtimestamp((now_ms if now_ms is not None else wall_clock_ms()) / 1000, tz=UTC)
     return f"replay-{at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
@@ -78,7 +79,8 @@ def replay_transactional_id(prefix: str, source: str) -> str:
 
 @dataclass(frozen=True)
 class ReplayRequest:
-    """What to replay, as given (CLI strings, operator fields, DAG params); checked by :class:`Replay`.
+    """
+    What to replay, as given (CLI strings, operator fields, DAG params); checked by :class:`Replay`.
 
     :param dlt: the DLT or parking topic (default: the topology's DLT; ``parking`` for the parking topic).
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic.
@@ -99,7 +101,8 @@ class ReplayRequest:
     transform: str | None = None
 
     def spec(self) -> dict[str, Any]:
-        """The request as normalised plain data: what a rerun of the same replay id must repeat.
+        """
+        The request as normalised plain data: what a rerun of the same replay id must repeat.
 
         Times are kept as given (a duration ago is anchored at the replay's start, recorded in its plan).
         """
@@ -136,7 +139,8 @@ class _Candidate:
 
 
 class Replay:
-    """One replay of one DLT. :meth:`run` returns the summary; bad input raises :class:`ReplayError`.
+    """
+    One replay of one DLT. :meth:`run` returns the summary; bad input raises :class:`ReplayError`.
 
     :param topology: the retry path (its DLTs, parking topic, tiers).
     :param kafka_config: librdkafka configuration.

@@ -1,4 +1,5 @@
-"""The replay log: a compacted ``<dlt>-replay-log`` topic that says which DLT records were replayed.
+"""
+The replay log: a compacted ``<dlt>-replay-log`` topic that says which DLT records were replayed.
 
 Keys (UTF-8) and values (JSON):
 
@@ -74,7 +75,8 @@ class ReplayLog:
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def replays(self) -> list[dict[str, Any]]:
-        """Every replay in the log, oldest first: id, start, records moved, and whether it finished.
+        """
+        Every replay in the log, oldest first: id, start, records moved, and whether it finished.
 
         An unfinished one was stopped part way (killed, fenced, failed): rerun it with its id.
         """

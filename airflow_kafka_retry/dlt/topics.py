@@ -19,7 +19,8 @@ def source_topics(topology: Topology) -> list[str]:
 
 
 def source_topic(topology: Topology, dlt: str | None) -> str:
-    """The topic named by ``--dlt``: a DLT or the parking topic of ``topology`` (``parking`` for short).
+    """
+    The topic named by ``--dlt``: a DLT or the parking topic of ``topology`` (``parking`` for short).
 
     Default: the topology's main DLT.
     """
@@ -42,7 +43,8 @@ def source_topic(topology: Topology, dlt: str | None) -> str:
 def check_target_spec(
     topology: Topology, source: str, spec: str | None, allowed: Collection[str] = ()
 ) -> None:
-    """Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`).
+    """
+    Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`).
 
     :param allowed: topics beyond the topology's own (main, retry tiers) that a replay may write to.
     """
@@ -77,7 +79,8 @@ def _check_topic(topology: Topology, source: str, topic: str, what: str, allowed
 
 @dataclass(frozen=True)
 class Target:
-    """Where one record goes.
+    """
+    Where one record goes.
 
     :param topic: the target topic.
     :param partition: the record's original partition (as Spring keeps partitions along the retry
@@ -100,7 +103,8 @@ def target_for(
     partition_counts: dict[str, int] | None = None,
     allowed: Collection[str] = (),
 ) -> Target:
-    """The target of ``record`` for ``--to spec`` (default: its original topic).
+    """
+    The target of ``record`` for ``--to spec`` (default: its original topic).
 
     An original topic read from the record's headers is held to the same rule as ``--to``: the
     topology's main topic or a retry tier, or one of ``allowed``. (A producer can set

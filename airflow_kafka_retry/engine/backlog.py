@@ -1,4 +1,5 @@
-"""A tier's backlog: records after the group's committed offset, bucketed by how soon they are due.
+"""
+A tier's backlog: records after the group's committed offset, bucketed by how soon they are due.
 
 Read-only (never commits). The end of each partition comes from fetch responses and partition EOF,
 as the drain finds it, not from a ListOffsets request; the records are read anyway for their due

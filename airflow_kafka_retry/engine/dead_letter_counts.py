@@ -1,4 +1,5 @@
-"""What a DLT (or parking topic) holds: record counts by exception class and hour of failure.
+"""
+What a DLT (or parking topic) holds: record counts by exception class and hour of failure.
 
 Read-only: an assigned consumer with no group commits, from the beginning of every partition to its
 end (partition EOF), at most ``scan_limit`` records per partition. The exception class is read from
@@ -11,7 +12,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
@@ -23,7 +24,7 @@ UNKNOWN = "unknown"
 
 
 def hour_of(timestamp_ms: int) -> str:
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:00Z")
+    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:00Z")
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Watching dead-letter topics: read what arrived since the watch group's last commit, summarise, commit.
+"""
+Watching dead-letter topics: read what arrived since the watch group's last commit, summarise, commit.
 
 Two steps, so the caller can act between them (call notifiers) and commit only afterwards:
 :func:`scan_new_records` reads every DLT partition from the watch group's committed offset to the
@@ -30,7 +31,8 @@ class DltWatchError(RuntimeError):
 
 @dataclass
 class DltWatchSummary:
-    """New DLT records, counted per exception class, cause class and DLT topic, with capped coordinates.
+    """
+    New DLT records, counted per exception class, cause class and DLT topic, with capped coordinates.
 
     ``dead_letters`` entries use the run summary's field names: ``topic``/``partition``/``offset`` is
     where the record first failed (its ``kafka_original-*`` or ``kafka_dlt-original-*`` headers; None
@@ -127,7 +129,8 @@ def scan_new_records(
     timeout_s: float = 120.0,
     poll_timeout_s: float = 0.5,
 ) -> DltScan:
-    """Read every record of ``topics`` after ``group``'s committed offsets into ``summary``; commit nothing.
+    """
+    Read every record of ``topics`` after ``group``'s committed offsets into ``summary``; commit nothing.
 
     Records appended after a partition's first fetch are left for the next scan. A
     :class:`DltWatchError` names the partitions that did not reach their end within ``timeout_s``.

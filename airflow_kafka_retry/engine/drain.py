@@ -1,4 +1,5 @@
-"""Reading one partition of a tier: from the committed offset to the first record not yet due.
+"""
+Reading one partition of a tier: from the committed offset to the first record not yet due.
 
 The end of the partition is taken from fetch responses (partition EOF and the high watermark
 carried with fetched records), not from a ListOffsets request, and records appended after the
@@ -25,7 +26,8 @@ class DrainError(RuntimeError):
 
 @dataclass
 class Chunk:
-    """Due records read in one go, and where reading stopped.
+    """
+    Due records read in one go, and where reading stopped.
 
     ``headers``, ``attempts`` and ``due_ms`` run parallel to ``messages``: each message's headers
     (read once) and the attempt and due time they say, so nothing reads a record's headers twice.
@@ -42,7 +44,8 @@ class Chunk:
 
 
 class PartitionReader:
-    """Reads due records of one topic-partition through an assigned (not subscribed) consumer.
+    """
+    Reads due records of one topic-partition through an assigned (not subscribed) consumer.
 
     :param consumer: a consumer of the tier's group (read_committed, partition EOF on, no auto-commit).
     :param cutoff_ms: records due later than this stay for a later run.

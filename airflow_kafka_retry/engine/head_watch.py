@@ -1,4 +1,5 @@
-"""Watching the heads of topics for a consumer group, with one long-lived consumer and no commits.
+"""
+Watching the heads of topics for a consumer group, with one long-lived consumer and no commits.
 
 The event triggers of event-driven tiers keep one :class:`HeadWatch` open while they run: it is
 assigned every partition at the group's committed offset, learns each partition's first pending
@@ -45,7 +46,8 @@ def where(keys: Sequence[Key]) -> str:
 
 
 class HeadWatch:
-    """The first pending record of every partition of ``topics`` after ``group``'s committed offset.
+    """
+    The first pending record of every partition of ``topics`` after ``group``'s committed offset.
 
     :param kafka_config: librdkafka configuration (bootstrap servers, security).
     :param topics: the topics watched (a tier's topic, or a topology's DLTs).
@@ -123,8 +125,10 @@ class HeadWatch:
         return offsets
 
     def sync_committed(self) -> dict[Key, int]:
-        """Read the group's committed offsets (and new partitions); re-read the head of every partition
-        whose committed offset moved. Returns the committed offsets."""
+        """
+        Read the group's committed offsets (and new partitions); re-read the head of every partition
+        whose committed offset moved. Returns the committed offsets.
+        """
         self._refresh_partitions()
         offsets = self._read_committed(self.keys)
         moved = [k for k, o in offsets.items() if o != self.committed[k]]

@@ -1,4 +1,5 @@
-"""Reprocess one partition of one tier: read due records, call the handler, route failures, commit.
+"""
+Reprocess one partition of one tier: read due records, call the handler, route failures, commit.
 
 This is the unit of work of every engine: the local engine runs it in-process, Spark runs it
 in an executor task. It gives every drained record exactly one home (processed, a later tier,
@@ -78,7 +79,8 @@ class _ChunkWork:
 
 
 class PartitionJob:
-    """Everything one partition run needs; :meth:`run` returns its summary and never raises.
+    """
+    Everything one partition run needs; :meth:`run` returns its summary and never raises.
 
     :param topology: the retry path.
     :param tier: the tier (or DLT) being drained.
@@ -124,7 +126,7 @@ class PartitionJob:
         try:
             with drain_gc():
                 self._run()
-        except (Exception, HandlerStuckError) as exc:  # noqa: BLE001 - reported in the summary; the run fails on it
+        except (Exception, HandlerStuckError) as exc:  # reported in the summary; the run fails on it
             self.summary.status = "failed"
             self.summary.error = f"{type(exc).__name__}: {exc}"
             log.error("%s[%s]: partition run failed: %s", self.tier.topic, self.partition, self.summary.error)
@@ -288,8 +290,10 @@ class PartitionJob:
             self.on_chunk(self.summary)
 
     def _require_parking(self, work: _ChunkWork, router: Router) -> None:
-        """The parking topic must exist once a chunk parks a record (a topology upgraded from one without
-        parking runs without it until then); else the chunk fails, nothing of it committed."""
+        """
+        The parking topic must exist once a chunk parks a record (a topology upgraded from one without
+        parking runs without it until then); else the chunk fails, nothing of it committed.
+        """
         parking = self.topology.parking_topic
         if parking is None or parking in router.partition_counts:
             return
@@ -318,14 +322,14 @@ class PartitionJob:
         if self._key_decoder is not None and raw_key is not None:
             try:
                 key = self._key_decoder(raw_key)
-            except Exception as exc:  # noqa: BLE001 - any decoding failure is fatal for the record
+            except Exception as exc:  # any decoding failure is fatal for the record
                 raise _KeyDeserializationError(
                     f"cannot decode the key of {where}: {type(exc).__name__}: {exc}"
                 ) from exc
         if self._value_decoder is not None and raw_value is not None:
             try:
                 value = self._value_decoder(raw_value)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise DeserializationError(
                     f"cannot decode the value of {where}: {type(exc).__name__}: {exc}"
                 ) from exc

@@ -1,4 +1,5 @@
-"""Peeking at the head of each partition of a tier: the first record after the group's committed offset.
+"""
+Peeking at the head of each partition of a tier: the first record after the group's committed offset.
 
 What a due check needs, and the backlog gauge: per partition, whether a record is pending, when
 the first one is due, and the log end the fetch reported with it. Reading never commits and never
@@ -27,7 +28,8 @@ class PeekError(RuntimeError):
 
 @dataclass(frozen=True)
 class PartitionHead:
-    """The first pending record of a partition.
+    """
+    The first pending record of a partition.
 
     :param partition: the partition.
     :param offset: the record's offset (the group's committed offset, or the first readable one).
@@ -180,7 +182,8 @@ def peek_heads(
     poll_timeout_s: float = 0.5,
     due_horizon_ms: int = MAX_BACKOFF_MS,
 ) -> TierPeek:
-    """Peek at the first pending record of each partition of ``topic`` for consumer group ``group``.
+    """
+    Peek at the first pending record of each partition of ``topic`` for consumer group ``group``.
 
     Reading starts at the group's committed offset (the beginning where nothing is committed), with
     ``read_committed`` isolation; nothing is committed and the group is never joined.

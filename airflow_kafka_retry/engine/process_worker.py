@@ -1,4 +1,5 @@
-"""A partition worker process of the local engine: ``python -m airflow_kafka_retry.engine.process_worker``.
+"""
+A partition worker process of the local engine: ``python -m airflow_kafka_retry.engine.process_worker``.
 
 Started by :mod:`airflow_kafka_retry.engine.process_pool` with the file descriptors of its control
 and results pipes (see :mod:`~airflow_kafka_retry.engine.worker_protocol`). It runs the partitions it
@@ -76,7 +77,7 @@ class _ForwardHandler(logging.Handler):
                 else record.exc_text,
             }
             self.results.send(("log", fields))
-        except Exception:  # noqa: BLE001 - a log line must never fail the partition
+        except Exception:  # a log line must never fail the partition
             self.handleError(record)
 
 
@@ -175,7 +176,7 @@ def main(argv: list[str]) -> int:
         return EXIT_ENGINE_GONE
     try:
         setup = read_setup(message)
-    except Exception as exc:  # noqa: BLE001 - e.g. a Kafka configuration value that does not unpickle here
+    except Exception as exc:  # e.g. a Kafka configuration value that does not unpickle here
         results.send(("setup_failed", f"{type(exc).__name__}: {exc}"))
         return 1
     _configure_logging(results, setup.log_levels)

@@ -1,4 +1,5 @@
-"""Producing routed records and committing source offsets, atomically.
+"""
+Producing routed records and committing source offsets, atomically.
 
 Transactional mode (default): one Kafka transaction per chunk of a partition holds the routed
 records and the source offset commit (``send_offsets_to_transaction``); the transactional id is
@@ -29,7 +30,8 @@ class FencedError(RouteError):
 
 
 def transactional_id(prefix: str, group: str, topic: str, partition: int) -> str:
-    """The deterministic transactional id of one (tier group, topic, partition).
+    """
+    The deterministic transactional id of one (tier group, topic, partition).
 
     ``/`` cannot occur in a topic name, so the last two fields are unambiguous whatever the group.
     """
@@ -50,7 +52,8 @@ class RoutedRecord:
 
 @dataclass
 class Router:
-    """Produces routed records and commits the source partition's offset.
+    """
+    Produces routed records and commits the source partition's offset.
 
     :param producer: transactional (``transactional.id`` set) or idempotent producer.
     :param consumer: the consumer that read the source partition (its group commits).

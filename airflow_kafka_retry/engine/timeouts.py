@@ -1,4 +1,5 @@
-"""``handler_timeout``: a handler call that does not return in time fails, and the run goes on.
+"""
+``handler_timeout``: a handler call that does not return in time fails, and the run goes on.
 
 A Python thread cannot be killed, so each handler call runs in a fresh daemon thread and the
 partition waits for it at most ``timeout_s``. A call that overruns fails its batch with
@@ -25,14 +26,16 @@ MAX_ABANDONED_CALLS = 32
 
 
 class HandlerStuckError(BaseException):
-    """Too many handler calls were abandoned; the partition run stops (not a record failure).
+    """
+    Too many handler calls were abandoned; the partition run stops (not a record failure).
 
     A ``BaseException`` so the batch runner does not take it for a handler failure to route.
     """
 
 
 class TimedHandler:
-    """Wraps a handler so that each call returns, or raises, within ``timeout_s`` seconds.
+    """
+    Wraps a handler so that each call returns, or raises, within ``timeout_s`` seconds.
 
     :param handler: the user's handler.
     :param timeout_s: seconds a call may take.
@@ -71,7 +74,7 @@ class TimedHandler:
             try:
                 self.handler(batch)
                 outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            except BaseException as exc:  # handed to the waiting thread
                 outcome.append(exc)
             finally:
                 finished.set()

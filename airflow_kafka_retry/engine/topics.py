@@ -32,7 +32,8 @@ def ensure_topics(
     replication_factor: int = -1,
     timeout: float = 30.0,
 ) -> dict[str, str]:
-    """Create the topology's missing topics; returns ``{topic: "created" | "exists"}``.
+    """
+    Create the topology's missing topics; returns ``{topic: "created" | "exists"}``.
 
     Retry tiers and DLTs should have at least the main topic's partitions so records keep their
     partition (as Spring does); existing topics are left as they are.
@@ -70,7 +71,8 @@ class TopicMismatchError(KafkaConfigError):
 
 @dataclass(frozen=True)
 class TopicMismatch:
-    """An existing retry or DLT topic with less than the main topic has.
+    """
+    An existing retry or DLT topic with less than the main topic has.
 
     :param setting: ``partitions`` or ``max.message.bytes``.
     """
@@ -121,7 +123,8 @@ def ensure_retry_topics(
     replication_factor: int = -1,
     timeout: float = 30.0,
 ) -> TopicsReport:
-    """Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
+    """
+    Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
 
     Each new topic gets the main topic's partition count and, when the main topic reports one, its
     ``max.message.bytes``. Existing retry/DLT topics are checked against the same two settings;

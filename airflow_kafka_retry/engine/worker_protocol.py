@@ -1,4 +1,5 @@
-"""What the local engine and its partition worker processes say to each other, and how.
+"""
+What the local engine and its partition worker processes say to each other, and how.
 
 Each worker process has two pipes of its own: *control* (engine to worker) and *results* (worker to
 engine). A message is a tuple whose first item names it, sent as one frame: a 4-byte big-endian
@@ -41,7 +42,8 @@ class PipeClosed(EOFError):
 
 @dataclass(frozen=True)
 class WorkerSetup:
-    """Everything a worker needs to run partitions of one tier run (sent once, pickled).
+    """
+    Everything a worker needs to run partitions of one tier run (sent once, pickled).
 
     :param log_levels: logger name -> level the worker logs at (the engine's effective levels).
     """
@@ -55,8 +57,10 @@ class WorkerSetup:
 
 
 def setup_message(setup: WorkerSetup, sys_path: list[str]) -> tuple[str, list[str], bytes]:
-    """The first message to a worker: the engine's ``sys.path`` (handlers import there as they do in the
-    engine), then the setup, pickled on its own so that the worker unpickles it with that path."""
+    """
+    The first message to a worker: the engine's ``sys.path`` (handlers import there as they do in the
+    engine), then the setup, pickled on its own so that the worker unpickles it with that path.
+    """
     return ("setup", list(sys_path), pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL))
 
 

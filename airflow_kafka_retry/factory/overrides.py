@@ -1,4 +1,5 @@
-"""``tier_overrides`` of ``build_retry_dags``: per-tier schedule, reprocessing window, time zone, run limit.
+"""
+``tier_overrides`` of ``build_retry_dags``: per-tier schedule, reprocessing window, time zone, run limit.
 
 ``{"orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
 "max_run": "2h"}}``: keys are topic names of the topology's tiers; every error names the tier and the key.
@@ -35,7 +36,8 @@ class TierOverrideError(ValueError):
 
 @dataclass(frozen=True)
 class TierSettings:
-    """How one tier's DAG runs, after overrides and the ``min_schedule`` floor.
+    """
+    How one tier's DAG runs, after overrides and the ``min_schedule`` floor.
 
     :param schedule: what the DAG is given: a ``timedelta``, a cron string or a timetable.
     :param window: ``HH:MM-HH:MM`` reprocessing window, or None (always open).
@@ -61,7 +63,8 @@ def check_overrides(
     tiers: list[Tier],
     watch_topic: str | None,
 ) -> dict[str, dict[str, Any]]:
-    """Validate ``overrides`` against the tiers that get a DAG; returns them as plain dicts keyed by topic.
+    """
+    Validate ``overrides`` against the tiers that get a DAG; returns them as plain dicts keyed by topic.
 
     :param tiers: the tiers that get a DAG (retry tiers, and the main topic with ``include_main``).
     :param watch_topic: the DLT-watch DAG's topic (its key takes only ``schedule``), or None.
@@ -110,8 +113,10 @@ def check_overrides(
 def tier_settings(
     tier: Tier, override: Mapping[str, Any], *, min_schedule: timedelta, default: Any = None
 ) -> TierSettings:
-    """The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay;
-    a timedelta floored at ``min_schedule``."""
+    """
+    The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay;
+    a timedelta floored at ``min_schedule``.
+    """
     schedule = override.get(
         "schedule", default if default is not None else timedelta(milliseconds=tier.delay_ms)
     )
@@ -161,7 +166,7 @@ def check_schedule(tier: str, value: object, timezone: str | None) -> None:
 
         try:
             CronTriggerTimetable(value, timezone=timezone or "UTC").validate()
-        except Exception as exc:  # noqa: BLE001 - Airflow raises several types for a bad cron expression
+        except Exception as exc:  # Airflow raises several types for a bad cron expression
             raise TierOverrideError(
                 tier, "schedule", f"{value!r} is not a valid cron expression: {exc}"
             ) from None

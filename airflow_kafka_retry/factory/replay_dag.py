@@ -137,7 +137,8 @@ def build_dlt_replay_dag(
     allowed_targets: Sequence[str] = (),
     **dag_kwargs: Any,
 ) -> DAG:
-    """A DAG with one :class:`ReplayDltOperator` task (``replay_dlt``), triggered by hand with a form.
+    """
+    A DAG with one :class:`ReplayDltOperator` task (``replay_dlt``), triggered by hand with a form.
 
     Whoever may trigger the DAG picks filters, a target and a transform in the form; the code a
     replay may run and the topics it may write are the DAG author's choice, made here.

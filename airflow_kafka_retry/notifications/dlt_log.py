@@ -29,7 +29,8 @@ LEVELS = {
 
 
 class DltLogNotifier(BaseNotifier):
-    """Log a templated message about the records a run dead-lettered; for ``on_dlt`` of the reprocess operators.
+    """
+    Log a templated message about the records a run dead-lettered; for ``on_dlt`` of the reprocess operators.
 
     The message is rendered with the task's context plus ``kafka_retry_summary``: the summary of the
     reprocess run (``topic``, ``totals.dlt_topics`` per DLT topic, ``totals.dead_lettered`` per

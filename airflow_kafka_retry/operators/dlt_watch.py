@@ -27,7 +27,8 @@ WATCH_GROUP_TEMPLATE = "{group_id}-dlt-watch"
 
 
 class DltWatchOperator(BaseOperator):
-    """Report records that arrived in any dead-letter topic of a topology since the last run.
+    """
+    Report records that arrived in any dead-letter topic of a topology since the last run.
 
     It reads every DLT of the topology (the main DLT and exception-specific ones) from its own
     consumer group's committed offset to the end, and summarises what it found: counts per

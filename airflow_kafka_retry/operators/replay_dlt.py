@@ -51,7 +51,8 @@ def _unset(value: Any) -> Any:
 
 
 class ReplayDltOperator(BaseOperator):
-    """Replay DLT records to their original topic (or another target), each exactly once.
+    """
+    Replay DLT records to their original topic (or another target), each exactly once.
 
     The same operation as ``airflow-kafka-retry dlt replay`` (see :mod:`airflow_kafka_retry.dlt.replay`):
     filtered records are copied to the target with audit headers (DLT coordinates, replay id, time)

@@ -35,7 +35,8 @@ INTERRUPTED = "interrupted"
 
 
 class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
-    """Reprocess the due records of one retry tier (or a DLT) in the worker, with the local engine.
+    """
+    Reprocess the due records of one retry tier (or a DLT) in the worker, with the local engine.
 
     Each partition's due records go to the handler in batches; failures are routed to the next tier
     or a DLT by the topology's rules, and every chunk of records is committed in one Kafka transaction
@@ -213,7 +214,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         return document
 
     def _run(self, drain: Any) -> RunSummary:
-        """Run ``drain`` in a helper thread, so an exception raised in this thread by a signal handler
+        """
+        Run ``drain`` in a helper thread, so an exception raised in this thread by a signal handler
         (``execution_timeout``) stops the partitions at a chunk boundary instead of leaving them running.
         """
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-retry-drain") as pool:

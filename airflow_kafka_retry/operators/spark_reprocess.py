@@ -37,7 +37,8 @@ __all__ = [
 
 
 class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
-    """Reprocess the due records of one retry tier (or a DLT) with Spark: one Spark task per Kafka partition.
+    """
+    Reprocess the due records of one retry tier (or a DLT) with Spark: one Spark task per Kafka partition.
 
     Each task calls the handler on its partition's due records, routes failures to the next tier or
     the DLT and commits offsets in Kafka transactions (see :mod:`airflow_kafka_retry.spark.app`).
@@ -228,7 +229,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
             submit_error: BaseException | None = None
             try:
                 super().execute(context)
-            except Exception as exc:  # noqa: BLE001 - spark-submit exits non-zero when a partition failed
+            except Exception as exc:  # spark-submit exits non-zero when a partition failed
                 submit_error = exc
             finally:  # Kubernetes cluster mode: Spark leaves the uploaded copies of the credentials behind
                 if isinstance(self._hook, IsolatedSparkSubmitHook):

@@ -1,4 +1,5 @@
-"""The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
+"""
+The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
 
 Refreshes of a topology within ``[kafka_retry] cache_ttl`` seconds reuse one read of the broker, and
 requests arriving while it is read wait for that read instead of starting their own. At most

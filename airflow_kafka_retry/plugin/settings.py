@@ -1,4 +1,5 @@
-"""Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`` Airflow config section.
+"""
+Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`` Airflow config section.
 
 ``topologies``: comma-separated topology files or glob patterns (default: ``topologies/*.yaml`` and
 ``*.yml`` under the DAGs folder). ``kafka_conn_id``: the connection the server reads Kafka with.

@@ -1,4 +1,5 @@
-"""The JSON the "Retry tiers" page shows for one topology: tiers with backlog and runs, DLTs with counts.
+"""
+The JSON the "Retry tiers" page shows for one topology: tiers with backlog and runs, DLTs with counts.
 
 The Kafka reads come from :mod:`~airflow_kafka_retry.plugin.scans` (deadlines, cache, cap); a slow or
 unreachable broker shows as an error on its topic. Never payloads; never the Kafka config.

@@ -1,4 +1,5 @@
-"""``compat:`` presets: every topology default a Spring for Apache Kafka version uses.
+"""
+``compat:`` presets: every topology default a Spring for Apache Kafka version uses.
 
 A preset only fills in keys the topology does not set; explicit keys win. The defaults below were
 read from Spring Kafka's sources (tag, file, line):
@@ -36,7 +37,8 @@ SPRING_GROUP_TEMPLATE = "{group_id}{suffix}"
 
 @dataclass(frozen=True)
 class Preset:
-    """One ``compat:`` value: the Spring configuration it matches and the topology defaults it sets.
+    """
+    One ``compat:`` value: the Spring configuration it matches and the topology defaults it sets.
 
     :param defaults: top-level topology keys and their values (``headers`` is a nested mapping).
     :param reuse_scope: how ``reuse_same_interval: true`` behaves (see :mod:`.naming`).
@@ -93,7 +95,8 @@ def preset(name: str) -> Preset:
 
 
 def apply_preset(data: Mapping[str, Any], chosen: Preset) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``data`` with the preset's defaults filled in, and the defaults that were actually used.
+    """
+    ``data`` with the preset's defaults filled in, and the defaults that were actually used.
 
     Keys present in ``data`` are kept as written; ``headers`` is merged key by key.
     """

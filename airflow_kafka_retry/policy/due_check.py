@@ -1,4 +1,5 @@
-"""Is a tier worth draining now? The decision behind the tier-due sensor, without I/O or Airflow.
+"""
+Is a tier worth draining now? The decision behind the tier-due sensor, without I/O or Airflow.
 
 Given when the first pending record of each partition is due, the current time, an optional
 reprocessing window and an optional deadline (how long the caller may wait), the answer is one of:
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from airflow_kafka_retry.policy.windows import ReprocessWindow
@@ -23,12 +24,13 @@ DueAction = Literal["due", "idle", "wait", "skip"]
 
 def format_ms(at_ms: int) -> str:
     """Epoch milliseconds as an ISO-8601 UTC time, for messages."""
-    return datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
 class DueCheck:
-    """The outcome of :func:`check_due`.
+    """
+    The outcome of :func:`check_due`.
 
     :param action: ``due``, ``idle``, ``wait`` or ``skip``.
     :param now_ms: when the check was made.
@@ -65,7 +67,8 @@ def check_due(
     window: ReprocessWindow | None = None,
     deadline_ms: int | None = None,
 ) -> DueCheck:
-    """Decide what the due sensor does.
+    """
+    Decide what the due sensor does.
 
     :param due_at: partition -> when its first pending record is due (epoch ms); partitions with
         nothing pending are left out.

@@ -1,4 +1,5 @@
-"""When an event-driven tier fires, and when a fired wave counts as taken: decisions without I/O or Airflow.
+"""
+When an event-driven tier fires, and when a fired wave counts as taken: decisions without I/O or Airflow.
 
 A *wave* is one event of a tier's event trigger: the heads (first pending records) of the partitions
 that are due, by their coordinates. The trigger fires a wave ``fire_ahead_ms`` before its records
@@ -22,7 +23,8 @@ Key = tuple[str, int]
 
 @dataclass(frozen=True)
 class WavePlan:
-    """What the trigger does next.
+    """
+    What the trigger does next.
 
     :param action: ``fire`` (an event now), ``wait`` (look again at ``wake_ms``) or ``idle`` (nothing pending).
     :param not_before_ms: ``fire``: the run drains from this time on (when the wave's first record is due).

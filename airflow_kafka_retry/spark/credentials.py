@@ -1,4 +1,5 @@
-"""The Kafka configuration file handed to a Spark run: owner-only, passed by path, deleted afterwards.
+"""
+The Kafka configuration file handed to a Spark run: owner-only, passed by path, deleted afterwards.
 
 A librdkafka configuration may hold ``sasl.password``, ``ssl.key.password`` and the like. It never
 goes on the ``spark-submit`` command line (visible in ``ps`` and in the Spark UI's environment tab
@@ -33,7 +34,8 @@ def callback_path(value: Any) -> str | None:
 
 
 def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``kafka_config`` that can be written as JSON; a KafkaConfigError names a bad key.
+    """
+    A copy of ``kafka_config`` that can be written as JSON; a KafkaConfigError names a bad key.
 
     Callbacks (``error_cb``, a ``logger``, a lambda or ``functools.partial``) are Python objects of
     the submitting process and cannot travel to Spark executors. An ``oauth_cb`` that is a
@@ -61,7 +63,8 @@ def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_credentials_file(kafka_config: Mapping[str, Any], directory: str) -> str:
-    """Write ``kafka_config`` as JSON to a new ``0600`` file in ``directory``; returns its path.
+    """
+    Write ``kafka_config`` as JSON to a new ``0600`` file in ``directory``; returns its path.
 
     ``directory`` should be private (``tempfile.mkdtemp`` makes it ``0700``). The file is created
     with ``O_EXCL`` and mode ``0600`` from the start, so it is never readable by others, not even

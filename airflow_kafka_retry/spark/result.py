@@ -1,4 +1,5 @@
-"""The result document a Spark run leaves behind: a run summary, or the reason it could not start.
+"""
+The result document a Spark run leaves behind: a run summary, or the reason it could not start.
 
 The driver writes it to a local path or any fsspec URL (``s3://...``, ``gs://...``); whoever
 submitted the run reads it back, once: :func:`read_result` deletes it. It holds counts, offsets and
@@ -72,7 +73,8 @@ def _write_local(path: str, data: bytes) -> None:
 
 
 def write_result(url: str, document: dict[str, Any]) -> None:
-    """Write ``document`` as JSON to ``url`` (a local path or an fsspec URL), creating parent folders.
+    """
+    Write ``document`` as JSON to ``url`` (a local path or an fsspec URL), creating parent folders.
 
     A local file is created new (``O_EXCL | O_NOFOLLOW``, ``0600``): :class:`UntrustedResultError`
     if anything (a file, a symlink) is already there.
@@ -94,8 +96,10 @@ def error_document(message: str) -> dict[str, Any]:
 
 
 def remove_result(url: str) -> None:
-    """Delete a result left by an earlier try (a symlink itself, never its target), so it cannot be mistaken
-    for this run's."""
+    """
+    Delete a result left by an earlier try (a symlink itself, never its target), so it cannot be mistaken
+    for this run's.
+    """
     if is_local(url):
         try:
             os.unlink(_local_path(url))
@@ -129,7 +133,8 @@ def _read_local(path: str) -> bytes:
 
 
 def read_result(url: str) -> RunSummary:
-    """The run summary at ``url``; the document is deleted once read (the summary's home is XCom or stdout).
+    """
+    The run summary at ``url``; the document is deleted once read (the summary's home is XCom or stdout).
 
     :raises ResultMissingError: there is no result document.
     :raises UntrustedResultError: a local result is a symlink or not this user's regular file.

@@ -1,4 +1,5 @@
-"""Where the credentials file goes in cluster deploy mode, and the settings that get it deleted.
+"""
+Where the credentials file goes in cluster deploy mode, and the settings that get it deleted.
 
 In cluster deploy mode the driver does not run on the Airflow worker, so the ``0600`` credentials
 file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentials`):
@@ -48,7 +49,8 @@ UPLOAD_PATH = "spark.kubernetes.file.upload.path"
 def cluster_mode_conf(
     master: str | None, deploy_mode: str | None, spark_conf: Mapping[str, Any]
 ) -> dict[str, str]:
-    """Spark properties to add so the shipped credentials file does not outlive the run (and warn where none can).
+    """
+    Spark properties to add so the shipped credentials file does not outlive the run (and warn where none can).
 
     :param master: the Spark master.
     :param deploy_mode: ``cluster`` or ``client`` (``None``: client).
@@ -83,7 +85,8 @@ UPLOAD_LINE = re.compile(r"Uploading file: (?P<source>\S+) to dest: (?P<dest>\S+
 
 
 def delete_uploads(uploads: Mapping[str, str], workdir: str) -> list[str]:
-    """Delete the uploaded copies of files from ``workdir`` (``source path -> destination URI``).
+    """
+    Delete the uploaded copies of files from ``workdir`` (``source path -> destination URI``).
 
     Each upload has a ``spark-upload-<uuid>`` folder of its own, which is deleted whole; a
     destination outside such a folder is deleted alone. Failures are logged with the URI (never
@@ -101,7 +104,7 @@ def delete_uploads(uploads: Mapping[str, str], workdir: str) -> list[str]:
         try:
             fs, path = fsspec.core.url_to_fs(target)
             fs.rm(path, recursive=True)
-        except Exception as exc:  # noqa: BLE001 - missing fsspec backend, credentials, network: say what is left
+        except Exception as exc:  # missing fsspec backend, credentials, network: say what is left
             log.warning(
                 "could not delete %s, the copy Spark uploaded of %s; delete it by hand: %s",
                 target,

@@ -1,4 +1,5 @@
-"""Everything a ``spark-submit`` of the tier app needs, and a plain runner used by the CLI.
+"""
+Everything a ``spark-submit`` of the tier app needs, and a plain runner used by the CLI.
 
 :func:`prepare_submission` makes a private work folder (``0700``) holding
 
@@ -64,7 +65,8 @@ class SparkSubmitError(RuntimeError):
 
 @dataclass
 class Submission:
-    """One prepared run of the tier app; delete its work folder with :meth:`cleanup` (or ``with``).
+    """
+    One prepared run of the tier app; delete its work folder with :meth:`cleanup` (or ``with``).
 
     :param application: the ``.py`` file to submit.
     :param py_files: the ``--py-files`` zip.
@@ -158,7 +160,8 @@ def prepare_submission(
     application: str | None = None,
     tmp_dir: str | None = None,
 ) -> Submission:
-    """Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the arguments.
+    """
+    Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the arguments.
 
     :param topology_path: the topology YAML (local path or fsspec URL readable by the driver).
     :param tier: tier index, topic name or ``dlt``.
@@ -252,7 +255,8 @@ def spark_app_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def local_spark_environment(spark_submit: str | None = None) -> dict[str, str]:
-    """Environment for a local/client-mode submit from this Python: the same interpreter drives and executes.
+    """
+    Environment for a local/client-mode submit from this Python: the same interpreter drives and executes.
 
     Sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter and ``SPARK_HOME`` to the
     bundled Spark, unless already set, and puts ``spark-submit``'s folder on ``PATH``.
@@ -323,7 +327,8 @@ def run_spark_submit(
     allow_unencrypted_secrets: bool = False,
     on_output: Callable[[str], None] | None = None,
 ) -> RunSummary:
-    """Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
+    """
+    Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
 
     The summary is returned even when partitions failed (check ``summary.ok``); the credentials
     file is deleted before this returns.

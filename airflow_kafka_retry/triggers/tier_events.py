@@ -1,4 +1,5 @@
-"""Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
+"""
+Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
 
 ``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the
 triggerer as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
@@ -239,7 +240,8 @@ class _HeadEventTrigger(BaseEventTrigger):
 
 
 class TierDueEventTrigger(_HeadEventTrigger):
-    """Fires when records of a retry tier (or the main topic) are due: the watcher of an event-driven tier DAG.
+    """
+    Fires when records of a retry tier (or the main topic) are due: the watcher of an event-driven tier DAG.
 
     It sleeps until the earliest head's due time (records without a due header are due at once) and
     fires ``fire_ahead`` seconds before it; outside the reprocessing ``window`` it waits for the opening.
@@ -301,9 +303,11 @@ class TierDueEventTrigger(_HeadEventTrigger):
         }
 
     async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
-        """The tier's backlog gauges (``kafka_retry.tier.backlog``, ``.oldest_due_age_ms``), every
+        """
+        The tier's backlog gauges (``kafka_retry.tier.backlog``, ``.oldest_due_age_ms``), every
         ``gauge_interval`` seconds, zeros included (a gauge keeps its last value otherwise): what an
-        on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``."""
+        on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``.
+        """
         if self.topology_topic is None or self.tier_index is None:
             return
         from airflow_kafka_retry.observability.metrics import emit, peek_gauges
@@ -318,7 +322,8 @@ class TierDueEventTrigger(_HeadEventTrigger):
 
 
 class DltArrivalEventTrigger(_HeadEventTrigger):
-    """Fires when a record arrives in any of a topology's DLTs after the watch group's committed offset.
+    """
+    Fires when a record arrives in any of a topology's DLTs after the watch group's committed offset.
 
     The watcher of an event-driven DLT-watch DAG: every new dead letter is reported seconds after it
     arrived. Parameters as :class:`TierDueEventTrigger`, with ``topics`` (the DLTs); records carry no

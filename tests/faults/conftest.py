@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
+
 from tests.support import faults_doc
 from tests.support.ledger import Account
 

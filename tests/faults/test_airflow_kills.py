@@ -108,7 +108,7 @@ def _deployment(template: Path, where: Path, topology_file: Path, env: dict[str,
 
 
 def _dags_test(env: dict[str, str], log: Path) -> subprocess.Popen:
-    out = open(log, "w")  # noqa: SIM115 - closed with the process
+    out = open(log, "w")  # closed with the process
     return subprocess.Popen(
         [_airflow(), "dags", "test", "akr_faults_reprocess"],
         env=env,

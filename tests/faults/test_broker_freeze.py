@@ -23,6 +23,7 @@ import pytest
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.route import Router
+
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput

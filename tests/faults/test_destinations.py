@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException, Producer
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics, delete_topics, unique_topic
+
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput

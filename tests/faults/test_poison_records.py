@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.policy import headers as H
+
 from tests.faults.helpers import options, run_all_tiers, totals
 from tests.support import ledger
 from tests.support.ledger import FaultInput

@@ -13,6 +13,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.testing.topics import admin_client, create_topics
+
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput

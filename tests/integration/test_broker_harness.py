@@ -229,7 +229,7 @@ def test_concurrent_transactional_offset_commits_when_capable(
                 )
                 producer.commit_transaction(15)
             consumer.close()
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+        except BaseException as exc:  # re-raised by the test
             errors.append(exc)
             barrier.abort()
 
@@ -276,7 +276,7 @@ def test_embedded_broker_lifecycle() -> None:
     assert not log_dir.exists(), "temporary log dir is removed on stop"
     broker.stop()  # idempotent
     with pytest.raises(RuntimeError, match="not started"):
-        broker.bootstrap  # noqa: B018
+        broker.bootstrap
 
 
 def test_startup_failure_reports_broker_log() -> None:

@@ -14,8 +14,8 @@ from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.dlt.replay_log import log_topic
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy import replay_headers as R
+from airflow_kafka_retry.policy import headers as H, replay_headers as R
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]
@@ -262,6 +262,7 @@ def _fence_a_running_replay(bootstrap: str, tmp_path, prefix: str) -> Counter:
     from concurrent.futures import ThreadPoolExecutor
 
     from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+
     from tests.support import dlt_transforms
 
     dlt_transforms.GATE.clear()

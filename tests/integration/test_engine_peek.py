@@ -13,6 +13,7 @@ from airflow_kafka_retry.engine.peek import PeekError, peek_heads
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 from tests.support.tier_records import commit, produce
 

@@ -24,6 +24,7 @@ from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]

@@ -15,6 +15,7 @@ import pytest
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+
 from tests.support import ledger, stop_handler
 
 pytestmark = [pytest.mark.integration]

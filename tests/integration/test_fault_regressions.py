@@ -13,6 +13,7 @@ from airflow_kafka_retry.engine.route import FencedError, RoutedRecord, Router
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.resolver import Destination
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 from tests.support.ledger import FaultInput
 

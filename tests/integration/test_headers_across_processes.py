@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.policy import headers as H
+
 from tests.support.ledger import read_all
 
 pytestmark = [pytest.mark.integration]

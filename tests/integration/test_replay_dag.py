@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.dlt.replay_log import log_topic
+
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
 from tests.integration.test_spark_operator_dag import REPO, _airflow_env, _json_lines, _xcom
 from tests.support import ledger

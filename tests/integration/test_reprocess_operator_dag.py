@@ -18,7 +18,7 @@ import textwrap
 import time
 from collections import Counter
 from contextlib import closing
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -151,7 +151,7 @@ def _asset_events(db: Path, dag_id: str) -> list[tuple[str, str, dict]]:
 
 def _closed_window() -> str:
     """A one-hour window (UTC) that opens in two hours: closed for as long as the test runs."""
-    hour = (datetime.now(timezone.utc).hour + 2) % 24
+    hour = (datetime.now(UTC).hour + 2) % 24
     return f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"
 
 

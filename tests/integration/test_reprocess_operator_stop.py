@@ -12,6 +12,7 @@ import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

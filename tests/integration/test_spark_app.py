@@ -29,6 +29,7 @@ from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.spark.result import SparkAppError
 from airflow_kafka_retry.spark.submit import run_spark_submit
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]

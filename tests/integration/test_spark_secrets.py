@@ -32,6 +32,7 @@ from airflow_kafka_retry.spark.submit import (
     spark_app_environment,
     spark_submit_command,
 )
+
 from tests.integration.test_spark_app import (
     PARTITIONS,
     SPARK_CONF,

@@ -24,7 +24,7 @@ import sys
 import textwrap
 import time
 from contextlib import closing
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -35,6 +35,7 @@ from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.integration.test_spark_operator_dag import _airflow_env, _json_lines, _xcom
 from tests.support import ledger
 from tests.support.tier_records import produce
@@ -101,7 +102,7 @@ with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=Fal
 
 def _closed_window() -> str:
     """A one-hour window (Berlin time) that opens about 6 hours from now: closed for the whole test."""
-    berlin = datetime.now(timezone.utc).astimezone(ZoneInfo("Europe/Berlin"))
+    berlin = datetime.now(UTC).astimezone(ZoneInfo("Europe/Berlin"))
     start = (berlin + timedelta(hours=6)).replace(minute=0)
     return f"{start:%H}:00-{(start + timedelta(hours=1)):%H}:00"
 

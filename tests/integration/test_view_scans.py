@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -96,7 +96,7 @@ def test_backlog_beyond_the_scan_limit_is_counted_not_read(kafka_bootstrap, new_
 
 def test_dead_letter_counts_read_either_header_family(kafka_bootstrap, new_topic):
     topic = new_topic("view-dlt", partitions=2)
-    hour = int(datetime(2027, 1, 15, 8, tzinfo=timezone.utc).timestamp() * 1000)
+    hour = int(datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp() * 1000)
     produce(
         kafka_bootstrap,
         topic,

@@ -21,6 +21,7 @@ from airflow_kafka_retry.testing.capabilities import (
     check_expected,
     expected_capabilities,
 )
+
 from tests.unit.test_capability_skip import TANSU_LIKE
 
 Check = Callable[[str, str, float], "str | None"]

@@ -17,6 +17,7 @@ from airflow_kafka_retry.testing.capabilities import (
     BrokerCapabilities,
     missing_reason,
 )
+
 from tests.conftest import capability_marker_names, require_capability
 
 pytest_plugins = ["pytester"]

@@ -11,6 +11,7 @@ from airflow_kafka_retry.dlt.groups import bucket_of, format_table, group_record
 from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic, source_topics, target_for
 from airflow_kafka_retry.dlt.transform import apply_transform, load_transform
 from airflow_kafka_retry.policy.topology import Topology
+
 from tests.unit.test_dlt_filters import record
 
 HOUR = 3_600_000

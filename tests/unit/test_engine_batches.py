@@ -16,9 +16,9 @@ import pytest
 
 from airflow_kafka_retry import BatchFailedError
 from airflow_kafka_retry.engine.batches import BatchRunner, BatchStats, Outcome
-from airflow_kafka_retry.errors import UnisolatedFailure
 from airflow_kafka_retry.engine.loading import UserCodeError
 from airflow_kafka_retry.engine.records import TierRecord
+from airflow_kafka_retry.errors import UnisolatedFailure
 from airflow_kafka_retry.policy.classify import ExceptionClassifier, exception_chain
 from airflow_kafka_retry.policy.resolver import DestinationResolver
 from airflow_kafka_retry.policy.topology import Topology

@@ -10,9 +10,9 @@ import pytest
 
 from airflow_kafka_retry.engine.clients import (
     CLIENT_LOGGER,
-    KafkaConfigError,
     PREFETCH_DEFAULTS,
     PRODUCER_MAX_MESSAGE_BYTES,
+    KafkaConfigError,
     consumer_config,
     producer_config,
 )

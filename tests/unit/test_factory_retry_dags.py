@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import zlib
 import subprocess
 import sys
+import zlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -435,4 +435,4 @@ def test_importing_the_package_does_not_import_airflow():
     with pytest.raises(AttributeError, match="has no attribute 'build_everything'"):
         import airflow_kafka_retry
 
-        airflow_kafka_retry.build_everything  # noqa: B018
+        airflow_kafka_retry.build_everything

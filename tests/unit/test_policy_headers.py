@@ -457,7 +457,7 @@ def test_describe_exception_uses_context_unless_suppressed() -> None:
         try:
             raise OSError("disk")
         except OSError:
-            raise RuntimeError("while handling")  # noqa: B904
+            raise RuntimeError("while handling")
     except RuntimeError as exc:
         assert describe_exception(exc).cause_fqcn == "OSError"
     try:

@@ -37,7 +37,7 @@ def json_error() -> json.JSONDecodeError:
 def wrapped(outer: BaseException, cause: BaseException) -> BaseException:
     try:
         raise outer from cause
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:
         return exc
 
 

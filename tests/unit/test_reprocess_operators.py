@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,13 @@ from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, Run
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 from airflow_kafka_retry.operators.reprocess_base import notifier_summary
 from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
+
 from tests.unit.test_spark_submit import _fake_spark, airflow_connections  # noqa: F401 - a fixture
 
 TOPOLOGY = str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml")
 HANDLER = "tests.support.ledger_handler:indexed"
 SERVER = "kafka-1:9092"
-T0 = int(datetime(2026, 1, 1, 9, 58, tzinfo=timezone.utc).timestamp() * 1000)
+T0 = int(datetime(2026, 1, 1, 9, 58, tzinfo=UTC).timestamp() * 1000)
 OPERATORS = [ReprocessTierOperator, SparkReprocessTierOperator]
 
 

@@ -32,6 +32,7 @@ from airflow_kafka_retry.spark.transport import (
     is_local_master,
     secret_keys,
 )
+
 from tests.unit.test_spark_submit import (
     KAFKA_CONFIG,
     OPTIONS,
@@ -542,6 +543,7 @@ def test_an_oauth_callback_travels_as_its_import_path_and_executors_import_it():
 
     from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, producer_config
     from airflow_kafka_retry.spark.credentials import check_shippable
+
     from tests.support.oauth_token import mounted_token
 
     config = {

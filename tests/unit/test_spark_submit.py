@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import stat
+import sys
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +272,7 @@ class FakeTI:
 def _context() -> dict[str, Any]:
     return {
         "ti": FakeTI(),
-        "data_interval_end": datetime(2024, 1, 2, tzinfo=timezone.utc),
+        "data_interval_end": datetime(2024, 1, 2, tzinfo=UTC),
         "logical_date": None,
     }
 
@@ -368,7 +368,7 @@ def test_operator_submits_paths_only_and_returns_the_summary(tmp_path, monkeypat
     assert seen["application"].endswith("airflow_kafka_retry/spark/entrypoint.py")
     assert seen["py_files"].endswith("deps.zip")
     cutoff = int(seen["args"][seen["args"].index("--cutoff-ms") + 1])
-    assert cutoff == int(datetime(2024, 1, 2, tzinfo=timezone.utc).timestamp() * 1000)
+    assert cutoff == int(datetime(2024, 1, 2, tzinfo=UTC).timestamp() * 1000)
     assert json.loads(seen["args"][seen["args"].index("--options-json") + 1])["batch_size"] == 7
     # a local master runs the app with this Python (unless the environment already says which)
     assert seen["env_vars"]["PYSPARK_PYTHON"] == sys.executable

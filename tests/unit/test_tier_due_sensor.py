@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 from airflow.sdk import DAG, PokeReturnValue
 from airflow.sdk.exceptions import TaskDeferred
-from airflow.sdk.serde import deserialize, serialize
 from airflow.sdk.module_loading import import_string
+from airflow.sdk.serde import deserialize, serialize
 
 from airflow_kafka_retry.engine.peek import PartitionHead, PeekError, TierPeek
 from airflow_kafka_retry.policy.topology import Topology
@@ -375,7 +375,7 @@ class RescheduledTaskInstance:
 def test_reschedule_mode_counts_max_wait_from_the_first_reschedule(clock, peek):
     peek({0: NOW + 4 * MIN})
     sensor = make_sensor(deferrable=False, mode="reschedule", max_wait="5m")
-    first = datetime.fromtimestamp((NOW - 2 * MIN) / 1000, tz=timezone.utc)  # rescheduled 2 minutes ago
+    first = datetime.fromtimestamp((NOW - 2 * MIN) / 1000, tz=UTC)  # rescheduled 2 minutes ago
     with pytest.raises(AirflowSkipException, match="after the wait limit"):
         sensor.poke({"ti": RescheduledTaskInstance(first)})
     fresh = make_sensor(deferrable=False, mode="reschedule", max_wait="5m")

@@ -1,4 +1,5 @@
-"""Resolve Apache Kafka's broker jars from Maven Central into a cache outside git.
+"""
+Resolve Apache Kafka's broker jars from Maven Central into a cache outside git.
 
 The version is pinned in this package's ``pom.xml``. ``ensure_kafka_jars()`` runs
 ``mvn dependency:copy-dependencies`` once into ``<cache>/kafka-<version>/lib`` and writes a marker
@@ -96,7 +97,8 @@ def jars_dir(version: str | None = None) -> Path:
 
 
 def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> Path:
-    """The directory holding every jar of the pinned (or given) Kafka version, resolved once.
+    """
+    The directory holding every jar of the pinned (or given) Kafka version, resolved once.
 
     The copy goes to a temporary sibling directory that is renamed into place only when Maven
     succeeded, so an interrupted run never leaves a half cache that looks whole.
