@@ -198,7 +198,9 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(
     output = log.read_text(errors="replace")
     assert "kill requested: stopping every partition at its next chunk boundary" in output, output[-3000:]
     committed = ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, 1)[0]
-    assert committed > 0 and committed % CHUNK == 0 and committed < 200, committed
+    assert committed > 0, committed
+    assert committed % CHUNK == 0, committed
+    assert committed < 200, committed
     assert killed == (slow_s > 1), "SIGKILL needed with fast chunks, or not needed with slow ones"
     if killed:
         did = (

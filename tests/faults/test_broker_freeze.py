@@ -122,9 +122,8 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(
     assert froze, "the broker was never frozen"
     outcome = first.partitions[0]
     if outcome.status == "failed":
-        assert outcome.error and f"{topology.topic}[0]" in outcome.error, (
-            outcome.error
-        )  # clear: names the partition
+        assert outcome.error
+        assert f"{topology.topic}[0]" in outcome.error, outcome.error  # clear: names the partition
         did = (
             f'the run failed on partition 0 with "{textwrap.shorten(outcome.error, 220, placeholder=" ...")}"'
         )

@@ -124,8 +124,10 @@ def test_a_deleted_or_missing_destination_fails_the_chunk_and_names_the_topic(
 
     assert not failed.ok
     for p in failed.partitions:
-        assert p.status == "failed" and gone in p.error, p.error
-        assert p.committed_offset is None and p.drained == 0
+        assert p.status == "failed", p.error
+        assert gone in p.error, p.error
+        assert p.committed_offset is None
+        assert p.drained == 0
     assert ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, PARTITIONS) == {
         p: -1001 for p in range(PARTITIONS)
     }, "an offset was committed past records whose destination is gone"

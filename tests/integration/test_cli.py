@@ -65,7 +65,9 @@ def test_drain_prints_the_run_summary_as_json(kafka_bootstrap, tmp_path):
     )
     assert result.returncode == 0, result.stderr[-2000:]
     summary = json.loads(result.stdout)
-    assert summary["status"] == "ok" and summary["engine"] == "local" and summary["tier"] == 0
+    assert summary["status"] == "ok"
+    assert summary["engine"] == "local"
+    assert summary["tier"] == 0
     totals = summary["totals"]
     assert totals["drained"] == 70
     fates = [mode for mode, _, _ in inputs.records.values()]

@@ -30,7 +30,8 @@ def test_empty_tier_is_idle(kafka_bootstrap, new_topic):
     topic = new_topic("peek-empty", partitions=3)
     peek = peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, unique_topic("g"), timeout_s=30)
     assert peek.partitions == (0, 1, 2)
-    assert peek.heads == () and not peek.pending
+    assert peek.heads == ()
+    assert not peek.pending
     assert peek.idle_partitions == [0, 1, 2]
 
 
@@ -87,7 +88,8 @@ def test_mixed_partitions_from_committed_offsets(kafka_bootstrap, new_topic):
     assert peek.heads[2].due_at(later) == later  # a record without due header is due now
     # peeking committed nothing and moved nothing
     assert ledger.committed(kafka_bootstrap, group, topic, 4) == before
-    assert before[1] < 0 and before[0] == 1
+    assert before[1] < 0
+    assert before[0] == 1
     # the payload never appears in what a peek returns
     assert "secret-payload" not in repr(peek.to_dict())
 
@@ -110,7 +112,8 @@ def test_records_appended_after_a_consumed_run_are_seen(kafka_bootstrap, new_top
     assert not peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, group).pending
     [offset] = produce(kafka_bootstrap, topic, [(0, now + 1234)])
     [head] = peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, group).heads
-    assert (head.partition, head.offset, head.due_ms) == (0, offset, now + 1234) and offset == 1
+    assert (head.partition, head.offset, head.due_ms) == (0, offset, now + 1234)
+    assert offset == 1
 
 
 def test_missing_topic_names_it(kafka_bootstrap):
@@ -154,7 +157,8 @@ def test_heads_of_tiers_the_engine_wrote_and_committed(kafka_bootstrap, tmp_path
             handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
         ),
     )
-    assert summary.ok and summary.totals()["drained"] == 28
+    assert summary.ok
+    assert summary.totals()["drained"] == 28
     assert not peek_heads(config, main.topic, topology.consumer_group(main)).pending
 
     peek = peek_heads(config, retry.topic, topology.consumer_group(retry))

@@ -107,7 +107,8 @@ def parse_statsd(
 
 def counter(metrics: dict, name: str, **tags: str) -> float:
     values = metrics.get((name, tuple(sorted(tags.items()))), [])
-    assert values and all(kind == "c" for kind, _ in values), f"no counter {name} {tags}: {sorted(metrics)}"
+    assert values, f"no counter {name} {tags}: {sorted(metrics)}"
+    assert all(kind == "c" for kind, _ in values), f"no counter {name} {tags}: {sorted(metrics)}"
     return sum(v for _, v in values)
 
 
@@ -221,7 +222,8 @@ def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run)
     main = xcom["reprocess_main"]
     totals = main["totals"]
     modes = Counter(mode for mode, _, _ in observed_run["inputs"].records.values())
-    assert totals["drained"] == COUNT and totals["dlt_topics"] == {dlt: modes["fatal"] + modes["bad-json"]}
+    assert totals["drained"] == COUNT
+    assert totals["dlt_topics"] == {dlt: modes["fatal"] + modes["bad-json"]}
 
     # ---- counters of the main tier's run: the run summary's figures, tagged with path, tier topic and index
     tags = {"topology": topology.topic, "tier_topic": topology.topic, "tier": "0"}
@@ -342,11 +344,14 @@ def test_openlineage_events_name_kafka_topics_with_counts(observed_run):
 
     replay = completed(events, "replay_dlt")
     moved = xcom["replay_dlt"]
-    assert moved["moved"] > 0 and moved["targets"] == {topology.topic: moved["moved"]}
+    assert moved["moved"] > 0
+    assert moved["targets"] == {topology.topic: moved["moved"]}
     assert statistics(replay["inputs"], "inputFacets") == {dlt: moved["scanned"]}
     assert statistics(replay["outputs"], "outputFacets") == {topology.topic: moved["moved"]}
 
     # counts and topic names only: no payload, no connection secret
     text = json.dumps(events)
-    assert SECRET not in text and "sasl.password" not in text and "bootstrap.servers" not in text
+    assert SECRET not in text
+    assert "sasl.password" not in text
+    assert "bootstrap.servers" not in text
     assert '"mode"' not in text, "a record payload reached a lineage event"

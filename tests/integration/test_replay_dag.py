@@ -62,9 +62,11 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     (tmp_path / "dry-run-output.txt").write_text(output)
     db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
     [summary] = _xcom(db, DAG_ID, "replay_dlt", "return_value")
-    assert summary["dry_run"] is True and summary["moved"] == 0, output[-5000:]
+    assert summary["dry_run"] is True, output[-5000:]
+    assert summary["moved"] == 0, output[-5000:]
     assert summary["selected"] == len(wanted) == len(summary["moves"]) > 0
-    assert summary["filters"]["exception"] == [PERMANENT] and summary["filters"]["partition"] == [1]
+    assert summary["filters"]["exception"] == [PERMANENT]
+    assert summary["filters"]["partition"] == [1]
     for move in summary["moves"]:
         line = f"{topology.dlt_topic}[1]@{move['offset']} -> {topology.topic}[{move['target_partition']}] (transformed)"
         assert line in output, f"{line!r} not in the task log"
@@ -92,7 +94,8 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     summaries = _xcom(db, DAG_ID, "replay_dlt", "return_value")
     [moved] = [s for s in summaries if not s["dry_run"]]
     assert moved["moved"] == moved["selected"] == len(wanted), output[-5000:]
-    assert moved["replay_id"].startswith(f"{DAG_ID}.") and moved["replay_id"].endswith(".replay_dlt")
+    assert moved["replay_id"].startswith(f"{DAG_ID}.")
+    assert moved["replay_id"].endswith(".replay_dlt")
     copies = replayed_copies(kafka_bootstrap, topology.topic)
     assert sorted(m.key().decode() for m in copies) == sorted(wanted)
     assert f"moved {len(wanted)} record(s) from {topology.dlt_topic}" in output
@@ -115,7 +118,8 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         )
         output = refused.stdout + refused.stderr
         (tmp_path / f"refused-{i}-output.txt").write_text(output)
-        assert transform in output and "fix" in output, output[-5000:]
+        assert transform in output, output[-5000:]
+        assert "fix" in output, output[-5000:]
         assert not marker.exists(), "a transform that is not on the DAG's list was imported"
     assert len(_xcom(db, DAG_ID, "replay_dlt", "return_value")) == 2, "a refused run reported a replay"
     assert len(replayed_copies(kafka_bootstrap, topology.topic)) == len(wanted)
@@ -134,9 +138,8 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     )
     assert named.returncode == 0, (named.stdout + named.stderr)[-5000:]
     last = _xcom(db, DAG_ID, "replay_dlt", "return_value")[-1]
-    assert (
-        last["filters"]["exception"] == ["tests.support.import_marker.MarkerError"] and last["selected"] == 0
-    )
+    assert last["filters"]["exception"] == ["tests.support.import_marker.MarkerError"]
+    assert last["selected"] == 0
     assert not marker.exists(), "an exception filter imported the module of its class"
 
 

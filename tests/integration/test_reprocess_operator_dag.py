@@ -220,9 +220,12 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     tier1, tier2 = topology.tier(1).topic, topology.tier(2).topic
     straight_to_dlt = modes["fatal"] + modes["bad-json"]
     summary = json.loads((out / "xcom.json").read_text())
-    assert summary["engine"] == "local" and summary["status"] == "ok" and summary["stopped"] is None
+    assert summary["engine"] == "local"
+    assert summary["status"] == "ok"
+    assert summary["stopped"] is None
     totals = summary["totals"]
-    assert totals["drained"] == COUNT and totals["succeeded"] == modes["ok"]
+    assert totals["drained"] == COUNT
+    assert totals["succeeded"] == modes["ok"]
     assert totals["routed"] == {
         tier1: modes["transient:1"] + modes["transient:2"] + modes["permanent"],
         topology.dlt_topic: straight_to_dlt,
@@ -254,7 +257,8 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
 
     # started outside its window, a tier reads nothing, succeeds and says why
     [closed] = _xcom(airflow_home["db"], "akr_local_reprocess", "outside_window", "return_value")
-    assert closed["stopped"] == "window_closed" and closed["status"] == "ok", closed
+    assert closed["stopped"] == "window_closed", closed
+    assert closed["status"] == "ok", closed
     assert closed["totals"]["drained"] == 0
     assert {p["stop_reason"] for p in closed["partitions"]} == {"stopped"}
     assert all(
@@ -352,11 +356,14 @@ def test_sigterm_stops_the_task_at_a_chunk_boundary(kafka_bootstrap, airflow_hom
     assert _states(env, "akr_local_kill") == {"reprocess_slowly": "failed"}, output[-5000:]
 
     [document] = _xcom(airflow_home["db"], "akr_local_kill", "reprocess_slowly", "summary")
-    assert document["stopped"] == "killed" and document["status"] == "ok"
+    assert document["stopped"] == "killed"
+    assert document["status"] == "ok"
     [part] = document["partitions"]
-    assert part["stop_reason"] == "stopped" and part["stopped_by"] == "killed"
+    assert part["stop_reason"] == "stopped"
+    assert part["stopped_by"] == "killed"
     boundary = part["committed_offset"]
-    assert boundary is not None and 0 < boundary < KILL_COUNT, part
+    assert boundary is not None, part
+    assert 0 < boundary < KILL_COUNT, part
     assert boundary % KILL_CHUNK == 0, f"stopped inside a chunk: {part}"
     assert part["left"] == KILL_COUNT - boundary
     assert "stopped (killed) at a chunk boundary" in output

@@ -229,5 +229,6 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     waves = Counter(
         (uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
     )
-    assert waves and not [w for w, n in waves.items() if n > 1], waves
+    assert waves, waves
+    assert not [w for w, n in waves.items() if n > 1], waves
     assert _watched(_ledger(notify_log)) == len(expected_dlt)

@@ -320,7 +320,8 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
     assert not [s for s in run.summaries if SECRET in str(s.to_dict())]
     # and the credentials files are gone, with the private folders that held them and the run summaries
     paths = {line.split("--kafka-config-file ")[1].split()[0] for line in commands}
-    assert paths and not [p for p in paths if os.path.exists(p)]
+    assert paths
+    assert not [p for p in paths if os.path.exists(p)]
     results = {line.split("--result ")[1].split()[0] for line in commands}
     assert {os.path.dirname(p) for p in results} == {os.path.dirname(p) for p in paths}
     assert not [p for p in results if os.path.exists(os.path.dirname(p))]
@@ -495,16 +496,19 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
         watcher.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    assert summary["engine"] == "spark" and summary["status"] == "ok"
+    assert summary["engine"] == "spark"
+    assert summary["status"] == "ok"
     fates = [mode for mode, _, _ in inputs.records.values()]
     assert summary["totals"]["drained"] == 60
     assert summary["totals"]["succeeded"] == fates.count("ok")
     assert sorted(p["partition"] for p in summary["partitions"]) == [0, 1]
     # -v: spark-submit's output (driver and executors) reached stderr, so these checks can fail
-    assert "Running Spark version" in done.stderr and "Finished task" in done.stderr, done.stderr[-2000:]
+    assert "Running Spark version" in done.stderr, done.stderr[-2000:]
+    assert "Finished task" in done.stderr, done.stderr[-2000:]
     assert SECRET not in done.stdout + done.stderr
     [command] = [line for line in done.stderr.splitlines() if "spark-submit command:" in line]
-    assert "--conf spark.hadoop.fs.s3a.secret.key=******" in command and "spark.ui.enabled=false" in command
+    assert "--conf spark.hadoop.fs.s3a.secret.key=******" in command
+    assert "spark.ui.enabled=false" in command
     assert "--conf spark.executorEnv.AKR_SERVICE_AUTH=******" in command
     assert "-XX:+UseSerialGC -Dakr.db.Password=******" in command
     [launch] = [line for line in done.stderr.splitlines() if line.startswith("Spark Command:")]
@@ -512,7 +516,8 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
     for secret in (s3_secret, env_secret, jvm_secret):
         assert secret not in done.stdout + done.stderr, secret
     # no Spark process got the worker's AIRFLOW_CONN_KAFKA_DEFAULT; the CLI itself had it (the watcher saw it)
-    assert watcher.spark_submits and watcher.spark_envs_read, "the watcher saw no Spark process of this run"
+    assert watcher.spark_submits, "the watcher saw no Spark process of this run"
+    assert watcher.spark_envs_read, "the watcher saw no Spark process of this run"
     assert watcher.other_env_hits, "the watcher did not see the CLI's environment holding the secret"
     assert not watcher.cmdline_hits, watcher.cmdline_hits
     assert not watcher.spark_env_hits, sorted({describe_process(c) for c in watcher.spark_env_hits.values()})

@@ -208,7 +208,9 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     }, output[-5000:]
     # the summary went to XCom and says what happened to the main topic
     summary = json.loads((out / "xcom.json").read_text())
-    assert summary["engine"] == "spark" and summary["status"] == "ok" and summary["tier"] == 0
+    assert summary["engine"] == "spark"
+    assert summary["status"] == "ok"
+    assert summary["tier"] == 0
     modes = Counter(mode for mode, _, _ in inputs.records.values())
     totals = summary["totals"]
     assert totals["drained"] == COUNT
@@ -220,11 +222,13 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     # the templated result_path was used, and the result deleted once read
     result = out / "results" / "reprocess_main.json"
     assert f"summary at {result}" in output, "templated result_path not used"
-    assert (out / "results").is_dir() and not result.exists(), "the result file outlived the run"
+    assert (out / "results").is_dir(), "the result file outlived the run"
+    assert not result.exists(), "the result file outlived the run"
     # bad_handler and failing_partitions used the default: a private folder per run, gone afterwards;
     # nothing under the old predictable <tmp>/airflow-kafka-retry/<dag>/<run>/<task>.json
     private = re.findall(r"summary at (\S*/akr-spark-[^/\s]+)/summary\.json", output)
-    assert len(private) == 2 and len(set(private)) == 2, private
+    assert len(private) == 2, private
+    assert len(set(private)) == 2, private
     assert not [p for p in private if os.path.exists(p)]
     assert not (Path(tempfile.gettempdir()) / "airflow-kafka-retry" / "akr_spark_reprocess").exists()
     # the bad handler failed with a readable reason, before anything was read
@@ -240,10 +244,14 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     home = Path(env["AIRFLOW_HOME"])
     db = home / "airflow.db"
     [failed] = _xcom(db, "akr_spark_reprocess", "failing_partitions", "summary")
-    assert failed["status"] == "failed" and failed["engine"] == "spark" and failed["tier"] == 0
-    assert failed["topic"] == fail_topology.topic and failed["group"] == fail_group
+    assert failed["status"] == "failed"
+    assert failed["engine"] == "spark"
+    assert failed["tier"] == 0
+    assert failed["topic"] == fail_topology.topic
+    assert failed["group"] == fail_group
     assert failed["totals"]["failed_partitions"] == list(range(PARTITIONS))
-    assert failed["totals"]["succeeded"] == 0 and failed["totals"]["routed"] == {}
+    assert failed["totals"]["succeeded"] == 0
+    assert failed["totals"]["routed"] == {}
     assert _xcom(db, "akr_spark_reprocess", "failing_partitions", "return_value") == []
     parts = failed["partitions"]
     assert [p["partition"] for p in parts] == list(range(PARTITIONS))
@@ -255,7 +263,8 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
             "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first record "
             f"of the batch: {fail_topology.topic}[{p['partition']}]@0"
         ), p
-        assert p["committed_offset"] is None and p["succeeded"] == 0, p
+        assert p["committed_offset"] is None, p
+        assert p["succeeded"] == 0, p
     # ... and the task failed with the message naming each failed partition and its error
     assert (
         f"Spark reprocessing of {fail_topology.topic} (tier 0, group {fail_group}) failed on {PARTITIONS} of "
@@ -270,9 +279,8 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     # the Kafka password is in no file under AIRFLOW_HOME: the metadata DB (and its WAL, if any), the
     # config, any log file. (``dags test`` runs tasks in-process: their logs are ``output``, checked above.)
     files = [p for p in home.rglob("*") if p.is_file()]
-    assert db in files and fail_topology.topic.encode() in db.read_bytes(), (
-        "the DB scan would not see stored text"
-    )
+    assert db in files, "the DB scan would not see stored text"
+    assert fail_topology.topic.encode() in db.read_bytes(), "the DB scan would not see stored text"
     assert not [str(p) for p in files if SECRET.encode() in p.read_bytes()]
     with closing(sqlite3.connect(db)) as con:
         for table, tasks in (

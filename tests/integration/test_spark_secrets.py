@@ -175,16 +175,16 @@ def test_secrets_reach_executors_in_their_own_jvm_over_authenticated_encrypted_r
         )
     finally:
         watcher.stop()
-    assert summary.ok and summary.engine == "spark", "\n".join(output[-60:])
+    assert summary.ok, "\n".join(output[-60:])
+    assert summary.engine == "spark", "\n".join(output[-60:])
     assert summary.to_dict()["totals"]["drained"] == 40
     fates = [mode for mode, _, _ in inputs.records.values()]
     assert len(ledger.processed_ids(ledger_file)) == fates.count("ok")
     # the tasks ran in an executor JVM of their own, reached over authenticated RPC
     assert watcher.executor_jvms, "no executor JVM of this run was seen: the run proves nothing about RPC"
     assert [line for line in output if "SecurityManager: authentication enabled" in line]
-    assert not watcher.cmdline_hits and not watcher.spark_env_hits, sorted(
-        {describe_process(c) for c in watcher.spark_env_hits.values()}
-    )
+    assert not watcher.cmdline_hits, sorted({describe_process(c) for c in watcher.spark_env_hits.values()})
+    assert not watcher.spark_env_hits, sorted({describe_process(c) for c in watcher.spark_env_hits.values()})
     assert not [line for line in output if SECRET in line]
 
 
@@ -210,5 +210,6 @@ def test_the_driver_will_not_write_its_summary_through_a_planted_symlink(tmp_pat
     output = done.stdout + done.stderr
     assert done.returncode == 2, output[-3000:]
     assert f"refusing to start: the result path {result} already holds a symlink" in output
-    assert victim.read_text() == "precious" and result.is_symlink()
+    assert victim.read_text() == "precious"
+    assert result.is_symlink()
     assert "Running Spark version" not in output, "the driver went on after the check"

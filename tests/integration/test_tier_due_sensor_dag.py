@@ -188,26 +188,26 @@ def test_tier_due_sensor_and_dlt_watch_through_airflow(kafka_bootstrap, tmp_path
     assert "running trigger in line" in output, output[-6000:]
     due_ms = json.loads((out / "due.json").read_text())["due_ms"]
     value = json.loads((out / "xcom.json").read_text())
-    assert (
-        value["topic"] == retry_1
-        and value["tier"] == 1
-        and value["group"] == topology.consumer_group(topology.tier(1))
-    )
-    assert value["due_partitions"] == [1] and value["earliest_due_ms"] == due_ms
+    assert value["topic"] == retry_1
+    assert value["tier"] == 1
+    assert value["group"] == topology.consumer_group(topology.tier(1))
+    assert value["due_partitions"] == [1]
+    assert value["earliest_due_ms"] == due_ms
     assert value["checked_at_ms"] >= due_ms
     # the idle tier and the not-yet-due tier skipped with their reasons, without waiting an hour
     assert f"{retry_2} (group {topology.consumer_group(topology.tier(2))}): nothing is pending" in output
     assert (
         f"{retry_3} (group {topology.consumer_group(topology.tier(3))}): records are pending but not due yet"
         in output
-        and "after the wait limit" in output
     )
+    assert "after the wait limit" in output
     assert f"the reprocessing window {window} Europe/Berlin is closed" in output
 
     # the DLT watch told the notifier once and committed its group
     [notified] = [json.loads(line) for line in (out / "notified.jsonl").read_text().splitlines()]
     assert notified["totals"]["dead_lettered"] == {"com.acme.Declined": 1}
-    assert notified["dead_letters"][0]["topic"] == topic and notified["dead_letters"][0]["offset"] == 12
+    assert notified["dead_letters"][0]["topic"] == topic
+    assert notified["dead_letters"][0]["offset"] == 12
     watch_group = f"{topology.group_id}-dlt-watch"
     assert ledger.committed(kafka_bootstrap, watch_group, topology.dlt_topic, 2) == {0: -1001, 1: 1}
     db = Path(env["AIRFLOW_HOME"]) / "airflow.db"

@@ -121,7 +121,9 @@ def test_fires_once_ahead_of_the_due_time_and_again_only_after_the_group_commits
     assert len(events) == 2, events
     (first_at, first), (second_at, second) = events
     assert due - 1_000 - 300 <= first_at < due, first_at - due  # fired about fire_ahead before the due time
-    assert first["kind"] == "tier_due" and first["not_before_ms"] == due and first["earliest_due_ms"] == due
+    assert first["kind"] == "tier_due"
+    assert first["not_before_ms"] == due
+    assert first["earliest_due_ms"] == due
     assert first["heads"] == [{"topic": topic, "partition": 0, "offset": 0}]
     assert "secret-payload" not in json.dumps(first)
     # the second wave (offset 1, due a second later) only after the commit, never for the same head again
@@ -260,6 +262,9 @@ def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained
     _Running(trigger).for_seconds(8, until=lambda ev: len(ev) == 1, then=later)
     before = [g for at, g in sent if at < marks["drained"]]
     after = [g for at, g in sent if at > marks["drained"] + 1_500]
-    assert before and before[0]["backlog"] == 3 and before[0]["oldest_due_age_ms"] >= 2_000, sent
+    assert before, sent
+    assert before[0]["backlog"] == 3, sent
+    assert before[0]["oldest_due_age_ms"] >= 2_000, sent
     assert before[-1]["backlog"] == 5, sent  # the two behind the paused head
-    assert after and after[-1] == {"backlog": 0, "oldest_due_age_ms": 0}, sent
+    assert after, sent
+    assert after[-1] == {"backlog": 0, "oldest_due_age_ms": 0}, sent

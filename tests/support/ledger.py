@@ -338,7 +338,8 @@ def produce_fault_inputs(
             ],
         )
         producer.poll(0)
-    assert producer.flush(60) == 0 and not errors, errors
+    assert producer.flush(60) == 0, errors
+    assert not errors, errors
     assert len(inputs.records) == len(specs)
     return inputs
 

@@ -76,13 +76,15 @@ def test_everything_has_every_capability() -> None:
 def test_missing_reason_names_capability_and_reason() -> None:
     reason = missing_reason(TANSU_LIKE, "abort_isolation")
     assert reason is not None
-    assert "'abort_isolation'" in reason and "aborted transaction" in reason
+    assert "'abort_isolation'" in reason
+    assert "aborted transaction" in reason
     assert missing_reason(TANSU_LIKE, "timestamp_lookup") is None
 
 
 def test_missing_without_recorded_reason_still_explains() -> None:
     reason = missing_reason(TANSU_LIKE, "enforces_max_message_bytes")
-    assert reason is not None and "no reason recorded" in reason
+    assert reason is not None
+    assert "no reason recorded" in reason
     assert set(TANSU_LIKE.missing()) == {
         "abort_isolation",
         "exact_high_watermark",
@@ -134,7 +136,8 @@ def test_marker_names_are_collected_from_all_markers() -> None:
 
 @pytest.mark.requires_capability("abort_isolation", "delete_records")
 def test_marker_runs_test_when_capabilities_present(broker_capabilities: BrokerCapabilities) -> None:
-    assert broker_capabilities.abort_isolation and broker_capabilities.delete_records
+    assert broker_capabilities.abort_isolation
+    assert broker_capabilities.delete_records
 
 
 def test_capabilities_are_frozen_and_summarised() -> None:
@@ -241,7 +244,8 @@ def test_missing_capability_skips_with_reason_in_a_real_run(
     assert skip_lines, result.stdout.str()
     assert all(line.endswith(f": {reason}") for line in skip_lines), skip_lines
     counts = [re.match(r"SKIPPED \[(\d+)\] ", line) for line in skip_lines]
-    assert all(counts) and sum(int(m.group(1)) for m in counts if m) == 4, skip_lines
+    assert all(counts), skip_lines
+    assert sum(int(m.group(1)) for m in counts if m) == 4, skip_lines
 
 
 def test_misspelt_capability_is_an_error_in_a_real_run(

@@ -16,7 +16,8 @@ NON_NEGATIVE = ["in_place_attempts", "in_place_backoff_ms", "max_extra_calls", "
 def test_defaults() -> None:
     options = DrainOptions(HANDLER)
     assert options.handler == HANDLER
-    assert options.value_deserializer is None and options.key_deserializer is None
+    assert options.value_deserializer is None
+    assert options.key_deserializer is None
     assert options.batch_size == 100
     assert options.chunk_size == 5000
     assert options.max_records is None

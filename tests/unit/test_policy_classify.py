@@ -209,7 +209,8 @@ def test_chain_follows_context() -> None:
 def test_chain_respects_suppress_context() -> None:
     inner = KeyError("inner")
     exc = raised_during_from_none(RuntimeError("outer"), inner)
-    assert exc.__context__ is inner and exc.__suppress_context__
+    assert exc.__context__ is inner
+    assert exc.__suppress_context__
     assert list(exception_chain(exc, traverse_causes=True)) == [exc]
 
 

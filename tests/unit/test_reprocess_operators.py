@@ -161,9 +161,9 @@ def test_template_fields_render(cls):
         "myapp.retry:decode",
         "kafka_prod",
     )
-    assert (
-        op.options == {"batch_size": "50"} and op.cutoff == "2026-01-02T00:00:00" and op.topology == TOPOLOGY
-    )
+    assert op.options == {"batch_size": "50"}
+    assert op.cutoff == "2026-01-02T00:00:00"
+    assert op.topology == TOPOLOGY
     assert (op.window, op.timezone, op.max_run) == ("01:00-05:00", "Europe/Berlin", "2h")
     assert op.reprocess_window().timezone == "Europe/Berlin"
 
@@ -235,7 +235,8 @@ def test_deadline_is_the_first_of_window_closing_and_max_run(kwargs, expected):
 
 def test_the_deadline_goes_into_the_run_options():
     op = make(options={"batch_size": 5})
-    assert op.drain_options(T0).deadline_ms == T0 and op.drain_options().deadline_ms is None
+    assert op.drain_options(T0).deadline_ms == T0
+    assert op.drain_options().deadline_ms is None
     assert op.drain_options(T0).batch_size == 5
 
 
@@ -246,7 +247,8 @@ def test_notifiers_are_called_once_with_the_run_summary_when_records_reached_a_d
     op = make(cls, on_dlt=[recording, lambda ctx: seen.append(ctx["kafka_retry_summary"])])
     ctx = context()
     document = op.report(ctx, summary(busy(0, dead=2), busy(1, dead=1, dropped=1)), engine="Local")
-    assert len(recording.calls) == 1 and len(seen) == 1
+    assert len(recording.calls) == 1
+    assert len(seen) == 1
     message, given = recording.calls[0]
     assert message == "orders-retry-1"  # the notifier's template saw the summary
     assert given == seen[0] == ctx["kafka_retry_summary"]
@@ -281,14 +283,16 @@ def test_a_notifier_that_raises_is_logged_and_fails_nothing(caplog):
     after = Recording()
     with caplog.at_level(logging.ERROR, logger="airflow_kafka_retry.notifications.dispatch"):
         document = make(on_dlt=[broken, after]).report(context(), summary(busy(0, dead=1)), engine="Local")
-    assert document["status"] == "ok" and len(after.calls) == 1
+    assert document["status"] == "ok"
+    assert len(after.calls) == 1
     assert "slack is down" in caplog.text
 
 
 def test_notifier_summary_caps_the_coordinates_over_all_partitions():
     document = summary(busy(0, dead=3), busy(1, dead=3)).to_dict()
     capped = notifier_summary(document, cap=4)
-    assert len(capped["dead_letters"]) == 4 and capped["dead_letters_truncated"] == 2
+    assert len(capped["dead_letters"]) == 4
+    assert capped["dead_letters_truncated"] == 2
 
 
 # ----------------------------------------------------------------------------- report: failures and stops
@@ -321,10 +325,10 @@ def test_a_deadline_stop_is_reported_with_its_reason_and_what_is_left():
             context(), run, engine="Local", deadline_reason="window_closed"
         )
     text = "\n".join(str(entry.get("event")) for entry in logs if entry["log_level"] == "warning")
-    assert document["status"] == "ok" and document["stopped"] == "window_closed"
-    assert (
-        document["partitions"][0]["stopped_by"] == "window_closed" and document["partitions"][0]["left"] == 40
-    )
+    assert document["status"] == "ok"
+    assert document["stopped"] == "window_closed"
+    assert document["partitions"][0]["stopped_by"] == "window_closed"
+    assert document["partitions"][0]["left"] == 40
     assert "orders-retry-1: stopped (window_closed) at a chunk boundary" in text
     assert "partition(s) 0 at offset 10 (40 left)" in text
 
@@ -416,10 +420,10 @@ def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window
     document = op.execute(context())
     sent = json.loads(seen["args"][seen["args"].index("--options-json") + 1])
     midnight = (before // 86_400_000 + 1) * 86_400_000
-    assert sent["deadline_ms"] == midnight and sent["handler"] == HANDLER
-    assert (
-        document["stopped"] == "window_closed" and document["partitions"][0]["stopped_by"] == "window_closed"
-    )
+    assert sent["deadline_ms"] == midnight
+    assert sent["handler"] == HANDLER
+    assert document["stopped"] == "window_closed"
+    assert document["partitions"][0]["stopped_by"] == "window_closed"
 
 
 def test_spark_operator_without_window_or_max_run_sends_no_deadline(
@@ -454,7 +458,8 @@ def test_a_run_started_by_a_tier_wave_waits_until_the_wave_is_due_then_drains_fr
         }
     }
     assert wave_not_before_ms(context) == now + 600  # the latest tier wave: every wave's records are due
-    assert wave_not_before_ms({}) is None and wave_not_before_ms({"triggering_asset_events": {}}) is None
+    assert wave_not_before_ms({}) is None
+    assert wave_not_before_ms({"triggering_asset_events": {}}) is None
     op = ReprocessTierOperator(task_id="r", topology="t.yaml", tier=1, handler="m:f", cutoff="now")
     started = time.monotonic()
     op.wait_for_wave(context, op._should_stop)

@@ -360,10 +360,13 @@ def test_operator_submits_paths_only_and_returns_the_summary(tmp_path, monkeypat
     op = _operator(tmp_path)
     context = _context()
     document = op.execute(context)
-    assert document["status"] == "ok" and document["engine"] == "spark"
+    assert document["status"] == "ok"
+    assert document["engine"] == "spark"
     assert document["totals"]["drained"] == 4
-    assert SECRET not in json.dumps(seen["args"]) and SECRET not in json.dumps(document)
-    assert seen["credentials_content"] == KAFKA_CONFIG and seen["credentials_mode"] == 0o600
+    assert SECRET not in json.dumps(seen["args"])
+    assert SECRET not in json.dumps(document)
+    assert seen["credentials_content"] == KAFKA_CONFIG
+    assert seen["credentials_mode"] == 0o600
     assert not os.path.exists(seen["credentials"]), "credentials file left behind"
     assert seen["application"].endswith("airflow_kafka_retry/spark/entrypoint.py")
     assert seen["py_files"].endswith("deps.zip")
@@ -506,10 +509,12 @@ def test_operator_hook_starts_spark_submit_without_the_workers_secrets(
     monkeypatch.setattr(provider_hook.subprocess, "Popen", FakePopen)
     operator = _operator(tmp_path, env_vars={"HANDLER_SETTING": "from-env-vars"})
     hook = operator._get_hook()
-    assert isinstance(hook, IsolatedSparkSubmitHook) and hook._connection["master"] == "local[2]"
+    assert isinstance(hook, IsolatedSparkSubmitHook)
+    assert hook._connection["master"] == "local[2]"
     hook.submit("app.py")
     env = started["env"]
-    assert env["AKR_INHERITED"] == "kept" and env["HANDLER_SETTING"] == "from-env-vars"
+    assert env["AKR_INHERITED"] == "kept"
+    assert env["HANDLER_SETTING"] == "from-env-vars"
     assert "AIRFLOW_CONN_KAFKA_DEFAULT" in os.environ  # the worker has it ...
     assert not [k for k in env if k.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__"))], sorted(env)
     assert KAFKA_CONFIG["sasl.password"] not in json.dumps(env)  # ... spark-submit does not
