@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,10 +25,8 @@ class CaseFailed(RuntimeError):
 def _tree_rss(process: psutil.Process) -> int:
     total = 0
     for member in [process, *process.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += member.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
     return total
 
 

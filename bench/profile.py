@@ -22,9 +22,10 @@ import pstats
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.workload import Workload
+if TYPE_CHECKING:
+    from bench.workload import Workload
 
 _PHASES = {
     "start": ("airflow_kafka_retry.engine.route", "Router", "start"),

@@ -15,12 +15,14 @@ import json
 import os
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 
 from bench.handler import OK, TRANSIENT, fate
-from bench.workload import Workload
+
+if TYPE_CHECKING:
+    from bench.workload import Workload
 
 CONN_ID = "bench_kafka"
 _ATTEMPTS = [("retry_topic-attempts", (3).to_bytes(4, "big"))]

@@ -13,10 +13,14 @@ them): the least a due-aware drain must do, in one process -- the single-process
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from bench.handler import OK, TRANSIENT, fate
-from bench.workload import Workload
+
+if TYPE_CHECKING:
+    from bench.workload import Workload
 
 
 def run_raw_loop(workload: Workload, group: str, *, read_headers: bool = False) -> int:

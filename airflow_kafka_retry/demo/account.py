@@ -22,7 +22,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.demo.orders import FATES, fate
 from airflow_kafka_retry.dlt.reading import TopicReader
@@ -30,7 +30,9 @@ from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.policy.headers import last_header
 from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 PROCESSED = "processed"
 UNACCOUNTED = "unaccounted for"

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.demo.account import PROCESSED
 from airflow_kafka_retry.demo.picture import columns
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 _COLORS = {
     "main": "#4C72B0",

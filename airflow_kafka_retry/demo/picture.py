@@ -11,10 +11,12 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.demo.account import PROCESSED, UNACCOUNTED, Account
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 _COLORS = {
     "main": "#4C72B0",

@@ -15,15 +15,17 @@ from collections.abc import Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from airflow_kafka_retry.demo.deployment import Deployment
 from airflow_kafka_retry.demo.orders import ALERTS_FILE, read_lines
 from airflow_kafka_retry.engine.backlog import scan_backlog
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.demo.deployment import Deployment
 
 PROGRESS_GROUP_SUFFIX = "-demo-progress"  # never commits: counts every record of a DLT
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.policy.classify import is_dotted_name
 from airflow_kafka_retry.policy.durations import parse_duration_ms
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
 
 
 def parse_time_ms(value: object, *, now_ms: int, option: str) -> int:

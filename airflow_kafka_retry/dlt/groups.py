@@ -6,9 +6,10 @@ import unicodedata
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.dlt.records import DltRecord
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
 
 Bucket = Literal["hour", "day"]
 BUCKETS: tuple[Bucket, ...] = ("hour", "day")
@@ -147,8 +148,10 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = [
-        f"{report['topic']}: {report['records']} record(s), {report['replayed']} replayed "
-        f"(replay log {report['replay_log']})"
+        (
+            f"{report['topic']}: {report['records']} record(s), {report['replayed']} replayed "
+            f"(replay log {report['replay_log']})"
+        )
     ]
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]

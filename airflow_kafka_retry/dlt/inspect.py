@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.groups import BUCKETS, Bucket, group_records
@@ -12,7 +12,9 @@ from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
 from airflow_kafka_retry.dlt.topics import source_topic
 from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 
 def inspect_dlt(

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-
-from confluent_kafka import Message
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.headers import (
     HEADER_NAMES,
@@ -21,6 +20,9 @@ from airflow_kafka_retry.policy.headers import (
     read_original_coordinates,
 )
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, read_replay_audit
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 
 def _first_text(headers: tuple[Header, ...], field: str) -> str | None:

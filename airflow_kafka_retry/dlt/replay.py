@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -50,7 +50,9 @@ from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_count
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, replayed_headers
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -498,7 +500,8 @@ class Replay:
             ) from exc
         except SystemError as exc:
             # confluent-kafka's flush() of a producer that turned fatal mid-call (fenced by another replay of
-            # the same DLT while this one waited) can fail without a Kafka error: the transaction is lost either way
+            # the same DLT while this one waited) can fail without a Kafka error: the transaction is lost
+            # either way
             raise ReplayAbortedError(
                 f"replay {self.replay_id} of {self.source}: the producer failed while "
                 f"flushing ({exc}), most likely fenced by another replay of the same DLT; "

@@ -23,14 +23,16 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.reading import TopicReader
 from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.reading import TopicReader
 
 log = logging.getLogger(__name__)
 

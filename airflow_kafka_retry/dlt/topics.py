@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
+    from airflow_kafka_retry.policy.topology import Topology
 
 BY_KEY = -1  # produce without a partition: the producer partitions by key
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.summary import RunSummary
 
 _STEP_S = 0.2  # how often a wait looks at should_stop
 

@@ -14,16 +14,18 @@ import os
 import pickle
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
-from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.partition import PartitionJob
 from airflow_kafka_retry.engine.process_pool import ProcessPool
 from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
 from airflow_kafka_retry.engine.worker_protocol import WorkerSetup
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message, TopicPartition
 
@@ -27,7 +27,6 @@ from airflow_kafka_retry.engine.distribution import Distribution
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
-from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
 from airflow_kafka_retry.engine.route import RoutedRecord, Router, transactional_id
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
@@ -45,7 +44,10 @@ from airflow_kafka_retry.policy.headers import (
     read_original_timestamp,
 )
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.headers import Header
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from airflow_kafka_retry.policy.headers import Header
-from airflow_kafka_retry.policy.resolver import Destination
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.resolver import Destination
 
 _TIMEOUT_S = 60.0
 

@@ -62,8 +62,10 @@ class TimedHandler:
     def __call__(self, records: Sequence[Any]) -> None:
         if self.abandoned >= self.max_abandoned:
             raise HandlerStuckError(
-                f"handler {self.name!r} overran handler_timeout ({self.timeout_s:g}s) {self.abandoned} times in "
-                f"this run; stopping the partition so that hung handler threads do not pile up (the chunk being "
+                f"handler {self.name!r} overran handler_timeout ({self.timeout_s:g}s) {self.abandoned} times "
+                "in "
+                "this run; stopping the partition so that hung handler threads do not pile up (the chunk "
+                "being "
                 f"handled is not committed; the next run goes on from the committed offset)"
             )
         outcome: list[BaseException | None] = []
@@ -85,7 +87,8 @@ class TimedHandler:
             self.abandoned += 1
             first = getattr(batch[0], "coordinates", "?") if batch else "?"
             raise HandlerTimeoutError(
-                f"handler {self.name!r} did not return within {self.timeout_s:g}s for a batch of {len(batch)} "
+                f"handler {self.name!r} did not return within {self.timeout_s:g}s for a batch of "
+                f"{len(batch)} "
                 f"record(s) starting at {first}; its thread was abandoned"
             )
         error = outcome[0]

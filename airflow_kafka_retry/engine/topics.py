@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,8 @@ def ensure_retry_topics(
     info = metadata.get(main)
     if info is None or info.error is not None or not info.partitions:
         raise MainTopicMissingError(
-            f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it first "
+            f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it "
+            "first "
             "(its partition count and max.message.bytes size the retry topics)"
         )
     partitions = len(info.partitions)

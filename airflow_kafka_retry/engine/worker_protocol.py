@@ -19,16 +19,18 @@ when it is done.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import struct
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.policy.topology import Tier, Topology
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 _LENGTH = struct.Struct(">I")
 
@@ -97,10 +99,8 @@ class FrameWriter:
                 frame = frame[written:]
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.fd)
-        except OSError:
-            pass
 
 
 class FrameReader:
@@ -127,7 +127,5 @@ class FrameReader:
         return message
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.fd)
-        except OSError:
-            pass

@@ -11,11 +11,13 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_kafka_retry.policy.durations import duration_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 #: The default message; ``kafka_retry_summary`` is the run summary the operators put in the context.
 DEFAULT_MESSAGE = (
-    "{% set s = kafka_retry_summary %}{% set t = s.get('totals', s) %}{% set dlts = t.get('dlt_topics', {}) %}"
+    "{% set s = kafka_retry_summary %}{% set t = s.get('totals', s) %}{% set dlts = t.get('dlt_topics', {}) "
+    "%}"
     "Kafka retry: {{ dlts.values() | sum }} record(s) reached a DLT {{ dlts | tojson }}"
     "{% if s.get('topic') %} from {{ s.topic }}{% endif %}"
     "{% if t.get('dropped') %}, {{ t.dropped }} dropped{% endif %}; by exception: "

@@ -16,9 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.engine.distribution import Distribution
-
 if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.distribution import Distribution
     from airflow_kafka_retry.engine.peek import TierPeek
     from airflow_kafka_retry.engine.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Tier, Topology

@@ -12,9 +12,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_retry.engine.follow import drain_following
 from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
@@ -27,6 +25,9 @@ from airflow_kafka_retry.spark.app import load_topology_from
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
+
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.notifications.dispatch import Notifier
 
 #: ``RunSummary.stopped`` when ``on_kill`` (Airflow's SIGTERM) stopped the run.
 KILLED = "killed"

@@ -20,7 +20,6 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipExc
 
 from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.observability.metrics import emit, run_metrics
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Asset
 
+    from airflow_kafka_retry.engine.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Topology
 
 #: Options named by their own operator parameters, not through ``options``.
@@ -139,9 +139,11 @@ def failure_message(summary: RunSummary, engine: str = "Spark") -> str:
     """Which partitions failed and why, for the task's exception."""
     failed = sorted(summary.failed_partitions, key=lambda p: p.partition)
     lines = [
-        f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
-        f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
-        "progress and a rerun resumes each failed one from its committed offset:"
+        (
+            f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
+            f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
+            "progress and a rerun resumes each failed one from its committed offset:"
+        )
     ]
     lines += [
         f"  partition {p.partition}: {p.error or 'failed'} (committed up to {p.committed_offset})"
@@ -159,7 +161,8 @@ def stop_message(summary: RunSummary) -> str:
         for p in stopped
     ]
     return (
-        f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is committed "
+        f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is "
+        "committed "
         f"and the rest stays for the next run: partition(s) {', '.join(parts)}"
     )
 

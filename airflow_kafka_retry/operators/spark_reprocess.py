@@ -6,14 +6,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
-from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
@@ -27,7 +24,11 @@ from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, 
 from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
 
 if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.providers.common.compat.sdk import Context
+
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.notifications.dispatch import Notifier
 
 __all__ = [
     "SparkReprocessTierOperator",

@@ -17,12 +17,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.backlog import scan_backlog
 from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
-from airflow_kafka_retry.plugin.settings import ViewSettings
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.plugin.settings import ViewSettings
+    from airflow_kafka_retry.policy.topology import Topology
 
 
 @dataclass(frozen=True)

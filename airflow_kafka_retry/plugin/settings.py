@@ -38,14 +38,18 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "cache_ttl": (
         "5",
         "float",
-        "Seconds the view reuses a topology's Kafka reads (backlog, DLT counts) "
-        "before reading the broker again; 0 reads it on every refresh.",
+        (
+            "Seconds the view reuses a topology's Kafka reads (backlog, DLT counts) "
+            "before reading the broker again; 0 reads it on every refresh."
+        ),
     ),
     "max_scans": (
         "4",
         "integer",
-        "At most this many Kafka scans (one per topic) run at once in the API "
-        "server, for all users together.",
+        (
+            "At most this many Kafka scans (one per topic) run at once in the API "
+            "server, for all users together."
+        ),
     ),
 }
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.policy.naming import ReuseScope
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.naming import ReuseScope
 
 CompatName = Literal["none", "spring-3.2", "spring-2.7", "spring-builder-4.0", "spring-builder-4.1"]
 SPRING_GROUP_TEMPLATE = "{group_id}{suffix}"

@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.windows import ReprocessWindow
 
 DueAction = Literal["due", "idle", "wait", "skip"]
 

@@ -48,10 +48,12 @@ import struct
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from airflow_kafka_retry.policy.classify import class_path, exception_chain
-from airflow_kafka_retry.policy.header_policy import CauseRule, HeaderNaming, HeaderPolicy
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.header_policy import CauseRule, HeaderNaming, HeaderPolicy
 
 Header = tuple[str, bytes | None]
 _T = TypeVar("_T")

@@ -98,7 +98,8 @@ def _check_repeats_trail(delays: list[int]) -> None:
     bad = sorted({d for d in head if head.count(d) > 1 or d == delays[-1]})
     if bad:
         raise NamingError(
-            f"same-interval reuse needs repeated delays only at the end (Spring's DestinationTopicPropertiesFactory "
+            "same-interval reuse needs repeated delays only at the end (Spring's "
+            "DestinationTopicPropertiesFactory "
             f"assumes so), but {', '.join(f'{d} ms' for d in bad)} repeats earlier in {delays}; "
             "reorder the delays or set reuse_same_interval: false"
         )

@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.policy.headers import Header
 from airflow_kafka_retry.policy.replay_headers import is_replayed
-from airflow_kafka_retry.policy.topology import Tier, Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 Action = Literal["retry", "dlt", "drop"]
 Reason = Literal[

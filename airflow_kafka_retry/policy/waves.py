@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_retry.policy.due_check import check_due
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.windows import ReprocessWindow
 
 Key = tuple[str, int]
 

@@ -9,6 +9,7 @@ to a ``0600`` file in a ``0700`` folder and only that file's path is passed to t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -55,7 +56,8 @@ def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if not isinstance(value, _JSON_TYPES):
             raise KafkaConfigError(
-                f"Kafka configuration key {key!r} holds a {type(value).__name__}, which cannot be shipped to Spark "
+                f"Kafka configuration key {key!r} holds a {type(value).__name__}, which cannot be shipped to "
+                "Spark "
                 "executors; use plain librdkafka settings (strings, numbers, booleans) for Spark runs"
             )
         shippable[key] = value
@@ -81,7 +83,5 @@ def write_credentials_file(kafka_config: Mapping[str, Any], directory: str) -> s
 
 def remove_credentials_file(path: str) -> None:
     """Delete the file (no error if it is already gone)."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -17,9 +17,12 @@ import sysconfig
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.engine.options import DrainOptions
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
 
 log = logging.getLogger(__name__)
 

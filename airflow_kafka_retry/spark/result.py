@@ -15,6 +15,7 @@ with ``O_NOFOLLOW`` and accepts only a regular file owned by its own user.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -101,10 +102,8 @@ def remove_result(url: str) -> None:
     for this run's.
     """
     if is_local(url):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(_local_path(url))
-        except FileNotFoundError:
-            pass
         return
     fs, path = fsspec.core.url_to_fs(url)
     if fs.exists(path):

@@ -35,10 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.spark.credentials import (
     check_shippable,
     remove_credentials_file,
@@ -49,6 +47,10 @@ from airflow_kafka_retry.spark.pyfiles import build_for_options
 from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
 from airflow_kafka_retry.spark.staging import cluster_mode_conf
 from airflow_kafka_retry.spark.transport import check_secrets_transport, effective_spark_conf
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +230,7 @@ def spark_home() -> str | None:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 def find_spark_submit(binary: str = "spark-submit") -> str:

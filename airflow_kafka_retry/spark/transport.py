@@ -86,10 +86,13 @@ def check_secrets_transport(
         return
     settings = " and ".join(f"{key}=true" for key in missing)
     raise UnencryptedSecretsError(
-        f"the Kafka configuration holds secrets ({', '.join(secrets)}) and every Spark task carries it to the "
+        f"the Kafka configuration holds secrets ({', '.join(secrets)}) and every Spark task carries it to "
+        "the "
         f"executors of master {master!r} over Spark's RPC, which is not protected: {', '.join(missing)} "
-        f"{'is' if len(missing) == 1 else 'are'} not set{where}. Set {settings} (Spark then authenticates and "
-        f"encrypts its RPC), let executors resolve credentials themselves (a secret the cluster mounts, such as "
+        f"{'is' if len(missing) == 1 else 'are'} not set{where}. Set {settings} (Spark then authenticates "
+        "and "
+        "encrypts its RPC), let executors resolve credentials themselves (a secret the cluster mounts, such "
+        "as "
         f"ssl.key.location, or an OAUTHBEARER token source), or pass {ALLOW_FLAG}=True to accept the risk"
     )
 
@@ -120,7 +123,9 @@ def spark_defaults_file(environ: Mapping[str, str] | None = None) -> str | None:
     home = env.get("SPARK_HOME")
     if not home and environ is None:
         spec = importlib.util.find_spec("pyspark")
-        home = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+        home = (
+            next(iter(spec.submodule_search_locations)) if spec and spec.submodule_search_locations else None
+        )
     folder = env.get("SPARK_CONF_DIR") or (os.path.join(home, "conf") if home else None)
     path = os.path.join(folder, "spark-defaults.conf") if folder else None
     return path if path and os.path.isfile(path) else None

@@ -124,8 +124,10 @@ class BrokerCapabilities:
         """Human-readable lines, one per capability, for the pytest terminal summary."""
         kind = "Tansu" if self.is_tansu else "Kafka"
         lines = [
-            f"broker capabilities ({kind}, cluster id {self.cluster_id!r}, "
-            f"probed in {self.probe_seconds:.1f}s):"
+            (
+                f"broker capabilities ({kind}, cluster id {self.cluster_id!r}, "
+                f"probed in {self.probe_seconds:.1f}s):"
+            )
         ]
         for name in CAPABILITIES:
             if getattr(self, name):

@@ -6,6 +6,7 @@ process groups that die with the process that started them, and a registry stopp
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
@@ -59,10 +60,8 @@ def parent_death_hook() -> object:
 
 def signal_group(pid: int, sig: signal.Signals) -> None:
     """Send ``sig`` to the process group led by ``pid`` (started with ``start_new_session=True``)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def register(broker: Stoppable) -> None:

@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.policy.topology import Topology
 
 REPO = Path(__file__).parents[2]
 HANDLER = "tests.support.fault_handler"

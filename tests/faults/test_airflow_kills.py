@@ -29,9 +29,11 @@ from tests.support.ledger import FaultInput
 
 pytestmark = [pytest.mark.slow]
 
-# mostly successes: the test handler pauses on every call, and each failure costs a call (the rest of its batch
+# mostly successes: the test handler pauses on every call, and each failure costs a call (the rest of its
+# batch
 # is handed over again), so chunk times stay near (calls per chunk) x AKR_SLOW_S. Every tier's chunks hold a
-# record that fails again: Tansu loses the offsets of a transaction without records (offsets_only_transactions).
+# record that fails again: Tansu loses the offsets of a transaction without records
+# (offsets_only_transactions).
 MODES = ("ok", "ok", "transient:1", "permanent", "fatal")
 GRACE_S = 5.0  # the supervisor's escalation delay between SIGTERM and SIGKILL
 CHUNK = 20
@@ -147,7 +149,8 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
             0.1,
             marks=pytest.mark.fault_case(
                 "8",
-                f"SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk of {CHUNK} "
+                "SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk "
+                f"of {CHUNK} "
                 f"records takes about 0.5 s), SIGKILL if it is alive {GRACE_S:g} s later",
             ),
         ),
@@ -155,7 +158,8 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
             1.5,
             marks=pytest.mark.fault_case(
                 "8",
-                f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands inside a "
+                f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands "
+                "inside a "
                 "chunk",
             ),
         ),
@@ -244,7 +248,8 @@ def test_two_airflow_task_instances_of_one_tier_one_is_fenced(
         kafka_bootstrap, topology, inputs, ledger_file, 1, allow_duplicates=True, handled_once=False
     )
     fault_result(
-        f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of its "
+        f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of "
+        "its "
         "chunk committed); the other finished",
         account,
     )

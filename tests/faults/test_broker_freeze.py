@@ -78,7 +78,8 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
             True,
             marks=pytest.mark.fault_case(
                 "1",
-                f"broker SIGSTOPped for {FREEZE_S:g}s inside chunk 2's transaction, right after its routed records were "
+                f"broker SIGSTOPped for {FREEZE_S:g}s inside chunk 2's transaction, right after its routed "
+                "records were "
                 f"produced and before they were acknowledged (transaction.timeout.ms={TXN_TIMEOUT_MS})",
             ),
         ),
@@ -88,7 +89,8 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
             True,
             marks=pytest.mark.fault_case(
                 "2",
-                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed "
+                "records and "
                 f"the offset commit of its transaction (transaction.timeout.ms={TXN_TIMEOUT_MS})",
             ),
         ),
@@ -98,7 +100,8 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
             False,
             marks=pytest.mark.fault_case(
                 "2",
-                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed "
+                "records and "
                 "the consumer's offset commit (idempotent mode, no transactions)",
             ),
         ),

@@ -62,7 +62,8 @@ def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
         ok = bool(delivered) and delivered[0][0] is None
         mode = "a transactional" if transactional else "an idempotent"
         _PROBED[(bootstrap, transactional)] = (
-            f"measured: the broker acknowledged {mode} write to a deleted topic (offset {delivered[0][1]}) and the "
+            f"measured: the broker acknowledged {mode} write to a deleted topic (offset {delivered[0][1]}) "
+            "and the "
             "record is nowhere to be read (Kafka answers UNKNOWN_TOPIC_OR_PARTITION), so a run cannot notice "
             "the deletion"
             if ok

@@ -23,11 +23,13 @@ def _normal(count: int) -> list[FaultInput]:
 
 
 POISON = {
-    # Spring reads a 4-byte int (or the legacy 1 byte); any other length, or a value outside 1..32767, is attempt 1
+    # Spring reads a 4-byte int (or the legacy 1 byte); any other length, or a value outside 1..32767, is
+    # attempt 1
     "truncated attempts (3 bytes)": FaultInput("transient:1", headers=[(H.ATTEMPTS, b"\x00\x00\x02")]),
     "attempts 0x7fffffff": FaultInput("permanent", headers=[(H.ATTEMPTS, H.encode_int32(2**31 - 1))]),
     "negative attempts": FaultInput("transient:1", headers=[(H.ATTEMPTS, H.encode_int32(-3))]),
-    # a due time in the past is due now; one more than a day ahead (Spring's MAX_BACKOFF_MS) or longer than 8 bytes
+    # a due time in the past is due now; one more than a day ahead (Spring's MAX_BACKOFF_MS) or longer than 8
+    # bytes
     # is ignored, as Spring ignores it, instead of holding the partition back for ever
     "negative backoff timestamp": FaultInput("ok", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(-5))]),
     "huge backoff timestamp (2^63-1)": FaultInput(

@@ -227,7 +227,7 @@ def test_limit_key_and_offsets_select_records(kafka_bootstrap, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "request_kwargs, message",
+    ("request_kwargs", "message"),
     [
         ({"offsets": "5-3"}, "--offsets '5-3'"),
         ({"since": "yesterday-ish"}, "--since 'yesterday-ish' is not a time"),

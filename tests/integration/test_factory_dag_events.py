@@ -113,7 +113,8 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     ], triggers
     assert not any(kafka_bootstrap in str(kwargs) for _, kwargs in triggers)
 
-    # before the setup DAG ran, a run of a tier whose topic does not exist yet is skipped (nothing is due there)
+    # before the setup DAG ran, a run of a tier whose topic does not exist yet is skipped (nothing is due
+    # there)
     tier2 = f"akr_{retry2}"
     output = dags_test(tier2)
     assert _states(db, tier2) == [{"reprocess": "skipped"}], output

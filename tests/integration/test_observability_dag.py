@@ -167,8 +167,10 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
             ),
             "AIRFLOW__OPENLINEAGE__NAMESPACE": "akr-test",
             "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",  # default 10 s: too short on a busy 2-core machine
-            # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left by
-            # the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's task-side
+            # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left
+            # by
+            # the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's
+            # task-side
             # plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes after it
             "PYTHONPATH": str(_tests_only_path(tmp_path)),
         }
@@ -218,7 +220,7 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
 
 def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run):
     topology, metrics, xcom = observed_run["topology"], observed_run["metrics"], observed_run["xcom"]
-    tier1, dlt, parking = topology.tier(1).topic, topology.dlt_topic, topology.parking_topic
+    tier1, dlt, _parking = topology.tier(1).topic, topology.dlt_topic, topology.parking_topic
     main = xcom["reprocess_main"]
     totals = main["totals"]
     modes = Counter(mode for mode, _, _ in observed_run["inputs"].records.values())
@@ -261,7 +263,8 @@ def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run)
     # ---- the backlog gauges of tier 1, from the sensor's peek (its XCom holds what it saw)
     due = xcom["tier_1_due"]
     tier1_tags = {"topology": topology.topic, "tier_topic": tier1, "tier": "1"}
-    # log end - head: the records, plus the commit marker each of the main run's transactions left (an upper bound)
+    # log end - head: the records, plus the commit marker each of the main run's transactions left (an upper
+    # bound)
     backlog = single(metrics, "kafka_retry.tier.backlog", "g", **tier1_tags)
     markers = sum(p["transactions"] for p in main["partitions"])
     assert totals["routed"][tier1] <= backlog <= totals["routed"][tier1] + markers, (backlog, markers)

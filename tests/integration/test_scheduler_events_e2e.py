@@ -195,11 +195,13 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
             if handled:
                 p50, worst = _lateness(handled)
                 print(
-                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max {worst:.2f}s "
+                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max "
+                    f"{worst:.2f}s "
                     f"over {len(handled)} records"
                 )
         print(
-            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed after "
+            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed "
+            "after "
             f"{KILL_TRIGGERER_AFTER_S}s and restarted)"
         )
     assert killed

@@ -18,19 +18,21 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.spark.result import SparkAppError
 from airflow_kafka_retry.spark.submit import run_spark_submit
 
 from tests.support import ledger
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -296,7 +298,8 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
     assert watcher.other_env_hits, "the watcher missed the decoy that inherited AIRFLOW_CONN_KAFKA_DEFAULT"
     assert not watcher.cmdline_hits, watcher.cmdline_hits
     assert not watcher.spark_env_hits, (
-        f"AIRFLOW_CONN_KAFKA_DEFAULT reached {len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} Spark "
+        f"AIRFLOW_CONN_KAFKA_DEFAULT reached {len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} "
+        "Spark "
         f"processes: {sorted({describe_process(c) for c in watcher.spark_env_hits.values()})}"
     )
     commands = [line for line in run.runner.logged if line.startswith("spark-submit command:")]

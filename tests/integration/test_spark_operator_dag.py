@@ -260,7 +260,8 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
         assert p["status"] == "failed", p
         assert (
             p["error"] == "UserCodeError: handler 'tests.support.ledger_handler:bad_index' raised "
-            "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first record "
+            "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first "
+            "record "
             f"of the batch: {fail_topology.topic}[{p['partition']}]@0"
         ), p
         assert p["committed_offset"] is None, p

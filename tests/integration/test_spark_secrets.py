@@ -98,7 +98,8 @@ def test_cli_refuses_to_send_secrets_to_a_cluster_master_without_rpc_protection(
 
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert (
-        "airflow-kafka-retry: error: the Kafka configuration holds secrets (sasl.password) and every Spark task "
+        "airflow-kafka-retry: error: the Kafka configuration holds secrets (sasl.password) and every Spark "
+        "task "
         f"carries it to the executors of master '{LOCAL_CLUSTER}' over Spark's RPC, which is not protected: "
         "spark.network.crypto.enabled is not set (looked in --conf)"
     ) in refused.stderr

@@ -77,7 +77,8 @@ def test_spring_32_path_end_to_end(kafka_bootstrap, tmp_path):
                 "compat": "spring-3.2",
                 "attempts": 4,
                 "backoff": {"kind": "fixed", "delay": "0ms"},
-                # as in Spring, routing an exception to its own DLT does not make it fatal: that is not_retryable
+                # as in Spring, routing an exception to its own DLT does not make it fatal: that is
+                # not_retryable
                 "not_retryable": [f"{ledger.HANDLER_MODULE}.InvalidOrder"],
                 "dlt_routing": {"-invalid": [f"{ledger.HANDLER_MODULE}.InvalidOrder"]},
             }

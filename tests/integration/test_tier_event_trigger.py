@@ -7,6 +7,7 @@ then cancels it, as the triggerer does when a DAG stops using the watcher.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -85,10 +86,8 @@ class _Running:
                         )  # a loaded machine's slow action is not watch time
                 await asyncio.sleep(0.05)
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
             if task.done() and not task.cancelled() and task.exception():
                 raise task.exception()
 

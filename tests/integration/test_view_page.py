@@ -308,7 +308,8 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                         "document.querySelector('#status').textContent.startsWith('triggered')",
                         timeout=60_000,
                     )
-                    # Replay on the InvalidOrder group: the form is pre-filled, dry run on, and triggers the replay DAG
+                    # Replay on the InvalidOrder group: the form is pre-filled, dry run on, and triggers the
+                    # replay DAG
                     dlt.locator('tr[data-exception="myapp.errors.InvalidOrder"]').get_by_role(
                         "button", name="Replay"
                     ).click()

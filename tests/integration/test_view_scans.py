@@ -82,7 +82,7 @@ def test_backlog_counts_from_the_committed_offset_and_buckets_due_times(kafka_bo
         offsets = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
     finally:
         consumer.close()
-    assert [tp.offset for tp in offsets][0] == 2
+    assert next(tp.offset for tp in offsets) == 2
     assert offsets[1].offset < 0
 
 
@@ -151,7 +151,7 @@ def test_transaction_markers_are_not_counted_as_backlog(kafka_bootstrap, new_top
     topic = new_topic("view-txn", partitions=1)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-txn"})
     producer.init_transactions(15)
-    for batch in range(3):
+    for _batch in range(3):
         producer.begin_transaction()
         producer.produce(topic, b"x", partition=0, headers=due(NOW - 1))
         producer.commit_transaction(15)

@@ -338,8 +338,10 @@ def test_embedded_broker_without_a_capability_skips_with_the_reason(
     result.assert_outcomes(passed=2, skipped=4)
     result.stdout.fnmatch_lines(
         [
-            "SKIPPED * broker lacks capability 'abort_isolation': read_committed "
-            "consumer saw 3 of 3 records of an aborted transaction"
+            (
+                "SKIPPED * broker lacks capability 'abort_isolation': read_committed "
+                "consumer saw 3 of 3 records of an aborted transaction"
+            )
         ]
     )
 
@@ -352,10 +354,12 @@ def test_external_cluster_without_an_expected_capability_fails_the_session(
     result.stdout.fnmatch_lines(["*= no tests ran in *"])  # the session ended: nothing was skipped on it
     result.stdout.fnmatch_lines(
         [
-            "*broker capabilities: broker kafka.example:9092 lacks 6 "
-            "capability(ies) expected of it (abort_isolation: read_committed consumer "
-            "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
-            "*KAFKA_EXPECTED_CAPABILITIES*"
+            (
+                "*broker capabilities: broker kafka.example:9092 lacks 6 "
+                "capability(ies) expected of it (abort_isolation: read_committed consumer "
+                "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
+                "*KAFKA_EXPECTED_CAPABILITIES*"
+            )
         ]
     )
     result.stdout.fnmatch_lines(["*abort_isolation: NO - read_committed consumer saw 3 of 3*"])  # summary too
@@ -380,8 +384,10 @@ def test_a_probe_that_errs_fails_the_session_instead_of_skipping(
     result.stdout.fnmatch_lines(["*= no tests ran in *"])
     result.stdout.fnmatch_lines(
         [
-            "*broker capabilities: capability check(s) of the broker at "
-            "kafka.example:9092 measured nothing: abort_isolation raised "
-            "ConnectionResetError: reset*"
+            (
+                "*broker capabilities: capability check(s) of the broker at "
+                "kafka.example:9092 measured nothing: abort_isolation raised "
+                "ConnectionResetError: reset*"
+            )
         ]
     )

@@ -16,7 +16,7 @@ NOWHERE = "127.0.0.1:9"  # nothing listens: a test that reached Kafka would time
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (["--offsets", "9-2"], "--offsets '9-2': offsets must be >= 0 and A <= B"),
         (["--since", "soon"], "--since 'soon' is not a time"),

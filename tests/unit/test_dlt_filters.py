@@ -153,7 +153,7 @@ def test_time_forms():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    ("kwargs", "message"),
     [
         ({"offsets": "7-5"}, "--offsets '7-5': offsets must be >= 0 and A <= B"),
         ({"offsets": "a-b"}, "--offsets 'a-b': expected A-B"),

@@ -128,7 +128,7 @@ def test_the_dag_offers_the_allowlists(topology):
 
 
 @pytest.mark.parametrize(
-    "transforms, message",
+    ("transforms", "message"),
     [
         ({"fix": "no_colon"}, "transforms['fix'] = 'no_colon' must be given as 'package.module:function'"),
         ({"a:b": FIX}, "transforms: 'a:b' is not a transform name"),

@@ -36,7 +36,7 @@ def test_transform_edits_or_leaves_out():
 
 
 @pytest.mark.parametrize(
-    "function, message",
+    ("function", "message"),
     [
         ("raise_on_second", "transform 'f' on orders-dlt[0]@1 raised ValueError: cannot fix this one"),
         ("wrong_type", "transform 'f' on orders-dlt[0]@1 returned str; it must return the record"),
@@ -61,7 +61,7 @@ def test_malformed_headers_are_refused():
 
 
 @pytest.mark.parametrize(
-    "path, message",
+    ("path", "message"),
     [
         ("nomodule", "must be given as 'package.module:function'"),
         ("tests.support.no_such_module:f", "cannot import module 'tests.support.no_such_module'"),
@@ -180,7 +180,7 @@ def test_targets():
 
 
 @pytest.mark.parametrize(
-    "spec, message",
+    ("spec", "message"),
     [
         ("orders-dlt", "--to 'orders-dlt' is the topic being replayed"),
         ("orders-invalid-dlt", "--to 'orders-invalid-dlt' is a dead-letter topic"),

@@ -276,7 +276,7 @@ def test_input_is_not_mutated_and_any_mapping_works() -> None:
     user = base(**SECURITY, **{"enable.auto.commit": True, "acks": "1"})
     snapshot = dict(user)
     consumer = consumer_config(MappingProxyType(user), "g")
-    producer = producer_config(MappingProxyType(user), "txn")
+    producer_config(MappingProxyType(user), "txn")
     assert user == snapshot
     consumer["extra"] = 1
     assert "extra" not in producer_config(user, "txn")

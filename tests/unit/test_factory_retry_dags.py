@@ -201,8 +201,11 @@ def test_custom_delays_below_min_schedule_are_floored_with_a_warning(tmp_path, c
         "kafka_retry__pay-retry-3": timedelta(minutes=10),
     }
     assert [r.getMessage() for r in caplog.records] == [
-        "tier pay-retry-1: schedule 0:00:05 is shorter than min_schedule 0:00:30; scheduling it every 0:00:30 "
-        "(the due check still keeps every record until its due time)"
+        (
+            "tier pay-retry-1: schedule 0:00:05 is shorter than min_schedule 0:00:30; scheduling it every "
+            "0:00:30 "
+            "(the due check still keeps every record until its due time)"
+        )
     ]
     # the sensor waits at most one interval: the floored one
     assert dags["kafka_retry__pay-retry-1"].get_task("wait_for_due").max_wait == timedelta(seconds=30)
@@ -315,21 +318,33 @@ def test_tier_overrides_with_a_window():
     [
         (
             {"orders-retry-9": {"schedule": "@daily"}},
-            r"tier_overrides\['orders-retry-9'\]: no DAG is built for this topic; tiers with a DAG: orders-retry-1, "
-            r"orders-retry-2, orders-retry-3, orders-dlt",
+            (
+                r"tier_overrides\['orders-retry-9'\]: no DAG is built for this topic; tiers with a DAG: "
+                r"orders-retry-1, "
+                r"orders-retry-2, orders-retry-3, orders-dlt"
+            ),
         ),
         ({"orders": {"schedule": "@daily"}}, r"tier_overrides\['orders'\]: .*only with include_main=True"),
         (
             {"orders-retry-1": {"windows": "01:00-02:00"}},
-            r"tier_overrides\['orders-retry-1'\]\['windows'\]: unknown key; known keys: schedule, window, timezone, max_run",
+            (
+                r"tier_overrides\['orders-retry-1'\]\['windows'\]: unknown key; known keys: schedule, window, "
+                r"timezone, max_run"
+            ),
         ),
         (
             {"orders-retry-1": {"schedule": "every minute"}},
-            r"tier_overrides\['orders-retry-1'\]\['schedule'\]: 'every minute' is not a valid cron expression",
+            (
+                r"tier_overrides\['orders-retry-1'\]\['schedule'\]: 'every minute' is not a valid cron "
+                r"expression"
+            ),
         ),
         (
             {"orders-retry-1": {"schedule": 30}},
-            r"tier_overrides\['orders-retry-1'\]\['schedule'\]: must be a cron string, a timedelta or a timetable",
+            (
+                r"tier_overrides\['orders-retry-1'\]\['schedule'\]: must be a cron string, a timedelta or a "
+                r"timetable"
+            ),
         ),
         (
             {"orders-retry-1": {"timezone": "Mars/Olympus"}},

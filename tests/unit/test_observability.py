@@ -210,7 +210,8 @@ def test_replay_lineage_outputs_only_what_moved():
     assert replay_lineage("orders-dlt", "k1:9092", {**document, "dry_run": True}).outputs == []
 
 
-# ----------------------------------------------------------------------------- the operators' OpenLineage methods
+# ----------------------------------------------------------------------------- the operators' OpenLineage
+# methods
 @pytest.mark.parametrize("cls", ["local", "spark"])
 def test_both_reprocess_operators_report_lineage_with_the_run_counts(cls):
     from airflow.sdk.execution_time.context import OutletEventAccessors

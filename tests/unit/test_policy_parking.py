@@ -48,7 +48,7 @@ def test_parking_topic_default_custom_and_in_the_topics_to_create():
 
 
 @pytest.mark.parametrize(
-    "suffix, message",
+    ("suffix", "message"),
     [
         ("-dlt", "derived topic name 'orders-dlt' is also the dead-letter topic"),
         ("-retry-1", "derived topic name 'orders-retry-1' is also the retry tier 1 topic"),
@@ -71,7 +71,7 @@ def resolve(t: Topology, topic: str, attempt: int, exc: BaseException, headers=N
 
 
 @pytest.mark.parametrize(
-    "topic, attempt, exc, reason",
+    ("topic", "attempt", "exc", "reason"),
     [
         ("orders-retry-2", 3, RuntimeError("again"), "exhausted"),
         ("orders", 1, KeyError("fatal"), "not_retryable"),

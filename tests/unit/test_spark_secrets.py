@@ -541,7 +541,8 @@ def test_an_operator_run_leaves_no_result_behind(tmp_path, monkeypatch, airflow_
     assert not (tmp_path / "summary.json").exists()
 
 
-# ----------------------------------------------------------------------------- executors resolving credentials
+# ----------------------------------------------------------------------------- executors resolving
+# credentials
 def test_an_oauth_callback_travels_as_its_import_path_and_executors_import_it():
     import functools
 
@@ -591,7 +592,8 @@ def test_every_provider_hook_method_that_starts_a_process_gets_the_stripped_envi
         for name, fn in vars(SparkSubmitHook).items()
         if inspect.isfunction(fn) and "subprocess" in _code_names(fn.__code__)
     }
-    # a provider upgrade that starts a process elsewhere must be looked at (and added to STATUS_AND_KILL_METHODS)
+    # a provider upgrade that starts a process elsewhere must be looked at (and added to
+    # STATUS_AND_KILL_METHODS)
     assert starting == {"submit", *STATUS_AND_KILL_METHODS}
     for name in STATUS_AND_KILL_METHODS:
         method = getattr(IsolatedSparkSubmitHook, "_base_on_kill" if name == "on_kill" else name)
@@ -673,7 +675,10 @@ def test_operator_in_kubernetes_cluster_mode_deletes_the_uploaded_credentials_af
         hook._process_spark_submit_log(
             iter(
                 [
-                    f"26/11/23 12:00:00 INFO KubernetesUtils: Uploading file: {shipped} to dest: {copy.as_uri()}...\n",
+                    (
+                        f"26/11/23 12:00:00 INFO KubernetesUtils: Uploading file: {shipped} to dest: "
+                        f"{copy.as_uri()}...\n"
+                    ),
                     "26/11/23 12:00:09 INFO LoggingPodStatusWatcherImpl: Application finished\n",
                 ]
             )
