@@ -37,7 +37,7 @@ class _StrippedSubprocess:
         return subprocess.Popen(*args, **self._stripped(kwargs))
 
     def run(self, *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
-        return subprocess.run(*args, **self._stripped(kwargs))
+        return subprocess.run(*args, check=False, **self._stripped(kwargs))
 
 
 #: The base class's methods that start processes besides ``spark-submit`` itself: ``spark-submit

@@ -92,7 +92,13 @@ class AirflowCluster:
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [self.airflow, *args], env=self.env, cwd=self.cwd, capture_output=True, text=True, timeout=timeout
+            [self.airflow, *args],
+            check=False,
+            env=self.env,
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def migrate(self) -> None:

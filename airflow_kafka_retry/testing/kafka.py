@@ -283,7 +283,9 @@ class ApacheKafka:
             _cluster_id(),
             "--ignore-formatted",
         ]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        )
         if done.returncode != 0:
             out = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
             raise KafkaStartError(

@@ -100,6 +100,7 @@ def cli_drain(
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         cli_drain_cmd(topology_file, tier, bootstrap, *extra, handler=handler, module=module),
+        check=False,
         env=env,
         capture_output=True,
         text=True,

@@ -60,7 +60,13 @@ def migrated_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("airflow-template")
     env = _env(home, "127.0.0.1:1", "unused")
     done = subprocess.run(
-        [_airflow(), "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [_airflow(), "db", "migrate"],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return home
@@ -103,7 +109,13 @@ def _deployment(template: Path, where: Path, topology_file: Path, env: dict[str,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{where / 'airflow.db'}",
     }
     done = subprocess.run(
-        [_airflow(), "dags", "reserialize"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [_airflow(), "dags", "reserialize"],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return env

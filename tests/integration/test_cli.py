@@ -57,6 +57,7 @@ def test_drain_prints_the_run_summary_as_json(kafka_bootstrap, tmp_path):
             "--bootstrap",
             kafka_bootstrap,
         ],
+        check=False,
         env={**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,

@@ -27,6 +27,7 @@ REPO = Path(__file__).parents[2]
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "airflow_kafka_retry.cli", *args],
+        check=False,
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -44,6 +44,7 @@ def _replay(bootstrap: str, topology_file: Path, module: list[str], env: dict) -
             "--bootstrap",
             bootstrap,
         ],
+        check=False,
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -34,7 +34,7 @@ dag = build_dlt_replay_dag({topology!r}, dag_id={dag_id!r},
 
 def _airflow(airflow: str, env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
 
 

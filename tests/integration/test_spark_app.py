@@ -489,6 +489,7 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
                 str(kafka_config),
                 *conf,
             ],
+            check=False,
             env=env,
             capture_output=True,
             text=True,

@@ -94,7 +94,7 @@ def test_cli_refuses_to_send_secrets_to_a_cluster_master_without_rpc_protection(
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_CONF_DIR": str(tmp_path)}  # no spark-defaults.conf
 
-    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    refused = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
 
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert (
@@ -123,7 +123,9 @@ def test_the_driver_refuses_when_spark_runs_it_with_a_cluster_master_and_unprote
         master="local[2]",
     ) as submission:
         cmd = spark_submit_command(submission, master=LOCAL_CLUSTER, conf=CLUSTER_CONF)
-        done = subprocess.run(cmd, env=_submit_env(), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            cmd, check=False, env=_submit_env(), capture_output=True, text=True, timeout=300
+        )
         with pytest.raises(SparkAppError) as err:
             submission.read_summary()
     output = done.stdout + done.stderr
@@ -207,7 +209,9 @@ def test_the_driver_will_not_write_its_summary_through_a_planted_symlink(tmp_pat
         result_path=str(result),
     ) as submission:
         cmd = spark_submit_command(submission, master="local[2]", conf=SPARK_CONF)
-        done = subprocess.run(cmd, env=_submit_env(), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            cmd, check=False, env=_submit_env(), capture_output=True, text=True, timeout=300
+        )
     output = done.stdout + done.stderr
     assert done.returncode == 2, output[-3000:]
     assert f"refusing to start: the result path {result} already holds a symlink" in output

@@ -55,6 +55,7 @@ def drain(topology_file: Path, tier: str, bootstrap: str, ledger_file: str) -> d
             "--bootstrap",
             bootstrap,
         ],
+        check=False,
         env={**os.environ, "AKR_LEDGER": ledger_file, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,

@@ -110,7 +110,7 @@ def _closed_window() -> str:
 def _run(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
     airflow = str(Path(sys.executable).with_name("airflow"))
     return subprocess.run(
-        [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
 
 

@@ -83,14 +83,18 @@ def test_the_installed_console_script_prints_json_or_exits_2(tmp_path):
     script = Path(sys.executable).with_name("airflow-kafka-retry")
     assert script.exists(), "the console script is not installed next to this Python"
     shown = subprocess.run(
-        [str(script), "topology", "show", str(EXAMPLE)], capture_output=True, text=True, timeout=60
+        [str(script), "topology", "show", str(EXAMPLE)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["dlt"] == "orders-dlt"
     bad = tmp_path / "bad.yaml"
     bad.write_text("topic: orders\ngroup_id: svc\nattempts: 0\n")
     refused = subprocess.run(
-        [str(script), "topology", "show", str(bad)], capture_output=True, text=True, timeout=60
+        [str(script), "topology", "show", str(bad)], check=False, capture_output=True, text=True, timeout=60
     )
     assert refused.returncode == 2
     assert refused.stdout == ""

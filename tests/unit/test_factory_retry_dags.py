@@ -451,7 +451,9 @@ def test_importing_the_package_does_not_import_airflow():
         "from airflow_kafka_retry import build_retry_dags\n"
         "assert 'airflow' in sys.modules\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", code], check=False, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
     with pytest.raises(AttributeError, match="has no attribute 'build_everything'"):
         import airflow_kafka_retry

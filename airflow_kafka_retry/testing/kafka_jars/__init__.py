@@ -51,7 +51,7 @@ def cache_root() -> Path:
 def java_major(java: str) -> int:
     """The major version of ``java`` (``java -version`` prints e.g. ``openjdk version "17.0.15"``)."""
     try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([java, "-version"], check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise KafkaJarsError(f"could not run {java!r} -version: {exc}") from exc
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
@@ -128,7 +128,7 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
             f"-DoutputDirectory={work / 'lib'}",
         ]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work)
+            done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=work)
         except subprocess.TimeoutExpired as exc:
             raise KafkaJarsError(
                 f"`mvn dependency:copy-dependencies` for Apache Kafka {version} did not finish "
