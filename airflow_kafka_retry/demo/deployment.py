@@ -22,8 +22,8 @@ from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env, free_port
 
 DELAYS = ("10s", "20s")
-# : The main topic's DAG (delay 0) and the 10 s tier are scheduled at this floor (the factory's default is 30
-# s).
+#: The main topic's DAG (delay 0) and the 10 s tier are scheduled at this floor (the factory's default
+#: is 30 s).
 MIN_SCHEDULE = timedelta(seconds=5)
 DAG_ID_TEMPLATE = "kafka_retry__{topic}"
 HANDLER = "airflow_kafka_retry.demo.orders:handle_orders"
@@ -117,8 +117,8 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
             {"type": "file", "append": False, "log_file_path": str(root / LINEAGE_DIR / "event")}
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow-kafka-retry-demo",
-        # the listener gives up on an event after this many seconds (default 10): a busy 2-core machine needs
-        # more
+        # the listener gives up on an event after this many seconds (default 10): a busy 2-core machine
+        # needs more
         "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "60",
         # emit from a thread of the task, not a forked copy of it: a fork of a process that ran Kafka clients
         # and thread pools can hang, and Airflow kills a task still running 20 s after it succeeded

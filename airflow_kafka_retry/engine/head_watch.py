@@ -13,8 +13,8 @@ Whether a partition has a pending record comes from partition EOF, never from Li
 peek.py). For the backlog gauge, :meth:`HeadWatch.refresh_ends` also asks for the log end of the
 partitions paused at their head (the fetch's own figure goes stale while paused): the higher of
 the two is kept, so a broker whose ListOffsets lags (BROKERS.md) only makes the figure stale, never
-lower than what the fetch saw. Only headers are read (the due time), never payloads. No Airflow import: the triggers call this from a
-worker thread (blocking calls) or directly (:meth:`poll` never blocks).
+lower than what the fetch saw. Only headers are read (the due time), never payloads. No Airflow import: the
+triggers call this from a worker thread (blocking calls) or directly (:meth:`poll` never blocks).
 """
 
 from __future__ import annotations

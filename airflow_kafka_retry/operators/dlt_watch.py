@@ -52,8 +52,8 @@ class DltWatchOperator(BaseOperator):
     :param consumer_group: the watch's own group; default ``<group_id>-dlt-watch``. (templated)
     :param coordinate_cap: at most this many record coordinates in the summary (the rest are counted).
     :param scan_timeout: seconds the scan may take before the task fails (nothing committed).
-    :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets it:
-        its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
+    :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets
+        it: its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
     """
 
     template_fields: Sequence[str] = ("topology", "kafka_conn_id", "consumer_group")

@@ -28,7 +28,8 @@ class WavePlan:
     """
     What the trigger does next.
 
-    :param action: ``fire`` (an event now), ``wait`` (look again at ``wake_ms``) or ``idle`` (nothing pending).
+    :param action: ``fire`` (an event now), ``wait`` (look again at ``wake_ms``) or ``idle`` (nothing
+        pending).
     :param not_before_ms: ``fire``: the run drains from this time on (when the wave's first record is due).
     :param keys: ``fire``: the partitions whose heads are due by ``not_before_ms``.
     :param wake_ms: ``wait``: when the wave would fire.

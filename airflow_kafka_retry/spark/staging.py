@@ -5,9 +5,9 @@ In cluster deploy mode the driver does not run on the Airflow worker, so the ``0
 file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentials`):
 
 * **YARN**: ``spark-submit`` uploads it to the application's staging folder,
-  ``<spark.yarn.stagingDir, default: the user's home in the default file system>/.sparkStaging/<application id>/``
-  (readable by the submitting user only: Spark creates the folder ``0700``), and YARN localizes it
-  into the working folder of the driver's and the executors' containers (under the NodeManagers'
+  ``<stagingDir>/.sparkStaging/<application id>/`` (``spark.yarn.stagingDir``, default: the user's home in
+  the default file system; readable by the submitting user only: Spark creates the folder ``0700``), and
+  YARN localizes it into the working folder of the driver's and the executors' containers (under the NodeManagers'
   ``usercache/<user>/appcache/<application id>``). The ApplicationMaster deletes the staging folder
   when the application ends unless ``spark.yarn.preserve.staging.files`` is ``true``; the
   NodeManagers delete the containers' folders when the application ends (after
@@ -26,8 +26,8 @@ file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentia
   credentials and the py-files zip) through fsspec (``s3a://`` needs ``s3fs``). What it cannot
   delete -- a backend missing, or ``spark-submit`` told not to wait for the application
   (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``),
-  or a worker that died mid-run -- it names in a warning, where it can. Every such submission also warns about the driver pod's copy:
-  delete finished driver pods, or better, mount the credentials as a Kubernetes secret
+  or a worker that died mid-run -- it names in a warning, where it can. Every such submission also warns about
+  the driver pod's copy: delete finished driver pods, or better, mount the credentials as a Kubernetes secret
   (``spark.kubernetes.driver.secrets.<name>=<path>``) and ship no file.
 * **Standalone**: Spark does not run Python applications in cluster deploy mode.
 """
@@ -50,7 +50,8 @@ def cluster_mode_conf(
     master: str | None, deploy_mode: str | None, spark_conf: Mapping[str, Any]
 ) -> dict[str, str]:
     """
-    Spark properties to add so the shipped credentials file does not outlive the run (and warn where none can).
+    Spark properties to add so the shipped credentials file does not outlive the run (and warn where none
+    can).
 
     :param master: the Spark master.
     :param deploy_mode: ``cluster`` or ``client`` (``None``: client).

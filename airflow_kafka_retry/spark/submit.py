@@ -163,7 +163,8 @@ def prepare_submission(
     tmp_dir: str | None = None,
 ) -> Submission:
     """
-    Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the arguments.
+    Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the
+    arguments.
 
     :param topology_path: the topology YAML (local path or fsspec URL readable by the driver).
     :param tier: tier index, topic name or ``dlt``.
@@ -346,7 +347,8 @@ def run_spark_submit(
         (see :class:`~airflow_kafka_retry.spark.masking.OutputMasker`).
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: secrets would cross unprotected
         Spark RPC (see :func:`prepare_submission`); a ValueError, raised before anything starts.
-    :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a ValueError.
+    :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a
+        ValueError.
     :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app).
     """
     binary = spark_submit or find_spark_submit()

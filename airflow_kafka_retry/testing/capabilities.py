@@ -388,7 +388,8 @@ _TXN_SETTLE_SECONDS = 1.0
 
 def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: float) -> str | None:
     """
-    Rounds of simultaneous transactions; in round ``n`` producer ``i`` commits offset ``n`` of partition ``i``.
+    Rounds of simultaneous transactions; in round ``n`` producer ``i`` commits offset ``n`` of partition
+    ``i``.
 
     ``topic`` has ``_TXN_PRODUCERS + 1`` partitions; every transaction also writes one record to the
     last one. Round 1 runs while one more transactional producer holds open a transaction that has

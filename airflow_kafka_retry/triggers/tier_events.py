@@ -2,12 +2,13 @@
 Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
 
 ``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the
-triggerer as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
-open (one consumer, assigned at the group's committed offsets, never joined, never committing) and
-yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an
-idle tier creates no DAG run and no task. The wave it fired is kept in the asset's state store, so a
-restarted triggerer neither fires it again nor forgets it: it fires again only once the group has
-committed past it, or ``refire_after`` later (a run that failed or never started).
+triggerer as ``AssetWatcher`` triggers. Each keeps one
+:class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` open (one consumer, assigned at the group's
+committed offsets, never joined, never committing) and yields one event per *wave* (see ``policy/waves.py``):
+while idle it only waits on the broker, so an idle tier creates no DAG run and no task. The wave it fired is
+kept in the asset's state store, so a restarted triggerer neither fires it again nor forgets it: it fires
+again only once the group has committed past it, or ``refire_after`` later (a run that failed or never
+started).
 
 Only the connection id travels in the serialized arguments, never the Kafka configuration.
 """

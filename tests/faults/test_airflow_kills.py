@@ -30,9 +30,8 @@ from tests.support.ledger import FaultInput
 pytestmark = [pytest.mark.slow]
 
 # mostly successes: the test handler pauses on every call, and each failure costs a call (the rest of its
-# batch
-# is handed over again), so chunk times stay near (calls per chunk) x AKR_SLOW_S. Every tier's chunks hold a
-# record that fails again: Tansu loses the offsets of a transaction without records
+# batch is handed over again), so chunk times stay near (calls per chunk) x AKR_SLOW_S. Every tier's chunks
+# hold a record that fails again: Tansu loses the offsets of a transaction without records
 # (offsets_only_transactions).
 MODES = ("ok", "ok", "transient:1", "permanent", "fatal")
 GRACE_S = 5.0  # the supervisor's escalation delay between SIGTERM and SIGKILL

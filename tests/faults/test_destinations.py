@@ -26,7 +26,8 @@ _PROBED: dict[tuple[str, bool], str | None] = {}
 
 
 def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
-    """Measured once per mode: None when producing to a just-deleted topic fails (as on Kafka), else what happened.
+    """Measured once per mode: None when producing to a just-deleted topic fails (as on Kafka), else what
+    happened.
 
     The producer is the engine's kind (idempotent, or transactional) and has seen the topic before it
     is deleted, as the engine's producer has once it routed a record there.

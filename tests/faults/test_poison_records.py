@@ -29,8 +29,7 @@ POISON = {
     "attempts 0x7fffffff": FaultInput("permanent", headers=[(H.ATTEMPTS, H.encode_int32(2**31 - 1))]),
     "negative attempts": FaultInput("transient:1", headers=[(H.ATTEMPTS, H.encode_int32(-3))]),
     # a due time in the past is due now; one more than a day ahead (Spring's MAX_BACKOFF_MS) or longer than 8
-    # bytes
-    # is ignored, as Spring ignores it, instead of holding the partition back for ever
+    # bytes is ignored, as Spring ignores it, instead of holding the partition back for ever
     "negative backoff timestamp": FaultInput("ok", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(-5))]),
     "huge backoff timestamp (2^63-1)": FaultInput(
         "transient:1", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(2**63 - 1))]

@@ -186,7 +186,8 @@ _TXN_LOSS = re.compile(
 
 
 def test_concurrent_txn_offset_commit_loss_is_measured(broker_capabilities: BrokerCapabilities) -> None:
-    """Tansu 0.6 loses (or holds back) offsets committed by concurrent transactional producers of one group."""
+    """Tansu 0.6 loses (or holds back) offsets committed by concurrent transactional producers of one
+    group."""
     caps = broker_capabilities
     if bootstrap_from_env() is None:  # the embedded Tansu
         assert not caps.concurrent_txn_offset_commits

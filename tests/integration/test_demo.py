@@ -179,8 +179,9 @@ def test_the_picture_is_drawn_from_the_table_counts(demo_run):
 
 
 def test_the_demo_airflow_reports_lineage_and_metrics_with_the_flow_counts(demo_run):
-    """The demo's Airflow sends metrics (StatsD) and OpenLineage events (file transport) with its own settings;
-    the lineage graph's topic-to-topic counts are the flow's, and the drained counters the XCom summaries'."""
+    """The demo's Airflow sends metrics (StatsD) and OpenLineage events (file transport) with its own
+    settings; the lineage graph's topic-to-topic counts are the flow's, and the drained counters the XCom
+    summaries'."""
     from airflow_kafka_retry.demo.statsd_sink import counter_totals
 
     out, _ = demo_run

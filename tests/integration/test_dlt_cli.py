@@ -1,4 +1,5 @@
-"""``dlt inspect`` / ``dlt replay`` through real processes, and a DLT written with Spring's ``kafka_dlt-*`` headers."""
+"""``dlt inspect`` / ``dlt replay`` through real processes, and a DLT written with Spring's ``kafka_dlt-*``
+headers."""
 
 from __future__ import annotations
 

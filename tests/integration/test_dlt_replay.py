@@ -1,4 +1,5 @@
-"""DLT inspect and replay on the embedded broker, with the DLT filled by real tier runs of the local engine."""
+"""DLT inspect and replay on the embedded broker, with the DLT filled by real tier runs of the local
+engine."""
 
 from __future__ import annotations
 
@@ -324,7 +325,8 @@ def test_a_fenced_replay_leaves_no_duplicates(kafka_bootstrap, tmp_path):
 def test_an_original_topic_set_by_the_producer_is_never_a_default_target(
     kafka_bootstrap, tmp_path, monkeypatch
 ):
-    """Spring keeps a ``kafka_original-topic`` the producer set (so do the tiers); the replay refuses to follow it."""
+    """Spring keeps a ``kafka_original-topic`` the producer set (so do the tiers); the replay refuses to
+    follow it."""
     from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))

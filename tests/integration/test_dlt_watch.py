@@ -49,7 +49,8 @@ def _topology() -> Topology:
 
 
 def _spring_retry_topic_record(topic: str) -> list[tuple[str, bytes]]:
-    """What Spring's non-blocking retries put on a DLT: the listener wrapper as class, the root cause as cause."""
+    """What Spring's non-blocking retries put on a DLT: the listener wrapper as class, the root cause as
+    cause."""
     return [
         ("kafka_original-topic", topic.encode()),
         ("kafka_original-partition", H.encode_int32(1)),

@@ -1,4 +1,5 @@
-"""Peeking at partition heads on a real broker: committed offsets, due headers, idle partitions, no commits."""
+"""Peeking at partition heads on a real broker: committed offsets, due headers, idle partitions, no
+commits."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def test_fully_committed_tier_is_idle(kafka_bootstrap, new_topic):
 
 
 def test_mixed_partitions_from_committed_offsets(kafka_bootstrap, new_topic):
-    """Pending-not-due, due, idle and header-less heads, each from its own committed offset; nothing committed."""
+    """Pending-not-due, due, idle and header-less heads, each from its own committed offset; nothing
+    committed."""
     topic = new_topic("peek-mixed", partitions=4)
     group = unique_topic("g")
     now = _now()

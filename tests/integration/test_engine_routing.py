@@ -147,7 +147,8 @@ def test_in_place_attempts_count_as_attempts_and_stop_at_the_topology_attempts(k
 def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_parked(
     kafka_bootstrap, tmp_path, monkeypatch
 ):
-    """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks nothing."""
+    """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks
+    nothing."""
     from airflow_kafka_retry.policy import replay_headers as R
     from airflow_kafka_retry.testing.topics import create_topics
 
@@ -175,8 +176,8 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
     assert first.ok, first.to_dict()
     assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)] == [b"1"]
 
-    # a replayed record that fails again must be parked: that chunk fails, naming the topic; nothing is
-    # committed
+    # a replayed record that fails again must be parked: that chunk fails, naming the topic;
+    # nothing is committed
     replayed = R.ReplayAudit("r1", topology.dlt_topic, 0, 0, 1).headers()
     produce("2", "ok", [])
     produce("3", "fatal", replayed)

@@ -77,8 +77,8 @@ def spring_headers(
         (family["cause"], b"java.lang.IllegalStateException"),
         (family["message"], b"Listener method threw exception"),
         (family["stacktrace"], b"java.lang.IllegalStateException: boom\n\tat ..."),
-        # BigInteger.toByteArray() of the millisecond timestamps; attempts as ByteBuffer.putInt (or legacy
-        # byte)
+        # BigInteger.toByteArray() of the millisecond timestamps; attempts as ByteBuffer.putInt (or
+        # legacy byte)
         ("retry_topic-original-timestamp", original_ts.to_bytes(6, "big")),
         ("retry_topic-attempts", attempts),
         ("retry_topic-backoff-timestamp", due_ms.to_bytes(6, "big")),

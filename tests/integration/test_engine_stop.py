@@ -1,4 +1,5 @@
-"""Stopping a run at a chunk boundary: a deadline (a reprocessing window closing, ``max_run``) or ``should_stop``.
+"""Stopping a run at a chunk boundary: a deadline (a reprocessing window closing, ``max_run``) or
+``should_stop``.
 
 The clock the engine sees is injected and moved forward by the handler, so "the window closes after
 the fourth batch" is exact. The real broker then shows that the stop committed exactly the chunks

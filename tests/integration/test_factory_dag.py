@@ -1,4 +1,5 @@
-"""A factory-built tier DAG (schedule mode) through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
+"""A factory-built tier DAG (schedule mode) through real Airflow: ``airflow dags test`` on SQLite, the
+embedded broker.
 
 Records are put on retry-1 from Python with the attempt and due-time headers in Spring's encodings, as a
 Spring service's retry topic would hold them: most are due, two (one per partition) are due in an hour.

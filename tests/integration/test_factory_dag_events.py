@@ -1,9 +1,10 @@
 """Event-mode DAGs of the factory through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
 
 ``dags test`` involves no watcher: the tier DAG's one task drains what is due when it runs. Checked:
-a tier run before the topics exist is skipped; the ``@once`` setup DAG creates the missing topics; the tier DAG drains the due records of retry-1,
-routes the failures and commits right before the not-yet-due ones; the DLT-watch DAG reports the
-dead letters; the watchers' triggers are registered in the metadata DB with the connection id only.
+a tier run before the topics exist is skipped; the ``@once`` setup DAG creates the missing topics; the tier
+DAG drains the due records of retry-1, routes the failures and commits right before the not-yet-due ones; the
+DLT-watch DAG reports the dead letters; the watchers' triggers are registered in the metadata DB with the
+connection id only.
 """
 
 from __future__ import annotations

@@ -41,7 +41,8 @@ from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
 
 TOPOLOGY = {topology!r}
-NOW = "{{{{ macros.time.time_ns() // 1000000 }}}}"  # a manual run's logical date is before anything was routed
+NOW = "{{{{ macros.time.time_ns() // 1000000 }}}}"  # a manual run's logical date is before anything was
+routed
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
     main_tier = ReprocessTierOperator(task_id="reprocess_main", topology=TOPOLOGY, tier=0,
@@ -166,12 +167,12 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
                 {"type": "file", "log_file_path": str(lineage_file), "append": True}
             ),
             "AIRFLOW__OPENLINEAGE__NAMESPACE": "akr-test",
-            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",  # default 10 s: too short on a busy 2-core machine
+            # default 10 s: too short on a busy 2-core machine
+            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
             # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left
-            # by
-            # the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's
-            # task-side
-            # plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes after it
+            # by the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's
+            # task-side plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes
+            # after it
             "PYTHONPATH": str(_tests_only_path(tmp_path)),
         }
     )

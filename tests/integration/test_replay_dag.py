@@ -68,7 +68,8 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     assert summary["filters"]["exception"] == [PERMANENT]
     assert summary["filters"]["partition"] == [1]
     for move in summary["moves"]:
-        line = f"{topology.dlt_topic}[1]@{move['offset']} -> {topology.topic}[{move['target_partition']}] (transformed)"
+        target = f"{topology.topic}[{move['target_partition']}]"
+        line = f"{topology.dlt_topic}[1]@{move['offset']} -> {target} (transformed)"
         assert line in output, f"{line!r} not in the task log"
     assert f"would move {len(wanted)} record(s) from {topology.dlt_topic}" in output
     assert replayed_copies(kafka_bootstrap, topology.topic) == []

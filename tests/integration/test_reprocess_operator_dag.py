@@ -1,4 +1,5 @@
-"""ReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB and the embedded broker.
+"""ReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB and the embedded
+broker.
 
 Checks what a tier DAG promises: due records processed, failures moved on, the tier group
 committed; the DLT notifiers called once, after the commit, with the run's counts; asset events
@@ -55,7 +56,8 @@ CLOSED_WINDOW = {closed_window!r}
 
 def record_notification(context):
     with open(OUT + "/notified.jsonl", "a") as fh:
-        fh.write(json.dumps({{"task": context["ti"].task_id, "summary": context["kafka_retry_summary"]}}) + "\\n")
+        fh.write(json.dumps({{"task": context["ti"].task_id, "summary": context["kafka_retry_summary"]}}) +
+        "\\n")
 
 
 with DAG("akr_local_reprocess", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:

@@ -1,4 +1,5 @@
-"""``ReprocessTierOperator.execute`` against the real broker: ``max_run`` passing mid-run stops at a chunk boundary.
+"""``ReprocessTierOperator.execute`` against the real broker: ``max_run`` passing mid-run stops at a chunk
+boundary.
 
 No Airflow process here (``test_reprocess_operator_dag.py`` runs the operator under ``airflow dags
 test``): the operator is executed directly, with its Kafka connection from ``AIRFLOW_CONN_*``.

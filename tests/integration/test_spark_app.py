@@ -208,7 +208,8 @@ def _committed(bootstrap: str, topology: Topology) -> dict[int, int]:
 # ----------------------------------------------------------------------------- the ledger through Spark
 @pytest.fixture(scope="module")
 def spark_ledger(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """The ledger scenario run through every tier by spark-submit, with the event log on and ``ps`` watched."""
+    """The ledger scenario run through every tier by spark-submit, with the event log on and ``ps``
+    watched."""
     tmp = tmp_path_factory.mktemp("spark-ledger")
     ledger_file = ledger.ledger_path(tmp)
     topology = ledger.write_topology(ledger.make_topology("spark"), tmp / "topology.yaml")
@@ -451,7 +452,9 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
             **SPARK_CONF,
             "spark.hadoop.fs.s3a.secret.key": s3_secret,
             "spark.executorEnv.AKR_SERVICE_AUTH": env_secret,
-            "spark.driver.extraJavaOptions": f"{SPARK_CONF['spark.driver.extraJavaOptions']} -Dakr.db.Password={jvm_secret}",
+            "spark.driver.extraJavaOptions": (
+                f"{SPARK_CONF['spark.driver.extraJavaOptions']} -Dakr.db.Password={jvm_secret}"
+            ),
         }.items()
         for arg in ("--conf", f"{key}={value}")
     ]

@@ -1,4 +1,5 @@
-"""``DrainOptions.deadline_ms`` travels to the Spark executors: a passed deadline stops every partition unread."""
+"""``DrainOptions.deadline_ms`` travels to the Spark executors: a passed deadline stops every partition
+unread."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SparkReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB, real spark-submit.
+"""SparkReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB, real
+spark-submit.
 
 Airflow runs in a subprocess with its own ``AIRFLOW_HOME`` (the test process may have imported
 Airflow with another configuration already); connections come from ``AIRFLOW_CONN_*`` variables
@@ -123,7 +124,8 @@ def _json_lines(stdout: str) -> list:
 
 
 def _xcom(db: Path, dag_id: str, task_id: str, key: str) -> list:
-    """The values (decoded) of one XCom key of one task, read from the metadata DB (``xcom.value`` is JSON)."""
+    """The values (decoded) of one XCom key of one task, read from the metadata DB (``xcom.value`` is
+    JSON)."""
     with closing(sqlite3.connect(db)) as con:
         rows = con.execute(
             'SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND "key" = ?', (dag_id, task_id, key)

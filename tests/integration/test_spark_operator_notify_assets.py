@@ -1,4 +1,5 @@
-"""SparkReprocessTierOperator's DLT notifiers and asset events through real Airflow and a real spark-submit."""
+"""SparkReprocessTierOperator's DLT notifiers and asset events through real Airflow and a real
+spark-submit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Kafka secrets and a Spark master that is not ``local``: the refusal and the protected run, through spark-submit.
+"""Kafka secrets and a Spark master that is not ``local``: the refusal and the protected run, through
+spark-submit.
 
 ``local-cluster[N,C,M]`` is Spark's own multi-process master: a standalone master and worker inside
 the driver's JVM and each executor in a JVM of its own, talking to the driver over Spark's RPC

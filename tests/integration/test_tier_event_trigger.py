@@ -54,7 +54,8 @@ class _Store:
 
 
 class _Running:
-    """A trigger's ``run()`` as a background task in its own event loop thread, events collected with times."""
+    """A trigger's ``run()`` as a background task in its own event loop thread, events collected with
+    times."""
 
     def __init__(self, trigger) -> None:
         self.trigger = trigger

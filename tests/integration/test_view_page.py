@@ -1,4 +1,5 @@
-"""The "Retry tiers" view in a real Airflow API server, loaded in headless Chromium (system browser via Playwright).
+"""The "Retry tiers" view in a real Airflow API server, loaded in headless Chromium (system browser via
+Playwright).
 
 The API server runs with the plugin (registered by this package's entry point), the simple auth
 manager with an admin and a viewer (restricted per DAG by tests/support/restricted_auth_manager.py:

@@ -1,4 +1,5 @@
-"""The view's Kafka reads on the embedded broker: tier backlog with due-time buckets, DLT counts, broker down."""
+"""The view's Kafka reads on the embedded broker: tier backlog with due-time buckets, DLT counts, broker
+down."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ def make_topology(prefix: str = "orders") -> Topology:
 
 
 def write_topology(topology: Topology, path: Path) -> Topology:
-    """A ledger topology as a YAML file (what the CLI and the Spark driver read); returns it loaded from there."""
+    """A ledger topology as a YAML file (what the CLI and the Spark driver read); returns it loaded from
+    there."""
     path.write_text(
         yaml.safe_dump(
             {

@@ -41,8 +41,10 @@ TANSU_LIKE = BrokerCapabilities(
         "abort_isolation": "read_committed consumer saw 3 of 3 records of an aborted transaction",
         "exact_high_watermark": "ListOffsets(latest) says 11, log end is 15",
         "concurrent_txn_offset_commits": TXN_RACE_REASON,
-        "offsets_only_transactions": "a transaction with offsets only committed offset 2 and returned success, "
-        "but the group's committed offset reads back as 1",
+        "offsets_only_transactions": (
+            "a transaction with offsets only committed offset 2 and returned success, "
+            "but the group's committed offset reads back as 1"
+        ),
         "delete_records": TANSU_DELETE_RECORDS_REASON,
     },
     cluster_id="tansu_cluster",
@@ -203,7 +205,8 @@ class TestMarkedClass:
 
 def _run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> pytest.RunResult:
     """A separate pytest process (in-process runs share ``pytest.mark``'s cache of registered markers with
-    this run, which would hide a missing registration from ``--strict-markers``), with this repo importable."""
+    this run, which would hide a missing registration from ``--strict-markers``), with this repo
+    importable."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", *args, timeout=120)
 

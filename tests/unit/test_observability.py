@@ -1,4 +1,5 @@
-"""Pure parts of observability: the bounded distribution, the metrics a run/peek/watch makes, the lineage facets.
+"""Pure parts of observability: the bounded distribution, the metrics a run/peek/watch makes, the lineage
+facets.
 
 Sending (Airflow's Stats over a real UDP socket) and the OpenLineage provider's events are tested
 through ``airflow dags test`` in tests/integration/test_observability_dag.py.
@@ -247,8 +248,9 @@ def test_both_reprocess_operators_report_lineage_with_the_run_counts(cls):
 
 
 def test_the_operators_work_where_openlineage_is_not_installed():
-    """With ``openlineage`` and the provider's modules unimportable (as when the extra is not installed), the operators
-    import, build and report; only their get_openlineage_facets_* methods need it, and nothing calls them then."""
+    """With ``openlineage`` and the provider's modules unimportable (as when the extra is not installed), the
+    operators import, build and report; only their get_openlineage_facets_* methods need it, and nothing calls
+    them then."""
     import subprocess
     import sys
 
@@ -282,8 +284,8 @@ print(sorted(m for m in sys.modules if m.startswith(("openlineage", "airflow.pro
 
 
 def test_any_airflow_process_sends_the_backlog_gauges_with_its_own_metrics_settings():
-    """Like a triggerer calling emit_tier_backlog: a fresh Python process with [metrics] statsd_on sends the gauges
-    (nothing of a task runner initialised Airflow's Stats there)."""
+    """Like a triggerer calling emit_tier_backlog: a fresh Python process with [metrics] statsd_on sends the
+    gauges (nothing of a task runner initialised Airflow's Stats there)."""
     import os
     import socket
     import subprocess

@@ -1,4 +1,5 @@
-"""``compat:`` presets, explicit keys over presets, ``{suffix}`` groups, the cause header, every error at once."""
+"""``compat:`` presets, explicit keys over presets, ``{suffix}`` groups, the cause header, every error at
+once."""
 
 from __future__ import annotations
 

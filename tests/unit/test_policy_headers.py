@@ -869,7 +869,8 @@ def test_header_policy_from_mapping() -> None:
     ],
 )
 def test_read_due_ms_ignores_what_spring_ignores(value: bytes, now: int | None, due: int | None) -> None:
-    """Regression: a huge back-off timestamp held a partition back for ever (Spring: MAX_BACKOFF_MS, 1..8 bytes)."""
+    """Regression: a huge back-off timestamp held a partition back for ever (Spring: MAX_BACKOFF_MS, 1..8
+    bytes)."""
     assert read_due_ms([(h.BACKOFF_TIMESTAMP, value)], now_ms=now) == due
 
 

@@ -382,7 +382,8 @@ def test_on_kill_asks_every_partition_to_stop_and_keeps_the_first_reason():
 
 
 def test_an_interruption_of_the_task_thread_waits_for_the_chunk_boundary():
-    """``execution_timeout`` raises in the task's thread from a signal handler: the drain must stop cleanly."""
+    """``execution_timeout`` raises in the task's thread from a signal handler: the drain must stop
+    cleanly."""
     op = make()
     boundary_reached = threading.Event()
 

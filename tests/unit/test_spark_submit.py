@@ -526,7 +526,8 @@ def test_on_kill_during_a_submit_still_sees_the_env_vars(tmp_path, monkeypatch, 
 
     started: list[dict] = []
 
-    class BlockingPopen:  # spark-submit still running when the task is killed; the YARN kill command is recorded
+    # spark-submit still running when the task is killed; the YARN kill command is recorded
+    class BlockingPopen:
         def __init__(self, cmd, **kwargs):
             started.append({"cmd": cmd, **kwargs})
             self.stdout = iter(())

@@ -86,7 +86,10 @@ def test_a_scan_that_cannot_start_under_the_cap_is_reported_busy_and_not_cached(
         for _ in range(7):
             gate.release()
     assert not result.complete
-    busy = "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); refresh in a moment"
+    busy = (
+        "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); "
+        "refresh in a moment"
+    )
     assert result.backlog["orders-retry-1"]["error"] == busy
     assert set(result.dead) == {"orders-dlt", "orders-parking"}
     assert "busy" in result.dead["orders-dlt"]["error"]
