@@ -24,7 +24,11 @@ class BatchFailedError(Exception):
 
 
 class DeserializationError(Exception):
-    """A record's key or value could not be decoded; never retried (like Spring's DeserializationException)."""
+    """
+    A record's key or value could not be decoded.
+
+    Never retried, like Spring's DeserializationException.
+    """
 
 
 class UnisolatedFailure(RuntimeError):

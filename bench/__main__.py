@@ -165,8 +165,10 @@ def _rounds(
     repeat: int,
 ) -> dict[str, dict[str, Any]]:
     """
-    Rounds of every case (interleaved: the machine's load drifts, and a round exposes each case to
-    about the same drift); the fastest round of each is kept, with every wall time and the highest peak RSS.
+    Rounds of every case, interleaved; the fastest round of each is kept.
+
+    Interleaved because the machine's load drifts, and a round exposes each case to about the same drift.
+    Every wall time and the highest peak RSS are kept too.
     """
     cases: dict[str, dict[str, Any]] = {}
     for round_ in range(repeat):

@@ -68,8 +68,9 @@ globals().update(build_retry_dags(
 
 def _cpu_seconds(proc: psutil.Process) -> float:
     """
-    CPU seconds of a process tree: every live process's own, and what each reaped from its dead children
-    (a task process ends; its supervisor, a live executor worker, reaped it).
+    CPU seconds of a process tree: every live process's own, and what each reaped from its dead children.
+
+    A task process ends; its supervisor, a live executor worker, reaped it.
     """
     total = 0.0
     try:
@@ -204,8 +205,9 @@ def run_case(
 
 def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dict[str, Any]:
     """
-    ``count`` idle event topologies; then records flow through the first one (failing once on its main
-    topic, then succeeding on retry-1 of 10 s or retry-2 of 30 s) and their lateness is measured.
+    ``count`` idle event topologies, then records through the first one; their lateness is measured.
+
+    The records fail once on its main topic, then succeed on retry-1 of 10 s or retry-2 of 30 s.
     """
     names = [f"cap{i:03d}-{datetime.datetime.now(datetime.UTC):%H%M%S}" for i in range(count)]
     with tempfile.TemporaryDirectory(prefix="akr-bench-capacity-") as tmp:
@@ -268,7 +270,11 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def _parse_seconds(cluster: AirflowCluster) -> dict[str, Any]:
-    """The dag-processor's own parse time of each DAG file (``dag.last_parse_duration``, one value per file)."""
+    """
+    The dag-processor's own parse time of each DAG file.
+
+    ``dag.last_parse_duration``, one value per file.
+    """
     rows = cluster.query(
         "SELECT fileloc, max(last_parse_duration) FROM dag WHERE last_parse_duration IS NOT NULL "
         "GROUP BY fileloc"

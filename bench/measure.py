@@ -48,8 +48,9 @@ def run_case(
     broker_pid: int | None = None,
 ) -> dict[str, Any]:
     """
-    Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree
-    (and ``broker_cpu_s``: the CPU the broker process ``broker_pid`` spent meanwhile, when given).
+    Run ``case`` in ``python -m bench.cases``; return its JSON line plus ``peak_rss_mb`` of its tree.
+
+    With ``broker_pid``, also ``broker_cpu_s``: the CPU that broker process spent meanwhile.
     """
     broker_before = _cpu_s(broker_pid)
     env = {

@@ -105,7 +105,11 @@ def spring_headers(name: str, partition: int, due_ms: int) -> list[Header]:
 def produce(
     bootstrap: str, name: str, records: int, partitions: int, folder: Path, *, headers: str = "spring"
 ) -> Workload:
-    """Create the topology's topics and produce ``records`` due records to its tier 1 (``headers``: a workload)."""
+    """
+    Create the topology's topics and produce ``records`` due records to its tier 1.
+
+    ``headers``: a workload.
+    """
     if headers not in WORKLOADS:
         raise ValueError(f"unknown workload {headers!r}; known: {', '.join(WORKLOADS)}")
     topology = load_topology(write_topology(name, folder))

@@ -159,8 +159,10 @@ class Account:
     @property
     def reconciles(self) -> bool:
         """
-        Every order read back is in exactly one final place, the producer wrote what it meant to (each
-        order once), nothing else was handled or parked, and the XCom summaries agree with the books.
+        True when the books balance.
+
+        Every order read back is in exactly one final place, the producer wrote what it meant to (each order
+        once), nothing else was handled or parked, and the XCom summaries agree with the books.
         """
         return (
             self.placed == self.produced

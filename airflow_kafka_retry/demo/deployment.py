@@ -109,7 +109,11 @@ METRICS_FILE = "metrics.statsd"
 
 
 def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
-    """Airflow's own settings turning metrics (StatsD, InfluxDB-style tags) and OpenLineage (file transport) on."""
+    """
+    Airflow's own settings that turn metrics and OpenLineage on.
+
+    Metrics go to StatsD with InfluxDB-style tags, OpenLineage events through the file transport.
+    """
     (root / LINEAGE_DIR).mkdir(parents=True, exist_ok=True)
     env = {
         # a file per event: tasks running at once never write into one file
@@ -139,8 +143,9 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
 
 def prepare(root: Path, *, topic: str, bootstrap: str, statsd_port: int | None = None) -> Deployment:
     """
-    Write the topology and the DAG file into a fresh Airflow home under ``root``; with ``statsd_port``,
-    Airflow sends its metrics to that StatsD port.
+    Write the topology and the DAG file into a fresh Airflow home under ``root``.
+
+    With ``statsd_port``, Airflow sends its metrics to that StatsD port.
     """
     home = root / "airflow"
     topologies = home / "dags" / "topologies"

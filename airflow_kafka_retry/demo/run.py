@@ -240,8 +240,9 @@ class Demo:
 
     def _quiesce(self, timeout_s: float = 180) -> None:
         """
-        Pause the demo's DAGs and let the tasks still going finish, and their OpenLineage events be written
-        (a task's listener emits after Airflow recorded its end); Airflow is stopped only then.
+        Pause the demo's DAGs and let the tasks still going finish; only then stop Airflow.
+
+        Their OpenLineage events get written too: a task's listener emits after Airflow recorded its end.
         """
         if self.fast:
             return

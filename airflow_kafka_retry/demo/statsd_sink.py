@@ -19,7 +19,11 @@ KEEP_PREFIX = "airflow.kafka_retry."
 
 
 class StatsdSink:
-    """``with StatsdSink(path) as sink:`` listens on ``127.0.0.1:sink.port`` and appends kept lines to ``path``."""
+    """
+    A StatsD listener on loopback that appends the lines it keeps to a file.
+
+    ``with StatsdSink(path) as sink:`` listens on ``127.0.0.1:sink.port`` and appends kept lines to ``path``.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path

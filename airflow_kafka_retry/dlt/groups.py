@@ -103,9 +103,11 @@ def group_records(
 
 
 def printable(text: str) -> str:
-    """
-    ``text`` safe for a terminal: control and format characters (escape sequences, bidi overrides,
-    line breaks) shown escaped (``\\x1b``, ``\\u202e``) instead of acting on the terminal.
+    r"""
+    ``text`` made safe for a terminal.
+
+    Control and format characters (escape sequences, bidi overrides, line breaks) are shown escaped
+    (``\x1b``, ``\u202e``) instead of acting on the terminal.
 
     Header strings come from whoever produced the record; the table shows them through this.
     """

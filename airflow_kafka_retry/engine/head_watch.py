@@ -126,8 +126,9 @@ class HeadWatch:
 
     def sync_committed(self) -> dict[Key, int]:
         """
-        Read the group's committed offsets (and new partitions); re-read the head of every partition
-        whose committed offset moved. Returns the committed offsets.
+        Read the group's committed offsets (and new partitions); return the committed offsets.
+
+        Re-read the head of every partition whose committed offset moved.
         """
         self._refresh_partitions()
         offsets = self._read_committed(self.keys)

@@ -82,8 +82,10 @@ def new_summary(
 
 def worker_processes(parallelism: int, cores: int | None = None) -> int:
     """
-    Worker processes for ``parallelism`` partitions at once: one per core at most (each then runs a few
-    partitions, in threads); 0 (partitions in threads of this process) when fewer than two would run.
+    Worker processes for ``parallelism`` partitions at once: one per core at most.
+
+    Each then runs a few partitions, in threads; 0 (partitions in threads of this process) when fewer than two
+    would run.
     """
     cores = available_cores() if cores is None else cores
     processes = min(parallelism, cores)

@@ -293,8 +293,10 @@ class PartitionJob:
 
     def _require_parking(self, work: _ChunkWork, router: Router) -> None:
         """
-        The parking topic must exist once a chunk parks a record (a topology upgraded from one without
-        parking runs without it until then); else the chunk fails, nothing of it committed.
+        The parking topic must exist once a chunk parks a record.
+
+        A topology upgraded from one without parking runs without it until then; else the chunk fails, nothing
+        of it committed.
         """
         parking = self.topology.parking_topic
         if parking is None or parking in router.partition_counts:

@@ -226,8 +226,9 @@ class ProcessPool:
 
     def _fill(self, pending: deque[int]) -> None:
         """
-        Hand pending partitions to the least busy live workers, up to ``parallelism`` at once; tell idle
-        workers to exit once nothing is pending (a replacement is started if every worker is gone).
+        Hand pending partitions to the least busy live workers, up to ``parallelism`` at once.
+
+        Tell idle workers to exit once nothing is pending (a replacement is started if every worker is gone).
         """
         live = [w for w in self._workers if w.alive and not w.exiting]
         if pending and not live:
@@ -261,7 +262,11 @@ class ProcessPool:
 
     # ------------------------------------------------------------------ the run
     def run(self, partitions: Sequence[int]) -> list[PartitionSummary]:
-        """Summaries of ``partitions`` (in the order they finished); never raises for a partition's failure."""
+        """
+        Summaries of ``partitions``, in the order they finished.
+
+        Never raises for a partition's failure.
+        """
         pending = deque(partitions)
         results: dict[int, PartitionSummary] = {}
         try:

@@ -93,7 +93,11 @@ def _configure_logging(results: FrameWriter, levels: dict[str, int]) -> None:
 
 
 class _Control:
-    """The engine's messages, read by a thread of their own: runs queue up, a stop is kept, EOF ends the worker."""
+    """
+    The engine's messages, read by a thread of their own.
+
+    Runs queue up, a stop is kept, EOF ends the worker.
+    """
 
     def __init__(self, reader: FrameReader) -> None:
         self.reader = reader
@@ -132,7 +136,11 @@ def peak_rss_mb() -> float | None:
 
 
 def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: int = 1) -> None:
-    """Run every partition the engine hands over (up to ``slots`` at once, in threads), until it says ``exit``."""
+    """
+    Run every partition the engine hands over, until it says ``exit``.
+
+    Up to ``slots`` at once, in threads.
+    """
     from airflow_kafka_retry.engine.partition import PartitionJob
 
     def runner() -> None:

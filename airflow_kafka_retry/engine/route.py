@@ -143,7 +143,11 @@ class Router:
             raise RouteError(f"delivery failed after commit: {'; '.join(failures)}")
 
     def _fatal_cause(self, error: KafkaError) -> KafkaError:
-        """The error that made the producer fatal (``produce()`` raises a bare ``_FATAL``), e.g. ``_FENCED``."""
+        """
+        The error that made the producer fatal, e.g. ``_FENCED``.
+
+        ``produce()`` raises a bare ``_FATAL``.
+        """
         try:
             self.producer.abort_transaction(0.1)
         except KafkaException as exc:

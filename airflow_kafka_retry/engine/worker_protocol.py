@@ -61,8 +61,10 @@ class WorkerSetup:
 
 def setup_message(setup: WorkerSetup, sys_path: list[str]) -> tuple[str, list[str], bytes]:
     """
-    The first message to a worker: the engine's ``sys.path`` (handlers import there as they do in the
-    engine), then the setup, pickled on its own so that the worker unpickles it with that path.
+    The first message to a worker: the engine's ``sys.path``, then the setup.
+
+    Handlers import there as they do in the engine; the setup is pickled on its own, so that the worker
+    unpickles it with that path.
     """
     return ("setup", list(sys_path), pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL))
 

@@ -88,8 +88,9 @@ class EventSettings:
 
     def sweep_for(self, dag_id: str) -> Any:
         """
-        The sweep of one DAG: the one given, else hourly at a minute derived from the DAG id (a cron
-        string, so it does not run at once when deployed, and many DAGs' sweeps spread over the hour).
+        The sweep of one DAG: the one given, else hourly at a minute derived from the DAG id.
+
+        A cron string, so it does not run at once when deployed, and many DAGs' sweeps spread over the hour.
         """
         if self.sweep is not None:
             return self.sweep
@@ -114,8 +115,9 @@ class EventSettings:
         tier_index: int,
     ) -> Asset:
         """
-        The due asset of a tier, watched by a ``TierDueEventTrigger`` (it believes due times up to a day
-        plus the tier's delay ahead, as the drain does).
+        The due asset of a tier, watched by a ``TierDueEventTrigger``.
+
+        It believes due times up to a day plus the tier's delay ahead, as the drain does.
         """
         from airflow.sdk import Asset, AssetWatcher
 

@@ -116,8 +116,9 @@ def tier_settings(
     tier: Tier, override: Mapping[str, Any], *, min_schedule: timedelta, default: Any = None
 ) -> TierSettings:
     """
-    The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay;
-    a timedelta floored at ``min_schedule``.
+    The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay.
+
+    A timedelta floored at ``min_schedule``.
     """
     schedule = override.get(
         "schedule", default if default is not None else timedelta(milliseconds=tier.delay_ms)

@@ -1,4 +1,8 @@
-"""``IsolatedSparkSubmitHook``: ``spark-submit`` started without the Airflow worker's secrets in its environment."""
+"""
+``IsolatedSparkSubmitHook``: ``spark-submit`` without the Airflow worker's secrets.
+
+It starts without them in its environment.
+"""
 
 from __future__ import annotations
 

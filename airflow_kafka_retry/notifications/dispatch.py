@@ -22,7 +22,11 @@ Notifier = Callable[[Any], Any]
 def normalize_notifiers(
     value: Notifier | Sequence[Notifier] | None, *, field: str = "on_dlt"
 ) -> tuple[Notifier, ...]:
-    """``None``, one notifier or a sequence of them, as a tuple; anything not callable is refused by position."""
+    """
+    ``None``, one notifier or a sequence of them, as a tuple.
+
+    Anything not callable is refused by position.
+    """
     if value is None:
         return ()
     items = [value] if callable(value) else value

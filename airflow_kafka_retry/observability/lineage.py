@@ -91,8 +91,9 @@ def tier_run_lineage(
     topology: Topology, tier: Tier, server: str, document: Mapping[str, Any] | None = None
 ) -> OperatorLineage:
     """
-    A tier run: its tier topic in, every destination out; with counts once ``document`` (the run summary)
-    is known.
+    A tier run: its tier topic in, every destination out.
+
+    With counts once ``document`` (the run summary) is known.
     """
     destinations = topology.destinations_from(tier)
     if document is None:

@@ -97,8 +97,10 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
 
 def backlog_metrics(peek: TierPeek, topology: Topology, tier: Tier, now_ms: int) -> list[Metric]:
     """
-    The two figures an on-call alert needs: records pending in the tier, and how long the oldest due
-    one has waited past its due time (ms; 0 when none is due).
+    The two figures an on-call alert needs.
+
+    Records pending in the tier, and how long the oldest due one has waited past its due time (ms; 0 when none
+    is due).
     """
     return peek_gauges(peek, topology.topic, tier.index, now_ms)
 

@@ -216,8 +216,10 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     def _run(self, drain: Any) -> RunSummary:
         """
-        Run ``drain`` in a helper thread, so an exception raised in this thread by a signal handler
-        (``execution_timeout``) stops the partitions at a chunk boundary instead of leaving them running.
+        Run ``drain`` in a helper thread.
+
+        An exception raised in this thread by a signal handler (``execution_timeout``) then stops the
+        partitions at a chunk boundary instead of leaving them running.
         """
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-retry-drain") as pool:
             future = pool.submit(drain)

@@ -263,7 +263,11 @@ class ReprocessTierMixin:
         )
 
     def cutoff_ms(self, context: Context) -> int:
-        """The due-time cutoff of this run (see the ``cutoff`` parameter; ``"now"``: when the run starts draining)."""
+        """
+        The due-time cutoff of this run (see the ``cutoff`` parameter).
+
+        ``"now"``: when the run starts draining.
+        """
         value = self.cutoff
         if value is None or value == "":
             value = context.get("data_interval_end") or context.get("logical_date")
@@ -273,9 +277,10 @@ class ReprocessTierMixin:
         self, context: Context, kafka_config: Mapping[str, Any], topic: str
     ) -> None:
         """
-        Event mode (``skip_missing_topic``): a run that no wave started (a sweep, a manual run) skips when
-        the tier's own topic does not exist yet -- nothing can be due there. A missing destination still
-        fails the run, naming it.
+        Event mode (``skip_missing_topic``): skip a run that no wave started when its topic is missing.
+
+        A run that no wave started (a sweep, a manual run) skips when the tier's own topic does not exist yet
+        -- nothing can be due there. A missing destination still fails the run, naming it.
         """
         if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
             return
@@ -346,8 +351,9 @@ class ReprocessTierMixin:
         topology: Topology | None = None,
     ) -> dict[str, Any]:
         """
-        Log, send metrics, notify, set asset events; return the summary document, or push it and raise
-        when a partition failed.
+        Log, send metrics, notify, set asset events; return the summary document.
+
+        When a partition failed, push the document and raise instead.
 
         The engine has committed every finished chunk by now, so notifiers run after the commit.
         """

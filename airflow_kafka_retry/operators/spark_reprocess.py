@@ -184,7 +184,11 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         return str(connection.get("master") or ""), connection.get("deploy_mode")
 
     def _get_hook(self) -> SparkSubmitHook:
-        """The provider's hook, built as ``SparkSubmitOperator`` builds it, submitting without the worker's secrets."""
+        """
+        The provider's hook, built as ``SparkSubmitOperator`` builds it.
+
+        It submits without the worker's secrets.
+        """
         hook = super()._get_hook()
         hook.__class__ = IsolatedSparkSubmitHook  # same state; only ``submit`` differs
         return hook

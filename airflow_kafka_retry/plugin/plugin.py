@@ -18,7 +18,11 @@ def _fastapi_apps() -> list[dict[str, Any]]:
 
 
 class _BuiltOnFirstUse:
-    """The FastAPI app is built only where it is used (the API server), not in every process loading plugins."""
+    """
+    The FastAPI app is built only where it is used (the API server).
+
+    Not in every process that loads plugins.
+    """
 
     def __get__(self, instance: object, owner: type) -> list[dict[str, Any]]:
         return _fastapi_apps()

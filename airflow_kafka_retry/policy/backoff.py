@@ -1,4 +1,8 @@
-"""Back-off policies: (number of retries, back-off) -> the list of delays, like Spring's BackOffValuesGenerator."""
+"""
+Back-off policies: (number of retries, back-off) -> the list of delays.
+
+Like Spring's BackOffValuesGenerator.
+"""
 
 from __future__ import annotations
 

@@ -202,7 +202,11 @@ def last_header(headers: Iterable[Header] | None, name: str) -> bytes | None:
 
 # ---------------------------------------------------------------------- reading
 def attempts_value(value: bytes | None) -> int:
-    """Decode a ``retry_topic-attempts`` value: 4-byte int, or the legacy 1-byte form; 1 when absent or odd."""
+    """
+    Decode a ``retry_topic-attempts`` value: 4-byte int, or the legacy 1-byte form.
+
+    1 when absent or odd.
+    """
     if value is None:
         return 1
     if len(value) == 1:

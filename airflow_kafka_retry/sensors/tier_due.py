@@ -139,8 +139,9 @@ class RetryTierDueSensor(BaseSensorOperator):
 
     def _start_clock(self, context: Context) -> int | None:
         """
-        The deadline of this sensor's waiting (epoch ms), fixed at its first look (in reschedule mode,
-        the first look of the first try's reschedules).
+        The deadline of this sensor's waiting (epoch ms), fixed at its first look.
+
+        In reschedule mode, the first look of the first try's reschedules.
         """
         if self._deadline_ms is None and self.max_wait is not None:
             started = wall_clock_ms()

@@ -29,7 +29,11 @@ ERROR_STATUS = "error"
 
 
 class SparkAppError(ValueError):
-    """The Spark application refused to start (bad topology, handler, options, topics); the message says why."""
+    """
+    The Spark application refused to start; the message says why.
+
+    Bad topology, handler, options or topics.
+    """
 
 
 class ResultMissingError(RuntimeError):
@@ -50,7 +54,11 @@ def _local_path(url: str) -> str:
 
 
 def check_result_path_free(url: str) -> None:
-    """Refuse a local result path that already holds something (the driver checks before reading any record)."""
+    """
+    Refuse a local result path that already holds something.
+
+    The driver checks before reading any record.
+    """
     if is_local(url) and os.path.lexists(_local_path(url)):
         kind = "a symlink" if os.path.islink(_local_path(url)) else "a file"
         raise UntrustedResultError(
@@ -98,8 +106,9 @@ def error_document(message: str) -> dict[str, Any]:
 
 def remove_result(url: str) -> None:
     """
-    Delete a result left by an earlier try (a symlink itself, never its target), so it cannot be mistaken
-    for this run's.
+    Delete a result left by an earlier try, so it cannot be mistaken for this run's.
+
+    A symlink is deleted itself, never its target.
     """
     if is_local(url):
         with contextlib.suppress(FileNotFoundError):

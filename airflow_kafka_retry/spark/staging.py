@@ -50,8 +50,9 @@ def cluster_mode_conf(
     master: str | None, deploy_mode: str | None, spark_conf: Mapping[str, Any]
 ) -> dict[str, str]:
     """
-    Spark properties to add so the shipped credentials file does not outlive the run (and warn where none
-    can).
+    Spark properties to add so the shipped credentials file does not outlive the run.
+
+    Warn where none can.
 
     :param master: the Spark master.
     :param deploy_mode: ``cluster`` or ``client`` (``None``: client).

@@ -123,7 +123,11 @@ def app_arguments(
     partitions: Iterable[int] | None = None,
     allow_unencrypted_secrets: bool = False,
 ) -> list[str]:
-    """The tier app's command-line arguments (paths and options only; see :mod:`~airflow_kafka_retry.spark.app`)."""
+    """
+    The tier app's command-line arguments: paths and options only.
+
+    See :mod:`~airflow_kafka_retry.spark.app`.
+    """
     args = [
         "--topology",
         _local_path(topology_path),
@@ -163,8 +167,9 @@ def prepare_submission(
     tmp_dir: str | None = None,
 ) -> Submission:
     """
-    Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the
-    arguments.
+    Check that the Kafka secrets may travel, then build the submission.
+
+    The py-files zip, the credentials file and the arguments.
 
     :param topology_path: the topology YAML (local path or fsspec URL readable by the driver).
     :param tier: tier index, topic name or ``dlt``.
@@ -253,7 +258,11 @@ WITHHELD_ENV_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__")
 
 
 def spark_app_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without what :data:`WITHHELD_ENV_PREFIXES` names: the base environment of ``spark-submit``."""
+    """
+    The base environment of ``spark-submit``.
+
+    ``environ`` without what :data:`WITHHELD_ENV_PREFIXES` names.
+    """
     return {k: v for k, v in environ.items() if not k.startswith(WITHHELD_ENV_PREFIXES)}
 
 

@@ -37,7 +37,11 @@ class UnencryptedSecretsError(ValueError):
 
 
 def secret_keys(kafka_config: Mapping[str, Any]) -> list[str]:
-    """The keys of ``kafka_config`` that hold secrets (SASL passwords, OAUTHBEARER secrets, SSL key material)."""
+    """
+    The keys of ``kafka_config`` that hold secrets.
+
+    SASL passwords, OAUTHBEARER secrets, SSL key material.
+    """
     return sorted(k for k, v in kafka_config.items() if _SECRET_KEY.search(k) and v not in (None, ""))
 
 
@@ -99,7 +103,11 @@ def check_secrets_transport(
 
 # ----------------------------------------------------------------------------- the settings spark-submit uses
 def read_properties(path: str) -> dict[str, str]:
-    """A Spark properties file (``spark-defaults.conf`` format: ``key value`` or ``key=value``; ``#`` comments)."""
+    """
+    A Spark properties file, in ``spark-defaults.conf`` format.
+
+    ``key value`` or ``key=value`` lines; ``#`` comments.
+    """
     props: dict[str, str] = {}
     with open(path, encoding="utf-8") as fh:
         for raw in fh:

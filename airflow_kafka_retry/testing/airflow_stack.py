@@ -80,7 +80,11 @@ def airflow_env(
 
 
 class AirflowCluster:
-    """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid."""
+    """
+    Start the deployment's four processes.
+
+    ``stop()`` (or leaving the ``with`` block) ends each by its pid.
+    """
 
     def __init__(self, home: Path, env: dict[str, str], *, cwd: Path | None = None) -> None:
         self.home = home
@@ -108,8 +112,9 @@ class AirflowCluster:
 
     def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
         """
-        Migrate the metadata DB and start ``components``, the api-server first (tasks reach the DB through
-        it: a task the scheduler started before it listened would fail).
+        Migrate the metadata DB and start ``components``, the api-server first.
+
+        Tasks reach the DB through it: a task the scheduler started before it listened would fail.
         """
         self.migrate()
         for name in sorted(components, key=lambda c: c != "api-server"):

@@ -388,8 +388,9 @@ _TXN_SETTLE_SECONDS = 1.0
 
 def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: float) -> str | None:
     """
-    Rounds of simultaneous transactions; in round ``n`` producer ``i`` commits offset ``n`` of partition
-    ``i``.
+    Rounds of simultaneous transactions.
+
+    In round ``n`` producer ``i`` commits offset ``n`` of partition ``i``.
 
     ``topic`` has ``_TXN_PRODUCERS + 1`` partitions; every transaction also writes one record to the
     last one. Round 1 runs while one more transactional producer holds open a transaction that has
@@ -529,8 +530,10 @@ def _stale_committed(
     reader: Consumer, topic: str, expected: Mapping[int, int], timeout: float
 ) -> list[tuple[int, int, int | None]]:
     """
-    ``[(partition, expected, found)]`` for partitions whose committed offset is still not the expected one
-    after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when the read failed).
+    Partitions whose committed offset is still not the expected one after re-reading.
+
+    ``[(partition, expected, found)]``, after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when
+    the read failed).
     """
     deadline = time.monotonic() + _TXN_SETTLE_SECONDS
     while True:

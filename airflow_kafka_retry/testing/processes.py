@@ -1,6 +1,8 @@
 """
-Process plumbing shared by the brokers the suite starts (Tansu, Apache Kafka): free loopback ports,
-process groups that die with the process that started them, and a registry stopped at interpreter exit.
+Process plumbing shared by the brokers the suite starts (Tansu, Apache Kafka).
+
+Free loopback ports, process groups that die with the process that started them, and a registry stopped at
+interpreter exit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""``TierDueTrigger``: wait, in the triggerer, until a retry tier has a due record (or nothing to wait for)."""
+"""
+``TierDueTrigger``: wait, in the triggerer, until a retry tier has a due record.
+
+Or until there is nothing to wait for.
+"""
 
 from __future__ import annotations
 

@@ -305,9 +305,10 @@ class TierDueEventTrigger(_HeadEventTrigger):
 
     async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
         """
-        The tier's backlog gauges (``kafka_retry.tier.backlog``, ``.oldest_due_age_ms``), every
-        ``gauge_interval`` seconds, zeros included (a gauge keeps its last value otherwise): what an
-        on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``.
+        The tier's backlog gauges, every ``gauge_interval`` seconds, zeros included.
+
+        ``kafka_retry.tier.backlog`` and ``.oldest_due_age_ms`` (a gauge keeps its last value otherwise): what
+        an on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``.
         """
         if self.topology_topic is None or self.tier_index is None:
             return
