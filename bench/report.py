@@ -278,13 +278,14 @@ def markdown(
 ) -> str:
     lines = [
         (
-            f"{workload['records']:,} records of 1 KB, {workload['partitions']} partitions, all due, 1 % failing "
-            "(half transient, half fatal); every case reads the same tier with its own consumer group."
+            f"{workload['records']:,} records of 1 KB, {workload['partitions']} partitions, all due, "
+            "1 % failing (half transient, half fatal); every case reads the same tier with its own consumer "
+            "group."
         ),
         "",
         (
-            "**With Spring's 13 headers** (`kafka_original-*`, `kafka_exception-*` with a 20-line stack trace, "
-            "`retry_topic-*`):"
+            "**With Spring's 13 headers** (`kafka_original-*`, `kafka_exception-*` with a 20-line stack "
+            "trace, `retry_topic-*`):"
         ),
         "",
         *_table(spring),

@@ -76,7 +76,10 @@ WORKLOADS = ("spring", "headerless")
 #: What Spring's recoverer writes for a listener that failed on a timeout (20 lines of Java stack trace).
 SPRING_EXCEPTION = ExceptionInfo(
     fqcn="org.springframework.kafka.listener.ListenerExecutionFailedException",
-    message="Listener method 'public void com.example.orders.OrderListener.onOrder(java.lang.String)' threw exception",
+    message=(
+        "Listener method 'public void com.example.orders.OrderListener.onOrder(java.lang.String)' "
+        "threw exception"
+    ),
     stacktrace="org.springframework.kafka.listener.ListenerExecutionFailedException: Listener failed\n"
     + "".join(
         f"\tat com.example.orders.pipeline.Stage{i}.invoke(Stage{i}.java:{40 + i})\n" for i in range(19)

@@ -140,9 +140,9 @@ def failure_message(summary: RunSummary, engine: str = "Spark") -> str:
     failed = sorted(summary.failed_partitions, key=lambda p: p.partition)
     lines = [
         (
-            f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
-            f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
-            "progress and a rerun resumes each failed one from its committed offset:"
+            f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) "
+            f"failed on {len(failed)} of {len(summary.partitions)} partition(s); other partitions committed "
+            "their progress and a rerun resumes each failed one from its committed offset:"
         )
     ]
     lines += [

@@ -296,11 +296,9 @@ class Topology:
     @property
     def exception_dlts(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """The exception-specific DLTs in routing order: (topic, exception classes)."""
+        naming = self.dlt_routing_naming
         return tuple(
-            (
-                f"{self.topic}{dlt_routing_suffix(key, dlt_suffix=self.dlt_suffix, naming=self.dlt_routing_naming)}",
-                classes,
-            )
+            (f"{self.topic}{dlt_routing_suffix(key, dlt_suffix=self.dlt_suffix, naming=naming)}", classes)
             for key, classes in self.dlt_routing
         )
 

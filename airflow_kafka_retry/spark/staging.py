@@ -7,9 +7,9 @@ file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentia
 * **YARN**: ``spark-submit`` uploads it to the application's staging folder,
   ``<stagingDir>/.sparkStaging/<application id>/`` (``spark.yarn.stagingDir``, default: the user's home in
   the default file system; readable by the submitting user only: Spark creates the folder ``0700``), and
-  YARN localizes it into the working folder of the driver's and the executors' containers (under the NodeManagers'
-  ``usercache/<user>/appcache/<application id>``). The ApplicationMaster deletes the staging folder
-  when the application ends unless ``spark.yarn.preserve.staging.files`` is ``true``; the
+  YARN localizes it into the working folder of the driver's and the executors' containers (under the
+  NodeManagers' ``usercache/<user>/appcache/<application id>``). The ApplicationMaster deletes the staging
+  folder when the application ends unless ``spark.yarn.preserve.staging.files`` is ``true``; the
   NodeManagers delete the containers' folders when the application ends (after
   ``yarn.nodemanager.delete.debug-delay-sec``). This package sets
   ``spark.yarn.preserve.staging.files=false`` on the command line, where it overrides a

@@ -245,7 +245,10 @@ class ApacheKafka:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"ApacheKafka(version={self.version!r}, pid={self.pid}, port={self._port}, running={self.running})"
+        return (
+            f"ApacheKafka(version={self.version!r}, pid={self.pid}, port={self._port}, "
+            f"running={self.running})"
+        )
 
     # ------------------------------------------------------------------ internals
     def _write_config(self, run_dir: Path, port: int, controller: int) -> Path:
