@@ -110,6 +110,8 @@ class OrderAccount:
 
 @dataclass
 class Account:
+    """The demo's books: where every order ended, its lateness, and what the XCom summaries say."""
+
     orders: list[OrderAccount]
     lateness: dict[str, dict[str, float | int]]
     xcom_succeeded: dict[str, int]

@@ -32,6 +32,8 @@ PROGRESS_GROUP_SUFFIX = "-demo-progress"  # never commits: counts every record o
 
 @dataclass
 class TierProgress:
+    """One tier's progress in the demo's live table."""
+
     topic: str
     delay_s: float
     runs: int = 0
@@ -46,6 +48,8 @@ class TierProgress:
 
 @dataclass
 class Snapshot:
+    """What the demo's live table shows at one moment."""
+
     tiers: list[TierProgress]
     dlt_records: dict[str, int | None]
     alerts: int

@@ -46,6 +46,8 @@ class DemoError(RuntimeError):
 
 
 class Demo:
+    """One run of the demo: the deployment, its orders, the live table and the final account."""
+
     def __init__(
         self,
         deployment: Deployment,

@@ -20,6 +20,7 @@ A replay runs in three steps, and nothing is written before the third:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Collection, Mapping
@@ -575,10 +576,9 @@ class Replay:
 
     @staticmethod
     def _abort(producer: Producer) -> None:
-        try:
+        # on failure the broker times the transaction out; the next replay's init_transactions fences it
+        with contextlib.suppress(KafkaException):
             producer.abort_transaction(_TIMEOUT_S)
-        except KafkaException:
-            pass  # the broker times the transaction out; the next replay's init_transactions fences it
 
 
 def _edited(record: DltRecord, edited: DltRecord) -> bool:

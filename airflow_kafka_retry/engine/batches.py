@@ -48,6 +48,8 @@ class Outcome:
 
 @dataclass
 class BatchStats:
+    """Handler calls of a run of batches, and their durations."""
+
     handler_calls: int = 0
     extra_calls: int = 0  # calls spent isolating failures (bisection, in-place retries)
     handler_ms: Distribution = field(default_factory=Distribution, compare=False)  # each call's duration
@@ -80,7 +82,7 @@ class BatchRunner:
         in_place_backoff_ms: int = 0,
         max_attempts: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        retryable: Callable[[BaseException], bool] = ExceptionClassifier().is_retryable,
+        retryable: Callable[[BaseException], bool] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -94,7 +96,7 @@ class BatchRunner:
         self.in_place_backoff_ms = in_place_backoff_ms
         self.max_attempts = max_attempts
         self.sleep = sleep
-        self.retryable = retryable
+        self.retryable = retryable or ExceptionClassifier().is_retryable
         self.stats = BatchStats()
 
     def run(self, records: Sequence[TierRecord]) -> list[Outcome]:

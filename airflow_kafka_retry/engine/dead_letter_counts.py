@@ -29,6 +29,8 @@ def hour_of(timestamp_ms: int) -> str:
 
 @dataclass
 class DeadLetterCounts:
+    """Counts of a DLT's records, by exception class and by hour; ``error`` names a broker problem."""
+
     topic: str
     total: int = 0
     by_exception: Counter[str] = field(default_factory=Counter)

@@ -283,7 +283,8 @@ class PartitionJob:
 
     def _commit(self, work: _ChunkWork, runner: BatchRunner, router: Router) -> None:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
-        assert work.last_offset is not None
+        if work.last_offset is None:
+            raise RuntimeError("a chunk is committed only once it has read records")
         self._require_parking(work, router)
         router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
         self._count(work, runner)

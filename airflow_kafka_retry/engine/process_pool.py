@@ -25,6 +25,7 @@ transactional producer, exactly as a partition thread would; their summaries com
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -219,10 +220,8 @@ class ProcessPool:
             self._events.put((worker, message))
 
     def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the worker is gone; its results pipe's end reports it
             worker.control.send(message)
-        except OSError:  # the worker is gone; its results pipe's end reports it
-            pass
 
     def _fill(self, pending: deque[int]) -> None:
         """

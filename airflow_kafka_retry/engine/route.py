@@ -10,6 +10,7 @@ routed record is acknowledged. Either way no offset is committed for a record wi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -89,14 +90,15 @@ class Router:
     def _produce(self, routed: Sequence[RoutedRecord], failures: list[str]) -> None:
         for item in routed:
             destination = item.destination
-            assert destination.topic is not None, "dropped records are not produced"
+            if destination.topic is None:
+                raise RuntimeError("dropped records are not produced")
             partition = destination.partition
             if partition >= self.partition_counts.get(destination.topic, 0):
                 partition = -1
 
             def delivered(err: KafkaError | None, msg: Message, item: RoutedRecord = item) -> None:
                 if err is not None:
-                    failures.append(f"{destination.topic}: {err.str()}")
+                    failures.append(f"{item.destination.topic}: {err.str()}")
                 else:
                     item.delivered_partition, item.delivered_offset = msg.partition(), msg.offset()
 
@@ -133,10 +135,9 @@ class Router:
                     f"{where}: fenced by a newer run of the same partition; nothing committed"
                 ) from exc
             if error.txn_requires_abort():
-                try:
+                # on failure the transaction times out on the broker; the next run's init fences it
+                with contextlib.suppress(KafkaException):
                     self.producer.abort_transaction(_TIMEOUT_S)
-                except KafkaException:
-                    pass  # the transaction times out on the broker; the next run's init fences it
             delivery = f" (delivery failed: {'; '.join(failures[:3])})" if failures else ""
             raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}{delivery}") from exc
         if failures:  # cannot happen after a successful commit; kept as a guard, never ignored

@@ -75,6 +75,8 @@ def provider_config() -> dict[str, object]:
 
 @dataclass(frozen=True)
 class ViewSettings:
+    """The view's ``[kafka_retry]`` settings, as read from Airflow's configuration."""
+
     topologies: tuple[str, ...]
     kafka_conn_id: str
     dag_id_template: str

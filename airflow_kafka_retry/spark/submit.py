@@ -313,7 +313,8 @@ def _stream(
     tail: collections.deque[str],
     mask: OutputMasker,
 ) -> None:
-    assert process.stdout is not None
+    if process.stdout is None:
+        raise RuntimeError("spark-submit was started without a stdout pipe")
     for raw in process.stdout:
         line = mask(raw.rstrip("\n"))
         tail.append(line)

@@ -122,8 +122,9 @@ class EmbeddedBroker:
         binary = self._binary or self._resolve_binary()
         if self._log_dir is None:
             self._owned_dir = Path(tempfile.mkdtemp(prefix="airflow-kafka-retry-tansu-"))
-        log_dir = self._log_dir or self._owned_dir
-        assert log_dir is not None
+            log_dir = self._owned_dir
+        else:
+            log_dir = self._log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         # A port picked by _free_port() can be taken by someone else before Tansu binds it: retry.
         attempts = 1 if self._requested_port is not None else 3
@@ -218,7 +219,8 @@ class EmbeddedBroker:
         ]
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env["NO_COLOR"] = "1"  # plain-text log file, no ANSI escapes
-        assert self._log_path is not None
+        if self._log_path is None:
+            raise RuntimeError("the log path is chosen before the process starts")
         with open(self._log_path, "ab") as logf:
             self._proc = subprocess.Popen(
                 cmd,
@@ -227,13 +229,14 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=parent_death_hook(),
-            )  # type: ignore[arg-type]
+                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - None off the main thread
+            )
         register(self)
         log.debug("spawned %s (pid %s)", cmd, self._proc.pid)
 
     def _wait_ready(self, port: int) -> None:
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("the process is not started")
         deadline = time.monotonic() + self._startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -257,7 +260,8 @@ class EmbeddedBroker:
         )
 
     def _signal_group(self, sig: signal.Signals) -> None:
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("the process is not started")
         signal_group(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
 
     def _reap(self) -> None:

@@ -13,10 +13,13 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 
 class Stoppable(Protocol):
+    """A process the registry stops at interpreter exit."""
+
     def stop(self) -> None: ...
 
 
@@ -50,7 +53,7 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the forked child
         pass
 
 
-def parent_death_hook() -> object:
+def parent_death_hook() -> Callable[[], None] | None:
     """
     ``preexec_fn`` for ``Popen``: ``die_with_parent`` when started from the main thread, else ``None``.
 

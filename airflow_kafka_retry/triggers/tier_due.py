@@ -143,5 +143,5 @@ class TierDueTrigger(BaseTrigger):
 
     @staticmethod
     async def _sleep_until(wake_ms: int) -> None:
-        while (remaining := wake_ms - wall_clock_ms()) > 0:
+        while (remaining := wake_ms - wall_clock_ms()) > 0:  # noqa: ASYNC110 - waits for a time, not a task
             await asyncio.sleep(min(remaining / 1000, MAX_SLEEP_S))
