@@ -89,8 +89,9 @@ def _comparable(text: str) -> list[str]:
     for line in text.splitlines():
         cells = _split(line)
         if cells is not None and not cells[3].startswith(("skipped: ", "FAILED")):
-            line = f"| {' | '.join((*cells[:3], MEASURED, cells[4]))} |"
-        out.append(line)
+            out.append(f"| {' | '.join((*cells[:3], MEASURED, cells[4]))} |")
+        else:
+            out.append(line)
     return out
 
 

@@ -187,7 +187,7 @@ def check_ledger(
     dlt_ids = Counter(m.key().decode() for m in dlt)
     if not allow_duplicates:
         assert not [i for i, n in dlt_ids.items() if n > 1], "records duplicated in the DLT"
-    for rid, (mode, partition, offset) in inputs.records.items():
+    for rid, (mode, _partition, _offset) in inputs.records.items():
         homes = (["processed"] if rid in processed else []) + (["dlt"] if rid in dlt_ids else [])
         assert len(homes) == 1, f"id {rid} ({mode}) is in {homes or 'no home'}"
         expected = "dlt" if mode in DLT_FATES else "processed"

@@ -114,7 +114,7 @@ def test_concurrent_txn_offset_commits_is_a_capability() -> None:
 def test_unknown_capability_is_an_error_not_a_skip() -> None:
     with pytest.raises(ValueError, match="unknown broker capability 'abort_isolaton'"):
         missing_reason(TANSU_LIKE, "abort_isolaton")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown broker capability 'nope'; known: "):
         require_capability(BrokerCapabilities.everything(), "nope")
 
 

@@ -149,10 +149,9 @@ def test_example_classifier() -> None:
     )
     assert classifier.retry_only == ()
     assert classifier.traverse_causes is True
-    try:
+    with pytest.raises(json.JSONDecodeError) as info:
         json.loads("{broken")
-    except json.JSONDecodeError as exc:
-        assert classifier.is_fatal(exc)
+    assert classifier.is_fatal(info.value)
     assert classifier.is_fatal(InvalidOrder("no customer"))
     assert classifier.is_retryable(ConnectionError("broker away"))
     assert classifier.is_fatal(TypeError("default fatal"))

@@ -410,9 +410,8 @@ def test_an_interruption_of_the_task_thread_waits_for_the_chunk_boundary():
 
 
 # ----------------------------------------------------------------------------- the Spark operator's deadline
-def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window(
-    tmp_path, monkeypatch, airflow_connections
-):
+@pytest.mark.usefixtures("airflow_connections")
+def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window(tmp_path, monkeypatch):
     seen: dict = {}
     stopped = busy(0, stop_reason="stopped", stopped_by="deadline", left=3)
     _fake_spark(monkeypatch, seen, document=summary(stopped, stopped="deadline").to_dict())
@@ -427,9 +426,8 @@ def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window
     assert document["partitions"][0]["stopped_by"] == "window_closed"
 
 
-def test_spark_operator_without_window_or_max_run_sends_no_deadline(
-    tmp_path, monkeypatch, airflow_connections
-):
+@pytest.mark.usefixtures("airflow_connections")
+def test_spark_operator_without_window_or_max_run_sends_no_deadline(tmp_path, monkeypatch):
     seen: dict = {}
     _fake_spark(monkeypatch, seen, document=summary(busy(0)).to_dict())
     make(SparkReprocessTierOperator, result_path=str(tmp_path / "summary.json")).execute(context())
