@@ -28,6 +28,7 @@ from airflow_kafka_retry.demo.orders import FATES, fate
 from airflow_kafka_retry.dlt.reading import TopicReader
 from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
 from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import last_header
 from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
 
@@ -55,7 +56,7 @@ def read_produced(kafka_config: Mapping[str, Any], topic: str) -> Counter[str]:
     with TopicReader(kafka_config) as reader:
         for partition in range(reader.partitions(topic)):
             for message in reader.read(topic, partition):
-                if last_header(message.headers() or [], REPLAY_ID) is None:
+                if last_header(headers_of(message) or [], REPLAY_ID) is None:
                     written[message.key().decode() if message.key() is not None else "?"] += 1
     return written
 
@@ -89,7 +90,9 @@ def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str
                 for message in reader.read(topic, partition):
                     key = message.key().decode() if message.key() is not None else "?"
                     found.setdefault(key, []).append(
-                        Parked(topic, partition, message.offset(), (partition, message.offset()) in replayed)
+                        Parked(
+                            topic, partition, offset_of(message), (partition, offset_of(message)) in replayed
+                        )
                     )
     return found
 

@@ -17,6 +17,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import consumer_config, partition_counts
+from airflow_kafka_retry.engine.consumed import offset_of
 
 _POLL_S = 1.0
 
@@ -67,7 +68,7 @@ def read_partition(
                 if error.code() == KafkaError._PARTITION_EOF:
                     return
                 raise ReadError(f"{where}: read failed: {error}")
-            offset = message.offset()
+            offset = offset_of(message)
             if start is not None and offset < start:
                 continue  # the broker reset a start past the end to the beginning
             if high is None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.policy.headers import (
     HEADER_NAMES,
     Header,
@@ -55,13 +56,13 @@ class DltRecord:
     @classmethod
     def from_message(cls, message: Message) -> DltRecord:
         return cls(
-            topic=message.topic(),
-            partition=message.partition(),
-            offset=message.offset(),
+            topic=topic_of(message),
+            partition=partition_of(message),
+            offset=offset_of(message),
             timestamp_ms=message.timestamp()[1],
             key=message.key(),
             value=message.value(),
-            headers=tuple(message.headers() or ()),
+            headers=tuple(headers_of(message) or ()),
         )
 
     @property

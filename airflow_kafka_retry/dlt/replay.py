@@ -48,6 +48,7 @@ from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY, Target, check_target_spec, source_topic, target_for
 from airflow_kafka_retry.dlt.transform import Transform, apply_transform, load_transform, resolve_transform
 from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts, producer_config
+from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, replayed_headers
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
@@ -332,7 +333,7 @@ class Replay:
             seen_ends[partition] = end if end is not None else 0
             for message in reader.read(self.source, partition, start=selection.start_offset, end=end):
                 if end is None:
-                    seen_ends[partition] = message.offset() + 1
+                    seen_ends[partition] = offset_of(message) + 1
                 summary.scanned += 1
                 record = DltRecord.from_message(message)
                 if not selection.matches(record):
@@ -419,7 +420,7 @@ class Replay:
         for partition, wanted in sorted(by_partition.items()):
             first, last = min(wanted), max(wanted)
             for message in reader.read(self.source, partition, start=first, end=last + 1):
-                candidate = wanted.get(message.offset())
+                candidate = wanted.get(offset_of(message))
                 if candidate is None:
                     continue
                 record = DltRecord.from_message(message)

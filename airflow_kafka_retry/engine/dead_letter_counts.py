@@ -18,6 +18,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
+from airflow_kafka_retry.engine.consumed import headers_of, partition_of
 from airflow_kafka_retry.policy.headers import read_exception_classes
 
 UNKNOWN = "unknown"
@@ -83,12 +84,12 @@ def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: i
                     raise KafkaException(error)
                 open_parts.discard(message.partition())
                 continue
-            cls = read_exception_classes(message.headers())[0] or UNKNOWN
+            cls = read_exception_classes(headers_of(message))[0] or UNKNOWN
             result.total += 1
             result.by_exception[cls] += 1
             result.by_hour[hour_of(message.timestamp()[1])][cls] += 1
-            scanned[message.partition()] += 1
-            if scanned[message.partition()] >= scan_limit:
+            scanned[partition_of(message)] += 1
+            if scanned[partition_of(message)] >= scan_limit:
                 result.truncated = True
                 open_parts.discard(message.partition())
-                consumer.incremental_unassign([TopicPartition(result.topic, message.partition())])
+                consumer.incremental_unassign([TopicPartition(result.topic, partition_of(message))])

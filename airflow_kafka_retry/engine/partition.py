@@ -23,6 +23,7 @@ from airflow_kafka_retry.engine.clients import (
     open_producer,
     partition_counts,
 )
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.engine.distribution import Distribution
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
@@ -343,9 +344,9 @@ class PartitionJob:
             key,
             value,
             tuple(headers) if headers else (),
-            message.topic(),
-            message.partition(),
-            message.offset(),
+            topic_of(message),
+            partition_of(message),
+            offset_of(message),
             ts,
             ts_type,
             attempt,
@@ -364,12 +365,12 @@ class PartitionJob:
             if ts < 0:
                 ts = self.clock()
             destination = self.resolver.resolve(
-                topic=message.topic(),
-                partition=message.partition(),
+                topic=topic_of(message),
+                partition=partition_of(message),
                 attempt=attempt,
                 exception=error,
-                original_timestamp_ms=read_original_timestamp(message.headers(), ts),
-                headers=message.headers(),
+                original_timestamp_ms=read_original_timestamp(headers_of(message), ts),
+                headers=headers_of(message),
             )
             if destination.action == "drop":
                 log.warning(
@@ -383,9 +384,9 @@ class PartitionJob:
                 )
                 dropped.append(
                     DeadLetter(
-                        message.topic(),
-                        message.partition(),
-                        message.offset(),
+                        topic_of(message),
+                        partition_of(message),
+                        offset_of(message),
                         class_path(type(error)),
                         destination.reason,
                     )
@@ -398,9 +399,9 @@ class PartitionJob:
                 cause_rule=self.topology.headers.cause,
             )
             failure = Failure(
-                topic=message.topic(),
-                partition=message.partition(),
-                offset=message.offset(),
+                topic=topic_of(message),
+                partition=partition_of(message),
+                offset=offset_of(message),
                 timestamp_ms=ts,
                 timestamp_type=ts_type,
                 consumer_group=self.topology.group_id,
@@ -415,12 +416,12 @@ class PartitionJob:
     def _forward_headers(self, message: Message, failure: Failure) -> list[Header]:
         policy = self.topology.headers
         try:
-            return forward_headers(message.headers(), failure, policy)
+            return forward_headers(headers_of(message), failure, policy)
         except HeaderBudgetError:
             # The record's own headers alone exceed the budget (it arrived that way): it keeps every
             # one of them (headers are never dropped) and still gets its home; only the headers the
             # engine writes are held to the budget.
-            own = header_bytes(message.headers() or ())
+            own = header_bytes(headers_of(message) or ())
             log.warning(
                 "%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
                 "(%s); routed with them all",
@@ -431,7 +432,7 @@ class PartitionJob:
                 policy.max_header_bytes,
             )
             return forward_headers(
-                message.headers(), failure, replace(policy, max_header_bytes=policy.max_header_bytes + own)
+                headers_of(message), failure, replace(policy, max_header_bytes=policy.max_header_bytes + own)
             )
 
     def _count(self, work: _ChunkWork, runner: BatchRunner) -> None:
@@ -454,9 +455,9 @@ class PartitionJob:
                 src = item.source
                 s.count_dead_letter(
                     DeadLetter(
-                        src.topic(),
-                        src.partition(),
-                        src.offset(),
+                        topic_of(src),
+                        partition_of(src),
+                        offset_of(src),
                         item.exception,
                         dest.reason,
                         dest.topic,

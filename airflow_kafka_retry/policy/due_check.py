@@ -15,12 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.windows import ReprocessWindow
 
 DueAction = Literal["due", "idle", "wait", "skip"]
+
+#: What names a partition: its number (one topic), or ``(topic, partition)`` (the event triggers' waves).
+PartitionKey = TypeVar("PartitionKey", int, tuple[str, int])
 
 
 def format_ms(at_ms: int) -> str:
@@ -29,7 +32,7 @@ def format_ms(at_ms: int) -> str:
 
 
 @dataclass(frozen=True)
-class DueCheck:
+class DueCheck(Generic[PartitionKey]):
     """
     The outcome of :func:`check_due`.
 
@@ -43,11 +46,11 @@ class DueCheck:
 
     action: DueAction
     now_ms: int
-    due_partitions: tuple[int, ...] = ()
+    due_partitions: tuple[PartitionKey, ...] = ()
     earliest_due_ms: int | None = None
     wake_ms: int | None = None
     reason: str = ""
-    pending_partitions: tuple[int, ...] = ()
+    pending_partitions: tuple[PartitionKey, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,12 +65,12 @@ class DueCheck:
 
 
 def check_due(
-    due_at: Mapping[int, int],
+    due_at: Mapping[PartitionKey, int],
     *,
     now_ms: int,
     window: ReprocessWindow | None = None,
     deadline_ms: int | None = None,
-) -> DueCheck:
+) -> DueCheck[PartitionKey]:
     """
     Decide what the due sensor does.
 
@@ -109,8 +112,13 @@ def check_due(
 
 
 def _wait_or_skip(
-    now_ms: int, wake_ms: int, earliest: int, pending: tuple[int, ...], deadline_ms: int | None, why: str
-) -> DueCheck:
+    now_ms: int,
+    wake_ms: int,
+    earliest: int,
+    pending: tuple[PartitionKey, ...],
+    deadline_ms: int | None,
+    why: str,
+) -> DueCheck[PartitionKey]:
     if deadline_ms is not None and wake_ms > deadline_ms:
         return DueCheck(
             "skip",

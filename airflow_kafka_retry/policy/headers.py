@@ -268,8 +268,8 @@ def read_retry_state(
         if name1 == ATTEMPTS and name2 == BACKOFF_TIMESTAMP:
             if value1 is not None and value2 and len(value1) == 4 and len(value2) <= 8:
                 raw = int.from_bytes(value1, "big", signed=True)
-                due = int.from_bytes(value2, "big", signed=True)
-                if now_ms is not None and due - now_ms > horizon_ms:
+                due: int | None = int.from_bytes(value2, "big", signed=True)
+                if now_ms is not None and due is not None and due - now_ms > horizon_ms:
                     due = None
                 return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1, due
             return attempts_value(value1), due_value(value2, now_ms=now_ms, horizon_ms=horizon_ms)

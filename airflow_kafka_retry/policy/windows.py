@@ -17,11 +17,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 _SPEC = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
 
 
-def _clock(hours: str, minutes: str, spec: str, *, end: bool) -> time | None:
-    """``HH:MM`` as a time; ``24:00`` (only as the end) is midnight of the next day, returned as ``None``."""
+def _clock(hours: str, minutes: str, spec: str, *, end: bool) -> time:
+    """``HH:MM`` as a time; ``24:00`` (only as the end) is midnight of the next day, ``00:00``."""
     h, m = int(hours), int(minutes)
     if end and (h, m) == (24, 0):
-        return None
+        return time(0, 0)
     if h > 23 or m > 59:
         raise ValueError(
             f"window {spec!r}: {hours}:{minutes} is not a time of day (00:00 to 23:59"
@@ -53,7 +53,7 @@ class ReprocessWindow:
         if not match:
             raise ValueError(f"window {spec!r} is not of the form 'HH:MM-HH:MM' (e.g. '01:00-05:00')")
         start = _clock(match[1], match[2], spec, end=False)
-        end = _clock(match[3], match[4], spec, end=True) or time(0, 0)
+        end = _clock(match[3], match[4], spec, end=True)
         if start == end and (match[3], match[4]) != ("24", "00"):
             raise ValueError(
                 f"window {spec!r} opens and closes at the same time; leave the window out to "

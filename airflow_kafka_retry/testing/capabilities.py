@@ -39,7 +39,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import OffsetSpec
 
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics, delete_topics
@@ -225,17 +233,16 @@ def _produce(
     """Produce to partition 0, flush, return ``(error, offset)`` per record in order."""
     results: list[tuple[KafkaError | None, int]] = [(None, -1)] * len(values)
 
-    def report(i: int) -> Callable[[KafkaError | None, object], None]:
-        def cb(err: KafkaError | None, msg: object) -> None:
-            results[i] = (err, msg.offset() if err is None else -1)  # type: ignore[attr-defined]
+    def report(i: int) -> Callable[[KafkaError | None, Message], None]:
+        def cb(err: KafkaError | None, msg: Message) -> None:
+            offset = msg.offset() if err is None else None
+            results[i] = (err, offset if offset is not None else -1)
 
         return cb
 
     for i, value in enumerate(values):
-        kw: dict[str, object] = {"partition": 0, "value": value, "on_delivery": report(i)}
-        if timestamps is not None:
-            kw["timestamp"] = timestamps[i]
-        producer.produce(topic, **kw)
+        timestamp = timestamps[i] if timestamps is not None else 0  # 0: librdkafka stamps the time
+        producer.produce(topic, value=value, partition=0, on_delivery=report(i), timestamp=timestamp)
     if producer.flush(timeout):
         raise TimeoutError(f"records to {topic} not delivered within {timeout:.0f}s")
     return results
@@ -285,13 +292,16 @@ def _read_to_eof(consumer: Consumer, *, until: bytes, timeout: float) -> list[by
         msg = consumer.poll(0.2)
         if msg is None:
             continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
                 if until in values:
                     return values
                 continue
-            raise KafkaException(msg.error())
-        values.append(msg.value())
+            raise KafkaException(error)
+        value = msg.value()
+        if value is not None:
+            values.append(value)
     raise TimeoutError(
         f"did not read {until!r} and then the partition end within {timeout:.0f}s "
         f"({len(values)} record(s) read)"
@@ -705,7 +715,7 @@ def probe_capabilities(
             "check."
         )
     caps = BrokerCapabilities(
-        **{name: reasons[name] is None for name in CAPABILITIES},  # type: ignore[arg-type]
+        **{name: reasons[name] is None for name in CAPABILITIES},
         reasons={name: reason for name, reason in reasons.items() if reason is not None},
         cluster_id=cluster_id,
         is_tansu=is_tansu,

@@ -12,6 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -26,7 +27,8 @@ _ILLEGAL = re.compile(r"[^a-zA-Z0-9._-]+")
 
 def admin_client(bootstrap: str, **extra: object) -> AdminClient:
     """An ``AdminClient`` whose librdkafka log lines go to Python logging, not stderr."""
-    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
+    # Any: the stubs allow only scalars as values, but librdkafka's ``logger`` takes a logging.Logger
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
     conf.update(extra)
     return AdminClient(conf)
 

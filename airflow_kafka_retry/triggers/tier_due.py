@@ -32,7 +32,7 @@ def look(
     window: ReprocessWindow | None,
     deadline_ms: int | None,
     peek_timeout: float,
-) -> tuple[DueCheck, TierPeek]:
+) -> tuple[DueCheck[int], TierPeek]:
     """Peek at the tier and decide (blocking: Kafka I/O)."""
     peek = peek_heads(kafka_config, topic, group, partitions=partitions, timeout_s=peek_timeout)
     now = wall_clock_ms()
@@ -42,7 +42,7 @@ def look(
     return check, peek
 
 
-def event_payload(check: DueCheck, peek: TierPeek) -> dict[str, Any]:
+def event_payload(check: DueCheck[int], peek: TierPeek) -> dict[str, Any]:
     """What the sensor gets back: the decision and the heads seen (coordinates and due times only)."""
     return {"status": check.action, "check": check.to_dict(), "peek": peek.to_dict()}
 

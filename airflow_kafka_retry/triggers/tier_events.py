@@ -124,11 +124,11 @@ class _HeadEventTrigger(BaseEventTrigger):
             await store.aset(STATE_KEY, wave.to_state())
 
     # ------------------------------------------------------------------ deciding
-    def plan(self, watch: HeadWatch, now_ms: int) -> WavePlan:
+    def plan(self, watch: HeadWatch, now_ms: int) -> WavePlan[tuple[str, int]]:
         heads = {k: h.due_at(now_ms) if self.read_due else now_ms for k, h in watch.heads.items()}
         return plan_wave(heads, now_ms=now_ms, window=self._window, fire_ahead_ms=int(self.fire_ahead * 1000))
 
-    def payload(self, watch: HeadWatch, plan: WavePlan, wave: Wave) -> dict[str, Any]:
+    def payload(self, watch: HeadWatch, plan: WavePlan[tuple[str, int]], wave: Wave) -> dict[str, Any]:
         """The event (an asset event's ``extra["payload"]``): coordinates and times only, never a payload."""
         dues = [watch.heads[k].due_ms for k in plan.keys if watch.heads[k].due_ms is not None]
         return {
