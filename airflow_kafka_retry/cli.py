@@ -23,6 +23,10 @@ from airflow_kafka_retry.cli_support import (
 from airflow_kafka_retry.policy.errors import TopologyError
 
 
+def _echo_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
 def _cmd_broker(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.testing.broker import run_broker_cli
 
@@ -100,7 +104,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     if args.engine == "spark":
         from airflow_kafka_retry.spark.submit import SparkSubmitError, run_spark_submit
 
-        echo = (lambda line: sys.stderr.write(line + "\n")) if args.verbose else None
+        echo = _echo_stderr if args.verbose else None
         try:
             summary = run_spark_submit(
                 topology_path=args.topology,

@@ -40,6 +40,20 @@ UNACCOUNTED = "unaccounted for"
 AFTER_REPLAY = "after DLT replay"
 
 
+def dead_ends(topology: Topology) -> tuple[str, str]:
+    """The demo topology's main DLT and parking topic (it has both: its DLT strategy is not ``no_dlt``)."""
+    if topology.dlt_topic is None or topology.parking_topic is None:
+        raise ValueError(
+            f"{topology.source}: the demo needs a DLT and a parking topic, not dlt_strategy: no_dlt"
+        )
+    return topology.dlt_topic, topology.parking_topic
+
+
+def held_topics(topology: Topology) -> list[str]:
+    """Where the demo's orders can be held: every DLT, then the parking topic."""
+    return [*(t.topic for t in topology.dlt_tiers), dead_ends(topology)[1]]
+
+
 @dataclass(frozen=True)
 class Parked:
     """A record of an order found in a DLT or the parking topic."""
@@ -57,7 +71,8 @@ def read_produced(kafka_config: Mapping[str, Any], topic: str) -> Counter[str]:
         for partition in range(reader.partitions(topic)):
             for message in reader.read(topic, partition):
                 if last_header(headers_of(message) or [], REPLAY_ID) is None:
-                    written[message.key().decode() if message.key() is not None else "?"] += 1
+                    key = message.key()
+                    written[key.decode() if key is not None else "?"] += 1
     return written
 
 
@@ -76,7 +91,7 @@ def _id(order_id: str) -> tuple[int, str]:
 def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str, list[Parked]]:
     """Order id -> its records in the DLTs and the parking topic (keys and coordinates only)."""
     found: dict[str, list[Parked]] = {}
-    topics = [t.topic for t in topology.dlt_tiers] + [topology.parking_topic]
+    topics = held_topics(topology)
     with TopicReader(kafka_config) as reader:
         for topic in topics:
             try:
@@ -88,7 +103,8 @@ def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str
             )
             for partition in range(partitions):
                 for message in reader.read(topic, partition):
-                    key = message.key().decode() if message.key() is not None else "?"
+                    raw_key = message.key()
+                    key = raw_key.decode() if raw_key is not None else "?"
                     found.setdefault(key, []).append(
                         Parked(
                             topic, partition, offset_of(message), (partition, offset_of(message)) in replayed
@@ -215,7 +231,7 @@ def reconcile(
     entries: dict[str, list[Mapping[str, Any]]] = {}
     for e in sorted(handled, key=lambda e: e["handled_ms"]):
         entries.setdefault(str(e["id"]), []).append(e)
-    main, parking = topology.topic, topology.parking_topic
+    main, parking = topology.topic, dead_ends(topology)[1]
     tiers = {t.topic for t in topology.retry_tiers}
     orders, twice = [], 0
     for order_id, kind in produced.items():

@@ -21,6 +21,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from airflow_kafka_retry.demo.account import held_topics
 from airflow_kafka_retry.demo.orders import ALERTS_FILE, read_lines
 from airflow_kafka_retry.engine.backlog import scan_backlog
 
@@ -146,7 +147,7 @@ class ProgressReader:
                 row.waiting, row.next_due_ms = totals["scanned"], totals["next_due_ms"]
             tiers.append(row)
         dlts: dict[str, int | None] = {}
-        for topic in [t.topic for t in topology.dlt_tiers] + [topology.parking_topic]:
+        for topic in held_topics(topology):
             backlog = scan_backlog(
                 self.kafka_config, topic, topology.group_id + PROGRESS_GROUP_SUFFIX, now_ms=now, timeout_s=5
             )

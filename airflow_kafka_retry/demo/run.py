@@ -27,7 +27,14 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from airflow_kafka_retry.demo.account import Account, produced_fates, read_parked, read_produced, reconcile
+from airflow_kafka_retry.demo.account import (
+    Account,
+    dead_ends,
+    produced_fates,
+    read_parked,
+    read_produced,
+    reconcile,
+)
 from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, METRICS_FILE, Deployment, prepare
 from airflow_kafka_retry.demo.lineage_graph import draw_lineage, lineage_edges, read_events, unfinished_runs
 from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, order_record, read_lines
@@ -100,7 +107,7 @@ class Demo:
         self._drain("orders flowing through the tiers", producer)
         if self.fast:
             self._cli(
-                "dags", "test", self.d.dag_id(topology.dlt_topic)
+                "dags", "test", self.d.dag_id(dead_ends(topology)[0])
             )  # the DLT watch: alerts for new records
         self._say(
             f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying "

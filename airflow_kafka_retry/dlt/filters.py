@@ -8,6 +8,7 @@ value is checked when the filter is built, so a bad one fails before anything is
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,9 @@ def _as_list(value: object) -> list[Any]:
         return []
     if isinstance(value, str | bytes | int):
         return [value]
-    return [v for v in value if v is not None and v != ""]  # type: ignore[union-attr]
+    if not isinstance(value, Iterable):
+        raise TypeError(f"expected a value or a list of values, got {type(value).__name__}")
+    return [v for v in value if v is not None and v != ""]
 
 
 def _split(value: object) -> tuple[str, ...]:

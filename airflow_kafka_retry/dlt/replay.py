@@ -556,7 +556,8 @@ class Replay:
             target.topic,
             value=edited.value,
             key=edited.key,
-            headers=headers,
+            # the stubs' List is invariant; a list of (str, bytes | None) is what produce() takes
+            headers=headers,  # type: ignore[arg-type]
             partition=partition,
             on_delivery=delivered,
         )

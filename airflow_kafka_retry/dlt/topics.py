@@ -51,7 +51,7 @@ def check_target_spec(
 
     :param allowed: topics beyond the topology's own (main, retry tiers) that a replay may write to.
     """
-    if spec in (None, ""):
+    if not spec:  # None or ""
         return
     if spec == "first-tier" and len(topology.tiers) < 2:
         raise ReplayError(
@@ -113,7 +113,7 @@ def target_for(
     topology's main topic or a retry tier, or one of ``allowed``. (A producer can set
     ``kafka_original-topic`` itself, and Spring keeps such a header on the first failure.)
     """
-    if spec in (None, ""):
+    if not spec:  # None or ""
         topic = record.original.topic
         if topic is None:
             raise ReplayError(

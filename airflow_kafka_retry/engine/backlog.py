@@ -149,7 +149,11 @@ def _scan(
             due_ms = read_due_ms(headers_of(message))
             bucket = due_bucket(due_ms, now_ms)
             part.due[bucket] += 1
-            if bucket != "now" and (part.next_due_ms is None or due_ms < part.next_due_ms):
+            if (
+                due_ms is not None
+                and bucket != "now"
+                and (part.next_due_ms is None or due_ms < part.next_due_ms)
+            ):
                 part.next_due_ms = due_ms
             if part.scanned >= scan_limit:
                 part.truncated = True

@@ -19,7 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
-from airflow_kafka_retry.engine.consumed import offset_of, partition_of, topic_of
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.policy.headers import read_exception_classes, read_original_coordinates
 
 TopicPartitionKey = tuple[str, int]
@@ -51,7 +51,7 @@ class DltWatchSummary:
     dead_letters_truncated: int = 0
 
     def add(self, message: Message) -> None:
-        headers = message.headers()
+        headers = headers_of(message)
         exception, cause = read_exception_classes(headers)
         exception = exception or UNKNOWN_EXCEPTION
         self.records += 1

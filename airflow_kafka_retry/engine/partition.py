@@ -263,8 +263,8 @@ class PartitionJob:
                 sources.append(message)
         failed = 0
         for position, outcome in runner.run_failures(records):
-            if outcome.failed:
-                error = outcome.error
+            error = outcome.error
+            if error is not None:
                 if isinstance(error, BatchFailedError) and error.cause is not None:
                     error = error.cause
                 failures.append((sources[position], error, outcome.record.attempt + outcome.tries - 1))
@@ -450,6 +450,8 @@ class PartitionJob:
         cap = self.options.dead_letter_cap
         for item in work.routed:
             dest = item.destination
+            if dest.topic is None:
+                raise RuntimeError("dropped records are not routed")
             s.count_route(dest.topic)
             if dest.action == "dlt":
                 src = item.source

@@ -145,10 +145,11 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
 
     def runner() -> None:
         while True:
-            partition = control.runs.get()
-            if partition is None:
+            handed = control.runs.get()
+            if handed is None:
                 control.runs.put(None)  # the next runner ends too
                 return
+            partition: int = handed
 
             def progress(summary: Any, partition: int = partition) -> None:
                 results.send(("progress", partition, summary.to_dict()))

@@ -106,7 +106,8 @@ class Router:
                 destination.topic,
                 value=item.source.value(),
                 key=item.source.key(),
-                headers=item.headers,
+                # the stubs' List is invariant; a list of (str, bytes | None) is what produce() takes
+                headers=item.headers,  # type: ignore[arg-type]
                 partition=partition,
                 on_delivery=delivered,
             )

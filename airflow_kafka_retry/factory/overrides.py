@@ -80,6 +80,7 @@ def check_overrides(
     by_topic = {t.topic: t for t in tiers}
     checked: dict[str, dict[str, Any]] = {}
     for name, settings in overrides.items():
+        allowed: tuple[str, ...]
         if name == watch_topic:
             allowed = WATCH_KEYS
         elif name in by_topic:

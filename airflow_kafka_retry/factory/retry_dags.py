@@ -34,7 +34,7 @@ from airflow_kafka_retry.operators.reprocess_base import CUTOFF_NOW
 from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset
+    from airflow.sdk import Asset, BaseOperator
 
 log = logging.getLogger(__name__)
 
@@ -327,12 +327,12 @@ def _tier_dag(
         if engine == "spark":
             from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
 
-            reprocess = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
+            reprocess: BaseOperator = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
         else:
             from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 
             follow = events.follow if events is not None else None
-            reprocess = ReprocessTierOperator(**common, **({"follow": follow} if follow else {}))
+            reprocess = ReprocessTierOperator(**common, follow=follow or None)
         if events is None:
             from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
             from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor

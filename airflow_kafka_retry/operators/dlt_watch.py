@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator
@@ -130,12 +130,14 @@ class DltWatchOperator(BaseOperator):
                 ", ".join(sorted(summary.dlt_topics)),
                 ", ".join(f"{n} x {cls}" for cls, n in sorted(summary.dead_lettered.items())),
             )
-            succeeded = notify_dlt(self.on_dlt, context, result)
+            # Airflow's Context is a TypedDict over a plain dict: notify_dlt adds the summary to it
+            succeeded = notify_dlt(self.on_dlt, cast("MutableMapping[str, Any]", context), result)
             result["notifiers"] = {"called": len(self.on_dlt), "succeeded": succeeded}
         else:
             self.log.info("no new records in %s since the last watch", ", ".join(topics))
             result["notifiers"] = {"called": 0, "succeeded": 0}
-        commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
+        if scan is not None:  # None only without topics, returned above
+            commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
         return result
 
     # ------------------------------------------------------------------ OpenLineage

@@ -106,7 +106,7 @@ class ReplayDltOperator(BaseOperator):
         "limit",
         "to",
         "transform",
-        "dry_run",
+        "replay_dry_run",
         "replay_id",
     )
 
@@ -148,7 +148,8 @@ class ReplayDltOperator(BaseOperator):
         self.limit = limit
         self.to = to
         self.transform = transform
-        self.dry_run = dry_run
+        # not ``dry_run``: that name is BaseOperator's method (render the templates, run nothing)
+        self.replay_dry_run = dry_run
         self.replay_id = replay_id
         self.transforms = dict(transforms or {})
         self.allowed_targets = list(allowed_targets)
@@ -178,7 +179,7 @@ class ReplayDltOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
-        dry_run = as_flag(self.dry_run, "dry_run")
+        dry_run = as_flag(self.replay_dry_run, "dry_run")
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
         replay = Replay(

@@ -179,9 +179,6 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
             cutoff,
             f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "",
         )
-        chosen = (
-            {"parallelism": self.parallelism} if self.parallelism is not None else {}
-        )  # else the engine's
 
         def drain(cutoff_ms: int) -> RunSummary:
             return run_local(
@@ -193,7 +190,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                 cutoff_ms=cutoff_ms,
                 should_stop=self._should_stop,
                 in_process=self.in_process,
-                **chosen,
+                parallelism=self.parallelism,  # None: the engine's
             )
 
         summary = self._run(

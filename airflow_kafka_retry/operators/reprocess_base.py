@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 
@@ -369,7 +369,10 @@ class ReprocessTierMixin:
         if summary.stopped:
             self.log.warning("%s", stop_message(summary))
         if self.on_dlt and has_dead_letters(summary):
-            called = notify_dlt(self.on_dlt, context, notifier_summary(document))
+            # Airflow's Context is a TypedDict over a plain dict: notify_dlt adds the summary to it
+            called = notify_dlt(
+                self.on_dlt, cast("MutableMapping[str, Any]", context), notifier_summary(document)
+            )
             self.log.info(
                 "%s: %s of %s DLT notifier(s) called without error", summary.topic, called, len(self.on_dlt)
             )

@@ -194,7 +194,8 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         return hook
 
     # ------------------------------------------------------------------ execute
-    def execute(self, context: Context) -> dict[str, Any]:
+    # SparkSubmitOperator.execute is typed to return None; this one returns the run summary (its XCom)
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         self.wait_for_wave(context)
         deadline, deadline_reason = self.deadline(wall_clock_ms())
         options = self.drain_options(deadline)

@@ -32,7 +32,7 @@ class RetryTiersPlugin(AirflowPlugin):
     """Registered through the ``airflow.plugins`` entry point and ``get_provider_info()["plugins"]``."""
 
     name = "kafka_retry_tiers"
-    fastapi_apps = _BuiltOnFirstUse()  # type: ignore[assignment]
+    fastapi_apps = _BuiltOnFirstUse()
     external_views = [
         {
             "name": "Retry tiers",

@@ -47,7 +47,7 @@ def last_runs(dag_id: str, limit: int, *, summaries: bool) -> list[dict[str, Any
             ).all()
             for run_id, key, value in rows:
                 if key == "return_value" or run_id not in values:
-                    values[run_id] = value
+                    values[str(run_id)] = value
         return [
             {
                 "run_id": r.run_id,

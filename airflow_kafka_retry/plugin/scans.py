@@ -11,6 +11,7 @@ cached, never who may see it: permissions are checked on every request.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -71,8 +72,13 @@ def read_topology(
                 _capped,
                 gate,
                 timeout,
-                lambda t=t: scan_backlog(
-                    kafka_config, t.topic, topology.consumer_group(t), now_ms=now_ms, timeout_s=timeout
+                functools.partial(
+                    scan_backlog,
+                    kafka_config,
+                    t.topic,
+                    topology.consumer_group(t),
+                    now_ms=now_ms,
+                    timeout_s=timeout,
                 ),
             )
             for t in topology.tiers
@@ -82,7 +88,7 @@ def read_topology(
                 _capped,
                 gate,
                 timeout,
-                lambda topic=topic: count_dead_letters(kafka_config, topic, timeout_s=timeout),
+                functools.partial(count_dead_letters, kafka_config, topic, timeout_s=timeout),
             )
             for topic in dead_topics(topology)
         }

@@ -130,7 +130,7 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     def payload(self, watch: HeadWatch, plan: WavePlan[tuple[str, int]], wave: Wave) -> dict[str, Any]:
         """The event (an asset event's ``extra["payload"]``): coordinates and times only, never a payload."""
-        dues = [watch.heads[k].due_ms for k in plan.keys if watch.heads[k].due_ms is not None]
+        dues = [due for k in plan.keys if (due := watch.heads[k].due_ms) is not None]
         return {
             "kind": self.kind,
             "topics": self.topics,

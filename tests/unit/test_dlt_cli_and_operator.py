@@ -98,7 +98,7 @@ def test_operator_template_fields_and_request_from_rendered_form_values():
     assert built.keys == (b"12",)
     assert built.partitions == (0, 1)
     assert built.offsets == (3, 3)
-    assert as_flag(op.dry_run, "dry_run") is True
+    assert as_flag(op.replay_dry_run, "dry_run") is True
     assert as_flag(False, "x") is False
     with pytest.raises(ValueError, match="dry_run must be true or false"):
         as_flag("maybe", "dry_run")
@@ -132,7 +132,7 @@ def test_replay_dag_from_a_topology_object_with_own_dag_arguments():
     assert task.topology is topology
     assert task.kafka_conn_id == "kafka_prod"
     assert task.exception == "{{ params.exception }}"
-    assert task.dry_run == "{{ params.dry_run }}"
+    assert task.replay_dry_run == "{{ params.dry_run }}"
     params = dag.params.dump()
     assert params["note"] == "extra form field"
     assert params["limit"] is None
