@@ -131,7 +131,8 @@ class EventSettings:
         return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.due", trigger=trigger)])
 
     def dlt_asset(self, main_topic: str, dlts: Sequence[str], group: str, *, dag_id: str) -> Asset:
-        """The dead-letter asset of a topology, watched by a ``DltArrivalEventTrigger`` over all its DLTs."""
+        """The dead-letter asset of a topology, watched by a ``DltArrivalEventTrigger`` over all its DLTs (and its
+        parking topic)."""
         from airflow.sdk import Asset, AssetWatcher
 
         from airflow_kafka_retry.triggers.tier_events import DltArrivalEventTrigger

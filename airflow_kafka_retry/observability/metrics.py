@@ -65,7 +65,8 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
     ``routed`` counts records sent on to a later retry tier; ``dead_lettered`` (one per DLT topic,
     tag ``dlt_topic``) those sent to a DLT; ``parked`` those sent to the parking topic; ``dropped``
     failed records with no home (``dlt_strategy: no_dlt``); ``handler_errors`` records the handler
-    (or a deserializer) failed on, whatever became of them.
+    (or a deserializer) failed on, whatever became of them; ``untrusted_replay_headers`` failed
+    records whose ``dlt_replay-*`` headers no replay log confirms (ignored: dead-lettered, not parked).
     """
     tags = tier_tags(topology.topic, summary.topic, summary.tier)
     totals = summary.totals()
@@ -79,6 +80,7 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
         _counter("tier.routed", routed_on, tags),
         _counter("tier.parked", parked, tags),
         _counter("tier.dropped", totals["dropped"], tags),
+        _counter("tier.untrusted_replay_headers", sum(p.untrusted_replays for p in summary.partitions), tags),
         _counter("tier.handler_errors", totals["drained"] - totals["succeeded"], tags),
         _counter("tier.handler_calls", sum(p.handler_calls for p in summary.partitions), tags),
         _counter("tier.bisection_calls", sum(p.extra_handler_calls for p in summary.partitions), tags),

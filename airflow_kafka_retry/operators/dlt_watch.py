@@ -29,8 +29,9 @@ WATCH_GROUP_TEMPLATE = "{group_id}-dlt-watch"
 class DltWatchOperator(BaseOperator):
     """Report records that arrived in any dead-letter topic of a topology since the last run.
 
-    It reads every DLT of the topology (the main DLT and exception-specific ones) from its own
-    consumer group's committed offset to the end, and summarises what it found: counts per
+    It reads every DLT of the topology (the main DLT and exception-specific ones) and its parking topic
+    (replayed records that failed again; watched once it exists) from its own consumer group's
+    committed offset to the end, and summarises what it found: counts per
     exception class and per cause class (from either Spring header family, ``kafka_exception-*``
     or ``kafka_dlt-exception-*``, so records a Spring service dead-lettered count too), per DLT
     topic, and the coordinates of up to ``coordinate_cap`` records (where each first failed and
@@ -94,6 +95,12 @@ class DltWatchOperator(BaseOperator):
         summary = DltWatchSummary(group=group, coordinate_cap=self.coordinate_cap)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
+        parking = topology.parking_topic
+        if parking is not None:
+            if missing_topics(kafka_config, [parking]):  # a topology from before parking: none parked yet
+                self.log.info("%s does not exist yet: no parked record to report", parking)
+            else:
+                topics.append(parking)
         if self.skip_missing_topics and topics and (missing := missing_topics(kafka_config, topics)):
             raise AirflowSkipException(
                 f"{', '.join(missing)} do(es) not exist yet, so no dead letter is there; "

@@ -8,6 +8,7 @@ dead-lettered as usual (the DLT watch sees it), the claim is logged and counted.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -19,6 +20,7 @@ from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.observability.metrics import run_metrics
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.policy import replay_headers as R
@@ -82,6 +84,14 @@ def test_forged_replay_headers_do_not_bypass_the_dlt(kafka_bootstrap, tmp_path, 
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
 
 
+def _first_event(trigger, seconds: float) -> dict:
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+
+    return asyncio.run(asyncio.wait_for(first(), seconds))
+
+
 def test_the_dlt_watch_reports_parked_records(kafka_bootstrap, tmp_path, monkeypatch):
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
     monkeypatch.setenv(
@@ -99,6 +109,15 @@ def test_the_dlt_watch_reports_parked_records(kafka_bootstrap, tmp_path, monkeyp
     assert replay_dlt(topology, config, ReplayRequest(exception=INVALID, to="main")).moved == 1
     assert run_local(topology, topology.tier(0), config, _options()).ok
     assert _keys(kafka_bootstrap, topology.parking_topic) == ["p1"]
+    # event mode: the DLT watcher (what build_retry_dags registers) fires for the parked record
+    path = ledger.write_topology(topology, tmp_path / "topology.yaml")
+    dags = build_retry_dags(
+        path.source, handler=f"{ledger.HANDLER_MODULE}:indexed", kafka_conn_id="akr_trust_test"
+    )
+    [trigger] = [
+        w.trigger for w in dags[f"kafka_retry__{topology.dlt_topic}"].timetable.asset_condition.watchers
+    ]
+    assert _first_event(trigger, 60)["partitions"] == [f"{topology.parking_topic}[0]"]
     second = watch.execute({})
     assert topology.parking_topic in second["dlt_topics_watched"]
     assert second["totals"]["dlt_topics"] == {topology.parking_topic: 1}, "a parked record went unreported"

@@ -138,12 +138,12 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         night.timetable.asset_condition.watchers[0].trigger.window,
         night.get_task("reprocess").window,
     ) == ("01:00-05:00", "01:00-05:00")
-    # the DLT watch runs when a dead letter arrives in any of the topology's DLTs
+    # the DLT watch runs when a dead letter arrives in any of the topology's DLTs or its parking topic
     watch = dags["kafka_retry__orders-dlt"]
     [trigger] = [w.trigger for w in watch.timetable.asset_condition.watchers]
     assert type(trigger).__name__ == "DltArrivalEventTrigger"
     assert (
-        trigger.topics == [t.topic for t in topology.dlt_tiers]
+        trigger.topics == [*(t.topic for t in topology.dlt_tiers), topology.parking_topic]
         and trigger.consumer_group == "orders-service-dlt-watch"
     )
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
