@@ -219,6 +219,7 @@ class Replay:
                                     _shown(c.target.partition),
                                     c.target.attempt,
                                     c.transformed,
+                                    by_key=c.target.partition == BY_KEY,
                                 ),
                                 self.move_cap,
                             )
@@ -460,6 +461,7 @@ class Replay:
                             "target_offset": move.target_offset,
                             "attempt": move.attempt,
                             "transformed": move.transformed,
+                            "by_key": move.by_key,
                             "at_ms": at,
                         }
                     ),
@@ -535,6 +537,7 @@ class Replay:
             _shown(partition),
             target.attempt,
             _edited(record, edited),
+            by_key=partition == BY_KEY,
         )
 
         def delivered(err: KafkaError | None, msg: Any) -> None:

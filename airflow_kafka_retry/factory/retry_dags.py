@@ -126,8 +126,10 @@ def build_retry_dags(
         DAGs are spread over the hour), and not at once when the DAG is first deployed.
     :param fire_ahead: event mode: a wave fires this long before its first record is due (at most 30 s);
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
-    :param refire_after: event mode: a wave the tier group has not committed past after this long (a run
-        that failed or never started) fires again.
+    :param refire_after: event mode: a wave the tier group has not committed past this long after it
+        became runnable (its event lost with a crashed triggerer, a run that failed, was lost or never
+        started) fires again; default 60 s, the most such a fault adds to lateness. A run whose first
+        chunk takes longer gets one duplicate event per ``refire_after`` (a short run once it ends).
     :param follow: event mode, local engine: a run whose next record is due within this long waits for it
         and drains on (``engine/follow.py``), so a steady stream of due records is one run, not a run
         per wave; None: one drain per run.

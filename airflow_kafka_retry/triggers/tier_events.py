@@ -4,9 +4,13 @@
 triggerer as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
 open (one consumer, assigned at the group's committed offsets, never joined, never committing) and
 yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an
-idle tier creates no DAG run and no task. The wave it fired is kept in the asset's state store, so a
-restarted triggerer neither fires it again nor forgets it: it fires again only once the group has
-committed past it, or ``refire_after`` later (a run that failed or never started).
+idle tier creates no DAG run and no task. The wave is saved in the asset's state store before its event
+is yielded, so a restarted triggerer does not fire it twice at once nor forget it: it fires the next
+wave once the group has committed past it, or fires it again ``refire_after`` (60 s) after it became
+runnable when no run took it. Whatever step the triggerer dies at -- before the save (nothing saved:
+the restart fires afresh), after it, or after the yield (the event may be lost with the process) --
+and whatever becomes of the run (failed, lost), due records wait at most the restart plus
+``refire_after``. :attr:`_HeadEventTrigger.fault_hook` lets a test crash the trigger at each step.
 
 Only the connection id travels in the serialized arguments, never the Kafka configuration.
 """
@@ -14,7 +18,7 @@ Only the connection id travels in the serialized arguments, never the Kafka conf
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -41,6 +45,9 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     kind: str = ""
     read_due = True
+    #: Called with each step of the fire path (``before_save``, ``after_save``, ``after_yield``): a test
+    #: raises from it to crash the trigger there. None in production.
+    fault_hook: Callable[[str], None] | None = None
 
     def __init__(
         self,
@@ -51,7 +58,7 @@ class _HeadEventTrigger(BaseEventTrigger):
         window: str | None = None,
         timezone: str | None = None,
         fire_ahead: float = 0.0,
-        refire_after: float = 3600.0,
+        refire_after: float = 60.0,
         poll_interval: float = 0.5,
         commit_check: float = 1.0,
         idle_check: float = 30.0,
@@ -166,7 +173,8 @@ class _HeadEventTrigger(BaseEventTrigger):
                         ):
                             if not wave.taken(committed):
                                 self.log.warning(
-                                    "%s: the wave fired at %s was not taken within %ss; firing again",
+                                    "%s: no run took the wave fired at %s within %ss (its event lost, or "
+                                    "the run failed, was lost or is slow to commit); firing again",
                                     self.where,
                                     format_ms(wave.fired_ms),
                                     self.refire_after,
@@ -187,7 +195,9 @@ class _HeadEventTrigger(BaseEventTrigger):
                                 now,
                                 plan.not_before_ms or now,
                             )
+                            self._at("before_save")
                             await self._save_wave(wave)  # before the event: a restart must not fire it twice
+                            self._at("after_save")
                             self.log.info(
                                 "%s: firing for %s: %s",
                                 self.where,
@@ -195,6 +205,7 @@ class _HeadEventTrigger(BaseEventTrigger):
                                 plan.reason,
                             )
                             yield TriggerEvent(self.payload(watch, plan, wave))
+                            self._at("after_yield")
                             next_check = min(next_check, now + int(self.commit_check * 1000))
                             continue
                         if plan.action == "wait" and plan.wake_ms is not None:
@@ -218,6 +229,10 @@ class _HeadEventTrigger(BaseEventTrigger):
                 await asyncio.to_thread(watch.close)
 
     gauge_interval = 60.0
+
+    def _at(self, step: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(step)
 
     async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
         """Send metrics of what the watch sees (the tier trigger's backlog gauges); nothing here."""
@@ -250,7 +265,8 @@ class TierDueEventTrigger(_HeadEventTrigger):
     :param window: reprocessing window ``HH:MM-HH:MM``; outside it, nothing is due.
     :param timezone: IANA time zone of ``window`` (default UTC).
     :param fire_ahead: fire this many seconds before the records are due (the run waits for them).
-    :param refire_after: fire a wave again when the group has not committed past it after this long.
+    :param refire_after: fire a wave again when the group has not committed past it this long after it
+        became runnable (a lost event, a failed or lost run): the most such a fault adds to lateness.
     :param poll_interval: seconds between looks at what the watch consumer fetched.
     :param commit_check: seconds between reads of the committed offsets while a wave or a head is pending.
     :param idle_check: the same while nothing is pending.
