@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 DEFAULT_FIRE_AHEAD = timedelta(seconds=3)
 MAX_FIRE_AHEAD = timedelta(seconds=30)
 #: A wave the group has not committed past after this long fires again (a lost event, a failed or lost
-#: run): the most a triggerer crash or a failed run adds to a record's lateness (``policy/waves.py``).
-DEFAULT_REFIRE_AFTER = timedelta(seconds=60)
+#: run): with a run's start-up, what a triggerer crash or a failed run adds to lateness stays within
+#: 60 s (``policy/waves.py``).
+DEFAULT_REFIRE_AFTER = timedelta(seconds=45)
 #: A run waits in its task for a record due within this long, rather than leaving it to a new run
 #: (a new run costs a wave, a DAG run and a task start: a few seconds).
 DEFAULT_FOLLOW = timedelta(seconds=10)

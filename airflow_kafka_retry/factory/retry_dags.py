@@ -128,7 +128,7 @@ def build_retry_dags(
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
     :param refire_after: event mode: a wave the tier group has not committed past this long after it
         became runnable (its event lost with a crashed triggerer, a run that failed, was lost or never
-        started) fires again; default 60 s, the most such a fault adds to lateness. A run whose first
+        started) fires again; default 45 s: with a run's start-up, such a fault adds at most 60 s. A run whose first
         chunk takes longer gets one duplicate event per ``refire_after`` (a short run once it ends).
     :param follow: event mode, local engine: a run whose next record is due within this long waits for it
         and drains on (``engine/follow.py``), so a steady stream of due records is one run, not a run

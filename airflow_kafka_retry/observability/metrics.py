@@ -3,15 +3,20 @@
 Airflow's ``[metrics]`` settings decide where they go (StatsD, Datadog's DogStatsD, OpenTelemetry)
 and whether tags travel (see the README's metrics table): nothing is configured here. Every name
 starts with :data:`PREFIX`; tags name the path, the tier and, where it matters, the DLT topic and
-the exception class -- never a partition, an offset or a key, so the number of series stays bounded
-by the topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
+the exception class -- never a partition, an offset or a key. The exception class comes from record
+headers (anyone who can write to a DLT chooses it), so it is sanitized (:func:`sanitize_tag`) and
+capped: at most :data:`MAX_EXCEPTION_TAGS` distinct values per topology besides the classes the
+topology names, the rest counted as ``other`` (:func:`exception_tags`; the DLT watch keeps the values
+it admitted with its group's committed offsets). So the number of series stays bounded by the topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
 :func:`dlt_watch_metrics`); :func:`emit` sends them and never fails the caller.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -25,6 +30,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX = "kafka_retry"
+#: Distinct exception tag values a topology's DLT metrics admit besides the classes it names.
+MAX_EXCEPTION_TAGS = 20
+#: The exception tag of everything past the cap.
+OTHER = "other"
+_TAG_LENGTH = 100
+_NOT_TAG = re.compile(r"[^A-Za-z0-9_.$-]")
 Kind = Literal["counter", "timer", "gauge"]
 
 
@@ -111,12 +122,49 @@ def peek_gauges(peek: TierPeek, topology_topic: str, tier_index: int, now_ms: in
     ]
 
 
-def dlt_watch_metrics(topology: Topology, new_records: Mapping[tuple[str, str], int]) -> list[Metric]:
-    """New dead letters the watch found, per ``(DLT topic, exception class)``."""
-    tags = {"topology": topology.topic}
+def sanitize_tag(value: str) -> str:
+    """A tag value safe in every metrics format: ``[A-Za-z0-9_.$-]`` (others become ``_``), at most 100
+    characters; ``unknown`` when nothing is left."""
+    return _NOT_TAG.sub("_", value)[:_TAG_LENGTH] or "unknown"
+
+
+def exception_tags(
+    topology: Topology,
+    found: Mapping[str, int],
+    admitted: Collection[str] = (),
+    *,
+    cap: int = MAX_EXCEPTION_TAGS,
+) -> dict[str, str]:
+    """The tag of each exception class in ``found`` (class -> records): its sanitized name when the
+    topology names it (classification, DLT routing), it was ``admitted`` before, or fewer than ``cap``
+    were admitted so far (the most frequent first); else :data:`OTHER`."""
+    named = {sanitize_tag(c) for c in (*topology.not_retryable, *topology.retry_only)}
+    named |= {sanitize_tag(c) for _, classes in topology.dlt_routing for c in classes}
+    kept = set(admitted)
+    tags = {}
+    for raw, _ in sorted(found.items(), key=lambda item: (-item[1], item[0])):
+        tag = sanitize_tag(raw)
+        if tag not in named and tag not in kept:
+            if len(kept) >= cap:
+                tags[raw] = OTHER
+                continue
+            kept.add(tag)
+        tags[raw] = tag
+    return tags
+
+
+def dlt_watch_metrics(
+    topology: Topology, new_records: Mapping[tuple[str, str], int], tags: Mapping[str, str]
+) -> list[Metric]:
+    """New dead letters the watch found, per ``(DLT topic, exception tag)`` (``tags``: class -> tag, from
+    :func:`exception_tags`)."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for (topic, exception), n in new_records.items():
+        counts[(sanitize_tag(topic), tags.get(exception, OTHER))] += n
+    base = {"topology": topology.topic}
     return [
-        _counter("dlt.new_records", n, tags, dlt_topic=topic, exception=exception)
-        for (topic, exception), n in sorted(new_records.items())
+        _counter("dlt.new_records", n, base, dlt_topic=topic, exception=exception)
+        for (topic, exception), n in sorted(counts.items())
     ]
 
 

@@ -14,7 +14,7 @@ from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.observability.lineage import lineage_server
-from airflow_kafka_retry.observability.metrics import dlt_watch_metrics, emit
+from airflow_kafka_retry.observability.metrics import OTHER, dlt_watch_metrics, emit, exception_tags
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
@@ -125,7 +125,9 @@ class DltWatchOperator(BaseOperator):
             "offsets": scan.ranges() if scan else {},
         }
         self._result = result
-        emit(dlt_watch_metrics(topology, summary.by_topic_exception))
+        admitted = scan.admitted if scan else frozenset()
+        tags = exception_tags(topology, summary.dead_lettered, admitted)
+        emit(dlt_watch_metrics(topology, summary.by_topic_exception, tags))
         if not topics:
             self.log.info("%s has no DLT (dlt_strategy: no_dlt): nothing to watch", topology.source)
             return {**result, "notifiers": {"called": 0, "succeeded": 0}}
@@ -141,7 +143,8 @@ class DltWatchOperator(BaseOperator):
         else:
             self.log.info("no new records in %s since the last watch", ", ".join(topics))
             result["notifiers"] = {"called": 0, "succeeded": 0}
-        commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
+        # after the notifiers: never before; with the exception tags admitted so far (the metrics' cap)
+        commit_offsets(kafka_config, group, scan.next_offsets, admitted | (set(tags.values()) - {OTHER}))
         return result
 
     # ------------------------------------------------------------------ OpenLineage

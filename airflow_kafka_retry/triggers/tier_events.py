@@ -6,11 +6,11 @@ open (one consumer, assigned at the group's committed offsets, never joined, nev
 yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an
 idle tier creates no DAG run and no task. The wave is saved in the asset's state store before its event
 is yielded, so a restarted triggerer does not fire it twice at once nor forget it: it fires the next
-wave once the group has committed past it, or fires it again ``refire_after`` (60 s) after it became
+wave once the group has committed past it, or fires it again ``refire_after`` (45 s) after it became
 runnable when no run took it. Whatever step the triggerer dies at -- before the save (nothing saved:
 the restart fires afresh), after it, or after the yield (the event may be lost with the process) --
 and whatever becomes of the run (failed, lost), due records wait at most the restart plus
-``refire_after``. :attr:`_HeadEventTrigger.fault_hook` lets a test crash the trigger at each step.
+``refire_after`` plus a run's start-up: within 60 s. :attr:`_HeadEventTrigger.fault_hook` lets a test crash the trigger at each step.
 
 Only the connection id travels in the serialized arguments, never the Kafka configuration.
 """
@@ -58,7 +58,7 @@ class _HeadEventTrigger(BaseEventTrigger):
         window: str | None = None,
         timezone: str | None = None,
         fire_ahead: float = 0.0,
-        refire_after: float = 60.0,
+        refire_after: float = 45.0,
         poll_interval: float = 0.5,
         commit_check: float = 1.0,
         idle_check: float = 30.0,
@@ -183,6 +183,8 @@ class _HeadEventTrigger(BaseEventTrigger):
                             await self._save_wave(None)
                         busy = wave is not None or bool(watch.heads)
                         next_check = now + int((self.commit_check if busy else self.idle_check) * 1000)
+                        if wave is not None:  # look again right when it expires, not a check later
+                            next_check = min(next_check, wave.expires_ms(int(self.refire_after * 1000)))
                     watch.poll()
                     if now >= next_gauges and watch.complete:
                         await self.send_gauges(watch, now)

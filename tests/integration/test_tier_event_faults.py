@@ -5,8 +5,9 @@ default ``refire_after``) is crashed through its fault hook before the wave is s
 saved, or after the event was yielded (the event is lost with the triggerer), then started again
 with the same store; or its event is lost with the run (no commit). Each event the restarted trigger
 fires is answered by a real tier run (the local engine, which commits past the wave). Every record
-is handled exactly once, and the restarted trigger fires within 60 s (plus one commit check) of the
-later of the restart and the records' due time.
+is handled exactly once, and within 60 s of the later of the restart (or the lost run) and the
+records' due time (here a run starts at once; Airflow's start-up is within the 15 s the default
+``refire_after`` of 45 s leaves).
 """
 
 from __future__ import annotations
@@ -99,9 +100,12 @@ def test_lateness_after_a_crash_or_a_lost_run_stays_within_restart_plus_60s(
         made.asset_state_store = store
         return made
 
+    handled: list[int] = []  # when each tier run had handled what it drained
+
     def tier_run(payload) -> bool:  # what the scheduler and a tier run do with an event
         summary = run_local(topology, tier, config, options)
         assert summary.ok
+        handled.append(_now())
         return sum(ledger.processed_ids(ledger_file).values()) >= RECORDS
 
     if fault == "lost_run":
@@ -116,7 +120,7 @@ def test_lateness_after_a_crash_or_a_lost_run_stays_within_restart_plus_60s(
         assert crashed is None and fired, fired
         lost, again = fired[0], fired[1:]
         assert again, f"no event within {2 * WATCH_S:.0f}s of the lost run: the due records stall"
-        late = again[0] - max(lost, due)
+        late = handled[-1] - max(lost, due)
     else:
 
         def crash(step: str) -> None:
@@ -126,14 +130,14 @@ def test_lateness_after_a_crash_or_a_lost_run_stays_within_restart_plus_60s(
         first = trigger()
         first.fault_hook = crash
         # the first triggerer crashes at the step; an event it yielded is lost with it
-        fired, crashed = asyncio.run(_drive(first, lambda payload: True, seconds=WATCH_S))
+        fired, crashed = asyncio.run(_drive(first, lambda payload: False, seconds=WATCH_S))
         assert isinstance(crashed, _Crash), f"the fault hook did not crash the trigger at {fault}"
         assert len(fired) == (1 if fault == "after_yield" else 0)
         restart = _now()
         fired, crashed = asyncio.run(_drive(trigger(), tier_run, seconds=WATCH_S))
         assert crashed is None
         assert fired, f"{fault}: no event within {WATCH_S:.0f}s of the restart: the due records stall"
-        late = fired[0] - max(restart, due)
-    assert late <= BOUND_MS + CHECK["commit_check"] * 1000, f"{fault}: fired {late} ms after restart/due"
+        late = handled[-1] - max(restart, due)
+    assert late <= BOUND_MS, f"{fault}: the records were handled {late} ms after the restart (or due time)"
     handled = ledger.processed_ids(ledger_file)
     assert handled == {f"r{i}": 1 for i in range(RECORDS)}, handled

@@ -115,7 +115,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
             topology.consumer_group(tier),
             "kafka_default",
         )
-        assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 60.0)
+        assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 45.0)
         assert trigger.due_horizon_ms == 86_400_000 + tier.delay_ms
         assert (trigger.topology_topic, trigger.tier_index) == (
             "orders",
