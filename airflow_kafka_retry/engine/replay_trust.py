@@ -1,4 +1,5 @@
-"""Whether a replay really moved a record: its audit headers checked against the replay log.
+"""
+Whether a replay really moved a record: its audit headers checked against the replay log.
 
 Anyone who can produce to a topic can write ``dlt_replay-*`` headers. A failing record is parked
 (not dead-lettered) only when the replay log of the DLT (or parking topic) its audit names recorded
@@ -12,20 +13,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
 from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.reading import ReadError, TopicReader
 from airflow_kafka_retry.dlt.replay_log import ReplayLog, log_topic, read_log
-from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
 
 log = logging.getLogger(__name__)
 
 
 class ReplayLogCheck:
-    """``check(audit)``: True when the replay log of ``audit.topic`` recorded that move by that replay.
+    """
+    ``check(audit)``: True when the replay log of ``audit.topic`` recorded that move by that replay.
 
     Opens its reader on first use; :meth:`close` closes it.
     """

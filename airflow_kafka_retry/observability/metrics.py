@@ -1,4 +1,5 @@
-"""Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
+"""
+Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
 
 Airflow's ``[metrics]`` settings decide where they go (StatsD, Datadog's DogStatsD, OpenTelemetry)
 and whether tags travel (see the README's metrics table): nothing is configured here. Every name
@@ -7,7 +8,8 @@ the exception class -- never a partition, an offset or a key. The exception clas
 headers (anyone who can write to a DLT chooses it), so it is sanitized (:func:`sanitize_tag`) and
 capped: at most :data:`MAX_EXCEPTION_TAGS` distinct values per topology besides the classes the
 topology names, the rest counted as ``other`` (:func:`exception_tags`; the DLT watch keeps the values
-it admitted with its group's committed offsets). So the number of series stays bounded by the topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
+it admitted with its group's committed offsets). So the number of series stays bounded by the
+topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
 :func:`dlt_watch_metrics`); :func:`emit` sends them and never fails the caller.
 """
 
@@ -20,9 +22,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.engine.distribution import Distribution
-
 if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.distribution import Distribution
     from airflow_kafka_retry.engine.peek import TierPeek
     from airflow_kafka_retry.engine.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Tier, Topology
@@ -71,7 +72,8 @@ def _distribution(name: str, dist: Distribution, tags: Mapping[str, str]) -> lis
 
 
 def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
-    """What one reprocess run sends: counts, its duration, handler time per call and lateness.
+    """
+    What one reprocess run sends: counts, its duration, handler time per call and lateness.
 
     ``routed`` counts records sent on to a later retry tier; ``dead_lettered`` (one per DLT topic,
     tag ``dlt_topic``) those sent to a DLT; ``parked`` those sent to the parking topic; ``dropped``
@@ -108,8 +110,12 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
 
 
 def backlog_metrics(peek: TierPeek, topology: Topology, tier: Tier, now_ms: int) -> list[Metric]:
-    """The two figures an on-call alert needs: records pending in the tier, and how long the oldest due
-    one has waited past its due time (ms; 0 when none is due)."""
+    """
+    The two figures an on-call alert needs.
+
+    Records pending in the tier, and how long the oldest due one has waited past its due time (ms; 0 when none
+    is due).
+    """
     return peek_gauges(peek, topology.topic, tier.index, now_ms)
 
 
@@ -123,8 +129,11 @@ def peek_gauges(peek: TierPeek, topology_topic: str, tier_index: int, now_ms: in
 
 
 def sanitize_tag(value: str) -> str:
-    """A tag value safe in every metrics format: ``[A-Za-z0-9_.$-]`` (others become ``_``), at most 100
-    characters; ``unknown`` when nothing is left."""
+    """
+    A tag value safe in every metrics format.
+
+    ``[A-Za-z0-9_.$-]`` (others become ``_``), at most 100 characters; ``unknown`` when nothing is left.
+    """
     return _NOT_TAG.sub("_", value)[:_TAG_LENGTH] or "unknown"
 
 
@@ -135,9 +144,12 @@ def exception_tags(
     *,
     cap: int = MAX_EXCEPTION_TAGS,
 ) -> dict[str, str]:
-    """The tag of each exception class in ``found`` (class -> records): its sanitized name when the
-    topology names it (classification, DLT routing), it was ``admitted`` before, or fewer than ``cap``
-    were admitted so far (the most frequent first); else :data:`OTHER`."""
+    """
+    The tag of each exception class in ``found`` (class -> records).
+
+    Its sanitized name when the topology names it (classification, DLT routing), it was ``admitted``
+    before, or fewer than ``cap`` were admitted so far (the most frequent first); else :data:`OTHER`.
+    """
     named = {sanitize_tag(c) for c in (*topology.not_retryable, *topology.retry_only)}
     named |= {sanitize_tag(c) for _, classes in topology.dlt_routing for c in classes}
     kept = set(admitted)
@@ -156,8 +168,11 @@ def exception_tags(
 def dlt_watch_metrics(
     topology: Topology, new_records: Mapping[tuple[str, str], int], tags: Mapping[str, str]
 ) -> list[Metric]:
-    """New dead letters the watch found, per ``(DLT topic, exception tag)`` (``tags``: class -> tag, from
-    :func:`exception_tags`)."""
+    """
+    New dead letters the watch found, per ``(DLT topic, exception tag)``.
+
+    ``tags``: exception class -> tag, from :func:`exception_tags`.
+    """
     counts: Counter[tuple[str, str]] = Counter()
     for (topic, exception), n in new_records.items():
         counts[(sanitize_tag(topic), tags.get(exception, OTHER))] += n
@@ -169,7 +184,8 @@ def dlt_watch_metrics(
 
 
 def emit(metrics: Iterable[Metric]) -> int:
-    """Send ``metrics`` through Airflow's ``Stats``; returns how many were sent.
+    """
+    Send ``metrics`` through Airflow's ``Stats``; returns how many were sent.
 
     A failure is logged, never raised: metrics must not fail a run that did its work.
     """
@@ -186,7 +202,7 @@ def emit(metrics: Iterable[Metric]) -> int:
             else:
                 Stats.gauge(metric.name, metric.value, tags=tags)
             sent += 1
-    except Exception as exc:  # noqa: BLE001 - observability never fails the task
+    except Exception as exc:  # observability never fails the task
         log.warning("could not send metrics (%s sent): %s: %s", sent, type(exc).__name__, exc)
     return sent
 

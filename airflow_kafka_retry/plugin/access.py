@@ -1,4 +1,5 @@
-"""What one user may see and do in the view, asked of Airflow's own auth manager.
+"""
+What one user may see and do in the view, asked of Airflow's own auth manager.
 
 A topology is the sum of its tier DAGs: the view shows it (its file, topics, group, backlog, DLT
 counts, broker errors) only to a user who may read every one of them. Each check passes the DAG's
@@ -51,7 +52,7 @@ class DagAccess:
     def _ask(self, what: str, question: Callable[[], Any]) -> bool:
         try:
             return bool(question())
-        except Exception:  # noqa: BLE001 - an auth manager that cannot answer grants nothing
+        except Exception:  # an auth manager that cannot answer grants nothing
             log.exception("authorization check failed for %s", what)
             return False
 
@@ -68,8 +69,11 @@ class DagAccess:
         return self._ask("all DAGs", lambda: self._manager.is_authorized_dag(method="GET", user=self._user))
 
     def may_administer(self) -> bool:
-        """Whether the user may change Airflow's configuration (an admin): who may see the view's settings,
-        such as the topology patterns (they hold the DAGs folder's path)."""
+        """
+        Whether the user may change Airflow's configuration (an admin).
+
+        Only they see the view's settings, such as the topology patterns (the DAGs folder's path).
+        """
         return self._ask(
             "configuration", lambda: self._manager.is_authorized_configuration(method="PUT", user=self._user)
         )

@@ -1,4 +1,5 @@
-"""The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
+"""
+The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
 
 Refreshes of a topology within ``[kafka_retry] cache_ttl`` seconds reuse one read of the broker, and
 a refresh arriving while it is read answers "busy" on each topic at once rather than holding a
@@ -12,18 +13,21 @@ cached, never who may see it: permissions are checked on every request.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.backlog import scan_backlog
 from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
-from airflow_kafka_retry.plugin.settings import ViewSettings
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.plugin.settings import ViewSettings
+    from airflow_kafka_retry.policy.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,11 @@ def dead_topics(topology: Topology) -> list[str]:
 
 @cache
 def _gate(max_scans: int) -> threading.BoundedSemaphore:
-    """The cap of this API-server process, one per configured size (the configuration is fixed in a running
-    server)."""
+    """
+    The cap of this API-server process, one per configured size.
+
+    The configuration is fixed in a running server.
+    """
     return threading.BoundedSemaphore(max_scans)
 
 
@@ -85,8 +92,13 @@ def read_topology(
                 _capped,
                 gate,
                 timeout,
-                lambda t=t: scan_backlog(
-                    kafka_config, t.topic, topology.consumer_group(t), now_ms=now_ms, timeout_s=timeout
+                functools.partial(
+                    scan_backlog,
+                    kafka_config,
+                    t.topic,
+                    topology.consumer_group(t),
+                    now_ms=now_ms,
+                    timeout_s=timeout,
                 ),
             )
             for t in topology.tiers
@@ -96,7 +108,7 @@ def read_topology(
                 _capped,
                 gate,
                 timeout,
-                lambda topic=topic: count_dead_letters(kafka_config, topic, timeout_s=timeout),
+                functools.partial(count_dead_letters, kafka_config, topic, timeout_s=timeout),
             )
             for topic in dead_topics(topology)
         }
@@ -129,8 +141,11 @@ def _answer(job: Any, topic: str, settings: ViewSettings) -> tuple[dict[str, Any
 
 
 class ScanCache:
-    """Per topology, the last complete read for ``ttl_s`` seconds; one read at a time per topology, and
-    "busy" for the others meanwhile."""
+    """
+    Per topology, the last complete read for ``ttl_s`` seconds.
+
+    One read at a time per topology, and "busy" for the others meanwhile.
+    """
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock

@@ -1,4 +1,5 @@
-"""Headers of a record replayed from a DLT: the audit trail and a fresh retry state.
+"""
+Headers of a record replayed from a DLT: the audit trail and a fresh retry state.
 
 Spring for Apache Kafka has no DLT replay, so these headers are this provider's own (a
 ``dlt_replay-`` prefix, clear of Spring's ``kafka_`` and ``retry_topic-`` names):
@@ -99,8 +100,11 @@ def read_replay_audit(headers: Iterable[Header] | None) -> ReplayAudit | None:
 
 
 def claimed_replay(headers: Iterable[Header] | None, sources: Collection[str]) -> ReplayAudit | None:
-    """The audit of a record whose complete replay headers name one of ``sources`` (the topology's DLTs
-    and parking topic); None when it carries none, an incomplete or malformed set, or names another topic.
+    """
+    The audit of a record whose complete replay headers name one of ``sources``.
+
+    ``sources`` are the topology's DLTs and parking topic. None when the record carries no replay
+    headers, an incomplete or malformed set, or names another topic.
 
     A claim is not proof: the replay log of ``audit.topic`` must also know the move.
     """
@@ -115,7 +119,8 @@ def replayed_headers(
     attempt: int | None = None,
     due_ms: int | None = None,
 ) -> list[Header]:
-    """The headers of the copy a replay produces.
+    """
+    The headers of the copy a replay produces.
 
     :param existing: the DLT record's headers (possibly edited by a transform).
     :param audit: where the copy comes from.

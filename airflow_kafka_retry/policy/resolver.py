@@ -1,4 +1,5 @@
-"""Destination resolution, like Spring's ``DefaultDestinationTopicResolver``.
+"""
+Destination resolution, like Spring's ``DefaultDestinationTopicResolver``.
 
 (topology, source topic, attempt, exception, original timestamp, headers, clock) -> where the failed
 record goes next and when it is due there; a record replayed from a DLT goes to the parking topic
@@ -10,11 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.policy.headers import Header
-from airflow_kafka_retry.policy.replay_headers import ReplayAudit, claimed_replay, is_replayed
-from airflow_kafka_retry.policy.topology import Tier, Topology
+from airflow_kafka_retry.policy.replay_headers import claimed_replay, is_replayed
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 Action = Literal["retry", "dlt", "drop"]
 Reason = Literal[
@@ -34,7 +38,8 @@ def wall_clock_ms() -> int:
 
 @dataclass(frozen=True)
 class Destination:
-    """Where a failed record goes.
+    """
+    Where a failed record goes.
 
     :param action: ``retry`` (a retry tier), ``dlt`` (a dead-letter topic) or ``drop`` (no home
         on Kafka by design: ``no_dlt`` or a failed DLT reprocessing under ``fail_on_error``).
@@ -61,7 +66,8 @@ class Destination:
 
 
 class DestinationResolver:
-    """Resolves failed records of one topology.
+    """
+    Resolves failed records of one topology.
 
     :param topology: the retry path.
     :param clock: returns the current time in epoch milliseconds (injectable for tests).
@@ -94,7 +100,8 @@ class DestinationResolver:
         original_timestamp_ms: int,
         headers: Iterable[Header] | None = None,
     ) -> Destination:
-        """Return the destination of a record consumed from ``topic`` that failed on ``attempt``.
+        """
+        Return the destination of a record consumed from ``topic`` that failed on ``attempt``.
 
         ``headers`` are the failed record's headers: a record replayed from a DLT (its audit headers
         name one of the topology's DLTs or its parking topic, and ``replay_known`` confirms them) goes

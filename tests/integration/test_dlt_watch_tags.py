@@ -1,4 +1,4 @@
-"""The DLT watch's metric tags read from record headers are sanitized and capped per topology (issue 29, item 3).
+"""The DLT watch's metric tags from record headers are sanitized and capped per topology (issue 29, item 3).
 
 Real broker, the DltWatchOperator in a process of its own with Airflow's StatsD metrics (InfluxDB-style
 tags) sent to a socket this test reads. Anyone who can write to a DLT chooses the exception header.
@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import ensure_topics
+
 from tests.integration.test_observability_dag import StatsdListener, parse_statsd
 from tests.support import ledger
 
@@ -101,7 +102,8 @@ def _first_run(bootstrap: str) -> tuple[object, dict]:
     values = {tags["exception"] for tags, _ in seen}
     assert all(TAG.match(v) for v in values), sorted(values)
     assert all(set(tags) == {"topology", "dlt_topic", "exception"} for tags, _ in seen), seen
-    assert "other" in values and len(values - {"other"}) <= MAX_EXCEPTION_TAGS, sorted(values)
+    assert "other" in values, sorted(values)
+    assert len(values - {"other"}) <= MAX_EXCEPTION_TAGS, sorted(values)
     return topology, mapping
 
 

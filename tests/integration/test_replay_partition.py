@@ -10,8 +10,8 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.dlt.replay_log import log_topic
 from airflow_kafka_retry.engine.topics import ensure_topics
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy import replay_headers as R
+from airflow_kafka_retry.policy import headers as H, replay_headers as R
+
 from tests.support import ledger
 
 pytestmark = pytest.mark.integration
@@ -43,6 +43,7 @@ def test_a_negative_or_non_numeric_original_partition_replays_by_key(kafka_boots
         for m in ledger.read_all(kafka_bootstrap, log_topic(topology.dlt_topic))
         if m.key().startswith(b"record/")
     ]
-    assert entry["by_key"] is True and entry["target_partition"] == copy.partition(), entry
+    assert entry["by_key"] is True, entry
+    assert entry["target_partition"] == copy.partition(), entry
     # a rerun of the same replay finds it done, never fails on the partition
     assert replay_dlt(topology, config, ReplayRequest(), replay_id="neg-1").moved == 0

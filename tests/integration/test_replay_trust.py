@@ -24,6 +24,7 @@ from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.observability.metrics import run_metrics
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.policy import replay_headers as R
+
 from tests.support import ledger
 
 pytestmark = pytest.mark.integration

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import uuid
 
 import pytest
@@ -17,6 +16,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
 from airflow_kafka_retry.spark.submit import local_spark_environment
+
 from tests.integration.test_spark_app import SPARK_CONF, SPARK_ENV
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -24,6 +24,7 @@ from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger
+
 from tests.integration.test_tier_event_trigger import _Store
 from tests.support import ledger
 
@@ -117,7 +118,8 @@ def test_lateness_after_a_crash_or_a_lost_run_stays_within_restart_plus_60s(
             return len(events) > 1 and tier_run(payload)
 
         fired, crashed = asyncio.run(_drive(trigger(), lose_the_first, seconds=2 * WATCH_S))
-        assert crashed is None and fired, fired
+        assert crashed is None, crashed
+        assert fired, fired
         lost, again = fired[0], fired[1:]
         assert again, f"no event within {2 * WATCH_S:.0f}s of the lost run: the due records stall"
         late = handled[-1] - max(lost, due)

@@ -31,9 +31,8 @@ def test_a_read_is_reused_within_the_ttl_and_not_after():
 
     assert cache.get("t", 5, read, busy=busy).now_ms == 1
     now[0] = 4.9
-    assert (
-        cache.get("t", 5, read, busy=busy).now_ms == 1 and cache.get("other", 5, read, busy=busy).now_ms == 2
-    )
+    assert cache.get("t", 5, read, busy=busy).now_ms == 1
+    assert cache.get("other", 5, read, busy=busy).now_ms == 2
     now[0] = 5.0
     assert cache.get("t", 5, read, busy=busy).now_ms == 3
     assert cache.get("t", 0, read, busy=busy).now_ms == 4, "a TTL of 0 reads every time"
@@ -64,7 +63,8 @@ def test_a_request_arriving_while_its_topology_is_read_answers_busy_at_once():
         others = [cache.get("t", 60, read, busy=busy) for _ in range(3)]  # while the read holds the lock
         release.set()
         assert first.result(10).now_ms == 1
-    assert len(reads) == 1 and others == [BUSY] * 3
+    assert len(reads) == 1
+    assert others == [BUSY] * 3
     assert cache.get("t", 60, read, busy=busy).now_ms == 1, "then the read is reused"
 
 
@@ -94,7 +94,10 @@ def test_a_scan_that_cannot_start_under_the_cap_is_reported_busy_and_not_cached(
         for _ in range(7):
             gate.release()
     assert not result.complete
-    busy = "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); refresh in a moment"
+    busy = (
+        "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); "
+        "refresh in a moment"
+    )
     assert result.backlog["orders-retry-1"]["error"] == busy
     assert set(result.dead) == {"orders-dlt", "orders-parking"}
     assert "busy" in result.dead["orders-dlt"]["error"]
