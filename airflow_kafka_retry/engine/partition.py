@@ -62,7 +62,7 @@ class ParkingTopicMissingError(KafkaConfigError):
 
 def _claimed_id(message: Message) -> str:
     """The claimed replay id, shortened and printable (it is anyone's input)."""
-    raw = last_header(message.headers(), REPLAY_ID) or b""
+    raw = last_header(headers_of(message), REPLAY_ID) or b""
     text = raw[:64].decode("utf-8", errors="replace")
     return "replay id " + repr("".join(c if c.isprintable() else "?" for c in text))
 
