@@ -28,10 +28,12 @@ def test_topology_show_and_the_error_text_say_when_spring_2_7_does_not_match(tmp
     good.write_text("topic: orders\ngroup_id: svc\ncompat: spring-2.7\nattempts: 3\n")
     shown = _cli("topology", "show", str(good))
     assert shown.returncode == 0, shown.stderr
-    assert "SINGLE_TOPIC" in shown.stdout and "spring-builder-4.0" in shown.stdout, shown.stdout
+    assert "SINGLE_TOPIC" in shown.stdout, shown.stdout
+    assert "spring-builder-4.0" in shown.stdout, shown.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text("topic: orders\ngroup_id: svc\ncompat: spring-3.0\n")
     refused = _cli("topology", "show", str(bad))
     assert refused.returncode != 0
     text = refused.stdout + refused.stderr
-    assert "spring-2.7" in text and "spring-builder-4.0" in text and "SINGLE_TOPIC" in text, text
+    spring_27 = text[text.index("spring-2.7 (") :]
+    assert "SINGLE_TOPIC" in spring_27.split(");")[0], text
