@@ -139,7 +139,9 @@ class EventSettings:
         uri = due_asset_uri(self.kafka_conn_id, topic)
         return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.due", trigger=trigger)])
 
-    def dlt_asset(self, main_topic: str, dlts: Sequence[str], group: str, *, dag_id: str) -> Asset:
+    def dlt_asset(
+        self, main_topic: str, dlts: Sequence[str], group: str, *, dag_id: str, optional: Sequence[str] = ()
+    ) -> Asset:
         """
         The dead-letter asset of a topology.
 
@@ -150,7 +152,11 @@ class EventSettings:
         from airflow_kafka_retry.triggers.tier_events import DltArrivalEventTrigger
 
         trigger = DltArrivalEventTrigger(
-            topics=list(dlts), consumer_group=group, kafka_conn_id=self.kafka_conn_id, **self._timing()
+            topics=[*dlts, *optional],
+            optional_topics=list(optional),
+            consumer_group=group,
+            kafka_conn_id=self.kafka_conn_id,
+            **self._timing(),
         )
         uri = dead_letter_asset_uri(self.kafka_conn_id, main_topic)
         return Asset(

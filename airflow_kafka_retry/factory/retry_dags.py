@@ -372,15 +372,16 @@ def _watch_dag(
 
     dlts = [t.topic for t in topology.dlt_tiers]
     description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({', '.join(dlts)})"
-    # the event watcher watches the parking topic too (the setup DAG creates it with the DLTs)
-    watched_topics = [*dlts, *([topology.parking_topic] if topology.parking_topic else [])]
+    # the event watcher watches the parking topic too, once it exists (the setup DAG creates it)
+    parking = [topology.parking_topic] if topology.parking_topic else []
     watched = None
     if events is not None:
         watched = events.dlt_asset(
             topology.topic,
-            watched_topics,
+            dlts,
             WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
             dag_id=dag_id,
+            optional=parking,
         )
     with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
         DltWatchOperator(

@@ -47,6 +47,7 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     kind: str = ""
     read_due = True
+    optional_topics: Sequence[str] = ()  # of ``topics``: watched once they exist
     #: Called with each step of the fire path (``before_save``, ``after_save``, ``after_yield``): a test
     #: raises from it to crash the trigger there. None in production.
     fault_hook: Callable[[str], None] | None = None
@@ -250,6 +251,7 @@ class _HeadEventTrigger(BaseEventTrigger):
             self.consumer_group,
             read_due=self.read_due,
             due_horizon_ms=self.due_horizon_ms,
+            optional=self.optional_topics,
         )
         self.log.info(
             "%s: watching %s partition(s) from the group's committed offsets", self.where, len(watch.keys)
@@ -346,15 +348,31 @@ class DltArrivalEventTrigger(_HeadEventTrigger):
     Fires when a record arrives in any of a topology's DLTs after the watch group's committed offset.
 
     The watcher of an event-driven DLT-watch DAG: every new dead letter is reported seconds after it
-    arrived. Parameters as :class:`TierDueEventTrigger`, with ``topics`` (the DLTs); records carry no
-    due time here: any new record fires (a window, if given, still holds the event until it opens).
+    arrived. Parameters as :class:`TierDueEventTrigger`, with ``topics`` (the DLTs and the parking topic)
+    and ``optional_topics`` (those of them watched once they exist: the parking topic, which a topology
+    deployed before parking existed may not have yet); records carry no due time here: any new record
+    fires (a window, if given, still holds the event until it opens).
     """
 
     kind = DLT_ARRIVAL
     read_due = False
 
-    def __init__(self, *, topics: Sequence[str], consumer_group: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        consumer_group: str,
+        optional_topics: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(topics=topics, consumer_group=consumer_group, **kwargs)
+        if not set(optional_topics) <= set(topics):
+            raise ValueError("DltArrivalEventTrigger: optional_topics must be among its topics")
+        self.optional_topics = list(optional_topics)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{type(self).__module__}.{type(self).__qualname__}", {"topics": self.topics, **self._kwargs()}
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            "topics": self.topics,
+            "optional_topics": self.optional_topics,
+            **self._kwargs(),
+        }

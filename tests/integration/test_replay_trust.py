@@ -24,6 +24,7 @@ from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.observability.metrics import run_metrics
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.policy import replay_headers as R
+from airflow_kafka_retry.testing.topics import delete_topics
 
 from tests.support import ledger
 
@@ -122,3 +123,26 @@ def test_the_dlt_watch_reports_parked_records(kafka_bootstrap, tmp_path, monkeyp
     second = watch.execute({})
     assert topology.parking_topic in second["dlt_topics_watched"]
     assert second["totals"]["dlt_topics"] == {topology.parking_topic: 1}, "a parked record went unreported"
+
+
+def test_the_event_dlt_watcher_works_before_the_parking_topic_exists(kafka_bootstrap, tmp_path, monkeypatch):
+    """A topology deployed before parking existed has no parking topic: its DLTs are watched all the same."""
+    monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AKR_TRUST_TEST",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
+    topology = ledger.make_topology("noparking")
+    config = {"bootstrap.servers": kafka_bootstrap}
+    ensure_topics(topology, config, partitions=1)
+    delete_topics(kafka_bootstrap, [topology.parking_topic])
+    _produce(kafka_bootstrap, topology.topic, [("d1", "fatal", [])])
+    assert run_local(topology, topology.tier(0), config, _options()).ok
+    path = ledger.write_topology(topology, tmp_path / "topology.yaml")
+    dags = build_retry_dags(
+        path.source, handler=f"{ledger.HANDLER_MODULE}:indexed", kafka_conn_id="akr_trust_test"
+    )
+    [trigger] = [
+        w.trigger for w in dags[f"kafka_retry__{topology.dlt_topic}"].timetable.asset_condition.watchers
+    ]
+    assert _first_event(trigger, 60)["partitions"] == [f"{topology.dlt_topic}[0]"]

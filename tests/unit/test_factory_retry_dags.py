@@ -149,6 +149,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
     [trigger] = [w.trigger for w in watch.timetable.asset_condition.watchers]
     assert type(trigger).__name__ == "DltArrivalEventTrigger"
     assert trigger.topics == [*(t.topic for t in topology.dlt_tiers), topology.parking_topic]
+    assert trigger.optional_topics == [topology.parking_topic]  # watched once it exists
     assert trigger.consumer_group == "orders-service-dlt-watch"
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
     # the topics are created once
