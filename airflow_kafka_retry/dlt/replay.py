@@ -89,6 +89,7 @@ class ReplayRequest:
     :param dlt: the DLT or parking topic (default: the topology's DLT; ``parking`` for the parking topic).
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic.
     :param transform: ``package.module:function`` editing each record (None: leave it out).
+
     The filter fields are those of :meth:`ReplayFilter.build`.
     """
 

@@ -2,7 +2,7 @@
 Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
 
 Airflow's ``[metrics]`` settings decide where they go (StatsD, Datadog's DogStatsD, OpenTelemetry)
-and whether tags travel (see the README's metrics table): nothing is configured here. Every name
+and whether tags travel (see the metrics table in docs/metrics.md): nothing is configured here. Every name
 starts with :data:`PREFIX`; tags name the path, the tier and, where it matters, the DLT topic and
 the exception class -- never a partition, an offset or a key. The exception class comes from record
 headers (anyone who can write to a DLT chooses it), so it is sanitized (:func:`sanitize_tag`) and
