@@ -228,6 +228,7 @@ class Replay:
                                     _shown(c.target.partition),
                                     c.target.attempt,
                                     c.transformed,
+                                    by_key=c.target.partition == BY_KEY,
                                 ),
                                 self.move_cap,
                             )
@@ -469,6 +470,7 @@ class Replay:
                             "target_offset": move.target_offset,
                             "attempt": move.attempt,
                             "transformed": move.transformed,
+                            "by_key": move.by_key,
                             "at_ms": at,
                         }
                     ),
@@ -545,6 +547,7 @@ class Replay:
             _shown(partition),
             target.attempt,
             _edited(record, edited),
+            by_key=partition == BY_KEY,
         )
 
         def delivered(err: KafkaError | None, msg: Any) -> None:
