@@ -115,8 +115,17 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         )
         output = refused.stdout + refused.stderr
         (tmp_path / f"refused-{i}-output.txt").write_text(output)
-        assert transform in output and "fix" in output, output[-5000:]
+        refusal = (
+            f"transform {transform!r} is not one of this replay's transforms (fix); the DAG author lists "
+            "them as build_dlt_replay_dag(transforms={name: 'package.module:function'})"
+        )
+        assert refusal in output, output[-5000:]
         assert not marker.exists(), "a transform that is not on the DAG's list was imported"
+        states = {
+            r["logical_date"][:10]: r["state"]
+            for r in _json_lines(_airflow(airflow, env, "dags", "list-runs", DAG_ID, "-o", "json").stdout)
+        }
+        assert states[f"2026-01-0{3 + i}"] == "failed", states
     assert len(_xcom(db, DAG_ID, "replay_dlt", "return_value")) == 2, "a refused run reported a replay"
     assert len(replayed_copies(kafka_bootstrap, topology.topic)) == len(wanted)
 
