@@ -4,8 +4,9 @@ The api-server, scheduler, dag-processor and triggerer run as separate processes
 SQLite). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
 failing service: every record fails there once. Records are produced continuously (four a second),
 so records become due continuously on both tiers. Phase 1 runs undisturbed (its lateness is the
-figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) while retry
-waves are firing, then started again.
+figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) as soon as a retry-1
+wave has been fired and not yet taken (its due event is in the metadata DB, the tier group's committed
+offset on the broker still at or before a head it names), then started again.
 
 Checked: every record ends where its script says, exactly once (no loss, no repeat, across the
 triggerer's crash); none is handled before its due time; no wave was fired twice (no two due
@@ -21,6 +22,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -42,7 +44,6 @@ CRASH_COUNT = 20  # phase 2
 RATE = 4.0  # records produced per second
 DELAYS_S = (10, 30)
 PHASE_DEADLINE_S = 240
-KILL_TRIGGERER_AFTER_S = 12  # into phase 2: the first retry-1 waves of its records are firing
 
 DAG_FILE = '''
 """Written by tests/integration/test_scheduler_events_e2e.py."""
@@ -146,6 +147,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     dlt = topology.dlt_topic
     expected_dlt = sorted(rid for rid, n in script.items() if n == 0)
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
+    tier1_group = topology.consumer_group(topology.tier(1))
 
     def finished(entries: list[dict], ids: dict[str, int]) -> bool:
         finals = {e["id"] for e in entries if e["ok"]} | {
@@ -153,20 +155,45 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         }
         return set(ids) <= finals
 
-    def run_phase(cluster: AirflowCluster, ids: dict[str, int], kill_after: float | None = None) -> bool:
+    def run_phase(
+        cluster: AirflowCluster, ids: dict[str, int], kill_when: Callable[[], str | None] | None = None
+    ) -> str | None:
         producer = threading.Thread(target=_produce_slowly, args=(kafka_bootstrap, main, ids), daemon=True)
         started = time.monotonic()
         producer.start()
-        killed = False
+        killed = None
         while time.monotonic() - started < PHASE_DEADLINE_S and not finished(_ledger(timed_ledger), ids):
-            if kill_after is not None and not killed and time.monotonic() - started > kill_after:
-                cluster.kill("triggerer")
-                cluster.restart("triggerer")
-                killed = True
+            if kill_when is not None and killed is None:
+                killed = kill_when()
+                if killed is not None:
+                    cluster.kill("triggerer")
+                    cluster.restart("triggerer")
             cluster.check_alive()
-            time.sleep(1)
+            time.sleep(0.2 if kill_when is not None and killed is None else 1)
         producer.join(60)
         return killed
+
+    def wave_in_flight(cluster: AirflowCluster, after_event: int) -> Callable[[], str | None]:
+        """A check: a retry-1 wave fired (its due event is in the metadata DB) and not yet taken (the tier
+        group's committed offset, read from the broker, is still at or before a head the wave names)."""
+
+        def check() -> str | None:
+            rows = cluster.query(
+                "SELECT e.id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                "WHERE a.uri LIKE ? AND e.id > ? ORDER BY e.id",
+                f"kafka-retry-due://%/{retry1}",
+                after_event,
+            )
+            if not rows:
+                return None
+            committed = ledger.committed(kafka_bootstrap, tier1_group, retry1, PARTITIONS)
+            for event_id, extra in rows:
+                for head in json.loads(extra)["payload"]["heads"]:
+                    if committed[head["partition"]] <= head["offset"]:
+                        return f"due event {event_id}: {retry1}[{head['partition']}]@{head['offset']} not yet taken"
+            return None
+
+        return check
 
     with AirflowCluster(home, env, cwd=REPO) as cluster:
         # as a deployment starts: the setup DAG creates the topics once, then the service produces
@@ -181,7 +208,8 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         assert set_up(), cluster.log_tail("scheduler")
         run_phase(cluster, first)
         phase1 = _ledger(timed_ledger)
-        killed = run_phase(cluster, second, kill_after=KILL_TRIGGERER_AFTER_S)
+        [(last_event,)] = cluster.query("SELECT coalesce(max(id), 0) FROM asset_event")
+        killed = run_phase(cluster, second, kill_when=wave_in_flight(cluster, last_event))
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(_watched(_ledger(notify_log))) < len(expected_dlt):
             time.sleep(1)
@@ -209,8 +237,8 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
                     f"over {len(handled)} records"
                 )
         print(
-            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed after "
-            f"{KILL_TRIGGERER_AFTER_S}s and restarted)"
+            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed when "
+            f"a wave was fired and not yet taken ({killed}) and restarted)"
         )
     assert killed
     assert finished(entries, script), (
