@@ -8,8 +8,10 @@ form's values are passed as the run's conf (``-c``), which overrides the DAG's p
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -121,11 +123,13 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         )
         assert refusal in output, output[-5000:]
         assert not marker.exists(), "a transform that is not on the DAG's list was imported"
-        states = {
-            r["logical_date"][:10]: r["state"]
-            for r in _json_lines(_airflow(airflow, env, "dags", "list-runs", DAG_ID, "-o", "json").stdout)
-        }
-        assert states[f"2026-01-0{3 + i}"] == "failed", states
+        with closing(sqlite3.connect(db)) as con:  # the run and its task failed
+            states = con.execute(
+                "SELECT r.state, t.state FROM dag_run r JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
+                "WHERE r.dag_id = ? AND substr(r.logical_date, 1, 10) = ?",
+                (DAG_ID, f"2026-01-0{3 + i}"),
+            ).fetchall()
+        assert states == [("failed", "failed")], states
     assert len(_xcom(db, DAG_ID, "replay_dlt", "return_value")) == 2, "a refused run reported a replay"
     assert len(replayed_copies(kafka_bootstrap, topology.topic)) == len(wanted)
 
