@@ -125,7 +125,8 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         assert not marker.exists(), "a transform that is not on the DAG's list was imported"
         with closing(sqlite3.connect(db)) as con:  # the run and its task failed
             states = con.execute(
-                "SELECT r.state, t.state FROM dag_run r JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
+                "SELECT r.state, t.state FROM dag_run r "
+                "JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
                 "WHERE r.dag_id = ? AND substr(r.logical_date, 1, 10) = ?",
                 (DAG_ID, f"2026-01-0{3 + i}"),
             ).fetchall()
