@@ -44,6 +44,7 @@ CRASH_COUNT = 20  # phase 2
 RATE = 4.0  # records produced per second
 DELAYS_S = (10, 30)
 PHASE_DEADLINE_S = 240
+IDLE_S = 15  # before phase 1: nothing due, no run may start
 
 DAG_FILE = '''
 """Written by tests/integration/test_scheduler_events_e2e.py."""
@@ -206,8 +207,28 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         while time.monotonic() < deadline and not set_up():
             time.sleep(1)
         assert set_up(), cluster.log_tail("scheduler")
+        # idle (nothing produced yet, nothing due): event mode starts no DAG run; only an hourly sweep (a
+        # "scheduled" run, each DAG once an hour at its own minute) may fall into the window
+        [(last_run,)] = cluster.query("SELECT coalesce(max(id), 0) FROM dag_run")
+        time.sleep(IDLE_S)
+        idle_runs = cluster.query("SELECT dag_id, run_type FROM dag_run WHERE id > ?", last_run)
+        assert [r for r in idle_runs if r[1] != "scheduled"] == [], idle_runs
+        assert len(idle_runs) == len({dag for dag, _ in idle_runs}), idle_runs
         run_phase(cluster, first)
         phase1 = _ledger(timed_ledger)
+        # a steady stream of due records is one following run per tier, not a run per wave: one run of the
+        # retry-1 DAG drained all of phase 1's records there (any other run found nothing due)
+        drains = [
+            json.loads(value)["totals"]["drained"]
+            for (value,) in cluster.query(
+                "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'reprocess' AND \"key\" = 'return_value'",
+                f"ev__{retry1}",
+            )
+        ]
+        waves1 = cluster.query(
+            "SELECT count(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri LIKE ?",
+            f"kafka-retry-due://%/{retry1}",
+        )[0][0]
         [(last_event,)] = cluster.query("SELECT coalesce(max(id), 0) FROM asset_event")
         killed = run_phase(cluster, second, kill_when=wave_in_flight(cluster, last_event))
         deadline = time.monotonic() + 60
@@ -241,6 +262,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
             f"a wave was fired and not yet taken ({killed}) and restarted)"
         )
     assert killed
+    assert [n for n in drains if n] == [COUNT], f"retry-1 runs drained {drains} after {waves1} due events"
     assert finished(entries, script), (
         f"not every record reached its end; handled: "
         f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; "
