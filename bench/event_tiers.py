@@ -28,6 +28,7 @@ import argparse
 import datetime
 import json
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -350,7 +351,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(results[-1]), flush=True)
     document = {
         "bench": "python -m bench.event_tiers",
-        "command": " ".join(["python -m bench.event_tiers", *(sys.argv[1:] if argv is None else argv)]),
+        "command": shlex.join(
+            ["python", "-m", "bench.event_tiers", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "date": stamp.isoformat(timespec="seconds"),
         "machine": {
             "cores": psutil.cpu_count(),
