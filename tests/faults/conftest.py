@@ -4,10 +4,10 @@
 ``fault_result(engine_did, account)`` once its ledger holds. Each row is printed, listed in the
 terminal summary. At the end of a session that ran any case the document is rendered (rows of cases that
 did not run this time are kept from ``docs/faults.md``, unchecked, and the summary names them) to
-``.artifacts/faults.md`` and compared with ``docs/faults.md``: a difference beyond the measured details of passed cases fails the session, with the
-diff and how to regenerate (``--update-faults-doc`` writes ``docs/faults.md``; see
-``tests/support/faults_doc.py``). A skipped case gets its measured reason as its row; a failed one says
-FAILED.
+``.artifacts/faults.md`` and compared with ``docs/faults.md``: a difference beyond the measured details
+of passed cases fails the session, with the diff and how to regenerate (``--update-faults-doc`` writes
+``docs/faults.md``; see ``tests/support/faults_doc.py``). A skipped case gets its measured reason as its
+row; a failed one says FAILED.
 """
 
 from __future__ import annotations
@@ -15,12 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
+
 from tests.support import faults_doc
-from tests.support.ledger import Account
+
+if TYPE_CHECKING:
+    from tests.support.ledger import Account
 
 _ROWS = pytest.StashKey[dict[str, tuple[str, str, str, str, str]]]()
 _RESULT = pytest.StashKey[dict[str, tuple[str, str]]]()

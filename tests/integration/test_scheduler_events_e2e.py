@@ -32,6 +32,7 @@ from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -191,7 +192,8 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
             for event_id, extra in rows:
                 for head in json.loads(extra)["payload"]["heads"]:
                     if committed[head["partition"]] <= head["offset"]:
-                        return f"due event {event_id}: {retry1}[{head['partition']}]@{head['offset']} not yet taken"
+                        where = f"{retry1}[{head['partition']}]@{head['offset']}"
+                        return f"due event {event_id}: {where} not yet taken"
             return None
 
         return check
@@ -221,7 +223,8 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         drains = [
             json.loads(value)["totals"]["drained"]
             for (value,) in cluster.query(
-                "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'reprocess' AND \"key\" = 'return_value'",
+                "SELECT value FROM xcom "
+                "WHERE dag_id = ? AND task_id = 'reprocess' AND \"key\" = 'return_value'",
                 f"ev__{retry1}",
             )
         ]
@@ -254,11 +257,13 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
             if handled:
                 p50, worst = _lateness(handled)
                 print(
-                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max {worst:.2f}s "
+                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max "
+                    f"{worst:.2f}s "
                     f"over {len(handled)} records"
                 )
         print(
-            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed when "
+            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed "
+            "when "
             f"a wave was fired and not yet taken ({killed}) and restarted)"
         )
     assert killed
@@ -289,6 +294,8 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     waves = Counter(
         (uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
     )
-    assert waves and not [w for w, n in waves.items() if n > 1], waves
-    # the DLT watch reported each DLT record once (coordinates, not a count: a miss and a duplicate cancel out)
+    assert waves, waves
+    assert not [w for w, n in waves.items() if n > 1], waves
+    # the DLT watch reported each DLT record once (coordinates, not a count: a miss and a duplicate would
+    # cancel out)
     assert _watched(_ledger(notify_log)) == _dlt_coordinates(kafka_bootstrap, dlt)

@@ -1,4 +1,5 @@
-"""SparkReprocessTierOperator's DLT notifiers and asset events through real Airflow and a real spark-submit."""
+"""SparkReprocessTierOperator's DLT notifiers and asset events through real Airflow and a real
+spark-submit."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+
 from tests.integration.test_reprocess_operator_dag import _airflow, _asset_events, _states
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF
 from tests.integration.test_spark_operator_dag import _airflow_env
@@ -76,6 +78,7 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
 
     run = subprocess.run(
         [str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_spark_notify"],
+        check=False,
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -90,7 +93,8 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
     to_dlt = modes["fatal"] + modes["bad-json"]
     retried = modes["transient:1"] + modes["transient:2"] + modes["permanent"]
     [note] = [json.loads(line) for line in (out / "notified.jsonl").read_text().splitlines()]
-    assert note["engine"] == "spark" and note["stopped"] is None
+    assert note["engine"] == "spark"
+    assert note["stopped"] is None
     assert note["totals"]["dlt_topics"] == {topology.dlt_topic: to_dlt}
     assert note["totals"]["routed"] == {tier1: retried, topology.dlt_topic: to_dlt}
     assert len(note["dead_letters"]) == to_dlt

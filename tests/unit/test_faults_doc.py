@@ -76,7 +76,8 @@ def test_any_other_difference_is_shown(change: str) -> None:
     if change == "intro":
         generated = generated.replace("Every case asserts", "Each case asserts")
     diff = _diff(generated, committed)
-    assert diff is not None and diff.startswith("--- docs\n+++ run"), diff
+    assert diff is not None, diff
+    assert diff.startswith("--- docs\n+++ run"), diff
     assert any(line.startswith("-") and not line.startswith("---") for line in diff.splitlines()), diff
 
 
@@ -181,7 +182,10 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
     assert subset.ret == pytest.ExitCode.OK, subset.stdout.str()
     subset.stdout.fnmatch_lines(
         [
-            "*docs/faults.md is up to date*: 1 row(s) that ran checked; 1 not checked (did not run this session): test_kill"
+            (
+                "*docs/faults.md is up to date*: 1 row(s) that ran checked; "
+                "1 not checked (did not run this session): test_kill"
+            )
         ]
     )
 
