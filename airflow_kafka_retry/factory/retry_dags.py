@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +28,8 @@ from airflow_kafka_retry.factory.events import (
     sweep_schedule,
 )
 from airflow_kafka_retry.factory.overrides import TierSettings, check_overrides, floor_schedule, tier_settings
-from airflow_kafka_retry.operators.reprocess_base import CUTOFF_NOW
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
+from airflow_kafka_retry.operators.reprocess_base import CUTOFF_NOW
 from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 ENGINES = ("local", "spark")
 TRIGGERS = ("event", "schedule")
-DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)
+DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 #: Schedule mode: the reprocess task drains what is due when it starts (epoch ms, rendered at run time):
 #: the due sensor before it may have waited past the run's logical date for the earliest due record.
 CUTOFF_RENDERED_NOW = "{{ (macros.time.time() * 1000) | int }}"
@@ -122,8 +122,9 @@ def build_retry_dags(
         record counts; None: no asset outlets.
     :param trigger: ``event`` (default) or ``schedule``, see above.
     :param sweep: event mode: how often each DAG also runs without an event (timedelta, cron string or
-        timetable); default hourly, at a minute of the hour derived from the DAG id (sweeps of many
-        DAGs are spread over the hour), and not at once when the DAG is first deployed.
+        timetable), a safety net for a watcher that does not run (no triggerer); default weekly, each DAG
+        of the topology on its own day (an idle topology creates at most one run a day), at a time of day
+        derived from the DAG id, and not at once when the DAG is first deployed (``factory/events.py``).
     :param fire_ahead: event mode: a wave fires this long before its first record is due (at most 30 s);
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
     :param refire_after: event mode: a wave the tier group has not committed past after this long (a run
@@ -166,8 +167,13 @@ def build_retry_dags(
 
     dags: dict[str, DAG] = {}
 
+    swept = [t.topic for t in tiers] + ([watch_topic] if watch_topic is not None else [])
+
     def sweep_of(topic: str) -> Any:
-        return events.sweep_for(dag_id_template.format(topic=topic)) if events is not None else None
+        if events is None:
+            return None
+        dag_id = dag_id_template.format(topic=topic)
+        return events.sweep_for(dag_id, topology_topic=loaded.topic, slot=swept.index(topic))
 
     settings = {
         t.topic: tier_settings(

@@ -12,17 +12,13 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 
-from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
-from airflow_kafka_retry.observability.metrics import emit, run_metrics
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
@@ -33,6 +29,7 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Asset
 
+    from airflow_kafka_retry.engine.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Topology
 
 #: Options named by their own operator parameters, not through ``options``.
@@ -79,7 +76,7 @@ def to_epoch_ms(value: Any) -> int:
             raise ValueError(f"cutoff {value!r} is neither epoch milliseconds nor an ISO-8601 time") from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return int(value.timestamp() * 1000)
     raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
 
@@ -241,6 +238,8 @@ class ReprocessTierMixin:
                     "asset_server needs the topology path and the tier as plain values (not templated): "
                     "the outlets are declared when the DAG is parsed"
                 )
+            from airflow_kafka_retry.assets import reprocess_outlets
+
             self._tier_assets = reprocess_outlets(topology, tier, asset_server)
             self.outlets = [*self.outlets, *self._tier_assets.values()]
 
@@ -271,6 +270,8 @@ class ReprocessTierMixin:
         fails the run, naming it."""
         if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
             return
+        from airflow_kafka_retry.engine.topics import missing_topics
+
         if missing_topics(kafka_config, [topic]):
             raise AirflowSkipException(
                 f"{topic} does not exist yet, so nothing is due there; the topology's "
@@ -363,6 +364,8 @@ class ReprocessTierMixin:
         return document
 
     def _send_metrics(self, summary: RunSummary, topology: Topology | None) -> None:
+        from airflow_kafka_retry.observability.metrics import emit, run_metrics
+
         try:
             if topology is None:
                 from airflow_kafka_retry.spark.app import load_topology_from
