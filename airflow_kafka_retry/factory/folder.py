@@ -4,7 +4,9 @@ A platform team holding many topologies keeps their YAML files in one folder and
 this. The DAG processor then parses one file: the provider's import is paid once for all topologies,
 not once per topology file. One bad YAML does not take the other topologies' DAGs down: by default it
 is logged (naming the file and the problem) and skipped, as Airflow DAG factories over config folders
-do; ``strict=True`` turns it into an import error of the DAG file instead.
+do; ``strict=True`` turns it into an import error of the DAG file instead. A task process (Airflow's
+parsing context names the DAG it runs) builds only the topology holding that DAG, so a task start does not
+pay for every topology of the folder.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.factory.retry_dags import build_retry_dags
+from airflow_kafka_retry.factory.retry_dags import SETUP_SUFFIX, build_retry_dags
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -65,7 +67,10 @@ def build_retry_dags_from_folder(
     used: set[str] = set()
     dags: dict[str, DAG] = {}
     built_from: dict[str, Path] = {}
+    wanted = _parsing_dag_id()
     for path in files:
+        if wanted is not None and wanted not in _dag_ids(path, kwargs):
+            continue  # a task process of another topology's DAG
         try:
             own = _own_overrides(path, overrides)
             built = build_retry_dags(path, handler=handler, tier_overrides=own or None, **kwargs)
@@ -84,11 +89,32 @@ def build_retry_dags_from_folder(
         dags.update(built)
         built_from.update(dict.fromkeys(built, path))
     unknown = sorted(set(overrides) - used)
-    if unknown and (strict or not _any_skipped(files, built_from)):
+    if unknown and wanted is None and (strict or not _any_skipped(files, built_from)):
         raise TopologyFolderError(
             f"{root}: tier_overrides name {', '.join(unknown)}, a topic of no topology in this folder"
         )
     return dags
+
+
+def _parsing_dag_id() -> str | None:
+    """The DAG a task process parses this file for (Airflow's parsing context), else None."""
+    from airflow.sdk import get_parsing_context
+
+    return get_parsing_context().dag_id
+
+
+def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
+    """Every DAG id the topology in ``path`` may get (a file that cannot be loaded: none)."""
+    from airflow_kafka_retry.policy.errors import TopologyError
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    try:
+        topology = load_topology(path)  # cached: build_retry_dags loads it again for free
+    except (TopologyError, OSError):
+        return set()
+    template = kwargs.get("dag_id_template", "kafka_retry__{topic}")
+    topics = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
+    return {template.format(topic=t) for t in topics} | {template.format(topic=topology.topic) + SETUP_SUFFIX}
 
 
 def _own_overrides(path: Path, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

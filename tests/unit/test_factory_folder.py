@@ -91,3 +91,22 @@ def test_tier_overrides_go_to_the_topology_of_their_topic(tmp_path):
 def test_not_a_folder(tmp_path):
     with pytest.raises(TopologyFolderError, match="not a folder"):
         build_retry_dags_from_folder(tmp_path / "missing", handler=HANDLER)
+
+
+def test_a_task_process_builds_only_the_topology_of_its_dag(tmp_path, monkeypatch, caplog):
+    topology(tmp_path, "payments.yaml", "payments")
+    topology(tmp_path, "shipments.yaml", "shipments")
+    (tmp_path / "broken.yaml").write_text("topic: [unclosed\n")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "kafka_retry__shipments-retry-2")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "reprocess")
+    with caplog.at_level(logging.ERROR, logger="airflow_kafka_retry.factory.folder"):
+        dags = build_retry_dags_from_folder(
+            tmp_path, handler=HANDLER, tier_overrides={"payments-retry-1": {"max_run": "1h"}}
+        )
+    assert sorted(dags) == [
+        "kafka_retry__shipments-dlt",
+        "kafka_retry__shipments-retry-1",
+        "kafka_retry__shipments-retry-2",
+        "kafka_retry__shipments__ensure_topics",
+    ]
+    assert caplog.records == []  # the broken file is another topology's business in a task process
