@@ -154,7 +154,7 @@ def _summary(parses: dict[str, dict[str, Any]], topologies: int) -> dict[str, An
     }
 
 
-def _dags_report(env: dict[str, str]) -> dict[str, Any]:
+def _dags_report(env: dict[str, str], cwd: Path) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-m", "airflow", "dags", "report", "-o", "json"],
         check=False,
@@ -162,12 +162,15 @@ def _dags_report(env: dict[str, str]) -> dict[str, Any]:
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=REPO,
+        cwd=cwd,
     )
-    start = done.stdout.find("[")
-    if done.returncode != 0 or start < 0:
+    rows = None
+    for line in reversed(done.stdout.splitlines()):  # the JSON line, after any log lines
+        if line.startswith("[{") or line == "[]":
+            rows = json.loads(line)
+            break
+    if done.returncode != 0 or not rows:
         return {"error": (done.stderr or done.stdout)[-2000:]}
-    rows = json.loads(done.stdout[start:])
     durations = sorted(_seconds(r["duration"]) for r in rows)
     return {
         "files": len(rows),
@@ -191,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topologies", type=int, default=20)
     parser.add_argument("--name", default="parse-cost", help="results file: <UTC date>-<name>.json")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--code",
+        type=Path,
+        default=REPO,
+        help="the checkout whose airflow_kafka_retry is parsed (default: this one)",
+    )
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -200,31 +209,55 @@ def main(argv: list[str] | None = None) -> int:
 
     stamp = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
+    code = args.code.resolve()
+    # as installed by pip: byte-compiled (an environment with PYTHONDONTWRITEBYTECODE compiles at every parse)
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(code / "airflow_kafka_retry"), str(code / "dags")],
+        check=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        capture_output=True,
+    )
     cases: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="akr-bench-parse-") as tmp:
         home = Path(tmp)
         per_file, folder = write_deployment(home, args.topologies)
+        env = airflow_env(home, pythonpath=[code, REPO, code / "dags"])
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        migrated = subprocess.run(
+            [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, check=False
+        )
         for case, dags in (("per_file", per_file), ("folder", folder)):
-            env = airflow_env(home, pythonpath=[REPO, REPO / "dags"])
             env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
             done = subprocess.run(
-                [sys.executable, "-m", "bench.parse_cost", "--worker", str(dags)],
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    str(dags),
+                ],  # as a script: airflow_kafka_retry from code
                 check=False,
                 env=env,
                 capture_output=True,
                 text=True,
                 timeout=1800,
-                cwd=REPO,
+                cwd=home,
             )
             if done.returncode != 0:
                 raise SystemExit(f"{case}: the parse worker failed:\n{done.stderr[-3000:]}")
             parses = json.loads(done.stdout.strip().splitlines()[-1])
-            cases[case] = {"fork_parse": _summary(parses, args.topologies), "dags_report": _dags_report(env)}
+            report = (
+                _dags_report(env, home)
+                if migrated.returncode == 0
+                else {"error": "airflow db migrate failed"}
+            )
+            cases[case] = {"fork_parse": _summary(parses, args.topologies), "dags_report": report}
             print(case, json.dumps(cases[case]), flush=True)
     document = {
         "date": stamp.isoformat(timespec="seconds"),
         "bench": "parse_cost",
         "topologies": args.topologies,
+        "code": str(code),
+        "bytecode": "precompiled (compileall), as a pip install leaves it",
         "machine": {
             "cores": os.cpu_count(),
             "load_average_at_start": [round(x, 2) for x in load_before],
