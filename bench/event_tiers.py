@@ -278,7 +278,7 @@ def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dic
                     # since deployment: an idle topology creates no run (its sweeps are weekly)
                     "dag_runs_since_deployment": _counts(cluster)[0],
                     "triggerer_rss_mb": _rss_mb(cluster.processes["triggerer"].pid),
-                    "kafka_connections": _connections(cluster, bootstrap),
+                    "kafka_connections": _connections(cluster, broker_pid),
                     "load_average": [round(x, 2) for x in load_start],
                 }
             )
@@ -334,9 +334,14 @@ def _rss_mb(pid: int) -> float:
     return round(total / 2**20, 1)
 
 
-def _connections(cluster: AirflowCluster, bootstrap: str) -> dict[str, int]:
-    """Established TCP connections to the broker held by each Airflow component's process tree."""
-    port = int(bootstrap.rsplit(":", 1)[1])
+def _connections(cluster: AirflowCluster, broker_pid: int) -> dict[str, int]:
+    """Established TCP connections to the broker (any of its listening ports) held by each Airflow
+    component's process tree."""
+    ports = {
+        c.laddr.port
+        for c in psutil.Process(broker_pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
     held = {}
     for name, popen in cluster.processes.items():
         proc = psutil.Process(popen.pid)
@@ -346,9 +351,10 @@ def _connections(cluster: AirflowCluster, bootstrap: str) -> dict[str, int]:
                 count += sum(
                     1
                     for c in member.net_connections(kind="tcp")
-                    if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+                    if c.raddr and c.raddr.port in ports and c.status == psutil.CONN_ESTABLISHED
                 )
         held[name] = count
+    held["broker_listening_ports"] = sorted(ports)
     return held
 
 
