@@ -152,6 +152,10 @@ def _deploy(
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             # an idle topology's DAGs must not pay for byte-compiling the provider at every parse
             "PYTHONDONTWRITEBYTECODE": "",
+            # a folder of many topologies is one file: on a loaded machine its parse can outlast the
+            # default timeouts (30 s import, 50 s processor); raised so the parse is measured, not killed
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600",
+            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "900",
         },
         pythonpath=[REPO],
     )
@@ -432,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
             "date": stamp.isoformat(timespec="seconds"),
             "broker": {"kafka": "Apache Kafka (testing/kafka.py)", "tansu": "Tansu (embedded)"}[args.broker],
             "metadata_db": "SQLite",
+            "airflow_settings": "default parse interval (min_file_process_interval 30 s); dagbag_import_timeout "
+            "600 s and dag_file_processor_timeout 900 s (defaults 30 s / 50 s: a loaded machine)",
             "machine": {
                 "cores": psutil.cpu_count(),
                 "load_average_at_start": load_start,
