@@ -1,10 +1,11 @@
-"""Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines.
+"""
+Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines.
 
 The top level re-exports what user handler code needs; everything else lives in its sub-package
 (``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them). The DAG factories
-(``build_retry_dags``, ``build_retry_dags_from_folder``, ``build_dlt_replay_dag``) are exported lazily: ``import airflow_kafka_retry`` in a
-handler or a Spark executor never imports Airflow; ``from airflow_kafka_retry import build_retry_dags``
-in a DAG file does.
+(``build_retry_dags``, ``build_retry_dags_from_folder``, ``build_dlt_replay_dag``) are exported lazily:
+``import airflow_kafka_retry`` in a handler or a Spark executor never imports Airflow;
+``from airflow_kafka_retry import build_retry_dags`` in a DAG file does.
 """
 
 from __future__ import annotations

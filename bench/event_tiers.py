@@ -1,4 +1,5 @@
-"""``python -m bench.event_tiers``: what event-driven and scheduled tiers cost a real Airflow when idle.
+"""
+``python -m bench.event_tiers``: what event-driven and scheduled tiers cost a real Airflow when idle.
 
     python -m bench.event_tiers                     # baseline, idle event topology, idle scheduled topology
     python -m bench.event_tiers --seconds 120       # a shorter window (default 300 s)
@@ -6,7 +7,8 @@
     python -m bench.event_tiers --cases baseline --capacity 200,50,100 --seconds 120 --name capacity
 
 Each deployment is a real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
-SQLite, ``airflow_kafka_retry/testing/airflow_stack.py``) on a real Apache Kafka broker (``--broker tansu``: the embedded Tansu). After a warm-up
+SQLite, ``airflow_kafka_retry/testing/airflow_stack.py``) on a real Apache Kafka broker (``--broker tansu``:
+the embedded Tansu). After a warm-up
 (the DAGs are parsed, each topology's setup DAG and each DAG's first sweep ran), it counts over the
 window: DAG runs and task instances created, and the CPU seconds of each Airflow component's process
 tree (tasks included) and of the broker. Cases:
@@ -89,8 +91,11 @@ globals().update({{k: v for k, v in dags.items() if not k.endswith("__ensure_top
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:
-    """CPU seconds of a process tree: every live process's own, and what each reaped from its dead children
-    (a task process ends; its supervisor, a live executor worker, reaped it)."""
+    """
+    CPU seconds of a process tree: every live process's own, and what each reaped from its dead children.
+
+    A task process ends; its supervisor, a live executor worker, reaped it.
+    """
     total = 0.0
     try:
         tree = [proc, *proc.children(recursive=True)]
@@ -148,7 +153,7 @@ def _deploy(
         extra={
             "AKR_TIMED_LEDGER": str(ledger or home / "handled.jsonl"),
             "AIRFLOW__CORE__PARALLELISM": "8",
-            # Airflow's default parse interval (the test stacks' is the same, said here for the capacity table)
+            # Airflow's default parse interval (as the test stacks': said here for the capacity table)
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             # an idle topology's DAGs must not pay for byte-compiling the provider at every parse
             "PYTHONDONTWRITEBYTECODE": "",
@@ -244,9 +249,12 @@ def run_case(
 
 
 def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dict[str, Any]:
-    """``count`` idle event topologies from one folder DAG file; then records flow through the first one
-    (failing once on its main topic, then succeeding on retry-1 of 10 s or retry-2 of 30 s) and their
-    lateness is measured. Each topology: its main topic, two retry tiers and the DLT watch (4 watchers)."""
+    """
+    ``count`` idle event topologies from one folder DAG file, then records through the first one.
+
+    The records fail once on its main topic, then succeed on retry-1 of 10 s or retry-2 of 30 s; their
+    lateness is measured. Each topology: its main topic, two retry tiers and the DLT watch (4 watchers).
+    """
     stamp = datetime.datetime.now(datetime.UTC)
     names = [f"cap{i:03d}-{stamp:%H%M%S}" for i in range(count)]
     with tempfile.TemporaryDirectory(prefix="akr-bench-capacity-") as tmp:
@@ -339,8 +347,11 @@ def _rss_mb(pid: int) -> float:
 
 
 def _connections(cluster: AirflowCluster, broker_pid: int) -> dict[str, int]:
-    """Established TCP connections to the broker (any of its listening ports) held by each Airflow
-    component's process tree."""
+    """
+    Established TCP connections to the broker held by each Airflow component's process tree.
+
+    Any of the broker's listening ports counts.
+    """
     ports = {
         c.laddr.port
         for c in psutil.Process(broker_pid).net_connections(kind="tcp")
@@ -377,8 +388,11 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def _parse_seconds(cluster: AirflowCluster, topologies: int = 0) -> dict[str, Any]:
-    """The dag-processor's own parse time of each DAG file (``dag.last_parse_duration``, one value per file)
-    and, with ``topologies``, the time per topology (all files' time divided by their topologies)."""
+    """
+    The dag-processor's own parse time of each DAG file (``dag.last_parse_duration``).
+
+    With ``topologies``, also the time per topology (all files' time divided by their topologies).
+    """
     rows = cluster.query(
         "SELECT fileloc, max(last_parse_duration) FROM dag WHERE last_parse_duration IS NOT NULL "
         "GROUP BY fileloc"
@@ -436,7 +450,8 @@ def main(argv: list[str] | None = None) -> int:
             "date": stamp.isoformat(timespec="seconds"),
             "broker": {"kafka": "Apache Kafka (testing/kafka.py)", "tansu": "Tansu (embedded)"}[args.broker],
             "metadata_db": "SQLite",
-            "airflow_settings": "default parse interval (min_file_process_interval 30 s); dagbag_import_timeout "
+            "airflow_settings": "default parse interval (min_file_process_interval 30 s); "
+            "dagbag_import_timeout "
             "600 s and dag_file_processor_timeout 900 s (defaults 30 s / 50 s: a loaded machine)",
             "machine": {
                 "cores": psutil.cpu_count(),

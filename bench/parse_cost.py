@@ -1,4 +1,5 @@
-"""``python -m bench.parse_cost``: what one topology DAG file costs Airflow's DAG processor to parse.
+"""
+``python -m bench.parse_cost``: what one topology DAG file costs Airflow's DAG processor to parse.
 
     python -m bench.parse_cost                   # 20 topologies, one DAG file each, and one folder DAG file
     python -m bench.parse_cost --topologies 200  # more of them
@@ -61,7 +62,9 @@ backoff: {{kind: custom, delays: [30s, 60s, 120s]}}
 DAG_FILE = """\
 from airflow_kafka_retry import build_retry_dags
 
-globals().update(build_retry_dags({topology!r}, handler="handlers.orders:handle", dag_id_template="{prefix}__{{topic}}"))
+globals().update(
+    build_retry_dags({topology!r}, handler="handlers.orders:handle", dag_id_template="{prefix}__{{topic}}")
+)
 """
 FOLDER_DAG_FILE = """\
 from airflow_kafka_retry import build_retry_dags_from_folder
@@ -112,7 +115,7 @@ def _fork_parse(path: Path) -> dict[str, Any]:
                 "import_errors": dict(result.import_errors) if result and result.import_errors else {},
                 "heavy_modules": heavy_modules(set(sys.modules) - before),
             }
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        except BaseException as exc:
             report = {"error": repr(exc)}
         os.write(write, json.dumps(report).encode())
         os._exit(0)

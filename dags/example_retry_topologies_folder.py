@@ -1,4 +1,5 @@
-"""Every topology YAML of ``topology_folder/`` as event-driven retry DAGs, from this one DAG file.
+"""
+Every topology YAML of ``topology_folder/`` as event-driven retry DAGs, from this one DAG file.
 
 How a platform team holds many topologies: one YAML per topology in a folder, one DAG file. Airflow's
 DAG processor parses one file for all of them (the provider is imported once, not once per topology).

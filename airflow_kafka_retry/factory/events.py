@@ -1,4 +1,5 @@
-"""Event mode of ``build_retry_dags``: the watched "due" assets and the schedules that combine them with a sweep.
+"""
+Event mode of ``build_retry_dags``: the watched "due" assets and the schedules that combine them with a sweep.
 
 A tier DAG in event mode is scheduled on ``AssetOrTimeSchedule``: its tier's *due* asset, whose
 ``AssetWatcher`` runs a :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger` in the
@@ -54,7 +55,8 @@ def check_sweep(value: Any) -> Any:
 
 
 def default_sweep(dag_id: str, *, topology_topic: str, slot: int) -> str:
-    """The default sweep of an event-mode DAG: weekly, a cron string.
+    """
+    The default sweep of an event-mode DAG: weekly, a cron string.
 
     The watcher in the triggerer starts a run when records are due, and fires a wave again when it was
     not taken (``refire_after``); the sweep is only the net for a deployment whose watcher does not run
@@ -125,8 +127,11 @@ class EventSettings:
         topology_topic: str,
         tier_index: int,
     ) -> Asset:
-        """The due asset of a tier, watched by a ``TierDueEventTrigger`` (it believes due times up to a day
-        plus the tier's delay ahead, as the drain does)."""
+        """
+        The due asset of a tier, watched by a ``TierDueEventTrigger``.
+
+        It believes due times up to a day plus the tier's delay ahead, as the drain does.
+        """
         from airflow.sdk import Asset, AssetWatcher
 
         from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger

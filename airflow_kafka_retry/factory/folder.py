@@ -1,4 +1,5 @@
-"""``build_retry_dags_from_folder``: the DAGs of every topology YAML of a folder, from one DAG file.
+"""
+``build_retry_dags_from_folder``: the DAGs of every topology YAML of a folder, from one DAG file.
 
 A platform team holding many topologies keeps their YAML files in one folder and one DAG file calls
 this. The DAG processor then parses one file: the provider's import is paid once for all topologies,
@@ -39,7 +40,8 @@ def build_retry_dags_from_folder(
     tier_overrides: Mapping[str, Mapping[str, Any]] | None = None,
     **kwargs: Any,
 ) -> dict[str, DAG]:
-    """Build the DAGs of every topology YAML (``*.yaml``, ``*.yml``) in ``folder``, sorted by file name.
+    """
+    Build the DAGs of every topology YAML (``*.yaml``, ``*.yml``) in ``folder``, sorted by file name.
 
     Each file is built by :func:`~airflow_kafka_retry.factory.retry_dags.build_retry_dags` with the same
     arguments; a DAG file does ``globals().update(build_retry_dags_from_folder(...))``. DAG ids come from

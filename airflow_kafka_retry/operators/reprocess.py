@@ -32,7 +32,8 @@ INTERRUPTED = "interrupted"
 
 
 class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
-    """Reprocess the due records of one retry tier (or a DLT) in the worker, with the local engine.
+    """
+    Reprocess the due records of one retry tier (or a DLT) in the worker, with the local engine.
 
     Each partition's due records go to the handler in batches; failures are routed to the next tier
     or a DLT by the topology's rules, and every chunk of records is committed in one Kafka transaction
@@ -181,9 +182,6 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
             cutoff,
             f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "",
         )
-        chosen = (
-            {"parallelism": self.parallelism} if self.parallelism is not None else {}
-        )  # else the engine's
 
         def drain(cutoff_ms: int) -> RunSummary:
             return run_local(
@@ -195,7 +193,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                 cutoff_ms=cutoff_ms,
                 should_stop=self._should_stop,
                 in_process=self.in_process,
-                **chosen,
+                parallelism=self.parallelism,  # None: the engine's
             )
 
         summary = self._run(
@@ -217,8 +215,11 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         return document
 
     def _run(self, drain: Any) -> RunSummary:
-        """Run ``drain`` in a helper thread, so an exception raised in this thread by a signal handler
-        (``execution_timeout``) stops the partitions at a chunk boundary instead of leaving them running.
+        """
+        Run ``drain`` in a helper thread.
+
+        An exception raised in this thread by a signal handler (``execution_timeout``) then stops the
+        partitions at a chunk boundary instead of leaving them running.
         """
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-retry-drain") as pool:
             future = pool.submit(drain)

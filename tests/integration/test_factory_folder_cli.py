@@ -85,4 +85,5 @@ def test_strict_reports_the_bad_yaml_as_an_import_error_of_the_dag_file(airflow_
     listed = airflow(airflow_home, dags, "dags", "list-import-errors", "--local", "-o", "json")
     [error] = json_rows(listed, returncode=1)  # the CLI exits 1 when there are import errors
     assert error["filepath"].endswith("retry_topologies.py")
-    assert str(folder / "refunds.yaml") in error["error"] and "attempts" in error["error"]
+    assert str(folder / "refunds.yaml") in error["error"]
+    assert "attempts" in error["error"]

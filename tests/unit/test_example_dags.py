@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -74,7 +73,8 @@ def test_folder_example_builds_every_topology_of_its_folder(bag):
     }
     tier = bag.dags["kafka_retry__shipments-retry-1"]
     assert tier.get_task("reprocess").topology == str(DAGS / "topology_folder" / "shipments.yaml")
-    assert "platform" in tier.tags and tier.get_task("reprocess").retries == 1
+    assert "platform" in tier.tags
+    assert tier.get_task("reprocess").retries == 1
 
 
 def test_hand_composed_example(bag):
@@ -102,9 +102,11 @@ def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypat
     dag = bag.dags["kafka_dlt_replay__orders"]
     assert type(dag.timetable).__name__ == "NullTimetable", "the replay DAG must only run when triggered"
     [task] = dag.tasks
-    assert task.task_id == "replay_dlt" and task.kafka_conn_id == "kafka_default"
+    assert task.task_id == "replay_dlt"
+    assert task.kafka_conn_id == "kafka_default"
     params = dag.params.dump()
-    assert params["dry_run"] is True and params["dlt"] is None
+    assert params["dry_run"] is True
+    assert params["dlt"] is None
     assert {
         "exception",
         "original_topic",

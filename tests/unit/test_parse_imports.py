@@ -99,7 +99,8 @@ def test_the_check_sees_a_dag_file_that_imports_the_kafka_client(tmp_path):
         f"globals().update(build_retry_dags({str(ORDERS)!r}, handler='handlers.orders:handle'))\n"
     )
     parsed = parse(path, tmp_path)
-    assert parsed["errors"] == {} and parsed["dags"]
+    assert parsed["errors"] == {}
+    assert parsed["dags"]
     assert "confluent_kafka" in heavy_modules(parsed["modules"])
 
 
@@ -108,4 +109,4 @@ def test_the_default_kafka_connection_is_the_kafka_providers():
 
     from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 
-    assert DEFAULT_KAFKA_CONN_ID == KafkaBaseHook.default_conn_name
+    assert KafkaBaseHook.default_conn_name == DEFAULT_KAFKA_CONN_ID
