@@ -483,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
             write()
         for count in [int(c) for c in args.capacity.split(",") if c]:
             print(f"capacity: {count} topologies...", flush=True)
-            results.append(capacity(broker.bootstrap, broker.pid, count, args.seconds))
+            try:
+                results.append(capacity(broker.bootstrap, broker.pid, count, args.seconds))
+            except RuntimeError as exc:  # a component died (e.g. SQLite "database is locked"): say so
+                results.append({"case": "capacity", "topologies": count, "failed": str(exc)[-3000:]})
             print(json.dumps(results[-1]), flush=True)
             write()
     write()
