@@ -126,7 +126,7 @@ def build_retry_dags(
     :param sweep: event mode: how often each DAG also runs without an event (timedelta, cron string or
         timetable), a safety net for a watcher that does not run (no triggerer); default weekly, each DAG
         of the topology on its own day (an idle topology creates at most one run a day), at a time of day
-        derived from the DAG id, and not at once when the DAG is first deployed (``factory/events.py``).
+        derived from the DAG id (``factory/events.py``).
     :param fire_ahead: event mode: a wave fires this long before its first record is due (at most 30 s);
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
     :param refire_after: event mode: a wave the tier group has not committed past after this long (a run
