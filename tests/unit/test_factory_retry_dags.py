@@ -132,8 +132,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_a_weekly_swee
         assert dag.get_task("reprocess").skip_missing_topic
         assert dag.get_task("reprocess").follow_ms == 10_000
     # the default sweep: weekly, each DAG of the topology on its own day (slot: tiers in order, then the DLT
-    # watch), at a time of day derived from the DAG id (no start date:
-    # the scheduler's first run is the next tick, not the last one)
+    # watch), at a time of day derived from the DAG id; the factory sets no start date
     first_day = zlib.crc32(b"orders")
     for slot, dag_id in (
         (0, "kafka_retry__orders-retry-1"),
