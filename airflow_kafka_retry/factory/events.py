@@ -56,6 +56,24 @@ def check_sweep(value: Any) -> Any:
     return value
 
 
+def default_sweep(dag_id: str, *, topology_topic: str, slot: int) -> str:
+    """
+    The default sweep of an event-mode DAG: weekly, a cron string.
+
+    The watcher in the triggerer starts a run when records are due, and fires a wave again when it was
+    not taken (``refire_after``); the sweep is only the net for a deployment whose watcher does not run
+    (no triggerer), so an idle topology should cost next to nothing. Each DAG of a topology (``slot``: its
+    tiers in order, then the DLT watch) sweeps on its own day of the week, the days of one topology
+    consecutive from a day derived from its main topic: an idle topology creates at most one run a day
+    (with up to 7 swept DAGs). The time of day is derived from the DAG id, so the sweeps of many DAGs
+    spread over the day. When a DAG is first deployed, the scheduler runs its tick once if it fell earlier
+    that day (measured: 8 of 100 DAGs; one DAG of a topology at most, its days being distinct).
+    """
+    day = (zlib.crc32(topology_topic.encode()) + slot) % 7
+    spread = zlib.crc32(dag_id.encode())
+    return f"{spread % 60} {spread // 60 % 24} * * {day}"
+
+
 def sweep_schedule(asset: Asset, schedule: Any) -> Any:
     """Run on an event of ``asset`` or on ``schedule`` (a timedelta, or a timetable)."""
     from airflow.sdk import AssetOrTimeSchedule, DeltaTriggerTimetable
@@ -69,7 +87,7 @@ class EventSettings:
     """What the watchers of one ``build_retry_dags`` call share."""
 
     kafka_conn_id: str
-    sweep: Any = None  # None: hourly, see sweep_for
+    sweep: Any = None  # None: weekly, see default_sweep
     fire_ahead: timedelta = DEFAULT_FIRE_AHEAD
     refire_after: timedelta = DEFAULT_REFIRE_AFTER
     follow: timedelta | None = DEFAULT_FOLLOW
@@ -88,15 +106,11 @@ class EventSettings:
         if self.follow is not None and (not isinstance(self.follow, timedelta) or self.follow < timedelta(0)):
             raise ValueError(f"follow must be a timedelta >= 0 or None, got {self.follow!r}")
 
-    def sweep_for(self, dag_id: str) -> Any:
-        """
-        The sweep of one DAG: the one given, else hourly at a minute derived from the DAG id.
-
-        A cron string, so it does not run at once when deployed, and many DAGs' sweeps spread over the hour.
-        """
+    def sweep_for(self, dag_id: str, *, topology_topic: str, slot: int) -> Any:
+        """The sweep of one DAG: the one given, else :func:`default_sweep`."""
         if self.sweep is not None:
             return self.sweep
-        return f"{zlib.crc32(dag_id.encode()) % 60} * * * *"
+        return default_sweep(dag_id, topology_topic=topology_topic, slot=slot)
 
     def _timing(self) -> dict[str, float]:
         return {

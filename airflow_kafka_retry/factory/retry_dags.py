@@ -124,8 +124,9 @@ def build_retry_dags(
         record counts; None: no asset outlets.
     :param trigger: ``event`` (default) or ``schedule``, see above.
     :param sweep: event mode: how often each DAG also runs without an event (timedelta, cron string or
-        timetable); default hourly, at a minute of the hour derived from the DAG id (sweeps of many
-        DAGs are spread over the hour), and not at once when the DAG is first deployed.
+        timetable), a safety net for a watcher that does not run (no triggerer); default weekly, each DAG
+        of the topology on its own day (an idle topology creates at most one run a day), at a time of day
+        derived from the DAG id (``factory/events.py``).
     :param fire_ahead: event mode: a wave fires this long before its first record is due (at most 30 s);
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
     :param refire_after: event mode: a wave the tier group has not committed past this long after it
@@ -171,8 +172,13 @@ def build_retry_dags(
 
     dags: dict[str, DAG] = {}
 
+    swept = [t.topic for t in tiers] + ([watch_topic] if watch_topic is not None else [])
+
     def sweep_of(topic: str) -> Any:
-        return events.sweep_for(dag_id_template.format(topic=topic)) if events is not None else None
+        if events is None:
+            return None
+        dag_id = dag_id_template.format(topic=topic)
+        return events.sweep_for(dag_id, topology_topic=loaded.topic, slot=swept.index(topic))
 
     settings = {
         t.topic: tier_settings(

@@ -9,12 +9,8 @@ from typing import TYPE_CHECKING, Any, cast
 from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary, commit_offsets, scan_new_records
-from airflow_kafka_retry.engine.topics import missing_topics
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
-from airflow_kafka_retry.observability.lineage import lineage_server
-from airflow_kafka_retry.observability.metrics import OTHER, dlt_watch_metrics, emit, exception_tags
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
@@ -64,7 +60,7 @@ class DltWatchOperator(BaseOperator):
         self,
         *,
         topology: Topology | str | Path,
-        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID,
         on_dlt: Notifier | Sequence[Notifier] | None = (),
         consumer_group: str | None = None,
         coordinate_cap: int = 100,
@@ -89,6 +85,13 @@ class DltWatchOperator(BaseOperator):
         return self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
+        from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary, commit_offsets, scan_new_records
+        from airflow_kafka_retry.engine.topics import missing_topics
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+        from airflow_kafka_retry.observability.lineage import lineage_server
+        from airflow_kafka_retry.observability.metrics import OTHER, dlt_watch_metrics, emit, exception_tags
+
         topology = self._topology()
         topics = [t.topic for t in topology.dlt_tiers]
         group = self.consumer_group or WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id)

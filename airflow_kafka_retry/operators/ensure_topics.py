@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_retry.engine.topics import ensure_retry_topics
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ class EnsureRetryTopicsOperator(BaseOperator):
         self,
         *,
         topology: str | Topology,
-        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID,
         replication_factor: int = -1,
         on_mismatch: str = "fail",
         **kwargs: Any,
@@ -69,6 +68,9 @@ class EnsureRetryTopicsOperator(BaseOperator):
         self.on_mismatch = on_mismatch
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_kafka_retry.engine.topics import ensure_retry_topics  # not when the DAG file is parsed
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         report = ensure_retry_topics(topology, kafka_config, replication_factor=self.replication_factor)

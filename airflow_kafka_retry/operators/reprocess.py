@@ -10,10 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_retry.engine.follow import drain_following
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.observability.lineage import lineage_server
+from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
     ReprocessTierMixin,
@@ -21,7 +18,6 @@ from airflow_kafka_retry.operators.reprocess_base import (
 )
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.spark.app import load_topology_from
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -103,7 +99,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         handler: str,
         value_deserializer: str | None = None,
         key_deserializer: str | None = None,
-        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID,
         options: Mapping[str, Any] | None = None,
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
@@ -160,6 +156,13 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
+        # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
+        from airflow_kafka_retry.engine.follow import drain_following
+        from airflow_kafka_retry.engine.local import run_local
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+        from airflow_kafka_retry.observability.lineage import lineage_server
+        from airflow_kafka_retry.spark.app import load_topology_from
+
         self.wait_for_wave(context, self._should_stop)
         started = wall_clock_ms()
         deadline, deadline_reason = self.deadline(started)

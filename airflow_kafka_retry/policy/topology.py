@@ -11,6 +11,8 @@ of a topology at once.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields as dataclass_fields
@@ -676,17 +678,35 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
 _KWARG = {"timeout": "timeout_ms"}
 
 
+#: Validated topologies by file path: (modification time, content hash, topology). A DAG file, its task
+#: and the task's OpenLineage and metrics code each load the same file; only a changed file is parsed again.
+_LOADED: dict[str, tuple[int, str, Topology]] = {}
+
+
 def load_topology(path: str | Path) -> Topology:
-    """Load and validate a topology YAML file; a TopologyError names the file, field and problem."""
+    """
+    Load and validate a topology YAML file; a TopologyError names the file, field and problem.
+
+    The result is cached in the process, keyed by the path, the file's modification time and the hash of
+    its content: loading an unchanged file again returns the same (frozen) ``Topology``.
+    """
     import yaml  # local: the policy package stays importable without PyYAML for pure use
 
     source = str(path)
     try:
+        mtime_ns = os.stat(path).st_mtime_ns
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise TopologyError(f"cannot read the file: {exc.strerror or exc}", source=source) from None
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    cached = _LOADED.get(source)
+    if cached is not None and cached[:2] == (mtime_ns, digest):
+        return cached[2]
     try:
-        data = yaml.safe_load(text)
+        try:  # libyaml's loader when PyYAML has it: several times faster
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError:
+            data = yaml.safe_load(text)  # the same error, in PyYAML's own words and marks
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -695,4 +715,6 @@ def load_topology(path: str | Path) -> Topology:
         raise TopologyError(
             "the file is empty; a topology needs at least 'topic' and 'group_id'", source=source
         )
-    return Topology.from_mapping(data, source=source)
+    topology = Topology.from_mapping(data, source=source)
+    _LOADED[source] = (mtime_ns, digest, topology)
+    return topology

@@ -21,20 +21,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
-from asgiref.sync import sync_to_async
-from confluent_kafka import KafkaException
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.head_watch import HeadWatch, HeadWatchError
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.policy.due_check import format_ms
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+
+if TYPE_CHECKING:  # the Kafka client and the engine load in the triggerer (run), not in a DAG file's parse
+    from airflow_kafka_retry.engine.head_watch import HeadWatch
 
 #: The asset state store key of the last fired wave.
 STATE_KEY = "kafka_retry_wave"
@@ -152,6 +150,11 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        from confluent_kafka import KafkaException
+
+        from airflow_kafka_retry.engine.clients import KafkaConfigError
+        from airflow_kafka_retry.engine.head_watch import HeadWatchError
+
         wave = await self._load_wave()
         if wave is not None:
             self.log.info(
@@ -243,6 +246,11 @@ class _HeadEventTrigger(BaseEventTrigger):
         """Send metrics of what the watch sees (the tier trigger's backlog gauges); nothing here."""
 
     async def _open(self) -> HeadWatch:
+        from asgiref.sync import sync_to_async
+
+        from airflow_kafka_retry.engine.head_watch import HeadWatch
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+
         kafka_config = await sync_to_async(KafkaRetryHook(self.kafka_conn_id).kafka_config)()
         watch = await asyncio.to_thread(
             HeadWatch,
@@ -332,6 +340,7 @@ class TierDueEventTrigger(_HeadEventTrigger):
         """
         if self.topology_topic is None or self.tier_index is None:
             return
+        from airflow_kafka_retry.engine.head_watch import HeadWatchError
         from airflow_kafka_retry.observability.metrics import emit, peek_gauges
 
         try:
