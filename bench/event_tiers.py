@@ -446,7 +446,8 @@ NOTES = [
 
 
 def claim_result_file(folder: Path, stamp: datetime.datetime, name: str = "event-tiers") -> Path:
-    """This run's own results file, named by its UTC start time; created empty now, never over another run's.
+    """
+    This run's own results file, named by its UTC start time; created empty now, never over another run's.
 
     The run rewrites it whole after each case (a run cut short keeps what it measured).
     """

@@ -95,8 +95,11 @@ def server_properties(
 
 
 def _cluster_id() -> str:
-    """16 random bytes, URL-safe base64 without padding; never starting with ``-``, which the storage tool's
-    argument parser would take for an option (Kafka's own ``Uuid.randomUuid`` draws again for the same reason).
+    """
+    16 random bytes, URL-safe base64 without padding, never starting with ``-``.
+
+    The storage tool's argument parser would take a leading ``-`` for an option; Kafka's own
+    ``Uuid.randomUuid`` draws again for the same reason.
     """
     while True:
         value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
