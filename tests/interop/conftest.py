@@ -27,3 +27,11 @@ def flavour(request: pytest.FixtureRequest) -> str:
 def jars() -> dict[str, Path]:
     """Both builds, made once per session (skipped when a jar is newer than the sources)."""
     return {name: spring_jar(name) for name in FLAVOURS}
+
+
+@pytest.fixture(scope="session")
+def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated Airflow metadata database, copied by each scenario (migrating takes minutes when loaded)."""
+    from tests.interop.scenario import AirflowDags
+
+    return AirflowDags.migrated_db(tmp_path_factory.mktemp("airflow-template"))

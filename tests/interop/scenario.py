@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -125,9 +126,15 @@ globals().update(build_retry_dags(
 
 
 class AirflowDags:
-    """The factory DAGs in an own AIRFLOW_HOME (SQLite), run with ``airflow dags test``."""
+    """The factory DAGs in an own AIRFLOW_HOME (SQLite), run with ``airflow dags test``.
 
-    def __init__(self, home: Path, topology: Topology, bootstrap: str, ledger: Path) -> None:
+    :param template_db: a migrated ``airflow.db`` to start from (``airflow db migrate`` takes minutes on a
+        loaded machine: the session migrates once, see ``conftest.airflow_db``).
+    """
+
+    def __init__(
+        self, home: Path, topology: Topology, bootstrap: str, ledger: Path, template_db: Path
+    ) -> None:
         self.home = home
         self.env = airflow_env(
             home,
@@ -139,13 +146,36 @@ class AirflowDags:
             textwrap.dedent(DAG_FILE.format(topology=str(topology.source), handler=HANDLER))
         )
         self.airflow = str(Path(sys.executable).with_name("airflow"))
-        for step in (("db", "migrate"), ("dags", "reserialize")):
-            done = self.cli(*step)
-            assert done.returncode == 0, done.stderr[-3000:]
+        shutil.copyfile(template_db, home / "airflow.db")
+        done = self.cli("dags", "reserialize")
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    @classmethod
+    def migrated_db(cls, home: Path) -> Path:
+        """``airflow db migrate`` in ``home``; returns the database file."""
+        env = airflow_env(home, pythonpath=[REPO])
+        airflow = str(Path(sys.executable).with_name("airflow"))
+        done = subprocess.run(
+            [airflow, "db", "migrate"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return home / "airflow.db"
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [self.airflow, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+            [self.airflow, *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def test_dag(self, topic: str) -> str:
@@ -172,3 +202,42 @@ class AirflowDags:
         for run_id, task_id, state in rows:
             runs.setdefault(run_id, {})[task_id] = state
         return list(runs.values())
+
+
+def drain_tier(topology: Topology, tier: str, bootstrap: str, ledger: Path) -> dict:
+    """One drain of ``tier`` by the provider's CLI (the local engine in its own process)."""
+    import os
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_retry.cli",
+            "drain",
+            "--topology",
+            str(topology.source),
+            "--tier",
+            tier,
+            "--handler",
+            f"{HANDLER}:handle",
+            "--value-deserializer",
+            f"{HANDLER}:decode",
+            "--bootstrap",
+            bootstrap,
+        ],
+        env={**os.environ, "AKR_LEDGER": str(ledger), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def read_records(bootstrap: str, topic: str) -> list:
+    """Every record of ``topic`` (confluent_kafka messages)."""
+    from tests.support.ledger import read_all
+
+    return read_all(bootstrap, topic)

@@ -17,6 +17,7 @@ import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Self
 
 import pytest
 
@@ -53,6 +54,7 @@ def spring_jar(flavour: str) -> Path:
         capture_output=True,
         text=True,
         timeout=1200,
+        check=False,
     )
     if done.returncode != 0 or not jar.exists():
         pytest.fail(f"mvn package -P {flavour} failed in {APP_DIR}:\n{(done.stdout + done.stderr)[-4000:]}")
@@ -82,7 +84,7 @@ class SpringService:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
-                preexec_fn=parent_death_hook(),
+                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - PR_SET_PDEATHSIG, main thread only
             )
 
     def log(self) -> str:
@@ -135,7 +137,7 @@ class SpringService:
                 signal_group(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)
 
-    def __enter__(self) -> SpringService:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

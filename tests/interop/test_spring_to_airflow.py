@@ -19,7 +19,7 @@ from tests.interop.spring_app import SpringService
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 
-def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, flavour, jars, tmp_path):
+def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, flavour, jars, airflow_db, tmp_path):
     topic = unique_topic("orders")
     group = f"{topic}-svc"
     topology = S.write_topology(tmp_path / "orders.yaml", topic, group)
@@ -52,7 +52,7 @@ def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, flavour, ja
         }
 
         ledger_file = tmp_path / "airflow-ledger.jsonl"
-        dags = S.AirflowDags(tmp_path / "airflow", topology, interop_bootstrap, ledger_file)
+        dags = S.AirflowDags(tmp_path / "airflow", topology, interop_bootstrap, ledger_file, airflow_db)
         for retry_topic in retry_topics:
             dags.test_dag(retry_topic)
 

@@ -74,6 +74,7 @@ public class ServiceEvents {
 		line.put("topic", rec.topic());
 		line.put("partition", rec.partition());
 		line.put("offset", rec.offset());
+		line.put("handled_at", System.currentTimeMillis());
 		return line;
 	}
 
