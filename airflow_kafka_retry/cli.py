@@ -26,7 +26,7 @@ from airflow_kafka_retry.policy.errors import TopologyError
 def _cmd_broker(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.testing.broker import run_broker_cli
 
-    return run_broker_cli(args.port)
+    return run_broker_cli(args.port, kafka=args.kafka)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -159,9 +159,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     broker = sub.add_parser(
-        "broker", help="start an embedded Kafka-protocol broker (Tansu) and print its address"
+        "broker",
+        help="start a local broker (embedded Tansu, or Apache Kafka with --kafka), print its address, "
+        "serve until Ctrl-C or SIGTERM",
     )
     broker.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
+    broker.add_argument(
+        "--kafka",
+        action="store_true",
+        help="a real single-node Apache Kafka (KRaft) from its Maven Central jars (needs Java 17+ and mvn; "
+        "the jars are cached in ~/.cache/airflow-kafka-retry)",
+    )
     broker.set_defaults(func=_cmd_broker)
 
     demo = sub.add_parser("demo", help="run the retry path end to end through Airflow on an embedded broker")

@@ -18,6 +18,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.testing.processes import (
     free_port,
@@ -27,6 +28,9 @@ from airflow_kafka_retry.testing.processes import (
     signal_group,
     unregister,
 )
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.testing.kafka import ApacheKafka
 
 log = logging.getLogger(__name__)
 
@@ -269,12 +273,13 @@ class _BrokerExited(Exception):
     """The broker process ended while we waited for it to listen."""
 
 
-def run_broker_cli(port: int | None = None) -> int:
-    """Run an embedded broker in the foreground until SIGINT/SIGTERM.
+def run_broker_cli(port: int | None = None, *, kafka: bool = False) -> int:
+    """Run a broker in the foreground until SIGINT/SIGTERM: Tansu, or Apache Kafka with ``kafka``.
 
-    Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it,
-    so a parent process can read it. Returns the process exit code: 0 after a signal-requested
-    stop, 1 if the broker fails to start or dies on its own.
+    Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it as soon
+    as the broker is ready, so a parent process can read it. Returns the process exit code: 0 after a
+    signal-requested stop, 1 if the broker fails to start (the error names what is missing, or carries
+    the broker's last log lines) or dies on its own.
     """
     stop = threading.Event()
     received: list[int] = []
@@ -284,7 +289,13 @@ def run_broker_cli(port: int | None = None) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    broker = EmbeddedBroker(port)
+    broker: EmbeddedBroker | ApacheKafka
+    if kafka:
+        from airflow_kafka_retry.testing.kafka import ApacheKafka
+
+        broker, name = ApacheKafka(port=port), "Apache Kafka"
+    else:
+        broker, name = EmbeddedBroker(port), "Tansu broker"
     try:
         try:
             broker.start()
@@ -292,11 +303,7 @@ def run_broker_cli(port: int | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 1
         print(broker.bootstrap, flush=True)
-        print(
-            f"Tansu broker pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"{name} pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             if not broker.running:
                 print(

@@ -32,6 +32,7 @@ from airflow_kafka_retry.testing.capabilities import (
     probe_capabilities,
 )
 from airflow_kafka_retry.testing.topics import admin_client, create_topics, unique_topic
+from tests.conftest import test_broker_kind
 
 pytestmark = pytest.mark.integration
 
@@ -89,7 +90,7 @@ def _consume(conf: dict[str, Any], topic: str, count: int, timeout: float = 15.0
 def test_session_broker_answers_metadata(kafka_bootstrap: str) -> None:
     md = admin_client(kafka_bootstrap).list_topics(timeout=10)
     assert md.brokers, "no brokers in metadata"
-    if bootstrap_from_env() is None:
+    if test_broker_kind() != "external":
         assert kafka_bootstrap.startswith("127.0.0.1:")
 
 
@@ -145,7 +146,9 @@ def test_capability_probe_is_consistent(
     topics = admin_client(kafka_bootstrap).list_topics(timeout=10).topics
     leftovers = [t for t in topics if t.startswith("caps-probe-")]
     assert leftovers == []
-    if bootstrap_from_env() is None:  # the embedded Tansu: its documented quirks must be measured
+    if test_broker_kind() == "kafka":  # the suite's own Apache Kafka has every capability
+        assert not caps.is_tansu and caps.missing() == {}, caps.missing()
+    if test_broker_kind() == "tansu":  # the embedded Tansu: its documented quirks must be measured
         assert caps.is_tansu
         assert not caps.abort_isolation and "aborted transaction" in caps.reasons["abort_isolation"]
         assert not caps.exact_high_watermark and "log end is 15" in caps.reasons["exact_high_watermark"]
@@ -186,7 +189,7 @@ _TXN_LOSS = re.compile(
 def test_concurrent_txn_offset_commit_loss_is_measured(broker_capabilities: BrokerCapabilities) -> None:
     """Tansu 0.6 loses (or holds back) offsets committed by concurrent transactional producers of one group."""
     caps = broker_capabilities
-    if bootstrap_from_env() is None:  # the embedded Tansu
+    if test_broker_kind() == "tansu":
         assert not caps.concurrent_txn_offset_commits
         reason = caps.reasons["concurrent_txn_offset_commits"]
         match = _TXN_LOSS.match(reason)

@@ -313,11 +313,16 @@ def _run_probed(
     probe: str,
     bootstrap: str | None,
     expected: str | None = None,
+    broker: str | None = None,
 ) -> pytest.RunResult:
     pytester.makeconftest(PROBED_CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)
     monkeypatch.setenv("PROBE", probe)
-    for name, value in (("KAFKA_BOOTSTRAP_SERVERS", bootstrap), ("KAFKA_EXPECTED_CAPABILITIES", expected)):
+    for name, value in (
+        ("KAFKA_BOOTSTRAP_SERVERS", bootstrap),
+        ("KAFKA_EXPECTED_CAPABILITIES", expected),
+        ("AIRFLOW_KAFKA_RETRY_TEST_BROKER", broker),
+    ):
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
@@ -328,7 +333,7 @@ def _run_probed(
 def test_embedded_broker_without_a_capability_skips_with_the_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = _run_probed(pytester, monkeypatch, "tansu_like", None)
+    result = _run_probed(pytester, monkeypatch, "tansu_like", None, broker="tansu")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, skipped=4)
     result.stdout.fnmatch_lines(
@@ -337,6 +342,16 @@ def test_embedded_broker_without_a_capability_skips_with_the_reason(
             "consumer saw 3 of 3 records of an aborted transaction"
         ]
     )
+
+
+def test_the_suites_apache_kafka_without_a_capability_fails_the_session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default broker is real Apache Kafka: a capability measured missing fails the run, never skips."""
+    result = _run_probed(pytester, monkeypatch, "tansu_like", None, broker=None)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*lacks * capability(ies) expected of it (abort_isolation: *"])
+    assert "SKIPPED" not in result.stdout.str()
 
 
 def test_external_cluster_without_an_expected_capability_fails_the_session(
