@@ -8,12 +8,17 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.testing.kafka import ApacheKafka
+from tests.conftest import test_broker_kind
 from tests.interop.spring_app import FLAVOURS, spring_jar
 
 
 @pytest.fixture(scope="session")
-def interop_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Apache Kafka broker: Spring's clients need the real group and admin protocols."""
+def interop_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The suite's broker when it is real Kafka; under ``--embedded`` (Tansu) an Apache Kafka of its own:
+    the interop tests are about Spring's clients on the real broker."""
+    if test_broker_kind() != "tansu":
+        yield request.getfixturevalue("kafka_bootstrap")
+        return
     with ApacheKafka() as kafka:
         yield kafka.bootstrap
 
