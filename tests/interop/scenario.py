@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -66,9 +67,19 @@ def broker_topics(bootstrap: str, prefix: str) -> dict[str, int]:
     }
 
 
-def broker_groups(bootstrap: str, prefix: str) -> set[str]:
-    groups = AdminClient({"bootstrap.servers": bootstrap}).list_consumer_groups(request_timeout=15).result()
-    return {g.group_id for g in groups.valid if g.group_id == prefix or g.group_id.startswith(prefix + "-")}
+def broker_groups(bootstrap: str, prefix: str, expected: int) -> set[str]:
+    """Consumer groups named ``prefix`` or ``prefix-...`` (asked again while fewer than ``expected`` answer)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found: set[str] = set()
+    for _ in range(30):
+        listed = admin.list_consumer_groups(request_timeout=15).result()
+        found = {
+            g.group_id for g in listed.valid if g.group_id == prefix or g.group_id.startswith(prefix + "-")
+        }
+        if len(found) >= expected and not listed.errors:
+            break
+        time.sleep(1)
+    return found
 
 
 def spring_names(topology: Topology) -> tuple[set[str], set[str]]:
