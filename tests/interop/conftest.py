@@ -29,9 +29,9 @@ def flavour(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def jars() -> dict[str, Path]:
-    """Both builds, made once per session (skipped when a jar is newer than the sources)."""
-    return {name: spring_jar(name) for name in FLAVOURS}
+def jar(flavour: str) -> Path:
+    """The service built for ``flavour``, once per session (skipped when the jar is newer than the sources)."""
+    return spring_jar(flavour)
 
 
 @pytest.fixture(scope="session")

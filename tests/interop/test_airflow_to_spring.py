@@ -20,7 +20,7 @@ from tests.interop.spring_app import SpringService
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 
-def test_airflow_main_tier_spring_retry_tiers(interop_bootstrap, flavour, jars, tmp_path):
+def test_airflow_main_tier_spring_retry_tiers(interop_bootstrap, jar, tmp_path):
     topic = unique_topic("orders")
     group = f"{topic}-svc"
     topology = S.write_topology(tmp_path / "orders.yaml", topic, group)
@@ -29,7 +29,7 @@ def test_airflow_main_tier_spring_retry_tiers(interop_bootstrap, flavour, jars, 
     create_topics(interop_bootstrap, [topic], S.PARTITIONS)
     orders = S.produce_orders(interop_bootstrap, topic)
     with SpringService(
-        jars[flavour],
+        jar,
         tmp_path / "spring",
         interop_bootstrap,
         {"orders.topic": topic, "orders.group": group, "orders.containers.stopped": "orders"},

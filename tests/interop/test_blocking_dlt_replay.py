@@ -49,9 +49,7 @@ def dlt_cli(*args: str, bootstrap: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_dead_letter_publishing_recoverer_records_replayed_to_spring(
-    interop_bootstrap, flavour, jars, tmp_path
-):
+def test_dead_letter_publishing_recoverer_records_replayed_to_spring(interop_bootstrap, jar, tmp_path):
     topic = unique_topic("payments")
     dlt = f"{topic}-dlt"  # DeadLetterPublishingRecoverer's default destination, same partition
     create_topics(interop_bootstrap, [topic, dlt], 1)
@@ -78,7 +76,7 @@ def test_dead_letter_publishing_recoverer_records_replayed_to_spring(
     poisoned = {rid for rid, kind in payments.items() if kind == "poison"}
 
     with SpringService(
-        jars[flavour],
+        jar,
         tmp_path / "spring",
         interop_bootstrap,
         {

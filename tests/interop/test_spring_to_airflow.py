@@ -19,7 +19,7 @@ from tests.interop.spring_app import SpringService
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 
-def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, flavour, jars, airflow_db, tmp_path):
+def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, jar, airflow_db, tmp_path):
     topic = unique_topic("orders")
     group = f"{topic}-svc"
     topology = S.write_topology(tmp_path / "orders.yaml", topic, group)
@@ -28,7 +28,7 @@ def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, flavour, ja
     create_topics(interop_bootstrap, [topic], S.PARTITIONS)
     stopped = ",".join(f"orders-retry-{t.delay_ms}" for t in topology.retry_tiers)
     with SpringService(
-        jars[flavour],
+        jar,
         tmp_path / "spring",
         interop_bootstrap,
         {"orders.topic": topic, "orders.group": group, "orders.containers.stopped": stopped},
