@@ -97,6 +97,34 @@ def spring_names(topology: Topology) -> tuple[set[str], set[str]]:
     return topics, groups
 
 
+def without_preset(topology: Topology, path: Path) -> Path:
+    """``topology``'s file with ``compat: none`` instead of its preset, written to ``path``."""
+    data = yaml.safe_load(Path(topology.source).read_text())
+    path.write_text(yaml.safe_dump({**data, "compat": "none"}))
+    return path
+
+
+def show_with_broker(path: Path, bootstrap: str) -> subprocess.CompletedProcess:
+    """``airflow-kafka-retry topology show FILE --bootstrap ...`` (checks the broker's topics)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "airflow_kafka_retry.cli",
+            "topology",
+            "show",
+            str(path),
+            "--bootstrap",
+            bootstrap,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        check=False,
+    )
+
+
 def read_ledger(path: Path) -> list[dict]:
     if not path.exists():
         return []

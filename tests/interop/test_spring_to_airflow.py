@@ -10,6 +10,8 @@ the main topic with the Python exception and attempts 5. Every order ends exactl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_kafka_retry.testing.topics import create_topics, unique_topic
@@ -40,6 +42,13 @@ def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, jar, airflo
         shown_topics, _ = S.spring_names(topology)
         created = S.broker_topics(interop_bootstrap, topic)
         assert set(created) == shown_topics, (sorted(created), sorted(shown_topics))
+        # the same file with compat: none derives other names: topology show warns, naming Spring's topics
+        warned = S.show_with_broker(S.without_preset(topology, tmp_path / "none.yaml"), interop_bootstrap)
+        assert warned.returncode == 0, warned.stderr
+        assert set(json.loads(warned.stdout)["spring_named_topics"]["spring-3.2"]) == set(retry_topics), (
+            warned.stdout
+        )
+        assert "compat: none, but the broker has Spring-named topics" in warned.stderr, warned.stderr
 
         orders = S.produce_orders(interop_bootstrap, topic)
         events = spring.wait_events(
