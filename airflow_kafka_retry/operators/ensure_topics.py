@@ -51,8 +51,8 @@ class EnsureRetryTopicsOperator(BaseOperator):
     :param topology: the topology: a path to its YAML file, or a ``Topology``. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
     :param replication_factor: replication factor of new topics; -1 uses the broker's default.
-    :param on_mismatch: ``auto`` (default), ``fail`` or ``warn`` when an existing topic is smaller than the main
-        topic (see above).
+    :param on_mismatch: ``auto`` (default), ``fail`` or ``warn`` when an existing topic is smaller than
+        the main topic (see above).
     """
 
     template_fields: Sequence[str] = ("topology", "kafka_conn_id")

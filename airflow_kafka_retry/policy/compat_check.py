@@ -1,4 +1,5 @@
-"""Spring-named topics next to a ``compat: none`` topology: the sign of a missed ``compat:`` preset.
+"""
+Spring-named topics next to a ``compat: none`` topology: the sign of a missed ``compat:`` preset.
 
 A Spring service's retry path already on the broker (``orders-retry-1000``, ``orders-retry``,
 ``orders-retry-0``, ...) while the topology derives this provider's own names (``orders-retry-1``, ...)
@@ -20,7 +21,8 @@ def _topics(topology: Topology) -> set[str]:
 
 
 def spring_named_topics(data: Mapping[str, Any], existing: Iterable[str]) -> dict[str, list[str]]:
-    """For a ``compat: none`` topology mapping: preset -> broker topics it names that the topology does not.
+    """
+    For a ``compat: none`` topology mapping: preset -> broker topics it names that the topology does not.
 
     Empty when the topology sets a preset, or when no preset's names are on the broker.
     """

@@ -62,7 +62,8 @@ def test_compat_none_warns_about_spring_named_topics(kafka_bootstrap, tmp_path):
         assert f"warning: {none_file}: compat: none, but the broker has Spring-named topics" in warned.stderr
         assert "compat: spring-3.2" in warned.stderr
         quiet = show(preset_file, kafka_bootstrap)
-        assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
+        assert quiet.returncode == 0, quiet.stderr
+        assert "warning" not in quiet.stderr, quiet.stderr
         assert json.loads(quiet.stdout)["spring_named_topics"] == {}
     finally:
         delete_topics(kafka_bootstrap, spring)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.testing.kafka import ApacheKafka
+
 from tests.conftest import test_broker_kind
 from tests.interop.spring_app import FLAVOURS, spring_jar
 
@@ -30,7 +31,7 @@ def flavour(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def jar(flavour: str) -> Path:
-    """The service built for ``flavour``, once per session (skipped when the jar is newer than the sources)."""
+    """The service built for ``flavour``, once per session (not rebuilt when the jar is newer)."""
     return spring_jar(flavour)
 
 

@@ -68,7 +68,7 @@ def broker_topics(bootstrap: str, prefix: str) -> dict[str, int]:
 
 
 def broker_groups(bootstrap: str, prefix: str, expected: int) -> set[str]:
-    """Consumer groups named ``prefix`` or ``prefix-...`` (asked again while fewer than ``expected`` answer)."""
+    """Consumer groups named ``prefix`` or ``prefix-...`` (asked again while fewer than ``expected``)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     found: set[str] = set()
     for _ in range(30):
@@ -206,7 +206,7 @@ class AirflowDags:
         assert done.returncode == 0, done.stderr[-3000:]
         return home / "airflow.db"
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return subprocess.run(
             [self.airflow, *args],
             env=self.env,
@@ -224,7 +224,8 @@ class AirflowDags:
         (self.home / f"dags-test-{topic}.txt").write_text(output)
         assert run.returncode == 0, output[-5000:]
         states = self.states(f"akr_{topic}")
-        assert states and set(states[-1].values()) == {"success"}, (states, output[-5000:])
+        assert states, output[-5000:]
+        assert set(states[-1].values()) == {"success"}, (states, output[-5000:])
         return output
 
     def states(self, dag_id: str) -> list[dict[str, str]]:

@@ -15,10 +15,12 @@ import json
 import pytest
 
 from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+
 from tests.interop import scenario as S
 from tests.interop.spring_app import SpringService
 
-pytestmark = [pytest.mark.interop, pytest.mark.slow]
+# three `airflow dags test` runs: minutes each on a loaded machine (a guard against hangs, not a target)
+pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, jar, airflow_db, tmp_path):

@@ -17,7 +17,8 @@ def test_spring_topics_under_compat_none_are_named_with_their_preset():
     found = spring_named_topics(README, SPRING)
     assert found["spring-3.2"] == ["orders-retry-1000", "orders-retry-2000", "orders-retry-4000"]
     text = warning(found)
-    assert "orders-retry-1000" in text and "compat: spring-3.2" in text
+    assert "orders-retry-1000" in text
+    assert "compat: spring-3.2" in text
 
 
 def test_no_warning_for_own_names_or_a_preset():
