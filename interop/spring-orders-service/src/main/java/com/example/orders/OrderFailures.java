@@ -3,7 +3,8 @@ package com.example.orders;
 /**
  * The failures of the order service, by payload kind. The record's key is the order id, its value the kind:
  * {@code ok}, {@code transient:N} (the payment service times out on the first N attempts), {@code invalid}
- * (no customer: never retried, routed to orders-validation-dlt) or {@code poison} (fails on every attempt).
+ * (no customer: fails on every attempt and ends in orders-validation-dlt; routing an exception to its own DLT
+ * does not make it fatal in Spring) or {@code poison} (fails on every attempt, ends in orders-dlt).
  */
 public final class OrderFailures {
 
@@ -32,7 +33,7 @@ public final class OrderFailures {
 		throw new InvalidOrderException("unknown order kind: " + value);
 	}
 
-	/** Not retryable: routed to the exception-based DLT {@code orders-validation-dlt}. */
+	/** Routed to the exception-based DLT {@code orders-validation-dlt} once its attempts are spent. */
 	public static class InvalidOrderException extends RuntimeException {
 
 		public InvalidOrderException(String message) {
