@@ -4,6 +4,7 @@
     python -m bench.event_tiers                     # baseline, idle event topology, idle scheduled topology
     python -m bench.event_tiers --seconds 120       # a shorter window (default 300 s)
     python -m bench.event_tiers --capacity 50       # also 50 idle event topologies, then one of them active
+    python -m bench.event_tiers --cases "" --capacity 1 --seconds 60   # event-mode lateness of one topology
 
 Each deployment is a real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
 SQLite, ``airflow_kafka_retry/testing/airflow_stack.py``) on an embedded Tansu broker. After a warm-up
@@ -17,8 +18,9 @@ tree (tasks included) and of the broker. Cases:
 * ``capacity``: N event topologies on one Airflow: idle, then records flow through one of them and its
   lateness (handled - due) is measured, with the DAG files' parse time.
 
-Idle cost = (CPU of the case - CPU of the baseline) / window. It writes
-``bench/results/<UTC date>-event-tiers.json`` and prints a table. Timing is measured, never asserted.
+Idle cost = (CPU of the case - CPU of the baseline) / window. Each run writes its whole result, with the
+command, the machine and its load, to its own ``bench/results/<UTC start time>-event-tiers.json`` (never
+over another run's) and prints a table. Timing is measured, never asserted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import argparse
 import datetime
 import json
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -306,6 +309,29 @@ def _table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+NOTES = [
+    "Each run has its own baseline (the same Airflow with no DAGs); 'over baseline' compares within a run.",
+    (
+        "Airflow CPU is api-server + scheduler + dag-processor + triggerer with all their descendants (task "
+        "processes); the broker's CPU is listed apart."
+    ),
+    "Lateness of the active topology in the capacity case: handled - due time, from the handler's ledger.",
+    (
+        "load_average_*: the machine's 1, 5 and 15 minute load averages; on a shared machine other work "
+        "competes for the cores, so compare cases within one run."
+    ),
+]
+
+
+def write_result(document: dict[str, Any], folder: Path, stamp: datetime.datetime) -> Path:
+    """Write one run's whole result to its own file, named by its UTC start time; never over another run's."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / f"{stamp:%Y-%m-%dT%H%M%SZ}-event-tiers.json"
+    with out.open("x") as f:  # FileExistsError rather than overwrite a stored result
+        f.write(json.dumps(document, indent=2) + "\n")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.event_tiers", description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=300.0, help="measurement window of each case")
@@ -316,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     stamp = datetime.datetime.now(datetime.UTC)
+    load_at_start = list(psutil.getloadavg())
     tiers = ("30s", "60s", "120s")
     results: list[dict[str, Any]] = []
     with EmbeddedBroker() as broker:
@@ -338,19 +365,23 @@ def main(argv: list[str] | None = None) -> int:
             results.append(capacity(broker.bootstrap, broker.pid, args.capacity, args.seconds))
             print(json.dumps(results[-1]), flush=True)
     document = {
+        "bench": "python -m bench.event_tiers",
+        "command": shlex.join(
+            ["python", "-m", "bench.event_tiers", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "date": stamp.isoformat(timespec="seconds"),
         "machine": {
             "cores": psutil.cpu_count(),
+            "load_average_at_start": load_at_start,
             "load_average_at_end": list(psutil.getloadavg()),
             "python": sys.version.split()[0],
             "platform": platform.platform(),
         },
         "window_seconds": args.seconds,
         "results": results,
+        "notes": NOTES,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"{stamp:%Y-%m-%d}-event-tiers.json"
-    out.write_text(json.dumps(document, indent=2) + "\n")
+    out = write_result(document, args.out, stamp)
     if any(r["case"] == "baseline" for r in results):
         print(_table(results))
     print(f"written to {out}")
