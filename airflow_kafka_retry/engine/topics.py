@@ -51,6 +51,11 @@ def ensure_topics(
     return {name: result[name] for name in wanted}
 
 
+def existing_topics(kafka_config: Mapping[str, Any], *, timeout: float = 30.0) -> set[str]:
+    """The names of every topic on the cluster."""
+    return set(_admin(kafka_config).list_topics(timeout=timeout).topics)
+
+
 def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeout: float = 30.0) -> list[str]:
     """Those of ``topics`` the cluster does not have (one metadata request)."""
     existing = _admin(kafka_config).list_topics(timeout=timeout).topics
