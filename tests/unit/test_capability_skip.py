@@ -94,6 +94,7 @@ def test_missing_without_recorded_reason_still_explains() -> None:
         "concurrent_txn_offset_commits",
         "offsets_only_transactions",
         "delete_records",
+        "commit_metadata",
     }
 
 
