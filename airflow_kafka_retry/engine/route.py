@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from airflow_kafka_retry.engine.clients import init_transactions
 from airflow_kafka_retry.policy.headers import Header
 from airflow_kafka_retry.policy.resolver import Destination
 
@@ -68,7 +69,7 @@ class Router:
         """Initialise transactions: aborts whatever a previous run with this id left open (fencing it)."""
         if self.transactional and not self._ready:
             try:
-                self.producer.init_transactions(_TIMEOUT_S)
+                init_transactions(self.producer, _TIMEOUT_S)
             except KafkaException as exc:
                 raise RouteError(f"cannot initialise transactions: {exc.args[0]}") from exc
         self._ready = True

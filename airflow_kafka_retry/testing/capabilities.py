@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from airflow_kafka_retry.engine.clients import init_transactions
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics, delete_topics
 
 log = logging.getLogger(__name__)
@@ -251,7 +252,7 @@ def _delivered_offsets(results: list[tuple[KafkaError | None, int]]) -> list[int
 
 def _check_abort_isolation(bootstrap: str, topic: str, timeout: float) -> str | None:
     producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx"})
-    producer.init_transactions(timeout)
+    init_transactions(producer, timeout)
     producer.begin_transaction()
     for _ in range(3):
         producer.produce(topic, value=b"aborted", partition=0)
@@ -410,7 +411,7 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
             consumer = _consumer(
                 bootstrap, **{"group.id": group}
             )  # never subscribes: supplies the group metadata
-            producer.init_transactions(timeout)
+            init_transactions(producer, timeout)
             metadata = consumer.consumer_group_metadata()
             while True:
                 start.wait()
@@ -462,7 +463,7 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
     reader = _consumer(bootstrap, **{"group.id": group})
     holder_open = False
     try:
-        holder.init_transactions(timeout)
+        init_transactions(holder, timeout)
         holder.begin_transaction()
         holder_open = True
         _delivered_offsets(_produce_to(holder, topic, shared, b"open", timeout=timeout))
@@ -556,7 +557,7 @@ def _shown(offset: int | None) -> str:
 
 def _check_offsets_only_transactions(bootstrap: str, topic: str, timeout: float) -> str | None:
     producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx"})
-    producer.init_transactions(timeout)
+    init_transactions(producer, timeout)
     group_member = _consumer(bootstrap)
     group = group_member.consumer_group_metadata()
     try:
