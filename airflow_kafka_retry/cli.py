@@ -1,4 +1,5 @@
-"""``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
+"""
+``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """
@@ -20,6 +21,10 @@ from airflow_kafka_retry.cli_support import (
     print_json,
 )
 from airflow_kafka_retry.policy.errors import TopologyError
+
+
+def _echo_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
@@ -99,7 +104,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     if args.engine == "spark":
         from airflow_kafka_retry.spark.submit import SparkSubmitError, run_spark_submit
 
-        echo = (lambda line: sys.stderr.write(line + "\n")) if args.verbose else None
+        echo = _echo_stderr if args.verbose else None
         try:
             summary = run_spark_submit(
                 topology_path=args.topology,

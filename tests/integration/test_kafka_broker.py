@@ -57,19 +57,23 @@ def test_lifecycle_metadata_and_clean_stop() -> None:
     broker = ApacheKafka()
     with broker:
         pid, port, data = broker.pid, broker.port, broker.log_path.parent  # type: ignore[union-attr]
-        assert pid is not None and port is not None
+        assert pid is not None
+        assert port is not None
         assert broker.bootstrap == f"127.0.0.1:{port}"
         assert os.getpgid(pid) == pid, "the JVM must lead its own process group"
         md = admin_client(broker.bootstrap).list_topics(timeout=10)
         assert [b.id for b in md.brokers.values()] == [1]
         assert "Kafka Server started" in broker.log_path.read_text()  # type: ignore[union-attr]
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        assert b"-Xmx768m" in cmdline and b"kafka.Kafka" in cmdline
-    assert not broker.running and _wait_gone(pid) and not port_open(port)
+        assert b"-Xmx768m" in cmdline
+        assert b"kafka.Kafka" in cmdline
+    assert not broker.running
+    assert _wait_gone(pid)
+    assert not port_open(port)
     assert not data.exists(), "the temporary data directory is removed on stop"
     broker.stop()  # idempotent
     with pytest.raises(RuntimeError, match="not started"):
-        broker.bootstrap  # noqa: B018
+        broker.bootstrap
 
 
 def test_port_in_use_reports_the_brokers_log() -> None:
@@ -113,7 +117,8 @@ def test_broker_cli_prints_bootstrap_and_stops_on_signal(sig: signal.Signals) ->
         env=_env(),
     )
     try:
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         first = proc.stdout.readline().strip()
         assert re.fullmatch(r"127\.0\.0\.1:\d+", first), first + proc.stderr.read()
         line = proc.stderr.readline()
@@ -170,7 +175,10 @@ def test_no_maven_names_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
 
 def test_unresolvable_version_carries_mavens_words(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """What an unreachable Maven Central or an unknown version looks like: Maven's own lines, no half cache."""
+    """What an unreachable Maven Central or an unknown version looks like.
+
+    Maven's own lines, and no half-written cache.
+    """
     monkeypatch.setenv(kafka_jars.CACHE_ENV, str(tmp_path / "cache"))
     with pytest.raises(
         KafkaJarsError, match=r"Maven could not resolve org.apache.kafka:kafka_2.13:0.0.0-none"
@@ -182,6 +190,7 @@ def test_unresolvable_version_carries_mavens_words(monkeypatch: pytest.MonkeyPat
 
 def test_second_resolution_runs_no_maven(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     lib = ensure_kafka_jars()
-    assert any(lib.glob("kafka_2.13-*.jar")) and (lib / ".complete").exists()
+    assert any(lib.glob("kafka_2.13-*.jar"))
+    assert (lib / ".complete").exists()
     monkeypatch.setenv("PATH", str(tmp_path))  # no mvn on PATH now: a cached resolve must not need it
     assert ensure_kafka_jars() == lib

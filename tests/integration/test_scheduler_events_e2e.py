@@ -30,6 +30,7 @@ from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -194,11 +195,13 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
             if handled:
                 p50, worst = _lateness(handled)
                 print(
-                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max {worst:.2f}s "
+                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max "
+                    f"{worst:.2f}s "
                     f"over {len(handled)} records"
                 )
         print(
-            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed after "
+            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed "
+            "after "
             f"{KILL_TRIGGERER_AFTER_S}s and restarted)"
         )
     assert killed
@@ -228,5 +231,6 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     waves = Counter(
         (uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
     )
-    assert waves and not [w for w, n in waves.items() if n > 1], waves
+    assert waves, waves
+    assert not [w for w, n in waves.items() if n > 1], waves
     assert _watched(_ledger(notify_log)) == len(expected_dlt)

@@ -1,4 +1,5 @@
-"""Resolve Apache Kafka's broker jars from Maven Central into a cache outside git.
+"""
+Resolve Apache Kafka's broker jars from Maven Central into a cache outside git.
 
 The version is pinned in this package's ``pom.xml``. ``ensure_kafka_jars()`` runs
 ``mvn dependency:copy-dependencies`` once into ``<cache>/kafka-<version>-<pom hash>/lib`` and writes a
@@ -52,7 +53,7 @@ def cache_root() -> Path:
 def java_major(java: str) -> int:
     """The major version of ``java`` (``java -version`` prints e.g. ``openjdk version "17.0.15"``)."""
     try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([java, "-version"], check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise KafkaJarsError(f"could not run {java!r} -version: {exc}") from exc
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
@@ -109,7 +110,8 @@ def jars_dir(version: str | None = None) -> Path:
 
 
 def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> Path:
-    """The directory holding every jar of the pinned (or given) Kafka version, resolved once.
+    """
+    The directory holding every jar of the pinned (or given) Kafka version, resolved once.
 
     The copy goes to a temporary sibling directory that is renamed into place only when Maven
     succeeded, so an interrupted run never leaves a half cache that looks whole.
@@ -134,7 +136,7 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
             f"-DoutputDirectory={work / 'lib'}",
         ]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work)
+            done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=work)
         except subprocess.TimeoutExpired as exc:
             raise KafkaJarsError(
                 f"`mvn dependency:copy-dependencies` for Apache Kafka {version} did not finish "
