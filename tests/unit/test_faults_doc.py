@@ -128,6 +128,7 @@ def _session(
 ) -> pytest.RunResult:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.setenv("AIRFLOW_KAFKA_RETRY_TEST_BROKER", "tansu")  # the broker BROKER names
     (pytester.path / "tests" / "faults").mkdir(parents=True, exist_ok=True)
     cases = pytester.path / "tests" / "faults" / "test_cases.py"
     cases.write_text(INNER_TESTS.replace("INJECTED", injected))
