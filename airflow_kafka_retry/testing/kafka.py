@@ -141,6 +141,8 @@ class ApacheKafka:
         self._port: int | None = None
         self._log_path: Path | None = None
         self.ready_seconds: float | None = None
+        #: seconds until the first metadata answer (``ready_seconds`` adds the coordinators' warm-up)
+        self.metadata_seconds: float | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -200,6 +202,7 @@ class ApacheKafka:
                 )
                 continue
             self._port = port
+            self.metadata_seconds = time.monotonic() - started
             self._warm_up()
             self.ready_seconds = time.monotonic() - started
             log.info(
