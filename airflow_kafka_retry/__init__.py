@@ -3,9 +3,9 @@ Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipel
 
 The top level re-exports what user handler code needs; everything else lives in its sub-package
 (``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them). The DAG factories
-(``build_retry_dags``, ``build_dlt_replay_dag``) are exported lazily: ``import airflow_kafka_retry`` in a
-handler or a Spark executor never imports Airflow; ``from airflow_kafka_retry import build_retry_dags``
-in a DAG file does.
+(``build_retry_dags``, ``build_retry_dags_from_folder``, ``build_dlt_replay_dag``) are exported lazily:
+``import airflow_kafka_retry`` in a handler or a Spark executor never imports Airflow;
+``from airflow_kafka_retry import build_retry_dags`` in a DAG file does.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
 
 if TYPE_CHECKING:
+    from airflow_kafka_retry.factory.folder import build_retry_dags_from_folder
     from airflow_kafka_retry.factory.replay_dag import build_dlt_replay_dag
     from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 
@@ -25,6 +26,7 @@ __all__ = [
     "__version__",
     "build_dlt_replay_dag",
     "build_retry_dags",
+    "build_retry_dags_from_folder",
 ]
 
 __version__ = "0.1.0"
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "build_dlt_replay_dag": "airflow_kafka_retry.factory.replay_dag",
     "build_retry_dags": "airflow_kafka_retry.factory.retry_dags",
+    "build_retry_dags_from_folder": "airflow_kafka_retry.factory.folder",
 }
 
 

@@ -10,6 +10,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from airflow_kafka_retry.cli_support import (
@@ -49,7 +50,20 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_topology_show(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.topology import load_topology
 
-    print_json(load_topology(args.file).to_dict())
+    shown = load_topology(args.file).to_dict()
+    if args.bootstrap or args.kafka_config:
+        import yaml
+
+        from airflow_kafka_retry.engine.topics import existing_topics
+        from airflow_kafka_retry.policy.compat_check import spring_named_topics, warning
+
+        data = yaml.safe_load(Path(args.file).read_text(encoding="utf-8"))
+        found = spring_named_topics(data, existing_topics(kafka_config(args)))
+        shown["spring_named_topics"] = found
+        message = warning(found)
+        if message:
+            print(f"warning: {args.file}: {message}", file=sys.stderr)
+    print_json(shown)
     return EXIT_OK
 
 
@@ -194,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     show = topology.add_parser("show", help="print the resolved retry path as JSON")
     show.add_argument("file")
+    add_kafka_args(show)  # optional: with a cluster, warns about Spring-named topics under compat: none
     show.set_defaults(func=_cmd_topology_show)
     create = topology.add_parser("create-topics", help="create the topology's missing topics")
     create.add_argument("file")

@@ -2,7 +2,7 @@
 Every retry tier of ``topologies/orders.yaml`` as an event-driven DAG, built by ``build_retry_dags``.
 
 This file defines one DAG per retry topic (``kafka_retry__orders-retry-1``, ``-2``, ``-3``), each run
-by the triggerer when its records are due (and hourly as a safety sweep; ``-retry-3`` only in a
+by the triggerer when its records are due (and weekly as a safety sweep; ``-retry-3`` only in a
 night window), ``kafka_retry__orders-dlt``, which reports new dead-lettered records as they arrive,
 and ``kafka_retry__orders__ensure_topics``, which creates the missing topics once. Copy it next to
 your DAGs with the topology and the handler package; set the ``kafka_default`` connection (type

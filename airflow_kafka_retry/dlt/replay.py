@@ -94,6 +94,7 @@ class ReplayRequest:
     :param dlt: the DLT or parking topic (default: the topology's DLT; ``parking`` for the parking topic).
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic.
     :param transform: ``package.module:function`` editing each record (None: leave it out).
+
     The filter fields are those of :meth:`ReplayFilter.build`.
     """
 
@@ -232,6 +233,7 @@ class Replay:
                                     _shown(c.target.partition),
                                     c.target.attempt,
                                     c.transformed,
+                                    by_key=c.target.partition == BY_KEY,
                                 ),
                                 self.move_cap,
                             )
@@ -473,6 +475,7 @@ class Replay:
                             "target_offset": move.target_offset,
                             "attempt": move.attempt,
                             "transformed": move.transformed,
+                            "by_key": move.by_key,
                             "at_ms": at,
                         }
                     ),
@@ -549,6 +552,7 @@ class Replay:
             _shown(partition),
             target.attempt,
             _edited(record, edited),
+            by_key=partition == BY_KEY,
         )
 
         def delivered(err: KafkaError | None, msg: Any) -> None:

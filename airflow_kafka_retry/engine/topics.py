@@ -51,6 +51,11 @@ def ensure_topics(
     return {name: result[name] for name in wanted}
 
 
+def existing_topics(kafka_config: Mapping[str, Any], *, timeout: float = 30.0) -> set[str]:
+    """The names of every topic on the cluster."""
+    return set(_admin(kafka_config).list_topics(timeout=timeout).topics)
+
+
 def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeout: float = 30.0) -> list[str]:
     """Those of ``topics`` the cluster does not have (one metadata request)."""
     existing = _admin(kafka_config).list_topics(timeout=timeout).topics
@@ -59,16 +64,6 @@ def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeou
 
 class MainTopicMissingError(KafkaConfigError):
     """The topology's main topic does not exist; its retry topics are sized after it, so it must."""
-
-
-class TopicMismatchError(KafkaConfigError):
-    """Existing retry/DLT topics are smaller than the main topic; the message names each one."""
-
-    def __init__(self, mismatches: list[TopicMismatch]) -> None:
-        self.mismatches = mismatches
-        super().__init__(
-            "existing retry topics do not match the main topic: " + "; ".join(str(m) for m in mismatches)
-        )
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_retry.engine.topics import ensure_retry_topics
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-ON_MISMATCH = ("fail", "warn")
+    from airflow_kafka_retry.engine.topics import TopicMismatch
+
+ON_MISMATCH = ("auto", "fail", "warn")
 
 
 class EnsureRetryTopicsOperator(BaseOperator):
@@ -36,16 +37,23 @@ class EnsureRetryTopicsOperator(BaseOperator):
     Topics that already exist are checked against the same two settings. Each shortfall is reported
     by topic name: fewer partitions than the main topic (records of the higher partitions are
     spread by the producer instead, so per-key order across retries is lost), or a smaller
-    ``max.message.bytes`` (a large record can be refused by the tier and stop its partition). By
-    default a mismatch fails the task, naming every mismatched topic, before any record is
-    reprocessed; ``on_mismatch="warn"`` logs each one as a warning instead. Topics are never altered.
+    ``max.message.bytes`` (a large record can be refused by the tier and stop its partition). A
+    mismatch fails the task, naming every mismatched topic, before any record is reprocessed;
+    ``on_mismatch="warn"`` logs each one as a warning instead. Topics are never altered.
+
+    ``on_mismatch="auto"`` (default) is ``fail``, except for partition shortfalls under a Spring
+    ``compat:`` preset, which are warnings: ``@RetryableTopic`` creates its retry and DLT topics with
+    ``numPartitions = "1"`` by default, and Spring then lets the producer place the records of the
+    higher partitions, as this provider does (measured in tests/interop), so a Spring service's
+    existing topics are taken over as they are.
 
     The result (XCom) lists the created and existing topics and the mismatches.
 
     :param topology: the topology: a path to its YAML file, or a ``Topology``. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
     :param replication_factor: replication factor of new topics; -1 uses the broker's default.
-    :param on_mismatch: ``fail`` (default) or ``warn`` when an existing topic is smaller than the main topic.
+    :param on_mismatch: ``auto`` (default), ``fail`` or ``warn`` when an existing topic is smaller than
+        the main topic (see above).
     """
 
     template_fields: Sequence[str] = ("topology", "kafka_conn_id")
@@ -55,9 +63,9 @@ class EnsureRetryTopicsOperator(BaseOperator):
         self,
         *,
         topology: str | Topology,
-        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID,
         replication_factor: int = -1,
-        on_mismatch: str = "fail",
+        on_mismatch: str = "auto",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -69,6 +77,9 @@ class EnsureRetryTopicsOperator(BaseOperator):
         self.on_mismatch = on_mismatch
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_kafka_retry.engine.topics import ensure_retry_topics  # not when the DAG file is parsed
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         report = ensure_retry_topics(topology, kafka_config, replication_factor=self.replication_factor)
@@ -83,10 +94,20 @@ class EnsureRetryTopicsOperator(BaseOperator):
             self.log.info("already there: %s", ", ".join(report.existing))
         for mismatch in report.mismatches:
             self.log.warning("%s", mismatch)
-        if report.mismatches and self.on_mismatch == "fail":
+        fatal = fatal_mismatches(report.mismatches, self.on_mismatch, topology.compat)
+        if fatal:
             raise AirflowException(
-                f"{len(report.mismatches)} retry topic mismatch(es) with main topic {report.main_topic!r}: "
-                + "; ".join(str(m) for m in report.mismatches)
+                f"{len(fatal)} retry topic mismatch(es) with main topic {report.main_topic!r}: "
+                + "; ".join(str(m) for m in fatal)
                 + ". Recreate or enlarge those topics, or set on_mismatch='warn'."
             )
         return report.to_dict()
+
+
+def fatal_mismatches(mismatches: list[TopicMismatch], on_mismatch: str, compat: str) -> list[TopicMismatch]:
+    """The mismatches that fail the task under ``on_mismatch`` for a topology with ``compat``."""
+    if on_mismatch == "warn":
+        return []
+    if on_mismatch == "fail" or compat == "none":
+        return list(mismatches)
+    return [m for m in mismatches if m.setting != "partitions"]

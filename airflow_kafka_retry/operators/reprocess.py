@@ -10,10 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_retry.engine.follow import drain_following
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.observability.lineage import lineage_server
+from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
     ReprocessTierMixin,
@@ -21,7 +18,6 @@ from airflow_kafka_retry.operators.reprocess_base import (
 )
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.spark.app import load_topology_from
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -70,7 +66,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param partitions: reprocess only these partitions (default: all).
     :param parallelism: partitions processed at once, each with its own Kafka clients (default: the
         local engine's default). Above one, they run in worker processes (one per core at most), which
-        import the handler by its path; see the README's "Your handler" for what it may not rely on there.
+        import the handler by its path; see docs/handler.md for what it may not rely on there.
     :param in_process: run the partitions in threads of the task's own process instead (the handler then
         shares the task's state; record work uses one core).
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after
@@ -103,7 +99,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         handler: str,
         value_deserializer: str | None = None,
         key_deserializer: str | None = None,
-        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID,
         options: Mapping[str, Any] | None = None,
         cutoff: int | str | datetime | None = None,
         partitions: Sequence[int] | None = None,
@@ -160,6 +156,13 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
+        # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
+        from airflow_kafka_retry.engine.follow import drain_following
+        from airflow_kafka_retry.engine.local import run_local
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+        from airflow_kafka_retry.observability.lineage import lineage_server
+        from airflow_kafka_retry.spark.app import load_topology_from
+
         self.wait_for_wave(context, self._should_stop)
         started = wall_clock_ms()
         deadline, deadline_reason = self.deadline(started)

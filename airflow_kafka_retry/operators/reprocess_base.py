@@ -18,11 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 
-from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
-from airflow_kafka_retry.observability.metrics import emit, run_metrics
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
@@ -247,6 +244,8 @@ class ReprocessTierMixin:
                     "asset_server needs the topology path and the tier as plain values (not templated): "
                     "the outlets are declared when the DAG is parsed"
                 )
+            from airflow_kafka_retry.assets import reprocess_outlets
+
             self._tier_assets = reprocess_outlets(topology, tier, asset_server)
             self.outlets = [*self.outlets, *self._tier_assets.values()]
 
@@ -284,6 +283,8 @@ class ReprocessTierMixin:
         """
         if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
             return
+        from airflow_kafka_retry.engine.topics import missing_topics
+
         if missing_topics(kafka_config, [topic]):
             raise AirflowSkipException(
                 f"{topic} does not exist yet, so nothing is due there; the topology's "
@@ -383,6 +384,8 @@ class ReprocessTierMixin:
         return document
 
     def _send_metrics(self, summary: RunSummary, topology: Topology | None) -> None:
+        from airflow_kafka_retry.observability.metrics import emit, run_metrics
+
         try:
             if topology is None:
                 from airflow_kafka_retry.spark.app import load_topology_from

@@ -11,6 +11,8 @@ of a topology at once.
 from __future__ import annotations
 
 import difflib
+import hashlib
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields as dataclass_fields
@@ -19,7 +21,7 @@ from typing import Any, Literal
 
 from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.classify import DEFAULT_NOT_RETRYABLE, ExceptionClassifier, is_dotted_name
-from airflow_kafka_retry.policy.compat import COMPAT_NAMES, apply_preset, preset
+from airflow_kafka_retry.policy.compat import COMPAT_NAMES, apply_preset, describe_presets, preset
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
@@ -193,7 +195,10 @@ class Topology:
         if isinstance(self.index_start, bool) or self.index_start not in (0, 1):
             fail(f"must be 0 (Spring's naming) or 1, got {self.index_start!r}", "index_start")
         if self.compat not in COMPAT_NAMES:
-            fail(f"must be one of {', '.join(COMPAT_NAMES)}, got {self.compat!r}", "compat")
+            fail(
+                f"must be one of {', '.join(COMPAT_NAMES)}, got {self.compat!r}: {describe_presets()}",
+                "compat",
+            )
         if self.dlt_routing_naming not in DLT_ROUTING_NAMINGS:
             fail(
                 f"must be one of {', '.join(DLT_ROUTING_NAMINGS)}, got {self.dlt_routing_naming!r}",
@@ -602,7 +607,9 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
     if compat not in COMPAT_NAMES:
         errors.append(
             TopologyError(
-                f"must be one of {', '.join(COMPAT_NAMES)}, got {compat!r}", field="compat", source=source
+                f"must be one of {', '.join(COMPAT_NAMES)}, got {compat!r}: {describe_presets()}",
+                field="compat",
+                source=source,
             )
         )
         compat = "none"
@@ -671,17 +678,35 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
 _KWARG = {"timeout": "timeout_ms"}
 
 
+#: Validated topologies by file path: (modification time, content hash, topology). A DAG file, its task
+#: and the task's OpenLineage and metrics code each load the same file; only a changed file is parsed again.
+_LOADED: dict[str, tuple[int, str, Topology]] = {}
+
+
 def load_topology(path: str | Path) -> Topology:
-    """Load and validate a topology YAML file; a TopologyError names the file, field and problem."""
+    """
+    Load and validate a topology YAML file; a TopologyError names the file, field and problem.
+
+    The result is cached in the process, keyed by the path, the file's modification time and the hash of
+    its content: loading an unchanged file again returns the same (frozen) ``Topology``.
+    """
     import yaml  # local: the policy package stays importable without PyYAML for pure use
 
     source = str(path)
     try:
+        mtime_ns = os.stat(path).st_mtime_ns
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise TopologyError(f"cannot read the file: {exc.strerror or exc}", source=source) from None
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    cached = _LOADED.get(source)
+    if cached is not None and cached[:2] == (mtime_ns, digest):
+        return cached[2]
     try:
-        data = yaml.safe_load(text)
+        try:  # libyaml's loader when PyYAML has it: several times faster
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        except yaml.YAMLError:
+            data = yaml.safe_load(text)  # the same error, in PyYAML's own words and marks
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -690,4 +715,6 @@ def load_topology(path: str | Path) -> Topology:
         raise TopologyError(
             "the file is empty; a topology needs at least 'topic' and 'group_id'", source=source
         )
-    return Topology.from_mapping(data, source=source)
+    topology = Topology.from_mapping(data, source=source)
+    _LOADED[source] = (mtime_ns, digest, topology)
+    return topology

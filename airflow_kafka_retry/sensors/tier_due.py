@@ -10,13 +10,11 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.observability.metrics import emit_tier_backlog
+from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 from airflow_kafka_retry.policy.windows import ReprocessWindow
-from airflow_kafka_retry.triggers.tier_due import TierDueTrigger, event_payload, look
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -100,7 +98,7 @@ class RetryTierDueSensor(BaseSensorOperator):
         *,
         topology: Topology | str | Path,
         tier: int | str,
-        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID,
         consumer_group: str | None = None,
         window: str | None = None,
         timezone: str | None = None,
@@ -153,6 +151,11 @@ class RetryTierDueSensor(BaseSensorOperator):
         return self._deadline_ms
 
     def _look(self, context: Context) -> tuple[Tier, str, dict[str, Any]]:
+        # imported here, not when the DAG file is parsed (the Kafka client, the engine, the metrics)
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+        from airflow_kafka_retry.observability.metrics import emit_tier_backlog
+        from airflow_kafka_retry.triggers.tier_due import event_payload, look
+
         topology = self._topology()
         tier, group = self._tier(topology)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
@@ -196,6 +199,8 @@ class RetryTierDueSensor(BaseSensorOperator):
         }
 
     def execute(self, context: Context) -> Any:
+        from airflow_kafka_retry.triggers.tier_due import TierDueTrigger
+
         if not self.deferrable:
             return super().execute(context)
         tier, group, event = self._look(context)

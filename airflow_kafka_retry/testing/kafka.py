@@ -95,7 +95,16 @@ def server_properties(
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """
+    16 random bytes, URL-safe base64 without padding, never starting with ``-``.
+
+    The storage tool's argument parser would take a leading ``-`` for an option; Kafka's own
+    ``Uuid.randomUuid`` draws again for the same reason.
+    """
+    while True:
+        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not value.startswith("-"):
+            return value
 
 
 class KafkaStartError(RuntimeError):

@@ -3,11 +3,11 @@
 ``@pytest.mark.fault_case("3", "what is injected")`` names the case; the test calls
 ``fault_result(engine_did, account)`` once its ledger holds. Each row is printed, listed in the
 terminal summary. At the end of a session that ran any case the document is rendered (rows of cases that
-did not run this time are kept from ``docs/faults.md``) to ``.artifacts/faults.md`` and compared with
-``docs/faults.md``: a difference beyond the measured details of passed cases fails the session, with the
-diff and how to regenerate (``--update-faults-doc`` writes ``docs/faults.md``; see
-``tests/support/faults_doc.py``). A skipped case gets its measured reason as its row; a failed one says
-FAILED.
+did not run this time are kept from ``docs/faults.md``, unchecked, and the summary names them) to
+``.artifacts/faults.md`` and compared with ``docs/faults.md``: a difference beyond the measured details
+of passed cases fails the session, with the diff and how to regenerate (``--update-faults-doc`` writes
+``docs/faults.md``; see ``tests/support/faults_doc.py``). A skipped case gets its measured reason as its
+row; a failed one says FAILED.
 """
 
 from __future__ import annotations
@@ -113,22 +113,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     notes = doc.with_name("faults-notes.md")
     rows = faults_doc.merge(faults_doc.read_rows(committed), fresh.values(), source)
     text = faults_doc.render(rows, broker, notes.read_text() if notes.exists() else None)
+    scope = faults_doc.check_scope(rows, fresh.values())
     if config.getoption("update_faults_doc"):
         doc.parent.mkdir(parents=True, exist_ok=True)
         doc.write_text(text)
-        config.stash[_CHECK] = f"{doc} rewritten (--update-faults-doc)"
+        config.stash[_CHECK] = f"{doc} rewritten (--update-faults-doc): {scope}"
         return
     artifact.parent.mkdir(parents=True, exist_ok=True)
     artifact.write_text(text)
     if external:  # skips and results measured on another broker: not comparable with the committed file
-        config.stash[_CHECK] = f"{artifact} written; not compared with {doc} (an external cluster)"
+        config.stash[_CHECK] = f"{artifact} written; not compared with {doc} (an external cluster); {scope}"
         return
     diff = faults_doc.differences(text, committed, generated_name=str(artifact), committed_name=str(doc))
     if diff is None:
-        config.stash[_CHECK] = f"{artifact} written; {doc} is up to date (measured details aside)"
+        config.stash[_CHECK] = f"{artifact} written; {doc} is up to date (measured details aside): {scope}"
         return
     config.stash[_CHECK] = (
-        f"FAILED: this run's results differ from {doc}:\n{diff}\nIf the change is "
+        f"FAILED: this run's results differ from {doc} ({scope}):\n{diff}\nIf the change is "
         f"intended, regenerate it with `{faults_doc.UPDATE_COMMAND}` (or the changed "
         "test files with --update-faults-doc) and commit it."
     )

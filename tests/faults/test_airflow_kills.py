@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+
 from tests.faults.helpers import REPO, options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput
@@ -57,17 +59,7 @@ with DAG("akr_faults_reprocess", schedule=None, start_date=datetime(2024, 1, 1),
 def migrated_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An AIRFLOW_HOME with a migrated SQLite DB, copied by each deployment the tests start."""
     home = tmp_path_factory.mktemp("airflow-template")
-    env = _env(home, "127.0.0.1:1", "unused")
-    done = subprocess.run(
-        [_airflow(), "db", "migrate"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    seed_metadata_db(_env(home, "127.0.0.1:1", "unused"), cwd=REPO)
     return home
 
 

@@ -59,9 +59,10 @@ MODES = ("fast", "scheduler")
 
 
 @pytest.fixture(scope="module")
-def demo_processes(tmp_path_factory):
-    """Both demos, started together (each its own broker, Airflow home and ports): the suite waits for the
-    longer one, not for both in turn."""
+def demo_processes(tmp_path_factory, kafka_bootstrap):
+    """Both demos, started together (each its own Airflow home and ports): the suite waits for the longer one,
+    not for both in turn. The fast one on its own embedded broker; the scheduler one on the suite's broker,
+    whose topics the test reads afterwards (the demo's topic names are fixed: one demo per broker)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
     started = {}
     for mode in MODES:
@@ -69,7 +70,7 @@ def demo_processes(tmp_path_factory):
         command = [
             str(Path(sys.executable).with_name("airflow-kafka-retry")),
             "demo",
-            *(["--fast"] if mode == "fast" else []),
+            *(["--fast"] if mode == "fast" else ["--bootstrap", kafka_bootstrap]),
             "--orders",
             str(ORDERS),
             "--out",
@@ -93,7 +94,11 @@ def demo_processes(tmp_path_factory):
 
 @pytest.fixture(scope="module", params=MODES)
 def demo_run(request, demo_processes):
-    out, proc, stdout, stderr = demo_processes[request.param]
+    return _finished(demo_processes, request.param)
+
+
+def _finished(demo_processes, mode: str) -> tuple[Path, subprocess.CompletedProcess]:
+    out, proc, stdout, stderr = demo_processes[mode]
     try:
         proc.wait(1100)
     except subprocess.TimeoutExpired:
@@ -214,6 +219,35 @@ def test_the_demo_airflow_reports_lineage_and_metrics_with_the_flow_counts(demo_
         assert drained[tier] == sum(n for (a, _), n in edges.items() if a == tier), (tier, drained, edges)
 
 
+def test_the_flow_and_the_metrics_match_the_topics_read_back(demo_processes, kafka_bootstrap):
+    """An independent read of the scheduler demo's topics on the suite's broker (the flow and the account come
+    from one object, the StatsD counters and the lineage from one summary): each DLT holds the records the
+    flow sent there, parking and the validation DLT the orders finally there, and each tier's drained
+    counter is the number of records on its topic (every tier drained to its end by the demo's end)."""
+    from airflow_kafka_retry.demo.statsd_sink import counter_totals
+
+    from tests.support.ledger import read_all
+
+    out, done = _finished(demo_processes, "scheduler")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    data = json.loads((out / "flow.json").read_text())
+    on = {t: read_all(kafka_bootstrap, t) for t in ("orders", "orders-retry-1", "orders-retry-2")}
+    on.update(
+        {t: read_all(kafka_bootstrap, t) for t in ("orders-dlt", "orders-validation-dlt", "orders-parking")}
+    )
+    inflow = Counter()
+    for _, target, n in data["edges"]:
+        inflow[target] += n
+    for dlt in ("orders-dlt", "orders-validation-dlt"):
+        assert inflow[dlt] == len(on[dlt]), (dlt, inflow, {t: len(m) for t, m in on.items()})
+    assert data["final"]["orders-validation-dlt"] == len({m.key() for m in on["orders-validation-dlt"]})
+    assert data["final"]["orders-parking"] == len({m.key() for m in on["orders-parking"]})
+    assert len({m.key() for m in on["orders"]}) == data["produced"] == ORDERS
+    drained = counter_totals(out / "metrics.statsd")["tier.drained"]
+    for tier in ("orders", "orders-retry-1", "orders-retry-2"):
+        assert drained[tier] == len(on[tier]), (tier, drained, {t: len(m) for t, m in on.items()})
+
+
 def _processes_with_cmdline(fragment: bytes) -> list[int]:
     pids = []
     for entry in Path("/proc").iterdir():
@@ -228,14 +262,18 @@ def _processes_with_cmdline(fragment: bytes) -> list[int]:
 
 def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path):
     """Stopped while the scheduler runs the tiers: exit code 130, no Airflow process or broker left."""
-    command = [str(Path(sys.executable).with_name("airflow-kafka-retry")), "demo", "--out", str(tmp_path)]
+    # 20 orders: enough for the scheduler to be running the tiers when the signal comes
+    command = [
+        str(Path(sys.executable).with_name("airflow-kafka-retry")),
+        *("demo", "--orders", "20", "--out", str(tmp_path)),
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
     log = tmp_path / "stdout.txt"
     with open(log, "wb") as sink:
         proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 300
-            while "orders produced: 200" not in log.read_text(errors="replace"):
+            while not re.search(r"orders produced: 20\b", log.read_text(errors="replace")):
                 assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
                 assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
                 time.sleep(1)

@@ -99,6 +99,20 @@ def _committed(bootstrap: str, topology: Topology, group: str) -> dict:
     return {t.topic: ledger.committed(bootstrap, group, t.topic, PARTITIONS) for t in topology.dlt_tiers}
 
 
+def _dlt_coordinates(bootstrap: str, topology: Topology) -> list[tuple[str, int, int]]:
+    """``(topic, partition, offset)`` of every record on the topology's DLTs, read from the topics."""
+    return sorted(
+        (m.topic(), m.partition(), m.offset())
+        for t in topology.dlt_tiers
+        for m in ledger.read_all(bootstrap, t.topic)
+    )
+
+
+def _reported(result: dict) -> list[tuple[str, int, int]]:
+    """Where the records a watch reported sit, once per report (sorted)."""
+    return sorted((d["dlt_topic"], d["dlt_partition"], d["dlt_offset"]) for d in result["dead_letters"])
+
+
 def _watch(topology, conn, notifiers, **kwargs) -> dict:
     return DltWatchOperator(
         task_id="watch_dlt", topology=topology, kafka_conn_id=conn, on_dlt=notifiers, **kwargs
@@ -154,6 +168,11 @@ def test_watch_reports_both_spring_families_and_engine_records_then_commits(
     }
     assert totals["causes"]["com.acme.PaymentDeclined"] == 1
     assert totals["dlt_topics"] == {dlt: 5, validation_dlt: 2}
+    # each record on the DLTs reported once: the coordinates, read from the topics (a count would let a miss
+    # and a duplicate cancel out)
+    on_dlts = _dlt_coordinates(kafka_bootstrap, topology)
+    assert len(on_dlts) == 7
+    assert _reported(result) == on_dlts
     coordinates = {(d["dlt_topic"], d["exception"]): d for d in result["dead_letters"]}
     spring = coordinates[(validation_dlt, "com.acme.ValidationError")]
     assert (spring["topic"], spring["partition"], spring["offset"], spring["consumer_group"]) == (
@@ -197,6 +216,7 @@ def test_watch_reports_both_spring_families_and_engine_records_then_commits(
     assert len(recorder.calls) == 2
     assert third["totals"]["new_records"] == 1
     assert third["totals"]["dlt_topics"] == {dlt: 1}
+    assert _reported(third) == sorted(set(_dlt_coordinates(kafka_bootstrap, topology)) - set(on_dlts))
 
 
 def test_a_raising_notifier_is_logged_the_others_run_and_the_group_is_committed(kafka_bootstrap, kafka_conn):
@@ -215,6 +235,9 @@ def test_a_raising_notifier_is_logged_the_others_run_and_the_group_is_committed(
     assert len(recorder.calls) == 1
     assert len(result["dead_letters"]) == 2
     assert result["dead_letters_truncated"] == 1
+    reported = set(_reported(result))
+    assert len(reported) == 2
+    assert reported < set(_dlt_coordinates(kafka_bootstrap, topology))
     assert _committed(kafka_bootstrap, topology, group)[dlt][0] == 3
     assert _watch(topology, kafka_conn, [broken, recorder])["totals"]["new_records"] == 0
 

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_reprocess_operator_dag import _airflow, _states
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+
+from tests.integration.test_reprocess_operator_dag import _states
 from tests.integration.test_spark_operator_dag import SECRET, _airflow_env, _xcom
 from tests.support import ledger
 
@@ -187,7 +189,7 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
         )
     )
     try:
-        _airflow(env, "db", "migrate")
+        seed_metadata_db(env, cwd=REPO)
         run = subprocess.run(
             [str(Path(sys.executable).with_name("airflow")), "dags", "test", DAG_ID],
             check=False,

@@ -8,13 +8,16 @@ form's values are passed as the run's conf (``-c``), which overrides the DAG's p
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import pytest
 
 from airflow_kafka_retry.dlt.replay_log import log_topic
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
 from tests.integration.test_spark_operator_dag import REPO, _airflow_env, _json_lines, _xcom
@@ -48,9 +51,9 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "akr_dlt_replay.py").write_text(DAG_FILE.format(topology=str(topology_file), dag_id=DAG_ID))
     airflow = str(Path(sys.executable).with_name("airflow"))
-    for command in (["db", "migrate"], ["dags", "reserialize"]):
-        done = _airflow(airflow, env, *command)
-        assert done.returncode == 0, done.stderr[-3000:]
+    seed_metadata_db(env, cwd=REPO)
+    done = _airflow(airflow, env, "dags", "reserialize")
+    assert done.returncode == 0, done.stderr[-3000:]
     wanted = ids_of(inputs, "permanent", 1)
     form = {"exception": PERMANENT, "partition": "1", "transform": "fix"}
 
@@ -119,9 +122,20 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         )
         output = refused.stdout + refused.stderr
         (tmp_path / f"refused-{i}-output.txt").write_text(output)
-        assert transform in output, output[-5000:]
-        assert "fix" in output, output[-5000:]
+        refusal = (
+            f"transform {transform!r} is not one of this replay's transforms (fix); the DAG author lists "
+            "them as build_dlt_replay_dag(transforms={name: 'package.module:function'})"
+        )
+        assert refusal in output, output[-5000:]
         assert not marker.exists(), "a transform that is not on the DAG's list was imported"
+        with closing(sqlite3.connect(db)) as con:  # the run and its task failed
+            states = con.execute(
+                "SELECT r.state, t.state FROM dag_run r "
+                "JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
+                "WHERE r.dag_id = ? AND substr(r.logical_date, 1, 10) = ?",
+                (DAG_ID, f"2026-01-0{3 + i}"),
+            ).fetchall()
+        assert states == [("failed", "failed")], states
     assert len(_xcom(db, DAG_ID, "replay_dlt", "return_value")) == 2, "a refused run reported a replay"
     assert len(replayed_copies(kafka_bootstrap, topology.topic)) == len(wanted)
 

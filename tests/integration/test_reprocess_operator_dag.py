@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+
 from tests.integration.test_spark_operator_dag import SECRET, _airflow_env, _json_lines, _xcom
 from tests.support import ledger
 
@@ -182,7 +184,7 @@ def airflow_home(kafka_bootstrap, tmp_path):
             )
         )
     )
-    _airflow(env, "db", "migrate")
+    seed_metadata_db(env, cwd=REPO)
     _airflow(env, "dags", "reserialize")
     return {
         "env": env,

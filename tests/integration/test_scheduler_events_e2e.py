@@ -4,8 +4,9 @@ The api-server, scheduler, dag-processor and triggerer run as separate processes
 SQLite). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
 failing service: every record fails there once. Records are produced continuously (four a second),
 so records become due continuously on both tiers. Phase 1 runs undisturbed (its lateness is the
-figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) while retry
-waves are firing, then started again.
+figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) as soon as a retry-1
+wave has been fired and not yet taken (its due event is in the metadata DB, the tier group's committed
+offset on the broker still at or before a head it names), then started again.
 
 Checked: every record ends where its script says, exactly once (no loss, no repeat, across the
 triggerer's crash); none is handled before its due time; no wave was fired twice (no two due
@@ -21,6 +22,7 @@ import textwrap
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,7 +45,7 @@ CRASH_COUNT = 20  # phase 2
 RATE = 4.0  # records produced per second
 DELAYS_S = (10, 30)
 PHASE_DEADLINE_S = 240
-KILL_TRIGGERER_AFTER_S = 12  # into phase 2: the first retry-1 waves of its records are firing
+IDLE_S = 15  # before phase 1: nothing due, no run may start
 
 DAG_FILE = '''
 """Written by tests/integration/test_scheduler_events_e2e.py."""
@@ -87,8 +89,19 @@ def _ledger(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _watched(notes: list[dict]) -> int:
-    return sum(n["summary"]["totals"]["new_records"] for n in notes if n["task_id"] == "watch_dlt")
+def _watched(notes: list[dict]) -> list[tuple[str, int, int]]:
+    """Where the DLT records the DLT-watch task reported to the notifier sit, once per report (sorted)."""
+    return sorted(
+        (d["dlt_topic"], d["dlt_partition"], d["dlt_offset"])
+        for n in notes
+        if n["task_id"] == "watch_dlt"
+        for d in n["summary"]["dead_letters"]
+    )
+
+
+def _dlt_coordinates(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
+    """Where the records on the DLT sit, read from the topic."""
+    return sorted((m.topic(), m.partition(), m.offset()) for m in ledger.read_all(bootstrap, topic))
 
 
 def _lateness(entries: list[dict]) -> tuple[float, float]:
@@ -136,6 +149,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     dlt = topology.dlt_topic
     expected_dlt = sorted(rid for rid, n in script.items() if n == 0)
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
+    tier1_group = topology.consumer_group(topology.tier(1))
 
     def finished(entries: list[dict], ids: dict[str, int]) -> bool:
         finals = {e["id"] for e in entries if e["ok"]} | {
@@ -143,20 +157,46 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         }
         return set(ids) <= finals
 
-    def run_phase(cluster: AirflowCluster, ids: dict[str, int], kill_after: float | None = None) -> bool:
+    def run_phase(
+        cluster: AirflowCluster, ids: dict[str, int], kill_when: Callable[[], str | None] | None = None
+    ) -> str | None:
         producer = threading.Thread(target=_produce_slowly, args=(kafka_bootstrap, main, ids), daemon=True)
         started = time.monotonic()
         producer.start()
-        killed = False
+        killed = None
         while time.monotonic() - started < PHASE_DEADLINE_S and not finished(_ledger(timed_ledger), ids):
-            if kill_after is not None and not killed and time.monotonic() - started > kill_after:
-                cluster.kill("triggerer")
-                cluster.restart("triggerer")
-                killed = True
+            if kill_when is not None and killed is None:
+                killed = kill_when()
+                if killed is not None:
+                    cluster.kill("triggerer")
+                    cluster.restart("triggerer")
             cluster.check_alive()
-            time.sleep(1)
+            time.sleep(0.2 if kill_when is not None and killed is None else 1)
         producer.join(60)
         return killed
+
+    def wave_in_flight(cluster: AirflowCluster, after_event: int) -> Callable[[], str | None]:
+        """A check: a retry-1 wave fired (its due event is in the metadata DB) and not yet taken (the tier
+        group's committed offset, read from the broker, is still at or before a head the wave names)."""
+
+        def check() -> str | None:
+            rows = cluster.query(
+                "SELECT e.id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+                "WHERE a.uri LIKE ? AND e.id > ? ORDER BY e.id",
+                f"kafka-retry-due://%/{retry1}",
+                after_event,
+            )
+            if not rows:
+                return None
+            committed = ledger.committed(kafka_bootstrap, tier1_group, retry1, PARTITIONS)
+            for event_id, extra in rows:
+                for head in json.loads(extra)["payload"]["heads"]:
+                    if committed[head["partition"]] <= head["offset"]:
+                        where = f"{retry1}[{head['partition']}]@{head['offset']}"
+                        return f"due event {event_id}: {where} not yet taken"
+            return None
+
+        return check
 
     with AirflowCluster(home, env, cwd=REPO) as cluster:
         # as a deployment starts: the setup DAG creates the topics once, then the service produces
@@ -169,11 +209,33 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         while time.monotonic() < deadline and not set_up():
             time.sleep(1)
         assert set_up(), cluster.log_tail("scheduler")
+        # idle (nothing produced yet, nothing due): event mode starts no DAG run; only an hourly sweep (a
+        # "scheduled" run, each DAG once an hour at its own minute) may fall into the window
+        [(last_run,)] = cluster.query("SELECT coalesce(max(id), 0) FROM dag_run")
+        time.sleep(IDLE_S)
+        idle_runs = cluster.query("SELECT dag_id, run_type FROM dag_run WHERE id > ?", last_run)
+        assert [r for r in idle_runs if r[1] != "scheduled"] == [], idle_runs
+        assert len(idle_runs) == len({dag for dag, _ in idle_runs}), idle_runs
         run_phase(cluster, first)
         phase1 = _ledger(timed_ledger)
-        killed = run_phase(cluster, second, kill_after=KILL_TRIGGERER_AFTER_S)
+        # a steady stream of due records is one following run per tier, not a run per wave: one run of the
+        # retry-1 DAG drained all of phase 1's records there (any other run found nothing due)
+        drains = [
+            json.loads(value)["totals"]["drained"]
+            for (value,) in cluster.query(
+                "SELECT value FROM xcom "
+                "WHERE dag_id = ? AND task_id = 'reprocess' AND \"key\" = 'return_value'",
+                f"ev__{retry1}",
+            )
+        ]
+        waves1 = cluster.query(
+            "SELECT count(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri LIKE ?",
+            f"kafka-retry-due://%/{retry1}",
+        )[0][0]
+        [(last_event,)] = cluster.query("SELECT coalesce(max(id), 0) FROM asset_event")
+        killed = run_phase(cluster, second, kill_when=wave_in_flight(cluster, last_event))
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _watched(_ledger(notify_log)) < len(expected_dlt):
+        while time.monotonic() < deadline and len(_watched(_ledger(notify_log))) < len(expected_dlt):
             time.sleep(1)
         states = Counter(
             (dag, task, state)
@@ -201,10 +263,11 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
                 )
         print(
             f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed "
-            "after "
-            f"{KILL_TRIGGERER_AFTER_S}s and restarted)"
+            "when "
+            f"a wave was fired and not yet taken ({killed}) and restarted)"
         )
     assert killed
+    assert [n for n in drains if n] == [COUNT], f"retry-1 runs drained {drains} after {waves1} due events"
     assert finished(entries, script), (
         f"not every record reached its end; handled: "
         f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; "
@@ -233,4 +296,6 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     )
     assert waves, waves
     assert not [w for w, n in waves.items() if n > 1], waves
-    assert _watched(_ledger(notify_log)) == len(expected_dlt)
+    # the DLT watch reported each DLT record once (coordinates, not a count: a miss and a duplicate would
+    # cancel out)
+    assert _watched(_ledger(notify_log)) == _dlt_coordinates(kafka_bootstrap, dlt)

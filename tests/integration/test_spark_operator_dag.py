@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, SparkEnvWatcher, describe_process
 from tests.support import ledger
 
@@ -159,16 +161,7 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     )
     airflow = str(Path(sys.executable).with_name("airflow"))
 
-    migrate = subprocess.run(
-        [airflow, "db", "migrate"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    seed_metadata_db(env, cwd=REPO)
     reserialize = subprocess.run(
         [airflow, "dags", "reserialize"],
         check=False,

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+
 from tests.integration.test_reprocess_operator_dag import _airflow, _asset_events, _states
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF
 from tests.integration.test_spark_operator_dag import _airflow_env
@@ -71,7 +73,7 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
             )
         )
     )
-    _airflow(env, "db", "migrate")
+    seed_metadata_db(env, cwd=REPO)
     _airflow(env, "dags", "reserialize")
 
     run = subprocess.run(

@@ -34,6 +34,7 @@ import yaml
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.testing.topics import unique_topic
 
 from tests.integration.test_spark_operator_dag import _airflow_env, _json_lines, _xcom
@@ -161,8 +162,7 @@ def test_tier_due_sensor_and_dlt_watch_through_airflow(kafka_bootstrap, tmp_path
         )
     )
 
-    migrate = _run(["db", "migrate"], env)
-    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    seed_metadata_db(env, cwd=REPO)
     reserialize = _run(["dags", "reserialize"], env)
     assert reserialize.returncode == 0, reserialize.stderr[-3000:]
     # the subprocess timeout is the hang check: retry-3's record is due in an hour

@@ -53,6 +53,9 @@ class _Store:
         self.state.pop(key, None)
 
 
+QUIET_S = 1.0  # how long a watch goes on once the expected events arrived
+
+
 class _Running:
     """A trigger's ``run()`` as a background task in its own event loop thread, events collected with
     times."""
@@ -65,18 +68,25 @@ class _Running:
         async for event in self.trigger.run():
             self.events.append((_now(), event.payload))
 
-    def for_seconds(self, seconds: float, *, until=None, then=None) -> list[tuple[int, dict]]:
+    def for_seconds(
+        self, seconds: float, *, until=None, then=None, done=None, quiet: float = QUIET_S
+    ) -> list[tuple[int, dict]]:
         """Run the trigger ``seconds`` (``then(events)`` is called in a thread when ``until(events)`` holds).
 
         The time ``then`` takes is added to the deadline, so the trigger is watched as long after the action
-        as before it, however slow the machine is.
+        as before it, however slow the machine is. With ``done``, the watch ends ``quiet`` seconds after
+        ``done(events)`` first holds (the expected events arrived; a stray one in the quiet period is still
+        seen); without it (a test that checks nothing fires) it lasts the whole ``seconds``.
         """
 
         async def main():
             task = asyncio.create_task(self._collect())
             deadline = time.monotonic() + seconds
-            acted = False
+            acted = settled = False
             while time.monotonic() < deadline and not task.done():
+                if not settled and done is not None and (until is None or acted) and done(self.events):
+                    settled = True
+                    deadline = min(deadline, time.monotonic() + quiet)
                 if not acted and until is not None and until(self.events):
                     acted = True
                     if then is not None:
@@ -140,7 +150,7 @@ def test_a_restarted_trigger_does_not_fire_a_wave_it_already_fired(kafka_bootstr
     store = _Store()
     first = TierDueEventTrigger(topic=topic, consumer_group=group, kafka_conn_id=kafka_conn, **FAST)
     first.asset_state_store = store
-    assert len(_Running(first).for_seconds(3)) == 1
+    assert len(_Running(first).for_seconds(3, done=lambda ev: len(ev) == 1)) == 1
     # the triggerer dies and starts the watcher again: same kwargs, the same asset state store
     again = TierDueEventTrigger(**first.serialize()[1])
     again.asset_state_store = store
@@ -150,7 +160,7 @@ def test_a_restarted_trigger_does_not_fire_a_wave_it_already_fired(kafka_bootstr
     produce(kafka_bootstrap, topic, [(0, _now() - 1_000)])
     third = TierDueEventTrigger(**first.serialize()[1])
     third.asset_state_store = store
-    [(_, event)] = _Running(third).for_seconds(3)
+    [(_, event)] = _Running(third).for_seconds(3, done=lambda ev: len(ev) == 1)
     assert event["heads"] == [{"topic": topic, "partition": 0, "offset": 1}]
 
 
@@ -160,7 +170,7 @@ def test_an_unanswered_wave_fires_again_after_refire_after(kafka_bootstrap, kafk
     trigger = TierDueEventTrigger(
         topic=topic, consumer_group=unique_topic("g"), kafka_conn_id=kafka_conn, refire_after=2.0, **FAST
     )
-    events = _Running(trigger).for_seconds(5)
+    events = _Running(trigger).for_seconds(5, done=lambda ev: len(ev) >= 2, quiet=0)
     assert len(events) >= 2, events
     assert all(e["heads"] == [{"topic": topic, "partition": 0, "offset": 0}] for _, e in events)
     assert all(later - earlier >= 2_000 for (earlier, _), (later, _) in zip(events, events[1:]))
@@ -178,7 +188,9 @@ def test_an_idle_tier_fires_nothing_and_a_new_record_wakes_it(kafka_bootstrap, k
         produced.append(_now())
         produce(kafka_bootstrap, topic, [(1, None)])  # no due header (a main-topic record): due at once
 
-    events = _Running(trigger).for_seconds(6, until=lambda ev: True, then=produce_later)
+    events = _Running(trigger).for_seconds(
+        6, until=lambda ev: True, then=produce_later, done=lambda ev: len(ev) == 1
+    )
     assert len(events) == 1, events
     fired_at, payload = events[0]
     assert fired_at >= produced[0]
@@ -197,7 +209,9 @@ def test_a_missing_topic_is_logged_and_watched_again(kafka_bootstrap, kafka_conn
         create_topics(kafka_bootstrap, [topic], 1)
         produce(kafka_bootstrap, topic, [(0, None)])
 
-    events = _Running(trigger).for_seconds(6, until=lambda ev: True, then=create_later)
+    events = _Running(trigger).for_seconds(
+        6, until=lambda ev: True, then=create_later, done=lambda ev: len(ev) == 1
+    )
     assert f"topic(s) {topic} do not exist" in capsys.readouterr().out
     assert [e["heads"] for _, e in events] == [[{"topic": topic, "partition": 0, "offset": 0}]]
 
@@ -211,7 +225,9 @@ def test_the_dlt_trigger_fires_for_any_new_dead_letter(kafka_bootstrap, kafka_co
     trigger = DltArrivalEventTrigger(
         topics=[dlt, dlt2], consumer_group=group, kafka_conn_id=kafka_conn, **FAST
     )
-    [(_, payload)] = _Running(DltArrivalEventTrigger(**trigger.serialize()[1])).for_seconds(3)
+    [(_, payload)] = _Running(DltArrivalEventTrigger(**trigger.serialize()[1])).for_seconds(
+        3, done=lambda ev: len(ev) == 1
+    )
     assert payload["kind"] == "dlt_arrival"
     assert payload["heads"] == [{"topic": dlt2, "partition": 0, "offset": 0}]
 
@@ -259,7 +275,12 @@ def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained
         marks["drained"] = _now()
         commit(kafka_bootstrap, group, topic, {0: 5})
 
-    _Running(trigger).for_seconds(8, until=lambda ev: len(ev) == 1, then=later)
+    _Running(trigger).for_seconds(
+        8,
+        until=lambda ev: len(ev) == 1,
+        then=later,
+        done=lambda _ev: any(at > marks["drained"] + 1_500 for at, _ in sent),
+    )
     before = [g for at, g in sent if at < marks["drained"]]
     after = [g for at, g in sent if at > marks["drained"] + 1_500]
     assert before, sent

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser]
@@ -156,8 +157,8 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
     )
     airflow = str(Path(sys.executable).with_name("airflow"))
     # one real run of the first tier's DAG: it drains the 4 due records, so the view has a run summary to show
+    seed_metadata_db(env, cwd=REPO)
     for args in (
-        ["db", "migrate"],
         ["dags", "reserialize"],
         ["dags", "test", f"kafka_retry__{name}-retry-1"],
     ):
@@ -253,7 +254,9 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
     _, admin_listing = _request(f"{base}/kafka-retry/api/topologies", token=admin)
     assert [t["topic"] for t in admin_listing["topologies"]] == [name, f"{name}-pay"]
     hidden = admin_listing["topologies"][1]["id"]
-    assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=viewer)[0] == 403
+    assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=viewer)[0] == 404  # as a missing id
+    assert listing["patterns"] == [], "the patterns (the DAGs folder's path) are only for admins"
+    assert admin_listing["patterns"], "an admin sees the patterns"
     assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=admin)[0] == 200
     _, viewer_view = _request(f"{base}/kafka-retry/api/topologies/{item['id']}", token=viewer)
     assert [t["can_trigger"] for t in viewer_view["tiers"]] == [False, False, False], (

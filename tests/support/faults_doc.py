@@ -6,7 +6,8 @@ line except the *measured details* of a case that ran: the "what the engine did"
 holds what this run observed (which of two racing runs was fenced, a timeout's "after 4004ms", counts of
 extra handler calls), which may differ from run to run without anything being wrong. Whether a case ran,
 was skipped (and why) or failed, what it injected and how many records it lost are compared, as is all
-the text around the table.
+the text around the table. Only the rows of cases that ran are checked: a ``-k``/``-m`` subset keeps the
+others as they were, and says which (:func:`check_scope`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ def merge(previous: Mapping[str, Row], fresh: Iterable[Row], source: str) -> dic
     }
     rows.update({row[1]: row for row in fresh})
     return rows
+
+
+def not_run(rows: Mapping[str, Row], fresh: Iterable[Row]) -> list[str]:
+    """The rows of ``rows`` whose test function did not run this session (kept from the committed document
+    as they were: a ``-k``/``-m`` subset checks only the rows that ran)."""
+    ran = {cell(row[1]).split("[")[0] for row in fresh}
+    return sorted((name for name in rows if name.split("[")[0] not in ran), key=lambda n: sort_key(rows[n]))
+
+
+def check_scope(rows: Mapping[str, Row], fresh: Iterable[Row]) -> str:
+    """Which rows a session checked, and which it kept unchecked, for the terminal summary."""
+    fresh = list(fresh)
+    kept = not_run(rows, fresh)
+    scope = f"{len(fresh)} row(s) that ran checked"
+    if kept:
+        scope += f"; {len(kept)} not checked (did not run this session): {', '.join(kept)}"
+    return scope
 
 
 def render(rows: Mapping[str, Row], broker: str, notes: str | None) -> str:

@@ -153,3 +153,24 @@ def test_xcom_counts_must_match_the_books():
     account = reconcile(TOPOLOGY, {"1": "ok"}, [handled("1", "orders", True)], {}, [summary("orders", 2)])
     assert account.final_counts() == {"processed on orders": 1}
     assert not account.reconciles
+
+
+def test_an_order_handled_successfully_twice_is_counted_and_printed():
+    produced = {"1": "ok", "2": "ok", "3": "flaky"}
+    books = [
+        handled("1", "orders", True, at=1),
+        handled("1", "orders", True, at=2),  # a task retried after its handler ran: handled again
+        handled("2", "orders", True, at=1),
+        handled("3", "orders", False, at=1),
+        handled("3", "orders-retry-1", True, attempt=2, due_ms=10_000, at=10_500),
+        handled("3", "orders-retry-1", True, attempt=2, due_ms=10_000, at=10_600),
+        handled("3", "orders-retry-1", True, attempt=2, due_ms=10_000, at=10_700),
+    ]
+    account = reconcile(TOPOLOGY, produced, books, {}, [summary("orders", 3), summary("orders-retry-1", 3)])
+    assert account.handled_twice == 3  # once more for order 1, twice more for order 3
+    assert account.to_dict()["handled_twice"] == 3
+    assert account.final_counts() == {"processed on orders": 2, "processed on orders-retry-1": 1}
+    assert "3 order(s) were handled successfully more than once" in _printed(account)
+    once = reconcile(TOPOLOGY, {"2": "ok"}, [handled("2", "orders", True)], {}, [summary("orders", 1)])
+    assert once.handled_twice == 0
+    assert "more than once" not in _printed(once)

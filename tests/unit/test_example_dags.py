@@ -33,7 +33,7 @@ def test_spark_example(bag):
 
 
 def test_factory_example_builds_the_orders_tiers(bag):
-    ids = {d for d in bag.dags if d.startswith("kafka_retry__")}
+    ids = {d for d in bag.dags if d.startswith("kafka_retry__orders")}
     assert ids == {
         "kafka_retry__orders-retry-1",
         "kafka_retry__orders-retry-2",
@@ -43,7 +43,7 @@ def test_factory_example_builds_the_orders_tiers(bag):
     }
     first = bag.dags["kafka_retry__orders-retry-1"]
     assert first.max_active_runs == 1
-    assert type(first.timetable).__name__ == "AssetOrTimeSchedule"  # event-driven, hourly sweep
+    assert type(first.timetable).__name__ == "AssetOrTimeSchedule"  # event-driven, weekly sweep
     watched = first.timetable.asset_condition
     assert watched.uri == "kafka-retry-due://kafka_default/orders-retry-1"
     assert [type(w.trigger).__name__ for w in watched.watchers] == ["TierDueEventTrigger"]
@@ -60,6 +60,21 @@ def test_factory_example_builds_the_orders_tiers(bag):
     assert night.get_task("reprocess").window == "01:00-05:00"
     assert night.timetable.timetable.expression == "0 1 * * *"
     assert night.timetable.asset_condition.watchers[0].trigger.window == "01:00-05:00"
+
+
+def test_folder_example_builds_every_topology_of_its_folder(bag):
+    built = {
+        d for d, dag in bag.dags.items() if Path(dag.fileloc).name == "example_retry_topologies_folder.py"
+    }
+    assert built == {
+        f"kafka_retry__{topic}{suffix}"
+        for topic, tiers in (("payments", 2), ("shipments", 3))
+        for suffix in (*(f"-retry-{i}" for i in range(1, tiers + 1)), "-dlt", "__ensure_topics")
+    }
+    tier = bag.dags["kafka_retry__shipments-retry-1"]
+    assert tier.get_task("reprocess").topology == str(DAGS / "topology_folder" / "shipments.yaml")
+    assert "platform" in tier.tags
+    assert tier.get_task("reprocess").retries == 1
 
 
 def test_hand_composed_example(bag):

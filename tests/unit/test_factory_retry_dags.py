@@ -7,7 +7,7 @@ import logging
 import subprocess
 import sys
 import zlib
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -89,7 +89,7 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
     assert task.topology == str(ORDERS)
 
 
-def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_sweep():
+def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_a_weekly_sweep():
     dags = build_retry_dags(
         ORDERS,
         handler=HANDLER,
@@ -120,7 +120,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
             topology.consumer_group(tier),
             "kafka_default",
         )
-        assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 3600.0)
+        assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 45.0)
         assert trigger.due_horizon_ms == 86_400_000 + tier.delay_ms
         assert (trigger.topology_topic, trigger.tier_index) == (
             "orders",
@@ -131,12 +131,20 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         assert dag.get_task("reprocess").cutoff == "now"
         assert dag.get_task("reprocess").skip_missing_topic
         assert dag.get_task("reprocess").follow_ms == 10_000
-    # the default sweep: hourly, at a minute derived from the DAG id, and not at once when first deployed
-    # (no start date: the scheduler's first run is the next tick, not the last one)
-    for dag_id in ("kafka_retry__orders-retry-1", "kafka_retry__orders-retry-2", "kafka_retry__orders-dlt"):
+    # the default sweep: weekly, each DAG of the topology on its own day (slot: tiers in order, then the DLT
+    # watch), at a time of day derived from the DAG id; the factory sets no start date
+    first_day = zlib.crc32(b"orders")
+    for slot, dag_id in (
+        (0, "kafka_retry__orders-retry-1"),
+        (1, "kafka_retry__orders-retry-2"),
+        (3, "kafka_retry__orders-dlt"),
+    ):
         sweep = dags[dag_id].timetable.timetable
         assert type(sweep).__name__ == "CronTriggerTimetable"
-        assert sweep.expression == f"{zlib.crc32(dag_id.encode()) % 60} * * * *", sweep.expression
+        spread = zlib.crc32(dag_id.encode())
+        assert sweep.expression == f"{spread % 60} {spread // 60 % 24} * * {(first_day + slot) % 7}", (
+            sweep.expression
+        )
         assert dags[dag_id].start_date is None
     night = dags["kafka_retry__orders-retry-3"]
     assert night.timetable.timetable.expression == "0 1 * * *"
@@ -144,11 +152,12 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         night.timetable.asset_condition.watchers[0].trigger.window,
         night.get_task("reprocess").window,
     ) == ("01:00-05:00", "01:00-05:00")
-    # the DLT watch runs when a dead letter arrives in any of the topology's DLTs
+    # the DLT watch runs when a dead letter arrives in any of the topology's DLTs or its parking topic
     watch = dags["kafka_retry__orders-dlt"]
     [trigger] = [w.trigger for w in watch.timetable.asset_condition.watchers]
     assert type(trigger).__name__ == "DltArrivalEventTrigger"
-    assert trigger.topics == [t.topic for t in topology.dlt_tiers]
+    assert trigger.topics == [*(t.topic for t in topology.dlt_tiers), topology.parking_topic]
+    assert trigger.optional_topics == [topology.parking_topic]  # watched once it exists
     assert trigger.consumer_group == "orders-service-dlt-watch"
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
     # the topics are created once
@@ -459,3 +468,22 @@ def test_importing_the_package_does_not_import_airflow():
 
     with pytest.raises(AttributeError, match="has no attribute 'build_everything'"):
         airflow_kafka_retry.build_everything
+
+
+def test_the_default_sweeps_of_an_idle_topology_start_at_most_one_run_a_day():
+    from croniter import croniter  # what Airflow's cron timetables use
+
+    dags = build_retry_dags(ORDERS, handler=HANDLER, include_main=True)
+    swept = [d for d in dags.values() if type(d.timetable).__name__ == "AssetOrTimeSchedule"]
+    assert len(swept) == len(load_topology(ORDERS).retry_tiers) + 2  # main topic, retry tiers, DLT watch
+    start = datetime(2026, 3, 2, 0, 0, 30, tzinfo=UTC)  # four weeks of sweeps (ticks are at :00)
+    runs = []
+    for dag in swept:
+        ticks = croniter(dag.timetable.timetable.expression, start)
+        while (when := ticks.get_next(datetime)) < start + timedelta(days=28):
+            runs.append(when)
+    assert len(runs) == 4 * len(swept)  # each DAG once a week
+    per_day = {}
+    for when in runs:
+        per_day[when.date()] = per_day.get(when.date(), 0) + 1
+    assert max(per_day.values()) == 1, per_day

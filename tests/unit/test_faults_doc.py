@@ -92,6 +92,20 @@ def test_a_case_that_ran_replaces_all_its_rows_others_stay_and_removed_ones_go()
     assert rows == {"test_too_big": SKIPPED, "test_hangs[b]": ("5", "test_hangs[b]", "x \\|y", "z", "0")}
 
 
+def test_a_subset_checks_only_the_rows_that_ran_and_names_the_others() -> None:
+    rows = {
+        "test_hangs[b]": ("5", "test_hangs[b]", "x", "z", "0"),
+        "test_too_big": SKIPPED,
+        "test_kills": ("8", "test_kills", "x", "y", "0"),
+    }
+    fresh = [("5", "test_hangs[b]", "x", "z", "0")]
+    assert F.not_run(rows, fresh) == ["test_too_big", "test_kills"]
+    assert F.check_scope(rows, fresh) == (
+        "1 row(s) that ran checked; 2 not checked (did not run this session): test_too_big, test_kills"
+    )
+    assert F.check_scope({"test_hangs[b]": rows["test_hangs[b]"]}, fresh) == "1 row(s) that ran checked"
+
+
 # ----------------------------------------------------------------------------- a whole pytest session
 INNER_CONFTEST = """
 from tests.conftest import pytest_addoption  # noqa: F401
@@ -150,7 +164,7 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
 
     same = _session(pytester, monkeypatch, "a freeze")  # another run id in the measured details: still equal
     assert same.ret == pytest.ExitCode.OK, same.stdout.str()
-    same.stdout.fnmatch_lines(["*docs/faults.md is up to date*"])
+    same.stdout.fnmatch_lines(["*docs/faults.md is up to date*: 2 row(s) that ran checked"])
     assert (pytester.path / ".artifacts" / "faults.md").read_text() != committed  # the run's own details
     assert doc.read_text() == committed
 
@@ -158,13 +172,24 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
     assert changed.ret == pytest.ExitCode.TESTS_FAILED, changed.stdout.str()
     changed.stdout.fnmatch_lines(
         [
-            "FAILED: this run's results differ from *docs/faults.md:",
+            "FAILED: this run's results differ from *docs/faults.md (2 row(s) that ran checked):",
             "-| 1 | test_freeze | a freeze | * | 0 |",
             "+| 1 | test_freeze | a longer freeze | * | 0 |",
             "*regenerate it with `.venv/bin/python -m pytest -m faults --update-faults-doc`*",
         ]
     )
     assert doc.read_text() == committed
+
+    subset = _session(pytester, monkeypatch, "a freeze", "-k", "freeze")  # test_kill's row: kept, not checked
+    assert subset.ret == pytest.ExitCode.OK, subset.stdout.str()
+    subset.stdout.fnmatch_lines(
+        [
+            (
+                "*docs/faults.md is up to date*: 1 row(s) that ran checked; "
+                "1 not checked (did not run this session): test_kill"
+            )
+        ]
+    )
 
     update = _session(pytester, monkeypatch, "a longer freeze", "--update-faults-doc")
     assert update.ret == pytest.ExitCode.OK, update.stdout.str()

@@ -16,7 +16,14 @@ from airflow_kafka_retry.engine.distribution import BUCKET_LABELS, Distribution
 from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
 from airflow_kafka_retry.observability.lineage import lineage_server, replay_lineage, tier_run_lineage
-from airflow_kafka_retry.observability.metrics import backlog_metrics, dlt_watch_metrics, run_metrics
+from airflow_kafka_retry.observability.metrics import (
+    OTHER,
+    backlog_metrics,
+    dlt_watch_metrics,
+    exception_tags,
+    run_metrics,
+    sanitize_tag,
+)
 from airflow_kafka_retry.policy.topology import load_topology
 
 TOPOLOGY = load_topology(str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"))
@@ -127,6 +134,86 @@ def test_metric_tags_never_name_a_partition_offset_or_key():
     assert all(m.name.startswith("kafka_retry.") for m in metrics)
 
 
+#: what a metric may be tagged with: the path, the tier, the DLT, the run's status, a bucket's bound and (the
+#: DLT watch) the exception class. Never a partition, an offset or a key: each would make a series per record.
+TAG_NAMES = {"topology", "tier_topic", "tier", "dlt_topic", "status", "le", "exception"}
+
+
+class _DltMessage:
+    """What the DLT watch reads of a consumed record (a stand-in for confluent_kafka.Message)."""
+
+    def __init__(self, headers: list[tuple[str, bytes]]) -> None:
+        self._headers = headers
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return self._headers
+
+    def topic(self) -> str:
+        return "orders-dlt"
+
+    def partition(self) -> int:
+        return 7
+
+    def offset(self) -> int:
+        return 987_655
+
+    def key(self) -> bytes:
+        return b"cust-4711"
+
+
+def test_no_metric_function_tags_a_partition_offset_or_key():
+    """Every metric function (run, backlog, peek gauges, DLT watch) on records at partition 7, offset 987654,
+    key ``cust-4711``: the tags come from :data:`TAG_NAMES`, and no tag value carries a coordinate or the key;
+    the DLT watch's ``exception`` tag is the class name, never the exception's message."""
+    import struct
+
+    from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary
+    from airflow_kafka_retry.observability.metrics import peek_gauges
+    from airflow_kafka_retry.policy.headers import RETRY_TOPIC_NAMES as N
+
+    p = PartitionSummary("orders-retry-1", 7, "g", drained=3, succeeded=1, handler_calls=3)
+    for topic in ("orders-retry-2", "orders-dlt", "orders-parking"):
+        p.count_route(topic)
+    p.count_dead_letter(DeadLetter("orders-retry-1", 7, 987_654, "a.B", "r", "orders-dlt", 7, 987_655), 100)
+    p.lateness_ms.add(2_000)
+    p.handler_ms.add(30)
+    run = RunSummary("orders.yaml", 1, "orders-retry-1", "g", "local", 0, 1_000, 3_500, [p])
+    peek = TierPeek("orders-retry-1", "g", (7,), (PartitionHead(7, 987_654, 1_000, end_offset=987_660),))
+    watch = DltWatchSummary(group="watch")
+    watch.add(
+        _DltMessage(
+            [
+                (N.original_topic, b"orders-retry-1"),
+                (N.original_partition, struct.pack(">i", 7)),
+                (N.original_offset, struct.pack(">q", 987_654)),
+                (N.exception_fqcn, b"com.acme.PaymentDeclined"),
+                (N.exception_message, b"card of cust-4711 declined at orders-retry-1-7@987654"),
+            ]
+        )
+    )
+    by_function = {
+        "run_metrics": run_metrics(run, TOPOLOGY),
+        "backlog_metrics": backlog_metrics(peek, TOPOLOGY, TOPOLOGY.tier(1), 5_000),
+        "peek_gauges": peek_gauges(peek, "orders", 1, 5_000),
+        "dlt_watch_metrics": dlt_watch_metrics(TOPOLOGY, watch.by_topic_exception),
+    }
+    for function, metrics in by_function.items():
+        assert metrics, function
+        for m in metrics:
+            assert m.name.startswith("kafka_retry."), (function, m)
+            assert set(m.tags) <= TAG_NAMES, (function, m)
+            for value in m.tags.values():
+                assert "98765" not in value, (function, m)  # neither offset 987654 nor 987655
+                assert "cust-4711" not in value, (function, m)
+                assert value != "7", (function, m)
+    [dlt] = by_function["dlt_watch_metrics"]
+    assert dlt.tags == {
+        "topology": "orders",
+        "dlt_topic": "orders-dlt",
+        "exception": "com.acme.PaymentDeclined",
+    }
+
+
 def test_backlog_gauges_from_a_peek():
     now = 1_000_000
     peek = TierPeek(
@@ -152,7 +239,11 @@ def test_backlog_gauges_from_a_peek():
 
 def test_dlt_watch_metrics_per_dlt_and_exception():
     got = _by_name(
-        dlt_watch_metrics(TOPOLOGY, {("orders-dlt", "a.B"): 3, ("orders-validation-dlt", "c.D"): 1})
+        dlt_watch_metrics(
+            TOPOLOGY,
+            {("orders-dlt", "a.B"): 3, ("orders-validation-dlt", "c.D"): 1},
+            {"a.B": "a.B", "c.D": "c.D"},
+        )
     )
     assert got == {
         (
@@ -164,6 +255,18 @@ def test_dlt_watch_metrics_per_dlt_and_exception():
             (("dlt_topic", "orders-validation-dlt"), ("exception", "c.D"), ("topology", "orders")),
         ): ("counter", 1),
     }
+
+
+def test_exception_tags_are_sanitized_and_capped_with_the_topologys_own_classes_always_kept():
+    found = {"a,b=c|d\nx": 5, "com.acme.Z": 4, "com.acme.Y": 3, "com.acme.X": 1}
+    found |= {name: 1 for name in TOPOLOGY.not_retryable}
+    tags = exception_tags(TOPOLOGY, found, admitted={"com.acme.Old"}, cap=3)
+    assert tags["a,b=c|d\nx"] == "a_b_c_d_x"
+    assert tags["com.acme.Z"] == "com.acme.Z"
+    assert tags["com.acme.Y"] == tags["com.acme.X"] == OTHER, tags  # the cap: Old, a_b_c_d_x, Z
+    assert all(tags[name] == sanitize_tag(name) for name in TOPOLOGY.not_retryable)
+    assert sanitize_tag("") == "unknown"
+    assert len(sanitize_tag("x" * 500)) == 100
 
 
 # ----------------------------------------------------------------------------- lineage

@@ -1,0 +1,135 @@
+"""
+``build_retry_dags_from_folder``: the DAGs of every topology YAML of a folder, from one DAG file.
+
+A platform team holding many topologies keeps their YAML files in one folder and one DAG file calls
+this. The DAG processor then parses one file: the provider's import is paid once for all topologies,
+not once per topology file. One bad YAML does not take the other topologies' DAGs down: by default it
+is logged (naming the file and the problem) and skipped, as Airflow DAG factories over config folders
+do; ``strict=True`` turns it into an import error of the DAG file instead. A task process (Airflow's
+parsing context names the DAG it runs) builds only the topology holding that DAG, so a task start does not
+pay for every topology of the folder.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_retry.factory.retry_dags import SETUP_SUFFIX, build_retry_dags
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+log = logging.getLogger(__name__)
+
+#: The topology files of a folder.
+PATTERNS = ("*.yaml", "*.yml")
+
+
+class TopologyFolderError(ValueError):
+    """A topology file of the folder cannot be built (``strict=True``); the message names the file."""
+
+
+def build_retry_dags_from_folder(
+    folder: str | Path,
+    *,
+    handler: str,
+    strict: bool = False,
+    tier_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    **kwargs: Any,
+) -> dict[str, DAG]:
+    """
+    Build the DAGs of every topology YAML (``*.yaml``, ``*.yml``) in ``folder``, sorted by file name.
+
+    Each file is built by :func:`~airflow_kafka_retry.factory.retry_dags.build_retry_dags` with the same
+    arguments; a DAG file does ``globals().update(build_retry_dags_from_folder(...))``. DAG ids come from
+    ``dag_id_template`` (default ``kafka_retry__{topic}``), so the topologies of a folder need distinct
+    topics.
+
+    :param folder: the folder of topology YAML files (not searched recursively).
+    :param handler: the handler of every topology, ``package.module:function``.
+    :param strict: False (default): a file that cannot be built (bad YAML, a DAG id already built from
+        another file) is logged at ERROR, naming the file and the problem, and skipped; the other
+        topologies' DAGs are built. True: it raises ``TopologyFolderError`` naming the file, an import
+        error of the DAG file (so no DAG of the folder is built).
+    :param tier_overrides: as in ``build_retry_dags``, keyed by topic; each topology gets the entries of
+        its own topics. A key matching no topology of the folder is an error.
+    :param kwargs: every other argument of ``build_retry_dags`` (``engine``, ``kafka_conn_id``,
+        ``dag_id_template``, ``trigger``, ``default_args``...).
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        raise TopologyFolderError(f"{root}: not a folder (of topology YAML files)")
+    files = sorted({p for pattern in PATTERNS for p in root.glob(pattern) if p.is_file()})
+    if not files:
+        log.warning("%s: no topology file (%s); no DAG built", root, ", ".join(PATTERNS))
+    overrides = dict(tier_overrides or {})
+    used: set[str] = set()
+    dags: dict[str, DAG] = {}
+    built_from: dict[str, Path] = {}
+    wanted = _parsing_dag_id()
+    for path in files:
+        if wanted is not None and wanted not in _dag_ids(path, kwargs):
+            continue  # a task process of another topology's DAG
+        try:
+            own = _own_overrides(path, overrides)
+            built = build_retry_dags(path, handler=handler, tier_overrides=own or None, **kwargs)
+            for dag_id in built:
+                if dag_id in dags:
+                    raise ValueError(
+                        f"DAG id {dag_id!r} is also built from {built_from[dag_id].name}: the topologies of "
+                        "one folder need distinct topics (or a dag_id_template that tells them apart)"
+                    )
+        except Exception as exc:
+            if strict:
+                raise TopologyFolderError(f"{path}: {exc}") from exc
+            log.error("%s: skipped, none of its DAGs is built: %s: %s", path, type(exc).__name__, exc)
+            continue
+        used.update(own)
+        dags.update(built)
+        built_from.update(dict.fromkeys(built, path))
+    unknown = sorted(set(overrides) - used)
+    if unknown and wanted is None and (strict or not _any_skipped(files, built_from)):
+        raise TopologyFolderError(
+            f"{root}: tier_overrides name {', '.join(unknown)}, a topic of no topology in this folder"
+        )
+    return dags
+
+
+def _parsing_dag_id() -> str | None:
+    """The DAG a task process parses this file for (Airflow's parsing context), else None."""
+    from airflow.sdk import get_parsing_context
+
+    return get_parsing_context().dag_id
+
+
+def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
+    """Every DAG id the topology in ``path`` may get (a file that cannot be loaded: none)."""
+    from airflow_kafka_retry.policy.errors import TopologyError
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    try:
+        topology = load_topology(path)  # cached: build_retry_dags loads it again for free
+    except (TopologyError, OSError):
+        return set()
+    template = kwargs.get("dag_id_template", "kafka_retry__{topic}")
+    topics = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
+    return {template.format(topic=t) for t in topics} | {template.format(topic=topology.topic) + SETUP_SUFFIX}
+
+
+def _own_overrides(path: Path, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The entries of ``overrides`` whose key is a topic of the topology in ``path``."""
+    if not overrides:
+        return {}
+    from airflow_kafka_retry.policy.topology import load_topology
+
+    topology = load_topology(path)  # cached: build_retry_dags loads it again for free
+    topics = {t.topic for t in (*topology.tiers, *topology.dlt_tiers)}
+    return {topic: value for topic, value in overrides.items() if topic in topics}
+
+
+def _any_skipped(files: list[Path], built_from: Mapping[str, Path]) -> bool:
+    """A file was skipped (an override may name one of its topics, so unknown keys are not an error)."""
+    return len(set(built_from.values())) < len(files)

@@ -1,0 +1,89 @@
+"""A folder DAG file through Airflow's own CLI: one bad topology YAML does not take the others down."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+FOLDER_DAG = """
+from airflow_kafka_retry import build_retry_dags_from_folder
+
+globals().update(build_retry_dags_from_folder({folder!r}, handler="handlers.orders:handle", strict={strict}))
+"""
+GOOD = "topic: {topic}\ngroup_id: {topic}-svc\nattempts: 3\nbackoff: {{kind: custom, delays: [30s, 60s]}}\n"
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    """One migrated metadata DB for the module (the CLI refuses to run without); each test has its folder."""
+    home = tmp_path_factory.mktemp("airflow")
+    done = airflow(home, home / "no-dags", "db", "migrate")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return home
+
+
+def airflow(home: Path, dags: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(dags),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "dags"), env.get("PYTHONPATH", "")]),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "airflow", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def json_rows(done: subprocess.CompletedProcess, returncode: int = 0) -> list[dict]:
+    assert done.returncode == returncode, done.stderr[-3000:]
+    for line in reversed(done.stdout.splitlines()):
+        if line.startswith("[") and (line.startswith("[{") or line == "[]"):
+            return json.loads(line)
+    raise AssertionError(f"no JSON in: {done.stdout[-2000:]}")
+
+
+def deploy(home: Path, *, strict: bool) -> Path:
+    folder = home / "topologies"
+    (home / "dags").mkdir(parents=True)
+    folder.mkdir()
+    for topic in ("payments", "shipments"):
+        (folder / f"{topic}.yaml").write_text(GOOD.format(topic=topic))
+    (folder / "refunds.yaml").write_text("topic: refunds\ngroup_id: refunds-svc\nattempts: three\n")
+    (home / "dags" / "retry_topologies.py").write_text(FOLDER_DAG.format(folder=str(folder), strict=strict))
+    return folder
+
+
+def test_a_bad_yaml_is_skipped_and_the_other_topologies_are_listed(airflow_home, tmp_path):
+    deploy(tmp_path, strict=False)
+    dags = tmp_path / "dags"
+    listed = {
+        row["dag_id"]
+        for row in json_rows(airflow(airflow_home, dags, "dags", "list", "--local", "-o", "json"))
+    }
+    assert {f"kafka_retry__{t}-retry-1" for t in ("payments", "shipments")} <= listed
+    assert not any("refunds" in dag_id for dag_id in listed)
+    errors = json_rows(airflow(airflow_home, dags, "dags", "list-import-errors", "--local", "-o", "json"))
+    assert errors == []
+
+
+def test_strict_reports_the_bad_yaml_as_an_import_error_of_the_dag_file(airflow_home, tmp_path):
+    folder = deploy(tmp_path, strict=True)
+    dags = tmp_path / "dags"
+    listed = airflow(airflow_home, dags, "dags", "list-import-errors", "--local", "-o", "json")
+    [error] = json_rows(listed, returncode=1)  # the CLI exits 1 when there are import errors
+    assert error["filepath"].endswith("retry_topologies.py")
+    assert str(folder / "refunds.yaml") in error["error"]
+    assert "attempts" in error["error"]
