@@ -38,7 +38,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.demo import main as demo_main
 
     return demo_main(
-        args.bootstrap, orders=args.orders, partitions=args.partitions, fast=args.fast, out_dir=args.out
+        args.bootstrap,
+        orders=args.orders,
+        partitions=args.partitions,
+        fast=args.fast,
+        out_dir=args.out,
+        kafka=args.kafka,
     )
 
 
@@ -180,7 +185,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the retry path end to end through Airflow on an embedded broker")
     demo.add_argument("--orders", type=int, default=200)
     demo.add_argument("--partitions", type=int, default=3)
-    demo.add_argument("--bootstrap", default=None, help="use this cluster instead of an embedded broker")
+    demo_broker = demo.add_mutually_exclusive_group()
+    demo_broker.add_argument(
+        "--bootstrap", default=None, help="use this cluster instead of an embedded broker"
+    )
+    demo_broker.add_argument(
+        "--kafka",
+        action="store_true",
+        help="start a real single-node Apache Kafka from its Maven Central jars instead of the embedded "
+        "Tansu broker (needs Java 17+ and mvn; the jars are cached in ~/.cache/airflow-kafka-retry)",
+    )
     demo.add_argument(
         "--fast",
         action="store_true",

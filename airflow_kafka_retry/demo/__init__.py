@@ -20,8 +20,13 @@ def main(
     partitions: int = 3,
     fast: bool = False,
     out_dir: str | Path | None = None,
+    kafka: bool = False,
 ) -> int:
-    """Run the demo on ``bootstrap``, or on an embedded broker started for the occasion."""
+    """
+    Run the demo on ``bootstrap``, or on a broker started for it (Tansu; ``kafka``: Apache Kafka).
+
+    ``kafka`` starts a real single-node Apache Kafka from its Maven jars (``testing/kafka.py``).
+    """
     from airflow_kafka_retry.demo.run import run_demo
 
     return run_demo(
@@ -30,4 +35,5 @@ def main(
         partitions=partitions,
         fast=fast,
         out_dir=Path(out_dir) if out_dir else None,
+        kafka=kafka,
     )

@@ -367,6 +367,7 @@ def run_demo(
     partitions: int,
     fast: bool,
     out_dir: Path | None,
+    kafka: bool = False,
     console: Console | None = None,
 ) -> int:
     """The whole demo; returns the process exit code (0: the account reconciles)."""
@@ -382,7 +383,7 @@ def run_demo(
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with _broker(bootstrap, console) as address, StatsdSink(root / METRICS_FILE) as sink:
+        with _broker(bootstrap, console, kafka=kafka) as address, StatsdSink(root / METRICS_FILE) as sink:
             topic = "orders" if bootstrap is None else f"orders-demo-{uuid.uuid4().hex[:6]}"
             deployment = prepare(root, topic=topic, bootstrap=address, statsd_port=sink.port)
             demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
@@ -459,14 +460,22 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 
 @contextmanager
-def _broker(bootstrap: str | None, console: Console) -> Iterator[str]:
+def _broker(bootstrap: str | None, console: Console, *, kafka: bool = False) -> Iterator[str]:
     if bootstrap:
         yield bootstrap
         return
     from airflow_kafka_retry.testing.broker import EmbeddedBroker
+    from airflow_kafka_retry.testing.kafka import ApacheKafka
 
-    with EmbeddedBroker() as broker:
-        console.print(f"embedded Kafka-protocol broker (Tansu, memory only) at {broker.bootstrap}")
+    if kafka:
+        console.print("starting Apache Kafka (single node, KRaft) from its Maven Central jars")
+    with ApacheKafka() if kafka else EmbeddedBroker() as broker:
+        what = (
+            f"Apache Kafka {broker.version}"
+            if isinstance(broker, ApacheKafka)
+            else "embedded Kafka-protocol broker (Tansu, memory only)"
+        )
+        console.print(f"{what} at {broker.bootstrap}")
         try:
             yield broker.bootstrap
         finally:

@@ -47,7 +47,12 @@ from airflow_kafka_retry.dlt.replay_log import (
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY, Target, check_target_spec, source_topic, target_for
 from airflow_kafka_retry.dlt.transform import Transform, apply_transform, load_transform, resolve_transform
-from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts, producer_config
+from airflow_kafka_retry.engine.clients import (
+    KafkaConfigError,
+    init_transactions,
+    partition_counts,
+    producer_config,
+)
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, replayed_headers
@@ -312,7 +317,7 @@ class Replay:
         ensure_log_topic(self.kafka_config, self.log_topic)
         producer = Producer(producer_config(self.kafka_config, self.transactional_id))
         try:
-            producer.init_transactions(_TIMEOUT_S)
+            init_transactions(producer, _TIMEOUT_S)
         except KafkaException as exc:
             raise ReplayAbortedError(
                 f"cannot initialise transactions for replays of {self.source}: {exc.args[0].str()}"

@@ -8,11 +8,12 @@ Kafka provider keeps it in a ``kafka_default`` connection's extra. Nothing here 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 # Keys the engine sets itself; a user value for them would break its guarantees.
 _ENGINE_OWNED = (
@@ -180,3 +181,35 @@ def partition_counts(client: Consumer | Producer, topics: list[str], timeout: fl
             "(airflow-kafka-retry topology create-topics FILE)"
         )
     return counts
+
+
+def init_transactions(producer: Producer, timeout: float) -> None:
+    """``producer.init_transactions``, retried on retriable errors until ``timeout`` seconds passed.
+
+    A broker whose transaction coordinator is still loading or moving answers ``NOT_COORDINATOR`` or
+    ``COORDINATOR_LOAD_IN_PROGRESS`` (a fresh Apache Kafka does, for its first seconds); the client
+    raises those as retriable and the call is to be repeated. Any other error, or the deadline, raises.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            producer.init_transactions(max(deadline - time.monotonic(), 1.0))
+            return
+        except KafkaException as exc:
+            if not coordinator_busy(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
+#: What a broker answers while a group or transaction coordinator loads or moves.
+_COORDINATOR_BUSY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+
+
+def coordinator_busy(exc: KafkaException) -> bool:
+    """Whether ``exc`` is retriable or a coordinator not ready yet (the call is to be repeated)."""
+    err = exc.args[0] if exc.args else None
+    return isinstance(err, KafkaError) and (err.retriable() or err.code() in _COORDINATOR_BUSY)

@@ -11,11 +11,14 @@ routed record is acknowledged. Either way no offset is committed for a record wi
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+from airflow_kafka_retry.engine.clients import init_transactions
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.headers import Header
@@ -74,7 +77,7 @@ class Router:
         """Initialise transactions: aborts whatever a previous run with this id left open (fencing it)."""
         if self.transactional and not self._ready:
             try:
-                self.producer.init_transactions(_TIMEOUT_S)
+                init_transactions(self.producer, _TIMEOUT_S)
             except KafkaException as exc:
                 raise RouteError(f"cannot initialise transactions: {exc.args[0]}") from exc
         self._ready = True
@@ -140,6 +143,7 @@ class Router:
                 with contextlib.suppress(KafkaException):
                     self.producer.abort_transaction(_TIMEOUT_S)
             delivery = f" (delivery failed: {'; '.join(failures[:3])})" if failures else ""
+            delivery += _unacknowledged(routed)
             raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}{delivery}") from exc
         if failures:  # cannot happen after a successful commit; kept as a guard, never ignored
             raise RouteError(f"delivery failed after commit: {'; '.join(failures)}")
@@ -173,3 +177,16 @@ class Router:
                 f"{where}: routed records were delivered but the offset commit failed "
                 f"({exc.args[0]}); the next run will route them again"
             ) from exc
+
+
+def _unacknowledged(routed: Sequence[RoutedRecord]) -> str:
+    """
+    `` (not acknowledged: 18 to topic-a)``: where the records went that no delivery report answered.
+
+    A flush that times out (a destination the client cannot see, say) fails the transaction before
+    any delivery report names the topic; this names it.
+    """
+    waiting = Counter(str(item.destination.topic) for item in routed if item.delivered_offset is None)
+    if not waiting:
+        return ""
+    return " (not acknowledged: " + ", ".join(f"{n} to {topic}" for topic, n in sorted(waiting.items())) + ")"

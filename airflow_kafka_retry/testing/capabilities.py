@@ -50,6 +50,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import OffsetSpec
 
+from airflow_kafka_retry.engine.clients import init_transactions
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics, delete_topics
 
 log = logging.getLogger(__name__)
@@ -266,7 +267,7 @@ def _delivered_offsets(results: list[tuple[KafkaError | None, int]]) -> list[int
 
 def _check_abort_isolation(bootstrap: str, topic: str, timeout: float) -> str | None:
     producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx"})
-    producer.init_transactions(timeout)
+    init_transactions(producer, timeout)
     producer.begin_transaction()
     for _ in range(3):
         producer.produce(topic, value=b"aborted", partition=0)
@@ -444,7 +445,7 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
             consumer = _consumer(
                 bootstrap, **{"group.id": group}
             )  # never subscribes: supplies the group metadata
-            producer.init_transactions(timeout)
+            init_transactions(producer, timeout)
             metadata = consumer.consumer_group_metadata()
             while True:
                 start.wait()
@@ -496,7 +497,7 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
     reader = _consumer(bootstrap, **{"group.id": group})
     holder_open = False
     try:
-        holder.init_transactions(timeout)
+        init_transactions(holder, timeout)
         holder.begin_transaction()
         holder_open = True
         _delivered_offsets(_produce_to(holder, topic, shared, b"open", timeout=timeout))
@@ -594,7 +595,7 @@ def _shown(offset: int | None) -> str:
 
 def _check_offsets_only_transactions(bootstrap: str, topic: str, timeout: float) -> str | None:
     producer = _producer(bootstrap, **{"transactional.id": f"{topic}-tx"})
-    producer.init_transactions(timeout)
+    init_transactions(producer, timeout)
     group_member = _consumer(bootstrap)
     group = group_member.consumer_group_metadata()
     try:

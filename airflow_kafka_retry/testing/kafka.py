@@ -150,6 +150,8 @@ class ApacheKafka:
         self._port: int | None = None
         self._log_path: Path | None = None
         self.ready_seconds: float | None = None
+        #: seconds until the first metadata answer (``ready_seconds`` adds the coordinators' warm-up)
+        self.metadata_seconds: float | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -209,6 +211,8 @@ class ApacheKafka:
                 )
                 continue
             self._port = port
+            self.metadata_seconds = time.monotonic() - started
+            self._warm_up()
             self.ready_seconds = time.monotonic() - started
             log.info(
                 "Apache Kafka %s pid %s on 127.0.0.1:%s, ready in %.1fs (log %s)",
@@ -349,6 +353,36 @@ class ApacheKafka:
             f"Apache Kafka did not answer a metadata request on 127.0.0.1:{port} within "
             f"{self._startup_timeout:.0f}s; log {self._log_path}:\n{tail}"
         )
+
+    def _warm_up(self) -> None:
+        """Load the group and transaction coordinators, so the first test finds them ready.
+
+        A fresh broker creates ``__consumer_offsets`` and ``__transaction_state`` on first use and answers
+        ``COORDINATOR_LOAD_IN_PROGRESS`` / ``NOT_COORDINATOR`` until they are loaded; clients retry,
+        but a capability check or a test with a short deadline would see the delay.
+        """
+        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+        from airflow_kafka_retry.engine.clients import coordinator_busy, init_transactions
+        from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
+
+        common = {"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER}
+        deadline = time.monotonic() + self._startup_timeout
+        init_transactions(
+            Producer({**common, "transactional.id": f"warm-up-{uuid.uuid4()}"}), self._startup_timeout
+        )
+        consumer = Consumer({**common, "group.id": f"warm-up-{uuid.uuid4()}"})
+        try:
+            while True:
+                try:
+                    consumer.committed([TopicPartition("__warm_up", 0)], timeout=self._startup_timeout)
+                    return
+                except KafkaException as exc:
+                    if not coordinator_busy(exc) or time.monotonic() >= deadline:
+                        raise
+                    time.sleep(0.2)
+        finally:
+            consumer.close()
 
     def _reap(self) -> None:
         if self._proc is not None and self._proc.poll() is None:

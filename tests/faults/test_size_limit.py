@@ -54,7 +54,8 @@ def test_a_record_over_the_destination_limit_is_never_committed_past(kafka_boots
             ConfigEntry("max.message.bytes", "1000000", incremental_operation=AlterConfigOpType.SET)
         ],
     )
-    for future in admin_client(kafka_bootstrap).incremental_alter_configs([resource]).values():
+    admin = admin_client(kafka_bootstrap)  # kept alive: a collected client cancels its futures
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)  # the operator raises the limit
     run_all_tiers(topology, config, options(chunk_size=10))
 

@@ -41,8 +41,11 @@ def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
     assert done.returncode == 0, done.stderr[-4000:]
     files = list(out.glob("*.json"))
     assert len(files) == 1
-    assert files[0].name == f"{json.loads(files[0].read_text())['date'][:10]}-headers.json"
     doc = json.loads(files[0].read_text())
+    assert (
+        files[0].name == f"{doc['date'][:19].replace(':', '')}-headers-external.json"
+    )  # the time: one per run
+    assert doc["broker"] == {"kind": "external"}
 
     records = doc["workload"]["records"]
     assert records == 20_000

@@ -312,14 +312,12 @@ def _fence_a_running_replay(bootstrap: str, tmp_path, prefix: str) -> Counter:
     return copies
 
 
-def test_a_second_replay_fences_a_running_one_and_nothing_is_lost(kafka_bootstrap, tmp_path):
-    _fence_a_running_replay(kafka_bootstrap, tmp_path, "fence")
-
-
-@pytest.mark.requires_capability("abort_isolation")
-def test_a_fenced_replay_leaves_no_duplicates(kafka_bootstrap, tmp_path):
-    copies = _fence_a_running_replay(kafka_bootstrap, tmp_path, "fencedup")
-    assert set(copies.values()) == {1}, copies
+def test_a_second_replay_fences_a_running_one_and_nothing_is_lost(
+    kafka_bootstrap, tmp_path, broker_capabilities
+):
+    copies = _fence_a_running_replay(kafka_bootstrap, tmp_path, "fence")
+    if broker_capabilities.abort_isolation:  # the fenced replay's transaction was aborted: no copies
+        assert set(copies.values()) == {1}, copies
 
 
 def test_an_original_topic_set_by_the_producer_is_never_a_default_target(

@@ -24,6 +24,7 @@ from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_
 from airflow_kafka_retry.testing.processes import port_open
 from airflow_kafka_retry.testing.topics import admin_client
 
+pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -194,3 +195,21 @@ def test_second_resolution_runs_no_maven(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert (lib / ".complete").exists()
     monkeypatch.setenv("PATH", str(tmp_path))  # no mvn on PATH now: a cached resolve must not need it
     assert ensure_kafka_jars() == lib
+
+
+def test_a_suite_whose_broker_cannot_start_fails_and_never_falls_back_to_tansu(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The suite's own session broker (tests/conftest.py): an old Java ends the run as failed, naming it."""
+    pytester.makeconftest("from tests.conftest import *  # noqa: F403\n")
+    pytester.makepyfile(
+        test_needs_kafka="def test_needs_kafka(kafka_bootstrap):\n    print('BROKER', kafka_bootstrap)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    monkeypatch.delenv("KAFKA_BOOTSTRAP_SERVERS", raising=False)
+    monkeypatch.delenv("AIRFLOW_KAFKA_RETRY_TEST_BROKER", raising=False)
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, "11.0.2")))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-s", timeout=120)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*could not start the Apache Kafka broker under test*Java 17 or newer*"])
+    assert "BROKER" not in result.stdout.str()

@@ -187,6 +187,10 @@ def check_ledger(
     dlt_ids = Counter(m.key().decode() for m in dlt)
     if not allow_duplicates:
         assert not [i for i, n in dlt_ids.items() if n > 1], "records duplicated in the DLT"
+        for tier in topology.retry_tiers:
+            keys = Counter(m.key() for m in read_all(bootstrap, tier.topic))
+            doubled = [k for k, n in keys.items() if n > 1]
+            assert not doubled, f"records duplicated in {tier.topic}: {doubled[:5]}"
     for rid, (mode, _partition, _offset) in inputs.records.items():
         homes = (["processed"] if rid in processed else []) + (["dlt"] if rid in dlt_ids else [])
         assert len(homes) == 1, f"id {rid} ({mode}) is in {homes or 'no home'}"
