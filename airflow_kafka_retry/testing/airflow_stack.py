@@ -37,10 +37,13 @@ def airflow_env(
     extra: dict[str, str] | None = None,
     api_port: int | None = None,
     pythonpath: Sequence[str | Path] = (),
+    database_url: str | None = None,
 ) -> dict[str, str]:
     """The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
 
     :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
+    :param database_url: the metadata DB's SQLAlchemy URL (e.g. from ``testing/airflow_postgres.py``);
+        default a SQLite file in ``home``.
     """
     port = api_port or free_port()
     (home / "dags").mkdir(parents=True, exist_ok=True)
@@ -54,7 +57,7 @@ def airflow_env(
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url or f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__WORKERS": "1",
@@ -78,10 +81,17 @@ def airflow_env(
 
 
 class AirflowCluster:
-    """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid."""
+    """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid.
 
-    def __init__(self, home: Path, env: dict[str, str], *, cwd: Path | None = None) -> None:
+    :param migrated: the metadata DB already holds Airflow's schema (a copy of a migrated template):
+        :meth:`start` skips ``airflow db migrate``.
+    """
+
+    def __init__(
+        self, home: Path, env: dict[str, str], *, cwd: Path | None = None, migrated: bool = False
+    ) -> None:
         self.home = home
+        self.migrated = migrated
         self.env = env
         self.cwd = cwd or home
         self.airflow = str(Path(sys.executable).with_name("airflow"))
@@ -101,7 +111,8 @@ class AirflowCluster:
     def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
         """Migrate the metadata DB and start ``components``, the api-server first (tasks reach the DB through
         it: a task the scheduler started before it listened would fail)."""
-        self.migrate()
+        if not self.migrated:
+            self.migrate()
         for name in sorted(components, key=lambda c: c != "api-server"):
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
             self._logs[name] = log
@@ -179,7 +190,16 @@ class AirflowCluster:
         self.stop()
 
     # ------------------------------------------------------------------ reading the metadata DB
+    @property
+    def database_url(self) -> str:
+        return self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
     def query(self, sql: str, *params: object) -> list[tuple]:
+        """Rows of ``sql`` (``?`` placeholders) on the metadata DB, SQLite or PostgreSQL."""
+        if self.database_url.startswith("postgresql"):
+            from airflow_kafka_retry.testing.postgres import query
+
+            return query(self.database_url, sql, *params)
         with closing(sqlite3.connect(self.home / "airflow.db", timeout=30)) as con:
             return con.execute(sql, params).fetchall()
 
