@@ -83,15 +83,25 @@ def airflow_env(
 class AirflowCluster:
     """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid.
 
+    A component named ``scheduler#2`` is a second ``airflow scheduler`` (high availability needs a
+    PostgreSQL metadata DB); ``component_env`` adds variables to one component's environment.
+
     :param migrated: the metadata DB already holds Airflow's schema (a copy of a migrated template):
         :meth:`start` skips ``airflow db migrate``.
     """
 
     def __init__(
-        self, home: Path, env: dict[str, str], *, cwd: Path | None = None, migrated: bool = False
+        self,
+        home: Path,
+        env: dict[str, str],
+        *,
+        cwd: Path | None = None,
+        migrated: bool = False,
+        component_env: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.home = home
         self.migrated = migrated
+        self.component_env = component_env or {}
         self.env = env
         self.cwd = cwd or home
         self.airflow = str(Path(sys.executable).with_name("airflow"))
@@ -117,8 +127,8 @@ class AirflowCluster:
             log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
             self._logs[name] = log
             self.processes[name] = subprocess.Popen(
-                [self.airflow, name],
-                env=self.env,
+                [self.airflow, name.partition("#")[0]],
+                env={**self.env, **self.component_env.get(name, {})},
                 cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -140,8 +150,8 @@ class AirflowCluster:
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs[name] = log
         self.processes[name] = subprocess.Popen(
-            [self.airflow, name],
-            env=self.env,
+            [self.airflow, name.partition("#")[0]],
+            env={**self.env, **self.component_env.get(name, {})},
             cwd=self.cwd,
             stdout=log,
             stderr=subprocess.STDOUT,

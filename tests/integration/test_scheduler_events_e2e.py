@@ -1,7 +1,7 @@
 """End to end on a real Airflow deployment: event-driven tier DAGs run by the triggerer's watchers.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-SQLite). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
+PostgreSQL, as in production). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
 failing service: every record fails there once. Records are produced continuously (four a second),
 so records become due continuously on both tiers. Phase 1 runs undisturbed (its lateness is the
 figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) while retry
@@ -90,12 +90,19 @@ def _watched(notes: list[dict]) -> int:
     return sum(n["summary"]["totals"]["new_records"] for n in notes if n["task_id"] == "watch_dlt")
 
 
+def _json(value: str | dict) -> dict:
+    """A JSON column: text on SQLite, decoded already by the PostgreSQL driver."""
+    return value if isinstance(value, dict) else json.loads(value)
+
+
 def _lateness(entries: list[dict]) -> tuple[float, float]:
     late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries]
     return statistics.median(late), max(late)
 
 
-def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, capsys, request):
+def test_event_driven_tiers_run_when_records_are_due(
+    kafka_bootstrap, airflow_database_url, tmp_path, capsys, request
+):
     main = unique_topic("ev")
     topology_file = tmp_path / "topology.yaml"
     topology_file.write_text(
@@ -130,6 +137,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
         },
         pythonpath=[REPO],
+        database_url=airflow_database_url,
     )
     (home / "dags" / "ev_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
     dlt = topology.dlt_topic
@@ -157,7 +165,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
         producer.join(60)
         return killed
 
-    with AirflowCluster(home, env, cwd=REPO) as cluster:
+    with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
         # as a deployment starts: the setup DAG creates the topics once, then the service produces
         setup = f"ev__{main}__ensure_topics"
 
@@ -226,7 +234,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     assert not [k for k in states if k[2] == "failed"], dict(states)
     # one event per wave: no two due events name the same partition heads (the triggerer's restart included)
     waves = Counter(
-        (uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
+        (uri, json.dumps(_json(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
     )
     assert waves and not [w for w, n in waves.items() if n > 1], waves
     assert _watched(_ledger(notify_log)) == len(expected_dlt)
