@@ -32,7 +32,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.demo import main as demo_main
 
     return demo_main(
-        args.bootstrap, orders=args.orders, partitions=args.partitions, fast=args.fast, out_dir=args.out
+        args.bootstrap,
+        orders=args.orders,
+        partitions=args.partitions,
+        fast=args.fast,
+        out_dir=args.out,
+        postgres=args.postgres,
     )
 
 
@@ -160,6 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the DAGs with `airflow dags test` in schedule order instead of the scheduler (CI)",
     )
     demo.add_argument("--out", default=None, help="working directory (default: .artifacts/demo/<time>)")
+    demo.add_argument(
+        "--postgres",
+        action="store_true",
+        help="Airflow's metadata DB on a private PostgreSQL server (Debian's postgresql) instead of SQLite",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     topology = sub.add_parser("topology", help="inspect a retry topology").add_subparsers(

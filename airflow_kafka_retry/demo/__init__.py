@@ -19,6 +19,7 @@ def main(
     partitions: int = 3,
     fast: bool = False,
     out_dir: str | Path | None = None,
+    postgres: bool = False,
 ) -> int:
     """Run the demo on ``bootstrap``, or on an embedded broker started for the occasion."""
     from airflow_kafka_retry.demo.run import run_demo
@@ -29,4 +30,5 @@ def main(
         partitions=partitions,
         fast=fast,
         out_dir=Path(out_dir) if out_dir else None,
+        postgres=postgres,
     )
