@@ -80,11 +80,22 @@ def airflow_env(
     return env
 
 
+def query_metadata(url: str, sql: str, *params: object) -> list[tuple]:
+    """Rows of ``sql`` (``?`` placeholders) on the metadata DB at SQLAlchemy ``url``: SQLite or PostgreSQL."""
+    if url.startswith("postgresql"):
+        from airflow_kafka_retry.testing.postgres import query
+
+        return query(url, sql, *params)
+    with closing(sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)) as con:
+        return con.execute(sql, params).fetchall()
+
+
 class AirflowCluster:
     """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid.
 
     A component named ``scheduler#2`` is a second ``airflow scheduler`` (high availability needs a
-    PostgreSQL metadata DB); ``component_env`` adds variables to one component's environment.
+    PostgreSQL metadata DB); ``component_env`` adds variables to one component's environment;
+    ``components`` are those the ``with`` block starts.
 
     :param migrated: the metadata DB already holds Airflow's schema (a copy of a migrated template):
         :meth:`start` skips ``airflow db migrate``.
@@ -98,10 +109,12 @@ class AirflowCluster:
         cwd: Path | None = None,
         migrated: bool = False,
         component_env: dict[str, dict[str, str]] | None = None,
+        components: Sequence[str] = COMPONENTS,
     ) -> None:
         self.home = home
         self.migrated = migrated
         self.component_env = component_env or {}
+        self.components = tuple(components)
         self.env = env
         self.cwd = cwd or home
         self.airflow = str(Path(sys.executable).with_name("airflow"))
@@ -194,7 +207,7 @@ class AirflowCluster:
             self._logs[name].close()
 
     def __enter__(self) -> AirflowCluster:
-        return self.start()
+        return self.start(self.components)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -206,12 +219,7 @@ class AirflowCluster:
 
     def query(self, sql: str, *params: object) -> list[tuple]:
         """Rows of ``sql`` (``?`` placeholders) on the metadata DB, SQLite or PostgreSQL."""
-        if self.database_url.startswith("postgresql"):
-            from airflow_kafka_retry.testing.postgres import query
-
-            return query(self.database_url, sql, *params)
-        with closing(sqlite3.connect(self.home / "airflow.db", timeout=30)) as con:
-            return con.execute(sql, params).fetchall()
+        return query_metadata(self.database_url, sql, *params)
 
     def task_states(self, dag_id: str) -> list[tuple]:
         """``(run_id, task_id, state)`` of every task instance of ``dag_id``."""
