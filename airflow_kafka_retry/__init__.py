@@ -1,4 +1,5 @@
-"""Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines.
+"""
+Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines.
 
 The top level re-exports what user handler code needs; everything else lives in its sub-package
 (``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them). The DAG factories

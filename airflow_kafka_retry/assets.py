@@ -1,4 +1,5 @@
-"""Kafka topics of a retry path as Airflow Assets, made with the Kafka provider's own factory.
+"""
+Kafka topics of a retry path as Airflow Assets, made with the Kafka provider's own factory.
 
 An asset's URI is ``kafka://<server>/<topic>`` (``create_asset`` of
 ``airflow.providers.apache.kafka.assets.kafka``), so the assets this provider declares are the same

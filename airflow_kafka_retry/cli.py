@@ -1,4 +1,5 @@
-"""``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
+"""
+``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """
@@ -22,10 +23,14 @@ from airflow_kafka_retry.cli_support import (
 from airflow_kafka_retry.policy.errors import TopologyError
 
 
+def _echo_stderr(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
 def _cmd_broker(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.testing.broker import run_broker_cli
 
-    return run_broker_cli(args.port)
+    return run_broker_cli(args.port, kafka=args.kafka)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -104,7 +109,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     if args.engine == "spark":
         from airflow_kafka_retry.spark.submit import SparkSubmitError, run_spark_submit
 
-        echo = (lambda line: sys.stderr.write(line + "\n")) if args.verbose else None
+        echo = _echo_stderr if args.verbose else None
         try:
             summary = run_spark_submit(
                 topology_path=args.topology,
@@ -150,9 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     broker = sub.add_parser(
-        "broker", help="start an embedded Kafka-protocol broker (Tansu) and print its address"
+        "broker",
+        help="start a local broker (embedded Tansu, or Apache Kafka with --kafka), print its address, "
+        "serve until Ctrl-C or SIGTERM",
     )
     broker.add_argument("--port", type=int, default=None, help="loopback port (default: a free one)")
+    broker.add_argument(
+        "--kafka",
+        action="store_true",
+        help="a real single-node Apache Kafka (KRaft) from its Maven Central jars (needs Java 17+ and mvn; "
+        "the jars are cached in ~/.cache/airflow-kafka-retry)",
+    )
     broker.set_defaults(func=_cmd_broker)
 
     demo = sub.add_parser("demo", help="run the retry path end to end through Airflow on an embedded broker")

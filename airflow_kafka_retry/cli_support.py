@@ -1,4 +1,5 @@
-"""What every ``airflow-kafka-retry`` command shares: exit codes, Kafka options, JSON output, error lines.
+"""
+What every ``airflow-kafka-retry`` command shares: exit codes, Kafka options, JSON output, error lines.
 
 Both :mod:`airflow_kafka_retry.cli` and :mod:`airflow_kafka_retry.dlt.cli` import from here; this
 module imports neither, so the two never import each other.
@@ -37,7 +38,7 @@ def add_kafka_args(parser: argparse.ArgumentParser) -> None:
 
 
 def kafka_config(args: argparse.Namespace) -> dict[str, Any]:
-    """librdkafka config from --kafka-config (a JSON file, may hold credentials) and --bootstrap."""
+    """Librdkafka config from --kafka-config (a JSON file, may hold credentials) and --bootstrap."""
     config: dict[str, Any] = {}
     if args.kafka_config:
         with open(args.kafka_config, encoding="utf-8") as fh:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class BatchFailedError(Exception):
-    """Raised by a batch handler to say which record of the batch failed.
+    """
+    Raised by a batch handler to say which record of the batch failed.
 
     The Python counterpart of Spring's ``BatchListenerFailedException``: records before
     ``index`` succeeded, record ``index`` failed with ``cause``, and the records after it are
@@ -23,11 +24,16 @@ class BatchFailedError(Exception):
 
 
 class DeserializationError(Exception):
-    """A record's key or value could not be decoded; never retried (like Spring's DeserializationException)."""
+    """
+    A record's key or value could not be decoded.
+
+    Never retried, like Spring's DeserializationException.
+    """
 
 
 class UnisolatedFailure(RuntimeError):
-    """A record of a failed batch that bisection ran out of budget to try on its own.
+    """
+    A record of a failed batch that bisection ran out of budget to try on its own.
 
     Always retryable, whatever the classification rules (``retry_only`` included), and
     deliberately not chained to the batch's error (``batch_error`` keeps it), so a good record
@@ -44,7 +50,8 @@ class UnisolatedFailure(RuntimeError):
 
 
 class HandlerTimeoutError(TimeoutError):
-    """A handler call did not return within the run's ``handler_timeout``.
+    """
+    A handler call did not return within the run's ``handler_timeout``.
 
     Retryable by default (a ``TimeoutError``), so a record that hangs follows the retry tiers;
     list ``airflow_kafka_retry.errors.HandlerTimeoutError`` in ``not_retryable`` to send it

@@ -12,8 +12,10 @@ def get_provider_info() -> dict[str, Any]:
     return {
         "package-name": "airflow-kafka-retry",
         "name": "Kafka Retry Tiers",
-        "description": "Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines, "
-        "compatible with Spring for Apache Kafka's retry topics.",
+        "description": (
+            "Kafka non-blocking retry tiers and dead-letter topics as scheduled Airflow pipelines, "
+            "compatible with Spring for Apache Kafka's retry topics."
+        ),
         "versions": [__version__],
         "integrations": [
             {

@@ -1,4 +1,5 @@
-"""``python -m bench``: the performance bench of the local and Spark engines against the raw loop.
+"""
+``python -m bench``: the performance bench of the local and Spark engines against the raw loop.
 
     python -m bench                      # 1,000,000 records, sweep 100k / 1M / 3M (about 10 min on 2 cores)
     python -m bench --records 200000     # another size for the cases
@@ -163,8 +164,12 @@ def _rounds(
     records: int,
     repeat: int,
 ) -> dict[str, dict[str, Any]]:
-    """Rounds of every case (interleaved: the machine's load drifts, and a round exposes each case to
-    about the same drift); the fastest round of each is kept, with every wall time and the highest peak RSS."""
+    """
+    Rounds of every case, interleaved; the fastest round of each is kept.
+
+    Interleaved because the machine's load drifts, and a round exposes each case to about the same drift.
+    Every wall time and the highest peak RSS are kept too.
+    """
     cases: dict[str, dict[str, Any]] = {}
     for round_ in range(repeat):
         for name in names:
@@ -185,7 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     folder = Path(tempfile.mkdtemp(prefix="bench-"))
     document: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": "python -m bench " + " ".join(sys.argv[1:]),
         "machine": _machine(),
     }

@@ -1,4 +1,5 @@
-"""The bench cases. Each one runs in a child process of its own: ``python -m bench.cases CASE SPEC``.
+"""
+The bench cases. Each one runs in a child process of its own: ``python -m bench.cases CASE SPEC``.
 
 The child reads the workload description (JSON) from SPEC, runs the case with its own consumer
 group, and prints one JSON line: records read, wall time of the case (clients created to last

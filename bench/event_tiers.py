@@ -1,4 +1,5 @@
-"""``python -m bench.event_tiers``: what event-driven and scheduled tiers cost a real Airflow when idle.
+"""
+``python -m bench.event_tiers``: what event-driven and scheduled tiers cost a real Airflow when idle.
 
     python -m bench.event_tiers                     # baseline, idle event topology, idle scheduled topology
     python -m bench.event_tiers --seconds 120       # a shorter window (default 300 s)
@@ -66,8 +67,11 @@ globals().update(build_retry_dags(
 
 
 def _cpu_seconds(proc: psutil.Process) -> float:
-    """CPU seconds of a process tree: every live process's own, and what each reaped from its dead children
-    (a task process ends; its supervisor, a live executor worker, reaped it)."""
+    """
+    CPU seconds of a process tree: every live process's own, and what each reaped from its dead children.
+
+    A task process ends; its supervisor, a live executor worker, reaped it.
+    """
     total = 0.0
     try:
         tree = [proc, *proc.children(recursive=True)]
@@ -200,9 +204,12 @@ def run_case(
 
 
 def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dict[str, Any]:
-    """``count`` idle event topologies; then records flow through the first one (failing once on its main
-    topic, then succeeding on retry-1 of 10 s or retry-2 of 30 s) and their lateness is measured."""
-    names = [f"cap{i:03d}-{datetime.datetime.now(datetime.timezone.utc):%H%M%S}" for i in range(count)]
+    """
+    ``count`` idle event topologies, then records through the first one; their lateness is measured.
+
+    The records fail once on its main topic, then succeed on retry-1 of 10 s or retry-2 of 30 s.
+    """
+    names = [f"cap{i:03d}-{datetime.datetime.now(datetime.UTC):%H%M%S}" for i in range(count)]
     with tempfile.TemporaryDirectory(prefix="akr-bench-capacity-") as tmp:
         home = Path(tmp)
         ledger = home / "handled.jsonl"
@@ -263,7 +270,11 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
 
 
 def _parse_seconds(cluster: AirflowCluster) -> dict[str, Any]:
-    """The dag-processor's own parse time of each DAG file (``dag.last_parse_duration``, one value per file)."""
+    """
+    The dag-processor's own parse time of each DAG file.
+
+    ``dag.last_parse_duration``, one value per file.
+    """
     rows = cluster.query(
         "SELECT fileloc, max(last_parse_duration) FROM dag WHERE last_parse_duration IS NOT NULL "
         "GROUP BY fileloc"
@@ -304,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="baseline,event,schedule", help="which idle cases to run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
-    stamp = datetime.datetime.now(datetime.timezone.utc)
+    stamp = datetime.datetime.now(datetime.UTC)
     tiers = ("30s", "60s", "120s")
     results: list[dict[str, Any]] = []
     with EmbeddedBroker() as broker:

@@ -1,4 +1,5 @@
-"""The bench workload's handler: a no-op, except that 1 % of records fail (half transiently, half fatally).
+"""
+The bench workload's handler: a no-op, except that 1 % of records fail (half transiently, half fatally).
 
 Record ``i`` has the key ``b"%09d" % i``: it fails when ``i % 100 == 0``, transiently when
 ``(i // 100)`` is even (it goes on to the next retry tier), fatally otherwise (``InvalidRecord`` is

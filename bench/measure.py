@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,10 +25,8 @@ class CaseFailed(RuntimeError):
 def _tree_rss(process: psutil.Process) -> int:
     total = 0
     for member in [process, *process.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             total += member.memory_info().rss
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
     return total
 
 
@@ -48,8 +47,11 @@ def run_case(
     timeout_s: float = 1200,
     broker_pid: int | None = None,
 ) -> dict[str, Any]:
-    """Run ``case`` in ``python -m bench.cases`` and return its JSON line plus ``peak_rss_mb`` of its tree
-    (and ``broker_cpu_s``: the CPU the broker process ``broker_pid`` spent meanwhile, when given)."""
+    """
+    Run ``case`` in ``python -m bench.cases``; return its JSON line plus ``peak_rss_mb`` of its tree.
+
+    With ``broker_pid``, also ``broker_cpu_s``: the CPU that broker process spent meanwhile.
+    """
     broker_before = _cpu_s(broker_pid)
     env = {
         **os.environ,

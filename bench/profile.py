@@ -1,4 +1,5 @@
-"""Where the local engine's time goes: phase timers and a cProfile of every partition thread.
+"""
+Where the local engine's time goes: phase timers and a cProfile of every partition thread.
 
 Run as the ``local_txn_profile`` case (its numbers are not compared: profiling slows it down).
 cProfile and the phase timers see one process, so the profiled drain runs its partitions in
@@ -14,16 +15,17 @@ in a worker process. Phases are wall and thread-CPU seconds summed over the part
 
 from __future__ import annotations
 
-import cProfile
 import collections
+import cProfile
 import io
 import pstats
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from bench.workload import Workload
+if TYPE_CHECKING:
+    from bench.workload import Workload
 
 _PHASES = {
     "start": ("airflow_kafka_retry.engine.route", "Router", "start"),

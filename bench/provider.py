@@ -1,4 +1,5 @@
-"""The Kafka provider's way: ``ConsumeFromTopicOperator`` with an ``apply_function`` producing the 1 %.
+"""
+The Kafka provider's way: ``ConsumeFromTopicOperator`` with an ``apply_function`` producing the 1 %.
 
 The operator subscribes with the connection's consumer group, consumes batches of 1000, calls
 :func:`apply` on every message and commits at the end of each batch (``commit_cadence``
@@ -14,12 +15,14 @@ import json
 import os
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 
 from bench.handler import OK, TRANSIENT, fate
-from bench.workload import Workload
+
+if TYPE_CHECKING:
+    from bench.workload import Workload
 
 CONN_ID = "bench_kafka"
 _ATTEMPTS = [("retry_topic-attempts", (3).to_bytes(4, "big"))]

@@ -1,4 +1,5 @@
-"""The reference: a plain confluent-kafka loop that consumes, produces the 1 % with a header, commits.
+"""
+The reference: a plain confluent-kafka loop that consumes, produces the 1 % with a header, commits.
 
 It assigns every partition of the tier (no group join), consumes in batches of 1000, calls
 :func:`bench.handler.fate` on each key, produces a failing record to the retry topic or the DLT
@@ -12,10 +13,14 @@ them): the least a due-aware drain must do, in one process -- the single-process
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from bench.handler import OK, TRANSIENT, fate
-from bench.workload import Workload
+
+if TYPE_CHECKING:
+    from bench.workload import Workload
 
 
 def run_raw_loop(workload: Workload, group: str, *, read_headers: bool = False) -> int:

@@ -31,7 +31,8 @@ def rate(records: int, seconds: float) -> float:
 
 
 def case_rows(cases: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per case: rec/s, ratio to the raw loop, wall time, peak RSS of the case's process tree.
+    """
+    One row per case: rec/s, ratio to the raw loop, wall time, peak RSS of the case's process tree.
 
     Spark's row without its fixed start-up counts the partition tasks' own time (summed, divided
     by the two slots of ``local[2]``); the start-up is the rest of the ``spark-submit`` wall time.
@@ -202,7 +203,8 @@ def verdict(
     cases: dict[str, dict[str, Any]],
     machine: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The targets, CPU per record, and (when a target is missed) where the time went.
+    """
+    The targets, CPU per record, and (when a target is missed) where the time went.
 
     Every statement about the run (cores, load, what bounds the rate, what transactions and worker
     processes change) is derived from this run's measurements (``machine``, ``cases``, the rows).
@@ -275,11 +277,16 @@ def markdown(
     found: list[dict[str, Any]],
 ) -> str:
     lines = [
-        f"{workload['records']:,} records of 1 KB, {workload['partitions']} partitions, all due, 1 % failing "
-        "(half transient, half fatal); every case reads the same tier with its own consumer group.",
+        (
+            f"{workload['records']:,} records of 1 KB, {workload['partitions']} partitions, all due, "
+            "1 % failing (half transient, half fatal); every case reads the same tier with its own consumer "
+            "group."
+        ),
         "",
-        "**With Spring's 13 headers** (`kafka_original-*`, `kafka_exception-*` with a 20-line stack trace, "
-        "`retry_topic-*`):",
+        (
+            "**With Spring's 13 headers** (`kafka_original-*`, `kafka_exception-*` with a 20-line stack "
+            "trace, `retry_topic-*`):"
+        ),
         "",
         *_table(spring),
     ]

@@ -1,4 +1,5 @@
-"""The bench data: a retry tier of 1 KB records, every one of them due, on the embedded broker.
+"""
+The bench data: a retry tier of 1 KB records, every one of them due, on the embedded broker.
 
 A topology ``<name>`` (attempts 3, fixed 30 s back-off) gives ``<name>-retry-1`` (the tier the
 cases drain), ``<name>-retry-2`` (where transient failures go) and ``<name>-dlt``. Record ``i``
@@ -75,7 +76,10 @@ WORKLOADS = ("spring", "headerless")
 #: What Spring's recoverer writes for a listener that failed on a timeout (20 lines of Java stack trace).
 SPRING_EXCEPTION = ExceptionInfo(
     fqcn="org.springframework.kafka.listener.ListenerExecutionFailedException",
-    message="Listener method 'public void com.example.orders.OrderListener.onOrder(java.lang.String)' threw exception",
+    message=(
+        "Listener method 'public void com.example.orders.OrderListener.onOrder(java.lang.String)' "
+        "threw exception"
+    ),
     stacktrace="org.springframework.kafka.listener.ListenerExecutionFailedException: Listener failed\n"
     + "".join(
         f"\tat com.example.orders.pipeline.Stage{i}.invoke(Stage{i}.java:{40 + i})\n" for i in range(19)
@@ -104,7 +108,11 @@ def spring_headers(name: str, partition: int, due_ms: int) -> list[Header]:
 def produce(
     bootstrap: str, name: str, records: int, partitions: int, folder: Path, *, headers: str = "spring"
 ) -> Workload:
-    """Create the topology's topics and produce ``records`` due records to its tier 1 (``headers``: a workload)."""
+    """
+    Create the topology's topics and produce ``records`` due records to its tier 1.
+
+    ``headers``: a workload.
+    """
     if headers not in WORKLOADS:
         raise ValueError(f"unknown workload {headers!r}; known: {', '.join(WORKLOADS)}")
     topology = load_topology(write_topology(name, folder))

@@ -1,4 +1,5 @@
-"""Replay the ``orders`` dead-letter topics by hand, from a form in the Airflow UI.
+"""
+Replay the ``orders`` dead-letter topics by hand, from a form in the Airflow UI.
 
 Trigger ``kafka_dlt_replay__orders`` with its form: filters (exception class, original topic,
 failure time, key, DLT partitions and offsets, limit), a target, a transform chosen by name from

@@ -1,4 +1,5 @@
-"""One retry tier composed by hand from the provider's operators, and a DAG scheduled on the DLT's asset.
+"""
+One retry tier composed by hand from the provider's operators, and a DAG scheduled on the DLT's asset.
 
 What ``build_retry_dags`` does for every tier, written out for ``orders-retry-1``: create missing
 topics, wait (deferred, in the triggerer) until a record is due, drain the due records in the

@@ -1,4 +1,5 @@
-"""Every retry tier of ``topologies/orders.yaml`` as an event-driven DAG, built by ``build_retry_dags``.
+"""
+Every retry tier of ``topologies/orders.yaml`` as an event-driven DAG, built by ``build_retry_dags``.
 
 This file defines one DAG per retry topic (``kafka_retry__orders-retry-1``, ``-2``, ``-3``), each run
 by the triggerer when its records are due (and hourly as a safety sweep; ``-retry-3`` only in a
@@ -24,7 +25,8 @@ globals().update(
         handler="handlers.orders:handle",
         value_deserializer="handlers.orders:decode",
         on_dlt=[DltLogNotifier()],  # or SlackNotifier(...), SmtpNotifier(...), any callable f(context)
-        asset_server="kafka:9092",  # every topic is an asset kafka://kafka:9092/<topic>; runs emit record counts
+        # every topic is an asset kafka://kafka:9092/<topic>; runs emit record counts
+        asset_server="kafka:9092",
         tier_overrides={
             # the last tier is drained at night only, in a window: its trigger holds due records until the
             # window opens, a run stops when it closes; its safety sweep runs at 01:00

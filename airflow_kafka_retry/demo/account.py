@@ -1,4 +1,5 @@
-"""Where every order went: the reconciliation the demo ends with, and the flow the picture draws.
+"""
+Where every order went: the reconciliation the demo ends with, and the flow the picture draws.
 
 Three independent sources, by order id (the record key; never the order itself):
 
@@ -21,19 +22,36 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.demo.orders import FATES, fate
 from airflow_kafka_retry.dlt.reading import TopicReader
 from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
 from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import last_header
 from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 PROCESSED = "processed"
 UNACCOUNTED = "unaccounted for"
 AFTER_REPLAY = "after DLT replay"
+
+
+def dead_ends(topology: Topology) -> tuple[str, str]:
+    """The demo topology's main DLT and parking topic (it has both: its DLT strategy is not ``no_dlt``)."""
+    if topology.dlt_topic is None or topology.parking_topic is None:
+        raise ValueError(
+            f"{topology.source}: the demo needs a DLT and a parking topic, not dlt_strategy: no_dlt"
+        )
+    return topology.dlt_topic, topology.parking_topic
+
+
+def held_topics(topology: Topology) -> list[str]:
+    """Where the demo's orders can be held: every DLT, then the parking topic."""
+    return [*(t.topic for t in topology.dlt_tiers), dead_ends(topology)[1]]
 
 
 @dataclass(frozen=True)
@@ -52,8 +70,9 @@ def read_produced(kafka_config: Mapping[str, Any], topic: str) -> Counter[str]:
     with TopicReader(kafka_config) as reader:
         for partition in range(reader.partitions(topic)):
             for message in reader.read(topic, partition):
-                if last_header(message.headers() or [], REPLAY_ID) is None:
-                    written[message.key().decode() if message.key() is not None else "?"] += 1
+                if last_header(headers_of(message) or [], REPLAY_ID) is None:
+                    key = message.key()
+                    written[key.decode() if key is not None else "?"] += 1
     return written
 
 
@@ -72,7 +91,7 @@ def _id(order_id: str) -> tuple[int, str]:
 def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str, list[Parked]]:
     """Order id -> its records in the DLTs and the parking topic (keys and coordinates only)."""
     found: dict[str, list[Parked]] = {}
-    topics = [t.topic for t in topology.dlt_tiers] + [topology.parking_topic]
+    topics = held_topics(topology)
     with TopicReader(kafka_config) as reader:
         for topic in topics:
             try:
@@ -84,9 +103,12 @@ def read_parked(kafka_config: Mapping[str, Any], topology: Topology) -> dict[str
             )
             for partition in range(partitions):
                 for message in reader.read(topic, partition):
-                    key = message.key().decode() if message.key() is not None else "?"
+                    raw_key = message.key()
+                    key = raw_key.decode() if raw_key is not None else "?"
                     found.setdefault(key, []).append(
-                        Parked(topic, partition, message.offset(), (partition, message.offset()) in replayed)
+                        Parked(
+                            topic, partition, offset_of(message), (partition, offset_of(message)) in replayed
+                        )
                     )
     return found
 
@@ -107,6 +129,8 @@ class OrderAccount:
 
 @dataclass
 class Account:
+    """The demo's books: where every order ended, its lateness, and what the XCom summaries say."""
+
     orders: list[OrderAccount]
     lateness: dict[str, dict[str, float | int]]
     xcom_succeeded: dict[str, int]
@@ -155,8 +179,12 @@ class Account:
 
     @property
     def reconciles(self) -> bool:
-        """Every order read back is in exactly one final place, the producer wrote what it meant to (each
-        order once), nothing else was handled or parked, and the XCom summaries agree with the books."""
+        """
+        True when the books balance.
+
+        Every order read back is in exactly one final place, the producer wrote what it meant to (each order
+        once), nothing else was handled or parked, and the XCom summaries agree with the books.
+        """
         return (
             self.placed == self.produced
             and self.intended in (None, self.produced)
@@ -194,7 +222,8 @@ def reconcile(
     intended: int | None = None,
     written: Mapping[str, int] | None = None,
 ) -> Account:
-    """Put every produced order (id -> fate, read back from the topic) in its final place(s); trace its path.
+    """
+    Put every produced order (id -> fate, read back from the topic) in its final place(s); trace its path.
 
     ``intended`` is how many orders the producer meant to write; ``written`` how many times each id was read
     back from the topic (an id written more than once, or fewer ids than intended, does not reconcile).
@@ -202,7 +231,7 @@ def reconcile(
     entries: dict[str, list[Mapping[str, Any]]] = {}
     for e in sorted(handled, key=lambda e: e["handled_ms"]):
         entries.setdefault(str(e["id"]), []).append(e)
-    main, parking = topology.topic, topology.parking_topic
+    main, parking = topology.topic, dead_ends(topology)[1]
     tiers = {t.topic for t in topology.retry_tiers}
     orders, twice = [], 0
     for order_id, kind in produced.items():

@@ -1,4 +1,5 @@
-"""The demo's throw-away Airflow home: topology file, DAG file and the environment of every Airflow process.
+"""
+The demo's throw-away Airflow home: topology file, DAG file and the environment of every Airflow process.
 
 The tier DAGs are the factory's (``build_retry_dags`` with ``include_main=True``, so the main topic
 runs as tier 0 too), event-driven (the default), with the DLT notifiers (``DltLogNotifier`` and the
@@ -21,7 +22,8 @@ from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env, free_port
 
 DELAYS = ("10s", "20s")
-#: The main topic's DAG (delay 0) and the 10 s tier are scheduled at this floor (the factory's default is 30 s).
+#: The main topic's DAG (delay 0) and the 10 s tier are scheduled at this floor (the factory's default
+#: is 30 s).
 MIN_SCHEDULE = timedelta(seconds=5)
 DAG_ID_TEMPLATE = "kafka_retry__{topic}"
 HANDLER = "airflow_kafka_retry.demo.orders:handle_orders"
@@ -116,7 +118,11 @@ METRICS_FILE = "metrics.statsd"
 
 
 def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
-    """Airflow's own settings turning metrics (StatsD, InfluxDB-style tags) and OpenLineage (file transport) on."""
+    """
+    Airflow's own settings that turn metrics and OpenLineage on.
+
+    Metrics go to StatsD with InfluxDB-style tags, OpenLineage events through the file transport.
+    """
     (root / LINEAGE_DIR).mkdir(parents=True, exist_ok=True)
     env = {
         # a file per event: tasks running at once never write into one file
@@ -124,7 +130,8 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
             {"type": "file", "append": False, "log_file_path": str(root / LINEAGE_DIR / "event")}
         ),
         "AIRFLOW__OPENLINEAGE__NAMESPACE": "airflow-kafka-retry-demo",
-        # the listener gives up on an event after this many seconds (default 10): a busy 2-core machine needs more
+        # the listener gives up on an event after this many seconds (default 10): a busy 2-core machine
+        # needs more
         "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "60",
         # emit from a thread of the task, not a forked copy of it: a fork of a process that ran Kafka clients
         # and thread pools can hang, and Airflow kills a task still running 20 s after it succeeded
@@ -151,8 +158,12 @@ def prepare(
     statsd_port: int | None = None,
     database_url: str | None = None,
 ) -> Deployment:
-    """Write the topology and the DAG file into a fresh Airflow home under ``root``; with ``statsd_port``,
-    Airflow sends its metrics to that StatsD port; ``database_url``: the metadata DB (default SQLite)."""
+    """
+    Write the topology and the DAG file into a fresh Airflow home under ``root``.
+
+    With ``statsd_port``, Airflow sends its metrics to that StatsD port; ``database_url`` is the metadata
+    DB (default: SQLite in the home).
+    """
     home = root / "airflow"
     topologies = home / "dags" / "topologies"
     topologies.mkdir(parents=True, exist_ok=True)

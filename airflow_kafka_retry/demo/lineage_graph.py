@@ -1,4 +1,5 @@
-"""The demo's lineage graph: what the OpenLineage events of its tasks say moved from topic to topic.
+"""
+The demo's lineage graph: what the OpenLineage events of its tasks say moved from topic to topic.
 
 The demo's Airflow writes its OpenLineage events with the provider's file transport, a file
 each (``openlineage/``). Each completed tier run, replay and watch names its Kafka datasets and
@@ -12,11 +13,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.demo.account import PROCESSED
 from airflow_kafka_retry.demo.picture import columns
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 _COLORS = {
     "main": "#4C72B0",
@@ -28,19 +31,31 @@ _COLORS = {
 
 
 def read_events(folder: Path) -> list[dict[str, Any]]:
-    """The events an OpenLineage file transport (``append: false``) wrote into ``folder``, one JSON file each."""
+    """
+    The events an OpenLineage file transport wrote into ``folder``.
+
+    One JSON file each (``append: false``).
+    """
     return [json.loads(f.read_text()) for f in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
 def unfinished_runs(events: list[dict[str, Any]]) -> set[str]:
-    """Runs of tasks with datasets (this provider's operators) that started and have no COMPLETE/FAIL/ABORT yet."""
+    """
+    Runs of tasks with datasets that started and have no COMPLETE/FAIL/ABORT event yet.
+
+    Tasks with datasets are this provider's operators.
+    """
     started = {e["run"]["runId"] for e in events if e.get("eventType") == "START" and e.get("inputs")}
     ended = {e["run"]["runId"] for e in events if e.get("eventType") in ("COMPLETE", "FAIL", "ABORT")}
     return started - ended
 
 
 def lineage_edges(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"namespace", "edges": [[from, to, records], ...], "runs": {kind: n}}`` from completed task events."""
+    """
+    The lineage graph's data, from completed task events.
+
+    ``{"namespace", "edges": [[from, to, records], ...], "runs": {kind: n}}``.
+    """
     edges: Counter[tuple[str, str]] = Counter()
     runs: Counter[str] = Counter()
     namespaces: set[str] = set()
@@ -69,7 +84,11 @@ def lineage_edges(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def draw_lineage(data: dict[str, Any], topology: Topology, png: Path, *, title: str) -> Path:
-    """Draw ``data`` (from :func:`lineage_edges`) as a node-and-arrow graph; its data goes next to it as JSON."""
+    """
+    Draw ``data`` (from :func:`lineage_edges`) as a node-and-arrow graph.
+
+    Its data goes next to it as JSON.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -128,7 +147,11 @@ def draw_lineage(data: dict[str, Any], topology: Topology, png: Path, *, title: 
 def _place(
     name: str, layout: dict[str, tuple[int, str]], last: int, topology: Topology
 ) -> tuple[float, float]:
-    """Main topic and tiers on one line; processed above the end, DLTs below, parking at the end of the line."""
+    """
+    Main topic and tiers on one line.
+
+    Processed above the end, DLTs below, parking at the end of the line.
+    """
     column, kind = layout.get(name, (last, PROCESSED))
     x = column / max(last, 1)
     if kind == PROCESSED:

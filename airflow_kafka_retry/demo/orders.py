@@ -1,4 +1,5 @@
-"""The demo's order service: the orders it receives, its handler, and the bug that gets fixed.
+"""
+The demo's order service: the orders it receives, its handler, and the bug that gets fixed.
 
 Runs inside the Airflow workers (the tier DAGs call :func:`handle_orders`), so it imports no
 Airflow. Each order's fate follows from its id:

@@ -1,4 +1,5 @@
-"""The demo's picture: the flow main topic -> tiers -> processed / DLT / parking, and each tier's lateness.
+"""
+The demo's picture: the flow main topic -> tiers -> processed / DLT / parking, and each tier's lateness.
 
 Band widths are proportional to order counts. The data it is drawn from is written next to the
 PNG as JSON (``flow.json``), so a test can compare it with the final table.
@@ -10,10 +11,12 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.demo.account import PROCESSED, UNACCOUNTED, Account
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.demo.account import PROCESSED, UNACCOUNTED, Account, dead_ends
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 _COLORS = {
     "main": "#4C72B0",
@@ -33,11 +36,12 @@ def columns(topology: Topology) -> dict[str, tuple[int, str]]:
     for i, tier in enumerate(topology.retry_tiers, start=1):
         nodes[tier.topic] = (i, "retry")
     last = len(topology.retry_tiers) + 2
-    nodes[topology.dlt_topic] = (last - 1, "dlt")
+    dlt, parking = dead_ends(topology)
+    nodes[dlt] = (last - 1, "dlt")
     nodes[PROCESSED] = (last, PROCESSED)
     for tier in topology.dlt_tiers[1:]:
         nodes[tier.topic] = (last, "dlt")
-    nodes[topology.parking_topic] = (last, "parking")
+    nodes[parking] = (last, "parking")
     nodes[UNACCOUNTED] = (last, UNACCOUNTED)
     return nodes
 

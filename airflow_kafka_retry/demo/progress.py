@@ -1,4 +1,5 @@
-"""Live progress of the demo: per tier drained, succeeded, routed, waiting and next due.
+"""
+Live progress of the demo: per tier drained, succeeded, routed, waiting and next due.
 
 Counts come from the reprocess tasks' XCom run summaries (Airflow's metadata DB) and the broker
 (``scan_backlog``: the tier group's backlog and due times, read from headers); never from
@@ -13,22 +14,27 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from airflow_kafka_retry.demo.deployment import Deployment
+from airflow_kafka_retry.demo.account import held_topics
 from airflow_kafka_retry.demo.orders import ALERTS_FILE, read_lines
 from airflow_kafka_retry.engine.backlog import scan_backlog
 from airflow_kafka_retry.testing.airflow_stack import query_metadata
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.demo.deployment import Deployment
 
 PROGRESS_GROUP_SUFFIX = "-demo-progress"  # never commits: counts every record of a DLT
 
 
 @dataclass
 class TierProgress:
+    """One tier's progress in the demo's live table."""
+
     topic: str
     delay_s: float
     runs: int = 0
@@ -43,6 +49,8 @@ class TierProgress:
 
 @dataclass
 class Snapshot:
+    """What the demo's live table shows at one moment."""
+
     tiers: list[TierProgress]
     dlt_records: dict[str, int | None]
     alerts: int
@@ -145,7 +153,7 @@ class ProgressReader:
                 row.waiting, row.next_due_ms = totals["scanned"], totals["next_due_ms"]
             tiers.append(row)
         dlts: dict[str, int | None] = {}
-        for topic in [t.topic for t in topology.dlt_tiers] + [topology.parking_topic]:
+        for topic in held_topics(topology):
             backlog = scan_backlog(
                 self.kafka_config, topic, topology.group_id + PROGRESS_GROUP_SUFFIX, now_ms=now, timeout_s=5
             )

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from rich.console import Console
+from typing import TYPE_CHECKING
+
 from rich.table import Table
 
-from airflow_kafka_retry.demo.account import Account
 from airflow_kafka_retry.demo.orders import FATE_NOTES, FATES
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from airflow_kafka_retry.demo.account import Account
 
 
 def print_account(console: Console, account: Account, produced_label: str) -> None:

@@ -1,9 +1,10 @@
-"""The demo's course: broker, Airflow, orders, the tier DAGs at work, the fix and DLT replay, the account.
+"""
+The demo's course: broker, Airflow, orders, the tier DAGs at work, the fix and DLT replay, the account.
 
 Full mode runs the tier DAGs under the real scheduler (api-server, scheduler, dag-processor and
-triggerer, LocalExecutor on SQLite, or on a private PostgreSQL server with ``postgres``); ``fast`` runs each DAG with ``airflow dags test``, in schedule
-order, whenever its tier has records waiting (for CI). Every process started here is stopped on
-the way out, on errors and Ctrl-C too.
+triggerer, LocalExecutor on SQLite, or on a private PostgreSQL server with ``postgres``); ``fast``
+runs each DAG with ``airflow dags test``, in schedule order, whenever its tier has records waiting
+(for CI). Every process started here is stopped on the way out, on errors and Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -19,14 +20,21 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 
-from airflow_kafka_retry.demo.account import Account, produced_fates, read_parked, read_produced, reconcile
+from airflow_kafka_retry.demo.account import (
+    Account,
+    dead_ends,
+    produced_fates,
+    read_parked,
+    read_produced,
+    reconcile,
+)
 from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, METRICS_FILE, Deployment, prepare
 from airflow_kafka_retry.demo.lineage_graph import draw_lineage, lineage_edges, read_events, unfinished_runs
 from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, order_record, read_lines
@@ -45,6 +53,8 @@ class DemoError(RuntimeError):
 
 
 class Demo:
+    """One run of the demo: the deployment, its orders, the live table and the final account."""
+
     def __init__(
         self,
         deployment: Deployment,
@@ -101,7 +111,7 @@ class Demo:
         self._drain("orders flowing through the tiers", producer)
         if self.fast:
             self._cli(
-                "dags", "test", self.d.dag_id(topology.dlt_topic)
+                "dags", "test", self.d.dag_id(dead_ends(topology)[0])
             )  # the DLT watch: alerts for new records
         self._say(
             f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying "
@@ -242,8 +252,11 @@ class Demo:
         )
 
     def _quiesce(self, timeout_s: float = 180) -> None:
-        """Pause the demo's DAGs and let the tasks still going finish, and their OpenLineage events be written
-        (a task's listener emits after Airflow recorded its end); Airflow is stopped only then."""
+        """
+        Pause the demo's DAGs and let the tasks still going finish; only then stop Airflow.
+
+        Their OpenLineage events get written too: a task's listener emits after Airflow recorded its end.
+        """
         if self.fast:
             return
         self._cli("dags", "pause", "--treat-dag-id-as-regex", "-y", "^kafka_")
@@ -368,7 +381,7 @@ def run_demo(
             "[bold red]demo failed:[/] the picture needs matplotlib: pip install 'airflow-kafka-retry[demo]'"
         )
         return 1
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -458,8 +471,12 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 @contextmanager
 def _metadata_db(postgres: bool, console: Console) -> Iterator[str | None]:
-    """``None`` (SQLite in the Airflow home), or with ``postgres`` the URL of a database on a private
-    PostgreSQL server (Debian's ``postgresql``), stopped at the end."""
+    """
+    Yield the metadata DB's URL: ``None`` for SQLite in the Airflow home.
+
+    With ``postgres``, a database on a private PostgreSQL server (Debian's ``postgresql``), stopped at
+    the end.
+    """
     if not postgres:
         yield None
         return

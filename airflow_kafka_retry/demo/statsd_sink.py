@@ -1,4 +1,5 @@
-"""The demo's metrics backend: a StatsD socket on 127.0.0.1 that keeps this provider's lines in a file.
+"""
+The demo's metrics backend: a StatsD socket on 127.0.0.1 that keeps this provider's lines in a file.
 
 The demo's Airflow sends its metrics there with its own ``[metrics]`` settings (``statsd_on``,
 InfluxDB-style tags), as it would to Telegraf or Prometheus' ``statsd_exporter``; the demo then
@@ -18,7 +19,11 @@ KEEP_PREFIX = "airflow.kafka_retry."
 
 
 class StatsdSink:
-    """``with StatsdSink(path) as sink:`` listens on ``127.0.0.1:sink.port`` and appends kept lines to ``path``."""
+    """
+    A StatsD listener on loopback that appends the lines it keeps to a file.
+
+    ``with StatsdSink(path) as sink:`` listens on ``127.0.0.1:sink.port`` and appends kept lines to ``path``.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path

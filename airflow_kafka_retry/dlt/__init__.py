@@ -1,4 +1,5 @@
-"""DLT operations: inspect a dead-letter (or parking) topic, replay records from it, exactly once.
+"""
+DLT operations: inspect a dead-letter (or parking) topic, replay records from it, exactly once.
 
 One concept per module: ``records`` (a DLT record and what its headers say), ``reading`` (reading
 a topic without committing), ``groups`` (grouping for inspect), ``filters`` (which records a

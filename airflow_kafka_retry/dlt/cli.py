@@ -1,4 +1,8 @@
-"""``airflow-kafka-retry dlt inspect`` and ``dlt replay``: the argparse wiring (the work is in this package)."""
+"""
+``airflow-kafka-retry dlt inspect`` and ``dlt replay``: the argparse wiring.
+
+The work is in this package.
+"""
 
 from __future__ import annotations
 

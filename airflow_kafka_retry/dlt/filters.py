@@ -1,4 +1,5 @@
-"""Which DLT records a replay selects: exception class, original topic, time, key, partition, offsets.
+"""
+Which DLT records a replay selects: exception class, original topic, time, key, partition, offsets.
 
 Filters of different kinds are combined with AND; repeated values of one kind with OR. Every
 value is checked when the filter is built, so a bad one fails before anything is read or moved.
@@ -7,14 +8,17 @@ value is checked when the filter is built, so a bad one fails before anything is
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.policy.classify import is_dotted_name
 from airflow_kafka_retry.policy.durations import parse_duration_ms
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
 
 
 def parse_time_ms(value: object, *, now_ms: int, option: str) -> int:
@@ -26,7 +30,7 @@ def parse_time_ms(value: object, *, now_ms: int, option: str) -> int:
     if isinstance(value, int):
         return value
     if isinstance(value, datetime):
-        return int((value if value.tzinfo else value.replace(tzinfo=timezone.utc)).timestamp() * 1000)
+        return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp() * 1000)
     text = str(value).strip()
     if text.isdigit():
         return int(text)
@@ -64,7 +68,9 @@ def _as_list(value: object) -> list[Any]:
         return []
     if isinstance(value, str | bytes | int):
         return [value]
-    return [v for v in value if v is not None and v != ""]  # type: ignore[union-attr]
+    if not isinstance(value, Iterable):
+        raise TypeError(f"expected a value or a list of values, got {type(value).__name__}")
+    return [v for v in value if v is not None and v != ""]
 
 
 def _split(value: object) -> tuple[str, ...]:
@@ -73,7 +79,8 @@ def _split(value: object) -> tuple[str, ...]:
 
 
 def loaded_class(name: str) -> type | None:
-    """The class named ``name`` (dotted; a bare name is a builtin) if its module is already loaded.
+    """
+    The class named ``name`` (dotted; a bare name is a builtin) if its module is already loaded.
 
     Never imports: a filter or a record's exception header must not run code. Only modules in
     ``sys.modules`` are looked in, through their ``__dict__`` (a module ``__getattr__`` may import).
@@ -120,7 +127,8 @@ class ReplayFilter:
         limit: object = None,
         now_ms: int,
     ) -> ReplayFilter:
-        """Check and normalise filter options as the CLI, the operator and the DAG form give them.
+        """
+        Check and normalise filter options as the CLI, the operator and the DAG form give them.
 
         ``exception``, ``original_topic`` and ``partition`` take one value, a list, or comma-separated
         values; ``key`` strings (UTF-8) or bytes;

@@ -5,10 +5,11 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Collection, Iterable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.dlt.records import DltRecord
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
 
 Bucket = Literal["hour", "day"]
 BUCKETS: tuple[Bucket, ...] = ("hour", "day")
@@ -16,12 +17,12 @@ BUCKETS: tuple[Bucket, ...] = ("hour", "day")
 
 def iso_ms(ms: int) -> str:
     """Epoch milliseconds as an ISO-8601 UTC time (second precision)."""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def bucket_of(ms: int, bucket: Bucket) -> str:
     """The hour (``2026-11-23T10:00Z``) or day (``2026-11-23``) a failure time falls in, UTC."""
-    at = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    at = datetime.fromtimestamp(ms / 1000, tz=UTC)
     return at.strftime("%Y-%m-%dT%H:00Z") if bucket == "hour" else at.strftime("%Y-%m-%d")
 
 
@@ -34,7 +35,8 @@ def _text(value: bytes | None, limit: int = 200) -> str | None:
 
 @dataclass
 class Group:
-    """Records of one (exception, cause, original topic, failure hour/day).
+    """
+    Records of one (exception, cause, original topic, failure hour/day).
 
     ``failed_at`` is the DLT record's timestamp (when it was dead-lettered); ``samples`` are a few
     coordinates (``partition@offset``), with key and value only when asked for.
@@ -101,8 +103,11 @@ def group_records(
 
 
 def printable(text: str) -> str:
-    """``text`` safe for a terminal: control and format characters (escape sequences, bidi overrides,
-    line breaks) shown escaped (``\\x1b``, ``\\u202e``) instead of acting on the terminal.
+    r"""
+    ``text`` made safe for a terminal.
+
+    Control and format characters (escape sequences, bidi overrides, line breaks) are shown escaped
+    (``\x1b``, ``\u202e``) instead of acting on the terminal.
 
     Header strings come from whoever produced the record; the table shows them through this.
     """
@@ -115,7 +120,8 @@ def printable(text: str) -> str:
 
 
 def format_table(report: dict[str, Any]) -> str:
-    """The inspect report as a text table (one line per group, samples as partition@offset).
+    """
+    The inspect report as a text table (one line per group, samples as partition@offset).
 
     Exception classes and original topics (record headers) are passed through :func:`printable`.
     """
@@ -144,8 +150,10 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
     lines = [
-        f"{report['topic']}: {report['records']} record(s), {report['replayed']} replayed "
-        f"(replay log {report['replay_log']})"
+        (
+            f"{report['topic']}: {report['records']} record(s), {report['replayed']} replayed "
+            f"(replay log {report['replay_log']})"
+        )
     ]
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]

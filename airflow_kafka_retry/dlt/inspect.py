@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.groups import BUCKETS, Bucket, group_records
@@ -12,7 +12,9 @@ from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
 from airflow_kafka_retry.dlt.topics import source_topic
 from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 
 def inspect_dlt(
@@ -24,7 +26,8 @@ def inspect_dlt(
     samples: int = 3,
     show_values: bool = False,
 ) -> dict[str, Any]:
-    """Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
+    """
+    Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
 
     Returns plain data: the topic, record and replayed counts per partition and in total, the
     groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`) and the replays in its replay log

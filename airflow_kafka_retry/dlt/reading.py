@@ -1,4 +1,5 @@
-"""Reading a topic's committed records without committing anything.
+"""
+Reading a topic's committed records without committing anything.
 
 An assigned (never subscribed) consumer with a throw-away group id reads each partition from a
 start offset to its end, ``read_committed``. The end is where the broker reports partition EOF
@@ -16,6 +17,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import consumer_config, partition_counts
+from airflow_kafka_retry.engine.consumed import offset_of
 
 _POLL_S = 1.0
 
@@ -38,7 +40,8 @@ def read_partition(
     end: int | None = None,
     idle_timeout_s: float = 60.0,
 ) -> Iterator[Message]:
-    """Yield the records of ``topic[partition]`` from ``start`` (default: the beginning) to its end.
+    """
+    Yield the records of ``topic[partition]`` from ``start`` (default: the beginning) to its end.
 
     :param end: stop before this offset (a snapshot taken earlier); default: the partition's end
         as the broker reports it while reading.
@@ -65,7 +68,7 @@ def read_partition(
                 if error.code() == KafkaError._PARTITION_EOF:
                     return
                 raise ReadError(f"{where}: read failed: {error}")
-            offset = message.offset()
+            offset = offset_of(message)
             if start is not None and offset < start:
                 continue  # the broker reset a start past the end to the beginning
             if high is None:

@@ -1,4 +1,5 @@
-"""A record read from a DLT (or parking topic), and what its headers say about the failure.
+"""
+A record read from a DLT (or parking topic), and what its headers say about the failure.
 
 Both of Spring's header families are read (``kafka_exception-*`` / ``kafka_original-*`` written by
 non-blocking retries, ``kafka_dlt-exception-*`` / ``kafka_dlt-original-*`` written by a plain
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-from confluent_kafka import Message
-
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.policy.headers import (
     HEADER_NAMES,
     Header,
@@ -20,6 +21,9 @@ from airflow_kafka_retry.policy.headers import (
     read_original_coordinates,
 )
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, read_replay_audit
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 
 def _first_text(headers: tuple[Header, ...], field: str) -> str | None:
@@ -32,7 +36,8 @@ def _first_text(headers: tuple[Header, ...], field: str) -> str | None:
 
 @dataclass(frozen=True)
 class DltRecord:
-    """One dead-lettered record, as a replay transform gets it.
+    """
+    One dead-lettered record, as a replay transform gets it.
 
     A transform returns it edited with ``dataclasses.replace(record, value=..., key=..., headers=...)``
     (``key``/``value`` bytes or None, ``headers`` a sequence of ``(str, bytes | None)``), or None to
@@ -51,13 +56,13 @@ class DltRecord:
     @classmethod
     def from_message(cls, message: Message) -> DltRecord:
         return cls(
-            topic=message.topic(),
-            partition=message.partition(),
-            offset=message.offset(),
+            topic=topic_of(message),
+            partition=partition_of(message),
+            offset=offset_of(message),
             timestamp_ms=message.timestamp()[1],
             key=message.key(),
             value=message.value(),
-            headers=tuple(message.headers() or ()),
+            headers=tuple(headers_of(message) or ()),
         )
 
     @property

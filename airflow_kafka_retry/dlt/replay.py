@@ -1,4 +1,5 @@
-"""Replay DLT records: select, check, then move each record with its log entry in one Kafka transaction.
+"""
+Replay DLT records: select, check, then move each record with its log entry in one Kafka transaction.
 
 A replay runs in three steps, and nothing is written before the third:
 
@@ -19,12 +20,13 @@ A replay runs in three steps, and nothing is written before the third:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -46,10 +48,13 @@ from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY, Target, check_target_spec, source_topic, target_for
 from airflow_kafka_retry.dlt.transform import Transform, apply_transform, load_transform, resolve_transform
 from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts, producer_config
+from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, replayed_headers
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +64,7 @@ _REPLAY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX
 
 def new_replay_id(now_ms: int | None = None) -> str:
     """A fresh replay id: ``replay-<UTC time>-<random>``."""
-    at = datetime.fromtimestamp((now_ms if now_ms is not None else wall_clock_ms()) / 1000, tz=timezone.utc)
+    at = datetime.fromtimestamp((now_ms if now_ms is not None else wall_clock_ms()) / 1000, tz=UTC)
     return f"replay-{at:%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
 
 
@@ -78,7 +83,8 @@ def replay_transactional_id(prefix: str, source: str) -> str:
 
 @dataclass(frozen=True)
 class ReplayRequest:
-    """What to replay, as given (CLI strings, operator fields, DAG params); checked by :class:`Replay`.
+    """
+    What to replay, as given (CLI strings, operator fields, DAG params); checked by :class:`Replay`.
 
     :param dlt: the DLT or parking topic (default: the topology's DLT; ``parking`` for the parking topic).
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic.
@@ -99,7 +105,8 @@ class ReplayRequest:
     transform: str | None = None
 
     def spec(self) -> dict[str, Any]:
-        """The request as normalised plain data: what a rerun of the same replay id must repeat.
+        """
+        The request as normalised plain data: what a rerun of the same replay id must repeat.
 
         Times are kept as given (a duration ago is anchored at the replay's start, recorded in its plan).
         """
@@ -136,7 +143,8 @@ class _Candidate:
 
 
 class Replay:
-    """One replay of one DLT. :meth:`run` returns the summary; bad input raises :class:`ReplayError`.
+    """
+    One replay of one DLT. :meth:`run` returns the summary; bad input raises :class:`ReplayError`.
 
     :param topology: the retry path (its DLTs, parking topic, tiers).
     :param kafka_config: librdkafka configuration.
@@ -325,7 +333,7 @@ class Replay:
             seen_ends[partition] = end if end is not None else 0
             for message in reader.read(self.source, partition, start=selection.start_offset, end=end):
                 if end is None:
-                    seen_ends[partition] = message.offset() + 1
+                    seen_ends[partition] = offset_of(message) + 1
                 summary.scanned += 1
                 record = DltRecord.from_message(message)
                 if not selection.matches(record):
@@ -412,7 +420,7 @@ class Replay:
         for partition, wanted in sorted(by_partition.items()):
             first, last = min(wanted), max(wanted)
             for message in reader.read(self.source, partition, start=first, end=last + 1):
-                candidate = wanted.get(message.offset())
+                candidate = wanted.get(offset_of(message))
                 if candidate is None:
                     continue
                 record = DltRecord.from_message(message)
@@ -494,7 +502,8 @@ class Replay:
             ) from exc
         except SystemError as exc:
             # confluent-kafka's flush() of a producer that turned fatal mid-call (fenced by another replay of
-            # the same DLT while this one waited) can fail without a Kafka error: the transaction is lost either way
+            # the same DLT while this one waited) can fail without a Kafka error: the transaction is lost
+            # either way
             raise ReplayAbortedError(
                 f"replay {self.replay_id} of {self.source}: the producer failed while "
                 f"flushing ({exc}), most likely fenced by another replay of the same DLT; "
@@ -547,7 +556,8 @@ class Replay:
             target.topic,
             value=edited.value,
             key=edited.key,
-            headers=headers,
+            # the stubs' List is invariant; a list of (str, bytes | None) is what produce() takes
+            headers=headers,  # type: ignore[arg-type]
             partition=partition,
             on_delivery=delivered,
         )
@@ -568,10 +578,9 @@ class Replay:
 
     @staticmethod
     def _abort(producer: Producer) -> None:
-        try:
+        # on failure the broker times the transaction out; the next replay's init_transactions fences it
+        with contextlib.suppress(KafkaException):
             producer.abort_transaction(_TIMEOUT_S)
-        except KafkaException:
-            pass  # the broker times the transaction out; the next replay's init_transactions fences it
 
 
 def _edited(record: DltRecord, edited: DltRecord) -> bool:

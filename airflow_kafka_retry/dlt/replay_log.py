@@ -1,4 +1,5 @@
-"""The replay log: a compacted ``<dlt>-replay-log`` topic that says which DLT records were replayed.
+"""
+The replay log: a compacted ``<dlt>-replay-log`` topic that says which DLT records were replayed.
 
 Keys (UTF-8) and values (JSON):
 
@@ -22,14 +23,16 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.reading import TopicReader
 from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.reading import TopicReader
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,8 @@ class ReplayLog:
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def replays(self) -> list[dict[str, Any]]:
-        """Every replay in the log, oldest first: id, start, records moved, and whether it finished.
+        """
+        Every replay in the log, oldest first: id, start, records moved, and whether it finished.
 
         An unfinished one was stopped part way (killed, fenced, failed): rerun it with its id.
         """

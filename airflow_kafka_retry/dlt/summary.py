@@ -8,7 +8,8 @@ from typing import Any
 
 @dataclass
 class Move:
-    """One DLT record and where it goes (dry run) or went.
+    """
+    One DLT record and where it goes (dry run) or went.
 
     :param target_partition: None when the producer partitions by key.
     :param attempt: the attempt it starts at in the target (None: attempt 1 on a main topic).
@@ -37,7 +38,8 @@ class Move:
 
 @dataclass
 class ReplaySummary:
-    """The result of one replay run.
+    """
+    The result of one replay run.
 
     Counts: ``matched`` records pass the filters; of those, ``already_replayed`` were moved by
     another replay (never again), ``moved_before`` by an earlier run of this replay id, ``left_out``

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
+    from airflow_kafka_retry.policy.topology import Topology
 
 BY_KEY = -1  # produce without a partition: the producer partitions by key
 
@@ -19,7 +22,8 @@ def source_topics(topology: Topology) -> list[str]:
 
 
 def source_topic(topology: Topology, dlt: str | None) -> str:
-    """The topic named by ``--dlt``: a DLT or the parking topic of ``topology`` (``parking`` for short).
+    """
+    The topic named by ``--dlt``: a DLT or the parking topic of ``topology`` (``parking`` for short).
 
     Default: the topology's main DLT.
     """
@@ -42,11 +46,12 @@ def source_topic(topology: Topology, dlt: str | None) -> str:
 def check_target_spec(
     topology: Topology, source: str, spec: str | None, allowed: Collection[str] = ()
 ) -> None:
-    """Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`).
+    """
+    Fail early on a ``--to`` that can never be right (the per-record check is :func:`target_for`).
 
     :param allowed: topics beyond the topology's own (main, retry tiers) that a replay may write to.
     """
-    if spec in (None, ""):
+    if not spec:  # None or ""
         return
     if spec == "first-tier" and len(topology.tiers) < 2:
         raise ReplayError(
@@ -77,7 +82,8 @@ def _check_topic(topology: Topology, source: str, topic: str, what: str, allowed
 
 @dataclass(frozen=True)
 class Target:
-    """Where one record goes.
+    """
+    Where one record goes.
 
     :param topic: the target topic.
     :param partition: the record's original partition (as Spring keeps partitions along the retry
@@ -100,13 +106,14 @@ def target_for(
     partition_counts: dict[str, int] | None = None,
     allowed: Collection[str] = (),
 ) -> Target:
-    """The target of ``record`` for ``--to spec`` (default: its original topic).
+    """
+    The target of ``record`` for ``--to spec`` (default: its original topic).
 
     An original topic read from the record's headers is held to the same rule as ``--to``: the
     topology's main topic or a retry tier, or one of ``allowed``. (A producer can set
     ``kafka_original-topic`` itself, and Spring keeps such a header on the first failure.)
     """
-    if spec in (None, ""):
+    if not spec:  # None or ""
         topic = record.original.topic
         if topic is None:
             raise ReplayError(

@@ -1,4 +1,5 @@
-"""The user's replay transform: loading it and checking what it returns.
+"""
+The user's replay transform: loading it and checking what it returns.
 
 A transform is ``package.module:function`` taking a :class:`~airflow_kafka_retry.dlt.records.DltRecord`
 and returning it edited (``dataclasses.replace``), the same record, or None to leave it out of the
@@ -19,7 +20,8 @@ _READ_ONLY = ("topic", "partition", "offset", "timestamp_ms")
 
 
 def resolve_transform(name: str | None, allowed: Mapping[str, str] | None) -> str | None:
-    """The ``package.module:function`` a replay runs for the transform it was given.
+    """
+    The ``package.module:function`` a replay runs for the transform it was given.
 
     With ``allowed`` (a replay DAG's ``transforms``: name -> ``package.module:function``, chosen by the
     DAG author) ``name`` must be one of its names; nothing is imported for any other value. Without it
@@ -57,7 +59,7 @@ def apply_transform(transform: Transform | None, name: str | None, record: DltRe
     where = f"transform {name!r} on {record.coordinates}"
     try:
         result = transform(record)
-    except Exception as exc:  # noqa: BLE001 - any failure of user code is bad input, reported with the record
+    except Exception as exc:  # any failure of user code is bad input, reported with the record
         raise ReplayError(f"{where} raised {type(exc).__name__}: {exc}") from exc
     if result is None:
         return None

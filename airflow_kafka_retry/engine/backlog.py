@@ -1,4 +1,5 @@
-"""A tier's backlog: records after the group's committed offset, bucketed by how soon they are due.
+"""
+A tier's backlog: records after the group's committed offset, bucketed by how soon they are due.
 
 Read-only (never commits). The end of each partition comes from fetch responses and partition EOF,
 as the drain finds it, not from a ListOffsets request; the records are read anyway for their due
@@ -17,6 +18,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import read_due_ms
 
 #: Due-time buckets, by how far in the future a record is due (upper bounds in ms; ``None`` = beyond).
@@ -130,7 +132,8 @@ def _scan(
             message = consumer.poll(0.2)
             if message is None:
                 continue
-            part = parts.get(message.partition())
+            partition = message.partition()
+            part = parts.get(partition) if partition is not None else None
             if part is None or part.partition not in open_parts:
                 continue
             error = message.error()
@@ -143,17 +146,21 @@ def _scan(
             if part.first_scanned is None:
                 part.first_scanned = message.offset()
             part.scanned += 1
-            due_ms = read_due_ms(message.headers())
+            due_ms = read_due_ms(headers_of(message))
             bucket = due_bucket(due_ms, now_ms)
             part.due[bucket] += 1
-            if bucket != "now" and (part.next_due_ms is None or due_ms < part.next_due_ms):
+            if (
+                due_ms is not None
+                and bucket != "now"
+                and (part.next_due_ms is None or due_ms < part.next_due_ms)
+            ):
                 part.next_due_ms = due_ms
             if part.scanned >= scan_limit:
                 part.truncated = True
                 high = consumer.get_watermark_offsets(
                     TopicPartition(result.topic, part.partition), cached=True
                 )[1]
-                part.end = high if high >= 0 else message.offset() + 1
+                part.end = high if high >= 0 else offset_of(message) + 1
                 open_parts.discard(part.partition)
                 consumer.incremental_unassign([TopicPartition(result.topic, part.partition)])
         for part in result.partitions:

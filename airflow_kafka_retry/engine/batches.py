@@ -1,4 +1,5 @@
-"""Calling the user's handler: batch-failure indexing, bisection, in-place attempts.
+"""
+Calling the user's handler: batch-failure indexing, bisection, in-place attempts.
 
 * ``BatchFailedError(index, cause)``: records before ``index`` succeeded, record ``index``
   failed with ``cause``, the rest are handed to the handler again as a new batch (Spring's
@@ -24,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from airflow_kafka_retry.engine.distribution import Distribution
-from airflow_kafka_retry.engine.records import TierRecord
 from airflow_kafka_retry.engine.loading import UserCodeError
+from airflow_kafka_retry.engine.records import TierRecord
 from airflow_kafka_retry.errors import BatchFailedError, UnisolatedFailure
 from airflow_kafka_retry.policy.classify import ExceptionClassifier
 
@@ -47,13 +48,16 @@ class Outcome:
 
 @dataclass
 class BatchStats:
+    """Handler calls of a run of batches, and their durations."""
+
     handler_calls: int = 0
     extra_calls: int = 0  # calls spent isolating failures (bisection, in-place retries)
     handler_ms: Distribution = field(default_factory=Distribution, compare=False)  # each call's duration
 
 
 class BatchRunner:
-    """Runs a handler over records and reports one :class:`Outcome` per record, in input order.
+    """
+    Runs a handler over records and reports one :class:`Outcome` per record, in input order.
 
     :param handler: ``handle(records: list[TierRecord]) -> None``.
     :param handler_name: how error messages name the handler (its import path).
@@ -78,7 +82,7 @@ class BatchRunner:
         in_place_backoff_ms: int = 0,
         max_attempts: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        retryable: Callable[[BaseException], bool] = ExceptionClassifier().is_retryable,
+        retryable: Callable[[BaseException], bool] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -92,7 +96,7 @@ class BatchRunner:
         self.in_place_backoff_ms = in_place_backoff_ms
         self.max_attempts = max_attempts
         self.sleep = sleep
-        self.retryable = retryable
+        self.retryable = retryable or ExceptionClassifier().is_retryable
         self.stats = BatchStats()
 
     def run(self, records: Sequence[TierRecord]) -> list[Outcome]:
@@ -101,7 +105,8 @@ class BatchRunner:
         return [failed.get(i) or Outcome(record) for i, record in enumerate(records)]
 
     def run_failures(self, records: Sequence[TierRecord]) -> list[tuple[int, Outcome]]:
-        """``(position in records, outcome)`` of every record whose first call failed, in input order.
+        """
+        ``(position in records, outcome)`` of every record whose first call failed, in input order.
 
         An in-place retry may have recovered such a record since (``outcome.failed`` is then false).
         The drain's path: records that succeed at once cost no outcome object.
@@ -125,7 +130,7 @@ class BatchRunner:
         started = time.perf_counter()
         try:
             self.handler(list(batch))
-        except Exception as exc:  # noqa: BLE001 - user code: every failure is classified later
+        except Exception as exc:  # user code: every failure is classified later
             return exc
         finally:
             self.stats.handler_ms.add((time.perf_counter() - started) * 1000)

@@ -1,4 +1,5 @@
-"""confluent-kafka clients for the engine: configuration, metadata, lifecycle.
+"""
+confluent-kafka clients for the engine: configuration, metadata, lifecycle.
 
 ``kafka_config`` is a plain librdkafka configuration (at least ``bootstrap.servers``), as the
 Kafka provider keeps it in a ``kafka_default`` connection's extra. Nothing here logs it.

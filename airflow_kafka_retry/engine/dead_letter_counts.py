@@ -1,4 +1,5 @@
-"""What a DLT (or parking topic) holds: record counts by exception class and hour of failure.
+"""
+What a DLT (or parking topic) holds: record counts by exception class and hour of failure.
 
 Read-only: an assigned consumer with no group commits, from the beginning of every partition to its
 end (partition EOF), at most ``scan_limit`` records per partition. The exception class is read from
@@ -11,23 +12,26 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
+from airflow_kafka_retry.engine.consumed import headers_of, partition_of
 from airflow_kafka_retry.policy.headers import read_exception_classes
 
 UNKNOWN = "unknown"
 
 
 def hour_of(timestamp_ms: int) -> str:
-    return datetime.fromtimestamp(timestamp_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:00Z")
+    return datetime.fromtimestamp(timestamp_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:00Z")
 
 
 @dataclass
 class DeadLetterCounts:
+    """Counts of a DLT's records, by exception class and by hour; ``error`` names a broker problem."""
+
     topic: str
     total: int = 0
     by_exception: Counter[str] = field(default_factory=Counter)
@@ -80,12 +84,12 @@ def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: i
                     raise KafkaException(error)
                 open_parts.discard(message.partition())
                 continue
-            cls = read_exception_classes(message.headers())[0] or UNKNOWN
+            cls = read_exception_classes(headers_of(message))[0] or UNKNOWN
             result.total += 1
             result.by_exception[cls] += 1
             result.by_hour[hour_of(message.timestamp()[1])][cls] += 1
-            scanned[message.partition()] += 1
-            if scanned[message.partition()] >= scan_limit:
+            scanned[partition_of(message)] += 1
+            if scanned[partition_of(message)] >= scan_limit:
                 result.truncated = True
                 open_parts.discard(message.partition())
-                consumer.incremental_unassign([TopicPartition(result.topic, message.partition())])
+                consumer.incremental_unassign([TopicPartition(result.topic, partition_of(message))])

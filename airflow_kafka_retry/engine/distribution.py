@@ -1,4 +1,5 @@
-"""A bounded, mergeable distribution of durations: count, sum, max and fixed histogram buckets.
+"""
+A bounded, mergeable distribution of durations: count, sum, max and fixed histogram buckets.
 
 Partitions (threads, processes, Spark executors) each keep one; the run merges them. Its size never
 depends on how many values it saw, and it survives JSON (the Spark result document, XCom).

@@ -1,4 +1,5 @@
-"""Watching dead-letter topics: read what arrived since the watch group's last commit, summarise, commit.
+"""
+Watching dead-letter topics: read what arrived since the watch group's last commit, summarise, commit.
 
 Two steps, so the caller can act between them (call notifiers) and commit only afterwards:
 :func:`scan_new_records` reads every DLT partition from the watch group's committed offset to the
@@ -18,6 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.policy.headers import read_exception_classes, read_original_coordinates
 
 TopicPartitionKey = tuple[str, int]
@@ -30,7 +32,8 @@ class DltWatchError(RuntimeError):
 
 @dataclass
 class DltWatchSummary:
-    """New DLT records, counted per exception class, cause class and DLT topic, with capped coordinates.
+    """
+    New DLT records, counted per exception class, cause class and DLT topic, with capped coordinates.
 
     ``dead_letters`` entries use the run summary's field names: ``topic``/``partition``/``offset`` is
     where the record first failed (its ``kafka_original-*`` or ``kafka_dlt-original-*`` headers; None
@@ -48,15 +51,15 @@ class DltWatchSummary:
     dead_letters_truncated: int = 0
 
     def add(self, message: Message) -> None:
-        headers = message.headers()
+        headers = headers_of(message)
         exception, cause = read_exception_classes(headers)
         exception = exception or UNKNOWN_EXCEPTION
         self.records += 1
         self.dead_lettered[exception] += 1
         if cause:
             self.causes[cause] += 1
-        self.dlt_topics[message.topic()] += 1
-        self.by_topic_exception[(message.topic(), exception)] += 1
+        self.dlt_topics[topic_of(message)] += 1
+        self.by_topic_exception[(topic_of(message), exception)] += 1
         if len(self.dead_letters) >= self.coordinate_cap:
             self.dead_letters_truncated += 1
             return
@@ -127,7 +130,8 @@ def scan_new_records(
     timeout_s: float = 120.0,
     poll_timeout_s: float = 0.5,
 ) -> DltScan:
-    """Read every record of ``topics`` after ``group``'s committed offsets into ``summary``; commit nothing.
+    """
+    Read every record of ``topics`` after ``group``'s committed offsets into ``summary``; commit nothing.
 
     Records appended after a partition's first fetch are left for the next scan. A
     :class:`DltWatchError` names the partitions that did not reach their end within ``timeout_s``.
@@ -174,22 +178,24 @@ def _read_to_end(
         message = consumer.poll(min(poll_timeout_s, remaining))
         if message is None:
             continue
-        key = (message.topic(), message.partition())
         error = message.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
-                finish(key)
+                finish((topic_of(message), partition_of(message)))
                 continue
-            raise DltWatchError(f"{key[0]}[{key[1]}]: read failed: {error}; nothing was committed")
+            raise DltWatchError(
+                f"{message.topic()}[{message.partition()}]: read failed: {error}; nothing was committed"
+            )
+        key = (topic_of(message), partition_of(message))
         if key not in open_keys:
             continue
         if key not in ends:
             ends[key] = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
-        if 0 <= ends[key] <= message.offset():
+        if 0 <= ends[key] <= offset_of(message):
             finish(key)  # appended after the scan started: left for the next one
             continue
         summary.add(message)
-        next_offsets[key] = message.offset() + 1
+        next_offsets[key] = offset_of(message) + 1
     return next_offsets
 
 

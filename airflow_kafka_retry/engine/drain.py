@@ -1,4 +1,5 @@
-"""Reading one partition of a tier: from the committed offset to the first record not yet due.
+"""
+Reading one partition of a tier: from the committed offset to the first record not yet due.
 
 The end of the partition is taken from fetch responses (partition EOF and the high watermark
 carried with fetched records), not from a ListOffsets request, and records appended after the
@@ -13,6 +14,7 @@ from typing import Literal
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
 
 StopReason = Literal["end", "not_due", "limit", "chunk"]
@@ -25,7 +27,8 @@ class DrainError(RuntimeError):
 
 @dataclass
 class Chunk:
-    """Due records read in one go, and where reading stopped.
+    """
+    Due records read in one go, and where reading stopped.
 
     ``headers``, ``attempts`` and ``due_ms`` run parallel to ``messages``: each message's headers
     (read once) and the attempt and due time they say, so nothing reads a record's headers twice.
@@ -42,7 +45,8 @@ class Chunk:
 
 
 class PartitionReader:
-    """Reads due records of one topic-partition through an assigned (not subscribed) consumer.
+    """
+    Reads due records of one topic-partition through an assigned (not subscribed) consumer.
 
     :param consumer: a consumer of the tier's group (read_committed, partition EOF on, no auto-commit).
     :param cutoff_ms: records due later than this stay for a later run.
@@ -103,7 +107,7 @@ class PartitionReader:
         if self.finished:
             chunk.stop = "end"
             return chunk
-        messages, headers_of, attempts_of, due_of = (
+        messages, header_lists, attempts_of, due_of = (
             chunk.messages,
             chunk.headers,
             chunk.attempts,
@@ -133,7 +137,7 @@ class PartitionReader:
                         raise DrainError(f"{self.where}: read failed after offset {self.position}: {error}")
                     stop = "end"
                     break
-                offset = message.offset()
+                offset = offset_of(message)
                 if self.end_offset is None:
                     marks = self.consumer.get_watermark_offsets(
                         TopicPartition(self.topic, self.partition), cached=True
@@ -142,18 +146,18 @@ class PartitionReader:
                 if 0 <= self.end_offset <= offset:  # appended during the run: not chased
                     stop = "end"
                     break
-                headers = message.headers()
+                headers = headers_of(message)
                 attempt, due = read_retry_state(headers, now_ms=cutoff, horizon_ms=horizon)
                 if due is not None and due > cutoff:
                     stop = "not_due"
                     chunk.not_due_offset, chunk.not_due_ms = offset, due
                     break
                 messages.append(message)
-                headers_of.append(headers)
+                header_lists.append(headers)
                 attempts_of.append(attempt)
                 due_of.append(due)
             if messages:
-                self.position = chunk.next_offset = messages[-1].offset() + 1
+                self.position = chunk.next_offset = offset_of(messages[-1]) + 1
             if stop is not None:
                 self.finished = True
                 chunk.stop = stop

@@ -1,4 +1,5 @@
-"""Following a tier: passes of one run while records keep falling due soon, instead of a new run per wave.
+"""
+Following a tier: passes of one run while records keep falling due soon, instead of a new run per wave.
 
 A drain stops at the first record that is not due yet. When that record is due within ``follow_ms``,
 starting a new Airflow run for it (the trigger fires, the scheduler creates a run, a task process
@@ -11,9 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.summary import RunSummary
 
 _STEP_S = 0.2  # how often a wait looks at should_stop
 
@@ -35,7 +39,8 @@ def drain_following(
     deadline_ms: int | None = None,
     clock: Callable[[], int] = wall_clock_ms,
 ) -> RunSummary:
-    """``drain(cutoff_ms)``, then more passes while the next record is due within ``follow_ms``.
+    """
+    ``drain(cutoff_ms)``, then more passes while the next record is due within ``follow_ms``.
 
     :param drain: one pass: drains what is due by the given cutoff and returns its summary.
     :param follow_ms: None or 0: one pass.

@@ -1,4 +1,5 @@
-"""Cyclic garbage collection while partitions drain.
+"""
+Cyclic garbage collection while partitions drain.
 
 A drain allocates about twenty tracked objects per record (the message, its header list and
 header tuples, the handler's record), nearly all freed by reference counting once their chunk is

@@ -1,4 +1,5 @@
-"""Watching the heads of topics for a consumer group, with one long-lived consumer and no commits.
+"""
+Watching the heads of topics for a consumer group, with one long-lived consumer and no commits.
 
 The event triggers of event-driven tiers keep one :class:`HeadWatch` open while they run: it is
 assigned every partition at the group's committed offset, learns each partition's first pending
@@ -12,8 +13,8 @@ Whether a partition has a pending record comes from partition EOF, never from Li
 peek.py). For the backlog gauge, :meth:`HeadWatch.refresh_ends` also asks for the log end of the
 partitions paused at their head (the fetch's own figure goes stale while paused): the higher of
 the two is kept, so a broker whose ListOffsets lags (BROKERS.md) only makes the figure stale, never
-lower than what the fetch saw. Only headers are read (the due time), never payloads. No Airflow import: the triggers call this from a
-worker thread (blocking calls) or directly (:meth:`poll` never blocks).
+lower than what the fetch saw. Only headers are read (the due time), never payloads. No Airflow import: the
+triggers call this from a worker thread (blocking calls) or directly (:meth:`poll` never blocks).
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def where(keys: Sequence[Key]) -> str:
 
 
 class HeadWatch:
-    """The first pending record of every partition of ``topics`` after ``group``'s committed offset.
+    """
+    The first pending record of every partition of ``topics`` after ``group``'s committed offset.
 
     :param kafka_config: librdkafka configuration (bootstrap servers, security).
     :param topics: the topics watched (a tier's topic, or a topology's DLTs).
@@ -123,8 +125,11 @@ class HeadWatch:
         return offsets
 
     def sync_committed(self) -> dict[Key, int]:
-        """Read the group's committed offsets (and new partitions); re-read the head of every partition
-        whose committed offset moved. Returns the committed offsets."""
+        """
+        Read the group's committed offsets (and new partitions); return the committed offsets.
+
+        Re-read the head of every partition whose committed offset moved.
+        """
         self._refresh_partitions()
         offsets = self._read_committed(self.keys)
         moved = [k for k, o in offsets.items() if o != self.committed[k]]

@@ -20,7 +20,7 @@ def load_callable(path: str, *, what: str = "handler") -> Callable[..., Any]:
         raise UserCodeError(f"{what} {path!r} must be given as 'package.module:function'")
     try:
         target: Any = importlib.import_module(module_name)
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure (a script's exit too)
+    except (Exception, SystemExit) as exc:  # any import failure (a script's exit too)
         raise UserCodeError(
             f"{what} {path!r}: cannot import module {module_name!r}: {type(exc).__name__}: {exc}"
         ) from exc

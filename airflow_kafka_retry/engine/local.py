@@ -1,4 +1,5 @@
-"""The local engine: reprocess every partition of a tier on this machine.
+"""
+The local engine: reprocess every partition of a tier on this machine.
 
 With a parallelism above one, partitions run in worker processes (one per core at most, each running
 a few partitions at once; see :mod:`~airflow_kafka_retry.engine.process_pool`), so that record work
@@ -13,17 +14,18 @@ import os
 import pickle
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
-from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.partition import PartitionJob
 from airflow_kafka_retry.engine.process_pool import ProcessPool
 from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
 from airflow_kafka_retry.engine.worker_protocol import WorkerSetup
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
 
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,8 @@ def available_cores() -> int:
 
 
 def default_parallelism(partitions: int, cores: int | None = None) -> int:
-    """Partitions to process at once when the caller does not say: one more than the cores, at most 8.
+    """
+    Partitions to process at once when the caller does not say: one more than the cores, at most 8.
 
     Partitions at work are spread over one worker process per core (:func:`worker_processes`), so
     record work runs on every core; the extra one keeps a partition's fetches, client start-up and
@@ -78,8 +81,12 @@ def new_summary(
 
 
 def worker_processes(parallelism: int, cores: int | None = None) -> int:
-    """Worker processes for ``parallelism`` partitions at once: one per core at most (each then runs a few
-    partitions, in threads); 0 (partitions in threads of this process) when fewer than two would run."""
+    """
+    Worker processes for ``parallelism`` partitions at once: one per core at most.
+
+    Each then runs a few partitions, in threads; 0 (partitions in threads of this process) when fewer than two
+    would run.
+    """
     cores = available_cores() if cores is None else cores
     processes = min(parallelism, cores)
     return processes if processes >= 2 else 0
@@ -117,7 +124,8 @@ def run_local(
     should_stop: Callable[[], str | None] | None = None,
     in_process: bool = False,
 ) -> RunSummary:
-    """Reprocess ``tier`` on this machine and return the run summary.
+    """
+    Reprocess ``tier`` on this machine and return the run summary.
 
     :param partitions: only these partitions (default: all of the tier's topic).
     :param cutoff_ms: records due after this stay for a later run (default: now).

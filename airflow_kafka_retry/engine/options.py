@@ -10,7 +10,8 @@ DEFAULT_TRANSACTIONAL_ID_PREFIX = "airflow-kafka-retry."
 
 @dataclass(frozen=True)
 class DrainOptions:
-    """Options of one tier run (shared by the local engine, Spark executors, CLI and operators).
+    """
+    Options of one tier run (shared by the local engine, Spark executors, CLI and operators).
 
     :param handler: the user's handler, ``package.module:function``.
     :param value_deserializer: optional ``package.module:function`` turning value bytes into the

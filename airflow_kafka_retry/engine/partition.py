@@ -1,4 +1,5 @@
-"""Reprocess one partition of one tier: read due records, call the handler, route failures, commit.
+"""
+Reprocess one partition of one tier: read due records, call the handler, route failures, commit.
 
 This is the unit of work of every engine: the local engine runs it in-process, Spark runs it
 in an executor task. It gives every drained record exactly one home (processed, a later tier,
@@ -11,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Message, TopicPartition
 
@@ -22,11 +23,11 @@ from airflow_kafka_retry.engine.clients import (
     open_producer,
     partition_counts,
 )
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.engine.distribution import Distribution
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
-from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
 from airflow_kafka_retry.engine.route import RoutedRecord, Router, transactional_id
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
@@ -44,7 +45,10 @@ from airflow_kafka_retry.policy.headers import (
     read_original_timestamp,
 )
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +82,8 @@ class _ChunkWork:
 
 
 class PartitionJob:
-    """Everything one partition run needs; :meth:`run` returns its summary and never raises.
+    """
+    Everything one partition run needs; :meth:`run` returns its summary and never raises.
 
     :param topology: the retry path.
     :param tier: the tier (or DLT) being drained.
@@ -124,7 +129,7 @@ class PartitionJob:
         try:
             with drain_gc():
                 self._run()
-        except (Exception, HandlerStuckError) as exc:  # noqa: BLE001 - reported in the summary; the run fails on it
+        except (Exception, HandlerStuckError) as exc:  # reported in the summary; the run fails on it
             self.summary.status = "failed"
             self.summary.error = f"{type(exc).__name__}: {exc}"
             log.error("%s[%s]: partition run failed: %s", self.tier.topic, self.partition, self.summary.error)
@@ -258,8 +263,8 @@ class PartitionJob:
                 sources.append(message)
         failed = 0
         for position, outcome in runner.run_failures(records):
-            if outcome.failed:
-                error = outcome.error
+            error = outcome.error
+            if error is not None:
                 if isinstance(error, BatchFailedError) and error.cause is not None:
                     error = error.cause
                 failures.append((sources[position], error, outcome.record.attempt + outcome.tries - 1))
@@ -279,7 +284,8 @@ class PartitionJob:
 
     def _commit(self, work: _ChunkWork, runner: BatchRunner, router: Router) -> None:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
-        assert work.last_offset is not None
+        if work.last_offset is None:
+            raise RuntimeError("a chunk is committed only once it has read records")
         self._require_parking(work, router)
         router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
         self._count(work, runner)
@@ -288,8 +294,12 @@ class PartitionJob:
             self.on_chunk(self.summary)
 
     def _require_parking(self, work: _ChunkWork, router: Router) -> None:
-        """The parking topic must exist once a chunk parks a record (a topology upgraded from one without
-        parking runs without it until then); else the chunk fails, nothing of it committed."""
+        """
+        The parking topic must exist once a chunk parks a record.
+
+        A topology upgraded from one without parking runs without it until then; else the chunk fails, nothing
+        of it committed.
+        """
         parking = self.topology.parking_topic
         if parking is None or parking in router.partition_counts:
             return
@@ -318,14 +328,14 @@ class PartitionJob:
         if self._key_decoder is not None and raw_key is not None:
             try:
                 key = self._key_decoder(raw_key)
-            except Exception as exc:  # noqa: BLE001 - any decoding failure is fatal for the record
+            except Exception as exc:  # any decoding failure is fatal for the record
                 raise _KeyDeserializationError(
                     f"cannot decode the key of {where}: {type(exc).__name__}: {exc}"
                 ) from exc
         if self._value_decoder is not None and raw_value is not None:
             try:
                 value = self._value_decoder(raw_value)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 raise DeserializationError(
                     f"cannot decode the value of {where}: {type(exc).__name__}: {exc}"
                 ) from exc
@@ -334,9 +344,9 @@ class PartitionJob:
             key,
             value,
             tuple(headers) if headers else (),
-            message.topic(),
-            message.partition(),
-            message.offset(),
+            topic_of(message),
+            partition_of(message),
+            offset_of(message),
             ts,
             ts_type,
             attempt,
@@ -355,12 +365,12 @@ class PartitionJob:
             if ts < 0:
                 ts = self.clock()
             destination = self.resolver.resolve(
-                topic=message.topic(),
-                partition=message.partition(),
+                topic=topic_of(message),
+                partition=partition_of(message),
                 attempt=attempt,
                 exception=error,
-                original_timestamp_ms=read_original_timestamp(message.headers(), ts),
-                headers=message.headers(),
+                original_timestamp_ms=read_original_timestamp(headers_of(message), ts),
+                headers=headers_of(message),
             )
             if destination.action == "drop":
                 log.warning(
@@ -374,9 +384,9 @@ class PartitionJob:
                 )
                 dropped.append(
                     DeadLetter(
-                        message.topic(),
-                        message.partition(),
-                        message.offset(),
+                        topic_of(message),
+                        partition_of(message),
+                        offset_of(message),
                         class_path(type(error)),
                         destination.reason,
                     )
@@ -389,9 +399,9 @@ class PartitionJob:
                 cause_rule=self.topology.headers.cause,
             )
             failure = Failure(
-                topic=message.topic(),
-                partition=message.partition(),
-                offset=message.offset(),
+                topic=topic_of(message),
+                partition=partition_of(message),
+                offset=offset_of(message),
                 timestamp_ms=ts,
                 timestamp_type=ts_type,
                 consumer_group=self.topology.group_id,
@@ -406,12 +416,12 @@ class PartitionJob:
     def _forward_headers(self, message: Message, failure: Failure) -> list[Header]:
         policy = self.topology.headers
         try:
-            return forward_headers(message.headers(), failure, policy)
+            return forward_headers(headers_of(message), failure, policy)
         except HeaderBudgetError:
             # The record's own headers alone exceed the budget (it arrived that way): it keeps every
             # one of them (headers are never dropped) and still gets its home; only the headers the
             # engine writes are held to the budget.
-            own = header_bytes(message.headers() or ())
+            own = header_bytes(headers_of(message) or ())
             log.warning(
                 "%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
                 "(%s); routed with them all",
@@ -422,7 +432,7 @@ class PartitionJob:
                 policy.max_header_bytes,
             )
             return forward_headers(
-                message.headers(), failure, replace(policy, max_header_bytes=policy.max_header_bytes + own)
+                headers_of(message), failure, replace(policy, max_header_bytes=policy.max_header_bytes + own)
             )
 
     def _count(self, work: _ChunkWork, runner: BatchRunner) -> None:
@@ -440,14 +450,16 @@ class PartitionJob:
         cap = self.options.dead_letter_cap
         for item in work.routed:
             dest = item.destination
+            if dest.topic is None:
+                raise RuntimeError("dropped records are not routed")
             s.count_route(dest.topic)
             if dest.action == "dlt":
                 src = item.source
                 s.count_dead_letter(
                     DeadLetter(
-                        src.topic(),
-                        src.partition(),
-                        src.offset(),
+                        topic_of(src),
+                        partition_of(src),
+                        offset_of(src),
                         item.exception,
                         dest.reason,
                         dest.topic,

@@ -1,4 +1,5 @@
-"""Peeking at the head of each partition of a tier: the first record after the group's committed offset.
+"""
+Peeking at the head of each partition of a tier: the first record after the group's committed offset.
 
 What a due check needs, and the backlog gauge: per partition, whether a record is pending, when
 the first one is due, and the log end the fetch reported with it. Reading never commits and never
@@ -17,6 +18,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
@@ -27,7 +29,8 @@ class PeekError(RuntimeError):
 
 @dataclass(frozen=True)
 class PartitionHead:
-    """The first pending record of a partition.
+    """
+    The first pending record of a partition.
 
     :param partition: the partition.
     :param offset: the record's offset (the group's committed offset, or the first readable one).
@@ -140,11 +143,11 @@ def _read_heads(
         message: Message | None = consumer.poll(min(poll_timeout_s, remaining))
         if message is None:
             continue
-        partition = message.partition()
         error = message.error()
         if error is not None:
+            partition = message.partition()
             if error.code() == KafkaError._PARTITION_EOF:
-                found.setdefault(partition, None)
+                found.setdefault(partition_of(message), None)
                 continue
             where = (
                 f"{topic}[{partition}]"
@@ -152,16 +155,17 @@ def _read_heads(
                 else _where(topic, partitions)
             )
             raise PeekError(f"{where}: peek failed: {error}")
+        partition = partition_of(message)
         if partition in found:
             continue  # the head is known; later records of the partition do not matter
         _, timestamp = message.timestamp()
         # a due time is read as the drain reads it: a corrupt or far-future one means due now
-        due = read_due_ms(message.headers(), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
+        due = read_due_ms(headers_of(message), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
         # the log end as the fetch response carried it (not ListOffsets, which some brokers get wrong)
         end = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
         found[partition] = PartitionHead(
             partition,
-            message.offset(),
+            offset_of(message),
             due,
             timestamp if timestamp >= 0 else None,
             end[1] if end and end[1] >= 0 else None,
@@ -180,7 +184,8 @@ def peek_heads(
     poll_timeout_s: float = 0.5,
     due_horizon_ms: int = MAX_BACKOFF_MS,
 ) -> TierPeek:
-    """Peek at the first pending record of each partition of ``topic`` for consumer group ``group``.
+    """
+    Peek at the first pending record of each partition of ``topic`` for consumer group ``group``.
 
     Reading starts at the group's committed offset (the beginning where nothing is committed), with
     ``read_committed`` isolation; nothing is committed and the group is never joined.

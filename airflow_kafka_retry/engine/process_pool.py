@@ -1,4 +1,5 @@
-"""Partitions drained by worker processes: the local engine past the GIL.
+"""
+Partitions drained by worker processes: the local engine past the GIL.
 
 Reading every record's headers (Python objects built under the GIL), building the handler's records
 and the handler itself are Python work; threads of one process take turns at it, so on N cores a
@@ -24,6 +25,7 @@ transactional producer, exactly as a partition thread would; their summaries com
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -78,7 +80,8 @@ def worker_failure(
     setup_error: str | None,
     started: float | None,
 ) -> PartitionSummary:
-    """The failed summary of a partition whose worker process ended before reporting it.
+    """
+    The failed summary of a partition whose worker process ended before reporting it.
 
     It keeps what the worker reported as committed (``progress``): those chunks are in Kafka.
     """
@@ -140,7 +143,8 @@ def _log_levels() -> dict[str, int]:
 
 
 class ProcessPool:
-    """Runs partitions of one tier run in worker processes (see the module's docstring).
+    """
+    Runs partitions of one tier run in worker processes (see the module's docstring).
 
     :param setup: what every worker needs (pickled once per worker).
     :param parallelism: partitions running at once, over all workers.
@@ -216,14 +220,15 @@ class ProcessPool:
             self._events.put((worker, message))
 
     def _send(self, worker: _Worker, message: tuple[Any, ...]) -> None:
-        try:
+        with contextlib.suppress(OSError):  # the worker is gone; its results pipe's end reports it
             worker.control.send(message)
-        except OSError:  # the worker is gone; its results pipe's end reports it
-            pass
 
     def _fill(self, pending: deque[int]) -> None:
-        """Hand pending partitions to the least busy live workers, up to ``parallelism`` at once; tell idle
-        workers to exit once nothing is pending (a replacement is started if every worker is gone)."""
+        """
+        Hand pending partitions to the least busy live workers, up to ``parallelism`` at once.
+
+        Tell idle workers to exit once nothing is pending (a replacement is started if every worker is gone).
+        """
         live = [w for w in self._workers if w.alive and not w.exiting]
         if pending and not live:
             live = [self._start()]
@@ -256,7 +261,11 @@ class ProcessPool:
 
     # ------------------------------------------------------------------ the run
     def run(self, partitions: Sequence[int]) -> list[PartitionSummary]:
-        """Summaries of ``partitions`` (in the order they finished); never raises for a partition's failure."""
+        """
+        Summaries of ``partitions``, in the order they finished.
+
+        Never raises for a partition's failure.
+        """
         pending = deque(partitions)
         results: dict[int, PartitionSummary] = {}
         try:

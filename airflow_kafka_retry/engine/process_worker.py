@@ -1,4 +1,5 @@
-"""A partition worker process of the local engine: ``python -m airflow_kafka_retry.engine.process_worker``.
+"""
+A partition worker process of the local engine: ``python -m airflow_kafka_retry.engine.process_worker``.
 
 Started by :mod:`airflow_kafka_retry.engine.process_pool` with the file descriptors of its control
 and results pipes (see :mod:`~airflow_kafka_retry.engine.worker_protocol`). It runs the partitions it
@@ -76,7 +77,7 @@ class _ForwardHandler(logging.Handler):
                 else record.exc_text,
             }
             self.results.send(("log", fields))
-        except Exception:  # noqa: BLE001 - a log line must never fail the partition
+        except Exception:  # a log line must never fail the partition
             self.handleError(record)
 
 
@@ -92,7 +93,11 @@ def _configure_logging(results: FrameWriter, levels: dict[str, int]) -> None:
 
 
 class _Control:
-    """The engine's messages, read by a thread of their own: runs queue up, a stop is kept, EOF ends the worker."""
+    """
+    The engine's messages, read by a thread of their own.
+
+    Runs queue up, a stop is kept, EOF ends the worker.
+    """
 
     def __init__(self, reader: FrameReader) -> None:
         self.reader = reader
@@ -131,15 +136,20 @@ def peak_rss_mb() -> float | None:
 
 
 def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: int = 1) -> None:
-    """Run every partition the engine hands over (up to ``slots`` at once, in threads), until it says ``exit``."""
+    """
+    Run every partition the engine hands over, until it says ``exit``.
+
+    Up to ``slots`` at once, in threads.
+    """
     from airflow_kafka_retry.engine.partition import PartitionJob
 
     def runner() -> None:
         while True:
-            partition = control.runs.get()
-            if partition is None:
+            handed = control.runs.get()
+            if handed is None:
                 control.runs.put(None)  # the next runner ends too
                 return
+            partition: int = handed
 
             def progress(summary: Any, partition: int = partition) -> None:
                 results.send(("progress", partition, summary.to_dict()))
@@ -175,7 +185,7 @@ def main(argv: list[str]) -> int:
         return EXIT_ENGINE_GONE
     try:
         setup = read_setup(message)
-    except Exception as exc:  # noqa: BLE001 - e.g. a Kafka configuration value that does not unpickle here
+    except Exception as exc:  # e.g. a Kafka configuration value that does not unpickle here
         results.send(("setup_failed", f"{type(exc).__name__}: {exc}"))
         return 1
     _configure_logging(results, setup.log_levels)

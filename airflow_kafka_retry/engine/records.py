@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.headers import Header
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
 
 
 @dataclass(frozen=True)
 class TierRecord:
-    """One due record handed to the user's handler.
+    """
+    One due record handed to the user's handler.
 
     :param key: the raw key bytes (or the decoded key when a key deserializer is configured).
     :param value: the value: raw bytes, or what the value deserializer returned.
@@ -56,7 +58,8 @@ def make_record(
     raw_key: bytes | None,
     raw_value: bytes | None,
 ) -> TierRecord:
-    """``TierRecord(...)`` built for the drain's hot path: equal to what the constructor returns.
+    """
+    ``TierRecord(...)`` built for the drain's hot path: equal to what the constructor returns.
 
     A frozen dataclass's ``__init__`` pays one ``object.__setattr__`` per field; this sets the
     instance dictionary at once (TierRecord has no ``__post_init__`` and no slots).

@@ -1,4 +1,5 @@
-"""Producing routed records and committing source offsets, atomically.
+"""
+Producing routed records and committing source offsets, atomically.
 
 Transactional mode (default): one Kafka transaction per chunk of a partition holds the routed
 records and the source offset commit (``send_offsets_to_transaction``); the transactional id is
@@ -9,13 +10,16 @@ routed record is acknowledged. Either way no offset is committed for a record wi
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from airflow_kafka_retry.policy.headers import Header
-from airflow_kafka_retry.policy.resolver import Destination
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.resolver import Destination
 
 _TIMEOUT_S = 60.0
 
@@ -29,7 +33,8 @@ class FencedError(RouteError):
 
 
 def transactional_id(prefix: str, group: str, topic: str, partition: int) -> str:
-    """The deterministic transactional id of one (tier group, topic, partition).
+    """
+    The deterministic transactional id of one (tier group, topic, partition).
 
     ``/`` cannot occur in a topic name, so the last two fields are unambiguous whatever the group.
     """
@@ -50,7 +55,8 @@ class RoutedRecord:
 
 @dataclass
 class Router:
-    """Produces routed records and commits the source partition's offset.
+    """
+    Produces routed records and commits the source partition's offset.
 
     :param producer: transactional (``transactional.id`` set) or idempotent producer.
     :param consumer: the consumer that read the source partition (its group commits).
@@ -84,14 +90,15 @@ class Router:
     def _produce(self, routed: Sequence[RoutedRecord], failures: list[str]) -> None:
         for item in routed:
             destination = item.destination
-            assert destination.topic is not None, "dropped records are not produced"
+            if destination.topic is None:
+                raise RuntimeError("dropped records are not produced")
             partition = destination.partition
             if partition >= self.partition_counts.get(destination.topic, 0):
                 partition = -1
 
             def delivered(err: KafkaError | None, msg: Message, item: RoutedRecord = item) -> None:
                 if err is not None:
-                    failures.append(f"{destination.topic}: {err.str()}")
+                    failures.append(f"{item.destination.topic}: {err.str()}")
                 else:
                     item.delivered_partition, item.delivered_offset = msg.partition(), msg.offset()
 
@@ -99,7 +106,8 @@ class Router:
                 destination.topic,
                 value=item.source.value(),
                 key=item.source.key(),
-                headers=item.headers,
+                # the stubs' List is invariant; a list of (str, bytes | None) is what produce() takes
+                headers=item.headers,  # type: ignore[arg-type]
                 partition=partition,
                 on_delivery=delivered,
             )
@@ -128,17 +136,20 @@ class Router:
                     f"{where}: fenced by a newer run of the same partition; nothing committed"
                 ) from exc
             if error.txn_requires_abort():
-                try:
+                # on failure the transaction times out on the broker; the next run's init fences it
+                with contextlib.suppress(KafkaException):
                     self.producer.abort_transaction(_TIMEOUT_S)
-                except KafkaException:
-                    pass  # the transaction times out on the broker; the next run's init fences it
             delivery = f" (delivery failed: {'; '.join(failures[:3])})" if failures else ""
             raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}{delivery}") from exc
         if failures:  # cannot happen after a successful commit; kept as a guard, never ignored
             raise RouteError(f"delivery failed after commit: {'; '.join(failures)}")
 
     def _fatal_cause(self, error: KafkaError) -> KafkaError:
-        """The error that made the producer fatal (``produce()`` raises a bare ``_FATAL``), e.g. ``_FENCED``."""
+        """
+        The error that made the producer fatal, e.g. ``_FENCED``.
+
+        ``produce()`` raises a bare ``_FATAL``.
+        """
         try:
             self.producer.abort_transaction(0.1)
         except KafkaException as exc:

@@ -1,4 +1,5 @@
-"""``handler_timeout``: a handler call that does not return in time fails, and the run goes on.
+"""
+``handler_timeout``: a handler call that does not return in time fails, and the run goes on.
 
 A Python thread cannot be killed, so each handler call runs in a fresh daemon thread and the
 partition waits for it at most ``timeout_s``. A call that overruns fails its batch with
@@ -25,14 +26,16 @@ MAX_ABANDONED_CALLS = 32
 
 
 class HandlerStuckError(BaseException):
-    """Too many handler calls were abandoned; the partition run stops (not a record failure).
+    """
+    Too many handler calls were abandoned; the partition run stops (not a record failure).
 
     A ``BaseException`` so the batch runner does not take it for a handler failure to route.
     """
 
 
 class TimedHandler:
-    """Wraps a handler so that each call returns, or raises, within ``timeout_s`` seconds.
+    """
+    Wraps a handler so that each call returns, or raises, within ``timeout_s`` seconds.
 
     :param handler: the user's handler.
     :param timeout_s: seconds a call may take.
@@ -59,8 +62,10 @@ class TimedHandler:
     def __call__(self, records: Sequence[Any]) -> None:
         if self.abandoned >= self.max_abandoned:
             raise HandlerStuckError(
-                f"handler {self.name!r} overran handler_timeout ({self.timeout_s:g}s) {self.abandoned} times in "
-                f"this run; stopping the partition so that hung handler threads do not pile up (the chunk being "
+                f"handler {self.name!r} overran handler_timeout ({self.timeout_s:g}s) {self.abandoned} times "
+                "in "
+                "this run; stopping the partition so that hung handler threads do not pile up (the chunk "
+                "being "
                 f"handled is not committed; the next run goes on from the committed offset)"
             )
         outcome: list[BaseException | None] = []
@@ -71,7 +76,7 @@ class TimedHandler:
             try:
                 self.handler(batch)
                 outcome.append(None)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            except BaseException as exc:  # handed to the waiting thread
                 outcome.append(exc)
             finally:
                 finished.set()
@@ -82,7 +87,8 @@ class TimedHandler:
             self.abandoned += 1
             first = getattr(batch[0], "coordinates", "?") if batch else "?"
             raise HandlerTimeoutError(
-                f"handler {self.name!r} did not return within {self.timeout_s:g}s for a batch of {len(batch)} "
+                f"handler {self.name!r} did not return within {self.timeout_s:g}s for a batch of "
+                f"{len(batch)} "
                 f"record(s) starting at {first}; its thread was abandoned"
             )
         error = outcome[0]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,8 @@ def ensure_topics(
     replication_factor: int = -1,
     timeout: float = 30.0,
 ) -> dict[str, str]:
-    """Create the topology's missing topics; returns ``{topic: "created" | "exists"}``.
+    """
+    Create the topology's missing topics; returns ``{topic: "created" | "exists"}``.
 
     Retry tiers and DLTs should have at least the main topic's partitions so records keep their
     partition (as Spring does); existing topics are left as they are.
@@ -70,7 +73,8 @@ class TopicMismatchError(KafkaConfigError):
 
 @dataclass(frozen=True)
 class TopicMismatch:
-    """An existing retry or DLT topic with less than the main topic has.
+    """
+    An existing retry or DLT topic with less than the main topic has.
 
     :param setting: ``partitions`` or ``max.message.bytes``.
     """
@@ -121,7 +125,8 @@ def ensure_retry_topics(
     replication_factor: int = -1,
     timeout: float = 30.0,
 ) -> TopicsReport:
-    """Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
+    """
+    Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
 
     Each new topic gets the main topic's partition count and, when the main topic reports one, its
     ``max.message.bytes``. Existing retry/DLT topics are checked against the same two settings;
@@ -135,7 +140,8 @@ def ensure_retry_topics(
     info = metadata.get(main)
     if info is None or info.error is not None or not info.partitions:
         raise MainTopicMissingError(
-            f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it first "
+            f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it "
+            "first "
             "(its partition count and max.message.bytes size the retry topics)"
         )
     partitions = len(info.partitions)

@@ -1,4 +1,5 @@
-"""What the local engine and its partition worker processes say to each other, and how.
+"""
+What the local engine and its partition worker processes say to each other, and how.
 
 Each worker process has two pipes of its own: *control* (engine to worker) and *results* (worker to
 engine). A message is a tuple whose first item names it, sent as one frame: a 4-byte big-endian
@@ -8,7 +9,8 @@ comes from anywhere else (the pipes are passed only to that one child).
 Engine to worker: ``("setup", sys_path, pickled WorkerSetup)`` once (the worker takes the engine's
 ``sys.path`` before it unpickles the setup, whose Kafka configuration may name a callback module),
 then ``("run", partition)`` for each partition it is to run, ``("stop", reason)`` to stop at the
-next chunk boundary, ``("exit",)`` when there is nothing left. The control pipe closing without ``exit`` means the engine is gone: the worker exits at once.
+next chunk boundary, ``("exit",)`` when there is nothing left. The control pipe closing without ``exit`` means
+the engine is gone: the worker exits at once.
 
 Worker to engine: ``("progress", partition, summary)`` after each committed chunk, ``("done",
 partition, summary)`` (summaries as :meth:`PartitionSummary.to_dict`), ``("log", record_fields)``
@@ -18,16 +20,18 @@ when it is done.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import struct
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.policy.topology import Tier, Topology
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 _LENGTH = struct.Struct(">I")
 
@@ -41,7 +45,8 @@ class PipeClosed(EOFError):
 
 @dataclass(frozen=True)
 class WorkerSetup:
-    """Everything a worker needs to run partitions of one tier run (sent once, pickled).
+    """
+    Everything a worker needs to run partitions of one tier run (sent once, pickled).
 
     :param log_levels: logger name -> level the worker logs at (the engine's effective levels).
     """
@@ -55,8 +60,12 @@ class WorkerSetup:
 
 
 def setup_message(setup: WorkerSetup, sys_path: list[str]) -> tuple[str, list[str], bytes]:
-    """The first message to a worker: the engine's ``sys.path`` (handlers import there as they do in the
-    engine), then the setup, pickled on its own so that the worker unpickles it with that path."""
+    """
+    The first message to a worker: the engine's ``sys.path``, then the setup.
+
+    Handlers import there as they do in the engine; the setup is pickled on its own, so that the worker
+    unpickles it with that path.
+    """
     return ("setup", list(sys_path), pickle.dumps(setup, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -93,10 +102,8 @@ class FrameWriter:
                 frame = frame[written:]
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.fd)
-        except OSError:
-            pass
 
 
 class FrameReader:
@@ -123,7 +130,5 @@ class FrameReader:
         return message
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.fd)
-        except OSError:
-            pass

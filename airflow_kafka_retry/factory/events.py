@@ -1,4 +1,5 @@
-"""Event mode of ``build_retry_dags``: the watched "due" assets and the schedules that combine them with a sweep.
+"""
+Event mode of ``build_retry_dags``: the watched "due" assets and the schedules that combine them with a sweep.
 
 A tier DAG in event mode is scheduled on ``AssetOrTimeSchedule``: its tier's *due* asset, whose
 ``AssetWatcher`` runs a :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger` in the
@@ -86,8 +87,11 @@ class EventSettings:
             raise ValueError(f"follow must be a timedelta >= 0 or None, got {self.follow!r}")
 
     def sweep_for(self, dag_id: str) -> Any:
-        """The sweep of one DAG: the one given, else hourly at a minute derived from the DAG id (a cron
-        string, so it does not run at once when deployed, and many DAGs' sweeps spread over the hour)."""
+        """
+        The sweep of one DAG: the one given, else hourly at a minute derived from the DAG id.
+
+        A cron string, so it does not run at once when deployed, and many DAGs' sweeps spread over the hour.
+        """
         if self.sweep is not None:
             return self.sweep
         return f"{zlib.crc32(dag_id.encode()) % 60} * * * *"
@@ -110,8 +114,11 @@ class EventSettings:
         topology_topic: str,
         tier_index: int,
     ) -> Asset:
-        """The due asset of a tier, watched by a ``TierDueEventTrigger`` (it believes due times up to a day
-        plus the tier's delay ahead, as the drain does)."""
+        """
+        The due asset of a tier, watched by a ``TierDueEventTrigger``.
+
+        It believes due times up to a day plus the tier's delay ahead, as the drain does.
+        """
         from airflow.sdk import Asset, AssetWatcher
 
         from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger

@@ -1,4 +1,5 @@
-"""``tier_overrides`` of ``build_retry_dags``: per-tier schedule, reprocessing window, time zone, run limit.
+"""
+``tier_overrides`` of ``build_retry_dags``: per-tier schedule, reprocessing window, time zone, run limit.
 
 ``{"orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
 "max_run": "2h"}}``: keys are topic names of the topology's tiers; every error names the tier and the key.
@@ -10,11 +11,13 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from airflow_kafka_retry.policy.durations import duration_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +38,8 @@ class TierOverrideError(ValueError):
 
 @dataclass(frozen=True)
 class TierSettings:
-    """How one tier's DAG runs, after overrides and the ``min_schedule`` floor.
+    """
+    How one tier's DAG runs, after overrides and the ``min_schedule`` floor.
 
     :param schedule: what the DAG is given: a ``timedelta``, a cron string or a timetable.
     :param window: ``HH:MM-HH:MM`` reprocessing window, or None (always open).
@@ -61,7 +65,8 @@ def check_overrides(
     tiers: list[Tier],
     watch_topic: str | None,
 ) -> dict[str, dict[str, Any]]:
-    """Validate ``overrides`` against the tiers that get a DAG; returns them as plain dicts keyed by topic.
+    """
+    Validate ``overrides`` against the tiers that get a DAG; returns them as plain dicts keyed by topic.
 
     :param tiers: the tiers that get a DAG (retry tiers, and the main topic with ``include_main``).
     :param watch_topic: the DLT-watch DAG's topic (its key takes only ``schedule``), or None.
@@ -75,6 +80,7 @@ def check_overrides(
     by_topic = {t.topic: t for t in tiers}
     checked: dict[str, dict[str, Any]] = {}
     for name, settings in overrides.items():
+        allowed: tuple[str, ...]
         if name == watch_topic:
             allowed = WATCH_KEYS
         elif name in by_topic:
@@ -110,8 +116,11 @@ def check_overrides(
 def tier_settings(
     tier: Tier, override: Mapping[str, Any], *, min_schedule: timedelta, default: Any = None
 ) -> TierSettings:
-    """The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay;
-    a timedelta floored at ``min_schedule``."""
+    """
+    The settings of ``tier``'s DAG: the overridden schedule, else ``default``, else the tier's delay.
+
+    A timedelta floored at ``min_schedule``.
+    """
     schedule = override.get(
         "schedule", default if default is not None else timedelta(milliseconds=tier.delay_ms)
     )
@@ -161,7 +170,7 @@ def check_schedule(tier: str, value: object, timezone: str | None) -> None:
 
         try:
             CronTriggerTimetable(value, timezone=timezone or "UTC").validate()
-        except Exception as exc:  # noqa: BLE001 - Airflow raises several types for a bad cron expression
+        except Exception as exc:  # Airflow raises several types for a bad cron expression
             raise TierOverrideError(
                 tier, "schedule", f"{value!r} is not a valid cron expression: {exc}"
             ) from None

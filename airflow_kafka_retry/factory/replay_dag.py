@@ -137,7 +137,8 @@ def build_dlt_replay_dag(
     allowed_targets: Sequence[str] = (),
     **dag_kwargs: Any,
 ) -> DAG:
-    """A DAG with one :class:`ReplayDltOperator` task (``replay_dlt``), triggered by hand with a form.
+    """
+    A DAG with one :class:`ReplayDltOperator` task (``replay_dlt``), triggered by hand with a form.
 
     Whoever may trigger the DAG picks filters, a target and a transform in the form; the code a
     replay may run and the topics it may write are the DAG author's choice, made here.
@@ -170,6 +171,8 @@ def build_dlt_replay_dag(
         **dag_kwargs,
     }
     settings["params"] = {**replay_params(model, allowed, targets), **dag_kwargs.get("params", {})}
+    # each filter is the form's field, rendered into the operator's argument when the task runs
+    templated: dict[str, Any] = {name: f"{{{{ params.{name} }}}}" for name in _FILTERS}
     with DAG(dag_id or f"kafka_dlt_replay__{model.topic}", **settings) as dag:
         ReplayDltOperator(
             task_id=TASK_ID,
@@ -177,6 +180,6 @@ def build_dlt_replay_dag(
             kafka_conn_id=kafka_conn_id,
             transforms=allowed,
             allowed_targets=targets,
-            **{name: f"{{{{ params.{name} }}}}" for name in _FILTERS},
+            **templated,
         )
     return dag

@@ -1,4 +1,5 @@
-"""``build_retry_dags``: one DAG per retry tier of a topology, plus a DLT-watch DAG.
+"""
+``build_retry_dags``: one DAG per retry tier of a topology, plus a DLT-watch DAG.
 
 It only assembles the operators. Event mode (the default): each tier DAG is scheduled on its tier's
 "due" asset, whose watcher (``TierDueEventTrigger``, in the triggerer) fires when records are due,
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,18 +29,18 @@ from airflow_kafka_retry.factory.events import (
     sweep_schedule,
 )
 from airflow_kafka_retry.factory.overrides import TierSettings, check_overrides, floor_schedule, tier_settings
-from airflow_kafka_retry.operators.reprocess_base import CUTOFF_NOW
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
+from airflow_kafka_retry.operators.reprocess_base import CUTOFF_NOW
 from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset
+    from airflow.sdk import Asset, BaseOperator
 
 log = logging.getLogger(__name__)
 
 ENGINES = ("local", "spark")
 TRIGGERS = ("event", "schedule")
-DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=timezone.utc)
+DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 #: Schedule mode: the reprocess task drains what is due when it starts (epoch ms, rendered at run time):
 #: the due sensor before it may have waited past the run's logical date for the earliest due record.
 CUTOFF_RENDERED_NOW = "{{ (macros.time.time() * 1000) | int }}"
@@ -77,7 +78,8 @@ def build_retry_dags(
     follow: timedelta | None = DEFAULT_FOLLOW,
     **dag_kwargs: Any,
 ) -> dict[str, DAG]:
-    """Build the DAGs that run a retry topology on Airflow; a DAG file does ``globals().update(...)``.
+    """
+    Build the DAGs that run a retry topology on Airflow; a DAG file does ``globals().update(...)``.
 
     One DAG per retry topic (a topic shared by same-interval reuse gets one DAG), ``max_active_runs=1``,
     no catchup. ``include_main`` adds a DAG for the main topic (tier 0); ``dlt_watch`` adds a DAG with
@@ -325,12 +327,12 @@ def _tier_dag(
         if engine == "spark":
             from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
 
-            reprocess = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
+            reprocess: BaseOperator = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
         else:
             from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 
             follow = events.follow if events is not None else None
-            reprocess = ReprocessTierOperator(**common, **({"follow": follow} if follow else {}))
+            reprocess = ReprocessTierOperator(**common, follow=follow or None)
         if events is None:
             from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
             from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor

@@ -8,7 +8,8 @@ from airflow.providers.apache.kafka.hooks.base import KafkaBaseHook
 
 
 class KafkaRetryHook(KafkaBaseHook):
-    """Reads a Kafka connection (type ``kafka``, as the Apache Kafka provider defines it).
+    """
+    Reads a Kafka connection (type ``kafka``, as the Apache Kafka provider defines it).
 
     The connection's extra is the librdkafka configuration itself, e.g.
     ``{"bootstrap.servers": "kafka:9092", "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",

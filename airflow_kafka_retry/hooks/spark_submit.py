@@ -1,4 +1,8 @@
-"""``IsolatedSparkSubmitHook``: ``spark-submit`` started without the Airflow worker's secrets in its environment."""
+"""
+``IsolatedSparkSubmitHook``: ``spark-submit`` without the Airflow worker's secrets.
+
+It starts without them in its environment.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from airflow_kafka_retry.spark.submit import spark_app_environment
 
 
 class _StrippedSubprocess:
-    """The ``subprocess`` module as the base class's status/kill methods see it: children get no Airflow secrets.
+    """
+    The ``subprocess`` module as the base class's status/kill methods see it: children get no Airflow secrets.
 
     ``Popen`` and ``run`` start their child with :func:`spark_app_environment` of the environment
     they were given (the worker's own when none was): no ``AIRFLOW_CONN_*``, ``AIRFLOW_VAR_*``,
@@ -32,11 +37,11 @@ class _StrippedSubprocess:
         env = kwargs.get("env")
         return {**kwargs, "env": spark_app_environment(os.environ if env is None else env)}
 
-    def Popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - subprocess's name
+    def Popen(self, *args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # subprocess's name
         return subprocess.Popen(*args, **self._stripped(kwargs))
 
     def run(self, *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
-        return subprocess.run(*args, **self._stripped(kwargs))
+        return subprocess.run(*args, check=False, **self._stripped(kwargs))
 
 
 #: The base class's methods that start processes besides ``spark-submit`` itself: ``spark-submit
@@ -46,7 +51,8 @@ STATUS_AND_KILL_METHODS = ("_start_driver_status_tracking", "on_kill", "_run_pos
 
 
 def _with_stripped_subprocess(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` (a method of the provider's hook) run against :class:`_StrippedSubprocess` as ``subprocess``.
+    """
+    ``function`` (a method of the provider's hook) run against :class:`_StrippedSubprocess` as ``subprocess``.
 
     The copy shares the provider module's code and, but for ``subprocess``, its globals, so it
     follows the installed provider version; only this hook's instances use it.
@@ -62,7 +68,8 @@ def _with_stripped_subprocess(function: Callable[..., Any]) -> Callable[..., Any
 
 
 class IsolatedSparkSubmitHook(SparkSubmitHook):
-    """A ``SparkSubmitHook`` whose processes do not inherit Airflow connections, variables or config.
+    """
+    A ``SparkSubmitHook`` whose processes do not inherit Airflow connections, variables or config.
 
     ``SparkSubmitHook`` starts ``spark-submit`` with the worker's whole environment, so every
     ``AIRFLOW_CONN_*`` (passwords included), ``AIRFLOW_VAR_*`` and ``AIRFLOW__*`` setting would reach
@@ -110,7 +117,8 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
         return self.__dict__.setdefault("_uploads", {})
 
     def delete_uploads(self, workdir: str) -> list[str]:
-        """Delete the uploaded copies of ``workdir``'s files once the application has ended; returns their URIs.
+        """
+        Delete the uploaded copies of ``workdir``'s files once the application has ended; returns their URIs.
 
         When ``spark-submit`` returned before the application ended
         (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``)

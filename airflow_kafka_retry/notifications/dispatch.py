@@ -1,4 +1,5 @@
-"""Calling DLT notifiers: ``BaseNotifier`` instances (Slack, SMTP, ...) or plain callables ``f(context)``.
+"""
+Calling DLT notifiers: ``BaseNotifier`` instances (Slack, SMTP, ...) or plain callables ``f(context)``.
 
 A notifier that raises is logged and skipped: an alert that cannot be sent never fails a run that
 has already committed, and never loses a record.
@@ -21,7 +22,11 @@ Notifier = Callable[[Any], Any]
 def normalize_notifiers(
     value: Notifier | Sequence[Notifier] | None, *, field: str = "on_dlt"
 ) -> tuple[Notifier, ...]:
-    """``None``, one notifier or a sequence of them, as a tuple; anything not callable is refused by position."""
+    """
+    ``None``, one notifier or a sequence of them, as a tuple.
+
+    Anything not callable is refused by position.
+    """
     if value is None:
         return ()
     items = [value] if callable(value) else value
@@ -46,7 +51,8 @@ def notifier_name(notifier: Notifier) -> str:
 def notify_dlt(
     notifiers: Sequence[Notifier], context: MutableMapping[str, Any], summary: Mapping[str, Any]
 ) -> int:
-    """Put ``summary`` in ``context["kafka_retry_summary"]`` and call every notifier once.
+    """
+    Put ``summary`` in ``context["kafka_retry_summary"]`` and call every notifier once.
 
     Returns how many notifiers returned without raising; the others are logged with their error.
     """
@@ -55,7 +61,7 @@ def notify_dlt(
     for notifier in notifiers:
         try:
             notifier(context)
-        except Exception:  # noqa: BLE001 - a failing alert must not fail a committed run
+        except Exception:  # a failing alert must not fail a committed run
             log.exception("DLT notifier %s raised; the run is not affected", notifier_name(notifier))
         else:
             succeeded += 1

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 #: The default message; ``kafka_retry_summary`` is the run summary the operators put in the context.
 DEFAULT_MESSAGE = (
-    "{% set s = kafka_retry_summary %}{% set t = s.get('totals', s) %}{% set dlts = t.get('dlt_topics', {}) %}"
+    "{% set s = kafka_retry_summary %}{% set t = s.get('totals', s) %}{% set dlts = t.get('dlt_topics', {}) "
+    "%}"
     "Kafka retry: {{ dlts.values() | sum }} record(s) reached a DLT {{ dlts | tojson }}"
     "{% if s.get('topic') %} from {{ s.topic }}{% endif %}"
     "{% if t.get('dropped') %}, {{ t.dropped }} dropped{% endif %}; by exception: "
@@ -29,7 +30,8 @@ LEVELS = {
 
 
 class DltLogNotifier(BaseNotifier):
-    """Log a templated message about the records a run dead-lettered; for ``on_dlt`` of the reprocess operators.
+    """
+    Log a templated message about the records a run dead-lettered; for ``on_dlt`` of the reprocess operators.
 
     The message is rendered with the task's context plus ``kafka_retry_summary``: the summary of the
     reprocess run (``topic``, ``totals.dlt_topics`` per DLT topic, ``totals.dead_lettered`` per

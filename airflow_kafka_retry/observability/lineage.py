@@ -1,4 +1,5 @@
-"""OpenLineage facets of tier runs, DLT replays and the DLT watch: Kafka topics as datasets, with counts.
+"""
+OpenLineage facets of tier runs, DLT replays and the DLT watch: Kafka topics as datasets, with counts.
 
 Datasets are named the way OpenLineage names Kafka topics: namespace ``kafka://<host:port>`` (the
 first server of the connection's ``bootstrap.servers``), name = the topic. A tier run reads its tier
@@ -89,8 +90,11 @@ def _lineage(inputs: list[Any], outputs: list[Any], facet: dict[str, Any] | None
 def tier_run_lineage(
     topology: Topology, tier: Tier, server: str, document: Mapping[str, Any] | None = None
 ) -> OperatorLineage:
-    """A tier run: its tier topic in, every destination out; with counts once ``document`` (the run summary)
-    is known."""
+    """
+    A tier run: its tier topic in, every destination out.
+
+    With counts once ``document`` (the run summary) is known.
+    """
     destinations = topology.destinations_from(tier)
     if document is None:
         return _lineage(

@@ -1,4 +1,5 @@
-"""Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
+"""
+Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
 
 Airflow's ``[metrics]`` settings decide where they go (StatsD, Datadog's DogStatsD, OpenTelemetry)
 and whether tags travel (see the README's metrics table): nothing is configured here. Every name
@@ -15,9 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.engine.distribution import Distribution
-
 if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.distribution import Distribution
     from airflow_kafka_retry.engine.peek import TierPeek
     from airflow_kafka_retry.engine.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Tier, Topology
@@ -60,7 +60,8 @@ def _distribution(name: str, dist: Distribution, tags: Mapping[str, str]) -> lis
 
 
 def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
-    """What one reprocess run sends: counts, its duration, handler time per call and lateness.
+    """
+    What one reprocess run sends: counts, its duration, handler time per call and lateness.
 
     ``routed`` counts records sent on to a later retry tier; ``dead_lettered`` (one per DLT topic,
     tag ``dlt_topic``) those sent to a DLT; ``parked`` those sent to the parking topic; ``dropped``
@@ -95,8 +96,12 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
 
 
 def backlog_metrics(peek: TierPeek, topology: Topology, tier: Tier, now_ms: int) -> list[Metric]:
-    """The two figures an on-call alert needs: records pending in the tier, and how long the oldest due
-    one has waited past its due time (ms; 0 when none is due)."""
+    """
+    The two figures an on-call alert needs.
+
+    Records pending in the tier, and how long the oldest due one has waited past its due time (ms; 0 when none
+    is due).
+    """
     return peek_gauges(peek, topology.topic, tier.index, now_ms)
 
 
@@ -119,7 +124,8 @@ def dlt_watch_metrics(topology: Topology, new_records: Mapping[tuple[str, str], 
 
 
 def emit(metrics: Iterable[Metric]) -> int:
-    """Send ``metrics`` through Airflow's ``Stats``; returns how many were sent.
+    """
+    Send ``metrics`` through Airflow's ``Stats``; returns how many were sent.
 
     A failure is logged, never raised: metrics must not fail a run that did its work.
     """
@@ -136,7 +142,7 @@ def emit(metrics: Iterable[Metric]) -> int:
             else:
                 Stats.gauge(metric.name, metric.value, tags=tags)
             sent += 1
-    except Exception as exc:  # noqa: BLE001 - observability never fails the task
+    except Exception as exc:  # observability never fails the task
         log.warning("could not send metrics (%s sent): %s: %s", sent, type(exc).__name__, exc)
     return sent
 

@@ -13,7 +13,8 @@ FACET_NAME = "kafkaRetry"
 
 @define
 class KafkaRetryRunFacet(RunFacet):
-    """What a tier run, a DLT replay or a DLT watch did, in counts: the ``totals`` of its summary.
+    """
+    What a tier run, a DLT replay or a DLT watch did, in counts: the ``totals`` of its summary.
 
     Never payloads, keys or configuration values: topic names, exception class names and counts.
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator
@@ -27,7 +27,8 @@ WATCH_GROUP_TEMPLATE = "{group_id}-dlt-watch"
 
 
 class DltWatchOperator(BaseOperator):
-    """Report records that arrived in any dead-letter topic of a topology since the last run.
+    """
+    Report records that arrived in any dead-letter topic of a topology since the last run.
 
     It reads every DLT of the topology (the main DLT and exception-specific ones) from its own
     consumer group's committed offset to the end, and summarises what it found: counts per
@@ -51,8 +52,8 @@ class DltWatchOperator(BaseOperator):
     :param consumer_group: the watch's own group; default ``<group_id>-dlt-watch``. (templated)
     :param coordinate_cap: at most this many record coordinates in the summary (the rest are counted).
     :param scan_timeout: seconds the scan may take before the task fails (nothing committed).
-    :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets it:
-        its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
+    :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets
+        it: its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
     """
 
     template_fields: Sequence[str] = ("topology", "kafka_conn_id", "consumer_group")
@@ -129,12 +130,14 @@ class DltWatchOperator(BaseOperator):
                 ", ".join(sorted(summary.dlt_topics)),
                 ", ".join(f"{n} x {cls}" for cls, n in sorted(summary.dead_lettered.items())),
             )
-            succeeded = notify_dlt(self.on_dlt, context, result)
+            # Airflow's Context is a TypedDict over a plain dict: notify_dlt adds the summary to it
+            succeeded = notify_dlt(self.on_dlt, cast("MutableMapping[str, Any]", context), result)
             result["notifiers"] = {"called": len(self.on_dlt), "succeeded": succeeded}
         else:
             self.log.info("no new records in %s since the last watch", ", ".join(topics))
             result["notifiers"] = {"called": 0, "succeeded": 0}
-        commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
+        if scan is not None:  # None only without topics, returned above
+            commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
         return result
 
     # ------------------------------------------------------------------ OpenLineage

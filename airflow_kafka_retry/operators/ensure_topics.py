@@ -1,4 +1,8 @@
-"""``EnsureRetryTopicsOperator``: create a topology's missing retry and DLT topics, check the existing ones."""
+"""
+``EnsureRetryTopicsOperator``: create a topology's missing retry and DLT topics.
+
+It checks the existing ones.
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,10 @@ ON_MISMATCH = ("fail", "warn")
 
 
 class EnsureRetryTopicsOperator(BaseOperator):
-    """Create the retry tier, DLT and parking topics of a topology that do not exist yet, sized after the main topic.
+    """
+    Create the retry tier, DLT and parking topics of a topology that do not exist yet.
+
+    They are sized after the main topic.
 
     Every new topic gets the main topic's partition count (so a record keeps its partition on the
     way through the tiers, as Spring does) and, when the broker reports one for the main topic, its

@@ -51,7 +51,8 @@ def _unset(value: Any) -> Any:
 
 
 class ReplayDltOperator(BaseOperator):
-    """Replay DLT records to their original topic (or another target), each exactly once.
+    """
+    Replay DLT records to their original topic (or another target), each exactly once.
 
     The same operation as ``airflow-kafka-retry dlt replay`` (see :mod:`airflow_kafka_retry.dlt.replay`):
     filtered records are copied to the target with audit headers (DLT coordinates, replay id, time)
@@ -105,7 +106,7 @@ class ReplayDltOperator(BaseOperator):
         "limit",
         "to",
         "transform",
-        "dry_run",
+        "replay_dry_run",
         "replay_id",
     )
 
@@ -147,7 +148,8 @@ class ReplayDltOperator(BaseOperator):
         self.limit = limit
         self.to = to
         self.transform = transform
-        self.dry_run = dry_run
+        # not ``dry_run``: that name is BaseOperator's method (render the templates, run nothing)
+        self.replay_dry_run = dry_run
         self.replay_id = replay_id
         self.transforms = dict(transforms or {})
         self.allowed_targets = list(allowed_targets)
@@ -177,7 +179,7 @@ class ReplayDltOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
-        dry_run = as_flag(self.dry_run, "dry_run")
+        dry_run = as_flag(self.replay_dry_run, "dry_run")
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
         replay = Replay(

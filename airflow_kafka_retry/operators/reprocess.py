@@ -12,9 +12,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_retry.engine.follow import drain_following
 from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
@@ -28,6 +26,9 @@ from airflow_kafka_retry.spark.app import load_topology_from
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.notifications.dispatch import Notifier
+
 #: ``RunSummary.stopped`` when ``on_kill`` (Airflow's SIGTERM) stopped the run.
 KILLED = "killed"
 #: ``RunSummary.stopped`` when the task was interrupted otherwise (e.g. ``execution_timeout``).
@@ -35,7 +36,8 @@ INTERRUPTED = "interrupted"
 
 
 class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
-    """Reprocess the due records of one retry tier (or a DLT) in the worker, with the local engine.
+    """
+    Reprocess the due records of one retry tier (or a DLT) in the worker, with the local engine.
 
     Each partition's due records go to the handler in batches; failures are routed to the next tier
     or a DLT by the topology's rules, and every chunk of records is committed in one Kafka transaction
@@ -177,9 +179,6 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
             cutoff,
             f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "",
         )
-        chosen = (
-            {"parallelism": self.parallelism} if self.parallelism is not None else {}
-        )  # else the engine's
 
         def drain(cutoff_ms: int) -> RunSummary:
             return run_local(
@@ -191,7 +190,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                 cutoff_ms=cutoff_ms,
                 should_stop=self._should_stop,
                 in_process=self.in_process,
-                **chosen,
+                parallelism=self.parallelism,  # None: the engine's
             )
 
         summary = self._run(
@@ -213,8 +212,11 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         return document
 
     def _run(self, drain: Any) -> RunSummary:
-        """Run ``drain`` in a helper thread, so an exception raised in this thread by a signal handler
-        (``execution_timeout``) stops the partitions at a chunk boundary instead of leaving them running.
+        """
+        Run ``drain`` in a helper thread.
+
+        An exception raised in this thread by a signal handler (``execution_timeout``) then stops the
+        partitions at a chunk boundary instead of leaving them running.
         """
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-retry-drain") as pool:
             future = pool.submit(drain)

@@ -1,4 +1,5 @@
-"""What the local and the Spark reprocess operators share.
+"""
+What the local and the Spark reprocess operators share.
 
 Their parameters and templated fields, the checks of ``options``, the due-time cutoff, the deadline
 from a reprocessing window and ``max_run``, and the reporting of a finished run: the summary as
@@ -11,15 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, cast
 
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 
 from airflow_kafka_retry.assets import reprocess_outlets
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.observability.metrics import emit, run_metrics
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Asset
 
+    from airflow_kafka_retry.engine.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Topology
 
 #: Options named by their own operator parameters, not through ``options``.
@@ -79,13 +80,14 @@ def to_epoch_ms(value: Any) -> int:
             raise ValueError(f"cutoff {value!r} is neither epoch milliseconds nor an ISO-8601 time") from None
     if isinstance(value, datetime):
         if value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return int(value.timestamp() * 1000)
     raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
 
 
 def wave_not_before_ms(context: Mapping[str, Any]) -> int | None:
-    """When the last tier-due wave that triggered this run is due (epoch ms); None: no such event.
+    """
+    When the last tier-due wave that triggered this run is due (epoch ms); None: no such event.
 
     Events come from :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger` through the
     run's ``triggering_asset_events`` (``extra["payload"]``). With several queued waves the latest counts,
@@ -137,9 +139,11 @@ def failure_message(summary: RunSummary, engine: str = "Spark") -> str:
     """Which partitions failed and why, for the task's exception."""
     failed = sorted(summary.failed_partitions, key=lambda p: p.partition)
     lines = [
-        f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) failed on "
-        f"{len(failed)} of {len(summary.partitions)} partition(s); other partitions committed their "
-        "progress and a rerun resumes each failed one from its committed offset:"
+        (
+            f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) "
+            f"failed on {len(failed)} of {len(summary.partitions)} partition(s); other partitions committed "
+            "their progress and a rerun resumes each failed one from its committed offset:"
+        )
     ]
     lines += [
         f"  partition {p.partition}: {p.error or 'failed'} (committed up to {p.committed_offset})"
@@ -157,7 +161,8 @@ def stop_message(summary: RunSummary) -> str:
         for p in stopped
     ]
     return (
-        f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is committed "
+        f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is "
+        "committed "
         f"and the rest stays for the next run: partition(s) {', '.join(parts)}"
     )
 
@@ -175,7 +180,8 @@ def has_dead_letters(summary: RunSummary) -> bool:
 
 
 class ReprocessTierMixin:
-    """The parameters and the reporting both reprocess operators share (mixed into a ``BaseOperator``).
+    """
+    The parameters and the reporting both reprocess operators share (mixed into a ``BaseOperator``).
 
     Subclasses call :meth:`_init_reprocess` from their constructor and :meth:`report` with the run
     summary once the engine has committed.
@@ -257,7 +263,11 @@ class ReprocessTierMixin:
         )
 
     def cutoff_ms(self, context: Context) -> int:
-        """The due-time cutoff of this run (see the ``cutoff`` parameter; ``"now"``: when the run starts draining)."""
+        """
+        The due-time cutoff of this run (see the ``cutoff`` parameter).
+
+        ``"now"``: when the run starts draining.
+        """
         value = self.cutoff
         if value is None or value == "":
             value = context.get("data_interval_end") or context.get("logical_date")
@@ -266,9 +276,12 @@ class ReprocessTierMixin:
     def skip_when_tier_topic_is_missing(
         self, context: Context, kafka_config: Mapping[str, Any], topic: str
     ) -> None:
-        """Event mode (``skip_missing_topic``): a run that no wave started (a sweep, a manual run) skips when
-        the tier's own topic does not exist yet -- nothing can be due there. A missing destination still
-        fails the run, naming it."""
+        """
+        Event mode (``skip_missing_topic``): skip a run that no wave started when its topic is missing.
+
+        A run that no wave started (a sweep, a manual run) skips when the tier's own topic does not exist yet
+        -- nothing can be due there. A missing destination still fails the run, naming it.
+        """
         if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
             return
         if missing_topics(kafka_config, [topic]):
@@ -278,7 +291,8 @@ class ReprocessTierMixin:
             )
 
     def wait_for_wave(self, context: Context, should_stop: Callable[[], str | None] = lambda: None) -> None:
-        """In a run started by a tier's event trigger, wait until the wave it fired for is due.
+        """
+        In a run started by a tier's event trigger, wait until the wave it fired for is due.
 
         The trigger fires a little ahead of the due time, so the time Airflow takes to start this
         task is not added to the records' lateness; the cutoff (``"now"``) is taken after this wait.
@@ -308,7 +322,8 @@ class ReprocessTierMixin:
         return ReprocessWindow.parse(self.window, self.timezone or None)
 
     def deadline(self, now_ms: int) -> tuple[int | None, str | None]:
-        """When this run must stop (epoch ms) and why: the window's closing or ``max_run``, whichever is first.
+        """
+        When this run must stop (epoch ms) and why: the window's closing or ``max_run``, whichever is first.
 
         Outside the window the deadline is ``now_ms``: the run stops before reading anything.
         """
@@ -335,8 +350,10 @@ class ReprocessTierMixin:
         cause: BaseException | None = None,
         topology: Topology | None = None,
     ) -> dict[str, Any]:
-        """Log, send metrics, notify, set asset events; return the summary document, or push it and raise
-        when a partition failed.
+        """
+        Log, send metrics, notify, set asset events; return the summary document.
+
+        When a partition failed, push the document and raise instead.
 
         The engine has committed every finished chunk by now, so notifiers run after the commit.
         """
@@ -352,7 +369,10 @@ class ReprocessTierMixin:
         if summary.stopped:
             self.log.warning("%s", stop_message(summary))
         if self.on_dlt and has_dead_letters(summary):
-            called = notify_dlt(self.on_dlt, context, notifier_summary(document))
+            # Airflow's Context is a TypedDict over a plain dict: notify_dlt adds the summary to it
+            called = notify_dlt(
+                self.on_dlt, cast("MutableMapping[str, Any]", context), notifier_summary(document)
+            )
             self.log.info(
                 "%s: %s of %s DLT notifier(s) called without error", summary.topic, called, len(self.on_dlt)
             )
@@ -369,7 +389,7 @@ class ReprocessTierMixin:
 
                 topology = load_topology_from(str(self.topology))
             metrics = run_metrics(summary, topology)
-        except Exception as exc:  # noqa: BLE001 - observability never fails a run that did its work
+        except Exception as exc:  # observability never fails a run that did its work
             self.log.warning("%s: no metrics for this run: %s: %s", summary.topic, type(exc).__name__, exc)
             return
         emit(metrics)
@@ -392,7 +412,8 @@ class ReprocessTierMixin:
         return tier_run_lineage(topology, topology.select(self.tier), server, document)
 
     def _set_asset_events(self, context: Context, summary: RunSummary, document: Mapping[str, Any]) -> None:
-        """Each outlet topic that received records gets an event whose ``extra`` holds the counts.
+        """
+        Each outlet topic that received records gets an event whose ``extra`` holds the counts.
 
         Outlet topics that received nothing are taken off this run's outlets, so a DAG scheduled on
         ``orders-dlt`` runs when records reached that DLT, not after every tier run.

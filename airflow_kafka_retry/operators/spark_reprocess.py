@@ -6,14 +6,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.providers.common.compat.sdk import AirflowException
 
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
-from airflow_kafka_retry.notifications.dispatch import Notifier
 from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_base import (
     REPROCESS_TEMPLATE_FIELDS,
@@ -27,7 +24,11 @@ from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, 
 from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
 
 if TYPE_CHECKING:
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.providers.common.compat.sdk import Context
+
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.notifications.dispatch import Notifier
 
 __all__ = [
     "SparkReprocessTierOperator",
@@ -37,7 +38,8 @@ __all__ = [
 
 
 class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
-    """Reprocess the due records of one retry tier (or a DLT) with Spark: one Spark task per Kafka partition.
+    """
+    Reprocess the due records of one retry tier (or a DLT) with Spark: one Spark task per Kafka partition.
 
     Each task calls the handler on its partition's due records, routes failures to the next tier or
     the DLT and commits offsets in Kafka transactions (see :mod:`airflow_kafka_retry.spark.app`).
@@ -182,13 +184,18 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         return str(connection.get("master") or ""), connection.get("deploy_mode")
 
     def _get_hook(self) -> SparkSubmitHook:
-        """The provider's hook, built as ``SparkSubmitOperator`` builds it, submitting without the worker's secrets."""
+        """
+        The provider's hook, built as ``SparkSubmitOperator`` builds it.
+
+        It submits without the worker's secrets.
+        """
         hook = super()._get_hook()
         hook.__class__ = IsolatedSparkSubmitHook  # same state; only ``submit`` differs
         return hook
 
     # ------------------------------------------------------------------ execute
-    def execute(self, context: Context) -> dict[str, Any]:
+    # SparkSubmitOperator.execute is typed to return None; this one returns the run summary (its XCom)
+    def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
         self.wait_for_wave(context)
         deadline, deadline_reason = self.deadline(wall_clock_ms())
         options = self.drain_options(deadline)
@@ -228,7 +235,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
             submit_error: BaseException | None = None
             try:
                 super().execute(context)
-            except Exception as exc:  # noqa: BLE001 - spark-submit exits non-zero when a partition failed
+            except Exception as exc:  # spark-submit exits non-zero when a partition failed
                 submit_error = exc
             finally:  # Kubernetes cluster mode: Spark leaves the uploaded copies of the credentials behind
                 if isinstance(self._hook, IsolatedSparkSubmitHook):

@@ -1,4 +1,5 @@
-"""What one user may see and do in the view, asked of Airflow's own auth manager.
+"""
+What one user may see and do in the view, asked of Airflow's own auth manager.
 
 A topology is the sum of its tier DAGs: the view shows it (its file, topics, group, backlog, DLT
 counts, broker errors) only to a user who may read every one of them. Each check passes the DAG's
@@ -51,7 +52,7 @@ class DagAccess:
     def _ask(self, what: str, question: Callable[[], Any]) -> bool:
         try:
             return bool(question())
-        except Exception:  # noqa: BLE001 - an auth manager that cannot answer grants nothing
+        except Exception:  # an auth manager that cannot answer grants nothing
             log.exception("authorization check failed for %s", what)
             return False
 

@@ -1,4 +1,5 @@
-"""The FastAPI app of the "Retry tiers" view, mounted by the plugin under ``/kafka-retry``.
+"""
+The FastAPI app of the "Retry tiers" view, mounted by the plugin under ``/kafka-retry``.
 
 Every endpoint needs an Airflow login (the API server's own JWT cookie or bearer token). A topology is
 listed and shown only to users who may read all its tier DAGs (403 otherwise); a DAG's runs need
@@ -92,7 +93,7 @@ def create_app() -> FastAPI:
         topology = file.topology
         try:
             config = await run_in_threadpool(_kafka_config, settings)
-        except Exception as exc:  # noqa: BLE001 - e.g. the connection does not exist: say so, never its content
+        except Exception as exc:  # e.g. the connection does not exist: say so, never its content
             return {
                 "id": ident,
                 "source": file.path,

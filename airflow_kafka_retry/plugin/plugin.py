@@ -18,7 +18,11 @@ def _fastapi_apps() -> list[dict[str, Any]]:
 
 
 class _BuiltOnFirstUse:
-    """The FastAPI app is built only where it is used (the API server), not in every process loading plugins."""
+    """
+    The FastAPI app is built only where it is used (the API server).
+
+    Not in every process that loads plugins.
+    """
 
     def __get__(self, instance: object, owner: type) -> list[dict[str, Any]]:
         return _fastapi_apps()
@@ -28,7 +32,7 @@ class RetryTiersPlugin(AirflowPlugin):
     """Registered through the ``airflow.plugins`` entry point and ``get_provider_info()["plugins"]``."""
 
     name = "kafka_retry_tiers"
-    fastapi_apps = _BuiltOnFirstUse()  # type: ignore[assignment]
+    fastapi_apps = _BuiltOnFirstUse()
     external_views = [
         {
             "name": "Retry tiers",

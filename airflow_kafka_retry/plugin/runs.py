@@ -21,15 +21,15 @@ def _summary_brief(value: Any) -> dict[str, Any] | None:
 
 
 def last_runs(dag_id: str, limit: int, *, summaries: bool) -> list[dict[str, Any]]:
-    """Newest first: run id, state, times and (``summaries``) the reprocess summary's totals (never payloads).
+    """
+    Newest first: run id, state, times and (``summaries``) the reprocess summary's totals (never payloads).
 
     Without ``summaries`` (a user who may not read the DAG's XComs) no XCom is read and ``summary`` is None.
     """
-    from sqlalchemy import select
-
     from airflow.models.dagrun import DagRun
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         runs = session.scalars(
@@ -47,7 +47,7 @@ def last_runs(dag_id: str, limit: int, *, summaries: bool) -> list[dict[str, Any
             ).all()
             for run_id, key, value in rows:
                 if key == "return_value" or run_id not in values:
-                    values[run_id] = value
+                    values[str(run_id)] = value
         return [
             {
                 "run_id": r.run_id,

@@ -1,4 +1,5 @@
-"""The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
+"""
+The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
 
 Refreshes of a topology within ``[kafka_retry] cache_ttl`` seconds reuse one read of the broker, and
 requests arriving while it is read wait for that read instead of starting their own. At most
@@ -10,18 +11,21 @@ cached, never who may see it: permissions are checked on every request.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.backlog import scan_backlog
 from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
-from airflow_kafka_retry.plugin.settings import ViewSettings
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.plugin.settings import ViewSettings
+    from airflow_kafka_retry.policy.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -68,8 +72,13 @@ def read_topology(
                 _capped,
                 gate,
                 timeout,
-                lambda t=t: scan_backlog(
-                    kafka_config, t.topic, topology.consumer_group(t), now_ms=now_ms, timeout_s=timeout
+                functools.partial(
+                    scan_backlog,
+                    kafka_config,
+                    t.topic,
+                    topology.consumer_group(t),
+                    now_ms=now_ms,
+                    timeout_s=timeout,
                 ),
             )
             for t in topology.tiers
@@ -79,7 +88,7 @@ def read_topology(
                 _capped,
                 gate,
                 timeout,
-                lambda topic=topic: count_dead_letters(kafka_config, topic, timeout_s=timeout),
+                functools.partial(count_dead_letters, kafka_config, topic, timeout_s=timeout),
             )
             for topic in dead_topics(topology)
         }

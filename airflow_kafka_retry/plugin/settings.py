@@ -1,4 +1,5 @@
-"""Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`` Airflow config section.
+"""
+Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`` Airflow config section.
 
 ``topologies``: comma-separated topology files or glob patterns (default: ``topologies/*.yaml`` and
 ``*.yml`` under the DAGs folder). ``kafka_conn_id``: the connection the server reads Kafka with.
@@ -37,14 +38,18 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     "cache_ttl": (
         "5",
         "float",
-        "Seconds the view reuses a topology's Kafka reads (backlog, DLT counts) "
-        "before reading the broker again; 0 reads it on every refresh.",
+        (
+            "Seconds the view reuses a topology's Kafka reads (backlog, DLT counts) "
+            "before reading the broker again; 0 reads it on every refresh."
+        ),
     ),
     "max_scans": (
         "4",
         "integer",
-        "At most this many Kafka scans (one per topic) run at once in the API "
-        "server, for all users together.",
+        (
+            "At most this many Kafka scans (one per topic) run at once in the API "
+            "server, for all users together."
+        ),
     ),
 }
 
@@ -70,6 +75,8 @@ def provider_config() -> dict[str, object]:
 
 @dataclass(frozen=True)
 class ViewSettings:
+    """The view's ``[kafka_retry]`` settings, as read from Airflow's configuration."""
+
     topologies: tuple[str, ...]
     kafka_conn_id: str
     dag_id_template: str

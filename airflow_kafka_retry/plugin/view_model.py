@@ -1,4 +1,5 @@
-"""The JSON the "Retry tiers" page shows for one topology: tiers with backlog and runs, DLTs with counts.
+"""
+The JSON the "Retry tiers" page shows for one topology: tiers with backlog and runs, DLTs with counts.
 
 The Kafka reads come from :mod:`~airflow_kafka_retry.plugin.scans` (deadlines, cache, cap); a slow or
 unreachable broker shows as an error on its topic. Never payloads; never the Kafka config.
@@ -10,12 +11,14 @@ import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.plugin.scans import TopologyScan
-from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.topology import Topology, load_topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.plugin.scans import TopologyScan
+    from airflow_kafka_retry.plugin.settings import ViewSettings
 
 RunsReader = Callable[[str, int], list[dict[str, Any]]]
 

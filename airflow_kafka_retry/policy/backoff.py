@@ -1,4 +1,8 @@
-"""Back-off policies: (number of retries, back-off) -> the list of delays, like Spring's BackOffValuesGenerator."""
+"""
+Back-off policies: (number of retries, back-off) -> the list of delays.
+
+Like Spring's BackOffValuesGenerator.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ DEFAULT_MAX_DELAY_MS = 30_000  # Spring's ExponentialBackOff default max interva
 
 @dataclass(frozen=True)
 class BackOff:
-    """How long a failed record waits before each retry.
+    """
+    How long a failed record waits before each retry.
 
     ``fixed``: every retry waits ``delay_ms``. ``exponential``: retry *i* (from 0) waits
     ``initial_ms * multiplier**i`` capped at ``max_ms``, truncated to whole milliseconds at each

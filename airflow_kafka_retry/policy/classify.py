@@ -1,4 +1,5 @@
-"""Exception classification: retryable or fatal, and which exception-specific DLT.
+"""
+Exception classification: retryable or fatal, and which exception-specific DLT.
 
 Exceptions are named by dotted class path (``json.JSONDecodeError``, ``myapp.errors.InvalidOrder``)
 and matched by subclass. A name is resolved by import when its module is importable here; otherwise
@@ -66,7 +67,7 @@ def _resolve(name: str) -> type | None:
     module_name, _, attr = name.rpartition(".")
     try:
         target: object = importlib.import_module(module_name)
-    except Exception:  # noqa: BLE001 - an unimportable module means "compare by name"
+    except Exception:  # an unimportable module means "compare by name"
         parent = _resolve(module_name)  # a nested class: pkg.mod.Outer.Inner
         if parent is None:
             return None
@@ -85,7 +86,8 @@ def matches_class(exc: BaseException, name: str) -> bool:
 
 @dataclass(frozen=True)
 class ExceptionClassifier:
-    """Decides whether an exception may be retried, like Spring's ``DefaultErrorHandler`` classifier.
+    """
+    Decides whether an exception may be retried, like Spring's ``DefaultErrorHandler`` classifier.
 
     :param not_retryable: classes never retried (added to the defaults unless those are disabled).
     :param retry_only: when not empty, only these classes are retried (Spring's ``retryOn``).
@@ -103,7 +105,8 @@ class ExceptionClassifier:
     def first_match(
         self, exc: BaseException, names: Sequence[str], *, traverse: bool | None = None
     ) -> str | None:
-        """The first name in ``names`` that ``exc`` (or a cause, if traversing) is an instance of.
+        """
+        The first name in ``names`` that ``exc`` (or a cause, if traversing) is an instance of.
 
         :param traverse: look along the cause chain; ``None``: as ``traverse_causes`` says.
         """

@@ -1,4 +1,5 @@
-"""``compat:`` presets: every topology default a Spring for Apache Kafka version uses.
+"""
+``compat:`` presets: every topology default a Spring for Apache Kafka version uses.
 
 A preset only fills in keys the topology does not set; explicit keys win. The defaults below were
 read from Spring Kafka's sources (tag, file, line):
@@ -26,9 +27,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.policy.naming import ReuseScope
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.naming import ReuseScope
 
 CompatName = Literal["none", "spring-3.2", "spring-2.7", "spring-builder-4.0", "spring-builder-4.1"]
 SPRING_GROUP_TEMPLATE = "{group_id}{suffix}"
@@ -36,7 +38,8 @@ SPRING_GROUP_TEMPLATE = "{group_id}{suffix}"
 
 @dataclass(frozen=True)
 class Preset:
-    """One ``compat:`` value: the Spring configuration it matches and the topology defaults it sets.
+    """
+    One ``compat:`` value: the Spring configuration it matches and the topology defaults it sets.
 
     :param defaults: top-level topology keys and their values (``headers`` is a nested mapping).
     :param reuse_scope: how ``reuse_same_interval: true`` behaves (see :mod:`.naming`).
@@ -93,7 +96,8 @@ def preset(name: str) -> Preset:
 
 
 def apply_preset(data: Mapping[str, Any], chosen: Preset) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``data`` with the preset's defaults filled in, and the defaults that were actually used.
+    """
+    ``data`` with the preset's defaults filled in, and the defaults that were actually used.
 
     Keys present in ``data`` are kept as written; ``headers`` is merged key by key.
     """

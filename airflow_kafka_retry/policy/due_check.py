@@ -1,4 +1,5 @@
-"""Is a tier worth draining now? The decision behind the tier-due sensor, without I/O or Airflow.
+"""
+Is a tier worth draining now? The decision behind the tier-due sensor, without I/O or Airflow.
 
 Given when the first pending record of each partition is due, the current time, an optional
 reprocessing window and an optional deadline (how long the caller may wait), the answer is one of:
@@ -13,22 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.windows import ReprocessWindow
 
 DueAction = Literal["due", "idle", "wait", "skip"]
+
+#: What names a partition: its number (one topic), or ``(topic, partition)`` (the event triggers' waves).
+PartitionKey = TypeVar("PartitionKey", int, tuple[str, int])
 
 
 def format_ms(at_ms: int) -> str:
     """Epoch milliseconds as an ISO-8601 UTC time, for messages."""
-    return datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(frozen=True)
-class DueCheck:
-    """The outcome of :func:`check_due`.
+class DueCheck(Generic[PartitionKey]):
+    """
+    The outcome of :func:`check_due`.
 
     :param action: ``due``, ``idle``, ``wait`` or ``skip``.
     :param now_ms: when the check was made.
@@ -40,11 +46,11 @@ class DueCheck:
 
     action: DueAction
     now_ms: int
-    due_partitions: tuple[int, ...] = ()
+    due_partitions: tuple[PartitionKey, ...] = ()
     earliest_due_ms: int | None = None
     wake_ms: int | None = None
     reason: str = ""
-    pending_partitions: tuple[int, ...] = ()
+    pending_partitions: tuple[PartitionKey, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,13 +65,14 @@ class DueCheck:
 
 
 def check_due(
-    due_at: Mapping[int, int],
+    due_at: Mapping[PartitionKey, int],
     *,
     now_ms: int,
     window: ReprocessWindow | None = None,
     deadline_ms: int | None = None,
-) -> DueCheck:
-    """Decide what the due sensor does.
+) -> DueCheck[PartitionKey]:
+    """
+    Decide what the due sensor does.
 
     :param due_at: partition -> when its first pending record is due (epoch ms); partitions with
         nothing pending are left out.
@@ -105,8 +112,13 @@ def check_due(
 
 
 def _wait_or_skip(
-    now_ms: int, wake_ms: int, earliest: int, pending: tuple[int, ...], deadline_ms: int | None, why: str
-) -> DueCheck:
+    now_ms: int,
+    wake_ms: int,
+    earliest: int,
+    pending: tuple[PartitionKey, ...],
+    deadline_ms: int | None,
+    why: str,
+) -> DueCheck[PartitionKey]:
     if deadline_ms is not None and wake_ms > deadline_ms:
         return DueCheck(
             "skip",

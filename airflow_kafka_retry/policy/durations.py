@@ -11,7 +11,8 @@ _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
 
 
 def parse_duration_ms(value: object) -> int:
-    """Return ``value`` in whole milliseconds.
+    """
+    Return ``value`` in whole milliseconds.
 
     Integers are milliseconds. Strings are a number and an optional unit (``ms``, ``s``, ``m``,
     ``h``, ``d``; no unit means milliseconds). Fractions are allowed when the result is a whole

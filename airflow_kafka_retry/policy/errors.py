@@ -6,7 +6,8 @@ from collections.abc import Sequence
 
 
 class TopologyError(ValueError):
-    """A topology is invalid. The message names the source (file), the field and what is wrong.
+    """
+    A topology is invalid. The message names the source (file), the field and what is wrong.
 
     One error may carry several problems (:meth:`combine`): validation reports every problem of a
     file at once, each in :attr:`errors` with its own field.
@@ -37,7 +38,8 @@ class TopologyError(ValueError):
 
     @classmethod
     def combine(cls, errors: Sequence[TopologyError]) -> TopologyError:
-        """One error for several problems (the problem itself when there is only one).
+        """
+        One error for several problems (the problem itself when there is only one).
 
         The message lists every problem on its own line, each naming file and field.
         """

@@ -28,7 +28,8 @@ CAUSE_RULES: tuple[CauseRule, ...] = ("immediate", "root", "handler")
 
 @dataclass(frozen=True)
 class HeaderPolicy:
-    """Header settings of a topology (``headers:`` in YAML).
+    """
+    Header settings of a topology (``headers:`` in YAML).
 
     :param include_stacktrace: write the exception stack-trace header.
     :param strip_previous_exception_headers: replace earlier exception headers instead of appending

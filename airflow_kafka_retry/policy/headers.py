@@ -1,4 +1,5 @@
-"""Header codec, byte-compatible with Spring for Apache Kafka 3.x.
+"""
+Header codec, byte-compatible with Spring for Apache Kafka 3.x.
 
 Header names. The ``retry_topic-*`` headers have one spelling. The original-coordinate and
 exception headers come in two families, as in Spring:
@@ -47,10 +48,12 @@ import struct
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from airflow_kafka_retry.policy.classify import class_path, exception_chain
-from airflow_kafka_retry.policy.header_policy import CauseRule, HeaderNaming, HeaderPolicy
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.header_policy import CauseRule, HeaderNaming, HeaderPolicy
 
 Header = tuple[str, bytes | None]
 _T = TypeVar("_T")
@@ -199,7 +202,11 @@ def last_header(headers: Iterable[Header] | None, name: str) -> bytes | None:
 
 # ---------------------------------------------------------------------- reading
 def attempts_value(value: bytes | None) -> int:
-    """Decode a ``retry_topic-attempts`` value: 4-byte int, or the legacy 1-byte form; 1 when absent or odd."""
+    """
+    Decode a ``retry_topic-attempts`` value: 4-byte int, or the legacy 1-byte form.
+
+    1 when absent or odd.
+    """
     if value is None:
         return 1
     if len(value) == 1:
@@ -231,7 +238,8 @@ def read_attempts(headers: Iterable[Header] | None) -> int:
 def read_due_ms(
     headers: Iterable[Header] | None, *, now_ms: int | None = None, horizon_ms: int = MAX_BACKOFF_MS
 ) -> int | None:
-    """When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no usable due time.
+    """
+    When the record is due (``retry_topic-backoff-timestamp``), or None when it carries no usable due time.
 
     Read defensively, as Spring's ``KafkaBackoffAwareMessageListenerAdapter`` does: a value that is
     empty or longer than 8 bytes is ignored, and so (when ``now_ms`` is given) is a due time more
@@ -244,7 +252,8 @@ def read_due_ms(
 def read_retry_state(
     headers: Iterable[Header] | None, *, now_ms: int | None = None, horizon_ms: int = MAX_BACKOFF_MS
 ) -> tuple[int, int | None]:
-    """``(read_attempts(headers), read_due_ms(headers, now_ms=..., horizon_ms=...))`` in one pass.
+    """
+    ``(read_attempts(headers), read_due_ms(headers, now_ms=..., horizon_ms=...))`` in one pass.
 
     The per-record hot path of a drain: ``dict`` keeps the last value of a repeated name, which is
     exactly Kafka's ``lastHeader``, and builds in C.
@@ -259,8 +268,8 @@ def read_retry_state(
         if name1 == ATTEMPTS and name2 == BACKOFF_TIMESTAMP:
             if value1 is not None and value2 and len(value1) == 4 and len(value2) <= 8:
                 raw = int.from_bytes(value1, "big", signed=True)
-                due = int.from_bytes(value2, "big", signed=True)
-                if now_ms is not None and due - now_ms > horizon_ms:
+                due: int | None = int.from_bytes(value2, "big", signed=True)
+                if now_ms is not None and due is not None and due - now_ms > horizon_ms:
                     due = None
                 return raw if 1 <= raw <= ATTEMPTS_HARD_CAP else 1, due
             return attempts_value(value1), due_value(value2, now_ms=now_ms, horizon_ms=horizon_ms)
@@ -329,7 +338,8 @@ def read_original_coordinates(
 
 
 def read_exception_classes(headers: Iterable[Header] | None) -> tuple[str | None, str | None]:
-    """``(exception class, cause class)`` a dead-lettered record carries, from either header family.
+    """
+    ``(exception class, cause class)`` a dead-lettered record carries, from either header family.
 
     The value's exception (``kafka_exception-fqcn`` or ``kafka_dlt-exception-fqcn``) comes first, then
     the key's (``kafka_key-exception-fqcn`` / ``kafka_dlt-key-exception-fqcn``). Spring writes the
@@ -371,7 +381,8 @@ def describe_exception(
     key: bool = False,
     cause_rule: CauseRule = "immediate",
 ) -> ExceptionInfo:
-    """Describe ``exc`` for the ``kafka_dlt-exception-*`` headers (class, cause class, message, trace).
+    """
+    Describe ``exc`` for the ``kafka_dlt-exception-*`` headers (class, cause class, message, trace).
 
     ``cause_rule`` picks the cause class (see ``HeaderPolicy.cause``): the immediate cause, the
     root of the cause chain, or ``exc`` itself (Spring's ``ErrorHandlingUtils.findRootCause``,
@@ -398,7 +409,8 @@ def describe_exception(
 
 @dataclass(frozen=True)
 class Failure:
-    """A failed record and where it goes next, as the header writer needs it.
+    """
+    A failed record and where it goes next, as the header writer needs it.
 
     :param topic, partition, offset, timestamp_ms, timestamp_type: the record that failed
         (``timestamp_type`` is confluent-kafka's number: 0 none, 1 create time, 2 log-append time).
@@ -448,7 +460,8 @@ def _exception_headers(info: ExceptionInfo, names: HeaderNames) -> list[Header]:
 
 
 def _original_headers(existing: list[Header], failure: Failure, names: HeaderNames) -> list[Header]:
-    """The original-coordinate headers to add in the ``names`` family (none where already present).
+    """
+    The original-coordinate headers to add in the ``names`` family (none where already present).
 
     A coordinate that only the other family carries is copied across byte for byte (the
     encodings are the same), so it keeps pointing at the first failure.
@@ -477,7 +490,8 @@ def _original_headers(existing: list[Header], failure: Failure, names: HeaderNam
 def forward_headers(
     existing: Sequence[Header] | None, failure: Failure, policy: HeaderPolicy
 ) -> list[Header]:
-    """The headers of the record produced to the next tier or DLT for ``failure``.
+    """
+    The headers of the record produced to the next tier or DLT for ``failure``.
 
     Keeps the record's own headers, adds the original coordinates (in ``policy.naming``) only where
     absent (they keep pointing at the first failure), writes the exception headers (replacing

@@ -1,4 +1,5 @@
-"""Retry and dead-letter topic names: a port of Spring's ``DestinationTopicPropertiesFactory``.
+"""
+Retry and dead-letter topic names: a port of Spring's ``DestinationTopicPropertiesFactory``.
 
 Given the delays before each retry (``BackOff.delays_for``), the suffixing strategy and same-interval
 reuse, :func:`retry_topics` returns the retry topics in order, as Spring Kafka 3.2+ (unchanged in
@@ -53,7 +54,8 @@ def retry_topics(
     reuse: bool = False,
     reuse_scope: ReuseScope = "trailing",
 ) -> list[RetryTopic]:
-    """The retry topics for ``delays`` (one delay per retry), in the order a record travels them.
+    """
+    The retry topics for ``delays`` (one delay per retry), in the order a record travels them.
 
     :param index_start: the first index of index suffixing (Spring: 0). Delay suffixing of a fixed
         back-off always counts from 0, as Spring does.
@@ -96,14 +98,16 @@ def _check_repeats_trail(delays: list[int]) -> None:
     bad = sorted({d for d in head if head.count(d) > 1 or d == delays[-1]})
     if bad:
         raise NamingError(
-            f"same-interval reuse needs repeated delays only at the end (Spring's DestinationTopicPropertiesFactory "
+            "same-interval reuse needs repeated delays only at the end (Spring's "
+            "DestinationTopicPropertiesFactory "
             f"assumes so), but {', '.join(f'{d} ms' for d in bad)} repeats earlier in {delays}; "
             "reorder the delays or set reuse_same_interval: false"
         )
 
 
 def dlt_routing_suffix(key: str, *, dlt_suffix: str, naming: DltRoutingNaming) -> str:
-    """What an exception-specific DLT appends to the main topic.
+    """
+    What an exception-specific DLT appends to the main topic.
 
     ``suffix``: the key as written (``-validation-dlt`` -> ``orders-validation-dlt``); ``key``:
     Spring's ``<key><dlt_suffix>`` (``-validation`` -> ``orders-validation-dlt``,

@@ -1,4 +1,5 @@
-"""Headers of a record replayed from a DLT: the audit trail and a fresh retry state.
+"""
+Headers of a record replayed from a DLT: the audit trail and a fresh retry state.
 
 Spring for Apache Kafka has no DLT replay, so these headers are this provider's own (a
 ``dlt_replay-`` prefix, clear of Spring's ``kafka_`` and ``retry_topic-`` names):
@@ -102,7 +103,8 @@ def replayed_headers(
     attempt: int | None = None,
     due_ms: int | None = None,
 ) -> list[Header]:
-    """The headers of the copy a replay produces.
+    """
+    The headers of the copy a replay produces.
 
     :param existing: the DLT record's headers (possibly edited by a transform).
     :param audit: where the copy comes from.

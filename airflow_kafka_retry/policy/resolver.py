@@ -1,4 +1,5 @@
-"""Destination resolution, like Spring's ``DefaultDestinationTopicResolver``.
+"""
+Destination resolution, like Spring's ``DefaultDestinationTopicResolver``.
 
 (topology, source topic, attempt, exception, original timestamp, headers, clock) -> where the failed
 record goes next and when it is due there; a record replayed from a DLT goes to the parking topic
@@ -10,11 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.policy.headers import Header
 from airflow_kafka_retry.policy.replay_headers import is_replayed
-from airflow_kafka_retry.policy.topology import Tier, Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 Action = Literal["retry", "dlt", "drop"]
 Reason = Literal[
@@ -34,7 +37,8 @@ def wall_clock_ms() -> int:
 
 @dataclass(frozen=True)
 class Destination:
-    """Where a failed record goes.
+    """
+    Where a failed record goes.
 
     :param action: ``retry`` (a retry tier), ``dlt`` (a dead-letter topic) or ``drop`` (no home
         on Kafka by design: ``no_dlt`` or a failed DLT reprocessing under ``fail_on_error``).
@@ -58,7 +62,8 @@ class Destination:
 
 
 class DestinationResolver:
-    """Resolves failed records of one topology.
+    """
+    Resolves failed records of one topology.
 
     :param topology: the retry path.
     :param clock: returns the current time in epoch milliseconds (injectable for tests).
@@ -80,7 +85,8 @@ class DestinationResolver:
         original_timestamp_ms: int,
         headers: Iterable[Header] | None = None,
     ) -> Destination:
-        """Return the destination of a record consumed from ``topic`` that failed on ``attempt``.
+        """
+        Return the destination of a record consumed from ``topic`` that failed on ``attempt``.
 
         ``headers`` are the failed record's headers: a record replayed from a DLT (it carries the
         replay audit headers) goes to the parking topic wherever it would go to a DLT, so it never

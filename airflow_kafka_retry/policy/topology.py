@@ -1,4 +1,5 @@
-"""The retry topology of one main topic: validated model, tiers, DLT topics and YAML loading.
+"""
+The retry topology of one main topic: validated model, tiers, DLT topics and YAML loading.
 
 A topology turns (attempts, back-off, suffixing, same-interval reuse, DLT routing) into the ordered
 tiers a record travels through: the main topic (tier 0), the retry tiers (1..n) and the
@@ -12,8 +13,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from dataclasses import fields as dataclass_fields
+from dataclasses import dataclass, field, fields as dataclass_fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,7 +43,8 @@ DEFAULT_TIER_GROUP_TEMPLATE = "{group_id}-{topic}"
 
 @dataclass(frozen=True)
 class Tier:
-    """One topic on the retry path.
+    """
+    One topic on the retry path.
 
     :param index: 0 for the main topic, 1..n for retry tiers, -1 for dead-letter topics.
     :param topic: the Kafka topic name.
@@ -61,7 +62,8 @@ class Tier:
 
 @dataclass(frozen=True)
 class Topology:
-    """A validated retry topology. Build it with :meth:`from_mapping` or :func:`load_topology`.
+    """
+    A validated retry topology. Build it with :meth:`from_mapping` or :func:`load_topology`.
 
     ``compat`` presets are applied to the mapping (keys it does not set); constructed directly, a
     topology only records ``compat`` (it picks how 2.7's same-interval reuse behaves) and applies
@@ -294,17 +296,16 @@ class Topology:
     @property
     def exception_dlts(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """The exception-specific DLTs in routing order: (topic, exception classes)."""
+        naming = self.dlt_routing_naming
         return tuple(
-            (
-                f"{self.topic}{dlt_routing_suffix(key, dlt_suffix=self.dlt_suffix, naming=self.dlt_routing_naming)}",
-                classes,
-            )
+            (f"{self.topic}{dlt_routing_suffix(key, dlt_suffix=self.dlt_suffix, naming=naming)}", classes)
             for key, classes in self.dlt_routing
         )
 
     @property
     def parking_topic(self) -> str | None:
-        """Where a replayed DLT record that fails again ends (``<topic><parking_suffix>``); None under no_dlt.
+        """
+        Where a replayed DLT record that fails again ends (``<topic><parking_suffix>``); None under no_dlt.
 
         Parking keeps a record from looping between a replay and the DLT: the DLT is for first
         failures, the parking topic for records that failed again after a replay.
@@ -327,7 +328,8 @@ class Topology:
 
     @property
     def dlt_classifier(self) -> ExceptionClassifier:
-        """What is fatal when a record fails while its DLT is reprocessed: only the default fatal list.
+        """
+        What is fatal when a record fails while its DLT is reprocessed: only the default fatal list.
 
         As Spring's resolver-wide classifier: the topology's own ``not_retryable`` classes keep a
         record out of the retry tiers, but under ``always_retry_on_error`` they send a failed DLT
@@ -390,7 +392,8 @@ class Topology:
         return self.tiers[tier.index + 1]
 
     def consumer_group(self, tier: Tier) -> str:
-        """The consumer group that drains ``tier``; the main topic keeps the service's own group.
+        """
+        The consumer group that drains ``tier``; the main topic keeps the service's own group.
 
         ``{suffix}`` is what the tier's topic adds to the main topic, so ``{group_id}{suffix}`` is
         Spring's retry listener group (``SuffixingRetryTopicNamesProviderFactory.getGroupId``).
@@ -646,7 +649,7 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
             parse(key, _names, data[key], key, source)
     if "backoff" in data:
         parse("backoff", _backoff, data["backoff"], source)
-    if "dlt_routing" in data and data["dlt_routing"]:
+    if data.get("dlt_routing"):
         parse("dlt_routing", _dlt_routing, data["dlt_routing"], source)
     if data.get("timeout") is not None:
         parse("timeout", _duration, data["timeout"], "timeout", source)

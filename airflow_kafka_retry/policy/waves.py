@@ -1,4 +1,5 @@
-"""When an event-driven tier fires, and when a fired wave counts as taken: decisions without I/O or Airflow.
+"""
+When an event-driven tier fires, and when a fired wave counts as taken: decisions without I/O or Airflow.
 
 A *wave* is one event of a tier's event trigger: the heads (first pending records) of the partitions
 that are due, by their coordinates. The trigger fires a wave ``fire_ahead_ms`` before its records
@@ -10,21 +11,25 @@ of one of its partitions -- or ``refire_after_ms`` passed (a run that failed or 
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal
 
-from airflow_kafka_retry.policy.due_check import check_due
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.due_check import PartitionKey, check_due
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.windows import ReprocessWindow
 
 Key = tuple[str, int]
 
 
 @dataclass(frozen=True)
-class WavePlan:
-    """What the trigger does next.
+class WavePlan(Generic[PartitionKey]):
+    """
+    What the trigger does next.
 
-    :param action: ``fire`` (an event now), ``wait`` (look again at ``wake_ms``) or ``idle`` (nothing pending).
+    :param action: ``fire`` (an event now), ``wait`` (look again at ``wake_ms``) or ``idle`` (nothing
+        pending).
     :param not_before_ms: ``fire``: the run drains from this time on (when the wave's first record is due).
     :param keys: ``fire``: the partitions whose heads are due by ``not_before_ms``.
     :param wake_ms: ``wait``: when the wave would fire.
@@ -33,22 +38,22 @@ class WavePlan:
 
     action: Literal["fire", "wait", "idle"]
     not_before_ms: int | None = None
-    keys: tuple[Hashable, ...] = ()
+    keys: tuple[PartitionKey, ...] = ()
     wake_ms: int | None = None
     reason: str = ""
 
 
 def plan_wave(
-    due_at: Mapping[Hashable, int],
+    due_at: Mapping[PartitionKey, int],
     *,
     now_ms: int,
     window: ReprocessWindow | None = None,
     fire_ahead_ms: int = 0,
-) -> WavePlan:
+) -> WavePlan[PartitionKey]:
     """Fire, wait or stay idle, given when each partition's head is due (partitions without one left out)."""
     if fire_ahead_ms < 0:
         raise ValueError(f"fire_ahead_ms cannot be negative, got {fire_ahead_ms}")
-    check = check_due(due_at, now_ms=now_ms, window=window)  # type: ignore[arg-type] - any sortable key
+    check = check_due(due_at, now_ms=now_ms, window=window)
     if check.action == "idle":
         return WavePlan("idle", reason=check.reason)
     if check.action == "due":

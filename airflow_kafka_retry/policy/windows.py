@@ -1,4 +1,5 @@
-"""Reprocessing windows: the daily wall-clock hours in which a tier may be drained (``01:00-05:00``).
+"""
+Reprocessing windows: the daily wall-clock hours in which a tier may be drained (``01:00-05:00``).
 
 Pure: no I/O, no Airflow. Times are local wall-clock times in an IANA time zone (UTC by default);
 a window whose end is not after its start crosses midnight (``22:00-04:00``). Around a daylight
@@ -10,17 +11,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone as dt_timezone
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 _SPEC = re.compile(r"^\s*(\d{1,2}):(\d{2})\s*-\s*(\d{1,2}):(\d{2})\s*$")
 
 
-def _clock(hours: str, minutes: str, spec: str, *, end: bool) -> time | None:
-    """``HH:MM`` as a time; ``24:00`` (only as the end) is midnight of the next day, returned as ``None``."""
+def _clock(hours: str, minutes: str, spec: str, *, end: bool) -> time:
+    """``HH:MM`` as a time; ``24:00`` (only as the end) is midnight of the next day, ``00:00``."""
     h, m = int(hours), int(minutes)
     if end and (h, m) == (24, 0):
-        return None
+        return time(0, 0)
     if h > 23 or m > 59:
         raise ValueError(
             f"window {spec!r}: {hours}:{minutes} is not a time of day (00:00 to 23:59"
@@ -31,7 +32,8 @@ def _clock(hours: str, minutes: str, spec: str, *, end: bool) -> time | None:
 
 @dataclass(frozen=True)
 class ReprocessWindow:
-    """The daily hours ``[start, end)`` in ``timezone`` in which reprocessing may run.
+    """
+    The daily hours ``[start, end)`` in ``timezone`` in which reprocessing may run.
 
     :param start: local opening time.
     :param end: local closing time; at or before ``start`` means the window closes the next day.
@@ -51,7 +53,7 @@ class ReprocessWindow:
         if not match:
             raise ValueError(f"window {spec!r} is not of the form 'HH:MM-HH:MM' (e.g. '01:00-05:00')")
         start = _clock(match[1], match[2], spec, end=False)
-        end = _clock(match[3], match[4], spec, end=True) or time(0, 0)
+        end = _clock(match[3], match[4], spec, end=True)
         if start == end and (match[3], match[4]) != ("24", "00"):
             raise ValueError(
                 f"window {spec!r} opens and closes at the same time; leave the window out to "
@@ -82,7 +84,7 @@ class ReprocessWindow:
         return int(opens.timestamp() * 1000), int(closes.timestamp() * 1000)
 
     def _local_day(self, at_ms: int) -> date:
-        return datetime.fromtimestamp(at_ms / 1000, tz=dt_timezone.utc).astimezone(self.zone).date()
+        return datetime.fromtimestamp(at_ms / 1000, tz=UTC).astimezone(self.zone).date()
 
     def _occurrences(self, at_ms: int) -> list[tuple[int, int]]:
         day = self._local_day(at_ms)

@@ -43,7 +43,8 @@ def _templated(value: Any) -> bool:
 
 
 class RetryTierDueSensor(BaseSensorOperator):
-    """Wait until a retry tier has a record that is due, so a drain started next has work to do.
+    """
+    Wait until a retry tier has a record that is due, so a drain started next has work to do.
 
     It peeks at the first pending record of each partition, from the tier group's committed offset
     (nothing is read further and nothing is committed). Then:
@@ -137,8 +138,11 @@ class RetryTierDueSensor(BaseSensorOperator):
         return ReprocessWindow.parse(self.window, self.timezone or None) if self.window else None
 
     def _start_clock(self, context: Context) -> int | None:
-        """The deadline of this sensor's waiting (epoch ms), fixed at its first look (in reschedule mode,
-        the first look of the first try's reschedules)."""
+        """
+        The deadline of this sensor's waiting (epoch ms), fixed at its first look.
+
+        In reschedule mode, the first look of the first try's reschedules.
+        """
         if self._deadline_ms is None and self.max_wait is not None:
             started = wall_clock_ms()
             if self.reschedule and context.get("ti") is not None:

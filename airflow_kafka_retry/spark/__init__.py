@@ -1,4 +1,5 @@
-"""Reprocessing a tier with Apache Spark: one Spark task per Kafka partition.
+"""
+Reprocessing a tier with Apache Spark: one Spark task per Kafka partition.
 
 * :mod:`~airflow_kafka_retry.spark.app` -- the PySpark application (driver and executor side).
 * :mod:`~airflow_kafka_retry.spark.submit` -- everything a ``spark-submit`` needs (py-files,

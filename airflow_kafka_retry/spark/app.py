@@ -1,4 +1,5 @@
-"""The PySpark application that reprocesses one tier: one Spark task per Kafka partition.
+"""
+The PySpark application that reprocesses one tier: one Spark task per Kafka partition.
 
 Driver::
 
@@ -177,7 +178,8 @@ def check_user_code(options: DrainOptions) -> None:
 
 
 def read_kafka_config(path: str) -> dict[str, Any]:
-    """The librdkafka configuration from the JSON file at ``path``; errors never quote its content.
+    """
+    The librdkafka configuration from the JSON file at ``path``; errors never quote its content.
 
     In cluster deploy mode the file ships with ``--files`` and sits in the driver's working
     directory under its own name, so that is tried when ``path`` does not exist -- only if it
@@ -259,7 +261,8 @@ def run_partition(
     cutoff_ms: int,
     partition: int,
 ) -> dict[str, Any]:
-    """Spark task body: reprocess one partition on the executor and return its summary as a dict.
+    """
+    Spark task body: reprocess one partition on the executor and return its summary as a dict.
 
     Never raises for a partition failure (the summary says ``failed``); a crash of the worker
     process makes Spark retry the task, which resumes from the committed offset.
@@ -270,7 +273,7 @@ def run_partition(
     drain_options = DrainOptions(**options)
     try:
         job = PartitionJob(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
-    except Exception as exc:  # noqa: BLE001 - reported in the summary like any partition failure
+    except Exception as exc:  # reported in the summary like any partition failure
         group = drain_options.consumer_group or topology.consumer_group(tier)
         failed = PartitionSummary(
             tier.topic, partition, group, status="failed", error=f"{type(exc).__name__}: {exc}"
@@ -324,7 +327,7 @@ def run_on_spark(sc: Any, run: TierRun) -> RunSummary:
     try:
         results = sc.parallelize(list(run.partitions), len(run.partitions)).map(task).collect()
         summary.partitions = [PartitionSummary.from_dict(r) for r in results]
-    except Exception as exc:  # noqa: BLE001 - the Spark job gave up (task retries exhausted)
+    except Exception as exc:  # the Spark job gave up (task retries exhausted)
         error = f"Spark job failed: {_short_error(exc)}"
         log.error("%s: %s", run.tier.topic, error)
         summary.partitions = [
@@ -348,7 +351,7 @@ def _refuse(result_url: str, message: str) -> int:
     sys.stderr.write(f"airflow-kafka-retry spark app: error: {message}\n")
     try:
         write_result(result_url, error_document(message))
-    except Exception as exc:  # noqa: BLE001 - the exit code and stderr still say what happened
+    except Exception as exc:  # the exit code and stderr still say what happened
         log.error("cannot write the result to %s: %s", result_url, exc)
     return EXIT_BAD_INPUT
 

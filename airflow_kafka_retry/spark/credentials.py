@@ -1,4 +1,5 @@
-"""The Kafka configuration file handed to a Spark run: owner-only, passed by path, deleted afterwards.
+"""
+The Kafka configuration file handed to a Spark run: owner-only, passed by path, deleted afterwards.
 
 A librdkafka configuration may hold ``sasl.password``, ``ssl.key.password`` and the like. It never
 goes on the ``spark-submit`` command line (visible in ``ps`` and in the Spark UI's environment tab
@@ -8,6 +9,7 @@ to a ``0600`` file in a ``0700`` folder and only that file's path is passed to t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -33,7 +35,8 @@ def callback_path(value: Any) -> str | None:
 
 
 def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of ``kafka_config`` that can be written as JSON; a KafkaConfigError names a bad key.
+    """
+    A copy of ``kafka_config`` that can be written as JSON; a KafkaConfigError names a bad key.
 
     Callbacks (``error_cb``, a ``logger``, a lambda or ``functools.partial``) are Python objects of
     the submitting process and cannot travel to Spark executors. An ``oauth_cb`` that is a
@@ -53,7 +56,8 @@ def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if not isinstance(value, _JSON_TYPES):
             raise KafkaConfigError(
-                f"Kafka configuration key {key!r} holds a {type(value).__name__}, which cannot be shipped to Spark "
+                f"Kafka configuration key {key!r} holds a {type(value).__name__}, which cannot be shipped to "
+                "Spark "
                 "executors; use plain librdkafka settings (strings, numbers, booleans) for Spark runs"
             )
         shippable[key] = value
@@ -61,7 +65,8 @@ def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_credentials_file(kafka_config: Mapping[str, Any], directory: str) -> str:
-    """Write ``kafka_config`` as JSON to a new ``0600`` file in ``directory``; returns its path.
+    """
+    Write ``kafka_config`` as JSON to a new ``0600`` file in ``directory``; returns its path.
 
     ``directory`` should be private (``tempfile.mkdtemp`` makes it ``0700``). The file is created
     with ``O_EXCL`` and mode ``0600`` from the start, so it is never readable by others, not even
@@ -78,7 +83,5 @@ def write_credentials_file(kafka_config: Mapping[str, Any], directory: str) -> s
 
 def remove_credentials_file(path: str) -> None:
     """Delete the file (no error if it is already gone)."""
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -1,4 +1,5 @@
-"""``spark-submit`` entry point shipped inside the package (the operator's default application).
+"""
+``spark-submit`` entry point shipped inside the package (the operator's default application).
 
 An installed provider finds it at ``airflow_kafka_retry/spark/entrypoint.py`` without the repository
 checkout; ``spark_apps/reprocess_tier.py`` is the same entry point for use from a checkout.

@@ -1,4 +1,5 @@
-"""Masking a ``spark-submit`` command line before it is logged.
+"""
+Masking a ``spark-submit`` command line before it is logged.
 
 A ``--conf`` value may be a secret (``spark.hadoop.fs.s3a.secret.key``, ``spark.ssl.keyPassword``,
 ``spark.authenticate.secret``, a ``spark.kubernetes.driverEnv.API_TOKEN``). Spark redacts such
@@ -77,7 +78,8 @@ def mask_command(cmd: Sequence[str]) -> str:
 
 
 def mask_text(text: str) -> str:
-    """``text`` (a logged command or output line) with the value of every secret-looking ``KEY=VALUE`` masked.
+    """
+    ``text`` (a logged command or output line) with the value of every secret-looking ``KEY=VALUE`` masked.
 
     Splits on whitespace only, so it runs in linear time on any line.
     """
@@ -85,7 +87,8 @@ def mask_text(text: str) -> str:
 
 
 class OutputMasker:
-    """Masks a line of ``spark-submit`` output (or of a command) before it is logged or shown.
+    """
+    Masks a line of ``spark-submit`` output (or of a command) before it is logged or shown.
 
     :func:`mask_text`'s rules, then every value of ``secrets`` (of :data:`MIN_SECRET_LENGTH` or more
     characters) wherever it appears in the line.

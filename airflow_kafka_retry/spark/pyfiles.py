@@ -1,4 +1,5 @@
-"""The ``--py-files`` zip: this package plus the user's handler and deserializer code.
+"""
+The ``--py-files`` zip: this package plus the user's handler and deserializer code.
 
 Executors then need nothing of ours pre-installed (only the third-party libraries the code
 imports, e.g. ``confluent-kafka``). The user's code is found on the submitting side with
@@ -16,9 +17,12 @@ import sysconfig
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.engine.options import DrainOptions
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,8 @@ def _is_stdlib(origin: str) -> bool:
 
 
 def top_level_sources(module: str) -> list[tuple[str, Path]]:
-    """``(name in the zip, path on disk)`` of ``module``'s top-level package or module.
+    """
+    ``(name in the zip, path on disk)`` of ``module``'s top-level package or module.
 
     Empty for built-in and standard-library modules.
 
@@ -105,7 +110,8 @@ def _package_files(name: str, root: Path) -> Iterator[tuple[str, Path]]:
 
 
 def build_py_files(destination: str | os.PathLike[str], modules: Iterable[str] = ()) -> list[str]:
-    """Write the zip for ``--py-files``: this package and the top-level packages of ``modules``.
+    """
+    Write the zip for ``--py-files``: this package and the top-level packages of ``modules``.
 
     :param destination: the zip file to create.
     :param modules: dotted module names of user code (handler, deserializers).

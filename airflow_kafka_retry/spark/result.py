@@ -1,4 +1,5 @@
-"""The result document a Spark run leaves behind: a run summary, or the reason it could not start.
+"""
+The result document a Spark run leaves behind: a run summary, or the reason it could not start.
 
 The driver writes it to a local path or any fsspec URL (``s3://...``, ``gs://...``); whoever
 submitted the run reads it back, once: :func:`read_result` deletes it. It holds counts, offsets and
@@ -14,6 +15,7 @@ with ``O_NOFOLLOW`` and accepts only a regular file owned by its own user.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -27,7 +29,11 @@ ERROR_STATUS = "error"
 
 
 class SparkAppError(ValueError):
-    """The Spark application refused to start (bad topology, handler, options, topics); the message says why."""
+    """
+    The Spark application refused to start; the message says why.
+
+    Bad topology, handler, options or topics.
+    """
 
 
 class ResultMissingError(RuntimeError):
@@ -48,7 +54,11 @@ def _local_path(url: str) -> str:
 
 
 def check_result_path_free(url: str) -> None:
-    """Refuse a local result path that already holds something (the driver checks before reading any record)."""
+    """
+    Refuse a local result path that already holds something.
+
+    The driver checks before reading any record.
+    """
     if is_local(url) and os.path.lexists(_local_path(url)):
         kind = "a symlink" if os.path.islink(_local_path(url)) else "a file"
         raise UntrustedResultError(
@@ -72,7 +82,8 @@ def _write_local(path: str, data: bytes) -> None:
 
 
 def write_result(url: str, document: dict[str, Any]) -> None:
-    """Write ``document`` as JSON to ``url`` (a local path or an fsspec URL), creating parent folders.
+    """
+    Write ``document`` as JSON to ``url`` (a local path or an fsspec URL), creating parent folders.
 
     A local file is created new (``O_EXCL | O_NOFOLLOW``, ``0600``): :class:`UntrustedResultError`
     if anything (a file, a symlink) is already there.
@@ -94,13 +105,14 @@ def error_document(message: str) -> dict[str, Any]:
 
 
 def remove_result(url: str) -> None:
-    """Delete a result left by an earlier try (a symlink itself, never its target), so it cannot be mistaken
-    for this run's."""
+    """
+    Delete a result left by an earlier try, so it cannot be mistaken for this run's.
+
+    A symlink is deleted itself, never its target.
+    """
     if is_local(url):
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(_local_path(url))
-        except FileNotFoundError:
-            pass
         return
     fs, path = fsspec.core.url_to_fs(url)
     if fs.exists(path):
@@ -129,7 +141,8 @@ def _read_local(path: str) -> bytes:
 
 
 def read_result(url: str) -> RunSummary:
-    """The run summary at ``url``; the document is deleted once read (the summary's home is XCom or stdout).
+    """
+    The run summary at ``url``; the document is deleted once read (the summary's home is XCom or stdout).
 
     :raises ResultMissingError: there is no result document.
     :raises UntrustedResultError: a local result is a symlink or not this user's regular file.

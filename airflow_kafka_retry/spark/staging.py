@@ -1,14 +1,15 @@
-"""Where the credentials file goes in cluster deploy mode, and the settings that get it deleted.
+"""
+Where the credentials file goes in cluster deploy mode, and the settings that get it deleted.
 
 In cluster deploy mode the driver does not run on the Airflow worker, so the ``0600`` credentials
 file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentials`):
 
 * **YARN**: ``spark-submit`` uploads it to the application's staging folder,
-  ``<spark.yarn.stagingDir, default: the user's home in the default file system>/.sparkStaging/<application id>/``
-  (readable by the submitting user only: Spark creates the folder ``0700``), and YARN localizes it
-  into the working folder of the driver's and the executors' containers (under the NodeManagers'
-  ``usercache/<user>/appcache/<application id>``). The ApplicationMaster deletes the staging folder
-  when the application ends unless ``spark.yarn.preserve.staging.files`` is ``true``; the
+  ``<stagingDir>/.sparkStaging/<application id>/`` (``spark.yarn.stagingDir``, default: the user's home in
+  the default file system; readable by the submitting user only: Spark creates the folder ``0700``), and
+  YARN localizes it into the working folder of the driver's and the executors' containers (under the
+  NodeManagers' ``usercache/<user>/appcache/<application id>``). The ApplicationMaster deletes the staging
+  folder when the application ends unless ``spark.yarn.preserve.staging.files`` is ``true``; the
   NodeManagers delete the containers' folders when the application ends (after
   ``yarn.nodemanager.delete.debug-delay-sec``). This package sets
   ``spark.yarn.preserve.staging.files=false`` on the command line, where it overrides a
@@ -25,8 +26,8 @@ file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentia
   credentials and the py-files zip) through fsspec (``s3a://`` needs ``s3fs``). What it cannot
   delete -- a backend missing, or ``spark-submit`` told not to wait for the application
   (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``),
-  or a worker that died mid-run -- it names in a warning, where it can. Every such submission also warns about the driver pod's copy:
-  delete finished driver pods, or better, mount the credentials as a Kubernetes secret
+  or a worker that died mid-run -- it names in a warning, where it can. Every such submission also warns about
+  the driver pod's copy: delete finished driver pods, or better, mount the credentials as a Kubernetes secret
   (``spark.kubernetes.driver.secrets.<name>=<path>``) and ship no file.
 * **Standalone**: Spark does not run Python applications in cluster deploy mode.
 """
@@ -48,7 +49,10 @@ UPLOAD_PATH = "spark.kubernetes.file.upload.path"
 def cluster_mode_conf(
     master: str | None, deploy_mode: str | None, spark_conf: Mapping[str, Any]
 ) -> dict[str, str]:
-    """Spark properties to add so the shipped credentials file does not outlive the run (and warn where none can).
+    """
+    Spark properties to add so the shipped credentials file does not outlive the run.
+
+    Warn where none can.
 
     :param master: the Spark master.
     :param deploy_mode: ``cluster`` or ``client`` (``None``: client).
@@ -83,7 +87,8 @@ UPLOAD_LINE = re.compile(r"Uploading file: (?P<source>\S+) to dest: (?P<dest>\S+
 
 
 def delete_uploads(uploads: Mapping[str, str], workdir: str) -> list[str]:
-    """Delete the uploaded copies of files from ``workdir`` (``source path -> destination URI``).
+    """
+    Delete the uploaded copies of files from ``workdir`` (``source path -> destination URI``).
 
     Each upload has a ``spark-upload-<uuid>`` folder of its own, which is deleted whole; a
     destination outside such a folder is deleted alone. Failures are logged with the URI (never
@@ -101,7 +106,7 @@ def delete_uploads(uploads: Mapping[str, str], workdir: str) -> list[str]:
         try:
             fs, path = fsspec.core.url_to_fs(target)
             fs.rm(path, recursive=True)
-        except Exception as exc:  # noqa: BLE001 - missing fsspec backend, credentials, network: say what is left
+        except Exception as exc:  # missing fsspec backend, credentials, network: say what is left
             log.warning(
                 "could not delete %s, the copy Spark uploaded of %s; delete it by hand: %s",
                 target,

@@ -1,4 +1,5 @@
-"""Everything a ``spark-submit`` of the tier app needs, and a plain runner used by the CLI.
+"""
+Everything a ``spark-submit`` of the tier app needs, and a plain runner used by the CLI.
 
 :func:`prepare_submission` makes a private work folder (``0700``) holding
 
@@ -34,10 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.spark.credentials import (
     check_shippable,
     remove_credentials_file,
@@ -48,6 +47,10 @@ from airflow_kafka_retry.spark.pyfiles import build_for_options
 from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
 from airflow_kafka_retry.spark.staging import cluster_mode_conf
 from airflow_kafka_retry.spark.transport import check_secrets_transport, effective_spark_conf
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.summary import RunSummary
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +67,8 @@ class SparkSubmitError(RuntimeError):
 
 @dataclass
 class Submission:
-    """One prepared run of the tier app; delete its work folder with :meth:`cleanup` (or ``with``).
+    """
+    One prepared run of the tier app; delete its work folder with :meth:`cleanup` (or ``with``).
 
     :param application: the ``.py`` file to submit.
     :param py_files: the ``--py-files`` zip.
@@ -119,7 +123,11 @@ def app_arguments(
     partitions: Iterable[int] | None = None,
     allow_unencrypted_secrets: bool = False,
 ) -> list[str]:
-    """The tier app's command-line arguments (paths and options only; see :mod:`~airflow_kafka_retry.spark.app`)."""
+    """
+    The tier app's command-line arguments: paths and options only.
+
+    See :mod:`~airflow_kafka_retry.spark.app`.
+    """
     args = [
         "--topology",
         _local_path(topology_path),
@@ -158,7 +166,10 @@ def prepare_submission(
     application: str | None = None,
     tmp_dir: str | None = None,
 ) -> Submission:
-    """Check that the Kafka secrets may travel, then build the py-files zip, the credentials file and the arguments.
+    """
+    Check that the Kafka secrets may travel, then build the submission.
+
+    The py-files zip, the credentials file and the arguments.
 
     :param topology_path: the topology YAML (local path or fsspec URL readable by the driver).
     :param tier: tier index, topic name or ``dlt``.
@@ -225,7 +236,7 @@ def spark_home() -> str | None:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or not spec.submodule_search_locations:
         return None
-    return list(spec.submodule_search_locations)[0]
+    return next(iter(spec.submodule_search_locations))
 
 
 def find_spark_submit(binary: str = "spark-submit") -> str:
@@ -247,12 +258,17 @@ WITHHELD_ENV_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__")
 
 
 def spark_app_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` without what :data:`WITHHELD_ENV_PREFIXES` names: the base environment of ``spark-submit``."""
+    """
+    The base environment of ``spark-submit``.
+
+    ``environ`` without what :data:`WITHHELD_ENV_PREFIXES` names.
+    """
     return {k: v for k, v in environ.items() if not k.startswith(WITHHELD_ENV_PREFIXES)}
 
 
 def local_spark_environment(spark_submit: str | None = None) -> dict[str, str]:
-    """Environment for a local/client-mode submit from this Python: the same interpreter drives and executes.
+    """
+    Environment for a local/client-mode submit from this Python: the same interpreter drives and executes.
 
     Sets ``PYSPARK_PYTHON``/``PYSPARK_DRIVER_PYTHON`` to this interpreter and ``SPARK_HOME`` to the
     bundled Spark, unless already set, and puts ``spark-submit``'s folder on ``PATH``.
@@ -297,7 +313,8 @@ def _stream(
     tail: collections.deque[str],
     mask: OutputMasker,
 ) -> None:
-    assert process.stdout is not None
+    if process.stdout is None:
+        raise RuntimeError("spark-submit was started without a stdout pipe")
     for raw in process.stdout:
         line = mask(raw.rstrip("\n"))
         tail.append(line)
@@ -323,7 +340,8 @@ def run_spark_submit(
     allow_unencrypted_secrets: bool = False,
     on_output: Callable[[str], None] | None = None,
 ) -> RunSummary:
-    """Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
+    """
+    Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
 
     The summary is returned even when partitions failed (check ``summary.ok``); the credentials
     file is deleted before this returns.
@@ -339,7 +357,8 @@ def run_spark_submit(
         (see :class:`~airflow_kafka_retry.spark.masking.OutputMasker`).
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: secrets would cross unprotected
         Spark RPC (see :func:`prepare_submission`); a ValueError, raised before anything starts.
-    :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a ValueError.
+    :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a
+        ValueError.
     :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app).
     """
     binary = spark_submit or find_spark_submit()

@@ -1,4 +1,5 @@
-"""Kafka secrets on their way to Spark executors: refuse to send them over an unprotected network.
+"""
+Kafka secrets on their way to Spark executors: refuse to send them over an unprotected network.
 
 Every Spark task carries the Kafka configuration in its serialized closure (see
 :mod:`~airflow_kafka_retry.spark.app`). With a ``local`` master the driver and its executors share
@@ -36,12 +37,17 @@ class UnencryptedSecretsError(ValueError):
 
 
 def secret_keys(kafka_config: Mapping[str, Any]) -> list[str]:
-    """The keys of ``kafka_config`` that hold secrets (SASL passwords, OAUTHBEARER secrets, SSL key material)."""
+    """
+    The keys of ``kafka_config`` that hold secrets.
+
+    SASL passwords, OAUTHBEARER secrets, SSL key material.
+    """
     return sorted(k for k, v in kafka_config.items() if _SECRET_KEY.search(k) and v not in (None, ""))
 
 
 def is_local_master(master: str | None) -> bool:
-    """``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: driver and executors in one JVM.
+    """
+    ``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: driver and executors in one JVM.
 
     ``local-cluster[...]`` starts separate executor JVMs that talk over RPC, so it is not local.
     """
@@ -65,7 +71,8 @@ def check_secrets_transport(
     allow_unencrypted_secrets: bool = False,
     where: str = "",
 ) -> None:
-    """Refuse a run whose Kafka secrets would cross Spark's network in the clear.
+    """
+    Refuse a run whose Kafka secrets would cross Spark's network in the clear.
 
     :param kafka_config: the librdkafka configuration the tasks will carry.
     :param master: the Spark master (``local[2]``, ``yarn``, ``spark://...``, ``k8s://...``).
@@ -83,17 +90,24 @@ def check_secrets_transport(
         return
     settings = " and ".join(f"{key}=true" for key in missing)
     raise UnencryptedSecretsError(
-        f"the Kafka configuration holds secrets ({', '.join(secrets)}) and every Spark task carries it to the "
+        f"the Kafka configuration holds secrets ({', '.join(secrets)}) and every Spark task carries it to "
+        "the "
         f"executors of master {master!r} over Spark's RPC, which is not protected: {', '.join(missing)} "
-        f"{'is' if len(missing) == 1 else 'are'} not set{where}. Set {settings} (Spark then authenticates and "
-        f"encrypts its RPC), let executors resolve credentials themselves (a secret the cluster mounts, such as "
+        f"{'is' if len(missing) == 1 else 'are'} not set{where}. Set {settings} (Spark then authenticates "
+        "and "
+        "encrypts its RPC), let executors resolve credentials themselves (a secret the cluster mounts, such "
+        "as "
         f"ssl.key.location, or an OAUTHBEARER token source), or pass {ALLOW_FLAG}=True to accept the risk"
     )
 
 
 # ----------------------------------------------------------------------------- the settings spark-submit uses
 def read_properties(path: str) -> dict[str, str]:
-    """A Spark properties file (``spark-defaults.conf`` format: ``key value`` or ``key=value``; ``#`` comments)."""
+    """
+    A Spark properties file, in ``spark-defaults.conf`` format.
+
+    ``key value`` or ``key=value`` lines; ``#`` comments.
+    """
     props: dict[str, str] = {}
     with open(path, encoding="utf-8") as fh:
         for raw in fh:
@@ -107,7 +121,8 @@ def read_properties(path: str) -> dict[str, str]:
 
 
 def spark_defaults_file(environ: Mapping[str, str] | None = None) -> str | None:
-    """The ``spark-defaults.conf`` spark-submit reads, if it exists.
+    """
+    The ``spark-defaults.conf`` spark-submit reads, if it exists.
 
     ``$SPARK_CONF_DIR``, else ``$SPARK_HOME/conf``, else the ``conf`` folder of the installed
     ``pyspark`` (whose ``spark-submit`` sets ``SPARK_HOME`` to it).
@@ -116,7 +131,9 @@ def spark_defaults_file(environ: Mapping[str, str] | None = None) -> str | None:
     home = env.get("SPARK_HOME")
     if not home and environ is None:
         spec = importlib.util.find_spec("pyspark")
-        home = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else None
+        home = (
+            next(iter(spec.submodule_search_locations)) if spec and spec.submodule_search_locations else None
+        )
     folder = env.get("SPARK_CONF_DIR") or (os.path.join(home, "conf") if home else None)
     path = os.path.join(folder, "spark-defaults.conf") if folder else None
     return path if path and os.path.isfile(path) else None
@@ -127,7 +144,8 @@ def effective_spark_conf(
     properties_file: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> tuple[dict[str, str], str]:
-    """The Spark properties ``spark-submit`` will use, as far as the submitting side can see them.
+    """
+    The Spark properties ``spark-submit`` will use, as far as the submitting side can see them.
 
     The properties file if one is given, else ``spark-defaults.conf`` (spark-submit reads the defaults
     besides a properties file only with ``--load-spark-defaults``), then ``conf`` (``--conf`` wins, as

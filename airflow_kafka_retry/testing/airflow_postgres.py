@@ -1,4 +1,5 @@
-"""Airflow metadata databases on a :class:`~airflow_kafka_retry.testing.postgres.PostgresCluster`.
+"""
+Airflow metadata databases on a :class:`~airflow_kafka_retry.testing.postgres.PostgresCluster`.
 
 ``airflow db migrate`` takes tens of seconds, so it runs once per server, into a template database;
 each Airflow deployment then gets a fresh copy of it (``CREATE DATABASE ... TEMPLATE``, a file copy
@@ -19,8 +20,10 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.testing.postgres import PostgresCluster
+if TYPE_CHECKING:
+    from airflow_kafka_retry.testing.postgres import PostgresCluster
 
 TEMPLATE = "airflow_template"
 

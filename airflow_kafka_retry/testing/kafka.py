@@ -1,4 +1,5 @@
-"""A real single-node Apache Kafka broker (KRaft, broker and controller in one JVM) from its Maven jars.
+"""
+A real single-node Apache Kafka broker (KRaft, broker and controller in one JVM) from its Maven jars.
 
 ``ApacheKafka()`` is a context manager with ``.bootstrap``, like the Tansu ``EmbeddedBroker`` beside
 it. It resolves the pinned jars once (``kafka_jars``), formats storage in a temporary directory,
@@ -102,7 +103,8 @@ class KafkaStartError(RuntimeError):
 
 
 class ApacheKafka:
-    """A single-node Apache Kafka broker subprocess on loopback; a context manager.
+    """
+    A single-node Apache Kafka broker subprocess on loopback; a context manager.
 
     :param version: Kafka version; default the one pinned in ``kafka_jars/pom.xml``.
     :param port: client port; ``None`` picks a free one (and retries on a clash).
@@ -172,8 +174,9 @@ class ApacheKafka:
         lib = ensure_kafka_jars(self.version)
         if self._data_dir is None:
             self._owned_dir = Path(tempfile.mkdtemp(prefix="airflow-kafka-retry-kafka-"))
-        base = self._data_dir or self._owned_dir
-        assert base is not None
+            base = self._owned_dir
+        else:
+            base = self._data_dir
         attempts = 1 if self._requested_port is not None else 3
         for attempt in range(1, attempts + 1):
             port = self._requested_port or free_port()
@@ -243,7 +246,10 @@ class ApacheKafka:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"ApacheKafka(version={self.version!r}, pid={self.pid}, port={self._port}, running={self.running})"
+        return (
+            f"ApacheKafka(version={self.version!r}, pid={self.pid}, port={self._port}, "
+            f"running={self.running})"
+        )
 
     # ------------------------------------------------------------------ internals
     def _write_config(self, run_dir: Path, port: int, controller: int) -> Path:
@@ -281,7 +287,9 @@ class ApacheKafka:
             _cluster_id(),
             "--ignore-formatted",
         ]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+        )
         if done.returncode != 0:
             out = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
             raise KafkaStartError(
@@ -290,7 +298,8 @@ class ApacheKafka:
 
     def _spawn(self, java: str, classpath: str, config: Path, run_dir: Path) -> None:
         cmd = [*self._jvm(java, classpath, run_dir, heap=self._heap), "kafka.Kafka", str(config)]
-        assert self._log_path is not None
+        if self._log_path is None:
+            raise RuntimeError("the log path is chosen before the process starts")
         with open(self._log_path, "ab") as logf:
             self._proc = subprocess.Popen(
                 cmd,
@@ -298,8 +307,8 @@ class ApacheKafka:
                 stdout=logf,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=parent_death_hook(),
-            )  # type: ignore[arg-type]
+                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - None off the main thread
+            )
         register(self)
 
     def _wait_ready(self, port: int) -> None:
@@ -307,7 +316,8 @@ class ApacheKafka:
 
         from airflow_kafka_retry.testing.topics import admin_client
 
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("the process is not started")
         deadline = time.monotonic() + self._startup_timeout
         admin = None
         while time.monotonic() < deadline:

@@ -1,4 +1,5 @@
-"""A private PostgreSQL server for tests, benches and the demo, from Debian's ``postgresql`` package.
+"""
+A private PostgreSQL server for tests, benches and the demo, from Debian's ``postgresql`` package.
 
 ``PostgresCluster()`` is a context manager: ``initdb`` in a temporary directory, then ``postgres`` on a
 free loopback port, its unix socket in that directory too. ``create_database(name, template=...)``
@@ -17,6 +18,7 @@ immediate``, then SIGKILLs the group.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import logging
@@ -63,8 +65,12 @@ class PostgresError(RuntimeError):
 
 
 def find_bindir() -> Path:
-    """The directory holding ``initdb``, ``postgres`` and ``pg_ctl``: ``PG_BINDIR``, else the newest
-    ``/usr/lib/postgresql/<version>/bin`` (Debian), else the one of ``initdb`` on ``PATH``."""
+    """
+    Find the directory holding ``initdb``, ``postgres`` and ``pg_ctl``.
+
+    ``PG_BINDIR``, else the newest ``/usr/lib/postgresql/<version>/bin`` (Debian), else the one of
+    ``initdb`` on ``PATH``.
+    """
     candidates = [os.environ["PG_BINDIR"]] if os.environ.get("PG_BINDIR") else []
     candidates += sorted(
         glob.glob("/usr/lib/postgresql/*/bin"),
@@ -97,7 +103,8 @@ def _server_user() -> pwd.struct_passwd | None:
 
 
 class PostgresCluster:
-    """A PostgreSQL server subprocess on loopback with trust authentication; a context manager.
+    """
+    A PostgreSQL server subprocess on loopback with trust authentication; a context manager.
 
     :param settings: server settings added to or replacing :data:`SETTINGS`.
     :param startup_timeout: seconds to wait for the server to accept a connection.
@@ -176,9 +183,12 @@ class PostgresCluster:
         return self
 
     def stop(self) -> None:
-        """Fast shutdown (SIGINT), else ``pg_ctl stop -m immediate``, else SIGKILL; then remove the
-        directory. Idempotent."""
-        proc = self._proc
+        """
+        Stop the server and remove its directory; idempotent.
+
+        A fast shutdown (SIGINT), else ``pg_ctl stop -m immediate``, else SIGKILL.
+        """
+        proc, data = self._proc, self._dir / "data" if self._dir is not None else None
         try:
             if proc is not None and proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -188,11 +198,9 @@ class PostgresCluster:
                     log.warning(
                         "PostgreSQL pid %s ignored a fast shutdown; stopping it immediately", proc.pid
                     )
-                    self._run("pg_ctl", "stop", "-D", str(self._dir / "data"), "-m", "immediate", "-w")
-                    try:
+                    self._run("pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w")
+                    with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        pass
         finally:
             if proc is not None:
                 signal_group(proc.pid, signal.SIGKILL)  # backends left behind, if any
@@ -206,7 +214,9 @@ class PostgresCluster:
                 self._dir = None
 
     def __enter__(self) -> Self:
-        return self.start() if self._proc is None else self
+        if self._proc is None:
+            self.start()
+        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -218,7 +228,8 @@ class PostgresCluster:
 
     # ------------------------------------------------------------------ databases
     def create_database(self, name: str, *, template: str | None = None) -> str:
-        """``CREATE DATABASE name [TEMPLATE template]``; returns its SQLAlchemy URL.
+        """
+        ``CREATE DATABASE name [TEMPLATE template]``; returns its SQLAlchemy URL.
 
         A template must have no open connection while it is copied.
         """
@@ -250,9 +261,13 @@ class PostgresCluster:
         return env
 
     def _become_server_user(self, *, die_with_parent: bool = False) -> Callable[[], None]:
-        """``preexec_fn``: switch to the server's user, then (if asked) set PR_SET_PDEATHSIG, which a
-        change of user clears (so Popen's own ``user=`` cannot be combined with it). libc is loaded
-        here, before the fork: the server's user may not read this interpreter's files."""
+        """
+        Build the ``preexec_fn`` that switches to the server's user.
+
+        Then, if asked, it sets PR_SET_PDEATHSIG, which a change of user clears (so Popen's own
+        ``user=`` cannot be combined with it). libc is loaded here, before the fork: the server's user
+        may not read this interpreter's files.
+        """
         user = self._user
         libc = ctypes.CDLL("libc.so.6", use_errno=True) if die_with_parent else None
 
@@ -267,9 +282,8 @@ class PostgresCluster:
         return preexec
 
     def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
-        assert self._bindir is not None
         return subprocess.run(
-            [str(self._bindir / tool), *args],
+            [str(find_bindir() if self._bindir is None else self._bindir) + f"/{tool}", *args],
             check=False,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -288,7 +302,8 @@ class PostgresCluster:
     def _wait_ready(self) -> None:
         import psycopg2
 
-        assert self._proc is not None
+        if self._proc is None:
+            raise RuntimeError("PostgreSQL is not started")
         deadline = time.monotonic() + self._startup_timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -1,18 +1,25 @@
-"""Process plumbing shared by the brokers the suite starts (Tansu, Apache Kafka): free loopback ports,
-process groups that die with the process that started them, and a registry stopped at interpreter exit.
+"""
+Process plumbing shared by the brokers the suite starts (Tansu, Apache Kafka).
+
+Free loopback ports, process groups that die with the process that started them, and a registry stopped at
+interpreter exit.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import socket
 import threading
+from collections.abc import Callable
 from typing import Protocol
 
 
 class Stoppable(Protocol):
+    """A process the registry stops at interpreter exit."""
+
     def stop(self) -> None: ...
 
 
@@ -42,12 +49,13 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the forked child
 
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - best effort; atexit + process groups still apply
+    except Exception:  # best effort; atexit + process groups still apply
         pass
 
 
-def parent_death_hook() -> object:
-    """``preexec_fn`` for ``Popen``: ``die_with_parent`` when started from the main thread, else ``None``.
+def parent_death_hook() -> Callable[[], None] | None:
+    """
+    ``preexec_fn`` for ``Popen``: ``die_with_parent`` when started from the main thread, else ``None``.
 
     The kernel ties PR_SET_PDEATHSIG to the thread that forked, so from another thread the child would
     be killed when that thread ends.
@@ -57,10 +65,8 @@ def parent_death_hook() -> object:
 
 def signal_group(pid: int, sig: signal.Signals) -> None:
     """Send ``sig`` to the process group led by ``pid`` (started with ``start_new_session=True``)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def register(broker: Stoppable) -> None:

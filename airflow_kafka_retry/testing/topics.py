@@ -1,4 +1,5 @@
-"""Small Kafka admin helpers for tests: explicit topic creation, deletion and unique names.
+"""
+Small Kafka admin helpers for tests: explicit topic creation, deletion and unique names.
 
 Topics are always created explicitly: Tansu auto-creates unknown topics with 4 partitions
 (Apache Kafka's default is 1), so relying on auto-creation gives different layouts per broker.
@@ -11,6 +12,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,13 +27,15 @@ _ILLEGAL = re.compile(r"[^a-zA-Z0-9._-]+")
 
 def admin_client(bootstrap: str, **extra: object) -> AdminClient:
     """An ``AdminClient`` whose librdkafka log lines go to Python logging, not stderr."""
-    conf: dict[str, object] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
+    # Any: the stubs allow only scalars as values, but librdkafka's ``logger`` takes a logging.Logger
+    conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
     conf.update(extra)
     return AdminClient(conf)
 
 
 def unique_topic(prefix: str = "test") -> str:
-    """A topic name that no other test (or earlier run against the same broker) uses.
+    """
+    A topic name that no other test (or earlier run against the same broker) uses.
 
     Characters Kafka does not allow in topic names are replaced by ``-``.
     """
@@ -64,7 +68,8 @@ def create_topics(
     replication_factor: int = -1,
     timeout: float = 15.0,
 ) -> list[str]:
-    """Create ``names`` and wait until cluster metadata lists each with ``partitions`` partitions.
+    """
+    Create ``names`` and wait until cluster metadata lists each with ``partitions`` partitions.
 
     ``replication_factor=-1`` uses the broker default, which works on a single-node test broker
     and on a real cluster alike. Raises ``KafkaException`` if the broker refuses a topic
@@ -99,7 +104,8 @@ def create_topics(
 def delete_topics(
     bootstrap: str, names: Iterable[str], *, timeout: float = 15.0, missing_ok: bool = True
 ) -> None:
-    """Delete ``names`` and wait until they are gone from cluster metadata.
+    """
+    Delete ``names`` and wait until they are gone from cluster metadata.
 
     With ``missing_ok`` (the default) a topic that does not exist is not an error, so this is
     safe in ``finally`` blocks and fixture teardown.

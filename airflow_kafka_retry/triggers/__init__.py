@@ -1,1 +1,5 @@
-"""Airflow triggers of the Kafka retry provider (serializable; they take connection ids, never configurations)."""
+"""
+Airflow triggers of the Kafka retry provider.
+
+Serializable: they take connection ids, never configurations.
+"""

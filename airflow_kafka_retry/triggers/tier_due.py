@@ -1,4 +1,8 @@
-"""``TierDueTrigger``: wait, in the triggerer, until a retry tier has a due record (or nothing to wait for)."""
+"""
+``TierDueTrigger``: wait, in the triggerer, until a retry tier has a due record.
+
+Or until there is nothing to wait for.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ def look(
     window: ReprocessWindow | None,
     deadline_ms: int | None,
     peek_timeout: float,
-) -> tuple[DueCheck, TierPeek]:
+) -> tuple[DueCheck[int], TierPeek]:
     """Peek at the tier and decide (blocking: Kafka I/O)."""
     peek = peek_heads(kafka_config, topic, group, partitions=partitions, timeout_s=peek_timeout)
     now = wall_clock_ms()
@@ -38,13 +42,14 @@ def look(
     return check, peek
 
 
-def event_payload(check: DueCheck, peek: TierPeek) -> dict[str, Any]:
+def event_payload(check: DueCheck[int], peek: TierPeek) -> dict[str, Any]:
     """What the sensor gets back: the decision and the heads seen (coordinates and due times only)."""
     return {"status": check.action, "check": check.to_dict(), "peek": peek.to_dict()}
 
 
 class TierDueTrigger(BaseTrigger):
-    """Waits until a retry tier has a due record, looking again only when something can have changed.
+    """
+    Waits until a retry tier has a due record, looking again only when something can have changed.
 
     Each look peeks at the first pending record of every partition from the consumer group's
     committed offset. If a record is due (and the window, if any, is open), or nothing is pending,
@@ -138,5 +143,5 @@ class TierDueTrigger(BaseTrigger):
 
     @staticmethod
     async def _sleep_until(wake_ms: int) -> None:
-        while (remaining := wake_ms - wall_clock_ms()) > 0:
+        while (remaining := wake_ms - wall_clock_ms()) > 0:  # noqa: ASYNC110 - waits for a time, not a task
             await asyncio.sleep(min(remaining / 1000, MAX_SLEEP_S))

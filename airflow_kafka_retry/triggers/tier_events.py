@@ -1,12 +1,14 @@
-"""Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
+"""
+Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
 
 ``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the
-triggerer as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
-open (one consumer, assigned at the group's committed offsets, never joined, never committing) and
-yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an
-idle tier creates no DAG run and no task. The wave it fired is kept in the asset's state store, so a
-restarted triggerer neither fires it again nor forgets it: it fires again only once the group has
-committed past it, or ``refire_after`` later (a run that failed or never started).
+triggerer as ``AssetWatcher`` triggers. Each keeps one
+:class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` open (one consumer, assigned at the group's
+committed offsets, never joined, never committing) and yields one event per *wave* (see ``policy/waves.py``):
+while idle it only waits on the broker, so an idle tier creates no DAG run and no task. The wave it fired is
+kept in the asset's state store, so a restarted triggerer neither fires it again nor forgets it: it fires
+again only once the group has committed past it, or ``refire_after`` later (a run that failed or never
+started).
 
 Only the connection id travels in the serialized arguments, never the Kafka configuration.
 """
@@ -122,13 +124,13 @@ class _HeadEventTrigger(BaseEventTrigger):
             await store.aset(STATE_KEY, wave.to_state())
 
     # ------------------------------------------------------------------ deciding
-    def plan(self, watch: HeadWatch, now_ms: int) -> WavePlan:
+    def plan(self, watch: HeadWatch, now_ms: int) -> WavePlan[tuple[str, int]]:
         heads = {k: h.due_at(now_ms) if self.read_due else now_ms for k, h in watch.heads.items()}
         return plan_wave(heads, now_ms=now_ms, window=self._window, fire_ahead_ms=int(self.fire_ahead * 1000))
 
-    def payload(self, watch: HeadWatch, plan: WavePlan, wave: Wave) -> dict[str, Any]:
+    def payload(self, watch: HeadWatch, plan: WavePlan[tuple[str, int]], wave: Wave) -> dict[str, Any]:
         """The event (an asset event's ``extra["payload"]``): coordinates and times only, never a payload."""
-        dues = [watch.heads[k].due_ms for k in plan.keys if watch.heads[k].due_ms is not None]
+        dues = [due for k in plan.keys if (due := watch.heads[k].due_ms) is not None]
         return {
             "kind": self.kind,
             "topics": self.topics,
@@ -239,7 +241,8 @@ class _HeadEventTrigger(BaseEventTrigger):
 
 
 class TierDueEventTrigger(_HeadEventTrigger):
-    """Fires when records of a retry tier (or the main topic) are due: the watcher of an event-driven tier DAG.
+    """
+    Fires when records of a retry tier (or the main topic) are due: the watcher of an event-driven tier DAG.
 
     It sleeps until the earliest head's due time (records without a due header are due at once) and
     fires ``fire_ahead`` seconds before it; outside the reprocessing ``window`` it waits for the opening.
@@ -301,9 +304,12 @@ class TierDueEventTrigger(_HeadEventTrigger):
         }
 
     async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
-        """The tier's backlog gauges (``kafka_retry.tier.backlog``, ``.oldest_due_age_ms``), every
-        ``gauge_interval`` seconds, zeros included (a gauge keeps its last value otherwise): what an
-        on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``."""
+        """
+        The tier's backlog gauges, every ``gauge_interval`` seconds, zeros included.
+
+        ``kafka_retry.tier.backlog`` and ``.oldest_due_age_ms`` (a gauge keeps its last value otherwise): what
+        an on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``.
+        """
         if self.topology_topic is None or self.tier_index is None:
             return
         from airflow_kafka_retry.observability.metrics import emit, peek_gauges
@@ -318,7 +324,8 @@ class TierDueEventTrigger(_HeadEventTrigger):
 
 
 class DltArrivalEventTrigger(_HeadEventTrigger):
-    """Fires when a record arrives in any of a topology's DLTs after the watch group's committed offset.
+    """
+    Fires when a record arrives in any of a topology's DLTs after the watch group's committed offset.
 
     The watcher of an event-driven DLT-watch DAG: every new dead letter is reported seconds after it
     arrived. Parameters as :class:`TierDueEventTrigger`, with ``topics`` (the DLTs); records carry no

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.dlt.records import DltRecord
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
 
 
 def add_default_customer(record: DltRecord) -> DltRecord | None:

@@ -15,12 +15,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
+
 from tests.support import faults_doc
-from tests.support.ledger import Account
+
+if TYPE_CHECKING:
+    from tests.support.ledger import Account
 
 _ROWS = pytest.StashKey[dict[str, tuple[str, str, str, str, str]]]()
 _RESULT = pytest.StashKey[dict[str, tuple[str, str]]]()

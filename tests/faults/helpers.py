@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.policy.topology import Topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.policy.topology import Topology
 
 REPO = Path(__file__).parents[2]
 HANDLER = "tests.support.fault_handler"
@@ -97,6 +100,7 @@ def cli_drain(
 ) -> subprocess.CompletedProcess:
     return subprocess.run(
         cli_drain_cmd(topology_file, tier, bootstrap, *extra, handler=handler, module=module),
+        check=False,
         env=env,
         capture_output=True,
         text=True,

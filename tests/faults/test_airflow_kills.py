@@ -20,19 +20,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
 from tests.faults.helpers import REPO, options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput
 
+if TYPE_CHECKING:
+    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
+
 pytestmark = [pytest.mark.slow]
 
-# mostly successes: the test handler pauses on every call, and each failure costs a call (the rest of its batch
-# is handed over again), so chunk times stay near (calls per chunk) x AKR_SLOW_S. Every tier's chunks hold a
-# record that fails again: Tansu loses the offsets of a transaction without records (offsets_only_transactions).
+# mostly successes: the test handler pauses on every call, and each failure costs a call (the rest of its
+# batch is handed over again), so chunk times stay near (calls per chunk) x AKR_SLOW_S. Every tier's chunks
+# hold a record that fails again: Tansu loses the offsets of a transaction without records
+# (offsets_only_transactions).
 MODES = ("ok", "ok", "transient:1", "permanent", "fatal")
 GRACE_S = 5.0  # the supervisor's escalation delay between SIGTERM and SIGKILL
 CHUNK = 20
@@ -90,14 +94,20 @@ def _deployment(
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": databases.new(),
     }
     done = subprocess.run(
-        [_airflow(), "dags", "reserialize"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [_airflow(), "dags", "reserialize"],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return env
 
 
 def _dags_test(env: dict[str, str], log: Path) -> subprocess.Popen:
-    out = open(log, "w")  # noqa: SIM115 - closed with the process
+    out = open(log, "w")  # closed with the process
     return subprocess.Popen(
         [_airflow(), "dags", "test", "akr_faults_reprocess"],
         env=env,
@@ -136,7 +146,8 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
             0.1,
             marks=pytest.mark.fault_case(
                 "8",
-                f"SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk of {CHUNK} "
+                "SIGTERM to the `airflow dags test` process running ReprocessTierOperator mid-run (a chunk "
+                f"of {CHUNK} "
                 f"records takes about 0.5 s), SIGKILL if it is alive {GRACE_S:g} s later",
             ),
         ),
@@ -144,7 +155,8 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
             1.5,
             marks=pytest.mark.fault_case(
                 "8",
-                f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands inside a "
+                f"the same with chunks (about 7 s) slower than the {GRACE_S:g} s grace period: SIGKILL lands "
+                "inside a "
                 "chunk",
             ),
         ),
@@ -187,7 +199,9 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(
     output = log.read_text(errors="replace")
     assert "kill requested: stopping every partition at its next chunk boundary" in output, output[-3000:]
     committed = ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, 1)[0]
-    assert committed > 0 and committed % CHUNK == 0 and committed < 200, committed
+    assert committed > 0, committed
+    assert committed % CHUNK == 0, committed
+    assert committed < 200, committed
     assert killed == (slow_s > 1), "SIGKILL needed with fast chunks, or not needed with slow ones"
     if killed:
         did = (
@@ -231,7 +245,8 @@ def test_two_airflow_task_instances_of_one_tier_one_is_fenced(
         kafka_bootstrap, topology, inputs, ledger_file, 1, allow_duplicates=True, handled_once=False
     )
     fault_result(
-        f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of its "
+        f"task instance {fenced[0]} (of A, B) was fenced (its partition failed with FencedError, nothing of "
+        "its "
         "chunk committed); the other finished",
         account,
     )

@@ -23,6 +23,7 @@ import pytest
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.route import Router
+
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput
@@ -77,7 +78,8 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
             True,
             marks=pytest.mark.fault_case(
                 "1",
-                f"broker SIGSTOPped for {FREEZE_S:g}s inside chunk 2's transaction, right after its routed records were "
+                f"broker SIGSTOPped for {FREEZE_S:g}s inside chunk 2's transaction, right after its routed "
+                "records were "
                 f"produced and before they were acknowledged (transaction.timeout.ms={TXN_TIMEOUT_MS})",
             ),
         ),
@@ -87,7 +89,8 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
             True,
             marks=pytest.mark.fault_case(
                 "2",
-                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed "
+                "records and "
                 f"the offset commit of its transaction (transaction.timeout.ms={TXN_TIMEOUT_MS})",
             ),
         ),
@@ -97,7 +100,8 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
             False,
             marks=pytest.mark.fault_case(
                 "2",
-                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed records and "
+                f"broker SIGSTOPped for {FREEZE_S:g}s between the acknowledged produce of chunk 2's routed "
+                "records and "
                 "the consumer's offset commit (idempotent mode, no transactions)",
             ),
         ),
@@ -121,9 +125,8 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(
     assert froze, "the broker was never frozen"
     outcome = first.partitions[0]
     if outcome.status == "failed":
-        assert outcome.error and f"{topology.topic}[0]" in outcome.error, (
-            outcome.error
-        )  # clear: names the partition
+        assert outcome.error
+        assert f"{topology.topic}[0]" in outcome.error, outcome.error  # clear: names the partition
         did = (
             f'the run failed on partition 0 with "{textwrap.shorten(outcome.error, 220, placeholder=" ...")}"'
         )

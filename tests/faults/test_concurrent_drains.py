@@ -80,7 +80,8 @@ def test_two_cli_drains_of_one_tier_at_once_one_is_fenced_per_partition(
 ):
     topology, inputs, ledger_file, fenced = _two_drains_at_once(kafka_bootstrap, tmp_path)
     # the fenced run handled records it could not commit (handled again by the winner); its aborted routed
-    # records may show on a broker without abort isolation (the next test checks there are none where it has it)
+    # records may show on a broker without abort isolation (the next test checks there are none where it
+    # has it)
     account = ledger.account(
         kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS, allow_duplicates=True, handled_once=False
     )

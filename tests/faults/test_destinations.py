@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException, Producer
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics, delete_topics, unique_topic
+
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput
@@ -25,7 +26,8 @@ _PROBED: dict[tuple[str, bool], str | None] = {}
 
 
 def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
-    """Measured once per mode: None when producing to a just-deleted topic fails (as on Kafka), else what happened.
+    """Measured once per mode: None when producing to a just-deleted topic fails (as on Kafka), else what
+    happened.
 
     The producer is the engine's kind (idempotent, or transactional) and has seen the topic before it
     is deleted, as the engine's producer has once it routed a record there.
@@ -61,7 +63,8 @@ def write_to_deleted_topic(bootstrap: str, transactional: bool) -> str | None:
         ok = bool(delivered) and delivered[0][0] is None
         mode = "a transactional" if transactional else "an idempotent"
         _PROBED[(bootstrap, transactional)] = (
-            f"measured: the broker acknowledged {mode} write to a deleted topic (offset {delivered[0][1]}) and the "
+            f"measured: the broker acknowledged {mode} write to a deleted topic (offset {delivered[0][1]}) "
+            "and the "
             "record is nowhere to be read (Kafka answers UNKNOWN_TOPIC_OR_PARTITION), so a run cannot notice "
             "the deletion"
             if ok
@@ -123,8 +126,10 @@ def test_a_deleted_or_missing_destination_fails_the_chunk_and_names_the_topic(
 
     assert not failed.ok
     for p in failed.partitions:
-        assert p.status == "failed" and gone in p.error, p.error
-        assert p.committed_offset is None and p.drained == 0
+        assert p.status == "failed", p.error
+        assert gone in p.error, p.error
+        assert p.committed_offset is None
+        assert p.drained == 0
     assert ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, PARTITIONS) == {
         p: -1001 for p in range(PARTITIONS)
     }, "an offset was committed past records whose destination is gone"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.policy import headers as H
+
 from tests.faults.helpers import options, run_all_tiers, totals
 from tests.support import ledger
 from tests.support.ledger import FaultInput
@@ -22,12 +23,13 @@ def _normal(count: int) -> list[FaultInput]:
 
 
 POISON = {
-    # Spring reads a 4-byte int (or the legacy 1 byte); any other length, or a value outside 1..32767, is attempt 1
+    # Spring reads a 4-byte int (or the legacy 1 byte); any other length, or a value outside 1..32767, is
+    # attempt 1
     "truncated attempts (3 bytes)": FaultInput("transient:1", headers=[(H.ATTEMPTS, b"\x00\x00\x02")]),
     "attempts 0x7fffffff": FaultInput("permanent", headers=[(H.ATTEMPTS, H.encode_int32(2**31 - 1))]),
     "negative attempts": FaultInput("transient:1", headers=[(H.ATTEMPTS, H.encode_int32(-3))]),
-    # a due time in the past is due now; one more than a day ahead (Spring's MAX_BACKOFF_MS) or longer than 8 bytes
-    # is ignored, as Spring ignores it, instead of holding the partition back for ever
+    # a due time in the past is due now; one more than a day ahead (Spring's MAX_BACKOFF_MS) or longer than 8
+    # bytes is ignored, as Spring ignores it, instead of holding the partition back for ever
     "negative backoff timestamp": FaultInput("ok", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(-5))]),
     "huge backoff timestamp (2^63-1)": FaultInput(
         "transient:1", headers=[(H.BACKOFF_TIMESTAMP, H.encode_big_integer(2**63 - 1))]
@@ -73,7 +75,8 @@ def test_poison_headers_never_crash_a_partition(kafka_bootstrap, tmp_path, fault
         for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)
         if H.last_header(m.headers(), "x-poison-09999") is not None
     ]
-    assert len(big) == 1 and sum(1 for k, _ in big[0].headers() if k.startswith("x-poison-")) == 10_000
+    assert len(big) == 1
+    assert sum(1 for k, _ in big[0].headers() if k.startswith("x-poison-")) == 10_000
     assert H.read_attempts(big[0].headers()) == topology.attempts + 1
     t = totals(summaries)
     fault_result(
@@ -116,14 +119,16 @@ def test_keyless_empty_and_10_mb_records_route_like_any_other(kafka_bootstrap, t
         H.last_header(m.headers(), ledger.FAULT_ID).decode(): m
         for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)
     }
-    assert dead["12"].key() is None and dead["15"].value() in (b"", None) and dead["19"].value() == big
+    assert dead["12"].key() is None
+    assert dead["15"].value() in (b"", None)
+    assert dead["19"].value() == big
     retried = {
         H.last_header(m.headers(), ledger.FAULT_ID).decode(): m
         for m in ledger.read_all(kafka_bootstrap, topology.tier(1).topic)
     }
-    assert (
-        retried["18"].value() == big and retried["11"].key() is None and retried["14"].value() in (b"", None)
-    )
+    assert retried["18"].value() == big
+    assert retried["11"].key() is None
+    assert retried["14"].value() in (b"", None)
     t = totals(summaries)
     fault_result(
         f"every run ok; {t['routed']} records routed (three 10 MB ones among them, byte for byte), "

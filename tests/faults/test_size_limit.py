@@ -13,6 +13,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.testing.topics import admin_client, create_topics
+
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput
@@ -39,7 +40,8 @@ def test_a_record_over_the_destination_limit_is_never_committed_past(kafka_boots
     failed = run_local(topology, topology.tier(0), config, options(chunk_size=10))
 
     [partition] = failed.partitions
-    assert partition.status == "failed" and retry in partition.error, partition.error
+    assert partition.status == "failed", partition.error
+    assert retry in partition.error, partition.error
     committed = ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, PARTITIONS)[0]
     assert committed == 10, (
         f"committed {committed}: past the oversized record at offset 12, or not the first chunk"

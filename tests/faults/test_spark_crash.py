@@ -12,6 +12,7 @@ import pytest
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.spark.submit import run_spark_submit
+
 from tests.faults.helpers import options
 from tests.support import ledger
 from tests.support.ledger import FaultInput

@@ -33,6 +33,8 @@ from airflow_kafka_retry.testing.capabilities import (
 )
 from airflow_kafka_retry.testing.topics import admin_client, create_topics, unique_topic
 
+from tests.conftest import test_broker_kind
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -89,7 +91,7 @@ def _consume(conf: dict[str, Any], topic: str, count: int, timeout: float = 15.0
 def test_session_broker_answers_metadata(kafka_bootstrap: str) -> None:
     md = admin_client(kafka_bootstrap).list_topics(timeout=10)
     assert md.brokers, "no brokers in metadata"
-    if bootstrap_from_env() is None:
+    if test_broker_kind() != "external":
         assert kafka_bootstrap.startswith("127.0.0.1:")
 
 
@@ -145,17 +147,22 @@ def test_capability_probe_is_consistent(
     topics = admin_client(kafka_bootstrap).list_topics(timeout=10).topics
     leftovers = [t for t in topics if t.startswith("caps-probe-")]
     assert leftovers == []
-    if bootstrap_from_env() is None:  # the embedded Tansu: its documented quirks must be measured
+    if test_broker_kind() == "kafka":  # the suite's own Apache Kafka has every capability
+        assert not caps.is_tansu, caps.missing()
+        assert caps.missing() == {}, caps.missing()
+    if test_broker_kind() == "tansu":  # the embedded Tansu: its documented quirks must be measured
         assert caps.is_tansu
-        assert not caps.abort_isolation and "aborted transaction" in caps.reasons["abort_isolation"]
-        assert not caps.exact_high_watermark and "log end is 15" in caps.reasons["exact_high_watermark"]
+        assert not caps.abort_isolation
+        assert "aborted transaction" in caps.reasons["abort_isolation"]
+        assert not caps.exact_high_watermark
+        assert "log end is 15" in caps.reasons["exact_high_watermark"]
         assert not caps.timestamp_lookup
         assert not caps.enforces_max_message_bytes
         assert not caps.concurrent_txn_offset_commits
-        assert (
-            not caps.offsets_only_transactions and "offsets only" in caps.reasons["offsets_only_transactions"]
-        )
-        assert not caps.delete_records and caps.reasons["delete_records"] == TANSU_DELETE_RECORDS_REASON
+        assert not caps.offsets_only_transactions
+        assert "offsets only" in caps.reasons["offsets_only_transactions"]
+        assert not caps.delete_records
+        assert caps.reasons["delete_records"] == TANSU_DELETE_RECORDS_REASON
 
 
 @pytest.mark.requires_capability("abort_isolation")
@@ -184,9 +191,10 @@ _TXN_LOSS = re.compile(
 
 
 def test_concurrent_txn_offset_commit_loss_is_measured(broker_capabilities: BrokerCapabilities) -> None:
-    """Tansu 0.6 loses (or holds back) offsets committed by concurrent transactional producers of one group."""
+    """Tansu 0.6 loses (or holds back) offsets committed by concurrent transactional producers of one
+    group."""
     caps = broker_capabilities
-    if bootstrap_from_env() is None:  # the embedded Tansu
+    if test_broker_kind() == "tansu":
         assert not caps.concurrent_txn_offset_commits
         reason = caps.reasons["concurrent_txn_offset_commits"]
         match = _TXN_LOSS.match(reason)
@@ -229,7 +237,7 @@ def test_concurrent_transactional_offset_commits_when_capable(
                 )
                 producer.commit_transaction(15)
             consumer.close()
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+        except BaseException as exc:  # re-raised by the test
             errors.append(exc)
             barrier.abort()
 
@@ -253,7 +261,8 @@ def test_forced_delete_records_probe_leaves_tansu_usable() -> None:
     with EmbeddedBroker() as broker:
         caps = probe_capabilities(broker.bootstrap, probe_delete_records=True)
         # If this starts failing, Tansu implements DeleteRecords: revisit the default skip on Tansu.
-        assert not caps.delete_records and "_TRANSPORT" in caps.reasons["delete_records"]
+        assert not caps.delete_records
+        assert "_TRANSPORT" in caps.reasons["delete_records"]
         topic = unique_topic("after-delete-records")
         create_topics(broker.bootstrap, [topic])
         _produce(broker.bootstrap, topic, [{"value": b"still alive"}])
@@ -267,16 +276,19 @@ def test_embedded_broker_lifecycle() -> None:
     broker = EmbeddedBroker()
     with broker:
         pid, port, log_dir = broker.pid, broker.port, broker.log_path.parent  # type: ignore[union-attr]
-        assert pid is not None and port is not None
+        assert pid is not None
+        assert port is not None
         assert broker.bootstrap == f"127.0.0.1:{port}"
         assert os.getpgid(pid) == pid, "broker must lead its own process group"
         assert _port_open(port)
         assert "listening on" in broker.log_tail()
-    assert not broker.running and not _pid_alive(pid) and not _port_open(port)
+    assert not broker.running
+    assert not _pid_alive(pid)
+    assert not _port_open(port)
     assert not log_dir.exists(), "temporary log dir is removed on stop"
     broker.stop()  # idempotent
     with pytest.raises(RuntimeError, match="not started"):
-        broker.bootstrap  # noqa: B018
+        broker.bootstrap
 
 
 def test_startup_failure_reports_broker_log() -> None:
@@ -305,7 +317,8 @@ def test_run_broker_cli_prints_bootstrap_and_stops_on_signal(sig: signal.Signals
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
     try:
-        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         first = proc.stdout.readline().strip()
         assert re.fullmatch(r"127\.0\.0\.1:\d+", first), first
         broker_pid = int(re.search(r"pid (\d+)", proc.stderr.readline()).group(1))  # type: ignore[union-attr]

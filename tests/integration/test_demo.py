@@ -131,7 +131,9 @@ def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):
     # produced.json is what was read back from the topic afterwards, not what the producer meant to write
     assert account["produced"] == len(produced) == account["intended"] == ORDERS
     assert sorted(map(int, produced)) == list(range(ORDERS))
-    assert account["unaccounted"] == {} and account["written_twice"] == {} and account["strangers"] == []
+    assert account["unaccounted"] == {}
+    assert account["written_twice"] == {}
+    assert account["strangers"] == []
     assert account["placed"] == sum(account["final"].values()) == ORDERS
     assert account["reconciles"] is True
     assert f"Reconciled: {ORDERS} of {ORDERS} orders read back from the topic" in done.stdout
@@ -147,7 +149,8 @@ def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):
         account["books_succeeded"]["orders"] == fates["ok"] + fates["bug"]
     )  # the replayed ones on main again
     for topic, late in account["lateness"].items():
-        assert late["handled"] > 0 and late["early"] == 0, (topic, late)
+        assert late["handled"] > 0, (topic, late)
+        assert late["early"] == 0, (topic, late)
     for place, count in account["final"].items():  # the printed table shows the same
         assert any(place in line and f" {count} " in line for line in done.stdout.splitlines()), (
             place,
@@ -158,15 +161,18 @@ def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):
 def test_the_picture_is_drawn_from_the_table_counts(demo_run):
     out, _ = demo_run
     png = out / "flow.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000
     import matplotlib.image
 
     pixels = matplotlib.image.imread(png)
-    assert pixels.shape[0] > 400 and pixels.shape[1] > 600
+    assert pixels.shape[0] > 400
+    assert pixels.shape[1] > 600
     assert pixels[..., :3].std() > 0.05, "a blank picture"
     data = json.loads((out / "flow.json").read_text())
     account = json.loads((out / "account.json").read_text())
-    assert data["final"] == account["final"] and data["produced"] == account["produced"]
+    assert data["final"] == account["final"]
+    assert data["produced"] == account["produced"]
     inflow = Counter()
     for _, target, n in data["edges"]:
         inflow[target] += n
@@ -179,18 +185,21 @@ def test_the_picture_is_drawn_from_the_table_counts(demo_run):
 
 
 def test_the_demo_airflow_reports_lineage_and_metrics_with_the_flow_counts(demo_run):
-    """The demo's Airflow sends metrics (StatsD) and OpenLineage events (file transport) with its own settings;
-    the lineage graph's topic-to-topic counts are the flow's, and the drained counters the XCom summaries'."""
+    """The demo's Airflow sends metrics (StatsD) and OpenLineage events (file transport) with its own
+    settings; the lineage graph's topic-to-topic counts are the flow's, and the drained counters the XCom
+    summaries'."""
     from airflow_kafka_retry.demo.statsd_sink import counter_totals
 
     out, _ = demo_run
     png = out / "lineage.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000
     lineage = json.loads((out / "lineage.json").read_text())
     flow = {(a, b): n for a, b, n in json.loads((out / "flow.json").read_text())["edges"]}
     edges = {(a, b): n for a, b, n in lineage["edges"]}
     assert lineage["namespace"].startswith("kafka://127.0.0.1:")
-    assert lineage["runs"]["dlt_replay"] >= 1 and lineage["runs"]["tier_run"] >= 3
+    assert lineage["runs"]["dlt_replay"] >= 1
+    assert lineage["runs"]["tier_run"] >= 3
     # first passes through the tiers: each hop the orders made is a hop the lineage counted
     for hop in [
         ("orders", "orders-retry-1"),
@@ -233,9 +242,8 @@ def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path):
         try:
             deadline = time.monotonic() + 300
             while "orders produced: 200" not in log.read_text(errors="replace"):
-                assert proc.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[
-                    -3000:
-                ]
+                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
                 time.sleep(1)
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(120)

@@ -1,4 +1,5 @@
-"""DLT inspect and replay on the embedded broker, with the DLT filled by real tier runs of the local engine."""
+"""DLT inspect and replay on the embedded broker, with the DLT filled by real tier runs of the local
+engine."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.dlt.replay_log import log_topic
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy import replay_headers as R
+from airflow_kafka_retry.policy import headers as H, replay_headers as R
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]
@@ -63,23 +64,28 @@ def filled_once(kafka_bootstrap, tmp_path_factory):
 def test_inspect_groups_a_dlt_filled_by_tier_runs(kafka_bootstrap, tmp_path):
     topology, inputs, _, config = fill_dlt(kafka_bootstrap, tmp_path)
     report = inspect_dlt(topology, config)
-    assert report["topic"] == topology.dlt_topic and report["records"] == 30 and report["replayed"] == 0
+    assert report["topic"] == topology.dlt_topic
+    assert report["records"] == 30
+    assert report["replayed"] == 0
     by_exception = Counter()
     for group in report["groups"]:
         assert group["original_topic"] == topology.topic
-        assert group["oldest"] <= group["newest"] and group["bucket"].endswith(":00Z")
+        assert group["oldest"] <= group["newest"]
+        assert group["bucket"].endswith(":00Z")
         assert 1 <= len(group["samples"]) <= 3
         assert all(set(s) == {"partition", "offset"} for s in group["samples"]), (
             "payloads shown without asking"
         )
         by_exception[group["exception"]] += group["count"]
     assert by_exception == {PERMANENT: 10, INVALID: 10, DESERIALIZATION: 10}
-    assert sum(report["partitions"].values()) == 30 and set(report["partitions"]) == set(range(PARTITIONS))
+    assert sum(report["partitions"].values()) == 30
+    assert set(report["partitions"]) == set(range(PARTITIONS))
 
     shown = inspect_dlt(topology, config, bucket="day", samples=1, show_values=True)
     assert all(len(g["samples"]) == 1 and "value" in g["samples"][0] for g in shown["groups"])
     values = [s["value"] for g in shown["groups"] for s in g["samples"]]
-    assert "{not json" in values and any('"mode": "permanent"' in v for v in values)
+    assert "{not json" in values
+    assert any('"mode": "permanent"' in v for v in values)
     assert inspect_dlt(topology, config, dlt="parking")["records"] == 0
 
 
@@ -92,8 +98,11 @@ def test_filtered_replay_with_transform_moves_exactly_the_selection_once(kafka_b
 
     dry = replay_dlt(topology, config, request, dry_run=True)
     wanted = {i for i in ids_of(inputs, "permanent", 0) if int(i) % 2 == 0}
-    assert dry.dry_run and dry.moved == 0 and dry.selected == len(wanted) == len(dry.moves) > 0
-    assert {m.target for m in dry.moves} == {topology.topic} and all(m.transformed for m in dry.moves)
+    assert dry.dry_run
+    assert dry.moved == 0
+    assert dry.selected == len(wanted) == len(dry.moves) > 0
+    assert {m.target for m in dry.moves} == {topology.topic}
+    assert all(m.transformed for m in dry.moves)
     assert dry.left_out == len(ids_of(inputs, "permanent", 0)) - len(wanted)
     assert replayed_copies(kafka_bootstrap, topology.topic) == [], "a dry run moved records"
 
@@ -114,13 +123,15 @@ def test_filtered_replay_with_transform_moves_exactly_the_selection_once(kafka_b
             source.offset(),
         )
         assert summary.started_ms <= audit.timestamp_ms <= summary.finished_ms
-        assert H.last_header(copy.headers(), H.ATTEMPTS) is None and H.read_attempts(copy.headers()) == 1
+        assert H.last_header(copy.headers(), H.ATTEMPTS) is None
+        assert H.read_attempts(copy.headers()) == 1
         assert H.last_header(copy.headers(), H.RETRY_TOPIC_NAMES.exception_fqcn) is None
         coords = H.read_original_coordinates(copy.headers())
         assert (coords.topic, coords.partition, coords.offset) == (topology.topic, partition, offset)
         assert H.last_header(copy.headers(), "trace-id") == f"t{copy.key().decode()}".encode()
         assert H.last_header(copy.headers(), "fixed-by") == b"dlt-test"
-        assert json.loads(copy.value())["mode"] == "ok" and copy.partition() == partition
+        assert json.loads(copy.value())["mode"] == "ok"
+        assert copy.partition() == partition
     # the rest stay: the DLT is unchanged and the log holds exactly the moved coordinates
     assert len(ledger.read_all(kafka_bootstrap, topology.dlt_topic)) == len(dlt_before)
     report = inspect_dlt(topology, config)
@@ -157,9 +168,8 @@ def test_a_replayed_record_that_fails_again_is_parked_not_dead_lettered(kafka_bo
     permanent = replay_dlt(topology, config, ReplayRequest(exception=PERMANENT, to="first-tier"))
     assert fatal.moved == permanent.moved == 10
     tier1 = replayed_copies(kafka_bootstrap, topology.tier(1).topic)
-    assert len(tier1) == 10 and all(H.read_attempts(m.headers()) == 2 for m in tier1), (
-        "not the tier's first attempt"
-    )
+    assert len(tier1) == 10, "not the tier's first attempt"
+    assert all(H.read_attempts(m.headers()) == 2 for m in tier1), "not the tier's first attempt"
     for tier in topology.tiers:
         summary = run_local(topology, tier, config, _options())
         assert summary.ok
@@ -180,12 +190,14 @@ def test_a_replayed_record_that_fails_again_is_parked_not_dead_lettered(kafka_bo
         expected = INVALID if mode == "fatal" else PERMANENT
         assert H.last_header(message.headers(), H.RETRY_TOPIC_NAMES.exception_fqcn).decode() == expected
     report = inspect_dlt(topology, config, dlt="parking")
-    assert report["topic"] == topology.parking_topic and report["records"] == 20
+    assert report["topic"] == topology.parking_topic
+    assert report["records"] == 20
     assert {g["exception"] for g in report["groups"]} == {INVALID, PERMANENT}
 
     # the next fix is out: replay from the parking topic; the records now succeed
     again = replay_dlt(topology, config, ReplayRequest(dlt="parking", transform=f"{TRANSFORMS}:fix"))
-    assert again.moved == 20 and again.dlt == topology.parking_topic
+    assert again.moved == 20
+    assert again.dlt == topology.parking_topic
     assert run_local(topology, topology.tier(0), config, _options()).ok
     processed = ledger.processed_ids(ledger_file)
     assert ids_of(inputs, "fatal") | ids_of(inputs, "permanent") <= set(processed)
@@ -211,11 +223,12 @@ def test_limit_key_and_offsets_select_records(kafka_bootstrap, tmp_path):
     assert replay_dlt(topology, config, ReplayRequest(key=one)).already_replayed == 1
     span = replay_dlt(topology, config, ReplayRequest(partition=0, offsets="0-4"), dry_run=True)
     assert {(m.partition, m.offset) for m in span.moves} <= {(0, o) for o in range(5)}
-    assert span.matched == 5 and span.selected == 5 - span.already_replayed
+    assert span.matched == 5
+    assert span.selected == 5 - span.already_replayed
 
 
 @pytest.mark.parametrize(
-    "request_kwargs, message",
+    ("request_kwargs", "message"),
     [
         ({"offsets": "5-3"}, "--offsets '5-3'"),
         ({"since": "yesterday-ish"}, "--since 'yesterday-ish' is not a time"),
@@ -262,6 +275,7 @@ def _fence_a_running_replay(bootstrap: str, tmp_path, prefix: str) -> Counter:
     from concurrent.futures import ThreadPoolExecutor
 
     from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+
     from tests.support import dlt_transforms
 
     dlt_transforms.GATE.clear()
@@ -285,12 +299,14 @@ def _fence_a_running_replay(bootstrap: str, tmp_path, prefix: str) -> Counter:
             dlt_transforms.GATE.set()
         with pytest.raises(ReplayAbortedError):  # fenced: B's producer took over the DLT's transactional id
             first.result(120)
-    assert second.already_replayed >= 4 and second.moved == len(dlt_keys) - second.already_replayed
+    assert second.already_replayed >= 4
+    assert second.moved == len(dlt_keys) - second.already_replayed
     entries = {}
     for message in ledger.read_all(bootstrap, log_topic(topology.dlt_topic)):
         if message.key().startswith(b"record/"):
             entries[message.key()] = json.loads(message.value())["replay_id"]
-    assert len(entries) == len(dlt_keys) and set(entries.values()) == {"first", "second"}
+    assert len(entries) == len(dlt_keys)
+    assert set(entries.values()) == {"first", "second"}
     copies = Counter(m.key().decode() for m in replayed_copies(bootstrap, topology.topic))
     assert sorted(copies) == dlt_keys, "a record was lost"
     return copies
@@ -309,7 +325,8 @@ def test_a_fenced_replay_leaves_no_duplicates(kafka_bootstrap, tmp_path):
 def test_an_original_topic_set_by_the_producer_is_never_a_default_target(
     kafka_bootstrap, tmp_path, monkeypatch
 ):
-    """Spring keeps a ``kafka_original-topic`` the producer set (so do the tiers); the replay refuses to follow it."""
+    """Spring keeps a ``kafka_original-topic`` the producer set (so do the tiers); the replay refuses to
+    follow it."""
     from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
@@ -346,7 +363,8 @@ def test_an_original_topic_set_by_the_producer_is_never_a_default_target(
 
     # where the replay DAG's author allows that topic, the record goes back there
     summary = replay_dlt(topology, config, ReplayRequest(), allowed_targets=[victim])
-    assert summary.moved == 2 and sorted(summary.targets) == sorted([victim, topology.topic])
+    assert summary.moved == 2
+    assert sorted(summary.targets) == sorted([victim, topology.topic])
     assert (
         len(replayed_copies(kafka_bootstrap, victim))
         == len(replayed_copies(kafka_bootstrap, topology.topic))

@@ -16,6 +16,7 @@ from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 
 pytestmark = pytest.mark.integration
@@ -48,7 +49,8 @@ def _topology() -> Topology:
 
 
 def _spring_retry_topic_record(topic: str) -> list[tuple[str, bytes]]:
-    """What Spring's non-blocking retries put on a DLT: the listener wrapper as class, the root cause as cause."""
+    """What Spring's non-blocking retries put on a DLT: the listener wrapper as class, the root cause as
+    cause."""
     return [
         ("kafka_original-topic", topic.encode()),
         ("kafka_original-partition", H.encode_int32(1)),
@@ -185,13 +187,15 @@ def test_watch_reports_both_spring_families_and_engine_records_then_commits(
     # nothing new: no notification, nothing to commit
     again = _watch(topology, kafka_conn, [recorder])
     assert len(recorder.calls) == 1
-    assert again["totals"]["new_records"] == 0 and again["notifiers"] == {"called": 0, "succeeded": 0}
+    assert again["totals"]["new_records"] == 0
+    assert again["notifiers"] == {"called": 0, "succeeded": 0}
     assert _committed(kafka_bootstrap, topology, group) == after
 
     # one more record: reported alone
     _produce(kafka_bootstrap, [(dlt, 0, _spring_dead_letter_record(topology.topic))])
     third = _watch(topology, kafka_conn, [recorder])
-    assert len(recorder.calls) == 2 and third["totals"]["new_records"] == 1
+    assert len(recorder.calls) == 2
+    assert third["totals"]["new_records"] == 1
     assert third["totals"]["dlt_topics"] == {dlt: 1}
 
 
@@ -209,7 +213,8 @@ def test_a_raising_notifier_is_logged_the_others_run_and_the_group_is_committed(
     result = _watch(topology, kafka_conn, [broken, recorder], coordinate_cap=2)
     assert result["notifiers"] == {"called": 2, "succeeded": 1}
     assert len(recorder.calls) == 1
-    assert len(result["dead_letters"]) == 2 and result["dead_letters_truncated"] == 1
+    assert len(result["dead_letters"]) == 2
+    assert result["dead_letters_truncated"] == 1
     assert _committed(kafka_bootstrap, topology, group)[dlt][0] == 3
     assert _watch(topology, kafka_conn, [broken, recorder])["totals"]["new_records"] == 0
 

@@ -12,6 +12,7 @@ from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]

@@ -15,6 +15,7 @@ from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]
@@ -129,7 +130,8 @@ def test_routed_records_carry_increasing_due_times_per_partition(kafka_bootstrap
         topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options, parallelism=2
     )
     after = int(time.time() * 1000)
-    assert summary.ok and summary.to_dict()["totals"]["routed"] == {topology.tier(1).topic: 40}
+    assert summary.ok
+    assert summary.to_dict()["totals"]["routed"] == {topology.tier(1).topic: 40}
     routed = ledger.read_all(kafka_bootstrap, topology.tier(1).topic)
     for partition in (0, 1):
         records = sorted((m for m in routed if m.partition() == partition), key=lambda m: m.offset())
@@ -137,7 +139,8 @@ def test_routed_records_carry_increasing_due_times_per_partition(kafka_bootstrap
         assert [int(m.key()) for m in records] == list(range(partition, 40, 2))
         dues = [H.read_due_ms(m.headers()) for m in records]
         assert dues == sorted(dues), f"due times go backwards in partition {partition}"
-        assert before + 3_600_000 <= dues[0] and dues[-1] <= after + 3_600_000
+        assert before + 3_600_000 <= dues[0]
+        assert dues[-1] <= after + 3_600_000
         assert [H.read_attempts(m.headers()) for m in records] == [2] * 20
 
 
@@ -167,7 +170,9 @@ def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(k
     # no earlier than c's due time; d (due in a minute) is left
     passes.clear()
     followed = drain_following(drain, cutoff_ms=int(time.time() * 1000), follow_ms=2_000)
-    assert 2 <= len(passes) <= 4 and passes == sorted(passes) and passes[-1] >= dues["c"], (passes, dues)
+    assert 2 <= len(passes) <= 4, (passes, dues)
+    assert passes == sorted(passes), (passes, dues)
+    assert passes[-1] >= dues["c"], (passes, dues)
     by_partition = {p.partition: p for p in followed.partitions}
     assert (
         by_partition[0].drained,
@@ -180,7 +185,8 @@ def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(k
         1,
         "end",
     )
-    assert followed.totals()["drained"] == 3 and followed.ok
+    assert followed.totals()["drained"] == 3
+    assert followed.ok
     assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "c": 1, "e": 1}
     assert ledger.committed(kafka_bootstrap, topology.consumer_group(tier), tier.topic, 2) == {0: 3, 1: 1}
     # a stop request ends a follow wait (here for d, due in a minute) and says so

@@ -1,4 +1,5 @@
-"""SIGKILL a drain at several points, run again: nothing is lost (and, with abort isolation, nothing doubled)."""
+"""SIGKILL a drain at several points, run again: nothing is lost (and, with abort isolation, nothing
+doubled)."""
 
 from __future__ import annotations
 

@@ -60,6 +60,7 @@ def _drain(
             "1",  # one partition after the other: the n-th kill point is partition 0's
             *([] if transactional else ["--no-transactions"]),
         ],
+        check=False,
         env=env,
         capture_output=True,
         text=True,

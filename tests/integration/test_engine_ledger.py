@@ -6,6 +6,7 @@ import pytest
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]

@@ -1,4 +1,5 @@
-"""Peeking at partition heads on a real broker: committed offsets, due headers, idle partitions, no commits."""
+"""Peeking at partition heads on a real broker: committed offsets, due headers, idle partitions, no
+commits."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from airflow_kafka_retry.engine.peek import PeekError, peek_heads
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 from tests.support.tier_records import commit, produce
 
@@ -29,7 +31,8 @@ def test_empty_tier_is_idle(kafka_bootstrap, new_topic):
     topic = new_topic("peek-empty", partitions=3)
     peek = peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, unique_topic("g"), timeout_s=30)
     assert peek.partitions == (0, 1, 2)
-    assert peek.heads == () and not peek.pending
+    assert peek.heads == ()
+    assert not peek.pending
     assert peek.idle_partitions == [0, 1, 2]
 
 
@@ -50,7 +53,8 @@ def test_fully_committed_tier_is_idle(kafka_bootstrap, new_topic):
 
 
 def test_mixed_partitions_from_committed_offsets(kafka_bootstrap, new_topic):
-    """Pending-not-due, due, idle and header-less heads, each from its own committed offset; nothing committed."""
+    """Pending-not-due, due, idle and header-less heads, each from its own committed offset; nothing
+    committed."""
     topic = new_topic("peek-mixed", partitions=4)
     group = unique_topic("g")
     now = _now()
@@ -86,7 +90,8 @@ def test_mixed_partitions_from_committed_offsets(kafka_bootstrap, new_topic):
     assert peek.heads[2].due_at(later) == later  # a record without due header is due now
     # peeking committed nothing and moved nothing
     assert ledger.committed(kafka_bootstrap, group, topic, 4) == before
-    assert before[1] < 0 and before[0] == 1
+    assert before[1] < 0
+    assert before[0] == 1
     # the payload never appears in what a peek returns
     assert "secret-payload" not in repr(peek.to_dict())
 
@@ -109,7 +114,8 @@ def test_records_appended_after_a_consumed_run_are_seen(kafka_bootstrap, new_top
     assert not peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, group).pending
     [offset] = produce(kafka_bootstrap, topic, [(0, now + 1234)])
     [head] = peek_heads({"bootstrap.servers": kafka_bootstrap}, topic, group).heads
-    assert (head.partition, head.offset, head.due_ms) == (0, offset, now + 1234) and offset == 1
+    assert (head.partition, head.offset, head.due_ms) == (0, offset, now + 1234)
+    assert offset == 1
 
 
 def test_missing_topic_names_it(kafka_bootstrap):
@@ -153,7 +159,8 @@ def test_heads_of_tiers_the_engine_wrote_and_committed(kafka_bootstrap, tmp_path
             handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
         ),
     )
-    assert summary.ok and summary.totals()["drained"] == 28
+    assert summary.ok
+    assert summary.totals()["drained"] == 28
     assert not peek_heads(config, main.topic, topology.consumer_group(main)).pending
 
     peek = peek_heads(config, retry.topic, topology.consumer_group(retry))

@@ -15,6 +15,7 @@ import pytest
 from airflow_kafka_retry.engine import partition as partition_module
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]

@@ -21,6 +21,7 @@ import pytest
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]
@@ -61,7 +62,8 @@ def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tm
 
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
     first = summaries[0]
-    assert first.ok and first.to_dict()["totals"]["drained"] == 600
+    assert first.ok
+    assert first.to_dict()["totals"]["drained"] == 600
     assert sorted(p.partition for p in first.partitions) == list(range(PARTITIONS))
     assert all(p.transactions >= 1 and p.committed_offset == p.last_offset + 1 for p in first.partitions)
     ran = _pids(pids)
@@ -99,10 +101,12 @@ def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_no
     assert sorted(by_partition) == list(range(PARTITIONS)), "a partition is missing from the run summary"
     dead = by_partition[1]
     assert dead.status == "failed"
-    assert "WorkerDiedError" in dead.error and f"{tier0.topic}[1]" in dead.error, dead.error
+    assert "WorkerDiedError" in dead.error, dead.error
+    assert f"{tier0.topic}[1]" in dead.error, dead.error
     assert "signal 9 (SIGKILL)" in dead.error, dead.error
     # what the worker committed before it died is in its summary and on the broker, and nothing after
-    assert dead.committed_offset == 50 and dead.drained == 50, dead
+    assert dead.committed_offset == 50, dead
+    assert dead.drained == 50, dead
     committed = ledger.committed(kafka_bootstrap, topology.consumer_group(tier0), topology.topic, PARTITIONS)
     assert committed[1] == 50
     for number in (0, 2):
@@ -112,7 +116,8 @@ def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_no
     # the next runs resume partition 1 at offset 50; every record ends in one home (the chunk the
     # worker died in was handled twice and, on a broker showing aborted records, may be routed twice)
     again = run_local(topology, tier0, config, options, parallelism=2)
-    assert again.ok and {p.partition: p.start_offset for p in again.partitions}[1] == 50
+    assert again.ok
+    assert {p.partition: p.start_offset for p in again.partitions}[1] == 50
     for tier in topology.tiers[1:]:
         assert run_local(topology, tier, config, options, parallelism=2).ok
     ledger.check_ledger(

@@ -14,6 +14,7 @@ from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]
@@ -59,7 +60,8 @@ def test_exception_specific_dlt_and_dlt_reprocessing_never_loops(kafka_bootstrap
         assert run_local(topology, tier, config, _options()).ok
     invalid = ledger.read_all(kafka_bootstrap, f"{topology.topic}-invalid-dlt")
     main_dlt = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
-    assert [m.key() for m in invalid] == [b"0"] and [m.key() for m in main_dlt] == [b"1"]
+    assert [m.key() for m in invalid] == [b"0"]
+    assert [m.key() for m in main_dlt] == [b"1"]
 
     # reprocessing the DLT: the record fails again and goes back to the end of the DLT, once per run
     dlt = topology.select("dlt")
@@ -110,8 +112,10 @@ def test_a_bad_batch_index_fails_the_partition_naming_the_handler_and_commits_no
         topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, _options("bad_index")
     )
     part = summary.partitions[0]
-    assert not summary.ok and part.status == "failed"
-    assert f"{HANDLERS}:bad_index" in part.error and "index 5" in part.error
+    assert not summary.ok
+    assert part.status == "failed"
+    assert f"{HANDLERS}:bad_index" in part.error
+    assert "index 5" in part.error
     assert part.committed_offset is None
     assert ledger.committed(
         kafka_bootstrap, topology.consumer_group(topology.tier(0)), topology.topic, 1
@@ -126,7 +130,8 @@ def test_in_place_attempts_count_as_attempts_and_stop_at_the_topology_attempts(k
     )
     summary = run_local(topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options)
     part = summary.partitions[0]
-    assert summary.ok and (part.drained, part.succeeded, part.committed_offset) == (3, 2, 3)
+    assert summary.ok
+    assert (part.drained, part.succeeded, part.committed_offset) == (3, 2, 3)
     # batches [0, 1, 2] (fails at 0), [1, 2] (fails at 0), [2]; then in place: the permanent record
     # on attempts 2 and 3 only (not 5 more), the transient one on attempts 2 and 3 (it succeeds on 3)
     assert part.handler_calls == 7
@@ -142,7 +147,8 @@ def test_in_place_attempts_count_as_attempts_and_stop_at_the_topology_attempts(k
 def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_parked(
     kafka_bootstrap, tmp_path, monkeypatch
 ):
-    """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks nothing."""
+    """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks
+    nothing."""
     from airflow_kafka_retry.policy import replay_headers as R
     from airflow_kafka_retry.testing.topics import create_topics
 
@@ -170,13 +176,15 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
     assert first.ok, first.to_dict()
     assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)] == [b"1"]
 
-    # a replayed record that fails again must be parked: that chunk fails, naming the topic; nothing is committed
+    # a replayed record that fails again must be parked: that chunk fails, naming the topic;
+    # nothing is committed
     replayed = R.ReplayAudit("r1", topology.dlt_topic, 0, 0, 1).headers()
     produce("2", "ok", [])
     produce("3", "fatal", replayed)
     failed = run_local(topology, topology.tier(0), config, options)
     [partition] = failed.partitions
-    assert not failed.ok and partition.status == "failed"
+    assert not failed.ok
+    assert partition.status == "failed"
     assert partition.error.startswith(
         f"ParkingTopicMissingError: parking topic '{topology.parking_topic}' does not "
         f"exist, and 1 replayed record(s) of {main}[0] failed again"

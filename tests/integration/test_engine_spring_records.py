@@ -24,6 +24,7 @@ from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration]
@@ -76,7 +77,8 @@ def spring_headers(
         (family["cause"], b"java.lang.IllegalStateException"),
         (family["message"], b"Listener method threw exception"),
         (family["stacktrace"], b"java.lang.IllegalStateException: boom\n\tat ..."),
-        # BigInteger.toByteArray() of the millisecond timestamps; attempts as ByteBuffer.putInt (or legacy byte)
+        # BigInteger.toByteArray() of the millisecond timestamps; attempts as ByteBuffer.putInt (or
+        # legacy byte)
         ("retry_topic-original-timestamp", original_ts.to_bytes(6, "big")),
         ("retry_topic-attempts", attempts),
         ("retry_topic-backoff-timestamp", due_ms.to_bytes(6, "big")),
@@ -138,7 +140,8 @@ def test_spring_written_records_are_drained_with_their_attempt_count_continued(
         handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
     )
     summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
-    assert summary.ok and summary.partitions[0].drained == 3
+    assert summary.ok
+    assert summary.partitions[0].drained == 3
     assert summary.group == (
         "orders-service-retry-1" if naming.startswith("compat") else f"orders-service-{topic}-retry-1"
     )
@@ -242,14 +245,16 @@ def test_under_the_spring_preset_a_spring_record_in_the_shared_retry_topic_conti
         handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
     )
     summary = run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options)
-    assert summary.ok and summary.partitions[0].drained == 3
+    assert summary.ok
+    assert summary.partitions[0].drained == 3
     assert summary.group == "orders-service-retry"
     assert ledger.processed_ids(ledger_file) == {"ok": 1}
     assert ledger.committed(kafka_bootstrap, "orders-service-retry", tier.topic, 1) == {0: 3}
 
     again = [m for m in ledger.read_all(kafka_bootstrap, tier.topic) if m.offset() >= len(cases)]
     dead = ledger.read_all(kafka_bootstrap, f"{topic}-dlt")
-    assert [m.key() for m in again] == [b"again"] and [m.key() for m in dead] == [b"last"]
+    assert [m.key() for m in again] == [b"again"]
+    assert [m.key() for m in dead] == [b"last"]
     for msg, attempt in ((again[0], 3), (dead[0], 5)):
         headers = msg.headers()
         assert H.last_header(headers, H.ATTEMPTS) == struct.pack(">i", attempt)

@@ -1,4 +1,5 @@
-"""Stopping a run at a chunk boundary: a deadline (a reprocessing window closing, ``max_run``) or ``should_stop``.
+"""Stopping a run at a chunk boundary: a deadline (a reprocessing window closing, ``max_run``) or
+``should_stop``.
 
 The clock the engine sees is injected and moved forward by the handler, so "the window closes after
 the fourth batch" is exact. The real broker then shows that the stop committed exactly the chunks
@@ -15,6 +16,7 @@ import pytest
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+
 from tests.support import ledger, stop_handler
 
 pytestmark = [pytest.mark.integration]
@@ -68,10 +70,13 @@ def test_a_window_closing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp
 
     summary = run_local(topology, topology.tier(0), config, options, cutoff_ms=T0, clock=stop_handler.now_ms)
 
-    assert summary.ok and summary.stopped == "deadline"
+    assert summary.ok
+    assert summary.stopped == "deadline"
     [part] = summary.partitions
     assert (part.stop_reason, part.stopped_by) == ("stopped", "deadline")
-    assert part.drained == 20 and part.committed_offset == 20 and part.transactions == 2
+    assert part.drained == 20
+    assert part.committed_offset == 20
+    assert part.transactions == 2
     assert part.left == 50, "the rest of the partition is reported as left for the next run"
     assert stop_handler.CLOCK[0] == T0 + 19 * STEP_MS, "a record after the boundary reached the handler"
     _check_boundary(kafka_bootstrap, topology, inputs, ledger_file, 0, 20)
@@ -82,16 +87,18 @@ def test_a_window_closing_mid_run_stops_at_a_chunk_boundary(kafka_bootstrap, tmp
 
     # a run that starts after the window closed reads nothing and moves nothing
     again = run_local(topology, topology.tier(0), config, options, cutoff_ms=T0, clock=stop_handler.now_ms)
-    assert again.stopped == "deadline" and again.partitions[0].drained == 0
-    assert again.partitions[0].committed_offset is None and again.partitions[0].start_offset == 20
+    assert again.stopped == "deadline"
+    assert again.partitions[0].drained == 0
+    assert again.partitions[0].committed_offset is None
+    assert again.partitions[0].start_offset == 20
     _check_boundary(kafka_bootstrap, topology, inputs, ledger_file, 0, 20)
 
     # the next window's run drains the rest; then every record has exactly one home
     later = DrainOptions(**{**options.to_dict(), "deadline_ms": None})
     rest = run_local(topology, topology.tier(0), config, later, cutoff_ms=T0, clock=stop_handler.now_ms)
-    assert (
-        rest.stopped is None and rest.partitions[0].drained == 50 and rest.partitions[0].stop_reason == "end"
-    )
+    assert rest.stopped is None
+    assert rest.partitions[0].drained == 50
+    assert rest.partitions[0].stop_reason == "end"
     for tier in topology.tiers[1:]:
         assert run_local(topology, tier, config, later, clock=stop_handler.now_ms).ok
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, 1)
@@ -141,10 +148,12 @@ def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(
     )
 
     assert asked.is_set()
-    assert summary.ok and summary.stopped == "killed"
+    assert summary.ok
+    assert summary.stopped == "killed"
     by_partition = {p.partition: p for p in summary.partitions}
     for number, part in by_partition.items():
-        assert part.stop_reason == "stopped" and part.stopped_by == "killed", part
+        assert part.stop_reason == "stopped", part
+        assert part.stopped_by == "killed", part
         assert part.drained % options.chunk_size == 0, f"partition {number} stopped inside a chunk: {part}"
         assert part.drained < 60, f"partition {number} was not stopped: {part}"
         boundary = part.committed_offset if part.committed_offset is not None else 0

@@ -90,7 +90,8 @@ def test_existing_topics_smaller_than_the_main_topic_are_each_reported(kafka_boo
     create_topics(kafka_bootstrap, [dlt], 6, config={"max.message.bytes": "1000"})  # smaller limit
     create_topics(kafka_bootstrap, [validation], 1, config={"max.message.bytes": "999"})  # both
     report = ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
-    assert report.created == [retry2, parking] and report.existing == [retry1, dlt, validation]
+    assert report.created == [retry2, parking]
+    assert report.existing == [retry1, dlt, validation]
     found = [(m.topic, m.setting, m.actual, m.required) for m in report.mismatches]
     assert found == [
         (retry1, "partitions", 2, 4),
@@ -119,4 +120,5 @@ def test_existing_topics_smaller_than_the_main_topic_are_each_reported(kafka_boo
             task_id="t", topology=topology, kafka_conn_id="ensure_test", on_mismatch="warn"
         )
         result = lenient.execute({})
-    assert result["created"] == [] and result["mismatches"] == [str(m) for m in report.mismatches]
+    assert result["created"] == []
+    assert result["mismatches"] == [str(m) for m in report.mismatches]

@@ -26,7 +26,8 @@ CHILD_TIMEOUT = 120.0
 
 
 def _tansu_pids() -> set[int]:
-    """PIDs of live processes whose executable (argv[0]) is a Tansu binary (``tansu``, ``tansu-v0.6.0-...``)."""
+    """PIDs of live processes whose executable (argv[0]) is a Tansu binary (``tansu``,
+    ``tansu-v0.6.0-...``)."""
     pids: set[int] = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

@@ -1,9 +1,10 @@
 """Event-mode DAGs of the factory through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
 
 ``dags test`` involves no watcher: the tier DAG's one task drains what is due when it runs. Checked:
-a tier run before the topics exist is skipped; the ``@once`` setup DAG creates the missing topics; the tier DAG drains the due records of retry-1,
-routes the failures and commits right before the not-yet-due ones; the DLT-watch DAG reports the
-dead letters; the watchers' triggers are registered in the metadata DB with the connection id only.
+a tier run before the topics exist is skipped; the ``@once`` setup DAG creates the missing topics; the tier
+DAG drains the due records of retry-1, routes the failures and commits right before the not-yet-due ones; the
+DLT-watch DAG reports the dead letters; the watchers' triggers are registered in the metadata DB with the
+connection id only.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+
 from tests.integration.test_factory_dag import (
     COUNT,
     HANDLER_MODULE,
@@ -90,13 +92,19 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
 
     def dags_test(dag_id: str) -> str:
         run = subprocess.run(
-            [airflow, "dags", "test", dag_id], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+            [airflow, "dags", "test", dag_id],
+            check=False,
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
         )
         return (run.stdout + run.stderr)[-5000:]
 
     for step in (("db", "migrate"), ("dags", "reserialize")):
         done = subprocess.run(
-            [airflow, *step], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+            [airflow, *step], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=300
         )
         assert done.returncode == 0, done.stderr[-3000:]
     db = home / "airflow.db"
@@ -112,7 +120,8 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     ], triggers
     assert not any(kafka_bootstrap in str(kwargs) for _, kwargs in triggers)
 
-    # before the setup DAG ran, a run of a tier whose topic does not exist yet is skipped (nothing is due there)
+    # before the setup DAG ran, a run of a tier whose topic does not exist yet is skipped (nothing is due
+    # there)
     tier2 = f"akr_{retry2}"
     output = dags_test(tier2)
     assert _states(db, tier2) == [{"reprocess": "skipped"}], output

@@ -41,7 +41,8 @@ from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
 
 TOPOLOGY = {topology!r}
-NOW = "{{{{ macros.time.time_ns() // 1000000 }}}}"  # a manual run's logical date is before anything was routed
+NOW = "{{{{ macros.time.time_ns() // 1000000 }}}}"  # a manual run's logical date is before anything was
+routed
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
     main_tier = ReprocessTierOperator(task_id="reprocess_main", topology=TOPOLOGY, tier=0,
@@ -107,7 +108,8 @@ def parse_statsd(
 
 def counter(metrics: dict, name: str, **tags: str) -> float:
     values = metrics.get((name, tuple(sorted(tags.items()))), [])
-    assert values and all(kind == "c" for kind, _ in values), f"no counter {name} {tags}: {sorted(metrics)}"
+    assert values, f"no counter {name} {tags}: {sorted(metrics)}"
+    assert all(kind == "c" for kind, _ in values), f"no counter {name} {tags}: {sorted(metrics)}"
     return sum(v for _, v in values)
 
 
@@ -165,10 +167,12 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
                 {"type": "file", "log_file_path": str(lineage_file), "append": True}
             ),
             "AIRFLOW__OPENLINEAGE__NAMESPACE": "akr-test",
-            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",  # default 10 s: too short on a busy 2-core machine
-            # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left by
-            # the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's task-side
-            # plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes after it
+            # default 10 s: too short on a busy 2-core machine
+            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
+            # the test handler's package without the repository itself: its airflow_kafka_retry.egg-info (left
+            # by the editable install) would list this provider's plugin entry point twice, and Airflow 3.3's
+            # task-side plugin loader stops at a duplicate name, dropping the OpenLineage listener that comes
+            # after it
             "PYTHONPATH": str(_tests_only_path(tmp_path)),
         }
     )
@@ -186,6 +190,7 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
         _airflow(env, "db", "migrate")
         run = subprocess.run(
             [str(Path(sys.executable).with_name("airflow")), "dags", "test", DAG_ID],
+            check=False,
             env=env,
             cwd=REPO,
             capture_output=True,
@@ -217,11 +222,12 @@ def observed_run(kafka_bootstrap, tmp_path_factory):
 
 def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run):
     topology, metrics, xcom = observed_run["topology"], observed_run["metrics"], observed_run["xcom"]
-    tier1, dlt, parking = topology.tier(1).topic, topology.dlt_topic, topology.parking_topic
+    tier1, dlt, _parking = topology.tier(1).topic, topology.dlt_topic, topology.parking_topic
     main = xcom["reprocess_main"]
     totals = main["totals"]
     modes = Counter(mode for mode, _, _ in observed_run["inputs"].records.values())
-    assert totals["drained"] == COUNT and totals["dlt_topics"] == {dlt: modes["fatal"] + modes["bad-json"]}
+    assert totals["drained"] == COUNT
+    assert totals["dlt_topics"] == {dlt: modes["fatal"] + modes["bad-json"]}
 
     # ---- counters of the main tier's run: the run summary's figures, tagged with path, tier topic and index
     tags = {"topology": topology.topic, "tier_topic": topology.topic, "tier": "0"}
@@ -259,7 +265,8 @@ def test_metrics_and_lineage_of_a_tier_dag_match_its_run_summaries(observed_run)
     # ---- the backlog gauges of tier 1, from the sensor's peek (its XCom holds what it saw)
     due = xcom["tier_1_due"]
     tier1_tags = {"topology": topology.topic, "tier_topic": tier1, "tier": "1"}
-    # log end - head: the records, plus the commit marker each of the main run's transactions left (an upper bound)
+    # log end - head: the records, plus the commit marker each of the main run's transactions left (an upper
+    # bound)
     backlog = single(metrics, "kafka_retry.tier.backlog", "g", **tier1_tags)
     markers = sum(p["transactions"] for p in main["partitions"])
     assert totals["routed"][tier1] <= backlog <= totals["routed"][tier1] + markers, (backlog, markers)
@@ -342,11 +349,14 @@ def test_openlineage_events_name_kafka_topics_with_counts(observed_run):
 
     replay = completed(events, "replay_dlt")
     moved = xcom["replay_dlt"]
-    assert moved["moved"] > 0 and moved["targets"] == {topology.topic: moved["moved"]}
+    assert moved["moved"] > 0
+    assert moved["targets"] == {topology.topic: moved["moved"]}
     assert statistics(replay["inputs"], "inputFacets") == {dlt: moved["scanned"]}
     assert statistics(replay["outputs"], "outputFacets") == {topology.topic: moved["moved"]}
 
     # counts and topic names only: no payload, no connection secret
     text = json.dumps(events)
-    assert SECRET not in text and "sasl.password" not in text and "bootstrap.servers" not in text
+    assert SECRET not in text
+    assert "sasl.password" not in text
+    assert "bootstrap.servers" not in text
     assert '"mode"' not in text, "a record payload reached a lineage event"

@@ -42,7 +42,8 @@ def test_server_runs_queries_and_stops_without_a_trace():
         if os.geteuid() == 0:  # initdb and postgres refuse root: they run as the package's user
             assert Path(f"/proc/{pid}").stat().st_uid != 0
         url = pg.create_database("harness_a")
-        assert url.startswith("postgresql+psycopg2://") and url.endswith("/harness_a")
+        assert url.startswith("postgresql+psycopg2://")
+        assert url.endswith("/harness_a")
         query(url, "CREATE TABLE t (k text, v int)")
         query(url, "INSERT INTO t VALUES (?, ?), ('100%', 2)", "a", 1)
         copy = pg.create_database("harness_b", template="harness_a")

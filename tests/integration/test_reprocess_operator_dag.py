@@ -1,4 +1,5 @@
-"""ReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB and the embedded broker.
+"""ReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB and the embedded
+broker.
 
 Checks what a tier DAG promises: due records processed, failures moved on, the tier group
 committed; the DLT notifiers called once, after the commit, with the run's counts; asset events
@@ -18,7 +19,7 @@ import textwrap
 import time
 from collections import Counter
 from contextlib import closing
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,8 @@ CLOSED_WINDOW = {closed_window!r}
 
 def record_notification(context):
     with open(OUT + "/notified.jsonl", "a") as fh:
-        fh.write(json.dumps({{"task": context["ti"].task_id, "summary": context["kafka_retry_summary"]}}) + "\\n")
+        fh.write(json.dumps({{"task": context["ti"].task_id, "summary": context["kafka_retry_summary"]}}) +
+        "\\n")
 
 
 with DAG("akr_local_reprocess", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
@@ -127,7 +129,7 @@ with DAG("akr_local_kill", schedule=None, start_date=datetime(2024, 1, 1), catch
 def _airflow(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     airflow = str(Path(sys.executable).with_name("airflow"))
     done = subprocess.run(
-        [airflow, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
     assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
@@ -151,7 +153,7 @@ def _asset_events(db: Path, dag_id: str) -> list[tuple[str, str, dict]]:
 
 def _closed_window() -> str:
     """A one-hour window (UTC) that opens in two hours: closed for as long as the test runs."""
-    hour = (datetime.now(timezone.utc).hour + 2) % 24
+    hour = (datetime.now(UTC).hour + 2) % 24
     return f"{hour:02d}:00-{(hour + 1) % 24:02d}:00"
 
 
@@ -201,6 +203,7 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
 
     run = subprocess.run(
         [str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_local_reprocess"],
+        check=False,
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -220,9 +223,12 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     tier1, tier2 = topology.tier(1).topic, topology.tier(2).topic
     straight_to_dlt = modes["fatal"] + modes["bad-json"]
     summary = json.loads((out / "xcom.json").read_text())
-    assert summary["engine"] == "local" and summary["status"] == "ok" and summary["stopped"] is None
+    assert summary["engine"] == "local"
+    assert summary["status"] == "ok"
+    assert summary["stopped"] is None
     totals = summary["totals"]
-    assert totals["drained"] == COUNT and totals["succeeded"] == modes["ok"]
+    assert totals["drained"] == COUNT
+    assert totals["succeeded"] == modes["ok"]
     assert totals["routed"] == {
         tier1: modes["transient:1"] + modes["transient:2"] + modes["permanent"],
         topology.dlt_topic: straight_to_dlt,
@@ -254,7 +260,8 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
 
     # started outside its window, a tier reads nothing, succeeds and says why
     [closed] = _xcom(airflow_home["db"], "akr_local_reprocess", "outside_window", "return_value")
-    assert closed["stopped"] == "window_closed" and closed["status"] == "ok", closed
+    assert closed["stopped"] == "window_closed", closed
+    assert closed["status"] == "ok", closed
     assert closed["totals"]["drained"] == 0
     assert {p["stop_reason"] for p in closed["partitions"]} == {"stopped"}
     assert all(
@@ -352,11 +359,14 @@ def test_sigterm_stops_the_task_at_a_chunk_boundary(kafka_bootstrap, airflow_hom
     assert _states(env, "akr_local_kill") == {"reprocess_slowly": "failed"}, output[-5000:]
 
     [document] = _xcom(airflow_home["db"], "akr_local_kill", "reprocess_slowly", "summary")
-    assert document["stopped"] == "killed" and document["status"] == "ok"
+    assert document["stopped"] == "killed"
+    assert document["status"] == "ok"
     [part] = document["partitions"]
-    assert part["stop_reason"] == "stopped" and part["stopped_by"] == "killed"
+    assert part["stop_reason"] == "stopped"
+    assert part["stopped_by"] == "killed"
     boundary = part["committed_offset"]
-    assert boundary is not None and 0 < boundary < KILL_COUNT, part
+    assert boundary is not None, part
+    assert 0 < boundary < KILL_COUNT, part
     assert boundary % KILL_CHUNK == 0, f"stopped inside a chunk: {part}"
     assert part["left"] == KILL_COUNT - boundary
     assert "stopped (killed) at a chunk boundary" in output

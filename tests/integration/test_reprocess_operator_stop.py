@@ -1,4 +1,5 @@
-"""``ReprocessTierOperator.execute`` against the real broker: ``max_run`` passing mid-run stops at a chunk boundary.
+"""``ReprocessTierOperator.execute`` against the real broker: ``max_run`` passing mid-run stops at a chunk
+boundary.
 
 No Airflow process here (``test_reprocess_operator_dag.py`` runs the operator under ``airflow dags
 test``): the operator is executed directly, with its Kafka connection from ``AIRFLOW_CONN_*``.
@@ -12,6 +13,7 @@ import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
 
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -59,11 +61,15 @@ def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishe
     context = {"ti": TI(), "run_id": "manual__1", "outlet_events": OutletEventAccessors()}
     first = operator(max_run="2s").execute(context)
 
-    assert first["status"] == "ok" and first["stopped"] == "max_run", first["partitions"]
+    assert first["status"] == "ok", first["partitions"]
+    assert first["stopped"] == "max_run", first["partitions"]
     [part] = first["partitions"]
-    assert part["stop_reason"] == "stopped" and part["stopped_by"] == "max_run"
+    assert part["stop_reason"] == "stopped"
+    assert part["stopped_by"] == "max_run"
     boundary = part["committed_offset"]
-    assert boundary is not None and 0 < boundary < COUNT and boundary % CHUNK == 0, part
+    assert boundary is not None, part
+    assert 0 < boundary < COUNT, part
+    assert boundary % CHUNK == 0, part
     assert part["left"] == COUNT - boundary
     group = topology.consumer_group(topology.tier(0))
     assert ledger.committed(kafka_bootstrap, group, topology.topic, 1) == {0: boundary}
@@ -72,7 +78,8 @@ def test_max_run_stops_the_operator_at_a_chunk_boundary_and_the_next_run_finishe
     assert len(notified) == 1, "what the stopped run dead-lettered is committed: notify it"
 
     rest = operator().execute({**context, "ti": TI()})
-    assert rest["stopped"] is None and rest["totals"]["drained"] == COUNT - boundary
+    assert rest["stopped"] is None
+    assert rest["totals"]["drained"] == COUNT - boundary
     assert ledger.committed(kafka_bootstrap, group, topology.topic, 1) == {0: COUNT}
     for tier in topology.tiers[1:]:
         ReprocessTierOperator(
@@ -122,11 +129,14 @@ def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_pat
         assert document["stopped"] == reason, document
         boundaries = {}
         for part in document["partitions"]:
-            assert part["status"] == "ok" and part["stopped_by"] == reason, part
+            assert part["status"] == "ok", part
+            assert part["stopped_by"] == reason, part
             boundary = (
                 part["committed_offset"] if part["committed_offset"] is not None else part["start_offset"]
             )
-            assert boundary is not None and boundary < COUNT and boundary % CHUNK == 0, part
+            assert boundary is not None, part
+            assert boundary < COUNT, part
+            assert boundary % CHUNK == 0, part
             boundaries[part["partition"]] = boundary
         assert ledger.committed(kafka_bootstrap, group, topology.topic, partitions) == boundaries
         return boundaries

@@ -1,9 +1,10 @@
 """End to end on a real Airflow deployment: factory-built tier DAGs (schedule mode) run by the scheduler.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-PostgreSQL, as in production: see airflow_kafka_retry/testing/airflow_stack.py and testing/postgres.py). The topology has tiers of 10 s and 20 s; the main
-topic's DAG (``include_main``) plays the failing service: every record fails there once. Records
-then go through retry-1 and retry-2, and the ones that never succeed end in the DLT.
+PostgreSQL, as in production: see airflow_kafka_retry/testing/airflow_stack.py and testing/postgres.py).
+The topology has tiers of 10 s and 20 s; the main topic's DAG (``include_main``) plays the failing
+service: every record fails there once. Records then go through retry-1 and retry-2, and the ones that
+never succeed end in the DLT.
 
 Checked: every record ends where its script says (succeeded on retry-1, on retry-2, or in the DLT,
 exactly once), no record is handled before its due time, the reprocess task notified the DLT
@@ -28,6 +29,7 @@ from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]

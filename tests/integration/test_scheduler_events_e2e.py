@@ -1,11 +1,11 @@
 """End to end on a real Airflow deployment: event-driven tier DAGs run by the triggerer's watchers.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-PostgreSQL, as in production). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
-failing service: every record fails there once. Records are produced continuously (four a second),
-so records become due continuously on both tiers. Phase 1 runs undisturbed (its lateness is the
-figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) while retry
-waves are firing, then started again.
+PostgreSQL, as in production). The topology has tiers of 10 s and 30 s; the main topic's DAG
+(``include_main``) plays the failing service: every record fails there once. Records are produced
+continuously (four a second), so records become due continuously on both tiers. Phase 1 runs
+undisturbed (its lateness is the figure reported); in phase 2 more records flow and the triggerer is
+killed (SIGKILL) while retry waves are firing, then started again.
 
 Checked: every record ends where its script says, exactly once (no loss, no repeat, across the
 triggerer's crash); none is handled before its due time; no wave was fired twice (no two due
@@ -30,6 +30,7 @@ from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+
 from tests.support import ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -202,11 +203,13 @@ def test_event_driven_tiers_run_when_records_are_due(
             if handled:
                 p50, worst = _lateness(handled)
                 print(
-                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max {worst:.2f}s "
+                    f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max "
+                    f"{worst:.2f}s "
                     f"over {len(handled)} records"
                 )
         print(
-            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed after "
+            f"  {len(due_events)} due events in all; phase 2 ({CRASH_COUNT} records, triggerer SIGKILLed "
+            "after "
             f"{KILL_TRIGGERER_AFTER_S}s and restarted)"
         )
     assert killed
@@ -236,5 +239,6 @@ def test_event_driven_tiers_run_when_records_are_due(
     waves = Counter(
         (uri, json.dumps(_json(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
     )
-    assert waves and not [w for w, n in waves.items() if n > 1], waves
+    assert waves, waves
+    assert not [w for w, n in waves.items() if n > 1], waves
     assert _watched(_ledger(notify_log)) == len(expected_dlt)

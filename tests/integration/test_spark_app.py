@@ -18,18 +18,21 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import RunSummary
-from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.spark.result import SparkAppError
 from airflow_kafka_retry.spark.submit import run_spark_submit
+
 from tests.support import ledger
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -205,7 +208,8 @@ def _committed(bootstrap: str, topology: Topology) -> dict[int, int]:
 # ----------------------------------------------------------------------------- the ledger through Spark
 @pytest.fixture(scope="module")
 def spark_ledger(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """The ledger scenario run through every tier by spark-submit, with the event log on and ``ps`` watched."""
+    """The ledger scenario run through every tier by spark-submit, with the event log on and ``ps``
+    watched."""
     tmp = tmp_path_factory.mktemp("spark-ledger")
     ledger_file = ledger.ledger_path(tmp)
     topology = ledger.write_topology(ledger.make_topology("spark"), tmp / "topology.yaml")
@@ -295,7 +299,8 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
     assert watcher.other_env_hits, "the watcher missed the decoy that inherited AIRFLOW_CONN_KAFKA_DEFAULT"
     assert not watcher.cmdline_hits, watcher.cmdline_hits
     assert not watcher.spark_env_hits, (
-        f"AIRFLOW_CONN_KAFKA_DEFAULT reached {len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} Spark "
+        f"AIRFLOW_CONN_KAFKA_DEFAULT reached {len(watcher.spark_env_hits)} of {len(watcher.spark_envs_read)} "
+        "Spark "
         f"processes: {sorted({describe_process(c) for c in watcher.spark_env_hits.values()})}"
     )
     commands = [line for line in run.runner.logged if line.startswith("spark-submit command:")]
@@ -319,7 +324,8 @@ def test_kafka_credentials_appear_in_no_command_line_log_or_spark_event_log(spar
     assert not [s for s in run.summaries if SECRET in str(s.to_dict())]
     # and the credentials files are gone, with the private folders that held them and the run summaries
     paths = {line.split("--kafka-config-file ")[1].split()[0] for line in commands}
-    assert paths and not [p for p in paths if os.path.exists(p)]
+    assert paths
+    assert not [p for p in paths if os.path.exists(p)]
     results = {line.split("--result ")[1].split()[0] for line in commands}
     assert {os.path.dirname(p) for p in results} == {os.path.dirname(p) for p in paths}
     assert not [p for p in results if os.path.exists(os.path.dirname(p))]
@@ -446,7 +452,9 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
             **SPARK_CONF,
             "spark.hadoop.fs.s3a.secret.key": s3_secret,
             "spark.executorEnv.AKR_SERVICE_AUTH": env_secret,
-            "spark.driver.extraJavaOptions": f"{SPARK_CONF['spark.driver.extraJavaOptions']} -Dakr.db.Password={jvm_secret}",
+            "spark.driver.extraJavaOptions": (
+                f"{SPARK_CONF['spark.driver.extraJavaOptions']} -Dakr.db.Password={jvm_secret}"
+            ),
         }.items()
         for arg in ("--conf", f"{key}={value}")
     ]
@@ -484,6 +492,7 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
                 str(kafka_config),
                 *conf,
             ],
+            check=False,
             env=env,
             capture_output=True,
             text=True,
@@ -494,16 +503,19 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
         watcher.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
-    assert summary["engine"] == "spark" and summary["status"] == "ok"
+    assert summary["engine"] == "spark"
+    assert summary["status"] == "ok"
     fates = [mode for mode, _, _ in inputs.records.values()]
     assert summary["totals"]["drained"] == 60
     assert summary["totals"]["succeeded"] == fates.count("ok")
     assert sorted(p["partition"] for p in summary["partitions"]) == [0, 1]
     # -v: spark-submit's output (driver and executors) reached stderr, so these checks can fail
-    assert "Running Spark version" in done.stderr and "Finished task" in done.stderr, done.stderr[-2000:]
+    assert "Running Spark version" in done.stderr, done.stderr[-2000:]
+    assert "Finished task" in done.stderr, done.stderr[-2000:]
     assert SECRET not in done.stdout + done.stderr
     [command] = [line for line in done.stderr.splitlines() if "spark-submit command:" in line]
-    assert "--conf spark.hadoop.fs.s3a.secret.key=******" in command and "spark.ui.enabled=false" in command
+    assert "--conf spark.hadoop.fs.s3a.secret.key=******" in command
+    assert "spark.ui.enabled=false" in command
     assert "--conf spark.executorEnv.AKR_SERVICE_AUTH=******" in command
     assert "-XX:+UseSerialGC -Dakr.db.Password=******" in command
     [launch] = [line for line in done.stderr.splitlines() if line.startswith("Spark Command:")]
@@ -511,7 +523,8 @@ def test_cli_drain_with_the_spark_engine_prints_the_spark_run_summary(kafka_boot
     for secret in (s3_secret, env_secret, jvm_secret):
         assert secret not in done.stdout + done.stderr, secret
     # no Spark process got the worker's AIRFLOW_CONN_KAFKA_DEFAULT; the CLI itself had it (the watcher saw it)
-    assert watcher.spark_submits and watcher.spark_envs_read, "the watcher saw no Spark process of this run"
+    assert watcher.spark_submits, "the watcher saw no Spark process of this run"
+    assert watcher.spark_envs_read, "the watcher saw no Spark process of this run"
     assert watcher.other_env_hits, "the watcher did not see the CLI's environment holding the secret"
     assert not watcher.cmdline_hits, watcher.cmdline_hits
     assert not watcher.spark_env_hits, sorted({describe_process(c) for c in watcher.spark_env_hits.values()})

@@ -1,4 +1,5 @@
-"""``DrainOptions.deadline_ms`` travels to the Spark executors: a passed deadline stops every partition unread."""
+"""``DrainOptions.deadline_ms`` travels to the Spark executors: a passed deadline stops every partition
+unread."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import dataclasses
 import pytest
 
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
+
 from tests.integration.test_spark_app import OPTIONS, SparkRunner
 from tests.support import ledger
 
@@ -30,8 +32,10 @@ def test_spark_partitions_stop_at_the_deadline_and_leave_everything_for_the_next
 
     summary = runner(topology.tier(0))
 
-    assert summary.ok and summary.engine == "spark"
-    assert summary.stopped == "deadline" and summary.to_dict()["stopped"] == "deadline"
+    assert summary.ok
+    assert summary.engine == "spark"
+    assert summary.stopped == "deadline"
+    assert summary.to_dict()["stopped"] == "deadline"
     assert sorted(p.partition for p in summary.partitions) == list(range(PARTITIONS))
     for part in summary.partitions:
         assert (part.stop_reason, part.stopped_by, part.drained) == ("stopped", "deadline", 0), part

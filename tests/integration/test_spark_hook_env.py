@@ -1,4 +1,5 @@
-"""Every process the Spark provider's hook starts gets the stripped environment: the real hook code, real processes.
+"""Every process the Spark provider's hook starts gets the stripped environment: the real hook code, real
+processes.
 
 A Spark cluster cannot be started here, so the cluster's command-line tools are stand-ins on
 ``PATH`` (``spark-submit``, ``yarn``, a post-submit command) that record the environment they
@@ -42,8 +43,8 @@ record="$AKR_RECORD_DIR/$(basename "$0").$$"
 cat /proc/$$/environ > "$record.env"
 printf '%s\\n' "$@" > "$record.args"
 case " $* " in
-  *" --status "*) printf '{\\n  "action" : "SubmissionStatusResponse",\\n  "driverState" : "FINISHED",\\n}\\n' ;;
-  *" --kill "*|*" -kill "*|*post-submit*) ;;
+  *" --status "*) printf '{\\n  "action" : "SubmissionStatusResponse",\\n  "driverState" : "FINISHED",\\n}\\n'
+  ;; *" --kill "*|*" -kill "*|*post-submit*) ;;
   *) echo "INFO Client: Submitted application @APP@" ; exec sleep 60 ;;
 esac
 """
@@ -51,7 +52,8 @@ esac
 
 @pytest.fixture
 def worker(monkeypatch, tmp_path) -> Path:
-    """A worker environment holding Airflow secrets, the stand-in tools first on PATH; returns the record folder."""
+    """A worker environment holding Airflow secrets, the stand-in tools first on PATH; returns the record
+    folder."""
     record, bin_dir = tmp_path / "record", tmp_path / "bin"
     record.mkdir()
     bin_dir.mkdir()
@@ -129,7 +131,10 @@ def test_spark_submit_status_and_kill_of_a_standalone_driver(worker, hook_class,
 
 
 class _StatusEndpoint(BaseHTTPRequestHandler):
-    """Spark's REST submission endpoint, enough for the hook: reads the caller's environment before answering."""
+    """Spark's REST submission endpoint, enough for the hook.
+
+    It reads the caller's environment before answering.
+    """
 
     seen: list[tuple[str, dict[str, str]]] = []
 
@@ -146,7 +151,10 @@ class _StatusEndpoint(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         self.seen.append((f"{self.command} {self.path}", self._caller_env()))
-        body = b'{\n  "action" : "SubmissionStatusResponse",\n  "driverState" : "FINISHED",\n  "success" : true\n}\n'
+        body = (
+            b'{\n  "action" : "SubmissionStatusResponse",\n  "driverState" : "FINISHED",\n'
+            b'  "success" : true\n}\n'
+        )
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

@@ -1,4 +1,5 @@
-"""SparkReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB, real spark-submit.
+"""SparkReprocessTierOperator through real Airflow: ``airflow dags test`` on a SQLite metadata DB, real
+spark-submit.
 
 Airflow runs in a subprocess with its own ``AIRFLOW_HOME`` (the test process may have imported
 Airflow with another configuration already); connections come from ``AIRFLOW_CONN_*`` variables
@@ -123,7 +124,8 @@ def _json_lines(stdout: str) -> list:
 
 
 def _xcom(db: Path, dag_id: str, task_id: str, key: str) -> list:
-    """The values (decoded) of one XCom key of one task, read from the metadata DB (``xcom.value`` is JSON)."""
+    """The values (decoded) of one XCom key of one task, read from the metadata DB (``xcom.value`` is
+    JSON)."""
     with closing(sqlite3.connect(db)) as con:
         rows = con.execute(
             'SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND "key" = ?', (dag_id, task_id, key)
@@ -158,11 +160,23 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     airflow = str(Path(sys.executable).with_name("airflow"))
 
     migrate = subprocess.run(
-        [airflow, "db", "migrate"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [airflow, "db", "migrate"],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert migrate.returncode == 0, migrate.stderr[-3000:]
     reserialize = subprocess.run(
-        [airflow, "dags", "reserialize"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [airflow, "dags", "reserialize"],
+        check=False,
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert reserialize.returncode == 0, reserialize.stderr[-3000:]
     watcher = SparkEnvWatcher(
@@ -172,6 +186,7 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     try:
         run = subprocess.run(
             [airflow, "dags", "test", "akr_spark_reprocess"],
+            check=False,
             env=env,
             cwd=REPO,
             capture_output=True,
@@ -184,6 +199,7 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     (tmp_path / "airflow-output.txt").write_text(output)  # kept for debugging a failure
     runs = subprocess.run(
         [airflow, "dags", "list-runs", "akr_spark_reprocess", "-o", "json"],
+        check=False,
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -193,6 +209,7 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     [dag_run] = _json_lines(runs.stdout)
     listed = subprocess.run(
         [airflow, "tasks", "states-for-dag-run", "akr_spark_reprocess", dag_run["run_id"], "-o", "json"],
+        check=False,
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -208,7 +225,9 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     }, output[-5000:]
     # the summary went to XCom and says what happened to the main topic
     summary = json.loads((out / "xcom.json").read_text())
-    assert summary["engine"] == "spark" and summary["status"] == "ok" and summary["tier"] == 0
+    assert summary["engine"] == "spark"
+    assert summary["status"] == "ok"
+    assert summary["tier"] == 0
     modes = Counter(mode for mode, _, _ in inputs.records.values())
     totals = summary["totals"]
     assert totals["drained"] == COUNT
@@ -220,11 +239,13 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     # the templated result_path was used, and the result deleted once read
     result = out / "results" / "reprocess_main.json"
     assert f"summary at {result}" in output, "templated result_path not used"
-    assert (out / "results").is_dir() and not result.exists(), "the result file outlived the run"
+    assert (out / "results").is_dir(), "the result file outlived the run"
+    assert not result.exists(), "the result file outlived the run"
     # bad_handler and failing_partitions used the default: a private folder per run, gone afterwards;
     # nothing under the old predictable <tmp>/airflow-kafka-retry/<dag>/<run>/<task>.json
     private = re.findall(r"summary at (\S*/akr-spark-[^/\s]+)/summary\.json", output)
-    assert len(private) == 2 and len(set(private)) == 2, private
+    assert len(private) == 2, private
+    assert len(set(private)) == 2, private
     assert not [p for p in private if os.path.exists(p)]
     assert not (Path(tempfile.gettempdir()) / "airflow-kafka-retry" / "akr_spark_reprocess").exists()
     # the bad handler failed with a readable reason, before anything was read
@@ -240,10 +261,14 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     home = Path(env["AIRFLOW_HOME"])
     db = home / "airflow.db"
     [failed] = _xcom(db, "akr_spark_reprocess", "failing_partitions", "summary")
-    assert failed["status"] == "failed" and failed["engine"] == "spark" and failed["tier"] == 0
-    assert failed["topic"] == fail_topology.topic and failed["group"] == fail_group
+    assert failed["status"] == "failed"
+    assert failed["engine"] == "spark"
+    assert failed["tier"] == 0
+    assert failed["topic"] == fail_topology.topic
+    assert failed["group"] == fail_group
     assert failed["totals"]["failed_partitions"] == list(range(PARTITIONS))
-    assert failed["totals"]["succeeded"] == 0 and failed["totals"]["routed"] == {}
+    assert failed["totals"]["succeeded"] == 0
+    assert failed["totals"]["routed"] == {}
     assert _xcom(db, "akr_spark_reprocess", "failing_partitions", "return_value") == []
     parts = failed["partitions"]
     assert [p["partition"] for p in parts] == list(range(PARTITIONS))
@@ -252,10 +277,12 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
         assert p["status"] == "failed", p
         assert (
             p["error"] == "UserCodeError: handler 'tests.support.ledger_handler:bad_index' raised "
-            "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first record "
+            "BatchFailedError with index 5, but the batch it was given has 4 records (valid: 0..3); first "
+            "record "
             f"of the batch: {fail_topology.topic}[{p['partition']}]@0"
         ), p
-        assert p["committed_offset"] is None and p["succeeded"] == 0, p
+        assert p["committed_offset"] is None, p
+        assert p["succeeded"] == 0, p
     # ... and the task failed with the message naming each failed partition and its error
     assert (
         f"Spark reprocessing of {fail_topology.topic} (tier 0, group {fail_group}) failed on {PARTITIONS} of "
@@ -270,9 +297,8 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
     # the Kafka password is in no file under AIRFLOW_HOME: the metadata DB (and its WAL, if any), the
     # config, any log file. (``dags test`` runs tasks in-process: their logs are ``output``, checked above.)
     files = [p for p in home.rglob("*") if p.is_file()]
-    assert db in files and fail_topology.topic.encode() in db.read_bytes(), (
-        "the DB scan would not see stored text"
-    )
+    assert db in files, "the DB scan would not see stored text"
+    assert fail_topology.topic.encode() in db.read_bytes(), "the DB scan would not see stored text"
     assert not [str(p) for p in files if SECRET.encode() in p.read_bytes()]
     with closing(sqlite3.connect(db)) as con:
         for table, tasks in (

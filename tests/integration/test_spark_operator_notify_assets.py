@@ -1,4 +1,5 @@
-"""SparkReprocessTierOperator's DLT notifiers and asset events through real Airflow and a real spark-submit."""
+"""SparkReprocessTierOperator's DLT notifiers and asset events through real Airflow and a real
+spark-submit."""
 
 from __future__ import annotations
 
@@ -75,6 +76,7 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
 
     run = subprocess.run(
         [str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_spark_notify"],
+        check=False,
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -89,7 +91,8 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
     to_dlt = modes["fatal"] + modes["bad-json"]
     retried = modes["transient:1"] + modes["transient:2"] + modes["permanent"]
     [note] = [json.loads(line) for line in (out / "notified.jsonl").read_text().splitlines()]
-    assert note["engine"] == "spark" and note["stopped"] is None
+    assert note["engine"] == "spark"
+    assert note["stopped"] is None
     assert note["totals"]["dlt_topics"] == {topology.dlt_topic: to_dlt}
     assert note["totals"]["routed"] == {tier1: retried, topology.dlt_topic: to_dlt}
     assert len(note["dead_letters"]) == to_dlt

@@ -1,4 +1,5 @@
-"""Kafka secrets and a Spark master that is not ``local``: the refusal and the protected run, through spark-submit.
+"""Kafka secrets and a Spark master that is not ``local``: the refusal and the protected run, through
+spark-submit.
 
 ``local-cluster[N,C,M]`` is Spark's own multi-process master: a standalone master and worker inside
 the driver's JVM and each executor in a JVM of its own, talking to the driver over Spark's RPC
@@ -32,6 +33,7 @@ from airflow_kafka_retry.spark.submit import (
     spark_app_environment,
     spark_submit_command,
 )
+
 from tests.integration.test_spark_app import (
     PARTITIONS,
     SPARK_CONF,
@@ -93,11 +95,12 @@ def test_cli_refuses_to_send_secrets_to_a_cluster_master_without_rpc_protection(
     ]
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_CONF_DIR": str(tmp_path)}  # no spark-defaults.conf
 
-    refused = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    refused = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
 
     assert refused.returncode == 2, refused.stderr[-2000:]
     assert (
-        "airflow-kafka-retry: error: the Kafka configuration holds secrets (sasl.password) and every Spark task "
+        "airflow-kafka-retry: error: the Kafka configuration holds secrets (sasl.password) and every Spark "
+        "task "
         f"carries it to the executors of master '{LOCAL_CLUSTER}' over Spark's RPC, which is not protected: "
         "spark.network.crypto.enabled is not set (looked in --conf)"
     ) in refused.stderr
@@ -121,7 +124,9 @@ def test_the_driver_refuses_when_spark_runs_it_with_a_cluster_master_and_unprote
         master="local[2]",
     ) as submission:
         cmd = spark_submit_command(submission, master=LOCAL_CLUSTER, conf=CLUSTER_CONF)
-        done = subprocess.run(cmd, env=_submit_env(), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            cmd, check=False, env=_submit_env(), capture_output=True, text=True, timeout=300
+        )
         with pytest.raises(SparkAppError) as err:
             submission.read_summary()
     output = done.stdout + done.stderr
@@ -174,16 +179,16 @@ def test_secrets_reach_executors_in_their_own_jvm_over_authenticated_encrypted_r
         )
     finally:
         watcher.stop()
-    assert summary.ok and summary.engine == "spark", "\n".join(output[-60:])
+    assert summary.ok, "\n".join(output[-60:])
+    assert summary.engine == "spark", "\n".join(output[-60:])
     assert summary.to_dict()["totals"]["drained"] == 40
     fates = [mode for mode, _, _ in inputs.records.values()]
     assert len(ledger.processed_ids(ledger_file)) == fates.count("ok")
     # the tasks ran in an executor JVM of their own, reached over authenticated RPC
     assert watcher.executor_jvms, "no executor JVM of this run was seen: the run proves nothing about RPC"
     assert [line for line in output if "SecurityManager: authentication enabled" in line]
-    assert not watcher.cmdline_hits and not watcher.spark_env_hits, sorted(
-        {describe_process(c) for c in watcher.spark_env_hits.values()}
-    )
+    assert not watcher.cmdline_hits, sorted({describe_process(c) for c in watcher.spark_env_hits.values()})
+    assert not watcher.spark_env_hits, sorted({describe_process(c) for c in watcher.spark_env_hits.values()})
     assert not [line for line in output if SECRET in line]
 
 
@@ -205,9 +210,12 @@ def test_the_driver_will_not_write_its_summary_through_a_planted_symlink(tmp_pat
         result_path=str(result),
     ) as submission:
         cmd = spark_submit_command(submission, master="local[2]", conf=SPARK_CONF)
-        done = subprocess.run(cmd, env=_submit_env(), capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            cmd, check=False, env=_submit_env(), capture_output=True, text=True, timeout=300
+        )
     output = done.stdout + done.stderr
     assert done.returncode == 2, output[-3000:]
     assert f"refusing to start: the result path {result} already holds a symlink" in output
-    assert victim.read_text() == "precious" and result.is_symlink()
+    assert victim.read_text() == "precious"
+    assert result.is_symlink()
     assert "Running Spark version" not in output, "the driver went on after the check"

@@ -8,8 +8,9 @@ import time
 
 import pytest
 
-from airflow_kafka_retry.triggers.tier_due import TierDueTrigger
 from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.triggers.tier_due import TierDueTrigger
+
 from tests.support.tier_records import commit, produce
 
 pytestmark = pytest.mark.integration
@@ -49,7 +50,8 @@ def test_fires_when_the_head_becomes_due(kafka_bootstrap, kafka_conn, new_topic)
     assert _now() >= due  # not before the record was due
     payload = event.payload
     assert payload["status"] == "due"
-    assert payload["check"]["due_partitions"] == [1] and payload["check"]["earliest_due_ms"] == due
+    assert payload["check"]["due_partitions"] == [1]
+    assert payload["check"]["earliest_due_ms"] == due
     assert [(h["partition"], h["offset"]) for h in payload["peek"]["heads"]] == [(1, 0)]
     assert "secret-payload" not in json.dumps(payload)
 
@@ -80,4 +82,5 @@ def test_missing_topic_fires_an_error_naming_it(kafka_conn):
     [event] = _events(
         TierDueTrigger(topic=topic, consumer_group="g", kafka_conn_id=kafka_conn, peek_timeout=10)
     )
-    assert event.payload["status"] == "error" and topic in event.payload["message"]
+    assert event.payload["status"] == "error"
+    assert topic in event.payload["message"]

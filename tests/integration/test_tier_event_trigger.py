@@ -7,6 +7,7 @@ then cancels it, as the triggerer does when a DAG stops using the watcher.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -15,6 +16,7 @@ import pytest
 from airflow_kafka_retry.policy.waves import Wave
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY, DltArrivalEventTrigger, TierDueEventTrigger
+
 from tests.support.tier_records import commit, produce
 
 pytestmark = pytest.mark.integration
@@ -52,7 +54,8 @@ class _Store:
 
 
 class _Running:
-    """A trigger's ``run()`` as a background task in its own event loop thread, events collected with times."""
+    """A trigger's ``run()`` as a background task in its own event loop thread, events collected with
+    times."""
 
     def __init__(self, trigger) -> None:
         self.trigger = trigger
@@ -84,10 +87,8 @@ class _Running:
                         )  # a loaded machine's slow action is not watch time
                 await asyncio.sleep(0.05)
             task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await task
-            except asyncio.CancelledError:
-                pass
             if task.done() and not task.cancelled() and task.exception():
                 raise task.exception()
 
@@ -120,7 +121,9 @@ def test_fires_once_ahead_of_the_due_time_and_again_only_after_the_group_commits
     assert len(events) == 2, events
     (first_at, first), (second_at, second) = events
     assert due - 1_000 - 300 <= first_at < due, first_at - due  # fired about fire_ahead before the due time
-    assert first["kind"] == "tier_due" and first["not_before_ms"] == due and first["earliest_due_ms"] == due
+    assert first["kind"] == "tier_due"
+    assert first["not_before_ms"] == due
+    assert first["earliest_due_ms"] == due
     assert first["heads"] == [{"topic": topic, "partition": 0, "offset": 0}]
     assert "secret-payload" not in json.dumps(first)
     # the second wave (offset 1, due a second later) only after the commit, never for the same head again
@@ -259,6 +262,9 @@ def test_sends_the_tiers_backlog_gauges_as_records_arrive_and_zeros_once_drained
     _Running(trigger).for_seconds(8, until=lambda ev: len(ev) == 1, then=later)
     before = [g for at, g in sent if at < marks["drained"]]
     after = [g for at, g in sent if at > marks["drained"] + 1_500]
-    assert before and before[0]["backlog"] == 3 and before[0]["oldest_due_age_ms"] >= 2_000, sent
+    assert before, sent
+    assert before[0]["backlog"] == 3, sent
+    assert before[0]["oldest_due_age_ms"] >= 2_000, sent
     assert before[-1]["backlog"] == 5, sent  # the two behind the paused head
-    assert after and after[-1] == {"backlog": 0, "oldest_due_age_ms": 0}, sent
+    assert after, sent
+    assert after[-1] == {"backlog": 0, "oldest_due_age_ms": 0}, sent

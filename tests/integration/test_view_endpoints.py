@@ -132,12 +132,15 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
     tier1 = tiers[f"{name}-retry-1"]
     assert tier1["backlog"]["error"] is None
     assert tier1["backlog"]["totals"]["backlog"] == 5
-    assert tier1["backlog"]["totals"]["due"]["now"] == 3 and tier1["backlog"]["totals"]["due"]["hour"] == 2
-    assert tier1["dag_id"] == f"kafka_retry__{name}-retry-1" and tier1["can_trigger"] is True
+    assert tier1["backlog"]["totals"]["due"]["now"] == 3
+    assert tier1["backlog"]["totals"]["due"]["hour"] == 2
+    assert tier1["dag_id"] == f"kafka_retry__{name}-retry-1"
+    assert tier1["can_trigger"] is True
     assert tiers[f"{name}-retry-2"]["can_trigger"] is False
     assert tier1["runs"][0]["run_id"] == f"kafka_retry__{name}-retry-1-r1"
     dlt, parking = view["dead_letter_topics"]
-    assert dlt["topic"] == f"{name}-dlt" and dlt["counts"]["by_exception"] == {"myapp.Invalid": 1}
+    assert dlt["topic"] == f"{name}-dlt"
+    assert dlt["counts"]["by_exception"] == {"myapp.Invalid": 1}
     assert dlt["replay_dag_id"] == parking["replay_dag_id"] == f"kafka_dlt_replay__{name}"
     assert (parking["topic"], parking["kind"]) == (f"{name}-parking", "parking")
     assert (
@@ -145,7 +148,8 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
         "create the topology's topics first (airflow-kafka-retry topology create-topics FILE)"
     )
     body = json.dumps(view)
-    assert SECRET not in body and kafka_bootstrap not in body, "no Kafka configuration reaches the browser"
+    assert SECRET not in body, "no Kafka configuration reaches the browser"
+    assert kafka_bootstrap not in body, "no Kafka configuration reaches the browser"
 
 
 def _closed_port() -> int:
@@ -163,7 +167,8 @@ def test_an_unreachable_broker_is_named_per_topic_and_does_not_hang(client, monk
     errors = {t["topic"]: t["backlog"]["error"] for t in view["tiers"]}
     assert set(errors) == {"orders", "orders-retry-1"}
     for topic, error in errors.items():
-        assert error and error.startswith(f"{topic}: "), error
+        assert error, error
+        assert error.startswith(f"{topic}: "), error
     assert view["dead_letter_topics"][0]["counts"]["error"].startswith("orders-dlt: ")
 
 
@@ -175,12 +180,14 @@ def test_missing_connection_and_unknown_topology(client, monkeypatch):
     view = client.get(f"/api/topologies/{item['id']}").json()
     assert view["error"].startswith("connection 'no_such_kafka': ")
     missing = client.get("/api/topologies/nope-123456")
-    assert missing.status_code == 404 and "no topology 'nope-123456'" in missing.json()["detail"]
+    assert missing.status_code == 404
+    assert "no topology 'nope-123456'" in missing.json()["detail"]
 
 
 def test_the_page_and_its_assets_are_served(client):
     page = client.get("/")
-    assert page.status_code == 200 and "<title>Retry tiers</title>" in page.text
+    assert page.status_code == 200
+    assert "<title>Retry tiers</title>" in page.text
     assert client.get("/static/app.js").headers["content-type"].startswith("text/javascript")
     assert client.get("/static/../plugin.py").status_code == 404
 
@@ -221,7 +228,8 @@ def test_run_summaries_need_xcom_read_access(client, monkeypatch, kafka_bootstra
     tiers = {t["topic"]: t for t in client.get(f"/api/topologies/{item['id']}").json()["tiers"]}
     assert tiers["orders-xcom"]["runs"][0]["summary"] == {"totals": {"drained": 3}}
     [run] = tiers["orders-xcom-retry-1"]["runs"]
-    assert run["state"] == "success" and run["summary"] is None, "the run is listed, its XCom summary is not"
+    assert run["state"] == "success", "the run is listed, its XCom summary is not"
+    assert run["summary"] is None, "the run is listed, its XCom summary is not"
 
 
 class CountingScans:
@@ -264,7 +272,8 @@ def test_refreshes_within_the_cache_ttl_read_the_broker_once(client, monkeypatch
         [item] = client.get("/api/topologies").json()["topologies"]
         first, second = (client.get(f"/api/topologies/{item['id']}").json() for _ in range(2))
         assert counting.calls == {name: 1, f"{name}-retry-1": 1, f"{name}-dlt": 1, f"{name}-parking": 1}
-        assert first == second and first["tiers"][0]["backlog"]["error"] is None
+        assert first == second
+        assert first["tiers"][0]["backlog"]["error"] is None
         # a TTL of 0 reads the broker on every refresh
         monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__CACHE_TTL", "0")
         client.get(f"/api/topologies/{item['id']}")

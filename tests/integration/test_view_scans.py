@@ -1,9 +1,10 @@
-"""The view's Kafka reads on the embedded broker: tier backlog with due-time buckets, DLT counts, broker down."""
+"""The view's Kafka reads on the embedded broker: tier backlog with due-time buckets, DLT counts, broker
+down."""
 
 from __future__ import annotations
 
 import socket
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -73,14 +74,17 @@ def test_backlog_counts_from_the_committed_offset_and_buckets_due_times(kafka_bo
     assert (p1.committed, p1.end, p1.backlog) == (None, 2, 2)
     assert p1.due == {"now": 1, "minute": 0, "hour": 0, "day": 1, "later": 0}
     totals = result.totals()
-    assert totals["backlog"] == 6 and totals["due"]["now"] == 2 and totals["next_due_ms"] == NOW + 30_000
+    assert totals["backlog"] == 6
+    assert totals["due"]["now"] == 2
+    assert totals["next_due_ms"] == NOW + 30_000
     # reading never commits
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
     try:
         offsets = consumer.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
     finally:
         consumer.close()
-    assert [tp.offset for tp in offsets][0] == 2 and offsets[1].offset < 0
+    assert next(tp.offset for tp in offsets) == 2
+    assert offsets[1].offset < 0
 
 
 def test_backlog_beyond_the_scan_limit_is_counted_not_read(kafka_bootstrap, new_topic):
@@ -90,13 +94,14 @@ def test_backlog_beyond_the_scan_limit_is_counted_not_read(kafka_bootstrap, new_
         {"bootstrap.servers": kafka_bootstrap}, topic, f"{topic}-g", now_ms=NOW, scan_limit=10, timeout_s=20
     )
     [part] = result.partitions
-    assert part.scanned == 10 and part.due["now"] == 10
+    assert part.scanned == 10
+    assert part.due["now"] == 10
     assert part.backlog == 30, "the high watermark carried by the fetches counts what was not read"
 
 
 def test_dead_letter_counts_read_either_header_family(kafka_bootstrap, new_topic):
     topic = new_topic("view-dlt", partitions=2)
-    hour = int(datetime(2027, 1, 15, 8, tzinfo=timezone.utc).timestamp() * 1000)
+    hour = int(datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp() * 1000)
     produce(
         kafka_bootstrap,
         topic,
@@ -113,7 +118,9 @@ def test_dead_letter_counts_read_either_header_family(kafka_bootstrap, new_topic
         ts_ms=hour + 60_000,
     )
     counts = count_dead_letters({"bootstrap.servers": kafka_bootstrap}, topic, timeout_s=20).to_dict()
-    assert counts["error"] is None and counts["total"] == 5 and not counts["truncated"]
+    assert counts["error"] is None
+    assert counts["total"] == 5
+    assert not counts["truncated"]
     assert counts["by_exception"] == {
         "myapp.errors.InvalidOrder": 2,
         "java.lang.IllegalStateException": 1,
@@ -134,8 +141,10 @@ def test_an_unreachable_broker_is_reported_by_topic_within_the_timeout():
     config = {"bootstrap.servers": f"127.0.0.1:{_closed_port()}"}
     backlog = scan_backlog(config, "orders-retry-1", "g", now_ms=NOW, timeout_s=2)
     dead = count_dead_letters(config, "orders-dlt", timeout_s=2)
-    assert backlog.error is not None and backlog.error.startswith("orders-retry-1: "), backlog.error
-    assert dead.error is not None and dead.error.startswith("orders-dlt: "), dead.error
+    assert backlog.error is not None, backlog.error
+    assert backlog.error.startswith("orders-retry-1: "), backlog.error
+    assert dead.error is not None, dead.error
+    assert dead.error.startswith("orders-dlt: "), dead.error
 
 
 def test_transaction_markers_are_not_counted_as_backlog(kafka_bootstrap, new_topic):
@@ -143,14 +152,16 @@ def test_transaction_markers_are_not_counted_as_backlog(kafka_bootstrap, new_top
     topic = new_topic("view-txn", partitions=1)
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-txn"})
     producer.init_transactions(15)
-    for batch in range(3):
+    for _batch in range(3):
         producer.begin_transaction()
         producer.produce(topic, b"x", partition=0, headers=due(NOW - 1))
         producer.commit_transaction(15)
     group = f"{topic}-group"
     before = scan_backlog({"bootstrap.servers": kafka_bootstrap}, topic, group, now_ms=NOW, timeout_s=20)
     [part] = before.partitions
-    assert (part.backlog, part.scanned) == (3, 3) and part.end is not None and part.end > 3, part
+    assert (part.backlog, part.scanned) == (3, 3), part
+    assert part.end is not None, part
+    assert part.end > 3, part
     # what a drain commits: the offset after the last record it read, which is the last commit marker's offset
     commit(kafka_bootstrap, group, topic, 0, part.end - 1)
     [drained] = scan_backlog(

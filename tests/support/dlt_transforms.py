@@ -6,8 +6,10 @@ import dataclasses
 import json
 import threading
 from collections import Counter
+from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.dlt.records import DltRecord
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.records import DltRecord
 
 
 def _with_mode(record: DltRecord, mode: str) -> DltRecord:

@@ -1,4 +1,5 @@
-"""A script-like module that ends the process as it is imported (``SystemExit``, as some ``__main__`` modules do)."""
+"""A script-like module that ends the process as it is imported (``SystemExit``, as some ``__main__`` modules
+do)."""
 
 from __future__ import annotations
 

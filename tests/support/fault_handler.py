@@ -22,6 +22,7 @@ import time
 
 from airflow_kafka_retry import BatchFailedError
 from airflow_kafka_retry.policy.headers import last_header
+
 from tests.support.ledger_handler import InvalidOrder, PermanentError, TransientError, _write
 
 ID_HEADER, MODE_HEADER = "fault-id", "fault-mode"

@@ -15,15 +15,18 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from airflow_kafka_retry.engine.summary import RunSummary
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
 from airflow_kafka_retry.testing.topics import unique_topic
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.summary import RunSummary
 
 HANDLER_MODULE = "tests.support.ledger_handler"
 # Seven modes: coprime with the partition counts used, so every partition (and every chunk) mixes
@@ -56,7 +59,8 @@ def make_topology(prefix: str = "orders") -> Topology:
 
 
 def write_topology(topology: Topology, path: Path) -> Topology:
-    """A ledger topology as a YAML file (what the CLI and the Spark driver read); returns it loaded from there."""
+    """A ledger topology as a YAML file (what the CLI and the Spark driver read); returns it loaded from
+    there."""
     path.write_text(
         yaml.safe_dump(
             {
@@ -183,7 +187,7 @@ def check_ledger(
     dlt_ids = Counter(m.key().decode() for m in dlt)
     if not allow_duplicates:
         assert not [i for i, n in dlt_ids.items() if n > 1], "records duplicated in the DLT"
-    for rid, (mode, partition, offset) in inputs.records.items():
+    for rid, (mode, _partition, _offset) in inputs.records.items():
         homes = (["processed"] if rid in processed else []) + (["dlt"] if rid in dlt_ids else [])
         assert len(homes) == 1, f"id {rid} ({mode}) is in {homes or 'no home'}"
         expected = "dlt" if mode in DLT_FATES else "processed"
@@ -338,7 +342,8 @@ def produce_fault_inputs(
             ],
         )
         producer.poll(0)
-    assert producer.flush(60) == 0 and not errors, errors
+    assert producer.flush(60) == 0, errors
+    assert not errors, errors
     assert len(inputs.records) == len(specs)
     return inputs
 

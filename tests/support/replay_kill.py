@@ -39,7 +39,8 @@ def main() -> int:
 
     def produce(self, producer, record, candidate, failures):
         move = original_produce(self, producer, record, candidate, failures)
-        assert producer.flush(30) == 0 and not failures, "copy not delivered before the kill point"
+        assert producer.flush(30) == 0, "copy not delivered before the kill point"
+        assert not failures, "copy not delivered before the kill point"
         _maybe_die("produced")
         return move
 

@@ -21,6 +21,7 @@ from airflow_kafka_retry.testing.capabilities import (
     check_expected,
     expected_capabilities,
 )
+
 from tests.unit.test_capability_skip import TANSU_LIKE
 
 Check = Callable[[str, str, float], "str | None"]
@@ -49,7 +50,8 @@ def fake_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., None]
 def test_every_check_passing_is_every_capability(fake_broker: Callable[..., None]) -> None:
     fake_broker()
     caps = C.probe_capabilities("kafka:9092")
-    assert caps.missing() == {} and not caps.is_tansu
+    assert caps.missing() == {}
+    assert not caps.is_tansu
 
 
 def test_a_measured_missing_capability_is_reported_with_its_reason(fake_broker: Callable[..., None]) -> None:
@@ -70,7 +72,8 @@ def test_a_check_that_raises_fails_the_probe_instead_of_reporting_missing(
     message = str(caught.value)
     assert "abort_isolation raised ConnectionResetError: broker closed the connection" in message
     assert "delete_records raised ConnectionResetError" in message
-    assert "kafka:9092" in message and "not a missing capability" in message
+    assert "kafka:9092" in message
+    assert "not a missing capability" in message
 
 
 def test_a_check_that_overruns_its_deadline_fails_the_probe(fake_broker: Callable[..., None]) -> None:

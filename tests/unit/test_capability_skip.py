@@ -17,6 +17,7 @@ from airflow_kafka_retry.testing.capabilities import (
     BrokerCapabilities,
     missing_reason,
 )
+
 from tests.conftest import capability_marker_names, require_capability
 
 pytest_plugins = ["pytester"]
@@ -40,8 +41,10 @@ TANSU_LIKE = BrokerCapabilities(
         "abort_isolation": "read_committed consumer saw 3 of 3 records of an aborted transaction",
         "exact_high_watermark": "ListOffsets(latest) says 11, log end is 15",
         "concurrent_txn_offset_commits": TXN_RACE_REASON,
-        "offsets_only_transactions": "a transaction with offsets only committed offset 2 and returned success, "
-        "but the group's committed offset reads back as 1",
+        "offsets_only_transactions": (
+            "a transaction with offsets only committed offset 2 and returned success, "
+            "but the group's committed offset reads back as 1"
+        ),
         "delete_records": TANSU_DELETE_RECORDS_REASON,
     },
     cluster_id="tansu_cluster",
@@ -75,13 +78,15 @@ def test_everything_has_every_capability() -> None:
 def test_missing_reason_names_capability_and_reason() -> None:
     reason = missing_reason(TANSU_LIKE, "abort_isolation")
     assert reason is not None
-    assert "'abort_isolation'" in reason and "aborted transaction" in reason
+    assert "'abort_isolation'" in reason
+    assert "aborted transaction" in reason
     assert missing_reason(TANSU_LIKE, "timestamp_lookup") is None
 
 
 def test_missing_without_recorded_reason_still_explains() -> None:
     reason = missing_reason(TANSU_LIKE, "enforces_max_message_bytes")
-    assert reason is not None and "no reason recorded" in reason
+    assert reason is not None
+    assert "no reason recorded" in reason
     assert set(TANSU_LIKE.missing()) == {
         "abort_isolation",
         "exact_high_watermark",
@@ -109,7 +114,7 @@ def test_concurrent_txn_offset_commits_is_a_capability() -> None:
 def test_unknown_capability_is_an_error_not_a_skip() -> None:
     with pytest.raises(ValueError, match="unknown broker capability 'abort_isolaton'"):
         missing_reason(TANSU_LIKE, "abort_isolaton")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown broker capability 'nope'; known: "):
         require_capability(BrokerCapabilities.everything(), "nope")
 
 
@@ -133,7 +138,8 @@ def test_marker_names_are_collected_from_all_markers() -> None:
 
 @pytest.mark.requires_capability("abort_isolation", "delete_records")
 def test_marker_runs_test_when_capabilities_present(broker_capabilities: BrokerCapabilities) -> None:
-    assert broker_capabilities.abort_isolation and broker_capabilities.delete_records
+    assert broker_capabilities.abort_isolation
+    assert broker_capabilities.delete_records
 
 
 def test_capabilities_are_frozen_and_summarised() -> None:
@@ -199,7 +205,8 @@ class TestMarkedClass:
 
 def _run_inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *args: str) -> pytest.RunResult:
     """A separate pytest process (in-process runs share ``pytest.mark``'s cache of registered markers with
-    this run, which would hide a missing registration from ``--strict-markers``), with this repo importable."""
+    this run, which would hide a missing registration from ``--strict-markers``), with this repo
+    importable."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", *args, timeout=120)
 
@@ -240,7 +247,8 @@ def test_missing_capability_skips_with_reason_in_a_real_run(
     assert skip_lines, result.stdout.str()
     assert all(line.endswith(f": {reason}") for line in skip_lines), skip_lines
     counts = [re.match(r"SKIPPED \[(\d+)\] ", line) for line in skip_lines]
-    assert all(counts) and sum(int(m.group(1)) for m in counts if m) == 4, skip_lines
+    assert all(counts), skip_lines
+    assert sum(int(m.group(1)) for m in counts if m) == 4, skip_lines
 
 
 def test_misspelt_capability_is_an_error_in_a_real_run(
@@ -313,11 +321,16 @@ def _run_probed(
     probe: str,
     bootstrap: str | None,
     expected: str | None = None,
+    broker: str | None = None,
 ) -> pytest.RunResult:
     pytester.makeconftest(PROBED_CONFTEST)
     pytester.makepyfile(test_inner=INNER_TESTS)
     monkeypatch.setenv("PROBE", probe)
-    for name, value in (("KAFKA_BOOTSTRAP_SERVERS", bootstrap), ("KAFKA_EXPECTED_CAPABILITIES", expected)):
+    for name, value in (
+        ("KAFKA_BOOTSTRAP_SERVERS", bootstrap),
+        ("KAFKA_EXPECTED_CAPABILITIES", expected),
+        ("AIRFLOW_KAFKA_RETRY_TEST_BROKER", broker),
+    ):
         if value is None:
             monkeypatch.delenv(name, raising=False)
         else:
@@ -328,15 +341,27 @@ def _run_probed(
 def test_embedded_broker_without_a_capability_skips_with_the_reason(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    result = _run_probed(pytester, monkeypatch, "tansu_like", None)
+    result = _run_probed(pytester, monkeypatch, "tansu_like", None, broker="tansu")
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2, skipped=4)
     result.stdout.fnmatch_lines(
         [
-            "SKIPPED * broker lacks capability 'abort_isolation': read_committed "
-            "consumer saw 3 of 3 records of an aborted transaction"
+            (
+                "SKIPPED * broker lacks capability 'abort_isolation': read_committed "
+                "consumer saw 3 of 3 records of an aborted transaction"
+            )
         ]
     )
+
+
+def test_the_suites_apache_kafka_without_a_capability_fails_the_session(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default broker is real Apache Kafka: a capability measured missing fails the run, never skips."""
+    result = _run_probed(pytester, monkeypatch, "tansu_like", None, broker=None)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
+    result.stdout.fnmatch_lines(["*lacks * capability(ies) expected of it (abort_isolation: *"])
+    assert "SKIPPED" not in result.stdout.str()
 
 
 def test_external_cluster_without_an_expected_capability_fails_the_session(
@@ -347,10 +372,12 @@ def test_external_cluster_without_an_expected_capability_fails_the_session(
     result.stdout.fnmatch_lines(["*= no tests ran in *"])  # the session ended: nothing was skipped on it
     result.stdout.fnmatch_lines(
         [
-            "*broker capabilities: broker kafka.example:9092 lacks 6 "
-            "capability(ies) expected of it (abort_isolation: read_committed consumer "
-            "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
-            "*KAFKA_EXPECTED_CAPABILITIES*"
+            (
+                "*broker capabilities: broker kafka.example:9092 lacks 6 "
+                "capability(ies) expected of it (abort_isolation: read_committed consumer "
+                "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
+                "*KAFKA_EXPECTED_CAPABILITIES*"
+            )
         ]
     )
     result.stdout.fnmatch_lines(["*abort_isolation: NO - read_committed consumer saw 3 of 3*"])  # summary too
@@ -375,8 +402,10 @@ def test_a_probe_that_errs_fails_the_session_instead_of_skipping(
     result.stdout.fnmatch_lines(["*= no tests ran in *"])
     result.stdout.fnmatch_lines(
         [
-            "*broker capabilities: capability check(s) of the broker at "
-            "kafka.example:9092 measured nothing: abort_isolation raised "
-            "ConnectionResetError: reset*"
+            (
+                "*broker capabilities: capability check(s) of the broker at "
+                "kafka.example:9092 measured nothing: abort_isolation raised "
+                "ConnectionResetError: reset*"
+            )
         ]
     )

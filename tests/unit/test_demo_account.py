@@ -82,7 +82,8 @@ def test_each_order_in_its_place_with_its_path_and_lateness():
         "early": 0,
     }
     data = flow_data(account, TOPOLOGY)
-    assert data["nodes"]["orders-dlt"]["orders"] == 2 and data["nodes"]["processed"]["orders"] == 3
+    assert data["nodes"]["orders-dlt"]["orders"] == 2
+    assert data["nodes"]["processed"]["orders"] == 3
     assert data["final"] == account.final_counts()
 
 

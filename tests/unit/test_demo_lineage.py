@@ -47,7 +47,8 @@ def test_edges_are_summed_over_runs_with_processed_from_the_facet_and_empty_outp
         ["orders", "processed", 11],
         ["orders-dlt", "orders", 1],
     ]
-    assert data["runs"] == {"dlt_replay": 1, "tier_run": 2} and data["namespace"] == NS
+    assert data["runs"] == {"dlt_replay": 1, "tier_run": 2}
+    assert data["namespace"] == NS
 
 
 def test_a_started_run_without_its_end_is_unfinished():

@@ -16,7 +16,7 @@ NOWHERE = "127.0.0.1:9"  # nothing listens: a test that reached Kafka would time
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (["--offsets", "9-2"], "--offsets '9-2': offsets must be >= 0 and A <= B"),
         (["--since", "soon"], "--since 'soon' is not a time"),
@@ -55,7 +55,8 @@ def test_replay_ids():
 def test_request_spec_is_what_a_rerun_must_repeat():
     a = ReplayRequest(exception=["KeyError"], partition=1, limit=None, to="")
     b = ReplayRequest(exception=("KeyError",), partition="1")
-    assert a.spec() == b.spec() and a.spec()["to"] is None
+    assert a.spec() == b.spec()
+    assert a.spec()["to"] is None
     assert a.spec() != ReplayRequest(exception=["KeyError"], partition=2).spec()
 
 
@@ -93,9 +94,12 @@ def test_operator_template_fields_and_request_from_rendered_form_values():
     request = op.request()
     assert (request.dlt, request.to, request.key, request.limit) == (None, None, "12", 5)
     built = request.build_filter(0)
-    assert built.exceptions == ("a.B", "c.D") and built.keys == (b"12",) and built.partitions == (0, 1)
+    assert built.exceptions == ("a.B", "c.D")
+    assert built.keys == (b"12",)
+    assert built.partitions == (0, 1)
     assert built.offsets == (3, 3)
-    assert as_flag(op.dry_run, "dry_run") is True and as_flag(False, "x") is False
+    assert as_flag(op.replay_dry_run, "dry_run") is True
+    assert as_flag(False, "x") is False
     with pytest.raises(ValueError, match="dry_run must be true or false"):
         as_flag("maybe", "dry_run")
 
@@ -123,9 +127,15 @@ def test_replay_dag_from_a_topology_object_with_own_dag_arguments():
         params={"dry_run": True, "note": "extra form field"},
     )
     [task] = dag.tasks
-    assert dag.dag_id == "replay_orders" and set(dag.tags) == {"ops"}
-    assert task.topology is topology and task.kafka_conn_id == "kafka_prod"
-    assert task.exception == "{{ params.exception }}" and task.dry_run == "{{ params.dry_run }}"
+    assert dag.dag_id == "replay_orders"
+    assert set(dag.tags) == {"ops"}
+    assert task.topology is topology
+    assert task.kafka_conn_id == "kafka_prod"
+    assert task.exception == "{{ params.exception }}"
+    assert task.replay_dry_run == "{{ params.dry_run }}"
     params = dag.params.dump()
-    assert params["note"] == "extra form field" and params["limit"] is None and params["dry_run"] is True
-    assert dag.render_template_as_native_obj and dag.max_active_runs == 1
+    assert params["note"] == "extra form field"
+    assert params["limit"] is None
+    assert params["dry_run"] is True
+    assert dag.render_template_as_native_obj
+    assert dag.max_active_runs == 1

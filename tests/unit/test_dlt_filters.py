@@ -50,9 +50,8 @@ def build(**kwargs) -> ReplayFilter:
 
 
 def test_no_filter_selects_everything():
-    assert build().matches(record()) and build().matches(
-        record(exception=None, original_topic=None, key=None)
-    )
+    assert build().matches(record())
+    assert build().matches(record(exception=None, original_topic=None, key=None))
 
 
 @pytest.mark.parametrize("names", [RETRY_TOPIC_NAMES, DEAD_LETTER_NAMES], ids=["retry_topic", "dead_letter"])
@@ -64,8 +63,10 @@ def test_exception_and_original_topic_are_read_from_either_header_family(names):
         3,
         42,
     )
-    assert build(exception="KeyError").matches(rec) and not build(exception="TypeError").matches(rec)
-    assert build(original_topic="payments").matches(rec) and not build(original_topic="orders").matches(rec)
+    assert build(exception="KeyError").matches(rec)
+    assert not build(exception="TypeError").matches(rec)
+    assert build(original_topic="payments").matches(rec)
+    assert not build(original_topic="orders").matches(rec)
 
 
 def test_exception_filter_is_subclass_aware_where_loaded():
@@ -107,7 +108,8 @@ def test_subclasses_match_once_the_classes_are_loaded(marker_not_loaded):
         assert loaded_class(f"{MARKER_MODULE}.MarkerError") is module.MarkerError
         assert loaded_class(f"{MARKER_MODULE}.transform") is None, "a function is not a class"
         assert loaded_class("collections.OrderedDict") is collections.OrderedDict
-        assert loaded_class("KeyError") is KeyError and loaded_class("no_such_builtin") is None
+        assert loaded_class("KeyError") is KeyError
+        assert loaded_class("no_such_builtin") is None
     finally:
         sys.modules.pop(MARKER_MODULE, None)
 
@@ -122,7 +124,8 @@ def test_exception_filter_matches_the_cause_spring_wraps_listener_errors_in():
 
 def test_values_of_one_kind_or_and_kinds_and():
     f = build(exception="KeyError,TypeError", original_topic=["orders"], partition=["0,2"])
-    assert f.exceptions == ("KeyError", "TypeError") and f.partitions == (0, 2)
+    assert f.exceptions == ("KeyError", "TypeError")
+    assert f.partitions == (0, 2)
     assert f.matches(record(exception="TypeError", partition=2))
     assert not f.matches(record(exception="TypeError", partition=1))
     assert not f.matches(record(exception="TypeError", original_topic="payments"))
@@ -130,12 +133,16 @@ def test_values_of_one_kind_or_and_kinds_and():
 
 def test_time_key_partition_and_offsets():
     f = build(since=NOW - 10, until=str(NOW + 10), key=["k1", "k2"], offsets="5-7")
-    assert f.matches(record(offset=5)) and f.matches(record(offset=7, key=b"k2"))
-    assert not f.matches(record(offset=8)) and not f.matches(record(offset=4))
-    assert not f.matches(record(offset=6, key=b"k3")) and not f.matches(record(offset=6, key=None))
+    assert f.matches(record(offset=5))
+    assert f.matches(record(offset=7, key=b"k2"))
+    assert not f.matches(record(offset=8))
+    assert not f.matches(record(offset=4))
+    assert not f.matches(record(offset=6, key=b"k3"))
+    assert not f.matches(record(offset=6, key=None))
     assert not f.matches(record(offset=6, timestamp_ms=NOW - 11))
     assert not f.matches(record(offset=6, timestamp_ms=NOW + 11))
-    assert build(offsets="5-").matches(record(offset=10**9)) and build(offsets="5").offsets == (5, 5)
+    assert build(offsets="5-").matches(record(offset=10**9))
+    assert build(offsets="5").offsets == (5, 5)
 
 
 def test_time_forms():
@@ -146,7 +153,7 @@ def test_time_forms():
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    ("kwargs", "message"),
     [
         ({"offsets": "7-5"}, "--offsets '7-5': offsets must be >= 0 and A <= B"),
         ({"offsets": "a-b"}, "--offsets 'a-b': expected A-B"),
@@ -172,8 +179,11 @@ def test_partitions_are_checked_against_the_topic():
     f = build(partition="1,5")
     with pytest.raises(ReplayError, match=r"--partition 5: orders-dlt has 2 partition\(s\) \(0..1\)"):
         f.check_partitions("orders-dlt", 2)
-    assert build().chosen_partitions(3) == [0, 1, 2] and build(partition=[2]).chosen_partitions(3) == [2]
+    assert build().chosen_partitions(3) == [0, 1, 2]
+    assert build(partition=[2]).chosen_partitions(3) == [2]
 
 
 def test_parse_offsets_forms():
-    assert parse_offsets("3-9") == (3, 9) and parse_offsets("3-") == (3, None) and parse_offsets(4) == (4, 4)
+    assert parse_offsets("3-9") == (3, 9)
+    assert parse_offsets("3-") == (3, None)
+    assert parse_offsets(4) == (4, 4)

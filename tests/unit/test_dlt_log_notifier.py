@@ -74,7 +74,8 @@ def test_every_call_renders_from_the_template_again():
 
 
 def test_is_a_templated_base_notifier():
-    assert issubclass(DltLogNotifier, BaseNotifier) and DltLogNotifier.template_fields == ("message",)
+    assert issubclass(DltLogNotifier, BaseNotifier)
+    assert DltLogNotifier.template_fields == ("message",)
 
 
 @pytest.mark.parametrize("level", ["loud", 3, None])

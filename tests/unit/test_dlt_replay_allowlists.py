@@ -54,7 +54,8 @@ def test_an_empty_list_allows_no_transform(topology, no_marker_module):
 
 def test_a_transform_on_the_list_is_loaded_by_its_name(topology):
     replay = Replay(topology, NOWHERE, ReplayRequest(transform="fix"), transforms={"fix": FIX}, dry_run=True)
-    assert replay.transform.__name__ == "fix" and replay.request.transform == "fix"
+    assert replay.transform.__name__ == "fix"
+    assert replay.request.transform == "fix"
 
 
 def test_the_command_line_still_takes_a_path(topology):
@@ -115,8 +116,10 @@ def test_the_dag_offers_the_allowlists(topology):
         topology, dag_id="replay_orders", transforms={"fix": FIX}, allowed_targets=["payments-fixups"]
     )
     [task] = dag.tasks
-    assert task.transforms == {"fix": FIX} and task.allowed_targets == ["payments-fixups"]
-    assert "transforms" not in task.template_fields and "allowed_targets" not in task.template_fields
+    assert task.transforms == {"fix": FIX}
+    assert task.allowed_targets == ["payments-fixups"]
+    assert "transforms" not in task.template_fields
+    assert "allowed_targets" not in task.template_fields
     schema = dag.params.get_param("transform").schema
     assert schema["enum"] == [None, "fix"]
     assert "payments-fixups" in dag.params.get_param("to").schema["examples"]
@@ -125,7 +128,7 @@ def test_the_dag_offers_the_allowlists(topology):
 
 
 @pytest.mark.parametrize(
-    "transforms, message",
+    ("transforms", "message"),
     [
         ({"fix": "no_colon"}, "transforms['fix'] = 'no_colon' must be given as 'package.module:function'"),
         ({"a:b": FIX}, "transforms: 'a:b' is not a transform name"),

@@ -11,6 +11,7 @@ from airflow_kafka_retry.dlt.groups import bucket_of, format_table, group_record
 from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic, source_topics, target_for
 from airflow_kafka_retry.dlt.transform import apply_transform, load_transform
 from airflow_kafka_retry.policy.topology import Topology
+
 from tests.unit.test_dlt_filters import record
 
 HOUR = 3_600_000
@@ -21,19 +22,21 @@ T = "tests.support.dlt_transforms"
 # ---------------------------------------------------------------------- transform
 def test_no_transform_keeps_the_record():
     rec = record()
-    assert load_transform(None) is None and apply_transform(None, None, rec) is rec
+    assert load_transform(None) is None
+    assert apply_transform(None, None, rec) is rec
 
 
 def test_transform_edits_or_leaves_out():
     rec = dataclasses.replace(record(), key=b"2", value=b'{"id": "2", "mode": "permanent"}')
     fixed = apply_transform(load_transform(f"{T}:fix_even_leave_out_odd"), "fix", rec)
-    assert fixed.value == b'{"id": "2", "mode": "ok"}' and fixed.headers[-1] == ("fixed-by", b"dlt-test")
+    assert fixed.value == b'{"id": "2", "mode": "ok"}'
+    assert fixed.headers[-1] == ("fixed-by", b"dlt-test")
     odd = dataclasses.replace(rec, key=b"3")
     assert apply_transform(load_transform(f"{T}:fix_even_leave_out_odd"), "fix", odd) is None
 
 
 @pytest.mark.parametrize(
-    "function, message",
+    ("function", "message"),
     [
         ("raise_on_second", "transform 'f' on orders-dlt[0]@1 raised ValueError: cannot fix this one"),
         ("wrong_type", "transform 'f' on orders-dlt[0]@1 returned str; it must return the record"),
@@ -58,7 +61,7 @@ def test_malformed_headers_are_refused():
 
 
 @pytest.mark.parametrize(
-    "path, message",
+    ("path", "message"),
     [
         ("nomodule", "must be given as 'package.module:function'"),
         ("tests.support.no_such_module:f", "cannot import module 'tests.support.no_such_module'"),
@@ -95,7 +98,8 @@ def test_values_only_when_asked():
     [group] = group_records([record()], show_values=True)
     assert group.samples == [{"partition": 0, "offset": 0, "key": "k1", "value": "{}"}]
     [group] = group_records([record()])
-    assert "value" not in group.samples[0] and "value" not in str(group.to_dict())
+    assert "value" not in group.samples[0]
+    assert "value" not in str(group.to_dict())
 
 
 def test_table_lists_each_group():
@@ -120,11 +124,13 @@ def test_table_lists_each_group():
     assert not any("done-1" in line for line in table)
     assert table[0] == "orders-dlt: 2 record(s), 0 replayed (replay log orders-dlt-replay-log)"
     assert table[1].split()[:4] == ["COUNT", "REPLAYED", "EXCEPTION", "ORIGINAL"]
-    assert "KeyError (cause OSError)" in table[2] and table[3].split()[2] == "-"
+    assert "KeyError (cause OSError)" in table[2]
+    assert table[3].split()[2] == "-"
 
 
 def test_bucket_of():
-    assert bucket_of(T0 + HOUR - 1, "hour") == "2026-11-23T10:00Z" and bucket_of(T0, "day") == "2026-11-23"
+    assert bucket_of(T0 + HOUR - 1, "hour") == "2026-11-23T10:00Z"
+    assert bucket_of(T0, "day") == "2026-11-23"
 
 
 # ---------------------------------------------------------------------- source and target topics
@@ -143,7 +149,8 @@ def topology(**kwargs) -> Topology:
 def test_source_topics_are_the_dlts_and_parking():
     t = topology()
     assert source_topics(t) == ["orders-dlt", "orders-invalid-dlt", "orders-parking"]
-    assert source_topic(t, None) == "orders-dlt" and source_topic(t, "parking") == "orders-parking"
+    assert source_topic(t, None) == "orders-dlt"
+    assert source_topic(t, "parking") == "orders-parking"
     assert source_topic(t, "orders-invalid-dlt") == "orders-invalid-dlt"
     with pytest.raises(
         ReplayError,
@@ -173,7 +180,7 @@ def test_targets():
 
 
 @pytest.mark.parametrize(
-    "spec, message",
+    ("spec", "message"),
     [
         ("orders-dlt", "--to 'orders-dlt' is the topic being replayed"),
         ("orders-invalid-dlt", "--to 'orders-invalid-dlt' is a dead-letter topic"),
@@ -193,6 +200,7 @@ def test_first_tier_needs_a_retry_tier():
 def test_printable_escapes_what_would_act_on_a_terminal():
     from airflow_kafka_retry.dlt.groups import printable
 
-    assert printable("a.b.Error") == "a.b.Error" and printable("café Ünïcode ok") == "café Ünïcode ok"
+    assert printable("a.b.Error") == "a.b.Error"
+    assert printable("café Ünïcode ok") == "café Ünïcode ok"
     assert printable("X\x1b[31mY\x07\x00\t\r\n\x7f\x9b") == r"X\x1b[31mY\x07\x00\x09\x0d\x0a\x7f\x9b"
     assert printable("abc\u202edef\u2028") == r"abc\u202edef\u2028"

@@ -1,4 +1,5 @@
-"""The DLT watch's summary and the exception headers it reads, from either Spring header family (no broker)."""
+"""The DLT watch's summary and the exception headers it reads, from either Spring header family (no
+broker)."""
 
 from __future__ import annotations
 

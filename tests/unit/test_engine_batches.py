@@ -16,9 +16,9 @@ import pytest
 
 from airflow_kafka_retry import BatchFailedError
 from airflow_kafka_retry.engine.batches import BatchRunner, BatchStats, Outcome
-from airflow_kafka_retry.errors import UnisolatedFailure
 from airflow_kafka_retry.engine.loading import UserCodeError
 from airflow_kafka_retry.engine.records import TierRecord
+from airflow_kafka_retry.errors import UnisolatedFailure
 from airflow_kafka_retry.policy.classify import ExceptionClassifier, exception_chain
 from airflow_kafka_retry.policy.resolver import DestinationResolver
 from airflow_kafka_retry.policy.topology import Topology
@@ -127,7 +127,9 @@ class FakeSleep:
 def test_outcome_defaults() -> None:
     record = make_record(1)
     ok = Outcome(record)
-    assert ok.error is None and ok.tries == 1 and not ok.failed
+    assert ok.error is None
+    assert ok.tries == 1
+    assert not ok.failed
     bad = Outcome(record, ValueError("x"))
     assert bad.failed
 
@@ -194,11 +196,14 @@ def test_stats_accumulate_over_runs() -> None:
 def test_equal_records_get_separate_outcomes() -> None:
     """Outcomes follow record identity: two equal (but distinct) records keep their own outcome."""
     twin_a, twin_b = make_record(7), make_record(7)
-    assert twin_a == twin_b and twin_a is not twin_b
+    assert twin_a == twin_b
+    assert twin_a is not twin_b
     handler = Recorder(lambda batch, n: ValueError("first call fails") if n == 1 else None)
     outcomes = runner(handler, batch_size=1).run([twin_a, twin_b])
-    assert outcomes[0].record is twin_a and outcomes[1].record is twin_b
-    assert outcomes[0].failed and not outcomes[1].failed
+    assert outcomes[0].record is twin_a
+    assert outcomes[1].record is twin_b
+    assert outcomes[0].failed
+    assert not outcomes[1].failed
 
 
 @pytest.mark.parametrize(
@@ -233,7 +238,8 @@ def test_batch_failed_error_redelivers_the_rest_as_a_new_batch() -> None:
     assert failed(outcomes) == [2]
     cause = handler.raised[0].cause  # type: ignore[union-attr]
     assert outcomes[2].error is cause
-    assert isinstance(outcomes[2].error, Poison) and outcomes[2].error.offset == 2
+    assert isinstance(outcomes[2].error, Poison)
+    assert outcomes[2].error.offset == 2
     assert all(o.tries == 1 for o in outcomes)
     # the redelivery is a new list holding only the rest, not the original batch object
     assert handler.lists[1] is not handler.lists[0]
@@ -271,7 +277,8 @@ def test_repeated_batch_failures_in_one_batch() -> None:
     assert failed(outcomes) == [1, 3, 4, 6]
     for o in outcomes:
         if o.failed:
-            assert isinstance(o.error, Poison) and o.error.offset == o.record.offset
+            assert isinstance(o.error, Poison)
+            assert o.error.offset == o.record.offset
     assert r.stats == BatchStats(handler_calls=5, extra_calls=4)
 
 
@@ -297,7 +304,8 @@ def test_batch_failed_error_without_cause_is_the_record_error() -> None:
     error = outcomes[1].error
     assert isinstance(error, BatchFailedError)
     assert error is handler.raised[0]
-    assert error.index == 1 and error.cause is None
+    assert error.index == 1
+    assert error.cause is None
 
 
 def test_batch_failed_error_cause_keeps_its_own_chain() -> None:
@@ -417,7 +425,8 @@ def test_several_poison_records_are_isolated_and_good_records_succeed() -> None:
     assert failed(outcomes) == sorted(poison)
     for o in outcomes:
         if o.failed:
-            assert isinstance(o.error, Poison) and o.error.offset == o.record.offset
+            assert isinstance(o.error, Poison)
+            assert o.error.offset == o.record.offset
             assert handler.calls_alone(o.record.offset), "a failed record is tested alone"
             assert not isinstance(o.error, UnisolatedFailure)
     assert r.stats.extra_calls <= len(poison) * 2 * 4
@@ -513,7 +522,8 @@ def test_unisolated_failure_is_not_chained_to_the_batch_error() -> None:
     assert classifier.is_fatal(error.batch_error)
     assert not classifier.is_fatal(error)
     assert classifier.is_retryable(error)
-    assert "TypeError" in str(error) and "bad payload in record 0" in str(error)
+    assert "TypeError" in str(error)
+    assert "bad payload in record 0" in str(error)
     assert "bisection budget" in str(error)
 
 
@@ -548,7 +558,8 @@ def test_unisolated_record_goes_to_a_retry_tier_even_after_a_fatal_batch_error()
     outcome = unisolated_outcome(TypeError("neighbour is fatal"))
     assert resolve(topology, outcome.error.batch_error).action == "dlt"  # type: ignore[union-attr]
     destination = resolve(topology, outcome.error)  # type: ignore[arg-type]
-    assert destination.action == "retry" and destination.reason == "retryable"
+    assert destination.action == "retry"
+    assert destination.reason == "retryable"
 
 
 def test_unisolated_record_is_retryable_under_retry_only() -> None:
@@ -593,7 +604,8 @@ def test_budget_is_per_batch() -> None:
     r = runner(handler, batch_size=4, max_extra_calls=2)
     outcomes = r.run(make_records(8))
     assert handler.calls == [[0, 1, 2, 3], [0, 1], [0], [4, 5, 6, 7], [4, 5], [4]]
-    assert isinstance(outcomes[0].error, Poison) and isinstance(outcomes[4].error, Poison)
+    assert isinstance(outcomes[0].error, Poison)
+    assert isinstance(outcomes[4].error, Poison)
     assert r.stats.extra_calls == 4  # 2 per batch, more than max_extra_calls over the run
 
 
@@ -621,7 +633,8 @@ def test_bisection_invariants_random(seed: int) -> None:
             assert not handler.calls_alone(off), "a record tested alone gets its own error"
         else:
             assert off in poison, "a good record is never failed with a neighbour's error"
-            assert isinstance(o.error, Poison) and o.error.offset == off
+            assert isinstance(o.error, Poison)
+            assert o.error.offset == off
 
 
 # ----------------------------------------------------------------------------- in-place attempts
@@ -643,7 +656,8 @@ def test_in_place_retry_recovers_a_transient_failure() -> None:
     assert handler.calls == [[0, 1, 2], [2], [1]]
     assert not any(o.failed for o in outcomes)
     assert outcomes[1].tries == 2
-    assert outcomes[0].tries == 1 and outcomes[2].tries == 1
+    assert outcomes[0].tries == 1
+    assert outcomes[2].tries == 1
     assert sleep.calls == [0.25]
     assert r.stats == BatchStats(handler_calls=3, extra_calls=2)
 
@@ -667,7 +681,8 @@ def test_in_place_attempts_exhausted_keep_the_last_error() -> None:
     assert outcomes[0].tries == 4
     assert handler.calls_alone(0) == [0, 2, 3, 4]
     assert sleep.calls == [1.5, 1.5, 1.5]
-    assert not outcomes[1].failed and outcomes[1].tries == 1
+    assert not outcomes[1].failed
+    assert outcomes[1].tries == 1
     assert r.stats == BatchStats(handler_calls=5, extra_calls=3)
 
 
@@ -675,7 +690,8 @@ def test_in_place_without_backoff_does_not_sleep() -> None:
     sleep = FakeSleep()
     r = runner(poison_handler({0}), batch_size=1, in_place_attempts=2, sleep=sleep)
     outcomes = r.run(make_records(1))
-    assert outcomes[0].tries == 3 and outcomes[0].failed
+    assert outcomes[0].tries == 3
+    assert outcomes[0].failed
     assert sleep.calls == []
 
 
@@ -728,8 +744,10 @@ def test_in_place_retries_only_failed_records_and_keep_order() -> None:
     assert offsets(outcomes) == [0, 1, 2, 3]
     assert [o.tries for o in outcomes] == [1, 2, 1, 2]
     assert failed(outcomes) == [1, 3]
-    assert len(handler.calls_alone(1)) == 2 and len(handler.calls_alone(3)) == 2
-    assert handler.calls_alone(0) == [1] and handler.calls_alone(2) == [4]  # only during bisection
+    assert len(handler.calls_alone(1)) == 2
+    assert len(handler.calls_alone(3)) == 2
+    assert handler.calls_alone(0) == [1]
+    assert handler.calls_alone(2) == [4]
 
 
 def test_in_place_attempts_skip_fatal_errors() -> None:
@@ -760,7 +778,8 @@ def test_in_place_attempts_never_take_a_record_past_the_topology_attempts(
     record = dataclasses.replace(make_record(0), attempt=attempt)
     r = runner(handler, batch_size=1, in_place_attempts=5, max_attempts=max_attempts)
     [outcome] = r.run([record])
-    assert outcome.failed and isinstance(outcome.error, Poison)
+    assert outcome.failed
+    assert isinstance(outcome.error, Poison)
     assert outcome.tries == tries
     assert len(handler.calls_alone(0)) == tries
 
@@ -770,4 +789,5 @@ def test_each_in_place_try_hands_the_handler_its_own_attempt_number() -> None:
     record = dataclasses.replace(make_record(0), attempt=2)
     [outcome] = runner(handler, batch_size=1, in_place_attempts=2).run([record])
     assert [[r.attempt for r in batch] for batch in handler.lists] == [[2], [3], [4]]
-    assert outcome.record is record and outcome.tries == 3  # the outcome keeps the record as read
+    assert outcome.record is record
+    assert outcome.tries == 3

@@ -10,9 +10,9 @@ import pytest
 
 from airflow_kafka_retry.engine.clients import (
     CLIENT_LOGGER,
-    KafkaConfigError,
     PREFETCH_DEFAULTS,
     PRODUCER_MAX_MESSAGE_BYTES,
+    KafkaConfigError,
     consumer_config,
     producer_config,
 )
@@ -147,7 +147,8 @@ def test_prefetch_is_bounded_by_default() -> None:
 
 def test_prefetch_bounds_keep_user_values_and_fit_the_largest_message() -> None:
     user = consumer_config(base(**{"queued.max.messages.kbytes": 65536, "fetch.max.bytes": 52428800}), "g")
-    assert user["queued.max.messages.kbytes"] == 65536 and user["fetch.max.bytes"] == 52428800
+    assert user["queued.max.messages.kbytes"] == 65536
+    assert user["fetch.max.bytes"] == 52428800
     big = consumer_config(base(**{"max.partition.fetch.bytes": 10_485_760}), "g")
     assert big["fetch.max.bytes"] == 10_485_760  # a fetch must hold one partition's share
     sized = consumer_config(base(**{"message.max.bytes": 20_000_000}), "g")
@@ -196,7 +197,8 @@ def test_producer_never_auto_creates_a_destination_and_keeps_a_user_size_limit()
 def test_producer_transactional_id() -> None:
     config = producer_config(base(), "airflow-kafka-retry.g.t.0")
     assert config["transactional.id"] == "airflow-kafka-retry.g.t.0"
-    assert config["enable.idempotence"] is True and config["acks"] == "all"
+    assert config["enable.idempotence"] is True
+    assert config["acks"] == "all"
 
 
 @pytest.mark.parametrize("txn", [None, ""])
@@ -274,7 +276,7 @@ def test_input_is_not_mutated_and_any_mapping_works() -> None:
     user = base(**SECURITY, **{"enable.auto.commit": True, "acks": "1"})
     snapshot = dict(user)
     consumer = consumer_config(MappingProxyType(user), "g")
-    producer = producer_config(MappingProxyType(user), "txn")
+    producer_config(MappingProxyType(user), "txn")
     assert user == snapshot
     consumer["extra"] = 1
     assert "extra" not in producer_config(user, "txn")

@@ -68,7 +68,8 @@ def test_read_retry_state_applies_the_due_horizon_as_read_due_ms_does(now_ms, ho
 def test_decode_big_integer_long_fast_path_agrees_with_java_wrapping():
     for value in (0, 1, -1, 2**31, -(2**31), 2**63 - 1, -(2**63), 1_700_000_000_000):
         encoded = H.encode_big_integer(value)
-        assert len(encoded) <= 8 and H.decode_big_integer_long(encoded) == value
+        assert len(encoded) <= 8
+        assert H.decode_big_integer_long(encoded) == value
     assert H.decode_big_integer_long(b"\x01" + b"\x00" * 8) == 0  # 2**64 wraps to 0, as longValue() does
 
 
@@ -113,7 +114,9 @@ def test_fast_records_equal_constructed_ones(headers):
         raw_key=b"k",
         raw_value=b"v",
     )
-    assert fast == plain and hash(fast) == hash(plain) and repr(fast) == repr(plain)
+    assert fast == plain
+    assert hash(fast) == hash(plain)
+    assert repr(fast) == repr(plain)
     assert isinstance(fast.headers, tuple)
     args = dataclasses.astuple(plain)
     assert make_record(*args) == plain

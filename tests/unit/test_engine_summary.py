@@ -83,9 +83,12 @@ def run_summary(partitions: list[PartitionSummary]) -> RunSummary:
 # ----------------------------------------------------------------------------- PartitionSummary
 def test_partition_defaults() -> None:
     p = partition(0)
-    assert p.status == "ok" and p.error is None
+    assert p.status == "ok"
+    assert p.error is None
     assert p.drained == p.succeeded == p.dropped == 0
-    assert p.routed == {} and p.dead_lettered == {} and p.dead_letters == []
+    assert p.routed == {}
+    assert p.dead_lettered == {}
+    assert p.dead_letters == []
     assert p.dead_letters_truncated == 0
     assert DEFAULT_COORDINATE_CAP == 100
 
@@ -94,7 +97,9 @@ def test_defaults_are_not_shared() -> None:
     a, b = partition(0), partition(1)
     a.count_route("x")
     a.count_dead_letter(letter(1), cap=10)
-    assert b.routed == {} and b.dead_letters == [] and b.dead_lettered == {}
+    assert b.routed == {}
+    assert b.dead_letters == []
+    assert b.dead_lettered == {}
 
 
 def test_count_route() -> None:
@@ -128,7 +133,8 @@ def test_dead_letter_cap_exactly_reached_truncates_nothing() -> None:
     p = partition(0)
     for i in range(3):
         p.count_dead_letter(letter(i), cap=3)
-    assert len(p.dead_letters) == 3 and p.dead_letters_truncated == 0
+    assert len(p.dead_letters) == 3
+    assert p.dead_letters_truncated == 0
 
 
 def test_partition_round_trip_through_json() -> None:
@@ -167,7 +173,8 @@ def test_dead_letter_has_coordinates_and_no_payload() -> None:
         "dlt_partition": 2,
         "dlt_offset": 115,
     }
-    assert data[1]["dlt_topic"] is None and data[1]["dlt_offset"] is None
+    assert data[1]["dlt_topic"] is None
+    assert data[1]["dlt_offset"] is None
 
 
 # ----------------------------------------------------------------------------- RunSummary
@@ -193,7 +200,8 @@ def test_totals_over_partitions() -> None:
 
 def test_empty_run_is_ok() -> None:
     summary = run_summary([])
-    assert summary.ok and summary.failed_partitions == []
+    assert summary.ok
+    assert summary.failed_partitions == []
     data = summary.to_dict()
     assert data["status"] == "ok"
     assert data["totals"] == {
@@ -320,16 +328,20 @@ def test_a_stopped_run_says_why_and_round_trips() -> None:
     summary.note_stops()
     assert summary.stopped == "window_closed"  # the lowest stopped partition's reason
     data = json.loads(json.dumps(summary.to_dict()))
-    assert data["status"] == "ok" and data["stopped"] == "window_closed"
-    assert data["partitions"][1]["left"] == 7 and data["partitions"][1]["stop_reason"] == "stopped"
+    assert data["status"] == "ok"
+    assert data["stopped"] == "window_closed"
+    assert data["partitions"][1]["left"] == 7
+    assert data["partitions"][1]["stop_reason"] == "stopped"
     again = RunSummary.from_dict(data)
-    assert again.stopped == "window_closed" and again.to_dict() == summary.to_dict()
+    assert again.stopped == "window_closed"
+    assert again.to_dict() == summary.to_dict()
 
 
 def test_a_run_that_was_not_stopped_says_so() -> None:
     summary = run_summary([busy_partition(0)])
     summary.note_stops()
-    assert summary.stopped is None and summary.to_dict()["stopped"] is None
+    assert summary.stopped is None
+    assert summary.to_dict()["stopped"] is None
     summary.stopped = "max_run"  # an operator's own label is kept
     summary.note_stops()
     assert summary.stopped == "max_run"
@@ -412,7 +424,11 @@ def test_a_later_pass_of_the_same_run_adds_up_partition_by_partition():
         {"E": 2},
         {"t-dlt": 2},
     )
-    assert [d.offset for d in p0.dead_letters] == [7] and p0.dead_letters_truncated == 1
-    assert p0.duration_s == 0.75 and p1.drained == 3
+    assert [d.offset for d in p0.dead_letters] == [7]
+    assert p0.dead_letters_truncated == 1
+    assert p0.duration_s == 0.75
+    assert p1.drained == 3
     assert (p0.lateness_ms.count, p0.lateness_ms.max_ms, p0.handler_ms.count) == (2, 1200, 1)
-    assert first.finished_ms == 30 and first.totals()["drained"] == 10 and first.ok
+    assert first.finished_ms == 30
+    assert first.totals()["drained"] == 10
+    assert first.ok

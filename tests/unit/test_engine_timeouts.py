@@ -92,7 +92,8 @@ def test_in_place_attempts_retry_a_timed_out_record_each_try_costing_a_timeout()
     timed = TimedHandler(hangs, 0.05, name="m:f")
     runner = BatchRunner(timed, handler_name="m:f", batch_size=1, in_place_attempts=2, max_attempts=5)
     [outcome] = runner.run(_records(1))
-    assert outcome.failed and outcome.tries == 3
+    assert outcome.failed
+    assert outcome.tries == 3
     assert timed.abandoned == 3  # the first call and two in-place tries, each abandoned
     hangs.release.set()
 

@@ -83,7 +83,8 @@ def test_the_setup_carries_the_engines_sys_path_before_it_is_unpickled(monkeypat
     assert isinstance(message[2], bytes)
     setup = read_setup(message)
     assert sys.path[0] == "/dags"
-    assert setup.tier.topic == "orders-retry-1" and setup.options.handler == "app.handlers:handle"
+    assert setup.tier.topic == "orders-retry-1"
+    assert setup.options.handler == "app.handlers:handle"
     with pytest.raises(ValueError, match="expected the run's setup first"):
         read_setup(("run", 1))
 
@@ -115,7 +116,9 @@ def test_a_dead_workers_partition_keeps_what_it_committed_and_says_where_the_nex
     failed = worker_failure(
         "orders-retry-1", 4, "g", pid=4242, returncode=-9, progress=progress, setup_error=None, started=None
     )
-    assert failed.status == "failed" and failed.drained == 150 and failed.committed_offset == 250
+    assert failed.status == "failed"
+    assert failed.drained == 150
+    assert failed.committed_offset == 250
     assert failed.error.startswith(
         "WorkerDiedError: the worker process 4242 running orders-retry-1[4] was killed by signal 9 (SIGKILL)"
     )
@@ -124,8 +127,10 @@ def test_a_dead_workers_partition_keeps_what_it_committed_and_says_where_the_nex
 
 def test_a_worker_that_died_before_any_commit_resumes_at_the_start_offset_or_says_nothing():
     failed = worker_failure("t", 0, "g", pid=1, returncode=1, progress=None, setup_error=None, started=None)
-    assert failed.drained == 0 and failed.committed_offset is None
-    assert "exited with status 1" in failed.error and failed.error.endswith("committed offset")
+    assert failed.drained == 0
+    assert failed.committed_offset is None
+    assert "exited with status 1" in failed.error
+    assert failed.error.endswith("committed offset")
     setup = worker_failure(
         "t",
         0,
@@ -136,7 +141,8 @@ def test_a_worker_that_died_before_any_commit_resumes_at_the_start_offset_or_say
         setup_error="ModuleNotFoundError: No module named 'creds'",
         started=None,
     )
-    assert setup.error.startswith("WorkerSetupError:") and "No module named 'creds'" in setup.error
+    assert setup.error.startswith("WorkerSetupError:")
+    assert "No module named 'creds'" in setup.error
 
 
 @pytest.mark.parametrize(
@@ -161,4 +167,6 @@ def test_default_parallelism_is_unchanged():
 def test_a_configuration_that_cannot_reach_a_worker_is_named():
     assert _shippable(_setup()) is None
     reason = _shippable(_setup(error_cb=lambda err: None))
-    assert reason is not None and "error_cb" in reason and "bootstrap" not in reason
+    assert reason is not None
+    assert "error_cb" in reason
+    assert "bootstrap" not in reason

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -88,9 +87,11 @@ def test_example_replay_dag_is_a_manual_form_with_dry_run_on(tmp_path, monkeypat
     dag = bag.dags["kafka_dlt_replay__orders"]
     assert type(dag.timetable).__name__ == "NullTimetable", "the replay DAG must only run when triggered"
     [task] = dag.tasks
-    assert task.task_id == "replay_dlt" and task.kafka_conn_id == "kafka_default"
+    assert task.task_id == "replay_dlt"
+    assert task.kafka_conn_id == "kafka_default"
     params = dag.params.dump()
-    assert params["dry_run"] is True and params["dlt"] is None
+    assert params["dry_run"] is True
+    assert params["dlt"] is None
     assert {
         "exception",
         "original_topic",

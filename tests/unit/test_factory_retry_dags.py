@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import zlib
 import subprocess
 import sys
+import zlib
 from datetime import timedelta
 from pathlib import Path
 
@@ -55,7 +55,9 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
     }
     for index, dag_id in enumerate(list(dags)[:3], start=1):
         dag = dags[dag_id]
-        assert dag.dag_id == dag_id and dag.max_active_runs == 1 and dag.catchup is False
+        assert dag.dag_id == dag_id
+        assert dag.max_active_runs == 1
+        assert dag.catchup is False
         assert "kafka-retry" in dag.tags
         assert _chain(dag) == TIER_CHAIN
         ensure, wait, reprocess = (dag.get_task(t) for t in ("ensure_topics", "wait_for_due", "reprocess"))
@@ -66,7 +68,8 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
             "kafka_default",
             True,
         )
-        assert wait.max_wait == dag.schedule and wait.window is None
+        assert wait.max_wait == dag.schedule
+        assert wait.window is None
         assert type(reprocess).__name__ == "ReprocessTierOperator"
         assert (
             reprocess.topology,
@@ -75,14 +78,15 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
             reprocess.value_deserializer,
             reprocess.kafka_conn_id,
         ) == (str(ORDERS), index, HANDLER, "handlers.orders:decode", "kafka_default")
-        assert (
-            reprocess.cutoff == CUTOFF_RENDERED_NOW and reprocess.max_run is None and reprocess.window is None
-        )
+        assert reprocess.cutoff == CUTOFF_RENDERED_NOW
+        assert reprocess.max_run is None
+        assert reprocess.window is None
         assert reprocess.outlets == []  # no asset_server: no asset outlets
     watch = dags["kafka_retry__orders-dlt"]
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
     [task] = watch.tasks
-    assert type(task).__name__ == "DltWatchOperator" and task.topology == str(ORDERS)
+    assert type(task).__name__ == "DltWatchOperator"
+    assert task.topology == str(ORDERS)
 
 
 def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_sweep():
@@ -103,7 +107,8 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
     topology = load_topology(ORDERS)
     for index, dag_id in enumerate(list(dags)[:3], start=1):
         dag = dags[dag_id]
-        assert type(dag.timetable).__name__ == "AssetOrTimeSchedule" and dag.max_active_runs == 1
+        assert type(dag.timetable).__name__ == "AssetOrTimeSchedule"
+        assert dag.max_active_runs == 1
         asset = dag.timetable.asset_condition
         tier = topology.tier(index)
         assert asset.uri == f"kafka-retry-due://kafka_default/{tier.topic}"
@@ -123,7 +128,8 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         )  # it sends the backlog gauges
         # no sensor, no ensure_topics per run: the one task waits for its wave and drains from "now"
         assert [t.task_id for t in dag.tasks] == ["reprocess"]
-        assert dag.get_task("reprocess").cutoff == "now" and dag.get_task("reprocess").skip_missing_topic
+        assert dag.get_task("reprocess").cutoff == "now"
+        assert dag.get_task("reprocess").skip_missing_topic
         assert dag.get_task("reprocess").follow_ms == 10_000
     # the default sweep: hourly, at a minute derived from the DAG id, and not at once when first deployed
     # (no start date: the scheduler's first run is the next tick, not the last one)
@@ -142,10 +148,8 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
     watch = dags["kafka_retry__orders-dlt"]
     [trigger] = [w.trigger for w in watch.timetable.asset_condition.watchers]
     assert type(trigger).__name__ == "DltArrivalEventTrigger"
-    assert (
-        trigger.topics == [t.topic for t in topology.dlt_tiers]
-        and trigger.consumer_group == "orders-service-dlt-watch"
-    )
+    assert trigger.topics == [t.topic for t in topology.dlt_tiers]
+    assert trigger.consumer_group == "orders-service-dlt-watch"
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
     # the topics are created once
     setup = dags["kafka_retry__orders__ensure_topics"]
@@ -197,8 +201,11 @@ def test_custom_delays_below_min_schedule_are_floored_with_a_warning(tmp_path, c
         "kafka_retry__pay-retry-3": timedelta(minutes=10),
     }
     assert [r.getMessage() for r in caplog.records] == [
-        "tier pay-retry-1: schedule 0:00:05 is shorter than min_schedule 0:00:30; scheduling it every 0:00:30 "
-        "(the due check still keeps every record until its due time)"
+        (
+            "tier pay-retry-1: schedule 0:00:05 is shorter than min_schedule 0:00:30; scheduling it every "
+            "0:00:30 "
+            "(the due check still keeps every record until its due time)"
+        )
     ]
     # the sensor waits at most one interval: the floored one
     assert dags["kafka_retry__pay-retry-1"].get_task("wait_for_due").max_wait == timedelta(seconds=30)
@@ -235,7 +242,8 @@ def test_exception_dlts_one_watch_dag_over_every_dlt(tmp_path):
     )
     assert list(dags) == ["retry_pay-retry-1", "retry_pay-dlt"]
     [watch] = dags["retry_pay-dlt"].tasks
-    assert watch.task_id == "watch_dlt" and watch.topology == str(path)
+    assert watch.task_id == "watch_dlt"
+    assert watch.topology == str(path)
     assert tuple(watch.on_dlt) == (print,)
     assert tuple(dags["retry_pay-retry-1"].get_task("reprocess").on_dlt) == (print,)
     # the watch DAG's key takes a schedule only; the exception DLTs have no DAG of their own
@@ -310,21 +318,33 @@ def test_tier_overrides_with_a_window():
     [
         (
             {"orders-retry-9": {"schedule": "@daily"}},
-            r"tier_overrides\['orders-retry-9'\]: no DAG is built for this topic; tiers with a DAG: orders-retry-1, "
-            r"orders-retry-2, orders-retry-3, orders-dlt",
+            (
+                r"tier_overrides\['orders-retry-9'\]: no DAG is built for this topic; tiers with a DAG: "
+                r"orders-retry-1, "
+                r"orders-retry-2, orders-retry-3, orders-dlt"
+            ),
         ),
         ({"orders": {"schedule": "@daily"}}, r"tier_overrides\['orders'\]: .*only with include_main=True"),
         (
             {"orders-retry-1": {"windows": "01:00-02:00"}},
-            r"tier_overrides\['orders-retry-1'\]\['windows'\]: unknown key; known keys: schedule, window, timezone, max_run",
+            (
+                r"tier_overrides\['orders-retry-1'\]\['windows'\]: unknown key; "
+                r"known keys: schedule, window, timezone, max_run"
+            ),
         ),
         (
             {"orders-retry-1": {"schedule": "every minute"}},
-            r"tier_overrides\['orders-retry-1'\]\['schedule'\]: 'every minute' is not a valid cron expression",
+            (
+                r"tier_overrides\['orders-retry-1'\]\['schedule'\]: 'every minute' is not a valid cron "
+                r"expression"
+            ),
         ),
         (
             {"orders-retry-1": {"schedule": 30}},
-            r"tier_overrides\['orders-retry-1'\]\['schedule'\]: must be a cron string, a timedelta or a timetable",
+            (
+                r"tier_overrides\['orders-retry-1'\]\['schedule'\]: must be a cron string, a timedelta or a "
+                r"timetable"
+            ),
         ),
         (
             {"orders-retry-1": {"timezone": "Mars/Olympus"}},
@@ -369,7 +389,8 @@ def test_default_args_and_dag_kwargs_reach_every_dag_and_task(tmp_path):
     assert dags["kafka_retry__orders"].schedule == timedelta(seconds=30)  # main: delay 0, floored
     assert dags["kafka_retry__orders"].get_task("reprocess").tier == 0
     for dag in dags.values():
-        assert set(dag.tags) == {"team-pay", "kafka-retry"} and dag.doc_md == "our tiers"
+        assert set(dag.tags) == {"team-pay", "kafka-retry"}
+        assert dag.doc_md == "our tiers"
         for task in dag.tasks:
             assert (task.owner, task.retries, task.retry_delay) == ("payments", 2, timedelta(seconds=7)), task
             assert alert in (
@@ -430,9 +451,11 @@ def test_importing_the_package_does_not_import_airflow():
         "from airflow_kafka_retry import build_retry_dags\n"
         "assert 'airflow' in sys.modules\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", code], check=False, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr
-    with pytest.raises(AttributeError, match="has no attribute 'build_everything'"):
-        import airflow_kafka_retry
+    import airflow_kafka_retry
 
-        airflow_kafka_retry.build_everything  # noqa: B018
+    with pytest.raises(AttributeError, match="has no attribute 'build_everything'"):
+        airflow_kafka_retry.build_everything

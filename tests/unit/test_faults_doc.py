@@ -76,7 +76,8 @@ def test_any_other_difference_is_shown(change: str) -> None:
     if change == "intro":
         generated = generated.replace("Every case asserts", "Each case asserts")
     diff = _diff(generated, committed)
-    assert diff is not None and diff.startswith("--- docs\n+++ run"), diff
+    assert diff is not None, diff
+    assert diff.startswith("--- docs\n+++ run"), diff
     assert any(line.startswith("-") and not line.startswith("---") for line in diff.splitlines()), diff
 
 

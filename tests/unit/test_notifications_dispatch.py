@@ -57,7 +57,9 @@ def test_every_notifier_sees_the_summary_and_a_raising_one_is_logged(caplog) -> 
     assert ok == 3
     assert first.seen == last.seen == calls == [{"totals": {"x": 1}}]
     assert context[SUMMARY_KEY] == {"totals": {"x": 1}}
-    assert "DLT notifier" in caplog.text and "broken" in caplog.text and "smtp down" in caplog.text
+    assert "DLT notifier" in caplog.text
+    assert "broken" in caplog.text
+    assert "smtp down" in caplog.text
 
 
 def test_notifier_templates_render_against_the_summary() -> None:

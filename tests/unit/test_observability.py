@@ -1,4 +1,5 @@
-"""Pure parts of observability: the bounded distribution, the metrics a run/peek/watch makes, the lineage facets.
+"""Pure parts of observability: the bounded distribution, the metrics a run/peek/watch makes, the lineage
+facets.
 
 Sending (Airflow's Stats over a real UDP socket) and the OpenLineage provider's events are tested
 through ``airflow dags test`` in tests/integration/test_observability_dag.py.
@@ -32,8 +33,11 @@ def test_distribution_counts_sums_and_buckets_and_merges_across_partitions():
     assert (merged.count, merged.sum_ms, merged.max_ms) == (6, 4_001_025, 4_000_000)
     cumulative = merged.cumulative()
     assert list(cumulative) == list(BUCKET_LABELS)
-    assert cumulative["10"] == 3 and cumulative["100"] == 4 and cumulative["1000"] == 5
-    assert cumulative["3600000"] == 5 and cumulative["inf"] == 6
+    assert cumulative["10"] == 3
+    assert cumulative["100"] == 4
+    assert cumulative["1000"] == 5
+    assert cumulative["3600000"] == 5
+    assert cumulative["inf"] == 6
     assert (a.count, b.count) == (4, 2), "merged() must not change its parts"
 
 
@@ -55,7 +59,8 @@ def test_partition_summaries_carry_lateness_and_handler_time_through_the_spark_r
     run = RunSummary("orders.yaml", 1, "orders-retry-1", "g", "spark", 0, 0, 1, [p, q])
     again = RunSummary.from_dict(json.loads(json.dumps(run.to_dict())))
     assert again.to_dict() == run.to_dict()
-    assert again.lateness().count == 2 and again.lateness().max_ms == 90_000
+    assert again.lateness().count == 2
+    assert again.lateness().max_ms == 90_000
     assert again.to_dict()["lateness_ms"]["sum_ms"] == 91_500
     assert again.handler_time().count == 1
     old = {k: v for k, v in p.to_dict().items() if k not in ("lateness_ms", "handler_ms")}
@@ -179,7 +184,8 @@ def test_tier_run_lineage_names_kafka_datasets_and_counts_what_went_where():
     facet = lineage.run_facets["kafkaRetry"]
     assert (facet.kind, facet.status, facet.tier, facet.totals) == ("tier_run", "ok", 1, document["totals"])
     started = tier_run_lineage(TOPOLOGY, TOPOLOGY.tier(1), "k1:9092")
-    assert [o.name for o in started.outputs] == list(outputs) and not started.run_facets
+    assert [o.name for o in started.outputs] == list(outputs)
+    assert not started.run_facets
     assert all(not o.outputFacets for o in started.outputs)
 
 
@@ -205,7 +211,8 @@ def test_replay_lineage_outputs_only_what_moved():
     assert replay_lineage("orders-dlt", "k1:9092", {**document, "dry_run": True}).outputs == []
 
 
-# ----------------------------------------------------------------------------- the operators' OpenLineage methods
+# ----------------------------------------------------------------------------- the operators' OpenLineage
+# methods
 @pytest.mark.parametrize("cls", ["local", "spark"])
 def test_both_reprocess_operators_report_lineage_with_the_run_counts(cls):
     from airflow.sdk.execution_time.context import OutletEventAccessors
@@ -222,7 +229,8 @@ def test_both_reprocess_operators_report_lineage_with_the_run_counts(cls):
         asset_server="k1:9092",
     )
     started = op.get_openlineage_facets_on_start()
-    assert [i.name for i in started.inputs] == ["orders-retry-1"] and not started.run_facets
+    assert [i.name for i in started.inputs] == ["orders-retry-1"]
+    assert not started.run_facets
 
     class TI:
         def xcom_push(self, key, value):
@@ -240,8 +248,9 @@ def test_both_reprocess_operators_report_lineage_with_the_run_counts(cls):
 
 
 def test_the_operators_work_where_openlineage_is_not_installed():
-    """With ``openlineage`` and the provider's modules unimportable (as when the extra is not installed), the operators
-    import, build and report; only their get_openlineage_facets_* methods need it, and nothing calls them then."""
+    """With ``openlineage`` and the provider's modules unimportable (as when the extra is not installed), the
+    operators import, build and report; only their get_openlineage_facets_* methods need it, and nothing calls
+    them then."""
     import subprocess
     import sys
 
@@ -267,14 +276,16 @@ RetryTierDueSensor(task_id="s", topology={TOPOLOGY.source!r}, tier=1)
 print(sorted(m for m in sys.modules if m.startswith(("openlineage", "airflow.providers.openlineage."))
              and m != "airflow.providers.openlineage.get_provider_info"))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_any_airflow_process_sends_the_backlog_gauges_with_its_own_metrics_settings():
-    """Like a triggerer calling emit_tier_backlog: a fresh Python process with [metrics] statsd_on sends the gauges
-    (nothing of a task runner initialised Airflow's Stats there)."""
+    """Like a triggerer calling emit_tier_backlog: a fresh Python process with [metrics] statsd_on sends the
+    gauges (nothing of a task runner initialised Airflow's Stats there)."""
     import os
     import socket
     import subprocess
@@ -302,9 +313,10 @@ peek = TierPeek("orders-retry-2", "g", (0,), (PartitionHead(0, 5, 1_000, end_off
 print(emit_tier_backlog(peek, topology, topology.tier(2), now_ms=61_000))
 """
         done = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120
         )
-        assert done.returncode == 0 and done.stdout.strip().endswith("2"), done.stderr[-3000:]
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.strip().endswith("2"), done.stderr[-3000:]
         lines: list[str] = []
         while len(lines) < 2:  # Airflow sends some of its own (serde timing) too
             line = sock.recv(65536).decode()

@@ -1,4 +1,5 @@
-"""``compat:`` presets, explicit keys over presets, ``{suffix}`` groups, the cause header, every error at once."""
+"""``compat:`` presets, explicit keys over presets, ``{suffix}`` groups, the cause header, every error at
+once."""
 
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def test_explicit_keys_override_the_preset() -> None:
     )
     assert [t.topic for t in topology.retry_tiers] == ["orders-retry-1", "orders-retry-2"]
     assert topology.traverse_causes is True
-    assert topology.headers.cause == "root" and topology.headers.naming == "dead_letter"
+    assert topology.headers.cause == "root"
+    assert topology.headers.naming == "dead_letter"
     assert topology.consumer_group(topology.retry_tiers[0]) == "orders-service-orders-retry-1"
     shown = topology.to_dict()["compat"]
     assert shown["from_preset"] == {}
@@ -80,7 +82,8 @@ def test_explicit_keys_override_the_preset() -> None:
 def test_apply_preset_merges_headers_key_by_key() -> None:
     merged, applied = apply_preset({"headers": {"include_stacktrace": False}}, PRESETS["spring-3.2"])
     assert merged["headers"] == {"include_stacktrace": False, "cause": "handler"}
-    assert "headers.cause" in applied and "headers.include_stacktrace" not in applied
+    assert "headers.cause" in applied
+    assert "headers.include_stacktrace" not in applied
 
 
 def test_spring_27_has_no_exception_based_dlts() -> None:

@@ -1,4 +1,5 @@
-"""The due decision: due, idle, wait until the earliest due time or the window's opening, skip past the deadline."""
+"""The due decision: due, idle, wait until the earliest due time or the window's opening, skip past the
+deadline."""
 
 from __future__ import annotations
 

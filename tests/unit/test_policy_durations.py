@@ -97,7 +97,7 @@ def test_negative_or_fractional_float_rejected(value: float) -> None:
         parse_duration_ms(value)
 
 
-@pytest.mark.parametrize("text, expected_ms", [("1.001s", 1001), ("1.003s", 1003), ("1.005s", 1005)])
+@pytest.mark.parametrize(("text", "expected_ms"), [("1.001s", 1001), ("1.003s", 1003), ("1.005s", 1005)])
 def test_fraction_that_is_whole_ms_despite_float_rounding(text: str, expected_ms: int) -> None:
     assert parse_duration_ms(text) == expected_ms
 

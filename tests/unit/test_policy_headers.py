@@ -436,10 +436,9 @@ def test_describe_exception_with_cause() -> None:
 
 
 def test_describe_exception_fqcn_is_the_real_class_path() -> None:
-    try:
+    with pytest.raises(json.JSONDecodeError) as info:
         json.loads("{")
-    except json.JSONDecodeError as exc:
-        assert describe_exception(exc).fqcn == "json.decoder.JSONDecodeError"
+    assert describe_exception(info.value).fqcn == "json.decoder.JSONDecodeError"
     assert describe_exception(ValueError("x")).fqcn == "ValueError"
 
 
@@ -452,21 +451,22 @@ def test_describe_exception_options_and_edge_cases() -> None:
     assert describe_exception(ValueError("x")).stacktrace == "ValueError: x\n"
 
 
-def test_describe_exception_uses_context_unless_suppressed() -> None:
+def _fail_while_handling(*, suppress_context: bool) -> None:
     try:
-        try:
-            raise OSError("disk")
-        except OSError:
-            raise RuntimeError("while handling")  # noqa: B904
-    except RuntimeError as exc:
-        assert describe_exception(exc).cause_fqcn == "OSError"
-    try:
-        try:
-            raise OSError("disk")
-        except OSError:
+        raise OSError("disk")
+    except OSError:
+        if suppress_context:
             raise RuntimeError("clean") from None
-    except RuntimeError as exc:
-        assert describe_exception(exc).cause_fqcn is None
+        raise RuntimeError("while handling")
+
+
+def test_describe_exception_uses_context_unless_suppressed() -> None:
+    with pytest.raises(RuntimeError, match="while handling") as info:
+        _fail_while_handling(suppress_context=False)
+    assert describe_exception(info.value).cause_fqcn == "OSError"
+    with pytest.raises(RuntimeError, match="clean") as info:
+        _fail_while_handling(suppress_context=True)
+    assert describe_exception(info.value).cause_fqcn is None
 
 
 # ---------------------------------------------------------------------- forward_headers: first failure
@@ -869,7 +869,8 @@ def test_header_policy_from_mapping() -> None:
     ],
 )
 def test_read_due_ms_ignores_what_spring_ignores(value: bytes, now: int | None, due: int | None) -> None:
-    """Regression: a huge back-off timestamp held a partition back for ever (Spring: MAX_BACKOFF_MS, 1..8 bytes)."""
+    """Regression: a huge back-off timestamp held a partition back for ever (Spring: MAX_BACKOFF_MS, 1..8
+    bytes)."""
     assert read_due_ms([(h.BACKOFF_TIMESTAMP, value)], now_ms=now) == due
 
 

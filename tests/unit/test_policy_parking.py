@@ -38,15 +38,17 @@ def topology(**kwargs) -> Topology:
 def test_parking_topic_default_custom_and_in_the_topics_to_create():
     assert topology().parking_topic == "orders-parking"
     custom = topology(parking_suffix=".parked")
-    assert custom.parking_topic == "orders.parked" and custom.to_dict()["parking"] == "orders.parked"
+    assert custom.parking_topic == "orders.parked"
+    assert custom.to_dict()["parking"] == "orders.parked"
     assert topology_topics(custom)[-1] == "orders.parked"
     assert "orders.parked" in custom.destinations_from(custom.tier(1))
     no_dlt = Topology.from_mapping({"topic": "orders", "group_id": "svc", "dlt_strategy": "no_dlt"})
-    assert no_dlt.parking_topic is None and not any("parking" in t for t in topology_topics(no_dlt))
+    assert no_dlt.parking_topic is None
+    assert not any("parking" in t for t in topology_topics(no_dlt))
 
 
 @pytest.mark.parametrize(
-    "suffix, message",
+    ("suffix", "message"),
     [
         ("-dlt", "derived topic name 'orders-dlt' is also the dead-letter topic"),
         ("-retry-1", "derived topic name 'orders-retry-1' is also the retry tier 1 topic"),
@@ -57,7 +59,8 @@ def test_parking_topic_default_custom_and_in_the_topics_to_create():
 def test_bad_parking_suffix_names_the_field(suffix, message):
     with pytest.raises(TopologyError) as info:
         topology(parking_suffix=suffix)
-    assert "field 'parking_suffix'" in str(info.value) and message in str(info.value)
+    assert "field 'parking_suffix'" in str(info.value)
+    assert message in str(info.value)
 
 
 # ---------------------------------------------------------------------- resolver
@@ -68,7 +71,7 @@ def resolve(t: Topology, topic: str, attempt: int, exc: BaseException, headers=N
 
 
 @pytest.mark.parametrize(
-    "topic, attempt, exc, reason",
+    ("topic", "attempt", "exc", "reason"),
     [
         ("orders-retry-2", 3, RuntimeError("again"), "exhausted"),
         ("orders", 1, KeyError("fatal"), "not_retryable"),
@@ -80,7 +83,9 @@ def test_a_replayed_record_that_fails_again_is_parked_wherever_it_would_be_dead_
 ):
     t = topology()
     plain = resolve(t, topic, attempt, exc)
-    assert plain.action == "dlt" and plain.topic != "orders-parking" and not plain.parked
+    assert plain.action == "dlt"
+    assert plain.topic != "orders-parking"
+    assert not plain.parked
     parked = resolve(t, topic, attempt, exc, headers=AUDIT.headers())
     assert (parked.action, parked.topic, parked.reason, parked.parked) == (
         "dlt",
@@ -107,8 +112,10 @@ def test_exception_specific_dlts_are_parked_too_and_drops_stay_drops():
 
 # ---------------------------------------------------------------------- audit headers
 def test_audit_headers_round_trip():
-    assert read_replay_audit(AUDIT.headers()) == AUDIT and is_replayed(AUDIT.headers())
-    assert not is_replayed([("other", b"x")]) and read_replay_audit([]) is None
+    assert read_replay_audit(AUDIT.headers()) == AUDIT
+    assert is_replayed(AUDIT.headers())
+    assert not is_replayed([("other", b"x")])
+    assert read_replay_audit([]) is None
     broken = [(k, v if k != "dlt_replay-source-offset" else b"\x01") for k, v in AUDIT.headers()]
     assert read_replay_audit(broken) is None
 
@@ -136,15 +143,14 @@ def test_replayed_headers_keep_originals_and_own_headers_and_start_a_fresh_attem
     assert (coords.topic, coords.partition, coords.offset) == ("orders", 2, 9)  # both families kept
     assert not {H.ATTEMPTS, H.BACKOFF_TIMESTAMP, H.ORIGINAL_TIMESTAMP} & set(names)
     assert H.read_attempts(out) == 1
-    assert (
-        H.RETRY_TOPIC_NAMES.exception_fqcn not in names and H.DEAD_LETTER_NAMES.exception_message not in names
-    )
-    assert read_replay_audit(out) == AUDIT and [n for n in names if n in REPLAY_HEADERS] == list(
-        REPLAY_HEADERS
-    )
+    assert H.RETRY_TOPIC_NAMES.exception_fqcn not in names
+    assert H.DEAD_LETTER_NAMES.exception_message not in names
+    assert read_replay_audit(out) == AUDIT
+    assert [n for n in names if n in REPLAY_HEADERS] == list(REPLAY_HEADERS)
 
 
 def test_replayed_headers_for_a_retry_tier_carry_the_tiers_attempt_and_due_now():
     out = replayed_headers(dlt_record_headers(), AUDIT, attempt=2, due_ms=NOW)
-    assert H.read_attempts(out) == 2 and H.read_due_ms(out) == NOW
+    assert H.read_attempts(out) == 2
+    assert H.read_due_ms(out) == NOW
     assert [k for k, _ in out].count(H.ATTEMPTS) == 1

@@ -149,10 +149,9 @@ def test_example_classifier() -> None:
     )
     assert classifier.retry_only == ()
     assert classifier.traverse_causes is True
-    try:
+    with pytest.raises(json.JSONDecodeError) as info:
         json.loads("{broken")
-    except json.JSONDecodeError as exc:
-        assert classifier.is_fatal(exc)
+    assert classifier.is_fatal(info.value)
     assert classifier.is_fatal(InvalidOrder("no customer"))
     assert classifier.is_retryable(ConnectionError("broker away"))
     assert classifier.is_fatal(TypeError("default fatal"))
@@ -690,7 +689,8 @@ def test_reuse_with_a_single_retry_names_it_with_the_bare_suffix_as_spring_does(
 
 
 def test_reuse_with_the_last_delay_repeated_earlier_is_an_error() -> None:
-    # 10, 5, 10, 10: Spring assumes repeats are at the end (v3.2.10 DestinationTopicPropertiesFactory.java:222)
+    # 10, 5, 10, 10: Spring assumes repeats are at the end (v3.2.10
+    # DestinationTopicPropertiesFactory.java:222)
     # and would give 10000 a reusable topic that 5000 comes after; refuse it, naming the delays.
     with pytest.raises(
         TopologyError, match=r"10000 ms repeats earlier in \[10000, 5000, 10000, 10000\]"

@@ -1,4 +1,5 @@
-"""The provider registers through the ``apache_airflow_provider`` entry point, and every module it lists imports."""
+"""The provider registers through the ``apache_airflow_provider`` entry point, and every module it lists
+imports."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import logging
 import signal
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,13 @@ from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, Run
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 from airflow_kafka_retry.operators.reprocess_base import notifier_summary
 from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
+
 from tests.unit.test_spark_submit import _fake_spark, airflow_connections  # noqa: F401 - a fixture
 
 TOPOLOGY = str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml")
 HANDLER = "tests.support.ledger_handler:indexed"
 SERVER = "kafka-1:9092"
-T0 = int(datetime(2026, 1, 1, 9, 58, tzinfo=timezone.utc).timestamp() * 1000)
+T0 = int(datetime(2026, 1, 1, 9, 58, tzinfo=UTC).timestamp() * 1000)
 OPERATORS = [ReprocessTierOperator, SparkReprocessTierOperator]
 
 
@@ -160,9 +161,9 @@ def test_template_fields_render(cls):
         "myapp.retry:decode",
         "kafka_prod",
     )
-    assert (
-        op.options == {"batch_size": "50"} and op.cutoff == "2026-01-02T00:00:00" and op.topology == TOPOLOGY
-    )
+    assert op.options == {"batch_size": "50"}
+    assert op.cutoff == "2026-01-02T00:00:00"
+    assert op.topology == TOPOLOGY
     assert (op.window, op.timezone, op.max_run) == ("01:00-05:00", "Europe/Berlin", "2h")
     assert op.reprocess_window().timezone == "Europe/Berlin"
 
@@ -234,7 +235,8 @@ def test_deadline_is_the_first_of_window_closing_and_max_run(kwargs, expected):
 
 def test_the_deadline_goes_into_the_run_options():
     op = make(options={"batch_size": 5})
-    assert op.drain_options(T0).deadline_ms == T0 and op.drain_options().deadline_ms is None
+    assert op.drain_options(T0).deadline_ms == T0
+    assert op.drain_options().deadline_ms is None
     assert op.drain_options(T0).batch_size == 5
 
 
@@ -245,7 +247,8 @@ def test_notifiers_are_called_once_with_the_run_summary_when_records_reached_a_d
     op = make(cls, on_dlt=[recording, lambda ctx: seen.append(ctx["kafka_retry_summary"])])
     ctx = context()
     document = op.report(ctx, summary(busy(0, dead=2), busy(1, dead=1, dropped=1)), engine="Local")
-    assert len(recording.calls) == 1 and len(seen) == 1
+    assert len(recording.calls) == 1
+    assert len(seen) == 1
     message, given = recording.calls[0]
     assert message == "orders-retry-1"  # the notifier's template saw the summary
     assert given == seen[0] == ctx["kafka_retry_summary"]
@@ -280,14 +283,16 @@ def test_a_notifier_that_raises_is_logged_and_fails_nothing(caplog):
     after = Recording()
     with caplog.at_level(logging.ERROR, logger="airflow_kafka_retry.notifications.dispatch"):
         document = make(on_dlt=[broken, after]).report(context(), summary(busy(0, dead=1)), engine="Local")
-    assert document["status"] == "ok" and len(after.calls) == 1
+    assert document["status"] == "ok"
+    assert len(after.calls) == 1
     assert "slack is down" in caplog.text
 
 
 def test_notifier_summary_caps_the_coordinates_over_all_partitions():
     document = summary(busy(0, dead=3), busy(1, dead=3)).to_dict()
     capped = notifier_summary(document, cap=4)
-    assert len(capped["dead_letters"]) == 4 and capped["dead_letters_truncated"] == 2
+    assert len(capped["dead_letters"]) == 4
+    assert capped["dead_letters_truncated"] == 2
 
 
 # ----------------------------------------------------------------------------- report: failures and stops
@@ -320,10 +325,10 @@ def test_a_deadline_stop_is_reported_with_its_reason_and_what_is_left():
             context(), run, engine="Local", deadline_reason="window_closed"
         )
     text = "\n".join(str(entry.get("event")) for entry in logs if entry["log_level"] == "warning")
-    assert document["status"] == "ok" and document["stopped"] == "window_closed"
-    assert (
-        document["partitions"][0]["stopped_by"] == "window_closed" and document["partitions"][0]["left"] == 40
-    )
+    assert document["status"] == "ok"
+    assert document["stopped"] == "window_closed"
+    assert document["partitions"][0]["stopped_by"] == "window_closed"
+    assert document["partitions"][0]["left"] == 40
     assert "orders-retry-1: stopped (window_closed) at a chunk boundary" in text
     assert "partition(s) 0 at offset 10 (40 left)" in text
 
@@ -377,7 +382,8 @@ def test_on_kill_asks_every_partition_to_stop_and_keeps_the_first_reason():
 
 
 def test_an_interruption_of_the_task_thread_waits_for_the_chunk_boundary():
-    """``execution_timeout`` raises in the task's thread from a signal handler: the drain must stop cleanly."""
+    """``execution_timeout`` raises in the task's thread from a signal handler: the drain must stop
+    cleanly."""
     op = make()
     boundary_reached = threading.Event()
 
@@ -404,9 +410,8 @@ def test_an_interruption_of_the_task_thread_waits_for_the_chunk_boundary():
 
 
 # ----------------------------------------------------------------------------- the Spark operator's deadline
-def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window(
-    tmp_path, monkeypatch, airflow_connections
-):
+@pytest.mark.usefixtures("airflow_connections")
+def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window(tmp_path, monkeypatch):
     seen: dict = {}
     stopped = busy(0, stop_reason="stopped", stopped_by="deadline", left=3)
     _fake_spark(monkeypatch, seen, document=summary(stopped, stopped="deadline").to_dict())
@@ -415,15 +420,14 @@ def test_spark_operator_sends_the_deadline_in_the_options_and_reports_the_window
     document = op.execute(context())
     sent = json.loads(seen["args"][seen["args"].index("--options-json") + 1])
     midnight = (before // 86_400_000 + 1) * 86_400_000
-    assert sent["deadline_ms"] == midnight and sent["handler"] == HANDLER
-    assert (
-        document["stopped"] == "window_closed" and document["partitions"][0]["stopped_by"] == "window_closed"
-    )
+    assert sent["deadline_ms"] == midnight
+    assert sent["handler"] == HANDLER
+    assert document["stopped"] == "window_closed"
+    assert document["partitions"][0]["stopped_by"] == "window_closed"
 
 
-def test_spark_operator_without_window_or_max_run_sends_no_deadline(
-    tmp_path, monkeypatch, airflow_connections
-):
+@pytest.mark.usefixtures("airflow_connections")
+def test_spark_operator_without_window_or_max_run_sends_no_deadline(tmp_path, monkeypatch):
     seen: dict = {}
     _fake_spark(monkeypatch, seen, document=summary(busy(0)).to_dict())
     make(SparkReprocessTierOperator, result_path=str(tmp_path / "summary.json")).execute(context())
@@ -453,7 +457,8 @@ def test_a_run_started_by_a_tier_wave_waits_until_the_wave_is_due_then_drains_fr
         }
     }
     assert wave_not_before_ms(context) == now + 600  # the latest tier wave: every wave's records are due
-    assert wave_not_before_ms({}) is None and wave_not_before_ms({"triggering_asset_events": {}}) is None
+    assert wave_not_before_ms({}) is None
+    assert wave_not_before_ms({"triggering_asset_events": {}}) is None
     op = ReprocessTierOperator(task_id="r", topology="t.yaml", tier=1, handler="m:f", cutoff="now")
     started = time.monotonic()
     op.wait_for_wave(context, op._should_stop)

@@ -32,6 +32,7 @@ from airflow_kafka_retry.spark.transport import (
     is_local_master,
     secret_keys,
 )
+
 from tests.unit.test_spark_submit import (
     KAFKA_CONFIG,
     OPTIONS,
@@ -155,7 +156,8 @@ def test_the_check_reads_spark_defaults_and_the_properties_file_and_conf_wins(tm
     )
     environ = {"SPARK_CONF_DIR": str(conf_dir)}
     merged, where = effective_spark_conf({}, environ=environ)
-    assert merged == PROTECTED and str(conf_dir / "spark-defaults.conf") in where
+    assert merged == PROTECTED
+    assert str(conf_dir / "spark-defaults.conf") in where
     check_secrets_transport(KAFKA_CONFIG, master="yarn", spark_conf=merged)
     # --conf overrides spark-defaults.conf, as in spark-submit
     merged, where = effective_spark_conf({"spark.network.crypto.enabled": "false"}, environ=environ)
@@ -169,7 +171,8 @@ def test_the_check_reads_spark_defaults_and_the_properties_file_and_conf_wins(tm
     props = tmp_path / "job.properties"
     props.write_text("spark.authenticate: true\n")
     merged, where = effective_spark_conf(None, str(props), environ=environ)
-    assert merged == {"spark.authenticate": "true"} and "spark-defaults" not in where
+    assert merged == {"spark.authenticate": "true"}
+    assert "spark-defaults" not in where
 
 
 def test_prepare_submission_refuses_before_writing_anything(tmp_path):
@@ -301,8 +304,10 @@ def test_the_logged_command_masks_secret_looking_conf_values_but_keeps_paths():
     logged = mask_command(cmd)
     for value in ("S3SECRET", "AKIA123", "KP", "TOK", "SASL", "PW"):
         assert value not in logged.split(), logged
-    assert "spark.hadoop.fs.s3a.secret.key=******" in logged and "spark.ui.enabled=false" in logged
-    assert "--keytab /etc/svc.keytab" in logged and "--db-password ******" in logged
+    assert "spark.hadoop.fs.s3a.secret.key=******" in logged
+    assert "spark.ui.enabled=false" in logged
+    assert "--keytab /etc/svc.keytab" in logged
+    assert "--db-password ******" in logged
     assert "--kafka-config-file /tmp/akr-spark-x/kafka-config.json --tier 1" in logged
     assert (
         mask_text("cmd --conf spark.authenticate.secret=abc  other=1\tTOKEN=x")
@@ -390,7 +395,8 @@ def test_the_operator_hook_masks_its_command_line_more_widely_than_the_provider(
     cmd = hook._build_spark_submit_command("app.py")
     assert "AKIA123" in SparkSubmitHook._mask_cmd(hook, cmd)  # the provider masks secret/password keys only
     logged = hook._mask_cmd(cmd)
-    assert "AKIA123" not in logged and "PW" not in logged
+    assert "AKIA123" not in logged
+    assert "PW" not in logged
     assert "spark.hadoop.fs.s3a.access.key=******" in logged
 
 
@@ -412,10 +418,8 @@ def test_spark_submit_command_applies_the_submissions_own_conf_under_the_callers
             spark_submit="spark-submit",
             conf={"spark.yarn.preserve.staging.files": "true"},
         )
-        assert (
-            "spark.yarn.preserve.staging.files=true" in cmd
-            and "spark.yarn.preserve.staging.files=false" not in cmd
-        )
+        assert "spark.yarn.preserve.staging.files=true" in cmd
+        assert "spark.yarn.preserve.staging.files=false" not in cmd
 
 
 # ----------------------------------------------------------------------------- the result file
@@ -491,7 +495,8 @@ def test_removing_a_stale_result_removes_a_symlink_not_its_target(tmp_path):
     link = tmp_path / "summary.json"
     link.symlink_to(victim)
     remove_result(str(link))
-    assert not os.path.lexists(link) and victim.read_text() == "precious"
+    assert not os.path.lexists(link)
+    assert victim.read_text() == "precious"
 
 
 def test_the_driver_refuses_a_taken_result_path_before_reading_anything(tmp_path, capsys):
@@ -536,12 +541,14 @@ def test_an_operator_run_leaves_no_result_behind(tmp_path, monkeypatch, airflow_
     assert not (tmp_path / "summary.json").exists()
 
 
-# ----------------------------------------------------------------------------- executors resolving credentials
+# ----------------------------------------------------------------------------- executors resolving
+# credentials
 def test_an_oauth_callback_travels_as_its_import_path_and_executors_import_it():
     import functools
 
     from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, producer_config
     from airflow_kafka_retry.spark.credentials import check_shippable
+
     from tests.support.oauth_token import mounted_token
 
     config = {
@@ -585,7 +592,8 @@ def test_every_provider_hook_method_that_starts_a_process_gets_the_stripped_envi
         for name, fn in vars(SparkSubmitHook).items()
         if inspect.isfunction(fn) and "subprocess" in _code_names(fn.__code__)
     }
-    # a provider upgrade that starts a process elsewhere must be looked at (and added to STATUS_AND_KILL_METHODS)
+    # a provider upgrade that starts a process elsewhere must be looked at (and added to
+    # STATUS_AND_KILL_METHODS)
     assert starting == {"submit", *STATUS_AND_KILL_METHODS}
     for name in STATUS_AND_KILL_METHODS:
         method = getattr(IsolatedSparkSubmitHook, "_base_on_kill" if name == "on_kill" else name)
@@ -627,7 +635,8 @@ def test_the_uploaded_copies_of_the_runs_files_are_deleted_and_nothing_else(tmp_
     }
     with caplog.at_level(logging.WARNING, logger="airflow_kafka_retry.spark.staging"):
         assert delete_uploads(uploads, str(workdir)) == [credentials.parent.as_uri()]
-    assert not credentials.parent.exists() and theirs.exists()
+    assert not credentials.parent.exists()
+    assert theirs.exists()
     assert (
         "could not delete nosuchfs://bucket/spark-upload-1, the copy Spark uploaded of deps.zip"
         in caplog.text
@@ -666,7 +675,10 @@ def test_operator_in_kubernetes_cluster_mode_deletes_the_uploaded_credentials_af
         hook._process_spark_submit_log(
             iter(
                 [
-                    f"26/11/23 12:00:00 INFO KubernetesUtils: Uploading file: {shipped} to dest: {copy.as_uri()}...\n",
+                    (
+                        f"26/11/23 12:00:00 INFO KubernetesUtils: Uploading file: {shipped} to dest: "
+                        f"{copy.as_uri()}...\n"
+                    ),
                     "26/11/23 12:00:09 INFO LoggingPodStatusWatcherImpl: Application finished\n",
                 ]
             )

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import stat
+import sys
 import zipfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -272,7 +272,7 @@ class FakeTI:
 def _context() -> dict[str, Any]:
     return {
         "ti": FakeTI(),
-        "data_interval_end": datetime(2024, 1, 2, tzinfo=timezone.utc),
+        "data_interval_end": datetime(2024, 1, 2, tzinfo=UTC),
         "logical_date": None,
     }
 
@@ -360,15 +360,18 @@ def test_operator_submits_paths_only_and_returns_the_summary(tmp_path, monkeypat
     op = _operator(tmp_path)
     context = _context()
     document = op.execute(context)
-    assert document["status"] == "ok" and document["engine"] == "spark"
+    assert document["status"] == "ok"
+    assert document["engine"] == "spark"
     assert document["totals"]["drained"] == 4
-    assert SECRET not in json.dumps(seen["args"]) and SECRET not in json.dumps(document)
-    assert seen["credentials_content"] == KAFKA_CONFIG and seen["credentials_mode"] == 0o600
+    assert SECRET not in json.dumps(seen["args"])
+    assert SECRET not in json.dumps(document)
+    assert seen["credentials_content"] == KAFKA_CONFIG
+    assert seen["credentials_mode"] == 0o600
     assert not os.path.exists(seen["credentials"]), "credentials file left behind"
     assert seen["application"].endswith("airflow_kafka_retry/spark/entrypoint.py")
     assert seen["py_files"].endswith("deps.zip")
     cutoff = int(seen["args"][seen["args"].index("--cutoff-ms") + 1])
-    assert cutoff == int(datetime(2024, 1, 2, tzinfo=timezone.utc).timestamp() * 1000)
+    assert cutoff == int(datetime(2024, 1, 2, tzinfo=UTC).timestamp() * 1000)
     assert json.loads(seen["args"][seen["args"].index("--options-json") + 1])["batch_size"] == 7
     # a local master runs the app with this Python (unless the environment already says which)
     assert seen["env_vars"]["PYSPARK_PYTHON"] == sys.executable
@@ -506,10 +509,12 @@ def test_operator_hook_starts_spark_submit_without_the_workers_secrets(
     monkeypatch.setattr(provider_hook.subprocess, "Popen", FakePopen)
     operator = _operator(tmp_path, env_vars={"HANDLER_SETTING": "from-env-vars"})
     hook = operator._get_hook()
-    assert isinstance(hook, IsolatedSparkSubmitHook) and hook._connection["master"] == "local[2]"
+    assert isinstance(hook, IsolatedSparkSubmitHook)
+    assert hook._connection["master"] == "local[2]"
     hook.submit("app.py")
     env = started["env"]
-    assert env["AKR_INHERITED"] == "kept" and env["HANDLER_SETTING"] == "from-env-vars"
+    assert env["AKR_INHERITED"] == "kept"
+    assert env["HANDLER_SETTING"] == "from-env-vars"
     assert "AIRFLOW_CONN_KAFKA_DEFAULT" in os.environ  # the worker has it ...
     assert not [k for k in env if k.startswith(("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__"))], sorted(env)
     assert KAFKA_CONFIG["sasl.password"] not in json.dumps(env)  # ... spark-submit does not
@@ -521,7 +526,8 @@ def test_on_kill_during_a_submit_still_sees_the_env_vars(tmp_path, monkeypatch, 
 
     started: list[dict] = []
 
-    class BlockingPopen:  # spark-submit still running when the task is killed; the YARN kill command is recorded
+    # spark-submit still running when the task is killed; the YARN kill command is recorded
+    class BlockingPopen:
         def __init__(self, cmd, **kwargs):
             started.append({"cmd": cmd, **kwargs})
             self.stdout = iter(())

@@ -19,13 +19,15 @@ the same file is unchanged (for naming) from v3.2.10 to v4.0.7, v4.1.1 and main.
   ``<topic><key><dlt suffix>`` (v3.2.10 DTPF:189); default suffixes ``-retry``/``-dlt``
   (v3.2.10 RetryTopicConstants.java:32, 37; custom ones used when they have text, DTPF:255-260).
 * R-group: every retry/DLT listener gets the main group id plus its topic suffix
-  (v3.2.10 SuffixingRetryTopicNamesProviderFactory.java:49-51, ``Suffixer.maybeAddTo`` concat, Suffixer.java:41-48).
-* R-2.7: 2.7 has no same-interval reuse for growing delays; ``FixedDelayStrategy.SINGLE_TOPIC`` collapses only a
-  fixed back-off (v2.7.14 DTPF:98-100, 151-160, isFixedDelay 187-190).
-* Defaults per preset: ``@RetryableTopic`` delay suffixing (v3.2.10 RetryableTopic.java:191), SINGLE_TOPIC from 3.2
-  (v3.2.10 RetryableTopic.java:201), MULTIPLE_TOPICS in 3.1 (v3.1.10 RetryableTopic.java:187) and 2.7
-  (v2.7.14 RetryableTopic.java:186); builder MULTIPLE_TOPICS in 4.0 (v4.0.7 RetryTopicConfigurationBuilder.java:96),
-  SINGLE_TOPIC in 4.1 (v4.1.1 RetryTopicConfigurationBuilder.java:97).
+  (v3.2.10 SuffixingRetryTopicNamesProviderFactory.java:49-51, ``Suffixer.maybeAddTo`` concat,
+  Suffixer.java:41-48).
+* R-2.7: 2.7 has no same-interval reuse for growing delays; ``FixedDelayStrategy.SINGLE_TOPIC`` collapses only
+  a fixed back-off (v2.7.14 DTPF:98-100, 151-160, isFixedDelay 187-190).
+* Defaults per preset: ``@RetryableTopic`` delay suffixing (v3.2.10 RetryableTopic.java:191), SINGLE_TOPIC
+  from 3.2 (v3.2.10 RetryableTopic.java:201), MULTIPLE_TOPICS in 3.1 (v3.1.10 RetryableTopic.java:187) and 2.7
+  (v2.7.14 RetryableTopic.java:186); builder MULTIPLE_TOPICS in 4.0 (v4.0.7
+  RetryTopicConfigurationBuilder.java:96), SINGLE_TOPIC in 4.1 (v4.1.1
+  RetryTopicConfigurationBuilder.java:97).
 """
 
 from __future__ import annotations

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
 from airflow.sdk import DAG, PokeReturnValue
 from airflow.sdk.exceptions import TaskDeferred
-from airflow.sdk.serde import deserialize, serialize
 from airflow.sdk.module_loading import import_string
+from airflow.sdk.serde import deserialize, serialize
 
 from airflow_kafka_retry.engine.peek import PartitionHead, PeekError, TierPeek
 from airflow_kafka_retry.policy.topology import Topology
@@ -159,7 +159,8 @@ def test_the_sensor_defers_with_a_trigger_holding_no_configuration(clock, peek):
         "wake_ms": NOW + 2 * MIN,
         "peek_timeout": 30.0,
     }
-    assert SECRET not in repr(args) and "broker:9092" not in repr(args)
+    assert SECRET not in repr(args)
+    assert "broker:9092" not in repr(args)
 
 
 # ---------------------------------------------------------------------- sensor decisions
@@ -213,7 +214,8 @@ def test_not_yet_due_defers_then_looks_again_at_the_earliest_due_time(clock, pee
     assert len(fake.calls) == 2  # the sensor's look, and the trigger's one look when the record is due
     assert event.payload["status"] == "due"
     result = sensor.execute_complete({}, event=event.payload)
-    assert result["due_partitions"] == [1] and result["earliest_due_ms"] == NOW + 2 * MIN
+    assert result["due_partitions"] == [1]
+    assert result["earliest_due_ms"] == NOW + 2 * MIN
 
 
 def test_trigger_keeps_waiting_while_new_heads_are_not_due_then_skips_at_the_deadline(clock, peek):
@@ -221,7 +223,8 @@ def test_trigger_keeps_waiting_while_new_heads_are_not_due_then_skips_at_the_dea
     fake = peek({0: NOW + MIN}, {0: NOW + 3 * MIN}, {0: NOW + 9 * MIN})
     trigger = TierDueTrigger(topic="orders-retry-1", consumer_group=GROUP, deadline_ms=NOW + 5 * MIN)
     [event] = run_trigger(trigger)
-    assert len(fake.calls) == 3 and clock.now == NOW + 3 * MIN
+    assert len(fake.calls) == 3
+    assert clock.now == NOW + 3 * MIN
     assert event.payload["status"] == "skip"
     with pytest.raises(AirflowSkipException, match="the next scheduled run will see them"):
         make_sensor().execute_complete({}, event=event.payload)
@@ -257,7 +260,8 @@ def test_window_closed_defers_to_its_opening(clock, peek):
     assert info.value.trigger.serialize()[1]["window"] == "01:00-05:00"
     assert info.value.trigger.wake_ms == opening
     [event] = run_trigger(info.value.trigger)
-    assert clock.now == opening and len(fake.calls) == 2
+    assert clock.now == opening
+    assert len(fake.calls) == 2
     assert max(clock.slept) <= trigger_module.MAX_SLEEP_S  # long waits in bounded steps
     assert sensor.execute_complete({}, event=event.payload)["due_partitions"] == [0]
 
@@ -284,7 +288,8 @@ def test_the_deadline_counts_from_the_first_look(clock, peek):
 def test_poke_mode_returns_the_xcom_value(clock, peek):
     peek({2: NOW})
     value = make_sensor(deferrable=False).poke({})
-    assert isinstance(value, PokeReturnValue) and value.is_done
+    assert isinstance(value, PokeReturnValue)
+    assert value.is_done
     assert value.xcom_value["due_partitions"] == [2]
 
 
@@ -375,7 +380,7 @@ class RescheduledTaskInstance:
 def test_reschedule_mode_counts_max_wait_from_the_first_reschedule(clock, peek):
     peek({0: NOW + 4 * MIN})
     sensor = make_sensor(deferrable=False, mode="reschedule", max_wait="5m")
-    first = datetime.fromtimestamp((NOW - 2 * MIN) / 1000, tz=timezone.utc)  # rescheduled 2 minutes ago
+    first = datetime.fromtimestamp((NOW - 2 * MIN) / 1000, tz=UTC)  # rescheduled 2 minutes ago
     with pytest.raises(AirflowSkipException, match="after the wait limit"):
         sensor.poke({"ti": RescheduledTaskInstance(first)})
     fresh = make_sensor(deferrable=False, mode="reschedule", max_wait="5m")

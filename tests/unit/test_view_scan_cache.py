@@ -24,7 +24,8 @@ def test_a_read_is_reused_within_the_ttl_and_not_after():
 
     assert cache.get("t", 5, read).now_ms == 1
     now[0] = 4.9
-    assert cache.get("t", 5, read).now_ms == 1 and cache.get("other", 5, read).now_ms == 2
+    assert cache.get("t", 5, read).now_ms == 1
+    assert cache.get("other", 5, read).now_ms == 2
     now[0] = 5.0
     assert cache.get("t", 5, read).now_ms == 3
     assert cache.get("t", 0, read).now_ms == 4, "a TTL of 0 reads every time"
@@ -55,7 +56,8 @@ def test_concurrent_requests_for_one_topology_share_one_read():
         others = [pool.submit(cache.get, "t", 60, read) for _ in range(3)]
         release.set()
         results = [f.result(10) for f in (first, *others)]
-    assert len(reads) == 1 and {r.now_ms for r in results} == {1}
+    assert len(reads) == 1
+    assert {r.now_ms for r in results} == {1}
 
 
 def test_a_scan_that_cannot_start_under_the_cap_is_reported_busy_and_not_cached(monkeypatch):
@@ -84,7 +86,10 @@ def test_a_scan_that_cannot_start_under_the_cap_is_reported_busy_and_not_cached(
         for _ in range(7):
             gate.release()
     assert not result.complete
-    busy = "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); refresh in a moment"
+    busy = (
+        "orders-retry-1: the view is busy (7 Kafka scans running, [kafka_retry] max_scans); "
+        "refresh in a moment"
+    )
     assert result.backlog["orders-retry-1"]["error"] == busy
     assert set(result.dead) == {"orders-dlt", "orders-parking"}
     assert "busy" in result.dead["orders-dlt"]["error"]

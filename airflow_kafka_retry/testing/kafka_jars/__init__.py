@@ -1,8 +1,10 @@
-"""Resolve Apache Kafka's broker jars from Maven Central into a cache outside git.
+"""
+Resolve Apache Kafka's broker jars from Maven Central into a cache outside git.
 
 The version is pinned in this package's ``pom.xml``. ``ensure_kafka_jars()`` runs
-``mvn dependency:copy-dependencies`` once into ``<cache>/kafka-<version>/lib`` and writes a marker
-when the copy is whole; later calls find the marker and run nothing. The cache is
+``mvn dependency:copy-dependencies`` once into ``<cache>/kafka-<version>-<pom hash>/lib`` and writes a
+marker when the copy is whole; later calls find the marker and run nothing. The directory name carries
+a hash of the pom, so a changed pom (another dependency, say) never reuses an older copy. The cache is
 ``$AIRFLOW_KAFKA_RETRY_CACHE`` or ``~/.cache/airflow-kafka-retry``.
 
 Every missing prerequisite is an error that names it and how to get it: no ``java`` or one older
@@ -12,6 +14,7 @@ lines.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -50,7 +53,7 @@ def cache_root() -> Path:
 def java_major(java: str) -> int:
     """The major version of ``java`` (``java -version`` prints e.g. ``openjdk version "17.0.15"``)."""
     try:
-        out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([java, "-version"], check=False, capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise KafkaJarsError(f"could not run {java!r} -version: {exc}") from exc
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out.stderr + out.stdout)
@@ -91,12 +94,24 @@ def find_mvn() -> str:
     return mvn
 
 
+def _pom_for(version: str) -> str:
+    return re.sub(
+        r"<kafka\.version>[^<]+</kafka\.version>",
+        f"<kafka.version>{version}</kafka.version>",
+        pom_path().read_text(),
+    )
+
+
 def jars_dir(version: str | None = None) -> Path:
-    return cache_root() / f"kafka-{version or pinned_version()}" / "lib"
+    """Where the jars of ``version`` (default the pinned one), resolved with this pom, are cached."""
+    version = version or pinned_version()
+    digest = hashlib.sha256(_pom_for(version).encode()).hexdigest()[:10]
+    return cache_root() / f"kafka-{version}-{digest}" / "lib"
 
 
 def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> Path:
-    """The directory holding every jar of the pinned (or given) Kafka version, resolved once.
+    """
+    The directory holding every jar of the pinned (or given) Kafka version, resolved once.
 
     The copy goes to a temporary sibling directory that is renamed into place only when Maven
     succeeded, so an interrupted run never leaves a half cache that looks whole.
@@ -110,12 +125,7 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
     work = Path(tempfile.mkdtemp(prefix="resolve-", dir=target.parent))
     try:
         pom = work / "pom.xml"
-        text = pom_path().read_text()
-        pom.write_text(
-            re.sub(
-                r"<kafka\.version>[^<]+</kafka\.version>", f"<kafka.version>{version}</kafka.version>", text
-            )
-        )
+        pom.write_text(_pom_for(version))
         cmd = [
             mvn,
             "-B",
@@ -126,7 +136,7 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
             f"-DoutputDirectory={work / 'lib'}",
         ]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work)
+            done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=work)
         except subprocess.TimeoutExpired as exc:
             raise KafkaJarsError(
                 f"`mvn dependency:copy-dependencies` for Apache Kafka {version} did not finish "

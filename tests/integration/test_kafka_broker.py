@@ -1,0 +1,196 @@
+"""The Apache Kafka launcher (``testing/kafka.py``): real JVM brokers, their lifecycle and their failures.
+
+Each test here starts its own broker (a few seconds each) because it stops, kills or breaks it; the
+rest of the suite shares one session broker.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_retry.testing import kafka_jars
+from airflow_kafka_retry.testing.kafka import ApacheKafka, KafkaStartError
+from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_jars, find_java, find_mvn
+from airflow_kafka_retry.testing.processes import port_open
+from airflow_kafka_retry.testing.topics import admin_client
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie counts as gone
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _wait_gone(pid: int, timeout: float = 20) -> bool:
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not _pid_alive(pid)
+
+
+def _env() -> dict[str, str]:
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": pythonpath}
+
+
+def test_lifecycle_metadata_and_clean_stop() -> None:
+    broker = ApacheKafka()
+    with broker:
+        pid, port, data = broker.pid, broker.port, broker.log_path.parent  # type: ignore[union-attr]
+        assert pid is not None
+        assert port is not None
+        assert broker.bootstrap == f"127.0.0.1:{port}"
+        assert os.getpgid(pid) == pid, "the JVM must lead its own process group"
+        md = admin_client(broker.bootstrap).list_topics(timeout=10)
+        assert [b.id for b in md.brokers.values()] == [1]
+        assert "Kafka Server started" in broker.log_path.read_text()  # type: ignore[union-attr]
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        assert b"-Xmx768m" in cmdline
+        assert b"kafka.Kafka" in cmdline
+    assert not broker.running
+    assert _wait_gone(pid)
+    assert not port_open(port)
+    assert not data.exists(), "the temporary data directory is removed on stop"
+    broker.stop()  # idempotent
+    with pytest.raises(RuntimeError, match="not started"):
+        broker.bootstrap
+
+
+def test_port_in_use_reports_the_brokers_log() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        broker = ApacheKafka(port=port)
+        with pytest.raises(KafkaStartError, match="during start-up") as err:
+            broker.start()
+    assert re.search(r"(?i)address already in use", str(err.value)), str(err.value)
+    assert not broker.running
+
+
+def test_broker_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    """SIGKILL of the starting process (a test process killed by CI, say) leaves no JVM behind."""
+    code = (
+        "from airflow_kafka_retry.testing.kafka import ApacheKafka; import time; "
+        "k = ApacheKafka().start(); print(k.pid, flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert proc.stdout is not None
+        jvm = int(proc.stdout.readline())
+        assert _pid_alive(jvm)
+        proc.kill()
+        proc.wait(10)
+        assert _wait_gone(jvm), f"Kafka JVM {jvm} outlived the process that started it"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_broker_cli_prints_bootstrap_and_stops_on_signal(sig: signal.Signals) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_kafka_retry.cli", "broker", "--kafka"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline().strip()
+        assert re.fullmatch(r"127\.0\.0\.1:\d+", first), first + proc.stderr.read()
+        line = proc.stderr.readline()
+        assert line.startswith("Apache Kafka pid "), line
+        jvm = int(re.search(r"pid (\d+)", line).group(1))  # type: ignore[union-attr]
+        assert admin_client(first).list_topics(timeout=10).brokers  # ready when the address is printed
+        proc.send_signal(sig)
+        assert proc.wait(60) == 0
+        assert _wait_gone(jvm), "broker outlived the CLI"
+        assert not port_open(int(first.rsplit(":", 1)[1]))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# ----------------------------------------------------------------------------- missing prerequisites
+def _fake_java(tmp_path: Path, version: str) -> Path:
+    home = tmp_path / f"jdk-{version}"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text(f"#!/bin/sh\necho 'openjdk version \"{version}\" 2020-01-01' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IXUSR)
+    return home
+
+
+def test_no_java_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-such-jdk"))
+    with pytest.raises(KafkaJarsError, match=r"needs Java 17 or newer, and no `java` was found.*JAVA_HOME="):
+        find_java()
+    monkeypatch.delenv("JAVA_HOME")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(KafkaJarsError, match="not on PATH, JAVA_HOME unset"):
+        find_java()
+
+
+@pytest.mark.parametrize("version", ["11.0.2", "1.8.0_392"])
+def test_old_java_is_refused_with_its_version(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, version: str
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, version)))
+    major = version.split(".")[1] if version.startswith("1.") else version.split(".")[0]
+    with pytest.raises(KafkaJarsError, match=rf"needs Java 17 or newer; .* is Java {major}\."):
+        ApacheKafka().start()
+
+
+def test_no_maven_names_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(KafkaJarsError, match=r"needs Maven \(`mvn`\).*apt-get install maven"):
+        find_mvn()
+    monkeypatch.setenv(kafka_jars.CACHE_ENV, str(tmp_path / "empty-cache"))
+    with pytest.raises(KafkaJarsError, match="needs Maven"):
+        ensure_kafka_jars()
+
+
+def test_unresolvable_version_carries_mavens_words(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What an unreachable Maven Central or an unknown version looks like.
+
+    Maven's own lines, and no half-written cache.
+    """
+    monkeypatch.setenv(kafka_jars.CACHE_ENV, str(tmp_path / "cache"))
+    with pytest.raises(
+        KafkaJarsError, match=r"Maven could not resolve org.apache.kafka:kafka_2.13:0.0.0-none"
+    ):
+        ensure_kafka_jars("0.0.0-none", timeout=300)
+    assert not kafka_jars.jars_dir("0.0.0-none").exists()
+    assert list((tmp_path / "cache").glob("*/resolve-*")) == []
+
+
+def test_second_resolution_runs_no_maven(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    lib = ensure_kafka_jars()
+    assert any(lib.glob("kafka_2.13-*.jar"))
+    assert (lib / ".complete").exists()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mvn on PATH now: a cached resolve must not need it
+    assert ensure_kafka_jars() == lib
