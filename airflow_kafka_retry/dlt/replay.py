@@ -89,6 +89,7 @@ class ReplayRequest:
     :param dlt: the DLT or parking topic (default: the topology's DLT; ``parking`` for the parking topic).
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic.
     :param transform: ``package.module:function`` editing each record (None: leave it out).
+
     The filter fields are those of :meth:`ReplayFilter.build`.
     """
 
@@ -227,6 +228,7 @@ class Replay:
                                     _shown(c.target.partition),
                                     c.target.attempt,
                                     c.transformed,
+                                    by_key=c.target.partition == BY_KEY,
                                 ),
                                 self.move_cap,
                             )
@@ -468,6 +470,7 @@ class Replay:
                             "target_offset": move.target_offset,
                             "attempt": move.attempt,
                             "transformed": move.transformed,
+                            "by_key": move.by_key,
                             "at_ms": at,
                         }
                     ),
@@ -544,6 +547,7 @@ class Replay:
             _shown(partition),
             target.attempt,
             _edited(record, edited),
+            by_key=partition == BY_KEY,
         )
 
         def delivered(err: KafkaError | None, msg: Any) -> None:

@@ -14,6 +14,8 @@ class Move:
     :param target_partition: None when the producer partitions by key.
     :param attempt: the attempt it starts at in the target (None: attempt 1 on a main topic).
     :param transformed: the transform changed its key, value or headers.
+    :param by_key: produced without a partition (the producer partitioned by key): the original
+        partition was unknown, negative, not a number, missing in the target, or the key changed.
     """
 
     partition: int
@@ -23,6 +25,7 @@ class Move:
     attempt: int | None = None
     transformed: bool = False
     target_offset: int | None = None
+    by_key: bool = False
 
     def line(self, source: str) -> str:
         where = (

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.dlt.errors import ReplayError
+from airflow_kafka_retry.policy.headers import HEADER_NAMES
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord
@@ -80,6 +81,19 @@ def _check_topic(topology: Topology, source: str, topic: str, what: str, allowed
         )
 
 
+def _original_partition(record: DltRecord) -> int:
+    """
+    The original partition a header names, else the DLT record's own.
+
+    ``BY_KEY`` when a header says something no partition is (negative, or not a 4-byte number).
+    """
+    partition = record.original.partition
+    if partition is not None:
+        return partition if partition >= 0 else BY_KEY
+    named = {names.original_partition for names in HEADER_NAMES.values()}
+    return BY_KEY if any(k in named for k, _ in record.headers or ()) else record.partition
+
+
 @dataclass(frozen=True)
 class Target:
     """
@@ -87,7 +101,8 @@ class Target:
 
     :param topic: the target topic.
     :param partition: the record's original partition (as Spring keeps partitions along the retry
-        path), or ``BY_KEY`` when unknown, not present in the target, or the transform changed the key.
+        path), or ``BY_KEY`` when its header is negative or not a number, the partition is not present
+        in the target, or the transform changed the key.
     :param attempt: the attempt it starts at when the target is a retry tier, else None (attempt 1).
     """
 
@@ -129,7 +144,7 @@ def target_for(
         topic = spec
     tier = next((t for t in topology.retry_tiers if t.topic == topic), None)
     attempt = tier.index + 1 if tier is not None else None
-    partition = record.original.partition if record.original.partition is not None else record.partition
+    partition = _original_partition(record)
     count = (partition_counts or {}).get(topic)
     if key_changed or (count is not None and partition >= count):
         partition = BY_KEY

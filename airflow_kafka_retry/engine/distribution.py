@@ -46,10 +46,6 @@ class Distribution:
         self.buckets = [a + b for a, b in zip(self.buckets, other.buckets)]
         return self
 
-    @property
-    def mean_ms(self) -> float | None:
-        return self.sum_ms / self.count if self.count else None
-
     def cumulative(self) -> dict[str, int]:
         """Values at or below each bound, by bucket label (``inf``: all of them), as Prometheus counts."""
         out: dict[str, int] = {}

@@ -6,13 +6,17 @@ Two steps, so the caller can act between them (call notifiers) and commit only a
 end seen with the first fetch (partition EOF or the high watermark carried by fetch responses, not
 ListOffsets) and feeds a :class:`DltWatchSummary` (counts and capped coordinates, never payloads);
 :func:`commit_offsets` then commits where the scan stopped. Reading never commits.
+
+The commit carries, as the offsets' metadata, the exception tags the watch's metrics admitted so far
+(``observability/metrics.py`` caps them per topology); the scan reads them back (:attr:`DltScan.admitted`).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,6 +98,7 @@ class DltScan:
     group: str
     start_offsets: dict[TopicPartitionKey, int]  # committed before the scan; negative: nothing committed
     next_offsets: dict[TopicPartitionKey, int]  # only partitions where records were read
+    admitted: frozenset[str] = frozenset()  # exception tags earlier watches admitted (commit metadata)
 
     def ranges(self) -> dict[str, dict[str, int | None]]:
         return {
@@ -108,17 +113,28 @@ def _where(keys: Sequence[TopicPartitionKey]) -> str:
 
 def _committed(
     consumer: Consumer, keys: list[TopicPartitionKey], timeout_s: float
-) -> dict[TopicPartitionKey, int]:
+) -> tuple[dict[TopicPartitionKey, int], frozenset[str]]:
     try:
         found = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
     except KafkaException as exc:
         raise DltWatchError(f"{_where(keys)}: cannot read the committed offsets: {exc}") from exc
     offsets = {}
+    admitted: set[str] = set()
     for tp in found:
         if tp.error is not None:
             raise DltWatchError(f"{tp.topic}[{tp.partition}]: cannot read the committed offset: {tp.error}")
         offsets[(tp.topic, tp.partition)] = tp.offset
-    return offsets
+        admitted |= _tags(tp.metadata)
+    return offsets, frozenset(admitted)
+
+
+def _tags(metadata: str | None) -> set[str]:
+    try:
+        data = json.loads(metadata or "{}")
+    except ValueError:
+        return set()
+    tags = data.get("tags") if isinstance(data, dict) else None
+    return {t for t in tags if isinstance(t, str)} if isinstance(tags, list) else set()
 
 
 def scan_new_records(
@@ -143,7 +159,7 @@ def scan_new_records(
         except KafkaConfigError as exc:
             raise DltWatchError(str(exc)) from exc
         keys = [(t, p) for t in topics for p in range(counts[t])]
-        start = _committed(consumer, keys, max(0.1, deadline - time.monotonic()))
+        start, admitted = _committed(consumer, keys, max(0.1, deadline - time.monotonic()))
         consumer.assign(
             [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
         )
@@ -151,7 +167,7 @@ def scan_new_records(
             next_offsets = _read_to_end(consumer, summary, set(keys), deadline, poll_timeout_s)
         finally:
             consumer.unassign()
-    return DltScan(group, start, next_offsets)
+    return DltScan(group, start, next_offsets, admitted)
 
 
 def _read_to_end(
@@ -200,15 +216,24 @@ def _read_to_end(
 
 
 def commit_offsets(
-    kafka_config: Mapping[str, Any], group: str, offsets: Mapping[TopicPartitionKey, int]
+    kafka_config: Mapping[str, Any],
+    group: str,
+    offsets: Mapping[TopicPartitionKey, int],
+    tags: Collection[str] = (),
 ) -> None:
-    """Commit ``(topic, partition) -> next offset`` for ``group``; a DltWatchError names what failed."""
+    """
+    Commit ``(topic, partition) -> next offset`` for ``group``; a DltWatchError names what failed.
+
+    The admitted exception ``tags`` go with it as the offsets' metadata.
+    """
     if not offsets:
         return
+    metadata = json.dumps({"tags": sorted(tags)}, separators=(",", ":"))
     with open_consumer(kafka_config, group) as consumer:
         try:
             result = consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(offsets.items())], asynchronous=False
+                offsets=[TopicPartition(t, p, o, metadata=metadata) for (t, p), o in sorted(offsets.items())],
+                asynchronous=False,
             )
         except KafkaException as exc:
             raise DltWatchError(f"{_where(list(offsets))}: cannot commit group {group!r}: {exc}") from exc

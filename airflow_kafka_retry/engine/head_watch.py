@@ -19,7 +19,8 @@ triggers call this from a worker thread (blocking calls) or directly (:meth:`pol
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -65,8 +66,10 @@ class HeadWatch:
         *,
         read_due: bool = True,
         due_horizon_ms: int = MAX_BACKOFF_MS,
+        optional: Collection[str] = (),
     ) -> None:
         self.topics = list(topics)
+        self.optional = frozenset(optional)  # watched once they exist (a parking topic not created yet)
         self.group = group
         self.read_due = read_due
         self.due_horizon_ms = due_horizon_ms
@@ -95,10 +98,13 @@ class HeadWatch:
     # ------------------------------------------------------------------ blocking calls (worker thread)
     def _refresh_partitions(self) -> None:
         try:
-            counts = partition_counts(self._consumer, self.topics)
+            counts = partition_counts(self._consumer, [t for t in self.topics if t not in self.optional])
         except KafkaConfigError as exc:
             raise HeadWatchError(str(exc)) from exc
-        keys = [(t, p) for t in self.topics for p in range(counts[t])]
+        for topic in self.optional:
+            with contextlib.suppress(KafkaConfigError):  # not there yet: looked for again at the next sync
+                counts.update(partition_counts(self._consumer, [topic]))
+        keys = [(t, p) for t in self.topics if t in counts for p in range(counts[t])]
         new = [k for k in keys if k not in self.committed]
         if new:
             offsets = self._read_committed(new)

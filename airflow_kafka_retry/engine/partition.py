@@ -29,6 +29,7 @@ from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
 from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
+from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
 from airflow_kafka_retry.engine.route import RoutedRecord, Router, transactional_id
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
 from airflow_kafka_retry.engine.timeouts import HandlerStuckError, TimedHandler
@@ -42,8 +43,10 @@ from airflow_kafka_retry.policy.headers import (
     describe_exception,
     forward_headers,
     header_bytes,
+    last_header,
     read_original_timestamp,
 )
+from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
 
 if TYPE_CHECKING:
@@ -55,6 +58,13 @@ log = logging.getLogger(__name__)
 
 class ParkingTopicMissingError(KafkaConfigError):
     """A replayed record must be parked, and the topology's parking topic does not exist."""
+
+
+def _claimed_id(message: Message) -> str:
+    """The claimed replay id, shortened and printable (it is anyone's input)."""
+    raw = last_header(headers_of(message), REPLAY_ID) or b""
+    text = raw[:64].decode("utf-8", errors="replace")
+    return "replay id " + repr("".join(c if c.isprintable() else "?" for c in text))
 
 
 class _KeyDeserializationError(DeserializationError):
@@ -77,6 +87,7 @@ class _ChunkWork:
     last_offset: int | None = None
     routed: list[RoutedRecord] = field(default_factory=list)
     dropped: list[DeadLetter] = field(default_factory=list)
+    untrusted_replays: int = 0  # failed records whose replay headers the replay log does not confirm
     lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due (records with a due time)
     handler_ms: Distribution = field(default_factory=Distribution)  # the runner times each call into this
 
@@ -121,7 +132,8 @@ class PartitionJob:
         self.should_stop = should_stop
         self.on_chunk = on_chunk
         self.group = options.consumer_group or topology.consumer_group(tier)
-        self.resolver = DestinationResolver(topology, clock=clock)
+        self._replay_check = ReplayLogCheck(kafka_config)
+        self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
 
     def run(self) -> PartitionSummary:
@@ -133,6 +145,8 @@ class PartitionJob:
             self.summary.status = "failed"
             self.summary.error = f"{type(exc).__name__}: {exc}"
             log.error("%s[%s]: partition run failed: %s", self.tier.topic, self.partition, self.summary.error)
+        finally:
+            self._replay_check.close()
         self.summary.duration_s = round(time.monotonic() - started, 3)
         return self.summary
 
@@ -273,7 +287,7 @@ class PartitionJob:
         for due in piece.due_ms:
             if due is not None:
                 work.lateness_ms.add(handled - due)
-        routed, dropped = self._route(failures)
+        routed, dropped = self._route(failures, work)
         work.routed.extend(routed)
         work.dropped.extend(dropped)
         work.succeeded += len(records) - failed
@@ -356,7 +370,7 @@ class PartitionJob:
         )
 
     def _route(
-        self, failures: list[tuple[Message, BaseException, int]]
+        self, failures: list[tuple[Message, BaseException, int]], work: _ChunkWork
     ) -> tuple[list[RoutedRecord], list[DeadLetter]]:
         routed: list[RoutedRecord] = []
         dropped: list[DeadLetter] = []
@@ -372,6 +386,8 @@ class PartitionJob:
                 original_timestamp_ms=read_original_timestamp(headers_of(message), ts),
                 headers=headers_of(message),
             )
+            if destination.untrusted_replay:
+                self._untrusted_replay(message, work)
             if destination.action == "drop":
                 log.warning(
                     "%s[%s]@%s: %s failed (%s) and is dropped (%s)",
@@ -412,6 +428,20 @@ class PartitionJob:
             headers = self._forward_headers(message, failure)
             routed.append(RoutedRecord(message, destination, headers, info.fqcn))
         return routed, dropped
+
+    def _untrusted_replay(self, message: Message, work: _ChunkWork) -> None:
+        """Count a record whose replay headers were ignored; the first of a partition run is logged."""
+        if not self.summary.untrusted_replays and not work.untrusted_replays:
+            log.warning(
+                "%s[%s]@%s: ignored its replay headers (%s): no replay of this topology's DLTs or parking "
+                "topic moved it, so it is dead-lettered like any other record; further ones in this run "
+                "are only counted (tier.untrusted_replay_headers)",
+                message.topic(),
+                message.partition(),
+                message.offset(),
+                _claimed_id(message),
+            )
+        work.untrusted_replays += 1
 
     def _forward_headers(self, message: Message, failure: Failure) -> list[Header]:
         policy = self.topology.headers
@@ -471,3 +501,4 @@ class PartitionJob:
         for letter in work.dropped:
             s.dropped += 1
             s.count_dead_letter(letter, cap)
+        s.untrusted_replays += work.untrusted_replays

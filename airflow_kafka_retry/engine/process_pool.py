@@ -135,13 +135,6 @@ def _relog(fields: dict[str, Any]) -> None:
     logging.getLogger(record.name).handle(record)
 
 
-def _log_levels() -> dict[str, int]:
-    return {
-        "": logging.getLogger().getEffectiveLevel(),
-        "airflow_kafka_retry": logging.getLogger("airflow_kafka_retry").getEffectiveLevel(),
-    }
-
-
 class ProcessPool:
     """
     Runs partitions of one tier run in worker processes (see the module's docstring).

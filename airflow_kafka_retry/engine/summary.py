@@ -52,6 +52,7 @@ class PartitionSummary:
     dead_lettered: dict[str, int] = field(default_factory=dict)  # exception class -> records
     dlt_topics: dict[str, int] = field(default_factory=dict)  # DLT topic -> records sent there
     dropped: int = 0
+    untrusted_replays: int = 0  # failed records whose replay headers were ignored (not in the replay log)
     handler_calls: int = 0
     extra_handler_calls: int = 0
     transactions: int = 0
@@ -93,6 +94,7 @@ class PartitionSummary:
             "drained",
             "succeeded",
             "dropped",
+            "untrusted_replays",
             "handler_calls",
             "extra_handler_calls",
             "transactions",

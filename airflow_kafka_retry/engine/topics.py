@@ -61,16 +61,6 @@ class MainTopicMissingError(KafkaConfigError):
     """The topology's main topic does not exist; its retry topics are sized after it, so it must."""
 
 
-class TopicMismatchError(KafkaConfigError):
-    """Existing retry/DLT topics are smaller than the main topic; the message names each one."""
-
-    def __init__(self, mismatches: list[TopicMismatch]) -> None:
-        self.mismatches = mismatches
-        super().__init__(
-            "existing retry topics do not match the main topic: " + "; ".join(str(m) for m in mismatches)
-        )
-
-
 @dataclass(frozen=True)
 class TopicMismatch:
     """

@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 #: How long before the due time a wave fires (the task's start-up is not added to lateness).
 DEFAULT_FIRE_AHEAD = timedelta(seconds=3)
 MAX_FIRE_AHEAD = timedelta(seconds=30)
-#: A wave the group has not committed past after this long fires again.
-DEFAULT_REFIRE_AFTER = timedelta(hours=1)
+#: A wave the group has not committed past after this long fires again (a lost event, a failed or lost
+#: run): with a run's start-up, what a triggerer crash or a failed run adds to lateness stays within
+#: 60 s (``policy/waves.py``).
+DEFAULT_REFIRE_AFTER = timedelta(seconds=45)
 #: A run waits in its task for a record due within this long, rather than leaving it to a new run
 #: (a new run costs a wave, a DAG run and a task start: a few seconds).
 DEFAULT_FOLLOW = timedelta(seconds=10)
@@ -137,14 +139,24 @@ class EventSettings:
         uri = due_asset_uri(self.kafka_conn_id, topic)
         return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.due", trigger=trigger)])
 
-    def dlt_asset(self, main_topic: str, dlts: Sequence[str], group: str, *, dag_id: str) -> Asset:
-        """The dead-letter asset of a topology, watched by a ``DltArrivalEventTrigger`` over all its DLTs."""
+    def dlt_asset(
+        self, main_topic: str, dlts: Sequence[str], group: str, *, dag_id: str, optional: Sequence[str] = ()
+    ) -> Asset:
+        """
+        The dead-letter asset of a topology.
+
+        A ``DltArrivalEventTrigger`` watches all its DLTs and its parking topic.
+        """
         from airflow.sdk import Asset, AssetWatcher
 
         from airflow_kafka_retry.triggers.tier_events import DltArrivalEventTrigger
 
         trigger = DltArrivalEventTrigger(
-            topics=list(dlts), consumer_group=group, kafka_conn_id=self.kafka_conn_id, **self._timing()
+            topics=[*dlts, *optional],
+            optional_topics=list(optional),
+            consumer_group=group,
+            kafka_conn_id=self.kafka_conn_id,
+            **self._timing(),
         )
         uri = dead_letter_asset_uri(self.kafka_conn_id, main_topic)
         return Asset(

@@ -128,8 +128,11 @@ def build_retry_dags(
         DAGs are spread over the hour), and not at once when the DAG is first deployed.
     :param fire_ahead: event mode: a wave fires this long before its first record is due (at most 30 s);
         the run waits for the due time, so Airflow's start-up is not added to the records' lateness.
-    :param refire_after: event mode: a wave the tier group has not committed past after this long (a run
-        that failed or never started) fires again.
+    :param refire_after: event mode: a wave the tier group has not committed past this long after it
+        became runnable (its event lost with a crashed triggerer, a run that failed, was lost or never
+        started) fires again; default 45 s: with a run's start-up, such a fault adds at most 60 s. A
+        run whose first chunk takes longer gets one duplicate event per ``refire_after`` (a short run
+        once it ends).
     :param follow: event mode, local engine: a run whose next record is due within this long waits for it
         and drains on (``engine/follow.py``), so a steady stream of due records is one run, not a run
         per wave; None: one drain per run.
@@ -369,10 +372,16 @@ def _watch_dag(
 
     dlts = [t.topic for t in topology.dlt_tiers]
     description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({', '.join(dlts)})"
+    # the event watcher watches the parking topic too, once it exists (the setup DAG creates it)
+    parking = [topology.parking_topic] if topology.parking_topic else []
     watched = None
     if events is not None:
         watched = events.dlt_asset(
-            topology.topic, dlts, WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id), dag_id=dag_id
+            topology.topic,
+            dlts,
+            WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
+            dag_id=dag_id,
+            optional=parking,
         )
     with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
         DltWatchOperator(

@@ -15,7 +15,7 @@ from typing import Any
 from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-from airflow_kafka_retry.spark.masking import mask_text
+from airflow_kafka_retry.spark.masking import OutputMasker, mask_text
 from airflow_kafka_retry.spark.staging import UPLOAD_LINE, delete_uploads
 from airflow_kafka_retry.spark.submit import spark_app_environment
 
@@ -82,7 +82,10 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
     commands -- get the same stripped environment (see :data:`STATUS_AND_KILL_METHODS`).
 
     The command line it logs masks ``--conf`` values whose key looks secret (``password``, ``secret``,
-    ``token``, ``key``, ``sasl``, ``ssl``) besides what the base class masks.
+    ``token``, ``key``, ``sasl``, ``ssl``) besides what the base class masks; every line of
+    ``spark-submit``'s output passes through the CLI path's
+    :class:`~airflow_kafka_retry.spark.masking.OutputMasker` (the same rules, and every secret ``--conf``
+    or ``env_vars`` value wherever it shows up) before the base class reads or logs it.
 
     In Kubernetes cluster mode it records the files ``spark-submit`` uploads (:attr:`uploads`), so
     that their copies can be deleted once the application has ended (see
@@ -142,11 +145,21 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
         super()._process_spark_submit_log(self._record_uploads(itr))
 
     def _record_uploads(self, itr: Iterator[Any]) -> Iterator[Any]:
+        mask = self._output_masker()
         for line in itr:
             match = UPLOAD_LINE.search(str(line).strip())
             if match:
                 self.uploads[match["source"]] = match["dest"]
-            yield line
+            yield mask(str(line))
+
+    def _output_masker(self) -> OutputMasker:
+        """
+        The CLI path's masker: secret ``--conf`` values, and every ``env_vars`` value.
+
+        Spark sets ``env_vars`` as ``spark.*Env.*`` properties on YARN and Kubernetes, and may print them.
+        """
+        env = {f"spark.executorEnv.{k}": v for k, v in (self._env_vars or {}).items()}
+        return OutputMasker.for_submission({**(self._conf or {}), **env}, None)
 
     def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
         return mask_text(super()._mask_cmd(connection_cmd))

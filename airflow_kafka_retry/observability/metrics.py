@@ -2,17 +2,23 @@
 Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
 
 Airflow's ``[metrics]`` settings decide where they go (StatsD, Datadog's DogStatsD, OpenTelemetry)
-and whether tags travel (see the README's metrics table): nothing is configured here. Every name
+and whether tags travel (see the metrics table in docs/metrics.md): nothing is configured here. Every name
 starts with :data:`PREFIX`; tags name the path, the tier and, where it matters, the DLT topic and
-the exception class -- never a partition, an offset or a key, so the number of series stays bounded
-by the topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
+the exception class -- never a partition, an offset or a key. The exception class comes from record
+headers (anyone who can write to a DLT chooses it), so it is sanitized (:func:`sanitize_tag`) and
+capped: at most :data:`MAX_EXCEPTION_TAGS` distinct values per topology besides the classes the
+topology names, the rest counted as ``other`` (:func:`exception_tags`; the DLT watch keeps the values
+it admitted with its group's committed offsets). So the number of series stays bounded by the
+topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
 :func:`dlt_watch_metrics`); :func:`emit` sends them and never fails the caller.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+import re
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -25,6 +31,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PREFIX = "kafka_retry"
+#: Distinct exception tag values a topology's DLT metrics admit besides the classes it names.
+MAX_EXCEPTION_TAGS = 20
+#: The exception tag of everything past the cap.
+OTHER = "other"
+_TAG_LENGTH = 100
+_NOT_TAG = re.compile(r"[^A-Za-z0-9_.$-]")
 Kind = Literal["counter", "timer", "gauge"]
 
 
@@ -66,7 +78,8 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
     ``routed`` counts records sent on to a later retry tier; ``dead_lettered`` (one per DLT topic,
     tag ``dlt_topic``) those sent to a DLT; ``parked`` those sent to the parking topic; ``dropped``
     failed records with no home (``dlt_strategy: no_dlt``); ``handler_errors`` records the handler
-    (or a deserializer) failed on, whatever became of them.
+    (or a deserializer) failed on, whatever became of them; ``untrusted_replay_headers`` failed
+    records whose ``dlt_replay-*`` headers no replay log confirms (ignored: dead-lettered, not parked).
     """
     tags = tier_tags(topology.topic, summary.topic, summary.tier)
     totals = summary.totals()
@@ -80,6 +93,7 @@ def run_metrics(summary: RunSummary, topology: Topology) -> list[Metric]:
         _counter("tier.routed", routed_on, tags),
         _counter("tier.parked", parked, tags),
         _counter("tier.dropped", totals["dropped"], tags),
+        _counter("tier.untrusted_replay_headers", sum(p.untrusted_replays for p in summary.partitions), tags),
         _counter("tier.handler_errors", totals["drained"] - totals["succeeded"], tags),
         _counter("tier.handler_calls", sum(p.handler_calls for p in summary.partitions), tags),
         _counter("tier.bisection_calls", sum(p.extra_handler_calls for p in summary.partitions), tags),
@@ -114,12 +128,58 @@ def peek_gauges(peek: TierPeek, topology_topic: str, tier_index: int, now_ms: in
     ]
 
 
-def dlt_watch_metrics(topology: Topology, new_records: Mapping[tuple[str, str], int]) -> list[Metric]:
-    """New dead letters the watch found, per ``(DLT topic, exception class)``."""
-    tags = {"topology": topology.topic}
+def sanitize_tag(value: str) -> str:
+    """
+    A tag value safe in every metrics format.
+
+    ``[A-Za-z0-9_.$-]`` (others become ``_``), at most 100 characters; ``unknown`` when nothing is left.
+    """
+    return _NOT_TAG.sub("_", value)[:_TAG_LENGTH] or "unknown"
+
+
+def exception_tags(
+    topology: Topology,
+    found: Mapping[str, int],
+    admitted: Collection[str] = (),
+    *,
+    cap: int = MAX_EXCEPTION_TAGS,
+) -> dict[str, str]:
+    """
+    The tag of each exception class in ``found`` (class -> records).
+
+    Its sanitized name when the topology names it (classification, DLT routing), it was ``admitted``
+    before, or fewer than ``cap`` were admitted so far (the most frequent first); else :data:`OTHER`.
+    """
+    named = {sanitize_tag(c) for c in (*topology.not_retryable, *topology.retry_only)}
+    named |= {sanitize_tag(c) for _, classes in topology.dlt_routing for c in classes}
+    kept = set(admitted)
+    tags = {}
+    for raw, _ in sorted(found.items(), key=lambda item: (-item[1], item[0])):
+        tag = sanitize_tag(raw)
+        if tag not in named and tag not in kept:
+            if len(kept) >= cap:
+                tags[raw] = OTHER
+                continue
+            kept.add(tag)
+        tags[raw] = tag
+    return tags
+
+
+def dlt_watch_metrics(
+    topology: Topology, new_records: Mapping[tuple[str, str], int], tags: Mapping[str, str]
+) -> list[Metric]:
+    """
+    New dead letters the watch found, per ``(DLT topic, exception tag)``.
+
+    ``tags``: exception class -> tag, from :func:`exception_tags`.
+    """
+    counts: Counter[tuple[str, str]] = Counter()
+    for (topic, exception), n in new_records.items():
+        counts[(sanitize_tag(topic), tags.get(exception, OTHER))] += n
+    base = {"topology": topology.topic}
     return [
-        _counter("dlt.new_records", n, tags, dlt_topic=topic, exception=exception)
-        for (topic, exception), n in sorted(new_records.items())
+        _counter("dlt.new_records", n, base, dlt_topic=topic, exception=exception)
+        for (topic, exception), n in sorted(counts.items())
     ]
 
 

@@ -14,7 +14,7 @@ from airflow_kafka_retry.engine.topics import missing_topics
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.observability.lineage import lineage_server
-from airflow_kafka_retry.observability.metrics import dlt_watch_metrics, emit
+from airflow_kafka_retry.observability.metrics import OTHER, dlt_watch_metrics, emit, exception_tags
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Topology, load_topology
 
@@ -30,8 +30,9 @@ class DltWatchOperator(BaseOperator):
     """
     Report records that arrived in any dead-letter topic of a topology since the last run.
 
-    It reads every DLT of the topology (the main DLT and exception-specific ones) from its own
-    consumer group's committed offset to the end, and summarises what it found: counts per
+    It reads every DLT of the topology (the main DLT and exception-specific ones) and its parking topic
+    (replayed records that failed again; watched once it exists) from its own consumer group's
+    committed offset to the end, and summarises what it found: counts per
     exception class and per cause class (from either Spring header family, ``kafka_exception-*``
     or ``kafka_dlt-exception-*``, so records a Spring service dead-lettered count too), per DLT
     topic, and the coordinates of up to ``coordinate_cap`` records (where each first failed and
@@ -95,6 +96,12 @@ class DltWatchOperator(BaseOperator):
         summary = DltWatchSummary(group=group, coordinate_cap=self.coordinate_cap)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
+        parking = topology.parking_topic
+        if parking is not None:
+            if missing_topics(kafka_config, [parking]):  # a topology from before parking: none parked yet
+                self.log.info("%s does not exist yet: no parked record to report", parking)
+            else:
+                topics.append(parking)
         if self.skip_missing_topics and topics and (missing := missing_topics(kafka_config, topics)):
             raise AirflowSkipException(
                 f"{', '.join(missing)} do(es) not exist yet, so no dead letter is there; "
@@ -119,7 +126,9 @@ class DltWatchOperator(BaseOperator):
             "offsets": scan.ranges() if scan else {},
         }
         self._result = result
-        emit(dlt_watch_metrics(topology, summary.by_topic_exception))
+        admitted = scan.admitted if scan else frozenset()
+        tags = exception_tags(topology, summary.dead_lettered, admitted)
+        emit(dlt_watch_metrics(topology, summary.by_topic_exception, tags))
         if not topics:
             self.log.info("%s has no DLT (dlt_strategy: no_dlt): nothing to watch", topology.source)
             return {**result, "notifiers": {"called": 0, "succeeded": 0}}
@@ -137,7 +146,8 @@ class DltWatchOperator(BaseOperator):
             self.log.info("no new records in %s since the last watch", ", ".join(topics))
             result["notifiers"] = {"called": 0, "succeeded": 0}
         if scan is not None:  # None only without topics, returned above
-            commit_offsets(kafka_config, group, scan.next_offsets)  # after the notifiers: never before
+            # after the notifiers: never before; with the exception tags admitted so far (the metrics' cap)
+            commit_offsets(kafka_config, group, scan.next_offsets, admitted | (set(tags.values()) - {OTHER}))
         return result
 
     # ------------------------------------------------------------------ OpenLineage

@@ -70,7 +70,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param partitions: reprocess only these partitions (default: all).
     :param parallelism: partitions processed at once, each with its own Kafka clients (default: the
         local engine's default). Above one, they run in worker processes (one per core at most), which
-        import the handler by its path; see the README's "Your handler" for what it may not rely on there.
+        import the handler by its path; see docs/handler.md for what it may not rely on there.
     :param in_process: run the partitions in threads of the task's own process instead (the handler then
         shares the task's state; record work uses one core).
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called once, after

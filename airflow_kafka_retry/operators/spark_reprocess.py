@@ -52,7 +52,13 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     the file is deleted when the run ends. It never appears in the command line, the task log, XCom
     or Spark properties. ``spark-submit`` is started without the worker's ``AIRFLOW_CONN_*``,
     ``AIRFLOW_VAR_*`` and ``AIRFLOW__*`` environment variables, so neither this connection nor any
-    other reaches the Spark application's environment; pass what the handler needs in ``env_vars``.
+    other reaches the Spark application's environment. ``env_vars`` passes settings the handler needs,
+    but not secrets: on YARN and Kubernetes they become ``--conf`` values (``spark.yarn.appMasterEnv.*``,
+    ``spark.kubernetes.driverEnv.*``) on the ``spark-submit`` command line, visible to anyone who can
+    list the worker's processes and kept in the application's properties. Give the handler its
+    secrets through mounted secrets instead (a Kubernetes secret volume, ``spark.kubernetes.driver.
+    secrets.*`` / ``spark.kubernetes.executor.secrets.*``, or a YARN-localized file readable only by
+    the application) and read them from the file.
 
     The run summary (counts, offsets, dead-letter coordinates; never payloads) is the task's return
     value (XCom). If any partition failed, the task fails with a message naming each failed

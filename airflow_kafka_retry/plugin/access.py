@@ -68,6 +68,16 @@ class DagAccess:
         """Whether the user may read all DAGs (no DAG named), for what belongs to no known DAG."""
         return self._ask("all DAGs", lambda: self._manager.is_authorized_dag(method="GET", user=self._user))
 
+    def may_administer(self) -> bool:
+        """
+        Whether the user may change Airflow's configuration (an admin).
+
+        Only they see the view's settings, such as the topology patterns (the DAGs folder's path).
+        """
+        return self._ask(
+            "configuration", lambda: self._manager.is_authorized_configuration(method="PUT", user=self._user)
+        )
+
     def may(self, method: str, dag_id: str, entity: str | None = None) -> bool:
         """Whether the user may ``method`` the DAG itself or its ``entity`` ("RUN", "XCOM")."""
         from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity

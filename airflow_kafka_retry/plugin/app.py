@@ -2,7 +2,9 @@
 The FastAPI app of the "Retry tiers" view, mounted by the plugin under ``/kafka-retry``.
 
 Every endpoint needs an Airflow login (the API server's own JWT cookie or bearer token). A topology is
-listed and shown only to users who may read all its tier DAGs (403 otherwise); a DAG's runs need
+listed and shown only to users who may read all its tier DAGs; to anyone else it does not exist (the
+same 404 as an unknown id, so ids cannot be probed); the configured topology patterns (the DAGs
+folder's path) are listed only for admins (:meth:`.DagAccess.may_administer`). A DAG's runs need
 read access to its runs, their summaries read access to its XComs (:mod:`.access`). Kafka is read on
 the server with the ``kafka_conn_id`` connection, through the cache and cap of :mod:`.scans`; neither
 its configuration nor any record payload reaches the browser. Triggering goes through Airflow's own
@@ -73,7 +75,7 @@ def create_app() -> FastAPI:
         files = view_model.topology_files(settings)
         access = DagAccess(user, _dag_ids(files, settings))
         return {
-            "patterns": list(settings.topologies),
+            "patterns": list(settings.topologies) if access.may_administer() else [],
             "topologies": [f.listing() for f in files if _visible(access, f, settings)],
         }
 
@@ -81,13 +83,12 @@ def create_app() -> FastAPI:
     async def topology(ident: str, user: Any = Depends(_user)) -> dict[str, Any]:
         settings = load_settings()
         file = await run_in_threadpool(view_model.find_topology_file, settings, ident)
+        unknown = HTTPException(404, f"no topology {ident!r} that you may read")  # hidden or missing: alike
         if file is None:
-            raise HTTPException(
-                404, f"no topology {ident!r}; the view reads {', '.join(settings.topologies)}"
-            )
+            raise unknown
         access = await run_in_threadpool(DagAccess, user, _dag_ids([file], settings))
         if not await run_in_threadpool(_visible, access, file, settings):
-            raise HTTPException(403, f"you may not read the DAGs of topology {ident!r}")
+            raise unknown
         if file.topology is None:
             return {"id": ident, "source": file.path, "error": file.error}
         topology = file.topology
@@ -110,6 +111,7 @@ def create_app() -> FastAPI:
                 scans.cache_key(file.path, topology, settings),
                 settings.cache_ttl_s,
                 lambda: scans.read_topology(topology, settings, config, now_ms=wall_clock_ms()),
+                busy=lambda: scans.busy_scan(topology, now_ms=wall_clock_ms()),
             )
             return view_model.topology_view(
                 file.path,

@@ -2,10 +2,12 @@
 The view's Kafka reads of one topology: cached for a few seconds, and capped in number at once.
 
 Refreshes of a topology within ``[kafka_retry] cache_ttl`` seconds reuse one read of the broker, and
-requests arriving while it is read wait for that read instead of starting their own. At most
-``[kafka_retry] max_scans`` scans (one per topic) run at once in the API server, for all users
-together; a scan that cannot start within the broker timeout is reported on its topic ("busy"), and a
-read with such a topic, or one the broker did not finish in time, is not cached. Only broker data is
+a refresh arriving while it is read answers "busy" on each topic at once rather than holding a
+threadpool thread until the read ends (with a slow broker, waiters would exhaust the API server's
+threads). At most ``[kafka_retry] max_scans`` scans (one per topic) run at once per API-server process
+(each of ``airflow api-server --workers N`` has its own cap), for all users together; a scan that
+cannot start within the broker timeout is reported on its topic ("busy"), and a read with such a
+topic, or one the broker did not finish in time, is not cached. Only broker data is
 cached, never who may see it: permissions are checked on every request.
 """
 
@@ -38,6 +40,20 @@ class TopologyScan:
     complete: bool = True
 
 
+def busy_scan(topology: Topology, *, now_ms: int) -> TopologyScan:
+    """What a refresh answers while another one reads the same topology: "busy" on every topic."""
+
+    def busy(topic: str) -> dict[str, Any]:
+        return {"topic": topic, "error": f"{topic}: busy, another refresh is reading it; refresh in a moment"}
+
+    return TopologyScan(
+        now_ms=now_ms,
+        backlog={t.topic: busy(t.topic) for t in topology.tiers},
+        dead={t: busy(t) for t in dead_topics(topology)},
+        complete=False,
+    )
+
+
 def dead_topics(topology: Topology) -> list[str]:
     parking = [topology.parking_topic] if topology.parking_topic else []
     return [t.topic for t in topology.dlt_tiers] + parking
@@ -45,7 +61,11 @@ def dead_topics(topology: Topology) -> list[str]:
 
 @cache
 def _gate(max_scans: int) -> threading.BoundedSemaphore:
-    """The server-wide cap, one per configured size (the configuration is fixed in a running server)."""
+    """
+    The cap of this API-server process, one per configured size.
+
+    The configuration is fixed in a running server.
+    """
     return threading.BoundedSemaphore(max_scans)
 
 
@@ -63,7 +83,7 @@ def _capped(
 def read_topology(
     topology: Topology, settings: ViewSettings, kafka_config: dict[str, Any], *, now_ms: int
 ) -> TopologyScan:
-    """Every tier's backlog and every DLT's counts, each scan in a worker thread under the server-wide cap."""
+    """Every tier's backlog and every DLT's counts, each scan in a worker thread under the process's cap."""
     timeout, gate = settings.timeout_s, _gate(settings.max_scans)
     pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kafka-retry-view")
     try:
@@ -121,7 +141,11 @@ def _answer(job: Any, topic: str, settings: ViewSettings) -> tuple[dict[str, Any
 
 
 class ScanCache:
-    """Per topology, the last complete read for ``ttl_s`` seconds; one read at a time per topology."""
+    """
+    Per topology, the last complete read for ``ttl_s`` seconds.
+
+    One read at a time per topology, and "busy" for the others meanwhile.
+    """
 
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
@@ -129,10 +153,18 @@ class ScanCache:
         self._locks: dict[Any, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def get(self, key: Any, ttl_s: float, read: Callable[[], TopologyScan]) -> TopologyScan:
+    def get(
+        self, key: Any, ttl_s: float, read: Callable[[], TopologyScan], *, busy: Callable[[], TopologyScan]
+    ) -> TopologyScan:
+        """The fresh entry, else ``read()`` -- or ``busy()`` at once while another request reads ``key``."""
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
+            entry = self._entries.get(key)
+            if entry is not None and self._clock() - entry[0] < ttl_s:
+                return entry[1]
+        if not lock.acquire(blocking=False):
+            return busy()
+        try:
             entry = self._entries.get(key)
             if entry is not None and self._clock() - entry[0] < ttl_s:
                 return entry[1]
@@ -142,6 +174,8 @@ class ScanCache:
             else:
                 self._entries.pop(key, None)
             return scan
+        finally:
+            lock.release()
 
 
 def cache_key(path: str, topology: Topology, settings: ViewSettings) -> tuple[Any, ...]:

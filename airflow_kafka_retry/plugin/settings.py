@@ -5,7 +5,8 @@ Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`
 ``*.yml`` under the DAGs folder). ``kafka_conn_id``: the connection the server reads Kafka with.
 ``dag_id_template`` / ``replay_dag_id_template``: how tier and replay DAGs are named, as in
 ``build_retry_dags`` / ``build_dlt_replay_dag``. ``timeout``: seconds a broker may take per topic.
-``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once, server-wide.
+``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once per API-server
+process (each of ``airflow api-server --workers N`` has its own).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "4",
         "integer",
         (
-            "At most this many Kafka scans (one per topic) run at once in the API "
-            "server, for all users together."
+            "At most this many Kafka scans (one per topic) run at once in each API-server "
+            "process, for all its users together (with --workers N, each worker has its own cap)."
         ),
     ),
 }

@@ -72,7 +72,9 @@ PRESETS: dict[str, Preset] = {
     ),
     "spring-2.7": Preset(
         "spring-2.7",
-        "@RetryableTopic or RetryTopicConfigurationBuilder defaults, Spring Kafka 2.7 to 3.1",
+        "@RetryableTopic or RetryTopicConfigurationBuilder defaults, Spring Kafka 2.7 to 3.1; a 3.0.4-3.1 "
+        "service with SameIntervalTopicReuseStrategy.SINGLE_TOPIC needs spring-builder-4.0 with "
+        "reuse_same_interval: true",
         _spring(reuse=False),
         reuse_scope="fixed_only",
     ),
@@ -88,6 +90,11 @@ PRESETS: dict[str, Preset] = {
     ),
 }
 COMPAT_NAMES: tuple[str, ...] = tuple(PRESETS)
+
+
+def describe_presets() -> str:
+    """Every preset and the Spring configuration it matches, for an error that refuses a ``compat`` value."""
+    return "; ".join(f"{p.name} ({p.matches})" for p in PRESETS.values())
 
 
 def preset(name: str) -> Preset:

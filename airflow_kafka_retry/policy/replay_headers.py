@@ -12,14 +12,17 @@ Spring for Apache Kafka has no DLT replay, so these headers are this provider's 
 A replayed record keeps its own headers and the original-coordinate headers of either Spring
 family (they still point at the first failure); the ``retry_topic-*`` and exception headers of
 the failure that dead-lettered it are removed, so it starts a fresh attempt count (and a fresh
-timeout clock: its own timestamp). A record carrying ``dlt_replay-id`` that fails again is parked
-rather than dead-lettered (see :mod:`airflow_kafka_retry.policy.resolver`).
+timeout clock: its own timestamp). A replayed record that fails again is parked rather than
+dead-lettered (see :mod:`airflow_kafka_retry.policy.resolver`) -- but only when the claim holds:
+any producer can write these headers, so the engine parks a record only when its complete audit
+names one of the topology's DLTs or its parking topic (:func:`claimed_replay`) and that topic's
+replay log recorded the move (``engine/replay_trust.py``). Any other claim is treated as absent.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from airflow_kafka_retry.policy.headers import (
@@ -94,6 +97,19 @@ def read_replay_audit(headers: Iterable[Header] | None) -> ReplayAudit | None:
         struct.unpack(">q", offset)[0],
         struct.unpack(">q", at)[0],
     )
+
+
+def claimed_replay(headers: Iterable[Header] | None, sources: Collection[str]) -> ReplayAudit | None:
+    """
+    The audit of a record whose complete replay headers name one of ``sources``.
+
+    ``sources`` are the topology's DLTs and parking topic. None when the record carries no replay
+    headers, an incomplete or malformed set, or names another topic.
+
+    A claim is not proof: the replay log of ``audit.topic`` must also know the move.
+    """
+    audit = read_replay_audit(headers)
+    return audit if audit is not None and audit.topic in sources else None
 
 
 def replayed_headers(

@@ -3,20 +3,21 @@ Destination resolution, like Spring's ``DefaultDestinationTopicResolver``.
 
 (topology, source topic, attempt, exception, original timestamp, headers, clock) -> where the failed
 record goes next and when it is due there; a record replayed from a DLT goes to the parking topic
-instead of a DLT. Pure: the clock is injected, nothing is produced here.
+instead of a DLT. Pure: the clock and the replay-log check are injected, nothing is produced here.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.policy.replay_headers import is_replayed
+from airflow_kafka_retry.policy.replay_headers import claimed_replay, is_replayed
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 Action = Literal["retry", "dlt", "drop"]
@@ -49,6 +50,8 @@ class Destination:
     :param reason: why this destination was chosen.
     :param parked: the record was replayed from a DLT and failed again, so ``topic`` is the
         topology's parking topic rather than a DLT (``action`` stays ``dlt``).
+    :param untrusted_replay: the record carries replay headers that the replay log does not confirm
+        (forged, or naming another topology), so they were ignored: it goes to the DLT like any other.
     """
 
     action: Action
@@ -59,6 +62,7 @@ class Destination:
     delay_ms: int
     reason: Reason
     parked: bool = False
+    untrusted_replay: bool = False
 
 
 class DestinationResolver:
@@ -67,11 +71,22 @@ class DestinationResolver:
 
     :param topology: the retry path.
     :param clock: returns the current time in epoch milliseconds (injectable for tests).
+    :param replay_known: whether the replay log of ``audit.topic`` recorded that move (the engine reads
+        the log); without it no replay claim is trusted, so nothing is parked.
     """
 
-    def __init__(self, topology: Topology, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        replay_known: Callable[[ReplayAudit], bool] | None = None,
+    ) -> None:
         self.topology = topology
         self.clock = clock
+        self.replay_known = replay_known
+        parking = topology.parking_topic
+        self._replay_sources = {t.topic for t in topology.dlt_tiers} | ({parking} if parking else set())
         self._classifier = topology.classifier
         self._dlt_classifier = topology.dlt_classifier
 
@@ -88,9 +103,10 @@ class DestinationResolver:
         """
         Return the destination of a record consumed from ``topic`` that failed on ``attempt``.
 
-        ``headers`` are the failed record's headers: a record replayed from a DLT (it carries the
-        replay audit headers) goes to the parking topic wherever it would go to a DLT, so it never
-        loops between a replay and the DLT.
+        ``headers`` are the failed record's headers: a record replayed from a DLT (its audit headers
+        name one of the topology's DLTs or its parking topic, and ``replay_known`` confirms them) goes
+        to the parking topic wherever it would go to a DLT, so it never loops between a replay and the
+        DLT. Unconfirmed replay headers are ignored (``untrusted_replay`` on the destination).
         """
         source = self.topology.tier_for_topic(topic)
         now = self.clock()
@@ -133,6 +149,9 @@ class DestinationResolver:
         parking = self.topology.parking_topic
         if destination.action != "dlt" or parking is None or not is_replayed(headers):
             return destination
+        audit = claimed_replay(headers, self._replay_sources)
+        if audit is None or self.replay_known is None or not self.replay_known(audit):
+            return replace(destination, untrusted_replay=True)
         return Destination(
             "dlt",
             parking,

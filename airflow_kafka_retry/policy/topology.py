@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.classify import DEFAULT_NOT_RETRYABLE, ExceptionClassifier, is_dotted_name
-from airflow_kafka_retry.policy.compat import COMPAT_NAMES, apply_preset, preset
+from airflow_kafka_retry.policy.compat import COMPAT_NAMES, apply_preset, describe_presets, preset
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
@@ -193,7 +193,10 @@ class Topology:
         if isinstance(self.index_start, bool) or self.index_start not in (0, 1):
             fail(f"must be 0 (Spring's naming) or 1, got {self.index_start!r}", "index_start")
         if self.compat not in COMPAT_NAMES:
-            fail(f"must be one of {', '.join(COMPAT_NAMES)}, got {self.compat!r}", "compat")
+            fail(
+                f"must be one of {', '.join(COMPAT_NAMES)}, got {self.compat!r}: {describe_presets()}",
+                "compat",
+            )
         if self.dlt_routing_naming not in DLT_ROUTING_NAMINGS:
             fail(
                 f"must be one of {', '.join(DLT_ROUTING_NAMINGS)}, got {self.dlt_routing_naming!r}",
@@ -602,7 +605,9 @@ def _from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
     if compat not in COMPAT_NAMES:
         errors.append(
             TopologyError(
-                f"must be one of {', '.join(COMPAT_NAMES)}, got {compat!r}", field="compat", source=source
+                f"must be one of {', '.join(COMPAT_NAMES)}, got {compat!r}: {describe_presets()}",
+                field="compat",
+                source=source,
             )
         )
         compat = "none"

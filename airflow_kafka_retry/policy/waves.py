@@ -6,7 +6,11 @@ that are due, by their coordinates. The trigger fires a wave ``fire_ahead_ms`` b
 are due (the tier run starting meanwhile waits until ``not_before_ms``), so Airflow's own start-up
 (the event reaching the scheduler, a DAG run, a task process) does not add to a record's lateness.
 It fires nothing else until the wave is taken -- the group's committed offset moved past the head
-of one of its partitions -- or ``refire_after_ms`` passed (a run that failed or never started).
+of one of its partitions -- or ``refire_after_ms`` (45 s by default) passed since it became runnable
+(``not_before_ms``): then no run took it -- the event was lost with a crashed triggerer, or the run
+failed, was lost, or never started -- and it fires again. That bounds the lateness any such fault
+adds to ``refire_after`` plus a run's start-up after the restart (or the failure): within 60 s. A
+duplicate event costs one short run that finds nothing due (a tier DAG runs one run at a time).
 """
 
 from __future__ import annotations
@@ -77,8 +81,13 @@ class Wave:
         """The group committed past the head of one of the wave's partitions (or the partition is gone)."""
         return any(committed.get((t, p), offset + 1) > offset for t, p, offset in self.positions)
 
+    def expires_ms(self, refire_after_ms: int) -> int:
+        """When the wave fires again if no run takes it: ``refire_after_ms`` after it became runnable."""
+        return max(self.fired_ms, self.not_before_ms) + refire_after_ms
+
     def expired(self, now_ms: int, refire_after_ms: int) -> bool:
-        return now_ms - self.fired_ms >= refire_after_ms
+        """No run took the wave within ``refire_after_ms`` of it becoming runnable."""
+        return now_ms >= self.expires_ms(refire_after_ms)
 
     def to_state(self) -> dict[str, Any]:
         return {

@@ -62,6 +62,7 @@ CAPABILITIES: tuple[str, ...] = (
     "enforces_max_message_bytes",
     "concurrent_txn_offset_commits",
     "offsets_only_transactions",
+    "commit_metadata",
     "delete_records",
 )
 
@@ -105,6 +106,9 @@ class BrokerCapabilities:
     offsets_only_transactions: bool = False
     """A transaction that commits consumer offsets but produces no record stores those offsets
     (the engine commits such a transaction for every chunk in which no record failed)."""
+    commit_metadata: bool = False
+    """An offset commit's metadata string is stored and returned by ``committed()`` (the DLT watch keeps
+    its admitted metric tags there)."""
     delete_records: bool = False
     """``AdminClient.delete_records`` moves the low watermark."""
     reasons: dict[str, str] = field(default_factory=dict, hash=False)
@@ -367,6 +371,19 @@ def _check_max_message_bytes(bootstrap: str, topic: str, timeout: float) -> str 
     return f"oversized record failed with {err.name()} instead of MSG_SIZE_TOO_LARGE"
 
 
+def _check_commit_metadata(bootstrap: str, topic: str, timeout: float) -> str | None:
+    consumer = _consumer(bootstrap)
+    try:
+        stored = '{"probe":1}'
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0, metadata=stored)], asynchronous=False)
+        [found] = consumer.committed([TopicPartition(topic, 0)], timeout=timeout)
+        if found.metadata != stored:
+            return f"committed metadata {stored!r}, read back {found.metadata!r}"
+        return None
+    finally:
+        consumer.close()
+
+
 def _check_delete_records(bootstrap: str, topic: str, timeout: float) -> str | None:
     _delivered_offsets(_produce(_producer(bootstrap), topic, [b"d"] * 10, timeout=timeout))
     tp = TopicPartition(topic, 0, 5)
@@ -616,6 +633,7 @@ _CHECKS: dict[str, tuple[_CheckFn, Mapping[str, str], int]] = {
     "enforces_max_message_bytes": (_check_max_message_bytes, {"max.message.bytes": str(_SIZE_LIMIT)}, 1),
     "concurrent_txn_offset_commits": (_check_concurrent_txn_offset_commits, {}, _TXN_PRODUCERS + 1),
     "offsets_only_transactions": (_check_offsets_only_transactions, {}, 1),
+    "commit_metadata": (_check_commit_metadata, {}, 1),
     "delete_records": (_check_delete_records, {}, 1),
 }
 

@@ -5,10 +5,14 @@ Event triggers of event-driven tiers: an asset watcher fires when a tier's recor
 triggerer as ``AssetWatcher`` triggers. Each keeps one
 :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` open (one consumer, assigned at the group's
 committed offsets, never joined, never committing) and yields one event per *wave* (see ``policy/waves.py``):
-while idle it only waits on the broker, so an idle tier creates no DAG run and no task. The wave it fired is
-kept in the asset's state store, so a restarted triggerer neither fires it again nor forgets it: it fires
-again only once the group has committed past it, or ``refire_after`` later (a run that failed or never
-started).
+while idle it only waits on the broker, so an idle tier creates no DAG run and no task. The wave is saved
+in the asset's state store before its event is yielded, so a restarted triggerer does not fire it twice at
+once nor forget it: it fires the next wave once the group has committed past it, or fires it again
+``refire_after`` (45 s) after it became runnable when no run took it. Whatever step the triggerer dies at
+-- before the save (nothing saved: the restart fires afresh), after it, or after the yield (the event may
+be lost with the process) -- and whatever becomes of the run (failed, lost), due records wait at most the
+restart plus ``refire_after`` plus a run's start-up: within 60 s. :attr:`_HeadEventTrigger.fault_hook`
+lets a test crash the trigger at each step.
 
 Only the connection id travels in the serialized arguments, never the Kafka configuration.
 """
@@ -16,7 +20,7 @@ Only the connection id travels in the serialized arguments, never the Kafka conf
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -43,6 +47,10 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     kind: str = ""
     read_due = True
+    optional_topics: Sequence[str] = ()  # of ``topics``: watched once they exist
+    #: Called with each step of the fire path (``before_save``, ``after_save``, ``after_yield``): a test
+    #: raises from it to crash the trigger there. None in production.
+    fault_hook: Callable[[str], None] | None = None
 
     def __init__(
         self,
@@ -53,7 +61,7 @@ class _HeadEventTrigger(BaseEventTrigger):
         window: str | None = None,
         timezone: str | None = None,
         fire_ahead: float = 0.0,
-        refire_after: float = 3600.0,
+        refire_after: float = 45.0,
         poll_interval: float = 0.5,
         commit_check: float = 1.0,
         idle_check: float = 30.0,
@@ -168,7 +176,8 @@ class _HeadEventTrigger(BaseEventTrigger):
                         ):
                             if not wave.taken(committed):
                                 self.log.warning(
-                                    "%s: the wave fired at %s was not taken within %ss; firing again",
+                                    "%s: no run took the wave fired at %s within %ss (its event lost, or "
+                                    "the run failed, was lost or is slow to commit); firing again",
                                     self.where,
                                     format_ms(wave.fired_ms),
                                     self.refire_after,
@@ -177,6 +186,8 @@ class _HeadEventTrigger(BaseEventTrigger):
                             await self._save_wave(None)
                         busy = wave is not None or bool(watch.heads)
                         next_check = now + int((self.commit_check if busy else self.idle_check) * 1000)
+                        if wave is not None:  # look again right when it expires, not a check later
+                            next_check = min(next_check, wave.expires_ms(int(self.refire_after * 1000)))
                     watch.poll()
                     if now >= next_gauges and watch.complete:
                         await self.send_gauges(watch, now)
@@ -189,7 +200,9 @@ class _HeadEventTrigger(BaseEventTrigger):
                                 now,
                                 plan.not_before_ms or now,
                             )
+                            self._at("before_save")
                             await self._save_wave(wave)  # before the event: a restart must not fire it twice
+                            self._at("after_save")
                             self.log.info(
                                 "%s: firing for %s: %s",
                                 self.where,
@@ -197,6 +210,7 @@ class _HeadEventTrigger(BaseEventTrigger):
                                 plan.reason,
                             )
                             yield TriggerEvent(self.payload(watch, plan, wave))
+                            self._at("after_yield")
                             next_check = min(next_check, now + int(self.commit_check * 1000))
                             continue
                         if plan.action == "wait" and plan.wake_ms is not None:
@@ -221,6 +235,10 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     gauge_interval = 60.0
 
+    def _at(self, step: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(step)
+
     async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
         """Send metrics of what the watch sees (the tier trigger's backlog gauges); nothing here."""
 
@@ -233,6 +251,7 @@ class _HeadEventTrigger(BaseEventTrigger):
             self.consumer_group,
             read_due=self.read_due,
             due_horizon_ms=self.due_horizon_ms,
+            optional=self.optional_topics,
         )
         self.log.info(
             "%s: watching %s partition(s) from the group's committed offsets", self.where, len(watch.keys)
@@ -253,7 +272,8 @@ class TierDueEventTrigger(_HeadEventTrigger):
     :param window: reprocessing window ``HH:MM-HH:MM``; outside it, nothing is due.
     :param timezone: IANA time zone of ``window`` (default UTC).
     :param fire_ahead: fire this many seconds before the records are due (the run waits for them).
-    :param refire_after: fire a wave again when the group has not committed past it after this long.
+    :param refire_after: fire a wave again when the group has not committed past it this long after it
+        became runnable (a lost event, a failed or lost run): the most such a fault adds to lateness.
     :param poll_interval: seconds between looks at what the watch consumer fetched.
     :param commit_check: seconds between reads of the committed offsets while a wave or a head is pending.
     :param idle_check: the same while nothing is pending.
@@ -328,15 +348,31 @@ class DltArrivalEventTrigger(_HeadEventTrigger):
     Fires when a record arrives in any of a topology's DLTs after the watch group's committed offset.
 
     The watcher of an event-driven DLT-watch DAG: every new dead letter is reported seconds after it
-    arrived. Parameters as :class:`TierDueEventTrigger`, with ``topics`` (the DLTs); records carry no
-    due time here: any new record fires (a window, if given, still holds the event until it opens).
+    arrived. Parameters as :class:`TierDueEventTrigger`, with ``topics`` (the DLTs and the parking topic)
+    and ``optional_topics`` (those of them watched once they exist: the parking topic, which a topology
+    deployed before parking existed may not have yet); records carry no due time here: any new record
+    fires (a window, if given, still holds the event until it opens).
     """
 
     kind = DLT_ARRIVAL
     read_due = False
 
-    def __init__(self, *, topics: Sequence[str], consumer_group: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str],
+        consumer_group: str,
+        optional_topics: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(topics=topics, consumer_group=consumer_group, **kwargs)
+        if not set(optional_topics) <= set(topics):
+            raise ValueError("DltArrivalEventTrigger: optional_topics must be among its topics")
+        self.optional_topics = list(optional_topics)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return f"{type(self).__module__}.{type(self).__qualname__}", {"topics": self.topics, **self._kwargs()}
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            "topics": self.topics,
+            "optional_topics": self.optional_topics,
+            **self._kwargs(),
+        }

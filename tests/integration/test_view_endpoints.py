@@ -35,7 +35,11 @@ class FakeAuthManager:
         self.unreadable: set[str] = set()
         self.no_xcom: set[str] = set()
         self.read_all = True
+        self.admin = False
         self.teams: dict[str, str | None] = {}
+
+    def is_authorized_configuration(self, *, method, user, details=None) -> bool:
+        return self.admin or method == "GET"
 
     def is_authorized_dag(self, *, method, user, access_entity=None, details=None) -> bool:
         assert user == "someone"
@@ -206,8 +210,8 @@ def test_topologies_are_shown_only_to_users_who_may_read_their_tier_dags(client)
     ids = {path.name: view_app.view_model.topology_id(str(path)) for path in client.topologies.iterdir()}
     for name in ("payments.yaml", "broken.yaml"):
         denied = client.get(f"/api/topologies/{ids[name]}")
-        assert denied.status_code == 403, denied.text
-        assert denied.json() == {"detail": f"you may not read the DAGs of topology {ids[name]!r}"}
+        assert denied.status_code == 404, denied.text  # as if it did not exist: ids cannot be probed
+        assert denied.json() == {"detail": f"no topology {ids[name]!r} that you may read"}
     # each check named the DAG's team, as Airflow's own requires_access_dag does
     assert client.manager.teams["kafka_retry__orders-retry-1"] == "team-a"
     assert client.manager.teams["kafka_retry__payments-retry-1"] is None
@@ -300,6 +304,55 @@ def test_concurrent_requests_never_run_more_scans_than_the_cap(client, monkeypat
         delete_topics(kafka_bootstrap, topics)
     assert sum(counting.calls.values()) >= 4 * len(names), counting.calls
     assert counting.most == 2, f"{counting.most} Kafka scans ran at once; the cap is 2"
-    for view in views:
-        assert [t["backlog"]["error"] for t in view["tiers"]] == [None, None], view
-        assert view["dead_letter_topics"][0]["counts"]["error"] is None, view
+    complete = 0
+    for view in views:  # a refresh while the same topology is being read answers busy at once
+        errors = [t["backlog"]["error"] for t in view["tiers"]] + [
+            view["dead_letter_topics"][0]["counts"]["error"]
+        ]
+        assert errors == [None, None, None] or all("busy" in e for e in errors), view
+        complete += errors == [None, None, None]
+    assert complete >= len(names), views
+
+
+def test_a_hidden_and_a_missing_topology_answer_alike_and_patterns_are_for_admins(client):
+    (client.topologies / "payments.yaml").write_text("topic: payments\ngroup_id: svc\nattempts: 3\n")
+    client.manager.unreadable.add("kafka_retry__payments-retry-1")
+    client.manager.read_all = False
+    hidden = view_app.view_model.topology_id(str(client.topologies / "payments.yaml"))
+    missing = hidden[:-4] + ("0000" if not hidden.endswith("0000") else "1111")
+    answers = [client.get(f"/api/topologies/{ident}") for ident in (hidden, missing)]
+    shapes = [
+        (a.status_code, a.json()["detail"].replace(ident, "ID"))
+        for a, ident in zip(answers, (hidden, missing))
+    ]
+    assert shapes[0] == shapes[1], shapes
+    assert answers[0].status_code == 404
+    assert str(client.topologies) not in answers[0].text
+    # the configured patterns (the DAGs folder's path) only for who may administer Airflow
+    assert str(client.topologies) not in client.get("/api/topologies").text
+    client.manager.admin = True
+    assert client.get("/api/topologies").json()["patterns"] == [str(client.topologies / "*.yaml")]
+
+
+@pytest.mark.timeout(120)
+def test_a_refresh_waiting_on_a_topologys_read_answers_busy_at_once(client, monkeypatch):
+    """A broker that accepts connections and never answers: the first refresh reads until the timeout; a
+    second refresh of the same topology meanwhile must answer "busy" rather than hold a thread waiting."""
+    (client.topologies / "orders.yaml").write_text("topic: orders\ngroup_id: svc\nattempts: 2\n")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    try:
+        use_broker(monkeypatch, f"127.0.0.1:{silent.getsockname()[1]}")
+        [item] = client.get("/api/topologies").json()["topologies"]
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            first = pool.submit(client.get, f"/api/topologies/{item['id']}")
+            time.sleep(1)  # the first refresh holds the topology's read
+            assert not first.done()
+            second = client.get(f"/api/topologies/{item['id']}").json()
+            assert not first.done(), "the second refresh waited for the first one"
+            first.result()
+    finally:
+        silent.close()
+    errors = [t["backlog"]["error"] for t in second["tiers"]]
+    assert all(e and "busy" in e for e in errors), errors

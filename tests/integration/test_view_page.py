@@ -253,7 +253,9 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
     _, admin_listing = _request(f"{base}/kafka-retry/api/topologies", token=admin)
     assert [t["topic"] for t in admin_listing["topologies"]] == [name, f"{name}-pay"]
     hidden = admin_listing["topologies"][1]["id"]
-    assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=viewer)[0] == 403
+    assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=viewer)[0] == 404  # as a missing id
+    assert listing["patterns"] == [], "the patterns (the DAGs folder's path) are only for admins"
+    assert admin_listing["patterns"], "an admin sees the patterns"
     assert _request(f"{base}/kafka-retry/api/topologies/{hidden}", token=admin)[0] == 200
     _, viewer_view = _request(f"{base}/kafka-retry/api/topologies/{item['id']}", token=viewer)
     assert [t["can_trigger"] for t in viewer_view["tiers"]] == [False, False, False], (

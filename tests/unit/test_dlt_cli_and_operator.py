@@ -88,7 +88,7 @@ def test_operator_template_fields_and_request_from_rendered_form_values():
         "limit",
         "to",
         "transform",
-        "dry_run",
+        "replay_dry_run",
         "replay_id",
     } <= set(op.template_fields)
     request = op.request()

@@ -120,7 +120,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
             topology.consumer_group(tier),
             "kafka_default",
         )
-        assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 3600.0)
+        assert (trigger.fire_ahead, trigger.refire_after) == (3.0, 45.0)
         assert trigger.due_horizon_ms == 86_400_000 + tier.delay_ms
         assert (trigger.topology_topic, trigger.tier_index) == (
             "orders",
@@ -144,11 +144,12 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_an_hourly_swe
         night.timetable.asset_condition.watchers[0].trigger.window,
         night.get_task("reprocess").window,
     ) == ("01:00-05:00", "01:00-05:00")
-    # the DLT watch runs when a dead letter arrives in any of the topology's DLTs
+    # the DLT watch runs when a dead letter arrives in any of the topology's DLTs or its parking topic
     watch = dags["kafka_retry__orders-dlt"]
     [trigger] = [w.trigger for w in watch.timetable.asset_condition.watchers]
     assert type(trigger).__name__ == "DltArrivalEventTrigger"
-    assert trigger.topics == [t.topic for t in topology.dlt_tiers]
+    assert trigger.topics == [*(t.topic for t in topology.dlt_tiers), topology.parking_topic]
+    assert trigger.optional_topics == [topology.parking_topic]  # watched once it exists
     assert trigger.consumer_group == "orders-service-dlt-watch"
     assert [t.task_id for t in watch.tasks] == ["watch_dlt"]
     # the topics are created once

@@ -16,7 +16,14 @@ from airflow_kafka_retry.engine.distribution import BUCKET_LABELS, Distribution
 from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
 from airflow_kafka_retry.observability.lineage import lineage_server, replay_lineage, tier_run_lineage
-from airflow_kafka_retry.observability.metrics import backlog_metrics, dlt_watch_metrics, run_metrics
+from airflow_kafka_retry.observability.metrics import (
+    OTHER,
+    backlog_metrics,
+    dlt_watch_metrics,
+    exception_tags,
+    run_metrics,
+    sanitize_tag,
+)
 from airflow_kafka_retry.policy.topology import load_topology
 
 TOPOLOGY = load_topology(str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"))
@@ -152,7 +159,11 @@ def test_backlog_gauges_from_a_peek():
 
 def test_dlt_watch_metrics_per_dlt_and_exception():
     got = _by_name(
-        dlt_watch_metrics(TOPOLOGY, {("orders-dlt", "a.B"): 3, ("orders-validation-dlt", "c.D"): 1})
+        dlt_watch_metrics(
+            TOPOLOGY,
+            {("orders-dlt", "a.B"): 3, ("orders-validation-dlt", "c.D"): 1},
+            {"a.B": "a.B", "c.D": "c.D"},
+        )
     )
     assert got == {
         (
@@ -164,6 +175,18 @@ def test_dlt_watch_metrics_per_dlt_and_exception():
             (("dlt_topic", "orders-validation-dlt"), ("exception", "c.D"), ("topology", "orders")),
         ): ("counter", 1),
     }
+
+
+def test_exception_tags_are_sanitized_and_capped_with_the_topologys_own_classes_always_kept():
+    found = {"a,b=c|d\nx": 5, "com.acme.Z": 4, "com.acme.Y": 3, "com.acme.X": 1}
+    found |= {name: 1 for name in TOPOLOGY.not_retryable}
+    tags = exception_tags(TOPOLOGY, found, admitted={"com.acme.Old"}, cap=3)
+    assert tags["a,b=c|d\nx"] == "a_b_c_d_x"
+    assert tags["com.acme.Z"] == "com.acme.Z"
+    assert tags["com.acme.Y"] == tags["com.acme.X"] == OTHER, tags  # the cap: Old, a_b_c_d_x, Z
+    assert all(tags[name] == sanitize_tag(name) for name in TOPOLOGY.not_retryable)
+    assert sanitize_tag("") == "unknown"
+    assert len(sanitize_tag("x" * 500)) == 100
 
 
 # ----------------------------------------------------------------------------- lineage

@@ -64,8 +64,14 @@ def test_bad_parking_suffix_names_the_field(suffix, message):
 
 
 # ---------------------------------------------------------------------- resolver
+KNOWN = {(AUDIT.replay_id, AUDIT.topic, AUDIT.partition, AUDIT.offset)}  # what the replay log says
+
+
 def resolve(t: Topology, topic: str, attempt: int, exc: BaseException, headers=None):
-    return DestinationResolver(t, clock=lambda: NOW).resolve(
+    def known(a: ReplayAudit) -> bool:
+        return (a.replay_id, a.topic, a.partition, a.offset) in KNOWN
+
+    return DestinationResolver(t, clock=lambda: NOW, replay_known=known).resolve(
         topic=topic, partition=1, attempt=attempt, exception=exc, original_timestamp_ms=NOW, headers=headers
     )
 
@@ -108,6 +114,28 @@ def test_exception_specific_dlts_are_parked_too_and_drops_stay_drops():
     assert resolve(t, "orders-retry-2", 3, IndexError("x"), headers=AUDIT.headers()).topic == "orders-parking"
     failing = topology(dlt_strategy="fail_on_error")
     assert resolve(failing, "orders-dlt", 2, RuntimeError("x"), headers=AUDIT.headers()).action == "drop"
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("dlt_replay-id", b"r-1")],  # incomplete
+        ReplayAudit("r-1", "payments-dlt", 2, 17, NOW).headers(),  # another topology's DLT
+        ReplayAudit("r-2", "orders-dlt", 2, 17, NOW).headers(),  # the log does not know this move
+    ],
+)
+def test_an_unconfirmed_replay_claim_is_ignored_and_marked(headers):
+    dest = resolve(topology(), "orders-retry-2", 3, RuntimeError("again"), headers=headers)
+    assert (dest.topic, dest.parked, dest.untrusted_replay) == ("orders-dlt", False, True)
+    unchecked = DestinationResolver(topology(), clock=lambda: NOW).resolve(
+        topic="orders-retry-2",
+        partition=0,
+        attempt=3,
+        exception=RuntimeError("x"),
+        original_timestamp_ms=NOW,
+        headers=AUDIT.headers(),
+    )
+    assert (unchecked.topic, unchecked.untrusted_replay) == ("orders-dlt", True), "trusted without a log"
 
 
 # ---------------------------------------------------------------------- audit headers

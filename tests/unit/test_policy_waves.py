@@ -60,3 +60,9 @@ def test_a_wave_survives_its_state_round_trip_and_foreign_state_is_ignored():
     assert Wave.from_state(wave.to_state()) == wave
     for foreign in (None, "x", {"positions": "bad"}, {"positions": [["t", 0, 1]]}, [1, 2]):
         assert Wave.from_state(foreign) is None
+
+
+def test_a_wave_fired_ahead_expires_counting_from_when_it_became_runnable():
+    wave = Wave((("t", 0, 10),), fired_ms=NOW, not_before_ms=NOW + 3_000)
+    assert not wave.expired(NOW + 62_999, 60_000)
+    assert wave.expired(NOW + 63_000, 60_000)

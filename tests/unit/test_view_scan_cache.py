@@ -14,6 +14,13 @@ def scan(n: int, *, complete: bool = True) -> scans.TopologyScan:
     return scans.TopologyScan(now_ms=n, backlog={}, dead={}, complete=complete)
 
 
+BUSY = scans.TopologyScan(now_ms=-1, backlog={}, dead={}, complete=False)
+
+
+def busy() -> scans.TopologyScan:
+    return BUSY
+
+
 def test_a_read_is_reused_within_the_ttl_and_not_after():
     now = [0.0]
     cache, reads = scans.ScanCache(clock=lambda: now[0]), []
@@ -22,13 +29,13 @@ def test_a_read_is_reused_within_the_ttl_and_not_after():
         reads.append(1)
         return scan(len(reads))
 
-    assert cache.get("t", 5, read).now_ms == 1
+    assert cache.get("t", 5, read, busy=busy).now_ms == 1
     now[0] = 4.9
-    assert cache.get("t", 5, read).now_ms == 1
-    assert cache.get("other", 5, read).now_ms == 2
+    assert cache.get("t", 5, read, busy=busy).now_ms == 1
+    assert cache.get("other", 5, read, busy=busy).now_ms == 2
     now[0] = 5.0
-    assert cache.get("t", 5, read).now_ms == 3
-    assert cache.get("t", 0, read).now_ms == 4, "a TTL of 0 reads every time"
+    assert cache.get("t", 5, read, busy=busy).now_ms == 3
+    assert cache.get("t", 0, read, busy=busy).now_ms == 4, "a TTL of 0 reads every time"
 
 
 def test_an_incomplete_read_is_not_cached():
@@ -38,10 +45,10 @@ def test_an_incomplete_read_is_not_cached():
         reads.append(1)
         return scan(len(reads), complete=len(reads) > 1)
 
-    assert [cache.get("t", 60, read).now_ms for _ in range(3)] == [1, 2, 2]
+    assert [cache.get("t", 60, read, busy=busy).now_ms for _ in range(3)] == [1, 2, 2]
 
 
-def test_concurrent_requests_for_one_topology_share_one_read():
+def test_a_request_arriving_while_its_topology_is_read_answers_busy_at_once():
     cache, reads, started, release = scans.ScanCache(), [], threading.Event(), threading.Event()
 
     def read() -> scans.TopologyScan:
@@ -51,13 +58,14 @@ def test_concurrent_requests_for_one_topology_share_one_read():
         return scan(1)
 
     with ThreadPoolExecutor(4) as pool:
-        first = pool.submit(cache.get, "t", 60, read)
+        first = pool.submit(cache.get, "t", 60, read, busy=busy)
         started.wait(10)
-        others = [pool.submit(cache.get, "t", 60, read) for _ in range(3)]
+        others = [cache.get("t", 60, read, busy=busy) for _ in range(3)]  # while the read holds the lock
         release.set()
-        results = [f.result(10) for f in (first, *others)]
+        assert first.result(10).now_ms == 1
     assert len(reads) == 1
-    assert {r.now_ms for r in results} == {1}
+    assert others == [BUSY] * 3
+    assert cache.get("t", 60, read, busy=busy).now_ms == 1, "then the read is reused"
 
 
 def test_a_scan_that_cannot_start_under_the_cap_is_reported_busy_and_not_cached(monkeypatch):

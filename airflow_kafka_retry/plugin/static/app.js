@@ -220,7 +220,8 @@ async function start() {
     const data = await getJSON("api/topologies");
     const select = $("#topology");
     if (!data.topologies.length) {
-      $("#view").replaceChildren(el("p", {}, `No topology files found that you may read (looked in ${data.patterns.join(", ")}); set [kafka_retry] topologies, or ask for read access to their tier DAGs.`));
+      const where = data.patterns.length ? ` (looked in ${data.patterns.join(", ")})` : "";
+      $("#view").replaceChildren(el("p", {}, `No topology files found that you may read${where}; set [kafka_retry] topologies, or ask for read access to their tier DAGs.`));
       document.body.dataset.loaded = "true";
       return;
     }

@@ -1,0 +1,81 @@
+"""
+Whether a replay really moved a record: its audit headers checked against the replay log.
+
+Anyone who can produce to a topic can write ``dlt_replay-*`` headers. A failing record is parked
+(not dead-lettered) only when the replay log of the DLT (or parking topic) its audit names recorded
+that move: ``record/<partition>/<offset>`` written by the same replay id, in the same transaction as
+the copy itself (``dlt/replay_log.py``). So a record whose copy is readable is always known to the
+log. The log of each topic is read once per partition run and read again only when it has grown,
+so a flood of forged records costs one watermark request each, not a log read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from airflow_kafka_retry.dlt.errors import ReplayError
+from airflow_kafka_retry.dlt.reading import ReadError, TopicReader
+from airflow_kafka_retry.dlt.replay_log import ReplayLog, log_topic, read_log
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+
+log = logging.getLogger(__name__)
+
+
+class ReplayLogCheck:
+    """
+    ``check(audit)``: True when the replay log of ``audit.topic`` recorded that move by that replay.
+
+    Opens its reader on first use; :meth:`close` closes it.
+    """
+
+    def __init__(self, kafka_config: Mapping[str, Any]) -> None:
+        self.kafka_config = kafka_config
+        self._reader: TopicReader | None = None
+        self._logs: dict[str, tuple[ReplayLog, int]] = {}  # log topic -> (what it says, its end then)
+
+    def __call__(self, audit: ReplayAudit) -> bool:
+        try:
+            topic = log_topic(audit.topic)
+        except ReplayError:
+            return False
+        cached = self._logs.get(topic)
+        if cached is not None and _knows(cached[0], audit):
+            return True
+        end = self._end(topic)
+        if cached is None or end > cached[1]:
+            try:
+                replay_log = read_log(self._open(), topic)
+            except (ReplayError, ReadError, KafkaException) as exc:
+                log.warning(
+                    "cannot read the replay log %s (%s); its replay headers are not trusted", topic, exc
+                )
+                return False
+            cached = self._logs[topic] = (replay_log, end)
+        return _knows(cached[0], audit)
+
+    def _open(self) -> TopicReader:
+        if self._reader is None:
+            self._reader = TopicReader(self.kafka_config)
+        return self._reader
+
+    def _end(self, topic: str) -> int:
+        try:
+            return self._open().consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+        except KafkaException:
+            return -1  # no log yet
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.__exit__()
+            self._reader = None
+
+
+def _knows(replay_log: ReplayLog, audit: ReplayAudit) -> bool:
+    entry = replay_log.moved.get((audit.partition, audit.offset))
+    return entry is not None and entry.get("replay_id") == audit.replay_id
