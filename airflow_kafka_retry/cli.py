@@ -44,6 +44,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         fast=args.fast,
         out_dir=args.out,
         kafka=args.kafka,
+        postgres=args.postgres,
     )
 
 
@@ -201,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the DAGs with `airflow dags test` in schedule order instead of the scheduler (CI)",
     )
     demo.add_argument("--out", default=None, help="working directory (default: .artifacts/demo/<time>)")
+    demo.add_argument(
+        "--postgres",
+        action="store_true",
+        help="Airflow's metadata DB on a private PostgreSQL server (Debian's postgresql) instead of SQLite",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     topology = sub.add_parser("topology", help="inspect a retry topology").add_subparsers(

@@ -37,6 +37,8 @@ from airflow_kafka_retry.testing.capabilities import (
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
+pytest_plugins = ["tests.support.postgres_fixtures"]  # postgres, airflow_databases, airflow_database_url
+
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()
 _BROKER_KEY = pytest.StashKey[str]()
 

@@ -21,6 +21,7 @@ def main(
     fast: bool = False,
     out_dir: str | Path | None = None,
     kafka: bool = False,
+    postgres: bool = False,
 ) -> int:
     """
     Run the demo on ``bootstrap``, or on a broker started for it (Tansu; ``kafka``: Apache Kafka).
@@ -36,4 +37,5 @@ def main(
         fast=fast,
         out_dir=Path(out_dir) if out_dir else None,
         kafka=kafka,
+        postgres=postgres,
     )

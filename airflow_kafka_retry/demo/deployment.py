@@ -81,6 +81,15 @@ class Deployment:
         return self.root / "airflow"
 
     @property
+    def database_url(self) -> str:
+        """The metadata DB's SQLAlchemy URL: a SQLite file in the home, or PostgreSQL (``--postgres``)."""
+        return self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
+    @property
+    def database_name(self) -> str:
+        return "PostgreSQL" if self.database_url.startswith("postgresql") else "SQLite"
+
+    @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.env['AIRFLOW__API__PORT']}"
 
@@ -141,11 +150,19 @@ def observability_env(root: Path, statsd_port: int | None) -> dict[str, str]:
     return env
 
 
-def prepare(root: Path, *, topic: str, bootstrap: str, statsd_port: int | None = None) -> Deployment:
+def prepare(
+    root: Path,
+    *,
+    topic: str,
+    bootstrap: str,
+    statsd_port: int | None = None,
+    database_url: str | None = None,
+) -> Deployment:
     """
     Write the topology and the DAG file into a fresh Airflow home under ``root``.
 
-    With ``statsd_port``, Airflow sends its metrics to that StatsD port.
+    With ``statsd_port``, Airflow sends its metrics to that StatsD port; ``database_url`` is the metadata
+    DB (default: SQLite in the home).
     """
     home = root / "airflow"
     topologies = home / "dags" / "topologies"
@@ -174,5 +191,6 @@ def prepare(root: Path, *, topic: str, bootstrap: str, statsd_port: int | None =
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             **observability_env(root, statsd_port),
         },
+        database_url=database_url,
     )
     return Deployment(root, topology, env)

@@ -12,7 +12,6 @@ import json
 import sqlite3
 import time
 from collections.abc import Mapping
-from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from rich.text import Text
 from airflow_kafka_retry.demo.account import held_topics
 from airflow_kafka_retry.demo.orders import ALERTS_FILE, read_lines
 from airflow_kafka_retry.engine.backlog import scan_backlog
+from airflow_kafka_retry.testing.airflow_stack import query_metadata
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.demo.deployment import Deployment
@@ -67,18 +67,28 @@ class Snapshot:
         return all(t.waiting == 0 for t in self.tiers)
 
 
-def xcom_summaries(db: Path) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(dag_id, run_id, summary)`` of every reprocess task that pushed a run summary."""
-    if not db.exists():
+def _rows(database_url: str, sql: str) -> list[tuple]:
+    """Rows of ``sql`` on the demo's metadata DB; none while it is not created or migrated yet."""
+    if database_url.startswith("sqlite:///") and not Path(database_url.removeprefix("sqlite:///")).exists():
         return []
+    not_ready: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
+    if database_url.startswith("postgresql"):
+        import psycopg2
+
+        not_ready = (psycopg2.ProgrammingError,)  # an undefined table
     try:
-        with closing(sqlite3.connect(db, timeout=30)) as con:
-            rows = con.execute(
-                "SELECT dag_id, run_id, value FROM xcom WHERE task_id = 'reprocess' AND "
-                "key IN ('return_value', 'summary')"
-            ).fetchall()
-    except sqlite3.OperationalError:  # not migrated yet
+        return query_metadata(database_url, sql)
+    except not_ready:
         return []
+
+
+def xcom_summaries(database_url: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(dag_id, run_id, summary)`` of every reprocess task that pushed a run summary."""
+    rows = _rows(
+        database_url,
+        "SELECT dag_id, run_id, value FROM xcom WHERE task_id = 'reprocess' AND "
+        "key IN ('return_value', 'summary')",
+    )
     out = []
     for dag_id, run_id, value in rows:
         data = json.loads(value) if isinstance(value, (str, bytes)) else value
@@ -89,17 +99,13 @@ def xcom_summaries(db: Path) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def dag_runs(db: Path) -> dict[str, tuple[int, int]]:
+def dag_runs(database_url: str) -> dict[str, tuple[int, int]]:
     """dag_id -> (runs, runs not finished)."""
-    if not db.exists():
-        return {}
-    try:
-        with closing(sqlite3.connect(db, timeout=30)) as con:
-            rows = con.execute(
-                "SELECT dag_id, count(*), sum(state IN ('queued', 'running')) FROM dag_run GROUP BY dag_id"
-            ).fetchall()
-    except sqlite3.OperationalError:
-        return {}
+    rows = _rows(
+        database_url,
+        "SELECT dag_id, count(*), sum(CASE WHEN state IN ('queued', 'running') THEN 1 ELSE 0 END) "
+        "FROM dag_run GROUP BY dag_id",
+    )
     return {dag_id: (runs, active or 0) for dag_id, runs, active in rows}
 
 
@@ -114,7 +120,7 @@ class ProgressReader:
 
     def snapshot(self) -> Snapshot:
         topology = self.deployment.topology
-        db = self.deployment.home / "airflow.db"
+        db = self.deployment.database_url
         now = int(time.time() * 1000)
         by_dag: dict[str, list[dict[str, Any]]] = {}
         for dag_id, _, summary in xcom_summaries(db):

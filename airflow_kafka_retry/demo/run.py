@@ -2,9 +2,9 @@
 The demo's course: broker, Airflow, orders, the tier DAGs at work, the fix and DLT replay, the account.
 
 Full mode runs the tier DAGs under the real scheduler (api-server, scheduler, dag-processor and
-triggerer, LocalExecutor on SQLite); ``fast`` runs each DAG with ``airflow dags test``, in schedule
-order, whenever its tier has records waiting (for CI). Every process started here is stopped on
-the way out, on errors and Ctrl-C too.
+triggerer, LocalExecutor on SQLite, or on a private PostgreSQL server with ``postgres``); ``fast``
+runs each DAG with ``airflow dags test``, in schedule order, whenever its tier has records waiting
+(for CI). Every process started here is stopped on the way out, on errors and Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -85,13 +85,17 @@ class Demo:
         # the shop's topic; the setup DAG creates the tiers, DLTs and parking topic
         create_topics(self.bootstrap, [topology.topic], self.partitions)
         if self.fast:
-            self._say("Airflow: metadata DB (SQLite), DAGs parsed; the DAGs run with `airflow dags test`")
+            self._say(
+                f"Airflow: metadata DB ({self.d.database_name}), DAGs parsed; the DAGs run with "
+                "`airflow dags test`"
+            )
             self.cluster.migrate()
             self._cli("dags", "reserialize")
             self._cli("dags", "test", self.d.setup_dag_id)
         else:
             self._say(
-                "Airflow: starting api-server, scheduler, dag-processor, triggerer (SQLite, LocalExecutor)"
+                "Airflow: starting api-server, scheduler, dag-processor, triggerer "
+                f"({self.d.database_name}, LocalExecutor)"
             )
             self.cluster.start()
             self._say(
@@ -234,8 +238,8 @@ class Demo:
         rows = self.cluster.query(
             "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'replay_dlt'", self.d.replay_dag_id
         )
-        summary = json.loads(rows[-1][0]) if rows else None
-        if isinstance(summary, str):
+        summary = rows[-1][0] if rows else None
+        while isinstance(summary, (str, bytes)):  # text on SQLite (JSON in JSON), decoded on PostgreSQL
             summary = json.loads(summary)
         if not summary or summary.get("status") != "ok":
             raise DemoError(
@@ -278,7 +282,7 @@ class Demo:
         produced = produced_fates(written)
         (self.d.root / "produced.json").write_text(json.dumps(produced))
         parked = read_parked(self.kafka_config, topology)
-        summaries = [s for _, _, s in xcom_summaries(self.d.home / "airflow.db")]
+        summaries = [s for _, _, s in xcom_summaries(self.d.database_url)]
         return reconcile(
             topology,
             produced,
@@ -369,6 +373,7 @@ def run_demo(
     out_dir: Path | None,
     kafka: bool = False,
     console: Console | None = None,
+    postgres: bool = False,
 ) -> int:
     """The whole demo; returns the process exit code (0: the account reconciles)."""
     console = console or Console(width=None if sys.stdout.isatty() else 132)
@@ -383,9 +388,15 @@ def run_demo(
     started = time.monotonic()
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        with _broker(bootstrap, console, kafka=kafka) as address, StatsdSink(root / METRICS_FILE) as sink:
+        with (
+            _broker(bootstrap, console, kafka=kafka) as address,
+            StatsdSink(root / METRICS_FILE) as sink,
+            _metadata_db(postgres, console) as database_url,
+        ):
             topic = "orders" if bootstrap is None else f"orders-demo-{uuid.uuid4().hex[:6]}"
-            deployment = prepare(root, topic=topic, bootstrap=address, statsd_port=sink.port)
+            deployment = prepare(
+                root, topic=topic, bootstrap=address, statsd_port=sink.port, database_url=database_url
+            )
             demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
             mode = "fast: `airflow dags test` in schedule order" if fast else "the Airflow scheduler"
             tiers = ", ".join(f"{t.topic} {t.delay_ms // 1000}s" for t in deployment.topology.retry_tiers)
@@ -457,6 +468,31 @@ def _observability(console: Console, root: Path, deployment: Deployment) -> None
 
 def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+@contextmanager
+def _metadata_db(postgres: bool, console: Console) -> Iterator[str | None]:
+    """
+    Yield the metadata DB's URL: ``None`` for SQLite in the Airflow home.
+
+    With ``postgres``, a database on a private PostgreSQL server (Debian's ``postgresql``), stopped at
+    the end.
+    """
+    if not postgres:
+        yield None
+        return
+    from airflow_kafka_retry.testing.postgres import PostgresCluster, PostgresError
+
+    try:
+        pg = PostgresCluster().start()
+    except PostgresError as exc:
+        raise DemoError(str(exc)) from None
+    try:
+        console.print(f"PostgreSQL metadata DB: a private server at 127.0.0.1:{pg.port} (pid {pg.pid})")
+        yield pg.create_database("airflow_demo")
+    finally:
+        console.print("stopping PostgreSQL")
+        pg.stop()
 
 
 @contextmanager

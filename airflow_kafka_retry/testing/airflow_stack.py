@@ -41,11 +41,14 @@ def airflow_env(
     extra: dict[str, str] | None = None,
     api_port: int | None = None,
     pythonpath: Sequence[str | Path] = (),
+    database_url: str | None = None,
 ) -> dict[str, str]:
     """
     The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
 
     :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
+    :param database_url: the metadata DB's SQLAlchemy URL (e.g. from ``testing/airflow_postgres.py``);
+        default a SQLite file in ``home``.
     """
     port = api_port or free_port()
     (home / "dags").mkdir(parents=True, exist_ok=True)
@@ -59,7 +62,7 @@ def airflow_env(
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": database_url or f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(port),
             "AIRFLOW__API__WORKERS": "1",
@@ -121,15 +124,42 @@ def _migrate(env: dict[str, str], cwd: Path | None) -> None:
         raise RuntimeError(f"airflow db migrate failed: {done.stderr[-3000:]}")
 
 
+def query_metadata(url: str, sql: str, *params: object) -> list[tuple]:
+    """Rows of ``sql`` (``?`` placeholders) on the metadata DB at SQLAlchemy ``url``: SQLite or PostgreSQL."""
+    if url.startswith("postgresql"):
+        from airflow_kafka_retry.testing.postgres import query
+
+        return query(url, sql, *params)
+    with closing(sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)) as con:
+        return con.execute(sql, params).fetchall()
+
+
 class AirflowCluster:
     """
     Start the deployment's four processes.
 
-    ``stop()`` (or leaving the ``with`` block) ends each by its pid.
+    ``stop()`` (or leaving the ``with`` block) ends each by its pid. A component named ``scheduler#2`` is
+    a second ``airflow scheduler`` (high availability needs a PostgreSQL metadata DB); ``component_env``
+    adds variables to one component's environment; ``components`` are those the ``with`` block starts.
+
+    :param migrated: the metadata DB already holds Airflow's schema (a copy of a migrated template):
+        :meth:`start` skips ``airflow db migrate``.
     """
 
-    def __init__(self, home: Path, env: dict[str, str], *, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        env: dict[str, str],
+        *,
+        cwd: Path | None = None,
+        migrated: bool = False,
+        component_env: dict[str, dict[str, str]] | None = None,
+        components: Sequence[str] = COMPONENTS,
+    ) -> None:
         self.home = home
+        self.migrated = migrated
+        self.component_env = component_env or {}
+        self.components = tuple(components)
         self.env = env
         self.cwd = cwd or home
         self.airflow = str(Path(sys.executable).with_name("airflow"))
@@ -152,17 +182,18 @@ class AirflowCluster:
 
     def start(self, components: Sequence[str] = COMPONENTS) -> AirflowCluster:
         """
-        Migrate the metadata DB and start ``components``, the api-server first.
+        Migrate the metadata DB (unless ``migrated``) and start ``components``, the api-server first.
 
         Tasks reach the DB through it: a task the scheduler started before it listened would fail.
         """
-        self.migrate()
+        if not self.migrated:
+            self.migrate()
         for name in sorted(components, key=lambda c: c != "api-server"):
             log = open(self.home / f"{name}.log", "wb")  # closed in stop()
             self._logs[name] = log
             self.processes[name] = subprocess.Popen(
-                [self.airflow, name],
-                env=self.env,
+                [self.airflow, name.partition("#")[0]],
+                env={**self.env, **self.component_env.get(name, {})},
                 cwd=self.cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -184,8 +215,8 @@ class AirflowCluster:
         log = open(self.home / f"{name}.log", "ab")  # closed in stop()
         self._logs[name] = log
         self.processes[name] = subprocess.Popen(
-            [self.airflow, name],
-            env=self.env,
+            [self.airflow, name.partition("#")[0]],
+            env={**self.env, **self.component_env.get(name, {})},
             cwd=self.cwd,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -228,15 +259,19 @@ class AirflowCluster:
             self._logs[name].close()
 
     def __enter__(self) -> AirflowCluster:
-        return self.start()
+        return self.start(self.components)
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
     # ------------------------------------------------------------------ reading the metadata DB
+    @property
+    def database_url(self) -> str:
+        return self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+
     def query(self, sql: str, *params: object) -> list[tuple]:
-        with closing(sqlite3.connect(self.home / "airflow.db", timeout=30)) as con:
-            return con.execute(sql, params).fetchall()
+        """Rows of ``sql`` (``?`` placeholders) on the metadata DB, SQLite or PostgreSQL."""
+        return query_metadata(self.database_url, sql, *params)
 
     def task_states(self, dag_id: str) -> list[tuple]:
         """``(run_id, task_id, state)`` of every task instance of ``dag_id``."""

@@ -1,5 +1,6 @@
 """Cases 7 (Airflow half) and 8: ``ReprocessTierOperator`` through real Airflow (``airflow dags test``,
-SQLite metadata DB, its own ``AIRFLOW_HOME``, the Kafka connection from ``AIRFLOW_CONN_KAFKA_DEFAULT``).
+its own ``AIRFLOW_HOME`` and PostgreSQL metadata DB (a copy of a migrated template,
+``tests/support/postgres_fixtures.py``), the Kafka connection from ``AIRFLOW_CONN_KAFKA_DEFAULT``).
 
 8. The task process gets SIGTERM, and SIGKILL if it is still alive after the grace period (Airflow's
    supervisor escalates after 5 s). ``on_kill`` stops every partition at its next chunk boundary: with
@@ -14,20 +15,22 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 
 from tests.faults.helpers import REPO, options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
 
 pytestmark = [pytest.mark.slow]
 
@@ -55,14 +58,6 @@ with DAG("akr_faults_reprocess", schedule=None, start_date=datetime(2024, 1, 1),
 '''
 
 
-@pytest.fixture(scope="module")
-def migrated_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An AIRFLOW_HOME with a migrated SQLite DB, copied by each deployment the tests start."""
-    home = tmp_path_factory.mktemp("airflow-template")
-    seed_metadata_db(_env(home, "127.0.0.1:1", "unused"), cwd=REPO)
-    return home
-
-
 def _airflow() -> str:
     return str(Path(sys.executable).with_name("airflow"))
 
@@ -74,7 +69,6 @@ def _env(home: Path, bootstrap: str, ledger_file: str, **extra: str) -> dict[str
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
             "AIRFLOW_CONN_KAFKA_DEFAULT": json.dumps(
                 {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
             ),
@@ -86,10 +80,11 @@ def _env(home: Path, bootstrap: str, ledger_file: str, **extra: str) -> dict[str
     return env
 
 
-def _deployment(template: Path, where: Path, topology_file: Path, env: dict[str, str]) -> dict[str, str]:
-    """A copy of the migrated home with the DAG file, reserialized; returns its environment."""
-    shutil.copytree(template, where)
-    (where / "dags").mkdir(exist_ok=True)
+def _deployment(
+    databases: AirflowDatabases, where: Path, topology_file: Path, env: dict[str, str]
+) -> dict[str, str]:
+    """A home with the DAG file and a fresh migrated metadata DB, reserialized; returns its environment."""
+    (where / "dags").mkdir(parents=True)
     (where / "dags" / "akr_faults_reprocess.py").write_text(
         DAG_FILE.format(topology=str(topology_file), chunk=CHUNK)
     )
@@ -97,7 +92,7 @@ def _deployment(template: Path, where: Path, topology_file: Path, env: dict[str,
         **env,
         "AIRFLOW_HOME": str(where),
         "AIRFLOW__CORE__DAGS_FOLDER": str(where / "dags"),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{where / 'airflow.db'}",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": databases.new(),
     }
     done = subprocess.run(
         [_airflow(), "dags", "reserialize"],
@@ -170,11 +165,11 @@ def _setup(tmp_path: Path, bootstrap: str, prefix: str, count: int):
     ids=["boundary-within-grace", "sigkill-mid-chunk"],
 )
 def test_a_killed_airflow_task_stops_at_a_chunk_boundary(
-    kafka_bootstrap, tmp_path, migrated_home, fault_result, slow_s
+    kafka_bootstrap, tmp_path, airflow_databases, fault_result, slow_s
 ):
     ledger_file, topology_file, topology, inputs, markers = _setup(tmp_path, kafka_bootstrap, "af-kill", 200)
     env = _deployment(
-        migrated_home,
+        airflow_databases,
         tmp_path / "airflow",
         topology_file,
         _env(tmp_path, kafka_bootstrap, ledger_file, AKR_SLOW_S=str(slow_s), AKR_KILL_DIR=markers),
@@ -228,11 +223,11 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(
     "dags test` runs, two deployments, one Kafka), started together",
 )
 def test_two_airflow_task_instances_of_one_tier_one_is_fenced(
-    kafka_bootstrap, tmp_path, migrated_home, broker_capabilities, fault_result
+    kafka_bootstrap, tmp_path, airflow_databases, broker_capabilities, fault_result
 ):
     ledger_file, topology_file, topology, inputs, markers = _setup(tmp_path, kafka_bootstrap, "af-twice", 80)
     base = _env(tmp_path, kafka_bootstrap, ledger_file, AKR_SLOW_S="0.3", AKR_KILL_DIR=markers)
-    envs = [_deployment(migrated_home, tmp_path / f"airflow-{n}", topology_file, base) for n in "ab"]
+    envs = [_deployment(airflow_databases, tmp_path / f"airflow-{n}", topology_file, base) for n in "ab"]
     logs = [tmp_path / f"dags-test-{n}.log" for n in "ab"]
 
     # started together: each spends about 10 s starting Airflow, then drains for about 20 s, so whichever

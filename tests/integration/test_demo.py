@@ -1,14 +1,15 @@
 """The README's main command, ``airflow-kafka-retry demo``, end to end in a subprocess, in both modes.
 
-``--fast`` runs the factory-built tier DAGs with ``airflow dags test``; without it the real
-scheduler, triggerer, dag-processor and api-server run them. Either way the demo uses the embedded
+``--fast`` runs the factory-built tier DAGs with ``airflow dags test`` (SQLite); without it the real
+scheduler, triggerer, dag-processor and api-server run them, here with ``--postgres`` (the metadata DB on a
+private PostgreSQL server). Either way the demo uses the embedded
 broker, fixes the bug, replays the DLT with the replay DAG and ends with the account. Checked: it exits 0;
 every order is in exactly one final place, the one its fate calls for, and the places add up to
 the orders read back from the topic (none unaccounted for, none handled successfully twice); the XCom
 run summaries agree with the service's books; no record was handled before its due time; the PNG
 exists and is a real picture; the data it was drawn from equals the table's counts; the lineage graph
 drawn from the OpenLineage events has the flow's hops, and the StatsD counters the graph's; no Airflow
-process of the demo outlives it, also when it is stopped mid-run.
+(or PostgreSQL) process of the demo outlives it, also when it is stopped mid-run.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def demo_processes(tmp_path_factory, kafka_bootstrap):
         command = [
             str(Path(sys.executable).with_name("airflow-kafka-retry")),
             "demo",
-            *(["--fast"] if mode == "fast" else ["--bootstrap", kafka_bootstrap]),
+            *(["--fast"] if mode == "fast" else ["--bootstrap", kafka_bootstrap, "--postgres"]),
             "--orders",
             str(ORDERS),
             "--out",
@@ -118,6 +119,11 @@ def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
     assert "Reconciled:" in done.stdout
     if "--fast" not in done.args:
         assert "Airflow UI: http://127.0.0.1:" in done.stdout
+    if "--postgres" in done.args:
+        [pid] = re.findall(
+            r"PostgreSQL metadata DB: a private server at 127\.0\.0\.1:\d+ \(pid (\d+)\)", done.stdout
+        )
+        assert not Path(f"/proc/{pid}").exists(), "PostgreSQL outlived the demo"
     assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], (
         "an Airflow process outlived the demo"
     )

@@ -1,9 +1,10 @@
 """End to end on a real Airflow deployment: factory-built tier DAGs (schedule mode) run by the scheduler.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-SQLite, see airflow_kafka_retry/testing/airflow_stack.py). The topology has tiers of 10 s and 20 s; the main
-topic's DAG (``include_main``) plays the failing service: every record fails there once. Records
-then go through retry-1 and retry-2, and the ones that never succeed end in the DLT.
+PostgreSQL, as in production: see airflow_kafka_retry/testing/airflow_stack.py and testing/postgres.py).
+The topology has tiers of 10 s and 20 s; the main topic's DAG (``include_main``) plays the failing
+service: every record fails there once. Records then go through retry-1 and retry-2, and the ones that
+never succeed end in the DLT.
 
 Checked: every record ends where its script says (succeeded on retry-1, on retry-2, or in the DLT,
 exactly once), no record is handled before its due time, the reprocess task notified the DLT
@@ -96,8 +97,10 @@ def _dlt_coordinates(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
     return sorted((m.topic(), m.partition(), m.offset()) for m in ledger.read_all(bootstrap, topic))
 
 
-def _seconds(value: str | None) -> float | None:
-    return datetime.fromisoformat(value).timestamp() if value else None
+def _seconds(value: datetime | str | None) -> float | None:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.timestamp() if value else None
 
 
 def _breakdown(task_times: list[tuple], dag_id: str, first_due_ms: int) -> str:
@@ -129,7 +132,7 @@ def _lateness(entries: list[dict]) -> tuple[float, float]:
     return statistics.median(late), max(late)
 
 
-def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, request):
+def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url, tmp_path, capsys, request):
     main = unique_topic("e2e")
     topology_file = tmp_path / "topology.yaml"
     topology_file.write_text(
@@ -156,6 +159,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, req
         },
         extra={"AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log)},
         pythonpath=[REPO],
+        database_url=airflow_database_url,
     )
     (home / "dags" / "e2e_tiers.py").write_text(
         textwrap.dedent(
@@ -172,7 +176,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, tmp_path, capsys, req
         }
         return len(finals) == COUNT
 
-    with AirflowCluster(home, env, cwd=REPO) as cluster:
+    with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
         started = time.monotonic()
         while time.monotonic() - started < DEADLINE_S and not done(_ledger(timed_ledger)):
             cluster.check_alive()

@@ -1,12 +1,13 @@
 """End to end on a real Airflow deployment: event-driven tier DAGs run by the triggerer's watchers.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-SQLite). The topology has tiers of 10 s and 30 s; the main topic's DAG (``include_main``) plays the
-failing service: every record fails there once. Records are produced continuously (four a second),
-so records become due continuously on both tiers. Phase 1 runs undisturbed (its lateness is the
-figure reported); in phase 2 more records flow and the triggerer is killed (SIGKILL) as soon as a retry-1
-wave has been fired and not yet taken (its due event is in the metadata DB, the tier group's committed
-offset on the broker still at or before a head it names), then started again.
+PostgreSQL, as in production). The topology has tiers of 10 s and 30 s; the main topic's DAG
+(``include_main``) plays the failing service: every record fails there once. Records are produced
+continuously (four a second), so records become due continuously on both tiers. Phase 1 runs
+undisturbed (its lateness is the figure reported); in phase 2 more records flow and the triggerer is
+killed (SIGKILL) as soon as a retry-1 wave has been fired and not yet taken (its due event is in the
+metadata DB, the tier group's committed offset on the broker still at or before a head it names), then
+started again.
 
 Checked: every record ends where its script says, exactly once (no loss, no repeat, across the
 triggerer's crash); none is handled before its due time; no wave was fired twice (no two due
@@ -104,12 +105,19 @@ def _dlt_coordinates(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
     return sorted((m.topic(), m.partition(), m.offset()) for m in ledger.read_all(bootstrap, topic))
 
 
+def _json(value: str | dict) -> dict:
+    """A JSON column: text on SQLite, decoded already by the PostgreSQL driver."""
+    return value if isinstance(value, dict) else json.loads(value)
+
+
 def _lateness(entries: list[dict]) -> tuple[float, float]:
     late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries]
     return statistics.median(late), max(late)
 
 
-def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, capsys, request):
+def test_event_driven_tiers_run_when_records_are_due(
+    kafka_bootstrap, airflow_database_url, tmp_path, capsys, request
+):
     main = unique_topic("ev")
     topology_file = tmp_path / "topology.yaml"
     topology_file.write_text(
@@ -144,6 +152,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
         },
         pythonpath=[REPO],
+        database_url=airflow_database_url,
     )
     (home / "dags" / "ev_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
     dlt = topology.dlt_topic
@@ -190,7 +199,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
                 return None
             committed = ledger.committed(kafka_bootstrap, tier1_group, retry1, PARTITIONS)
             for event_id, extra in rows:
-                for head in json.loads(extra)["payload"]["heads"]:
+                for head in _json(extra)["payload"]["heads"]:
                     if committed[head["partition"]] <= head["offset"]:
                         where = f"{retry1}[{head['partition']}]@{head['offset']}"
                         return f"due event {event_id}: {where} not yet taken"
@@ -198,7 +207,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
 
         return check
 
-    with AirflowCluster(home, env, cwd=REPO) as cluster:
+    with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
         # as a deployment starts: the setup DAG creates the topics once, then the service produces
         setup = f"ev__{main}__ensure_topics"
 
@@ -292,7 +301,7 @@ def test_event_driven_tiers_run_when_records_are_due(kafka_bootstrap, tmp_path, 
     assert not [k for k in states if k[2] == "failed"], dict(states)
     # one event per wave: no two due events name the same partition heads (the triggerer's restart included)
     waves = Counter(
-        (uri, json.dumps(json.loads(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
+        (uri, json.dumps(_json(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
     )
     assert waves, waves
     assert not [w for w, n in waves.items() if n > 1], waves

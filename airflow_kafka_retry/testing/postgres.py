@@ -1,0 +1,340 @@
+"""
+A private PostgreSQL server for tests, benches and the demo, from Debian's ``postgresql`` package.
+
+``PostgresCluster()`` is a context manager: ``initdb`` in a temporary directory, then ``postgres`` on a
+free loopback port, its unix socket in that directory too. ``create_database(name, template=...)``
+returns the SQLAlchemy URL of a new database (``postgresql+psycopg2://``: the driver Airflow's
+PostgreSQL backend uses; Airflow's async engine derives ``postgresql+asyncpg://`` from it, so both
+``psycopg2-binary`` and ``asyncpg`` must be installed).
+
+``initdb`` and ``postgres`` refuse to run as root: as root, both run as the ``postgres`` user that the
+Debian package creates (the temporary directory is handed to it). Durability is switched off
+(``fsync``, ``synchronous_commit``, ``full_page_writes``): a test server's data is thrown away, and a
+crash of the machine is not a case it must survive. The postmaster leads its own process group, dies
+with the process that started it (PR_SET_PDEATHSIG, set after the switch of user), and is stopped at
+interpreter exit; :meth:`PostgresCluster.stop` asks for a fast shutdown, then ``pg_ctl stop -m
+immediate``, then SIGKILLs the group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import logging
+import os
+import pwd
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+from airflow_kafka_retry.testing.processes import (
+    free_port,
+    parent_death_hook,
+    register,
+    signal_group,
+    unregister,
+)
+
+log = logging.getLogger(__name__)
+
+SUPERUSER = "airflow"
+DRIVER = "postgresql+psycopg2"
+#: Server settings of a throw-away test server (durability off) with room for several Airflow clusters.
+SETTINGS = {
+    "listen_addresses": "127.0.0.1",
+    "fsync": "off",
+    "synchronous_commit": "off",
+    "full_page_writes": "off",
+    "max_connections": "400",
+    "log_min_messages": "warning",
+}
+_PR_SET_PDEATHSIG = 1
+_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+class PostgresError(RuntimeError):
+    """PostgreSQL is missing, or did not start; the message says what to do or carries its log."""
+
+
+def find_bindir() -> Path:
+    """
+    Find the directory holding ``initdb``, ``postgres`` and ``pg_ctl``.
+
+    ``PG_BINDIR``, else the newest ``/usr/lib/postgresql/<version>/bin`` (Debian), else the one of
+    ``initdb`` on ``PATH``.
+    """
+    candidates = [os.environ["PG_BINDIR"]] if os.environ.get("PG_BINDIR") else []
+    candidates += sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+        reverse=True,
+    )
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(str(Path(on_path).resolve().parent))
+    for bindir in candidates:
+        if all((Path(bindir) / tool).exists() for tool in ("initdb", "postgres", "pg_ctl")):
+            return Path(bindir)
+    raise PostgresError(
+        "PostgreSQL server binaries (initdb, postgres, pg_ctl) not found: install Debian's `postgresql` "
+        "package (scripts/test does it as root), or set PG_BINDIR to their directory"
+    )
+
+
+def _server_user() -> pwd.struct_passwd | None:
+    """The account the server runs as when we are root (``postgres``); ``None``: run as ourselves."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        return pwd.getpwnam("postgres")
+    except KeyError:
+        raise PostgresError(
+            "running as root, but there is no `postgres` user to run initdb and postgres as (they refuse "
+            "root): install Debian's `postgresql` package, which creates it"
+        ) from None
+
+
+class PostgresCluster:
+    """
+    A PostgreSQL server subprocess on loopback with trust authentication; a context manager.
+
+    :param settings: server settings added to or replacing :data:`SETTINGS`.
+    :param startup_timeout: seconds to wait for the server to accept a connection.
+    """
+
+    def __init__(self, *, settings: dict[str, str] | None = None, startup_timeout: float = 60.0) -> None:
+        self._settings = {**SETTINGS, **(settings or {})}
+        self._startup_timeout = startup_timeout
+        self._dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+        self._bindir: Path | None = None
+        self._user: pwd.struct_passwd | None = None
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("PostgreSQL is not started")
+        return self._port
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def log_path(self) -> Path | None:
+        return self._dir / "postgres.log" if self._dir is not None else None
+
+    def url(self, database: str = "postgres") -> str:
+        """SQLAlchemy URL of ``database`` on this server."""
+        return f"{DRIVER}://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> PostgresCluster:
+        if self._proc is not None:
+            raise RuntimeError("PostgreSQL already started")
+        self._bindir = find_bindir()
+        self._user = _server_user()
+        self._dir = Path(tempfile.mkdtemp(prefix="airflow-kafka-retry-pg-"))
+        if self._user is not None:
+            os.chown(self._dir, self._user.pw_uid, self._user.pw_gid)
+        data = self._dir / "data"
+        done = self._run(
+            "initdb",
+            "-D",
+            str(data),
+            "-U",
+            SUPERUSER,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-locale",
+            "--no-sync",
+        )
+        if done.returncode != 0:
+            self.stop()
+            raise PostgresError(f"initdb failed (exit {done.returncode}):\n{done.stdout[-3000:]}")
+        self._port = free_port()
+        options = [arg for k, v in self._settings.items() for arg in ("-c", f"{k}={v}")]
+        with open(self.log_path, "ab") as logf:  # type: ignore[arg-type]
+            self._proc = subprocess.Popen(
+                [str(self._bindir / "postgres"), "-D", str(data), "-p", str(self._port), "-k", str(self._dir)]
+                + options,
+                stdin=subprocess.DEVNULL,
+                stdout=logf,
+                stderr=subprocess.STDOUT,
+                cwd=self._dir,
+                env=self._env(),
+                start_new_session=True,
+                preexec_fn=self._become_server_user(die_with_parent=parent_death_hook() is not None),  # noqa: PLW1509
+            )
+        register(self)
+        self._wait_ready()
+        log.info("PostgreSQL pid %s on 127.0.0.1:%s (data %s)", self.pid, self._port, data)
+        return self
+
+    def stop(self) -> None:
+        """
+        Stop the server and remove its directory; idempotent.
+
+        A fast shutdown (SIGINT), else ``pg_ctl stop -m immediate``, else SIGKILL.
+        """
+        proc, data = self._proc, self._dir / "data" if self._dir is not None else None
+        try:
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    log.warning(
+                        "PostgreSQL pid %s ignored a fast shutdown; stopping it immediately", proc.pid
+                    )
+                    self._run("pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w")
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(10)
+        finally:
+            if proc is not None:
+                signal_group(proc.pid, signal.SIGKILL)  # backends left behind, if any
+                if proc.poll() is None:
+                    proc.wait(10)
+            self._proc = None
+            self._port = None
+            unregister(self)
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+
+    def __enter__(self) -> Self:
+        if self._proc is None:
+            self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"PostgresCluster(pid={self.pid}, port={self._port})"
+
+    # ------------------------------------------------------------------ databases
+    def create_database(self, name: str, *, template: str | None = None) -> str:
+        """
+        ``CREATE DATABASE name [TEMPLATE template]``; returns its SQLAlchemy URL.
+
+        A template must have no open connection while it is copied.
+        """
+        for n in (name, template):
+            if n is not None and not _NAME.match(n):
+                raise ValueError(f"database name {n!r}: use lower-case letters, digits and _ (at most 63)")
+        self.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
+        return self.url(name)
+
+    def drop_database(self, name: str) -> None:
+        self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def execute(self, sql: str) -> None:
+        """Run one statement outside a transaction (CREATE/DROP DATABASE) on the ``postgres`` database."""
+        import psycopg2
+
+        con = psycopg2.connect(host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres")
+        try:
+            con.autocommit = True
+            with con.cursor() as cur:
+                cur.execute(sql)
+        finally:
+            con.close()
+
+    # ------------------------------------------------------------------ internals
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env.update({"LC_ALL": "C", "LANG": "C", "HOME": str(self._dir)})
+        return env
+
+    def _become_server_user(self, *, die_with_parent: bool = False) -> Callable[[], None]:
+        """
+        Build the ``preexec_fn`` that switches to the server's user.
+
+        Then, if asked, it sets PR_SET_PDEATHSIG, which a change of user clears (so Popen's own
+        ``user=`` cannot be combined with it). libc is loaded here, before the fork: the server's user
+        may not read this interpreter's files.
+        """
+        user = self._user
+        libc = ctypes.CDLL("libc.so.6", use_errno=True) if die_with_parent else None
+
+        def preexec() -> None:  # pragma: no cover - runs in the forked child
+            if user is not None:
+                os.setgroups([])
+                os.setgid(user.pw_gid)
+                os.setuid(user.pw_uid)
+            if libc is not None:
+                libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+        return preexec
+
+    def _run(self, tool: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(find_bindir() if self._bindir is None else self._bindir) + f"/{tool}", *args],
+            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=self._dir,
+            env=self._env(),
+            timeout=120,
+            preexec_fn=self._become_server_user(),
+        )
+
+    def _log_tail(self, chars: int = 3000) -> str:
+        path = self.log_path
+        return path.read_text(errors="replace")[-chars:] if path is not None and path.exists() else ""
+
+    def _wait_ready(self) -> None:
+        import psycopg2
+
+        if self._proc is None:
+            raise RuntimeError("PostgreSQL is not started")
+        deadline = time.monotonic() + self._startup_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                tail = self._log_tail()
+                self.stop()
+                raise PostgresError(f"postgres exited during start-up; its log:\n{tail}")
+            try:
+                psycopg2.connect(
+                    host="127.0.0.1", port=self._port, user=SUPERUSER, dbname="postgres", connect_timeout=2
+                ).close()
+                return
+            except psycopg2.OperationalError:
+                time.sleep(0.1)
+        tail = self._log_tail()
+        self.stop()
+        raise PostgresError(
+            f"postgres did not accept connections within {self._startup_timeout:.0f}s:\n{tail}"
+        )
+
+
+def query(url: str, sql: str, *params: object) -> list[tuple]:
+    """Rows of ``sql`` on the database at SQLAlchemy ``url``, with sqlite-style ``?`` placeholders."""
+    import psycopg2
+
+    dsn = re.sub(r"^postgresql\+\w+://", "postgresql://", url)
+    con = psycopg2.connect(dsn)
+    try:
+        with con.cursor() as cur:
+            cur.execute(sql.replace("%", "%%").replace("?", "%s"), params)
+            rows = cur.fetchall() if cur.description is not None else []
+        con.commit()
+        return rows
+    finally:
+        con.close()
