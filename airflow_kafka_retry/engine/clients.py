@@ -184,7 +184,8 @@ def partition_counts(client: Consumer | Producer, topics: list[str], timeout: fl
 
 
 def init_transactions(producer: Producer, timeout: float) -> None:
-    """``producer.init_transactions``, retried on retriable errors until ``timeout`` seconds passed.
+    """
+    ``producer.init_transactions``, retried on retriable errors until ``timeout`` seconds passed.
 
     A broker whose transaction coordinator is still loading or moving answers ``NOT_COORDINATOR`` or
     ``COORDINATOR_LOAD_IN_PROGRESS`` (a fresh Apache Kafka does, for its first seconds); the client

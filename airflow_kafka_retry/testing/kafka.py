@@ -355,7 +355,8 @@ class ApacheKafka:
         )
 
     def _warm_up(self) -> None:
-        """Load the group and transaction coordinators, so the first test finds them ready.
+        """
+        Load the group and transaction coordinators, so the first test finds them ready.
 
         A fresh broker creates ``__consumer_offsets`` and ``__transaction_state`` on first use and answers
         ``COORDINATOR_LOAD_IN_PROGRESS`` / ``NOT_COORDINATOR`` until they are loaded; clients retry,

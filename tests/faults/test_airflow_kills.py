@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-
 from tests.faults.helpers import REPO, options, run_all_tiers
 from tests.support import ledger
 from tests.support.ledger import FaultInput

@@ -230,7 +230,7 @@ def test_event_driven_tiers_run_when_records_are_due(
         # a steady stream of due records is one following run per tier, not a run per wave: one run of the
         # retry-1 DAG drained all of phase 1's records there (any other run found nothing due)
         drains = [
-            json.loads(value)["totals"]["drained"]
+            _json(value)["totals"]["drained"]
             for (value,) in cluster.query(
                 "SELECT value FROM xcom "
                 "WHERE dag_id = ? AND task_id = 'reprocess' AND \"key\" = 'return_value'",
