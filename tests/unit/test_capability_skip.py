@@ -300,7 +300,7 @@ from tests.conftest import (_skip_without_capability, broker_capabilities, pytes
 from tests.unit.test_capability_skip import TANSU_LIKE
 
 
-def probe(bootstrap):
+def probe(bootstrap, **kwargs):
     if os.environ["PROBE"] == "raises":
         raise CapabilityProbeError("capability check(s) of the broker at kafka.example:9092 measured "
                                    "nothing: abort_isolation raised ConnectionResetError: reset")
@@ -374,7 +374,7 @@ def test_external_cluster_without_an_expected_capability_fails_the_session(
     result.stdout.fnmatch_lines(
         [
             (
-                "*broker capabilities: broker kafka.example:9092 lacks 6 "
+                "*broker capabilities: broker kafka.example:9092 lacks 7 "
                 "capability(ies) expected of it (abort_isolation: read_committed consumer "
                 "saw 3 of 3 records of an aborted transaction; exact_high_watermark: "
                 "*KAFKA_EXPECTED_CAPABILITIES*"

@@ -195,7 +195,9 @@ def test_no_metric_function_tags_a_partition_offset_or_key():
         "run_metrics": run_metrics(run, TOPOLOGY),
         "backlog_metrics": backlog_metrics(peek, TOPOLOGY, TOPOLOGY.tier(1), 5_000),
         "peek_gauges": peek_gauges(peek, "orders", 1, 5_000),
-        "dlt_watch_metrics": dlt_watch_metrics(TOPOLOGY, watch.by_topic_exception),
+        "dlt_watch_metrics": dlt_watch_metrics(
+            TOPOLOGY, watch.by_topic_exception, exception_tags(TOPOLOGY, watch.dead_lettered)
+        ),
     }
     for function, metrics in by_function.items():
         assert metrics, function
