@@ -63,7 +63,7 @@ MODES = ("fast", "scheduler")
 def demo_processes(tmp_path_factory, kafka_bootstrap):
     """Both demos, started together (each its own Airflow home and ports): the suite waits for the longer one,
     not for both in turn. The fast one on its own embedded broker; the scheduler one on the suite's broker,
-    whose topics the test reads afterwards (the demo's topic names are fixed: one demo per broker)."""
+    whose topics (``orders-demo-<id>``) the test reads afterwards."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
     started = {}
     for mode in MODES:
@@ -93,6 +93,26 @@ def demo_processes(tmp_path_factory, kafka_bootstrap):
         stderr.close()
 
 
+#: On a broker it did not start (``--bootstrap``, as the scheduler demo here) the demo names its topics
+#: ``orders-demo-<6 hex>``, not ``orders``, so as never to touch a real ``orders``: read as ``orders``.
+DEMO_TOPIC = re.compile(r"\borders-demo-[0-9a-f]{6}")
+
+
+def _read(out: Path, name: str) -> dict:
+    """A JSON file the demo wrote, with its topic named ``orders`` whatever broker it ran on."""
+    return json.loads(DEMO_TOPIC.sub("orders", (out / name).read_text()))
+
+
+def _drained(out: Path) -> dict[str, float]:
+    """The ``tier.drained`` StatsD counters the demo's Airflow sent, by tier (topic named ``orders``)."""
+    from airflow_kafka_retry.demo.statsd_sink import counter_totals
+
+    return {
+        DEMO_TOPIC.sub("orders", t): n
+        for t, n in counter_totals(out / "metrics.statsd")["tier.drained"].items()
+    }
+
+
 @pytest.fixture(scope="module", params=MODES)
 def demo_run(request, demo_processes):
     return _finished(demo_processes, request.param)
@@ -108,7 +128,10 @@ def _finished(demo_processes, mode: str) -> tuple[Path, subprocess.CompletedProc
     stdout.flush()
     stderr.flush()
     done = subprocess.CompletedProcess(
-        proc.args, proc.returncode, (out / "stdout.txt").read_text(), (out / "stderr.txt").read_text()
+        proc.args,
+        proc.returncode,
+        DEMO_TOPIC.sub("orders", (out / "stdout.txt").read_text()),
+        (out / "stderr.txt").read_text(),
     )
     return out, done
 
@@ -131,8 +154,8 @@ def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
 
 def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):
     out, done = demo_run
-    account = json.loads((out / "account.json").read_text())
-    produced = json.loads((out / "produced.json").read_text())
+    account = _read(out, "account.json")
+    produced = _read(out, "produced.json")
     # produced.json is what was read back from the topic afterwards, not what the producer meant to write
     assert account["produced"] == len(produced) == account["intended"] == ORDERS
     assert sorted(map(int, produced)) == list(range(ORDERS))
@@ -174,8 +197,8 @@ def test_the_picture_is_drawn_from_the_table_counts(demo_run):
     assert pixels.shape[0] > 400
     assert pixels.shape[1] > 600
     assert pixels[..., :3].std() > 0.05, "a blank picture"
-    data = json.loads((out / "flow.json").read_text())
-    account = json.loads((out / "account.json").read_text())
+    data = _read(out, "flow.json")
+    account = _read(out, "account.json")
     assert data["final"] == account["final"]
     assert data["produced"] == account["produced"]
     inflow = Counter()
@@ -193,14 +216,13 @@ def test_the_demo_airflow_reports_lineage_and_metrics_with_the_flow_counts(demo_
     """The demo's Airflow sends metrics (StatsD) and OpenLineage events (file transport) with its own
     settings; the lineage graph's topic-to-topic counts are the flow's, and the drained counters the XCom
     summaries'."""
-    from airflow_kafka_retry.demo.statsd_sink import counter_totals
 
     out, _ = demo_run
     png = out / "lineage.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert png.stat().st_size > 20_000
-    lineage = json.loads((out / "lineage.json").read_text())
-    flow = {(a, b): n for a, b, n in json.loads((out / "flow.json").read_text())["edges"]}
+    lineage = _read(out, "lineage.json")
+    flow = {(a, b): n for a, b, n in _read(out, "flow.json")["edges"]}
     edges = {(a, b): n for a, b, n in lineage["edges"]}
     assert lineage["namespace"].startswith("kafka://127.0.0.1:")
     assert lineage["runs"]["dlt_replay"] >= 1
@@ -220,7 +242,7 @@ def test_the_demo_airflow_reports_lineage_and_metrics_with_the_flow_counts(demo_
         == flow[("orders-dlt", "orders-parking")] + flow[("orders-dlt", PROCESSED)]
     )
     assert edges[("orders", "orders-parking")] == flow[("orders-dlt", "orders-parking")]
-    drained = counter_totals(out / "metrics.statsd")["tier.drained"]
+    drained = _drained(out)
     for tier in ("orders", "orders-retry-1", "orders-retry-2"):
         assert drained[tier] == sum(n for (a, _), n in edges.items() if a == tier), (tier, drained, edges)
 
@@ -230,17 +252,15 @@ def test_the_flow_and_the_metrics_match_the_topics_read_back(demo_processes, kaf
     from one object, the StatsD counters and the lineage from one summary): each DLT holds the records the
     flow sent there, parking and the validation DLT the orders finally there, and each tier's drained
     counter is the number of records on its topic (every tier drained to its end by the demo's end)."""
-    from airflow_kafka_retry.demo.statsd_sink import counter_totals
 
     from tests.support.ledger import read_all
 
     out, done = _finished(demo_processes, "scheduler")
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
-    data = json.loads((out / "flow.json").read_text())
-    on = {t: read_all(kafka_bootstrap, t) for t in ("orders", "orders-retry-1", "orders-retry-2")}
-    on.update(
-        {t: read_all(kafka_bootstrap, t) for t in ("orders-dlt", "orders-validation-dlt", "orders-parking")}
-    )
+    [topic] = set(DEMO_TOPIC.findall((out / "flow.json").read_text()))  # its topic on the suite's broker
+    data = _read(out, "flow.json")
+    suffixes = ("", "-retry-1", "-retry-2", "-dlt", "-validation-dlt", "-parking")
+    on = {f"orders{s}": read_all(kafka_bootstrap, f"{topic}{s}") for s in suffixes}
     inflow = Counter()
     for _, target, n in data["edges"]:
         inflow[target] += n
@@ -249,7 +269,7 @@ def test_the_flow_and_the_metrics_match_the_topics_read_back(demo_processes, kaf
     assert data["final"]["orders-validation-dlt"] == len({m.key() for m in on["orders-validation-dlt"]})
     assert data["final"]["orders-parking"] == len({m.key() for m in on["orders-parking"]})
     assert len({m.key() for m in on["orders"]}) == data["produced"] == ORDERS
-    drained = counter_totals(out / "metrics.statsd")["tier.drained"]
+    drained = _drained(out)
     for tier in ("orders", "orders-retry-1", "orders-retry-2"):
         assert drained[tier] == len(on[tier]), (tier, drained, {t: len(m) for t, m in on.items()})
 
