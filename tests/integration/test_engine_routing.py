@@ -149,7 +149,7 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
 ):
     """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks
     nothing."""
-    from airflow_kafka_retry.policy import replay_headers as R
+    from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
     from airflow_kafka_retry.testing.topics import create_topics
 
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
@@ -176,11 +176,10 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
     assert first.ok, first.to_dict()
     assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.dlt_topic)] == [b"1"]
 
-    # a replayed record that fails again must be parked: that chunk fails, naming the topic;
-    # nothing is committed
-    replayed = R.ReplayAudit("r1", topology.dlt_topic, 0, 0, 1).headers()
+    # a replayed record that fails again must be parked: that chunk fails, naming the topic; nothing is
+    # committed. The replay is a real one (the replay log knows it): forged replay headers are ignored.
     produce("2", "ok", [])
-    produce("3", "fatal", replayed)
+    assert replay_dlt(topology, config, ReplayRequest(to="main")).moved == 1  # "1", fatal again on main
     failed = run_local(topology, topology.tier(0), config, options)
     [partition] = failed.partitions
     assert not failed.ok
@@ -198,5 +197,5 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
     create_topics(kafka_bootstrap, [topology.parking_topic])
     again = run_local(topology, topology.tier(0), config, options)
     assert again.ok, again.to_dict()
-    assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.parking_topic)] == [b"3"]
+    assert [m.key() for m in ledger.read_all(kafka_bootstrap, topology.parking_topic)] == [b"1"]
     assert ledger.committed(kafka_bootstrap, group, main, 1) == {0: 4}
