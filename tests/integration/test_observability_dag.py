@@ -43,8 +43,8 @@ from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
 
 TOPOLOGY = {topology!r}
-NOW = "{{{{ macros.time.time_ns() // 1000000 }}}}"  # a manual run's logical date is before anything was
-routed
+# a manual run's logical date is before anything was routed
+NOW = "{{{{ macros.time.time_ns() // 1000000 }}}}"
 
 with DAG({dag_id!r}, schedule=None, start_date=datetime(2024, 1, 1), catchup=False):
     main_tier = ReprocessTierOperator(task_id="reprocess_main", topology=TOPOLOGY, tier=0,
