@@ -74,18 +74,32 @@ def _check(record) -> None:
 
 
 def _maybe_delete_topic() -> None:
+    """The first call of the run deletes ``$AKR_DELETE_TOPIC``; every other call waits until it is gone.
+
+    Partitions run in parallel: a call of another partition that went on while the first was still
+    deleting could route to the topic before the deletion, and the case means "deleted before the run
+    wrote to it".
+    """
     topic = os.environ.get("AKR_DELETE_TOPIC")
     marker = os.environ.get("AKR_DELETE_MARKER")
     if not topic or not marker:
         return
+    done = f"{marker}.done"
     try:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(done):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{topic} was not deleted within 60 s") from None
+            time.sleep(0.05)
         return
     os.close(fd)
     from airflow_kafka_retry.testing.topics import delete_topics
 
     delete_topics(os.environ["AKR_DELETE_BOOTSTRAP"], [topic])
+    with open(done, "w"):
+        pass
 
 
 def indexed(records) -> None:
