@@ -188,7 +188,9 @@ def test_should_stop_stops_every_partition_at_its_next_chunk_boundary(
     ends = _end_offsets(kafka_bootstrap, topology.topic, partitions)
     for number, part in by_partition.items():
         assert ends[number] == 60
-        assert ends[number] - part.drained == part.left > 0, f"partition {number} drained to its end: {part}"
+        assert ends[number] - part.drained > 0, f"partition {number} drained to its end: {part}"
+        if part.left is not None:  # the summary's own count, where the engine reports one
+            assert part.left == ends[number] - part.drained, part
     # then a run without a stop finishes the path with every record in exactly one home
     for tier in topology.tiers:
         assert run_local(topology, tier, config, options, parallelism=partitions).ok
