@@ -41,7 +41,9 @@ class _StrippedSubprocess:
         return subprocess.Popen(*args, **self._stripped(kwargs))
 
     def run(self, *args: Any, **kwargs: Any) -> subprocess.CompletedProcess[Any]:
-        return subprocess.run(*args, check=False, **self._stripped(kwargs))
+        # the caller's own ``check`` (the provider passes check=False) wins: a second one would be a TypeError
+        kwargs = {"check": False, **self._stripped(kwargs)}
+        return subprocess.run(*args, **kwargs)  # noqa: PLW1510 - check is in kwargs, the caller's or False
 
 
 #: The base class's methods that start processes besides ``spark-submit`` itself: ``spark-submit
