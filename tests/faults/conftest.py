@@ -32,9 +32,13 @@ if TYPE_CHECKING:
 _ROWS = pytest.StashKey[dict[str, tuple[str, str, str, str, str]]]()
 _RESULT = pytest.StashKey[dict[str, tuple[str, str]]]()
 _CHECK = pytest.StashKey[str]()
+_COLLECTED = pytest.StashKey[set[str]]()
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # before -k/-m deselection (pytest's own hook runs later): every fault case of the collected files
+    config.stash[_COLLECTED] = {i.name for i in items if i.get_closest_marker("fault_case") is not None}
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.fspath)).parents:
@@ -111,7 +115,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         else kafka_broker_name()
     )
     notes = doc.with_name("faults-notes.md")
-    rows = faults_doc.merge(faults_doc.read_rows(committed), fresh.values(), source)
+    rows = faults_doc.merge(
+        faults_doc.read_rows(committed), fresh.values(), source, config.stash.get(_COLLECTED, None)
+    )
     text = faults_doc.render(rows, broker, notes.read_text() if notes.exists() else None)
     scope = faults_doc.check_scope(rows, fresh.values())
     if config.getoption("update_faults_doc"):

@@ -45,16 +45,24 @@ def sort_key(row: Row) -> tuple:
     return (int(number.group()) if number else 99, row[0], row[1])
 
 
-def merge(previous: Mapping[str, Row], fresh: Iterable[Row], source: str) -> dict[str, Row]:
-    """The rows of the new document: a test function that ran replaces all its earlier rows (parameter ids may
-    change); rows of test functions no longer in ``source`` (the suite's code) go; the others stay."""
+def merge(
+    previous: Mapping[str, Row], fresh: Iterable[Row], source: str, collected: Iterable[str] | None = None
+) -> dict[str, Row]:
+    """The rows of the new document: a row that ran replaces its earlier one; rows of test functions no longer
+    in ``source`` (the suite's code) go; of a test function that ran, a parametrized row whose name is not
+    among ``collected`` (the session's fault cases before ``-k`` deselection) goes, since its parameter id
+    changed or went; every other row stays, so a ``-k`` subset keeps the other parametrizations' rows."""
     fresh = [tuple(cell(c) for c in row) for row in fresh]
     ran = {row[1].split("[")[0] for row in fresh}
-    rows = {
-        name: row
-        for name, row in previous.items()
-        if name.split("[")[0] not in ran and f"def {name.split('[')[0]}(" in source
-    }
+    current = set(collected) if collected is not None else {row[1] for row in fresh}
+
+    def keep(name: str) -> bool:
+        function = name.split("[")[0]
+        if f"def {function}(" not in source:
+            return False
+        return function not in ran or name in current
+
+    rows = {name: row for name, row in previous.items() if keep(name)}
     rows.update({row[1]: row for row in fresh})
     return rows
 

@@ -92,6 +92,18 @@ def test_a_case_that_ran_replaces_all_its_rows_others_stay_and_removed_ones_go()
     assert rows == {"test_too_big": SKIPPED, "test_hangs[b]": ("5", "test_hangs[b]", "x \\|y", "z", "0")}
 
 
+def test_a_k_subset_of_one_function_keeps_its_other_parametrizations_but_not_renamed_ones() -> None:
+    previous = {
+        "test_hangs[a]": ("5", "test_hangs[a]", "x", "y", "0"),
+        "test_hangs[old]": ("5", "test_hangs[old]", "x", "y", "0"),
+        "test_too_big": SKIPPED,
+    }
+    fresh = [("5", "test_hangs[b]", "x", "z", "0")]
+    rows = F.merge(previous, fresh, SOURCE, collected={"test_hangs[a]", "test_hangs[b]", "test_too_big"})
+    assert sorted(rows) == ["test_hangs[a]", "test_hangs[b]", "test_too_big"]
+    assert rows["test_hangs[a]"] == previous["test_hangs[a]"]
+
+
 def test_a_subset_checks_only_the_rows_that_ran_and_names_the_others() -> None:
     rows = {
         "test_hangs[b]": ("5", "test_hangs[b]", "x", "z", "0"),
