@@ -37,10 +37,14 @@ from airflow_kafka_retry.testing.capabilities import (
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
-pytest_plugins = ["tests.support.postgres_fixtures"]  # postgres, airflow_databases, airflow_database_url
+pytest_plugins = [
+    "tests.support.postgres_fixtures",  # postgres, airflow_databases, airflow_database_url
+    "tests.support.faults_plugin",  # docs/faults.md from the fault_case rows (also on xdist's controller)
+]
 
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()
 _BROKER_KEY = pytest.StashKey[str]()
+_WORKER_BROKERS_KEY = pytest.StashKey[list[tuple[str, list[str]]]]()
 
 #: ``session.timeout.ms=6000`` is the smallest value real Kafka accepts; Tansu notices a member
 #: leaving the group only after about half of it, so a small value keeps rebalances quick.
@@ -103,16 +107,55 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "kafka broker: Apache Kafka from its Maven jars (started by the first test that needs it)"
 
 
-def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+#: markers of the tests that take longest: their files are handed to parallel workers first, so that no
+#: worker starts a minutes-long file when the others are done (pytest-xdist's ``--dist loadfile`` hands
+#: out files in collection order)
+_LONG_MARKERS = ("slow", "spark", "interop", "faults")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    files: dict[str, int] = {}
+    for item in items:
+        long = any(item.get_closest_marker(m) is not None for m in _LONG_MARKERS)
+        files[item.nodeid.split("::")[0]] = min(files.get(item.nodeid.split("::")[0], 2), 0 if long else 1)
+    order = {name: (rank, i) for i, (name, rank) in enumerate(files.items())}
+    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
+
+
+def _broker_lines(config: pytest.Config) -> list[str]:
     caps = config.stash.get(_CAPS_KEY, None)
     broker = config.stash.get(_BROKER_KEY, None)
-    if caps is None and broker is None:
+    return ([broker] if broker is not None else []) + (caps.summary_lines() if caps is not None else [])
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if hasattr(session.config, "workeroutput"):  # an xdist worker: its broker, for the controller's summary
+        session.config.workeroutput["kafka_broker_lines"] = _broker_lines(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """pytest-xdist, on the controller: each worker started a broker of its own; list them all."""
+    lines = getattr(node, "workeroutput", {}).get("kafka_broker_lines")
+    if lines:
+        node.config.stash.setdefault(_WORKER_BROKERS_KEY, []).append(
+            (node.gateway.id if hasattr(node, "gateway") else "worker", lines)
+        )
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    own = _broker_lines(config)
+    workers = sorted(config.stash.get(_WORKER_BROKERS_KEY, []))
+    if not own and not workers:
         return
     terminalreporter.section("kafka broker")
-    if broker is not None:
-        terminalreporter.write_line(broker)
-    for line in caps.summary_lines() if caps is not None else []:
+    for line in own:
         terminalreporter.write_line(line)
+    for worker, lines in workers:
+        terminalreporter.write_line(f"{worker}: {lines[0]}")
+        for line in lines[1:]:
+            terminalreporter.write_line(line)
 
 
 # ----------------------------------------------------------------------------- broker

@@ -8,6 +8,7 @@ broker: its own process group, killed with the test process (PR_SET_PDEATHSIG), 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -40,22 +41,26 @@ def _tool(name: str) -> str:
 
 
 def spring_jar(flavour: str) -> Path:
-    """The service's jar for ``flavour``, built now if a source is newer than it."""
+    """The service's jar for ``flavour``, built now if a source is newer than it (under a file lock: parallel
+    test workers build it once)."""
     jar = APP_DIR / "target" / flavour / f"spring-orders-service-{flavour}.jar"
     java, mvn = _tool("java"), _tool("mvn")
     sources = [APP_DIR / "pom.xml", *(p for p in (APP_DIR / "src").rglob("*") if p.is_file())]
-    if jar.exists() and jar.stat().st_mtime > max(p.stat().st_mtime for p in sources):
-        return jar
-    env = {**os.environ, "JAVA_HOME": os.environ.get("JAVA_HOME") or str(Path(java).resolve().parents[1])}
-    done = subprocess.run(
-        [mvn, "-q", "-B", "package", "-DskipTests", "-P", flavour],
-        cwd=APP_DIR,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        check=False,
-    )
+    (APP_DIR / "target").mkdir(exist_ok=True)
+    with (APP_DIR / "target" / f".build-{flavour}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if jar.exists() and jar.stat().st_mtime > max(p.stat().st_mtime for p in sources):
+            return jar
+        env = {**os.environ, "JAVA_HOME": os.environ.get("JAVA_HOME") or str(Path(java).resolve().parents[1])}
+        done = subprocess.run(
+            [mvn, "-q", "-B", "package", "-DskipTests", "-P", flavour],
+            cwd=APP_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            check=False,
+        )
     if done.returncode != 0 or not jar.exists():
         pytest.fail(f"mvn package -P {flavour} failed in {APP_DIR}:\n{(done.stdout + done.stderr)[-4000:]}")
     return jar

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.conftest import kafka_broker_name
+from tests.support.faults_plugin import kafka_broker_name
 from tests.support import faults_doc as F
 
 pytest_plugins = ["pytester"]
@@ -121,8 +121,9 @@ def test_a_subset_checks_only_the_rows_that_ran_and_names_the_others() -> None:
 # ----------------------------------------------------------------------------- a whole pytest session
 INNER_CONFTEST = """
 from tests.conftest import pytest_addoption  # noqa: F401
-from tests.faults.conftest import (fault_result, pytest_runtest_makereport,  # noqa: F401
-                                   pytest_sessionfinish, pytest_terminal_summary)
+from tests.faults.conftest import fault_result  # noqa: F401
+
+pytest_plugins = ["tests.support.faults_plugin"]
 """
 
 INNER_INI = """
@@ -208,3 +209,27 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
     assert "| 1 | test_freeze | a longer freeze | run " in doc.read_text()
     again = _session(pytester, monkeypatch, "a longer freeze")
     assert again.ret == pytest.ExitCode.OK, again.stdout.str()
+
+
+def test_on_parallel_workers_the_controller_checks_every_workers_rows(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``scripts/test`` runs the suite on pytest-xdist workers: the rows each one measured reach the
+    controller, which compares the whole table once (a row changed on either worker fails the session)."""
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makeini(INNER_INI)
+    doc = pytester.path / "docs" / "faults.md"
+    doc.parent.mkdir()
+    freeze = ("1", "test_freeze", "a freeze", "run 123abc finished; ledger: 10 processed, 0 DLT of 10", "0")
+    kill = ("2", "test_kill", "a kill", "skipped: broker lacks capability 'abort_isolation': measured", "n/a")
+    doc.write_text(_doc(freeze, kill, notes=None))
+
+    same = _session(pytester, monkeypatch, "a freeze", "-n", "2", "--dist", "load")
+    assert same.ret == pytest.ExitCode.OK, same.stdout.str()
+    same.stdout.fnmatch_lines(["*docs/faults.md is up to date*: 2 row(s) that ran checked"])
+
+    changed = _session(pytester, monkeypatch, "a longer freeze", "-n", "2", "--dist", "load")
+    assert changed.ret == pytest.ExitCode.TESTS_FAILED, changed.stdout.str()
+    changed.stdout.fnmatch_lines(
+        ["FAILED: this run's results differ from *docs/faults.md (2 row(s) that ran checked):"]
+    )
