@@ -6,10 +6,11 @@
     python -m bench.event_tiers --capacity 50       # also 50 idle event topologies, then one of them active
     python -m bench.event_tiers --cases "" --capacity 1 --seconds 60   # event-mode lateness of one topology
     python -m bench.event_tiers --cases baseline --capacity 200,50,100 --seconds 120 --name capacity
+    python -m bench.event_tiers --postgres --cases baseline --capacity 50,100,200 --name capacity-pg
 
 Each deployment is a real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
-SQLite, ``airflow_kafka_retry/testing/airflow_stack.py``) on a real Apache Kafka broker (``--broker tansu``:
-the embedded Tansu). After a warm-up
+SQLite, or with ``--postgres`` on a private PostgreSQL server; ``testing/airflow_stack.py``)
+on a real Apache Kafka broker (``--broker tansu``: the embedded Tansu). After a warm-up
 (the DAGs are parsed, each topology's setup DAG and each DAG's first sweep ran), it counts over the
 window: DAG runs and task instances created, and the CPU seconds of each Airflow component's process
 tree (tasks included) and of the broker. Cases:
@@ -49,9 +50,11 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import ensure_retry_topics
 from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
 from airflow_kafka_retry.testing.airflow_stack import COMPONENTS, AirflowCluster, airflow_env
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
 from airflow_kafka_retry.testing.kafka import ApacheKafka
+from airflow_kafka_retry.testing.postgres import PostgresCluster
 from airflow_kafka_retry.testing.topics import create_topics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -150,7 +153,9 @@ def _deploy(
     include_main: bool = False,
     ledger: Path | None = None,
     layout: str = "per_file",
+    databases: AirflowDatabases | None = None,
 ) -> AirflowCluster:
+    database_url = databases.new() if databases is not None else None
     env = airflow_env(
         home,
         connections={"kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}},
@@ -167,6 +172,7 @@ def _deploy(
             "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "900",
         },
         pythonpath=[REPO],
+        database_url=database_url,
     )
     if layout == "folder":  # one DAG file for every topology YAML of a folder (capacity)
         folder = home / "topologies"
@@ -189,7 +195,7 @@ def _deploy(
                 )
             )
         )
-    return AirflowCluster(home, env, cwd=REPO).start()
+    return AirflowCluster(home, env, cwd=REPO, migrated=database_url is not None).start()
 
 
 def measure_window(
@@ -225,10 +231,11 @@ def run_case(
     topologies: list[tuple[str, tuple[str, ...]]],
     trigger: str,
     seconds: float,
+    databases: AirflowDatabases | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix=f"akr-bench-{name}-") as tmp:
         home = Path(tmp)
-        cluster = _deploy(bootstrap, home, topologies, trigger)
+        cluster = _deploy(bootstrap, home, topologies, trigger, databases=databases)
         try:
             time.sleep(WARM_UP_S)  # parse, setup DAGs, first sweeps
             warm_runs, warm_tis = _counts(cluster)
@@ -252,7 +259,9 @@ def run_case(
             cluster.stop()
 
 
-def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dict[str, Any]:
+def capacity(
+    bootstrap: str, broker_pid: int, count: int, seconds: float, databases: AirflowDatabases | None = None
+) -> dict[str, Any]:
     """
     ``count`` idle event topologies from one folder DAG file, then records through the first one.
 
@@ -273,6 +282,7 @@ def capacity(bootstrap: str, broker_pid: int, count: int, seconds: float) -> dic
             include_main=True,
             ledger=ledger,
             layout="folder",
+            databases=databases,
         )
         try:
             watchers = 4 * count
@@ -465,6 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--cases", default="baseline,event,schedule", help="which idle cases to run")
     parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka", help="Apache Kafka or Tansu")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the metadata DB on a private PostgreSQL server (Debian's postgresql) instead of SQLite",
+    )
     parser.add_argument("--name", default="event-tiers", help="results file: <UTC start time>-<name>.json")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -482,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "date": stamp.isoformat(timespec="seconds"),
             "broker": {"kafka": "Apache Kafka (testing/kafka.py)", "tansu": "Tansu (embedded)"}[args.broker],
-            "metadata_db": "SQLite",
+            "metadata_db": "PostgreSQL (testing/postgres.py)" if args.postgres else "SQLite",
             "airflow_settings": "default parse interval (min_file_process_interval 30 s); "
             "dagbag_import_timeout "
             "600 s and dag_file_processor_timeout 900 s (defaults 30 s / 50 s: a loaded machine)",
@@ -499,7 +514,10 @@ def main(argv: list[str] | None = None) -> int:
         }
         out.write_text(json.dumps(document, indent=2) + "\n")
 
-    with ApacheKafka() if args.broker == "kafka" else EmbeddedBroker() as broker:
+    with contextlib.ExitStack() as stack:
+        kind: ApacheKafka | EmbeddedBroker = ApacheKafka() if args.broker == "kafka" else EmbeddedBroker()
+        broker = stack.enter_context(kind)
+        databases = AirflowDatabases(stack.enter_context(PostgresCluster())) if args.postgres else None
         for case in [c for c in args.cases.split(",") if c]:
             name = f"{case}-{stamp:%H%M%S}"
             topologies = [] if case == "baseline" else [(f"idle-{name}", tiers)]
@@ -509,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             results.append(
                 {
-                    **run_case(broker.bootstrap, broker.pid, case, topologies, trigger, args.seconds),
+                    **run_case(
+                        broker.bootstrap, broker.pid, case, topologies, trigger, args.seconds, databases
+                    ),
                     "case": case,
                 }
             )
@@ -518,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         for count in [int(c) for c in args.capacity.split(",") if c]:
             print(f"capacity: {count} topologies...", flush=True)
             try:
-                results.append(capacity(broker.bootstrap, broker.pid, count, args.seconds))
+                results.append(capacity(broker.bootstrap, broker.pid, count, args.seconds, databases))
             except RuntimeError as exc:  # a component died (e.g. SQLite "database is locked"): say so
                 results.append({"case": "capacity", "topologies": count, "failed": str(exc)[-3000:]})
             print(json.dumps(results[-1]), flush=True)

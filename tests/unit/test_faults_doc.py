@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.faults_plugin import kafka_broker_name
 from tests.support import faults_doc as F
+from tests.support.faults_plugin import kafka_broker_name
 
 pytest_plugins = ["pytester"]
 
