@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 
 from airflow_kafka_retry.demo.account import AFTER_REPLAY, PROCESSED
@@ -286,12 +287,25 @@ def _processes_with_cmdline(fragment: bytes) -> list[int]:
     return pids
 
 
-def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path):
-    """Stopped while the scheduler runs the tiers: exit code 130, no Airflow process or broker left."""
+def _listening(port: int) -> list[int]:
+    """Pids of the processes listening on loopback ``port``."""
+    return sorted(
+        {
+            c.pid
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
+    )
+
+
+@pytest.mark.parametrize("broker_flag", [(), ("--kafka",)], ids=["embedded", "kafka"])
+def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path, broker_flag):
+    """Stopped while the scheduler runs the tiers: exit code 130, no Airflow process or broker left. On the
+    embedded broker (the default) and on Apache Kafka (``--kafka``: the demo starts it from its jars)."""
     # 20 orders: enough for the scheduler to be running the tiers when the signal comes
     command = [
         str(Path(sys.executable).with_name("airflow-kafka-retry")),
-        *("demo", "--orders", "20", "--out", str(tmp_path)),
+        *("demo", *broker_flag, "--orders", "20", "--out", str(tmp_path)),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
     log = tmp_path / "stdout.txt"
@@ -303,6 +317,11 @@ def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path):
                 assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
                 assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
                 time.sleep(1)
+            output = log.read_text(errors="replace")
+            named = r"Apache Kafka \S+ at (\S+)" if broker_flag else r"broker \(Tansu, memory only\) at (\S+)"
+            broker = re.search(named, output).group(1)
+            port = int(broker.rsplit(":", 1)[1])
+            assert _listening(port), f"nothing listens on {broker} while the demo runs"
             proc.send_signal(signal.SIGTERM)
             code = proc.wait(120)
         finally:
@@ -311,6 +330,9 @@ def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path):
     output = log.read_text(errors="replace")
     assert code == 130, output[-3000:]
     assert "interrupted: Airflow and the broker were stopped" in output
-    broker = re.search(r"broker \(Tansu, memory only\) at (\S+)", output).group(1)
     assert _processes_with(f"AIRFLOW_HOME={tmp_path / 'airflow'}".encode()) == []
-    assert _processes_with_cmdline(f"tcp://{broker}".encode()) == [], "the embedded broker outlived the demo"
+    assert _listening(port) == [], f"the demo's broker ({broker}) outlived the demo"
+    if not broker_flag:
+        assert _processes_with_cmdline(f"tcp://{broker}".encode()) == [], (
+            "the embedded broker outlived the demo"
+        )
