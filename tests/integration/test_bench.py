@@ -65,8 +65,10 @@ def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
         assert row["records_per_s"] > 0, (name, row)
     for table in (rows, plain):
         for name, row in table.items():
-            assert row["ratio_to_raw"] == pytest.approx(
-                row["records_per_s"] / table["raw"]["records_per_s"], rel=1e-2
+            assert row[
+                "ratio_to_raw"
+            ] == pytest.approx(  # rounded to 3 decimals: a small ratio is off by 5e-4
+                row["records_per_s"] / table["raw"]["records_per_s"], rel=1e-2, abs=5e-4
             ), name
     assert rows["raw"]["ratio_to_raw"] == 1.0
     assert 0 < rows["spark_without_startup"]["wall_s"] < rows["spark"]["wall_s"]  # tasks are part of the run

@@ -169,8 +169,11 @@ def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(k
     # (how many depends on how long each pass takes: one per due time at most); the last pass's cutoff is
     # no earlier than c's due time; d (due in a minute) is left
     passes.clear()
-    followed = drain_following(drain, cutoff_ms=int(time.time() * 1000), follow_ms=2_000)
-    assert 2 <= len(passes) <= 4, (passes, dues)
+    started = int(time.time() * 1000)
+    followed = drain_following(drain, cutoff_ms=started, follow_ms=2_000)
+    # the first pass's cutoff is the start: c, if not yet due then, needs a later pass (a loaded machine may
+    # start the run after c fell due, and then one pass takes all three)
+    assert (2 if started < dues["c"] else 1) <= len(passes) <= 4, (passes, dues, started)
     assert passes == sorted(passes), (passes, dues)
     assert passes[-1] >= dues["c"], (passes, dues)
     by_partition = {p.partition: p for p in followed.partitions}

@@ -138,7 +138,8 @@ def test_fires_once_ahead_of_the_due_time_and_again_only_after_the_group_commits
     assert "secret-payload" not in json.dumps(first)
     # the second wave (offset 1, due a second later) only after the commit, never for the same head again
     assert second["heads"] == [{"topic": topic, "partition": 0, "offset": 1}]
-    assert second["not_before_ms"] == due + 1_000
+    # its due time, or (when a loaded machine saw the commit only after that) the time it was planned
+    assert due + 1_000 <= second["not_before_ms"] <= max(due + 1_000, second_at), second_at - due
     # the fired wave is in the asset state store until the group commits past it
     assert Wave.from_state(store.state[STATE_KEY]).positions == ((topic, 0, 1),)
 
