@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,12 +116,12 @@ _LONG_MARKERS = ("slow", "spark", "interop", "faults")
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    files: dict[str, int] = {}
+    rank: dict[Path, int] = {}  # per file, in collection order: 0 if it holds a long test, else 1
     for item in items:
         long = any(item.get_closest_marker(m) is not None for m in _LONG_MARKERS)
-        files[item.nodeid.split("::")[0]] = min(files.get(item.nodeid.split("::")[0], 2), 0 if long else 1)
-    order = {name: (rank, i) for i, (name, rank) in enumerate(files.items())}
-    items.sort(key=lambda item: order[item.nodeid.split("::")[0]])
+        rank[item.path] = min(rank.get(item.path, 1), 0 if long else 1)
+    order = {path: (r, i) for i, (path, r) in enumerate(rank.items())}
+    items.sort(key=lambda item: order[item.path])
 
 
 def _broker_lines(config: pytest.Config) -> list[str]:

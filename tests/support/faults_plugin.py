@@ -24,6 +24,7 @@ import pytest
 from airflow_kafka_retry.testing.broker import bootstrap_from_env
 from airflow_kafka_retry.testing.kafka_jars import pinned_version
 
+from tests.conftest import test_broker_kind
 from tests.support import faults_doc
 
 ROWS = pytest.StashKey[dict[str, tuple[str, ...]]]()
@@ -87,8 +88,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     committed = doc.read_text() if doc.exists() else ""
     source = "".join(p.read_text() for p in (config.rootpath / "tests" / "faults").glob("test_*.py"))
     external = bootstrap_from_env()
-    from tests.conftest import test_broker_kind
-
     broker = (
         f"`{external}` (KAFKA_BOOTSTRAP_SERVERS)"
         if external

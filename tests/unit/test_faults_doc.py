@@ -163,9 +163,8 @@ def _session(
     return pytester.runpytest_subprocess("-p", "no:cacheprovider", "tests/faults", *args, timeout=120)
 
 
-def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_asked(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _committed_doc(pytester: pytest.Pytester) -> Path:
+    """The inner session's conftest and ini, and a committed ``docs/faults.md`` of a freeze row and a skip."""
     pytester.makeconftest(INNER_CONFTEST)
     pytester.makeini(INNER_INI)
     doc = pytester.path / "docs" / "faults.md"
@@ -173,6 +172,13 @@ def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_ask
     freeze = ("1", "test_freeze", "a freeze", "run 123abc finished; ledger: 10 processed, 0 DLT of 10", "0")
     kill = ("2", "test_kill", "a kill", "skipped: broker lacks capability 'abort_isolation': measured", "n/a")
     doc.write_text(_doc(freeze, kill, notes=None))
+    return doc
+
+
+def test_a_session_compares_with_the_committed_doc_and_rewrites_it_only_when_asked(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    doc = _committed_doc(pytester)
     committed = doc.read_text()
 
     same = _session(pytester, monkeypatch, "a freeze")  # another run id in the measured details: still equal
@@ -216,13 +222,7 @@ def test_on_parallel_workers_the_controller_checks_every_workers_rows(
 ) -> None:
     """``scripts/test`` runs the suite on pytest-xdist workers: the rows each one measured reach the
     controller, which compares the whole table once (a row changed on either worker fails the session)."""
-    pytester.makeconftest(INNER_CONFTEST)
-    pytester.makeini(INNER_INI)
-    doc = pytester.path / "docs" / "faults.md"
-    doc.parent.mkdir()
-    freeze = ("1", "test_freeze", "a freeze", "run 123abc finished; ledger: 10 processed, 0 DLT of 10", "0")
-    kill = ("2", "test_kill", "a kill", "skipped: broker lacks capability 'abort_isolation': measured", "n/a")
-    doc.write_text(_doc(freeze, kill, notes=None))
+    _committed_doc(pytester)
 
     same = _session(pytester, monkeypatch, "a freeze", "-n", "2", "--dist", "load")
     assert same.ret == pytest.ExitCode.OK, same.stdout.str()
