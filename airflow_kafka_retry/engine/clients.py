@@ -123,6 +123,11 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
     return config
 
 
+def admin_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``AdminClient``'s configuration: the connection and security settings, no client-kind ones."""
+    return _common(kafka_config, _CONSUMER_ONLY + _PRODUCER_ONLY)
+
+
 def producer_config(kafka_config: Mapping[str, Any], transactional_id: str | None) -> dict[str, Any]:
     config = _common(kafka_config, _CONSUMER_ONLY)
     # The engine forwards records the cluster already accepted: the topic's max.message.bytes on the
