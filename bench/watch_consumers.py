@@ -77,11 +77,15 @@ async def _watch_idle(watches: list[HeadWatch], window_s: float) -> None:
     await asyncio.gather(*(one(w, rng.uniform(0, IDLE_CHECK_S)) for w in watches))
 
 
-def measure(bootstrap: str, topics: list[str], *, shared: bool, window_s: float) -> dict[str, Any]:
+def measure(
+    bootstrap: str, topics: list[str], *, shared: bool, window_s: float, fetch_wait_ms: int | None
+) -> dict[str, Any]:
     """Open one watch per topic, let them settle, then measure ``window_s`` seconds of idle watching."""
     me = psutil.Process()
     port = int(bootstrap.rsplit(":", 1)[1])
-    config = {"bootstrap.servers": bootstrap}
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    if fetch_wait_ms is not None:
+        config["fetch.wait.max.ms"] = fetch_wait_ms
     before = {"threads": me.num_threads(), "connections": _broker_connections(me, port)}
     opened = time.monotonic()
     watches: list[HeadWatch] = []
@@ -96,6 +100,7 @@ def measure(bootstrap: str, topics: list[str], *, shared: bool, window_s: float)
         cpu, wall = _cpu(me) - cpu0, time.monotonic() - wall0
         return {
             "mode": "shared" if shared else "private",
+            "fetch_wait_max_ms": fetch_wait_ms,
             "watches": len(watches),
             "partitions": sum(len(w.keys) for w in watches),
             "complete_watches": complete,
@@ -129,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3, help="partitions per topic (3)")
     parser.add_argument("--window", type=float, default=30.0, help="seconds of idle watching measured (30)")
     parser.add_argument("--mode", choices=("both", "private", "shared"), default="both")
+    parser.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        help="fetch.wait.max.ms in the Kafka configuration (default: the watch's)",
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the results file")
     args = parser.parse_args(argv)
@@ -143,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for shared in modes:
                 broker_cpu0 = _cpu(broker) if broker else None
-                run = measure(bootstrap, topics, shared=shared, window_s=args.window)
+                run = measure(
+                    bootstrap, topics, shared=shared, window_s=args.window, fetch_wait_ms=args.fetch_wait_ms
+                )
                 if broker is not None and broker_cpu0 is not None:  # over the open, settle and window
                     run["broker_cpu_s"] = round(_cpu(broker) - broker_cpu0, 2)
                 runs.append(run)

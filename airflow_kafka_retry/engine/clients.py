@@ -11,9 +11,12 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 # Keys the engine sets itself; a user value for them would break its guarantees.
 _ENGINE_OWNED = (
@@ -166,7 +169,9 @@ def open_producer(kafka_config: Mapping[str, Any], transactional_id: str | None)
                 CLIENT_LOGGER.debug("producer flush on close failed: %s", exc.args[0])
 
 
-def partition_counts(client: Consumer | Producer, topics: list[str], timeout: float = 10.0) -> dict[str, int]:
+def partition_counts(
+    client: Consumer | Producer | AdminClient, topics: list[str], timeout: float = 10.0
+) -> dict[str, int]:
     """Partition count of each topic; a KafkaConfigError names every topic that does not exist."""
     counts: dict[str, int] = {}
     missing: list[str] = []

@@ -30,7 +30,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts
+from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.engine.shared_consumer import ConsumerBroken, Lease, PrivateConsumer, lease
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
@@ -112,14 +112,12 @@ class HeadWatch:
     # ------------------------------------------------------------------ blocking calls (worker thread)
     def _refresh_partitions(self) -> None:
         try:
-            counts = partition_counts(
-                self._client.consumer, [t for t in self.topics if t not in self.optional]
-            )
+            counts = self._client.partition_counts([t for t in self.topics if t not in self.optional])
         except KafkaConfigError as exc:
             raise HeadWatchError(str(exc)) from exc
         for topic in self.optional:
             with contextlib.suppress(KafkaConfigError):  # not there yet: looked for again at the next sync
-                counts.update(partition_counts(self._client.consumer, [topic]))
+                counts.update(self._client.partition_counts([topic]))
         keys = [(t, p) for t in self.topics if t in counts for p in range(counts[t])]
         new = [k for k in keys if k not in self.committed]
         if new:
@@ -174,9 +172,7 @@ class HeadWatch:
         """Ask the broker for the log end of every partition paused at its head (for the backlog gauge)."""
         for key, head in list(self.heads.items()):
             try:
-                _, high = self._client.consumer.get_watermark_offsets(
-                    TopicPartition(*key), timeout=timeout_s, cached=False
-                )
+                high = self._client.log_end(key, timeout_s)
             except KafkaException as exc:
                 raise HeadWatchError(f"{key[0]}[{key[1]}]: cannot read the log end: {exc}") from exc
             if high is not None and high >= 0 and (head.end_offset is None or high > head.end_offset):
@@ -227,15 +223,13 @@ class HeadWatch:
             else None
         )
         _, timestamp = message.timestamp()
-        end = self._client.consumer.get_watermark_offsets(
-            TopicPartition(*key), cached=True
-        )  # the fetch's log end
+        end = self._client.cached_end(key)  # the log end the fetch carried
         self.heads[key] = PartitionHead(
             key[1],
             message.offset(),
             due,
             timestamp if timestamp >= 0 else None,
-            end[1] if end and end[1] >= 0 else None,
+            end if end is not None and end >= 0 else None,
         )
         self.ended.discard(key)
         self._client.pause([TopicPartition(*key)])

@@ -31,10 +31,17 @@ from collections import deque
 from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from airflow_kafka_retry.engine.clients import admin_config, consumer_config
+from airflow_kafka_retry.engine.clients import admin_config, consumer_config, partition_counts
 
 Key = tuple[str, int]
 #: A watch consumer waits this long in one fetch when its partitions are at their end: a new record
@@ -45,7 +52,7 @@ SHARED_GROUP = "airflow-kafka-retry-head-watch"
 _TAKE = 500  # messages taken from the client's queue in one call
 
 
-class ConsumerBroken(RuntimeError):
+class ConsumerBroken(KafkaException):
     """The shared consumer failed as a whole; the message is the client's error."""
 
 
@@ -66,6 +73,17 @@ class PrivateConsumer:
 
     def claim(self, keys: Collection[Key]) -> bool:
         return True
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        return partition_counts(self.consumer, topics)
+
+    def log_end(self, key: Key, timeout_s: float) -> int | None:
+        """The partition's log end from the broker (ListOffsets)."""
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s, cached=False)[1]
+
+    def cached_end(self, key: Key) -> int | None:
+        """The log end the last fetch of the partition carried."""
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
 
     def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
         return list(self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s))
@@ -145,7 +163,7 @@ class Lease:
 
     def __init__(self, sharing: SharedConsumer, ident: int) -> None:
         self.sharing = sharing
-        self.consumer = sharing.consumer  # metadata and watermarks (thread-safe, no assignment change)
+        self.consumer = sharing.consumer
         self.ident = ident
         self.keys: set[Key] = set()
         self._closed = False
@@ -159,6 +177,25 @@ class Lease:
             s.owners.update(dict.fromkeys(keys, self.ident))
             self.keys.update(keys)
             return True
+
+    # Metadata and log ends go through the admin client: on the consumer's connection a request waits
+    # behind the fetch the broker holds open (up to fetch.wait.max.ms), and there always is one.
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        return partition_counts(self.sharing.admin, topics)
+
+    def log_end(self, key: Key, timeout_s: float) -> int | None:
+        """The partition's log end from the broker (ListOffsets, committed records as the consumer reads)."""
+        tp = TopicPartition(*key)
+        futures = self.sharing.admin.list_offsets(
+            {tp: OffsetSpec.latest()},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=timeout_s,
+        )
+        return int(futures[tp].result(timeout_s).offset)
+
+    def cached_end(self, key: Key) -> int | None:
+        """The log end the last fetch of the partition carried."""
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
 
     def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in keys])]
@@ -198,6 +235,8 @@ class Lease:
             return taken
 
     def _check(self, tps: list[TopicPartition]) -> None:
+        if self.sharing.broken is not None:
+            raise ConsumerBroken(self.sharing.broken)
         if not self.keys.issuperset((tp.topic, tp.partition) for tp in tps):
             raise ValueError("a lease changes only the partitions it claimed")
 
@@ -264,6 +303,6 @@ def _release(sharing: SharedConsumer) -> None:
 
 
 def shared_consumers() -> list[SharedConsumer]:
-    """The shared consumers this process holds now (one per Kafka configuration in use)."""
+    """The working shared consumers of this process (one per Kafka configuration in use)."""
     with _LOCK:
-        return list(_REGISTRY.values())
+        return [s for s in _REGISTRY.values() if s.broken is None]
