@@ -12,7 +12,8 @@ Apache Kafka broker (``testing/kafka.py``; or uses ``--bootstrap``), creates N t
 the triggers do: one asyncio task each, calling ``poll()`` every 0.5 s on the event loop and
 ``sync_committed()`` in a worker thread once per ``idle_check`` (30 s, each watch at its own offset).
 Over a ``--window`` of idle watching (30 s) it records this process's CPU (user + system, as a share of
-one core), its thread count and the TCP connections it holds to the broker, and the broker's own CPU.
+one core), its thread count and the TCP connections it holds to the broker, and the broker's own CPU
+over the same window (a broker this bench started).
 Modes: ``private`` (one consumer per watch: the behaviour before consumers were shared) and ``shared``
 (the default: the watches of one process share one consumer per Kafka configuration).
 
@@ -78,7 +79,13 @@ async def _watch_idle(watches: list[HeadWatch], window_s: float) -> None:
 
 
 def measure(
-    bootstrap: str, topics: list[str], *, shared: bool, window_s: float, fetch_wait_ms: int | None
+    bootstrap: str,
+    topics: list[str],
+    *,
+    shared: bool,
+    window_s: float,
+    fetch_wait_ms: int | None,
+    broker: psutil.Process | None,
 ) -> dict[str, Any]:
     """Open one watch per topic, let them settle, then measure ``window_s`` seconds of idle watching."""
     me = psutil.Process()
@@ -95,9 +102,10 @@ def measure(
         open_s = time.monotonic() - opened
         asyncio.run(_watch_idle(watches, 5.0))  # every partition's end reached
         complete = sum(w.complete for w in watches)
-        cpu0, wall0 = _cpu(me), time.monotonic()
+        cpu0, broker0, wall0 = _cpu(me), _cpu(broker) if broker else 0.0, time.monotonic()
         asyncio.run(_watch_idle(watches, window_s))
         cpu, wall = _cpu(me) - cpu0, time.monotonic() - wall0
+        broker_cpu = _cpu(broker) - broker0 if broker else None
         return {
             "mode": "shared" if shared else "private",
             "fetch_wait_max_ms": fetch_wait_ms,
@@ -111,6 +119,7 @@ def measure(
             "threads": me.num_threads() - before["threads"],
             "broker_connections": _broker_connections(me, port) - before["connections"],
             "rss_mb": round(me.memory_info().rss / 2**20, 1),
+            "broker_cpu_pct_of_one_core": None if broker_cpu is None else round(100 * broker_cpu / wall, 1),
         }
     finally:
         for watch in watches:
@@ -152,12 +161,14 @@ def main(argv: list[str] | None = None) -> int:
             create_topics(bootstrap, topics[start : start + 50], partitions=args.partitions, timeout=60)
         try:
             for shared in modes:
-                broker_cpu0 = _cpu(broker) if broker else None
                 run = measure(
-                    bootstrap, topics, shared=shared, window_s=args.window, fetch_wait_ms=args.fetch_wait_ms
+                    bootstrap,
+                    topics,
+                    shared=shared,
+                    window_s=args.window,
+                    fetch_wait_ms=args.fetch_wait_ms,
+                    broker=broker,
                 )
-                if broker is not None and broker_cpu0 is not None:  # over the open, settle and window
-                    run["broker_cpu_s"] = round(_cpu(broker) - broker_cpu0, 2)
                 runs.append(run)
         finally:
             delete_topics(bootstrap, topics, timeout=60)
@@ -182,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{run['mode']:>7}: {run['watches']} watches ({run['partitions']} partitions): "
             f"{run['cpu_pct_of_one_core']} % of a core idle, {run['threads']} threads, "
             f"{run['broker_connections']} broker connections, opened in {run['open_s']} s, "
-            f"RSS {run['rss_mb']} MB, broker CPU {run.get('broker_cpu_s', '-')} s\n"
+            f"RSS {run['rss_mb']} MB, broker {run['broker_cpu_pct_of_one_core']} % of a core\n"
         )
     sys.stdout.write(f"load average {load_start} on {available_cores()} cores\nresults: {path}\n")
     return 0

@@ -9,13 +9,18 @@ configuration without its group): each lease claims its partitions, assigns, pau
 un-assigns only them, and :meth:`Lease.take` drains the client's queue into each lease's inbox, so a
 watch handles only its own partitions. The shared consumer never joins a group and never commits; a
 watch's group's committed offsets are read with one ``ListConsumerGroupOffsets`` request per group
-(an ``AdminClient`` next to the consumer), as a consumer of that group would read them (stable offsets).
+(an ``AdminClient`` next to the consumer), as a consumer of that group would read them (stable offsets);
+metadata and log ends go through that admin client too, as on the consumer's own connection a request
+waits behind the fetch the broker holds open.
 
 A partition already claimed in the shared consumer (two watches of one topic in one process) cannot be
 assigned twice: :meth:`Lease.claim` says so and the watch takes a :class:`PrivateConsumer`, a consumer
-of its own (the behaviour before sharing). An error of the consumer itself (not of one partition)
-breaks the shared consumer: every lease's next :meth:`Lease.take` raises :class:`ConsumerBroken`, and the
-registry gives later leases a new consumer; the broken one is closed with its last lease.
+of its own (the behaviour before sharing). An error of one partition or topic reaches the watches
+holding it. An error of the consumer itself (consuming raises, or an error naming no partition) breaks
+the shared consumer: every lease's next call raises :class:`ConsumerBroken`, and the registry gives
+later leases a new consumer; the broken one is closed with its last lease. librdkafka only logs
+connection errors (the cluster unreachable): each watch learns of them when its next metadata or
+committed-offset request fails, as before sharing.
 
 Thread-safety: the triggers call the blocking methods from worker threads and :meth:`Lease.take` on the
 event loop; one lock per shared consumer guards its assignment, pauses, queue and inboxes. Nothing here
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import threading
 from collections import deque
 from collections.abc import Collection, Hashable, Mapping, Sequence
@@ -261,6 +267,8 @@ class Lease:
 _LOCK = threading.Lock()
 _REGISTRY: dict[Hashable, SharedConsumer] = {}
 _IDENTS = itertools.count(1)
+# a forked child inherits the consumers but not their threads: its watches start afresh
+os.register_at_fork(after_in_child=_REGISTRY.clear)
 
 
 def _frozen(value: Any) -> Hashable:
