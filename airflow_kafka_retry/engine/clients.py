@@ -128,7 +128,9 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
 
 def admin_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     """An ``AdminClient``'s configuration: the connection and security settings, no client-kind ones."""
-    return _common(kafka_config, _CONSUMER_ONLY + _PRODUCER_ONLY)
+    config = _common(kafka_config, _CONSUMER_ONLY + _PRODUCER_ONLY)
+    config["allow.auto.create.topics"] = False  # asking for a topic's metadata must not create it
+    return config
 
 
 def producer_config(kafka_config: Mapping[str, Any], transactional_id: str | None) -> dict[str, Any]:

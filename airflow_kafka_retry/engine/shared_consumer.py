@@ -38,6 +38,7 @@ from collections.abc import Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
     Consumer,
     ConsumerGroupTopicPartitions,
     IsolationLevel,
@@ -203,6 +204,23 @@ class Lease:
         """The log end the last fetch of the partition carried."""
         return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
 
+    def _from_start(self, tps: list[TopicPartition], timeout_s: float = 30.0) -> list[TopicPartition]:
+        """``OFFSET_BEGINNING`` replaced by the log start (a reset would wait behind the open fetch)."""
+        start = [tp for tp in tps if tp.offset == OFFSET_BEGINNING]
+        if not start:
+            return tps
+        futures = self.sharing.admin.list_offsets(
+            {TopicPartition(tp.topic, tp.partition): OffsetSpec.earliest() for tp in start},
+            request_timeout=timeout_s,
+        )
+        found = {(tp.topic, tp.partition): f.result(timeout_s).offset for tp, f in futures.items()}
+        return [
+            TopicPartition(tp.topic, tp.partition, found[(tp.topic, tp.partition)])
+            if tp.offset == OFFSET_BEGINNING
+            else tp
+            for tp in tps
+        ]
+
     def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in keys])]
         futures = self.sharing.admin.list_consumer_group_offsets(
@@ -211,12 +229,14 @@ class Lease:
         return list(futures[group].result(timeout_s).topic_partitions or [])
 
     def assign(self, tps: list[TopicPartition]) -> None:
+        tps = self._from_start(tps)
         with self.sharing.lock:
             self._check(tps)
             self.consumer.incremental_assign(tps)
 
     def reassign(self, tps: list[TopicPartition]) -> None:
         """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
+        tps = self._from_start(tps)
         with self.sharing.lock:
             self._check(tps)
             self.consumer.incremental_unassign(tps)
