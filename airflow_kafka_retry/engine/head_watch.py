@@ -32,7 +32,8 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
-from airflow_kafka_retry.engine.shared_consumer import ConsumerBroken, Lease, PrivateConsumer, lease
+from airflow_kafka_retry.engine.shared_consumer import ConsumerBroken, Lease, lease
+from airflow_kafka_retry.engine.watch_consumer import PrivateConsumer
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 

@@ -14,8 +14,8 @@ metadata and log ends go through that admin client too, as on the consumer's own
 waits behind the fetch the broker holds open.
 
 A partition already claimed in the shared consumer (two watches of one topic in one process) cannot be
-assigned twice: :meth:`Lease.claim` says so and the watch takes a :class:`PrivateConsumer`, a consumer
-of its own (the behaviour before sharing). An error of one partition or topic reaches the watches
+assigned twice: :meth:`Lease.claim` says so and the watch takes a consumer of its own
+(``watch_consumer.py``: the behaviour before sharing). An error of one partition or topic reaches the watches
 holding it. An error of the consumer itself (consuming raises, or an error naming no partition) breaks
 the shared consumer: every lease's next call raises :class:`ConsumerBroken`, and the registry gives
 later leases a new consumer; the broken one is closed with its last lease. librdkafka only logs
@@ -48,73 +48,15 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from airflow_kafka_retry.engine.clients import admin_config, consumer_config, partition_counts
+from airflow_kafka_retry.engine.clients import admin_config, partition_counts
+from airflow_kafka_retry.engine.watch_consumer import TAKE, Key, watch_config
 
-Key = tuple[str, int]
-#: A watch consumer waits this long in one fetch when its partitions are at their end: a new record
-#: still arrives at once (the fetch returns with it); idle, this bounds the fetches per second.
-WATCH_FETCH_WAIT_MS = 1000
 #: The shared consumer's own group: never joined, never committed, never read.
 SHARED_GROUP = "airflow-kafka-retry-head-watch"
-_TAKE = 500  # messages taken from the client's queue in one call
 
 
 class ConsumerBroken(KafkaException):
     """The shared consumer failed as a whole; the message is the client's error."""
-
-
-def watch_config(kafka_config: Mapping[str, Any], group: str) -> dict[str, Any]:
-    """The librdkafka configuration of a watch consumer of ``group``."""
-    config = consumer_config(kafka_config, group)
-    config["fetch.wait.max.ms"] = kafka_config.get("fetch.wait.max.ms", WATCH_FETCH_WAIT_MS)
-    return config
-
-
-class PrivateConsumer:
-    """A consumer of the watch's own group, for one watch (a partition another watch holds)."""
-
-    shared = False
-
-    def __init__(self, kafka_config: Mapping[str, Any], group: str) -> None:
-        self.consumer = Consumer(watch_config(kafka_config, group))
-
-    def claim(self, keys: Collection[Key]) -> bool:
-        return True
-
-    def partition_counts(self, topics: list[str]) -> dict[str, int]:
-        return partition_counts(self.consumer, topics)
-
-    def log_end(self, key: Key, timeout_s: float) -> int | None:
-        """The partition's log end from the broker (ListOffsets)."""
-        return self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s, cached=False)[1]
-
-    def cached_end(self, key: Key) -> int | None:
-        """The log end the last fetch of the partition carried."""
-        return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
-
-    def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
-        return list(self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s))
-
-    def assign(self, tps: list[TopicPartition]) -> None:
-        self.consumer.incremental_assign(tps)
-
-    def reassign(self, tps: list[TopicPartition]) -> None:
-        """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
-        self.consumer.incremental_unassign(tps)
-        self.consumer.incremental_assign(tps)
-        self.consumer.resume(tps)
-
-    def pause(self, tps: list[TopicPartition]) -> None:
-        self.consumer.pause(tps)
-
-    def take(self) -> list[Message]:
-        taken: list[Message] = []
-        while messages := self.consumer.consume(num_messages=_TAKE, timeout=0):
-            taken.extend(messages)
-        return taken
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 class SharedConsumer:
@@ -143,7 +85,7 @@ class SharedConsumer:
         if self.broken is not None:
             return
         try:
-            while messages := self.consumer.consume(num_messages=_TAKE, timeout=0):
+            while messages := self.consumer.consume(num_messages=TAKE, timeout=0):
                 for message in messages:
                     self._route(message)
         except (KafkaException, RuntimeError) as exc:
