@@ -45,6 +45,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         out_dir=args.out,
         kafka=args.kafka,
         postgres=args.postgres,
+        screenshot=args.screenshot,
     )
 
 
@@ -206,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--postgres",
         action="store_true",
         help="Airflow's metadata DB on a private PostgreSQL server (Debian's postgresql) instead of SQLite",
+    )
+    demo.add_argument(
+        "--screenshot",
+        default=None,
+        metavar="PNG",
+        help="save a picture of the Retry tiers view while records wait in the tiers (scheduler demo; "
+        "needs Chromium and Playwright)",
     )
     demo.set_defaults(func=_cmd_demo)
 

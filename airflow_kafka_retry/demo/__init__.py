@@ -22,6 +22,7 @@ def main(
     out_dir: str | Path | None = None,
     kafka: bool = False,
     postgres: bool = False,
+    screenshot: str | Path | None = None,
 ) -> int:
     """
     Run the demo on ``bootstrap``, or on a broker started for it (Tansu; ``kafka``: Apache Kafka).
@@ -38,4 +39,5 @@ def main(
         out_dir=Path(out_dir) if out_dir else None,
         kafka=kafka,
         postgres=postgres,
+        screenshot=Path(screenshot) if screenshot else None,
     )

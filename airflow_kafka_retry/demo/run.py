@@ -64,8 +64,10 @@ class Demo:
         partitions: int,
         fast: bool,
         console: Console,
+        screenshot: Path | None = None,
     ) -> None:
         self.d = deployment
+        self.screenshot = screenshot  # where to save a picture of the Retry tiers view (full mode)
         self.bootstrap = bootstrap
         self.orders = orders
         self.partitions = partitions
@@ -198,6 +200,8 @@ class Demo:
                 show(snap)
                 busy = producer is not None and producer.is_alive()
                 settled = settled + 1 if snap.settled and not busy else 0
+                if self.screenshot is not None and (_worth_a_picture(snap) or settled == 2):
+                    self._picture(self.screenshot)
                 time.sleep(2)
 
     def _drain_fast(self, deadline: float) -> None:
@@ -214,6 +218,13 @@ class Demo:
                     time.sleep(max(0.0, tier.next_due_ms / 1000 - time.time()))
                 self._cli("dags", "test", self.d.dag_id(tier.topic))
                 self._show(self.reader.snapshot())
+
+    def _picture(self, path: Path) -> None:
+        """The Retry tiers view of this demo's Airflow, once: records waiting in a tier and dead letters."""
+        from airflow_kafka_retry.demo.screenshot import view_screenshot
+
+        self.screenshot = None
+        self._say(f"picture of the Retry tiers view: {view_screenshot(self.d.api_url, path)}")
 
     def _replay(self) -> None:
         conf = json.dumps({"dry_run": False})
@@ -364,6 +375,11 @@ class Demo:
             self.cluster.stop()
 
 
+def _worth_a_picture(snap: Snapshot) -> bool:
+    """A retry tier holds records and the DLT some dead letters: the view shows the path at work."""
+    return any(t.waiting for t in snap.tiers[1:]) and any(n for n in snap.dlt_records.values())
+
+
 def run_demo(
     *,
     bootstrap: str | None,
@@ -374,6 +390,7 @@ def run_demo(
     kafka: bool = False,
     console: Console | None = None,
     postgres: bool = False,
+    screenshot: Path | None = None,
 ) -> int:
     """The whole demo; returns the process exit code (0: the account reconciles)."""
     console = console or Console(width=None if sys.stdout.isatty() else 132)
@@ -382,6 +399,18 @@ def run_demo(
             "[bold red]demo failed:[/] the picture needs matplotlib: pip install 'airflow-kafka-retry[demo]'"
         )
         return 1
+    if screenshot is not None:
+        from airflow_kafka_retry.demo.screenshot import ScreenshotError, check_ready
+
+        if fast:
+            console.print("[bold red]demo failed:[/] --screenshot needs the scheduler demo (no --fast)")
+            return 1
+        try:
+            check_ready()
+        except ScreenshotError as exc:
+            console.print(f"[bold red]demo failed:[/] {exc}")
+            return 1
+        screenshot = screenshot.resolve()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
     root.mkdir(parents=True, exist_ok=True)
@@ -397,7 +426,15 @@ def run_demo(
             deployment = prepare(
                 root, topic=topic, bootstrap=address, statsd_port=sink.port, database_url=database_url
             )
-            demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
+            demo = Demo(
+                deployment,
+                address,
+                orders=orders,
+                partitions=partitions,
+                fast=fast,
+                console=console,
+                screenshot=screenshot,
+            )
             mode = "fast: `airflow dags test` in schedule order" if fast else "the Airflow scheduler"
             tiers = ", ".join(f"{t.topic} {t.delay_ms // 1000}s" for t in deployment.topology.retry_tiers)
             console.print(
