@@ -29,7 +29,7 @@ def main(
 
     ``kafka`` starts a real single-node Apache Kafka from its Maven jars (``testing/kafka.py``).
     """
-    from airflow_kafka_retry.demo.run import run_demo
+    from airflow_kafka_retry.demo.launch import run_demo
 
     return run_demo(
         bootstrap=bootstrap,
