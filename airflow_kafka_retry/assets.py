@@ -47,7 +47,7 @@ def reprocess_outlets(topology_path: str, tier: int | str, server: str) -> dict[
 
         topology = load_topology_from(str(topology_path))
     else:  # a local file: no Spark module at parse time
-        from airflow_kafka_retry.policy.topology import load_topology
+        from airflow_kafka_retry.policy.topology_file import load_topology
 
         topology = load_topology(topology_path)
     assets = topology_assets(topology, server)

@@ -45,11 +45,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         out_dir=args.out,
         kafka=args.kafka,
         postgres=args.postgres,
+        screenshot=args.screenshot,
     )
 
 
 def _cmd_topology_show(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.policy.topology import load_topology
+    from airflow_kafka_retry.policy.topology_file import load_topology
 
     shown = load_topology(args.file).to_dict()
     if args.bootstrap or args.kafka_config:
@@ -70,7 +71,7 @@ def _cmd_topology_show(args: argparse.Namespace) -> int:
 
 def _cmd_topology_create(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.engine.topics import ensure_topics
-    from airflow_kafka_retry.policy.topology import load_topology
+    from airflow_kafka_retry.policy.topology_file import load_topology
 
     topology = load_topology(args.file)
     print_json(
@@ -114,7 +115,7 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
 
 def _cmd_drain(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.engine.loading import load_callable
-    from airflow_kafka_retry.policy.topology import load_topology
+    from airflow_kafka_retry.policy.topology_file import load_topology
 
     topology = load_topology(args.topology)
     tier = topology.select(args.tier)
@@ -206,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--postgres",
         action="store_true",
         help="Airflow's metadata DB on a private PostgreSQL server (Debian's postgresql) instead of SQLite",
+    )
+    demo.add_argument(
+        "--screenshot",
+        default=None,
+        metavar="PNG",
+        help="save a picture of the Retry tiers view while records wait in the tiers (scheduler demo; "
+        "needs Chromium and Playwright)",
     )
     demo.set_defaults(func=_cmd_demo)
 

@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
 from airflow_kafka_retry.policy.headers import ExceptionInfo, Failure, Header, forward_headers
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 VALUE_BYTES = 1024
 FATAL_CLASS = "bench.handler.InvalidRecord"

@@ -22,13 +22,14 @@ def main(
     out_dir: str | Path | None = None,
     kafka: bool = False,
     postgres: bool = False,
+    screenshot: str | Path | None = None,
 ) -> int:
     """
     Run the demo on ``bootstrap``, or on a broker started for it (Tansu; ``kafka``: Apache Kafka).
 
     ``kafka`` starts a real single-node Apache Kafka from its Maven jars (``testing/kafka.py``).
     """
-    from airflow_kafka_retry.demo.run import run_demo
+    from airflow_kafka_retry.demo.launch import run_demo
 
     return run_demo(
         bootstrap=bootstrap,
@@ -38,4 +39,5 @@ def main(
         out_dir=Path(out_dir) if out_dir else None,
         kafka=kafka,
         postgres=postgres,
+        screenshot=Path(screenshot) if screenshot else None,
     )

@@ -13,13 +13,16 @@ import textwrap
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from airflow_kafka_retry.demo.orders import DEMO_DIR_ENV, InvalidOrder
-from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env, free_port
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 DELAYS = ("10s", "20s")
 #: The main topic's DAG (delay 0) and the 10 s tier are scheduled at this floor (the factory's default

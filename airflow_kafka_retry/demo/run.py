@@ -9,22 +9,17 @@ runs each DAG with ``airflow dags test``, in schedule order, whenever its tier h
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.live import Live
 
 from airflow_kafka_retry.demo.account import (
@@ -35,14 +30,14 @@ from airflow_kafka_retry.demo.account import (
     read_produced,
     reconcile,
 )
-from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, METRICS_FILE, Deployment, prepare
-from airflow_kafka_retry.demo.lineage_graph import draw_lineage, lineage_edges, read_events, unfinished_runs
+from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, Deployment
+from airflow_kafka_retry.demo.lineage_graph import read_events, unfinished_runs
 from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, order_record, read_lines
-from airflow_kafka_retry.demo.picture import draw, flow_data
 from airflow_kafka_retry.demo.progress import ProgressReader, Snapshot, render, xcom_summaries
-from airflow_kafka_retry.demo.report import print_account
-from airflow_kafka_retry.demo.statsd_sink import StatsdSink, counter_totals
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PHASE_TIMEOUT_S = 600
 STREAM_S = 20.0  # full mode: the orders arrive over this long
@@ -64,8 +59,10 @@ class Demo:
         partitions: int,
         fast: bool,
         console: Console,
+        screenshot: Path | None = None,
     ) -> None:
         self.d = deployment
+        self.screenshot = screenshot  # where to save a picture of the Retry tiers view (full mode)
         self.bootstrap = bootstrap
         self.orders = orders
         self.partitions = partitions
@@ -198,6 +195,8 @@ class Demo:
                 show(snap)
                 busy = producer is not None and producer.is_alive()
                 settled = settled + 1 if snap.settled and not busy else 0
+                if self.screenshot is not None and (_worth_a_picture(snap) or settled == 2):
+                    self._picture(self.screenshot)
                 time.sleep(2)
 
     def _drain_fast(self, deadline: float) -> None:
@@ -214,6 +213,13 @@ class Demo:
                     time.sleep(max(0.0, tier.next_due_ms / 1000 - time.time()))
                 self._cli("dags", "test", self.d.dag_id(tier.topic))
                 self._show(self.reader.snapshot())
+
+    def _picture(self, path: Path) -> None:
+        """The Retry tiers view of this demo's Airflow, once: records waiting in a tier and dead letters."""
+        from airflow_kafka_retry.demo.screenshot import view_screenshot
+
+        self.screenshot = None
+        self._say(f"picture of the Retry tiers view: {view_screenshot(self.d.api_url, path)}")
 
     def _replay(self) -> None:
         conf = json.dumps({"dry_run": False})
@@ -364,155 +370,6 @@ class Demo:
             self.cluster.stop()
 
 
-def run_demo(
-    *,
-    bootstrap: str | None,
-    orders: int,
-    partitions: int,
-    fast: bool,
-    out_dir: Path | None,
-    kafka: bool = False,
-    console: Console | None = None,
-    postgres: bool = False,
-) -> int:
-    """The whole demo; returns the process exit code (0: the account reconciles)."""
-    console = console or Console(width=None if sys.stdout.isatty() else 132)
-    if importlib.util.find_spec("matplotlib") is None:
-        console.print(
-            "[bold red]demo failed:[/] the picture needs matplotlib: pip install 'airflow-kafka-retry[demo]'"
-        )
-        return 1
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    root = (out_dir or Path.cwd() / ".artifacts" / "demo" / stamp).resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        with (
-            _broker(bootstrap, console, kafka=kafka) as address,
-            StatsdSink(root / METRICS_FILE) as sink,
-            _metadata_db(postgres, console) as database_url,
-        ):
-            topic = "orders" if bootstrap is None else f"orders-demo-{uuid.uuid4().hex[:6]}"
-            deployment = prepare(
-                root, topic=topic, bootstrap=address, statsd_port=sink.port, database_url=database_url
-            )
-            demo = Demo(deployment, address, orders=orders, partitions=partitions, fast=fast, console=console)
-            mode = "fast: `airflow dags test` in schedule order" if fast else "the Airflow scheduler"
-            tiers = ", ".join(f"{t.topic} {t.delay_ms // 1000}s" for t in deployment.topology.retry_tiers)
-            console.print(
-                f"[bold]airflow-kafka-retry demo[/]: {orders} orders on {topic} ({partitions} "
-                f"partitions), tiers {tiers}, run by {mode}. Working directory: {root}"
-            )
-            try:
-                account = demo.run()
-            finally:
-                demo.stop()
-            print_account(console, account, f"{account.produced} produced")
-            data = flow_data(account, deployment.topology)
-            (root / "account.json").write_text(json.dumps(account.to_dict(), indent=2, sort_keys=True))
-            title = (
-                f"{account.produced} orders through the retry tiers of {topic}, run by "
-                f"{'airflow dags test' if fast else 'the Airflow scheduler'}; the DLT replayed after the fix"
-            )
-            png = draw(data, root / "flow.png", title=title)
-            console.print(f"picture of the flow: [bold]{png}[/] (its data: {png.with_suffix('.json')})")
-            _observability(console, root, deployment)
-    except KeyboardInterrupt:
-        console.print("[yellow]interrupted: Airflow and the broker were stopped[/]")
-        return 130
-    except DemoError as exc:
-        console.print(f"[bold red]demo failed:[/] {exc}")
-        return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    console.print(
-        f"took {time.monotonic() - started:.0f}s. Airflow and the broker are stopped; everything is in {root}"
-    )
-    console.print(
-        "Against a real cluster: [bold]airflow-kafka-retry demo --bootstrap HOST:9092[/] (fresh "
-        "orders-demo-* topics); in your own Airflow, set the [bold]kafka_default[/] connection "
-        '(e.g. AIRFLOW_CONN_KAFKA_DEFAULT=\'{"conn_type": "kafka", "extra": '
-        '{"bootstrap.servers": "HOST:9092"}}\') and copy dags/example_retry_tiers.py.'
-    )
-    return 0 if account.reconciles else 1
-
-
-def _observability(console: Console, root: Path, deployment: Deployment) -> None:
-    """What the demo's Airflow reported through its metrics and OpenLineage settings."""
-    lineage = lineage_edges(read_events(root / LINEAGE_DIR))
-    if lineage["edges"]:
-        png = draw_lineage(
-            lineage,
-            deployment.topology,
-            root / "lineage.png",
-            title=f"OpenLineage: records between the topics of {lineage['namespace']}, from the "
-            f"events of {sum(lineage['runs'].values())} task runs",
-        )
-        console.print(
-            f"lineage graph from the OpenLineage events: [bold]{png}[/] (events: {root / LINEAGE_DIR})"
-        )
-    else:
-        console.print(
-            "no OpenLineage events (the provider is not installed: "
-            "pip install 'airflow-kafka-retry[openlineage]')"
-        )
-    drained = counter_totals(root / METRICS_FILE).get("tier.drained", {})
-    if drained:
-        console.print(
-            "metrics (StatsD, kafka_retry.tier.drained): "
-            + ", ".join(f"{tier} {int(n)}" for tier, n in sorted(drained.items()))
-            + f" (all lines: {root / METRICS_FILE})"
-        )
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def _metadata_db(postgres: bool, console: Console) -> Iterator[str | None]:
-    """
-    Yield the metadata DB's URL: ``None`` for SQLite in the Airflow home.
-
-    With ``postgres``, a database on a private PostgreSQL server (Debian's ``postgresql``), stopped at
-    the end.
-    """
-    if not postgres:
-        yield None
-        return
-    from airflow_kafka_retry.testing.postgres import PostgresCluster, PostgresError
-
-    try:
-        pg = PostgresCluster().start()
-    except PostgresError as exc:
-        raise DemoError(str(exc)) from None
-    try:
-        console.print(f"PostgreSQL metadata DB: a private server at 127.0.0.1:{pg.port} (pid {pg.pid})")
-        yield pg.create_database("airflow_demo")
-    finally:
-        console.print("stopping PostgreSQL")
-        pg.stop()
-
-
-@contextmanager
-def _broker(bootstrap: str | None, console: Console, *, kafka: bool = False) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    from airflow_kafka_retry.testing.broker import EmbeddedBroker
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-
-    if kafka:
-        console.print("starting Apache Kafka (single node, KRaft) from its Maven Central jars")
-    with ApacheKafka() if kafka else EmbeddedBroker() as broker:
-        what = (
-            f"Apache Kafka {broker.version}"
-            if isinstance(broker, ApacheKafka)
-            else "embedded Kafka-protocol broker (Tansu, memory only)"
-        )
-        console.print(f"{what} at {broker.bootstrap}")
-        try:
-            yield broker.bootstrap
-        finally:
-            console.print("stopping the broker")
+def _worth_a_picture(snap: Snapshot) -> bool:
+    """A retry tier holds records and the DLT some dead letters: the view shows the path at work."""
+    return any(t.waiting for t in snap.tiers[1:]) and any(n for n in snap.dlt_records.values())

@@ -102,7 +102,7 @@ def add_dlt_commands(sub: Any) -> None:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.dlt.groups import format_table
     from airflow_kafka_retry.dlt.inspect import inspect_dlt
-    from airflow_kafka_retry.policy.topology import load_topology
+    from airflow_kafka_retry.policy.topology_file import load_topology
 
     topology = load_topology(args.topology)
     report = inspect_dlt(
@@ -122,7 +122,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
-    from airflow_kafka_retry.policy.topology import load_topology
+    from airflow_kafka_retry.policy.topology_file import load_topology
 
     topology = load_topology(args.topology)
     request = ReplayRequest(

@@ -12,7 +12,8 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage

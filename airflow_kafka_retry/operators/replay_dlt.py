@@ -13,7 +13,8 @@ from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.observability.lineage import lineage_server
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.plugin.scans import TopologyScan
     from airflow_kafka_retry.plugin.settings import ViewSettings
+    from airflow_kafka_retry.policy.topology import Topology
 
 RunsReader = Callable[[str, int], list[dict[str, Any]]]
 

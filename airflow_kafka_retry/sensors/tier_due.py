@@ -13,7 +13,8 @@ from airflow.sdk import BaseSensorOperator, PokeReturnValue
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
+from airflow_kafka_retry.policy.topology import Tier, Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.policy.windows import ReprocessWindow
 
 if TYPE_CHECKING:

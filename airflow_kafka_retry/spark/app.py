@@ -147,7 +147,7 @@ def options_from_json(value: str) -> DrainOptions:
 
 def load_topology_from(url: str) -> Topology:
     """Load a topology from a local path (as :func:`load_topology` does) or an fsspec URL."""
-    from airflow_kafka_retry.policy.topology import load_topology
+    from airflow_kafka_retry.policy.topology_file import load_topology
 
     if "://" not in url:
         return load_topology(url)

@@ -35,7 +35,7 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.factory.events import due_asset_uri
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env, free_port
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 

@@ -58,6 +58,7 @@ def _processes_with(marker: bytes) -> list[int]:
 
 
 MODES = ("fast", "scheduler")
+VIEW_PNG = "retry-tiers-view.png"  # the scheduler demo's picture of its Retry tiers view (--screenshot)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +73,11 @@ def demo_processes(tmp_path_factory, kafka_bootstrap):
         command = [
             str(Path(sys.executable).with_name("airflow-kafka-retry")),
             "demo",
-            *(["--fast"] if mode == "fast" else ["--bootstrap", kafka_bootstrap, "--postgres"]),
+            *(
+                ["--fast"]
+                if mode == "fast"
+                else ["--bootstrap", kafka_bootstrap, "--postgres", "--screenshot", str(out / VIEW_PNG)]
+            ),
             "--orders",
             str(ORDERS),
             "--out",
@@ -151,6 +156,36 @@ def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
     assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], (
         "an Airflow process outlived the demo"
     )
+
+
+def test_the_scheduler_demo_pictures_its_own_retry_tiers_view(demo_processes):
+    """``--screenshot``: the view of the demo's own Airflow, taken while records wait in a retry tier."""
+    out, done = _finished(demo_processes, "scheduler")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    png = out / VIEW_PNG
+    assert f"picture of the Retry tiers view: {png}" in " ".join(done.stdout.split())  # as rich wrapped it
+    header = png.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+    assert width == 1400, "the demo's viewport width"
+    assert height >= 1000, "the full page, at least the viewport's height"
+    assert png.stat().st_size > 50_000, "a page with tiers and dead letters, not an empty one"
+
+
+def test_screenshot_needs_the_scheduler_demo(tmp_path):
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("airflow-kafka-retry")),
+            *("demo", "--fast", "--screenshot", str(tmp_path / "v.png"), "--out", str(tmp_path)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "--screenshot needs the scheduler demo (no --fast)" in done.stdout
+    assert not (tmp_path / "v.png").exists()
 
 
 def test_every_order_is_in_exactly_the_place_its_fate_calls_for(demo_run):

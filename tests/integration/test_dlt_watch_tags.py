@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.observability.metrics import MAX_EXCEPTION_TAGS
 
 from tests.integration.test_observability_dag import StatsdListener, parse_statsd
 from tests.support import ledger
@@ -26,7 +27,6 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).parents[2]
 NAME = "kafka_retry.dlt.new_records"
-MAX_EXCEPTION_TAGS = 20  # observability.metrics.MAX_EXCEPTION_TAGS
 TAG = re.compile(r"^[A-Za-z0-9_.$-]+$")
 WATCH = """
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator

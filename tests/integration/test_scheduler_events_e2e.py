@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import topology_topics
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 

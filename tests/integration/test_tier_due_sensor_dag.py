@@ -33,7 +33,7 @@ import yaml
 
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.testing.topics import unique_topic
 

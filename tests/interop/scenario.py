@@ -10,13 +10,17 @@ import textwrap
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 REPO = Path(__file__).parents[2]
 HANDLER = "tests.interop.orders_handler"

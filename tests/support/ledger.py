@@ -22,7 +22,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology import Tier, Topology, load_topology
+from airflow_kafka_retry.policy.topology import Tier, Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.topics import unique_topic
 
 if TYPE_CHECKING:

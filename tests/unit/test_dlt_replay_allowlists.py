@@ -17,7 +17,7 @@ from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
 from airflow_kafka_retry.dlt.topics import check_target_spec, target_for
 from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 EXAMPLE = Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"
 NOWHERE = {"bootstrap.servers": "127.0.0.1:9"}

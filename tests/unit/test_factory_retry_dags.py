@@ -15,7 +15,8 @@ import yaml
 
 from airflow_kafka_retry.factory.overrides import TierOverrideError
 from airflow_kafka_retry.factory.retry_dags import CUTOFF_RENDERED_NOW, build_retry_dags
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 REPO = Path(__file__).parents[2]
 ORDERS = REPO / "dags" / "topologies" / "orders.yaml"

@@ -24,7 +24,7 @@ from airflow_kafka_retry.observability.metrics import (
     run_metrics,
     sanitize_tag,
 )
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 TOPOLOGY = load_topology(str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"))
 
@@ -412,7 +412,7 @@ def test_any_airflow_process_sends_the_backlog_gauges_with_its_own_metrics_setti
         code = f"""
 from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.observability.metrics import emit_tier_backlog
-from airflow_kafka_retry.policy.topology import load_topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 topology = load_topology({TOPOLOGY.source!r})
 peek = TierPeek("orders-retry-2", "g", (0,), (PartitionHead(0, 5, 1_000, end_offset=12),))
 print(emit_tier_backlog(peek, topology, topology.tier(2), now_ms=61_000))

@@ -14,7 +14,8 @@ from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.headers import describe_exception
 from airflow_kafka_retry.policy.naming import NamingError, dlt_routing_suffix, retry_topics
 from airflow_kafka_retry.policy.resolver import DestinationResolver
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 BASE = {"topic": "orders", "group_id": "orders-service"}
 

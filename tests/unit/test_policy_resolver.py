@@ -12,7 +12,8 @@ from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.headers import ATTEMPTS, encode_int32, read_attempts
 from airflow_kafka_retry.policy.resolver import Destination, DestinationResolver, wall_clock_ms
-from airflow_kafka_retry.policy.topology import Topology, load_topology
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "policy_orders_topology.yaml"
 NOW = 1_700_000_000_000

@@ -17,12 +17,8 @@ from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.classify import DEFAULT_NOT_RETRYABLE
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.header_policy import MIN_HEADER_BYTES, HeaderPolicy
-from airflow_kafka_retry.policy.topology import (
-    DEFAULT_TIER_GROUP_TEMPLATE,
-    Tier,
-    Topology,
-    load_topology,
-)
+from airflow_kafka_retry.policy.topology import DEFAULT_TIER_GROUP_TEMPLATE, Tier, Topology
+from airflow_kafka_retry.policy.topology_file import load_topology
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXAMPLE = FIXTURES / "policy_orders_topology.yaml"

@@ -1,0 +1,283 @@
+"""
+Capacity: many idle event-mode topologies on one Airflow, and Airflow's own cost of as many plain DAGs.
+
+``capacity``: N topologies from one folder DAG file (4 DAGs and 4 asset watchers each: the main topic, two
+retry tiers, the DLT watch). Once every watcher runs in the triggerer and the deployment has settled (no
+DAG run created for ``QUIET_S`` and none running: the first sweeps are over), an idle window is measured,
+then records flow through the first topology and their lateness (handled - due) is measured.
+
+``plain_dags``: the control. The same Airflow with 4 x N plain DAGs from one file (one ``EmptyOperator``
+each, the same weekly schedules, no asset, no trigger): what the scheduler and the dag-processor cost for
+that many DAGs whatever they do, measured over the same settled window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psutil
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from bench.airflow_deploy import PARTITIONS, REPO, counts, deploy, measure_window
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
+
+#: Settled: no DAG run created for this long and no task instance running or queued.
+QUIET_S = 60
+SETTLE_MAX_S = 900
+
+PLAIN_DAG_FILE = """
+from datetime import datetime
+
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG
+
+for i in range({count}):
+    with DAG(
+        f"plain_{{i:04d}}",
+        schedule=f"{{i % 60}} {{(i // 60) % 24}} * * {{i % 7}}",  # weekly, spread as the factory's sweeps
+        start_date=datetime.fromisoformat("{start}"),  # deployment time: no earlier tick is run
+        catchup=False,
+    ) as dag:
+        EmptyOperator(task_id="reprocess")
+    globals()[dag.dag_id] = dag
+"""
+
+
+def settle(cluster: AirflowCluster) -> float:
+    """Wait until no DAG run was created for ``QUIET_S`` and no task runs (at most ``SETTLE_MAX_S``)."""
+    started = time.monotonic()
+    last_runs, quiet_since = -1, started
+    while time.monotonic() - started < SETTLE_MAX_S:
+        runs, _ = counts(cluster)
+        [(busy,)] = cluster.query(
+            "SELECT count(*) FROM task_instance WHERE state IN ('running', 'queued', 'scheduled')"
+        )
+        if runs != last_runs or busy:
+            last_runs, quiet_since = runs, time.monotonic()
+        elif time.monotonic() - quiet_since >= QUIET_S:
+            break
+        cluster.check_alive()
+        time.sleep(5)
+    return round(time.monotonic() - started, 1)
+
+
+def plain_dags(count: int, seconds: float, databases: AirflowDatabases | None = None) -> dict[str, Any]:
+    """Airflow with ``4 * count`` plain DAGs (no provider code): its idle CPU over a settled window."""
+    dags = 4 * count
+    with tempfile.TemporaryDirectory(prefix="akr-bench-plain-") as tmp:
+        home = Path(tmp)
+        database_url = databases.new() if databases is not None else None
+        env = airflow_env(
+            home,
+            extra={
+                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+                "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600",
+                "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "900",
+            },
+            pythonpath=[REPO],
+            database_url=database_url,
+        )
+        start = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        (home / "dags" / "plain_dags.py").write_text(PLAIN_DAG_FILE.format(count=dags, start=start))
+        started = time.monotonic()
+        cluster = AirflowCluster(home, env, cwd=REPO, migrated=database_url is not None).start()
+        try:
+            deadline = time.monotonic() + 900
+            while cluster.query("SELECT count(*) FROM dag WHERE is_stale = false")[0][0] < dags:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the {dags} plain DAGs were not all parsed in 900 s")
+                cluster.check_alive()
+                time.sleep(5)
+            ready_s = round(time.monotonic() - started, 1)
+            settle_s = settle(cluster)
+            idle = measure_window(cluster, None, seconds)
+            return {
+                "case": "plain",
+                "topologies_equivalent": count,
+                "dags": dags,
+                "ready_seconds": ready_s,
+                "settle_seconds": settle_s,
+                "parse": _parse_seconds(cluster),
+                "idle": idle,
+                "dag_runs_since_deployment": counts(cluster)[0],
+            }
+        finally:
+            cluster.stop()
+
+
+def capacity(
+    bootstrap: str, broker_pid: int, count: int, seconds: float, databases: AirflowDatabases | None = None
+) -> dict[str, Any]:
+    """
+    ``count`` idle event topologies from one folder DAG file, then records through the first one.
+
+    The records fail once on its main topic, then succeed on retry-1 of 10 s or retry-2 of 30 s; their
+    lateness is measured. Each topology: its main topic, two retry tiers and the DLT watch (4 watchers).
+    """
+    stamp = datetime.datetime.now(datetime.UTC)
+    names = [f"cap{i:03d}-{stamp:%H%M%S}" for i in range(count)]
+    with tempfile.TemporaryDirectory(prefix="akr-bench-capacity-") as tmp:
+        home = Path(tmp)
+        ledger = home / "handled.jsonl"
+        started = time.monotonic()
+        cluster = deploy(
+            bootstrap,
+            home,
+            [(n, ("10s", "30s")) for n in names],
+            "event",
+            include_main=True,
+            ledger=ledger,
+            layout="folder",
+            databases=databases,
+        )
+        try:
+            watchers = 4 * count
+            deadline = time.monotonic() + 900
+            while time.monotonic() < deadline:  # every watcher runs in the triggerer
+                running = cluster.query("SELECT count(*) FROM trigger WHERE triggerer_id IS NOT NULL")[0][0]
+                if running >= watchers:
+                    break
+                cluster.check_alive()
+                time.sleep(5)
+            ready_s = round(time.monotonic() - started, 1)
+            settle_s = settle(cluster)
+            parse = _parse_seconds(cluster, count)
+            load_start = os.getloadavg()
+            idle = measure_window(cluster, broker_pid, seconds)
+            idle.update(
+                {
+                    "triggers_running": running,
+                    # since deployment: an idle topology creates no run (its sweeps are weekly)
+                    "dag_runs_since_deployment": counts(cluster)[0],
+                    "triggerer_rss_mb": _rss_mb(cluster.processes["triggerer"].pid),
+                    "kafka_connections": _connections(cluster, broker_pid),
+                    "load_average": [round(x, 2) for x in load_start],
+                }
+            )
+            records = 60
+            producer = threading.Thread(target=_produce, args=(bootstrap, names[0], records), daemon=True)
+            active = measure_window(cluster, broker_pid, 150, during=producer.start)
+            entries = (
+                [json.loads(line) for line in ledger.read_text().splitlines()] if ledger.exists() else []
+            )
+            lateness = {}
+            for tier in (f"{names[0]}-retry-1", f"{names[0]}-retry-2"):
+                late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if e["topic"] == tier]
+                if late:
+                    lateness[tier] = {
+                        "records": len(late),
+                        "p50_s": round(statistics.median(late), 2),
+                        "max_s": round(max(late), 2),
+                    }
+            every = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if "-retry-" in e["topic"]]
+            return {
+                "case": "capacity",
+                "layout": "one folder DAG file",
+                "topologies": count,
+                "dags": 4 * count,
+                "watchers": watchers,
+                "ready_seconds": ready_s,
+                "settle_seconds": settle_s,
+                "parse": parse,
+                "idle": idle,
+                "active": {
+                    **active,
+                    "records": records,
+                    "handled": len(entries),
+                    "lateness": lateness,
+                    "lateness_all_retry_tiers": {
+                        "records": len(every),
+                        "p50_s": round(statistics.median(every), 2) if every else None,
+                        "max_s": round(max(every), 2) if every else None,
+                    },
+                    "load_average": [round(x, 2) for x in os.getloadavg()],
+                },
+            }
+        finally:
+            cluster.stop()
+
+
+def _rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children, in MB."""
+    proc = psutil.Process(pid)
+    total = 0
+    for member in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += member.memory_info().rss
+    return round(total / 2**20, 1)
+
+
+def _connections(cluster: AirflowCluster, broker_pid: int) -> dict[str, int]:
+    """
+    Established TCP connections to the broker held by each Airflow component's process tree.
+
+    Any of the broker's listening ports counts.
+    """
+    ports = {
+        c.laddr.port
+        for c in psutil.Process(broker_pid).net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    held = {}
+    for name, popen in cluster.processes.items():
+        proc = psutil.Process(popen.pid)
+        count = 0
+        for member in [proc, *proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+                count += sum(
+                    1
+                    for c in member.net_connections(kind="tcp")
+                    if c.raddr and c.raddr.port in ports and c.status == psutil.CONN_ESTABLISHED
+                )
+        held[name] = count
+    held["broker_listening_ports"] = sorted(ports)
+    return held
+
+
+def _produce(bootstrap: str, topic: str, count: int) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i in range(count):
+        producer.produce(
+            topic,
+            key=str(i).encode(),
+            partition=i % PARTITIONS,
+            value=json.dumps({"id": str(i), "succeed_on": 2 + i % 2}).encode(),
+        )
+        producer.poll(0)
+        time.sleep(0.5)
+    producer.flush(30)
+
+
+def _parse_seconds(cluster: AirflowCluster, topologies: int = 0) -> dict[str, Any]:
+    """
+    The dag-processor's own parse time of each DAG file (``dag.last_parse_duration``).
+
+    With ``topologies``, also the time per topology (all files' time divided by their topologies).
+    """
+    rows = cluster.query(
+        "SELECT fileloc, max(last_parse_duration) FROM dag WHERE last_parse_duration IS NOT NULL "
+        "GROUP BY fileloc"
+    )
+    durations = [d for _, d in rows]
+    if not durations:
+        return {"files": 0}
+    found = {
+        "files": len(durations),
+        "mean_s": round(statistics.mean(durations), 3),
+        "max_s": round(max(durations), 3),
+    }
+    if topologies:
+        found["per_topology_ms"] = round(1000 * sum(durations) / topologies, 2)
+    return found
