@@ -15,7 +15,9 @@ Over a ``--window`` of idle watching (30 s) it records this process's CPU (user 
 one core), its thread count and the TCP connections it holds to the broker, and the broker's own CPU
 over the same window (a broker this bench started).
 Modes: ``private`` (one consumer per watch: the behaviour before consumers were shared) and ``shared``
-(the default: the watches of one process share one consumer per Kafka configuration).
+(the default: the watches of one process share one consumer per Kafka configuration), measured in turn
+``--repeat`` times (2: the broker's JVM is warm for the second round; compare those), then the broker
+alone with the topics and no watch over the same window.
 
 Writes ``bench/results/<UTC date and time>-watch-consumers.json`` (or ``--out DIR``) whole, with the
 machine's facts (cores, load average), and prints a summary. Figures are measured, never asserted.
@@ -148,13 +150,20 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="fetch.wait.max.ms in the Kafka configuration (default: the watch's)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=2,
+        help="measure the modes this many times in turn (2: the first warms up)",
+    )
     parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of the results file")
     args = parser.parse_args(argv)
     now = datetime.datetime.now(datetime.UTC)
     load_start = [round(x, 2) for x in os.getloadavg()]
-    modes = {"both": [False, True], "private": [False], "shared": [True]}[args.mode]
+    modes = {"both": [False, True], "private": [False], "shared": [True]}[args.mode] * args.repeat
     runs: list[dict[str, Any]] = []
+    idle: float | None = None
     with _broker(args.bootstrap) as (bootstrap, broker):
         topics = [unique_topic(f"watch-{i}") for i in range(args.topics)]
         for start in range(0, len(topics), 50):
@@ -170,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
                     broker=broker,
                 )
                 runs.append(run)
+            if broker is not None:  # the broker with the topics and no watch, over the same window
+                broker0, wall0 = _cpu(broker), time.monotonic()
+                time.sleep(args.window)
+                idle = round(100 * (_cpu(broker) - broker0) / (time.monotonic() - wall0), 1)
         finally:
             delete_topics(bootstrap, topics, timeout=60)
     document = {
@@ -184,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "load_average_end": [round(x, 2) for x in os.getloadavg()],
         },
         "runs": runs,
+        "broker_cpu_pct_of_one_core_without_watches": idle,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{now.strftime('%Y-%m-%dT%H%M%SZ')}-watch-consumers.json"
@@ -195,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{run['broker_connections']} broker connections, opened in {run['open_s']} s, "
             f"RSS {run['rss_mb']} MB, broker {run['broker_cpu_pct_of_one_core']} % of a core\n"
         )
+    sys.stdout.write(f"broker without watches: {idle} % of a core\n")
     sys.stdout.write(f"load average {load_start} on {available_cores()} cores\nresults: {path}\n")
     return 0
 
