@@ -11,9 +11,12 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 # Keys the engine sets itself; a user value for them would break its guarantees.
 _ENGINE_OWNED = (
@@ -123,6 +126,13 @@ def consumer_config(kafka_config: Mapping[str, Any], group_id: str) -> dict[str,
     return config
 
 
+def admin_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
+    """An ``AdminClient``'s configuration: the connection and security settings, no client-kind ones."""
+    config = _common(kafka_config, _CONSUMER_ONLY + _PRODUCER_ONLY)
+    config["allow.auto.create.topics"] = False  # asking for a topic's metadata must not create it
+    return config
+
+
 def producer_config(kafka_config: Mapping[str, Any], transactional_id: str | None) -> dict[str, Any]:
     config = _common(kafka_config, _CONSUMER_ONLY)
     # The engine forwards records the cluster already accepted: the topic's max.message.bytes on the
@@ -161,7 +171,9 @@ def open_producer(kafka_config: Mapping[str, Any], transactional_id: str | None)
                 CLIENT_LOGGER.debug("producer flush on close failed: %s", exc.args[0])
 
 
-def partition_counts(client: Consumer | Producer, topics: list[str], timeout: float = 10.0) -> dict[str, int]:
+def partition_counts(
+    client: Consumer | Producer | AdminClient, topics: list[str], timeout: float = 10.0
+) -> dict[str, int]:
     """Partition count of each topic; a KafkaConfigError names every topic that does not exist."""
     counts: dict[str, int] = {}
     missing: list[str] = []

@@ -1,13 +1,17 @@
 """
-Watching the heads of topics for a consumer group, with one long-lived consumer and no commits.
+Watching the heads of topics for a consumer group, with a long-lived consumer and no commits.
 
 The event triggers of event-driven tiers keep one :class:`HeadWatch` open while they run: it is
 assigned every partition at the group's committed offset, learns each partition's first pending
 record (its head: offset and due time) or its end (partition EOF), and pauses a partition once its
 head is known, so nothing past the head is fetched. When the group's committed offset of a
 partition moves (a tier run committed), :meth:`HeadWatch.sync_committed` re-assigns that partition
-at the new offset and its head is learnt again. Idle, it costs the broker one long-polling fetch
-at a time and one committed-offset request per check; it never joins the group and never commits.
+at the new offset and its head is learnt again. It never joins the group and never commits.
+
+The watches of one process share one consumer per Kafka configuration (``shared_consumer.py``): each
+claims its partitions in it and handles only its own, so idle watches cost the broker one long-polling
+fetch at a time in all, and one committed-offset request per watch and check. A watch whose partition
+another watch of the process already holds (two watches of one topic) uses a consumer of its own.
 
 Whether a partition has a pending record comes from partition EOF, never from ListOffsets (see
 peek.py). For the backlog gauge, :meth:`HeadWatch.refresh_ends` also asks for the log end of the
@@ -24,18 +28,16 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, partition_counts
+from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
+from airflow_kafka_retry.engine.shared_consumer import ConsumerBroken, Lease, lease
+from airflow_kafka_retry.engine.watch_consumer import PrivateConsumer
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
 Key = tuple[str, int]
-#: A watch consumer waits this long in one fetch when its partitions are at their end: a new record
-#: still arrives at once (the fetch returns with it); idle, this bounds the fetches per second.
-WATCH_FETCH_WAIT_MS = 1000
-_TAKE = 500  # messages taken from the client's queue in one poll
 
 
 class HeadWatchError(RuntimeError):
@@ -56,6 +58,8 @@ class HeadWatch:
     :param read_due: read each head's due time from its headers (tiers); False: any head is due (DLTs).
     :param due_horizon_ms: a due time further ahead than this is not believed (the record is due now),
         as the drain does.
+    :param optional: of ``topics``, those watched once they exist.
+    :param shared: share the process's consumer for this Kafka configuration (False: a consumer of its own).
     """
 
     def __init__(
@@ -67,20 +71,26 @@ class HeadWatch:
         read_due: bool = True,
         due_horizon_ms: int = MAX_BACKOFF_MS,
         optional: Collection[str] = (),
+        shared: bool = True,
     ) -> None:
         self.topics = list(topics)
         self.optional = frozenset(optional)  # watched once they exist (a parking topic not created yet)
         self.group = group
         self.read_due = read_due
         self.due_horizon_ms = due_horizon_ms
-        config = consumer_config(kafka_config, group)
-        config["fetch.wait.max.ms"] = kafka_config.get("fetch.wait.max.ms", WATCH_FETCH_WAIT_MS)
-        self._consumer = Consumer(config)
         self.committed: dict[Key, int] = {}  # the group's committed offset per partition (-1: none)
         self.heads: dict[Key, PartitionHead] = {}
         self.ended: set[Key] = set()  # partitions read to their end: nothing pending
+        self._client: Lease | PrivateConsumer = (
+            lease(kafka_config) if shared else PrivateConsumer(kafka_config, group)
+        )
         try:
-            self._refresh_partitions()
+            try:
+                self._refresh_partitions()
+            except _Taken:  # another watch of this process holds one of the partitions
+                self._client.close()
+                self._client = PrivateConsumer(kafka_config, group)
+                self._refresh_partitions()
         except BaseException:
             self.close()
             raise
@@ -91,6 +101,11 @@ class HeadWatch:
         return sorted(self.committed)
 
     @property
+    def shared(self) -> bool:
+        """Whether the watch reads through the process's shared consumer."""
+        return self._client.shared
+
+    @property
     def complete(self) -> bool:
         """Every partition gave its head or its end since it was last (re-)assigned."""
         return all(k in self.heads or k in self.ended for k in self.committed)
@@ -98,24 +113,26 @@ class HeadWatch:
     # ------------------------------------------------------------------ blocking calls (worker thread)
     def _refresh_partitions(self) -> None:
         try:
-            counts = partition_counts(self._consumer, [t for t in self.topics if t not in self.optional])
+            counts = self._client.partition_counts([t for t in self.topics if t not in self.optional])
         except KafkaConfigError as exc:
             raise HeadWatchError(str(exc)) from exc
         for topic in self.optional:
             with contextlib.suppress(KafkaConfigError):  # not there yet: looked for again at the next sync
-                counts.update(partition_counts(self._consumer, [topic]))
+                counts.update(self._client.partition_counts([topic]))
         keys = [(t, p) for t in self.topics if t in counts for p in range(counts[t])]
         new = [k for k in keys if k not in self.committed]
         if new:
+            if not self._client.claim(new):
+                raise _Taken(f"{where(new)}: already watched by another watch of this process")
             offsets = self._read_committed(new)
-            self._consumer.incremental_assign(
+            self._client.assign(
                 [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in offsets.items()]
             )
             self.committed.update(offsets)
 
     def _read_committed(self, keys: Sequence[Key], timeout_s: float = 30.0) -> dict[Key, int]:
         try:
-            found = self._consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
+            found = self._client.committed(self.group, keys, timeout_s)
         except KafkaException as exc:
             raise HeadWatchError(
                 f"{where(keys)}: cannot read the committed offsets of group {self.group!r}: {exc}"
@@ -140,17 +157,12 @@ class HeadWatch:
         offsets = self._read_committed(self.keys)
         moved = [k for k, o in offsets.items() if o != self.committed[k]]
         if moved:
-            tps = [TopicPartition(t, p) for t, p in moved]
-            self._consumer.incremental_unassign(tps)
-            self._consumer.incremental_assign(
+            self._client.reassign(
                 [
                     TopicPartition(t, p, offsets[(t, p)] if offsets[(t, p)] >= 0 else OFFSET_BEGINNING)
                     for t, p in moved
                 ]
             )
-            self._consumer.resume(
-                tps
-            )  # a partition paused at its old head stays paused through re-assignment
             for key in moved:
                 self.heads.pop(key, None)
                 self.ended.discard(key)
@@ -161,9 +173,7 @@ class HeadWatch:
         """Ask the broker for the log end of every partition paused at its head (for the backlog gauge)."""
         for key, head in list(self.heads.items()):
             try:
-                _, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(*key), timeout=timeout_s, cached=False
-                )
+                high = self._client.log_end(key, timeout_s)
             except KafkaException as exc:
                 raise HeadWatchError(f"{key[0]}[{key[1]}]: cannot read the log end: {exc}") from exc
             if high is not None and high >= 0 and (head.end_offset is None or high > head.end_offset):
@@ -179,17 +189,17 @@ class HeadWatch:
         )
 
     def close(self) -> None:
-        self._consumer.close()
+        self._client.close()
 
     # ------------------------------------------------------------------ never blocks
     def poll(self) -> None:
         """Take what the client has fetched: heads and ends of partitions (never waits)."""
-        while True:
-            messages = self._consumer.consume(num_messages=_TAKE, timeout=0)
-            if not messages:
-                return
-            for message in messages:
-                self._take(message)
+        try:
+            messages = self._client.take()
+        except ConsumerBroken as exc:
+            raise HeadWatchError(f"{where(self.keys)}: watching for records failed: {exc}") from exc
+        for message in messages:
+            self._take(message)
 
     def _take(self, message: Any) -> None:
         key = (message.topic(), message.partition())
@@ -214,13 +224,17 @@ class HeadWatch:
             else None
         )
         _, timestamp = message.timestamp()
-        end = self._consumer.get_watermark_offsets(TopicPartition(*key), cached=True)  # the fetch's log end
+        end = self._client.cached_end(key)  # the log end the fetch carried
         self.heads[key] = PartitionHead(
             key[1],
             message.offset(),
             due,
             timestamp if timestamp >= 0 else None,
-            end[1] if end and end[1] >= 0 else None,
+            end if end is not None and end >= 0 else None,
         )
         self.ended.discard(key)
-        self._consumer.pause([TopicPartition(*key)])
+        self._client.pause([TopicPartition(*key)])
+
+
+class _Taken(HeadWatchError):
+    """A partition is claimed by another watch of the process's shared consumer."""

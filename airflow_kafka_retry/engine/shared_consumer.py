@@ -1,0 +1,278 @@
+"""
+The consumer behind a head watch: one per process and Kafka configuration, shared, or a private one.
+
+Every asset watcher of a triggerer keeps a :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
+open. With one librdkafka consumer each, 200 topologies would hold 800 consumers in one process, each
+with its threads, its broker connections and its own long-polling fetch. Instead the watches of a
+process *lease* one :class:`SharedConsumer` per Kafka configuration (the registry's key: the consumer
+configuration without its group): each lease claims its partitions, assigns, pauses, resumes and
+un-assigns only them, and :meth:`Lease.take` drains the client's queue into each lease's inbox, so a
+watch handles only its own partitions. The shared consumer never joins a group and never commits; a
+watch's group's committed offsets are read with one ``ListConsumerGroupOffsets`` request per group
+(an ``AdminClient`` next to the consumer), as a consumer of that group would read them (stable offsets);
+metadata and log ends go through that admin client too, as on the consumer's own connection a request
+waits behind the fetch the broker holds open.
+
+A partition already claimed in the shared consumer (two watches of one topic in one process) cannot be
+assigned twice: :meth:`Lease.claim` says so and the watch takes a consumer of its own
+(``watch_consumer.py``: the behaviour before sharing). An error of one partition or topic reaches the watches
+holding it. An error of the consumer itself (consuming raises, or an error naming no partition) breaks
+the shared consumer: every lease's next call raises :class:`ConsumerBroken`, and the registry gives
+later leases a new consumer; the broken one is closed with its last lease. librdkafka only logs
+connection errors (the cluster unreachable): each watch learns of them when its next metadata or
+committed-offset request fails, as before sharing.
+
+Thread-safety: the triggers call the blocking methods from worker threads and :meth:`Lease.take` on the
+event loop; one lock per shared consumer guards its assignment, pauses, queue and inboxes. Nothing here
+reads payloads or logs the configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import threading
+from collections import deque
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from airflow_kafka_retry.engine.clients import admin_config, partition_counts
+from airflow_kafka_retry.engine.watch_consumer import TAKE, Key, watch_config
+
+#: The shared consumer's own group: never joined, never committed, never read.
+SHARED_GROUP = "airflow-kafka-retry-head-watch"
+
+
+class ConsumerBroken(KafkaException):
+    """The shared consumer failed as a whole; the message is the client's error."""
+
+
+class SharedConsumer:
+    """One consumer (and admin client) for the watches of a process with one Kafka configuration."""
+
+    def __init__(self, key: Hashable, kafka_config: Mapping[str, Any]) -> None:
+        self.key = key
+        self.consumer = Consumer(watch_config(kafka_config, SHARED_GROUP))
+        self._admin_config = admin_config(kafka_config)
+        self._admin: AdminClient | None = None
+        self.lock = threading.Lock()
+        self.owners: dict[Key, int] = {}  # partition -> the lease that claimed it
+        self.inboxes: dict[int, deque[Message]] = {}
+        self.broken: str | None = None  # the error that broke the consumer
+        self.leases = 0  # guarded by the registry's lock
+
+    @property
+    def admin(self) -> AdminClient:
+        with self.lock:
+            if self._admin is None:
+                self._admin = AdminClient(self._admin_config)
+            return self._admin
+
+    def drain(self) -> None:
+        """Move what the client fetched into the inboxes of the leases owning it (under ``lock``)."""
+        if self.broken is not None:
+            return
+        try:
+            while messages := self.consumer.consume(num_messages=TAKE, timeout=0):
+                for message in messages:
+                    self._route(message)
+        except (KafkaException, RuntimeError) as exc:
+            self.broken = str(exc)
+
+    def _route(self, message: Message) -> None:
+        topic, partition = message.topic(), message.partition()
+        owner = self.owners.get((topic, partition)) if topic and partition is not None else None
+        if owner is not None:
+            self.inboxes[owner].append(message)
+        elif message.error() is None or (partition is not None and partition >= 0):
+            return  # a partition nobody holds any more (un-assigned after the fetch)
+        elif topic and (owners := {o for (t, _), o in self.owners.items() if t == topic}):
+            for owner in owners:  # an error of a topic: its watches
+                self.inboxes[owner].append(message)
+        else:  # an error of the consumer itself: every watch, and the consumer is not used again
+            self.broken = str(message.error())
+
+
+class Lease:
+    """One watch's share of a :class:`SharedConsumer`: the partitions it claimed and its inbox."""
+
+    shared = True
+
+    def __init__(self, sharing: SharedConsumer, ident: int) -> None:
+        self.sharing = sharing
+        self.consumer = sharing.consumer
+        self.ident = ident
+        self.keys: set[Key] = set()
+        self._closed = False
+
+    def claim(self, keys: Collection[Key]) -> bool:
+        """Own ``keys`` in the shared consumer; False (nothing claimed) if another lease holds one."""
+        s = self.sharing
+        with s.lock:
+            if any(s.owners.get(k, self.ident) != self.ident for k in keys):
+                return False
+            s.owners.update(dict.fromkeys(keys, self.ident))
+            self.keys.update(keys)
+            return True
+
+    # Metadata and log ends go through the admin client: on the consumer's connection a request waits
+    # behind the fetch the broker holds open (up to fetch.wait.max.ms), and there always is one.
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        return partition_counts(self.sharing.admin, topics)
+
+    def log_end(self, key: Key, timeout_s: float) -> int | None:
+        """The partition's log end from the broker (ListOffsets, committed records as the consumer reads)."""
+        tp = TopicPartition(*key)
+        futures = self.sharing.admin.list_offsets(
+            {tp: OffsetSpec.latest()},
+            isolation_level=IsolationLevel.READ_COMMITTED,
+            request_timeout=timeout_s,
+        )
+        return int(futures[tp].result(timeout_s).offset)
+
+    def cached_end(self, key: Key) -> int | None:
+        """The log end the last fetch of the partition carried."""
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
+
+    def _from_start(self, tps: list[TopicPartition], timeout_s: float = 30.0) -> list[TopicPartition]:
+        """``OFFSET_BEGINNING`` replaced by the log start (a reset would wait behind the open fetch)."""
+        start = [tp for tp in tps if tp.offset == OFFSET_BEGINNING]
+        if not start:
+            return tps
+        futures = self.sharing.admin.list_offsets(
+            {TopicPartition(tp.topic, tp.partition): OffsetSpec.earliest() for tp in start},
+            request_timeout=timeout_s,
+        )
+        found = {(tp.topic, tp.partition): f.result(timeout_s).offset for tp, f in futures.items()}
+        return [
+            TopicPartition(tp.topic, tp.partition, found[(tp.topic, tp.partition)])
+            if tp.offset == OFFSET_BEGINNING
+            else tp
+            for tp in tps
+        ]
+
+    def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in keys])]
+        futures = self.sharing.admin.list_consumer_group_offsets(
+            request, require_stable=True, request_timeout=timeout_s
+        )
+        return list(futures[group].result(timeout_s).topic_partitions or [])
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        tps = self._from_start(tps)
+        with self.sharing.lock:
+            self._check(tps)
+            self.consumer.incremental_assign(tps)
+
+    def reassign(self, tps: list[TopicPartition]) -> None:
+        """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
+        tps = self._from_start(tps)
+        with self.sharing.lock:
+            self._check(tps)
+            self.consumer.incremental_unassign(tps)
+            self.consumer.incremental_assign(tps)
+            self.consumer.resume(tps)
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        with self.sharing.lock:
+            self._check(tps)
+            self.consumer.pause(tps)
+
+    def take(self) -> list[Message]:
+        """What was fetched for this lease's partitions; raises :class:`ConsumerBroken` once broken."""
+        s = self.sharing
+        with s.lock:
+            s.drain()
+            if s.broken is not None:
+                raise ConsumerBroken(s.broken)
+            inbox = s.inboxes[self.ident]
+            taken = list(inbox)
+            inbox.clear()
+            return taken
+
+    def _check(self, tps: list[TopicPartition]) -> None:
+        if self.sharing.broken is not None:
+            raise ConsumerBroken(self.sharing.broken)
+        if not self.keys.issuperset((tp.topic, tp.partition) for tp in tps):
+            raise ValueError("a lease changes only the partitions it claimed")
+
+    def close(self) -> None:
+        """Un-assign this lease's partitions; the last lease of the consumer closes it."""
+        if self._closed:
+            return
+        self._closed = True
+        s = self.sharing
+        with s.lock:
+            mine = [k for k, o in s.owners.items() if o == self.ident]
+            for key in mine:
+                del s.owners[key]
+            s.inboxes.pop(self.ident, None)
+            if mine and s.broken is None:
+                with contextlib.suppress(KafkaException, RuntimeError):
+                    self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in mine])
+        _release(s)
+
+
+# ---------------------------------------------------------------------- the process's registry
+_LOCK = threading.Lock()
+_REGISTRY: dict[Hashable, SharedConsumer] = {}
+_IDENTS = itertools.count(1)
+# a forked child inherits the consumers but not their threads: its watches start afresh
+os.register_at_fork(after_in_child=_REGISTRY.clear)
+
+
+def _frozen(value: Any) -> Hashable:
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
+def share_key(kafka_config: Mapping[str, Any]) -> Hashable:
+    """What decides which watches share a consumer: their consumer configuration, group aside."""
+    config = watch_config(kafka_config, SHARED_GROUP)
+    return tuple(sorted((k, _frozen(v)) for k, v in config.items() if k != "group.id"))
+
+
+def lease(kafka_config: Mapping[str, Any]) -> Lease:
+    """A lease of the process's shared consumer for ``kafka_config`` (a new consumer if none or broken)."""
+    key = share_key(kafka_config)
+    with _LOCK:
+        sharing = _REGISTRY.get(key)
+        if sharing is None or sharing.broken is not None:
+            sharing = _REGISTRY[key] = SharedConsumer(key, kafka_config)
+        sharing.leases += 1
+        ident = next(_IDENTS)
+    with sharing.lock:
+        sharing.inboxes[ident] = deque()
+    return Lease(sharing, ident)
+
+
+def _release(sharing: SharedConsumer) -> None:
+    with _LOCK:
+        sharing.leases -= 1
+        last = sharing.leases == 0
+        if last and _REGISTRY.get(sharing.key) is sharing:
+            del _REGISTRY[sharing.key]
+    if last:
+        with contextlib.suppress(KafkaException, RuntimeError):
+            sharing.consumer.close()
+
+
+def shared_consumers() -> list[SharedConsumer]:
+    """The working shared consumers of this process (one per Kafka configuration in use)."""
+    with _LOCK:
+        return [s for s in _REGISTRY.values() if s.broken is None]

@@ -1,0 +1,77 @@
+"""
+A head watch's own consumer: the group's consumer, for one watch, as before consumers were shared.
+
+A :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` takes one when another watch of its process
+already holds one of its partitions in the shared consumer (``shared_consumer.py``), or when asked
+(``shared=False``). Its methods are those of a shared consumer's lease, so the watch does not tell them
+apart. Nothing here reads payloads or logs the configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from airflow_kafka_retry.engine.clients import consumer_config, partition_counts
+
+Key = tuple[str, int]
+#: A watch consumer waits this long in one fetch when its partitions are at their end: a new record
+#: still arrives at once (the fetch returns with it); idle, this bounds the fetches per second.
+WATCH_FETCH_WAIT_MS = 1000
+TAKE = 500  # messages taken from the client's queue in one call
+
+
+def watch_config(kafka_config: Mapping[str, Any], group: str) -> dict[str, Any]:
+    """The librdkafka configuration of a watch consumer of ``group``."""
+    config = consumer_config(kafka_config, group)
+    config["fetch.wait.max.ms"] = kafka_config.get("fetch.wait.max.ms", WATCH_FETCH_WAIT_MS)
+    return config
+
+
+class PrivateConsumer:
+    """A consumer of the watch's own group, for one watch (a partition another watch holds)."""
+
+    shared = False
+
+    def __init__(self, kafka_config: Mapping[str, Any], group: str) -> None:
+        self.consumer = Consumer(watch_config(kafka_config, group))
+
+    def claim(self, keys: Collection[Key]) -> bool:
+        return True
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        return partition_counts(self.consumer, topics)
+
+    def log_end(self, key: Key, timeout_s: float) -> int | None:
+        """The partition's log end from the broker (ListOffsets)."""
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s, cached=False)[1]
+
+    def cached_end(self, key: Key) -> int | None:
+        """The log end the last fetch of the partition carried."""
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
+
+    def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
+        return list(self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s))
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.consumer.incremental_assign(tps)
+
+    def reassign(self, tps: list[TopicPartition]) -> None:
+        """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
+        self.consumer.incremental_unassign(tps)
+        self.consumer.incremental_assign(tps)
+        self.consumer.resume(tps)
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.consumer.pause(tps)
+
+    def take(self) -> list[Message]:
+        taken: list[Message] = []
+        while messages := self.consumer.consume(num_messages=TAKE, timeout=0):
+            taken.extend(messages)
+        return taken
+
+    def close(self) -> None:
+        self.consumer.close()
