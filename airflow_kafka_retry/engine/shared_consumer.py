@@ -30,6 +30,7 @@ reads payloads or logs the configuration.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import os
 import threading
@@ -229,8 +230,28 @@ class Lease:
 _LOCK = threading.Lock()
 _REGISTRY: dict[Hashable, SharedConsumer] = {}
 _IDENTS = itertools.count(1)
-# a forked child inherits the consumers but not their threads: its watches start afresh
-os.register_at_fork(after_in_child=_REGISTRY.clear)
+#: A forked child's copies of its parent's consumers: never used and never destroyed there.
+_INHERITED: list[Any] = []
+
+
+def _forget_in_child() -> None:
+    """
+    After a fork, in the child: its watches start afresh, and the inherited clients are left alone.
+
+    A copied librdkafka client has lost its threads; destroying it in the child (dropping the last
+    reference) aborts the process. That is what a ``subprocess`` with a ``preexec_fn`` (which runs
+    these at-fork hooks) would do before its ``exec``. So each inherited client gets a reference that
+    is never released, not even when the interpreter shuts down.
+    """
+    for sharing in _REGISTRY.values():
+        for client in (sharing.consumer, sharing._admin):
+            if client is not None:
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
+                _INHERITED.append(client)
+    _REGISTRY.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _frozen(value: Any) -> Hashable:

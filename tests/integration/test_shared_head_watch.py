@@ -6,6 +6,8 @@ looks at what each sees and at the process's registry of shared consumers.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -176,3 +178,33 @@ def test_a_shared_consumer_failing_as_a_whole_fails_every_watch_and_is_replaced(
     assert len(_sharing(config)) == 1
     produce(kafka_bootstrap, topics[0], [(0, 7_000)])
     _poll_until([fresh], lambda: (topics[0], 0) in fresh.heads)
+
+
+FORK_SCRIPT = """
+import os, subprocess, sys
+from airflow_kafka_retry.engine.head_watch import HeadWatch
+watch = HeadWatch({"bootstrap.servers": sys.argv[1]}, [sys.argv[2]], "fork-check")
+assert watch.shared
+# a preexec_fn runs the at-fork hooks in the child before its exec (as testing/postgres.py does)
+done = subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=False)
+print("preexec child:", done.returncode)
+pid = os.fork()
+if pid == 0:  # a forked child that ends normally: the interpreter shuts down with the copies
+    sys.exit(0)
+print("forked child:", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+watch.close()
+"""
+
+
+def test_a_forked_child_leaves_the_inherited_consumer_alone(kafka_bootstrap, new_topic):
+    """A child of a process holding a shared consumer neither uses nor destroys it (destroying aborts)."""
+    topic = new_topic("shared-fork", partitions=1)
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_SCRIPT, kafka_bootstrap, topic],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == ["preexec child: 0", "forked child: 0"], done.stderr[-3000:]
