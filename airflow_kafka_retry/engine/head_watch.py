@@ -8,10 +8,13 @@ head is known, so nothing past the head is fetched. When the group's committed o
 partition moves (a tier run committed), :meth:`HeadWatch.sync_committed` re-assigns that partition
 at the new offset and its head is learnt again. It never joins the group and never commits.
 
-The watches of one process share one consumer per Kafka configuration (``shared_consumer.py``): each
-claims its partitions in it and handles only its own, so idle watches cost the broker one long-polling
-fetch at a time in all, and one committed-offset request per watch and check. A watch whose partition
-another watch of the process already holds (two watches of one topic) uses a consumer of its own.
+By default each watch has a consumer of its own. With ``shared=True`` the watches of one process share
+one consumer per Kafka configuration (``shared_consumer.py``): each claims its partitions in it and
+handles only its own, so idle watches cost the broker one long-polling fetch at a time in all, and one
+committed-offset request per watch and check. A watch whose partition another watch of the process
+already holds (two watches of one topic) then uses a consumer of its own. The triggers share only with
+``[kafka_retry] shared_watch_consumers`` on: the suite's scheduler demo found a watch that never saw
+records replayed onto its drained topic, not understood yet.
 
 Whether a partition has a pending record comes from partition EOF, never from ListOffsets (see
 peek.py). For the backlog gauge, :meth:`HeadWatch.refresh_ends` also asks for the log end of the
@@ -71,7 +74,7 @@ class HeadWatch:
         read_due: bool = True,
         due_horizon_ms: int = MAX_BACKOFF_MS,
         optional: Collection[str] = (),
-        shared: bool = True,
+        shared: bool = False,
     ) -> None:
         self.topics = list(topics)
         self.optional = frozenset(optional)  # watched once they exist (a parking topic not created yet)

@@ -6,7 +6,8 @@ Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`
 ``dag_id_template`` / ``replay_dag_id_template``: how tier and replay DAGs are named, as in
 ``build_retry_dags`` / ``build_dlt_replay_dag``. ``timeout``: seconds a broker may take per topic.
 ``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once per API-server
-process (each of ``airflow api-server --workers N`` has its own).
+process (each of ``airflow api-server --workers N`` has its own). One option is the triggerer's:
+``shared_watch_consumers`` (the event triggers' watchers share a Kafka consumer; default off).
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         (
             "At most this many Kafka scans (one per topic) run at once in each API-server "
             "process, for all its users together (with --workers N, each worker has its own cap)."
+        ),
+    ),
+    "shared_watch_consumers": (
+        "False",
+        "boolean",
+        (
+            "The triggerer's event-mode watchers share one Kafka consumer per connection (fewer threads, "
+            "connections and CPU with many topologies). Off by default: see docs/capacity.md."
         ),
     ),
 }

@@ -3,8 +3,9 @@ Event triggers of event-driven tiers: an asset watcher fires when a tier's recor
 
 ``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the triggerer
 as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
-open (its partitions assigned at the group's committed offsets, never joined, never committing; the
-watches of a triggerer share one consumer per Kafka connection, see ``engine/shared_consumer.py``) and
+open (its partitions assigned at the group's committed offsets, never joined, never committing; with
+``[kafka_retry] shared_watch_consumers`` on, the watches of a triggerer share one consumer per Kafka
+connection, see ``engine/shared_consumer.py``) and
 yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an idle
 tier creates no DAG run and no task. The wave is saved in the asset's state store before its event is
 yielded, so a restarted triggerer does not fire it twice at once nor forget it: it fires the next wave
@@ -260,11 +261,19 @@ class _HeadEventTrigger(BaseEventTrigger):
             read_due=self.read_due,
             due_horizon_ms=self.due_horizon_ms,
             optional=self.optional_topics,
+            shared=_shared_watch_consumers(),
         )
         self.log.info(
             "%s: watching %s partition(s) from the group's committed offsets", self.where, len(watch.keys)
         )
         return watch
+
+
+def _shared_watch_consumers() -> bool:
+    """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default off)."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean("kafka_retry", "shared_watch_consumers", fallback=False)
 
 
 class TierDueEventTrigger(_HeadEventTrigger):

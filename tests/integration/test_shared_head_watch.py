@@ -1,7 +1,8 @@
 """Head watches of one process sharing one consumer (``engine/shared_consumer.py``) on the real broker.
 
-Each test opens watches as the event triggers do (``HeadWatch(config, topics, group)``), polls them and
-looks at what each sees and at the process's registry of shared consumers.
+Each test opens watches as the event triggers do with ``[kafka_retry] shared_watch_consumers`` on
+(``HeadWatch(config, topics, group, shared=True)``), polls them and looks at what each sees and at the
+process's registry of shared consumers.
 """
 
 from __future__ import annotations
@@ -60,9 +61,9 @@ def test_watches_share_one_consumer_each_sees_its_own_heads_and_a_commit_moves_o
     a, b = new_topic("shared-a", partitions=2), new_topic("shared-b", partitions=2)
     produce(kafka_bootstrap, a, [(0, 1_000), (0, 2_000)])
     produce(kafka_bootstrap, b, [(1, 3_000)])
-    wa = HeadWatch(config, [a], unique_topic("ga"))
+    wa = HeadWatch(config, [a], unique_topic("ga"), shared=True)
     opened.append(wa)
-    wb = HeadWatch(config, [b], unique_topic("gb"))
+    wb = HeadWatch(config, [b], unique_topic("gb"), shared=True)
     opened.append(wb)
 
     assert wa.shared
@@ -109,9 +110,9 @@ def test_a_partition_another_watch_holds_falls_back_to_a_private_consumer(
 ):
     topic = new_topic("shared-dup", partitions=2)
     produce(kafka_bootstrap, topic, [(1, 5_000)])
-    first = HeadWatch(config, [topic], unique_topic("g1"))
+    first = HeadWatch(config, [topic], unique_topic("g1"), shared=True)
     opened.append(first)
-    second = HeadWatch(config, [topic], unique_topic("g2"))
+    second = HeadWatch(config, [topic], unique_topic("g2"), shared=True)
     opened.append(second)
 
     assert first.shared
@@ -137,7 +138,7 @@ def test_an_unreachable_broker_reaches_every_watch_naming_its_partitions(tmp_pat
         config = {"bootstrap.servers": broker.bootstrap, "client.id": unique_topic("shared-down")}
         topics = [unique_topic("shared-x"), unique_topic("shared-y")]
         create_topics(broker.bootstrap, topics, partitions=1)
-        watches = [HeadWatch(config, [t], unique_topic("g")) for t in topics]
+        watches = [HeadWatch(config, [t], unique_topic("g"), shared=True) for t in topics]
         try:
             _poll_until(watches, lambda: all(w.complete for w in watches))
             assert len(_sharing(config)) == 1
@@ -162,7 +163,7 @@ def test_a_shared_consumer_failing_as_a_whole_fails_every_watch_and_is_replaced(
     kafka_bootstrap, new_topic, config, opened
 ):
     topics = [new_topic("shared-x"), new_topic("shared-y")]
-    opened.extend(HeadWatch(config, [t], unique_topic("g")) for t in topics)
+    opened.extend(HeadWatch(config, [t], unique_topic("g"), shared=True) for t in topics)
     _poll_until(opened, lambda: all(w.complete for w in opened))
     (sharing,) = _sharing(config)
     sharing.consumer.close()  # the client fails as a whole: consuming from it raises from now on
@@ -171,7 +172,9 @@ def test_a_shared_consumer_failing_as_a_whole_fails_every_watch_and_is_replaced(
             watch.poll()
     assert sharing.broken is not None
     assert _sharing(config) == []
-    fresh = HeadWatch(config, [topics[0]], unique_topic("g"))  # a watch opened again gets a new consumer
+    fresh = HeadWatch(
+        config, [topics[0]], unique_topic("g"), shared=True
+    )  # a watch opened again gets a new consumer
     opened.append(fresh)
     assert fresh.shared
     assert _sharing(config) != [sharing]
@@ -183,7 +186,7 @@ def test_a_shared_consumer_failing_as_a_whole_fails_every_watch_and_is_replaced(
 FORK_SCRIPT = """
 import os, subprocess, sys
 from airflow_kafka_retry.engine.head_watch import HeadWatch
-watch = HeadWatch({"bootstrap.servers": sys.argv[1]}, [sys.argv[2]], "fork-check")
+watch = HeadWatch({"bootstrap.servers": sys.argv[1]}, [sys.argv[2]], "fork-check", shared=True)
 assert watch.shared
 # a preexec_fn runs the at-fork hooks in the child before its exec (as testing/postgres.py does)
 done = subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=False)
