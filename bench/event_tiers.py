@@ -51,6 +51,7 @@ from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.postgres import PostgresCluster
 from bench.airflow_deploy import REPO, WARM_UP_S, counts, deploy, measure_window
 from bench.capacity import capacity, plain_dags
+from bench.results_file import claim_result_file
 
 RESULTS = REPO / "bench" / "results"
 
@@ -119,18 +120,6 @@ NOTES = [
         "competes for the cores, so compare cases within one run."
     ),
 ]
-
-
-def claim_result_file(folder: Path, stamp: datetime.datetime, name: str = "event-tiers") -> Path:
-    """
-    This run's own results file, named by its UTC start time; created empty now, never over another run's.
-
-    The run rewrites it whole after each case (a run cut short keeps what it measured).
-    """
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / f"{stamp:%Y-%m-%dT%H%M%SZ}-{name}.json"
-    out.open("x").close()  # FileExistsError rather than overwrite a stored result
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

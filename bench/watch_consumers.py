@@ -44,6 +44,7 @@ from airflow_kafka_retry.engine.head_watch import HeadWatch
 from airflow_kafka_retry.engine.local import available_cores
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from bench.results_file import claim_result_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
 POLL_INTERVAL_S = 0.5  # the triggers' default poll_interval
@@ -199,8 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "broker_cpu_pct_of_one_core_without_watches": idle,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{now.strftime('%Y-%m-%dT%H%M%SZ')}-watch-consumers.json"
+    path = claim_result_file(args.out, now, "watch-consumers")
     path.write_text(json.dumps(document, indent=2) + "\n")
     for run in runs:
         sys.stdout.write(

@@ -1,4 +1,4 @@
-"""``bench/event_tiers.py`` stores each run whole, in its own file, and never over another run's."""
+"""``bench/results_file.py`` stores each run whole, in its own file, and never over another run's."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from bench.event_tiers import claim_result_file
+from bench.results_file import claim_result_file
 
 
 def test_each_run_claims_its_own_file_and_never_another_runs(tmp_path):
