@@ -15,6 +15,7 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from airflow_kafka_retry.engine import metadata_client as metadata_registry
 from airflow_kafka_retry.engine.head_watch import HeadWatch
 from airflow_kafka_retry.engine.metadata_client import metadata_client
 from airflow_kafka_retry.testing.topics import unique_topic
@@ -39,10 +40,15 @@ def test_private_watches_share_one_admin_client_and_learn_new_partitions_through
 ):
     config = {"bootstrap.servers": kafka_bootstrap, "client.id": unique_topic("watch-metadata")}
     a, b = new_topic("meta-a", partitions=1), new_topic("meta-b", partitions=1)
+    before = set(metadata_registry._CLIENTS)
     watches = [HeadWatch(config, [t], unique_topic("g"), shared=False) for t in (a, b)]
     try:
         assert not any(w.shared for w in watches)
+        assert len(set(metadata_registry._CLIENTS) - before) == 1, "both watches read through one client"
         admin = metadata_client(config)
+        assert set(metadata_registry._CLIENTS) - before == {
+            k for k, v in metadata_registry._CLIENTS.items() if v is admin
+        }
         assert metadata_client(dict(config)) is admin, "one admin client per process and configuration"
         assert metadata_client({**config, "client.id": unique_topic("other")}) is not admin
         first = watches[0]

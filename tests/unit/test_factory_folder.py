@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.factory.folder import TopologyFolderError, build_retry_dags_from_folder
+from airflow_kafka_retry.factory.folder import TopologyFolderError, build_retry_dags_from_folder, in_shard
 
 HANDLER = "handlers.orders:handle"
 
@@ -125,6 +125,13 @@ def test_shards_split_the_folder_each_topology_in_exactly_one(tmp_path):
     again = [build_retry_dags_from_folder(tmp_path, handler=HANDLER, shard=(i, 3)) for i in range(3)]
     for before, after in zip(shards, again, strict=True):
         assert set(before) <= set(after)
+
+
+def test_names_that_differ_in_a_few_digits_spread_over_every_shard():
+    # CRC-32 put these 100 names into 4 of 8 shards (it is affine in the input bits)
+    names = [f"cap{i:03d}-035239.yaml" for i in range(100)]
+    assert {next(i for i in range(8) if in_shard(n, (i, 8))) for n in names} == set(range(8))
+    assert all(sum(in_shard(n, (i, 8)) for i in range(8)) == 1 for n in names)
 
 
 def test_tier_overrides_of_another_shard_are_not_an_error(tmp_path):
