@@ -38,6 +38,8 @@ from airflow_kafka_retry.testing.capabilities import (
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
+from tests.support.warm_airflow import end_all
+
 pytest_plugins = [
     "tests.support.postgres_fixtures",  # postgres, airflow_databases, airflow_database_url
     "tests.support.faults_plugin",  # docs/faults.md from the fault_case rows (also on xdist's controller)
@@ -281,3 +283,10 @@ def new_topic(kafka_bootstrap: str) -> Iterator[Callable[..., str]]:
 
     yield make
     delete_topics(kafka_bootstrap, created)
+
+
+@pytest.fixture(autouse=True)
+def _end_warm_airflow() -> Iterator[None]:
+    """The warm Airflow processes a test used (``tests/support/warm_airflow.py``) end with the test."""
+    yield
+    end_all()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import textwrap
 import time
 from collections import Counter
@@ -33,6 +32,7 @@ from airflow_kafka_retry.testing.airflow_stack import airflow_env, seed_metadata
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -152,12 +152,9 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
             DAG_FILE.format(topology=str(topology_file), retry2=retry2, server=kafka_bootstrap.split(",")[0])
         )
     )
-    airflow = str(Path(sys.executable).with_name("airflow"))
 
     def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
-        )
+        return run_airflow(env, *args, timeout=timeout)
 
     seed_metadata_db(env, cwd=REPO)
     done = cli("dags", "reserialize")

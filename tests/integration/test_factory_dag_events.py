@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tests.integration.test_factory_dag import (
     _states,
 )
 from tests.support import ledger
+from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,30 +88,16 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     (home / "dags" / "akr_events.py").write_text(
         textwrap.dedent(DAG_FILE.format(topology=str(topology_file)))
     )
-    airflow = str(Path(sys.executable).with_name("airflow"))
+
+    def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return run_airflow(env, *args, timeout=timeout)
 
     def dags_test(dag_id: str) -> str:
-        run = subprocess.run(
-            [airflow, "dags", "test", dag_id],
-            check=False,
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        run = cli("dags", "test", dag_id, timeout=300)
         return (run.stdout + run.stderr)[-5000:]
 
     seed_metadata_db(env, cwd=REPO)
-    done = subprocess.run(
-        [airflow, "dags", "reserialize"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = cli("dags", "reserialize", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     db = home / "airflow.db"
 

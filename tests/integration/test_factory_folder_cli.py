@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.support.warm_airflow import run_airflow
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,14 +38,7 @@ def airflow(home: Path, dags: Path, *args: str) -> subprocess.CompletedProcess:
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "dags"), env.get("PYTHONPATH", "")]),
     )
-    return subprocess.run(
-        [sys.executable, "-m", "airflow", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_airflow(env, *args)
 
 
 def json_rows(done: subprocess.CompletedProcess, returncode: int = 0) -> list[dict]:

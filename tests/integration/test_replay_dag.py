@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
 from tests.integration.test_spark_operator_dag import REPO, _airflow_env, _json_lines, _xcom
 from tests.support import ledger
+from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,12 +35,6 @@ dag = build_dlt_replay_dag({topology!r}, dag_id={dag_id!r},
 '''
 
 
-def _airflow(airflow: str, env: dict, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     topology, inputs, ledger_file, _ = fill_dlt(kafka_bootstrap, tmp_path, "dagreplay")
     topology_file = tmp_path / "topology.yaml"
@@ -50,17 +44,18 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     env["AKR_IMPORT_MARKER"] = str(marker)
     dags = Path(env["AIRFLOW__CORE__DAGS_FOLDER"])
     (dags / "akr_dlt_replay.py").write_text(DAG_FILE.format(topology=str(topology_file), dag_id=DAG_ID))
-    airflow = str(Path(sys.executable).with_name("airflow"))
+
+    def _airflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return run_airflow(env, *args, timeout=timeout)
+
     seed_metadata_db(env, cwd=REPO)
-    done = _airflow(airflow, env, "dags", "reserialize")
+    done = _airflow("dags", "reserialize")
     assert done.returncode == 0, done.stderr[-3000:]
     wanted = ids_of(inputs, "permanent", 1)
     form = {"exception": PERMANENT, "partition": "1", "transform": "fix"}
 
     # 1. the form's defaults: a dry run. It lists every move in the task log and XCom, and moves nothing
-    dry = _airflow(
-        airflow, env, "dags", "test", DAG_ID, "2026-01-01T00:00:00+00:00", "-c", json.dumps(form), timeout=600
-    )
+    dry = _airflow("dags", "test", DAG_ID, "2026-01-01T00:00:00+00:00", "-c", json.dumps(form), timeout=600)
     output = dry.stdout + dry.stderr
     (tmp_path / "dry-run-output.txt").write_text(output)
     db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
@@ -81,8 +76,6 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
 
     # 2. the same form with dry_run off moves exactly the selection, with the run's replay id
     real = _airflow(
-        airflow,
-        env,
         "dags",
         "test",
         DAG_ID,
@@ -93,7 +86,7 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     )
     output = real.stdout + real.stderr
     (tmp_path / "real-run-output.txt").write_text(output)
-    runs = _airflow(airflow, env, "dags", "list-runs", DAG_ID, "-o", "json")
+    runs = _airflow("dags", "list-runs", DAG_ID, "-o", "json")
     assert sorted(r["state"] for r in _json_lines(runs.stdout)) == ["success", "success"], output[-5000:]
     summaries = _xcom(db, DAG_ID, "replay_dlt", "return_value")
     [moved] = [s for s in summaries if not s["dry_run"]]
@@ -110,8 +103,6 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         ("tests.support.import_marker:transform", "tests.support.exits_on_import:x")
     ):
         refused = _airflow(
-            airflow,
-            env,
             "dags",
             "test",
             DAG_ID,
@@ -139,8 +130,6 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
 
     # 4. an exception filter is matched by name: the class's module is not imported to filter
     named = _airflow(
-        airflow,
-        env,
         "dags",
         "test",
         DAG_ID,

@@ -28,6 +28,7 @@ from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 
 from tests.integration.test_spark_operator_dag import SECRET, _airflow_env, _json_lines, _xcom
 from tests.support import ledger
+from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -129,10 +130,7 @@ with DAG("akr_local_kill", schedule=None, start_date=datetime(2024, 1, 1), catch
 
 
 def _airflow(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    done = subprocess.run(
-        [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
+    done = run_airflow(env, *args, timeout=timeout)
     assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -203,15 +201,7 @@ def test_tier_dag_reprocesses_notifies_once_and_emits_asset_events(kafka_bootstr
     modes = Counter(mode for mode, _, _ in inputs.records.values())
     _airflow(env, "dags", "unpause", "akr_on_dlt")  # only unpaused DAGs are queued by asset events
 
-    run = subprocess.run(
-        [str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_local_reprocess"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = run_airflow(env, "dags", "test", "akr_local_reprocess", timeout=600)
     output = run.stdout + run.stderr
     (out / "airflow-output.txt").write_text(output)
     assert _states(env, "akr_local_reprocess") == {

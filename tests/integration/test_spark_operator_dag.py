@@ -13,7 +13,6 @@ import os
 import re
 import sqlite3
 import subprocess
-import sys
 import tempfile
 import textwrap
 import uuid
@@ -27,6 +26,7 @@ from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, SparkEnvWatcher, describe_process
 from tests.support import ledger
+from tests.support.warm_airflow import end_all, run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -159,55 +159,27 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
             )
         )
     )
-    airflow = str(Path(sys.executable).with_name("airflow"))
+
+    def airflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return run_airflow(env, *args, timeout=timeout)
 
     seed_metadata_db(env, cwd=REPO)
-    reserialize = subprocess.run(
-        [airflow, "dags", "reserialize"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    reserialize = airflow("dags", "reserialize")
     assert reserialize.returncode == 0, reserialize.stderr[-3000:]
     watcher = SparkEnvWatcher(
         SECRET, scope=str(tmp_path)
     )  # every process's command line and environment, while the DAG runs
     watcher.start()
     try:
-        run = subprocess.run(
-            [airflow, "dags", "test", "akr_spark_reprocess"],
-            check=False,
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        run = airflow("dags", "test", "akr_spark_reprocess", timeout=600)
     finally:
         watcher.stop()
     output = run.stdout + run.stderr
     (tmp_path / "airflow-output.txt").write_text(output)  # kept for debugging a failure
-    runs = subprocess.run(
-        [airflow, "dags", "list-runs", "akr_spark_reprocess", "-o", "json"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    runs = airflow("dags", "list-runs", "akr_spark_reprocess", "-o", "json", timeout=120)
     [dag_run] = _json_lines(runs.stdout)
-    listed = subprocess.run(
-        [airflow, "tasks", "states-for-dag-run", "akr_spark_reprocess", dag_run["run_id"], "-o", "json"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    listed = airflow(
+        "tasks", "states-for-dag-run", "akr_spark_reprocess", dag_run["run_id"], "-o", "json", timeout=120
     )
     states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
     assert states == {
@@ -289,6 +261,7 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
 
     # the Kafka password is in no file under AIRFLOW_HOME: the metadata DB (and its WAL, if any), the
     # config, any log file. (``dags test`` runs tasks in-process: their logs are ``output``, checked above.)
+    end_all()  # Airflow ended, as after `airflow dags test`: what it wrote is in the DB file, not its WAL
     files = [p for p in home.rglob("*") if p.is_file()]
     assert db in files, "the DB scan would not see stored text"
     assert fail_topology.topic.encode() in db.read_bytes(), "the DB scan would not see stored text"

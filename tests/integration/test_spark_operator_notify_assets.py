@@ -4,8 +4,6 @@ spark-submit."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
@@ -18,6 +16,7 @@ from tests.integration.test_reprocess_operator_dag import _airflow, _asset_event
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF
 from tests.integration.test_spark_operator_dag import _airflow_env
 from tests.support import ledger
+from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -76,15 +75,7 @@ def test_spark_operator_notifies_once_and_emits_asset_events(kafka_bootstrap, tm
     seed_metadata_db(env, cwd=REPO)
     _airflow(env, "dags", "reserialize")
 
-    run = subprocess.run(
-        [str(Path(sys.executable).with_name("airflow")), "dags", "test", "akr_spark_notify"],
-        check=False,
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    run = run_airflow(env, "dags", "test", "akr_spark_notify", timeout=600)
     output = run.stdout + run.stderr
     (out / "airflow-output.txt").write_text(output)
     assert _states(env, "akr_spark_notify") == {"reprocess_main": "success"}, output[-5000:]

@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import textwrap
 import time
 from contextlib import closing
@@ -40,6 +39,7 @@ from airflow_kafka_retry.testing.topics import unique_topic
 from tests.integration.test_spark_operator_dag import _airflow_env, _json_lines, _xcom
 from tests.support import ledger
 from tests.support.tier_records import produce
+from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -108,13 +108,6 @@ def _closed_window() -> str:
     return f"{start:%H}:00-{(start + timedelta(hours=1)):%H}:00"
 
 
-def _run(args: list[str], env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    return subprocess.run(
-        [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
-
-
 def test_tier_due_sensor_and_dlt_watch_through_airflow(kafka_bootstrap, tmp_path):
     topic = unique_topic("due-dag")
     path = tmp_path / "topology.yaml"
@@ -163,16 +156,20 @@ def test_tier_due_sensor_and_dlt_watch_through_airflow(kafka_bootstrap, tmp_path
     )
 
     seed_metadata_db(env, cwd=REPO)
-    reserialize = _run(["dags", "reserialize"], env)
+
+    def airflow(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return run_airflow(env, *args, timeout=timeout)
+
+    reserialize = airflow("dags", "reserialize")
     assert reserialize.returncode == 0, reserialize.stderr[-3000:]
     # the subprocess timeout is the hang check: retry-3's record is due in an hour
-    run = _run(["dags", "test", DAG_ID], env, timeout=600)
+    run = airflow("dags", "test", DAG_ID, timeout=600)
     output = run.stdout + run.stderr
     (tmp_path / "airflow-output.txt").write_text(output)
 
-    runs = _run(["dags", "list-runs", DAG_ID, "-o", "json"], env)
+    runs = airflow("dags", "list-runs", DAG_ID, "-o", "json")
     [dag_run] = _json_lines(runs.stdout)
-    listed = _run(["tasks", "states-for-dag-run", DAG_ID, dag_run["run_id"], "-o", "json"], env)
+    listed = airflow("tasks", "states-for-dag-run", DAG_ID, dag_run["run_id"], "-o", "json")
     states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
     assert states == {
         "produce_soon": "success",

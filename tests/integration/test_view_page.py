@@ -33,6 +33,8 @@ from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_int
 from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
+from tests.support.warm_airflow import run_airflow
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser]
 
 REPO = Path(__file__).parents[2]
@@ -162,9 +164,7 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
         ["dags", "reserialize"],
         ["dags", "test", f"kafka_retry__{name}-retry-1"],
     ):
-        done = subprocess.run(
-            [airflow, *args], check=False, env=env, cwd=REPO, capture_output=True, text=True, timeout=600
-        )
+        done = run_airflow(env, *args, timeout=600)
         assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     log = (tmp_path / "api-server.log").open("w")
     server = subprocess.Popen(

@@ -19,6 +19,8 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env
 
+from tests.support.warm_airflow import run_airflow
+
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Topology
 
@@ -176,7 +178,12 @@ class AirflowDags:
     """
 
     def __init__(
-        self, home: Path, topology: Topology, bootstrap: str, ledger: Path, template_db: Path
+        self,
+        home: Path,
+        topology: Topology,
+        bootstrap: str,
+        ledger: Path,
+        template_db: Path,
     ) -> None:
         self.home = home
         self.env = airflow_env(
@@ -188,7 +195,6 @@ class AirflowDags:
         (home / "dags" / "akr_spring.py").write_text(
             textwrap.dedent(DAG_FILE.format(topology=str(topology.source), handler=HANDLER))
         )
-        self.airflow = str(Path(sys.executable).with_name("airflow"))
         shutil.copyfile(template_db, home / "airflow.db")
         done = self.cli("dags", "reserialize")
         assert done.returncode == 0, done.stderr[-3000:]
@@ -211,15 +217,7 @@ class AirflowDags:
         return home / "airflow.db"
 
     def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [self.airflow, *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        return run_airflow(self.env, *args, timeout=timeout)
 
     def test_dag(self, topic: str) -> str:
         """``airflow dags test akr_<topic>``; fails unless every task of the run succeeded."""
