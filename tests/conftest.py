@@ -67,12 +67,55 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(
+    trylast=True
+)  # after pytest's tmp_path plugin: the shared broker's data goes in its basetemp
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "requires_capability(*names): skip unless the Kafka broker under test has these "
         "capabilities (names from airflow_kafka_retry.testing.capabilities.CAPABILITIES)",
     )
+    if _starts_workers(config) and test_broker_kind() == "kafka" and not os.environ.get(SHARED_KAFKA_ENV):
+        _start_shared_kafka(config)
+
+
+#: set by pytest-xdist's controller for its workers: the one Apache Kafka it started for all of them
+#: (their tests use topics of their own; the tests that stop, freeze or kill a broker start their own)
+SHARED_KAFKA_ENV = "AIRFLOW_KAFKA_RETRY_SUITE_KAFKA"
+_SHARED_KAFKA_KEY = pytest.StashKey[ApacheKafka]()
+
+
+def _starts_workers(config: pytest.Config) -> bool:
+    """pytest-xdist's controller, about to start workers (``-n N``, N > 0)."""
+    return (
+        not hasattr(config, "workerinput")
+        and bool(getattr(config.option, "numprocesses", None))
+        and getattr(config.option, "dist", "no") != "no"
+    )
+
+
+def _start_shared_kafka(config: pytest.Config) -> None:
+    """One broker for every worker, started before them (they inherit its address) instead of one each:
+    a JVM start-up and an idle broker less per worker."""
+    data_dir = config._tmp_path_factory.mktemp("kafka")  # type: ignore[attr-defined]  # kept as tmp_path is
+    try:
+        kafka = ApacheKafka(data_dir=data_dir, keep_data=True).start()
+    except RuntimeError as exc:  # never fall back to Tansu silently
+        pytest.exit(f"could not start the Apache Kafka broker under test: {exc}", returncode=1)
+    config.stash[_SHARED_KAFKA_KEY] = kafka
+    config.stash[_BROKER_KEY] = (
+        f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}), shared by the workers, ready "
+        f"in {kafka.ready_seconds:.1f}s, log {kafka.log_path}"
+    )
+    os.environ[SHARED_KAFKA_ENV] = kafka.bootstrap
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    kafka = config.stash.get(_SHARED_KAFKA_KEY, None)
+    if kafka is not None:
+        os.environ.pop(SHARED_KAFKA_ENV, None)
+        kafka.stop()
 
 
 #: ``kafka`` (default), ``tansu`` or ``none`` (``--quick``): which broker the suite starts when
@@ -182,6 +225,11 @@ def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPa
                 f"embedded Tansu at {tansu.bootstrap} (pid {tansu.pid}), log {tansu.log_path}"
             )
             yield tansu.bootstrap
+        return
+    shared = os.environ.get(SHARED_KAFKA_ENV)
+    if shared:  # pytest-xdist's controller started it for every worker
+        pytestconfig.stash[_BROKER_KEY] = f"the Apache Kafka at {shared} that the controller started"
+        yield shared
         return
     try:
         kafka = ApacheKafka(data_dir=tmp_path_factory.mktemp("kafka"), keep_data=True).start()

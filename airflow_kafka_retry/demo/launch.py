@@ -22,11 +22,12 @@ from typing import Any
 
 from rich.console import Console
 
+from airflow_kafka_retry.demo.commands import DemoError
 from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, METRICS_FILE, Deployment, prepare
 from airflow_kafka_retry.demo.lineage_graph import draw_lineage, lineage_edges, read_events
 from airflow_kafka_retry.demo.picture import draw, flow_data
 from airflow_kafka_retry.demo.report import print_account
-from airflow_kafka_retry.demo.run import Demo, DemoError
+from airflow_kafka_retry.demo.run import Demo
 from airflow_kafka_retry.demo.statsd_sink import StatsdSink, counter_totals
 
 

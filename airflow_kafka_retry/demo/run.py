@@ -10,9 +10,6 @@ runs each DAG with ``airflow dags test``, in schedule order, whenever its tier h
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,22 +27,18 @@ from airflow_kafka_retry.demo.account import (
     read_produced,
     reconcile,
 )
+from airflow_kafka_retry.demo.commands import AirflowCommands, DemoError
 from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, Deployment
 from airflow_kafka_retry.demo.lineage_graph import read_events, unfinished_runs
 from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, order_record, read_lines
 from airflow_kafka_retry.demo.progress import ProgressReader, Snapshot, render, xcom_summaries
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.warm_cli import WarmAirflowCli
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 PHASE_TIMEOUT_S = 600
 STREAM_S = 20.0  # full mode: the orders arrive over this long
-
-
-class DemoError(RuntimeError):
-    """The demo could not finish; the message says where it stopped."""
 
 
 class Demo:
@@ -73,10 +66,10 @@ class Demo:
         self.reader = ProgressReader(deployment, self.kafka_config)
         self.cluster = AirflowCluster(deployment.home, deployment.env)
         self.started = time.monotonic()
-        self._children: list[subprocess.Popen] = []
-        self._commands = 0
         # fast: the DAG runs one after another in one Airflow process, which starts up once
-        self._warm = WarmAirflowCli(env=deployment.env, cwd=deployment.home) if fast else None
+        self.commands = AirflowCommands(
+            airflow=self.cluster.airflow, env=deployment.env, home=deployment.home, warm=fast
+        )
 
     # ------------------------------------------------------------------ the course
     def run(self) -> Account:
@@ -329,67 +322,12 @@ class Demo:
             yield lambda snap: live.update(render(snap, elapsed_s=self._elapsed()))
 
     def _cli(self, *args: str, timeout: float = 600) -> str:
-        """
-        Run ``airflow *args``; its output, or a :class:`DemoError` with it if the command failed.
-
-        Fast: in the demo's warm Airflow process; otherwise in its own process group (ended with the demo).
-        """
-        label = " ".join(args[:3])
-        self._say(f"[cyan]airflow {label}[/]")
-        self._commands += 1
-        log = self.d.home / f"cli-{self._commands:02d}.log"
-        code: int | None
-        if self._warm is not None:
-            try:
-                done = self._warm.run(*args, timeout=timeout)
-                code, output = done.returncode, done.stdout + done.stderr
-            except subprocess.TimeoutExpired as late:
-                code, out = None, late.stdout  # str, though typed as bytes
-                output = out.decode(errors="replace") if isinstance(out, bytes) else str(out or "")
-            log.write_text(output)
-        else:
-            code = self._subprocess(args, log, timeout)
-        if code != 0:
-            raise DemoError(
-                f"airflow {label} failed ({'timed out' if code is None else f'exit {code}'}):\n"
-                f"{log.read_text(errors='replace')[-3000:]}"
-            )
-        return log.read_text(errors="replace")
-
-    def _subprocess(self, args: tuple[str, ...], log: Path, timeout: float) -> int | None:
-        """``airflow *args`` in its own process group, output in ``log``: its exit code (None: timed out)."""
-        with open(log, "wb") as sink:
-            proc = subprocess.Popen(
-                [self.cluster.airflow, *args],
-                env=self.d.env,
-                cwd=self.d.home,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self._children.append(proc)
-            try:
-                return proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return None
-            finally:
-                self._end(proc)
-
-    @staticmethod
-    def _end(proc: subprocess.Popen) -> None:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the process group started for it, nothing else
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        """``airflow *args``, announced: its output (a :class:`DemoError` if it failed)."""
+        self._say(f"[cyan]airflow {' '.join(args[:3])}[/]")
+        return self.commands.run(*args, timeout=timeout)
 
     def stop(self) -> None:
-        if self._warm is not None:
-            self._warm.close()
-        for proc in self._children:
-            self._end(proc)
+        self.commands.stop()
         if self.cluster.processes:
             self._say("stopping Airflow")
             self.cluster.stop()

@@ -26,7 +26,7 @@ from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, SparkEnvWatcher, describe_process
 from tests.support import ledger
-from tests.support.warm_airflow import run_airflow
+from tests.support.warm_airflow import end_all, run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -261,6 +261,7 @@ def test_operator_reprocesses_a_tier_through_airflow(kafka_bootstrap, tmp_path):
 
     # the Kafka password is in no file under AIRFLOW_HOME: the metadata DB (and its WAL, if any), the
     # config, any log file. (``dags test`` runs tasks in-process: their logs are ``output``, checked above.)
+    end_all()  # Airflow ended, as after `airflow dags test`: what it wrote is in the DB file, not its WAL
     files = [p for p in home.rglob("*") if p.is_file()]
     assert db in files, "the DB scan would not see stored text"
     assert fail_topology.topic.encode() in db.read_bytes(), "the DB scan would not see stored text"
