@@ -59,6 +59,7 @@ dags = build_retry_dags_from_folder(
     default_args={{"retries": 0}},
     min_schedule=timedelta(seconds=10),
     auto_register=False,  # only the DAGs put in globals() below are collected
+    shard={shard!r},
 )
 # the bench created every topic (what each topology's @once setup DAG does): no setup DAG, no 2N task starts
 globals().update({{k: v for k, v in dags.items() if not k.endswith("__ensure_topics")}})
@@ -124,6 +125,7 @@ def deploy(
     ledger: Path | None = None,
     layout: str = "per_file",
     databases: AirflowDatabases | None = None,
+    shards: int = 1,
 ) -> AirflowCluster:
     database_url = databases.new() if databases is not None else None
     env = airflow_env(
@@ -151,7 +153,11 @@ def deploy(
         for name, delays in topologies:
             path = topology_file(home, name, delays).rename(folder / f"{name}.yaml")
             ensure_retry_topics(load_topology(path), {"bootstrap.servers": bootstrap})
-        (home / "dags" / "retry_topologies.py").write_text(FOLDER_DAG_FILE.format(folder=str(folder)))
+        # shards > 1: one DAG file per shard, each DB write then locks only its shard's DAGs
+        for index in range(shards):
+            name = "retry_topologies.py" if shards == 1 else f"retry_topologies_{index:03d}.py"
+            shard = None if shards == 1 else (index, shards)
+            (home / "dags" / name).write_text(FOLDER_DAG_FILE.format(folder=str(folder), shard=shard))
         topologies = []
     for name, delays in topologies:
         create_topics(bootstrap, [name], PARTITIONS)

@@ -118,10 +118,19 @@ def plain_dags(count: int, seconds: float, databases: AirflowDatabases | None = 
 
 
 def capacity(
-    bootstrap: str, broker_pid: int, count: int, seconds: float, databases: AirflowDatabases | None = None
+    bootstrap: str,
+    broker_pid: int,
+    count: int,
+    seconds: float,
+    databases: AirflowDatabases | None = None,
+    *,
+    per_file: int = 0,
 ) -> dict[str, Any]:
     """
-    ``count`` idle event topologies from one folder DAG file, then records through the first one.
+    ``count`` idle event topologies from one folder, then records through the first one.
+
+    The folder's DAGs come from one DAG file, or with ``per_file`` from ``ceil(count / per_file)`` DAG files,
+    each building one shard of the folder (``build_retry_dags_from_folder(shard=...)``).
 
     The records fail once on its main topic, then succeed on retry-1 of 10 s or retry-2 of 30 s; their
     lateness is measured. Each topology: its main topic, two retry tiers and the DLT watch (4 watchers).
@@ -141,6 +150,7 @@ def capacity(
             ledger=ledger,
             layout="folder",
             databases=databases,
+            shards=-(-count // per_file) if per_file else 1,
         )
         try:
             watchers = 4 * count
@@ -184,7 +194,11 @@ def capacity(
             every = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if "-retry-" in e["topic"]]
             return {
                 "case": "capacity",
-                "layout": "one folder DAG file",
+                "layout": (
+                    f"folder in {-(-count // per_file)} shard DAG files"
+                    if per_file
+                    else "one folder DAG file"
+                ),
                 "topologies": count,
                 "dags": 4 * count,
                 "watchers": watchers,

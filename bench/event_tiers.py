@@ -131,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plain", default="", help="also 4 x N plain DAGs (no provider code): Airflow's own cost; a list"
     )
+    parser.add_argument(
+        "--per-file",
+        type=int,
+        default=0,
+        help="capacity: topologies per DAG file (folder shards, docs/capacity.md); 0: one file for all",
+    )
     parser.add_argument("--cases", default="baseline,event,schedule", help="which idle cases to run")
     parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka", help="Apache Kafka or Tansu")
     parser.add_argument(
@@ -196,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         for count in [int(c) for c in args.capacity.split(",") if c]:
             print(f"capacity: {count} topologies...", flush=True)
             try:
-                results.append(capacity(broker.bootstrap, broker.pid, count, args.seconds, databases))
+                results.append(
+                    capacity(
+                        broker.bootstrap, broker.pid, count, args.seconds, databases, per_file=args.per_file
+                    )
+                )
             except RuntimeError as exc:  # a component died (e.g. SQLite "database is locked"): say so
                 results.append({"case": "capacity", "topologies": count, "failed": str(exc)[-3000:]})
             print(json.dumps(results[-1]), flush=True)

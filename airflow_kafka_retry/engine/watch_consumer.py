@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import consumer_config, partition_counts
+from airflow_kafka_retry.engine.metadata_client import metadata_client
 
 Key = tuple[str, int]
 #: A watch consumer waits this long in one fetch when its partitions are at their end: a new record
@@ -37,12 +38,14 @@ class PrivateConsumer:
 
     def __init__(self, kafka_config: Mapping[str, Any], group: str) -> None:
         self.consumer = Consumer(watch_config(kafka_config, group))
+        self._kafka_config = kafka_config
 
     def claim(self, keys: Collection[Key]) -> bool:
         return True
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
-        return partition_counts(self.consumer, topics)
+        """From the process's admin client: the consumer's own request would wait for its long poll."""
+        return partition_counts(metadata_client(self._kafka_config), topics)
 
     def log_end(self, key: Key, timeout_s: float) -> int | None:
         """The partition's log end from the broker (ListOffsets)."""

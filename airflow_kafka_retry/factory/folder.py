@@ -8,10 +8,17 @@ is logged (naming the file and the problem) and skipped, as Airflow DAG factorie
 do; ``strict=True`` turns it into an import error of the DAG file instead. A task process (Airflow's
 parsing context names the DAG it runs) builds only the topology holding that DAG, so a task start does not
 pay for every topology of the folder.
+
+The DAG processor writes a file's DAGs to the metadata DB in one transaction that locks their rows, and the
+scheduler skips a locked DAG when it creates runs: a file of 100 topologies (400 DAGs) held them for about
+16 s of every 33 s on a loaded 2-core machine, so a due tier's run waited that long. ``shard=(i, n)`` builds
+only the topologies of shard ``i`` of ``n`` (a stable hash of the YAML's file name: shards are uneven), so
+``n`` DAG files split the folder and each transaction locks a few DAGs briefly (docs/capacity.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +45,7 @@ def build_retry_dags_from_folder(
     handler: str,
     strict: bool = False,
     tier_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    shard: tuple[int, int] | None = None,
     **kwargs: Any,
 ) -> dict[str, DAG]:
     """
@@ -55,14 +63,23 @@ def build_retry_dags_from_folder(
         topologies' DAGs are built. True: it raises ``TopologyFolderError`` naming the file, an import
         error of the DAG file (so no DAG of the folder is built).
     :param tier_overrides: as in ``build_retry_dags``, keyed by topic; each topology gets the entries of
-        its own topics. A key matching no topology of the folder is an error.
+        its own topics. A key matching no topology of the folder is an error (not checked with ``shard``:
+        a key may name a topic of another shard).
+    :param shard: ``(index, count)``: build only the topologies whose file name falls in shard ``index``
+        of ``count`` (``0 <= index < count``; a stable hash of the name, so adding a file moves no other
+        topology). ``count`` DAG files, one per index, build the whole folder: each one's DB write then
+        locks only its own DAGs (see the module's docstring). Default: every topology.
     :param kwargs: every other argument of ``build_retry_dags`` (``engine``, ``kafka_conn_id``,
         ``dag_id_template``, ``trigger``, ``default_args``...).
     """
+    if shard is not None:
+        _check_shard(shard)
     root = Path(folder)
     if not root.is_dir():
         raise TopologyFolderError(f"{root}: not a folder (of topology YAML files)")
     files = sorted({p for pattern in PATTERNS for p in root.glob(pattern) if p.is_file()})
+    if shard is not None:
+        files = [p for p in files if in_shard(p.name, shard)]
     if not files:
         log.warning("%s: no topology file (%s); no DAG built", root, ", ".join(PATTERNS))
     overrides = dict(tier_overrides or {})
@@ -91,11 +108,34 @@ def build_retry_dags_from_folder(
         dags.update(built)
         built_from.update(dict.fromkeys(built, path))
     unknown = sorted(set(overrides) - used)
-    if unknown and wanted is None and (strict or not _any_skipped(files, built_from)):
+    if unknown and wanted is None and shard is None and (strict or not _any_skipped(files, built_from)):
         raise TopologyFolderError(
             f"{root}: tier_overrides name {', '.join(unknown)}, a topic of no topology in this folder"
         )
     return dags
+
+
+def in_shard(name: str, shard: tuple[int, int]) -> bool:
+    """
+    Whether the topology file ``name`` belongs to shard ``(index, count)``: SHA-256 of the name.
+
+    Not CRC-32: it is affine in the input bits, so names that differ in a few digits (``cap000.yaml``,
+    ``cap001.yaml``...) fell into half of 40 shards.
+    """
+    index, count = _check_shard(shard)
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") % count == index
+
+
+def _check_shard(shard: Any) -> tuple[int, int]:
+    ok = isinstance(shard, tuple) and len(shard) == 2
+    ok = (
+        ok and all(isinstance(v, int) and not isinstance(v, bool) for v in shard) and 0 <= shard[0] < shard[1]
+    )
+    if not ok:
+        raise TopologyFolderError(
+            f"shard must be a tuple (index, count) of integers with 0 <= index < count, got {shard!r}"
+        )
+    return shard
 
 
 def _parsing_dag_id() -> str | None:

@@ -81,3 +81,33 @@ def test_strict_reports_the_bad_yaml_as_an_import_error_of_the_dag_file(airflow_
     assert error["filepath"].endswith("retry_topologies.py")
     assert str(folder / "refunds.yaml") in error["error"]
     assert "attempts" in error["error"]
+
+
+SHARD_DAG = """
+from airflow_kafka_retry import build_retry_dags_from_folder
+
+globals().update(build_retry_dags_from_folder({folder!r}, handler="handlers.orders:handle", shard={shard!r}))
+"""
+
+
+def test_shard_files_list_every_topology_once_each_from_the_file_of_its_shard(airflow_home, tmp_path):
+    from airflow_kafka_retry.factory.folder import in_shard
+
+    folder, dags = tmp_path / "topologies", tmp_path / "dags"
+    folder.mkdir()
+    dags.mkdir()
+    topics = [f"t{i}" for i in range(6)]
+    for topic in topics:
+        (folder / f"{topic}.yaml").write_text(GOOD.format(topic=topic))
+    for index in range(2):
+        (dags / f"retry_topologies_{index}.py").write_text(
+            SHARD_DAG.format(folder=str(folder), shard=(index, 2))
+        )
+    rows = json_rows(airflow(airflow_home, dags, "dags", "list", "--local", "-o", "json"))
+    retry_1 = [r for r in rows if r["dag_id"].endswith("-retry-1")]
+    assert sorted(r["dag_id"] for r in retry_1) == [f"kafka_retry__{t}-retry-1" for t in topics]
+    for row in retry_1:
+        topic = row["dag_id"].removeprefix("kafka_retry__").removesuffix("-retry-1")
+        index = next(i for i in range(2) if in_shard(f"{topic}.yaml", (i, 2)))
+        assert row["fileloc"].endswith(f"retry_topologies_{index}.py"), row
+    assert len({r["fileloc"] for r in retry_1}) == 2, "with 6 topologies both shards get some"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.factory.folder import TopologyFolderError, build_retry_dags_from_folder
+from airflow_kafka_retry.factory.folder import TopologyFolderError, build_retry_dags_from_folder, in_shard
 
 HANDLER = "handlers.orders:handle"
 
@@ -110,3 +110,42 @@ def test_a_task_process_builds_only_the_topology_of_its_dag(tmp_path, monkeypatc
         "kafka_retry__shipments__ensure_topics",
     ]
     assert caplog.records == []  # the broken file is another topology's business in a task process
+
+
+def test_shards_split_the_folder_each_topology_in_exactly_one(tmp_path):
+    for i in range(12):
+        topology(tmp_path, f"t{i:02d}.yaml", f"t{i:02d}")
+    whole = build_retry_dags_from_folder(tmp_path, handler=HANDLER)
+    shards = [build_retry_dags_from_folder(tmp_path, handler=HANDLER, shard=(i, 3)) for i in range(3)]
+    assert all(shards), "with 12 files, each of 3 shards gets some"
+    assert sum(len(s) for s in shards) == len(whole)
+    assert set().union(*shards) == set(whole)
+    # stable: a new file moves no other topology
+    topology(tmp_path, "t99.yaml", "t99")
+    again = [build_retry_dags_from_folder(tmp_path, handler=HANDLER, shard=(i, 3)) for i in range(3)]
+    for before, after in zip(shards, again, strict=True):
+        assert set(before) <= set(after)
+
+
+def test_names_that_differ_in_a_few_digits_spread_over_every_shard():
+    # CRC-32 put these 100 names into 4 of 8 shards (it is affine in the input bits)
+    names = [f"cap{i:03d}-035239.yaml" for i in range(100)]
+    assert {next(i for i in range(8) if in_shard(n, (i, 8))) for n in names} == set(range(8))
+    assert all(sum(in_shard(n, (i, 8)) for i in range(8)) == 1 for n in names)
+
+
+def test_tier_overrides_of_another_shard_are_not_an_error(tmp_path):
+    topology(tmp_path, "a.yaml", "a")
+    topology(tmp_path, "b.yaml", "b")
+    overrides = {"a-retry-1": {"max_run": "1h"}, "b-retry-1": {"max_run": "1h"}}
+    built = [
+        build_retry_dags_from_folder(tmp_path, handler=HANDLER, shard=(i, 2), tier_overrides=overrides)
+        for i in range(2)
+    ]
+    assert set().union(*built) == set(build_retry_dags_from_folder(tmp_path, handler=HANDLER))
+
+
+@pytest.mark.parametrize("shard", [(2, 2), (-1, 2), (0, 0), (True, 2), (0,), [0, 2], "0/2"])
+def test_a_bad_shard_is_an_error_naming_it(tmp_path, shard):
+    with pytest.raises(TopologyFolderError, match="shard must be"):
+        build_retry_dags_from_folder(tmp_path, handler=HANDLER, shard=shard)
