@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import logging
 import os
 import platform
@@ -56,6 +55,7 @@ from typing import Any
 
 from bench.measure import run_case
 from bench.report import case_rows, markdown, rate, verdict
+from bench.results_file import write_new_result
 from bench.workload import Workload, produce
 
 log = logging.getLogger("bench")
@@ -335,10 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         document["verdict"] = {}
         label = "both"
-    args.out.mkdir(parents=True, exist_ok=True)
     stamp = document["date"][:19].replace(":", "")  # one file per run: the time is in the name
-    path = args.out / f"{stamp}-headers-{label}.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    path = write_new_result(args.out / f"{stamp}-headers-{label}.json", document)
     sys.stdout.write(document["markdown"])
     verdict_ = document["verdict"]
     if "where_the_time_goes" in verdict_:

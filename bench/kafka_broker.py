@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 from pathlib import Path
@@ -27,6 +26,7 @@ from airflow_kafka_retry.engine.local import available_cores
 from airflow_kafka_retry.testing.capabilities import probe_capabilities
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, pinned_version
+from bench.results_file import write_new_result
 
 RESULTS = Path(__file__).resolve().parent / "results"
 READY_TARGET_S = 20.0
@@ -76,9 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             "rss_mb": {"target": RSS_TARGET_MB, "worst": worst_rss, "met": worst_rss <= RSS_TARGET_MB},
         },
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{document['date'][:19].replace(':', '')}-kafka-broker.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
+    stamp = document["date"][:19].replace(":", "")  # one file per run: the time is in the name
+    path = write_new_result(args.out / f"{stamp}-kafka-broker.json", document)
     for start in starts:
         sys.stdout.write(
             f"metadata {start['metadata_s']:.1f} s, ready {start['ready_s']:.1f} s, "

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.results_file import claim_result_file
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
 #: Modules a DAG file's parse must not load (they belong to the tasks and the triggerer).
@@ -270,8 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "cases": cases,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    out = args.out / f"{stamp:%Y-%m-%d}-{args.name}.json"
+    out = claim_result_file(args.out, stamp, args.name)  # one file per run, named by its start time
     out.write_text(json.dumps(document, indent=2) + "\n")
     print(f"written to {out}")
     return 0

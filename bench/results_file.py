@@ -16,3 +16,13 @@ def claim_result_file(folder: Path, stamp: datetime.datetime, name: str = "event
     out = folder / f"{stamp:%Y-%m-%dT%H%M%SZ}-{name}.json"
     out.open("x").close()  # FileExistsError rather than overwrite a stored result
     return out
+
+
+def write_new_result(path: Path, document: object) -> Path:
+    """Write a run's whole result as JSON into ``path``, which must not exist yet (never over another's)."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("x") as out:  # FileExistsError rather than overwrite a stored result
+        out.write(json.dumps(document, indent=2) + "\n")
+    return path

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import json
 
 import pytest
 
-from bench.results_file import claim_result_file
+from bench.results_file import claim_result_file, write_new_result
 
 
 def test_each_run_claims_its_own_file_and_never_another_runs(tmp_path):
@@ -19,3 +20,11 @@ def test_each_run_claims_its_own_file_and_never_another_runs(tmp_path):
     with pytest.raises(FileExistsError):
         claim_result_file(tmp_path / "results", stamp)
     assert first.read_text() == '{"results": [1]}\n'
+
+
+def test_a_result_written_whole_never_replaces_a_stored_one(tmp_path):
+    path = tmp_path / "results" / "2026-11-26T041000-headers-both.json"
+    assert write_new_result(path, {"cases": [1]}) == path
+    with pytest.raises(FileExistsError):
+        write_new_result(path, {"cases": [2]})
+    assert json.loads(path.read_text()) == {"cases": [1]}
