@@ -8,12 +8,11 @@ event loop's small default thread pool (6 threads on 2 cores), so 400 idle watch
 everything else waiting in it, Airflow's own "Trigger fired event" step included: at 100 topologies a due
 wave's event reached the metadata DB 8 to 33 s late. An admin client fetches nothing, so its metadata
 answer comes at once; one per process and configuration serves every watch. Never closed: it lives as
-long as the process, and a forked child leaves its inherited copies alone (``shared_consumer.py``).
+long as the process, and a forked child leaves its inherited copies alone (``process_clients.py``).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 from collections.abc import Hashable, Mapping
@@ -22,25 +21,16 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_retry.engine.clients import admin_config
+from airflow_kafka_retry.engine.process_clients import config_key, keep_inherited
 
 _LOCK = threading.Lock()
 _CLIENTS: dict[Hashable, AdminClient] = {}
-#: A forked child's copies of its parent's clients: never used and never destroyed there.
-_INHERITED: list[AdminClient] = []
-
-
-def _frozen(value: Any) -> Hashable:
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
 
 
 def metadata_client(kafka_config: Mapping[str, Any]) -> AdminClient:
     """The admin client of this process for ``kafka_config`` (created at the first call)."""
     config = admin_config(kafka_config)
-    key = tuple(sorted((k, _frozen(v)) for k, v in config.items()))
+    key = config_key(config)
     with _LOCK:
         client = _CLIENTS.get(key)
         if client is None:
@@ -51,8 +41,7 @@ def metadata_client(kafka_config: Mapping[str, Any]) -> AdminClient:
 def _forget_in_child() -> None:
     """In a forked child: new clients at the next call; the inherited ones are never destroyed there."""
     for client in _CLIENTS.values():
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
-        _INHERITED.append(client)
+        keep_inherited(client)
     _CLIENTS.clear()
 
 

@@ -30,7 +30,6 @@ reads payloads or logs the configuration.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import os
 import threading
@@ -50,6 +49,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from airflow_kafka_retry.engine.clients import admin_config, partition_counts
+from airflow_kafka_retry.engine.process_clients import config_key, keep_inherited
 from airflow_kafka_retry.engine.watch_consumer import TAKE, Key, watch_config
 
 #: The shared consumer's own group: never joined, never committed, never read.
@@ -230,42 +230,24 @@ class Lease:
 _LOCK = threading.Lock()
 _REGISTRY: dict[Hashable, SharedConsumer] = {}
 _IDENTS = itertools.count(1)
-#: A forked child's copies of its parent's consumers: never used and never destroyed there.
-_INHERITED: list[Any] = []
 
 
 def _forget_in_child() -> None:
-    """
-    After a fork, in the child: its watches start afresh, and the inherited clients are left alone.
-
-    A copied librdkafka client has lost its threads; destroying it in the child (dropping the last
-    reference) aborts the process. That is what a ``subprocess`` with a ``preexec_fn`` (which runs
-    these at-fork hooks) would do before its ``exec``. So each inherited client gets a reference that
-    is never released, not even when the interpreter shuts down.
-    """
+    """After a fork, in the child: its watches start afresh; the inherited clients are left alone."""
     for sharing in _REGISTRY.values():
         for client in (sharing.consumer, sharing._admin):
             if client is not None:
-                ctypes.pythonapi.Py_IncRef(ctypes.py_object(client))
-                _INHERITED.append(client)
+                keep_inherited(client)
     _REGISTRY.clear()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def _frozen(value: Any) -> Hashable:
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value
-
-
 def share_key(kafka_config: Mapping[str, Any]) -> Hashable:
     """What decides which watches share a consumer: their consumer configuration, group aside."""
     config = watch_config(kafka_config, SHARED_GROUP)
-    return tuple(sorted((k, _frozen(v)) for k, v in config.items() if k != "group.id"))
+    return config_key(config, without=("group.id",))
 
 
 def lease(kafka_config: Mapping[str, Any]) -> Lease:

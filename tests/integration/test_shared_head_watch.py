@@ -7,8 +7,6 @@ process's registry of shared consumers.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +18,7 @@ from airflow_kafka_retry.engine.shared_consumer import SharedConsumer, share_key
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
 from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 
+from tests.support.fork_check import assert_children_exit_cleanly
 from tests.support.tier_records import commit, produce
 
 pytestmark = pytest.mark.integration
@@ -202,12 +201,4 @@ watch.close()
 def test_a_forked_child_leaves_the_inherited_consumer_alone(kafka_bootstrap, new_topic):
     """A child of a process holding a shared consumer neither uses nor destroys it (destroying aborts)."""
     topic = new_topic("shared-fork", partitions=1)
-    done = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT, kafka_bootstrap, topic],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines() == ["preexec child: 0", "forked child: 0"], done.stderr[-3000:]
+    assert_children_exit_cleanly(FORK_SCRIPT, kafka_bootstrap, topic)

@@ -8,8 +8,6 @@ instead. These tests run on the real broker.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 
 import pytest
@@ -20,6 +18,7 @@ from airflow_kafka_retry.engine.head_watch import HeadWatch
 from airflow_kafka_retry.engine.metadata_client import metadata_client
 from airflow_kafka_retry.testing.topics import unique_topic
 
+from tests.support.fork_check import assert_children_exit_cleanly
 from tests.support.tier_records import produce
 
 pytestmark = pytest.mark.integration
@@ -93,12 +92,4 @@ assert partition_counts(metadata_client(config), [sys.argv[2]]) == {sys.argv[2]:
 def test_a_forked_child_leaves_the_inherited_admin_client_alone(kafka_bootstrap, new_topic):
     """A forked child gets an admin client of its own; the inherited copy is never used nor destroyed."""
     topic = new_topic("meta-fork", partitions=1)
-    done = subprocess.run(
-        [sys.executable, "-c", FORK_SCRIPT, kafka_bootstrap, topic],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.splitlines() == ["preexec child: 0", "forked child: 0"], done.stderr[-3000:]
+    assert_children_exit_cleanly(FORK_SCRIPT, kafka_bootstrap, topic)
