@@ -226,8 +226,8 @@ def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPa
             )
             yield tansu.bootstrap
         return
-    shared = os.environ.get(SHARED_KAFKA_ENV)
-    if shared:  # pytest-xdist's controller started it for every worker
+    shared = os.environ.get(SHARED_KAFKA_ENV) if hasattr(pytestconfig, "workerinput") else None
+    if shared:  # a pytest-xdist worker: the controller started it for every worker (a nested run does not)
         pytestconfig.stash[_BROKER_KEY] = f"the Apache Kafka at {shared} that the controller started"
         yield shared
         return
