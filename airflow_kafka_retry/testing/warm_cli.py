@@ -2,7 +2,7 @@
 ``airflow`` commands run one after another in one long-lived Airflow process (tests and the fast demo).
 
 Every ``airflow`` process pays for importing Airflow (about 3 s of CPU) and ``airflow dags test`` also
-builds the in-process execution API (about 10 s more): about 14 s of CPU before the first task runs. In one
+builds the in-process execution API (about 11 s more): about 14 s of CPU before the first task runs. In one
 process that stays up, the second and later ``dags test`` of the same ``AIRFLOW_HOME`` take about 0.3 s
 of CPU. :class:`WarmAirflowCli` keeps such a process per environment and runs each command there through
 Airflow's own CLI parser, as ``airflow <args>`` would, with the command's stdout and stderr (the task
