@@ -48,7 +48,8 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from airflow_kafka_retry.engine.clients import admin_config, partition_counts
+from airflow_kafka_retry.engine.clients import partition_counts
+from airflow_kafka_retry.engine.metadata_client import metadata_client
 from airflow_kafka_retry.engine.process_clients import config_key, keep_inherited
 from airflow_kafka_retry.engine.watch_consumer import TAKE, Key, watch_config
 
@@ -61,13 +62,12 @@ class ConsumerBroken(KafkaException):
 
 
 class SharedConsumer:
-    """One consumer (and admin client) for the watches of a process with one Kafka configuration."""
+    """One consumer for the watches of a process with one Kafka configuration (admin: ``metadata_client``)."""
 
     def __init__(self, key: Hashable, kafka_config: Mapping[str, Any]) -> None:
         self.key = key
         self.consumer = Consumer(watch_config(kafka_config, SHARED_GROUP))
-        self._admin_config = admin_config(kafka_config)
-        self._admin: AdminClient | None = None
+        self._kafka_config = kafka_config
         self.lock = threading.Lock()
         self.owners: dict[Key, int] = {}  # partition -> the lease that claimed it
         self.inboxes: dict[int, deque[Message]] = {}
@@ -76,10 +76,7 @@ class SharedConsumer:
 
     @property
     def admin(self) -> AdminClient:
-        with self.lock:
-            if self._admin is None:
-                self._admin = AdminClient(self._admin_config)
-            return self._admin
+        return metadata_client(self._kafka_config)
 
     def drain(self) -> None:
         """Move what the client fetched into the inboxes of the leases owning it (under ``lock``)."""
@@ -234,10 +231,8 @@ _IDENTS = itertools.count(1)
 
 def _forget_in_child() -> None:
     """After a fork, in the child: its watches start afresh; the inherited clients are left alone."""
-    for sharing in _REGISTRY.values():
-        for client in (sharing.consumer, sharing._admin):
-            if client is not None:
-                keep_inherited(client)
+    for sharing in _REGISTRY.values():  # the admin clients are metadata_client.py's to keep
+        keep_inherited(sharing.consumer)
     _REGISTRY.clear()
 
 
