@@ -67,9 +67,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-@pytest.hookimpl(
-    trylast=True
-)  # after pytest's tmp_path plugin: the shared broker's data goes in its basetemp
+# trylast: after pytest's tmp_path plugin, so the shared broker's data goes in its basetemp
+@pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
@@ -99,16 +98,25 @@ def _start_shared_kafka(config: pytest.Config) -> None:
     """One broker for every worker, started before them (they inherit its address) instead of one each:
     a JVM start-up and an idle broker less per worker."""
     data_dir = config._tmp_path_factory.mktemp("kafka")  # type: ignore[attr-defined]  # kept as tmp_path is
+    kafka = _start_suite_kafka(config, data_dir, "shared by the workers, ")
+    config.stash[_SHARED_KAFKA_KEY] = kafka
+    os.environ[SHARED_KAFKA_ENV] = kafka.bootstrap
+
+
+def _start_suite_kafka(config: pytest.Config, data_dir: Path, shared: str = "") -> ApacheKafka:
+    """The suite's Apache Kafka, its line in the summary; a failed start ends the run (never Tansu)."""
     try:
         kafka = ApacheKafka(data_dir=data_dir, keep_data=True).start()
     except RuntimeError as exc:  # never fall back to Tansu silently
-        pytest.exit(f"could not start the Apache Kafka broker under test: {exc}", returncode=1)
-    config.stash[_SHARED_KAFKA_KEY] = kafka
+        pytest.exit(
+            f"could not start the Apache Kafka broker under test: {exc}",
+            returncode=pytest.ExitCode.TESTS_FAILED,
+        )
     config.stash[_BROKER_KEY] = (
-        f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}), shared by the workers, ready "
-        f"in {kafka.ready_seconds:.1f}s, log {kafka.log_path}"
+        f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}), {shared}ready in "
+        f"{kafka.ready_seconds:.1f}s, log {kafka.log_path}"
     )
-    os.environ[SHARED_KAFKA_ENV] = kafka.bootstrap
+    return kafka
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -233,18 +241,8 @@ def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPa
         pytestconfig.stash[_BROKER_KEY] = f"the Apache Kafka at {shared} that the controller started"
         yield shared
         return
+    kafka = _start_suite_kafka(pytestconfig, tmp_path_factory.mktemp("kafka"))
     try:
-        kafka = ApacheKafka(data_dir=tmp_path_factory.mktemp("kafka"), keep_data=True).start()
-    except RuntimeError as exc:  # never fall back to Tansu silently
-        pytest.exit(
-            f"could not start the Apache Kafka broker under test: {exc}",
-            returncode=pytest.ExitCode.TESTS_FAILED,
-        )
-    try:
-        pytestconfig.stash[_BROKER_KEY] = (
-            f"Apache Kafka {kafka.version} at {kafka.bootstrap} (pid {kafka.pid}), ready in "
-            f"{kafka.ready_seconds:.1f}s, log {kafka.log_path}"
-        )
         yield kafka.bootstrap
     finally:
         kafka.stop()
