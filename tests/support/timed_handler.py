@@ -2,8 +2,9 @@
 
 A value is JSON ``{"id": ..., "succeed_on": N}``: the record fails (retryably) on every attempt
 before ``N`` and succeeds on attempt ``N`` (0: never succeeds, ends in the DLT). Every handling is
-appended as a JSON line ``{"id", "topic", "attempt", "due_ms", "handled_ms", "ok"}`` to the file
-named by ``AKR_TIMED_LEDGER`` (O_APPEND: several task processes share it).
+appended as a JSON line ``{"id", "topic", "attempt", "due_ms", "handled_ms", "ok", "run"}`` to the
+file named by ``AKR_TIMED_LEDGER`` (O_APPEND: several task processes share it; ``run``, the Airflow DAG
+run and try that handled it, from the task's ``AIRFLOW_CTX_*`` variables, tells their runs apart).
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ from airflow_kafka_retry import BatchFailedError
 
 class NotYetError(RuntimeError):
     """The record is meant to fail on this attempt."""
+
+
+_CTX = ("AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TRY_NUMBER")
+
+
+def _run() -> str | None:
+    """The Airflow DAG run and try this process handles records for (None outside an Airflow task)."""
+    parts = [os.environ.get(name) for name in _CTX]
+    return "/".join(p for p in parts if p) if all(parts) else None
 
 
 def _append(lines: list[dict]) -> None:
@@ -43,6 +53,7 @@ def handle(records) -> None:
                     "due_ms": record.due_ms,
                     "handled_ms": int(time.time() * 1000),
                     "ok": ok,
+                    "run": _run(),
                 }
             )
             if not ok:
