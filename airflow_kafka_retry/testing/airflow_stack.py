@@ -9,6 +9,7 @@ that pair; tasks reach the DB through the api-server's execution API), one own `
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from contextlib import closing
@@ -75,6 +77,9 @@ def airflow_env(
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             "AIRFLOW__DAG_PROCESSOR__PARSING_PROCESSES": "1",
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "2",
+            # a task waits this long for the api-server's answer (default 5 s) before it retries: on a loaded
+            # machine the first answers took up to 31 s, and a retried "task started" call fails the task
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "PYTHONPATH": os.pathsep.join(str(p) for p in (*pythonpath, os.environ.get("PYTHONPATH")) if p),
         }
@@ -230,12 +235,16 @@ class AirflowCluster:
             self.check_alive()
             try:
                 with closing(socket.create_connection(("127.0.0.1", port), timeout=1)):
-                    return
+                    break
             except OSError:
                 time.sleep(0.5)
-        raise RuntimeError(
-            f"the api-server did not listen on {port} within {timeout}s:\n{self.log_tail('api-server')}"
-        )
+        else:
+            raise RuntimeError(
+                f"the api-server did not listen on {port} within {timeout}s:\n{self.log_tail('api-server')}"
+            )
+        # one answer from the execution API before any task asks it something (its first one is the slowest)
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=timeout).close()
 
     def check_alive(self) -> None:
         for name, proc in self.processes.items():
