@@ -111,6 +111,106 @@ def _picklable(value: Any) -> bool:
     return True
 
 
+class LocalEngine:
+    """
+    One tier run on this machine, kept across its passes (``engine/follow.py``).
+
+    :meth:`start` resolves the partitions and, past one core, starts the worker processes, which then
+    start up (interpreter, package, handler import) while the run waits for its wave; :meth:`drain` runs
+    one pass, at its own cutoff, on the same workers; :meth:`close` ends them. A context manager:
+    ``with LocalEngine(...) as engine: engine.drain(cutoff)``. The arguments are :func:`run_local`'s.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        tier: Tier,
+        kafka_config: Mapping[str, Any],
+        options: DrainOptions,
+        *,
+        partitions: Iterable[int] | None = None,
+        parallelism: int | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+        should_stop: Callable[[], str | None] | None = None,
+        in_process: bool = False,
+    ) -> None:
+        self.topology, self.tier, self.options = topology, tier, options
+        self.kafka_config = dict(kafka_config)
+        self.clock, self.should_stop, self.in_process = clock, should_stop, in_process
+        self._partitions, self._parallelism = partitions, parallelism
+        self.chosen: list[int] = []
+        self.workers = 1
+        self.pool: ProcessPool | None = None
+
+    def start(self) -> LocalEngine:
+        """Resolve the partitions and start the worker processes, if any (idempotent)."""
+        if self.chosen or self.pool is not None:
+            return self
+        t, tier = self.topology, self.tier
+        self.chosen = (
+            list(self._partitions)
+            if self._partitions is not None
+            else tier_partitions(t, tier, self.kafka_config, self.options)
+        )
+        workers = (
+            default_parallelism(len(self.chosen)) if self._parallelism is None else max(1, self._parallelism)
+        )
+        self.workers = min(workers, max(1, len(self.chosen)))
+        processes = (
+            0 if self.in_process or self.clock is not wall_clock_ms else worker_processes(self.workers)
+        )
+        if processes:
+            levels = {
+                name: logging.getLogger(name or None).getEffectiveLevel()
+                for name in ("", "airflow_kafka_retry")
+            }
+            setup = WorkerSetup(t, tier, self.kafka_config, self.options, self.clock(), log_levels=levels)
+            why_not = _shippable(setup)
+            if why_not is not None:
+                log.warning("%s: partitions run in threads of this process: %s", tier.topic, why_not)
+            else:
+                self.pool = ProcessPool(setup, self.workers, processes, should_stop=self.should_stop)
+                self.pool.start(len(self.chosen))
+        return self
+
+    def drain(self, cutoff_ms: int | None = None) -> RunSummary:
+        """One pass: every chosen partition, records due by ``cutoff_ms`` (default: now)."""
+        self.start()
+        started = self.clock()
+        cutoff = started if cutoff_ms is None else cutoff_ms
+        summary = new_summary(
+            self.topology, self.tier, self.options, engine="local", cutoff_ms=cutoff, started_ms=started
+        )
+        if self.pool is not None:
+            summary.partitions = self.pool.drain(self.chosen, cutoff)
+        else:
+            summary.partitions = _run_threads(
+                self.topology,
+                self.tier,
+                self.kafka_config,
+                self.options,
+                self.chosen,
+                self.workers,
+                cutoff=cutoff,
+                clock=self.clock,
+                should_stop=self.should_stop,
+            )
+        summary.finished_ms = self.clock()
+        summary.note_stops()
+        return summary
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+
+    def __enter__(self) -> LocalEngine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def run_local(
     topology: Topology,
     tier: Tier,
@@ -125,7 +225,7 @@ def run_local(
     in_process: bool = False,
 ) -> RunSummary:
     """
-    Reprocess ``tier`` on this machine and return the run summary.
+    Reprocess ``tier`` on this machine (one pass) and return the run summary.
 
     :param partitions: only these partitions (default: all of the tier's topic).
     :param cutoff_ms: records due after this stay for a later run (default: now).
@@ -138,41 +238,19 @@ def run_local(
     :param in_process: run partitions in threads of this process whatever the parallelism (the handler
         then shares this process's state; record work uses one core).
     """
-    started = clock()
-    cutoff = started if cutoff_ms is None else cutoff_ms
-    summary = new_summary(topology, tier, options, engine="local", cutoff_ms=cutoff, started_ms=started)
-    chosen = (
-        list(partitions) if partitions is not None else tier_partitions(topology, tier, kafka_config, options)
+    engine = LocalEngine(
+        topology,
+        tier,
+        kafka_config,
+        options,
+        partitions=partitions,
+        parallelism=parallelism,
+        clock=clock,
+        should_stop=should_stop,
+        in_process=in_process,
     )
-    workers = default_parallelism(len(chosen)) if parallelism is None else max(1, parallelism)
-    workers = min(workers, max(1, len(chosen)))
-    levels = {
-        name: logging.getLogger(name or None).getEffectiveLevel() for name in ("", "airflow_kafka_retry")
-    }
-    setup = WorkerSetup(topology, tier, dict(kafka_config), options, cutoff, log_levels=levels)
-    processes = 0 if in_process or clock is not wall_clock_ms else worker_processes(workers)
-    if processes:
-        why_not = _shippable(setup)
-        if why_not is not None:
-            log.warning("%s: partitions run in threads of this process: %s", tier.topic, why_not)
-            processes = 0
-    if processes:
-        summary.partitions = ProcessPool(setup, workers, processes, should_stop=should_stop).run(chosen)
-    else:
-        summary.partitions = _run_threads(
-            topology,
-            tier,
-            kafka_config,
-            options,
-            chosen,
-            workers,
-            cutoff=cutoff,
-            clock=clock,
-            should_stop=should_stop,
-        )
-    summary.finished_ms = clock()
-    summary.note_stops()
-    return summary
+    with engine:
+        return engine.drain(cutoff_ms)
 
 
 def _run_threads(

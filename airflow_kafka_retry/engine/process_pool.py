@@ -29,7 +29,6 @@ import contextlib
 import logging
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kafka_retry.engine.summary import PartitionSummary
+from airflow_kafka_retry.engine.worker_failure import describe_exit, worker_failure
 from airflow_kafka_retry.engine.worker_protocol import (
     FrameReader,
     FrameWriter,
@@ -54,56 +54,6 @@ log = logging.getLogger(__name__)
 STOP_POLL_S = 0.2
 #: Seconds a worker gets to exit once its pipes are closed, before it is killed.
 EXIT_GRACE_S = 5.0
-
-
-def describe_exit(returncode: int | None) -> str:
-    """``killed by signal 9 (SIGKILL)`` / ``exited with status 3`` / ``is still running``."""
-    if returncode is None:
-        return "is still running"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"was killed by signal {-returncode} ({name})"
-    return f"exited with status {returncode}"
-
-
-def worker_failure(
-    topic: str,
-    partition: int,
-    group: str,
-    *,
-    pid: int,
-    returncode: int | None,
-    progress: dict[str, Any] | None,
-    setup_error: str | None,
-    started: float | None,
-) -> PartitionSummary:
-    """
-    The failed summary of a partition whose worker process ended before reporting it.
-
-    It keeps what the worker reported as committed (``progress``): those chunks are in Kafka.
-    """
-    summary = PartitionSummary.from_dict(progress) if progress else PartitionSummary(topic, partition, group)
-    summary.status = "failed"
-    summary.stop_reason = None
-    if setup_error is not None:
-        summary.error = (
-            f"WorkerSetupError: the worker process {pid} for {topic}[{partition}] could not start: "
-            f"{setup_error}"
-        )
-    else:
-        resume = summary.committed_offset if summary.committed_offset is not None else summary.start_offset
-        summary.error = (
-            f"WorkerDiedError: the worker process {pid} running {topic}[{partition}] "
-            f"{describe_exit(returncode)}; its open transaction was not committed and the next run "
-            f"resumes the partition at its committed offset"
-            f"{f' ({resume})' if resume is not None else ''}"
-        )
-    if started is not None:
-        summary.duration_s = round(time.monotonic() - started, 3)
-    return summary
 
 
 @dataclass
@@ -139,12 +89,16 @@ class ProcessPool:
     """
     Runs partitions of one tier run in worker processes (see the module's docstring).
 
-    :param setup: what every worker needs (pickled once per worker).
+    One-shot: :meth:`run`. Kept across the passes of a run (``engine/follow.py``): :meth:`start` the
+    workers (they start up while the run waits for its wave), then :meth:`drain` once per pass, each with
+    its own cutoff, then :meth:`close`; the workers then import the handler and start up once per run.
+
+    :param setup: what every worker needs (pickled once per worker); its cutoff is the default of a pass.
     :param parallelism: partitions running at once, over all workers.
     :param processes: worker processes (at most ``parallelism``); each runs up to
         ``ceil(parallelism / processes)`` partitions at once, in threads, so that one partition's waits
         (client start-up, fetches, transaction commits) overlap another's record work.
-    :param should_stop: asked every ``poll_s``; its first reason is sent to every worker.
+    :param should_stop: asked every ``poll_s`` during a pass; its first reason is sent to every worker.
     """
 
     def __init__(
@@ -166,6 +120,7 @@ class ProcessPool:
         self._stop_sent: str | None = None
         self._setup_frame = setup_message(setup, sys.path)
         self._workers: list[_Worker] = []
+        self._cutoff_ms = setup.cutoff_ms
         self.pids: list[int] = []  # every worker process started (for tests and logs)
         self.peak_rss_mb: dict[int, float] = {}  # worker pid -> its peak RSS, as it reported when done
 
@@ -216,13 +171,16 @@ class ProcessPool:
         with contextlib.suppress(OSError):  # the worker is gone; its results pipe's end reports it
             worker.control.send(message)
 
+    def _live(self) -> list[_Worker]:
+        return [w for w in self._workers if w.alive and not w.exiting]
+
     def _fill(self, pending: deque[int]) -> None:
         """
         Hand pending partitions to the least busy live workers, up to ``parallelism`` at once.
 
-        Tell idle workers to exit once nothing is pending (a replacement is started if every worker is gone).
+        A replacement is started if every worker is gone.
         """
-        live = [w for w in self._workers if w.alive and not w.exiting]
+        live = self._live()
         if pending and not live:
             live = [self._start()]
         while pending:
@@ -234,12 +192,7 @@ class ProcessPool:
             worker = min(free, key=lambda w: len(w.running))
             partition = pending.popleft()
             worker.running[partition] = _Run(time.monotonic())
-            self._send(worker, ("run", partition))
-        if not pending:
-            for worker in live:
-                if not worker.running:
-                    worker.exiting = True
-                    self._send(worker, ("exit",))
+            self._send(worker, ("run", partition, self._cutoff_ms))
 
     def _check_stop(self) -> None:
         if self.should_stop is None or self._stop_sent is not None:
@@ -253,35 +206,46 @@ class ProcessPool:
                     self._send(worker, ("stop", reason))
 
     # ------------------------------------------------------------------ the run
-    def run(self, partitions: Sequence[int]) -> list[PartitionSummary]:
+    def start(self, count: int | None = None) -> None:
         """
-        Summaries of ``partitions``, in the order they finished.
+        Start the workers that are not running yet: ``count`` at most (default: ``processes``).
 
-        Never raises for a partition's failure.
+        They start up (the interpreter, the package, the setup, the handler's import) while the caller
+        does other things.
+        """
+        want = self.processes if count is None else min(self.processes, count)
+        for _ in range(want - len(self._live())):
+            self._start()
+
+    def run(self, partitions: Sequence[int]) -> list[PartitionSummary]:
+        """One pass at the setup's cutoff, then the workers end: :meth:`drain` then :meth:`close`."""
+        try:
+            return self.drain(partitions)
+        finally:
+            self.close()
+
+    def drain(self, partitions: Sequence[int], cutoff_ms: int | None = None) -> list[PartitionSummary]:
+        """
+        One pass: the summaries of ``partitions``, in the order they finished.
+
+        A pass drains records due by ``cutoff_ms`` (default: the setup's); the workers stay for the
+        next pass. Never raises for a partition's failure.
         """
         pending = deque(partitions)
         results: dict[int, PartitionSummary] = {}
-        try:
-            for _ in range(min(self.processes, len(pending))):
-                self._start()
-            self._fill(pending)
-            while any(w.alive for w in self._workers):
-                self._check_stop()
-                try:
-                    worker, message = self._events.get(timeout=self.poll_s)
-                except queue.Empty:
-                    continue
-                self._handle(worker, message, pending, results)
-        finally:
-            self._close()
-        if self.peak_rss_mb:
-            log.info(
-                "%s: %s worker process(es), peak RSS %.0f MB together (largest %.0f MB)",
-                self.setup.tier.topic,
-                len(self.pids),
-                sum(self.peak_rss_mb.values()),
-                max(self.peak_rss_mb.values()),
-            )
+        self._cutoff_ms = self.setup.cutoff_ms if cutoff_ms is None else cutoff_ms
+        self._take_events(pending, results)  # a worker that ended since the last pass is known as gone
+        self.start(len(pending))
+        self._fill(pending)
+        while (pending or any(w.running for w in self._workers if w.alive)) and any(
+            w.alive for w in self._workers
+        ):
+            self._check_stop()
+            try:
+                worker, message = self._events.get(timeout=self.poll_s)
+            except queue.Empty:
+                continue
+            self._handle(worker, message, pending, results)
         topic, group = (
             self.setup.tier.topic,
             self.setup.options.consumer_group or self.setup.topology.consumer_group(self.setup.tier),
@@ -294,6 +258,14 @@ class ProcessPool:
             )
             results[partition] = summary
         return list(results.values())
+
+    def _take_events(self, pending: deque[int], results: dict[int, PartitionSummary]) -> None:
+        while True:
+            try:
+                worker, message = self._events.get_nowait()
+            except queue.Empty:
+                return
+            self._handle(worker, message, pending, results)
 
     def _handle(
         self,
@@ -353,7 +325,20 @@ class ProcessPool:
                 return  # no worker can start: the pending partitions are reported as not run
         self._fill(pending)  # the partitions not yet started go to the other workers, or a new one
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Tell the workers to exit, take their last words (peak RSS), and reap them; none outlives this."""
+        for worker in self._workers:
+            if worker.alive and not worker.exiting:
+                worker.exiting = True
+                self._send(worker, ("exit",))
+        deadline = time.monotonic() + EXIT_GRACE_S
+        unused: deque[int] = deque()
+        while any(w.alive for w in self._workers) and (left := deadline - time.monotonic()) > 0:
+            try:
+                worker, message = self._events.get(timeout=min(left, self.poll_s))
+            except queue.Empty:
+                continue
+            self._handle(worker, message, unused, {})
         workers = self._workers
         for worker in workers:
             worker.control.close()  # a worker still running sees the pipe close and exits at once
@@ -368,3 +353,11 @@ class ProcessPool:
             if worker.reader is not None:
                 worker.reader.join(timeout=EXIT_GRACE_S)
             worker.results.close()
+        if self.peak_rss_mb:
+            log.info(
+                "%s: %s worker process(es), peak RSS %.0f MB together (largest %.0f MB)",
+                self.setup.tier.topic,
+                len(self.pids),
+                sum(self.peak_rss_mb.values()),
+                max(self.peak_rss_mb.values()),
+            )

@@ -18,6 +18,7 @@ for it), and the next run resumes at the committed offset.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -101,7 +102,7 @@ class _Control:
 
     def __init__(self, reader: FrameReader) -> None:
         self.reader = reader
-        self.runs: queue.Queue[int | None] = queue.Queue()
+        self.runs: queue.Queue[tuple[int, int | None] | None] = queue.Queue()
         self.stop_reason: str | None = None
 
     def should_stop(self) -> str | None:
@@ -114,8 +115,9 @@ class _Control:
             except (PipeClosed, OSError, ValueError):
                 os._exit(EXIT_ENGINE_GONE)  # the engine is gone: nobody would receive what this run does
             kind = message[0]
-            if kind == "run":
-                self.runs.put(int(message[1]))
+            if kind == "run":  # ("run", partition) or ("run", partition, cutoff_ms): this pass's cutoff
+                cutoff = int(message[2]) if len(message) > 2 and message[2] is not None else None
+                self.runs.put((int(message[1]), cutoff))
             elif kind == "stop" and self.stop_reason is None:
                 self.stop_reason = str(message[1])
             elif kind == "exit":
@@ -141,7 +143,14 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
 
     Up to ``slots`` at once, in threads.
     """
+    from airflow_kafka_retry.engine.loading import load_callable
     from airflow_kafka_retry.engine.partition import PartitionJob
+
+    # the handler's import now, while the engine may still wait for the pass's records to fall due; a
+    # handler that does not import (even one that calls sys.exit) is reported by each partition that loads
+    # it, as in a thread
+    with contextlib.suppress(BaseException):
+        load_callable(setup.options.handler, what="handler")
 
     def runner() -> None:
         while True:
@@ -149,7 +158,7 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
             if handed is None:
                 control.runs.put(None)  # the next runner ends too
                 return
-            partition: int = handed
+            partition, cutoff = handed
 
             def progress(summary: Any, partition: int = partition) -> None:
                 results.send(("progress", partition, summary.to_dict()))
@@ -160,7 +169,7 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
                 partition,
                 setup.kafka_config,
                 setup.options,
-                cutoff_ms=setup.cutoff_ms,
+                cutoff_ms=setup.cutoff_ms if cutoff is None else cutoff,
                 should_stop=control.should_stop,
                 on_chunk=progress,
             )

@@ -8,7 +8,8 @@ comes from anywhere else (the pipes are passed only to that one child).
 
 Engine to worker: ``("setup", sys_path, pickled WorkerSetup)`` once (the worker takes the engine's
 ``sys.path`` before it unpickles the setup, whose Kafka configuration may name a callback module),
-then ``("run", partition)`` for each partition it is to run, ``("stop", reason)`` to stop at the
+then ``("run", partition, cutoff_ms)`` for each partition it is to run (``cutoff_ms``: that pass's;
+None or left out: the setup's), ``("stop", reason)`` to stop at the
 next chunk boundary, ``("exit",)`` when there is nothing left. The control pipe closing without ``exit`` means
 the engine is gone: the worker exits at once.
 

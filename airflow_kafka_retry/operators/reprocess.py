@@ -158,53 +158,52 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
         from airflow_kafka_retry.engine.follow import drain_following
-        from airflow_kafka_retry.engine.local import run_local
+        from airflow_kafka_retry.engine.local import LocalEngine
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
         from airflow_kafka_retry.spark.app import load_topology_from
 
-        self.wait_for_wave(context, self._should_stop)
+        # everything a pass needs is made ready first (clients' configuration, partitions, worker processes
+        # and their handler import), while a run fired ahead of its wave waits for it to fall due
         started = wall_clock_ms()
         deadline, deadline_reason = self.deadline(started)
         options = self.drain_options(deadline)
-        cutoff = self.cutoff_ms(context)
         topology = load_topology_from(str(self.topology))
         tier = topology.select(self.tier)
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
         self.skip_when_tier_topic_is_missing(context, kafka_config, tier.topic)
-        self.log.info(
-            "reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s",
-            tier.topic,
-            tier.index,
-            self.topology,
-            options.handler,
-            cutoff,
-            f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "",
+        engine = LocalEngine(
+            topology,
+            tier,
+            kafka_config,
+            options,
+            partitions=self.partitions,
+            should_stop=self._should_stop,
+            in_process=self.in_process,
+            parallelism=self.parallelism,  # None: the engine's
         )
-
-        def drain(cutoff_ms: int) -> RunSummary:
-            return run_local(
-                topology,
-                tier,
-                kafka_config,
-                options,
-                partitions=self.partitions,
-                cutoff_ms=cutoff_ms,
-                should_stop=self._should_stop,
-                in_process=self.in_process,
-                parallelism=self.parallelism,  # None: the engine's
+        with engine:  # the worker processes start up while the run waits for its wave
+            self.wait_for_wave(context, self._should_stop)
+            cutoff = self.cutoff_ms(context)
+            self.log.info(
+                "reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s",
+                tier.topic,
+                tier.index,
+                self.topology,
+                options.handler,
+                cutoff,
+                f", stopping at {deadline} ({deadline_reason})" if deadline is not None else "",
             )
-
-        summary = self._run(
-            lambda: drain_following(
-                drain,
-                cutoff_ms=cutoff,
-                follow_ms=self.follow_ms,
-                should_stop=self._should_stop,
-                deadline_ms=deadline,
+            summary = self._run(
+                lambda: drain_following(
+                    engine.drain,
+                    cutoff_ms=cutoff,
+                    follow_ms=self.follow_ms,
+                    should_stop=self._should_stop,
+                    deadline_ms=deadline,
+                )
             )
-        )
         killed = summary.stopped == KILLED
         document = self.report(
             context, summary, engine="Local", deadline_reason=deadline_reason, topology=topology

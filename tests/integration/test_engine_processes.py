@@ -3,7 +3,7 @@
 Partitions run in worker processes when the parallelism is above one: every record still ends in
 exactly one home; a worker SIGKILLed mid-chunk fails its partition with an error naming it and the
 signal, keeps what it committed, and the next run resumes there and loses nothing; SIGTERM or
-SIGKILL of the engine's process leaves no worker behind.
+SIGKILL of the engine's process leaves no worker behind; the passes of one run share its workers.
 """
 
 from __future__ import annotations
@@ -18,9 +18,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.local import LocalEngine, run_local
 from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.policy import headers as H
 
 from tests.support import ledger
 
@@ -212,3 +215,43 @@ def test_killing_the_engine_leaves_no_worker_and_loses_nothing(
         allow_duplicates=not broker_capabilities.abort_isolation,
         handled_once=False,
     )
+
+
+def test_passes_of_one_run_share_its_worker_processes_each_at_its_own_cutoff(
+    kafka_bootstrap, tmp_path, monkeypatch
+):
+    """A run's workers start before its first pass (while an event-mode run waits for its wave) and serve
+    every pass: records due by a pass's cutoff are drained by it, the later ones by the pass whose cutoff
+    reaches them, each exactly once, and no worker is started twice or outlives the run."""
+    pids_file = tmp_path / "pids.txt"
+    monkeypatch.setenv("AKR_PIDS", str(pids_file))
+    topology = ledger.make_topology("passes")
+    config = {"bootstrap.servers": kafka_bootstrap}
+    ensure_topics(topology, config, partitions=2)
+    tier = topology.tier(1)
+    now = int(time.time() * 1000)
+    early, late = now - 1_000, now + 60_000  # the late half is due long after the workers' setup
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    for i in range(40):
+        due = early if i < 20 else late
+        headers = [(H.ATTEMPTS, H.encode_int32(2)), (H.BACKOFF_TIMESTAMP, H.encode_big_integer(due))]
+        producer.produce(tier.topic, value=b"{}", key=str(i).encode(), partition=i % 2, headers=headers)
+    assert producer.flush(30) == 0
+    options = DrainOptions(handler="tests.support.worker_handler:pid_noted")
+
+    with LocalEngine(topology, tier, config, options, parallelism=2) as engine:
+        assert engine.pool is not None, "two partitions on two cores run in worker processes"
+        started = list(engine.pool.pids)
+        assert len(started) == 2
+        first = engine.drain(early)
+        again = engine.drain(early)
+        last = engine.drain(late)  # a cutoff past every record: the workers must take it from the pass
+        assert engine.pool.pids == started, "a pass started workers of its own"
+    handled = [tuple(int(x) for x in line.split()) for line in pids_file.read_text().splitlines()]
+    drained = [s.to_dict()["totals"]["drained"] for s in (first, again, last)]
+    assert drained == [20, 0, 20], drained
+    assert all(s.ok for s in (first, again, last))
+    assert len({(p, o) for p, o, _ in handled}) == len(handled) == 40, handled
+    assert {pid for _, _, pid in handled} <= set(started), "a record was handled outside the run's workers"
+    for pid in started:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, pid

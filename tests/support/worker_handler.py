@@ -4,7 +4,8 @@
 appends ``<partition> <pid>`` to the file named by ``AKR_PIDS``, so a test sees which process ran
 which partition. :func:`dies_once` SIGKILLs its own process the first time it is handed the record at
 ``AKR_DIE_PARTITION``/``AKR_DIE_OFFSET`` (the file ``AKR_DIE_MARK`` remembers that it did), after
-handling the batch's records before it: a worker dying mid-chunk.
+handling the batch's records before it: a worker dying mid-chunk. :func:`pid_noted` notes which
+process handled each record.
 """
 
 from __future__ import annotations
@@ -30,3 +31,9 @@ def dies_once(records) -> None:
         ledger_handler.indexed(records[: hit[0]])
         os.kill(os.getpid(), signal.SIGKILL)
     ledger_handler.indexed(records)
+
+
+def pid_noted(records) -> None:
+    """Succeeds; appends ``<partition> <offset> <pid>`` for each record to the file named by ``AKR_PIDS``."""
+    with open(os.environ["AKR_PIDS"], "a", encoding="ascii") as fh:
+        fh.write("".join(f"{r.partition} {r.offset} {os.getpid()}\n" for r in records))

@@ -9,8 +9,9 @@ import pytest
 
 from airflow_kafka_retry.engine.local import _shippable, default_parallelism, worker_processes
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.process_pool import ProcessPool, describe_exit, worker_failure
+from airflow_kafka_retry.engine.process_pool import ProcessPool
 from airflow_kafka_retry.engine.summary import PartitionSummary
+from airflow_kafka_retry.engine.worker_failure import describe_exit, worker_failure
 from airflow_kafka_retry.engine.worker_protocol import (
     FrameReader,
     FrameWriter,
