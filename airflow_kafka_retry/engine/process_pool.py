@@ -19,8 +19,9 @@ transactional producer, exactly as a partition thread would; their summaries com
   never committed, so nothing of that chunk is visible, and the next run resumes at the committed
   offset. The partitions not yet started go to the other workers (or a new one).
 * **The engine dying** (SIGKILL of the task) takes the workers with it: see
-  :mod:`~airflow_kafka_retry.engine.process_worker`. Whatever ends this function (an exception
-  included) closes the workers' pipes and reaps them, so no worker outlives a run.
+  :mod:`~airflow_kafka_retry.engine.process_worker`. Whatever ends the run (:meth:`ProcessPool.run`, or
+  the ``with`` block of :class:`~airflow_kafka_retry.engine.local.LocalEngine`, an exception included)
+  closes the workers' pipes and reaps them, so no worker outlives a run.
 """
 
 from __future__ import annotations
