@@ -138,13 +138,14 @@ class LocalEngine:
         self.kafka_config = dict(kafka_config)
         self.clock, self.should_stop, self.in_process = clock, should_stop, in_process
         self._partitions, self._parallelism = partitions, parallelism
-        self.chosen: list[int] = []
+        self.chosen: list[int] = []  # the partitions of the run (resolved by start())
+        self.started = False
         self.workers = 1
         self.pool: ProcessPool | None = None
 
     def start(self) -> LocalEngine:
         """Resolve the partitions and start the worker processes, if any (idempotent)."""
-        if self.chosen or self.pool is not None:
+        if self.started:
             return self
         t, tier = self.topology, self.tier
         self.chosen = (
@@ -152,6 +153,7 @@ class LocalEngine:
             if self._partitions is not None
             else tier_partitions(t, tier, self.kafka_config, self.options)
         )
+        self.started = True
         workers = (
             default_parallelism(len(self.chosen)) if self._parallelism is None else max(1, self._parallelism)
         )
@@ -175,21 +177,21 @@ class LocalEngine:
 
     def drain(self, cutoff_ms: int | None = None) -> RunSummary:
         """One pass: every chosen partition, records due by ``cutoff_ms`` (default: now)."""
-        self.start()
+        chosen = self.start().chosen
         started = self.clock()
         cutoff = started if cutoff_ms is None else cutoff_ms
         summary = new_summary(
             self.topology, self.tier, self.options, engine="local", cutoff_ms=cutoff, started_ms=started
         )
         if self.pool is not None:
-            summary.partitions = self.pool.drain(self.chosen, cutoff)
+            summary.partitions = self.pool.drain(chosen, cutoff)
         else:
             summary.partitions = _run_threads(
                 self.topology,
                 self.tier,
                 self.kafka_config,
                 self.options,
-                self.chosen,
+                chosen,
                 self.workers,
                 cutoff=cutoff,
                 clock=self.clock,

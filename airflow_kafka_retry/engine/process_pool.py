@@ -172,6 +172,11 @@ class ProcessPool:
         with contextlib.suppress(OSError):  # the worker is gone; its results pipe's end reports it
             worker.control.send(message)
 
+    @property
+    def _group(self) -> str:
+        """The consumer group the run's partitions are read with (named in a failed partition's summary)."""
+        return self.setup.options.consumer_group or self.setup.topology.consumer_group(self.setup.tier)
+
     def _live(self) -> list[_Worker]:
         return [w for w in self._workers if w.alive and not w.exiting]
 
@@ -247,12 +252,9 @@ class ProcessPool:
             except queue.Empty:
                 continue
             self._handle(worker, message, pending, results)
-        topic, group = (
-            self.setup.tier.topic,
-            self.setup.options.consumer_group or self.setup.topology.consumer_group(self.setup.tier),
-        )
+        topic = self.setup.tier.topic
         for partition in pending:  # every worker failed to start
-            summary = PartitionSummary(topic, partition, group, status="failed")
+            summary = PartitionSummary(topic, partition, self._group, status="failed")
             summary.error = (
                 f"WorkerSetupError: {topic}[{partition}] was not run: no worker process of the run "
                 "could start (see the other partitions' errors); nothing of it was read"
@@ -306,12 +308,11 @@ class ProcessPool:
                 )
             return
         tier = self.setup.tier
-        group = self.setup.options.consumer_group or self.setup.topology.consumer_group(tier)
         for partition, run in sorted(worker.running.items()):
             failed = worker_failure(
                 tier.topic,
                 partition,
-                group,
+                self._group,
                 pid=worker.pid,
                 returncode=returncode,
                 progress=run.progress,
