@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from airflow_kafka_retry.engine.clients import consumer_config, partition_counts
+from airflow_kafka_retry.engine.clients import consumer_config, from_log_start, partition_counts
 from airflow_kafka_retry.engine.consumed import offset_of
 
 _POLL_S = 1.0
@@ -49,7 +49,8 @@ def read_partition(
     where = f"{topic}[{partition}]"
     if end is not None and start is not None and start >= end:
         return
-    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)])
+    first = TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start)
+    consumer.assign(from_log_start(consumer, [first]))
     try:
         high: int | None = None
         idle_since = time.monotonic()

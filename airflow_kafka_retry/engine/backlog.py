@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
+from airflow_kafka_retry.engine.clients import from_log_start, open_consumer, partition_counts
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import read_due_ms
 
@@ -118,12 +118,17 @@ def _scan(
         }
         result.partitions = [parts[p] for p in sorted(parts)]
         consumer.assign(
-            [
-                TopicPartition(
-                    result.topic, p.partition, p.committed if p.committed is not None else OFFSET_BEGINNING
-                )
-                for p in result.partitions
-            ]
+            from_log_start(
+                consumer,
+                [
+                    TopicPartition(
+                        result.topic,
+                        p.partition,
+                        p.committed if p.committed is not None else OFFSET_BEGINNING,
+                    )
+                    for p in result.partitions
+                ],
+            )
         )
         open_parts = set(parts)
         while open_parts:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -193,6 +193,40 @@ def partition_counts(
             "(airflow-kafka-retry topology create-topics FILE)"
         )
     return counts
+
+
+def from_log_start(
+    consumer: Consumer, tps: Sequence[TopicPartition], timeout: float = 5.0
+) -> list[TopicPartition]:
+    """
+    ``tps`` with ``OFFSET_BEGINNING`` replaced by each partition's log start, asked of the broker.
+
+    librdkafka resolves a logical offset with an offset query of its own, and the partition's first fetch
+    starts 0.5 s after the assignment, 1 s after a ``committed()`` call (measured with Apache Kafka 4.1.2
+    and confluent-kafka 2.16: ``bench/first_fetch.py``). One ListOffsets request first takes a few
+    milliseconds and the fetch starts at once: a group that never committed (a tier's first records, a
+    watcher taken over before any run committed) is read a second sooner. Where the broker does not answer
+    (a partition the client's metadata does not know yet, a timeout), the offset stays ``OFFSET_BEGINNING``
+    for librdkafka to resolve, as before; so do the partitions after it. Should the log start move before
+    the fetch (retention), ``auto.offset.reset`` (earliest) applies, as it would have.
+    """
+    resolved: list[TopicPartition] = []
+    asking = True
+    for tp in tps:
+        start = tp
+        if asking and tp.offset == OFFSET_BEGINNING:
+            try:
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(tp.topic, tp.partition), timeout=timeout, cached=False
+                )
+            except KafkaException as exc:
+                CLIENT_LOGGER.debug("%s[%s]: log start not read (%s)", tp.topic, tp.partition, exc.args[0])
+                asking = False
+            else:
+                if low is not None and low >= 0:
+                    start = TopicPartition(tp.topic, tp.partition, low)
+        resolved.append(start)
+    return resolved
 
 
 def init_transactions(producer: Producer, timeout: float) -> None:

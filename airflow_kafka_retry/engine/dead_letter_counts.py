@@ -17,7 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
+from airflow_kafka_retry.engine.clients import from_log_start, open_consumer, partition_counts
 from airflow_kafka_retry.engine.consumed import headers_of, partition_of
 from airflow_kafka_retry.policy.headers import read_exception_classes
 
@@ -69,7 +69,11 @@ def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: i
     config = {**kafka_config, "socket.timeout.ms": int(timeout_s * 1000)}
     with open_consumer(config, f"airflow-kafka-retry-view-{uuid.uuid4().hex[:8]}") as consumer:
         count = partition_counts(consumer, [result.topic], timeout=timeout_s)[result.topic]
-        consumer.assign([TopicPartition(result.topic, p, OFFSET_BEGINNING) for p in range(count)])
+        consumer.assign(
+            from_log_start(
+                consumer, [TopicPartition(result.topic, p, OFFSET_BEGINNING) for p in range(count)]
+            )
+        )
         scanned = Counter[int]()
         open_parts = set(range(count))
         while open_parts:

@@ -22,7 +22,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
+from airflow_kafka_retry.engine.clients import (
+    KafkaConfigError,
+    from_log_start,
+    open_consumer,
+    partition_counts,
+)
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.policy.headers import read_exception_classes, read_original_coordinates
 
@@ -160,9 +165,8 @@ def scan_new_records(
             raise DltWatchError(str(exc)) from exc
         keys = [(t, p) for t in topics for p in range(counts[t])]
         start, admitted = _committed(consumer, keys, max(0.1, deadline - time.monotonic()))
-        consumer.assign(
-            [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
-        )
+        starts = [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
+        consumer.assign(from_log_start(consumer, starts))
         try:
             next_offsets = _read_to_end(consumer, summary, set(keys), deadline, poll_timeout_s)
         finally:

@@ -14,6 +14,7 @@ from typing import Literal
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from airflow_kafka_retry.engine.clients import from_log_start
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
 
@@ -79,13 +80,8 @@ class PartitionReader:
         self.finished = False
         self._pending: list[Message] = []  # fetched, not yet read: self._pending[self._next:]
         self._next = 0
-        consumer.assign(
-            [
-                TopicPartition(
-                    topic, partition, self.start_offset if self.start_offset >= 0 else OFFSET_BEGINNING
-                )
-            ]
-        )
+        start = self.start_offset if self.start_offset >= 0 else OFFSET_BEGINNING
+        consumer.assign(from_log_start(consumer, [TopicPartition(topic, partition, start)]))
 
     @property
     def where(self) -> str:

@@ -17,7 +17,12 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
+from airflow_kafka_retry.engine.clients import (
+    KafkaConfigError,
+    from_log_start,
+    open_consumer,
+    partition_counts,
+)
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
@@ -210,12 +215,11 @@ def peek_heads(
         if not chosen:
             return TierPeek(topic, group, (), ())
         committed = _committed(consumer, topic, chosen, max(0.1, deadline - time.monotonic()))
-        consumer.assign(
-            [
-                TopicPartition(topic, p, offset if offset >= 0 else OFFSET_BEGINNING)
-                for p, offset in committed.items()
-            ]
-        )
+        starts = [
+            TopicPartition(topic, p, offset if offset >= 0 else OFFSET_BEGINNING)
+            for p, offset in committed.items()
+        ]
+        consumer.assign(from_log_start(consumer, starts))
         try:
             found = _read_heads(consumer, topic, chosen, deadline, poll_timeout_s, due_horizon_ms)
         finally:

@@ -14,7 +14,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from airflow_kafka_retry.engine.clients import consumer_config, partition_counts
+from airflow_kafka_retry.engine.clients import consumer_config, from_log_start, partition_counts
 from airflow_kafka_retry.engine.metadata_client import metadata_client
 
 Key = tuple[str, int]
@@ -59,12 +59,12 @@ class PrivateConsumer:
         return list(self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s))
 
     def assign(self, tps: list[TopicPartition]) -> None:
-        self.consumer.incremental_assign(tps)
+        self.consumer.incremental_assign(from_log_start(self.consumer, tps))
 
     def reassign(self, tps: list[TopicPartition]) -> None:
         """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
         self.consumer.incremental_unassign(tps)
-        self.consumer.incremental_assign(tps)
+        self.consumer.incremental_assign(from_log_start(self.consumer, tps))
         self.consumer.resume(tps)
 
     def pause(self, tps: list[TopicPartition]) -> None:

@@ -289,3 +289,53 @@ def test_consumer_and_producer_configs_are_independent() -> None:
     # the only keys both get are the user's shared settings (and no topic auto-creation, for both)
     shared = set(consumer) & set(producer)
     assert shared == {"bootstrap.servers", "logger", "allow.auto.create.topics", *SECURITY}
+
+
+class _Watermarks:
+    """A consumer's ``get_watermark_offsets``: the log start of each partition, or an error."""
+
+    def __init__(self, lows: dict[int, int | Exception]) -> None:
+        self.lows = lows
+        self.asked: list[int] = []
+
+    def get_watermark_offsets(self, tp: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        assert not cached, "the log start must come from the broker, not the client's cache"
+        self.asked.append(tp.partition)
+        low = self.lows[tp.partition]
+        if isinstance(low, Exception):
+            raise low
+        return low, low + 10
+
+
+def test_from_log_start_asks_the_broker_only_for_the_beginning() -> None:
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    from airflow_kafka_retry.engine.clients import from_log_start
+
+    consumer = _Watermarks({0: 4, 1: 0, 2: 99})
+    tps = [
+        TopicPartition("t", 0, OFFSET_BEGINNING),
+        TopicPartition("t", 1, OFFSET_BEGINNING),
+        TopicPartition("t", 2, 7),
+    ]
+    resolved = from_log_start(consumer, tps)  # type: ignore[arg-type]
+    assert [(tp.partition, tp.offset) for tp in resolved] == [(0, 4), (1, 0), (2, 7)]
+    assert consumer.asked == [0, 1]
+
+
+def test_from_log_start_leaves_the_beginning_to_librdkafka_once_the_broker_does_not_answer() -> None:
+    from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+    from airflow_kafka_retry.engine.clients import from_log_start
+
+    unknown = KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
+    consumer = _Watermarks({0: 3, 1: unknown, 2: 5})
+    tps = [TopicPartition("t", p, OFFSET_BEGINNING) for p in range(3)]
+    resolved = from_log_start(consumer, tps)  # type: ignore[arg-type]
+    # the partition after the failure is not asked: a broker that does not answer is not asked again
+    assert [(tp.partition, tp.offset) for tp in resolved] == [
+        (0, 3),
+        (1, OFFSET_BEGINNING),
+        (2, OFFSET_BEGINNING),
+    ]
+    assert consumer.asked == [0, 1]
