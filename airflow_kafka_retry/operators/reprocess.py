@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 KILLED = "killed"
 #: ``RunSummary.stopped`` when the task was interrupted otherwise (e.g. ``execution_timeout``).
 INTERRUPTED = "interrupted"
+#: ``RunSummary.stopped`` when the task's Airflow supervisor died (see ``supervisor_watch.py``).
+SUPERVISOR_GONE = "supervisor_gone"
 
 
 class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
@@ -154,6 +156,10 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         self.log.warning("kill requested: stopping every partition at its next chunk boundary")
         self.request_stop(KILLED)
 
+    def _supervisor_gone(self, reason: str) -> None:
+        self.log.warning("%s: stopping every partition at its next chunk boundary", reason)
+        self.request_stop(SUPERVISOR_GONE)
+
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
         # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
@@ -161,6 +167,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         from airflow_kafka_retry.engine.local import LocalEngine
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
+        from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
         from airflow_kafka_retry.spark.app import load_topology_from
 
         # everything a pass needs is made ready first (clients' configuration, partitions, worker processes
@@ -183,7 +190,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
             in_process=self.in_process,
             parallelism=self.parallelism,  # None: the engine's
         )
-        with engine:  # the worker processes start up while the run waits for its wave
+        # the worker processes start up while the run waits for its wave
+        with stop_when_supervisor_dies(self._supervisor_gone), engine:
             self.wait_for_wave(context, self._should_stop)
             cutoff = self.cutoff_ms(context)
             self.log.info(
@@ -204,6 +212,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
                     deadline_ms=deadline,
                 )
             )
+        if summary.stopped == SUPERVISOR_GONE:  # nobody to report to: Airflow runs the task again
+            raise AirflowException(f"the task's supervisor is gone: {stop_message(summary)}")
         killed = summary.stopped == KILLED
         document = self.report(
             context, summary, engine="Local", deadline_reason=deadline_reason, topology=topology

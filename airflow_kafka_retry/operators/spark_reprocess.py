@@ -18,6 +18,7 @@ from airflow_kafka_retry.operators.reprocess_base import (
     failure_message,
     to_epoch_ms,
 )
+from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
@@ -199,6 +200,10 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         hook.__class__ = IsolatedSparkSubmitHook  # same state; only ``submit`` differs
         return hook
 
+    def _supervisor_gone(self, reason: str) -> None:
+        self.log.warning("%s: stopping the Spark application", reason)
+        self.on_kill()
+
     # ------------------------------------------------------------------ execute
     # SparkSubmitOperator.execute is typed to return None; this one returns the run summary (its XCom)
     def execute(self, context: Context) -> dict[str, Any]:  # type: ignore[override]
@@ -240,7 +245,10 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
             remove_result(submission.result_path)
             submit_error: BaseException | None = None
             try:
-                super().execute(context)
+                # a task whose supervisor died stops its Spark application (on_kill) rather than run
+                # alongside the next try Airflow starts
+                with stop_when_supervisor_dies(self._supervisor_gone):
+                    super().execute(context)
             except Exception as exc:  # spark-submit exits non-zero when a partition failed
                 submit_error = exc
             finally:  # Kubernetes cluster mode: Spark leaves the uploaded copies of the credentials behind

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
 import pytest
 
 from tests.faults.helpers import REPO, options, run_all_tiers
@@ -214,6 +215,66 @@ def test_a_killed_airflow_task_stops_at_a_chunk_boundary(
     run_all_tiers(topology, {"bootstrap.servers": kafka_bootstrap}, options(chunk_size=CHUNK))
     account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, 1, handled_once=not killed)
     fault_result(f"{did}; committed offset {committed} (a chunk boundary); the next runs completed", account)
+
+
+#: A stand-in for Airflow's task supervisor: the parent of the task process (here `airflow dags test`).
+SUPERVISOR = "import subprocess, sys; sys.exit(subprocess.Popen(sys.argv[1:]).wait())"
+
+
+@pytest.mark.fault_case(
+    "8",
+    "the parent (supervisor) of the `airflow dags test` process running ReprocessTierOperator SIGKILLed "
+    "mid-run; the task process lives on, as when a scheduler is killed with its LocalExecutor",
+)
+def test_a_task_whose_supervisor_dies_stops_at_a_chunk_boundary(
+    kafka_bootstrap, tmp_path, airflow_databases, fault_result
+):
+    ledger_file, topology_file, topology, inputs, markers = _setup(
+        tmp_path, kafka_bootstrap, "af-orphan", 200
+    )
+    env = _deployment(
+        airflow_databases,
+        tmp_path / "airflow",
+        topology_file,
+        # chunks of about 1.5 s: the whole partition takes about 15 s, so a task that went on would finish it
+        _env(tmp_path, kafka_bootstrap, ledger_file, AKR_SLOW_S="0.3", AKR_KILL_DIR=markers),
+    )
+    log = tmp_path / "dags-test.log"
+    with open(log, "w") as out:
+        supervisor = subprocess.Popen(
+            [sys.executable, "-c", SUPERVISOR, _airflow(), "dags", "test", "akr_faults_reprocess"],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _wait_for_commit(kafka_bootstrap, topology, supervisor)
+        [task] = psutil.Process(supervisor.pid).children()
+        supervisor.kill()
+        supervisor.wait(10)
+        # the orphaned task stops at its next chunk boundary and ends on its own
+        _, alive = psutil.wait_procs([task], timeout=120)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+    for proc in alive:
+        proc.kill()
+    assert not alive, "the task went on after its supervisor died"
+    output = log.read_text(errors="replace")
+    gone = f"the task's supervisor (pid {supervisor.pid}) is gone: stopping every partition at its next chunk"
+    assert gone in output, output[-3000:]
+    committed = ledger.committed(kafka_bootstrap, topology.group_id, topology.topic, 1)[0]
+    assert committed % CHUNK == 0, committed
+    assert CHUNK <= committed < 200, committed
+
+    run_all_tiers(topology, {"bootstrap.servers": kafka_bootstrap}, options(chunk_size=CHUNK))
+    account = ledger.account(kafka_bootstrap, topology, inputs, ledger_file, 1, handled_once=True)
+    fault_result(
+        f"the task saw its parent gone and stopped the partition at the next chunk boundary; committed "
+        f"offset {committed} (a chunk boundary); the next runs completed",
+        account,
+    )
 
 
 @pytest.mark.fault_case(
