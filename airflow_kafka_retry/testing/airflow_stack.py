@@ -287,3 +287,26 @@ class AirflowCluster:
         return self.query(
             "SELECT run_id, task_id, state FROM task_instance WHERE dag_id = ? ORDER BY run_id", dag_id
         )
+
+    def task_log_tail(self, dag_id: str, chars: int = 3000) -> str:
+        """The end of each task log of ``dag_id`` (every run, task and try; Airflow's default log folder)."""
+        paths = sorted((self.home / "logs" / f"dag_id={dag_id}").rglob("*.log"))
+        return "\n".join(
+            f"--- {p.relative_to(self.home)}\n{p.read_text(errors='replace')[-chars:]}" for p in paths
+        )
+
+    def wait_for_success(self, dag_id: str, timeout: float) -> None:
+        """Wait until every task of ``dag_id``'s run succeeded; fail at once, with the log, if one failed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = [state for _, _, state in self.task_states(dag_id)]
+            if states and all(state == "success" for state in states):
+                return
+            if {"failed", "upstream_failed"} & set(states) or time.monotonic() > deadline:
+                what = "failed" if time.monotonic() <= deadline else f"did not succeed within {timeout:.0f}s"
+                raise AssertionError(
+                    f"{dag_id} {what}: task states {states}\n{self.task_log_tail(dag_id)}\n"
+                    f"scheduler log:\n{self.log_tail('scheduler')}"
+                )
+            self.check_alive()
+            time.sleep(0.5)

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
@@ -37,6 +36,7 @@ from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_en
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.timed_stream import json_column, produce_slowly, read_ledger, scripted
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -71,29 +71,6 @@ globals().update(build_retry_dags(
 '''
 
 
-def _script(ids: range) -> dict[str, int]:
-    """id -> the attempt it succeeds on (2: retry-1, 3: retry-2, 0: never, DLT)."""
-    return {str(i): (2, 3, 0)[i % 3] for i in ids}
-
-
-def _produce_slowly(bootstrap: str, topic: str, script: dict[str, int]) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for i, (rid, succeed_on) in enumerate(script.items()):
-        producer.produce(
-            topic,
-            key=rid.encode(),
-            partition=i % PARTITIONS,
-            value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode(),
-        )
-        producer.poll(0)
-        time.sleep(1 / RATE)
-    assert producer.flush(30) == 0
-
-
-def _ledger(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def _watched(notes: list[dict]) -> list[tuple[str, int, int]]:
     """Where the DLT records the DLT-watch task reported to the notifier sit, once per report (sorted)."""
     return sorted(
@@ -107,11 +84,6 @@ def _watched(notes: list[dict]) -> list[tuple[str, int, int]]:
 def _dlt_coordinates(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
     """Where the records on the DLT sit, read from the topic."""
     return sorted((m.topic(), m.partition(), m.offset()) for m in ledger.read_all(bootstrap, topic))
-
-
-def _json(value: str | dict) -> dict:
-    """A JSON column: text on SQLite, decoded already by the PostgreSQL driver."""
-    return value if isinstance(value, dict) else json.loads(value)
 
 
 def _runs(entries: list[dict], topic: str) -> list[tuple[int, int, int]]:
@@ -149,7 +121,7 @@ def test_event_driven_tiers_run_when_records_are_due(
         kafka_bootstrap, [main], PARTITIONS
     )  # the service's topic; the setup DAG creates the others
     request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
-    first, second = _script(range(COUNT)), _script(range(COUNT, COUNT + CRASH_COUNT))
+    first, second = scripted(range(COUNT)), scripted(range(COUNT, COUNT + CRASH_COUNT))
     script = {**first, **second}
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
@@ -183,11 +155,16 @@ def test_event_driven_tiers_run_when_records_are_due(
     def run_phase(
         cluster: AirflowCluster, ids: dict[str, int], kill_when: Callable[[], str | None] | None = None
     ) -> str | None:
-        producer = threading.Thread(target=_produce_slowly, args=(kafka_bootstrap, main, ids), daemon=True)
+        producer = threading.Thread(
+            target=produce_slowly,
+            args=(kafka_bootstrap, main, ids),
+            kwargs={"partitions": PARTITIONS, "rate": RATE},
+            daemon=True,
+        )
         started = time.monotonic()
         producer.start()
         killed = None
-        while time.monotonic() - started < PHASE_DEADLINE_S and not finished(_ledger(timed_ledger), ids):
+        while time.monotonic() - started < PHASE_DEADLINE_S and not finished(read_ledger(timed_ledger), ids):
             if kill_when is not None and killed is None:
                 killed = kill_when()
                 if killed is not None:
@@ -213,7 +190,7 @@ def test_event_driven_tiers_run_when_records_are_due(
                 return None
             committed = ledger.committed(kafka_bootstrap, tier1_group, retry1, PARTITIONS)
             for event_id, extra in rows:
-                for head in _json(extra)["payload"]["heads"]:
+                for head in json_column(extra)["payload"]["heads"]:
                     if committed[head["partition"]] <= head["offset"]:
                         where = f"{retry1}[{head['partition']}]@{head['offset']}"
                         return f"due event {event_id}: {where} not yet taken"
@@ -223,15 +200,7 @@ def test_event_driven_tiers_run_when_records_are_due(
 
     with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
         # as a deployment starts: the setup DAG creates the topics once, then the service produces
-        setup = f"ev__{main}__ensure_topics"
-
-        def set_up() -> bool:
-            return [state for _, _, state in cluster.task_states(setup)] == ["success"]
-
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not set_up():
-            time.sleep(1)
-        assert set_up(), cluster.log_tail("scheduler")
+        cluster.wait_for_success(f"ev__{main}__ensure_topics", 120)
         # idle (nothing produced yet, nothing due): event mode starts no DAG run; only an hourly sweep (a
         # "scheduled" run, each DAG once an hour at its own minute) may fall into the window
         [(last_run,)] = cluster.query("SELECT coalesce(max(id), 0) FROM dag_run")
@@ -240,10 +209,10 @@ def test_event_driven_tiers_run_when_records_are_due(
         assert [r for r in idle_runs if r[1] != "scheduled"] == [], idle_runs
         assert len(idle_runs) == len({dag for dag, _ in idle_runs}), idle_runs
         run_phase(cluster, first)
-        phase1 = _ledger(timed_ledger)
+        phase1 = read_ledger(timed_ledger)
         # what each retry-1 run drained (a run that found nothing due drained 0)
         drains = [
-            _json(value)["totals"]["drained"]
+            json_column(value)["totals"]["drained"]
             for (value,) in cluster.query(
                 "SELECT value FROM xcom "
                 "WHERE dag_id = ? AND task_id = 'reprocess' AND \"key\" = 'return_value'",
@@ -257,7 +226,7 @@ def test_event_driven_tiers_run_when_records_are_due(
         [(last_event,)] = cluster.query("SELECT coalesce(max(id), 0) FROM asset_event")
         killed = run_phase(cluster, second, kill_when=wave_in_flight(cluster, last_event))
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_watched(_ledger(notify_log))) < len(expected_dlt):
+        while time.monotonic() < deadline and len(_watched(read_ledger(notify_log))) < len(expected_dlt):
             time.sleep(1)
         states = Counter(
             (dag, task, state)
@@ -268,7 +237,7 @@ def test_event_driven_tiers_run_when_records_are_due(
             "WHERE a.uri LIKE 'kafka-retry-due://%'"
         )
         logs = {name: cluster.log_tail(name, 1500) for name in ("scheduler", "triggerer")}
-    entries = _ledger(timed_ledger)
+    entries = read_ledger(timed_ledger)
     with capsys.disabled():
         print(
             f"\nevent-driven lateness (handled - due), phase 1: {COUNT} records over {PARTITIONS} partitions "
@@ -322,10 +291,10 @@ def test_event_driven_tiers_run_when_records_are_due(
     assert not [k for k in states if k[2] == "failed"], dict(states)
     # one event per wave: no two due events name the same partition heads (the triggerer's restart included)
     waves = Counter(
-        (uri, json.dumps(_json(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
+        (uri, json.dumps(json_column(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
     )
     assert waves, waves
     assert not [w for w, n in waves.items() if n > 1], waves
     # the DLT watch reported each DLT record once (coordinates, not a count: a miss and a duplicate would
     # cancel out)
-    assert _watched(_ledger(notify_log)) == _dlt_coordinates(kafka_bootstrap, dlt)
+    assert _watched(read_ledger(notify_log)) == _dlt_coordinates(kafka_bootstrap, dlt)
