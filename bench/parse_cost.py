@@ -3,6 +3,7 @@
 
     python -m bench.parse_cost                   # 20 topologies, one DAG file each, and one folder DAG file
     python -m bench.parse_cost --topologies 200  # more of them
+    python -m bench.parse_cost --topologies 200 --shards 40,10,5  # and the folder in 40, 10, 5 files
     python -m bench.parse_cost --name parse-cost-before
 
 Airflow 3's DAG processor parses each file in a child forked from its manager, which has imported
@@ -14,7 +15,9 @@ import and the serialization of its DAGs) and reports its wall time and CPU time
 * ``per_file``: N topologies (event mode, 3 tiers), each with a DAG file of its own calling
   ``build_retry_dags``, as a user following the example would;
 * ``folder``: the same N topologies from one DAG file calling ``build_retry_dags_from_folder``
-  (its time divided by N is the cost per topology).
+  (its time divided by N is the cost per topology);
+* ``shards_K`` (``--shards K,...``): the same folder split over K DAG files, each building its shard
+  (``shard=(i, K)``), as ``docs/capacity.md`` recommends for many topologies.
 
 It also runs ``airflow dags report`` (one process, every file: the first file pays the imports, the
 rest are warm) and records each child's modules that parse time must not load (Kafka client, Spark,
@@ -73,6 +76,13 @@ from airflow_kafka_retry import build_retry_dags_from_folder
 
 globals().update(build_retry_dags_from_folder({folder!r}, handler="handlers.orders:handle"))
 """
+SHARD_DAG_FILE = """\
+from airflow_kafka_retry import build_retry_dags_from_folder
+
+globals().update(
+    build_retry_dags_from_folder({folder!r}, handler="handlers.orders:handle", shard=({index}, {count}))
+)
+"""
 
 
 def heavy_modules(names: Any) -> list[str]:
@@ -92,6 +102,17 @@ def write_deployment(home: Path, count: int) -> tuple[Path, Path]:
         (per_file / f"{name}.py").write_text(DAG_FILE.format(topology=str(yaml), prefix=name))
     (folder / "retry_topologies.py").write_text(FOLDER_DAG_FILE.format(folder=str(topologies)))
     return per_file, folder
+
+
+def write_shards(home: Path, count: int) -> Path:
+    """``count`` DAG files that together build its folder (``shard=(i, count)``)."""
+    shards = home / f"shards_{count}"
+    shards.mkdir()
+    for index in range(count):
+        (shards / f"retry_topologies_{index:02d}.py").write_text(
+            SHARD_DAG_FILE.format(folder=str(home / "topologies"), index=index, count=count)
+        )
+    return shards
 
 
 def _fork_parse(path: Path) -> dict[str, Any]:
@@ -198,6 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.parse_cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--topologies", type=int, default=20)
     parser.add_argument("--name", default="parse-cost", help="results file: <UTC date>-<name>.json")
+    parser.add_argument(
+        "--shards",
+        default="",
+        help="also the folder split over this many DAG files (shard=(i, N)); a list: 40,10,5",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "--code",
@@ -226,12 +252,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="akr-bench-parse-") as tmp:
         home = Path(tmp)
         per_file, folder = write_deployment(home, args.topologies)
+        layouts = [("per_file", per_file), ("folder", folder)]
+        layouts += [(f"shards_{n}", write_shards(home, int(n))) for n in args.shards.split(",") if n.strip()]
         env = airflow_env(home, pythonpath=[code, REPO, code / "dags"])
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         migrated = subprocess.run(
             [sys.executable, "-m", "airflow", "db", "migrate"], env=env, capture_output=True, check=False
         )
-        for case, dags in (("per_file", per_file), ("folder", folder)):
+        for case, dags in layouts:
             env["AIRFLOW__CORE__DAGS_FOLDER"] = str(dags)
             done = subprocess.run(
                 [
