@@ -45,7 +45,7 @@ from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_en
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
-from tests.support.timed_stream import json_column, produce_slowly, read_ledger, scripted
+from tests.support.timed_stream import json_column, produce_script, read_ledger, scripted
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -199,7 +199,7 @@ def test_triggerer_and_scheduler_die_and_the_others_take_over(
 
         def stream(ids: dict[str, int]) -> threading.Thread:
             producer = threading.Thread(
-                target=produce_slowly,
+                target=produce_script,
                 args=(kafka_bootstrap, main, ids),
                 kwargs={"partitions": PARTITIONS, "rate": RATE},
                 daemon=True,

@@ -23,7 +23,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
@@ -31,6 +30,14 @@ from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_en
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.timed_stream import (
+    dlt_coordinates,
+    lateness,
+    produce_script,
+    read_ledger,
+    scripted,
+    watched_dead_letters,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -63,40 +70,6 @@ globals().update(build_retry_dags(
 '''
 
 
-def _produce(bootstrap: str, topic: str) -> dict[str, int]:
-    """``COUNT`` records: id -> the attempt it succeeds on (2: retry-1, 3: retry-2, 0: never, DLT)."""
-    script = {str(i): (2, 3, 0)[i % 3] for i in range(COUNT)}
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for i, (rid, succeed_on) in enumerate(script.items()):
-        producer.produce(
-            topic,
-            key=rid.encode(),
-            partition=i % PARTITIONS,
-            value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode(),
-        )
-    assert producer.flush(30) == 0
-    return script
-
-
-def _ledger(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _watched(notes: list[dict]) -> list[tuple[str, int, int]]:
-    """Where the DLT records the DLT-watch task reported to the notifier sit, once per report (sorted)."""
-    return sorted(
-        (d["dlt_topic"], d["dlt_partition"], d["dlt_offset"])
-        for n in notes
-        if n["task_id"] == "watch_dlt"
-        for d in n["summary"]["dead_letters"]
-    )
-
-
-def _dlt_coordinates(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
-    """Where the records on the DLT sit, read from the topic."""
-    return sorted((m.topic(), m.partition(), m.offset()) for m in ledger.read_all(bootstrap, topic))
-
-
 def _seconds(value: datetime | str | None) -> float | None:
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
@@ -127,11 +100,6 @@ def _breakdown(task_times: list[tuple], dag_id: str, first_due_ms: int) -> str:
     )
 
 
-def _lateness(entries: list[dict]) -> tuple[float, float]:
-    late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries]
-    return statistics.median(late), max(late)
-
-
 def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url, tmp_path, capsys, request):
     main = unique_topic("e2e")
     topology_file = tmp_path / "topology.yaml"
@@ -148,7 +116,8 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url,
     topology = load_topology(topology_file)
     create_topics(kafka_bootstrap, [main], PARTITIONS)  # the service's topic; the DAGs create the others
     request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
-    script = _produce(kafka_bootstrap, main)
+    script = scripted(range(COUNT))
+    produce_script(kafka_bootstrap, main, script, partitions=PARTITIONS)
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
     home = tmp_path / "airflow"
@@ -178,13 +147,15 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url,
 
     with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
         started = time.monotonic()
-        while time.monotonic() - started < DEADLINE_S and not done(_ledger(timed_ledger)):
+        while time.monotonic() - started < DEADLINE_S and not done(read_ledger(timed_ledger)):
             cluster.check_alive()
             time.sleep(2)
         # the last reprocess run commits and notifies after its handler returned; the DLT watch DAG
         # (every 10 s, the fastest schedule) then reports the DLT records too
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_watched(_ledger(notify_log))) < len(expected_dlt):
+        while time.monotonic() < deadline and len(watched_dead_letters(read_ledger(notify_log))) < len(
+            expected_dlt
+        ):
             time.sleep(1)
         states = Counter(
             (dag, task, state)
@@ -194,7 +165,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url,
             "SELECT dag_id, run_id, task_id, state, start_date, end_date FROM task_instance"
         )
         logs = {name: cluster.log_tail(name, 1500) for name in ("scheduler", "triggerer")}
-    entries = _ledger(timed_ledger)
+    entries = read_ledger(timed_ledger)
     assert done(entries), (
         f"not every record reached its end within {DEADLINE_S}s; handled: "
         f"{Counter((e['topic'], e['attempt'], e['ok']) for e in entries)}; task states: "
@@ -219,7 +190,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url,
     early = [e for e in tiered if e["handled_ms"] < e["due_ms"]]
     assert not early, f"handled before their due time: {early}"
     # the reprocess runs that dead-lettered records notified them, with the counts
-    notes = _ledger(notify_log)
+    notes = read_ledger(notify_log)
     reprocess_notes = [n for n in notes if n["task_id"] == "reprocess"]
     assert sum(sum(n["summary"]["totals"]["dead_lettered"].values()) for n in reprocess_notes) == len(
         expected_dlt
@@ -227,7 +198,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url,
     assert {n["dag_id"] for n in reprocess_notes} == {f"e2e__{retry2}"}
     # ... and the DLT watch reported each DLT record once, to the same notifier
     #     (the same coordinates, not the same count: a miss and a duplicate would cancel out in a sum)
-    assert _watched(notes) == _dlt_coordinates(kafka_bootstrap, dlt), [
+    assert watched_dead_letters(notes) == dlt_coordinates(kafka_bootstrap, dlt), [
         n for n in notes if n["task_id"] == "watch_dlt"
     ]
     assert {n["dag_id"] for n in notes if n["task_id"] == "watch_dlt"} == {f"e2e__{dlt}"}
@@ -235,7 +206,7 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url,
     with capsys.disabled():
         print(f"\nend-to-end lateness (handled - due), {COUNT} records over {PARTITIONS} partitions:")
         for topic, delay in zip((retry1, retry2), DELAYS_S, strict=True):
-            p50, worst = _lateness([e for e in entries if e["topic"] == topic])
+            p50, worst = lateness([e for e in entries if e["topic"] == topic])
             print(
                 f"  {topic} (delay {delay}s, target <= {delay * 0.1:.0f}s + scheduler cycle): "
                 f"p50 {p50:.2f}s, max {worst:.2f}s"

@@ -20,7 +20,6 @@ not asserted (timing): each tier's lateness in phase 1, handled time minus due t
 from __future__ import annotations
 
 import json
-import statistics
 import textwrap
 import threading
 import time
@@ -36,7 +35,15 @@ from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_en
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
-from tests.support.timed_stream import json_column, produce_slowly, read_ledger, scripted
+from tests.support.timed_stream import (
+    dlt_coordinates,
+    json_column,
+    lateness,
+    produce_script,
+    read_ledger,
+    scripted,
+    watched_dead_letters,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
 
@@ -71,21 +78,6 @@ globals().update(build_retry_dags(
 '''
 
 
-def _watched(notes: list[dict]) -> list[tuple[str, int, int]]:
-    """Where the DLT records the DLT-watch task reported to the notifier sit, once per report (sorted)."""
-    return sorted(
-        (d["dlt_topic"], d["dlt_partition"], d["dlt_offset"])
-        for n in notes
-        if n["task_id"] == "watch_dlt"
-        for d in n["summary"]["dead_letters"]
-    )
-
-
-def _dlt_coordinates(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
-    """Where the records on the DLT sit, read from the topic."""
-    return sorted((m.topic(), m.partition(), m.offset()) for m in ledger.read_all(bootstrap, topic))
-
-
 def _runs(entries: list[dict], topic: str) -> list[tuple[int, int, int]]:
     """The runs that handled records of ``topic``, in order: (first due_ms, last due_ms, records) each."""
     by_run: dict[str, list[int]] = {}
@@ -94,11 +86,6 @@ def _runs(entries: list[dict], topic: str) -> list[tuple[int, int, int]]:
             assert e["run"], f"a record handled outside an Airflow task run: {e}"
             by_run.setdefault(e["run"], []).append(e["due_ms"])
     return sorted((min(dues), max(dues), len(dues)) for dues in by_run.values())
-
-
-def _lateness(entries: list[dict]) -> tuple[float, float]:
-    late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries]
-    return statistics.median(late), max(late)
 
 
 def test_event_driven_tiers_run_when_records_are_due(
@@ -156,7 +143,7 @@ def test_event_driven_tiers_run_when_records_are_due(
         cluster: AirflowCluster, ids: dict[str, int], kill_when: Callable[[], str | None] | None = None
     ) -> str | None:
         producer = threading.Thread(
-            target=produce_slowly,
+            target=produce_script,
             args=(kafka_bootstrap, main, ids),
             kwargs={"partitions": PARTITIONS, "rate": RATE},
             daemon=True,
@@ -226,7 +213,9 @@ def test_event_driven_tiers_run_when_records_are_due(
         [(last_event,)] = cluster.query("SELECT coalesce(max(id), 0) FROM asset_event")
         killed = run_phase(cluster, second, kill_when=wave_in_flight(cluster, last_event))
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_watched(read_ledger(notify_log))) < len(expected_dlt):
+        while time.monotonic() < deadline and len(watched_dead_letters(read_ledger(notify_log))) < len(
+            expected_dlt
+        ):
             time.sleep(1)
         states = Counter(
             (dag, task, state)
@@ -246,7 +235,7 @@ def test_event_driven_tiers_run_when_records_are_due(
         for topic, delay in zip((retry1, retry2), DELAYS_S, strict=True):
             handled = [e for e in phase1 if e["topic"] == topic]
             if handled:
-                p50, worst = _lateness(handled)
+                p50, worst = lateness(handled)
                 print(
                     f"  {topic} (delay {delay}s, target p50 <= 1.5s, max <= 3s): p50 {p50:.2f}s, max "
                     f"{worst:.2f}s "
@@ -297,4 +286,4 @@ def test_event_driven_tiers_run_when_records_are_due(
     assert not [w for w, n in waves.items() if n > 1], waves
     # the DLT watch reported each DLT record once (coordinates, not a count: a miss and a duplicate would
     # cancel out)
-    assert _watched(read_ledger(notify_log)) == _dlt_coordinates(kafka_bootstrap, dlt)
+    assert watched_dead_letters(read_ledger(notify_log)) == dlt_coordinates(kafka_bootstrap, dlt)

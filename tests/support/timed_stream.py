@@ -8,10 +8,13 @@ record it handled to the ledger file.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 
 from confluent_kafka import Producer
+
+from tests.support import ledger
 
 
 def scripted(ids: range) -> dict[str, int]:
@@ -19,10 +22,10 @@ def scripted(ids: range) -> dict[str, int]:
     return {str(i): (2, 3, 0)[i % 3] for i in ids}
 
 
-def produce_slowly(
-    bootstrap: str, topic: str, records: dict[str, int], *, partitions: int, rate: float
+def produce_script(
+    bootstrap: str, topic: str, records: dict[str, int], *, partitions: int, rate: float | None = None
 ) -> None:
-    """Produce ``records`` (from :func:`scripted`) ``rate`` a second, round-robin over ``partitions``."""
+    """Produce ``records`` (from :func:`scripted`), ``rate`` a second (None: at once), round-robin."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for i, (rid, succeed_on) in enumerate(records.items()):
         producer.produce(
@@ -32,7 +35,8 @@ def produce_slowly(
             value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode(),
         )
         producer.poll(0)
-        time.sleep(1 / rate)
+        if rate:
+            time.sleep(1 / rate)
     assert producer.flush(30) == 0
 
 
@@ -44,3 +48,24 @@ def read_ledger(path: Path) -> list[dict]:
 def json_column(value: str | dict) -> dict:
     """A JSON column of the metadata DB: text on SQLite, decoded already by the PostgreSQL driver."""
     return value if isinstance(value, dict) else json.loads(value)
+
+
+def lateness(entries: list[dict]) -> tuple[float, float]:
+    """Median and largest seconds between each entry's due time and its handling."""
+    late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries]
+    return statistics.median(late), max(late)
+
+
+def watched_dead_letters(notes: list[dict]) -> list[tuple[str, int, int]]:
+    """Where the DLT records the DLT-watch task reported to the notifier sit, once per report (sorted)."""
+    return sorted(
+        (d["dlt_topic"], d["dlt_partition"], d["dlt_offset"])
+        for n in notes
+        if n["task_id"] == "watch_dlt"
+        for d in n["summary"]["dead_letters"]
+    )
+
+
+def dlt_coordinates(bootstrap: str, topic: str) -> list[tuple[str, int, int]]:
+    """Where the records on the DLT sit, read from the topic."""
+    return sorted((m.topic(), m.partition(), m.offset()) for m in ledger.read_all(bootstrap, topic))
