@@ -35,9 +35,10 @@ from airflow_kafka_retry.testing.capabilities import (
     missing_reason,
     probe_capabilities,
 )
-from airflow_kafka_retry.testing.kafka import ApacheKafka
+from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
+from tests.support import file_order
 from tests.support.warm_airflow import end_all
 
 pytest_plugins = [
@@ -106,7 +107,7 @@ def _start_shared_kafka(config: pytest.Config) -> None:
 def _start_suite_kafka(config: pytest.Config, data_dir: Path, shared: str = "") -> ApacheKafka:
     """The suite's Apache Kafka, its line in the summary; a failed start ends the run (never Tansu)."""
     try:
-        kafka = ApacheKafka(data_dir=data_dir, keep_data=True).start()
+        kafka = ApacheKafka(data_dir=data_dir, keep_data=True, jvm_options=QUICK_JIT).start()
     except RuntimeError as exc:  # never fall back to Tansu silently
         pytest.exit(
             f"could not start the Apache Kafka broker under test: {exc}",
@@ -163,20 +164,19 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "kafka broker: Apache Kafka from its Maven jars (started by the first test that needs it)"
 
 
-#: markers of the tests that take longest: their files are handed to parallel workers first, so that no
-#: worker starts a minutes-long file when the others are done (pytest-xdist's ``--dist loadfile`` hands
-#: out files in collection order)
-_LONG_MARKERS = ("slow", "spark", "interop", "faults")
-
-
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    rank: dict[Path, int] = {}  # per file, in collection order: 0 if it holds a long test, else 1
-    for item in items:
-        long = any(item.get_closest_marker(m) is not None for m in _LONG_MARKERS)
-        rank[item.path] = min(rank.get(item.path, 1), 0 if long else 1)
-    order = {path: (r, i) for i, (path, r) in enumerate(rank.items())}
-    items.sort(key=lambda item: order[item.path])
+    """The longest files first (tests/support/file_order.py): parallel workers get them in this order."""
+    record = file_order.load()
+    root = config.rootpath
+    seconds: dict[Path, float] = {}
+    first: dict[Path, int] = {}
+    for i, item in enumerate(items):
+        long = any(item.get_closest_marker(m) is not None for m in file_order.LONG_MARKERS)
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else str(item.path)
+        seconds[item.path] = max(seconds.get(item.path, 0.0), file_order.rank(path, long, record))
+        first.setdefault(item.path, i)
+    items.sort(key=lambda item: (-seconds[item.path], first[item.path]))
 
 
 def _broker_lines(config: pytest.Config) -> list[str]:

@@ -189,11 +189,11 @@ def _broker(bootstrap: str | None, console: Console, *, kafka: bool = False) -> 
         yield bootstrap
         return
     from airflow_kafka_retry.testing.broker import EmbeddedBroker
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
+    from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
 
     if kafka:
         console.print("starting Apache Kafka (single node, KRaft) from its Maven Central jars")
-    with ApacheKafka() if kafka else EmbeddedBroker() as broker:
+    with ApacheKafka(jvm_options=QUICK_JIT) if kafka else EmbeddedBroker() as broker:
         what = (
             f"Apache Kafka {broker.version}"
             if isinstance(broker, ApacheKafka)

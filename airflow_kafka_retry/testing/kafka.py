@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -43,6 +43,12 @@ log = logging.getLogger(__name__)
 
 #: JVM heap; with metaspace, code cache and threads the broker's RSS stays well under 1.2 GB.
 DEFAULT_HEAP = "768m"
+
+#: JVM options for a broker that lives minutes (the test suite's, the demo's): the JIT stops at its first
+#: tier (C1), so no CPU goes to C2's optimising compiles. Over the test suite those were about half of
+#: the broker's CPU, and C1's code serves a test's requests as cheaply. The default (``()``) is the
+#: JVM's full JIT, as users' brokers run, for the benchmarks.
+QUICK_JIT = ("-XX:TieredStopAtLevel=1",)
 
 _LOG4J2 = """\
 status = warn
@@ -123,6 +129,7 @@ class ApacheKafka:
     :param stop_timeout: seconds between SIGTERM and SIGKILL in :meth:`stop`.
     :param data_dir: where storage and the log go; default a temporary directory removed on stop
         (unless ``keep_data``).
+    :param jvm_options: extra options for the broker's JVM (:data:`QUICK_JIT` for a short-lived broker).
     """
 
     def __init__(
@@ -136,8 +143,10 @@ class ApacheKafka:
         stop_timeout: float = 20.0,
         data_dir: str | os.PathLike[str] | None = None,
         keep_data: bool = False,
+        jvm_options: Sequence[str] = (),
     ) -> None:
         self.version = version or pinned_version()
+        self._jvm_options = tuple(jvm_options)
         self._requested_port = port
         self._heap = heap
         self._overrides = dict(overrides or {})
@@ -274,9 +283,12 @@ class ApacheKafka:
         (run_dir / "log4j2.properties").write_text(_LOG4J2)
         return config
 
-    def _jvm(self, java: str, classpath: str, run_dir: Path, *, heap: str) -> list[str]:
+    def _jvm(
+        self, java: str, classpath: str, run_dir: Path, *, heap: str, options: Sequence[str]
+    ) -> list[str]:
         return [
             java,
+            *options,
             f"-Xmx{heap}",
             f"-Xms{min(256, _megabytes(heap))}m",
             "-XX:+UseG1GC",
@@ -291,7 +303,8 @@ class ApacheKafka:
 
     def _format(self, java: str, classpath: str, config: Path, run_dir: Path) -> None:
         cmd = [
-            *self._jvm(java, classpath, run_dir, heap="256m"),
+            # a one-shot tool: compiling beyond C1 would only cost CPU
+            *self._jvm(java, classpath, run_dir, heap="256m", options=QUICK_JIT),
             "kafka.tools.StorageTool",
             "format",
             "--config",
@@ -310,7 +323,11 @@ class ApacheKafka:
             )
 
     def _spawn(self, java: str, classpath: str, config: Path, run_dir: Path) -> None:
-        cmd = [*self._jvm(java, classpath, run_dir, heap=self._heap), "kafka.Kafka", str(config)]
+        cmd = [
+            *self._jvm(java, classpath, run_dir, heap=self._heap, options=self._jvm_options),
+            "kafka.Kafka",
+            str(config),
+        ]
         if self._log_path is None:
             raise RuntimeError("the log path is chosen before the process starts")
         with open(self._log_path, "ab") as logf:

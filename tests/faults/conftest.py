@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
-from airflow_kafka_retry.testing.kafka import ApacheKafka
+from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
 
 from tests.conftest import test_broker_kind
 from tests.support.faults_plugin import RESULT
@@ -61,5 +61,5 @@ def own_broker(tmp_path: Path) -> Iterator[ApacheKafka | EmbeddedBroker]:
         with EmbeddedBroker(log_dir=tmp_path / "tansu", keep_log=True) as tansu:
             yield tansu
         return
-    with ApacheKafka(data_dir=tmp_path / "kafka", keep_data=True) as kafka:
+    with ApacheKafka(data_dir=tmp_path / "kafka", keep_data=True, jvm_options=QUICK_JIT) as kafka:
         yield kafka

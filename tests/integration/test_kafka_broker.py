@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.testing import kafka_jars
-from airflow_kafka_retry.testing.kafka import ApacheKafka, KafkaStartError
+from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka, KafkaStartError
 from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_jars, find_java, find_mvn
 from airflow_kafka_retry.testing.processes import port_open
 from airflow_kafka_retry.testing.topics import admin_client
@@ -55,7 +55,7 @@ def _env() -> dict[str, str]:
 
 
 def test_lifecycle_metadata_and_clean_stop() -> None:
-    broker = ApacheKafka()
+    broker = ApacheKafka(jvm_options=QUICK_JIT)
     with broker:
         pid, port, data = broker.pid, broker.port, broker.log_path.parent  # type: ignore[union-attr]
         assert pid is not None
@@ -67,6 +67,7 @@ def test_lifecycle_metadata_and_clean_stop() -> None:
         assert "Kafka Server started" in broker.log_path.read_text()  # type: ignore[union-attr]
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         assert b"-Xmx768m" in cmdline
+        assert cmdline.index(b"-XX:TieredStopAtLevel=1") < cmdline.index(b"kafka.Kafka"), "jvm_options"
         assert b"kafka.Kafka" in cmdline
     assert not broker.running
     assert _wait_gone(pid)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.kafka import ApacheKafka
+from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
 
 from tests.conftest import test_broker_kind
 from tests.interop.spring_app import FLAVOURS, spring_jar
@@ -20,7 +20,7 @@ def interop_bootstrap(request: pytest.FixtureRequest) -> Iterator[str]:
     if test_broker_kind() != "tansu":
         yield request.getfixturevalue("kafka_bootstrap")
         return
-    with ApacheKafka() as kafka:
+    with ApacheKafka(jvm_options=QUICK_JIT) as kafka:
         yield kafka.bootstrap
 
 
