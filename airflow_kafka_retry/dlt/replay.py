@@ -317,7 +317,7 @@ class Replay:
         ensure_log_topic(self.kafka_config, self.log_topic)
         producer = Producer(producer_config(self.kafka_config, self.transactional_id))
         try:
-            init_transactions(producer, _TIMEOUT_S)
+            init_transactions(producer, _TIMEOUT_S, topic=self.log_topic)
         except KafkaException as exc:
             raise ReplayAbortedError(
                 f"cannot initialise transactions for replays of {self.source}: {exc.args[0].str()}"

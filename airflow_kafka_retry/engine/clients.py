@@ -229,15 +229,26 @@ def from_log_start(
     return resolved
 
 
-def init_transactions(producer: Producer, timeout: float) -> None:
+def init_transactions(producer: Producer, timeout: float, *, topic: str | None = None) -> None:
     """
     ``producer.init_transactions``, retried on retriable errors until ``timeout`` seconds passed.
 
     A broker whose transaction coordinator is still loading or moving answers ``NOT_COORDINATOR`` or
     ``COORDINATOR_LOAD_IN_PROGRESS`` (a fresh Apache Kafka does, for its first seconds); the client
     raises those as retriable and the call is to be repeated. Any other error, or the deadline, raises.
+
+    A new producer knows only its bootstrap address, which librdkafka does not use for the coordinator
+    query; asked before the metadata named a broker, it retries on a 500 ms timer. So with ``topic`` (one
+    the producer writes to) its metadata is asked first, a millisecond's request: measured on Apache
+    Kafka 4.1.2 with confluent-kafka 2.16, a new producer's ``init_transactions`` took 0.5 s in 1 of 4
+    cases without it, never with it.
     """
     deadline = time.monotonic() + timeout
+    if topic is not None:
+        try:
+            producer.list_topics(topic, timeout=max(min(timeout, 5.0), 0.1))
+        except KafkaException as exc:  # init_transactions below waits and reports what is wrong
+            CLIENT_LOGGER.debug("metadata of %s before init_transactions failed: %s", topic, exc.args[0])
     while True:
         try:
             producer.init_transactions(max(deadline - time.monotonic(), 1.0))

@@ -77,7 +77,7 @@ class Router:
         """Initialise transactions: aborts whatever a previous run with this id left open (fencing it)."""
         if self.transactional and not self._ready:
             try:
-                init_transactions(self.producer, _TIMEOUT_S)
+                init_transactions(self.producer, _TIMEOUT_S, topic=min(self.partition_counts, default=None))
             except KafkaException as exc:
                 raise RouteError(f"cannot initialise transactions: {exc.args[0]}") from exc
         self._ready = True

@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kafka_retry.engine.clients import (
     CLIENT_LOGGER,
@@ -14,6 +15,7 @@ from airflow_kafka_retry.engine.clients import (
     PRODUCER_MAX_MESSAGE_BYTES,
     KafkaConfigError,
     consumer_config,
+    init_transactions,
     producer_config,
 )
 
@@ -339,3 +341,34 @@ def test_from_log_start_leaves_the_beginning_to_librdkafka_once_the_broker_does_
         (2, OFFSET_BEGINNING),
     ]
     assert consumer.asked == [0, 1]
+
+
+class _TxnProducer:
+    """Records the calls init_transactions makes; list_topics fails when ``metadata_error`` is set."""
+
+    def __init__(self, metadata_error: bool = False) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.metadata_error = metadata_error
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> None:
+        self.calls.append(("list_topics", topic))
+        if self.metadata_error:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+
+    def init_transactions(self, timeout: float) -> None:
+        self.calls.append(("init_transactions", None))
+
+
+def test_init_transactions_asks_a_topics_metadata_first_so_the_coordinator_query_needs_no_retry() -> None:
+    producer = _TxnProducer()
+    init_transactions(producer, 10.0, topic="orders-retry-1")  # type: ignore[arg-type]
+    assert producer.calls == [("list_topics", "orders-retry-1"), ("init_transactions", None)]
+    without = _TxnProducer()
+    init_transactions(without, 10.0)  # type: ignore[arg-type]
+    assert without.calls == [("init_transactions", None)], "no topic: no metadata request of every topic"
+
+
+def test_init_transactions_goes_on_when_the_metadata_request_fails() -> None:
+    producer = _TxnProducer(metadata_error=True)
+    init_transactions(producer, 10.0, topic="orders-dlt")  # type: ignore[arg-type]
+    assert producer.calls == [("list_topics", "orders-dlt"), ("init_transactions", None)]
