@@ -283,3 +283,12 @@ def read_records(bootstrap: str, topic: str) -> list:
     from tests.support.ledger import read_all
 
     return read_all(bootstrap, topic)
+
+
+def read_records_once_there(bootstrap: str, topic: str, count: int, timeout: float = 30.0) -> list:
+    """Every record of ``topic`` once it holds at least ``count`` (or at ``timeout``: the check that follows
+    names what is missing). Spring reports a record's last failure before its recoverer publishes it."""
+    deadline = time.monotonic() + timeout
+    while len(records := read_records(bootstrap, topic)) < count and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return records

@@ -92,7 +92,7 @@ def test_dead_letter_publishing_recoverer_records_replayed_to_spring(interop_boo
             lambda ev: sum(e["id"] in poisoned for e in ev) == 3 * len(poisoned),
             "3 deliveries of each poison",
         )
-        dead = S.read_records(interop_bootstrap, dlt)
+        dead = S.read_records_once_there(interop_bootstrap, dlt, len(poisoned))
         assert sorted(m.key().decode() for m in dead) == sorted(poisoned)
         first = {
             e["id"]: (e["partition"], e["offset"]) for e in spring.events("failed") if e["topic"] == topic
