@@ -16,7 +16,7 @@ from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
 from airflow_kafka_retry.spark.masking import OutputMasker, mask_text
-from airflow_kafka_retry.spark.staging import UPLOAD_LINE, delete_uploads
+from airflow_kafka_retry.spark.staging import delete_own_folder, leave_own_folder
 from airflow_kafka_retry.spark.submit import spark_app_environment
 
 
@@ -89,9 +89,9 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
     :class:`~airflow_kafka_retry.spark.masking.OutputMasker` (the same rules, and every secret ``--conf``
     or ``env_vars`` value wherever it shows up) before the base class reads or logs it.
 
-    In Kubernetes cluster mode it records the files ``spark-submit`` uploads (:attr:`uploads`), so
-    that their copies can be deleted once the application has ended (see
-    :func:`~airflow_kafka_retry.spark.staging.delete_uploads`).
+    In Kubernetes cluster mode it deletes the folder the operator uploaded the run's own files to,
+    once the application has ended (:meth:`delete_uploads`). Nothing read from ``spark-submit``'s
+    output is ever deleted: in client mode the driver's and the handler's own output is in it.
     """
 
     _submit_env: dict[str, Any] | None = None  # the environment of the spark-submit being started
@@ -116,43 +116,25 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
             self._env = None  # the base class would start from os.environ again; ours holds these already
         return command
 
-    @property
-    def uploads(self) -> dict[str, str]:
-        """``source path -> destination URI`` of each file spark-submit reported uploading."""
-        return self.__dict__.setdefault("_uploads", {})
-
-    def delete_uploads(self, workdir: str) -> list[str]:
+    def delete_uploads(self, folder: str) -> bool:
         """
-        Delete the uploaded copies of ``workdir``'s files once the application has ended; returns their URIs.
+        Delete ``folder``, the operator's own upload folder, once the application has ended.
 
         When ``spark-submit`` returned before the application ended
         (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``)
-        the driver may not have fetched them yet: they are left, with a warning naming them.
+        the driver may not have fetched the files yet: the folder is left, with a warning naming it.
         """
-        if not self.uploads:
-            return []
         waited = (
             str(self._conf.get("spark.kubernetes.submission.waitAppCompletion", "true")).lower() != "false"
         )
         if not waited and not self._should_track_driver_via_k8s_api():
-            self.log.warning(
-                "spark-submit did not wait for the application to end: the uploaded copies %s stay; "
-                "delete them once it has",
-                sorted(self.uploads.values()),
-            )
-            return []
-        return delete_uploads(self.uploads, workdir)
+            leave_own_folder(folder, "spark-submit did not wait for the application to end")
+            return False
+        return delete_own_folder(folder)
 
     def _process_spark_submit_log(self, itr: Iterator[Any]) -> None:
-        super()._process_spark_submit_log(self._record_uploads(itr))
-
-    def _record_uploads(self, itr: Iterator[Any]) -> Iterator[Any]:
         mask = self._output_masker()
-        for line in itr:
-            match = UPLOAD_LINE.search(str(line).strip())
-            if match:
-                self.uploads[match["source"]] = match["dest"]
-            yield mask(str(line))
+        super()._process_spark_submit_log(mask(str(line)) for line in itr)
 
     def _output_masker(self) -> OutputMasker:
         """

@@ -22,7 +22,9 @@ from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.spark.app import load_topology_from
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
+from airflow_kafka_retry.spark.staging import delete_own_folder, kubernetes_upload_path, upload_own_files
 from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
+from airflow_kafka_retry.spark.transport import effective_spark_conf
 
 if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
@@ -162,20 +164,31 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         self.allow_unencrypted_secrets = allow_unencrypted_secrets
         self._user_py_files = self.py_files
         self._user_files = self.files
+        self._own_uploads: str | None = None  # Kubernetes cluster mode: the folder of the run's uploads
 
     def _use(self, submission: Submission) -> None:
         """Point the SparkSubmitOperator machinery at ``submission``."""
         self.application = submission.application
         self.application_args = submission.application_args
-        self.py_files = ",".join(p for p in (self._user_py_files, submission.py_files) if p)
         self.conf = {**submission.spark_conf, **(self.conf or {})}
         master, deploy_mode = self._master()
+        py_files, credentials = submission.py_files, submission.kafka_config_file
+        self._own_uploads = None
+        upload_path = kubernetes_upload_path(
+            master, deploy_mode, effective_spark_conf(self.conf, self.properties_file)[0]
+        )
+        if upload_path:  # Spark would upload them and never delete its copies: upload them here
+            staged = upload_own_files(upload_path, [credentials, py_files])
+            if staged is not None:
+                self._own_uploads, remote = staged
+                py_files, credentials = remote[py_files], remote[credentials]
+        self.py_files = ",".join(p for p in (self._user_py_files, py_files) if p)
         if master.startswith("local"):
             # the driver and executors run here: use this worker's Python and bundled Spark
             self.env_vars = {**local_spark_environment(), **(self.env_vars or {})}
         if deploy_mode == "cluster":
             # the driver runs elsewhere: Spark ships the credentials file into its working folder
-            self.files = ",".join(p for p in (self._user_files, submission.kafka_config_file) if p)
+            self.files = ",".join(p for p in (self._user_files, credentials) if p)
             self.log.warning(
                 "cluster deploy mode: the topology (%s) and result_path (%s) must be reachable from "
                 "the Spark driver, e.g. as s3:// or hdfs:// URLs",
@@ -183,6 +196,16 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
                 submission.result_path,
             )
         self._hook = None  # rebuilt by SparkSubmitOperator.execute with the arguments above
+
+    def _delete_own_uploads(self) -> None:
+        """Kubernetes cluster mode: delete the folder :meth:`_use` uploaded the run's files to."""
+        folder, self._own_uploads = self._own_uploads, None
+        if folder is None:
+            return
+        if isinstance(self._hook, IsolatedSparkSubmitHook):
+            self._hook.delete_uploads(folder)
+        else:  # spark-submit never started
+            delete_own_folder(folder)
 
     def _master(self) -> tuple[str, str | None]:
         """The Spark connection's master and deploy mode."""
@@ -251,9 +274,8 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
                     super().execute(context)
             except Exception as exc:  # spark-submit exits non-zero when a partition failed
                 submit_error = exc
-            finally:  # Kubernetes cluster mode: Spark leaves the uploaded copies of the credentials behind
-                if isinstance(self._hook, IsolatedSparkSubmitHook):
-                    self._hook.delete_uploads(submission.workdir)
+            finally:  # Kubernetes cluster mode: the run's own uploaded files, credentials among them
+                self._delete_own_uploads()
             summary = self._summary(submission, submit_error)
         document = self.report(
             context, summary, engine="Spark", deadline_reason=deadline_reason, cause=submit_error

@@ -16,18 +16,23 @@ file is shipped with ``--files`` (see :mod:`~airflow_kafka_retry.spark.credentia
   cluster-wide ``spark-defaults.conf``, unless the run's own configuration says otherwise (then it
   warns). A submission that dies between the upload and the ApplicationMaster's start (the
   ``spark-submit`` process killed, the cluster down) may leave the staging folder behind.
-* **Kubernetes**: ``spark-submit`` uploads it to
-  ``<spark.kubernetes.file.upload.path>/spark-upload-<uuid>/kafka-config.json`` and the driver pod
-  downloads it into its working folder. Spark (4.x) never deletes the uploaded copy (no setting
-  does), and the driver pod's copy lives as long as the pod (Spark keeps completed driver pods).
-  ``spark-submit`` logs each upload (``Uploading file: <source> to dest: <uri>...``); the operator's
-  hook records those lines and, once the application has ended, :func:`delete_uploads` deletes
-  the ``spark-upload-<uuid>`` folders of the files from the run's private work folder (the
-  credentials and the py-files zip) through fsspec (``s3a://`` needs ``s3fs``). What it cannot
-  delete -- a backend missing, or ``spark-submit`` told not to wait for the application
-  (``spark.kubernetes.submission.waitAppCompletion=false`` without ``track_driver_via_k8s_api``),
-  or a worker that died mid-run -- it names in a warning, where it can. Every such submission also warns about
-  the driver pod's copy: delete finished driver pods, or better, mount the credentials as a Kubernetes secret
+* **Kubernetes**: ``spark-submit`` uploads local files to
+  ``<spark.kubernetes.file.upload.path>/spark-upload-<uuid>/`` and the driver pod downloads them into
+  its working folder. Spark (4.x) never deletes the uploaded copy (no setting does), and the driver
+  pod's copy lives as long as the pod (Spark keeps completed driver pods). So the operator uploads the
+  run's own files (the credentials and the py-files zip, from its private work folder) itself, with
+  :func:`upload_own_files`, to a folder of its own, ``<upload path>/airflow-kafka-retry-<uuid>/``,
+  gives ``spark-submit`` their URIs (Spark uploads no copy of them), and once the application has
+  ended deletes that folder and nothing else (:func:`delete_own_folder`, through fsspec: ``s3a://``
+  needs ``s3fs``). What is deleted is computed from the operator's own staging, never read from
+  ``spark-submit``'s output: that stream carries, in client mode, the driver's and the handler's own
+  output, and a printed ``Uploading file: ... to dest: <uri>`` line used to get ``<uri>`` deleted.
+  Where the operator cannot upload (no fsspec backend for the upload path, no credentials), Spark
+  uploads the local files as before and a warning names where their copies stay. When ``spark-submit``
+  is told not to wait for the application (``spark.kubernetes.submission.waitAppCompletion=false``
+  without ``track_driver_via_k8s_api``), or the worker dies mid-run, the folder stays, named in a
+  warning where possible. Every such submission also warns about the driver pod's copy: delete
+  finished driver pods, or better, mount the credentials as a Kubernetes secret
   (``spark.kubernetes.driver.secrets.<name>=<path>``) and ship no file.
 * **Standalone**: Spark does not run Python applications in cluster deploy mode.
 """
@@ -36,8 +41,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -73,8 +78,8 @@ def cluster_mode_conf(
             )
     elif master.startswith("k8s://"):
         log.warning(
-            "Kubernetes cluster mode: Spark uploads the Kafka credentials file to %s/spark-upload-<uuid>/ "
-            "and never deletes it (the operator deletes it once the application has ended); the driver pod "
+            "Kubernetes cluster mode: the Kafka credentials file is uploaded to %s (the operator uploads "
+            "it to a folder of its own and deletes that once the application has ended); the driver pod "
             "keeps its copy until the pod is deleted. Delete finished driver pods, or mount the credentials "
             "as a Kubernetes secret instead",
             spark_conf.get(UPLOAD_PATH, f"<{UPLOAD_PATH}>"),
@@ -82,37 +87,69 @@ def cluster_mode_conf(
     return {}
 
 
-#: What ``spark-submit`` logs for each file it uploads in Kubernetes cluster mode (``KubernetesUtils``).
-UPLOAD_LINE = re.compile(r"Uploading file: (?P<source>\S+) to dest: (?P<dest>\S+?)\.\.\.\s*$")
+#: The name of the folder the operator uploads a run's own files to, under the upload path, ends in a uuid.
+OWN_FOLDER_PREFIX = "airflow-kafka-retry-"
 
 
-def delete_uploads(uploads: Mapping[str, str], workdir: str) -> list[str]:
+def kubernetes_upload_path(master: str | None, deploy_mode: str | None, spark_conf: Mapping[str, Any]) -> str:
+    """The configured ``spark.kubernetes.file.upload.path`` in Kubernetes cluster mode, else ``""``."""
+    if deploy_mode != "cluster" or not (master or "").startswith("k8s://"):
+        return ""
+    return str(spark_conf.get(UPLOAD_PATH) or "").strip().rstrip("/")
+
+
+def upload_own_files(upload_path: str, paths: Sequence[str]) -> tuple[str, dict[str, str]] | None:
     """
-    Delete the uploaded copies of files from ``workdir`` (``source path -> destination URI``).
+    Upload ``paths`` (files of the run's own work folder) to a new folder under ``upload_path``.
 
-    Each upload has a ``spark-upload-<uuid>`` folder of its own, which is deleted whole; a
-    destination outside such a folder is deleted alone. Failures are logged with the URI (never
-    raised: the run itself is over). Returns the URIs deleted.
+    :return: the folder's URI (``<upload_path>/airflow-kafka-retry-<uuid>``) and each path's URI in
+        it; ``None`` (with a warning, the folder's remains deleted) when the upload failed.
     """
     import fsspec
 
-    deleted: list[str] = []
-    folder = os.path.abspath(workdir) + os.sep
-    for source, dest in uploads.items():
-        if not os.path.abspath(source).startswith(folder):
-            continue
-        parent, _, _ = dest.rpartition("/")
-        target = parent if parent.rpartition("/")[2].startswith("spark-upload-") else dest
-        try:
-            fs, path = fsspec.core.url_to_fs(target)
-            fs.rm(path, recursive=True)
-        except Exception as exc:  # missing fsspec backend, credentials, network: say what is left
-            log.warning(
-                "could not delete %s, the copy Spark uploaded of %s; delete it by hand: %s",
-                target,
-                os.path.basename(source),
-                exc,
-            )
-            continue
-        deleted.append(target)
-    return deleted
+    folder = f"{upload_path.rstrip('/')}/{OWN_FOLDER_PREFIX}{uuid.uuid4()}"
+    remote: dict[str, str] = {}
+    try:
+        fs, root = fsspec.core.url_to_fs(folder)
+        fs.makedirs(root, exist_ok=True)
+        for path in paths:
+            name = os.path.basename(path)
+            fs.put_file(path, f"{root}/{name}")
+            remote[path] = f"{folder}/{name}"
+    except Exception as exc:  # missing fsspec backend, credentials, network
+        log.warning(
+            "could not upload the run's files to %s (%s): spark-submit uploads them to "
+            "%s/spark-upload-<uuid>/ instead, and those copies (the Kafka credentials among them) stay "
+            "there: delete them by hand once the application has ended",
+            upload_path,
+            exc,
+            upload_path,
+        )
+        if remote:
+            delete_own_folder(folder)
+        return None
+    return folder, remote
+
+
+def delete_own_folder(folder: str) -> bool:
+    """
+    Delete ``folder``, a folder :func:`upload_own_files` made; a failure is logged with its URI, never raised.
+
+    Only a folder named as :func:`upload_own_files` names them is deleted.
+    """
+    import fsspec
+
+    if not folder.rpartition("/")[2].startswith(OWN_FOLDER_PREFIX):
+        raise ValueError(f"not an upload folder of this operator: {folder}")
+    try:
+        fs, path = fsspec.core.url_to_fs(folder)
+        fs.rm(path, recursive=True)
+    except Exception as exc:  # missing fsspec backend, credentials, network: say what is left
+        log.warning("could not delete %s, the run's uploaded files; delete it by hand: %s", folder, exc)
+        return False
+    return True
+
+
+def leave_own_folder(folder: str, reason: str) -> None:
+    """Say why ``folder``, a folder :func:`upload_own_files` made, stays."""
+    log.warning("%s: the run's uploaded files in %s stay; delete them once it has ended", reason, folder)

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import stat
-import uuid
 from pathlib import Path
 
 import pytest
@@ -247,7 +246,7 @@ def test_kubernetes_cluster_mode_warns_that_spark_keeps_the_uploaded_copy(caplog
             "k8s://https://k:6443", "cluster", {"spark.kubernetes.file.upload.path": "s3a://b/up"}
         )
     assert conf == {}
-    assert "s3a://b/up/spark-upload-<uuid>/ and never deletes it" in caplog.text
+    assert "uploaded to s3a://b/up (the operator uploads it to a folder of its own" in caplog.text
 
 
 def test_operator_in_yarn_cluster_mode_ships_the_file_with_the_cleanup_setting(
@@ -615,106 +614,4 @@ def test_the_cluster_mode_fallback_reads_only_a_credentials_file_of_its_own_user
         app.read_kafka_config("/gone/on/the/worker/kafka-config.json")
 
 
-# ----------------------------------------------------------------------------- Kubernetes uploads
-def _upload(root: Path, name: str) -> Path:
-    folder = root / f"spark-upload-{uuid.uuid4()}"
-    folder.mkdir(parents=True)
-    (folder / name).write_text("the uploaded copy")
-    return folder / name
-
-
-def test_the_uploaded_copies_of_the_runs_files_are_deleted_and_nothing_else(tmp_path, caplog):
-    from airflow_kafka_retry.spark.staging import delete_uploads
-
-    workdir, bucket = tmp_path / "akr-spark-x", tmp_path / "bucket"
-    credentials, theirs = _upload(bucket, "kafka-config.json"), _upload(bucket, "lookup.csv")
-    uploads = {
-        str(workdir / "kafka-config.json"): credentials.as_uri(),
-        "/data/lookup.csv": theirs.as_uri(),
-        str(workdir / "deps.zip"): "nosuchfs://bucket/spark-upload-1/deps.zip",
-    }
-    with caplog.at_level(logging.WARNING, logger="airflow_kafka_retry.spark.staging"):
-        assert delete_uploads(uploads, str(workdir)) == [credentials.parent.as_uri()]
-    assert not credentials.parent.exists()
-    assert theirs.exists()
-    assert (
-        "could not delete nosuchfs://bucket/spark-upload-1, the copy Spark uploaded of deps.zip"
-        in caplog.text
-    )
-
-
-def test_operator_in_kubernetes_cluster_mode_deletes_the_uploaded_credentials_after_the_run(
-    tmp_path, monkeypatch, airflow_connections
-):
-    from types import SimpleNamespace
-
-    from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
-    from airflow_kafka_retry.engine.summary import PartitionSummary
-
-    # a k8s:// master needs the cncf.kubernetes provider (not installed here) for the hook to be built
-    monkeypatch.setattr(provider_hook, "kube_client", SimpleNamespace(), raising=False)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_SPARK_DEFAULT",
-        json.dumps(
-            {
-                "conn_type": "spark",
-                "host": "k8s://https://k8s.example:6443",
-                "extra": {"deploy-mode": "cluster"},
-            }
-        ),
-    )
-    bucket = tmp_path / "upload-path"
-    seen: dict = {}
-
-    def fake_execute(self, context):  # spark-submit in Kubernetes cluster mode, as far as the hook sees it
-        hook = self._hook = self._get_hook()
-        shipped = self.files.split(",")[-1]
-        copy = _upload(bucket, "kafka-config.json")
-        hook._process_spark_submit_log(
-            iter(
-                [
-                    (
-                        f"26/11/23 12:00:00 INFO KubernetesUtils: Uploading file: {shipped} to dest: "
-                        f"{copy.as_uri()}...\n"
-                    ),
-                    "26/11/23 12:00:09 INFO LoggingPodStatusWatcherImpl: Application finished\n",
-                ]
-            )
-        )
-        seen.update(copy=copy, uploads=dict(hook.uploads))
-        args = self.application_args
-        write_result(
-            args[args.index("--result") + 1],
-            RunSummary(
-                TOPOLOGY,
-                1,
-                "orders-retry-1",
-                "g",
-                "spark",
-                1,
-                1,
-                2,
-                [PartitionSummary("orders-retry-1", 0, "g", drained=1, succeeded=1)],
-            ).to_dict(),
-        )
-
-    monkeypatch.setattr(SparkSubmitOperator, "execute", fake_execute)
-    op = _operator(tmp_path, conf={**PROTECTED, "spark.kubernetes.file.upload.path": bucket.as_uri()})
-    assert op.execute(_context())["status"] == "ok"
-    assert list(seen["uploads"]) == [op.files.split(",")[-1]]
-    assert not seen["copy"].parent.exists(), "the uploaded credentials outlived the run"
-    assert list(bucket.iterdir()) == []
-
-
-def test_uploads_stay_when_spark_submit_did_not_wait_for_the_application(
-    tmp_path, airflow_connections, caplog
-):
-    op = _operator(tmp_path, conf={"spark.kubernetes.submission.waitAppCompletion": "false"})
-    hook = op._get_hook()
-    copy = _upload(tmp_path / "bucket", "kafka-config.json")
-    line = f"INFO KubernetesUtils: Uploading file: {tmp_path}/w/kafka-config.json to dest: {copy.as_uri()}..."
-    hook._process_spark_submit_log(iter([line]))
-    assert hook.delete_uploads(str(tmp_path / "w")) == []
-    assert copy.exists()
+# The Kubernetes uploads (the operator's own folder, deleted after the run): tests/unit/test_spark_uploads.py
