@@ -252,9 +252,9 @@ class Replay:
                 if self.summary is not None:
                     self.summary.status, self.summary.error = "failed", str(exc)
                 raise
-            finally:
-                if producer is not None:
-                    producer.flush(10)
+            # No flush on the way out (as engine.clients.open_producer): the producer is transactional, so
+            # commit_transaction flushed every committed chunk and what is left belongs to an aborted one;
+            # a fenced (fatal) producer's flush raises, hiding the run's own error.
 
     def _resume(self, reader: TopicReader, partitions: int) -> tuple[dict[str, Any], ReplayFilter, ReplayLog]:
         """The log, this replay id's plan (``ends`` only when resuming one) and the checked filter."""
