@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -54,6 +55,38 @@ def test_server_runs_queries_and_stops_without_a_trace():
             pg.create_database("Bad-Name")
     assert not _alive(pid)
     assert not data.exists()
+
+
+def test_a_connection_without_the_password_is_refused():
+    import psycopg2
+
+    with PostgresCluster() as pg:
+        socket_dir = pg.log_path.parent
+        if os.geteuid() != 0:  # as root the folder belongs to the server's user, and root reads any folder
+            assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
+        for host in ("127.0.0.1", str(socket_dir)):  # loopback TCP, and the unix socket
+            with pytest.raises(psycopg2.OperationalError, match="password"):
+                psycopg2.connect(
+                    host=host, port=pg.port, user="airflow", dbname="postgres", connect_timeout=5
+                )
+            with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+                psycopg2.connect(
+                    host=host,
+                    port=pg.port,
+                    user="airflow",
+                    password="guess",
+                    dbname="postgres",
+                    connect_timeout=5,
+                )
+        # the URL carries the per-cluster secret: every user of it still connects
+        assert query(pg.url(), "SELECT current_user") == [("airflow",)]
+        other = PostgresCluster()
+        assert other.password != pg.password, "a random secret per cluster"
+        # a hostile name never reaches SQL
+        hostile = 'x" WITH (FORCE); DROP DATABASE "postgres'
+        with pytest.raises(ValueError, match="database name"):
+            pg.drop_database(hostile)
+        assert query(pg.url(), "SELECT count(*) FROM pg_database WHERE datname = ?", "postgres") == [(1,)]
 
 
 def test_server_dies_with_the_process_that_started_it():
