@@ -7,6 +7,11 @@ returns the SQLAlchemy URL of a new database (``postgresql+psycopg2://``: the dr
 PostgreSQL backend uses; Airflow's async engine derives ``postgresql+asyncpg://`` from it, so both
 ``psycopg2-binary`` and ``asyncpg`` must be installed).
 
+Every connection, over loopback TCP and over the unix socket, needs a password (``scram-sha-256``):
+a random secret drawn per cluster (:attr:`PostgresCluster.password`), which the URLs carry. Without
+it, any local user could open a superuser session (and run ``COPY ... TO PROGRAM`` as the server's
+account). The cluster's folder, the socket's too, is ``0700``.
+
 ``initdb`` and ``postgres`` refuse to run as root: as root, both run as the ``postgres`` user that the
 Debian package creates (the temporary directory is handed to it). Durability is switched off
 (``fsync``, ``synchronous_commit``, ``full_page_writes``): a test server's data is thrown away, and a
@@ -25,6 +30,7 @@ import logging
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -104,7 +110,7 @@ def _server_user() -> pwd.struct_passwd | None:
 
 class PostgresCluster:
     """
-    A PostgreSQL server subprocess on loopback with trust authentication; a context manager.
+    A PostgreSQL server subprocess on loopback, password authentication only; a context manager.
 
     :param settings: server settings added to or replacing :data:`SETTINGS`.
     :param startup_timeout: seconds to wait for the server to accept a connection.
@@ -118,6 +124,8 @@ class PostgresCluster:
         self._port: int | None = None
         self._bindir: Path | None = None
         self._user: pwd.struct_passwd | None = None
+        #: The superuser's password: random per cluster, in every URL; no connection gets in without it.
+        self.password = secrets.token_hex(24)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -136,7 +144,7 @@ class PostgresCluster:
 
     def url(self, database: str = "postgres") -> str:
         """SQLAlchemy URL of ``database`` on this server."""
-        return f"{DRIVER}://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+        return f"{DRIVER}://{SUPERUSER}:{self.password}@127.0.0.1:{self.port}/{database}"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> PostgresCluster:
@@ -148,18 +156,27 @@ class PostgresCluster:
         if self._user is not None:
             os.chown(self._dir, self._user.pw_uid, self._user.pw_gid)
         data = self._dir / "data"
-        done = self._run(
-            "initdb",
-            "-D",
-            str(data),
-            "-U",
-            SUPERUSER,
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--no-locale",
-            "--no-sync",
-        )
+        pwfile = self._dir / "pwfile"
+        pwfile.touch(mode=0o600)
+        pwfile.write_text(self.password + "\n")
+        if self._user is not None:
+            os.chown(pwfile, self._user.pw_uid, self._user.pw_gid)
+        try:
+            done = self._run(
+                "initdb",
+                "-D",
+                str(data),
+                "-U",
+                SUPERUSER,
+                "--auth=scram-sha-256",  # local (unix socket) and host lines alike
+                f"--pwfile={pwfile}",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
         if done.returncode != 0:
             self.stop()
             raise PostgresError(f"initdb failed (exit {done.returncode}):\n{done.stdout[-3000:]}")
@@ -233,20 +250,24 @@ class PostgresCluster:
 
         A template must have no open connection while it is copied.
         """
-        for n in (name, template):
-            if n is not None and not _NAME.match(n):
-                raise ValueError(f"database name {n!r}: use lower-case letters, digits and _ (at most 63)")
+        _check_name(name)
+        if template is not None:
+            _check_name(template)
         self.execute(f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else ""))
         return self.url(name)
 
     def drop_database(self, name: str) -> None:
+        """``DROP DATABASE IF EXISTS name WITH (FORCE)``; the name checked as in :meth:`create_database`."""
+        _check_name(name)
         self.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
     def execute(self, sql: str) -> None:
         """Run one statement outside a transaction (CREATE/DROP DATABASE) on the ``postgres`` database."""
         import psycopg2
 
-        con = psycopg2.connect(host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres")
+        con = psycopg2.connect(
+            host="127.0.0.1", port=self.port, user=SUPERUSER, password=self.password, dbname="postgres"
+        )
         try:
             con.autocommit = True
             with con.cursor() as cur:
@@ -312,7 +333,12 @@ class PostgresCluster:
                 raise PostgresError(f"postgres exited during start-up; its log:\n{tail}")
             try:
                 psycopg2.connect(
-                    host="127.0.0.1", port=self._port, user=SUPERUSER, dbname="postgres", connect_timeout=2
+                    host="127.0.0.1",
+                    port=self._port,
+                    user=SUPERUSER,
+                    password=self.password,
+                    dbname="postgres",
+                    connect_timeout=2,
                 ).close()
                 return
             except psycopg2.OperationalError:
@@ -322,6 +348,12 @@ class PostgresCluster:
         raise PostgresError(
             f"postgres did not accept connections within {self._startup_timeout:.0f}s:\n{tail}"
         )
+
+
+def _check_name(name: str) -> None:
+    """A database name goes into SQL between double quotes: only names that never need escaping pass."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"database name {name!r}: use lower-case letters, digits and _ (at most 63)")
 
 
 def query(url: str, sql: str, *params: object) -> list[tuple]:
