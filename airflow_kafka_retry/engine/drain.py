@@ -14,6 +14,7 @@ from typing import Literal
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from airflow_kafka_retry.engine.call_watch import CallWatch
 from airflow_kafka_retry.engine.clients import from_log_start
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
@@ -23,7 +24,13 @@ _FETCH_BATCH = 500  # messages taken from the client's queue at once
 
 
 class DrainError(RuntimeError):
-    """A partition could not be read; the message names topic and partition."""
+    """
+    A partition could not be read; the message names topic and partition.
+
+    ``transient``: the broker did not answer (None: the cause's Kafka error says whether it was the cluster).
+    """
+
+    transient: bool | None = None
 
 
 @dataclass
@@ -54,6 +61,8 @@ class PartitionReader:
     :param idle_timeout_s: give up when the broker sends neither records nor EOF for this long.
     :param due_horizon_ms: a due time further than this after ``cutoff_ms`` is not believed (a
         corrupt header must not hold the partition back forever): the record is due at once.
+    :param watch: the engine's deadlines for the blocking calls (``engine/call_watch.py``).
+    :param call_timeout_s: the timeout handed to the committed-offset and log-start requests.
     """
 
     def __init__(
@@ -66,8 +75,12 @@ class PartitionReader:
         poll_timeout_s: float = 1.0,
         idle_timeout_s: float = 60.0,
         due_horizon_ms: int = MAX_BACKOFF_MS,
+        watch: CallWatch | None = None,
+        call_timeout_s: float = 30.0,
     ) -> None:
         self.consumer = consumer
+        self.watch = watch or CallWatch(f"{topic}[{partition}]")
+        self.call_timeout_s = call_timeout_s
         self.topic = topic
         self.partition = partition
         self.cutoff_ms = cutoff_ms
@@ -81,15 +94,22 @@ class PartitionReader:
         self._pending: list[Message] = []  # fetched, not yet read: self._pending[self._next:]
         self._next = 0
         start = self.start_offset if self.start_offset >= 0 else OFFSET_BEGINNING
-        consumer.assign(from_log_start(consumer, [TopicPartition(topic, partition, start)]))
+        timeout = self.watch.timeout(min(5.0, call_timeout_s))
+        with self.watch.call("get_watermark_offsets", timeout, f"the leader of {self.where}"):
+            first = from_log_start(consumer, [TopicPartition(topic, partition, start)], timeout)
+        consumer.assign(first)
 
     @property
     def where(self) -> str:
         return f"{self.topic}[{self.partition}]"
 
     def _committed_offset(self) -> int:
+        timeout = self.watch.timeout(self.call_timeout_s)
         try:
-            committed = self.consumer.committed([TopicPartition(self.topic, self.partition)], timeout=30)
+            with self.watch.call("committed", timeout, f"the group coordinator of {self.where}'s group"):
+                committed = self.consumer.committed(
+                    [TopicPartition(self.topic, self.partition)], timeout=timeout
+                )
         except KafkaException as exc:
             raise DrainError(f"{self.where}: cannot read the committed offset: {exc}") from exc
         offset = committed[0].offset
@@ -115,10 +135,12 @@ class PartitionReader:
             if self._next >= len(self._pending):
                 if not self._fetch():
                     if time.monotonic() - idle_since > self.idle_timeout_s:
-                        raise DrainError(
+                        silent = DrainError(
                             f"{self.where}: no records and no end-of-partition from the broker "
                             f"for {self.idle_timeout_s:.0f}s after offset {self.position}"
                         )
+                        silent.transient = True
+                        raise silent
                     continue
                 idle_since = time.monotonic()
             pending, first = self._pending, self._next
@@ -165,7 +187,8 @@ class PartitionReader:
         """Refill the pending batch; False when the broker had nothing within the poll timeout."""
         # consume() waits its whole timeout unless the batch fills up: wait for one event, then
         # take whatever else is already queued without waiting.
-        first = self.consumer.poll(self.poll_timeout_s)
+        with self.watch.call("poll", self.poll_timeout_s, f"the leader of {self.where}"):
+            first = self.consumer.poll(self.poll_timeout_s)
         if first is None:
             self._pending, self._next = [], 0
             return False

@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
-from airflow_kafka_retry.engine.partition import PartitionJob
 from airflow_kafka_retry.engine.process_pool import ProcessPool
 from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.supervised import run_partition
 from airflow_kafka_retry.engine.worker_protocol import WorkerSetup
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
@@ -267,11 +267,19 @@ def _run_threads(
     clock: Callable[[], int],
     should_stop: Callable[[], str | None] | None,
 ) -> list[PartitionSummary]:
-    jobs = [
-        PartitionJob(
-            topology, tier, p, kafka_config, options, cutoff_ms=cutoff, clock=clock, should_stop=should_stop
+    def run(partition: int) -> PartitionSummary:
+        return run_partition(
+            topology,
+            tier,
+            partition,
+            kafka_config,
+            options,
+            cutoff_ms=cutoff,
+            clock=clock,
+            should_stop=should_stop,
         )
-        for p in partitions
-    ]
+
+    # each partition's attempts run in daemon threads of their own (engine/supervised.py): an attempt
+    # stuck inside a client call is abandoned there, and neither this pool nor the process's exit waits
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda job: job.run(), jobs))
+        return list(pool.map(run, partitions))

@@ -37,6 +37,13 @@ class DrainOptions:
         batch with ``HandlerTimeoutError`` (the hanging record is isolated by bisection and routed as
         a failure) and its thread is abandoned; None (default): calls are not timed. See
         ``engine/timeouts.py`` for the cost.
+    :param call_timeout_s: the timeout of each Kafka client call that can block (the transaction calls,
+        ``send_offsets_to_transaction``, ``committed``, flush, metadata); the engine abandons a call that
+        has not returned 5 s after it (librdkafka does not always keep its own timeout when a broker
+        dies) and retries the partition with fresh clients. See ``engine/supervised.py``.
+    :param broker_retry_s: how long after a partition's first broker failure (a stuck call, a timeout, a
+        coordinator or leader gone, too few in-sync replicas) it is tried again, within the run; then the
+        partition fails with an error naming the call and the broker it waited for. 0: never retried.
     """
 
     handler: str
@@ -55,6 +62,8 @@ class DrainOptions:
     idle_timeout_s: float = 60.0
     deadline_ms: int | None = None
     handler_timeout_s: float | None = None
+    call_timeout_s: float = 20.0
+    broker_retry_s: float = 30.0
 
     def __post_init__(self) -> None:
         positive = {"batch_size": self.batch_size, "chunk_size": self.chunk_size}
@@ -89,6 +98,13 @@ class DrainOptions:
             raise ValueError(
                 f"option handler_timeout_s must be a number of seconds > 0 or None, got {timeout!r}"
             )
+        seconds: tuple[tuple[str, float, float], ...] = (
+            ("call_timeout_s", self.call_timeout_s, 1.0),
+            ("broker_retry_s", self.broker_retry_s, 0.0),
+        )
+        for name, given, least in seconds:
+            if isinstance(given, bool) or not isinstance(given, (int, float)) or given < least:
+                raise ValueError(f"option {name} must be a number of seconds >= {least:g}, got {given!r}")
         if not isinstance(self.handler, str) or ":" not in self.handler:
             raise ValueError(f"option handler must be 'package.module:function', got {self.handler!r}")
 

@@ -14,14 +14,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.batches import BatchRunner
+from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
 from airflow_kafka_retry.engine.clients import (
     KafkaConfigError,
-    open_consumer,
-    open_producer,
+    consumer_config,
     partition_counts,
+    producer_config,
 )
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.engine.distribution import Distribution
@@ -107,6 +108,8 @@ class PartitionJob:
         after everything finished so far was committed (``stop_reason == "stopped"``).
     :param on_chunk: called with the summary after each committed chunk (a worker process reports its
         progress with it, so that its engine knows what was committed if the worker dies).
+    :param watch: the engine's deadlines on this attempt's client calls; a supervisor
+        (``engine/supervised.py``) abandons the attempt when one is overdue.
     """
 
     def __init__(
@@ -121,6 +124,7 @@ class PartitionJob:
         clock: Callable[[], int] = wall_clock_ms,
         should_stop: Callable[[], str | None] | None = None,
         on_chunk: Callable[[PartitionSummary], None] | None = None,
+        watch: CallWatch | None = None,
     ) -> None:
         self.topology = topology
         self.tier = tier
@@ -135,20 +139,46 @@ class PartitionJob:
         self._replay_check = ReplayLogCheck(kafka_config)
         self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
+        self.watch = watch or CallWatch(self.where)
+        self.failure: BaseException | None = None  # what failed the run, if anything
+        self.settled = False  # the summary is final (only closing the clients may be left)
+        self._started = time.monotonic()
+
+    @property
+    def where(self) -> str:
+        return f"{self.tier.topic}[{self.partition}]"
 
     def run(self) -> PartitionSummary:
-        started = time.monotonic()
+        self._started = time.monotonic()
         try:
             with drain_gc():
                 self._run()
+        except AttemptAbandoned:  # the supervisor already replaced this attempt's result
+            return self.summary
         except (Exception, HandlerStuckError) as exc:  # reported in the summary; the run fails on it
-            self.summary.status = "failed"
-            self.summary.error = f"{type(exc).__name__}: {exc}"
-            log.error("%s[%s]: partition run failed: %s", self.tier.topic, self.partition, self.summary.error)
+            self._fail(exc)
         finally:
             self._replay_check.close()
-        self.summary.duration_s = round(time.monotonic() - started, 3)
         return self.summary
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failure = exc
+        self.summary.status = "failed"
+        self.summary.error = f"{type(exc).__name__}: {exc}"
+        self.summary.duration_s = round(time.monotonic() - self._started, 3)
+        self.settled = True  # the supervisor retries a broker failure, or reports it
+        log.error("%s: partition run failed: %s", self.where, self.summary.error)
+
+    def abandoned_summary(self, error: str) -> PartitionSummary:
+        """
+        The summary of an attempt its supervisor abandoned: what it committed, failed with ``error``.
+
+        A copy: the abandoned thread may still hold the original.
+        """
+        summary = PartitionSummary.from_dict(self.summary.to_dict())
+        summary.status, summary.error = "failed", f"CallStuckError: {error}"
+        summary.duration_s = round(time.monotonic() - self._started, 3)
+        return summary
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
@@ -181,57 +211,86 @@ class PartitionJob:
             if options.transactional
             else None
         )
-        with (
-            open_consumer(self.kafka_config, self.group) as consumer,
-            open_producer(self.kafka_config, txn_id) as producer,
-        ):
-            # the parking topic is looked up only when a chunk parks a record (see _require_parking)
-            parking = self.topology.parking_topic
-            destinations = [t for t in self.topology.destinations_from(self.tier) if t != parking]
-            counts = partition_counts(consumer, [self.tier.topic, *destinations])
-            if self.partition >= counts[self.tier.topic]:
-                raise ValueError(
-                    f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "
-                    f"there is no partition {self.partition}"
-                )
-            router = Router(producer, consumer, options.transactional, counts)
-            router.start()  # fence earlier runs of this partition before reading its committed offset
-            # Spring believes a due time up to a day ahead; a tier with a longer delay needs that much more
-            reader = PartitionReader(
-                consumer,
-                self.tier.topic,
-                self.partition,
-                cutoff_ms=self.cutoff_ms,
-                idle_timeout_s=options.idle_timeout_s,
-                due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms,
+        consumer = Consumer(consumer_config(self.kafka_config, self.group))
+        try:
+            producer = Producer(producer_config(self.kafka_config, txn_id))
+            try:
+                self._drain(runner, consumer, producer, txn_id)
+                self.summary.duration_s = round(time.monotonic() - self._started, 3)
+                self.settled = True
+            finally:
+                # A transactional producer has nothing to flush: commit_transaction flushed what was
+                # committed, and what is left belongs to a failed transaction (flushing a fenced one raises
+                # and masks the run's own error). An idempotent one delivers what it still holds.
+                if txn_id is None:
+                    with self.watch.call("flush", 10.0, "the destinations' leaders"):
+                        producer.flush(10.0)
+        finally:
+            with self.watch.call("close", options.call_timeout_s, "the group coordinator"):
+                consumer.close()
+
+    def _drain(self, runner: BatchRunner, consumer: Consumer, producer: Producer, txn_id: str | None) -> None:
+        options, watch = self.options, self.watch
+        # the parking topic is looked up only when a chunk parks a record (see _require_parking)
+        parking = self.topology.parking_topic
+        destinations = [t for t in self.topology.destinations_from(self.tier) if t != parking]
+        topics = [self.tier.topic, *destinations]
+        timeout = watch.timeout(min(10.0, options.call_timeout_s))
+        with watch.call("list_topics", timeout * len(topics), "any broker (metadata)"):
+            counts = partition_counts(consumer, topics, timeout)
+        if self.partition >= counts[self.tier.topic]:
+            raise ValueError(
+                f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "
+                f"there is no partition {self.partition}"
             )
-            self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
-            left = options.max_records
-            piece_size = options.batch_size * max(1, _PIECE_RECORDS // options.batch_size)
+        router = Router(
+            producer,
+            consumer,
+            options.transactional,
+            counts,
+            watch=watch,
+            timeout_s=options.call_timeout_s,
+            transactional_id=txn_id,
+        )
+        router.start()  # fence earlier runs of this partition before reading its committed offset
+        # Spring believes a due time up to a day ahead; a tier with a longer delay needs that much more
+        reader = PartitionReader(
+            consumer,
+            self.tier.topic,
+            self.partition,
+            cutoff_ms=self.cutoff_ms,
+            idle_timeout_s=options.idle_timeout_s,
+            due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms,
+            watch=watch,
+            call_timeout_s=options.call_timeout_s,
+        )
+        self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
+        left = options.max_records
+        piece_size = options.batch_size * max(1, _PIECE_RECORDS // options.batch_size)
+        while True:
+            stopped = self._stop_requested()
+            if stopped is not None:  # a chunk boundary: everything read so far is committed
+                self._stopped(stopped, reader)
+                break
+            limit = options.chunk_size if left is None else min(options.chunk_size, left)
+            # A chunk (one transaction) is read and handled a piece at a time: only its routed
+            # records are kept until the commit, so memory is bounded by the piece, not the chunk.
+            work = _ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
+            runner.stats.handler_ms = work.handler_ms
             while True:
-                stopped = self._stop_requested()
-                if stopped is not None:  # a chunk boundary: everything read so far is committed
-                    self._stopped(stopped, reader)
+                piece = reader.read(min(piece_size, limit - work.read))
+                if piece.messages:
+                    self._handle(piece, runner, work)
+                if piece.stop != "limit" or work.read >= limit:
                     break
-                limit = options.chunk_size if left is None else min(options.chunk_size, left)
-                # A chunk (one transaction) is read and handled a piece at a time: only its routed
-                # records are kept until the commit, so memory is bounded by the piece, not the chunk.
-                work = _ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
-                runner.stats.handler_ms = work.handler_ms
-                while True:
-                    piece = reader.read(min(piece_size, limit - work.read))
-                    if piece.messages:
-                        self._handle(piece, runner, work)
-                    if piece.stop != "limit" or work.read >= limit:
-                        break
-                if work.read:
-                    self._commit(work, runner, router)
-                self.summary.stop_reason = piece.stop
-                self.summary.next_due_ms = piece.not_due_ms
-                if left is not None:
-                    left -= work.read
-                if piece.stop != "limit" or left == 0:
-                    break
+            if work.read:
+                self._commit(work, runner, router)
+            self.summary.stop_reason = piece.stop
+            self.summary.next_due_ms = piece.not_due_ms
+            if left is not None:
+                left -= work.read
+            if piece.stop != "limit" or left == 0:
+                break
 
     def _stop_requested(self) -> str | None:
         if self.should_stop is not None:

@@ -144,7 +144,7 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
     Up to ``slots`` at once, in threads.
     """
     from airflow_kafka_retry.engine.loading import load_callable
-    from airflow_kafka_retry.engine.partition import PartitionJob
+    from airflow_kafka_retry.engine.supervised import run_partition
 
     # the handler's import now, while the engine may still wait for the pass's records to fall due; a
     # handler that does not import (even one that calls sys.exit) is reported by each partition that loads
@@ -163,7 +163,7 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
             def progress(summary: Any, partition: int = partition) -> None:
                 results.send(("progress", partition, summary.to_dict()))
 
-            job = PartitionJob(
+            summary = run_partition(
                 setup.topology,
                 setup.tier,
                 partition,
@@ -173,7 +173,7 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
                 should_stop=control.should_stop,
                 on_chunk=progress,
             )
-            results.send(("done", partition, job.run().to_dict()))
+            results.send(("done", partition, summary.to_dict()))
 
     threads = [threading.Thread(target=runner, name=f"partition-slot-{i}") for i in range(max(1, slots))]
     for thread in threads:

@@ -18,17 +18,25 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from airflow_kafka_retry.engine.call_watch import CallWatch
 from airflow_kafka_retry.engine.clients import init_transactions
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.headers import Header
     from airflow_kafka_retry.policy.resolver import Destination
 
-_TIMEOUT_S = 60.0
+#: librdkafka timeout of each transaction call, unless the router is given another.
+DEFAULT_CALL_TIMEOUT_S = 60.0
 
 
 class RouteError(RuntimeError):
-    """Routing or committing failed; nothing of the chunk was committed."""
+    """
+    Routing or committing failed; nothing of the chunk was committed.
+
+    ``transient`` says whether the cluster, not the input, failed it (None: the cause's Kafka error says).
+    """
+
+    transient: bool | None = None
 
 
 class FencedError(RouteError):
@@ -65,19 +73,31 @@ class Router:
     :param consumer: the consumer that read the source partition (its group commits).
     :param partition_counts: partition count of every destination topic; a record whose source
         partition does not exist at the destination is partitioned by the producer (as Spring does).
+    :param watch: the engine's deadlines for the blocking calls (``engine/call_watch.py``).
+    :param timeout_s: the timeout handed to each blocking call.
+    :param transactional_id: the producer's (named in messages).
     """
 
     producer: Producer
     consumer: Consumer
     transactional: bool
     partition_counts: Mapping[str, int]
+    watch: CallWatch = field(default_factory=lambda: CallWatch("router"))
+    timeout_s: float = DEFAULT_CALL_TIMEOUT_S
+    transactional_id: str | None = None
     _ready: bool = field(default=False, init=False)
+
+    @property
+    def _txn(self) -> str:
+        return f"the transaction coordinator of transactional id {self.transactional_id!r}"
 
     def start(self) -> None:
         """Initialise transactions: aborts whatever a previous run with this id left open (fencing it)."""
         if self.transactional and not self._ready:
+            timeout = self.watch.timeout(self.timeout_s)
             try:
-                init_transactions(self.producer, _TIMEOUT_S, topic=min(self.partition_counts, default=None))
+                with self.watch.call("init_transactions", timeout, self._txn):
+                    init_transactions(self.producer, timeout, topic=min(self.partition_counts, default=None))
             except KafkaException as exc:
                 raise RouteError(f"cannot initialise transactions: {exc.args[0]}") from exc
         self._ready = True
@@ -118,13 +138,16 @@ class Router:
 
     def _commit_transactional(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
         failures: list[str] = []
+        watch, timeout = self.watch, self.watch.timeout(self.timeout_s)
         try:
             self.producer.begin_transaction()
             self._produce(routed, failures)
-            self.producer.send_offsets_to_transaction(
-                [source], self.consumer.consumer_group_metadata(), _TIMEOUT_S
-            )
-            self.producer.commit_transaction(_TIMEOUT_S)
+            with watch.call("send_offsets_to_transaction", timeout, f"{self._txn} and the group coordinator"):
+                self.producer.send_offsets_to_transaction(
+                    [source], self.consumer.consumer_group_metadata(), timeout
+                )
+            with watch.call("commit_transaction", timeout, f"{self._txn} and the destinations' leaders"):
+                self.producer.commit_transaction(timeout)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
             where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
@@ -140,8 +163,8 @@ class Router:
                 ) from exc
             if error.txn_requires_abort():
                 # on failure the transaction times out on the broker; the next run's init fences it
-                with contextlib.suppress(KafkaException):
-                    self.producer.abort_transaction(_TIMEOUT_S)
+                with contextlib.suppress(KafkaException), watch.call("abort_transaction", timeout, self._txn):
+                    self.producer.abort_transaction(timeout)
             delivery = f" (delivery failed: {'; '.join(failures[:3])})" if failures else ""
             delivery += _unacknowledged(routed)
             raise RouteError(f"{where}: transaction failed and was aborted: {error.str()}{delivery}") from exc
@@ -164,14 +187,19 @@ class Router:
         failures: list[str] = []
         where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
         self._produce(routed, failures)
-        pending = self.producer.flush(_TIMEOUT_S)
+        timeout = self.watch.timeout(self.timeout_s)
+        with self.watch.call("flush", timeout, "the destinations' partition leaders"):
+            pending = self.producer.flush(timeout)
         if pending or failures:
-            raise RouteError(
+            error = RouteError(
                 f"{where}: {len(failures)} routed records failed and {pending} were not acknowledged; "
                 f"offsets not committed ({'; '.join(failures[:3])})"
             )
+            error.transient = pending > 0  # unacknowledged in time: the cluster, not the records
+            raise error
         try:
-            self.consumer.commit(offsets=[source], asynchronous=False)
+            with self.watch.call("commit", timeout, "the group coordinator"):
+                self.consumer.commit(offsets=[source], asynchronous=False)
         except KafkaException as exc:
             raise RouteError(
                 f"{where}: routed records were delivered but the offset commit failed "

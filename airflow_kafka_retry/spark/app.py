@@ -267,19 +267,18 @@ def run_partition(
     Never raises for a partition failure (the summary says ``failed``); a crash of the worker
     process makes Spark retry the task, which resumes from the committed offset.
     """
-    from airflow_kafka_retry.engine.partition import PartitionJob
+    from airflow_kafka_retry.engine.supervised import run_partition
 
     _configure_worker_logging()
     drain_options = DrainOptions(**options)
     try:
-        job = PartitionJob(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
+        summary = run_partition(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
     except Exception as exc:  # reported in the summary like any partition failure
         group = drain_options.consumer_group or topology.consumer_group(tier)
-        failed = PartitionSummary(
+        summary = PartitionSummary(
             tier.topic, partition, group, status="failed", error=f"{type(exc).__name__}: {exc}"
         )
-        return failed.to_dict()
-    return job.run().to_dict()
+    return summary.to_dict()
 
 
 # ----------------------------------------------------------------------------- driver: Spark

@@ -1,0 +1,138 @@
+"""
+Deadlines the engine enforces itself on the Kafka client calls of a partition run.
+
+librdkafka bounds most calls by the timeout they are given, but not every one: when the broker that
+coordinates a group or a transaction dies, ``send_offsets_to_transaction``, ``commit_transaction`` and
+``committed`` have been seen waiting far past it (confluentinc/librdkafka #5456 and #5511; on a 3-node
+cluster here, a partition whose leader and coordinators were SIGKILLed stopped for good in 3 runs of 6).
+A timeout handed to the client is therefore a wish; the deadline that counts is this module's.
+
+Every call of a partition run that can block goes through :meth:`CallWatch.call`, which notes what is
+waited for (the call, the broker role it needs) and until when: the call's own timeout plus a grace
+period, and never past the watch's ``give_up_at``. A supervisor (``engine/supervised.py``) asks
+:meth:`CallWatch.overdue` while the partition runs; a call past its deadline is *abandoned*: the
+partition's thread cannot be stopped inside librdkafka, so it is left there, and whenever the call
+returns its thread raises :class:`AttemptAbandoned` at once instead of going on. The supervisor then
+retries the partition with fresh clients, whose ``init_transactions`` fences whatever the abandoned
+attempt left open, or fails it with a :class:`CallStuckError` naming the partition, the call and the
+broker it waited for.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+#: Seconds a call may run past the timeout it was given before the engine abandons it.
+CALL_GRACE_S = 5.0
+
+
+class CallStuckError(RuntimeError):
+    """A client call did not return by the engine's deadline; its attempt of the partition was abandoned."""
+
+
+class AttemptAbandoned(BaseException):
+    """
+    Raised in an abandoned attempt's thread when its call returns at last.
+
+    A ``BaseException``, so that neither the batch runner nor the partition's error handling takes it for
+    a failure to report: the attempt's result was already replaced by the supervisor's.
+    """
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """One call in progress: what it is, which broker role it waits for, and its deadline (monotonic)."""
+
+    call: str
+    waits_for: str
+    started: float
+    deadline: float
+    timeout_s: float
+
+    def describe(self, now: float) -> str:
+        return (
+            f"{self.call} waited {now - self.started:.0f}s for {self.waits_for} "
+            f"(timeout {self.timeout_s:g}s, abandoned by the engine's deadline)"
+        )
+
+
+class CallWatch:
+    """
+    The deadlines of one attempt of one partition run (see the module's docstring).
+
+    :param where: ``topic[partition]``, for messages.
+    :param grace_s: seconds past a call's timeout before it is overdue.
+    :param give_up_at: a monotonic time no call's deadline may pass (the end of the partition's retries).
+    :param clock: monotonic seconds (a test's clock).
+    """
+
+    def __init__(
+        self,
+        where: str,
+        *,
+        grace_s: float = CALL_GRACE_S,
+        give_up_at: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.where = where
+        self.grace_s = grace_s
+        self.give_up_at = give_up_at
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._current: Waiting | None = None
+        self.abandoned: CallStuckError | None = None
+
+    def timeout(self, timeout_s: float) -> float:
+        """The timeout to hand a client call: ``timeout_s``, cut to what is left before ``give_up_at``."""
+        if self.give_up_at is None:
+            return timeout_s
+        return max(0.1, min(timeout_s, self.give_up_at - self.clock()))
+
+    @contextmanager
+    def call(self, name: str, timeout_s: float, waits_for: str) -> Iterator[None]:
+        """
+        Run a blocking client call under the engine's deadline: ``timeout_s`` plus the grace period.
+
+        Raises :class:`AttemptAbandoned` before the call if the attempt was abandoned, and after it if it
+        was abandoned meanwhile (whatever the call returned or raised).
+        """
+        now = self.clock()
+        deadline = now + timeout_s + self.grace_s
+        if self.give_up_at is not None:
+            deadline = min(deadline, self.give_up_at + self.grace_s)
+        with self._lock:
+            if self.abandoned is not None:
+                raise AttemptAbandoned(str(self.abandoned))
+            self._current = Waiting(name, waits_for, now, deadline, timeout_s)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._current = None
+                abandoned = self.abandoned
+            if abandoned is not None:
+                raise AttemptAbandoned(str(abandoned))
+
+    def overdue(self) -> CallStuckError | None:
+        """
+        Abandon the attempt if its call is past its deadline, and say why (None: nothing overdue).
+
+        Atomic with the end of the call: a call that returns in time is never abandoned afterwards.
+        """
+        with self._lock:
+            if self.abandoned is not None:
+                return self.abandoned
+            current, now = self._current, self.clock()
+            if current is None or now < current.deadline:
+                return None
+            self.abandoned = CallStuckError(f"{self.where}: {current.describe(now)}")
+            return self.abandoned
+
+    @property
+    def waiting(self) -> Waiting | None:
+        """The call in progress, if any."""
+        return self._current
