@@ -137,6 +137,12 @@ def sanitize_tag(value: str) -> str:
     return _NOT_TAG.sub("_", value)[:_TAG_LENGTH] or "unknown"
 
 
+def named_tags(topology: Topology) -> set[str]:
+    """The tags of the exception classes the topology names (classification, DLT routing): always kept."""
+    named = {sanitize_tag(c) for c in (*topology.not_retryable, *topology.retry_only)}
+    return named | {sanitize_tag(c) for _, classes in topology.dlt_routing for c in classes}
+
+
 def exception_tags(
     topology: Topology,
     found: Mapping[str, int],
@@ -149,10 +155,10 @@ def exception_tags(
 
     Its sanitized name when the topology names it (classification, DLT routing), it was ``admitted``
     before, or fewer than ``cap`` were admitted so far (the most frequent first); else :data:`OTHER`.
+    The topology's own classes never count against ``cap``, even when ``admitted`` holds them.
     """
-    named = {sanitize_tag(c) for c in (*topology.not_retryable, *topology.retry_only)}
-    named |= {sanitize_tag(c) for _, classes in topology.dlt_routing for c in classes}
-    kept = set(admitted)
+    named = named_tags(topology)
+    kept = set(admitted) - named
     tags = {}
     for raw, _ in sorted(found.items(), key=lambda item: (-item[1], item[0])):
         tag = sanitize_tag(raw)

@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
+from airflow_kafka_retry.policy.header_values import bound_counts, bound_metadata_tags, bound_strings
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.policy.topology_file import load_topology
@@ -18,6 +19,8 @@ from airflow_kafka_retry.policy.topology_file import load_topology
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
+
+    from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary
 
 #: The watch group of a topology, unless ``consumer_group`` names one.
 WATCH_GROUP_TEMPLATE = "{group_id}-dlt-watch"
@@ -91,7 +94,13 @@ class DltWatchOperator(BaseOperator):
         from airflow_kafka_retry.engine.topics import missing_topics
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
-        from airflow_kafka_retry.observability.metrics import OTHER, dlt_watch_metrics, emit, exception_tags
+        from airflow_kafka_retry.observability.metrics import (
+            OTHER,
+            dlt_watch_metrics,
+            emit,
+            exception_tags,
+            named_tags,
+        )
 
         topology = self._topology()
         topics = [t.topic for t in topology.dlt_tiers]
@@ -117,6 +126,7 @@ class DltWatchOperator(BaseOperator):
             if topics
             else None
         )
+        totals = bounded_totals(summary)
         result = {
             "kind": "dlt_watch",
             "topology": topology.source,
@@ -124,8 +134,8 @@ class DltWatchOperator(BaseOperator):
             "dlt_topics_watched": topics,
             "started_ms": started,
             "finished_ms": wall_clock_ms(),
-            "totals": summary.totals(),
-            "dead_letters": summary.dead_letters,
+            "totals": totals,
+            "dead_letters": [bound_strings(entry) for entry in summary.dead_letters],
             "dead_letters_truncated": summary.dead_letters_truncated,
             "offsets": scan.ranges() if scan else {},
         }
@@ -141,7 +151,7 @@ class DltWatchOperator(BaseOperator):
                 "%s new record(s) in %s: %s",
                 summary.records,
                 ", ".join(sorted(summary.dlt_topics)),
-                ", ".join(f"{n} x {cls}" for cls, n in sorted(summary.dead_lettered.items())),
+                ", ".join(f"{n} x {cls}" for cls, n in totals["dead_lettered"].items()),
             )
             # Airflow's Context is a TypedDict over a plain dict: notify_dlt adds the summary to it
             succeeded = notify_dlt(self.on_dlt, cast("MutableMapping[str, Any]", context), result)
@@ -150,8 +160,10 @@ class DltWatchOperator(BaseOperator):
             self.log.info("no new records in %s since the last watch", ", ".join(topics))
             result["notifiers"] = {"called": 0, "succeeded": 0}
         if scan is not None:  # None only without topics, returned above
-            # after the notifiers: never before; with the exception tags admitted so far (the metrics' cap)
-            commit_offsets(kafka_config, group, scan.next_offsets, admitted | (set(tags.values()) - {OTHER}))
+            # after the notifiers: never before; with the exception tags admitted so far (the metrics' cap),
+            # less the topology's own (always kept), within Kafka's offset metadata limit
+            kept = (admitted | set(tags.values())) - {OTHER} - named_tags(topology)
+            commit_offsets(kafka_config, group, scan.next_offsets, bound_metadata_tags(kept))
         return result
 
     # ------------------------------------------------------------------ OpenLineage
@@ -168,3 +180,18 @@ class DltWatchOperator(BaseOperator):
 
         server = self._lineage_server or connection_server(self.kafka_conn_id)
         return dlt_watch_lineage([t.topic for t in self._topology().dlt_tiers], server, result)
+
+
+def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:
+    """
+    The summary's counts as XCom, the notifiers and the log show them.
+
+    Exception and cause class names come from headers, so they pass the one bound
+    (:mod:`~airflow_kafka_retry.policy.header_values`); DLT topics are the topology's own.
+    """
+    return {
+        "new_records": summary.records,
+        "dead_lettered": bound_counts(summary.dead_lettered),
+        "causes": bound_counts(summary.causes),
+        "dlt_topics": dict(sorted(summary.dlt_topics.items())),
+    }

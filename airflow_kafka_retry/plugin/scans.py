@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.backlog import scan_backlog
 from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
+from airflow_kafka_retry.policy.header_values import bound_counts
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.plugin.settings import ViewSettings
@@ -75,9 +76,18 @@ def _capped(
     if not gate.acquire(timeout=wait_s):
         return None
     try:
-        return scan().to_dict()
+        return _bounded(scan().to_dict())
     finally:
         gate.release()
+
+
+def _bounded(result: dict[str, Any]) -> dict[str, Any]:
+    """A DLT's counts by exception class (names from headers) through the one bound; a backlog as it is."""
+    if "by_exception" in result:
+        result["by_exception"] = bound_counts(result["by_exception"], by_count=True)
+    for hour in result.get("by_hour") or ():
+        hour["counts"] = bound_counts(hour["counts"], by_count=True)
+    return result
 
 
 def read_topology(

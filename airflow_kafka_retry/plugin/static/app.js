@@ -129,8 +129,10 @@ function deadCard(dead) {
                                           el("th", {}, ""))),
         el("tbody", {}, byException.map(([cls, n]) => el("tr", {"data-exception": cls},
           el("td", {}, cls), el("td", {class: "num", "data-exception-count": cls}, n),
-          el("td", {}, el("button", {type: "button", disabled: !dead.can_trigger,
-            title: dead.can_trigger ? "open the replay form" : "you may not trigger the replay DAG",
+          // "<other>" sums the classes past the view's cap (docs/security.md): no one class to replay
+          el("td", {}, el("button", {type: "button", disabled: !dead.can_trigger || cls === "<other>",
+            title: cls === "<other>" ? "many exception classes: filter by one in the replay form" :
+              dead.can_trigger ? "open the replay form" : "you may not trigger the replay DAG",
             onclick: () => openReplay(dead, {exception: cls === "unknown" ? "" : cls})}, "Replay")))))),
       hourly(counts.by_hour || []),
     ]);
