@@ -9,6 +9,8 @@ from typing import Any
 from airflow_kafka_retry.engine.distribution import Distribution
 
 DEFAULT_COORDINATE_CAP = 100
+#: Errors of retried attempts a partition summary keeps.
+MAX_RETRY_ERRORS = 3
 
 
 @dataclass
@@ -61,6 +63,8 @@ class PartitionSummary:
     dead_letters_truncated: int = 0
     lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due, records with a due time
     handler_ms: Distribution = field(default_factory=Distribution)  # time of each handler call (batch)
+    retries: int = 0  # attempts tried again after a broker failure within the run (engine/supervised.py)
+    retry_errors: list[str] = field(default_factory=list)  # what failed the first of those attempts
 
     def count_route(self, topic: str) -> None:
         self.routed[topic] = self.routed.get(topic, 0) + 1
@@ -99,8 +103,10 @@ class PartitionSummary:
             "extra_handler_calls",
             "transactions",
             "dead_letters_truncated",
+            "retries",
         ):
             setattr(self, name, getattr(self, name) + getattr(later, name))
+        self.retry_errors.extend(later.retry_errors[: max(0, MAX_RETRY_ERRORS - len(self.retry_errors))])
         self.duration_s = round(self.duration_s + later.duration_s, 3)
         for mine, theirs in (
             (self.routed, later.routed),

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kafka_retry.engine.call_watch import CallStuckError, CallWatch
+from airflow_kafka_retry.engine.summary import MAX_RETRY_ERRORS
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.options import DrainOptions
@@ -184,6 +185,9 @@ def run_supervised(
             total.error = _final_error(summary.error, attempt, why_not, describe_cluster)
             log.error("%s: partition run failed: %s", where, total.error)
             return total
+        total.retries += 1
+        if len(total.retry_errors) < MAX_RETRY_ERRORS and summary.error:
+            total.retry_errors.append(summary.error[:500])
         pause = min(_BACKOFF_S[min(attempt - 1, len(_BACKOFF_S) - 1)], max(0.0, give_up_at - now))
         log.warning(
             "%s: attempt %s failed on the cluster (%s); trying again with fresh clients in %.1fs "

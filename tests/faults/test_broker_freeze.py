@@ -131,6 +131,12 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(
         did = (
             f'the run failed on partition 0 with "{textwrap.shorten(outcome.error, 220, placeholder=" ...")}"'
         )
+    elif outcome.retries:
+        why = textwrap.shorten(outcome.retry_errors[0], 160, placeholder=" ...")
+        did = (
+            f'partition 0\'s attempt failed ("{why}") and was tried again with fresh clients '
+            f"({outcome.retries} retry); the run finished"
+        )
     else:
         did = "the run waited for the broker and finished"
     committed = ledger.committed(bootstrap, topology.group_id, topology.topic, PARTITIONS)

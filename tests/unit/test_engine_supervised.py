@@ -210,3 +210,5 @@ def test_a_transient_failure_is_retried_and_the_later_attempt_decides_the_status
     assert summary.status == "ok"
     assert summary.error is None
     assert summary.drained == 20
+    assert summary.retries == 1
+    assert summary.retry_errors == ["transaction failed"]
