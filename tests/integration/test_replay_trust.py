@@ -86,6 +86,26 @@ def test_forged_replay_headers_do_not_bypass_the_dlt(kafka_bootstrap, tmp_path, 
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
 
 
+def test_a_real_copys_audit_copied_onto_another_record_is_not_trusted(kafka_bootstrap, tmp_path, monkeypatch):
+    """Issue 38, item 3: the log binds each move to the copy (replay id, key, value), not its coordinates."""
+    monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
+    topology = ledger.make_topology("copied")
+    config = {"bootstrap.servers": kafka_bootstrap}
+    ensure_topics(topology, config, partitions=1)
+    _produce(kafka_bootstrap, topology.topic, [("genuine", "fatal", [])])
+    assert run_local(topology, topology.tier(0), config, _options()).ok
+    assert replay_dlt(topology, config, ReplayRequest(exception=INVALID, to="main")).moved == 1
+    [copy] = [m for m in ledger.read_all(kafka_bootstrap, topology.topic) if R.is_replayed(m.headers())]
+    # every header of the real copy, audit included, on a record of other content
+    _produce(kafka_bootstrap, topology.topic, [("impostor", "fatal", copy.headers())])
+
+    summary = run_local(topology, topology.tier(0), config, _options())
+    assert summary.ok
+    assert _keys(kafka_bootstrap, topology.parking_topic) == ["genuine"], "a copied audit was trusted"
+    assert _keys(kafka_bootstrap, topology.dlt_topic) == ["genuine", "impostor"]
+    assert sum(p.untrusted_replays for p in summary.partitions) == 1
+
+
 def _first_event(trigger, seconds: float) -> dict:
     async def first():
         async for event in trigger.run():
