@@ -14,8 +14,9 @@ A replay runs in three steps, and nothing is written before the third:
    reports every move it would make.
 3. **Move.** The plan is logged, then records go in chunks, one transaction per chunk: the copies
    (with audit headers and a fresh attempt count) are produced and acknowledged, then their
-   ``record/<partition>/<offset>`` log entries are produced, then the transaction commits. A
-   record's copy and its log entry are committed together or not at all.
+   ``record/<partition>/<offset>`` log entries (each with the digest of its copy's replay id, key
+   and value) are produced, then the transaction commits. A record's copy and its log entry are
+   committed together or not at all.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from airflow_kafka_retry.engine.clients import (
 )
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
-from airflow_kafka_retry.policy.replay_headers import ReplayAudit, replayed_headers
+from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest, replayed_headers
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
 if TYPE_CHECKING:
@@ -446,7 +447,7 @@ class Replay:
     def _commit_chunk(
         self, producer: Producer, chunk: list[tuple[DltRecord, _Candidate]], summary: ReplaySummary
     ) -> None:
-        moves: list[Move] = []
+        moves: list[tuple[Move, str]] = []  # each move and the digest of its copy
         failures: list[str] = []
         try:
             producer.begin_transaction()
@@ -459,7 +460,7 @@ class Replay:
                     f"delivered ({'; '.join(failures[:3])}); the chunk was aborted"
                 )
             at = self.clock()
-            for move in moves:
+            for move, digest in moves:
                 producer.produce(
                     self.log_topic,
                     key=record_key(move.partition, move.offset),
@@ -477,6 +478,7 @@ class Replay:
                             "transformed": move.transformed,
                             "by_key": move.by_key,
                             "at_ms": at,
+                            "copy": digest,
                         }
                     ),
                 )
@@ -518,13 +520,13 @@ class Replay:
                 "records moved so far are logged, rerun with the same replay id to finish"
             ) from exc
         summary.transactions += 1
-        for move in moves:
+        for move, _ in moves:
             summary.moved += 1
             summary.add_move(move, self.move_cap)
 
     def _produce(
         self, producer: Producer, record: DltRecord, candidate: _Candidate, failures: list[str]
-    ) -> Move:
+    ) -> tuple[Move, str]:
         edited = apply_transform(self.transform, self.request.transform, record)
         if edited is None:
             raise ReplayError(
@@ -571,7 +573,7 @@ class Replay:
             on_delivery=delivered,
         )
         producer.poll(0)
-        return move
+        return move, copy_digest(self.replay_id, edited.key, edited.value)
 
     def _log_only(self, producer: Producer, key: bytes, value: dict[str, Any]) -> None:
         try:

@@ -4,9 +4,14 @@ The replay log: a compacted ``<dlt>-replay-log`` topic that says which DLT recor
 Keys (UTF-8) and values (JSON):
 
 * ``record/<partition>/<offset>``: the DLT record at those coordinates was moved -- by which replay,
-  to which topic, partition and offset, when. Written in the same Kafka transaction as the moved
-  record itself, so a record is in the log exactly when its copy is in the target: a later replay,
-  whatever its filters, never moves it again.
+  to which topic, partition and offset, when, and ``copy``: the
+  :func:`~airflow_kafka_retry.policy.replay_headers.copy_digest` of the copy produced (replay id, key,
+  value). Written in the same Kafka transaction as the moved record itself, so a record is in the
+  log exactly when its copy is in the target: a later replay, whatever its filters, never moves it
+  again. Only a failing record whose own key and value give ``copy`` is trusted as that copy
+  (:meth:`ReplayLog.confirms`). An entry written before ``copy`` existed is still read: its DLT
+  record counts as replayed (never moved again, shown by ``dlt inspect``), but it confirms no
+  claim, so such a copy that fails again is dead-lettered rather than parked.
 * ``plan/<replay id>``: the options of a replay and the end of each DLT partition when it began,
   written before its first move; a rerun with the same id must give the same options and works on
   the same records, so a replay killed half way is finished by running it again.
@@ -33,6 +38,7 @@ from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.reading import TopicReader
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,21 @@ class ReplayLog:
                 }
             )
         return out
+
+    def confirms(self, audit: ReplayAudit, digest: str) -> bool:
+        """
+        True when this log recorded ``audit``'s move of the copy whose digest is ``digest``.
+
+        The entry of (DLT partition, offset) must name the audit's replay id and that digest; an entry
+        without a digest (written by an older version) confirms nothing.
+        """
+        entry = self.moved.get((audit.partition, audit.offset))
+        return (
+            entry is not None
+            and entry.get("replay_id") == audit.replay_id
+            and isinstance(entry.get("copy"), str)
+            and entry["copy"] == digest
+        )
 
     def add(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:

@@ -444,6 +444,8 @@ class PartitionJob:
                 exception=error,
                 original_timestamp_ms=read_original_timestamp(headers_of(message), ts),
                 headers=headers_of(message),
+                key=message.key(),
+                value=message.value(),
             )
             if destination.untrusted_replay:
                 self._untrusted_replay(message, work)

@@ -3,10 +3,12 @@ Whether a replay really moved a record: its audit headers checked against the re
 
 Anyone who can produce to a topic can write ``dlt_replay-*`` headers. A failing record is parked
 (not dead-lettered) only when the replay log of the DLT (or parking topic) its audit names recorded
-that move: ``record/<partition>/<offset>`` written by the same replay id, in the same transaction as
-the copy itself (``dlt/replay_log.py``). So a record whose copy is readable is always known to the
-log. The log of each topic is read once per partition run and read again only when it has grown,
-so a flood of forged records costs one watermark request each, not a log read.
+that move of that very copy: ``record/<partition>/<offset>`` written by the same replay id, in the
+same transaction as the copy itself, with the digest of the copy's replay id, key and value
+(``dlt/replay_log.py``). So a record whose copy is readable is always known to the log, and the
+audit of a real copy put on another record confirms nothing. The log of each topic is read once
+per partition run and read again only when it has grown, so a flood of forged records costs one
+watermark request each, not a log read.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ log = logging.getLogger(__name__)
 
 class ReplayLogCheck:
     """
-    ``check(audit)``: True when the replay log of ``audit.topic`` recorded that move by that replay.
+    ``check(audit, digest)``: whether the log of ``audit.topic`` recorded that move of that copy.
+
+    True when that replay moved the DLT record the audit names and logged ``digest`` for its copy.
 
     Opens its reader on first use; :meth:`close` closes it.
     """
@@ -39,13 +43,13 @@ class ReplayLogCheck:
         self._reader: TopicReader | None = None
         self._logs: dict[str, tuple[ReplayLog, int]] = {}  # log topic -> (what it says, its end then)
 
-    def __call__(self, audit: ReplayAudit) -> bool:
+    def __call__(self, audit: ReplayAudit, digest: str) -> bool:
         try:
             topic = log_topic(audit.topic)
         except ReplayError:
             return False
         cached = self._logs.get(topic)
-        if cached is not None and _knows(cached[0], audit):
+        if cached is not None and cached[0].confirms(audit, digest):
             return True
         end = self._end(topic)
         if cached is None or end > cached[1]:
@@ -57,7 +61,7 @@ class ReplayLogCheck:
                 )
                 return False
             cached = self._logs[topic] = (replay_log, end)
-        return _knows(cached[0], audit)
+        return cached[0].confirms(audit, digest)
 
     def _open(self) -> TopicReader:
         if self._reader is None:
@@ -74,8 +78,3 @@ class ReplayLogCheck:
         if self._reader is not None:
             self._reader.__exit__()
             self._reader = None
-
-
-def _knows(replay_log: ReplayLog, audit: ReplayAudit) -> bool:
-    entry = replay_log.moved.get((audit.partition, audit.offset))
-    return entry is not None and entry.get("replay_id") == audit.replay_id

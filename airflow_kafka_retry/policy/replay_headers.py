@@ -16,11 +16,15 @@ timeout clock: its own timestamp). A replayed record that fails again is parked 
 dead-lettered (see :mod:`airflow_kafka_retry.policy.resolver`) -- but only when the claim holds:
 any producer can write these headers, so the engine parks a record only when its complete audit
 names one of the topology's DLTs or its parking topic (:func:`claimed_replay`) and that topic's
-replay log recorded the move (``engine/replay_trust.py``). Any other claim is treated as absent.
+replay log recorded the move *of this very copy*: the log entry carries :func:`copy_digest` of the
+replay id, key and value produced, and the failing record's own key and value must give it
+(``engine/replay_trust.py``), so an audit copied onto another record confirms nothing. Any other
+claim is treated as absent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
@@ -70,6 +74,23 @@ class ReplayAudit:
             (REPLAY_SOURCE_OFFSET, encode_int64(self.offset)),
             (REPLAY_TIMESTAMP, encode_int64(self.timestamp_ms)),
         ]
+
+
+def copy_digest(replay_id: str, key: bytes | None, value: bytes | None) -> str:
+    """
+    What binds a replay-log entry to the copy it logged: SHA-256 of the replay id, key and value.
+
+    Each field is length-prefixed and a null key or value is told apart from an empty one, so no two
+    copies share a digest by moving bytes between fields. The engine routes a record through the tiers
+    with its key and value unchanged, so the copy keeps its digest on every tier.
+    """
+    h = hashlib.sha256(b"dlt-replay-copy/1")
+    for part in (replay_id.encode("utf-8"), key, value):
+        if part is None:
+            h.update(b"\xff")
+        else:
+            h.update(b"\x00" + len(part).to_bytes(8, "big") + part)
+    return h.hexdigest()
 
 
 def is_replayed(headers: Iterable[Header] | None) -> bool:

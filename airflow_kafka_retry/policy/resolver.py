@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.policy.replay_headers import claimed_replay, is_replayed
+from airflow_kafka_retry.policy.replay_headers import claimed_replay, copy_digest, is_replayed
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.headers import Header
@@ -71,8 +71,9 @@ class DestinationResolver:
 
     :param topology: the retry path.
     :param clock: returns the current time in epoch milliseconds (injectable for tests).
-    :param replay_known: whether the replay log of ``audit.topic`` recorded that move (the engine reads
-        the log); without it no replay claim is trusted, so nothing is parked.
+    :param replay_known: ``replay_known(audit, digest)``: whether the replay log of ``audit.topic``
+        recorded that move of the copy whose :func:`~airflow_kafka_retry.policy.replay_headers.copy_digest`
+        is ``digest`` (the engine reads the log); without it no replay claim is trusted, so nothing is parked.
     """
 
     def __init__(
@@ -80,7 +81,7 @@ class DestinationResolver:
         topology: Topology,
         *,
         clock: Callable[[], int] = wall_clock_ms,
-        replay_known: Callable[[ReplayAudit], bool] | None = None,
+        replay_known: Callable[[ReplayAudit, str], bool] | None = None,
     ) -> None:
         self.topology = topology
         self.clock = clock
@@ -99,22 +100,27 @@ class DestinationResolver:
         exception: BaseException,
         original_timestamp_ms: int,
         headers: Iterable[Header] | None = None,
+        key: bytes | None = None,
+        value: bytes | None = None,
     ) -> Destination:
         """
         Return the destination of a record consumed from ``topic`` that failed on ``attempt``.
 
-        ``headers`` are the failed record's headers: a record replayed from a DLT (its audit headers
-        name one of the topology's DLTs or its parking topic, and ``replay_known`` confirms them) goes
-        to the parking topic wherever it would go to a DLT, so it never loops between a replay and the
-        DLT. Unconfirmed replay headers are ignored (``untrusted_replay`` on the destination).
+        ``headers``, ``key`` and ``value`` are the failed record's: a record replayed from a DLT (its
+        audit headers name one of the topology's DLTs or its parking topic, and ``replay_known``
+        confirms that move of a copy with this key and value) goes to the parking topic wherever it
+        would go to a DLT, so it never loops between a replay and the DLT. Unconfirmed replay headers
+        are ignored (``untrusted_replay`` on the destination).
         """
         source = self.topology.tier_for_topic(topic)
         now = self.clock()
         if source.kind == "dlt":
-            return self._park(self._dlt_failure(source, partition, attempt, exception, now), headers)
-        return self._park(
-            self._retry_or_dlt(source, partition, attempt, exception, original_timestamp_ms, now), headers
-        )
+            destination = self._dlt_failure(source, partition, attempt, exception, now)
+        else:
+            destination = self._retry_or_dlt(
+                source, partition, attempt, exception, original_timestamp_ms, now
+            )
+        return self._park(destination, headers, key, value)
 
     def _retry_or_dlt(
         self,
@@ -145,12 +151,22 @@ class DestinationResolver:
             "retryable",
         )
 
-    def _park(self, destination: Destination, headers: Iterable[Header] | None) -> Destination:
+    def _park(
+        self,
+        destination: Destination,
+        headers: Iterable[Header] | None,
+        key: bytes | None,
+        value: bytes | None,
+    ) -> Destination:
         parking = self.topology.parking_topic
         if destination.action != "dlt" or parking is None or not is_replayed(headers):
             return destination
         audit = claimed_replay(headers, self._replay_sources)
-        if audit is None or self.replay_known is None or not self.replay_known(audit):
+        if (
+            audit is None
+            or self.replay_known is None
+            or not self.replay_known(audit, copy_digest(audit.replay_id, key, value))
+        ):
             return replace(destination, untrusted_replay=True)
         return Destination(
             "dlt",

@@ -68,7 +68,9 @@ KNOWN = {(AUDIT.replay_id, AUDIT.topic, AUDIT.partition, AUDIT.offset)}  # what 
 
 
 def resolve(t: Topology, topic: str, attempt: int, exc: BaseException, headers=None):
-    def known(a: ReplayAudit) -> bool:
+    def known(
+        a: ReplayAudit, digest: str
+    ) -> bool:  # the copy's digest: tests/unit/test_replay_copy_binding.py
         return (a.replay_id, a.topic, a.partition, a.offset) in KNOWN
 
     return DestinationResolver(t, clock=lambda: NOW, replay_known=known).resolve(

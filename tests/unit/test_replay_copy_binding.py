@@ -18,7 +18,9 @@ AUDIT = ReplayAudit("r-1", "orders-dlt", 2, 17, NOW)
 
 
 def _topology() -> Topology:
-    return Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 3})
+    return Topology.from_mapping(
+        {"topic": "orders", "group_id": "svc", "attempts": 3, "not_retryable": ["KeyError"]}
+    )
 
 
 def _log(**entry) -> ReplayLog:
