@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.clients import open_consumer, partition_counts
+from airflow_kafka_retry.engine.clients import KafkaConfigError, open_consumer, partition_counts
 from airflow_kafka_retry.engine.process_pool import ProcessPool
 from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
 from airflow_kafka_retry.engine.supervised import run_partition
@@ -36,7 +36,17 @@ def tier_partitions(
     """The partitions of ``tier``'s topic (the topic must exist)."""
     group = options.consumer_group or topology.consumer_group(tier)
     with open_consumer(kafka_config, group) as consumer:
-        return list(range(partition_counts(consumer, [tier.topic])[tier.topic]))
+        try:
+            count = partition_counts(consumer, [tier.topic], timeout=min(10.0, options.call_timeout_s))
+        except KafkaConfigError as exc:
+            if exc.__cause__ is None:  # the topic does not exist: the message says so
+                raise
+            # no broker answered: say which ones were asked (bootstrap addresses are not secrets)
+            raise KafkaConfigError(
+                f"{exc}; no broker of bootstrap.servers={kafka_config.get('bootstrap.servers')!r} answered, "
+                "nothing was read or committed"
+            ) from exc
+        return list(range(count[tier.topic]))
 
 
 #: Upper bound of :func:`default_parallelism` (a caller may ask for more).

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 
@@ -62,6 +62,41 @@ def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeou
     return [t for t in topics if t not in existing]
 
 
+def replication_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:
+    """
+    A sentence for each of ``topics`` that one broker's loss would stop, on a cluster of several brokers.
+
+    A topic whose partitions have a single replica on a multi-broker cluster (created with replication
+    factor 1, or the broker's default of 1) is offline for as long as the one broker that holds a partition
+    is down: its tier's runs fail, and nothing routed to it can be committed.
+    """
+    brokers = len(metadata.brokers)
+    if brokers < 2:
+        return []
+    warnings = []
+    for topic in topics:
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            continue
+        replicas = min(len(p.replicas) for p in info.partitions.values())
+        if replicas < 2:
+            warnings.append(
+                f"topic {topic!r} has replication factor {replicas} on a cluster of {brokers} brokers: "
+                "losing "
+                "the broker that holds one of its partitions stops that partition's tier; recreate it with "
+                "replication factor 3 (and min.insync.replicas 2)"
+            )
+    return warnings
+
+
+def topology_replication_warnings(
+    topology: Topology, kafka_config: Mapping[str, Any], *, timeout: float = 30.0
+) -> list[str]:
+    """:func:`replication_warnings` for every topic of ``topology`` that exists (one metadata request)."""
+    metadata = _admin(kafka_config).list_topics(timeout=timeout)
+    return replication_warnings(metadata, topology_topics(topology))
+
+
 class MainTopicMissingError(KafkaConfigError):
     """The topology's main topic does not exist; its retry topics are sized after it, so it must."""
 
@@ -101,6 +136,7 @@ class TopicsReport:
     created: list[str] = field(default_factory=list)
     existing: list[str] = field(default_factory=list)
     mismatches: list[TopicMismatch] = field(default_factory=list)
+    replication_warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +146,7 @@ class TopicsReport:
             "created": list(self.created),
             "existing": list(self.existing),
             "mismatches": [str(m) for m in self.mismatches],
+            "replication_warnings": list(self.replication_warnings),
         }
 
 
@@ -130,7 +167,8 @@ def ensure_retry_topics(
     :raises MainTopicMissingError: the main topic does not exist.
     """
     admin = _admin(kafka_config)
-    metadata = admin.list_topics(timeout=timeout).topics
+    cluster = admin.list_topics(timeout=timeout)
+    metadata = cluster.topics
     main = topology.topic
     info = metadata.get(main)
     if info is None or info.error is not None or not info.partitions:
@@ -158,6 +196,10 @@ def ensure_retry_topics(
     missing = [t for t in wanted if t not in existing]
     for topic, outcome in _create(admin, missing, partitions, config, replication_factor, timeout).items():
         (report.created if outcome == "created" else report.existing).append(topic)
+    laid_out = admin.list_topics(timeout=timeout) if report.created else cluster  # the new topics' replicas
+    report.replication_warnings = replication_warnings(laid_out, [main, *wanted])
+    for warning in report.replication_warnings:
+        log.warning("%s", warning)
     return report
 
 

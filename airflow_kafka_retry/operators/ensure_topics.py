@@ -95,6 +95,8 @@ class EnsureRetryTopicsOperator(BaseOperator):
             self.log.info("already there: %s", ", ".join(report.existing))
         for mismatch in report.mismatches:
             self.log.warning("%s", mismatch)
+        for warning in report.replication_warnings:
+            self.log.warning("%s", warning)
         fatal = fatal_mismatches(report.mismatches, self.on_mismatch, topology.compat)
         if fatal:
             raise AirflowException(
