@@ -7,6 +7,11 @@ end seen with the first fetch (partition EOF or the high watermark carried by fe
 ListOffsets) and feeds a :class:`DltWatchSummary` (counts and capped coordinates, never payloads);
 :func:`commit_offsets` then commits where the scan stopped. Reading never commits.
 
+A scan has a time limit. One that reaches it having read records stops there and is *partial*
+(:attr:`DltScan.complete` false, :attr:`DltScan.unfinished` the partitions not read to their end):
+committing its offsets reports those records once, and the next scan goes on from there, so a backlog
+larger than one scan is worked off over several runs instead of being reported again at every run.
+
 The commit carries, as the offsets' metadata, the exception tags the watch's metrics admitted so far
 (``observability/metrics.py`` caps them per topology); the scan reads them back (:attr:`DltScan.admitted`).
 """
@@ -104,6 +109,12 @@ class DltScan:
     start_offsets: dict[TopicPartitionKey, int]  # committed before the scan; negative: nothing committed
     next_offsets: dict[TopicPartitionKey, int]  # only partitions where records were read
     admitted: frozenset[str] = frozenset()  # exception tags earlier watches admitted (commit metadata)
+    unfinished: tuple[TopicPartitionKey, ...] = ()  # not read to their end before the time limit
+
+    @property
+    def complete(self) -> bool:
+        """Every partition was read to the end seen when the scan began."""
+        return not self.unfinished
 
     def ranges(self) -> dict[str, dict[str, int | None]]:
         return {
@@ -154,8 +165,10 @@ def scan_new_records(
     """
     Read every record of ``topics`` after ``group``'s committed offsets into ``summary``; commit nothing.
 
-    Records appended after a partition's first fetch are left for the next scan. A
-    :class:`DltWatchError` names the partitions that did not reach their end within ``timeout_s``.
+    Records appended after a partition's first fetch are left for the next scan. A scan that reaches
+    ``timeout_s`` stops: having read records, it returns a partial scan (``unfinished`` names the
+    partitions it did not read to their end; commit its offsets and the next scan goes on from there);
+    having read none, it raises a :class:`DltWatchError` naming the partitions that did not answer.
     """
     deadline = time.monotonic() + timeout_s
     with open_consumer(kafka_config, group) as consumer:
@@ -167,11 +180,12 @@ def scan_new_records(
         start, admitted = _committed(consumer, keys, max(0.1, deadline - time.monotonic()))
         starts = [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
         consumer.assign(from_log_start(consumer, starts))
+        open_keys = set(keys)
         try:
-            next_offsets = _read_to_end(consumer, summary, set(keys), deadline, poll_timeout_s)
+            next_offsets = _read_to_end(consumer, summary, open_keys, deadline, poll_timeout_s)
         finally:
             consumer.unassign()
-    return DltScan(group, start, next_offsets, admitted)
+    return DltScan(group, start, next_offsets, admitted, tuple(sorted(open_keys)))
 
 
 def _read_to_end(
@@ -190,6 +204,8 @@ def _read_to_end(
 
     while open_keys:
         remaining = deadline - time.monotonic()
+        if remaining <= 0 and next_offsets:
+            break  # a partial scan: what was read is reported and committed, the rest is for the next one
         if remaining <= 0:
             raise DltWatchError(
                 f"{_where(list(open_keys))}: no records and no end-of-partition from the broker "

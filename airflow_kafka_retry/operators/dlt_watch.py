@@ -52,7 +52,10 @@ class DltWatchOperator(BaseOperator):
         callables ``f(context)``.
     :param consumer_group: the watch's own group; default ``<group_id>-dlt-watch``. (templated)
     :param coordinate_cap: at most this many record coordinates in the summary (the rest are counted).
-    :param scan_timeout: seconds the scan may take before the task fails (nothing committed).
+    :param scan_timeout: seconds the scan may take. A scan that reaches it stops and the run reports and
+        commits what it read (``complete`` false, ``unfinished`` naming the partitions left): the next
+        run goes on from there, so a backlog larger than one scan is reported once, over several runs.
+        Only a scan that read nothing in that time fails the task (nothing committed).
     :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets
         it: its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
     """
@@ -138,6 +141,8 @@ class DltWatchOperator(BaseOperator):
             "dead_letters": [bound_strings(entry) for entry in summary.dead_letters],
             "dead_letters_truncated": summary.dead_letters_truncated,
             "offsets": scan.ranges() if scan else {},
+            "complete": scan.complete if scan else True,
+            "unfinished": [f"{t}[{p}]" for t, p in scan.unfinished] if scan else [],
         }
         self._result = result
         admitted = scan.admitted if scan else frozenset()
@@ -146,6 +151,14 @@ class DltWatchOperator(BaseOperator):
         if not topics:
             self.log.info("%s has no DLT (dlt_strategy: no_dlt): nothing to watch", topology.source)
             return {**result, "notifiers": {"called": 0, "succeeded": 0}}
+        if scan is not None and not scan.complete:
+            self.log.warning(
+                "the scan reached scan_timeout (%ss) before the end of %s: this run reports and commits the "
+                "%s record(s) it read, the next run goes on from there",
+                self.scan_timeout,
+                ", ".join(result["unfinished"]),
+                summary.records,
+            )
         if summary.records:
             self.log.warning(
                 "%s new record(s) in %s: %s",

@@ -86,6 +86,8 @@ def test_a_backlog_larger_than_one_scan_is_reported_once_over_several_runs(kafka
     assert sorted(reported) == sorted((p, o) for p, n in RECORDS.items() for o in range(n)), (
         "a record was reported twice or never"
     )
-    assert len(calls) == len(runs)  # each run with new records notified once
+    # each run with new records notified once (a run can end before the end-of-partition that follows its
+    # last record: the next one then reads nothing new and notifies nobody)
+    assert len(calls) == sum(1 for r in runs if r["totals"]["new_records"])
     last = watch()
     assert (last["totals"]["new_records"], last["complete"], last["unfinished"]) == (0, True, [])
