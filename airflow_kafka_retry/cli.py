@@ -31,7 +31,11 @@ def _echo_stderr(line: str) -> None:
 def _cmd_broker(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.testing.broker import run_broker_cli
 
-    return run_broker_cli(args.port, kafka=args.kafka)
+    if args.nodes != 1 and not args.kafka:
+        return fail("--nodes needs --kafka: the embedded Tansu broker runs one node")
+    if args.nodes != 1 and args.port is not None:
+        return fail("--port names one broker's port; a cluster (--nodes) picks free ports")
+    return run_broker_cli(args.port, kafka=args.kafka, nodes=args.nodes)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -181,6 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a real single-node Apache Kafka (KRaft) from its Maven Central jars (needs Java 17+ and mvn; "
         "the jars are cached in ~/.cache/airflow-kafka-retry)",
+    )
+    broker.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        choices=range(1, 10),
+        metavar="N",
+        help="with --kafka: a KRaft cluster of N nodes (broker and controller each; replication factor 3, "
+        "min ISR 2); the first line is then the comma-separated bootstrap list (default 1)",
     )
     broker.set_defaults(func=_cmd_broker)
 

@@ -32,6 +32,7 @@ from airflow_kafka_retry.testing.processes import (
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.testing.kafka import ApacheKafka
+    from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
 
 log = logging.getLogger(__name__)
 
@@ -280,15 +281,23 @@ class _BrokerExited(Exception):
     """The broker process ended while we waited for it to listen."""
 
 
-def run_broker_cli(port: int | None = None, *, kafka: bool = False) -> int:
+def run_broker_cli(port: int | None = None, *, kafka: bool = False, nodes: int = 1) -> int:
     """
     Run a broker in the foreground until SIGINT/SIGTERM: Tansu, or Apache Kafka with ``kafka``.
 
-    Prints the bootstrap address (``127.0.0.1:PORT``) as the first stdout line and flushes it as soon
-    as the broker is ready, so a parent process can read it. Returns the process exit code: 0 after a
-    signal-requested stop, 1 if the broker fails to start (the error names what is missing, or carries
-    the broker's last log lines) or dies on its own.
+    Prints the bootstrap address (``127.0.0.1:PORT``; with ``nodes`` > 1 a cluster's comma-separated list)
+    as the first stdout line and flushes it as soon as the broker is ready, so a parent process can read
+    it. Returns the process exit code: 0 after a signal-requested stop, 1 if the broker fails to start
+    (the error names what is missing, or carries the broker's last log lines) or dies on its own, 2 for
+    ``nodes`` other than 1 without ``kafka`` (or with a ``port``).
     """
+    if nodes != 1 and (not kafka or port is not None or nodes < 1):
+        print(
+            f"error: --nodes {nodes} needs --kafka (Tansu runs one node), no --port, and at least one node",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 2
     stop = threading.Event()
     received: list[int] = []
 
@@ -297,8 +306,12 @@ def run_broker_cli(port: int | None = None, *, kafka: bool = False) -> int:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    broker: EmbeddedBroker | ApacheKafka
-    if kafka:
+    broker: EmbeddedBroker | ApacheKafka | ApacheKafkaCluster
+    if kafka and nodes > 1:
+        from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+
+        broker, name = ApacheKafkaCluster(nodes), f"Apache Kafka cluster of {nodes} nodes:"
+    elif kafka:
         from airflow_kafka_retry.testing.kafka import ApacheKafka
 
         broker, name = ApacheKafka(port=port), "Apache Kafka"
@@ -311,11 +324,11 @@ def run_broker_cli(port: int | None = None, *, kafka: bool = False) -> int:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 1
         print(broker.bootstrap, flush=True)
-        print(f"{name} pid {broker.pid}, log {broker.log_path}; Ctrl-C to stop", file=sys.stderr, flush=True)
+        print(f"{name} {_where(broker)}; Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             if not broker.running:
                 print(
-                    f"error: broker exited unexpectedly; log {broker.log_path}:\n{broker.log_tail()}",
+                    f"error: broker exited unexpectedly; {_where(broker)}:\n{broker.log_tail()}",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -326,3 +339,11 @@ def run_broker_cli(port: int | None = None, *, kafka: bool = False) -> int:
         broker.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _where(broker: EmbeddedBroker | ApacheKafka | ApacheKafkaCluster) -> str:
+    from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+
+    if isinstance(broker, ApacheKafkaCluster):
+        return ", ".join(f"node {i} pid {broker.pid_of(i)} log {broker.log_path(i)}" for i in broker.node_ids)
+    return f"pid {broker.pid}, log {broker.log_path}"

@@ -16,12 +16,9 @@ default, so the broker behaves as users' brokers do.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 import uuid
@@ -30,91 +27,30 @@ from pathlib import Path
 from types import TracebackType
 
 from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, find_java, pinned_version
-from airflow_kafka_retry.testing.processes import (
-    free_port,
-    parent_death_hook,
-    port_open,
-    register,
-    signal_group,
-    unregister,
+from airflow_kafka_retry.testing.kafka_node import (
+    QUICK_JIT,
+    KafkaNode,
+    KafkaStartError,
+    NodeExited,
+    format_nodes,
+    new_cluster_id,
+    server_properties,
 )
+from airflow_kafka_retry.testing.processes import free_port, register, unregister
+
+__all__ = [
+    "DEFAULT_HEAP",
+    "QUICK_JIT",
+    "ApacheKafka",
+    "KafkaStartError",
+    "server_properties",
+    "warm_up",
+]
 
 log = logging.getLogger(__name__)
 
 #: JVM heap; with metaspace, code cache and threads the broker's RSS stays well under 1.2 GB.
 DEFAULT_HEAP = "768m"
-
-#: JVM options for a broker that lives minutes (the test suite's, the demo's): the JIT stops at its first
-#: tier (C1), so no CPU goes to C2's optimising compiles. Over the test suite those were about half of
-#: the broker's CPU, and C1's code serves a test's requests as cheaply. The default (``()``) is the
-#: JVM's full JIT, as users' brokers run, for the benchmarks.
-QUICK_JIT = ("-XX:TieredStopAtLevel=1",)
-
-_LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = OUT
-logger.kafka.name = kafka
-logger.kafka.level = INFO
-logger.state.name = state.change.logger
-logger.state.level = WARN
-logger.request.name = kafka.request.logger
-logger.request.level = WARN
-logger.org.name = org.apache.kafka
-logger.org.level = INFO
-"""
-
-
-def server_properties(
-    *, port: int, controller_port: int, log_dirs: Path, overrides: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """The ``server.properties`` of a one-node KRaft test cluster on loopback."""
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": str(log_dirs),
-        "num.partitions": "1",
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": "5",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "transaction.state.log.num.partitions": "5",
-        "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-        "num.network.threads": "2",
-        "num.io.threads": "4",
-    }
-    props.update(overrides or {})
-    return props
-
-
-def _cluster_id() -> str:
-    """
-    16 random bytes, URL-safe base64 without padding, never starting with ``-``.
-
-    The storage tool's argument parser would take a leading ``-`` for an option; Kafka's own
-    ``Uuid.randomUuid`` draws again for the same reason.
-    """
-    while True:
-        value = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        if not value.startswith("-"):
-            return value
-
-
-class KafkaStartError(RuntimeError):
-    """The broker did not become ready; the message carries the last lines of its log."""
 
 
 class ApacheKafka:
@@ -155,9 +91,8 @@ class ApacheKafka:
         self._data_dir = Path(data_dir) if data_dir is not None else None
         self._keep_data = keep_data
         self._owned_dir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._node: KafkaNode | None = None
         self._port: int | None = None
-        self._log_path: Path | None = None
         self.ready_seconds: float | None = None
         #: seconds until the first metadata answer (``ready_seconds`` adds the coordinators' warm-up)
         self.metadata_seconds: float | None = None
@@ -175,19 +110,19 @@ class ApacheKafka:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._node.pid if self._node is not None else None
 
     @property
     def log_path(self) -> Path | None:
-        return self._log_path
+        return self._node.log_path if self._node is not None else None
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._node is not None and self._node.running
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> ApacheKafka:
-        if self._proc is not None:
+        if self._node is not None and self._node.proc is not None:
             raise RuntimeError("broker already started")
         started = time.monotonic()
         java = find_java()
@@ -200,17 +135,23 @@ class ApacheKafka:
         attempts = 1 if self._requested_port is not None else 3
         for attempt in range(1, attempts + 1):
             port = self._requested_port or free_port()
-            controller = free_port()
-            run_dir = base / f"kafka-{port}"
-            run_dir.mkdir(parents=True, exist_ok=True)
-            self._log_path = run_dir / "server.log"
-            config = self._write_config(run_dir, port, controller)
-            classpath = f"{lib}/*"
-            self._format(java, classpath, config, run_dir)
-            self._spawn(java, classpath, config, run_dir)
+            node = self._node = KafkaNode(
+                java=java,
+                classpath=f"{lib}/*",
+                run_dir=base / f"kafka-{port}",
+                port=port,
+                controller_port=free_port(),
+                heap=self._heap,
+                jvm_options=self._jvm_options,
+                overrides=self._overrides,
+            )
+            node.write_config()
+            format_nodes([node], new_cluster_id())
+            node.spawn()
+            register(self)
             try:
-                self._wait_ready(port)
-            except _Exited as exc:
+                self._wait_ready(node)
+            except NodeExited as exc:
                 self._reap()
                 if attempt == attempts:
                     self.stop()
@@ -221,7 +162,7 @@ class ApacheKafka:
                 continue
             self._port = port
             self.metadata_seconds = time.monotonic() - started
-            self._warm_up()
+            warm_up(self.bootstrap, self._startup_timeout)
             self.ready_seconds = time.monotonic() - started
             log.info(
                 "Apache Kafka %s pid %s on 127.0.0.1:%s, ready in %.1fs (log %s)",
@@ -229,38 +170,30 @@ class ApacheKafka:
                 self.pid,
                 port,
                 self.ready_seconds,
-                self._log_path,
+                node.log_path,
             )
             return self
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
         """SIGTERM the broker's process group, SIGKILL after ``stop_timeout``; idempotent."""
-        proc = self._proc
+        node = self._node
         try:
-            if proc is not None and proc.poll() is None:
-                signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(self._stop_timeout)
-                except subprocess.TimeoutExpired:
-                    log.warning(
-                        "Kafka pid %s ignored SIGTERM for %.0fs; killing", proc.pid, self._stop_timeout
-                    )
+            if node is not None and node.proc is not None and not node.stop(self._stop_timeout):
+                log.warning("Kafka pid %s ignored SIGTERM for %.0fs; killing", node.pid, self._stop_timeout)
         finally:
             self._reap()
             self._port = None
             if self._owned_dir is not None and not self._keep_data:
                 shutil.rmtree(self._owned_dir, ignore_errors=True)
                 self._owned_dir = None
-                self._log_path = None
+                self._node = None
 
     def log_tail(self, lines: int = 30) -> str:
-        if self._log_path is None or not self._log_path.exists():
-            return ""
-        return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+        return self._node.log_tail(lines) if self._node is not None else ""
 
     def __enter__(self) -> ApacheKafka:
-        return self.start() if self._proc is None else self
+        return self.start() if self._node is None or self._node.proc is None else self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -274,147 +207,51 @@ class ApacheKafka:
         )
 
     # ------------------------------------------------------------------ internals
-    def _write_config(self, run_dir: Path, port: int, controller: int) -> Path:
-        props = server_properties(
-            port=port, controller_port=controller, log_dirs=run_dir / "data", overrides=self._overrides
-        )
-        config = run_dir / "server.properties"
-        config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-        (run_dir / "log4j2.properties").write_text(_LOG4J2)
-        return config
-
-    def _jvm(
-        self, java: str, classpath: str, run_dir: Path, *, heap: str, options: Sequence[str]
-    ) -> list[str]:
-        return [
-            java,
-            *options,
-            f"-Xmx{heap}",
-            f"-Xms{min(256, _megabytes(heap))}m",
-            "-XX:+UseG1GC",
-            "-XX:MaxGCPauseMillis=20",
-            "-XX:+ExitOnOutOfMemoryError",
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={run_dir / 'log4j2.properties'}",
-            f"-Dkafka.logs.dir={run_dir}",
-            "-cp",
-            classpath,
-        ]
-
-    def _format(self, java: str, classpath: str, config: Path, run_dir: Path) -> None:
-        cmd = [
-            # a one-shot tool: compiling beyond C1 would only cost CPU
-            *self._jvm(java, classpath, run_dir, heap="256m", options=QUICK_JIT),
-            "kafka.tools.StorageTool",
-            "format",
-            "--config",
-            str(config),
-            "--cluster-id",
-            _cluster_id(),
-            "--ignore-formatted",
-        ]
-        done = subprocess.run(
-            cmd, check=False, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
-        )
-        if done.returncode != 0:
-            out = "\n".join((done.stdout + done.stderr).strip().splitlines()[-20:])
-            raise KafkaStartError(
-                f"formatting Kafka storage in {run_dir} failed (exit {done.returncode}):\n{out}"
-            )
-
-    def _spawn(self, java: str, classpath: str, config: Path, run_dir: Path) -> None:
-        cmd = [
-            *self._jvm(java, classpath, run_dir, heap=self._heap, options=self._jvm_options),
-            "kafka.Kafka",
-            str(config),
-        ]
-        if self._log_path is None:
-            raise RuntimeError("the log path is chosen before the process starts")
-        with open(self._log_path, "ab") as logf:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - None off the main thread
-            )
-        register(self)
-
-    def _wait_ready(self, port: int) -> None:
-        from confluent_kafka import KafkaException
-
-        from airflow_kafka_retry.testing.topics import admin_client
-
-        if self._proc is None:
-            raise RuntimeError("the process is not started")
+    def _wait_ready(self, node: KafkaNode) -> None:
         deadline = time.monotonic() + self._startup_timeout
-        admin = None
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise _Exited(
-                    f"Apache Kafka exited (code {self._proc.returncode}) during start-up on "
-                    f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}"
-                )
-            if port_open(port):
-                admin = admin or admin_client(f"127.0.0.1:{port}")
-                try:
-                    if admin.list_topics(timeout=2).brokers:
-                        return
-                except KafkaException:
-                    pass
+            metadata = node.metadata(timeout=2)
+            if metadata is not None and metadata.brokers:
+                return
             time.sleep(0.1)
         tail = self.log_tail()
         self.stop()
         raise KafkaStartError(
-            f"Apache Kafka did not answer a metadata request on 127.0.0.1:{port} within "
-            f"{self._startup_timeout:.0f}s; log {self._log_path}:\n{tail}"
+            f"Apache Kafka did not answer a metadata request on {node.bootstrap} within "
+            f"{self._startup_timeout:.0f}s; log {node.log_path}:\n{tail}"
         )
-
-    def _warm_up(self) -> None:
-        """
-        Load the group and transaction coordinators, so the first test finds them ready.
-
-        A fresh broker creates ``__consumer_offsets`` and ``__transaction_state`` on first use and answers
-        ``COORDINATOR_LOAD_IN_PROGRESS`` / ``NOT_COORDINATOR`` until they are loaded; clients retry,
-        but a capability check or a test with a short deadline would see the delay.
-        """
-        from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-
-        from airflow_kafka_retry.engine.clients import coordinator_busy, init_transactions
-        from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
-
-        common = {"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOGGER}
-        deadline = time.monotonic() + self._startup_timeout
-        init_transactions(
-            Producer({**common, "transactional.id": f"warm-up-{uuid.uuid4()}"}), self._startup_timeout
-        )
-        consumer = Consumer({**common, "group.id": f"warm-up-{uuid.uuid4()}"})
-        try:
-            while True:
-                try:
-                    consumer.committed([TopicPartition("__warm_up", 0)], timeout=self._startup_timeout)
-                    return
-                except KafkaException as exc:
-                    if not coordinator_busy(exc) or time.monotonic() >= deadline:
-                        raise
-                    time.sleep(0.2)
-        finally:
-            consumer.close()
 
     def _reap(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            signal_group(self._proc.pid, signal.SIGKILL)
-            self._proc.wait(10)
-        self._proc = None
+        if self._node is not None:
+            self._node.reap()
         unregister(self)
 
 
-class _Exited(Exception):
-    """The JVM ended while we waited for it."""
+def warm_up(bootstrap: str, timeout: float) -> None:
+    """
+    Load the group and transaction coordinators, so the first test finds them ready.
 
+    A fresh broker creates ``__consumer_offsets`` and ``__transaction_state`` on first use and answers
+    ``COORDINATOR_LOAD_IN_PROGRESS`` / ``NOT_COORDINATOR`` until they are loaded; clients retry,
+    but a capability check or a test with a short deadline would see the delay.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-def _megabytes(heap: str) -> int:
-    units = {"k": 1 / 1024, "m": 1, "g": 1024}
-    unit = heap[-1].lower()
-    return int(float(heap[:-1]) * units[unit]) if unit in units else int(heap) // (1024 * 1024)
+    from airflow_kafka_retry.engine.clients import coordinator_busy, init_transactions
+    from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
+
+    common = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
+    deadline = time.monotonic() + timeout
+    init_transactions(Producer({**common, "transactional.id": f"warm-up-{uuid.uuid4()}"}), timeout)
+    consumer = Consumer({**common, "group.id": f"warm-up-{uuid.uuid4()}"})
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition("__warm_up", 0)], timeout=timeout)
+                return
+            except KafkaException as exc:
+                if not coordinator_busy(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        consumer.close()

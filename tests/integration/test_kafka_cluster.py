@@ -1,0 +1,259 @@
+"""A real 3-node Apache Kafka KRaft cluster (``testing/kafka_cluster.py``): naming, a killed leader, restarts.
+
+The module starts ONE cluster of its own (module-scoped: kills and restarts would disturb the suite's
+shared broker) and every test leaves it with all three nodes up and in sync, so the order does not matter.
+The CLI test starts a second cluster in a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+from airflow_kafka_retry.testing.kafka_naming import coordinator_partition
+from airflow_kafka_retry.testing.processes import port_open
+from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics, unique_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ApacheKafkaCluster]:
+    with ApacheKafkaCluster(3) as started:
+        print(f"\n3-node Apache Kafka cluster ready_seconds={started.ready_seconds:.1f}", file=sys.stderr)
+        yield started
+
+
+def _until(what: str, probe: Callable[[], T | None], timeout: float = 45.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value is not None and value is not False:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _rf3_topic(cluster: ApacheKafkaCluster, partitions: int = 1) -> str:
+    topic = unique_topic("cluster")
+    create_topics(cluster.bootstrap, [topic], partitions)  # the cluster's default replication factor
+    return topic
+
+
+def _produce(bootstrap: str, topic: str, value: bytes) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "logger": CLIENT_LOGGER})
+    errors: list[object] = []
+    producer.produce(topic, value, on_delivery=lambda err, msg: errors.append(err))
+    assert producer.flush(30) == 0, "not delivered within 30 s"
+    assert errors == [None]
+
+
+def test_three_brokers_and_an_rf3_topic_in_sync(cluster: ApacheKafkaCluster) -> None:
+    assert cluster.ready_seconds is not None
+    assert cluster.ready_seconds < 60
+    assert cluster.node_ids == cluster.running_nodes == [1, 2, 3]
+    assert cluster.bootstrap.split(",") == [cluster.bootstrap_of(i) for i in (1, 2, 3)]
+    for i in cluster.node_ids:
+        pid = cluster.pid_of(i)
+        assert pid is not None
+        assert os.getpgid(pid) == pid, "every JVM leads its own process group"
+        metadata = admin_client(cluster.bootstrap_of(i)).list_topics(timeout=10)
+        assert sorted(metadata.brokers) == [1, 2, 3]
+        assert metadata.cluster_id == cluster.cluster_id
+    topic = _rf3_topic(cluster, partitions=3)
+    metadata = admin_client(cluster.bootstrap).list_topics(topic, timeout=10)
+    for partition in metadata.topics[topic].partitions.values():
+        assert sorted(partition.replicas) == [1, 2, 3]
+        assert sorted(partition.isrs) == [1, 2, 3]
+    everything = admin_client(cluster.bootstrap).list_topics(timeout=10)
+    for internal in ("__consumer_offsets", "__transaction_state"):  # created by the warm-up, at RF 3
+        for partition in everything.topics[internal].partitions.values():
+            assert len(partition.replicas) == 3
+    _produce(cluster.bootstrap, topic, b"x")
+
+
+def test_naming_agrees_with_metadata_the_brokers_and_their_logs(cluster: ApacheKafkaCluster) -> None:
+    topic = _rf3_topic(cluster, partitions=3)
+    metadata = admin_client(cluster.bootstrap).list_topics(topic, timeout=10)
+    for pid, partition in metadata.topics[topic].partitions.items():
+        assert cluster.leader_of(topic, pid) == partition.leader
+    controller = cluster.active_controller()
+    assert controller in cluster.node_ids
+    assert cluster.active_controller() == controller
+
+    group = f"naming-{uuid.uuid4()}"
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "logger": CLIENT_LOGGER})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    admin = admin_client(cluster.bootstrap)  # held: a dropped client never completes its futures
+    described = admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
+    assert cluster.group_coordinator(group) == described.coordinator.id
+
+    txn = f"naming-{uuid.uuid4()}"
+    producer = Producer(
+        {"bootstrap.servers": cluster.bootstrap, "transactional.id": txn, "logger": CLIENT_LOGGER}
+    )
+    producer.init_transactions(30)
+    expected = cluster.transaction_coordinator(txn)
+    state = admin_client(cluster.bootstrap).list_topics("__transaction_state", timeout=10)
+    partitions = len(state.topics["__transaction_state"].partitions)
+    line = re.compile(
+        rf"Initialized transactionalId {re.escape(txn)} .* on partition __transaction_state-(\d+)"
+    )
+
+    def logged() -> dict[int, str] | None:
+        found = {
+            i: m.group(1) for i in cluster.node_ids if (m := line.search(cluster.log_path(i).read_text()))
+        }
+        return found or None
+
+    assert _until("the coordinator's log line", logged, 10) == {
+        expected: str(coordinator_partition(txn, partitions))
+    }
+
+
+def test_killed_leader_is_replaced_and_restarts_into_the_isr(cluster: ApacheKafkaCluster) -> None:
+    topic = _rf3_topic(cluster)
+    leader = cluster.leader_of(topic, 0)
+    survivors = [i for i in cluster.node_ids if i != leader]
+    try:
+        cluster.kill(leader)
+        assert cluster.running_nodes == survivors
+        assert cluster.pid_of(leader) is None
+        started = time.monotonic()
+        new = _until("a new leader", lambda: (n := cluster.leader_of(topic, 0)) in survivors and n)
+        print(
+            f"\nnode {leader} killed, node {new} leads after {time.monotonic() - started:.1f}s",
+            file=sys.stderr,
+        )
+        _produce(cluster.bootstrap, topic, b"after-kill")  # acks=all, ISR 2 = min.insync.replicas
+
+        dead_first = ",".join([cluster.bootstrap_of(leader), *map(cluster.bootstrap_of, survivors)])
+        _produce(dead_first, topic, b"dead-first")
+        consumer = Consumer(
+            {
+                "bootstrap.servers": dead_first,
+                "group.id": f"dead-first-{uuid.uuid4()}",
+                "logger": CLIENT_LOGGER,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(topic, 0, 0)])
+            values: list[bytes | None] = []
+
+            def read() -> bool:
+                values.extend(m.value() for m in consumer.consume(10, 1.0) if m.error() is None)
+                return len(values) >= 2
+
+            _until("both records through a dead-first bootstrap list", read, 30)
+            assert values == [b"after-kill", b"dead-first"]
+        finally:
+            consumer.close()
+
+        seconds = cluster.restart(leader)
+        print(f"node {leader} back in the internal topics' ISR in {seconds:.1f}s", file=sys.stderr)
+        assert cluster.running_nodes == [1, 2, 3]
+
+        def in_isr() -> bool:
+            partition = (
+                admin_client(cluster.bootstrap).list_topics(topic, timeout=10).topics[topic].partitions[0]
+            )
+            return leader in partition.isrs
+
+        _until(f"node {leader} back in the ISR of {topic}", in_isr, 30)
+    finally:
+        if leader not in cluster.running_nodes:
+            cluster.restart(leader)
+
+
+def test_freezing_the_active_controller_moves_the_quorum(cluster: ApacheKafkaCluster) -> None:
+    frozen = cluster.active_controller()
+    pid = cluster.pid_of(frozen)
+    assert pid is not None
+
+    def state() -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    cluster.freeze(frozen)
+    try:
+        assert _until("a stopped JVM", lambda: state() == "T", 5)
+        assert cluster.running_nodes == [1, 2, 3]  # frozen is alive
+        started = time.monotonic()
+        elected = cluster.active_controller()  # asked of the others until one of them leads
+        print(f"\ncontroller {frozen} frozen, {elected} leads after {time.monotonic() - started:.1f}s")
+        assert elected in cluster.node_ids
+        assert elected != frozen
+    finally:
+        cluster.thaw(frozen)
+    assert _until("a running JVM", lambda: state() != "T", 5)
+    assert sorted(admin_client(cluster.bootstrap_of(frozen)).list_topics(timeout=10).brokers) == [1, 2, 3]
+
+
+def _env() -> dict[str, str]:
+    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": pythonpath}
+
+
+def test_nodes_without_kafka_is_an_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "airflow_kafka_retry.cli", "broker", "--nodes", "3"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "--nodes needs --kafka" in done.stderr
+    assert done.stdout == ""
+
+
+def test_broker_cli_serves_a_cluster_and_stops_it_on_sigterm() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "airflow_kafka_retry.cli", "broker", "--kafka", "--nodes", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(),
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        first = proc.stdout.readline().strip()
+        addresses = first.split(",")
+        assert len(addresses) == 3, first + proc.stderr.read()
+        assert all(re.fullmatch(r"127\.0\.0\.1:\d+", a) for a in addresses), first
+        line = proc.stderr.readline()
+        assert line.startswith("Apache Kafka cluster of 3 nodes: node 1 pid "), line
+        jvms = [int(pid) for pid in re.findall(r"pid (\d+)", line)]
+        assert len(jvms) == 3
+        assert sorted(admin_client(first).list_topics(timeout=10).brokers) == [1, 2, 3]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        for jvm in jvms:
+            assert (
+                not Path(f"/proc/{jvm}").exists() or Path(f"/proc/{jvm}/stat").read_text().split()[2] == "Z"
+            )
+        assert not any(port_open(int(a.rsplit(":", 1)[1])) for a in addresses)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
