@@ -156,7 +156,7 @@ class DltWatchOperator(BaseOperator):
                 "the scan reached scan_timeout (%ss) before the end of %s: this run reports and commits the "
                 "%s record(s) it read, the next run goes on from there",
                 self.scan_timeout,
-                ", ".join(result["unfinished"]),
+                ", ".join(f"{t}[{p}]" for t, p in scan.unfinished),
                 summary.records,
             )
         if summary.records:
