@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from airflow.providers.apache.spark.hooks import spark_submit as provider_hook
@@ -86,14 +86,17 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
     The command line it logs masks ``--conf`` values whose key looks secret (``password``, ``secret``,
     ``token``, ``key``, ``sasl``, ``ssl``) besides what the base class masks; every line of
     ``spark-submit``'s output passes through the CLI path's
-    :class:`~airflow_kafka_retry.spark.masking.OutputMasker` (the same rules, and every secret ``--conf``
-    or ``env_vars`` value wherever it shows up) before the base class reads or logs it.
+    :class:`~airflow_kafka_retry.spark.masking.OutputMasker` (the same rules, every secret ``--conf``
+    value and every credential of :attr:`kafka_config` wherever it shows up, every ``env_vars`` value
+    as a word of its own) before the base class reads or logs it.
 
     In Kubernetes cluster mode it deletes the folder the operator uploaded the run's own files to,
     once the application has ended (:meth:`delete_uploads`). Nothing read from ``spark-submit``'s
     output is ever deleted: in client mode the driver's and the handler's own output is in it.
     """
 
+    #: the run's Kafka settings (the operator sets them): their credentials are masked in the output
+    kafka_config: Mapping[str, Any] | None = None
     _submit_env: dict[str, Any] | None = None  # the environment of the spark-submit being started
     _own_env: dict[str, Any] | None = None  # what the base class decided for ``_env`` while building it
 
@@ -138,12 +141,12 @@ class IsolatedSparkSubmitHook(SparkSubmitHook):
 
     def _output_masker(self) -> OutputMasker:
         """
-        The CLI path's masker: secret ``--conf`` values, and every ``env_vars`` value.
+        The CLI path's masker: secret ``--conf`` values, every ``env_vars`` value, the Kafka credentials.
 
         Spark sets ``env_vars`` as ``spark.*Env.*`` properties on YARN and Kubernetes, and may print them.
         """
         env = {f"spark.executorEnv.{k}": v for k, v in (self._env_vars or {}).items()}
-        return OutputMasker.for_submission({**(self._conf or {}), **env}, None)
+        return OutputMasker.for_submission({**(self._conf or {}), **env}, self.kafka_config)
 
     def _mask_cmd(self, connection_cmd: str | list[str]) -> str:
         return mask_text(super()._mask_cmd(connection_cmd))

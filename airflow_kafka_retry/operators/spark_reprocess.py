@@ -165,6 +165,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         self._user_py_files = self.py_files
         self._user_files = self.files
         self._own_uploads: str | None = None  # Kubernetes cluster mode: the folder of the run's uploads
+        self._kafka_config: dict[str, Any] | None = None  # while executing: whose credentials the hook masks
 
     def _use(self, submission: Submission) -> None:
         """Point the SparkSubmitOperator machinery at ``submission``."""
@@ -221,6 +222,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         """
         hook = super()._get_hook()
         hook.__class__ = IsolatedSparkSubmitHook  # same state; only ``submit`` differs
+        hook.kafka_config = self._kafka_config  # type: ignore[attr-defined]
         return hook
 
     def _supervisor_gone(self, reason: str) -> None:
@@ -236,6 +238,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         cutoff = self.cutoff_ms(context)
         master, deploy_mode = self._master()
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
+        self._kafka_config = kafka_config
         self._lineage_server = lineage_server(kafka_config)
         if self.skip_missing_topic:
             tier_topic = load_topology_from(str(self.topology)).select(self.tier).topic
