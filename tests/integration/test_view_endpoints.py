@@ -334,6 +334,27 @@ def test_a_hidden_and_a_missing_topology_answer_alike_and_patterns_are_for_admin
     assert client.get("/api/topologies").json()["patterns"] == [str(client.topologies / "*.yaml")]
 
 
+def test_no_listing_or_view_shows_a_non_admin_the_topology_files_path(client):
+    """Issue 38, item 5: the file's name only; its path (the DAGs folder's) is for admins, as the patterns."""
+    (client.topologies / "payments.yaml").write_text("topic: payments\ngroup_id: svc\nattempts: 3\n")
+    (client.topologies / "broken.yaml").write_text("topic: x\n")
+    listing = client.get("/api/topologies")
+    assert str(client.topologies) not in listing.text
+    by_source = {t["source"]: t for t in listing.json()["topologies"]}
+    assert set(by_source) == {"payments.yaml", "broken.yaml"}
+    assert by_source["broken.yaml"]["error"] == "broken.yaml: field 'group_id': is required"
+    for item in by_source.values():  # the view of each (no Kafka connection: an error, with the source)
+        detail = client.get(f"/api/topologies/{item['id']}")
+        assert detail.status_code == 200
+        assert detail.json()["source"] == item["source"]
+        assert str(client.topologies) not in detail.text
+    client.manager.admin = True
+    assert {t["source"] for t in client.get("/api/topologies").json()["topologies"]} == {
+        str(client.topologies / "payments.yaml"),
+        str(client.topologies / "broken.yaml"),
+    }
+
+
 @pytest.mark.timeout(120)
 def test_a_refresh_waiting_on_a_topologys_read_answers_busy_at_once(client, monkeypatch):
     """A broker that accepts connections and never answers: the first refresh reads until the timeout; a
