@@ -42,6 +42,7 @@ from typing import Any
 from airflow_kafka_retry.engine.summary import PartitionSummary
 from airflow_kafka_retry.engine.worker_failure import describe_exit, worker_failure
 from airflow_kafka_retry.engine.worker_protocol import (
+    HEARTBEAT_S,
     FrameReader,
     FrameWriter,
     PipeClosed,
@@ -55,6 +56,9 @@ log = logging.getLogger(__name__)
 STOP_POLL_S = 0.2
 #: Seconds a worker gets to exit once its pipes are closed, before it is killed.
 EXIT_GRACE_S = 5.0
+#: Seconds a worker running partitions may stay silent (no heartbeat, log or result) before the engine
+#: kills it: its interpreter is wedged (every client call has a deadline of its own, engine/supervised.py).
+WORKER_SILENCE_S = 60.0
 
 
 @dataclass
@@ -72,6 +76,8 @@ class _Worker:
     results: FrameReader
     running: dict[int, _Run] = field(default_factory=dict)
     setup_error: str | None = None
+    heard: float = field(default_factory=time.monotonic)  # when it last sent anything
+    silenced: str | None = None  # why the engine killed it
     alive: bool = True
     exiting: bool = False
     reader: threading.Thread | None = field(default=None, repr=False)
@@ -110,6 +116,7 @@ class ProcessPool:
         *,
         should_stop: Callable[[], str | None] | None = None,
         poll_s: float = STOP_POLL_S,
+        silence_s: float | None = None,
     ) -> None:
         self.setup = setup
         self.parallelism = max(1, parallelism)
@@ -117,6 +124,7 @@ class ProcessPool:
         self.slots = -(-self.parallelism // self.processes)
         self.should_stop = should_stop
         self.poll_s = poll_s
+        self.silence_s = WORKER_SILENCE_S if silence_s is None else silence_s
         self._events: queue.Queue[tuple[_Worker, tuple[Any, ...] | None]] = queue.Queue()
         self._stop_sent: str | None = None
         self._setup_frame = setup_message(setup, sys.path)
@@ -247,6 +255,7 @@ class ProcessPool:
             w.alive for w in self._workers
         ):
             self._check_stop()
+            self._check_silence()
             try:
                 worker, message = self._events.get(timeout=self.poll_s)
             except queue.Empty:
@@ -261,6 +270,23 @@ class ProcessPool:
             )
             results[partition] = summary
         return list(results.values())
+
+    def _check_silence(self) -> None:
+        """Kill a worker that runs partitions and has said nothing for ``silence_s``: its partitions fail."""
+        now = time.monotonic()
+        for worker in self._workers:
+            if (
+                worker.alive
+                and worker.running
+                and worker.silenced is None
+                and now - worker.heard > self.silence_s
+            ):
+                worker.silenced = (
+                    f"killed by the engine after {now - worker.heard:.0f}s without a word from it "
+                    f"(heartbeats every {HEARTBEAT_S:g}s)"
+                )
+                log.error("partition worker %s is silent: %s", worker.pid, worker.silenced)
+                worker.process.kill()  # its results pipe closes: _ended fails what it was running
 
     def _take_events(self, pending: deque[int], results: dict[int, PartitionSummary]) -> None:
         while True:
@@ -280,6 +306,7 @@ class ProcessPool:
         if message is None:  # the worker's results pipe closed: it exited
             self._ended(worker, pending, results)
             return
+        worker.heard = time.monotonic()
         kind = message[0]
         if kind == "log":
             _relog(message[1])
@@ -319,6 +346,8 @@ class ProcessPool:
                 setup_error=worker.setup_error,
                 started=run.started,
             )
+            if worker.silenced is not None:
+                failed.error = f"{failed.error} ({worker.silenced})"
             log.error("%s[%s]: partition run failed: %s", tier.topic, partition, failed.error)
             results[partition] = failed
         worker.running.clear()

@@ -26,10 +26,12 @@ import queue
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from airflow_kafka_retry.engine.worker_protocol import (
     EXIT_ENGINE_GONE,
+    HEARTBEAT_S,
     FrameReader,
     FrameWriter,
     PipeClosed,
@@ -175,6 +177,13 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
             )
             results.send(("done", partition, summary.to_dict()))
 
+    def heartbeat() -> None:  # the engine kills a worker that stays silent (its interpreter is wedged)
+        with contextlib.suppress(OSError):
+            while True:
+                results.send(("alive",))
+                time.sleep(HEARTBEAT_S)
+
+    threading.Thread(target=heartbeat, name="heartbeat", daemon=True).start()
     threads = [threading.Thread(target=runner, name=f"partition-slot-{i}") for i in range(max(1, slots))]
     for thread in threads:
         thread.start()

@@ -38,6 +38,8 @@ _LENGTH = struct.Struct(">I")
 
 #: Exit status of a worker that found its engine gone (control pipe closed without ``exit``).
 EXIT_ENGINE_GONE = 75
+#: Seconds between two ``("alive",)`` messages of a worker process (the engine kills a silent one).
+HEARTBEAT_S = 2.0
 
 
 class PipeClosed(EOFError):

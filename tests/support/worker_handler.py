@@ -5,7 +5,7 @@ appends ``<partition> <pid>`` to the file named by ``AKR_PIDS``, so a test sees 
 which partition. :func:`dies_once` SIGKILLs its own process the first time it is handed the record at
 ``AKR_DIE_PARTITION``/``AKR_DIE_OFFSET`` (the file ``AKR_DIE_MARK`` remembers that it did), after
 handling the batch's records before it: a worker dying mid-chunk. :func:`pid_noted` notes which
-process handled each record.
+process handled each record. :func:`freezes_once` SIGSTOPs its own process instead: a wedged worker.
 """
 
 from __future__ import annotations
@@ -30,6 +30,18 @@ def dies_once(records) -> None:
         open(mark, "w").close()
         ledger_handler.indexed(records[: hit[0]])
         os.kill(os.getpid(), signal.SIGKILL)
+    ledger_handler.indexed(records)
+
+
+def freezes_once(records) -> None:
+    """Like :func:`dies_once`, but the worker SIGSTOPs itself: alive, wedged, silent (no heartbeat)."""
+    partition, offset = int(os.environ["AKR_DIE_PARTITION"]), int(os.environ["AKR_DIE_OFFSET"])
+    mark = os.environ["AKR_DIE_MARK"]
+    hit = [i for i, r in enumerate(records) if r.partition == partition and r.offset == offset]
+    if hit and not os.path.exists(mark):
+        open(mark, "w").close()
+        ledger_handler.indexed(records[: hit[0]])
+        os.kill(os.getpid(), signal.SIGSTOP)
     ledger_handler.indexed(records)
 
 
