@@ -3,8 +3,9 @@ The FastAPI app of the "Retry tiers" view, mounted by the plugin under ``/kafka-
 
 Every endpoint needs an Airflow login (the API server's own JWT cookie or bearer token). A topology is
 listed and shown only to users who may read all its tier DAGs; to anyone else it does not exist (the
-same 404 as an unknown id, so ids cannot be probed); the configured topology patterns (the DAGs
-folder's path) are listed only for admins (:meth:`.DagAccess.may_administer`). A DAG's runs need
+same 404 as an unknown id, so ids cannot be probed); the configured topology patterns and the
+topology files' paths (where the DAGs folder is) are shown only to admins
+(:meth:`.DagAccess.may_administer`), anyone else sees a file's name. A DAG's runs need
 read access to its runs, their summaries read access to its XComs (:mod:`.access`). Kafka is read on
 the server with the ``kafka_conn_id`` connection, through the cache and cap of :mod:`.scans`; neither
 its configuration nor any record payload reaches the browser. Triggering goes through Airflow's own
@@ -74,9 +75,10 @@ def create_app() -> FastAPI:
         settings = load_settings()
         files = view_model.topology_files(settings)
         access = DagAccess(user, _dag_ids(files, settings))
+        admin = access.may_administer()
         return {
-            "patterns": list(settings.topologies) if access.may_administer() else [],
-            "topologies": [f.listing() for f in files if _visible(access, f, settings)],
+            "patterns": list(settings.topologies) if admin else [],
+            "topologies": [f.listing(admin) for f in files if _visible(access, f, settings)],
         }
 
     @app.get("/api/topologies/{ident}")
@@ -89,15 +91,16 @@ def create_app() -> FastAPI:
         access = await run_in_threadpool(DagAccess, user, _dag_ids([file], settings))
         if not await run_in_threadpool(_visible, access, file, settings):
             raise unknown
+        admin = await run_in_threadpool(access.may_administer)
         if file.topology is None:
-            return {"id": ident, "source": file.path, "error": file.error}
+            return {"id": ident, "source": file.source(admin), "error": file.shown_error(admin)}
         topology = file.topology
         try:
             config = await run_in_threadpool(_kafka_config, settings)
         except Exception as exc:  # e.g. the connection does not exist: say so, never its content
             return {
                 "id": ident,
-                "source": file.path,
+                "source": file.source(admin),
                 "error": f"connection {settings.kafka_conn_id!r}: {type(exc).__name__}: {exc}",
             }
 
@@ -120,6 +123,7 @@ def create_app() -> FastAPI:
                 scan,
                 runs_reader=read_runs,
                 can_trigger=lambda dag_id: access.may("POST", dag_id, "RUN"),
+                full_path=admin,
             )
 
         return await run_in_threadpool(view)

@@ -2,7 +2,8 @@
 The JSON the "Retry tiers" page shows for one topology: tiers with backlog and runs, DLTs with counts.
 
 The Kafka reads come from :mod:`~airflow_kafka_retry.plugin.scans` (deadlines, cache, cap); a slow or
-unreachable broker shows as an error on its topic. Never payloads; never the Kafka config.
+unreachable broker shows as an error on its topic. Never payloads; never the Kafka config. A topology
+file is shown by its name; its path (where the DAGs folder is) only to admins, as the patterns.
 """
 
 from __future__ import annotations
@@ -42,13 +43,28 @@ class TopologyFile:
     def id(self) -> str:
         return topology_id(self.path)
 
-    def listing(self) -> dict[str, Any]:
-        item: dict[str, Any] = {"id": self.id, "source": self.path}
+    def source(self, full_path: bool) -> str:
+        """The file as the view shows it: its path when ``full_path`` (an admin), else its name."""
+        return shown_source(self.path, full_path)
+
+    def shown_error(self, full_path: bool) -> str | None:
+        """Why it could not be read, naming the file as :meth:`source` does."""
+        if self.error is None or full_path:
+            return self.error
+        return self.error.replace(self.path, self.source(False))
+
+    def listing(self, full_path: bool = False) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": self.id, "source": self.source(full_path)}
         if self.topology is not None:
             item["topic"] = self.topology.topic
         else:
-            item["error"] = self.error
+            item["error"] = self.shown_error(full_path)
         return item
+
+
+def shown_source(path: str, full_path: bool) -> str:
+    """``path`` for an admin (``full_path``), else only the file's name."""
+    return path if full_path else os.path.basename(path)
 
 
 def read_topology_file(path: str) -> TopologyFile:
@@ -80,8 +96,13 @@ def topology_view(
     *,
     runs_reader: RunsReader,
     can_trigger: Callable[[str], bool],
+    full_path: bool = False,
 ) -> dict[str, Any]:
-    """The page's JSON from a read of the broker (``scan``, maybe cached) and this user's DAG access."""
+    """
+    The page's JSON from a read of the broker (``scan``, maybe cached) and this user's DAG access.
+
+    ``full_path``: show the file's path (an admin), not only its name.
+    """
     replay_dag = settings.replay_dag_id_template.format(topic=topology.topic)
     dlt_topics = {t.topic for t in topology.dlt_tiers}
     view_tiers = []
@@ -112,7 +133,7 @@ def topology_view(
     ]
     return {
         "id": topology_id(path),
-        "source": path,
+        "source": shown_source(path, full_path),
         "topic": topology.topic,
         "group_id": topology.group_id,
         "now_ms": scan.now_ms,
