@@ -56,19 +56,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_topology_show(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.topology_file import load_topology
 
-    shown = load_topology(args.file).to_dict()
+    topology = load_topology(args.file)
+    shown = topology.to_dict()
     if args.bootstrap or args.kafka_config:
         import yaml
 
-        from airflow_kafka_retry.engine.topics import existing_topics
+        from airflow_kafka_retry.engine.topics import existing_topics, topology_replication_warnings
         from airflow_kafka_retry.policy.compat_check import spring_named_topics, warning
 
+        config = kafka_config(args)
         data = yaml.safe_load(Path(args.file).read_text(encoding="utf-8"))
-        found = spring_named_topics(data, existing_topics(kafka_config(args)))
+        found = spring_named_topics(data, existing_topics(config))
         shown["spring_named_topics"] = found
         message = warning(found)
         if message:
             print(f"warning: {args.file}: {message}", file=sys.stderr)
+        shown["replication_warnings"] = topology_replication_warnings(topology, config)
+        for line in shown["replication_warnings"]:
+            print(f"warning: {args.file}: {line}", file=sys.stderr)
     print_json(shown)
     return EXIT_OK
 
@@ -104,6 +109,8 @@ def _options(args: argparse.Namespace) -> Any:
         transactional=not args.no_transactions,
         consumer_group=args.group,
         handler_timeout_s=args.handler_timeout,
+        call_timeout_s=args.call_timeout,
+        broker_retry_s=args.broker_retry,
     )
 
 
@@ -277,6 +284,22 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="SECONDS",
         help="fail a handler call that runs longer (its record is isolated and routed as a failure)",
+    )
+    drain.add_argument(
+        "--call-timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="timeout of each Kafka call that can block; the engine abandons one still waiting 5 s later "
+        "and tries the partition again with fresh clients (default 20)",
+    )
+    drain.add_argument(
+        "--broker-retry",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long after a partition's first broker failure it is tried again within the run; then it "
+        "fails naming the call and the broker it waited for (default 30; 0: never)",
     )
     drain.add_argument("--group", default=None, help="override the tier's consumer group")
     drain.add_argument("--partitions", default=None, help="comma-separated partitions (default: all)")

@@ -24,6 +24,7 @@ after any crash); Kafka's outputs hold them once.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -259,6 +260,15 @@ def _final_error(
     return text + "]"
 
 
+def _accepts(host: str, port: int, timeout_s: float = 1.0) -> bool:
+    """Whether a TCP connection to ``host:port`` opens within ``timeout_s``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
 def cluster_now(kafka_config: Mapping[str, Any], topic: str, partition: int, timeout_s: float = 5.0) -> str:
     """
     The brokers the cluster's metadata names now and the partition's leader, in one line; never hangs.
@@ -278,12 +288,18 @@ def cluster_now(kafka_config: Mapping[str, Any], topic: str, partition: int, tim
         except KafkaException as exc:
             answer.append(f"the cluster did not answer a metadata request ({exc.args[0]})")
             return
-        live = sorted(metadata.brokers.values(), key=lambda b: b.id)
-        brokers = ", ".join(f"{b.id} ({b.host}:{b.port})" for b in live) or "none"
+        # a broker that lost the controller quorum still lists brokers that are gone: try each one's port
+        named = sorted(metadata.brokers.values(), key=lambda b: b.id)
+        down = {b.id for b in named if not _accepts(str(b.host), int(b.port))}
+        brokers = ", ".join(
+            f"{b.id} ({b.host}:{b.port}{', not answering' if b.id in down else ''})" for b in named
+        )
         info = metadata.topics.get(topic)
         part = info.partitions.get(partition) if info is not None else None
         leader = f"broker {part.leader}" if part is not None and part.leader >= 0 else "none"
-        answer.append(f"brokers in the cluster's metadata now: {brokers}; leader of {where}: {leader}")
+        answer.append(
+            f"brokers in the cluster's metadata now: {brokers or 'none'}; leader of {where}: {leader}"
+        )
 
     thread = threading.Thread(target=ask, name="cluster-now", daemon=True)
     thread.start()

@@ -212,3 +212,34 @@ def test_a_transient_failure_is_retried_and_the_later_attempt_decides_the_status
     assert summary.drained == 20
     assert summary.retries == 1
     assert summary.retry_errors == ["transaction failed"]
+
+
+def test_cluster_now_names_the_brokers_that_do_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from airflow_kafka_retry.engine import supervised
+    from airflow_kafka_retry.testing.processes import free_port
+
+    class Admin:
+        def __init__(self, config: object) -> None:
+            pass
+
+        def list_topics(self, topic: str, timeout: float) -> SimpleNamespace:
+            brokers = {
+                1: SimpleNamespace(id=1, host="127.0.0.1", port=free_port()),  # nobody listens
+                2: SimpleNamespace(id=2, host="127.0.0.1", port=listening.getsockname()[1]),
+            }
+            parts = {0: SimpleNamespace(leader=2)}
+            return SimpleNamespace(brokers=brokers, topics={topic: SimpleNamespace(partitions=parts)})
+
+    import socket
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        monkeypatch.setattr("confluent_kafka.admin.AdminClient", Admin)
+        said = supervised.cluster_now({"bootstrap.servers": "x:1"}, "orders", 0)
+    assert "1 (127.0.0.1:" in said
+    assert ", not answering)" in said.split("2 (")[0]
+    assert "not answering" not in said.split("2 (")[1]
+    assert "leader of orders[0]: broker 2" in said
