@@ -23,7 +23,6 @@ Airflow's ``SparkSubmitOperator``; :func:`run_spark_submit` runs ``spark-submit`
 from __future__ import annotations
 
 import collections
-import importlib.util
 import json
 import logging
 import os
@@ -45,6 +44,13 @@ from airflow_kafka_retry.spark.credentials import (
 from airflow_kafka_retry.spark.masking import OutputMasker, mask_command
 from airflow_kafka_retry.spark.pyfiles import build_for_options
 from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
+from airflow_kafka_retry.spark.running import (
+    deadline,
+    find_spark_submit,
+    spark_home,
+    stream,
+    submit_timeout_s,
+)
 from airflow_kafka_retry.spark.staging import cluster_mode_conf
 from airflow_kafka_retry.spark.transport import check_secrets_transport, effective_spark_conf
 
@@ -229,28 +235,6 @@ def prepare_submission(
 
 
 # ----------------------------------------------------------------------------- spark-submit
-def spark_home() -> str | None:
-    """``$SPARK_HOME``, else the folder of the installed ``pyspark`` package (which bundles Spark)."""
-    if os.environ.get("SPARK_HOME"):
-        return os.environ["SPARK_HOME"]
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return next(iter(spec.submodule_search_locations))
-
-
-def find_spark_submit(binary: str = "spark-submit") -> str:
-    """``binary`` on PATH, next to this Python (a virtualenv's bin), or in Spark's home."""
-    candidates = [shutil.which(binary), os.path.join(os.path.dirname(sys.executable), binary)]
-    home = spark_home()
-    if home:
-        candidates.append(os.path.join(home, "bin", binary))
-    for candidate in candidates:
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    raise FileNotFoundError(f"cannot find {binary}: put it on PATH, set SPARK_HOME, or install pyspark")
-
-
 #: Never handed to spark-submit: Airflow connections and variables given as environment variables, and
 #: Airflow configuration (which may hold the metadata DB URL, the Fernet key, secrets-backend settings).
 #: The Spark application needs none of it; its Kafka configuration travels in the credentials file.
@@ -307,22 +291,6 @@ def spark_submit_command(
     return cmd
 
 
-def _stream(
-    process: subprocess.Popen[str],
-    on_output: Callable[[str], None] | None,
-    tail: collections.deque[str],
-    mask: OutputMasker,
-) -> None:
-    if process.stdout is None:
-        raise RuntimeError("spark-submit was started without a stdout pipe")
-    for raw in process.stdout:
-        line = mask(raw.rstrip("\n"))
-        tail.append(line)
-        log.info("%s", line)
-        if on_output is not None:
-            on_output(line)
-
-
 def run_spark_submit(
     *,
     topology_path: str | os.PathLike[str],
@@ -339,6 +307,7 @@ def run_spark_submit(
     application: str | None = None,
     allow_unencrypted_secrets: bool = False,
     on_output: Callable[[str], None] | None = None,
+    timeout_s: float | None = None,
 ) -> RunSummary:
     """
     Submit the tier app with ``spark-submit`` (a plain subprocess), wait, and return its run summary.
@@ -355,13 +324,19 @@ def run_spark_submit(
     :param on_output: called with every line ``spark-submit`` prints (stdout and stderr), masked as it is
         logged: secret-looking ``KEY=VALUE`` pairs and every secret value of ``conf`` and ``kafka_config``
         (see :class:`~airflow_kafka_retry.spark.masking.OutputMasker`).
+    :param timeout_s: how long to wait for ``spark-submit``; then its process group (the JVM with it) is
+        stopped and a :class:`SparkSubmitError` names what it waited for. Default:
+        :func:`~airflow_kafka_retry.spark.running.submit_timeout_s` (the run's ``deadline_ms`` plus a
+        grace period, or a fixed bound for a run without one).
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: secrets would cross unprotected
         Spark RPC (see :func:`prepare_submission`); a ValueError, raised before anything starts.
     :raises airflow_kafka_retry.spark.result.SparkAppError: the app refused to start (bad input); a
         ValueError.
-    :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app).
+    :raises SparkSubmitError: ``spark-submit`` left no result (it crashed or never started the app), or
+        did not end within ``timeout_s``.
     """
     binary = spark_submit or find_spark_submit()
+    timeout = submit_timeout_s(options) if timeout_s is None else timeout_s
     with prepare_submission(
         topology_path=topology_path,
         tier=tier,
@@ -380,16 +355,28 @@ def run_spark_submit(
         log.info("spark-submit command: %s", mask_command(cmd))
         full_env = {**spark_app_environment(os.environ), **local_spark_environment(binary), **(env or {})}
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-        with subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env, bufsize=1
-        ) as process:
-            _stream(
-                process,
-                on_output,
-                tail,
-                OutputMasker.for_submission({**submission.spark_conf, **(conf or {})}, kafka_config),
-            )
+        mask = OutputMasker.for_submission({**submission.spark_conf, **(conf or {})}, kafka_config)
+        with (
+            subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=full_env,
+                bufsize=1,
+                start_new_session=True,  # a group of its own: stopped whole at the deadline
+            ) as process,
+            deadline(process, timeout) as expired,
+        ):
+            stream(process, on_output, tail, mask)
             returncode = process.wait()
+        if expired.is_set():
+            output = "\n".join(tail)
+            raise SparkSubmitError(
+                f"spark-submit (pid {process.pid}) did not end within {timeout:g} s, waiting for tier {tier} "
+                f"of {topology_path} to write its result to {submission.result_path}; it and its process "
+                f"group were stopped; last output:\n{output}"
+            )
         log.info("spark-submit exited with %s", returncode)
         try:
             return submission.read_summary()

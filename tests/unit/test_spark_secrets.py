@@ -369,7 +369,7 @@ def test_spark_submit_output_is_masked_by_rules_and_by_the_submissions_secret_va
 
 def test_the_cli_spark_path_masks_what_spark_submit_prints():
     """run_spark_submit masks each line before logging it, keeping it, or handing it to ``on_output``."""
-    from airflow_kafka_retry.spark import submit
+    from airflow_kafka_retry.spark import running
 
     seen: list[str] = []
 
@@ -377,7 +377,7 @@ def test_the_cli_spark_path_masks_what_spark_submit_prints():
         stdout = iter(["(spark.executorEnv.SERVICE_AUTH,envsecret1)\n", "-Da.password=jvmsecret2 ok\n"])
 
     tail: collections.deque[str] = collections.deque()
-    submit._stream(
+    running.stream(
         Printing(),
         seen.append,
         tail,

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from airflow_kafka_retry.spark import submit
+from airflow_kafka_retry.spark import running
 from airflow_kafka_retry.spark.submit import SparkSubmitError, run_spark_submit
 
 from tests.unit.test_spark_submit import OPTIONS, TOPOLOGY
@@ -68,8 +68,8 @@ def test_a_stuck_spark_submit_is_killed_at_its_deadline_with_its_process_group(t
 def test_the_default_deadline_is_the_runs_own_plus_a_grace_period():
     now = 1_800_000_000_000
     with_deadline = dataclasses.replace(OPTIONS, deadline_ms=now + 600_000)
-    assert submit.submit_timeout_s(with_deadline, now_ms=now) == 600 + submit.SPARK_SUBMIT_GRACE_S
+    assert running.submit_timeout_s(with_deadline, now_ms=now) == 600 + running.SPARK_SUBMIT_GRACE_S
     past = dataclasses.replace(OPTIONS, deadline_ms=now - 5_000)
-    assert submit.submit_timeout_s(past, now_ms=now) == submit.SPARK_SUBMIT_GRACE_S
+    assert running.submit_timeout_s(past, now_ms=now) == running.SPARK_SUBMIT_GRACE_S
     assert OPTIONS.deadline_ms is None
-    assert submit.submit_timeout_s(OPTIONS, now_ms=now) == submit.DEFAULT_SPARK_SUBMIT_TIMEOUT_S
+    assert running.submit_timeout_s(OPTIONS, now_ms=now) == running.DEFAULT_SPARK_SUBMIT_TIMEOUT_S
