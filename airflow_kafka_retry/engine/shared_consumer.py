@@ -22,9 +22,12 @@ later leases a new consumer; the broken one is closed with its last lease. librd
 connection errors (the cluster unreachable): each watch learns of them when its next metadata or
 committed-offset request fails, as before sharing.
 
-Thread-safety: the triggers call the blocking methods from worker threads and :meth:`Lease.take` on the
-event loop; one lock per shared consumer guards its assignment, pauses, queue and inboxes. Nothing here
-reads payloads or logs the configuration.
+Thread-safety: the triggers call the blocking methods from worker threads and :meth:`Lease.take` and
+:meth:`Lease.pause` on the event loop. One lock per shared consumer guards its bookkeeping (who owns which
+partition, the inboxes, whether it broke) and the drain of its queue (``consume`` with no wait). It is
+never held across a client call that can block: an (un)assignment waits for librdkafka's main thread to
+answer, so it runs outside the lock (librdkafka's calls are thread-safe), and the event loop never waits
+behind one. Nothing here reads payloads or logs the configuration.
 """
 
 from __future__ import annotations
@@ -168,25 +171,25 @@ class Lease:
         )
         return list(futures[group].result(timeout_s).topic_partitions or [])
 
+    # (Un)assigning waits for librdkafka's main thread: never under the lock, which take() needs on the
+    # event loop. Only this lease changes its partitions, so nothing else orders these calls.
     def assign(self, tps: list[TopicPartition]) -> None:
         tps = self._from_start(tps)
-        with self.sharing.lock:
-            self._check(tps)
-            self.consumer.incremental_assign(tps)
+        self._check(tps)
+        self.consumer.incremental_assign(tps)
 
     def reassign(self, tps: list[TopicPartition]) -> None:
         """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
         tps = self._from_start(tps)
-        with self.sharing.lock:
-            self._check(tps)
-            self.consumer.incremental_unassign(tps)
-            self.consumer.incremental_assign(tps)
-            self.consumer.resume(tps)
+        self._check(tps)
+        self.consumer.incremental_unassign(tps)
+        self.consumer.incremental_assign(tps)
+        self.consumer.resume(tps)
 
     def pause(self, tps: list[TopicPartition]) -> None:
-        with self.sharing.lock:
-            self._check(tps)
-            self.consumer.pause(tps)
+        """Stop fetching ``tps`` (librdkafka queues the pause: no wait, no lock)."""
+        self._check(tps)
+        self.consumer.pause(tps)
 
     def take(self) -> list[Message]:
         """What was fetched for this lease's partitions; raises :class:`ConsumerBroken` once broken."""
@@ -201,6 +204,7 @@ class Lease:
             return taken
 
     def _check(self, tps: list[TopicPartition]) -> None:
+        # reads this lease's own keys and one reference: no lock needed
         if self.sharing.broken is not None:
             raise ConsumerBroken(self.sharing.broken)
         if not self.keys.issuperset((tp.topic, tp.partition) for tp in tps):
@@ -215,11 +219,12 @@ class Lease:
         with s.lock:
             mine = [k for k, o in s.owners.items() if o == self.ident]
             for key in mine:
-                del s.owners[key]
+                del s.owners[key]  # what is fetched for them from now on is dropped by the drain
             s.inboxes.pop(self.ident, None)
-            if mine and s.broken is None:
-                with contextlib.suppress(KafkaException, RuntimeError):
-                    self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in mine])
+            unassign = bool(mine) and s.broken is None
+        if unassign:  # outside the lock: it waits for librdkafka's main thread
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in mine])
         _release(s)
 
 
