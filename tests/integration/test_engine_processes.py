@@ -78,6 +78,26 @@ def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tm
     assert len(reports) == len(topology.tiers), reports
 
 
+def _worker_fault(kafka_bootstrap, tmp_path, monkeypatch, handler: str, prefix: str, count: int):
+    """Inputs on 3 partitions, and a run whose worker hits ``handler``'s fault at partition 1, offset 73."""
+    ledger_file = ledger.ledger_path(tmp_path)
+    monkeypatch.setenv("AKR_DIE_PARTITION", "1")
+    monkeypatch.setenv("AKR_DIE_OFFSET", "73")  # inside the second chunk of 50
+    monkeypatch.setenv("AKR_DIE_MARK", str(tmp_path / "hit"))
+    topology = ledger.make_topology(prefix)
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, count, PARTITIONS)
+    options = DrainOptions(
+        handler=f"{WORKER_MODULE}:{handler}",
+        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+        batch_size=10,
+        chunk_size=50,
+    )
+    config = {"bootstrap.servers": kafka_bootstrap}
+    summary = run_local(topology, topology.tier(0), config, options, parallelism=2)
+    assert (tmp_path / "hit").exists()
+    return topology, inputs, ledger_file, options, config, summary
+
+
 def test_a_silent_worker_is_killed_by_the_engine_and_the_run_ends(
     kafka_bootstrap, tmp_path, monkeypatch, broker_capabilities
 ):
@@ -86,31 +106,15 @@ def test_a_silent_worker_is_killed_by_the_engine_and_the_run_ends(
     from airflow_kafka_retry.engine import process_pool
 
     monkeypatch.setattr(process_pool, "WORKER_SILENCE_S", 4.0)
-    ledger_file = ledger.ledger_path(tmp_path)
-    monkeypatch.setenv("AKR_DIE_PARTITION", "1")
-    monkeypatch.setenv("AKR_DIE_OFFSET", "73")  # inside the second chunk of 50
-    monkeypatch.setenv("AKR_DIE_MARK", str(tmp_path / "froze"))
-    topology = ledger.make_topology("procsilent")
-    inputs = ledger.produce_inputs(kafka_bootstrap, topology, 300, PARTITIONS)
-    options = DrainOptions(
-        handler=f"{WORKER_MODULE}:freezes_once",
-        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-        batch_size=10,
-        chunk_size=50,
+    topology, inputs, ledger_file, options, config, summary = _worker_fault(
+        kafka_bootstrap, tmp_path, monkeypatch, "freezes_once", "procsilent", 300
     )
-    config = {"bootstrap.servers": kafka_bootstrap}
-    tier0 = topology.tier(0)
-
-    summary = run_local(topology, tier0, config, options, parallelism=2)
-
-    assert (tmp_path / "froze").exists()
     silent = {p.partition: p for p in summary.partitions}[1]
     assert silent.status == "failed"
     assert "killed by the engine after" in silent.error, silent.error
     assert "without a word from it" in silent.error, silent.error
     assert silent.committed_offset == 50, silent
-    assert run_local(topology, tier0, config, options, parallelism=2).ok
-    for tier in topology.tiers[1:]:
+    for tier in topology.tiers:
         assert run_local(topology, tier, config, options, parallelism=2).ok
     ledger.check_ledger(
         kafka_bootstrap,
@@ -126,24 +130,11 @@ def test_a_silent_worker_is_killed_by_the_engine_and_the_run_ends(
 def test_a_worker_killed_mid_chunk_fails_its_partition_and_the_next_run_loses_nothing(
     kafka_bootstrap, tmp_path, monkeypatch, broker_capabilities
 ):
-    ledger_file = ledger.ledger_path(tmp_path)
-    monkeypatch.setenv("AKR_DIE_PARTITION", "1")
-    monkeypatch.setenv("AKR_DIE_OFFSET", "73")  # inside the second chunk of 50
-    monkeypatch.setenv("AKR_DIE_MARK", str(tmp_path / "died"))
-    topology = ledger.make_topology("procdie")
-    inputs = ledger.produce_inputs(kafka_bootstrap, topology, 450, PARTITIONS)
-    options = DrainOptions(
-        handler=f"{WORKER_MODULE}:dies_once",
-        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-        batch_size=10,
-        chunk_size=50,
+    topology, inputs, ledger_file, options, config, summary = _worker_fault(
+        kafka_bootstrap, tmp_path, monkeypatch, "dies_once", "procdie", 450
     )
-    config = {"bootstrap.servers": kafka_bootstrap}
     tier0 = topology.tier(0)
 
-    summary = run_local(topology, tier0, config, options, parallelism=2)
-
-    assert (tmp_path / "died").exists()
     assert not summary.ok
     by_partition = {p.partition: p for p in summary.partitions}
     assert sorted(by_partition) == list(range(PARTITIONS)), "a partition is missing from the run summary"

@@ -22,27 +22,25 @@ def pid_indexed(records) -> None:
     ledger_handler.slow_indexed(records)
 
 
-def dies_once(records) -> None:
+def _signals_itself_once(records, sig: signal.Signals) -> None:
+    """Handle the records before the marked one, then send ``sig`` to this process (once); else handle all."""
     partition, offset = int(os.environ["AKR_DIE_PARTITION"]), int(os.environ["AKR_DIE_OFFSET"])
     mark = os.environ["AKR_DIE_MARK"]
     hit = [i for i, r in enumerate(records) if r.partition == partition and r.offset == offset]
     if hit and not os.path.exists(mark):
         open(mark, "w").close()
         ledger_handler.indexed(records[: hit[0]])
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), sig)
     ledger_handler.indexed(records)
+
+
+def dies_once(records) -> None:
+    _signals_itself_once(records, signal.SIGKILL)
 
 
 def freezes_once(records) -> None:
     """Like :func:`dies_once`, but the worker SIGSTOPs itself: alive, wedged, silent (no heartbeat)."""
-    partition, offset = int(os.environ["AKR_DIE_PARTITION"]), int(os.environ["AKR_DIE_OFFSET"])
-    mark = os.environ["AKR_DIE_MARK"]
-    hit = [i for i, r in enumerate(records) if r.partition == partition and r.offset == offset]
-    if hit and not os.path.exists(mark):
-        open(mark, "w").close()
-        ledger_handler.indexed(records[: hit[0]])
-        os.kill(os.getpid(), signal.SIGSTOP)
-    ledger_handler.indexed(records)
+    _signals_itself_once(records, signal.SIGSTOP)
 
 
 def pid_noted(records) -> None:
