@@ -1,11 +1,13 @@
 """
 DLT operations: inspect a dead-letter (or parking) topic, replay records from it, exactly once.
 
-One concept per module: ``records`` (a DLT record and what its headers say), ``reading`` (reading
-a topic without committing), ``groups`` (grouping for inspect), ``filters`` (which records a
-replay selects), ``transform`` (loading and validating the user's edit function), ``topics`` (the
-source DLT and the replay target), ``replay_log`` (the compacted bookkeeping topic), ``replay``
-(plan, dry run and transactional moves) and ``summary`` (what a replay reports). Parking itself is
-policy (:mod:`airflow_kafka_retry.policy.resolver`); the audit headers are in
-:mod:`airflow_kafka_retry.policy.replay_headers`. Used by the CLI, the operator and the DAG.
+One concept per module: ``records`` (a DLT record and what its headers say), ``groups`` (grouping
+for inspect), ``filters`` (which records a replay selects), ``transform`` (loading and validating
+the user's edit function), ``topics`` (the source DLT and the replay target), ``replay`` (plan,
+dry run and transactional moves) and ``summary`` (what a replay reports). Parking itself is policy
+(:mod:`airflow_kafka_retry.policy.resolver`); the audit headers are in
+:mod:`airflow_kafka_retry.policy.replay_headers`. Reading a topic without committing
+(:mod:`airflow_kafka_retry.engine.reading`) and the compacted bookkeeping topic
+(:mod:`airflow_kafka_retry.engine.replay_log`) are in the engine, which checks replayed records
+against that log too. Used by the CLI, the operator and the DAG.
 """

@@ -1,14 +1,10 @@
-"""The error a bad replay or inspect request raises before anything is moved."""
+"""
+The error a replay that stopped part way raises.
+
+Bad input, refused before anything is moved, is :class:`~airflow_kafka_retry.policy.errors.ReplayError`.
+"""
 
 from __future__ import annotations
-
-
-class ReplayError(ValueError):
-    """
-    Bad input for a DLT replay or inspect (filter, topic, transform, target); nothing was moved.
-
-    The message names what is wrong: the option, the topic, or the record's coordinates.
-    """
 
 
 class ReplayAbortedError(RuntimeError):

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.groups import BUCKETS, Bucket, group_records
-from airflow_kafka_retry.dlt.reading import TopicReader
 from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.dlt.replay_log import log_topic, read_log
 from airflow_kafka_retry.dlt.topics import source_topic
 from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.reading import TopicReader
+from airflow_kafka_retry.engine.replay_log import log_topic, read_log
+from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Topology

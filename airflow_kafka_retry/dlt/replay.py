@@ -31,20 +31,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from airflow_kafka_retry.dlt.errors import ReplayAbortedError, ReplayError
+from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.filters import ReplayFilter
-from airflow_kafka_retry.dlt.reading import TopicReader
 from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.dlt.replay_log import (
-    ReplayLog,
-    done_key,
-    encode,
-    ensure_log_topic,
-    log_topic,
-    plan_key,
-    read_log,
-    record_key,
-)
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY, Target, check_target_spec, source_topic, target_for
 from airflow_kafka_retry.dlt.transform import Transform, apply_transform, load_transform, resolve_transform
@@ -56,6 +45,18 @@ from airflow_kafka_retry.engine.clients import (
 )
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
+from airflow_kafka_retry.engine.reading import TopicReader
+from airflow_kafka_retry.engine.replay_log import (
+    ReplayLog,
+    done_key,
+    encode,
+    ensure_log_topic,
+    log_topic,
+    plan_key,
+    read_log,
+    record_key,
+)
+from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest, replayed_headers
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 

@@ -6,7 +6,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.dlt.errors import ReplayError
+from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.headers import HEADER_NAMES
 
 if TYPE_CHECKING:

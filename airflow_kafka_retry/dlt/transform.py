@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
+from airflow_kafka_retry.policy.errors import ReplayError
 
 Transform = Callable[[DltRecord], "DltRecord | None"]
 _READ_ONLY = ("topic", "partition", "offset", "timestamp_ms")

@@ -5,7 +5,7 @@ Anyone who can produce to a topic can write ``dlt_replay-*`` headers. A failing 
 (not dead-lettered) only when the replay log of the DLT (or parking topic) its audit names recorded
 that move of that very copy: ``record/<partition>/<offset>`` written by the same replay id, in the
 same transaction as the copy itself, with the digest of the copy's replay id, key and value
-(``dlt/replay_log.py``). So a record whose copy is readable is always known to the log, and the
+(``engine/replay_log.py``). So a record whose copy is readable is always known to the log, and the
 audit of a real copy put on another record confirms nothing. The log of each topic is read once
 per partition run and read again only when it has grown, so a flood of forged records costs one
 watermark request each, not a log read.
@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from airflow_kafka_retry.dlt.errors import ReplayError
-from airflow_kafka_retry.dlt.reading import ReadError, TopicReader
-from airflow_kafka_retry.dlt.replay_log import ReplayLog, log_topic, read_log
+from airflow_kafka_retry.engine.reading import ReadError, TopicReader
+from airflow_kafka_retry.engine.replay_log import ReplayLog, log_topic, read_log
+from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.replay_headers import ReplayAudit

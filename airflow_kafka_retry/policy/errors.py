@@ -1,4 +1,4 @@
-"""The one error type of the policy package."""
+"""The error types of the policy package: an invalid topology, an invalid replay or inspect request."""
 
 from __future__ import annotations
 
@@ -55,3 +55,11 @@ class TopologyError(ValueError):
         combined.source = source
         combined.errors = tuple(flat)
         return combined
+
+
+class ReplayError(ValueError):
+    """
+    Bad input for a DLT replay or inspect (filter, topic, transform, target); nothing was moved.
+
+    The message names what is wrong: the option, the topic, or the record's coordinates.
+    """

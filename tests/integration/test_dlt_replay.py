@@ -8,14 +8,14 @@ from collections import Counter
 
 import pytest
 
-from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.dlt.inspect import inspect_dlt
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
-from airflow_kafka_retry.dlt.replay_log import log_topic
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.replay_log import log_topic
 from airflow_kafka_retry.policy import headers as H, replay_headers as R
+from airflow_kafka_retry.policy.errors import ReplayError
 
 from tests.support import ledger
 

@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_retry.dlt.reading import read_partition, reader_config
 from airflow_kafka_retry.engine.clients import consumer_config, from_log_start
 from airflow_kafka_retry.engine.head_watch import HeadWatch
 from airflow_kafka_retry.engine.peek import peek_heads
+from airflow_kafka_retry.engine.reading import read_partition, reader_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.requires_capability("delete_records")]
 

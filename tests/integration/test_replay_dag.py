@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.dlt.replay_log import log_topic
+from airflow_kafka_retry.engine.replay_log import log_topic
 from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
-from airflow_kafka_retry.dlt.replay_log import log_topic
+from airflow_kafka_retry.engine.replay_log import log_topic
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy import headers as H, replay_headers as R
 

@@ -8,7 +8,7 @@ their DLT record as replayed, but confirm no claim: such a copy that fails again
 
 from __future__ import annotations
 
-from airflow_kafka_retry.dlt.replay_log import ReplayLog, encode, record_key
+from airflow_kafka_retry.engine.replay_log import ReplayLog, encode, record_key
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest
 from airflow_kafka_retry.policy.resolver import DestinationResolver
 from airflow_kafka_retry.policy.topology import Topology

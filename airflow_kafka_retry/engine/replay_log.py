@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from airflow_kafka_retry.dlt.errors import ReplayError
 from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
+from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.dlt.reading import TopicReader
+    from airflow_kafka_retry.engine.reading import TopicReader
     from airflow_kafka_retry.policy.replay_headers import ReplayAudit
 
 log = logging.getLogger(__name__)
