@@ -214,3 +214,38 @@ def test_a_suite_whose_broker_cannot_start_fails_and_never_falls_back_to_tansu(
     assert result.ret == pytest.ExitCode.TESTS_FAILED, result.stdout.str()
     result.stdout.fnmatch_lines(["*could not start the Apache Kafka broker under test*Java 17 or newer*"])
     assert "BROKER" not in result.stdout.str()
+
+
+# ------------------------------------------------------------------------ its own broker, or none (item 13)
+def test_another_kafka_on_the_port_never_counts_as_ready() -> None:
+    """Another Kafka answering on the port (another worker's, after a port race) is not this broker.
+
+    It answers metadata under its own cluster id; only the id this broker's storage was formatted with counts.
+    """
+    with ApacheKafka(jvm_options=QUICK_JIT) as other:
+        ours = ApacheKafka(port=other.port, jvm_options=QUICK_JIT, startup_timeout=60)
+        with pytest.raises(KafkaStartError, match="cluster id") as err:
+            ours.start()
+        assert not ours.running, str(err.value)
+        assert admin_client(other.bootstrap).list_topics(timeout=10).brokers, "the other broker is untouched"
+
+
+def test_a_warm_up_failure_leaves_no_jvm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_kafka_retry.testing import kafka
+
+    broker, pids = ApacheKafka(jvm_options=QUICK_JIT), []
+
+    def broken_warm_up(bootstrap: str, timeout: float) -> None:
+        pids.append(broker.pid)
+        raise RuntimeError("the coordinators never loaded")
+
+    monkeypatch.setattr(kafka, "warm_up", broken_warm_up)
+    try:
+        with pytest.raises(RuntimeError, match="never loaded"):
+            broker.start()
+        assert pids
+        assert pids[0] is not None
+        assert not broker.running
+        assert _wait_gone(pids[0]), f"the JVM {pids[0]} of a broker whose warm-up failed still runs"
+    finally:
+        broker.stop()
