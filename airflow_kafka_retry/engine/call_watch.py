@@ -25,6 +25,9 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: Seconds a call may run past the timeout it was given before the engine abandons it.
 CALL_GRACE_S = 5.0
@@ -136,3 +139,31 @@ class CallWatch:
     def waiting(self) -> Waiting | None:
         """The call in progress, if any."""
         return self._current
+
+
+def bounded(work: Callable[[], T], *, seconds: float, what: str) -> T:
+    """
+    ``work()``'s result (or its exception) if it ends within ``seconds``; else a :class:`CallStuckError`.
+
+    For a unit of Kafka work with several client calls and no attempt of its own to retry (a DLT watch's
+    scan, its commit): ``work`` runs in a daemon thread, which is abandoned if it overruns; ``what`` says
+    what it waited for.
+    """
+    outcome: list[tuple[bool, object]] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"bounded-{what[:40]}", daemon=True).start()
+    if not done.wait(seconds):
+        raise CallStuckError(f"{what} did not end within {seconds:g}s (abandoned by the engine's deadline)")
+    ok, value = outcome[0]
+    if not ok:
+        raise value  # type: ignore[misc]
+    return value  # type: ignore[return-value]

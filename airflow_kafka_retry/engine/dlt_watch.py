@@ -27,6 +27,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from airflow_kafka_retry.engine.call_watch import CallStuckError, bounded
 from airflow_kafka_retry.engine.clients import (
     KafkaConfigError,
     from_log_start,
@@ -35,6 +36,11 @@ from airflow_kafka_retry.engine.clients import (
 )
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.policy.headers import read_exception_classes, read_original_coordinates
+
+#: Seconds a scan may take past its ``timeout_s`` (closing its consumer) before the engine abandons it.
+CLOSE_S = 30.0
+#: Seconds the engine gives a commit of the watch's offsets.
+COMMIT_S = 60.0
 
 TopicPartitionKey = tuple[str, int]
 UNKNOWN_EXCEPTION = "<no exception header>"
@@ -169,7 +175,27 @@ def scan_new_records(
     ``timeout_s`` stops: having read records, it returns a partial scan (``unfinished`` names the
     partitions it did not read to their end; commit its offsets and the next scan goes on from there);
     having read none, it raises a :class:`DltWatchError` naming the partitions that did not answer.
+    The engine holds the whole scan to ``timeout_s`` plus the close of its consumer (``CLOSE_S``), whatever
+    a client call does when a broker dies (a :class:`DltWatchError` then names the topics).
     """
+
+    def scan() -> DltScan:
+        return _scan(kafka_config, topics, group, summary, timeout_s, poll_timeout_s)
+
+    try:
+        return bounded(scan, seconds=timeout_s + CLOSE_S, what=f"the scan of {', '.join(topics)}")
+    except CallStuckError as exc:
+        raise DltWatchError(f"{exc}; nothing was committed, the next run scans again") from exc
+
+
+def _scan(
+    kafka_config: Mapping[str, Any],
+    topics: Sequence[str],
+    group: str,
+    summary: DltWatchSummary,
+    timeout_s: float,
+    poll_timeout_s: float,
+) -> DltScan:
     deadline = time.monotonic() + timeout_s
     with open_consumer(kafka_config, group) as consumer:
         try:
@@ -248,6 +274,22 @@ def commit_offsets(
     """
     if not offsets:
         return
+    try:  # a synchronous commit has no timeout of its own: a dead group coordinator could hold it for ever
+        bounded(
+            lambda: _commit(kafka_config, group, offsets, tags),
+            seconds=COMMIT_S,
+            what=f"the commit of group {group!r} ({_where(list(offsets))})",
+        )
+    except CallStuckError as exc:
+        raise DltWatchError(f"{exc}; the next run reports these records again") from exc
+
+
+def _commit(
+    kafka_config: Mapping[str, Any],
+    group: str,
+    offsets: Mapping[TopicPartitionKey, int],
+    tags: Collection[str],
+) -> None:
     metadata = json.dumps({"tags": sorted(tags)}, separators=(",", ":"))
     with open_consumer(kafka_config, group) as consumer:
         try:

@@ -243,3 +243,15 @@ def test_cluster_now_names_the_brokers_that_do_not_answer(monkeypatch: pytest.Mo
     assert ", not answering)" in said.split("2 (")[0]
     assert "not answering" not in said.split("2 (")[1]
     assert "leader of orders[0]: broker 2" in said
+
+
+def test_bounded_returns_raises_or_abandons_naming_what_it_waited_for() -> None:
+    from airflow_kafka_retry.engine.call_watch import bounded
+
+    assert bounded(lambda: 7, seconds=1, what="x") == 7
+    with pytest.raises(ValueError, match="bad"):
+        bounded(lambda: (_ for _ in ()).throw(ValueError("bad")), seconds=1, what="x")
+    stuck = threading.Event()
+    with pytest.raises(CallStuckError, match="the commit of group 'g' did not end within 0.05s"):
+        bounded(lambda: stuck.wait(5), seconds=0.05, what="the commit of group 'g'")
+    stuck.set()
