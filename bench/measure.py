@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,18 @@ def _tree_rss(process: psutil.Process) -> int:
     return total
 
 
-def _cpu_s(pid: int | None) -> float | None:
-    if pid is None:
+def _cpu_s(pids: Sequence[int]) -> float | None:
+    """The CPU seconds ``pids`` spent so far, together (None: no pid, or one is gone)."""
+    if not pids:
         return None
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except psutil.Error:
-        return None
-    return times.user + times.system
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            return None
+        total += times.user + times.system
+    return total
 
 
 def run_case(
@@ -45,14 +50,14 @@ def run_case(
     spec: dict[str, Any],
     *,
     timeout_s: float = 1200,
-    broker_pid: int | None = None,
+    broker_pids: Sequence[int] = (),
 ) -> dict[str, Any]:
     """
     Run ``case`` in ``python -m bench.cases``; return its JSON line plus ``peak_rss_mb`` of its tree.
 
-    With ``broker_pid``, also ``broker_cpu_s``: the CPU that broker process spent meanwhile.
+    With ``broker_pids``, also ``broker_cpu_s``: the CPU those broker processes spent meanwhile.
     """
-    broker_before = _cpu_s(broker_pid)
+    broker_before = _cpu_s(broker_pids)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
@@ -94,7 +99,7 @@ def run_case(
         raise CaseFailed(f"case {case} exited with {child.returncode}; stderr:\n{err[-3000:]}")
     result = json.loads(out.strip().splitlines()[-1])
     result["process_s"] = round(time.perf_counter() - started, 3)
-    broker_after = _cpu_s(broker_pid)
+    broker_after = _cpu_s(broker_pids)
     if broker_before is not None and broker_after is not None:
         result["broker_cpu_s"] = round(broker_after - broker_before, 3)
     result["peak_rss_mb"] = round(max(peak[0] / 2**20, result["self_peak_rss_mb"]), 1)
