@@ -318,3 +318,56 @@ def test_a_replication_factor_1_topic_is_named_by_ensure_topics_and_topology_sho
     out, err = capsys.readouterr()
     assert json.loads(out)["replication_warnings"] == report.replication_warnings
     assert f"warning: {path}: topic {topology.topic!r} has replication factor 1" in err
+
+
+@pytest.mark.slow
+@pytest.mark.fault_case(
+    "17",
+    "a DLT watch run (scan, then commit) while the coordinator of the watch's group is frozen (SIGSTOP), "
+    "then again once it is thawed",
+)
+def test_a_dlt_watch_run_ends_while_its_group_coordinator_is_frozen(cluster, tmp_path, fault_result):
+    from airflow_kafka_retry.engine.dlt_watch import (
+        DltWatchError,
+        DltWatchSummary,
+        commit_offsets,
+        scan_new_records,
+    )
+
+    _heal(cluster)
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = ledger.make_fault_topology("cluster-watch")
+    specs = [FaultInput(MODES[i % len(MODES)]) for i in range(60)]
+    inputs = ledger.produce_fault_inputs(cluster.bootstrap, topology, specs, PARTITIONS)
+    config = {"bootstrap.servers": cluster.bootstrap}
+    run_all_tiers(topology, config, options(chunk_size=CHUNK))
+    dlts = [t.topic for t in topology.dlt_tiers]
+    dead = sum(len(ledger.read_all(cluster.bootstrap, t)) for t in dlts)
+    group = f"{topology.group_id}-dlt-watch"
+
+    def watch(timeout_s: float) -> DltWatchSummary:
+        summary = DltWatchSummary(group=group)
+        scan = scan_new_records(config, dlts, group, summary, timeout_s=timeout_s)
+        commit_offsets(config, group, scan.next_offsets)
+        return summary
+
+    node = cluster.group_coordinator(group)
+    cluster.freeze(node)
+    frozen_at = time.monotonic()
+    try:
+        outcome = f"reported {watch(8.0).records} record(s)"
+    except DltWatchError as exc:
+        outcome = f'failed: "{textwrap.shorten(str(exc), 200, placeholder=" ...")}"'
+    took = time.monotonic() - frozen_at
+    cluster.thaw(node)
+    assert took < HANG_S, f"the watch run hung {took:.0f}s"  # liveness: it ended (the target is its bound)
+    first = watch(30.0).records
+    assert watch(30.0).records == 0  # reported and committed: nothing new
+    account = _finish_and_account(cluster, topology, inputs, ledger_file)
+    assert first + (0 if outcome.startswith("failed") else int(outcome.split()[1])) == dead
+    fault_result(
+        f"broker {node} (the watch group's coordinator) frozen: the run {outcome} after {took:.0f}s "
+        f"(scan timeout 8 s); once thawed the next run reported {first} of the {dead} dead letters and the "
+        "one after none",
+        account,
+    )
