@@ -42,13 +42,8 @@ def topology_assets(topology: Topology, server: str) -> dict[str, Asset]:
 
 def reprocess_outlets(topology_path: str, tier: int | str, server: str) -> dict[str, Asset]:
     """The assets a run of ``tier`` writes to: the next tier (if any), the DLTs and parking, by topic name."""
-    if "://" in str(topology_path):  # an fsspec URL (a Spark deployment's topology)
-        from airflow_kafka_retry.spark.app import load_topology_from
+    from airflow_kafka_retry.policy.topology_file import load_topology_from
 
-        topology = load_topology_from(str(topology_path))
-    else:  # a local file: no Spark module at parse time
-        from airflow_kafka_retry.policy.topology_file import load_topology
-
-        topology = load_topology(topology_path)
+    topology = load_topology_from(str(topology_path))  # a local file, or an fsspec URL (a Spark deployment's)
     assets = topology_assets(topology, server)
     return {topic: assets[topic] for topic in topology.destinations_from(topology.select(tier))}

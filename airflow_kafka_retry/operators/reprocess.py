@@ -168,7 +168,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
         from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
-        from airflow_kafka_retry.spark.app import load_topology_from
+        from airflow_kafka_retry.policy.topology_file import load_topology_from
 
         # everything a pass needs is made ready first (clients' configuration, partitions, worker processes
         # and their handler import), while a run fired ahead of its wave waits for it to fall due

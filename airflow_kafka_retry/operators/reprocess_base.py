@@ -388,7 +388,7 @@ class ReprocessTierMixin:
 
         try:
             if topology is None:
-                from airflow_kafka_retry.spark.app import load_topology_from
+                from airflow_kafka_retry.policy.topology_file import load_topology_from
 
                 topology = load_topology_from(str(self.topology))
             metrics = run_metrics(summary, topology)
@@ -408,7 +408,7 @@ class ReprocessTierMixin:
 
     def _lineage(self, document: dict[str, Any] | None) -> OperatorLineage:
         from airflow_kafka_retry.observability.lineage import connection_server, tier_run_lineage
-        from airflow_kafka_retry.spark.app import load_topology_from
+        from airflow_kafka_retry.policy.topology_file import load_topology_from
 
         topology = load_topology_from(str(self.topology))
         server = self.asset_server or self._lineage_server or connection_server(self.kafka_conn_id)

@@ -4,7 +4,8 @@ Reading a retry topology: a mapping (parsed YAML or JSON, or Python) or a YAML f
 Every key is parsed and every problem collected, so that one
 :class:`~airflow_kafka_retry.policy.errors.TopologyError` names them all (file, field, problem, and the
 closest known key for a misspelt one). ``compat:`` presets fill in the keys the mapping does not set
-(:mod:`.compat`). :func:`load_topology` caches a file's topology in the process until the file changes.
+(:mod:`.compat`). :func:`load_topology` caches a file's topology in the process until the file changes;
+:func:`load_topology_from` also reads one from an fsspec URL (a Spark deployment's topology).
 """
 
 from __future__ import annotations
@@ -279,3 +280,24 @@ def load_topology(path: str | Path) -> Topology:
     topology = topology_from_mapping(data, source=source)
     _LOADED[source] = (mtime_ns, digest, topology)
     return topology
+
+
+def load_topology_from(url: str) -> Topology:
+    """Load a topology from a local path (as :func:`load_topology` does) or an fsspec URL."""
+    if "://" not in url:
+        return load_topology(url)
+    import fsspec
+    import yaml
+
+    try:
+        with fsspec.open(url, "r", encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise TopologyError(f"cannot read the file: {exc.strerror or exc}", source=url) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"not valid YAML: {getattr(exc, 'problem', exc)}", source=url) from None
+    if data is None:
+        raise TopologyError("the file is empty; a topology needs at least 'topic' and 'group_id'", source=url)
+    return topology_from_mapping(data, source=url)

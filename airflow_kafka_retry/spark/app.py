@@ -44,7 +44,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
@@ -52,7 +52,7 @@ from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
+from airflow_kafka_retry.policy.topology_file import load_topology_from
 from airflow_kafka_retry.spark.result import (
     UntrustedResultError,
     check_result_path_free,
@@ -60,6 +60,9 @@ from airflow_kafka_retry.spark.result import (
     write_result,
 )
 from airflow_kafka_retry.spark.transport import UnencryptedSecretsError, check_secrets_transport
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Tier, Topology
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -143,27 +146,6 @@ def options_from_json(value: str) -> DrainOptions:
     if "handler" not in data:
         raise AppInputError("the options name no handler ('package.module:function')")
     return DrainOptions(**data)
-
-
-def load_topology_from(url: str) -> Topology:
-    """Load a topology from a local path (as :func:`load_topology` does) or an fsspec URL."""
-    from airflow_kafka_retry.policy.topology_file import load_topology
-
-    if "://" not in url:
-        return load_topology(url)
-    import yaml
-
-    try:
-        text = _read_text(url)
-    except OSError as exc:
-        raise TopologyError(f"cannot read the file: {exc.strerror or exc}", source=url) from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"not valid YAML: {getattr(exc, 'problem', exc)}", source=url) from None
-    if data is None:
-        raise TopologyError("the file is empty; a topology needs at least 'topic' and 'group_id'", source=url)
-    return Topology.from_mapping(data, source=url)
 
 
 def check_user_code(options: DrainOptions) -> None:
