@@ -148,7 +148,14 @@ class Lease:
         return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
 
     def _from_start(self, tps: list[TopicPartition], timeout_s: float = 30.0) -> list[TopicPartition]:
-        """``OFFSET_BEGINNING`` replaced by the log start (a reset would wait behind the open fetch)."""
+        """
+        ``OFFSET_BEGINNING`` replaced by the log start (a reset would wait behind the open fetch).
+
+        Not :func:`~airflow_kafka_retry.engine.clients.from_log_start`: that one asks on the consumer's own
+        connection, where the request would wait behind the fetch the broker holds open, and leaves a
+        partition to librdkafka when the broker does not answer; this one asks the admin client for every
+        partition at once, and a broker that does not answer fails the assignment.
+        """
         start = [tp for tp in tps if tp.offset == OFFSET_BEGINNING]
         if not start:
             return tps
