@@ -114,7 +114,8 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
     The directory holding every jar of the pinned (or given) Kafka version, resolved once.
 
     The copy goes to a temporary sibling directory that is renamed into place only when Maven
-    succeeded, so an interrupted run never leaves a half cache that looks whole.
+    succeeded, so an interrupted run never leaves a half cache that looks whole; a complete cache is never
+    deleted (another process may run a broker from it): see :func:`_install`.
     """
     version = version or pinned_version()
     target = jars_dir(version)
@@ -149,13 +150,36 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
                 f"Is Maven Central reachable (proxy settings in ~/.m2/settings.xml)? Maven said:\n{tail}"
             )
         (work / "lib" / _MARKER).write_text(version + "\n")
-        if target.exists():  # a concurrent resolve finished first
-            shutil.rmtree(target, ignore_errors=True)
-        try:
-            (work / "lib").rename(target)
-        except OSError:
-            if not (target / _MARKER).exists():
-                raise
+        _install(work / "lib", target)
         return target
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _install(copy: Path, target: Path) -> None:
+    """
+    Rename the whole ``copy`` into place as ``target``, atomically; never delete a complete cache.
+
+    A complete ``target`` (its marker written) may be in use by a running broker of another process: when
+    a concurrent resolve finished first, its copy stays and ours is dropped. Only an incomplete leftover
+    (no marker: never handed out) is replaced, moved aside by a rename first so that no reader ever sees
+    a half-deleted directory under the target's name.
+    """
+    for _ in range(5):
+        try:
+            copy.rename(target)  # fails when target exists and is not empty
+            return
+        except OSError:
+            if (target / _MARKER).exists():  # a concurrent resolve finished first: keep it
+                return
+            if not target.exists():
+                continue
+        aside = Path(tempfile.mkdtemp(prefix="stale-", dir=target.parent))
+        try:
+            target.rename(aside / "lib")
+        except OSError:
+            pass  # another resolve moved or completed it meanwhile: look again
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
+    if not (target / _MARKER).exists():
+        raise KafkaJarsError(f"could not put the resolved jars in place at {target}")
