@@ -2,18 +2,18 @@
 The demo's ``airflow`` commands: each one logged to its own file, failures raised with their output.
 
 Fast mode runs them one after another in one warm Airflow process (``testing/warm_cli.py``: Airflow starts
-up once, not for every ``dags test``); full mode runs each as its own ``airflow`` process, in its own
-process group, so that stopping the demo ends whatever a command started.
+up once, not for every ``dags test``); full mode runs each as its own ``airflow`` process under
+``testing/processes.ManagedProcess`` (its own process group, killed with the demo, stopped at interpreter
+exit), so that stopping the demo ends whatever a command started.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_kafka_retry.testing.processes import ManagedProcess
 from airflow_kafka_retry.testing.warm_cli import WarmAirflowCli
 
 
@@ -36,7 +36,7 @@ class AirflowCommands:
         self.env = dict(env)
         self.home = home
         self._warm = WarmAirflowCli(env=env, cwd=home) if warm else None
-        self._children: list[subprocess.Popen] = []
+        self._children: list[ManagedProcess] = []
         self._count = 0
 
     def run(self, *args: str, timeout: float = 600) -> str:
@@ -63,36 +63,21 @@ class AirflowCommands:
 
     def _subprocess(self, args: tuple[str, ...], log: Path, timeout: float) -> int | None:
         """``airflow *args`` in its own process group, output in ``log``: its exit code (None: timed out)."""
-        with open(log, "wb") as sink:
-            proc = subprocess.Popen(
-                [self.airflow, *args],
-                env=self.env,
-                cwd=self.home,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            self._children.append(proc)
-            try:
-                return proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return None
-            finally:
-                _end(proc)
+        process = ManagedProcess(
+            [self.airflow, *args], log_path=log, name="airflow", env=self.env, cwd=self.home, append=False
+        )
+        self._children.append(process)
+        process.start()
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            process.stop()
 
     def stop(self) -> None:
         """End the warm process and every command still running (the demo is stopping)."""
         if self._warm is not None:
             self._warm.close()
-        for proc in self._children:
-            _end(proc)
-
-
-def _end(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)  # the process group started for it, nothing else
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(10)
+        for process in self._children:
+            process.stop()

@@ -2,8 +2,11 @@
 A real local Airflow 3 deployment (tests and the demo): api-server, scheduler, dag-processor, triggerer.
 
 What ``airflow standalone`` starts, started one by one so each one's log is kept and each is
-stopped by its own process id: the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
+stopped by its own process group (``processes.ManagedProcess``: killed with the process that started
+it, stopped at interpreter exit): the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
 that pair; tasks reach the DB through the api-server's execution API), one own ``AIRFLOW_HOME``.
+A start that fails stops what it had started; a component whose group cannot be signalled is
+signalled itself, and the others are stopped all the same.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -25,15 +27,12 @@ import uuid
 from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
-from typing import IO
+
+from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, free_port, port_open, stop_all
+
+__all__ = ["COMPONENTS", "AirflowCluster", "airflow_env", "free_port", "query_metadata", "seed_metadata_db"]
 
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
-
-
-def free_port() -> int:
-    with closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def airflow_env(
@@ -168,8 +167,9 @@ class AirflowCluster:
         self.env = env
         self.cwd = cwd or home
         self.airflow = str(Path(sys.executable).with_name("airflow"))
+        #: each started component's process (a test may drop one it killed for good: check_alive skips it)
         self.processes: dict[str, subprocess.Popen] = {}
-        self._logs: dict[str, IO[bytes]] = {}
+        self._managed: dict[str, ManagedProcess] = {}
 
     def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -193,58 +193,63 @@ class AirflowCluster:
         """
         if not self.migrated:
             self.migrate()
-        for name in sorted(components, key=lambda c: c != "api-server"):
-            log = open(self.home / f"{name}.log", "wb")  # closed in stop()
-            self._logs[name] = log
-            self.processes[name] = subprocess.Popen(
-                [self.airflow, name.partition("#")[0]],
-                env={**self.env, **self.component_env.get(name, {})},
-                cwd=self.cwd,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            if name == "api-server":
-                self._wait_for_api()
+        try:
+            for name in sorted(components, key=lambda c: c != "api-server"):
+                self._spawn(name, append=False)
+                if name == "api-server":
+                    self._wait_for_api()
+        except BaseException:
+            self.stop()  # nothing started stays behind
+            raise
         return self
+
+    def _spawn(self, name: str, *, append: bool) -> None:
+        process = ManagedProcess(
+            [self.airflow, name.partition("#")[0]],
+            log_path=self.home / f"{name}.log",
+            name=f"airflow {name}",
+            env={**self.env, **self.component_env.get(name, {})},
+            cwd=self.cwd,
+            grace=30,
+            append=append,
+        )
+        self._managed[name] = process  # before it starts: stop() covers it from here on
+        process.start()
+        self.processes[name] = process.proc  # type: ignore[assignment]
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one component's process group (a crash, with SIGKILL) and wait for it to end."""
-        proc = self.processes[name]
-        os.killpg(proc.pid, sig)
-        proc.wait(30)
+        process = self._managed[name]
+        process.signal(signal.Signals(sig))
+        process.wait(30)
 
     def restart(self, name: str) -> None:
         """Start a component again (after :meth:`kill`), appending to its log."""
-        self._logs[name].close()
-        log = open(self.home / f"{name}.log", "ab")  # closed in stop()
-        self._logs[name] = log
-        self.processes[name] = subprocess.Popen(
-            [self.airflow, name.partition("#")[0]],
-            env={**self.env, **self.component_env.get(name, {})},
-            cwd=self.cwd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self._managed[name].kill()
+        self._spawn(name, append=True)
 
     def _wait_for_api(self, timeout: float = 120) -> None:
         port = int(self.env["AIRFLOW__API__PORT"])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                with closing(socket.create_connection(("127.0.0.1", port), timeout=1)):
-                    break
-            except OSError:
-                time.sleep(0.5)
-        else:
+        api = self._managed["api-server"]
+        try:
+            # its own: the api-server's process group holds the port (another deployment's never counts)
+            api.wait_ready(
+                lambda: self._api_listens(port),
+                timeout=timeout,
+                what=f"listen on {port}",
+                interval=0.5,
+            )
+        except NotReady:
             raise RuntimeError(
                 f"the api-server did not listen on {port} within {timeout}s:\n{self.log_tail('api-server')}"
-            )
+            ) from None
         # one answer from the execution API before any task asks it something (its first one is the slowest)
         with contextlib.suppress(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{port}/execution/health", timeout=timeout).close()
+
+    def _api_listens(self, port: int) -> bool:
+        self.check_alive()
+        return port_open(port) and self._managed["api-server"].listens_on(port)
 
     def check_alive(self) -> None:
         for name, proc in self.processes.items():
@@ -256,16 +261,8 @@ class AirflowCluster:
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
 
     def stop(self) -> None:
-        for proc in self.processes.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)  # the process group this harness created for it
-        for name, proc in self.processes.items():
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(10)
-            self._logs[name].close()
+        """SIGTERM every component's group at once, SIGKILL those still running 30 s later; idempotent."""
+        stop_all(list(self._managed.values()), 30)
 
     def __enter__(self) -> AirflowCluster:
         return self.start(self.components)

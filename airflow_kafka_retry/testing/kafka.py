@@ -4,9 +4,11 @@ A real single-node Apache Kafka broker (KRaft, broker and controller in one JVM)
 ``ApacheKafka()`` is a context manager with ``.bootstrap``, like the Tansu ``EmbeddedBroker`` beside
 it. It resolves the pinned jars once (``kafka_jars``), formats storage in a temporary directory,
 starts ``kafka.Kafka`` on free loopback ports with a heap of at most 1 GB, and counts the broker as
-ready when a metadata request lists it. The JVM leads its own process group, dies with the process
-that started it (PR_SET_PDEATHSIG, from the main thread), and is stopped at interpreter exit; on exit
-of the ``with`` block it gets SIGTERM (a clean shutdown in seconds), then SIGKILL.
+ready when a metadata request lists it under the cluster id its storage was formatted with (another
+Kafka answering on the port never counts). The JVM runs under ``processes.ManagedProcess``: it leads its
+own process group, dies with the process that started it (PR_SET_PDEATHSIG, from the main thread), and is
+stopped at interpreter exit; on exit of the ``with`` block it gets SIGTERM (a clean shutdown in seconds),
+then SIGKILL. A start that fails anywhere, the coordinators' warm-up included, stops the JVM.
 
 Settings are those of a test cluster of one: replication factor 1 for the offsets and transaction
 logs, ``group.initial.rebalance.delay.ms=0``, few internal partitions (quick first group and
@@ -31,12 +33,11 @@ from airflow_kafka_retry.testing.kafka_node import (
     QUICK_JIT,
     KafkaNode,
     KafkaStartError,
-    NodeExited,
     format_nodes,
     new_cluster_id,
     server_properties,
 )
-from airflow_kafka_retry.testing.processes import free_port, register, unregister
+from airflow_kafka_retry.testing.processes import NotReady, ProcessExited, free_port, register, unregister
 
 __all__ = [
     "DEFAULT_HEAP",
@@ -125,6 +126,24 @@ class ApacheKafka:
         if self._node is not None and self._node.proc is not None:
             raise RuntimeError("broker already started")
         started = time.monotonic()
+        register(self)
+        try:
+            self._start(started)
+        except BaseException:
+            self.stop()  # a failure anywhere (the warm-up included) leaves no JVM and no data behind
+            raise
+        self.ready_seconds = time.monotonic() - started
+        log.info(
+            "Apache Kafka %s pid %s on 127.0.0.1:%s, ready in %.1fs (log %s)",
+            self.version,
+            self.pid,
+            self._port,
+            self.ready_seconds,
+            self.log_path,
+        )
+        return self
+
+    def _start(self, started: float) -> None:
         java = find_java()
         lib = ensure_kafka_jars(self.version)
         if self._data_dir is None:
@@ -146,15 +165,14 @@ class ApacheKafka:
                 overrides=self._overrides,
             )
             node.write_config()
-            format_nodes([node], new_cluster_id())
+            cluster_id = new_cluster_id()
+            format_nodes([node], cluster_id)
             node.spawn()
-            register(self)
             try:
-                self._wait_ready(node)
-            except NodeExited as exc:
+                self._wait_ready(node, cluster_id)
+            except ProcessExited as exc:  # the JVM ended, or another Kafka answers on the port
                 self._reap()
                 if attempt == attempts:
-                    self.stop()
                     raise KafkaStartError(str(exc)) from None
                 log.warning(
                     "Kafka exited during start-up (attempt %s), retrying on other ports: %s", attempt, exc
@@ -163,16 +181,7 @@ class ApacheKafka:
             self._port = port
             self.metadata_seconds = time.monotonic() - started
             warm_up(self.bootstrap, self._startup_timeout)
-            self.ready_seconds = time.monotonic() - started
-            log.info(
-                "Apache Kafka %s pid %s on 127.0.0.1:%s, ready in %.1fs (log %s)",
-                self.version,
-                self.pid,
-                port,
-                self.ready_seconds,
-                node.log_path,
-            )
-            return self
+            return
         raise AssertionError("unreachable")
 
     def stop(self) -> None:
@@ -207,19 +216,19 @@ class ApacheKafka:
         )
 
     # ------------------------------------------------------------------ internals
-    def _wait_ready(self, node: KafkaNode) -> None:
-        deadline = time.monotonic() + self._startup_timeout
-        while time.monotonic() < deadline:
-            metadata = node.metadata(timeout=2)
-            if metadata is not None and metadata.brokers:
-                return
-            time.sleep(0.1)
-        tail = self.log_tail()
-        self.stop()
-        raise KafkaStartError(
-            f"Apache Kafka did not answer a metadata request on {node.bootstrap} within "
-            f"{self._startup_timeout:.0f}s; log {node.log_path}:\n{tail}"
-        )
+    def _wait_ready(self, node: KafkaNode, cluster_id: str) -> None:
+        """Until the node answers a metadata request listing a broker, under the cluster id we formatted."""
+        if node.process is None:
+            raise RuntimeError("the node is not started")
+        try:
+            node.process.wait_ready(
+                lambda: bool((md := node.metadata(timeout=2, cluster_id=cluster_id)) and md.brokers),
+                timeout=self._startup_timeout,
+                what=f"answer a metadata request on {node.bootstrap}",
+                during=f"during start-up on {node.bootstrap}",
+            )
+        except NotReady as exc:
+            raise KafkaStartError(str(exc)) from None  # "Apache Kafka did not answer ... within Ns; log"
 
     def _reap(self) -> None:
         if self._node is not None:

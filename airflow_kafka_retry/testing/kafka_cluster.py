@@ -294,13 +294,8 @@ class ApacheKafkaCluster(ClusterNaming):
         pending, last = list(node_ids), "no answer yet"
         while pending:
             node, live = self._nodes[pending[0]], [i for i in self.running_nodes if i not in self._frozen]
-            metadata = node.metadata(timeout=2)
+            metadata = node.metadata(timeout=2, cluster_id=self.cluster_id)  # another Kafka: NodeExited
             if metadata is not None:
-                if metadata.cluster_id != self.cluster_id:
-                    raise NodeExited(
-                        f"{node.bootstrap} answers with cluster id {metadata.cluster_id}, not ours "
-                        f"({self.cluster_id}): another Kafka holds the port"
-                    )
                 brokers = sorted(metadata.brokers)
                 lagging = out_of_isr(metadata, node.node_id)
                 last = f"brokers {brokers}, out of the ISR of {lagging[:5] or 'nothing'}"

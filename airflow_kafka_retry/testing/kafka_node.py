@@ -4,9 +4,9 @@ One Apache Kafka KRaft node (broker and controller in one JVM) from its Maven ja
 The piece that ``ApacheKafka`` (one node) and ``ApacheKafkaCluster`` (several) share. A
 :class:`KafkaNode` owns a run directory (``server.properties``, ``log4j2.properties``, ``data/``,
 ``server.log``), formats its storage under a cluster id, spawns ``kafka.Kafka`` leading its own process
-group (killed with the process that started it: PR_SET_PDEATHSIG from the main thread), answers metadata
-requests while it starts, and is stopped (SIGTERM, then SIGKILL) and reaped. Registering for the stop at
-interpreter exit is the owner's business (``processes.register``), so the owner's own ``stop`` runs.
+group through ``processes.ManagedProcess`` (killed with the process that started it, stopped at interpreter
+exit), answers metadata requests while it starts, and is stopped (SIGTERM, then SIGKILL) and reaped. Its
+owner registers too (``processes.register``), so the owner's own ``stop`` (removing its data) runs at exit.
 """
 
 from __future__ import annotations
@@ -14,13 +14,19 @@ from __future__ import annotations
 import base64
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.testing.processes import free_port, parent_death_hook, port_open, signal_group
+from airflow_kafka_retry.testing.processes import (
+    ManagedProcess,
+    ProcessExited,
+    free_port,
+    log_tail,
+    port_open,
+    stop_all,
+)
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient, ClusterMetadata
@@ -117,8 +123,8 @@ class KafkaStartError(RuntimeError):
     """The broker did not become ready; the message carries the last lines of its log."""
 
 
-class NodeExited(Exception):
-    """The JVM ended while we waited for it."""
+class NodeExited(ProcessExited):
+    """The JVM ended while we waited for it, or another Kafka (another cluster id) answers on its port."""
 
 
 def megabytes(heap: str) -> int:
@@ -157,7 +163,7 @@ class KafkaNode:
         self.overrides = dict(overrides or {})
         self.config = run_dir / "server.properties"
         self.log_path = run_dir / "server.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.process: ManagedProcess | None = None
         self._admin: AdminClient | None = None
 
     @property
@@ -165,12 +171,16 @@ class KafkaNode:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.process.proc if self.process is not None else None
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
     @property
     def running(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.process is not None and self.process.running
 
     def write_config(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -205,28 +215,21 @@ class KafkaNode:
         if self.running:
             raise RuntimeError(f"Kafka node {self.node_id} is already running (pid {self.pid})")
         cmd = [*self._jvm(heap=self.heap, options=self.jvm_options), "kafka.Kafka", str(self.config)]
-        with open(self.log_path, "ab") as logf:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - None off the main thread
-            )
+        self.process = ManagedProcess(cmd, log_path=self.log_path, name=self.label).start()
 
-    def metadata(self, timeout: float = 2.0) -> ClusterMetadata | None:
+    def metadata(self, timeout: float = 2.0, *, cluster_id: str | None = None) -> ClusterMetadata | None:
         """
         This node's answer to a metadata request, ``None`` while it does not answer yet.
 
-        Raises :class:`NodeExited` (with the log's tail) when the JVM has ended.
+        Raises :class:`NodeExited` (with the log's tail) when the JVM has ended, or when the answer carries
+        another cluster id than ``cluster_id`` (when given): another Kafka holds the port, never ours.
         """
         from confluent_kafka import KafkaException
 
         from airflow_kafka_retry.testing.topics import admin_client
 
-        if self.proc is None or self.proc.poll() is not None:
-            code = self.proc.returncode if self.proc is not None else None
+        if self.process is None or not self.process.running:
+            code = self.process.returncode if self.process is not None else None
             raise NodeExited(
                 f"{self.label} exited (code {code}) during start-up on "
                 f"{self.bootstrap}; log {self.log_path}:\n{self.log_tail()}"
@@ -235,14 +238,20 @@ class KafkaNode:
             return None
         self._admin = self._admin or admin_client(self.bootstrap)
         try:
-            return self._admin.list_topics(timeout=timeout)
+            metadata = self._admin.list_topics(timeout=timeout)
         except KafkaException:
             return None
+        if cluster_id is not None and metadata.cluster_id != cluster_id:
+            raise NodeExited(
+                f"{self.bootstrap} answers with cluster id {metadata.cluster_id}, not ours "
+                f"({cluster_id}): another Kafka holds the port"
+            )
+        return metadata
 
     def signal(self, sig: signal.Signals) -> None:
         """``sig`` to the node's process group (nothing when it is not running)."""
-        if self.running and self.proc is not None:
-            signal_group(self.proc.pid, sig)
+        if self.process is not None:
+            self.process.signal(sig)
 
     def stop(self, timeout: float = 20.0, *, resume: bool = False) -> bool:
         """SIGTERM the process group, SIGKILL after ``timeout``; whether it ended on the SIGTERM."""
@@ -250,16 +259,13 @@ class KafkaNode:
 
     def reap(self) -> None:
         """SIGKILL the process group if it still runs, and wait for the JVM."""
-        if self.proc is not None and self.proc.poll() is None:
-            signal_group(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
-        self.proc = None
+        if self.process is not None:
+            self.process.kill()
+        self.process = None
         self._admin = None
 
     def log_tail(self, lines: int = 30) -> str:
-        if not self.log_path.exists():
-            return ""
-        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
 
 def format_nodes(nodes: Sequence[KafkaNode], cluster_id: str) -> None:
@@ -296,18 +302,8 @@ def stop_nodes(nodes: Sequence[KafkaNode], timeout: float, *, resume: bool = Fal
     At once: one after another, each node of a cluster would wait for a quorum that is going away. With
     ``resume`` a frozen (SIGSTOPped) node gets a SIGCONT first, so it acts on the SIGTERM at once.
     """
-    running = [node for node in nodes if node.running]
-    for node in running:
-        if resume:
-            node.signal(signal.SIGCONT)
-        node.signal(signal.SIGTERM)
-    deadline, unclean = time.monotonic() + timeout, []
-    for node in running:
-        try:
-            if node.proc is not None:
-                node.proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            unclean.append(node)
+    processes = {node.process: node for node in nodes if node.process is not None}
+    unclean = stop_all(list(processes), timeout, resume=resume)
     for node in nodes:
         node.reap()
-    return unclean
+    return [processes[process] for process in unclean]

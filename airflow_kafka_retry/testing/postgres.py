@@ -15,16 +15,16 @@ account). The cluster's folder, the socket's too, is ``0700``.
 ``initdb`` and ``postgres`` refuse to run as root: as root, both run as the ``postgres`` user that the
 Debian package creates (the temporary directory is handed to it). Durability is switched off
 (``fsync``, ``synchronous_commit``, ``full_page_writes``): a test server's data is thrown away, and a
-crash of the machine is not a case it must survive. The postmaster leads its own process group, dies
-with the process that started it (PR_SET_PDEATHSIG, set after the switch of user), and is stopped at
-interpreter exit; :meth:`PostgresCluster.stop` asks for a fast shutdown, then ``pg_ctl stop -m
-immediate``, then SIGKILLs the group.
+crash of the machine is not a case it must survive. The postmaster runs under
+``processes.ManagedProcess``: it leads its own process group, dies with the process that started it
+(PR_SET_PDEATHSIG, set after the switch of user), and is stopped at interpreter exit. It is ready when a
+session opens with the cluster's own random password (so another server on the port never counts);
+:meth:`PostgresCluster.stop` asks for a fast shutdown, then ``pg_ctl stop -m immediate``, then SIGKILLs the
+group.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import glob
 import logging
 import os
@@ -35,17 +35,17 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from airflow_kafka_retry.testing.processes import (
+    ManagedProcess,
+    NotReady,
+    ProcessExited,
     free_port,
-    parent_death_hook,
     register,
-    signal_group,
     unregister,
 )
 
@@ -62,7 +62,6 @@ SETTINGS = {
     "max_connections": "400",
     "log_min_messages": "warning",
 }
-_PR_SET_PDEATHSIG = 1
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
@@ -120,7 +119,7 @@ class PostgresCluster:
         self._settings = {**SETTINGS, **(settings or {})}
         self._startup_timeout = startup_timeout
         self._dir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._process: ManagedProcess | None = None
         self._port: int | None = None
         self._bindir: Path | None = None
         self._user: pwd.struct_passwd | None = None
@@ -136,7 +135,7 @@ class PostgresCluster:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._process.pid if self._process is not None else None
 
     @property
     def log_path(self) -> Path | None:
@@ -148,7 +147,7 @@ class PostgresCluster:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> PostgresCluster:
-        if self._proc is not None:
+        if self._process is not None:
             raise RuntimeError("PostgreSQL already started")
         self._bindir = find_bindir()
         self._user = _server_user()
@@ -182,18 +181,19 @@ class PostgresCluster:
             raise PostgresError(f"initdb failed (exit {done.returncode}):\n{done.stdout[-3000:]}")
         self._port = free_port()
         options = [arg for k, v in self._settings.items() for arg in ("-c", f"{k}={v}")]
-        with open(self.log_path, "ab") as logf:  # type: ignore[arg-type]
-            self._proc = subprocess.Popen(
-                [str(self._bindir / "postgres"), "-D", str(data), "-p", str(self._port), "-k", str(self._dir)]
-                + options,
-                stdin=subprocess.DEVNULL,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                cwd=self._dir,
-                env=self._env(),
-                start_new_session=True,
-                preexec_fn=self._become_server_user(die_with_parent=parent_death_hook() is not None),  # noqa: PLW1509
-            )
+        if self.log_path is None:
+            raise RuntimeError("the cluster's directory is made first")
+        self._process = ManagedProcess(
+            [str(self._bindir / "postgres"), "-D", str(data), "-p", str(self._port), "-k", str(self._dir)]
+            + options,
+            log_path=self.log_path,
+            name="postgres",
+            env=self._env(),
+            cwd=self._dir,
+            stop_signal=signal.SIGINT,  # a fast shutdown
+            grace=15,
+            preexec=self._become_server_user(),
+        ).start()
         register(self)
         self._wait_ready()
         log.info("PostgreSQL pid %s on 127.0.0.1:%s (data %s)", self.pid, self._port, data)
@@ -203,27 +203,19 @@ class PostgresCluster:
         """
         Stop the server and remove its directory; idempotent.
 
-        A fast shutdown (SIGINT), else ``pg_ctl stop -m immediate``, else SIGKILL.
+        A fast shutdown (SIGINT), else ``pg_ctl stop -m immediate``, else SIGKILL (the backends left too).
         """
-        proc, data = self._proc, self._dir / "data" if self._dir is not None else None
+        process, data = self._process, self._dir / "data" if self._dir is not None else None
+
+        def immediate() -> None:
+            log.warning("PostgreSQL pid %s ignored a fast shutdown; stopping it immediately", self.pid)
+            self._run("pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w")
+
         try:
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    log.warning(
-                        "PostgreSQL pid %s ignored a fast shutdown; stopping it immediately", proc.pid
-                    )
-                    self._run("pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w")
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        proc.wait(10)
+            if process is not None:
+                process.stop(escalate=immediate)
         finally:
-            if proc is not None:
-                signal_group(proc.pid, signal.SIGKILL)  # backends left behind, if any
-                if proc.poll() is None:
-                    proc.wait(10)
-            self._proc = None
+            self._process = None
             self._port = None
             unregister(self)
             if self._dir is not None:
@@ -231,7 +223,7 @@ class PostgresCluster:
                 self._dir = None
 
     def __enter__(self) -> Self:
-        if self._proc is None:
+        if self._process is None:
             self.start()
         return self
 
@@ -281,24 +273,21 @@ class PostgresCluster:
         env.update({"LC_ALL": "C", "LANG": "C", "HOME": str(self._dir)})
         return env
 
-    def _become_server_user(self, *, die_with_parent: bool = False) -> Callable[[], None]:
+    def _become_server_user(self) -> Callable[[], None] | None:
         """
-        Build the ``preexec_fn`` that switches to the server's user.
+        The ``preexec_fn`` that switches to the server's user (``None`` when we are not root).
 
-        Then, if asked, it sets PR_SET_PDEATHSIG, which a change of user clears (so Popen's own
-        ``user=`` cannot be combined with it). libc is loaded here, before the fork: the server's user
-        may not read this interpreter's files.
+        Popen's own ``user=`` cannot be used: ``ManagedProcess`` sets PR_SET_PDEATHSIG after this runs,
+        because a change of user clears it.
         """
         user = self._user
-        libc = ctypes.CDLL("libc.so.6", use_errno=True) if die_with_parent else None
+        if user is None:
+            return None
 
         def preexec() -> None:  # pragma: no cover - runs in the forked child
-            if user is not None:
-                os.setgroups([])
-                os.setgid(user.pw_gid)
-                os.setuid(user.pw_uid)
-            if libc is not None:
-                libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+            os.setgroups([])
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
 
         return preexec
 
@@ -321,16 +310,13 @@ class PostgresCluster:
         return path.read_text(errors="replace")[-chars:] if path is not None and path.exists() else ""
 
     def _wait_ready(self) -> None:
+        """Until a session opens with this cluster's own password: only our server knows it."""
         import psycopg2
 
-        if self._proc is None:
+        if self._process is None:
             raise RuntimeError("PostgreSQL is not started")
-        deadline = time.monotonic() + self._startup_timeout
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                tail = self._log_tail()
-                self.stop()
-                raise PostgresError(f"postgres exited during start-up; its log:\n{tail}")
+
+        def accepts() -> bool:
             try:
                 psycopg2.connect(
                     host="127.0.0.1",
@@ -340,14 +326,22 @@ class PostgresCluster:
                     dbname="postgres",
                     connect_timeout=2,
                 ).close()
-                return
+                return True
             except psycopg2.OperationalError:
-                time.sleep(0.1)
-        tail = self._log_tail()
-        self.stop()
-        raise PostgresError(
-            f"postgres did not accept connections within {self._startup_timeout:.0f}s:\n{tail}"
-        )
+                return False
+
+        try:
+            self._process.wait_ready(accepts, timeout=self._startup_timeout, what="accept connections")
+        except ProcessExited:
+            tail = self._log_tail()
+            self.stop()
+            raise PostgresError(f"postgres exited during start-up; its log:\n{tail}") from None
+        except NotReady:
+            tail = self._log_tail()
+            self.stop()
+            raise PostgresError(
+                f"postgres did not accept connections within {self._startup_timeout:.0f}s:\n{tail}"
+            ) from None
 
 
 def _check_name(name: str) -> None:

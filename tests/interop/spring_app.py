@@ -3,7 +3,8 @@
 ``spring_jar(flavour)`` builds ``boot4`` (Spring Boot 4.0.7, spring-kafka 4.0.x) or ``boot3`` (Boot 3.5.7,
 spring-kafka 3.3.x) with ``mvn -q -B package -DskipTests`` unless the jar is newer than every source file;
 a missing ``java`` or ``mvn`` fails (never skips). ``SpringService`` runs the jar as ``java -jar`` on a
-broker: its own process group, killed with the test process (PR_SET_PDEATHSIG), stopped at the end.
+broker, under ``processes.ManagedProcess``: its own process group, killed with the test process
+(PR_SET_PDEATHSIG), stopped at the end or at interpreter exit.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
@@ -22,7 +22,7 @@ from typing import Self
 
 import pytest
 
-from airflow_kafka_retry.testing.processes import parent_death_hook, signal_group
+from airflow_kafka_retry.testing.processes import ManagedProcess
 
 APP_DIR = Path(__file__).parents[2] / "interop" / "spring-orders-service"
 FLAVOURS = {"boot4": "Spring Boot 4.0.7, spring-kafka 4.0", "boot3": "Spring Boot 3.5.7, spring-kafka 3.3"}
@@ -80,17 +80,15 @@ class SpringService:
             "orders.payments.fixed-flag": str(workdir / "payments-fixed"),
             **properties,
         }
-        with self.log_file.open("wb") as out:
-            self.process = subprocess.Popen(
-                [_tool("java"), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-jar", str(jar)]
-                + [f"--{k}={v}" for k, v in args.items()],
-                cwd=workdir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                preexec_fn=parent_death_hook(),  # noqa: PLW1509 - PR_SET_PDEATHSIG, main thread only
-            )
+        self.service = ManagedProcess(
+            [_tool("java"), "-Xmx256m", "-XX:TieredStopAtLevel=1", "-jar", str(jar)]
+            + [f"--{k}={v}" for k, v in args.items()],
+            log_path=self.log_file,
+            name="the Spring order service",
+            cwd=workdir,
+            grace=30,
+            append=False,
+        ).start()
 
     def log(self) -> str:
         return self.log_file.read_text(errors="replace")
@@ -110,7 +108,7 @@ class SpringService:
             found = self.assigned()
             if wanted <= {g for g, parts in found.items() if parts}:
                 return found
-            if self.process.poll() is not None or time.monotonic() > deadline:
+            if not self.service.running or time.monotonic() > deadline:
                 raise AssertionError(
                     f"Spring assigned {sorted(found)} but not all of {sorted(wanted)}:\n{self.log()[-6000:]}"
                 )
@@ -129,18 +127,12 @@ class SpringService:
             events = self.events()
             if predicate(events):
                 return events
-            if self.process.poll() is not None or time.monotonic() > deadline:
+            if not self.service.running or time.monotonic() > deadline:
                 raise AssertionError(f"Spring never got {what}; events: {events}\n{self.log()[-4000:]}")
             time.sleep(0.5)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            signal_group(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                signal_group(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=10)
+        self.service.stop()
 
     def __enter__(self) -> Self:
         return self
