@@ -321,7 +321,7 @@ def test_a_replication_factor_1_topic_is_named_by_ensure_topics_and_topology_sho
 
 
 def _watch_until_it_succeeds(run: Callable[[], int], error: type[Exception]) -> tuple[int, int]:
-    """A thawed broker was fenced meanwhile and rejoins: runs fail until it has. The first success, and runs."""
+    """A thawed broker was fenced meanwhile and rejoins; runs fail until it has: the first success, runs."""
     deadline, runs = time.monotonic() + 90, 0
     while True:
         runs += 1
