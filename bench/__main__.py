@@ -78,6 +78,16 @@ def _parse_sizes(text: str) -> list[int]:
     return sizes
 
 
+def _parse_cases(text: str) -> list[str]:
+    cases = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(cases) - {*SPRING_CASES, "profile"})
+    if not cases or unknown:
+        raise argparse.ArgumentTypeError(
+            f"--cases takes some of {', '.join(SPRING_CASES)}, profile; not {', '.join(unknown) or text!r}"
+        )
+    return cases
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description="Throughput and memory of the engines."
@@ -113,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="rounds of the Python cases, best kept (default 2; 1 with --small)",
+    )
+    parser.add_argument(
+        "--cases",
+        type=_parse_cases,
+        default=None,
+        help=f"comma-separated cases of the workloads (default all: {', '.join(SPRING_CASES)}); the "
+        "in-process profile runs only when 'profile' is one of them",
     )
     parser.add_argument("--no-spark", action="store_true", help="leave the Spark engine out")
     parser.add_argument("--no-headerless", action="store_true", help="leave the headerless workload out")
@@ -251,16 +268,18 @@ def run(args: argparse.Namespace, kind: str) -> dict[str, Any]:
             "failing": workload.failing,
             "produce_s": round(time.perf_counter() - produced, 1),
         }
-        cases = _rounds(SPRING_CASES, workload, run_id, records, repeat)
+        chosen = args.cases or [*SPRING_CASES, "profile"]
+        cases = _rounds(tuple(c for c in SPRING_CASES if c in chosen), workload, run_id, records, repeat)
         if not args.no_spark:  # once: it takes longest
             cases["spark"] = _case("spark", workload, run_id, records)
-        profile = _case("local_txn_profile", workload, run_id, records)
+        profile = _case("local_txn_profile", workload, run_id, records) if "profile" in chosen else None
         if not args.no_headerless:
             log.info("producing %s records without headers", records)
             plain = produce(
                 bootstrap, f"bench-plain-{run_id}", records, PARTITIONS, folder, headers="headerless"
             )
-            headerless = _rounds(HEADERLESS_CASES, plain, f"plain-{run_id}", records, repeat)
+            plain_cases = tuple(c for c in HEADERLESS_CASES if c in chosen)
+            headerless = _rounds(plain_cases, plain, f"plain-{run_id}", records, repeat)
     sweep: list[dict[str, Any]] = []
     if not args.no_sweep:
         with ExitStack() as stack:  # a broker of its own: the sweep's data need not sit beside the cases'
@@ -282,7 +301,11 @@ def run(args: argparse.Namespace, kind: str) -> dict[str, Any]:
                     }
                 )
     rows, plain_rows = case_rows(cases), case_rows(headerless)
-    profile_part = {k: profile[k] for k in ("wall_s", "cpu_s", "phases", "top_functions")}
+    profile_part = (
+        {k: profile[k] for k in ("wall_s", "cpu_s", "phases", "top_functions")}
+        if profile is not None
+        else None
+    )
     document.update(
         {
             "cases": rows,
