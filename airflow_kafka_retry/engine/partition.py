@@ -8,13 +8,14 @@ a DLT, or a deliberate drop) before committing the offsets past it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.batches import BatchRunner
 from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
@@ -223,7 +224,10 @@ class PartitionJob:
                 # committed, and what is left belongs to a failed transaction (flushing a fenced one raises
                 # and masks the run's own error). An idempotent one delivers what it still holds.
                 if txn_id is None:
-                    with self.watch.call("flush", 10.0, "the destinations' leaders"):
+                    with (
+                        self.watch.call("flush", 10.0, "the destinations' leaders"),
+                        contextlib.suppress(KafkaException),  # never masks the run's own error
+                    ):
                         producer.flush(10.0)
         finally:
             with self.watch.call("close", options.call_timeout_s, "the group coordinator"):
