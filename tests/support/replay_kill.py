@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry import cli
 from airflow_kafka_retry.dlt import replay as replay_module
-from airflow_kafka_retry.dlt.replay import Replay
+from airflow_kafka_retry.dlt.replay_moves import ReplayMoves
 
 _seen = {"produced": 0, "logged": 0, "committed": 0}
 
@@ -35,7 +35,7 @@ def _maybe_die(point: str) -> None:
 
 
 def main() -> int:
-    original_produce, original_commit = Replay._produce, Replay._commit_chunk
+    original_produce, original_commit = ReplayMoves._produce, ReplayMoves._commit_chunk
 
     def produce(self, producer, record, candidate, failures):
         move = original_produce(self, producer, record, candidate, failures)
@@ -64,7 +64,7 @@ def main() -> int:
 
     KillingProducer._in_chunk = False
     replay_module.Producer = KillingProducer
-    Replay._produce, Replay._commit_chunk = produce, commit_chunk_logged
+    ReplayMoves._produce, ReplayMoves._commit_chunk = produce, commit_chunk_logged
     return cli.main(sys.argv[1:])
 
 

@@ -1,0 +1,225 @@
+"""
+Step 3 of a replay: moving the selected records, one Kafka transaction per chunk.
+
+In each transaction the copies (with audit headers and a fresh attempt count) are produced and
+acknowledged, then their ``record/<partition>/<offset>`` replay log entries (each with the digest of
+its copy's replay id, key and value) are produced, then the transaction commits: a record's copy and
+its log entry are committed together or not at all. A failure aborts the chunk and raises
+:class:`~airflow_kafka_retry.dlt.errors.ReplayAbortedError`; what earlier chunks moved stays moved
+and logged, so a rerun with the same replay id finishes the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+from airflow_kafka_retry.dlt.records import DltRecord
+from airflow_kafka_retry.dlt.replay_select import Candidate, RecordEdit, shown, was_edited
+from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
+from airflow_kafka_retry.dlt.topics import BY_KEY
+from airflow_kafka_retry.engine.consumed import offset_of
+from airflow_kafka_retry.engine.replay_log import encode, record_key
+from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest, replayed_headers
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
+
+    from airflow_kafka_retry.engine.reading import TopicReader
+
+#: How long a transaction's flush and commit may take.
+TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ReplayMoves:
+    """
+    The writes of one replay, on its transactional producer: moved records and replay log entries.
+
+    :param chunk_size: records per Kafka transaction.
+    :param move_cap: at most this many moves listed in the summary (None: all).
+    """
+
+    replay_id: str
+    source: str
+    log_topic: str
+    edit: RecordEdit
+    clock: Callable[[], int]
+    chunk_size: int
+    move_cap: int | None
+
+    def move(
+        self, reader: TopicReader, producer: Producer, todo: list[Candidate], summary: ReplaySummary
+    ) -> None:
+        """Move ``todo`` (sorted by partition and offset) in chunks of :attr:`chunk_size` records."""
+        by_partition: dict[int, dict[int, Candidate]] = {}
+        for c in todo:
+            by_partition.setdefault(c.partition, {})[c.offset] = c
+        chunk: list[tuple[DltRecord, Candidate]] = []
+        for partition, wanted in sorted(by_partition.items()):
+            first, last = min(wanted), max(wanted)
+            for message in reader.read(self.source, partition, start=first, end=last + 1):
+                candidate = wanted.get(offset_of(message))
+                if candidate is None:
+                    continue
+                record = DltRecord.from_message(message)
+                chunk.append((record, candidate))
+                if len(chunk) >= self.chunk_size:
+                    self._commit_chunk(producer, chunk, summary)
+                    chunk = []
+        if chunk:
+            self._commit_chunk(producer, chunk, summary)
+        if summary.moved != len(todo):
+            raise ReplayAbortedError(
+                f"replay {self.replay_id}: found {summary.moved} of the {len(todo)} selected "
+                f"records of {self.source} when moving them; rerun with the same replay id"
+            )
+
+    def _commit_chunk(
+        self, producer: Producer, chunk: list[tuple[DltRecord, Candidate]], summary: ReplaySummary
+    ) -> None:
+        moves: list[tuple[Move, str]] = []  # each move and the digest of its copy
+        failures: list[str] = []
+        try:
+            producer.begin_transaction()
+            for record, candidate in chunk:
+                moves.append(self._produce(producer, record, candidate, failures))
+            # copies first, acknowledged, then their log entries: a log entry never exists without its copy
+            if producer.flush(TIMEOUT_S) or failures:
+                raise ReplayAbortedError(
+                    f"replay {self.replay_id}: {len(failures)} replayed record(s) were not "
+                    f"delivered ({'; '.join(failures[:3])}); the chunk was aborted"
+                )
+            at = self.clock()
+            for move, digest in moves:
+                producer.produce(
+                    self.log_topic,
+                    key=record_key(move.partition, move.offset),
+                    value=encode(
+                        {
+                            "replay_id": self.replay_id,
+                            "partition": move.partition,
+                            "offset": move.offset,
+                            "target": move.target,
+                            "target_partition": move.target_partition
+                            if move.target_partition is not None
+                            else BY_KEY,
+                            "target_offset": move.target_offset,
+                            "attempt": move.attempt,
+                            "transformed": move.transformed,
+                            "by_key": move.by_key,
+                            "at_ms": at,
+                            "copy": digest,
+                        }
+                    ),
+                )
+            producer.commit_transaction(TIMEOUT_S)
+        except ReplayError as exc:
+            self._abort(producer)
+            raise ReplayAbortedError(
+                f"{exc}; the chunk was aborted, {summary.moved} record(s) moved before it "
+                "stay moved (and logged)"
+            ) from exc
+        except ReplayAbortedError:
+            self._abort(producer)
+            raise
+        except KafkaException as exc:
+            error: KafkaError = exc.args[0]
+            if error.code() in (
+                KafkaError._FENCED,
+                KafkaError.PRODUCER_FENCED,
+                KafkaError.INVALID_PRODUCER_EPOCH,
+            ):
+                raise ReplayAbortedError(
+                    f"replay {self.replay_id} of {self.source} was fenced by another replay "
+                    "of the same DLT; records moved so far are logged, rerun with the same "
+                    "replay id to finish"
+                ) from exc
+            if error.txn_requires_abort():
+                self._abort(producer)
+            raise ReplayAbortedError(
+                f"replay {self.replay_id}: a transaction failed and was aborted "
+                f"({error.str()}); rerun with the same replay id to finish"
+            ) from exc
+        except SystemError as exc:
+            # confluent-kafka's flush() of a producer that turned fatal mid-call (fenced by another replay of
+            # the same DLT while this one waited) can fail without a Kafka error: the transaction is lost
+            # either way
+            raise ReplayAbortedError(
+                f"replay {self.replay_id} of {self.source}: the producer failed while "
+                f"flushing ({exc}), most likely fenced by another replay of the same DLT; "
+                "records moved so far are logged, rerun with the same replay id to finish"
+            ) from exc
+        summary.transactions += 1
+        for move, _ in moves:
+            summary.moved += 1
+            summary.add_move(move, self.move_cap)
+
+    def _produce(
+        self, producer: Producer, record: DltRecord, candidate: Candidate, failures: list[str]
+    ) -> tuple[Move, str]:
+        edited = self.edit.apply(record)
+        if edited is None:
+            raise ReplayError(
+                f"transform {self.edit.transform_name!r} left out {record.coordinates} when moving it, "
+                "but kept it when the replay was checked; the transform must be deterministic"
+            )
+        target = self.edit.target(record, edited)
+        if target.topic != candidate.target.topic:
+            raise ReplayError(f"{record.coordinates}: target changed between check and move")
+        partition = candidate.target.partition
+        now = self.clock()
+        audit = ReplayAudit(self.replay_id, record.topic, record.partition, record.offset, now)
+        headers = replayed_headers(edited.headers, audit, attempt=target.attempt, due_ms=now)
+        move = Move(
+            record.partition,
+            record.offset,
+            target.topic,
+            shown(partition),
+            target.attempt,
+            was_edited(record, edited),
+            by_key=partition == BY_KEY,
+        )
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is not None:
+                failures.append(f"{target.topic}: {err.str()}")
+            else:
+                move.target_partition, move.target_offset = msg.partition(), msg.offset()
+
+        producer.produce(
+            target.topic,
+            value=edited.value,
+            key=edited.key,
+            # the stubs' List is invariant; a list of (str, bytes | None) is what produce() takes
+            headers=headers,  # type: ignore[arg-type]
+            partition=partition,
+            on_delivery=delivered,
+        )
+        producer.poll(0)
+        return move, copy_digest(self.replay_id, edited.key, edited.value)
+
+    def log_only(self, producer: Producer, key: bytes, value: dict[str, Any]) -> None:
+        """One replay log entry (a plan, a finished replay) in a transaction of its own."""
+        try:
+            producer.begin_transaction()
+            producer.produce(self.log_topic, key=key, value=encode(value))
+            producer.commit_transaction(TIMEOUT_S)
+        except KafkaException as exc:
+            self._abort(producer)
+            raise ReplayAbortedError(
+                f"replay {self.replay_id}: cannot write {key.decode()} to {self.log_topic}: "
+                f"{exc.args[0].str()}"
+            ) from exc
+
+    @staticmethod
+    def _abort(producer: Producer) -> None:
+        # on failure the broker times the transaction out; the next replay's init_transactions fences it
+        with contextlib.suppress(KafkaException):
+            producer.abort_transaction(TIMEOUT_S)

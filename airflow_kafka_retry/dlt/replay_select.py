@@ -1,0 +1,167 @@
+"""
+Step 2 of a replay: which DLT records it moves, and where (nothing is written here).
+
+Every DLT partition asked for is read (without committing) up to its end (for a resumed replay id:
+the ends recorded in its plan). Records pass the filters; those in the replay log are skipped
+(whatever replay moved them); the transform runs on every remaining record and its result is checked;
+each record's target is resolved (:class:`RecordEdit`, again when the record is moved) and every
+target topic must exist. Bad input raises :class:`~airflow_kafka_retry.policy.errors.ReplayError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from airflow_kafka_retry.dlt.records import DltRecord
+from airflow_kafka_retry.dlt.topics import BY_KEY, Target, target_for
+from airflow_kafka_retry.dlt.transform import Transform, apply_transform
+from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts
+from airflow_kafka_retry.engine.consumed import offset_of
+from airflow_kafka_retry.policy.errors import ReplayError
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.dlt.filters import ReplayFilter
+    from airflow_kafka_retry.dlt.summary import ReplaySummary
+    from airflow_kafka_retry.engine.reading import TopicReader
+    from airflow_kafka_retry.engine.replay_log import ReplayLog
+    from airflow_kafka_retry.policy.topology import Topology
+
+
+@dataclass(frozen=True)
+class RecordEdit:
+    """How a replay edits a DLT record (its transform) and where the edited copy goes (its target)."""
+
+    topology: Topology
+    source: str
+    to: str | None
+    transform_name: str | None
+    transform: Transform | None
+    allowed_targets: frozenset[str]
+
+    def apply(self, record: DltRecord) -> DltRecord | None:
+        """The record as the transform edits it; None when the transform leaves it out."""
+        return apply_transform(self.transform, self.transform_name, record)
+
+    def target(self, record: DltRecord, edited: DltRecord) -> Target:
+        return target_for(
+            self.topology,
+            self.source,
+            self.to,
+            record,
+            key_changed=edited.key != record.key,
+            allowed=self.allowed_targets,
+        )
+
+
+@dataclass
+class Candidate:
+    """A selected DLT record: where it goes, and whether this replay id moved it in an earlier run."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    target: Target
+    transformed: bool
+    moved_before: bool = False
+
+
+def select_candidates(
+    reader: TopicReader,
+    edit: RecordEdit,
+    replay_id: str,
+    selection: ReplayFilter,
+    replay_log: ReplayLog,
+    ends: Mapping[int, int] | None,
+    summary: ReplaySummary,
+) -> tuple[list[Candidate], dict[int, int]]:
+    """The records to move, sorted by (partition, offset), and the end each DLT partition was read to."""
+    source = edit.source
+    candidates: list[Candidate] = []
+    seen_ends: dict[int, int] = {}
+    for partition in selection.chosen_partitions(reader.partitions(source)):
+        end = None if ends is None else ends.get(partition, 0)
+        seen_ends[partition] = end if end is not None else 0
+        for message in reader.read(source, partition, start=selection.start_offset, end=end):
+            if end is None:
+                seen_ends[partition] = offset_of(message) + 1
+            summary.scanned += 1
+            record = DltRecord.from_message(message)
+            if not selection.matches(record):
+                continue
+            summary.matched += 1
+            entry = replay_log.moved.get((record.partition, record.offset))
+            if entry is not None and entry.get("replay_id") != replay_id:
+                summary.already_replayed += 1
+                continue
+            if entry is not None:
+                target = Target(entry["target"], entry.get("target_partition", BY_KEY), entry.get("attempt"))
+                candidates.append(
+                    Candidate(
+                        partition,
+                        record.offset,
+                        record.timestamp_ms,
+                        target,
+                        bool(entry.get("transformed")),
+                        moved_before=True,
+                    )
+                )
+                continue
+            edited = edit.apply(record)
+            if edited is None:
+                summary.left_out += 1
+                continue
+            target = edit.target(record, edited)
+            candidates.append(
+                Candidate(partition, record.offset, record.timestamp_ms, target, was_edited(record, edited))
+            )
+    if selection.limit is not None and len(candidates) > selection.limit:
+        candidates.sort(key=lambda c: (c.timestamp_ms, c.partition, c.offset))
+        summary.beyond_limit = len(candidates) - selection.limit
+        candidates = candidates[: selection.limit]
+    candidates.sort(key=lambda c: (c.partition, c.offset))
+    summary.selected = len(candidates)
+    summary.moved_before = sum(1 for c in candidates if c.moved_before)
+    return candidates, seen_ends
+
+
+def check_targets(reader: TopicReader, source: str, candidates: list[Candidate]) -> None:
+    """Every target topic must exist; a partition the target lacks becomes 'by key'."""
+    topics = sorted({c.target.topic for c in candidates if not c.moved_before})
+    counts: dict[str, int] = {}
+    missing: list[str] = []
+    for topic in topics:
+        try:
+            counts[topic] = partition_counts(reader.consumer, [topic])[topic]
+        except KafkaConfigError:
+            missing.append(topic)
+    if missing:
+        examples = {
+            t: [f"{source}[{c.partition}]@{c.offset}" for c in candidates if c.target.topic == t][:3]
+            for t in missing
+        }
+        raise ReplayError(
+            "target topic(s) do not exist: "
+            + "; ".join(
+                f"{t} (for {', '.join(e)}{' ...' if len(e) == 3 else ''})" for t, e in examples.items()
+            )
+            + ". Create them, or pick another target with --to"
+        )
+    for c in candidates:
+        count = counts.get(c.target.topic)
+        if count is not None and c.target.partition >= count:
+            c.target = Target(c.target.topic, BY_KEY, c.target.attempt)
+
+
+def was_edited(record: DltRecord, edited: DltRecord) -> bool:
+    return (edited.key, edited.value, tuple(map(tuple, edited.headers))) != (
+        record.key,
+        record.value,
+        record.headers,
+    )
+
+
+def shown(partition: int) -> int | None:
+    """A target partition as a summary shows it: None for 'by key'."""
+    return None if partition == BY_KEY else partition
