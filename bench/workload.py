@@ -19,15 +19,18 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.policy.failure_headers import ExceptionInfo, Failure, forward_headers
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
-from airflow_kafka_retry.policy.headers import ExceptionInfo, Failure, Header, forward_headers
 from airflow_kafka_retry.policy.topology_file import load_topology
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.headers import Header
 
 VALUE_BYTES = 1024
 FATAL_CLASS = "bench.handler.InvalidRecord"

@@ -37,17 +37,14 @@ from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
 from airflow_kafka_retry.engine.timeouts import HandlerStuckError, TimedHandler
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
 from airflow_kafka_retry.policy.classify import class_path
-from airflow_kafka_retry.policy.headers import (
-    MAX_BACKOFF_MS,
+from airflow_kafka_retry.policy.failure_headers import (
     Failure,
-    Header,
     HeaderBudgetError,
     describe_exception,
     forward_headers,
     header_bytes,
-    last_header,
-    read_original_timestamp,
 )
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, last_header, read_original_timestamp
 from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
 

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.integration]
 WRITER = textwrap.dedent("""
     import json, sys
     from confluent_kafka import Producer
-    from airflow_kafka_retry.policy import headers as H
+    from airflow_kafka_retry.policy import failure_headers as F, headers as H
     from airflow_kafka_retry.policy.header_policy import HeaderPolicy
 
     bootstrap, topic = sys.argv[1], sys.argv[2]
@@ -29,13 +29,13 @@ WRITER = textwrap.dedent("""
         try:
             raise RuntimeError("inventory lookup failed") from inner
         except RuntimeError as exc:
-            info = H.describe_exception(exc)
-    failure = H.Failure(topic="orders", partition=0, offset=4242, timestamp_ms=1_700_000_000_000,
+            info = F.describe_exception(exc)
+    failure = F.Failure(topic="orders", partition=0, offset=4242, timestamp_ms=1_700_000_000_000,
     timestamp_type=1,
                         consumer_group="orders-service", next_attempt=3, due_ms=1_700_000_060_000,
                         exception=info)
     previous = [("trace-id", b"abc"), (H.ATTEMPTS, bytes([2])), ("kafka_exception-fqcn", b"old.Error")]
-    headers = H.forward_headers(previous, failure, HeaderPolicy(max_header_bytes=4096))
+    headers = F.forward_headers(previous, failure, HeaderPolicy(max_header_bytes=4096))
     producer = Producer({"bootstrap.servers": bootstrap})
     producer.produce(topic, b"payload", key=b"k", partition=0, headers=headers)
     assert producer.flush(10) == 0

@@ -11,7 +11,7 @@ import pytest
 from airflow_kafka_retry.cli import main
 from airflow_kafka_retry.policy.compat import PRESETS, apply_preset
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.headers import describe_exception
+from airflow_kafka_retry.policy.failure_headers import describe_exception
 from airflow_kafka_retry.policy.naming import NamingError, dlt_routing_suffix, retry_topics
 from airflow_kafka_retry.policy.resolver import DestinationResolver
 from airflow_kafka_retry.policy.topology import Topology

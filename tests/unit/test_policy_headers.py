@@ -24,19 +24,22 @@ import pytest
 
 from airflow_kafka_retry.policy import headers as h
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.header_policy import MIN_HEADER_BYTES, HeaderPolicy
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.failure_headers import (
     ExceptionInfo,
     Failure,
     HeaderBudgetError,
+    describe_exception,
+    fit_budget,
+    forward_headers,
+    header_bytes,
+)
+from airflow_kafka_retry.policy.header_policy import MIN_HEADER_BYTES, HeaderPolicy
+from airflow_kafka_retry.policy.headers import (
     OriginalCoordinates,
     decode_big_integer_long,
-    describe_exception,
     encode_big_integer,
     encode_int32,
     encode_int64,
-    fit_budget,
-    forward_headers,
     last_header,
     original_timestamp_bytes,
     read_attempts,
@@ -884,4 +887,4 @@ def test_read_due_ms_horizon_can_be_widened_for_long_tiers() -> None:
 
 
 def test_header_bytes_counts_names_and_values() -> None:
-    assert h.header_bytes([("ab", b"xyz"), ("é", None)]) == 2 + 3 + 2
+    assert header_bytes([("ab", b"xyz"), ("é", None)]) == 2 + 3 + 2
