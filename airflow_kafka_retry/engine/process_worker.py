@@ -146,6 +146,7 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
     Up to ``slots`` at once, in threads.
     """
     from airflow_kafka_retry.engine.loading import load_callable
+    from airflow_kafka_retry.engine.summary import PartitionSummary
     from airflow_kafka_retry.engine.supervised import run_partition
 
     # the handler's import now, while the engine may still wait for the pass's records to fall due; a
@@ -165,16 +166,22 @@ def serve(setup: WorkerSetup, control: _Control, results: FrameWriter, slots: in
             def progress(summary: Any, partition: int = partition) -> None:
                 results.send(("progress", partition, summary.to_dict()))
 
-            summary = run_partition(
-                setup.topology,
-                setup.tier,
-                partition,
-                setup.kafka_config,
-                setup.options,
-                cutoff_ms=setup.cutoff_ms if cutoff is None else cutoff,
-                should_stop=control.should_stop,
-                on_chunk=progress,
-            )
+            try:
+                summary = run_partition(
+                    setup.topology,
+                    setup.tier,
+                    partition,
+                    setup.kafka_config,
+                    setup.options,
+                    cutoff_ms=setup.cutoff_ms if cutoff is None else cutoff,
+                    should_stop=control.should_stop,
+                    on_chunk=progress,
+                )
+            except Exception as exc:  # the partition's summary says why, not a worker that exits 0
+                group = setup.options.consumer_group or setup.topology.consumer_group(setup.tier)
+                summary = PartitionSummary(
+                    setup.tier.topic, partition, group, status="failed", error=f"{type(exc).__name__}: {exc}"
+                )
             results.send(("done", partition, summary.to_dict()))
 
     def heartbeat() -> None:  # the engine kills a worker that stays silent (its interpreter is wedged)
