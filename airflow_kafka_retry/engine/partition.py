@@ -12,40 +12,30 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.batches import BatchRunner
 from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
+from airflow_kafka_retry.engine.chunk_work import ChunkWork
 from airflow_kafka_retry.engine.clients import (
     KafkaConfigError,
     consumer_config,
     partition_counts,
     producer_config,
 )
-from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
-from airflow_kafka_retry.engine.distribution import Distribution
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
-from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
+from airflow_kafka_retry.engine.record_routing import FailureRouting, decode_record
+from airflow_kafka_retry.engine.records import TierRecord, record_from_message
 from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
-from airflow_kafka_retry.engine.route import RoutedRecord, Router, transactional_id
-from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary
+from airflow_kafka_retry.engine.route import Router, transactional_id
+from airflow_kafka_retry.engine.summary import PartitionSummary
 from airflow_kafka_retry.engine.timeouts import HandlerStuckError, TimedHandler
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
-from airflow_kafka_retry.policy.classify import class_path
-from airflow_kafka_retry.policy.failure_headers import (
-    Failure,
-    HeaderBudgetError,
-    describe_exception,
-    forward_headers,
-    header_bytes,
-)
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, last_header, read_original_timestamp
-from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
 
 if TYPE_CHECKING:
@@ -59,36 +49,8 @@ class ParkingTopicMissingError(KafkaConfigError):
     """A replayed record must be parked, and the topology's parking topic does not exist."""
 
 
-def _claimed_id(message: Message) -> str:
-    """The claimed replay id, shortened and printable (it is anyone's input)."""
-    raw = last_header(headers_of(message), REPLAY_ID) or b""
-    text = raw[:64].decode("utf-8", errors="replace")
-    return "replay id " + repr("".join(c if c.isprintable() else "?" for c in text))
-
-
-class _KeyDeserializationError(DeserializationError):
-    """The key, not the value, failed to decode (written as the key-exception headers)."""
-
-
 #: Records read and handed to the handler at a time within a chunk (rounded to whole batches).
 _PIECE_RECORDS = 500
-
-
-@dataclass
-class _ChunkWork:
-    """A chunk in progress: counts so far, and the failed records waiting for its commit."""
-
-    calls_before: int  # the runner's counters when the chunk began
-    extra_before: int
-    read: int = 0
-    succeeded: int = 0
-    first_offset: int | None = None
-    last_offset: int | None = None
-    routed: list[RoutedRecord] = field(default_factory=list)
-    dropped: list[DeadLetter] = field(default_factory=list)
-    untrusted_replays: int = 0  # failed records whose replay headers the replay log does not confirm
-    lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due (records with a due time)
-    handler_ms: Distribution = field(default_factory=Distribution)  # the runner times each call into this
 
 
 class PartitionJob:
@@ -136,6 +98,7 @@ class PartitionJob:
         self.group = options.consumer_group or topology.consumer_group(tier)
         self._replay_check = ReplayLogCheck(kafka_config)
         self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
+        self.routing = FailureRouting(topology, self.resolver, clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
         self.watch = watch or CallWatch(self.where)
         self.failure: BaseException | None = None  # what failed the run, if anything
@@ -276,7 +239,7 @@ class PartitionJob:
             limit = options.chunk_size if left is None else min(options.chunk_size, left)
             # A chunk (one transaction) is read and handled a piece at a time: only its routed
             # records are kept until the commit, so memory is bounded by the piece, not the chunk.
-            work = _ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
+            work = ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
             runner.stats.handler_ms = work.handler_ms
             while True:
                 piece = reader.read(min(piece_size, limit - work.read))
@@ -314,7 +277,7 @@ class PartitionJob:
             s.committed_offset if s.committed_offset is not None else s.start_offset,
         )
 
-    def _handle(self, piece: Chunk, runner: BatchRunner, work: _ChunkWork) -> None:
+    def _handle(self, piece: Chunk, runner: BatchRunner, work: ChunkWork) -> None:
         """Hand a piece of a chunk to the handler; resolve where its failed records go."""
         messages = piece.messages
         records: list[TierRecord] = []
@@ -330,7 +293,9 @@ class PartitionJob:
         else:
             for message, headers, attempt, due in zip(messages, piece.headers, piece.attempts, piece.due_ms):
                 try:
-                    records.append(self._record(message, headers, attempt, due))
+                    records.append(
+                        decode_record(message, headers, attempt, due, self._key_decoder, self._value_decoder)
+                    )
                 except DeserializationError as exc:
                     failures.append((message, exc, attempt))
                     continue
@@ -347,7 +312,10 @@ class PartitionJob:
         for due in piece.due_ms:
             if due is not None:
                 work.lateness_ms.add(handled - due)
-        routed, dropped = self._route(failures, work)
+        routed, dropped, untrusted = self.routing.route(
+            failures, self.summary.untrusted_replays + work.untrusted_replays
+        )
+        work.untrusted_replays += untrusted
         work.routed.extend(routed)
         work.dropped.extend(dropped)
         work.succeeded += len(records) - failed
@@ -356,18 +324,18 @@ class PartitionJob:
         work.last_offset = messages[-1].offset()
         work.read += len(messages)
 
-    def _commit(self, work: _ChunkWork, runner: BatchRunner, router: Router) -> None:
+    def _commit(self, work: ChunkWork, runner: BatchRunner, router: Router) -> None:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
         if work.last_offset is None:
             raise RuntimeError("a chunk is committed only once it has read records")
         self._require_parking(work, router)
         router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
-        self._count(work, runner)
+        work.count_into(self.summary, runner.stats, self.options.transactional, self.options.dead_letter_cap)
         self.summary.committed_offset = work.last_offset + 1
         if self.on_chunk is not None:
             self.on_chunk(self.summary)
 
-    def _require_parking(self, work: _ChunkWork, router: Router) -> None:
+    def _require_parking(self, work: ChunkWork, router: Router) -> None:
         """
         The parking topic must exist once a chunk parks a record.
 
@@ -392,175 +360,3 @@ class PartitionJob:
                 "tier again"
             ) from None
         router.partition_counts = {**router.partition_counts, parking: count}
-
-    def _record(
-        self, message: Message, headers: list[Header] | None, attempt: int, due: int | None
-    ) -> TierRecord:
-        raw_key, raw_value = message.key(), message.value()
-        key, value = raw_key, raw_value
-        where = f"{message.topic()}[{message.partition()}]@{message.offset()}"
-        if self._key_decoder is not None and raw_key is not None:
-            try:
-                key = self._key_decoder(raw_key)
-            except Exception as exc:  # any decoding failure is fatal for the record
-                raise _KeyDeserializationError(
-                    f"cannot decode the key of {where}: {type(exc).__name__}: {exc}"
-                ) from exc
-        if self._value_decoder is not None and raw_value is not None:
-            try:
-                value = self._value_decoder(raw_value)
-            except Exception as exc:
-                raise DeserializationError(
-                    f"cannot decode the value of {where}: {type(exc).__name__}: {exc}"
-                ) from exc
-        ts_type, ts = message.timestamp()
-        return make_record(
-            key,
-            value,
-            tuple(headers) if headers else (),
-            topic_of(message),
-            partition_of(message),
-            offset_of(message),
-            ts,
-            ts_type,
-            attempt,
-            due,
-            raw_key,
-            raw_value,
-        )
-
-    def _route(
-        self, failures: list[tuple[Message, BaseException, int]], work: _ChunkWork
-    ) -> tuple[list[RoutedRecord], list[DeadLetter]]:
-        routed: list[RoutedRecord] = []
-        dropped: list[DeadLetter] = []
-        for message, error, attempt in failures:
-            ts_type, ts = message.timestamp()
-            if ts < 0:
-                ts = self.clock()
-            destination = self.resolver.resolve(
-                topic=topic_of(message),
-                partition=partition_of(message),
-                attempt=attempt,
-                exception=error,
-                original_timestamp_ms=read_original_timestamp(headers_of(message), ts),
-                headers=headers_of(message),
-                key=message.key(),
-                value=message.value(),
-            )
-            if destination.untrusted_replay:
-                self._untrusted_replay(message, work)
-            if destination.action == "drop":
-                log.warning(
-                    "%s[%s]@%s: %s failed (%s) and is dropped (%s)",
-                    message.topic(),
-                    message.partition(),
-                    message.offset(),
-                    class_path(type(error)),
-                    destination.reason,
-                    self.topology.dlt_strategy,
-                )
-                dropped.append(
-                    DeadLetter(
-                        topic_of(message),
-                        partition_of(message),
-                        offset_of(message),
-                        class_path(type(error)),
-                        destination.reason,
-                    )
-                )
-                continue
-            info = describe_exception(
-                error,
-                include_stacktrace=self.topology.headers.include_stacktrace,
-                key=isinstance(error, _KeyDeserializationError),
-                cause_rule=self.topology.headers.cause,
-            )
-            failure = Failure(
-                topic=topic_of(message),
-                partition=partition_of(message),
-                offset=offset_of(message),
-                timestamp_ms=ts,
-                timestamp_type=ts_type,
-                consumer_group=self.topology.group_id,
-                next_attempt=destination.next_attempt,
-                due_ms=destination.due_ms,
-                exception=info,
-            )
-            headers = self._forward_headers(message, failure)
-            routed.append(RoutedRecord(message, destination, headers, info.fqcn))
-        return routed, dropped
-
-    def _untrusted_replay(self, message: Message, work: _ChunkWork) -> None:
-        """Count a record whose replay headers were ignored; the first of a partition run is logged."""
-        if not self.summary.untrusted_replays and not work.untrusted_replays:
-            log.warning(
-                "%s[%s]@%s: ignored its replay headers (%s): no replay of this topology's DLTs or parking "
-                "topic moved it, so it is dead-lettered like any other record; further ones in this run "
-                "are only counted (tier.untrusted_replay_headers)",
-                message.topic(),
-                message.partition(),
-                message.offset(),
-                _claimed_id(message),
-            )
-        work.untrusted_replays += 1
-
-    def _forward_headers(self, message: Message, failure: Failure) -> list[Header]:
-        policy = self.topology.headers
-        try:
-            return forward_headers(headers_of(message), failure, policy)
-        except HeaderBudgetError:
-            # The record's own headers alone exceed the budget (it arrived that way): it keeps every
-            # one of them (headers are never dropped) and still gets its home; only the headers the
-            # engine writes are held to the budget.
-            own = header_bytes(headers_of(message) or ())
-            log.warning(
-                "%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
-                "(%s); routed with them all",
-                message.topic(),
-                message.partition(),
-                message.offset(),
-                own,
-                policy.max_header_bytes,
-            )
-            return forward_headers(
-                headers_of(message), failure, replace(policy, max_header_bytes=policy.max_header_bytes + own)
-            )
-
-    def _count(self, work: _ChunkWork, runner: BatchRunner) -> None:
-        s = self.summary
-        if s.first_offset is None:
-            s.first_offset = work.first_offset
-        s.last_offset = work.last_offset
-        s.drained += work.read
-        s.succeeded += work.succeeded
-        s.transactions += 1 if self.options.transactional else 0
-        s.handler_calls += runner.stats.handler_calls - work.calls_before
-        s.extra_handler_calls += runner.stats.extra_calls - work.extra_before
-        s.lateness_ms.merge(work.lateness_ms)
-        s.handler_ms.merge(work.handler_ms)
-        cap = self.options.dead_letter_cap
-        for item in work.routed:
-            dest = item.destination
-            if dest.topic is None:
-                raise RuntimeError("dropped records are not routed")
-            s.count_route(dest.topic)
-            if dest.action == "dlt":
-                src = item.source
-                s.count_dead_letter(
-                    DeadLetter(
-                        topic_of(src),
-                        partition_of(src),
-                        offset_of(src),
-                        item.exception,
-                        dest.reason,
-                        dest.topic,
-                        item.delivered_partition,
-                        item.delivered_offset,
-                    ),
-                    cap,
-                )
-        for letter in work.dropped:
-            s.dropped += 1
-            s.count_dead_letter(letter, cap)
-        s.untrusted_replays += work.untrusted_replays
