@@ -18,12 +18,22 @@ A replay runs in three steps, and nothing is written before the third:
    and value) are produced, then the transaction commits. A record's copy and its log entry are
    committed together or not at all.
 
+A replay never hangs on the cluster: its writes run under the engine's deadlines
+(:mod:`~airflow_kafka_retry.engine.call_watch`), and a write that overruns, or fails on the cluster (a
+timeout, a moved coordinator, too few in-sync replicas), is tried again for ``broker_retry_s`` under the
+same replay id: the next attempt's producer (same transactional id) fences the old one and aborts its open
+chunk, and the replay resumes from what its log holds, so each record still moves once.
+
 This module runs the steps; the request and replay ids are in :mod:`.replay_request`, step 2 in
 :mod:`.replay_select` and step 3 in :mod:`.replay_moves`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import logging
+import time
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +52,7 @@ from airflow_kafka_retry.dlt.replay_select import (
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
+from airflow_kafka_retry.engine.call_watch import CallStuckError, CallWatch, run_watched
 from airflow_kafka_retry.engine.clients import KafkaConfigError, init_transactions, producer_config
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.engine.reading import TopicReader
@@ -53,12 +64,16 @@ from airflow_kafka_retry.engine.replay_log import (
     plan_key,
     read_log,
 )
+from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
     from airflow_kafka_retry.policy.topology import Topology
+
+
+log = logging.getLogger(__name__)
 
 
 def replay_transactional_id(prefix: str, source: str) -> str:
@@ -82,6 +97,7 @@ class Replay:
         imported or read. None (the command line): ``request.transform`` is the path itself.
     :param allowed_targets: topics beyond the topology's main topic and retry tiers that records may
         be replayed to (``--to`` or the original-topic header).
+    :param broker_retry_s: how long after its first broker failure the replay is tried again (0: never).
     """
 
     def __init__(
@@ -98,6 +114,7 @@ class Replay:
         clock: Callable[[], int] = wall_clock_ms,
         transforms: Mapping[str, str] | None = None,
         allowed_targets: Collection[str] = (),
+        broker_retry_s: float = 30.0,
     ) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ReplayError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
@@ -117,6 +134,8 @@ class Replay:
         self.log_topic = log_topic(self.source)
         self.transactional_id = replay_transactional_id(transactional_id_prefix, self.source)
         self.summary: ReplaySummary | None = None
+        self.broker_retry_s = broker_retry_s
+        self.retries = 0  # attempts tried again after a broker failure
         self.edit = RecordEdit(
             topology, self.source, request.to, request.transform, self.transform, self.allowed_targets
         )
@@ -124,12 +143,52 @@ class Replay:
             self.replay_id, self.source, self.log_topic, self.edit, clock, chunk_size, move_cap
         )
 
-    # ------------------------------------------------------------------ the three steps
     def run(self) -> ReplaySummary:
-        """Run the replay; a partial summary stays in :attr:`summary` when it stops with an error."""
+        """
+        Run the replay; a partial summary stays in :attr:`summary` when it stops with an error.
+
+        Attempts run under the engine's deadlines; a broker failure is tried again under the same replay
+        id (see the module's docstring), then raises :class:`ReplayAbortedError` naming what it waited for.
+        """
+        give_up_at: float | None = None
+        while True:
+            watch = CallWatch(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
+            try:
+                summary = run_watched(functools.partial(self._attempt, watch), watch)
+            except (CallStuckError, ReplayAbortedError) as exc:
+                now = time.monotonic()
+                give_up_at = now + self.broker_retry_s if give_up_at is None else give_up_at
+                if not broker_transient(exc) or now >= give_up_at:
+                    if isinstance(exc, ReplayAbortedError) and not self.retries:
+                        raise
+                    if self.summary is not None:
+                        self.summary.status, self.summary.error = "failed", str(exc)
+                    raise ReplayAbortedError(
+                        f"{exc} [gave up after {self.retries + 1} attempt(s); records moved so far are "
+                        "logged, rerun with the same replay id to finish]"
+                    ) from exc
+                self.retries += 1
+                log.warning(
+                    "replay %s: attempt %s failed on the cluster (%s); resuming it with a fresh producer "
+                    "(%.0fs left for retries)",
+                    self.replay_id,
+                    self.retries,
+                    exc,
+                    give_up_at - now,
+                )
+                time.sleep(min(0.5 * self.retries, 3.0))
+                continue
+            if summary is None:
+                raise RuntimeError("a replay attempt ended without a summary")
+            return summary
+
+    # ------------------------------------------------------------------ the three steps
+    def _attempt(self, watch: CallWatch) -> ReplaySummary:
+        """One attempt of the three steps, its writes under ``watch``."""
+        moves = dataclasses.replace(self.moves, watch=watch)
         with TopicReader(self.kafka_config) as reader:
             partitions = self._partitions(reader, self.source, "--dlt")
-            producer = None if self.dry_run else self._fence()
+            producer = None if self.dry_run else self._fence(watch)
             try:
                 plan, selection, replay_log = self._resume(reader, partitions)
                 summary = self.summary = ReplaySummary(
@@ -165,6 +224,7 @@ class Replay:
                             )
                 else:
                     self._write(
+                        moves,
                         reader,
                         producer,
                         summary,
@@ -202,6 +262,7 @@ class Replay:
 
     def _write(
         self,
+        moves: ReplayMoves,
         reader: TopicReader,
         producer: Producer,
         summary: ReplaySummary,
@@ -211,7 +272,7 @@ class Replay:
     ) -> None:
         """Log the plan (first run of this id), move ``todo``, log the replay as done."""
         if "ends" not in plan:
-            self.moves.log_only(
+            moves.log_only(
                 producer,
                 plan_key(self.replay_id),
                 {
@@ -221,8 +282,8 @@ class Replay:
                     "ends": {str(p): e for p, e in seen_ends.items()},
                 },
             )
-        self.moves.move(reader, producer, todo, summary)
-        self.moves.log_only(
+        moves.move(reader, producer, todo, summary)
+        moves.log_only(
             producer,
             done_key(self.replay_id),
             {
@@ -239,11 +300,15 @@ class Replay:
         except KafkaConfigError as exc:
             raise ReplayError(f"{option} {topic}: {exc}") from None
 
-    def _fence(self) -> Producer:
+    def _fence(self, watch: CallWatch) -> Producer:
         ensure_log_topic(self.kafka_config, self.log_topic)
         producer = Producer(producer_config(self.kafka_config, self.transactional_id))
+        timeout = watch.timeout(TIMEOUT_S)
         try:
-            init_transactions(producer, TIMEOUT_S, topic=self.log_topic)
+            with watch.call(
+                "init_transactions", timeout, f"the transaction coordinator of {self.transactional_id}"
+            ):
+                init_transactions(producer, timeout, topic=self.log_topic)
         except KafkaException as exc:
             raise ReplayAbortedError(
                 f"cannot initialise transactions for replays of {self.source}: {exc.args[0].str()}"

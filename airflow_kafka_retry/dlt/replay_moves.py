@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -23,6 +23,7 @@ from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_select import Candidate, RecordEdit, shown, was_edited
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY
+from airflow_kafka_retry.engine.call_watch import CallWatch
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.replay_log import encode, record_key
 from airflow_kafka_retry.policy.errors import ReplayError
@@ -44,6 +45,8 @@ class ReplayMoves:
 
     :param chunk_size: records per Kafka transaction.
     :param move_cap: at most this many moves listed in the summary (None: all).
+    :param watch: the engine's deadlines on the producer's blocking calls (one attempt's; see
+        ``dlt/replay.py``).
     """
 
     replay_id: str
@@ -53,6 +56,11 @@ class ReplayMoves:
     clock: Callable[[], int]
     chunk_size: int
     move_cap: int | None
+    watch: CallWatch = field(default_factory=lambda: CallWatch("replay"))
+
+    @property
+    def _coordinator(self) -> str:
+        return f"the transaction coordinator of the replays of {self.source}"
 
     def move(
         self, reader: TopicReader, producer: Producer, todo: list[Candidate], summary: ReplaySummary
@@ -91,7 +99,9 @@ class ReplayMoves:
             for record, candidate in chunk:
                 moves.append(self._produce(producer, record, candidate, failures))
             # copies first, acknowledged, then their log entries: a log entry never exists without its copy
-            if producer.flush(TIMEOUT_S) or failures:
+            with self.watch.call("flush", TIMEOUT_S, "the leaders of the replay's targets"):
+                pending = producer.flush(TIMEOUT_S)
+            if pending or failures:
                 raise ReplayAbortedError(
                     f"replay {self.replay_id}: {len(failures)} replayed record(s) were not "
                     f"delivered ({'; '.join(failures[:3])}); the chunk was aborted"
@@ -119,7 +129,8 @@ class ReplayMoves:
                         }
                     ),
                 )
-            producer.commit_transaction(TIMEOUT_S)
+            with self.watch.call("commit_transaction", TIMEOUT_S, self._coordinator):
+                producer.commit_transaction(TIMEOUT_S)
         except ReplayError as exc:
             self._abort(producer)
             raise ReplayAbortedError(
@@ -210,7 +221,8 @@ class ReplayMoves:
         try:
             producer.begin_transaction()
             producer.produce(self.log_topic, key=key, value=encode(value))
-            producer.commit_transaction(TIMEOUT_S)
+            with self.watch.call("commit_transaction", TIMEOUT_S, self._coordinator):
+                producer.commit_transaction(TIMEOUT_S)
         except KafkaException as exc:
             self._abort(producer)
             raise ReplayAbortedError(
@@ -218,8 +230,10 @@ class ReplayMoves:
                 f"{exc.args[0].str()}"
             ) from exc
 
-    @staticmethod
-    def _abort(producer: Producer) -> None:
+    def _abort(self, producer: Producer) -> None:
         # on failure the broker times the transaction out; the next replay's init_transactions fences it
-        with contextlib.suppress(KafkaException):
+        with (
+            contextlib.suppress(KafkaException),
+            self.watch.call("abort_transaction", TIMEOUT_S, self._coordinator),
+        ):
             producer.abort_transaction(TIMEOUT_S)

@@ -141,6 +141,61 @@ class CallWatch:
         return self._current
 
 
+#: Seconds between two looks at a watched attempt's deadlines.
+POLL_S = 0.2
+
+
+class _Outcome:
+    """``work()`` started in a daemon thread: whether it has ended, and its result or exception."""
+
+    def __init__(self, work: Callable[[], object], name: str) -> None:
+        self._result: tuple[bool, object] | None = None
+        self.finished = threading.Event()
+
+        def run() -> None:
+            try:
+                self._result = (True, work())
+            except BaseException as exc:  # handed to the waiting thread
+                self._result = (False, exc)
+            finally:
+                self.finished.set()
+
+        threading.Thread(target=run, name=name, daemon=True).start()
+
+    def value(self) -> object:
+        """The result, or the exception raised here (once :attr:`finished` is set)."""
+        if self._result is None:
+            raise RuntimeError("the work has not ended")
+        ok, value = self._result
+        if not ok:
+            raise value  # type: ignore[misc]
+        return value
+
+
+def run_watched(
+    work: Callable[[], T],
+    watch: CallWatch,
+    *,
+    settled: Callable[[], bool] = lambda: False,
+    poll_s: float = POLL_S,
+) -> T | None:
+    """
+    ``work()`` in a daemon thread of its own, under ``watch``: its result, or its exception raised here.
+
+    A call of ``watch`` past its deadline abandons the attempt: :class:`CallStuckError` is raised here and
+    the thread is left to stop when its call returns. Once ``settled()`` says the work's outcome is final
+    (only closing clients may be left), None is returned without waiting for the thread.
+    """
+    outcome = _Outcome(work, f"attempt-{watch.where}")
+    while not outcome.finished.wait(poll_s):
+        if settled():
+            return None
+        stuck = watch.overdue()
+        if stuck is not None:
+            raise stuck
+    return outcome.value()  # type: ignore[return-value]
+
+
 def bounded(work: Callable[[], T], *, seconds: float, what: str) -> T:
     """
     ``work()``'s result (or its exception) if it ends within ``seconds``; else a :class:`CallStuckError`.
@@ -149,21 +204,7 @@ def bounded(work: Callable[[], T], *, seconds: float, what: str) -> T:
     scan, its commit): ``work`` runs in a daemon thread, which is abandoned if it overruns; ``what`` says
     what it waited for.
     """
-    outcome: list[tuple[bool, object]] = []
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            outcome.append((True, work()))
-        except BaseException as exc:  # handed to the waiting thread
-            outcome.append((False, exc))
-        finally:
-            done.set()
-
-    threading.Thread(target=run, name=f"bounded-{what[:40]}", daemon=True).start()
-    if not done.wait(seconds):
+    outcome = _Outcome(work, f"bounded-{what[:40]}")
+    if not outcome.finished.wait(seconds):
         raise CallStuckError(f"{what} did not end within {seconds:g}s (abandoned by the engine's deadline)")
-    ok, value = outcome[0]
-    if not ok:
-        raise value  # type: ignore[misc]
-    return value  # type: ignore[return-value]
+    return outcome.value()  # type: ignore[return-value]

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kafka_retry.engine.call_watch import CallStuckError, CallWatch
+from airflow_kafka_retry.engine.call_watch import POLL_S, CallStuckError, CallWatch, bounded, run_watched
 from airflow_kafka_retry.engine.summary import MAX_RETRY_ERRORS
 
 if TYPE_CHECKING:
@@ -43,8 +42,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Seconds between two looks at an attempt's deadlines.
-POLL_S = 0.2
 #: Pause before the n-th retry: 0.5 s, 1 s, 2 s, then 3 s.
 _BACKOFF_S = (0.5, 1.0, 2.0, 3.0)
 
@@ -206,22 +203,11 @@ def _attempt(
     job: PartitionJob, watch: CallWatch, poll_s: float
 ) -> tuple[PartitionSummary, BaseException | None]:
     """One attempt in a daemon thread of its own: its summary and failure, or the stuck call's."""
-    finished = threading.Event()
-
-    def run() -> None:
-        try:
-            job.run()
-        finally:
-            finished.set()
-
-    threading.Thread(target=run, name=f"partition-{job.where}", daemon=True).start()
-    while not finished.wait(poll_s):
-        if job.settled:  # the summary is final; closing the clients goes on in the attempt's thread
-            break
-        stuck = watch.overdue()
-        if stuck is not None:
-            log.error("%s: %s; the attempt is abandoned", job.where, stuck)
-            return job.abandoned_summary(str(stuck)), stuck
+    try:
+        run_watched(job.run, watch, settled=lambda: job.settled, poll_s=poll_s)
+    except CallStuckError as stuck:
+        log.error("%s: %s; the attempt is abandoned", job.where, stuck)
+        return job.abandoned_summary(str(stuck)), stuck
     return job.summary, job.failure
 
 
@@ -273,12 +259,12 @@ def cluster_now(kafka_config: Mapping[str, Any], topic: str, partition: int, tim
     """
     The brokers the cluster's metadata names now and the partition's leader, in one line; never hangs.
 
-    Asked in a daemon thread joined for ``timeout_s``: the answer, or a sentence saying none came.
+    Asked in a daemon thread the engine waits for a few seconds past ``timeout_s``: the answer, or a sentence
+    saying none came.
     """
-    answer: list[str] = []
     where = f"{topic}[{partition}]"
 
-    def ask() -> None:
+    def ask() -> str:
         from confluent_kafka.admin import AdminClient
 
         from airflow_kafka_retry.engine.clients import admin_config
@@ -286,8 +272,7 @@ def cluster_now(kafka_config: Mapping[str, Any], topic: str, partition: int, tim
         try:
             metadata = AdminClient(admin_config(kafka_config)).list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
-            answer.append(f"the cluster did not answer a metadata request ({exc.args[0]})")
-            return
+            return f"the cluster did not answer a metadata request ({exc.args[0]})"
         # a broker that lost the controller quorum still lists brokers that are gone: try each one's port
         named = sorted(metadata.brokers.values(), key=lambda b: b.id)
         down = {b.id for b in named if not _accepts(str(b.host), int(b.port))}
@@ -297,11 +282,9 @@ def cluster_now(kafka_config: Mapping[str, Any], topic: str, partition: int, tim
         info = metadata.topics.get(topic)
         part = info.partitions.get(partition) if info is not None else None
         leader = f"broker {part.leader}" if part is not None and part.leader >= 0 else "none"
-        answer.append(
-            f"brokers in the cluster's metadata now: {brokers or 'none'}; leader of {where}: {leader}"
-        )
+        return f"brokers in the cluster's metadata now: {brokers or 'none'}; leader of {where}: {leader}"
 
-    thread = threading.Thread(target=ask, name="cluster-now", daemon=True)
-    thread.start()
-    thread.join(timeout_s + 1.0)
-    return answer[0] if answer else f"the cluster did not answer a metadata request within {timeout_s:g}s"
+    try:  # one second per broker's port at most, besides the metadata request
+        return bounded(ask, seconds=timeout_s + 5.0, what="the cluster's metadata")
+    except CallStuckError:
+        return f"the cluster did not answer a metadata request within {timeout_s:g}s"

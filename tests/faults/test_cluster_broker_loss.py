@@ -383,3 +383,84 @@ def test_a_dlt_watch_run_ends_while_its_group_coordinator_is_frozen(cluster, tmp
         f"{dead} dead letters and the one after none",
         account,
     )
+
+
+@pytest.mark.slow
+@pytest.mark.fault_case(
+    "18",
+    "a DLT replay (chunks of 10) whose transaction coordinator is SIGKILLed inside its 2nd chunk's "
+    "transaction, after the copies were acknowledged and before their log entries commit",
+)
+def test_a_replay_survives_its_transaction_coordinator_moving_exactly_once(
+    cluster, monkeypatch, tmp_path, fault_result
+):
+    from airflow_kafka_retry.dlt import replay_moves
+    from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
+    from airflow_kafka_retry.policy.headers import last_header
+    from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
+
+    _heal(cluster)
+    ledger.ledger_path(tmp_path)
+    topology = ledger.make_fault_topology("cluster-replay")
+    inputs = ledger.produce_fault_inputs(
+        cluster.bootstrap, topology, [FaultInput("fatal") for _ in range(30)], PARTITIONS
+    )
+    config = {"bootstrap.servers": cluster.bootstrap}
+    run_all_tiers(topology, config, options(chunk_size=CHUNK))
+    dlt = topology.dlt_tiers[0].topic
+    assert len(ledger.read_all(cluster.bootstrap, dlt)) == len(inputs.records)
+
+    replay = Replay(topology, config, ReplayRequest(), chunk_size=10, broker_retry_s=BROKER_RETRY_S)
+    original_key, entries, reached, go = replay_moves.record_key, [0], threading.Event(), threading.Event()
+
+    def key_of_log_entry(partition: int, offset: int) -> bytes:
+        entries[0] += 1
+        if (
+            entries[0] == 11
+        ):  # the 2nd chunk's first log entry: its copies are acknowledged, nothing committed
+            reached.set()
+            go.wait(60)
+        return original_key(partition, offset)
+
+    monkeypatch.setattr(replay_moves, "record_key", key_of_log_entry)
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(_run_or_error(replay.run)), daemon=True)
+    thread.start()
+    assert reached.wait(90), "the replay never reached its 2nd chunk"
+    node = cluster.transaction_coordinator(replay.transactional_id)
+    cluster.kill(node)
+    hurt = time.monotonic()
+    go.set()
+    thread.join(HANG_S)
+    assert not thread.is_alive(), f"the replay hangs {HANG_S:.0f}s after its coordinator died"
+    took = time.monotonic() - hurt
+    [summary] = outcome
+    assert not isinstance(summary, BaseException), summary
+    _heal(cluster)
+    # every DLT record has exactly one replayed copy in the main topic (read_committed), and one log entry
+    copies = [
+        m for m in ledger.read_all(cluster.bootstrap, topology.topic) if last_header(m.headers(), REPLAY_ID)
+    ]
+    ids = [ledger._fault_id(m) for m in copies]
+    assert sorted(ids) == sorted(inputs.records), (len(ids), len(inputs.records))
+    logged = [
+        m.key()
+        for m in ledger.read_all(cluster.bootstrap, replay.log_topic)
+        if m.key().startswith(b"record/")
+    ]
+    assert len(logged) == len(set(logged)) == len(inputs.records)
+    account = ledger.Account(len(inputs.records), 0, len(inputs.records), 0, {}, 0)
+    fault_result(
+        f"SIGKILLed broker {node}, the replay's transaction coordinator; the replay finished after "
+        f"{replay.retries} retried attempt(s) under the same replay id, {took:.0f}s after the kill; "
+        f"{summary.moved} moved by the last attempt, {summary.moved_before} by the ones before; each of the "
+        f"{len(ids)} DLT records has one copy in the main topic and one log entry (read_committed)",
+        account,
+    )
+
+
+def _run_or_error(run: Callable[[], object]) -> object:
+    try:
+        return run()
+    except Exception as exc:  # the test names it
+        return exc

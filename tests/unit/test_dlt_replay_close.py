@@ -51,7 +51,7 @@ def test_the_replays_own_error_is_raised_not_the_fenced_producers_flush(monkeypa
     replay = Replay(load_topology(EXAMPLE), NOWHERE, ReplayRequest())
     producer = _FencedProducer()
     monkeypatch.setattr(replay_module, "TopicReader", _Reader)
-    monkeypatch.setattr(replay, "_fence", lambda: producer)
+    monkeypatch.setattr(replay, "_fence", lambda watch: producer)
 
     def fenced(reader, partitions):
         raise ReplayAbortedError("replay r of orders-dlt was fenced by another replay of the same DLT")
