@@ -37,6 +37,21 @@ class CallStuckError(RuntimeError):
     """A client call did not return by the engine's deadline; its attempt of the partition was abandoned."""
 
 
+class AbortNow(str):
+    """
+    A stop reason that ends a partition's attempt at once, not at its next chunk boundary.
+
+    Its open chunk is aborted (for a task that outlived its Airflow supervisor: the next try is coming).
+    A ``str``, so that it reads and compares as its reason wherever a stop reason goes.
+    """
+
+    __slots__ = ()
+
+
+class AttemptStopped(CallStuckError):
+    """An attempt ended at once by an :class:`AbortNow` stop (its open chunk aborted, nothing committed)."""
+
+
 class AttemptAbandoned(BaseException):
     """
     Raised in an abandoned attempt's thread when its call returns at last.
@@ -135,6 +150,18 @@ class CallWatch:
             self.abandoned = CallStuckError(f"{self.where}: {current.describe(now)}")
             return self.abandoned
 
+    def stop_now(self, reason: str) -> AttemptStopped:
+        """Abandon the attempt at once, whatever it is doing: its thread stops at its next call or check."""
+        with self._lock:
+            if self.abandoned is None:
+                self.abandoned = AttemptStopped(f"{self.where}: stopped at once ({reason})")
+            return self.abandoned if isinstance(self.abandoned, AttemptStopped) else AttemptStopped(reason)
+
+    def check(self) -> None:
+        """Raise :class:`AttemptAbandoned` if the attempt was abandoned (between two calls)."""
+        if self.abandoned is not None:
+            raise AttemptAbandoned(str(self.abandoned))
+
     @property
     def waiting(self) -> Waiting | None:
         """The call in progress, if any."""
@@ -177,6 +204,7 @@ def run_watched(
     watch: CallWatch,
     *,
     settled: Callable[[], bool] = lambda: False,
+    stop_now: Callable[[], str | None] = lambda: None,
     poll_s: float = POLL_S,
 ) -> T | None:
     """
@@ -184,12 +212,16 @@ def run_watched(
 
     A call of ``watch`` past its deadline abandons the attempt: :class:`CallStuckError` is raised here and
     the thread is left to stop when its call returns. Once ``settled()`` says the work's outcome is final
-    (only closing clients may be left), None is returned without waiting for the thread.
+    (only closing clients may be left), None is returned without waiting for the thread. A reason from
+    ``stop_now()`` abandons the attempt at once (:class:`AttemptStopped`).
     """
     outcome = _Outcome(work, f"attempt-{watch.where}")
     while not outcome.finished.wait(poll_s):
         if settled():
             return None
+        reason = stop_now()
+        if reason is not None:
+            raise watch.stop_now(reason)
         stuck = watch.overdue()
         if stuck is not None:
             raise stuck

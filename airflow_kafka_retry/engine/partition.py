@@ -130,6 +130,17 @@ class PartitionJob:
         self.settled = True  # the supervisor retries a broker failure, or reports it
         log.error("%s: partition run failed: %s", self.where, self.summary.error)
 
+    def stopped_summary(self, reason: str) -> PartitionSummary:
+        """
+        The summary of an attempt stopped at once (:class:`AbortNow`): what it committed, and why.
+
+        A copy, as :meth:`abandoned_summary`.
+        """
+        summary = PartitionSummary.from_dict(self.summary.to_dict())
+        summary.stop_reason, summary.stopped_by, summary.next_due_ms = "stopped", reason, None
+        summary.duration_s = round(time.monotonic() - self._started, 3)
+        return summary
+
     def abandoned_summary(self, error: str) -> PartitionSummary:
         """
         The summary of an attempt its supervisor abandoned: what it committed, failed with ``error``.
@@ -179,6 +190,11 @@ class PartitionJob:
                 self._drain(runner, consumer, producer, txn_id)
                 self.summary.duration_s = round(time.monotonic() - self._started, 3)
                 self.settled = True
+            except AttemptAbandoned:
+                if txn_id is not None:  # a transaction this attempt left open ends now, not at its timeout
+                    with contextlib.suppress(KafkaException):
+                        producer.abort_transaction(5.0)
+                raise
             finally:
                 # A transactional producer has nothing to flush: commit_transaction flushed what was
                 # committed, and what is left belongs to a failed transaction (flushing a fenced one raises
@@ -242,6 +258,7 @@ class PartitionJob:
             work = ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
             runner.stats.handler_ms = work.handler_ms
             while True:
+                watch.check()  # an attempt stopped at once ends here, its chunk never committed
                 piece = reader.read(min(piece_size, limit - work.read))
                 if piece.messages:
                     self._handle(piece, runner, work)

@@ -39,6 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_kafka_retry.engine.call_watch import AbortNow
 from airflow_kafka_retry.engine.summary import PartitionSummary
 from airflow_kafka_retry.engine.worker_failure import describe_exit, worker_failure
 from airflow_kafka_retry.engine.worker_protocol import (
@@ -85,6 +86,11 @@ class _Worker:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+
+def _stop_message(reason: str) -> tuple[str, str]:
+    """``("abort", reason)`` for an :class:`AbortNow` reason (stop at once), else ``("stop", reason)``."""
+    return ("abort" if isinstance(reason, AbortNow) else "stop", str(reason))
 
 
 def _relog(fields: dict[str, Any]) -> None:
@@ -164,7 +170,7 @@ class ProcessPool:
         worker.reader.start()
         self._send(worker, self._setup_frame)
         if self._stop_sent is not None:
-            self._send(worker, ("stop", self._stop_sent))
+            self._send(worker, _stop_message(self._stop_sent))
         return worker
 
     def _read(self, worker: _Worker) -> None:
@@ -209,15 +215,22 @@ class ProcessPool:
             self._send(worker, ("run", partition, self._cutoff_ms))
 
     def _check_stop(self) -> None:
-        if self.should_stop is None or self._stop_sent is not None:
+        """Send a new stop reason to every worker; an :class:`AbortNow` one even after a plain stop."""
+        if self.should_stop is None or isinstance(self._stop_sent, AbortNow):
             return
         reason = self.should_stop()
-        if reason is not None:
-            self._stop_sent = reason
-            log.info("stopping every partition worker at its next chunk boundary (%s)", reason)
-            for worker in self._workers:
-                if worker.alive:
-                    self._send(worker, ("stop", reason))
+        if reason is None or (self._stop_sent is not None and not isinstance(reason, AbortNow)):
+            return
+        self._stop_sent = reason
+        when = (
+            "at once, aborting their open chunks"
+            if isinstance(reason, AbortNow)
+            else "at its next chunk boundary"
+        )
+        log.info("stopping every partition worker %s (%s)", when, reason)
+        for worker in self._workers:
+            if worker.alive:
+                self._send(worker, _stop_message(reason))
 
     # ------------------------------------------------------------------ the run
     def start(self, count: int | None = None) -> None:

@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Any
 
+from airflow_kafka_retry.engine.call_watch import AbortNow
 from airflow_kafka_retry.engine.worker_protocol import (
     EXIT_ENGINE_GONE,
     HEARTBEAT_S,
@@ -122,6 +123,8 @@ class _Control:
                 self.runs.put((int(message[1]), cutoff))
             elif kind == "stop" and self.stop_reason is None:
                 self.stop_reason = str(message[1])
+            elif kind == "abort":  # at once, the open chunk aborted (engine/supervised.py)
+                self.stop_reason = AbortNow(str(message[1]))
             elif kind == "exit":
                 self.runs.put(None)
                 return

@@ -31,7 +31,15 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kafka_retry.engine.call_watch import POLL_S, CallStuckError, CallWatch, bounded, run_watched
+from airflow_kafka_retry.engine.call_watch import (
+    POLL_S,
+    AbortNow,
+    AttemptStopped,
+    CallStuckError,
+    CallWatch,
+    bounded,
+    run_watched,
+)
 from airflow_kafka_retry.engine.summary import MAX_RETRY_ERRORS
 
 if TYPE_CHECKING:
@@ -172,7 +180,7 @@ def run_supervised(
         attempt += 1
         watch = CallWatch(where, give_up_at=give_up_at, clock=clock)
         job = make_job(watch)
-        summary, error = _attempt(job, watch, poll_s)
+        summary, error = _attempt(job, watch, poll_s, should_stop)
         total = summary if total is None else _continued(total, summary)
         if summary.status == "ok" or not broker_transient(error):
             return total
@@ -200,11 +208,19 @@ def run_supervised(
 
 
 def _attempt(
-    job: PartitionJob, watch: CallWatch, poll_s: float
+    job: PartitionJob, watch: CallWatch, poll_s: float, should_stop: Callable[[], str | None] | None
 ) -> tuple[PartitionSummary, BaseException | None]:
     """One attempt in a daemon thread of its own: its summary and failure, or the stuck call's."""
+
+    def stop_now() -> str | None:
+        reason = should_stop() if should_stop is not None else None
+        return reason if isinstance(reason, AbortNow) else None
+
     try:
-        run_watched(job.run, watch, settled=lambda: job.settled, poll_s=poll_s)
+        run_watched(job.run, watch, settled=lambda: job.settled, stop_now=stop_now, poll_s=poll_s)
+    except AttemptStopped as stopped:
+        log.warning("%s: %s; its open chunk is aborted, nothing of it committed", job.where, stopped)
+        return job.stopped_summary(stop_now() or str(stopped)), None
     except CallStuckError as stuck:
         log.error("%s: %s; the attempt is abandoned", job.where, stuck)
         return job.abandoned_summary(str(stuck)), stuck

@@ -43,6 +43,14 @@ def freezes_once(records) -> None:
     _signals_itself_once(records, signal.SIGSTOP)
 
 
+def slow_noted(records) -> None:
+    """:func:`tests.support.ledger_handler.slow_indexed`, noting ``<partition> <offset>`` of every record it
+    is handed to the file named by ``AKR_HANDED`` first (several processes may share it)."""
+    with open(os.environ["AKR_HANDED"], "a", encoding="ascii") as fh:
+        fh.write("".join(f"{r.partition} {r.offset}\n" for r in records))
+    ledger_handler.slow_indexed(records)
+
+
 def pid_noted(records) -> None:
     """Succeeds; appends ``<partition> <offset> <pid>`` for each record to the file named by ``AKR_PIDS``."""
     with open(os.environ["AKR_PIDS"], "a", encoding="ascii") as fh:
