@@ -52,7 +52,7 @@ from airflow_kafka_retry.dlt.replay_select import (
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
-from airflow_kafka_retry.engine.call_watch import CallStuckError, CallWatch, run_watched
+from airflow_kafka_retry.engine.call_watch import AttemptStopped, CallStuckError, CallWatch, run_watched
 from airflow_kafka_retry.engine.clients import KafkaConfigError, init_transactions, producer_config
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.engine.reading import TopicReader
@@ -98,6 +98,8 @@ class Replay:
     :param allowed_targets: topics beyond the topology's main topic and retry tiers that records may
         be replayed to (``--to`` or the original-topic header).
     :param broker_retry_s: how long after its first broker failure the replay is tried again (0: never).
+    :param stop_now: asked while the replay runs; a reason ends it at once, its chunk in progress aborted
+        (:class:`ReplayAbortedError`; a rerun with the same replay id finishes the job).
     """
 
     def __init__(
@@ -115,6 +117,7 @@ class Replay:
         transforms: Mapping[str, str] | None = None,
         allowed_targets: Collection[str] = (),
         broker_retry_s: float = 30.0,
+        stop_now: Callable[[], str | None] = lambda: None,
     ) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ReplayError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
@@ -135,6 +138,7 @@ class Replay:
         self.transactional_id = replay_transactional_id(transactional_id_prefix, self.source)
         self.summary: ReplaySummary | None = None
         self.broker_retry_s = broker_retry_s
+        self.stop_now = stop_now
         self.retries = 0  # attempts tried again after a broker failure
         self.edit = RecordEdit(
             topology, self.source, request.to, request.transform, self.transform, self.allowed_targets
@@ -154,7 +158,14 @@ class Replay:
         while True:
             watch = CallWatch(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
             try:
-                summary = run_watched(functools.partial(self._attempt, watch), watch)
+                summary = run_watched(functools.partial(self._attempt, watch), watch, stop_now=self.stop_now)
+            except AttemptStopped as exc:
+                if self.summary is not None:
+                    self.summary.status, self.summary.error = "failed", str(exc)
+                raise ReplayAbortedError(
+                    f"replay {self.replay_id} of {self.source}: {exc}; its chunk in progress was aborted, "
+                    "records moved so far are logged, rerun with the same replay id to finish"
+                ) from exc
             except (CallStuckError, ReplayAbortedError) as exc:
                 now = time.monotonic()
                 give_up_at = now + self.broker_retry_s if give_up_at is None else give_up_at

@@ -23,7 +23,7 @@ from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_select import Candidate, RecordEdit, shown, was_edited
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.dlt.topics import BY_KEY
-from airflow_kafka_retry.engine.call_watch import CallWatch
+from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.replay_log import encode, record_key
 from airflow_kafka_retry.policy.errors import ReplayError
@@ -79,6 +79,7 @@ class ReplayMoves:
                 record = DltRecord.from_message(message)
                 chunk.append((record, candidate))
                 if len(chunk) >= self.chunk_size:
+                    self.watch.check()  # a replay stopped at once ends between chunks too
                     self._commit_chunk(producer, chunk, summary)
                     chunk = []
         if chunk:
@@ -131,6 +132,11 @@ class ReplayMoves:
                 )
             with self.watch.call("commit_transaction", TIMEOUT_S, self._coordinator):
                 producer.commit_transaction(TIMEOUT_S)
+        except AttemptAbandoned:
+            # stopped or stuck: end the open transaction now (unwatched: this attempt is over anyway)
+            with contextlib.suppress(KafkaException):
+                producer.abort_transaction(5.0)
+            raise
         except ReplayError as exc:
             self._abort(producer)
             raise ReplayAbortedError(

@@ -13,6 +13,7 @@ from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.observability.lineage import lineage_server
+from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.policy.topology_file import load_topology
 
@@ -183,6 +184,7 @@ class ReplayDltOperator(BaseOperator):
         dry_run = as_flag(self.replay_dry_run, "dry_run")
         kafka_config = KafkaRetryHook(kafka_config_id=self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
+        orphaned: list[str] = []
         replay = Replay(
             topology,
             kafka_config,
@@ -193,6 +195,7 @@ class ReplayDltOperator(BaseOperator):
             move_cap=self.move_cap,
             transforms=self.transforms,
             allowed_targets=self.allowed_targets,
+            stop_now=lambda: orphaned[0] if orphaned else None,
         )
         self._source = replay.source
         log.info(
@@ -202,7 +205,10 @@ class ReplayDltOperator(BaseOperator):
             " (dry run: nothing is moved)" if dry_run else "",
         )
         try:
-            summary = replay.run()
+            # a try that outlives its supervisor stops at once, its chunk aborted: the next try resumes the
+            # same replay id, and must not run beside this one until one fences the other
+            with stop_when_supervisor_dies(orphaned.append):
+                summary = replay.run()
         except ReplayAbortedError:
             if replay.summary is not None:  # what moved before the failure; a rerun of the task resumes it
                 self._result = {**replay.summary.to_dict(), "status": "failed"}
