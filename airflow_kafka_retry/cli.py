@@ -74,8 +74,25 @@ def _cmd_topology_show(args: argparse.Namespace) -> int:
         shown["replication_warnings"] = topology_replication_warnings(topology, config)
         for line in shown["replication_warnings"]:
             print(f"warning: {args.file}: {line}", file=sys.stderr)
+        shown["peer_consumers"] = _peer_consumers(topology, config, args.file)
     print_json(shown)
     return EXIT_OK
+
+
+def _peer_consumers(topology: Any, config: dict[str, Any], file: str) -> list[dict[str, Any]] | None:
+    """Other consumers on the topology's topics (a Spring peer), each warned about; None if not checked."""
+    from confluent_kafka import KafkaException
+
+    from airflow_kafka_retry.engine.peer_consumers import peer_consumers, warnings
+
+    try:
+        peers = peer_consumers(topology, config)
+    except (KafkaException, TimeoutError) as exc:
+        print(f"warning: {file}: consumer groups not checked for Spring peers: {exc}", file=sys.stderr)
+        return None
+    for line in warnings(peers):
+        print(f"warning: {file}: {line}", file=sys.stderr)
+    return [p.to_dict() for p in peers]
 
 
 def _cmd_topology_create(args: argparse.Namespace) -> int:

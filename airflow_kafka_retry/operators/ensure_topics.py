@@ -48,7 +48,11 @@ class EnsureRetryTopicsOperator(BaseOperator):
     higher partitions, as this provider does (measured in tests/interop), so a Spring service's
     existing topics are taken over as they are.
 
-    The result (XCom) lists the created and existing topics and the mismatches.
+    Every consumer group with members on the topology's topics or in its groups (a Spring peer: the
+    provider's own consumers join no group) is logged as a warning asking for ``read_committed``; see
+    ``engine/peer_consumers.py`` for what the broker shows and what it does not.
+
+    The result (XCom) lists the created and existing topics, the mismatches and those groups.
 
     :param topology: the topology: a path to its YAML file, or a ``Topology``. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
@@ -97,6 +101,7 @@ class EnsureRetryTopicsOperator(BaseOperator):
             self.log.warning("%s", mismatch)
         for warning in report.replication_warnings:
             self.log.warning("%s", warning)
+        peers = self._peer_consumers(topology, kafka_config)
         fatal = fatal_mismatches(report.mismatches, self.on_mismatch, topology.compat)
         if fatal:
             raise AirflowException(
@@ -104,7 +109,22 @@ class EnsureRetryTopicsOperator(BaseOperator):
                 + "; ".join(str(m) for m in fatal)
                 + ". Recreate or enlarge those topics, or set on_mismatch='warn'."
             )
-        return report.to_dict()
+        return {**report.to_dict(), "peer_consumers": peers}
+
+    def _peer_consumers(self, topology: Topology, kafka_config: dict[str, Any]) -> list[dict] | None:
+        """Warn about each group with other consumers (a Spring peer) on the topics; None if not checked."""
+        from confluent_kafka import KafkaException
+
+        from airflow_kafka_retry.engine.peer_consumers import peer_consumers, warnings
+
+        try:
+            peers = peer_consumers(topology, kafka_config)
+        except (KafkaException, TimeoutError) as exc:
+            self.log.warning("consumer groups not checked for Spring peers: %s", exc)
+            return None
+        for line in warnings(peers):
+            self.log.warning("%s", line)
+        return [p.to_dict() for p in peers]
 
 
 def fatal_mismatches(mismatches: list[TopicMismatch], on_mismatch: str, compat: str) -> list[TopicMismatch]:
