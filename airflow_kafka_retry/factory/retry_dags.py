@@ -30,7 +30,7 @@ from airflow_kafka_retry.factory.events import (
 )
 from airflow_kafka_retry.factory.overrides import TierSettings, check_overrides, floor_schedule, tier_settings
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
-from airflow_kafka_retry.operators.reprocess_base import CUTOFF_NOW
+from airflow_kafka_retry.operators.reprocess_arguments import CUTOFF_NOW
 from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.policy.topology_file import load_topology
 

@@ -11,11 +11,9 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
-from airflow_kafka_retry.operators.reprocess_base import (
-    REPROCESS_TEMPLATE_FIELDS,
-    ReprocessTierMixin,
-    stop_message,
-)
+from airflow_kafka_retry.operators.reprocess_arguments import REPROCESS_TEMPLATE_FIELDS
+from airflow_kafka_retry.operators.reprocess_base import ReprocessTierMixin
+from airflow_kafka_retry.operators.reprocess_report import stop_message
 from airflow_kafka_retry.policy.durations import duration_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 

@@ -1,85 +1,40 @@
 """
-What the local and the Spark reprocess operators share.
+The parameters of the local and the Spark reprocess operators, and how a run is built from them.
 
-Their parameters and templated fields, the checks of ``options``, the due-time cutoff, the deadline
-from a reprocessing window and ``max_run``, and the reporting of a finished run: the summary as
-XCom, DLT notifiers (after the engine committed), asset events with record counts, and the failure
-message naming each failed partition. The engines decide and commit; this only assembles and reports.
+``ReprocessTierMixin`` takes the shared parameters (checked in ``reprocess_arguments.py``) and gives
+each run its options, its due-time cutoff, its wait for the wave that triggered it and its deadline
+from a reprocessing window and ``max_run``; it reports the finished run through
+``reprocess_report.py``. The engines decide and commit.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
-from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
-from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipException
+from airflow.providers.common.compat.sdk import AirflowSkipException
 
 from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
-from airflow_kafka_retry.policy.durations import duration_ms
+from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers
+from airflow_kafka_retry.operators.reprocess_arguments import (
+    CUTOFF_NOW,
+    check_option_names,
+    max_run_ms,
+    templated,
+    to_epoch_ms,
+)
+from airflow_kafka_retry.operators.reprocess_report import ReprocessReportMixin
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.tier_events import TIER_DUE
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
-    from airflow.providers.openlineage.extractors import OperatorLineage
-    from airflow.sdk import Asset
 
-    from airflow_kafka_retry.engine.summary import RunSummary
-    from airflow_kafka_retry.policy.topology import Topology
-
-#: Options named by their own operator parameters, not through ``options``.
-OWN_PARAMETERS = ("handler", "value_deserializer", "key_deserializer")
-#: Options the operator sets itself, from ``window`` and ``max_run``.
-DERIVED_OPTIONS = {"deadline_ms": "window/max_run"}
-#: Templated fields of both operators (each adds its own).
-REPROCESS_TEMPLATE_FIELDS = (
-    "topology",
-    "tier",
-    "handler",
-    "value_deserializer",
-    "key_deserializer",
-    "kafka_conn_id",
-    "options",
-    "cutoff",
-    "window",
-    "timezone",
-    "max_run",
-)
-#: How many dead-letter coordinates, over all partitions, a notifier gets.
-NOTIFY_COORDINATE_CAP = 100
-#: ``cutoff="now"``: records due when the run starts draining (after waiting for its wave).
-CUTOFF_NOW = "now"
 #: A run never waits longer than this for the wave that triggered it (a trigger fires seconds ahead).
 MAX_WAVE_WAIT_MS = 60_000
-
-
-def to_epoch_ms(value: Any) -> int:
-    """Epoch milliseconds from an int/float (ms), a datetime (naive = UTC) or an ISO-8601/digit string."""
-    if isinstance(value, bool):
-        raise ValueError(
-            f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}"
-        )
-    if isinstance(value, (int, float)):
-        return int(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lstrip("-").isdigit():
-            return int(text)
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            raise ValueError(f"cutoff {value!r} is neither epoch milliseconds nor an ISO-8601 time") from None
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=UTC)
-        return int(value.timestamp() * 1000)
-    raise ValueError(f"cutoff must be epoch milliseconds, a datetime or an ISO-8601 string, got {value!r}")
 
 
 def wave_not_before_ms(context: Mapping[str, Any]) -> int | None:
@@ -102,99 +57,19 @@ def wave_not_before_ms(context: Mapping[str, Any]) -> int | None:
     return max(times) if times else None
 
 
-def check_option_names(options: Mapping[str, Any]) -> None:
-    """Refuse options that have their own parameter, that the operator derives, or that do not exist."""
-    known = {f.name for f in dataclasses.fields(DrainOptions)} - set(OWN_PARAMETERS) - set(DERIVED_OPTIONS)
-    own = sorted(set(options) & set(OWN_PARAMETERS))
-    if own:
-        raise ValueError(f"pass {', '.join(own)} as operator argument(s), not in options")
-    derived = sorted(set(options) & set(DERIVED_OPTIONS))
-    if derived:
-        raise ValueError(
-            f"option(s) {', '.join(derived)} are set by the operator: use "
-            f"{', '.join(DERIVED_OPTIONS[d] for d in derived)} instead"
-        )
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise ValueError(f"unknown option(s) {', '.join(unknown)}; known options: {', '.join(sorted(known))}")
-
-
-def max_run_ms(value: Any) -> int | None:
-    """``max_run`` as milliseconds: a timedelta, a duration string (``"2h"``, ``"90m"``) or milliseconds."""
-    if value is None or value == "":
-        return None
-    try:
-        ms = duration_ms(value)
-    except ValueError as exc:
-        raise ValueError(f"max_run: {exc}") from None
-    if ms <= 0:
-        raise ValueError(f"max_run must be longer than 0, got {value!r}")
-    return ms
-
-
-def failure_message(summary: RunSummary, engine: str = "Spark") -> str:
-    """Which partitions failed and why, for the task's exception."""
-    failed = sorted(summary.failed_partitions, key=lambda p: p.partition)
-    lines = [
-        (
-            f"{engine} reprocessing of {summary.topic} (tier {summary.tier}, group {summary.group}) "
-            f"failed on {len(failed)} of {len(summary.partitions)} partition(s); other partitions committed "
-            "their progress and a rerun resumes each failed one from its committed offset:"
-        )
-    ]
-    lines += [
-        f"  partition {p.partition}: {p.error or 'failed'} (committed up to {p.committed_offset})"
-        for p in failed
-    ]
-    return "\n".join(lines)
-
-
-def stop_message(summary: RunSummary) -> str:
-    """Where each stopped partition stopped and what it left for the next run."""
-    stopped = sorted((p for p in summary.partitions if p.stop_reason == "stopped"), key=lambda p: p.partition)
-    parts = [
-        f"{p.partition} at offset {p.committed_offset if p.committed_offset is not None else p.start_offset}"
-        f" ({'unknown' if p.left is None else p.left} left)"
-        for p in stopped
-    ]
-    return (
-        f"{summary.topic}: stopped ({summary.stopped}) at a chunk boundary; everything before it is "
-        "committed "
-        f"and the rest stays for the next run: partition(s) {', '.join(parts)}"
-    )
-
-
-def notifier_summary(document: Mapping[str, Any], cap: int = NOTIFY_COORDINATE_CAP) -> dict[str, Any]:
-    """The run summary for notifiers: the run's document plus its dead letters over all partitions, capped."""
-    letters = [dict(d) for p in document["partitions"] for d in p["dead_letters"]]
-    truncated = sum(p["dead_letters_truncated"] for p in document["partitions"]) + max(0, len(letters) - cap)
-    return {**document, "dead_letters": letters[:cap], "dead_letters_truncated": truncated}
-
-
-def has_dead_letters(summary: RunSummary) -> bool:
-    """True when the run sent at least one record to a DLT or dropped one."""
-    return any(p.dead_lettered or p.dropped for p in summary.partitions)
-
-
-class ReprocessTierMixin:
+class ReprocessTierMixin(ReprocessReportMixin):
     """
     The parameters and the reporting both reprocess operators share (mixed into a ``BaseOperator``).
 
-    Subclasses call :meth:`_init_reprocess` from their constructor and :meth:`report` with the run
+    Subclasses call :meth:`_init_reprocess` from their constructor and :meth:`report` (from
+    :class:`~airflow_kafka_retry.operators.reprocess_report.ReprocessReportMixin`) with the run
     summary once the engine has committed.
     """
 
-    topology: str
-    tier: int | str
-    kafka_conn_id: str
     options: dict[str, Any]
     window: str | None
     timezone: str | None
     max_run: str | int | timedelta | None
-    asset_server: str | None
-    on_dlt: tuple[Notifier, ...]
-    outlets: list[Any]
-    log: Any
 
     def _init_reprocess(
         self,
@@ -231,15 +106,15 @@ class ReprocessTierMixin:
         self.asset_server = asset_server
         self.skip_missing_topic = skip_missing_topic
         check_option_names(self.options)
-        if not _templated(window, timezone):
+        if not templated(window, timezone):
             self.reprocess_window()  # a bad window fails when the DAG is parsed
-        if not _templated(max_run):
+        if not templated(max_run):
             max_run_ms(max_run)
-        self._tier_assets: dict[str, Asset] = {}
-        self._run_document: dict[str, Any] | None = None  # the last run's summary, for OpenLineage
-        self._lineage_server: str | None = None  # host:port of the run's Kafka connection
+        self._tier_assets = {}
+        self._run_document = None  # the last run's summary, for OpenLineage
+        self._lineage_server = None  # host:port of the run's Kafka connection
         if asset_server:
-            if _templated(topology, tier):
+            if templated(topology, tier):
                 raise ValueError(
                     "asset_server needs the topology path and the tier as plain values (not templated): "
                     "the outlets are declared when the DAG is parsed"
@@ -339,105 +214,3 @@ class ReprocessTierMixin:
         if not candidates:
             return None, None
         return min(candidates)
-
-    # ------------------------------------------------------------------ reporting
-    def report(
-        self,
-        context: Context,
-        summary: RunSummary,
-        *,
-        engine: str,
-        deadline_reason: str | None = None,
-        cause: BaseException | None = None,
-        topology: Topology | None = None,
-    ) -> dict[str, Any]:
-        """
-        Log, send metrics, notify, set asset events; return the summary document.
-
-        When a partition failed, push the document and raise instead.
-
-        The engine has committed every finished chunk by now, so notifiers run after the commit.
-        """
-        if deadline_reason and summary.stopped == "deadline":
-            summary.stopped = deadline_reason
-            for p in summary.partitions:
-                if p.stopped_by == "deadline":
-                    p.stopped_by = deadline_reason
-        document = summary.to_dict()
-        self._run_document = document
-        self.log.info("%s: %s", summary.topic, json.dumps(document["totals"]))
-        self._send_metrics(summary, topology)
-        if summary.stopped:
-            self.log.warning("%s", stop_message(summary))
-        if self.on_dlt and has_dead_letters(summary):
-            # Airflow's Context is a TypedDict over a plain dict: notify_dlt adds the summary to it
-            called = notify_dlt(
-                self.on_dlt, cast("MutableMapping[str, Any]", context), notifier_summary(document)
-            )
-            self.log.info(
-                "%s: %s of %s DLT notifier(s) called without error", summary.topic, called, len(self.on_dlt)
-            )
-        if not summary.ok:
-            context["ti"].xcom_push(key="summary", value=document)
-            raise AirflowException(failure_message(summary, engine)) from cause
-        self._set_asset_events(context, summary, document)
-        return document
-
-    def _send_metrics(self, summary: RunSummary, topology: Topology | None) -> None:
-        from airflow_kafka_retry.observability.metrics import emit, run_metrics
-
-        try:
-            if topology is None:
-                from airflow_kafka_retry.policy.topology_file import load_topology_from
-
-                topology = load_topology_from(str(self.topology))
-            metrics = run_metrics(summary, topology)
-        except Exception as exc:  # observability never fails a run that did its work
-            self.log.warning("%s: no metrics for this run: %s: %s", summary.topic, type(exc).__name__, exc)
-            return
-        emit(metrics)
-
-    # ------------------------------------------------------------------ OpenLineage
-    def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        """The tier topic in; the next tier, the DLTs and the parking topic out (no counts yet)."""
-        return self._lineage(None)
-
-    def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
-        """As on start, with record counts and the ``kafkaRetry`` run facet (the summary's totals)."""
-        return self._lineage(self._run_document)
-
-    def _lineage(self, document: dict[str, Any] | None) -> OperatorLineage:
-        from airflow_kafka_retry.observability.lineage import connection_server, tier_run_lineage
-        from airflow_kafka_retry.policy.topology_file import load_topology_from
-
-        topology = load_topology_from(str(self.topology))
-        server = self.asset_server or self._lineage_server or connection_server(self.kafka_conn_id)
-        return tier_run_lineage(topology, topology.select(self.tier), server, document)
-
-    def _set_asset_events(self, context: Context, summary: RunSummary, document: Mapping[str, Any]) -> None:
-        """
-        Each outlet topic that received records gets an event whose ``extra`` holds the counts.
-
-        Outlet topics that received nothing are taken off this run's outlets, so a DAG scheduled on
-        ``orders-dlt`` runs when records reached that DLT, not after every tier run.
-        """
-        if not self._tier_assets:
-            return
-        routed = document["totals"]["routed"]
-        idle = []
-        for topic, asset in self._tier_assets.items():
-            records = routed.get(topic, 0)
-            if not records:
-                idle.append(asset)
-                continue
-            context["outlet_events"][asset].extra = {
-                "records": records,
-                "source_topic": summary.topic,
-                "source_tier": summary.tier,
-                "group": summary.group,
-            }
-        self.outlets = [o for o in self.outlets if not any(o is a for a in idle)]
-
-
-def _templated(*values: Any) -> bool:
-    return any(isinstance(v, str) and ("{{" in v or "{%" in v) for v in values)

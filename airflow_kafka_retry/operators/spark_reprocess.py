@@ -12,12 +12,8 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.hooks.spark_submit import IsolatedSparkSubmitHook
 from airflow_kafka_retry.observability.lineage import lineage_server
-from airflow_kafka_retry.operators.reprocess_base import (
-    REPROCESS_TEMPLATE_FIELDS,
-    ReprocessTierMixin,
-    failure_message,
-    to_epoch_ms,
-)
+from airflow_kafka_retry.operators.reprocess_arguments import REPROCESS_TEMPLATE_FIELDS
+from airflow_kafka_retry.operators.reprocess_base import ReprocessTierMixin
 from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology_file import load_topology_from
@@ -33,11 +29,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.summary import RunSummary
     from airflow_kafka_retry.notifications.dispatch import Notifier
 
-__all__ = [
-    "SparkReprocessTierOperator",
-    "failure_message",
-    "to_epoch_ms",
-]  # the last two moved to reprocess_base
+__all__ = ["SparkReprocessTierOperator"]
 
 
 class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):

@@ -23,7 +23,7 @@ from structlog.testing import capture_logs
 
 from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
-from airflow_kafka_retry.operators.reprocess_base import notifier_summary
+from airflow_kafka_retry.operators.reprocess_report import notifier_summary
 from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
 
 from tests.unit.test_spark_submit import _fake_spark, airflow_connections  # noqa: F401 - a fixture

@@ -446,7 +446,7 @@ def test_operator_ignores_a_stale_result_of_an_earlier_try(tmp_path, monkeypatch
 
 
 def test_operator_cutoff(tmp_path):
-    from airflow_kafka_retry.operators.spark_reprocess import to_epoch_ms
+    from airflow_kafka_retry.operators.reprocess_arguments import to_epoch_ms
 
     assert to_epoch_ms(1700000000000) == 1700000000000
     assert to_epoch_ms("1700000000000") == 1700000000000
