@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.processes import free_port
+from airflow_kafka_retry.testing.processes import ManagedProcess, free_port
 
 FAKE_AIRFLOW = """#!/bin/sh
 echo $$ > "$AIRFLOW_HOME/$1.pid"
@@ -69,7 +69,17 @@ def _pids(home: Path, count: int) -> list[int]:
         time.sleep(0.05)
 
 
-def test_a_failed_start_stops_what_it_had_started(tmp_path: Path) -> None:
+def test_a_failed_start_stops_what_it_had_started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[int] = []  # from the harness itself: a process stopped before it ran may write no pid file
+    real_start = ManagedProcess.start
+
+    def start(self: ManagedProcess) -> ManagedProcess:
+        real_start(self)
+        if self.pid is not None:
+            started.append(self.pid)
+        return self
+
+    monkeypatch.setattr(ManagedProcess, "start", start)
     cluster = _cluster(
         tmp_path,
         ("api-server", "scheduler", "dag-processor"),
@@ -77,12 +87,11 @@ def test_a_failed_start_stops_what_it_had_started(tmp_path: Path) -> None:
     )
     with pytest.raises(ValueError, match="null byte"), cluster:
         pass
-    pids = _pids(tmp_path, 2)
     try:
-        assert len(pids) == 2, "the api-server and the scheduler were started"
-        assert _gone(pids), f"a failed start left {[p for p in pids if _alive(p)]} running"
+        assert len(started) == 2, "the api-server and the scheduler were started"
+        assert _gone(started), f"a failed start left {[p for p in started if _alive(p)]} running"
     finally:
-        _kill(pids)
+        _kill(started)
 
 
 def test_a_failed_killpg_still_stops_every_component(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
