@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
+from airflow_kafka_retry.engine.call_watch import AbortNow
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.operators.reprocess_arguments import REPROCESS_TEMPLATE_FIELDS
 from airflow_kafka_retry.operators.reprocess_base import ReprocessTierMixin
@@ -143,8 +144,14 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     # ------------------------------------------------------------------ stopping
     def request_stop(self, reason: str) -> None:
-        """Stop every partition at its next chunk boundary (the first reason asked for is kept)."""
-        if self._stop_reason is None:
+        """
+        Stop every partition at its next chunk boundary (the first reason asked for is kept).
+
+        An :class:`~airflow_kafka_retry.engine.call_watch.AbortNow` reason stops them at once, even after a
+        plain stop: their chunks in progress are aborted.
+        """
+        upgrade = isinstance(reason, AbortNow) and not isinstance(self._stop_reason, AbortNow)
+        if self._stop_reason is None or upgrade:
             self._stop_reason = reason
 
     def _should_stop(self) -> str | None:
@@ -155,8 +162,10 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         self.request_stop(KILLED)
 
     def _supervisor_gone(self, reason: str) -> None:
-        self.log.warning("%s: stopping every partition at its next chunk boundary", reason)
-        self.request_stop(SUPERVISOR_GONE)
+        # the next try is coming on the same partitions: abort the chunks in progress instead of finishing
+        # them beside it (each try would fence the other's transactions until one failed)
+        self.log.warning("%s: stopping every partition at once, aborting its chunk in progress", reason)
+        self.request_stop(AbortNow(SUPERVISOR_GONE))
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """
-A reprocess task that outlives its Airflow supervisor stops at its next chunk boundary.
+A reprocess or replay task that outlives its Airflow supervisor stops at once, its chunk in progress aborted.
 
 Airflow's task supervisor (in a LocalExecutor worker of the scheduler, a Celery worker, a pod) forks
 the task process into a process group of its own. When the supervisor dies -- a scheduler killed with
@@ -10,9 +10,11 @@ before this watch: the orphaned try went on draining for 24 s, 11 s of it alongs
 try's transactional producer fencing the other's at every pass, until the broker failed one try's
 commit (``UNKNOWN_SERVER_ERROR``: Kafka 4.1's coordinator raising on an ``EndTxn`` while an epoch fence
 was pending) and that try failed. So a reprocess task watches its parent process while it runs: once
-the parent is gone (the task was re-parented) it stops every partition at its next chunk boundary, as
-``on_kill`` does, and ends without reporting (there is no supervisor to report to). Nothing committed
-is lost or doubled either way; what the watch saves is the overlap of two tries and the failed run.
+the parent is gone (the task was re-parented) it stops every partition at once (an
+``engine.call_watch.AbortNow`` reason: the chunk in progress is aborted at its next piece or client call,
+not finished as after ``on_kill``), and ends without reporting (there is no supervisor to report to); a
+replay task stops its replay the same way. Nothing committed is lost or doubled either way; what the
+watch saves is the overlap of two tries and the failed run.
 """
 
 from __future__ import annotations
