@@ -136,15 +136,22 @@ class ReplayLog:
                 table[rest] = data
 
 
-def read_log(reader: TopicReader, topic: str) -> ReplayLog:
-    """Read the whole log; an empty log when the topic does not exist yet."""
-    result = ReplayLog(topic)
+def read_log(
+    reader: TopicReader, topic: str, *, known: ReplayLog | None = None, start: int | None = None
+) -> ReplayLog:
+    """
+    Read the whole log; an empty log when the topic does not exist yet.
+
+    With ``known`` (what the log said up to offset ``start`` of its one partition), only the entries from
+    ``start`` on are read, into ``known``: each entry's last value wins, as compaction keeps it.
+    """
+    result = known if known is not None else ReplayLog(topic)
     try:
         partitions = reader.partitions(topic)
     except KafkaConfigError:
         return result
     for partition in range(partitions):
-        for message in reader.read(topic, partition):
+        for message in reader.read(topic, partition, start=start if known is not None else None):
             try:
                 result.add(message.key(), message.value())
             except (ValueError, UnicodeDecodeError) as exc:

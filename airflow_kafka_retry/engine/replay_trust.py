@@ -7,8 +7,8 @@ that move of that very copy: ``record/<partition>/<offset>`` written by the same
 same transaction as the copy itself, with the digest of the copy's replay id, key and value
 (``engine/replay_log.py``). So a record whose copy is readable is always known to the log, and the
 audit of a real copy put on another record confirms nothing. The log of each topic is read once
-per partition run and read again only when it has grown, so a flood of forged records costs one
-watermark request each, not a log read.
+per partition run; when it has grown, only its new entries are read, so a flood of forged records
+costs one watermark request each, not a log read.
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ class ReplayLogCheck:
         end = self._end(topic)
         if cached is None or end > cached[1]:
             try:
-                replay_log = read_log(self._open(), topic)
+                if cached is None or cached[1] < 0:  # never read, or there was no log then
+                    replay_log = read_log(self._open(), topic)
+                else:  # only what was appended since (the log has one partition)
+                    replay_log = read_log(self._open(), topic, known=cached[0], start=cached[1])
             except (ReplayError, ReadError, KafkaException) as exc:
                 log.warning(
                     "cannot read the replay log %s (%s); its replay headers are not trusted", topic, exc

@@ -79,3 +79,26 @@ def test_the_resolver_passes_the_failing_records_own_digest():
     assert (copy.topic, copy.parked, copy.untrusted_replay) == ("orders-parking", True, False)
     impostor = resolve(b"k", b"another value")
     assert (impostor.topic, impostor.parked, impostor.untrusted_replay) == ("orders-dlt", False, True)
+
+
+def test_a_grown_log_is_read_from_where_the_last_read_ended(monkeypatch):
+    """Only the entries appended since are read into what the check already knows (issue 38 item 10)."""
+    from airflow_kafka_retry.engine import replay_trust
+
+    reads: list[tuple[object, object]] = []
+    ends = iter([5, 9])
+
+    def read_log(reader, topic, *, known=None, start=None):
+        reads.append((known is not None, start))
+        return known if known is not None else replay_trust.ReplayLog(topic)
+
+    check = replay_trust.ReplayLogCheck({"bootstrap.servers": "x:1"})
+    monkeypatch.setattr(replay_trust, "read_log", read_log)
+    monkeypatch.setattr(check, "_end", lambda topic: next(ends))
+    monkeypatch.setattr(check, "_open", lambda: None)
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+
+    audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
+    assert check(audit, "digest") is False  # first look: the whole log
+    assert check(audit, "digest") is False  # it grew from 5 to 9: only offsets 5 on
+    assert reads == [(False, None), (True, 5)]
