@@ -14,44 +14,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import DAG
-
+from airflow_kafka_retry.factory.dag_builders import setup_dag, tier_dag, watch_dag
 from airflow_kafka_retry.factory.events import (
     DEFAULT_FIRE_AHEAD,
     DEFAULT_FOLLOW,
     DEFAULT_REFIRE_AFTER,
     EventSettings,
     check_sweep,
-    sweep_schedule,
 )
-from airflow_kafka_retry.factory.overrides import TierSettings, check_overrides, floor_schedule, tier_settings
+from airflow_kafka_retry.factory.overrides import check_overrides, floor_schedule, tier_settings
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
-from airflow_kafka_retry.operators.reprocess_arguments import CUTOFF_NOW
-from airflow_kafka_retry.policy.topology import Tier, Topology
+from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.policy.topology_file import load_topology
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset, BaseOperator
+    from airflow.sdk import DAG
 
 log = logging.getLogger(__name__)
 
 ENGINES = ("local", "spark")
 TRIGGERS = ("event", "schedule")
-DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
-#: Schedule mode: the reprocess task drains what is due when it starts (epoch ms, rendered at run time):
-#: the due sensor before it may have waited past the run's logical date for the earliest due record.
-CUTOFF_RENDERED_NOW = "{{ (macros.time.time() * 1000) | int }}"
-TASK_IDS = ("ensure_topics", "wait_for_due", "reprocess")
-WATCH_TASK_ID = "watch_dlt"
 #: Event mode: the setup DAG's id, ``dag_id_template`` formatted with the main topic, plus this.
 SETUP_SUFFIX = "__ensure_topics"
-#: The setup DAG runs once, so its task retries at least this often (a broker or api-server not up yet).
-SETUP_RETRIES = 3
-SETUP_RETRY_DELAY = timedelta(seconds=20)
 #: DAG arguments the factory sets itself; each has its own parameter (or override) instead.
 _OWNED = {"dag_id": "dag_id_template", "schedule": "tier_overrides={topic: {'schedule': ...}}"}
 
@@ -188,7 +176,7 @@ def build_retry_dags(
         for t in tiers
     }
     for tier in tiers:
-        dag = _tier_dag(
+        dag = tier_dag(
             path,
             loaded,
             tier,
@@ -215,7 +203,7 @@ def build_retry_dags(
         schedule = floor_schedule(
             watch_topic, overrides.get(watch_topic, {}).get("schedule", default), min_schedule
         )
-        dag = _watch_dag(
+        dag = watch_dag(
             path,
             loaded,
             dag_id=dag_id_template.format(topic=watch_topic),
@@ -229,7 +217,7 @@ def build_retry_dags(
     elif dlt_watch:
         log.info("%s: no DLT (dlt_strategy: no_dlt), so no DLT-watch DAG", loaded.source)
     if events is not None:
-        dag = _setup_dag(
+        dag = setup_dag(
             path,
             loaded,
             dag_id=dag_id_template.format(topic=loaded.topic) + SETUP_SUFFIX,
@@ -252,170 +240,3 @@ def _topology(topology: str | Path | Topology) -> tuple[str, Topology]:
     if not isinstance(topology, (str, Path)):
         raise TypeError(f"topology must be a YAML file path or a Topology, got {type(topology).__name__}")
     return str(topology), load_topology(topology)
-
-
-def _dag(
-    dag_id: str,
-    schedule: Any,
-    description: str,
-    dag_kwargs: Mapping[str, Any],
-    *,
-    timezone_name: str | None = None,
-    watched: Asset | None = None,
-) -> DAG:
-    """A DAG of the factory; with ``watched``, scheduled on that asset or ``schedule`` (a sweep)."""
-    kwargs = dict(dag_kwargs)
-    if watched is None:  # an event-driven DAG has none: its sweep does not run at once when first deployed
-        kwargs.setdefault("start_date", DEFAULT_START_DATE)
-    kwargs.setdefault("catchup", False)
-    kwargs["max_active_runs"] = 1
-    kwargs.setdefault("description", description)
-    kwargs["tags"] = sorted({*kwargs.get("tags", ()), "kafka-retry"})
-    if isinstance(schedule, str) and schedule != "@once":
-        from airflow.sdk import CronTriggerTimetable
-
-        schedule = CronTriggerTimetable(schedule, timezone=timezone_name or "UTC")
-    if watched is not None:
-        schedule = sweep_schedule(watched, schedule)
-    return DAG(dag_id=dag_id, schedule=schedule, **kwargs)
-
-
-def _tier_dag(
-    path: str,
-    topology: Topology,
-    tier: Tier,
-    settings: TierSettings,
-    *,
-    dag_id: str,
-    engine: str,
-    handler: str,
-    kafka_conn_id: str,
-    value_deserializer: str | None,
-    on_dlt: tuple,
-    options: Any,
-    spark_conn_id: str,
-    asset_server: str | None,
-    events: EventSettings | None,
-    dag_kwargs: Mapping[str, Any],
-) -> DAG:
-    what = "main topic" if tier.kind == "main" else f"retry tier {tier.index}"
-    description = f"Kafka retry: drain due records of {tier.topic} ({what} of {topology.topic})"
-    watched = None
-    if events is not None:
-        watched = events.tier_asset(
-            tier.topic,
-            topology.consumer_group(tier),
-            dag_id=dag_id,
-            window=settings.window,
-            timezone=settings.timezone,
-            delay_ms=tier.delay_ms,
-            topology_topic=topology.topic,
-            tier_index=tier.index,
-        )
-    with _dag(
-        dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone, watched=watched
-    ) as dag:
-        common: dict[str, Any] = {
-            "task_id": "reprocess",
-            "topology": path,
-            "tier": tier.index,
-            "handler": handler,
-            "value_deserializer": value_deserializer,
-            "kafka_conn_id": kafka_conn_id,
-            "options": options,
-            "cutoff": CUTOFF_NOW if events is not None else CUTOFF_RENDERED_NOW,
-        }
-        optional = {
-            "on_dlt": on_dlt,
-            "window": settings.window,
-            "timezone": settings.timezone,
-            "max_run": settings.max_run,
-            "asset_server": asset_server,
-            "skip_missing_topic": events is not None,
-        }
-        common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
-        if engine == "spark":
-            from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
-
-            reprocess: BaseOperator = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
-        else:
-            from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
-
-            follow = events.follow if events is not None else None
-            reprocess = ReprocessTierOperator(**common, follow=follow or None)
-        if events is None:
-            from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
-            from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
-
-            ensure = EnsureRetryTopicsOperator(
-                task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id
-            )
-            wait = RetryTierDueSensor(
-                task_id="wait_for_due",
-                topology=path,
-                tier=tier.index,
-                kafka_conn_id=kafka_conn_id,
-                window=settings.window,
-                timezone=settings.timezone,
-                max_wait=settings.interval,
-                deferrable=True,
-            )
-            ensure >> wait >> reprocess
-    return dag
-
-
-def _watch_dag(
-    path: str,
-    topology: Topology,
-    *,
-    dag_id: str,
-    schedule: Any,
-    kafka_conn_id: str,
-    on_dlt: tuple,
-    events: EventSettings | None,
-    dag_kwargs: Mapping[str, Any],
-) -> DAG:
-    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, DltWatchOperator
-
-    dlts = [t.topic for t in topology.dlt_tiers]
-    description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({', '.join(dlts)})"
-    # the event watcher watches the parking topic too, once it exists (the setup DAG creates it)
-    parking = [topology.parking_topic] if topology.parking_topic else []
-    watched = None
-    if events is not None:
-        watched = events.dlt_asset(
-            topology.topic,
-            dlts,
-            WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
-            dag_id=dag_id,
-            optional=parking,
-        )
-    with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
-        DltWatchOperator(
-            task_id=WATCH_TASK_ID,
-            topology=path,
-            kafka_conn_id=kafka_conn_id,
-            on_dlt=on_dlt,
-            skip_missing_topics=events is not None,
-        )
-    return dag
-
-
-def _setup_dag(
-    path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str, dag_kwargs: Mapping[str, Any]
-) -> DAG:
-    """Event mode: create the topology's missing topics once (the tier DAGs do not at every run)."""
-    from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
-
-    description = f"Kafka retry: create the missing topics of {topology.topic}'s retry path (runs once)"
-    retries = max(SETUP_RETRIES, dict(dag_kwargs.get("default_args") or {}).get("retries") or 0)
-    with _dag(dag_id, "@once", description, dag_kwargs) as dag:
-        # it runs once: it gets retries of its own (creating missing topics is idempotent)
-        EnsureRetryTopicsOperator(
-            task_id="ensure_topics",
-            topology=path,
-            kafka_conn_id=kafka_conn_id,
-            retries=retries,
-            retry_delay=SETUP_RETRY_DELAY,
-        )
-    return dag

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from airflow_kafka_retry.factory.dag_builders import CUTOFF_RENDERED_NOW
 from airflow_kafka_retry.factory.overrides import TierOverrideError
-from airflow_kafka_retry.factory.retry_dags import CUTOFF_RENDERED_NOW, build_retry_dags
+from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.policy.topology_file import load_topology
 

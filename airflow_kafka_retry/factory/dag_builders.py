@@ -1,0 +1,204 @@
+"""
+Each kind of DAG ``build_retry_dags`` makes, built on its own.
+
+A retry tier's DAG (event mode: one ``reprocess`` task, scheduled on the tier's due asset or its sweep;
+schedule mode: ``ensure_topics`` >> ``wait_for_due`` >> ``reprocess``), the DLT-watch DAG and the
+event mode's ``@once`` setup DAG, with the DAG arguments every one of them shares. The factory
+checks its arguments and settles each DAG's id, schedule and settings; this only assembles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import DAG
+
+from airflow_kafka_retry.factory.events import EventSettings, sweep_schedule
+from airflow_kafka_retry.operators.reprocess_arguments import CUTOFF_NOW
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset, BaseOperator
+
+    from airflow_kafka_retry.factory.overrides import TierSettings
+    from airflow_kafka_retry.policy.topology import Tier, Topology
+
+DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
+#: Schedule mode: the reprocess task drains what is due when it starts (epoch ms, rendered at run time):
+#: the due sensor before it may have waited past the run's logical date for the earliest due record.
+CUTOFF_RENDERED_NOW = "{{ (macros.time.time() * 1000) | int }}"
+TASK_IDS = ("ensure_topics", "wait_for_due", "reprocess")
+WATCH_TASK_ID = "watch_dlt"
+#: The setup DAG runs once, so its task retries at least this often (a broker or api-server not up yet).
+SETUP_RETRIES = 3
+SETUP_RETRY_DELAY = timedelta(seconds=20)
+
+
+def _dag(
+    dag_id: str,
+    schedule: Any,
+    description: str,
+    dag_kwargs: Mapping[str, Any],
+    *,
+    timezone_name: str | None = None,
+    watched: Asset | None = None,
+) -> DAG:
+    """A DAG of the factory; with ``watched``, scheduled on that asset or ``schedule`` (a sweep)."""
+    kwargs = dict(dag_kwargs)
+    if watched is None:  # an event-driven DAG has none: its sweep does not run at once when first deployed
+        kwargs.setdefault("start_date", DEFAULT_START_DATE)
+    kwargs.setdefault("catchup", False)
+    kwargs["max_active_runs"] = 1
+    kwargs.setdefault("description", description)
+    kwargs["tags"] = sorted({*kwargs.get("tags", ()), "kafka-retry"})
+    if isinstance(schedule, str) and schedule != "@once":
+        from airflow.sdk import CronTriggerTimetable
+
+        schedule = CronTriggerTimetable(schedule, timezone=timezone_name or "UTC")
+    if watched is not None:
+        schedule = sweep_schedule(watched, schedule)
+    return DAG(dag_id=dag_id, schedule=schedule, **kwargs)
+
+
+def tier_dag(
+    path: str,
+    topology: Topology,
+    tier: Tier,
+    settings: TierSettings,
+    *,
+    dag_id: str,
+    engine: str,
+    handler: str,
+    kafka_conn_id: str,
+    value_deserializer: str | None,
+    on_dlt: tuple,
+    options: Any,
+    spark_conn_id: str,
+    asset_server: str | None,
+    events: EventSettings | None,
+    dag_kwargs: Mapping[str, Any],
+) -> DAG:
+    """One retry tier's DAG (or the main topic's): ``reprocess``, in schedule mode after its checks."""
+    what = "main topic" if tier.kind == "main" else f"retry tier {tier.index}"
+    description = f"Kafka retry: drain due records of {tier.topic} ({what} of {topology.topic})"
+    watched = None
+    if events is not None:
+        watched = events.tier_asset(
+            tier.topic,
+            topology.consumer_group(tier),
+            dag_id=dag_id,
+            window=settings.window,
+            timezone=settings.timezone,
+            delay_ms=tier.delay_ms,
+            topology_topic=topology.topic,
+            tier_index=tier.index,
+        )
+    with _dag(
+        dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone, watched=watched
+    ) as dag:
+        common: dict[str, Any] = {
+            "task_id": "reprocess",
+            "topology": path,
+            "tier": tier.index,
+            "handler": handler,
+            "value_deserializer": value_deserializer,
+            "kafka_conn_id": kafka_conn_id,
+            "options": options,
+            "cutoff": CUTOFF_NOW if events is not None else CUTOFF_RENDERED_NOW,
+        }
+        optional = {
+            "on_dlt": on_dlt,
+            "window": settings.window,
+            "timezone": settings.timezone,
+            "max_run": settings.max_run,
+            "asset_server": asset_server,
+            "skip_missing_topic": events is not None,
+        }
+        common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
+        if engine == "spark":
+            from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
+
+            reprocess: BaseOperator = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
+        else:
+            from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+
+            follow = events.follow if events is not None else None
+            reprocess = ReprocessTierOperator(**common, follow=follow or None)
+        if events is None:
+            from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
+            from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
+
+            ensure = EnsureRetryTopicsOperator(
+                task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id
+            )
+            wait = RetryTierDueSensor(
+                task_id="wait_for_due",
+                topology=path,
+                tier=tier.index,
+                kafka_conn_id=kafka_conn_id,
+                window=settings.window,
+                timezone=settings.timezone,
+                max_wait=settings.interval,
+                deferrable=True,
+            )
+            ensure >> wait >> reprocess
+    return dag
+
+
+def watch_dag(
+    path: str,
+    topology: Topology,
+    *,
+    dag_id: str,
+    schedule: Any,
+    kafka_conn_id: str,
+    on_dlt: tuple,
+    events: EventSettings | None,
+    dag_kwargs: Mapping[str, Any],
+) -> DAG:
+    """The DLT-watch DAG: one ``watch_dlt`` task over every DLT of the topology."""
+    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, DltWatchOperator
+
+    dlts = [t.topic for t in topology.dlt_tiers]
+    description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({', '.join(dlts)})"
+    # the event watcher watches the parking topic too, once it exists (the setup DAG creates it)
+    parking = [topology.parking_topic] if topology.parking_topic else []
+    watched = None
+    if events is not None:
+        watched = events.dlt_asset(
+            topology.topic,
+            dlts,
+            WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
+            dag_id=dag_id,
+            optional=parking,
+        )
+    with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
+        DltWatchOperator(
+            task_id=WATCH_TASK_ID,
+            topology=path,
+            kafka_conn_id=kafka_conn_id,
+            on_dlt=on_dlt,
+            skip_missing_topics=events is not None,
+        )
+    return dag
+
+
+def setup_dag(
+    path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str, dag_kwargs: Mapping[str, Any]
+) -> DAG:
+    """Event mode: create the topology's missing topics once (the tier DAGs do not at every run)."""
+    from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
+
+    description = f"Kafka retry: create the missing topics of {topology.topic}'s retry path (runs once)"
+    retries = max(SETUP_RETRIES, dict(dag_kwargs.get("default_args") or {}).get("retries") or 0)
+    with _dag(dag_id, "@once", description, dag_kwargs) as dag:
+        # it runs once: it gets retries of its own (creating missing topics is idempotent)
+        EnsureRetryTopicsOperator(
+            task_id="ensure_topics",
+            topology=path,
+            kafka_conn_id=kafka_conn_id,
+            retries=retries,
+            retry_delay=SETUP_RETRY_DELAY,
+        )
+    return dag
