@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_retry.engine.call_watch import AbortNow
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.operators.reprocess_arguments import REPROCESS_TEMPLATE_FIELDS
 from airflow_kafka_retry.operators.reprocess_base import ReprocessTierMixin
@@ -150,6 +149,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         An :class:`~airflow_kafka_retry.engine.call_watch.AbortNow` reason stops them at once, even after a
         plain stop: their chunks in progress are aborted.
         """
+        from airflow_kafka_retry.engine.call_watch import AbortNow  # not when the DAG file is parsed
+
         upgrade = isinstance(reason, AbortNow) and not isinstance(self._stop_reason, AbortNow)
         if self._stop_reason is None or upgrade:
             self._stop_reason = reason
@@ -164,6 +165,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     def _supervisor_gone(self, reason: str) -> None:
         # the next try is coming on the same partitions: abort the chunks in progress instead of finishing
         # them beside it (each try would fence the other's transactions until one failed)
+        from airflow_kafka_retry.engine.call_watch import AbortNow
+
         self.log.warning("%s: stopping every partition at once, aborting its chunk in progress", reason)
         self.request_stop(AbortNow(SUPERVISOR_GONE))
 
