@@ -10,13 +10,15 @@ the fault the run ended and how (finished on the survivors, or failed naming wha
 
 Every case then brings the brokers back, runs every tier, and checks the full ledger with
 ``read_committed``: each record in exactly one home, no copy twice in Kafka's outputs, nothing lost.
-The engines: partitions in threads of the test process, and in the engine's worker processes (Spark
-executors run the same supervised partition, ``engine/supervised.run_partition``, and are not faulted here).
+The engines: partitions in threads of the test process and in the engine's worker processes; for the
+leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an executor's Python
+worker, running the same supervised partition, ``engine/supervised.run_partition``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 import threading
 import time
@@ -76,10 +78,27 @@ def _heal(cluster: ApacheKafkaCluster) -> None:
 Fault = Callable[[ApacheKafkaCluster, dict, Topology], str]
 
 
-def _run(engine: str, topology: Topology, config: dict, opts: DrainOptions) -> RunSummary:
+def _run(engine: str, topology: Topology, config: dict, opts: DrainOptions, folder: Path) -> RunSummary:
     tier = topology.tier(0)
     if engine == "threads":
         return run_local(topology, tier, config, opts, parallelism=PARTITIONS, in_process=True)
+    if engine == "spark":  # spark-submit, local[3]: each partition a task in an executor's Python worker
+        from airflow_kafka_retry.spark.submit import run_spark_submit
+
+        from tests.faults.test_spark_crash import SPARK_CONF
+
+        path = folder / "topology.yaml"
+        ledger.write_fault_topology(topology, path)
+        keep = ("AKR_POINT_DIR", "AKR_POINT", "AKR_SLOW_S", "AKR_LEDGER")
+        return run_spark_submit(
+            topology_path=path,
+            tier=0,
+            options=opts,
+            kafka_config=config,
+            master=f"local[{PARTITIONS}]",
+            conf=SPARK_CONF,
+            env={"SPARK_LOCAL_IP": "127.0.0.1", **{k: os.environ[k] for k in keep}},
+        )
     return run_local(topology, tier, config, opts, parallelism=PARTITIONS)
 
 
@@ -111,7 +130,7 @@ def _drain_with_fault(
 
     def drain() -> None:
         try:
-            outcome.append(_run(engine, topology, config, opts))
+            outcome.append(_run(engine, topology, config, opts, tmp_path))
         except BaseException as exc:  # reported by the test
             failure.append(exc)
 
@@ -235,7 +254,7 @@ INJECTED = (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["threads", "processes"])
+@pytest.mark.parametrize("engine", ["threads", "processes", "spark"])
 @pytest.mark.fault_case(
     "11", f"the leader of the drained partition SIGKILLed {INJECTED} (3 brokers, RF 3, min ISR 2)"
 )
