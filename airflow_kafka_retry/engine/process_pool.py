@@ -1,27 +1,20 @@
 """
 Partitions drained by worker processes: the local engine past the GIL.
 
-Reading every record's headers (Python objects built under the GIL), building the handler's records
-and the handler itself are Python work; threads of one process take turns at it, so on N cores a
-tier run uses one. Here worker processes (``python -m airflow_kafka_retry.engine.process_worker``,
-one per core at most; each a fresh interpreter: no fork of a process that runs librdkafka threads or
-Airflow's task runner) take partitions from the engine, a few at a time each (in threads, so that one
-partition's waits overlap another's record work), and run each with its own consumer and
-transactional producer, exactly as a partition thread would; their summaries come back over a pipe
-(:meth:`PartitionSummary.to_dict`, the form Spark's results use) and make up the one run summary.
+Record work and the handler are Python work, which threads of one process take turns at. Here worker
+processes (``python -m airflow_kafka_retry.engine.process_worker``, one per core at most, each a fresh
+interpreter: no fork of a process running librdkafka threads) take partitions a few at a time (in threads,
+so one partition's waits overlap another's record work) and run each as a partition thread would; their
+summaries come back over a pipe (:meth:`PartitionSummary.to_dict`) and make up the one run summary.
 
-* **Stopping** (``on_kill``, a closing window, ``max_run``): ``should_stop`` is asked here every
-  ``poll_s`` and its reason is sent to every worker, whose partitions stop at their next chunk
-  boundary; ``deadline_ms`` and ``handler_timeout_s`` travel with the options.
-* **A worker that dies** (killed, out of memory, a crash in native code) fails the partitions it was
-  running, with an error naming the partition, the process and its signal or exit status. What it
-  committed stays committed (its last progress report says up to where); its open transaction was
-  never committed, so nothing of that chunk is visible, and the next run resumes at the committed
-  offset. The partitions not yet started go to the other workers (or a new one).
-* **The engine dying** (SIGKILL of the task) takes the workers with it: see
-  :mod:`~airflow_kafka_retry.engine.process_worker`. Whatever ends the run (:meth:`ProcessPool.run`, or
-  the ``with`` block of :class:`~airflow_kafka_retry.engine.local.LocalEngine`, an exception included)
-  closes the workers' pipes and reaps them, so no worker outlives a run.
+* **Stopping**: ``should_stop`` is asked every ``poll_s`` and its reason sent to every worker, whose
+  partitions stop at their next chunk boundary (at once for an ``AbortNow`` reason).
+* **A worker that dies** (killed, out of memory, a crash in native code), or stays silent for
+  ``WORKER_SILENCE_S`` and is killed, fails the partitions it was running, naming the partition, the
+  process and why; what it committed stays committed (its last progress report says up to where), its
+  open transaction never is, and the partitions not yet started go to the other workers (or a new one).
+* **The engine dying** takes the workers with it (:mod:`~airflow_kafka_retry.engine.process_worker`); what
+  ends a run (:meth:`ProcessPool.run`, ``LocalEngine``'s ``with``) reaps them: no worker outlives a run.
 """
 
 from __future__ import annotations
