@@ -220,10 +220,10 @@ class ProcessPool:
             if isinstance(reason, AbortNow)
             else "at its next chunk boundary"
         )
-        log.info("stopping every partition worker %s (%s)", when, reason)
-        for worker in self._workers:
+        for worker in self._workers:  # before the log line: an orphaned task's log may block
             if worker.alive:
                 self._send(worker, _stop_message(reason))
+        log.info("stopping every partition worker %s (%s)", when, reason)
 
     # ------------------------------------------------------------------ the run
     def start(self, count: int | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
@@ -164,11 +165,13 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     def _supervisor_gone(self, reason: str) -> None:
         # the next try is coming on the same partitions: abort the chunks in progress instead of finishing
-        # them beside it (each try would fence the other's transactions until one failed)
+        # them beside it (each try would fence the other's transactions until one failed). The stop comes
+        # first: the task's log goes through the dead supervisor, and writing to it may fail or block.
         from airflow_kafka_retry.engine.call_watch import AbortNow
 
-        self.log.warning("%s: stopping every partition at once, aborting its chunk in progress", reason)
         self.request_stop(AbortNow(SUPERVISOR_GONE))
+        with contextlib.suppress(Exception):
+            self.log.warning("%s: stopping every partition at once, aborting its chunk in progress", reason)
 
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:

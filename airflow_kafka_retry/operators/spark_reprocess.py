@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -218,8 +219,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         return hook
 
     def _supervisor_gone(self, reason: str) -> None:
-        self.log.warning("%s: stopping the Spark application", reason)
-        self.on_kill()
+        self.on_kill()  # first: the task's log goes through the dead supervisor and may fail or block
+        with contextlib.suppress(Exception):
+            self.log.warning("%s: stopped the Spark application", reason)
 
     # ------------------------------------------------------------------ execute
     # SparkSubmitOperator.execute is typed to return None; this one returns the run summary (its XCom)
