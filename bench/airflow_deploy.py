@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 2
 WARM_UP_S = 90
+#: ``build_retry_dags(layout=...)``: one DAG and one watcher per topology, or a DAG and a watcher per tier
+DAG_LAYOUTS = ("topology", "tiers")
 
 DAG_FILE = """
 from datetime import timedelta
@@ -42,6 +44,7 @@ globals().update(build_retry_dags(
     dag_id_template="{prefix}__{{topic}}",
     default_args={{"retries": 0}},
     trigger={trigger!r},
+    layout={dag_layout!r},
     min_schedule=timedelta(seconds=10),
 ))
 """
@@ -60,8 +63,10 @@ dags = build_retry_dags_from_folder(
     min_schedule=timedelta(seconds=10),
     auto_register=False,  # only the DAGs put in globals() below are collected
     shard={shard!r},
+    layout={dag_layout!r},
 )
-# the bench created every topic (what each topology's @once setup DAG does): no setup DAG, no 2N task starts
+# the bench created every topic (what each topology's @once setup DAG does in the "tiers" layout): no setup
+# DAG, no 2N task starts ("topology": the setup is a task of the topology's DAG, run by its sweeps only)
 globals().update({{k: v for k, v in dags.items() if not k.endswith("__ensure_topics")}})
 """
 
@@ -126,7 +131,17 @@ def deploy(
     layout: str = "per_file",
     databases: AirflowDatabases | None = None,
     shards: int = 1,
+    dag_layout: str = "topology",
 ) -> AirflowCluster:
+    """
+    Start an Airflow running ``topologies`` (name, retry delays) on the broker at ``bootstrap``.
+
+    ``layout``: the DAG files, ``per_file`` (one per topology) or ``folder`` (one folder file, or
+    ``shards`` files); ``dag_layout``: the factory's ``layout=``, ``topology`` or ``tiers`` (schedule mode
+    has only ``tiers``).
+    """
+    if dag_layout not in DAG_LAYOUTS:
+        raise ValueError(f"dag_layout must be one of {', '.join(DAG_LAYOUTS)}, got {dag_layout!r}")
     database_url = databases.new() if databases is not None else None
     env = airflow_env(
         home,
@@ -157,7 +172,9 @@ def deploy(
         for index in range(shards):
             name = "retry_topologies.py" if shards == 1 else f"retry_topologies_{index:03d}.py"
             shard = None if shards == 1 else (index, shards)
-            (home / "dags" / name).write_text(FOLDER_DAG_FILE.format(folder=str(folder), shard=shard))
+            (home / "dags" / name).write_text(
+                FOLDER_DAG_FILE.format(folder=str(folder), shard=shard, dag_layout=dag_layout)
+            )
         topologies = []
     for name, delays in topologies:
         create_topics(bootstrap, [name], PARTITIONS)
@@ -168,10 +185,27 @@ def deploy(
                     include_main=include_main,
                     prefix=name.replace("-", "_"),
                     trigger=trigger,
+                    dag_layout=dag_layout,
                 )
             )
         )
     return AirflowCluster(home, env, cwd=REPO, migrated=database_url is not None).start()
+
+
+def deployed(cluster: AirflowCluster) -> dict[str, int]:
+    """
+    What the metadata DB holds: the DAGs parsed (not stale), the asset watchers, their triggers running.
+
+    ``triggers`` counts every trigger, a deferred task's too; ``watchers_running``, only the watchers'.
+    """
+    [(dags,)] = cluster.query("SELECT count(*) FROM dag WHERE is_stale = false")
+    [(watchers,)] = cluster.query("SELECT count(*) FROM asset_watcher")
+    [(running,)] = cluster.query(
+        "SELECT count(*) FROM asset_watcher w JOIN trigger t ON t.id = w.trigger_id "
+        "WHERE t.triggerer_id IS NOT NULL"
+    )
+    [(triggers,)] = cluster.query("SELECT count(*) FROM trigger")
+    return {"dags": dags, "asset_watchers": watchers, "watchers_running": running, "triggers": triggers}
 
 
 def measure_window(

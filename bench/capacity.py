@@ -1,14 +1,16 @@
 """
-Capacity: many idle event-mode topologies on one Airflow, and Airflow's own cost of as many plain DAGs.
+Capacity: many idle event-mode topologies on one Airflow, in either DAG layout of the factory.
 
-``capacity``: N topologies from one folder DAG file (4 DAGs and 4 asset watchers each: the main topic, two
-retry tiers, the DLT watch). Once every watcher runs in the triggerer and the deployment has settled (no
-DAG run created for ``QUIET_S`` and none running: the first sweeps are over), an idle window is measured,
-then records flow through the first topology and their lateness (handled - due) is measured.
+``capacity``: N topologies from one folder DAG file (or ``per_file`` shards), each with its main topic, two
+retry tiers and the DLT watch. ``dag_layout="topology"`` (the factory's default in event mode): one DAG
+and one asset watcher per topology, the tiers are its tasks ``main``, ``retry_1``, ``retry_2``,
+``watch_dlt``; ``"tiers"``: a DAG and a watcher per tier and the DLT watch, 4 of each per topology (the
+bench created the topics: no setup DAG). Once every watcher runs in the triggerer and the deployment has
+settled (no DAG run created for ``QUIET_S`` and none running: the first sweeps are over), an idle window is
+measured, then records flow through the first topology and their lateness (handled - due, from the
+handler's ledger, by topic: the same in both layouts) is measured.
 
-``plain_dags``: the control. The same Airflow with 4 x N plain DAGs from one file (one ``EmptyOperator``
-each, the same weekly schedules, no asset, no trigger): what the scheduler and the dag-processor cost for
-that many DAGs whatever they do, measured over the same settled window.
+The plain-DAG control is ``bench/plain_control.py``.
 """
 
 from __future__ import annotations
@@ -27,32 +29,17 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
-from bench.airflow_deploy import PARTITIONS, REPO, counts, deploy, measure_window
+from bench.airflow_deploy import PARTITIONS, counts, deploy, deployed, measure_window
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
+    from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 
 #: Settled: no DAG run created for this long and no task instance running or queued.
 QUIET_S = 60
 SETTLE_MAX_S = 900
-
-PLAIN_DAG_FILE = """
-from datetime import datetime
-
-from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG
-
-for i in range({count}):
-    with DAG(
-        f"plain_{{i:04d}}",
-        schedule=f"{{i % 60}} {{(i // 60) % 24}} * * {{i % 7}}",  # weekly, spread as the factory's sweeps
-        start_date=datetime.fromisoformat("{start}"),  # deployment time: no earlier tick is run
-        catchup=False,
-    ) as dag:
-        EmptyOperator(task_id="reprocess")
-    globals()[dag.dag_id] = dag
-"""
+#: What the bench deploys per topology in each DAG layout: (DAGs, asset watchers).
+PER_TOPOLOGY = {"topology": (1, 1), "tiers": (4, 4)}
 
 
 def settle(cluster: AirflowCluster) -> float:
@@ -73,50 +60,6 @@ def settle(cluster: AirflowCluster) -> float:
     return round(time.monotonic() - started, 1)
 
 
-def plain_dags(count: int, seconds: float, databases: AirflowDatabases | None = None) -> dict[str, Any]:
-    """Airflow with ``4 * count`` plain DAGs (no provider code): its idle CPU over a settled window."""
-    dags = 4 * count
-    with tempfile.TemporaryDirectory(prefix="akr-bench-plain-") as tmp:
-        home = Path(tmp)
-        database_url = databases.new() if databases is not None else None
-        env = airflow_env(
-            home,
-            extra={
-                "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
-                "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600",
-                "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "900",
-            },
-            pythonpath=[REPO],
-            database_url=database_url,
-        )
-        start = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        (home / "dags" / "plain_dags.py").write_text(PLAIN_DAG_FILE.format(count=dags, start=start))
-        started = time.monotonic()
-        cluster = AirflowCluster(home, env, cwd=REPO, migrated=database_url is not None).start()
-        try:
-            deadline = time.monotonic() + 900
-            while cluster.query("SELECT count(*) FROM dag WHERE is_stale = false")[0][0] < dags:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the {dags} plain DAGs were not all parsed in 900 s")
-                cluster.check_alive()
-                time.sleep(5)
-            ready_s = round(time.monotonic() - started, 1)
-            settle_s = settle(cluster)
-            idle = measure_window(cluster, None, seconds)
-            return {
-                "case": "plain",
-                "topologies_equivalent": count,
-                "dags": dags,
-                "ready_seconds": ready_s,
-                "settle_seconds": settle_s,
-                "parse": _parse_seconds(cluster),
-                "idle": idle,
-                "dag_runs_since_deployment": counts(cluster)[0],
-            }
-        finally:
-            cluster.stop()
-
-
 def capacity(
     bootstrap: str,
     broker_pid: int,
@@ -125,16 +68,19 @@ def capacity(
     databases: AirflowDatabases | None = None,
     *,
     per_file: int = 0,
+    dag_layout: str = "topology",
 ) -> dict[str, Any]:
     """
     ``count`` idle event topologies from one folder, then records through the first one.
 
     The folder's DAGs come from one DAG file, or with ``per_file`` from ``ceil(count / per_file)`` DAG files,
-    each building one shard of the folder (``build_retry_dags_from_folder(shard=...)``).
+    each building one shard of the folder (``build_retry_dags_from_folder(shard=...)``), in ``dag_layout``
+    (``PER_TOPOLOGY``).
 
     The records fail once on its main topic, then succeed on retry-1 of 10 s or retry-2 of 30 s; their
-    lateness is measured. Each topology: its main topic, two retry tiers and the DLT watch (4 watchers).
+    lateness is measured.
     """
+    dags_each, watchers_each = PER_TOPOLOGY[dag_layout]
     stamp = datetime.datetime.now(datetime.UTC)
     names = [f"cap{i:03d}-{stamp:%H%M%S}" for i in range(count)]
     with tempfile.TemporaryDirectory(prefix="akr-bench-capacity-") as tmp:
@@ -151,24 +97,26 @@ def capacity(
             layout="folder",
             databases=databases,
             shards=-(-count // per_file) if per_file else 1,
+            dag_layout=dag_layout,
         )
         try:
-            watchers = 4 * count
+            watchers = watchers_each * count
             deadline = time.monotonic() + 900
             while time.monotonic() < deadline:  # every watcher runs in the triggerer
-                running = cluster.query("SELECT count(*) FROM trigger WHERE triggerer_id IS NOT NULL")[0][0]
+                running = deployed(cluster)["watchers_running"]
                 if running >= watchers:
                     break
                 cluster.check_alive()
                 time.sleep(5)
             ready_s = round(time.monotonic() - started, 1)
+            in_db = deployed(cluster)
             settle_s = settle(cluster)
-            parse = _parse_seconds(cluster, count)
+            parse = parse_seconds(cluster, count)
             load_start = os.getloadavg()
             idle = measure_window(cluster, broker_pid, seconds)
             idle.update(
                 {
-                    "triggers_running": running,
+                    "deployed": deployed(cluster),
                     # since deployment: an idle topology creates no run (its sweeps are weekly)
                     "dag_runs_since_deployment": counts(cluster)[0],
                     "triggerer_rss_mb": _rss_mb(cluster.processes["triggerer"].pid),
@@ -194,14 +142,17 @@ def capacity(
             every = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if "-retry-" in e["topic"]]
             return {
                 "case": "capacity",
+                "dag_layout": dag_layout,
                 "layout": (
                     f"folder in {-(-count // per_file)} shard DAG files"
                     if per_file
                     else "one folder DAG file"
                 ),
                 "topologies": count,
-                "dags": 4 * count,
+                "dags": dags_each * count,
                 "watchers": watchers,
+                # what the metadata DB held once every watcher ran (before the first sweeps' runs)
+                "deployed": in_db,
                 "ready_seconds": ready_s,
                 "settle_seconds": settle_s,
                 "parse": parse,
@@ -274,7 +225,7 @@ def _produce(bootstrap: str, topic: str, count: int) -> None:
     producer.flush(30)
 
 
-def _parse_seconds(cluster: AirflowCluster, topologies: int = 0) -> dict[str, Any]:
+def parse_seconds(cluster: AirflowCluster, topologies: int = 0) -> dict[str, Any]:
     """
     The dag-processor's own parse time of each DAG file (``dag.last_parse_duration``).
 

@@ -8,6 +8,7 @@
     python -m bench.event_tiers --cases baseline --capacity 200,50,100 --seconds 120 --name capacity
     python -m bench.event_tiers --postgres --cases baseline --capacity 50,100,200 --name capacity-pg
     python -m bench.event_tiers --postgres --cases baseline --capacity 200 --plain 200 --seconds 120
+    python -m bench.event_tiers --postgres --cases baseline --capacity 200 --plain 200 --dag-layout tiers
 
 Each deployment is a real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
 SQLite, or with ``--postgres`` on a private PostgreSQL server; ``testing/airflow_stack.py``)
@@ -18,10 +19,16 @@ tree (tasks included) and of the broker. Cases:
 
 * ``baseline``: the same Airflow with no DAG;
 * ``event``: one topology (3 tiers of 30 s, 60 s, 120 s and the DLT watch), ``trigger="event"``;
-* ``schedule``: the same topology, ``trigger="schedule"`` (every tier polled every delay);
+* ``schedule``: the same topology, ``trigger="schedule"`` (every tier polled every delay; always a DAG per
+  tier);
 * ``capacity``: N event topologies on one Airflow: idle once settled, then records flow through one of them
   and its lateness (handled - due) is measured, with the DAG files' parse time (``bench/capacity.py``);
-* ``plain``: the control of ``--plain N``: the same Airflow with 4 x N plain DAGs, no provider code.
+* ``plain``: the control of ``--plain N``: the same Airflow with as many plain DAGs as N topologies have
+  (N for ``--dag-layout topology``, 4 x N for ``tiers``), no provider code (``bench/plain_control.py``).
+
+``--dag-layout`` is the factory's ``layout=`` of the event-mode DAGs: ``topology`` (the default: one DAG
+and one watcher per topology, the tiers its tasks) or ``tiers`` (a DAG and a watcher per tier and the DLT
+watch). Each result records it, with the DAGs and watchers deployed.
 
 Idle cost = (CPU of the case - CPU of the baseline) / window. Each run writes its whole result, with the
 command, the machine and its load, to its own ``bench/results/<UTC start time>-event-tiers.json`` (never
@@ -49,8 +56,9 @@ from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.postgres import PostgresCluster
-from bench.airflow_deploy import REPO, WARM_UP_S, counts, deploy, measure_window
-from bench.capacity import capacity, plain_dags
+from bench.airflow_deploy import DAG_LAYOUTS, REPO, WARM_UP_S, counts, deploy, deployed, measure_window
+from bench.capacity import capacity
+from bench.plain_control import plain_dags
 from bench.results_file import claim_result_file
 
 RESULTS = REPO / "bench" / "results"
@@ -64,12 +72,15 @@ def run_case(
     trigger: str,
     seconds: float,
     databases: AirflowDatabases | None = None,
+    dag_layout: str = "topology",
 ) -> dict[str, Any]:
+    dag_layout = dag_layout if trigger == "event" else "tiers"  # schedule mode has a DAG per tier only
     with tempfile.TemporaryDirectory(prefix=f"akr-bench-{name}-") as tmp:
         home = Path(tmp)
-        cluster = deploy(bootstrap, home, topologies, trigger, databases=databases)
+        cluster = deploy(bootstrap, home, topologies, trigger, databases=databases, dag_layout=dag_layout)
         try:
             time.sleep(WARM_UP_S)  # parse, setup DAGs, first sweeps
+            in_db = deployed(cluster)
             warm_runs, warm_tis = counts(cluster)
             by_dag = dict(cluster.query("SELECT dag_id, count(*) FROM dag_run GROUP BY dag_id"))
             result = measure_window(cluster, broker_pid, seconds)
@@ -77,7 +88,9 @@ def run_case(
                 {
                     "case": name,
                     "trigger": trigger,
+                    "dag_layout": dag_layout if topologies else None,
                     "topologies": len(topologies),
+                    "deployed": in_db,
                     "warm_up": {
                         "seconds": WARM_UP_S,
                         "dag_runs": warm_runs,
@@ -116,6 +129,11 @@ NOTES = [
     ),
     "Lateness of the active topology in the capacity case: handled - due time, from the handler's ledger.",
     (
+        "dag_layout: the factory's layout= (topology: one DAG and one watcher per topology; tiers: a DAG "
+        "and a watcher per tier and the DLT watch); deployed: the DAGs, asset watchers and triggers in the "
+        "metadata DB."
+    ),
+    (
         "load_average_*: the machine's 1, 5 and 15 minute load averages; on a shared machine other work "
         "competes for the cores, so compare cases within one run."
     ),
@@ -129,7 +147,16 @@ def main(argv: list[str] | None = None) -> int:
         "--capacity", default="", help="also N idle event topologies, then one active; a list: 200,50,100"
     )
     parser.add_argument(
-        "--plain", default="", help="also 4 x N plain DAGs (no provider code): Airflow's own cost; a list"
+        "--plain",
+        default="",
+        help="also as many plain DAGs (no provider code) as N topologies have in --dag-layout (topology: N, "
+        "tiers: 4 x N): Airflow's own cost; a list",
+    )
+    parser.add_argument(
+        "--dag-layout",
+        choices=DAG_LAYOUTS,
+        default="topology",
+        help="the factory's layout= in event mode: one DAG per topology (default), or a DAG per tier",
     )
     parser.add_argument(
         "--per-file",
@@ -173,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 "platform": platform.platform(),
             },
             "window_seconds": args.seconds,
+            "dag_layout": args.dag_layout,
             "results": results,
             "notes": NOTES,
         }
@@ -192,7 +220,14 @@ def main(argv: list[str] | None = None) -> int:
             results.append(
                 {
                     **run_case(
-                        broker.bootstrap, broker.pid, case, topologies, trigger, args.seconds, databases
+                        broker.bootstrap,
+                        broker.pid,
+                        case,
+                        topologies,
+                        trigger,
+                        args.seconds,
+                        databases,
+                        dag_layout=args.dag_layout,
                     ),
                     "case": case,
                 }
@@ -200,23 +235,43 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(results[-1]), flush=True)
             write()
         for count in [int(c) for c in args.capacity.split(",") if c]:
-            print(f"capacity: {count} topologies...", flush=True)
+            print(f"capacity: {count} topologies, {args.dag_layout} layout...", flush=True)
             try:
                 results.append(
                     capacity(
-                        broker.bootstrap, broker.pid, count, args.seconds, databases, per_file=args.per_file
+                        broker.bootstrap,
+                        broker.pid,
+                        count,
+                        args.seconds,
+                        databases,
+                        per_file=args.per_file,
+                        dag_layout=args.dag_layout,
                     )
                 )
             except RuntimeError as exc:  # a component died (e.g. SQLite "database is locked"): say so
-                results.append({"case": "capacity", "topologies": count, "failed": str(exc)[-3000:]})
+                results.append(
+                    {
+                        "case": "capacity",
+                        "dag_layout": args.dag_layout,
+                        "topologies": count,
+                        "failed": str(exc)[-3000:],
+                    }
+                )
             print(json.dumps(results[-1]), flush=True)
             write()
         for count in [int(c) for c in args.plain.split(",") if c]:
-            print(f"plain: {4 * count} plain DAGs...", flush=True)
+            print(f"plain: the control of {count} topologies, {args.dag_layout} layout...", flush=True)
             try:
-                results.append(plain_dags(count, args.seconds, databases))
+                results.append(plain_dags(count, args.seconds, databases, dag_layout=args.dag_layout))
             except RuntimeError as exc:
-                results.append({"case": "plain", "topologies_equivalent": count, "failed": str(exc)[-3000:]})
+                results.append(
+                    {
+                        "case": "plain",
+                        "dag_layout": args.dag_layout,
+                        "topologies_equivalent": count,
+                        "failed": str(exc)[-3000:],
+                    }
+                )
             print(json.dumps(results[-1]), flush=True)
             write()
     write()
