@@ -82,6 +82,14 @@ class KafkaConfigError(ValueError):
     """The Kafka configuration is unusable; the message names the key (never a secret value)."""
 
 
+class TopicsMissing(KafkaConfigError):
+    """Topics the call needs do not exist on the cluster (``topics``: their names)."""
+
+    def __init__(self, message: str, topics: list[str]) -> None:
+        super().__init__(message)
+        self.topics = topics
+
+
 def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
     if "bootstrap.servers" not in kafka_config:
         raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
@@ -188,9 +196,10 @@ def partition_counts(
         else:
             counts[topic] = len(info.partitions)
     if missing:
-        raise KafkaConfigError(
+        raise TopicsMissing(
             f"topic(s) {', '.join(missing)} do not exist on the cluster; create the topology's topics first "
-            "(airflow-kafka-retry topology create-topics FILE)"
+            "(airflow-kafka-retry topology create-topics FILE)",
+            missing,
         )
     return counts
 

@@ -31,6 +31,7 @@ from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.triggers.watching import open_watch, send_tier_gauges, wave_payload
 
 if TYPE_CHECKING:  # the Kafka client and the engine load in the triggerer (run), not in a DAG file's parse
     from airflow_kafka_retry.engine.head_watch import HeadWatch
@@ -137,17 +138,7 @@ class _HeadEventTrigger(BaseEventTrigger):
 
     def payload(self, watch: HeadWatch, plan: WavePlan[tuple[str, int]], wave: Wave) -> dict[str, Any]:
         """The event (an asset event's ``extra["payload"]``): coordinates and times only, never a payload."""
-        dues = [due for k in plan.keys if (due := watch.heads[k].due_ms) is not None]
-        return {
-            "kind": self.kind,
-            "topics": self.topics,
-            "group": self.consumer_group,
-            "partitions": [f"{t}[{p}]" for t, p, _ in wave.positions],
-            "heads": [{"topic": t, "partition": p, "offset": o} for t, p, o in wave.positions],
-            "earliest_due_ms": min(dues) if dues else None,
-            "not_before_ms": wave.not_before_ms,
-            "fired_ms": wave.fired_ms,
-        }
+        return {"kind": self.kind, **wave_payload(watch, plan, wave)}
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -247,33 +238,18 @@ class _HeadEventTrigger(BaseEventTrigger):
         """Send metrics of what the watch sees (the tier trigger's backlog gauges); nothing here."""
 
     async def _open(self) -> HeadWatch:
-        from asgiref.sync import sync_to_async
-
-        from airflow_kafka_retry.engine.head_watch import HeadWatch
-        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-
-        kafka_config = await sync_to_async(KafkaRetryHook(self.kafka_conn_id).kafka_config)()
-        watch = await asyncio.to_thread(
-            HeadWatch,
-            kafka_config,
+        watch = await open_watch(
+            self.kafka_conn_id,
             self.topics,
             self.consumer_group,
             read_due=self.read_due,
             due_horizon_ms=self.due_horizon_ms,
             optional=self.optional_topics,
-            shared=_shared_watch_consumers(),
         )
         self.log.info(
             "%s: watching %s partition(s) from the group's committed offsets", self.where, len(watch.keys)
         )
         return watch
-
-
-def _shared_watch_consumers() -> bool:
-    """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default off)."""
-    from airflow.providers.common.compat.sdk import conf
-
-    return conf.getboolean("kafka_retry", "shared_watch_consumers", fallback=False)
 
 
 class TierDueEventTrigger(_HeadEventTrigger):
@@ -341,24 +317,10 @@ class TierDueEventTrigger(_HeadEventTrigger):
         }
 
     async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
-        """
-        The tier's backlog gauges, every ``gauge_interval`` seconds, zeros included.
-
-        ``kafka_retry.tier.backlog`` and ``.oldest_due_age_ms`` (a gauge keeps its last value otherwise): what
-        an on-call alert watches when no sensor runs. Only with ``topology_topic`` and ``tier_index``.
-        """
+        """The tier's backlog gauges (``send_tier_gauges``), given ``topology_topic`` and ``tier_index``."""
         if self.topology_topic is None or self.tier_index is None:
             return
-        from airflow_kafka_retry.engine.head_watch import HeadWatchError
-        from airflow_kafka_retry.observability.metrics import emit, peek_gauges
-
-        try:
-            await asyncio.to_thread(watch.refresh_ends)
-        except HeadWatchError as exc:  # the gauges never disturb the watch: send what the fetches saw
-            self.log.warning("%s: %s; the backlog gauge uses the log ends the fetches saw", self.where, exc)
-        await asyncio.to_thread(
-            emit, peek_gauges(watch.peek_of(self.topic), self.topology_topic, self.tier_index, now_ms)
-        )
+        await send_tier_gauges(self.log, watch, self.topic, self.topology_topic, self.tier_index, now_ms)
 
 
 class DltArrivalEventTrigger(_HeadEventTrigger):

@@ -1,0 +1,390 @@
+"""
+One watcher per topology: ``TopologyDueEventTrigger`` fires when any tier of a topology has records due.
+
+A topology DAG (``build_retry_dags``' default layout) is scheduled on one asset whose watcher runs
+this trigger in the triggerer. It watches every *lane* of the topology -- each retry tier (and the main
+topic with ``include_main``) with the tier's group, and the DLTs with the watch group -- through one
+consumer (the topology's own, or the triggerer's shared one), and yields one event naming the lanes
+(the DAG's task ids) that are due. The DAG's first task runs those and skips the others.
+
+Each lane keeps its own wave (``policy/waves.py``) in the asset's state store under its own key, saved
+before the event is yielded, so everything the tier triggers guarantee holds per lane: a restarted
+triggerer neither fires a wave twice at once nor forgets it, a wave no run took fires again
+``refire_after`` after it became runnable, and a window holds a lane's wave until it opens. Runs of the
+topology DAG overlap (a long retry-2 drain does not hold back retry-1's waves), so a lane whose group
+committed within the last ``busy_hold`` seconds -- its run is draining on -- fires no new wave: the run
+takes those records itself, rather than a queue of runs waiting behind it.
+
+When a lane's topics do not exist (a first deployment), the trigger fires a *setup* event naming the
+setup task (which creates the topology's topics), at most once per ``SETUP_REFIRE_S``. Only the
+connection id travels in the serialized arguments, never the Kafka configuration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow.triggers.base import BaseEventTrigger, TriggerEvent
+
+from airflow_kafka_retry.policy.due_check import format_ms
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
+from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.triggers.tier_events import STATE_KEY
+from airflow_kafka_retry.triggers.watching import open_watch, send_tier_gauges, wave_payload
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.head_watch import HeadWatch
+
+#: Kind of this trigger's events (``payload["kind"]``).
+TOPOLOGY_DUE = "topology_due"
+#: A setup event (the topology's topics missing) fires again at most this often.
+SETUP_REFIRE_S = 600.0
+#: What a lane's serialized form holds (``lanes`` argument); all but ``name``, ``topics`` and ``group``
+#: are optional.
+LANE_KEYS = frozenset(
+    {"name", "topics", "group", "read_due", "optional_topics", "window", "timezone"}
+    | {"due_horizon_ms", "tier_index"}
+)
+
+
+@dataclass
+class _Lane:
+    """A watched lane: its settings (serialized) and what the trigger knows of it while it runs."""
+
+    spec: Mapping[str, Any]
+    window: ReprocessWindow | None
+    watch: HeadWatch | None = None
+    wave: Wave | None = None
+    next_check: int = 0
+    next_gauges: int = 0
+    retry_at: int = 0
+    failures: int = 0
+    last_move_ms: int = 0  # when its group's committed offsets last moved
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def state_key(self) -> str:
+        return f"{STATE_KEY}:{self.name}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.name}: {', '.join(self.spec['topics'])} (group {self.spec['group']})"
+
+
+def check_lanes(lanes: Sequence[Mapping[str, Any]] | str) -> list[dict[str, Any]]:
+    """The lanes as plain dicts (given so, or as JSON); a ValueError names the lane and what is wrong."""
+    if isinstance(lanes, str):
+        try:
+            lanes = json.loads(lanes)
+        except ValueError as exc:
+            raise ValueError(f"TopologyDueEventTrigger: lanes are not valid JSON: {exc}") from None
+    if not lanes or not isinstance(lanes, list | tuple):
+        raise ValueError("TopologyDueEventTrigger needs at least one lane")
+    checked, names = [], set()
+    for index, lane in enumerate(lanes):
+        if not isinstance(lane, Mapping):
+            raise ValueError(f"TopologyDueEventTrigger: lane {index} must be a mapping, got {lane!r}")
+        unknown = set(lane) - LANE_KEYS
+        if unknown:
+            raise ValueError(f"TopologyDueEventTrigger: lane {index} has unknown key(s) {sorted(unknown)}")
+        name, topics, group = lane.get("name"), lane.get("topics"), lane.get("group")
+        if not isinstance(name, str) or not name or name in names:
+            raise ValueError(f"TopologyDueEventTrigger: lane {index} needs a unique name, got {name!r}")
+        if (
+            not topics
+            or isinstance(topics, str)  # a name, not a list: it would be watched as a topic per letter
+            or not all(isinstance(t, str) and t for t in topics)
+            or not isinstance(group, str)
+        ):
+            raise ValueError(f"TopologyDueEventTrigger: lane {name!r} needs topics and a group")
+        if not set(lane.get("optional_topics") or ()) <= set(topics):
+            raise ValueError(
+                f"TopologyDueEventTrigger: lane {name!r}: optional_topics must be among its topics"
+            )
+        names.add(name)
+        checked.append(dict(lane))
+    return checked
+
+
+class TopologyDueEventTrigger(BaseEventTrigger):
+    """
+    Fires when records of any lane (tier or DLTs) of a topology are due: the watcher of a topology DAG.
+
+    :param topology_topic: the topology's main topic (the gauges' tag, the log's prefix).
+    :param lanes: (a list, or its JSON) one mapping per lane: ``name`` (the task it starts),
+        ``topics``, ``group``, and optionally ``read_due`` (False: any record is due, for DLTs),
+        ``optional_topics`` (watched once they exist), ``window`` and ``timezone`` (the lane's
+        reprocessing window), ``due_horizon_ms`` and ``tier_index`` (a tier: its backlog gauges are
+        sent every ``gauge_interval`` seconds).
+    :param setup_task: the task that creates the topology's topics, named by a setup event; None: none.
+    :param busy_hold: seconds after its group last committed during which a lane fires no new wave.
+    Other parameters as :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger`.
+    """
+
+    #: Called with each step of the fire path (``before_save``, ``after_save``, ``after_yield``): a test
+    #: raises from it to crash the trigger there. None in production.
+    fault_hook: Callable[[str], None] | None = None
+
+    def __init__(
+        self,
+        *,
+        topology_topic: str,
+        lanes: Sequence[Mapping[str, Any]] | str,
+        kafka_conn_id: str = "kafka_default",
+        setup_task: str | None = None,
+        fire_ahead: float = 0.0,
+        refire_after: float = 45.0,
+        busy_hold: float = 5.0,
+        poll_interval: float = 0.5,
+        commit_check: float = 1.0,
+        idle_check: float = 30.0,
+        retry_after: float = 30.0,
+        gauge_interval: float = 60.0,
+    ) -> None:
+        super().__init__()
+        timing = {
+            "fire_ahead": fire_ahead,
+            "refire_after": refire_after,
+            "busy_hold": busy_hold,
+            "poll_interval": poll_interval,
+            "commit_check": commit_check,
+            "idle_check": idle_check,
+            "retry_after": retry_after,
+            "gauge_interval": gauge_interval,
+        }
+        for name, value in timing.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(
+                    f"TopologyDueEventTrigger: {name} must be a number of seconds >= 0, got {value!r}"
+                )
+        self.topology_topic = topology_topic
+        self.lanes = check_lanes(lanes)
+        self.kafka_conn_id = kafka_conn_id
+        self.setup_task = setup_task
+        self.timing = timing
+        for lane in self.lanes:  # a wrong window fails when the DAG is built, not in the triggerer
+            _window(lane)
+        self._memory: dict[str, Any] = {}  # the waves where no asset state store is injected (a plain run)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", {
+            "topology_topic": self.topology_topic,
+            # as JSON: Airflow serializes a list of mappings in a trigger's arguments in a way that changes
+            # from one parse to the next (the watcher would be registered anew at each parse)
+            "lanes": json.dumps(self.lanes, sort_keys=True),
+            "kafka_conn_id": self.kafka_conn_id,
+            "setup_task": self.setup_task,
+            **self.timing,
+        }
+
+    def _s(self, name: str) -> int:
+        """A timing setting in milliseconds."""
+        return int(self.timing[name] * 1000)
+
+    # ------------------------------------------------------------------ the wave state
+    async def _load(self, lane: _Lane) -> Wave | None:
+        store = self.asset_state_store
+        state = await store.aget(lane.state_key) if store is not None else self._memory.get(lane.state_key)
+        return Wave.from_state(state)
+
+    async def _save(self, lane: _Lane) -> None:
+        store, state = self.asset_state_store, lane.wave.to_state() if lane.wave else None
+        if store is None:
+            self._memory[lane.state_key] = state
+        elif state is None:
+            await store.adelete(lane.state_key)
+        else:
+            await store.aset(lane.state_key, state)
+
+    # ------------------------------------------------------------------ one lane, one step
+    async def _step(self, lane: _Lane, now: int) -> WavePlan[tuple[str, int]] | int:
+        """Look at one lane: a plan to fire, or when to look again (epoch ms)."""
+        if lane.watch is None:
+            if now < lane.retry_at:
+                return lane.retry_at
+            lane.watch = await open_watch(
+                self.kafka_conn_id,
+                lane.spec["topics"],
+                lane.spec["group"],
+                read_due=lane.spec.get("read_due", True),
+                due_horizon_ms=lane.spec.get("due_horizon_ms", MAX_BACKOFF_MS),
+                optional=lane.spec.get("optional_topics") or (),
+                scope=id(self),
+            )
+            lane.next_check, lane.failures = 0, 0
+            self.log.info("%s: watching %s partition(s)", lane.where, len(lane.watch.keys))
+        watch = lane.watch
+        if now >= lane.next_check:
+            committed = await asyncio.to_thread(watch.sync_committed)
+            now = wall_clock_ms()
+            if lane.committed and committed != lane.committed:
+                lane.last_move_ms = now
+            lane.committed = committed
+            wave = lane.wave
+            if wave is not None and (wave.taken(committed) or wave.expired(now, self._s("refire_after"))):
+                if not wave.taken(committed):
+                    self.log.warning(
+                        "%s: no run took the wave fired at %s within %ss; firing again",
+                        lane.where,
+                        format_ms(wave.fired_ms),
+                        self.timing["refire_after"],
+                    )
+                lane.wave = None
+                await self._save(lane)
+            busy = lane.wave is not None or bool(watch.heads)
+            lane.next_check = now + self._s("commit_check" if busy else "idle_check")
+            if lane.wave is not None:
+                lane.next_check = min(lane.next_check, lane.wave.expires_ms(self._s("refire_after")))
+        watch.poll()
+        tier = lane.spec.get("tier_index")
+        if tier is not None and now >= lane.next_gauges and watch.complete:
+            topic = lane.spec["topics"][0]
+            await send_tier_gauges(self.log, watch, topic, self.topology_topic, tier, now)
+            lane.next_gauges = now + self._s("gauge_interval")
+        wake = now + self._s("poll_interval")
+        if lane.wave is not None or not watch.heads:
+            return wake
+        hold = lane.last_move_ms + self._s("busy_hold")
+        if now < hold:  # its run is draining on: it takes these records itself
+            return min(wake, hold)
+        read_due = lane.spec.get("read_due", True)
+        heads = {k: h.due_at(now) if read_due else now for k, h in watch.heads.items()}
+        plan = plan_wave(heads, now_ms=now, window=lane.window, fire_ahead_ms=self._s("fire_ahead"))
+        if plan.action == "fire":
+            return plan
+        return min(wake, plan.wake_ms) if plan.action == "wait" and plan.wake_ms is not None else wake
+
+    async def _failed(self, lane: _Lane, exc: Exception, now: int) -> bool:
+        """A lane's broker error: close its watch, look again later; True when its topics are missing."""
+        from airflow_kafka_retry.engine.clients import TopicsMissing
+
+        pause = min(self.timing["retry_after"], 2.0**lane.failures)
+        lane.failures += 1
+        self.log.warning("%s: %s; looking again in %.0fs", lane.where, exc, pause)
+        if lane.watch is not None:
+            await asyncio.to_thread(lane.watch.close)
+            lane.watch = None
+        lane.retry_at = now + int(pause * 1000)
+        return isinstance(exc, TopicsMissing) or isinstance(exc.__cause__, TopicsMissing)
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from confluent_kafka import KafkaException
+
+        from airflow_kafka_retry.engine.clients import KafkaConfigError
+        from airflow_kafka_retry.engine.head_watch import HeadWatchError
+
+        lanes = [_Lane(spec, _window(spec)) for spec in self.lanes]
+        for lane in lanes:
+            lane.wave = await self._load(lane)
+            if lane.wave is not None:
+                self.log.info(
+                    "%s: a wave fired at %s is not taken yet; waiting for the group to commit past it",
+                    lane.where,
+                    format_ms(lane.wave.fired_ms),
+                )
+        setup_fired_ms: int | None = None
+        try:
+            while True:
+                now = wall_clock_ms()
+                fire: list[_Firing] = []
+                wake, missing = now + self._s("poll_interval"), False
+                for lane in lanes:
+                    try:
+                        step = await self._step(lane, now)
+                    except (HeadWatchError, KafkaException, KafkaConfigError) as exc:
+                        missing = await self._failed(lane, exc, now) or missing
+                        wake = min(wake, lane.retry_at)
+                        continue
+                    if isinstance(step, WavePlan):
+                        if lane.watch is not None:
+                            fire.append((lane, step, lane.watch))
+                    else:
+                        wake = min(wake, step)
+                setup = (
+                    missing
+                    and self.setup_task is not None
+                    and (setup_fired_ms is None or now - setup_fired_ms >= SETUP_REFIRE_S * 1000)
+                )
+                if fire or setup:
+                    if setup:
+                        setup_fired_ms = now
+                    yield await self._fire(fire, now, setup=setup)
+                    self._at("after_yield")
+                    continue
+                await asyncio.sleep(max(0.0, min(wake - wall_clock_ms(), self._s("poll_interval")) / 1000))
+        finally:
+            for lane in lanes:
+                if lane.watch is not None:
+                    await asyncio.to_thread(lane.watch.close)
+
+    async def _fire(self, fire: list[_Firing], now: int, *, setup: bool) -> TriggerEvent:
+        """Save the waves of the lanes that fire, then make their one event."""
+        lanes: dict[str, Any] = {}
+        for lane, plan, watch in fire:
+            positions = tuple((t, p, watch.heads[(t, p)].offset) for t, p in plan.keys)
+            lane.wave = wave = Wave(positions, now, plan.not_before_ms or now)
+            lanes[lane.name] = wave_payload(watch, plan, wave)
+        self._at("before_save")
+        for lane, _, _ in fire:
+            await self._save(lane)  # before the event: a restart must not fire it twice
+            lane.next_check = min(lane.next_check, now + self._s("commit_check"))
+        self._at("after_save")
+        for lane, plan, _ in fire:
+            self.log.info(
+                "%s: firing for %s: %s", lane.where, ", ".join(lanes[lane.name]["partitions"]), plan.reason
+            )
+        due = [lane.name for lane, _, _ in fire]
+        if setup and self.setup_task is not None:
+            self.log.info(
+                "%s: topics missing; firing the setup task %s", self.topology_topic, self.setup_task
+            )
+            due.append(self.setup_task)
+        payload = {"kind": TOPOLOGY_DUE, "topology": self.topology_topic, "due": due, "lanes": lanes}
+        return TriggerEvent(payload)
+
+    def _at(self, step: str) -> None:
+        if self.fault_hook is not None:
+            self.fault_hook(step)
+
+
+_Firing = tuple[_Lane, WavePlan[tuple[str, int]], "HeadWatch"]
+
+
+def _window(lane: Mapping[str, Any]) -> ReprocessWindow | None:
+    window = lane.get("window")
+    return ReprocessWindow.parse(window, lane.get("timezone")) if window else None
+
+
+def due_lanes(events: Mapping[str, Sequence[Any]] | None) -> set[str] | None:
+    """
+    The lanes (task ids) the topology events of a run's ``triggering_asset_events`` name; None: no such event.
+
+    A run created from several queued events runs the lanes of all of them.
+    """
+    due: set[str] | None = None
+    for payload in topology_payloads(events):
+        due = (due or set()) | {str(name) for name in payload.get("due") or ()}
+    return due
+
+
+def topology_payloads(events: Mapping[str, Sequence[Any]] | None) -> list[Mapping[str, Any]]:
+    """The payloads of the topology events among a run's ``triggering_asset_events``."""
+    found = []
+    for listed in (events or {}).values():
+        for event in listed:
+            extra = getattr(event, "extra", None)
+            payload = extra.get("payload") if isinstance(extra, Mapping) else None
+            if isinstance(payload, Mapping) and payload.get("kind") == TOPOLOGY_DUE:
+                found.append(payload)
+    return found

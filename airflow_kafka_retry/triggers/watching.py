@@ -1,0 +1,91 @@
+"""
+What both kinds of event trigger do with a head watch: open it, say what a fired wave is, send gauges.
+
+``tier_events.py`` (a watcher per tier) and ``topology_events.py`` (one watcher per topology) share
+these. The Kafka client and the engine load here only when a trigger runs, never at a DAG file's parse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.policy.waves import Wave, WavePlan
+
+
+def wave_payload(watch: HeadWatch, plan: WavePlan[tuple[str, int]], wave: Wave) -> dict[str, Any]:
+    """What an event says of a fired wave: its topics, group, heads and times (never a record's payload)."""
+    dues = [due for k in plan.keys if (due := watch.heads[k].due_ms) is not None]
+    return {
+        "topics": watch.topics,
+        "group": watch.group,
+        "partitions": [f"{t}[{p}]" for t, p, _ in wave.positions],
+        "heads": [{"topic": t, "partition": p, "offset": o} for t, p, o in wave.positions],
+        "earliest_due_ms": min(dues) if dues else None,
+        "not_before_ms": wave.not_before_ms,
+        "fired_ms": wave.fired_ms,
+    }
+
+
+async def open_watch(
+    kafka_conn_id: str,
+    topics: Sequence[str],
+    group: str,
+    *,
+    read_due: bool,
+    due_horizon_ms: int,
+    optional: Sequence[str] = (),
+    scope: Any = None,
+) -> HeadWatch:
+    """
+    A head watch of ``topics`` for ``group``, on the connection's cluster (blocking parts in a thread).
+
+    It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on; otherwise, given
+    a ``scope``, only with the watches of that scope (one consumer per topology), else its own consumer.
+    """
+    from asgiref.sync import sync_to_async
+
+    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+
+    kafka_config = await sync_to_async(KafkaRetryHook(kafka_conn_id).kafka_config)()
+    everyone = _shared_watch_consumers()
+    return await asyncio.to_thread(
+        HeadWatch,
+        kafka_config,
+        topics,
+        group,
+        read_due=read_due,
+        due_horizon_ms=due_horizon_ms,
+        optional=optional,
+        shared=everyone or scope is not None,
+        scope=None if everyone else scope,
+    )
+
+
+async def send_tier_gauges(
+    log: Any, watch: HeadWatch, topic: str, topology_topic: str, tier_index: int, now_ms: int
+) -> None:
+    """
+    A tier's backlog gauges: ``kafka_retry.tier.backlog`` and ``.oldest_due_age_ms``, zeros included.
+
+    What an on-call alert watches when no sensor runs (a gauge keeps its last value otherwise).
+    """
+    from airflow_kafka_retry.engine.head_watch import HeadWatchError
+    from airflow_kafka_retry.observability.metrics import emit, peek_gauges
+
+    try:
+        await asyncio.to_thread(watch.refresh_ends)
+    except HeadWatchError as exc:  # the gauges never disturb the watch: send what the fetches saw
+        log.warning("%s: %s; the backlog gauge uses the log ends the fetches saw", topic, exc)
+    await asyncio.to_thread(emit, peek_gauges(watch.peek_of(topic), topology_topic, tier_index, now_ms))
+
+
+def _shared_watch_consumers() -> bool:
+    """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default off)."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean("kafka_retry", "shared_watch_consumers", fallback=False)
