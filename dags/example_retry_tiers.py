@@ -1,12 +1,13 @@
 """
-Every retry tier of ``topologies/orders.yaml`` as an event-driven DAG, built by ``build_retry_dags``.
+The retry path of ``topologies/orders.yaml`` as one event-driven DAG, built by ``build_retry_dags``.
 
-This file defines one DAG per retry topic (``kafka_retry__orders-retry-1``, ``-2``, ``-3``), each run
-by the triggerer when its records are due (and weekly as a safety sweep; ``-retry-3`` only in a
-night window), ``kafka_retry__orders-dlt``, which reports new dead-lettered records as they arrive,
-and ``kafka_retry__orders__ensure_topics``, which creates the missing topics once. Copy it next to
-your DAGs with the topology and the handler package; set the ``kafka_default`` connection (type
-``kafka``, extra = librdkafka configuration); run a triggerer. ``trigger="schedule"`` polls instead.
+This file defines the DAG ``kafka_retry__orders``: a task per retry tier (``retry_1``, ``retry_2``,
+``retry_3``; ``retry_3`` only in a night window), ``watch_dlt``, which reports new dead-lettered
+records as they arrive, and ``ensure_topics``, which creates the missing topics. One watcher in the
+triggerer watches every tier: a run drains the tiers whose records are due and skips the others
+(and the DAG runs weekly as a safety sweep). Copy it next to your DAGs with the topology and the
+handler package; set the ``kafka_default`` connection (type ``kafka``, extra = librdkafka
+configuration); run a triggerer. ``trigger="schedule"`` (a DAG per tier, ``layout="tiers"``) polls instead.
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ globals().update(
         # every topic is an asset kafka://kafka:9092/<topic>; runs emit record counts
         asset_server="kafka:9092",
         tier_overrides={
-            # the last tier is drained at night only, in a window: its trigger holds due records until the
-            # window opens, a run stops when it closes; its safety sweep runs at 01:00
+            # the last tier is drained at night only, in a window: the watcher holds its due records until
+            # the window opens, a run stops when it closes
             "orders-retry-3": {
-                "schedule": "0 1 * * *",
                 "window": "01:00-05:00",
                 "timezone": "Europe/Berlin",
                 "max_run": "2h",

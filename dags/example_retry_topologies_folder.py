@@ -3,8 +3,8 @@ Every topology YAML of ``topology_folder/`` as event-driven retry DAGs, from thi
 
 How a platform team holds many topologies: one YAML per topology in a folder, one DAG file. Airflow's
 DAG processor parses one file for all of them (the provider is imported once, not once per topology).
-Each YAML gets the DAGs ``build_retry_dags`` builds (``kafka_retry__payments-retry-1``, ...,
-``kafka_retry__payments-dlt``, ``kafka_retry__payments__ensure_topics``). A YAML that cannot be built is
+Each YAML gets the DAG ``build_retry_dags`` builds (one per topology: ``kafka_retry__payments``,
+``kafka_retry__shipments``). A YAML that cannot be built is
 logged by the DAG processor, naming the file, and skipped: the other topologies keep their DAGs
 (``strict=True`` makes it an import error of this file instead).
 """

@@ -35,7 +35,7 @@ SETUP_RETRIES = 3
 SETUP_RETRY_DELAY = timedelta(seconds=20)
 
 
-def _dag(
+def factory_dag(
     dag_id: str,
     schedule: Any,
     description: str,
@@ -43,13 +43,14 @@ def _dag(
     *,
     timezone_name: str | None = None,
     watched: Asset | None = None,
+    max_active_runs: int = 1,
 ) -> DAG:
     """A DAG of the factory; with ``watched``, scheduled on that asset or ``schedule`` (a sweep)."""
     kwargs = dict(dag_kwargs)
     if watched is None:  # an event-driven DAG has none: its sweep does not run at once when first deployed
         kwargs.setdefault("start_date", DEFAULT_START_DATE)
     kwargs.setdefault("catchup", False)
-    kwargs["max_active_runs"] = 1
+    kwargs["max_active_runs"] = max_active_runs
     kwargs.setdefault("description", description)
     kwargs["tags"] = sorted({*kwargs.get("tags", ()), "kafka-retry"})
     if isinstance(schedule, str) and schedule != "@once":
@@ -94,37 +95,24 @@ def tier_dag(
             topology_topic=topology.topic,
             tier_index=tier.index,
         )
-    with _dag(
+    with factory_dag(
         dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone, watched=watched
     ) as dag:
-        common: dict[str, Any] = {
-            "task_id": "reprocess",
-            "topology": path,
-            "tier": tier.index,
-            "handler": handler,
-            "value_deserializer": value_deserializer,
-            "kafka_conn_id": kafka_conn_id,
-            "options": options,
-            "cutoff": CUTOFF_NOW if events is not None else CUTOFF_RENDERED_NOW,
-        }
-        optional = {
-            "on_dlt": on_dlt,
-            "window": settings.window,
-            "timezone": settings.timezone,
-            "max_run": settings.max_run,
-            "asset_server": asset_server,
-            "skip_missing_topic": events is not None,
-        }
-        common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
-        if engine == "spark":
-            from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
-
-            reprocess: BaseOperator = SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
-        else:
-            from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
-
-            follow = events.follow if events is not None else None
-            reprocess = ReprocessTierOperator(**common, follow=follow or None)
+        reprocess = reprocess_task(
+            "reprocess",
+            path,
+            tier,
+            settings,
+            engine=engine,
+            handler=handler,
+            kafka_conn_id=kafka_conn_id,
+            value_deserializer=value_deserializer,
+            on_dlt=on_dlt,
+            options=options,
+            spark_conn_id=spark_conn_id,
+            asset_server=asset_server,
+            events=events,
+        )
         if events is None:
             from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
             from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
@@ -144,6 +132,54 @@ def tier_dag(
             )
             ensure >> wait >> reprocess
     return dag
+
+
+def reprocess_task(
+    task_id: str,
+    path: str,
+    tier: Tier,
+    settings: TierSettings,
+    *,
+    engine: str,
+    handler: str,
+    kafka_conn_id: str,
+    value_deserializer: str | None,
+    on_dlt: tuple,
+    options: Any,
+    spark_conn_id: str,
+    asset_server: str | None,
+    events: EventSettings | None,
+    **task_kwargs: Any,
+) -> BaseOperator:
+    """The task that drains one tier (local engine in the worker, or Spark), in the DAG being built."""
+    common: dict[str, Any] = {
+        "task_id": task_id,
+        "topology": path,
+        "tier": tier.index,
+        "handler": handler,
+        "value_deserializer": value_deserializer,
+        "kafka_conn_id": kafka_conn_id,
+        "options": options,
+        "cutoff": CUTOFF_NOW if events is not None else CUTOFF_RENDERED_NOW,
+        **task_kwargs,
+    }
+    optional = {
+        "on_dlt": on_dlt,
+        "window": settings.window,
+        "timezone": settings.timezone,
+        "max_run": settings.max_run,
+        "asset_server": asset_server,
+        "skip_missing_topic": events is not None,
+    }
+    common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
+    if engine == "spark":
+        from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
+
+        return SparkReprocessTierOperator(conn_id=spark_conn_id, **common)
+    from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+
+    follow = events.follow if events is not None else None
+    return ReprocessTierOperator(**common, follow=follow or None)
 
 
 def watch_dag(
@@ -173,7 +209,7 @@ def watch_dag(
             dag_id=dag_id,
             optional=parking,
         )
-    with _dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
+    with factory_dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
         DltWatchOperator(
             task_id=WATCH_TASK_ID,
             topology=path,
@@ -192,7 +228,7 @@ def setup_dag(
 
     description = f"Kafka retry: create the missing topics of {topology.topic}'s retry path (runs once)"
     retries = max(SETUP_RETRIES, dict(dag_kwargs.get("default_args") or {}).get("retries") or 0)
-    with _dag(dag_id, "@once", description, dag_kwargs) as dag:
+    with factory_dag(dag_id, "@once", description, dag_kwargs) as dag:
         # it runs once: it gets retries of its own (creating missing topics is idempotent)
         EnsureRetryTopicsOperator(
             task_id="ensure_topics",

@@ -11,7 +11,7 @@ they are *due*, and would start a run that drains nothing. Nothing here reads a 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -33,6 +33,7 @@ DEFAULT_REFIRE_AFTER = timedelta(seconds=45)
 DEFAULT_FOLLOW = timedelta(seconds=10)
 #: URI schemes of the watched assets.
 DUE_SCHEME, DEAD_LETTER_SCHEME = "kafka-retry-due", "kafka-retry-dead-letters"
+TOPOLOGY_SCHEME = "kafka-retry-topology"
 
 
 def due_asset_uri(kafka_conn_id: str, topic: str) -> str:
@@ -43,6 +44,11 @@ def due_asset_uri(kafka_conn_id: str, topic: str) -> str:
 def dead_letter_asset_uri(kafka_conn_id: str, main_topic: str) -> str:
     """The dead-letter asset of a topology (all its DLTs): ``kafka-retry-dead-letters://<kafka_conn_id>/<main>``."""
     return f"{DEAD_LETTER_SCHEME}://{kafka_conn_id}/{main_topic}"
+
+
+def topology_asset_uri(kafka_conn_id: str, main_topic: str) -> str:
+    """The asset of a topology DAG (any lane due): ``kafka-retry-topology://<kafka_conn_id>/<main>``."""
+    return f"{TOPOLOGY_SCHEME}://{kafka_conn_id}/{main_topic}"
 
 
 def check_sweep(value: Any) -> Any:
@@ -176,3 +182,21 @@ class EventSettings:
         return Asset(
             name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.dead_letters", trigger=trigger)]
         )
+
+    def topology_asset(
+        self, main_topic: str, lanes: Sequence[Mapping[str, Any]], *, dag_id: str, setup_task: str | None
+    ) -> Asset:
+        """The asset of a topology DAG, watched by one ``TopologyDueEventTrigger`` over all its lanes."""
+        from airflow.sdk import Asset, AssetWatcher
+
+        from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
+
+        trigger = TopologyDueEventTrigger(
+            topology_topic=main_topic,
+            lanes=lanes,
+            kafka_conn_id=self.kafka_conn_id,
+            setup_task=setup_task,
+            **self._timing(),
+        )
+        uri = topology_asset_uri(self.kafka_conn_id, main_topic)
+        return Asset(name=uri, uri=uri, watchers=[AssetWatcher(name=f"{dag_id}.due", trigger=trigger)])

@@ -1,13 +1,14 @@
 """
-``build_retry_dags``: one DAG per retry tier of a topology, plus a DLT-watch DAG.
+``build_retry_dags``: the DAGs of a retry topology -- one for the whole topology, or one per tier.
 
-It only assembles the operators. Event mode (the default): each tier DAG is scheduled on its tier's
-"due" asset, whose watcher (``TierDueEventTrigger``, in the triggerer) fires when records are due,
-or by a slow safety sweep; it has one ``reprocess`` task; the topics are created once by an
-``@once`` setup DAG. Schedule mode: ``ensure_topics`` >> ``wait_for_due`` >> ``reprocess`` every
-tier delay. ``watch_dlt`` reports new dead letters (event-driven the same way in event mode).
-Where a record goes is decided by the policy package, offsets are committed by the engine;
-nothing here touches Kafka.
+It only assembles the operators. Event mode (the default) builds one DAG per topology
+(``topology_dag.py``): one watcher for all its tiers, a task per tier. With ``layout="tiers"``,
+each tier DAG is scheduled on its tier's "due" asset, whose watcher (``TierDueEventTrigger``, in the
+triggerer) fires when records are due, or by a slow safety sweep; it has one ``reprocess`` task;
+the topics are created once by an ``@once`` setup DAG. Schedule mode (tier DAGs only):
+``ensure_topics`` >> ``wait_for_due`` >> ``reprocess`` every tier delay. ``watch_dlt`` reports new
+dead letters (event-driven the same way in event mode). Where a record goes is decided by the policy
+package, offsets are committed by the engine; nothing here touches Kafka.
 """
 
 from __future__ import annotations
@@ -26,9 +27,15 @@ from airflow_kafka_retry.factory.events import (
     EventSettings,
     check_sweep,
 )
-from airflow_kafka_retry.factory.overrides import check_overrides, floor_schedule, tier_settings
+from airflow_kafka_retry.factory.overrides import (
+    TierOverrideError,
+    check_overrides,
+    floor_schedule,
+    tier_settings,
+)
+from airflow_kafka_retry.factory.topology_dag import topology_dag
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.policy.topology_file import load_topology
 
 if TYPE_CHECKING:
@@ -38,6 +45,8 @@ log = logging.getLogger(__name__)
 
 ENGINES = ("local", "spark")
 TRIGGERS = ("event", "schedule")
+#: ``topology``: one DAG per topology (event mode's default); ``tiers``: a DAG per tier (schedule mode).
+LAYOUTS = ("topology", "tiers")
 #: Event mode: the setup DAG's id, ``dag_id_template`` formatted with the main topic, plus this.
 SETUP_SUFFIX = "__ensure_topics"
 #: DAG arguments the factory sets itself; each has its own parameter (or override) instead.
@@ -65,12 +74,21 @@ def build_retry_dags(
     fire_ahead: timedelta = DEFAULT_FIRE_AHEAD,
     refire_after: timedelta = DEFAULT_REFIRE_AFTER,
     follow: timedelta | None = DEFAULT_FOLLOW,
+    layout: str | None = None,
     **dag_kwargs: Any,
 ) -> dict[str, DAG]:
     """
     Build the DAGs that run a retry topology on Airflow; a DAG file does ``globals().update(...)``.
 
-    One DAG per retry topic (a topic shared by same-interval reuse gets one DAG), ``max_active_runs=1``,
+    ``layout="topology"`` (the default in event mode): **one DAG** for the whole topology, id
+    ``dag_id_template`` formatted with the main topic, with a task per tier (``main`` with
+    ``include_main``, ``retry_1``, ``retry_2``...), ``watch_dlt`` and ``ensure_topics``, behind a first
+    task ``due`` that runs the tiers the topology's one watcher found due and skips the others
+    (``factory/topology_dag.py``). Each task runs one at a time; runs overlap (``max_active_runs``, 8
+    by default). ``tier_overrides`` take no ``schedule`` there (the DAG has one: ``sweep``).
+
+    ``layout="tiers"`` (schedule mode's only layout): one DAG per retry topic (a topic shared by
+    same-interval reuse gets one DAG), ``max_active_runs=1``,
     no catchup. ``include_main`` adds a DAG for the main topic (tier 0); ``dlt_watch`` adds a DAG with
     one ``watch_dlt`` task that reports new DLT records to ``on_dlt``.
 
@@ -126,6 +144,8 @@ def build_retry_dags(
     :param follow: event mode, local engine: a run whose next record is due within this long waits for it
         and drains on (``engine/follow.py``), so a steady stream of due records is one run, not a run
         per wave; None: one drain per run.
+    :param layout: ``topology`` (one DAG; event mode only, its default) or ``tiers`` (a DAG per tier,
+        the DLT watch and the setup; schedule mode's default).
     :param dag_kwargs: passed to every ``DAG`` (``default_args``, ``tags``, ``start_date``, ...).
     """
     path, loaded = _topology(topology)
@@ -136,15 +156,28 @@ def build_retry_dags(
     for key, instead in _OWNED.items():
         if key in dag_kwargs:
             raise ValueError(f"build_retry_dags sets {key} of each DAG itself; use {instead}")
-    if dag_kwargs.get("max_active_runs", 1) != 1:
+    if trigger not in TRIGGERS:
+        raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
+    layout = layout if layout is not None else ("topology" if trigger == "event" else "tiers")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == "topology" and trigger != "event":
+        raise ValueError(
+            "layout='topology' runs on the topology's watcher (trigger='event'); schedule mode has a "
+            "schedule per tier, so it needs layout='tiers'"
+        )
+    active_runs = dag_kwargs.get("max_active_runs", 1)
+    if layout == "topology" and (
+        isinstance(active_runs, bool) or not isinstance(active_runs, int) or active_runs < 1
+    ):
+        raise ValueError(f"max_active_runs must be a positive int, got {active_runs!r}")
+    if layout == "tiers" and active_runs != 1:
         raise ValueError(
             "max_active_runs must be 1: two runs of one tier would drain the same partitions "
             "and fence each other"
         )
     if not isinstance(min_schedule, timedelta) or min_schedule <= timedelta(0):
         raise ValueError(f"min_schedule must be a positive timedelta, got {min_schedule!r}")
-    if trigger not in TRIGGERS:
-        raise ValueError(f"trigger must be one of {', '.join(TRIGGERS)}, got {trigger!r}")
     events = None
     if trigger == "event":
         events = EventSettings(
@@ -158,6 +191,26 @@ def build_retry_dags(
     tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
     watch_topic = loaded.dlt_topic if dlt_watch else None
     overrides = check_overrides(loaded, tier_overrides, tiers=tiers, watch_topic=watch_topic)
+    if events is not None and layout == "topology":
+        return _topology_layout(
+            path,
+            loaded,
+            tiers,
+            overrides,
+            dag_id=dag_id_template.format(topic=loaded.topic),
+            events=events,
+            dlt_watch=watch_topic is not None,
+            min_schedule=min_schedule,
+            dag_kwargs=dag_kwargs,
+            engine=engine,
+            handler=handler,
+            kafka_conn_id=kafka_conn_id,
+            value_deserializer=value_deserializer,
+            on_dlt=notifiers,
+            options=options,
+            spark_conn_id=spark_conn_id,
+            asset_server=asset_server,
+        )
 
     dags: dict[str, DAG] = {}
 
@@ -226,6 +279,52 @@ def build_retry_dags(
         )
         dags[dag.dag_id] = dag
     return dags
+
+
+def _topology_layout(
+    path: str,
+    loaded: Topology,
+    tiers: list[Tier],
+    overrides: dict[str, dict[str, Any]],
+    *,
+    dag_id: str,
+    events: EventSettings,
+    dlt_watch: bool,
+    min_schedule: timedelta,
+    dag_kwargs: Mapping[str, Any],
+    **reprocess: Any,
+) -> dict[str, DAG]:
+    """The topology as one DAG (``factory/topology_dag.py``); a tier's ``schedule`` override is an error."""
+    for topic, override in overrides.items():
+        if "schedule" in override:
+            raise TierOverrideError(
+                topic,
+                "schedule",
+                "a topology DAG has one schedule for all its tiers: pass sweep= instead "
+                "(or layout='tiers' for a DAG per tier)",
+            )
+    sweep = floor_schedule(
+        loaded.topic, events.sweep_for(dag_id, topology_topic=loaded.topic, slot=0), min_schedule
+    )
+    settings = {
+        t.topic: tier_settings(t, overrides.get(t.topic, {}), min_schedule=min_schedule, default=sweep)
+        for t in tiers
+    }
+    if not dlt_watch:
+        log.info("%s: no DLT-watch task (dlt_watch=False or dlt_strategy: no_dlt)", loaded.source)
+    dag = topology_dag(
+        path,
+        loaded,
+        tiers,
+        settings,
+        dag_id=dag_id,
+        sweep=sweep,
+        dlt_watch=dlt_watch,
+        events=events,
+        dag_kwargs=dag_kwargs,
+        **reprocess,
+    )
+    return {dag.dag_id: dag}
 
 
 def _topology(topology: str | Path | Topology) -> tuple[str, Topology]:

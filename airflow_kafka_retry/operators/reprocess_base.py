@@ -29,6 +29,7 @@ from airflow_kafka_retry.operators.reprocess_report import ReprocessReportMixin
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.tier_events import TIER_DUE
+from airflow_kafka_retry.triggers.topology_events import topology_payloads
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -39,22 +40,29 @@ MAX_WAVE_WAIT_MS = 60_000
 
 def wave_not_before_ms(context: Mapping[str, Any]) -> int | None:
     """
-    When the last tier-due wave that triggered this run is due (epoch ms); None: no such event.
+    When the last wave that triggered this task is due (epoch ms); None: no such event.
 
-    Events come from :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger` through the
-    run's ``triggering_asset_events`` (``extra["payload"]``). With several queued waves the latest counts,
-    so every wave's records are due when the run drains.
+    Events come through the run's ``triggering_asset_events`` (``extra["payload"]``): a tier DAG's from its
+    :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger`, a topology DAG's from its
+    :class:`~airflow_kafka_retry.triggers.topology_events.TopologyDueEventTrigger` (the lane named by this
+    task's id). With several queued waves the latest counts, so every wave's records are due when the
+    run drains.
     """
     times = []
-    for events in (context.get("triggering_asset_events") or {}).values():
-        for event in events:
+    events = context.get("triggering_asset_events")
+    for listed in (events or {}).values():
+        for event in listed:
             extra = getattr(event, "extra", None)
             payload = extra.get("payload") if isinstance(extra, Mapping) else None
             if isinstance(payload, Mapping) and payload.get("kind") == TIER_DUE:
-                value = payload.get("not_before_ms")
-                if isinstance(value, int) and not isinstance(value, bool):
-                    times.append(value)
-    return max(times) if times else None
+                times.append(payload.get("not_before_ms"))
+    task_id = getattr(context.get("ti"), "task_id", None)
+    for payload in topology_payloads(events):
+        lane = (payload.get("lanes") or {}).get(task_id)
+        if isinstance(lane, Mapping):
+            times.append(lane.get("not_before_ms"))
+    valid = [t for t in times if isinstance(t, int) and not isinstance(t, bool)]
+    return max(valid) if valid else None
 
 
 class ReprocessTierMixin(ReprocessReportMixin):

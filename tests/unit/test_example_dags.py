@@ -32,49 +32,50 @@ def test_spark_example(bag):
     assert dag.max_active_runs == 1
 
 
-def test_factory_example_builds_the_orders_tiers(bag):
+def test_factory_example_builds_the_orders_topology_as_one_dag(bag):
     ids = {d for d in bag.dags if d.startswith("kafka_retry__orders")}
-    assert ids == {
-        "kafka_retry__orders-retry-1",
-        "kafka_retry__orders-retry-2",
-        "kafka_retry__orders-retry-3",
-        "kafka_retry__orders-dlt",
-        "kafka_retry__orders__ensure_topics",
-    }
-    first = bag.dags["kafka_retry__orders-retry-1"]
-    assert first.max_active_runs == 1
-    assert type(first.timetable).__name__ == "AssetOrTimeSchedule"  # event-driven, weekly sweep
-    watched = first.timetable.asset_condition
-    assert watched.uri == "kafka-retry-due://kafka_default/orders-retry-1"
-    assert [type(w.trigger).__name__ for w in watched.watchers] == ["TierDueEventTrigger"]
-    assert {t.task_id for t in first.tasks} == {"reprocess"}
-    assert all(t.owner == "orders-team" and t.retries == 1 for t in first.tasks)
-    assert sorted(a.uri for a in first.get_task("reprocess").outlets) == [
+    assert ids == {"kafka_retry__orders"}
+    dag = bag.dags["kafka_retry__orders"]
+    assert type(dag.timetable).__name__ == "AssetOrTimeSchedule"  # event-driven, weekly sweep
+    watched = dag.timetable.asset_condition
+    assert watched.uri == "kafka-retry-topology://kafka_default/orders"
+    [watcher] = watched.watchers
+    assert type(watcher.trigger).__name__ == "TopologyDueEventTrigger"
+    lanes = {lane["name"]: lane for lane in watcher.trigger.lanes}
+    assert list(lanes) == ["retry_1", "retry_2", "retry_3", "watch_dlt"]
+    assert lanes["retry_3"]["window"] == "01:00-05:00"
+    assert dag.get_task("due").downstream_task_ids == {"ensure_topics", *lanes}
+    assert all(t.owner == "orders-team" and t.retries >= 1 for t in dag.tasks)
+    assert all(t.max_active_tis_per_dag == 1 for t in dag.tasks if t.task_id != "due")
+    first = dag.get_task("retry_1")
+    assert sorted(a.uri for a in first.outlets) == [
         "kafka://kafka:9092/orders-dlt",
         "kafka://kafka:9092/orders-parking",
         "kafka://kafka:9092/orders-retry-2",
         "kafka://kafka:9092/orders-validation-dlt",
     ]
-    assert [type(n).__name__ for n in first.get_task("reprocess").on_dlt] == ["DltLogNotifier"]
-    night = bag.dags["kafka_retry__orders-retry-3"]
-    assert night.get_task("reprocess").window == "01:00-05:00"
-    assert night.timetable.timetable.expression == "0 1 * * *"
-    assert night.timetable.asset_condition.watchers[0].trigger.window == "01:00-05:00"
+    assert [type(n).__name__ for n in first.on_dlt] == ["DltLogNotifier"]
+    night = dag.get_task("retry_3")
+    assert (night.window, night.timezone) == ("01:00-05:00", "Europe/Berlin")
 
 
 def test_folder_example_builds_every_topology_of_its_folder(bag):
     built = {
         d for d, dag in bag.dags.items() if Path(dag.fileloc).name == "example_retry_topologies_folder.py"
     }
-    assert built == {
-        f"kafka_retry__{topic}{suffix}"
-        for topic, tiers in (("payments", 2), ("shipments", 3))
-        for suffix in (*(f"-retry-{i}" for i in range(1, tiers + 1)), "-dlt", "__ensure_topics")
+    assert built == {"kafka_retry__payments", "kafka_retry__shipments"}
+    dag = bag.dags["kafka_retry__shipments"]
+    assert {t.task_id for t in dag.tasks} == {
+        "due",
+        "ensure_topics",
+        "retry_1",
+        "retry_2",
+        "retry_3",
+        "watch_dlt",
     }
-    tier = bag.dags["kafka_retry__shipments-retry-1"]
-    assert tier.get_task("reprocess").topology == str(DAGS / "topology_folder" / "shipments.yaml")
-    assert "platform" in tier.tags
-    assert tier.get_task("reprocess").retries == 1
+    assert dag.get_task("retry_1").topology == str(DAGS / "topology_folder" / "shipments.yaml")
+    assert "platform" in dag.tags
+    assert dag.get_task("retry_1").retries == 1
 
 
 def test_hand_composed_example(bag):

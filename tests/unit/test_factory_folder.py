@@ -25,14 +25,14 @@ def test_every_topology_of_the_folder_gets_its_dags(tmp_path):
     topology(tmp_path, "shipments.yml", "shipments")
     (tmp_path / "notes.txt").write_text("not a topology")
     dags = build_retry_dags_from_folder(tmp_path, handler=HANDLER, tags=["platform"])
-    assert sorted(dags) == sorted(
+    assert sorted(dags) == ["kafka_retry__payments", "kafka_retry__shipments"]  # one DAG per topology
+    assert all("platform" in d.tags for d in dags.values())
+    assert dags["kafka_retry__shipments"].get_task("retry_1").topology == str(tmp_path / "shipments.yml")
+    tiers = build_retry_dags_from_folder(tmp_path, handler=HANDLER, layout="tiers")
+    assert sorted(tiers) == sorted(
         f"kafka_retry__{topic}{suffix}"
         for topic in ("payments", "shipments")
         for suffix in ("-retry-1", "-retry-2", "-dlt", "__ensure_topics")
-    )
-    assert all("platform" in d.tags for d in dags.values())
-    assert dags["kafka_retry__shipments-retry-1"].get_task("reprocess").topology == str(
-        tmp_path / "shipments.yml"
     )
 
 
@@ -43,12 +43,7 @@ def test_a_bad_yaml_is_logged_naming_the_file_and_skipped(tmp_path, caplog):
     (tmp_path / "garbled.yaml").write_text("topic: [unclosed\n")
     with caplog.at_level(logging.ERROR, logger="airflow_kafka_retry.factory.folder"):
         dags = build_retry_dags_from_folder(tmp_path, handler=HANDLER)
-    assert sorted(dags) == [
-        "kafka_retry__payments-dlt",
-        "kafka_retry__payments-retry-1",
-        "kafka_retry__payments-retry-2",
-        "kafka_retry__payments__ensure_topics",
-    ]
+    assert sorted(dags) == ["kafka_retry__payments"]
     messages = [r.getMessage() for r in caplog.records]
     assert any(str(bad) in m and "backoff.interval" in m for m in messages), messages
     assert any(str(tmp_path / "garbled.yaml") in m and "not valid YAML" in m for m in messages), messages
@@ -66,7 +61,7 @@ def test_two_files_of_one_topic_the_second_is_skipped_naming_the_first(tmp_path,
     topology(tmp_path, "b.yaml", "payments", delays="[10s, 20s]")
     with caplog.at_level(logging.ERROR, logger="airflow_kafka_retry.factory.folder"):
         dags = build_retry_dags_from_folder(tmp_path, handler=HANDLER)
-    assert dags["kafka_retry__payments-retry-1"].get_task("reprocess").topology == str(tmp_path / "a.yaml")
+    assert dags["kafka_retry__payments"].get_task("retry_1").topology == str(tmp_path / "a.yaml")
     assert any(
         "b.yaml" in r.getMessage() and "also built from a.yaml" in r.getMessage() for r in caplog.records
     )
@@ -76,10 +71,18 @@ def test_tier_overrides_go_to_the_topology_of_their_topic(tmp_path):
     topology(tmp_path, "payments.yaml", "payments")
     topology(tmp_path, "shipments.yaml", "shipments")
     dags = build_retry_dags_from_folder(
-        tmp_path, handler=HANDLER, tier_overrides={"shipments-retry-2": {"schedule": "0 1 * * *"}}
+        tmp_path, handler=HANDLER, tier_overrides={"shipments-retry-2": {"window": "01:00-05:00"}}
     )
-    assert dags["kafka_retry__shipments-retry-2"].timetable.timetable.expression == "0 1 * * *"
-    assert dags["kafka_retry__payments-retry-2"].timetable.timetable.expression != "0 1 * * *"
+    assert dags["kafka_retry__shipments"].get_task("retry_2").window == "01:00-05:00"
+    assert dags["kafka_retry__payments"].get_task("retry_2").window is None
+    tiers = build_retry_dags_from_folder(
+        tmp_path,
+        handler=HANDLER,
+        layout="tiers",
+        tier_overrides={"shipments-retry-2": {"schedule": "0 1 * * *"}},
+    )
+    assert tiers["kafka_retry__shipments-retry-2"].timetable.timetable.expression == "0 1 * * *"
+    assert tiers["kafka_retry__payments-retry-2"].timetable.timetable.expression != "0 1 * * *"
     with pytest.raises(
         TopologyFolderError, match="tier_overrides name orders-retry-1, a topic of no topology"
     ):
@@ -97,18 +100,13 @@ def test_a_task_process_builds_only_the_topology_of_its_dag(tmp_path, monkeypatc
     topology(tmp_path, "payments.yaml", "payments")
     topology(tmp_path, "shipments.yaml", "shipments")
     (tmp_path / "broken.yaml").write_text("topic: [unclosed\n")
-    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "kafka_retry__shipments-retry-2")
-    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "reprocess")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "kafka_retry__shipments")
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_TASK_ID", "retry_2")
     with caplog.at_level(logging.ERROR, logger="airflow_kafka_retry.factory.folder"):
         dags = build_retry_dags_from_folder(
             tmp_path, handler=HANDLER, tier_overrides={"payments-retry-1": {"max_run": "1h"}}
         )
-    assert sorted(dags) == [
-        "kafka_retry__shipments-dlt",
-        "kafka_retry__shipments-retry-1",
-        "kafka_retry__shipments-retry-2",
-        "kafka_retry__shipments__ensure_topics",
-    ]
+    assert sorted(dags) == ["kafka_retry__shipments"]
     assert caplog.records == []  # the broken file is another topology's business in a task process
 
 

@@ -36,6 +36,7 @@ def _chain(dag) -> list[tuple[str, list[str]]]:
 
 
 SCHEDULE = {"trigger": "schedule"}
+TIERS = {"layout": "tiers"}  # event mode, a DAG per tier (test_factory_topology_dag.py: the default layout)
 TIER_CHAIN = [("ensure_topics", ["wait_for_due"]), ("reprocess", []), ("wait_for_due", ["reprocess"])]
 
 
@@ -91,9 +92,10 @@ def test_default_topology_one_dag_per_retry_tier_and_a_dlt_watch():
     assert task.topology == str(ORDERS)
 
 
-def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_a_weekly_sweep():
+def test_tier_layout_tiers_run_on_their_due_asset_or_a_weekly_sweep():
     dags = build_retry_dags(
         ORDERS,
+        **TIERS,
         handler=HANDLER,
         tier_overrides={
             "orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin"}
@@ -172,6 +174,7 @@ def test_event_mode_is_the_default_tiers_run_on_their_due_asset_or_a_weekly_swee
 def test_event_mode_settings_are_checked():
     sweep = build_retry_dags(
         ORDERS,
+        **TIERS,
         handler=HANDLER,
         sweep=timedelta(minutes=10),
         fire_ahead=timedelta(0),
@@ -189,7 +192,7 @@ def test_event_mode_settings_are_checked():
     with pytest.raises(ValueError, match="fire_ahead must be a timedelta from 0 to 30s"):
         build_retry_dags(ORDERS, handler=HANDLER, fire_ahead=timedelta(minutes=5))
     assert (
-        build_retry_dags(ORDERS, handler=HANDLER, follow=None)["kafka_retry__orders-retry-1"]
+        build_retry_dags(ORDERS, **TIERS, handler=HANDLER, follow=None)["kafka_retry__orders-retry-1"]
         .get_task("reprocess")
         .follow_ms
         is None
@@ -415,7 +418,7 @@ def test_dag_kwargs_the_factory_owns_are_refused(tmp_path):
     with pytest.raises(ValueError, match="sets schedule of each DAG itself; use tier_overrides"):
         build_retry_dags(ORDERS, handler=HANDLER, schedule="@daily")
     with pytest.raises(ValueError, match="max_active_runs must be 1"):
-        build_retry_dags(ORDERS, handler=HANDLER, max_active_runs=2)
+        build_retry_dags(ORDERS, **TIERS, handler=HANDLER, max_active_runs=2)
     with pytest.raises(ValueError, match="dag_id_template must contain '{topic}'"):
         build_retry_dags(ORDERS, handler=HANDLER, dag_id_template="retry")
     in_python = Topology(topic="pay", group_id="pay-svc")
@@ -433,6 +436,7 @@ def test_built_dags_serialize(tmp_path):
 
     dags = build_retry_dags(
         ORDERS,
+        **TIERS,
         handler=HANDLER,
         tier_overrides={
             "orders-retry-3": {
@@ -475,7 +479,7 @@ def test_importing_the_package_does_not_import_airflow():
 def test_the_default_sweeps_of_an_idle_topology_start_at_most_one_run_a_day():
     from croniter import croniter  # what Airflow's cron timetables use
 
-    dags = build_retry_dags(ORDERS, handler=HANDLER, include_main=True)
+    dags = build_retry_dags(ORDERS, **TIERS, handler=HANDLER, include_main=True)
     swept = [d for d in dags.values() if type(d.timetable).__name__ == "AssetOrTimeSchedule"]
     assert len(swept) == len(load_topology(ORDERS).retry_tiers) + 2  # main topic, retry tiers, DLT watch
     start = datetime(2026, 3, 2, 0, 0, 30, tzinfo=UTC)  # four weeks of sweeps (ticks are at :00)

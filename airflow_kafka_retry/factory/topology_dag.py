@@ -1,0 +1,160 @@
+"""
+A topology as one DAG: ``build_retry_dags``' default layout in event mode.
+
+The DAG ``kafka_retry__<main topic>`` is scheduled on the topology's asset, whose one watcher
+(``TopologyDueEventTrigger``) watches every tier and the DLTs, or on the weekly sweep. Its first task,
+``due``, follows the lanes the event names and skips the others:
+
+    due >> [ensure_topics, main, retry_1, retry_2, ..., watch_dlt]
+
+A tier's task is the same reprocess operator a tier DAG has; each task runs one at a time
+(``max_active_tis_per_dag=1``: a tier never drains twice at once), while runs of the DAG overlap, so a
+wave of retry-1 does not wait for a long retry-2 drain. ``ensure_topics`` creates the topology's
+missing topics: the watcher names it when it finds them missing, and every run no event started (the
+sweep, a manual run) runs it. This only assembles; the factory checks the arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_retry.factory.dag_builders import (
+    SETUP_RETRIES,
+    SETUP_RETRY_DELAY,
+    WATCH_TASK_ID,
+    factory_dag,
+    reprocess_task,
+)
+from airflow_kafka_retry.policy.durations import format_duration_ms
+from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
+
+if TYPE_CHECKING:
+    from airflow.sdk import DAG
+
+    from airflow_kafka_retry.factory.events import EventSettings
+    from airflow_kafka_retry.factory.overrides import TierSettings
+    from airflow_kafka_retry.policy.topology import Tier, Topology
+
+DUE_TASK_ID = "due"
+SETUP_TASK_ID = "ensure_topics"
+#: Runs of a topology DAG that may be active at once (each of its tasks runs one at a time): enough
+#: for every lane to have a run going while a slow one drains; events beyond it wait in Airflow's queue.
+DEFAULT_ACTIVE_RUNS = 8
+
+
+def lane_id(tier: Tier) -> str:
+    """The task id of a tier in a topology DAG: ``main`` (tier 0), ``retry_<n>``."""
+    return "main" if tier.index == 0 else f"retry_{tier.index}"
+
+
+def topology_lanes(
+    topology: Topology, tiers: Sequence[Tier], settings: Mapping[str, TierSettings], *, dlt_watch: bool
+) -> list[dict[str, Any]]:
+    """What the topology's watcher watches: a lane per tier (its group, window), then the DLTs."""
+    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE
+
+    lanes: list[dict[str, Any]] = []
+    for tier in tiers:
+        tier_settings = settings[tier.topic]
+        lane: dict[str, Any] = {
+            "name": lane_id(tier),
+            "topics": [tier.topic],
+            "group": topology.consumer_group(tier),
+            "due_horizon_ms": MAX_BACKOFF_MS + tier.delay_ms,
+            "tier_index": tier.index,
+        }
+        if tier_settings.window:
+            lane.update(window=tier_settings.window, timezone=tier_settings.timezone)
+        lanes.append(lane)
+    if dlt_watch and topology.dlt_tiers:
+        parking = [topology.parking_topic] if topology.parking_topic else []
+        lanes.append(
+            {
+                "name": WATCH_TASK_ID,
+                "topics": [t.topic for t in topology.dlt_tiers] + parking,
+                "optional_topics": parking,  # watched once it exists (the setup task creates it)
+                "group": WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
+                "read_due": False,
+            }
+        )
+    return lanes
+
+
+def retry_path(topology: Topology, tiers: Sequence[Tier]) -> str:
+    """The DAG's documentation: the retry path, tier by tier, and which task drains each."""
+    rows = ["| task | topic | delay |", "|---|---|---|"]
+    for tier in tiers:
+        delay = format_duration_ms(tier.delay_ms) if tier.index else "none (the service's topic)"
+        rows.append(f"| `{lane_id(tier)}` | `{tier.topic}` | {delay} |")
+    dlts = ", ".join(f"`{t.topic}`" for t in topology.dlt_tiers) or "none (no_dlt)"
+    return (
+        f"Retry path of `{topology.topic}` ({Path(topology.source).name}): each task drains its tier "
+        f"when the topology's watcher finds its records due; dead letters go to {dlts}.\n\n" + "\n".join(rows)
+    )
+
+
+def topology_dag(
+    path: str,
+    topology: Topology,
+    tiers: Sequence[Tier],
+    settings: Mapping[str, TierSettings],
+    *,
+    dag_id: str,
+    sweep: Any,
+    dlt_watch: bool,
+    events: EventSettings,
+    dag_kwargs: Mapping[str, Any],
+    **reprocess: Any,
+) -> DAG:
+    """
+    The topology's one DAG; ``reprocess`` holds what every tier's reprocess task takes.
+
+    (``engine``, ``handler``, ``kafka_conn_id``, ``value_deserializer``, ``on_dlt``, ``options``,
+    ``spark_conn_id``, ``asset_server``.)
+    """
+    from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
+    from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
+    from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
+
+    kwargs = dict(dag_kwargs)
+    active_runs = kwargs.pop("max_active_runs", DEFAULT_ACTIVE_RUNS)
+    kwargs.setdefault("doc_md", retry_path(topology, tiers))
+    lanes = topology_lanes(topology, tiers, settings, dlt_watch=dlt_watch)
+    watched = events.topology_asset(topology.topic, lanes, dag_id=dag_id, setup_task=SETUP_TASK_ID)
+    description = f"Kafka retry: the retry path of {topology.topic} ({len(tiers)} tier(s))"
+    kafka_conn_id = reprocess["kafka_conn_id"]
+    with factory_dag(dag_id, sweep, description, kwargs, watched=watched, max_active_runs=active_runs) as dag:
+        due = DueLanesOperator(
+            task_id=DUE_TASK_ID, lanes=[lane["name"] for lane in lanes], setup_task=SETUP_TASK_ID
+        )
+        retries = max(SETUP_RETRIES, dict(kwargs.get("default_args") or {}).get("retries") or 0)
+        due >> EnsureRetryTopicsOperator(
+            task_id=SETUP_TASK_ID,
+            topology=path,
+            kafka_conn_id=kafka_conn_id,
+            retries=retries,
+            retry_delay=SETUP_RETRY_DELAY,
+            max_active_tis_per_dag=1,
+        )
+        for tier in tiers:
+            due >> reprocess_task(
+                lane_id(tier),
+                path,
+                tier,
+                settings[tier.topic],
+                events=events,
+                **reprocess,
+                max_active_tis_per_dag=1,
+            )
+        if any(lane["name"] == WATCH_TASK_ID for lane in lanes):
+            due >> DltWatchOperator(
+                task_id=WATCH_TASK_ID,
+                topology=path,
+                kafka_conn_id=kafka_conn_id,
+                on_dlt=reprocess["on_dlt"],
+                skip_missing_topics=True,
+                max_active_tis_per_dag=1,
+            )
+    return dag

@@ -1,0 +1,229 @@
+"""The default layout of ``build_retry_dags`` in event mode: a topology is one DAG with one watcher."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import SimpleNamespace
+from unittest import mock
+
+import pytest
+import yaml
+
+from airflow_kafka_retry.factory.overrides import TierOverrideError
+from airflow_kafka_retry.factory.retry_dags import build_retry_dags
+from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
+from airflow_kafka_retry.operators.reprocess_base import wave_not_before_ms
+from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.triggers.topology_events import TOPOLOGY_DUE, TopologyDueEventTrigger
+
+REPO = Path(__file__).parents[2]
+ORDERS = REPO / "dags" / "topologies" / "orders.yaml"
+HANDLER = "handlers.orders:handle"
+LANES = ["main", "retry_1", "retry_2", "retry_3", "watch_dlt"]
+
+
+def _trigger(dag) -> TopologyDueEventTrigger:
+    [watcher] = dag.timetable.asset_condition.watchers
+    return watcher.trigger
+
+
+def test_a_topology_is_one_dag_with_a_task_per_tier_behind_the_due_branch():
+    dags = build_retry_dags(ORDERS, handler=HANDLER, include_main=True)
+    assert list(dags) == ["kafka_retry__orders"]
+    dag = dags["kafka_retry__orders"]
+    assert dag.get_task("due").downstream_task_ids == {"ensure_topics", *LANES}
+    assert {t.task_id for t in dag.tasks} == {"due", "ensure_topics", *LANES}
+    # each task one at a time; runs overlap, so a long retry-2 drain does not hold back retry-1
+    assert all(t.max_active_tis_per_dag == 1 for t in dag.tasks if t.task_id != "due")
+    assert dag.max_active_runs == 8
+    topology = load_topology(ORDERS)
+    for index, lane in enumerate(LANES[:4]):
+        task = dag.get_task(lane)
+        assert task.tier == index
+        assert (task.cutoff, task.skip_missing_topic, task.follow_ms) == ("now", True, 10_000)
+    assert (dag.get_task("ensure_topics").retries, dag.get_task("ensure_topics").retry_delay) == (
+        3,
+        timedelta(seconds=20),
+    )
+    assert type(dag.timetable).__name__ == "AssetOrTimeSchedule"
+    assert dag.timetable.asset_condition.uri == "kafka-retry-topology://kafka_default/orders"
+    trigger = _trigger(dag)
+    assert (trigger.topology_topic, trigger.kafka_conn_id, trigger.setup_task) == (
+        "orders",
+        "kafka_default",
+        "ensure_topics",
+    )
+    assert [lane["name"] for lane in trigger.lanes] == LANES
+    for lane, tier in zip(trigger.lanes, topology.tiers, strict=False):
+        assert lane["topics"] == [tier.topic]
+        assert lane["group"] == topology.consumer_group(tier)
+        assert lane["due_horizon_ms"] == 86_400_000 + tier.delay_ms
+        assert lane["tier_index"] == tier.index
+    watch = trigger.lanes[-1]
+    assert watch["topics"] == [*(t.topic for t in topology.dlt_tiers), topology.parking_topic]
+    assert (watch["optional_topics"], watch["group"], watch["read_due"]) == (
+        [topology.parking_topic],
+        "orders-service-dlt-watch",
+        False,
+    )
+    assert (trigger.timing["fire_ahead"], trigger.timing["refire_after"]) == (3.0, 45.0)
+    # one weekly sweep for the DAG, at a time of day derived from its id
+    spread, day = zlib.crc32(b"kafka_retry__orders"), zlib.crc32(b"orders") % 7
+    assert dag.timetable.timetable.expression == f"{spread % 60} {spread // 60 % 24} * * {day}"
+    assert dag.start_date is None
+    assert "`retry_2` | `orders-retry-2` | 1m" in dag.doc_md
+
+
+def test_windows_reach_the_lane_and_the_task_and_a_tier_schedule_is_refused():
+    dag = build_retry_dags(
+        ORDERS,
+        handler=HANDLER,
+        tier_overrides={
+            "orders-retry-3": {"window": "01:00-05:00", "timezone": "Europe/Berlin", "max_run": "2h"}
+        },
+    )["kafka_retry__orders"]
+    lane = next(lane for lane in _trigger(dag).lanes if lane["name"] == "retry_3")
+    assert (lane["window"], lane["timezone"]) == ("01:00-05:00", "Europe/Berlin")
+    task = dag.get_task("retry_3")
+    assert (task.window, task.timezone, task.max_run) == ("01:00-05:00", "Europe/Berlin", timedelta(hours=2))
+    with pytest.raises(
+        TierOverrideError, match=r"\['orders-retry-3'\]\['schedule'\]: a topology DAG has one"
+    ):
+        build_retry_dags(
+            ORDERS, handler=HANDLER, tier_overrides={"orders-retry-3": {"schedule": "0 1 * * *"}}
+        )
+
+
+def test_layout_arguments_are_checked():
+    assert next(iter(build_retry_dags(ORDERS, handler=HANDLER, trigger="schedule"))) == (
+        "kafka_retry__orders-retry-1"
+    )
+    with pytest.raises(ValueError, match="schedule mode has a schedule per tier, so it needs layout='tiers'"):
+        build_retry_dags(ORDERS, handler=HANDLER, trigger="schedule", layout="topology")
+    with pytest.raises(ValueError, match="layout must be one of topology, tiers, got 'dag'"):
+        build_retry_dags(ORDERS, handler=HANDLER, layout="dag")
+    with pytest.raises(ValueError, match="max_active_runs must be a positive int, got 0"):
+        build_retry_dags(ORDERS, handler=HANDLER, max_active_runs=0)
+    assert (
+        build_retry_dags(ORDERS, handler=HANDLER, max_active_runs=2)["kafka_retry__orders"].max_active_runs
+        == 2
+    )
+    swept = build_retry_dags(ORDERS, handler=HANDLER, sweep=timedelta(minutes=10))["kafka_retry__orders"]
+    assert swept.timetable.timetable.delta == timedelta(minutes=10)
+
+
+def test_no_dlt_watch_lane_without_a_dlt(tmp_path):
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump({"topic": "pay", "group_id": "pay-svc", "dlt_strategy": "no_dlt"}))
+    for dags in (
+        build_retry_dags(path, handler=HANDLER),
+        build_retry_dags(ORDERS, handler=HANDLER, dlt_watch=False),
+    ):
+        [dag] = dags.values()
+        assert "watch_dlt" not in dag.task_ids
+        assert "watch_dlt" not in [lane["name"] for lane in _trigger(dag).lanes]
+
+
+def test_the_topology_dag_and_its_trigger_serialize():
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    [dag] = build_retry_dags(ORDERS, handler=HANDLER, include_main=True).values()
+    back = DagSerialization.from_dict(json.loads(json.dumps(DagSerialization.to_dict(dag))))
+    assert sorted(back.task_ids) == sorted(dag.task_ids)
+    classpath, kwargs = _trigger(dag).serialize()
+    assert classpath == "airflow_kafka_retry.triggers.topology_events.TopologyDueEventTrigger"
+    assert TopologyDueEventTrigger(**json.loads(json.dumps(kwargs))).serialize() == (classpath, kwargs)
+    # the watcher's identity in the metadata DB (the trigger's hash) is the same at every parse
+    from airflow.serialization.encoders import encode_trigger
+    from airflow.triggers.base import BaseEventTrigger
+
+    built = encode_trigger(_trigger(dag))
+    stored = encode_trigger(back.timetable.asset_condition.watchers[0].trigger)
+    assert BaseEventTrigger.hash(built["classpath"], built["kwargs"]) == BaseEventTrigger.hash(
+        stored["classpath"], stored["kwargs"]
+    )
+
+
+def test_an_idle_topology_dag_sweeps_once_a_week():
+    from croniter import croniter
+
+    [dag] = build_retry_dags(ORDERS, handler=HANDLER, include_main=True).values()
+    start = datetime(2026, 3, 2, 0, 0, 30, tzinfo=UTC)
+    ticks = croniter(dag.timetable.timetable.expression, start)
+    runs = []
+    while (when := ticks.get_next(datetime)) < start + timedelta(days=28):
+        runs.append(when)
+    assert len(runs) == 4
+
+
+def _event(payload: dict) -> SimpleNamespace:
+    return SimpleNamespace(extra={"payload": payload})
+
+
+def _context(*payloads: dict, task_id: str = "due") -> dict:
+    events = {"kafka-retry-topology://kafka_default/orders": [_event(p) for p in payloads]}
+    return {"triggering_asset_events": events, "ti": SimpleNamespace(task_id=task_id)}
+
+
+def _branch() -> DueLanesOperator:
+    return DueLanesOperator(
+        task_id="due", lanes=["retry_1", "retry_2", "watch_dlt"], setup_task="ensure_topics"
+    )
+
+
+def test_the_branch_runs_the_due_lanes_of_every_queued_event():
+    branch = _branch()
+    one = {"kind": TOPOLOGY_DUE, "due": ["retry_2"], "lanes": {}}
+    two = {"kind": TOPOLOGY_DUE, "due": ["watch_dlt"], "lanes": {}}
+    assert branch.choose_branch(_context(one)) == ["retry_2"]
+    assert branch.choose_branch(_context(one, two)) == ["retry_2", "watch_dlt"]
+    setup = {"kind": TOPOLOGY_DUE, "due": ["ensure_topics"], "lanes": {}}
+    assert branch.choose_branch(_context(setup)) == ["ensure_topics"]
+
+
+def test_a_run_no_event_started_runs_every_lane_and_the_setup():
+    branch = _branch()
+    assert branch.choose_branch({"triggering_asset_events": {}}) == [
+        "ensure_topics",
+        "retry_1",
+        "retry_2",
+        "watch_dlt",
+    ]
+    foreign = {"kind": "tier_due", "not_before_ms": 1}
+    assert branch.choose_branch(_context(foreign)) == ["ensure_topics", "retry_1", "retry_2", "watch_dlt"]
+
+
+def test_a_manual_run_whose_conf_names_lanes_runs_only_those():
+    branch = _branch()
+    conf = {"triggering_asset_events": {}, "dag_run": SimpleNamespace(conf={"lanes": ["retry_2"]})}
+    assert branch.choose_branch(conf) == ["retry_2"]
+    for wrong in (["retry_7"], [], "retry_2"):
+        with pytest.raises(ValueError, match="conf 'lanes' must"):
+            branch.choose_branch({"dag_run": SimpleNamespace(conf={"lanes": wrong})})
+
+
+def test_an_event_for_a_tier_the_dag_no_longer_has_is_logged_and_ignored():
+    branch = _branch()
+    gone = {"kind": TOPOLOGY_DUE, "due": ["retry_3", "retry_1"], "lanes": {}}
+    with mock.patch.object(DueLanesOperator, "log", new_callable=mock.PropertyMock) as log:
+        assert branch.choose_branch(_context(gone)) == ["retry_1"]
+    [warning] = log.return_value.warning.call_args_list
+    assert "ignored" in warning.args[0]
+    assert warning.args[1] == "retry_3"
+    assert branch.choose_branch(_context({"kind": TOPOLOGY_DUE, "due": ["retry_9"], "lanes": {}})) == []
+
+
+def test_a_tier_task_waits_for_its_own_lanes_wave():
+    payload = {
+        "kind": TOPOLOGY_DUE,
+        "due": ["retry_1", "retry_2"],
+        "lanes": {"retry_1": {"not_before_ms": 1_000}, "retry_2": {"not_before_ms": 5_000}},
+    }
+    later = {"kind": TOPOLOGY_DUE, "due": ["retry_1"], "lanes": {"retry_1": {"not_before_ms": 2_000}}}
+    assert wave_not_before_ms(_context(payload, later, task_id="retry_1")) == 2_000
+    assert wave_not_before_ms(_context(payload, task_id="retry_2")) == 5_000
+    assert wave_not_before_ms(_context(payload, task_id="watch_dlt")) is None
+    assert wave_not_before_ms(_context(payload, task_id="retry_3")) is None
