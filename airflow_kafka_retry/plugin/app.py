@@ -104,10 +104,10 @@ def create_app() -> FastAPI:
                 "error": f"connection {settings.kafka_conn_id!r}: {type(exc).__name__}: {exc}",
             }
 
-        def read_runs(dag_id: str, limit: int) -> list[dict[str, Any]]:
+        def read_runs(dag_id: str, limit: int, task_id: str | None) -> list[dict[str, Any]]:
             if not access.may("GET", dag_id, "RUN"):
                 return []
-            return runs.last_runs(dag_id, limit, summaries=access.may("GET", dag_id, "XCOM"))
+            return runs.last_runs(dag_id, limit, task_id, summaries=access.may("GET", dag_id, "XCOM"))
 
         def view() -> dict[str, Any]:
             scan = cache.get(

@@ -1,4 +1,4 @@
-"""The last runs of a tier's DAG, with the run summary its ``reprocess`` task pushed to XCom (counts only)."""
+"""The last runs of a tier, with the run summary its reprocess task pushed to XCom (counts only)."""
 
 from __future__ import annotations
 
@@ -20,27 +20,39 @@ def _summary_brief(value: Any) -> dict[str, Any] | None:
     return {**{k: value.get(k) for k in keep if k in value}, "totals": value["totals"]}
 
 
-def last_runs(dag_id: str, limit: int, *, summaries: bool) -> list[dict[str, Any]]:
+def last_runs(
+    dag_id: str, limit: int, task_id: str | None = None, *, summaries: bool
+) -> list[dict[str, Any]]:
     """
     Newest first: run id, state, times and (``summaries``) the reprocess summary's totals (never payloads).
 
-    Without ``summaries`` (a user who may not read the DAG's XComs) no XCom is read and ``summary`` is None.
+    ``task_id``: the tier's task in a topology DAG; only the runs it was not skipped in are listed (None: a
+    tier DAG's runs, its task ``reprocess``). Without ``summaries`` (a user who may not read the DAG's
+    XComs) no XCom is read and ``summary`` is None.
     """
     from airflow.models.dagrun import DagRun
+    from airflow.models.taskinstance import TaskInstance
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
-    from sqlalchemy import select
+    from airflow.utils.state import TaskInstanceState
+    from sqlalchemy import or_, select
 
+    query = select(DagRun).where(DagRun.dag_id == dag_id)
+    if task_id is not None:
+        ran = select(TaskInstance.run_id).where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.task_id == task_id,
+            or_(TaskInstance.state.is_(None), TaskInstance.state != TaskInstanceState.SKIPPED),
+        )
+        query = query.where(DagRun.run_id.in_(ran))
     with create_session() as session:
-        runs = session.scalars(
-            select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()).limit(limit)
-        ).all()
+        runs = session.scalars(query.order_by(DagRun.run_after.desc()).limit(limit)).all()
         values: dict[str, Any] = {}
         if runs and summaries:
             rows = session.execute(
                 select(XComModel.run_id, XComModel.key, XComModel.value).where(
                     XComModel.dag_id == dag_id,
-                    XComModel.task_id == REPROCESS_TASK_ID,
+                    XComModel.task_id == (task_id or REPROCESS_TASK_ID),
                     XComModel.key.in_(("return_value", "summary")),
                     XComModel.run_id.in_([r.run_id for r in runs]),
                 )

@@ -30,6 +30,11 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "The Kafka connection the API server reads the topics with.",
     ),
     "dag_id_template": ("kafka_retry__{topic}", "string", "How tier DAGs are named (build_retry_dags)."),
+    "layout": (
+        "topology",
+        "string",
+        "How build_retry_dags laid the DAGs out: topology (one DAG per topology, the default) or tiers.",
+    ),
     "replay_dag_id_template": (
         "kafka_dlt_replay__{topic}",
         "string",
@@ -95,6 +100,7 @@ class ViewSettings:
     runs: int
     cache_ttl_s: float = 5.0
     max_scans: int = 4
+    layout: str = "topology"
 
     def topology_files(self) -> list[str]:
         """The topology files the patterns match, in a stable order (a path that exists counts as itself)."""
@@ -126,4 +132,5 @@ def load_settings() -> ViewSettings:
         runs=int(get("runs")),
         cache_ttl_s=float(get("cache_ttl")),
         max_scans=max(1, int(get("max_scans"))),
+        layout=get("layout"),
     )

@@ -22,7 +22,10 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.plugin.settings import ViewSettings
     from airflow_kafka_retry.policy.topology import Topology
 
-RunsReader = Callable[[str, int], list[dict[str, Any]]]
+#: ``(dag_id, limit, task_id)``: the DAG's last runs; with a task id, only the runs that task ran in.
+RunsReader = Callable[[str, int, str | None], list[dict[str, Any]]]
+#: A tier DAG's (``layout="tiers"``) one draining task.
+REPROCESS_TASK_ID = "reprocess"
 
 
 def topology_id(path: str) -> str:
@@ -84,8 +87,18 @@ def find_topology_file(settings: ViewSettings, ident: str) -> TopologyFile | Non
 
 
 def tier_dag_ids(topology: Topology, settings: ViewSettings) -> list[str]:
-    """The DAGs a topology is made of (one per tier): who may read them all may see the topology."""
-    return [settings.dag_id_template.format(topic=tier.topic) for tier in topology.tiers]
+    """The DAG of each tier (one DAG for all, or one per tier): who may read them all may see the topology."""
+    return [dag_id for dag_id, _ in tier_tasks(topology, settings)]
+
+
+def tier_tasks(topology: Topology, settings: ViewSettings) -> list[tuple[str, str]]:
+    """Each tier's DAG and the task that drains it, as ``build_retry_dags`` lays them out."""
+    if settings.layout == "tiers":
+        return [(settings.dag_id_template.format(topic=t.topic), REPROCESS_TASK_ID) for t in topology.tiers]
+    from airflow_kafka_retry.factory.topology_dag import lane_id
+
+    dag_id = settings.dag_id_template.format(topic=topology.topic)
+    return [(dag_id, lane_id(t)) for t in topology.tiers]
 
 
 def topology_view(
@@ -106,7 +119,8 @@ def topology_view(
     replay_dag = settings.replay_dag_id_template.format(topic=topology.topic)
     dlt_topics = {t.topic for t in topology.dlt_tiers}
     view_tiers = []
-    for tier, dag_id in zip(topology.tiers, tier_dag_ids(topology, settings), strict=True):
+    one_dag = settings.layout != "tiers"
+    for tier, (dag_id, task_id) in zip(topology.tiers, tier_tasks(topology, settings), strict=True):
         view_tiers.append(
             {
                 "index": tier.index,
@@ -115,9 +129,12 @@ def topology_view(
                 "delay_ms": tier.delay_ms,
                 "group": topology.consumer_group(tier),
                 "dag_id": dag_id,
+                "task_id": task_id,
+                # a topology DAG run started by hand runs only the lanes its conf names
+                "trigger_conf": {"lanes": [task_id]} if one_dag else {},
                 "can_trigger": can_trigger(dag_id),
                 "backlog": scan.backlog[tier.topic],
-                "runs": runs_reader(dag_id, settings.runs),
+                "runs": runs_reader(dag_id, settings.runs, task_id if one_dag else None),
             }
         )
     may_replay = can_trigger(replay_dag)

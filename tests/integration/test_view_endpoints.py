@@ -61,7 +61,9 @@ class FakeAuthManager:
         )
 
 
-def fake_last_runs(dag_id: str, limit: int, *, summaries: bool = True) -> list[dict]:
+def fake_last_runs(
+    dag_id: str, limit: int, task_id: str | None = None, *, summaries: bool = True
+) -> list[dict]:
     summary = {"totals": {"drained": 3}} if summaries else None
     return [{"run_id": f"{dag_id}-r1", "state": "success", "summary": summary}]
 
@@ -81,6 +83,8 @@ def client(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__TOPOLOGIES", str(tmp_path / "topologies" / "*.yaml"))
     monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__TIMEOUT", "3")
     monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__CACHE_TTL", "0")
+    # a DAG per tier; test_view_model.py covers the default, one DAG per topology
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__LAYOUT", "tiers")
     (tmp_path / "topologies").mkdir()
     with TestClient(app) as test_client:
         test_client.manager = manager  # type: ignore[attr-defined]

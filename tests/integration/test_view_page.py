@@ -46,10 +46,11 @@ from airflow_kafka_retry import build_dlt_replay_dag, build_retry_dags
 
 TOPOLOGY = {topology!r}
 globals().update(build_retry_dags(TOPOLOGY, handler="tests.support.view_handler:accept", dlt_watch=False,
-                                  default_args={{"retries": 0}}))
+                                  layout="tiers", default_args={{"retries": 0}}))
 replay = build_dlt_replay_dag(TOPOLOGY)
 # a second topology, whose tier DAG the viewer may not read
-globals().update(build_retry_dags({hidden!r}, handler="tests.support.view_handler:accept", dlt_watch=False))
+globals().update(build_retry_dags({hidden!r}, handler="tests.support.view_handler:accept", dlt_watch=False,
+                                  layout="tiers"))
 '''
 
 
@@ -154,6 +155,7 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
                 }
             ),
             "AIRFLOW__KAFKA_RETRY__TIMEOUT": "10",
+            "AIRFLOW__KAFKA_RETRY__LAYOUT": "tiers",  # the view finds a DAG per tier
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
         }
     )

@@ -95,7 +95,7 @@ function tierCard(tier) {
     onclick: async (event) => {
       event.target.disabled = true;
       try {
-        const created = await triggerDag(tier.dag_id, {});
+        const created = await triggerDag(tier.dag_id, tier.trigger_conf || {});
         status(`triggered ${tier.dag_id}: ${created.dag_run_id}`);
       } catch (error) { status(`could not trigger ${tier.dag_id}: ${error.message}`, true); }
       event.target.disabled = false;
