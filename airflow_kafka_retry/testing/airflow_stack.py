@@ -292,18 +292,23 @@ class AirflowCluster:
             f"--- {p.relative_to(self.home)}\n{p.read_text(errors='replace')[-chars:]}" for p in paths
         )
 
-    def wait_for_success(self, dag_id: str, timeout: float) -> None:
-        """Wait until every task of ``dag_id``'s run succeeded; fail at once, with the log, if one failed."""
+    def wait_for_success(self, dag_id: str, timeout: float, task_id: str | None = None) -> None:
+        """
+        Wait until every task of ``dag_id``'s run succeeded; fail at once, with the log, if one failed.
+
+        ``task_id``: wait only until that task succeeded in some run (the others may be skipped).
+        """
         deadline = time.monotonic() + timeout
         while True:
-            states = [state for _, _, state in self.task_states(dag_id)]
-            if states and all(state == "success" for state in states):
+            states = [state for _, task, state in self.task_states(dag_id) if task_id in (None, task)]
+            done = "success" in states if task_id else states and all(state == "success" for state in states)
+            if done:
                 return
             if {"failed", "upstream_failed"} & set(states) or time.monotonic() > deadline:
                 what = "failed" if time.monotonic() <= deadline else f"did not succeed within {timeout:.0f}s"
                 raise AssertionError(
-                    f"{dag_id} {what}: task states {states}\n{self.task_log_tail(dag_id)}\n"
-                    f"scheduler log:\n{self.log_tail('scheduler')}"
+                    f"{dag_id}{'.' + task_id if task_id else ''} {what}: task states {states}\n"
+                    f"{self.task_log_tail(dag_id)}\nscheduler log:\n{self.log_tail('scheduler')}"
                 )
             self.check_alive()
             time.sleep(0.5)

@@ -290,7 +290,9 @@ def test_a_rolling_restart_of_three_brokers_under_event_driven_tiers(
         pythonpath=[REPO],
         database_url=airflow_database_url,
     )
-    (home / "dags" / "rr_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
+    (home / "dags" / "rr_tiers.py").write_text(
+        textwrap.dedent(DAG_FILE.format(topology=str(topology_file), layout="tiers"))
+    )
     stream = Stream(bootstrap, main)
     request.addfinalizer(stream.halt)  # a failed test stops the stream before the cluster goes
 

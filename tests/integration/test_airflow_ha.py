@@ -72,6 +72,7 @@ globals().update(build_retry_dags(
     include_main=True,
     on_dlt=[record_notification],
     dag_id_template="ha__{{topic}}",
+    layout="tiers",  # a watcher per tier: the test kills the triggerer that runs retry-1's
     options={{"batch_size": 50}},
     default_args={{"retries": 0}},
 ))

@@ -131,15 +131,16 @@ def test_the_dlt_watch_reports_parked_records(kafka_bootstrap, tmp_path, monkeyp
     assert replay_dlt(topology, config, ReplayRequest(exception=INVALID, to="main")).moved == 1
     assert run_local(topology, topology.tier(0), config, _options()).ok
     assert _keys(kafka_bootstrap, topology.parking_topic) == ["p1"]
-    # event mode: the DLT watcher (what build_retry_dags registers) fires for the parked record
+    # event mode: the topology's watcher (what build_retry_dags registers) fires its DLT lane for the
+    # parked record
     path = ledger.write_topology(topology, tmp_path / "topology.yaml")
     dags = build_retry_dags(
         path.source, handler=f"{ledger.HANDLER_MODULE}:indexed", kafka_conn_id="akr_trust_test"
     )
-    [trigger] = [
-        w.trigger for w in dags[f"kafka_retry__{topology.dlt_topic}"].timetable.asset_condition.watchers
-    ]
-    assert _first_event(trigger, 60)["partitions"] == [f"{topology.parking_topic}[0]"]
+    [trigger] = [w.trigger for w in dags[f"kafka_retry__{topology.topic}"].timetable.asset_condition.watchers]
+    event = _first_event(trigger, 60)
+    assert event["due"] == ["watch_dlt"]
+    assert event["lanes"]["watch_dlt"]["partitions"] == [f"{topology.parking_topic}[0]"]
     second = watch.execute({})
     assert topology.parking_topic in second["dlt_topics_watched"]
     assert second["totals"]["dlt_topics"] == {topology.parking_topic: 1}, "a parked record went unreported"
@@ -162,7 +163,7 @@ def test_the_event_dlt_watcher_works_before_the_parking_topic_exists(kafka_boots
     dags = build_retry_dags(
         path.source, handler=f"{ledger.HANDLER_MODULE}:indexed", kafka_conn_id="akr_trust_test"
     )
-    [trigger] = [
-        w.trigger for w in dags[f"kafka_retry__{topology.dlt_topic}"].timetable.asset_condition.watchers
-    ]
-    assert _first_event(trigger, 60)["partitions"] == [f"{topology.dlt_topic}[0]"]
+    [trigger] = [w.trigger for w in dags[f"kafka_retry__{topology.topic}"].timetable.asset_condition.watchers]
+    event = _first_event(trigger, 60)
+    assert event["due"] == ["watch_dlt"]
+    assert event["lanes"]["watch_dlt"]["partitions"] == [f"{topology.dlt_topic}[0]"]

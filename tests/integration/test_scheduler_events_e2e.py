@@ -1,20 +1,22 @@
-"""End to end on a real Airflow deployment: event-driven tier DAGs run by the triggerer's watchers.
+"""End to end on a real Airflow deployment: the topology's one DAG, run by its one watcher in the triggerer.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-PostgreSQL, as in production). The topology has tiers of 10 s and 30 s; the main topic's DAG
+PostgreSQL, as in production). The topology has tiers of 10 s and 30 s; the DAG's ``main`` task
 (``include_main``) plays the failing service: every record fails there once. Records are produced
 continuously (four a second), so records become due continuously on both tiers. Phase 1 runs
 undisturbed (its lateness is the figure reported); in phase 2 more records flow and the triggerer is
-killed (SIGKILL) as soon as a retry-1 wave has been fired and not yet taken (its due event is in the
-metadata DB, the tier group's committed offset on the broker still at or before a head it names), then
-started again.
+killed (SIGKILL) as soon as a retry-1 wave has been fired and not yet taken (an event naming the
+``retry_1`` lane is in the metadata DB, the tier group's committed offset on the broker still at or
+before a head it names), then started again. The topics are created by the DAG's ``ensure_topics``
+task, which the watcher starts when it finds them missing.
 
 Checked: every record ends where its script says, exactly once (no loss, no repeat, across the
-triggerer's crash); none is handled before its due time; no wave was fired twice (no two due
-events for the same partition heads); the DLT watch reported every dead letter once; a retry-1 run
-ends only at a gap in the stream that it could not follow (a steady stream is one run, not a run per
-wave; how many runs depends on how promptly the main topic's runs feed retry-1). Reported,
-not asserted (timing): each tier's lateness in phase 1, handled time minus due time, p50 and max.
+triggerer's crash); none is handled before its due time; no wave was fired twice (no two events
+name the same lane's partition heads); a run ran only the lanes its events named; the DLT watch
+reported every dead letter once; a retry-1 run ends only at a gap in the stream that it could not
+follow (a steady stream is one run, not a run per wave; how many runs depends on how promptly the
+main topic's runs feed retry-1). Reported, not asserted (timing): each tier's lateness in phase 1,
+handled time minus due time, p50 and max.
 """
 
 from __future__ import annotations
@@ -74,8 +76,19 @@ globals().update(build_retry_dags(
     dag_id_template="ev__{{topic}}",
     options={{"batch_size": 50}},
     default_args={{"retries": 0}},
+    layout={layout!r},
 ))
 '''
+
+
+def lane_events(rows: list[tuple]) -> list[tuple[int, str, dict]]:
+    """(event id, lane, the lane's wave) of each lane each topology event names."""
+    found = []
+    for event_id, extra in rows:
+        payload = json_column(extra)["payload"]
+        for lane, wave in payload["lanes"].items():
+            found.append((event_id, lane, wave))
+    return found
 
 
 def _runs(entries: list[dict], topic: str) -> list[tuple[int, int, int]]:
@@ -127,7 +140,14 @@ def test_event_driven_tiers_run_when_records_are_due(
         pythonpath=[REPO],
         database_url=airflow_database_url,
     )
-    (home / "dags" / "ev_tiers.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
+    (home / "dags" / "ev_tiers.py").write_text(
+        textwrap.dedent(DAG_FILE.format(topology=str(topology_file), layout="topology"))
+    )
+    dag_id = f"ev__{main}"
+    events_of = (
+        "SELECT e.id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+        "WHERE a.uri = 'kafka-retry-topology://kafka_default/' || ? AND e.id > ? ORDER BY e.id"
+    )
     dlt = topology.dlt_topic
     expected_dlt = sorted(rid for rid, n in script.items() if n == 0)
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
@@ -167,27 +187,36 @@ def test_event_driven_tiers_run_when_records_are_due(
         group's committed offset, read from the broker, is still at or before a head the wave names)."""
 
         def check() -> str | None:
-            rows = cluster.query(
-                "SELECT e.id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-                "WHERE a.uri LIKE ? AND e.id > ? ORDER BY e.id",
-                f"kafka-retry-due://%/{retry1}",
-                after_event,
-            )
-            if not rows:
+            waves = [
+                w
+                for _, lane, w in lane_events(cluster.query(events_of, main, after_event))
+                if lane == "retry_1"
+            ]
+            if not waves:
                 return None
             committed = ledger.committed(kafka_bootstrap, tier1_group, retry1, PARTITIONS)
-            for event_id, extra in rows:
-                for head in json_column(extra)["payload"]["heads"]:
+            for wave in waves:
+                for head in wave["heads"]:
                     if committed[head["partition"]] <= head["offset"]:
                         where = f"{retry1}[{head['partition']}]@{head['offset']}"
-                        return f"due event {event_id}: {where} not yet taken"
+                        return f"retry_1 wave fired at {wave['fired_ms']}: {where} not yet taken"
             return None
 
         return check
 
     with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
-        # as a deployment starts: the setup DAG creates the topics once, then the service produces
-        cluster.wait_for_success(f"ev__{main}__ensure_topics", 120)
+        # as a deployment starts: the watcher finds the retry topics missing and starts the DAG's
+        # ensure_topics task (the other lanes skipped), then the service produces
+        try:
+            cluster.wait_for_success(dag_id, 120, task_id="ensure_topics")
+        except AssertionError:
+            print(
+                "TRIGGERER",
+                cluster.log_tail("triggerer", 6000),
+                "DAGPROC",
+                cluster.log_tail("dag-processor", 4000),
+            )
+            raise
         # idle (nothing produced yet, nothing due): event mode starts no DAG run; only an hourly sweep (a
         # "scheduled" run, each DAG once an hour at its own minute) may fall into the window
         [(last_run,)] = cluster.query("SELECT coalesce(max(id), 0) FROM dag_run")
@@ -202,14 +231,13 @@ def test_event_driven_tiers_run_when_records_are_due(
             json_column(value)["totals"]["drained"]
             for (value,) in cluster.query(
                 "SELECT value FROM xcom "
-                "WHERE dag_id = ? AND task_id = 'reprocess' AND \"key\" = 'return_value'",
-                f"ev__{retry1}",
+                "WHERE dag_id = ? AND task_id = 'retry_1' AND \"key\" = 'return_value'",
+                dag_id,
             )
         ]
-        waves1 = cluster.query(
-            "SELECT count(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.uri LIKE ?",
-            f"kafka-retry-due://%/{retry1}",
-        )[0][0]
+        waves1 = len(
+            [1 for _, lane, _ in lane_events(cluster.query(events_of, main, 0)) if lane == "retry_1"]
+        )
         [(last_event,)] = cluster.query("SELECT coalesce(max(id), 0) FROM asset_event")
         killed = run_phase(cluster, second, kill_when=wave_in_flight(cluster, last_event))
         deadline = time.monotonic() + 60
@@ -221,11 +249,21 @@ def test_event_driven_tiers_run_when_records_are_due(
             (dag, task, state)
             for dag, task, state in cluster.query("SELECT dag_id, task_id, state FROM task_instance")
         )
-        due_events = cluster.query(
-            "SELECT a.uri, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
-            "WHERE a.uri LIKE 'kafka-retry-due://%'"
+        due_events = lane_events(cluster.query(events_of, main, 0))
+        # which lanes each run's events named, and which tasks each run ran (not skipped)
+        named = cluster.query(
+            "SELECT r.run_id, e.extra FROM dag_run r "
+            "JOIN dagrun_asset_event d ON d.dag_run_id = r.id JOIN asset_event e ON e.id = d.event_id "
+            "WHERE r.dag_id = ?",
+            dag_id,
+        )
+        ran = cluster.query(
+            "SELECT run_id, task_id FROM task_instance WHERE dag_id = ? AND task_id != 'due' "
+            "AND state IS NOT NULL AND state != 'skipped'",
+            dag_id,
         )
         logs = {name: cluster.log_tail(name, 1500) for name in ("scheduler", "triggerer")}
+        failed_logs = [cluster.task_log_tail(dag, 4000) for dag, _, state in states if state == "failed"]
     entries = read_ledger(timed_ledger)
     with capsys.disabled():
         print(
@@ -277,13 +315,22 @@ def test_event_driven_tiers_run_when_records_are_due(
     early = [e for e in tiered if e["handled_ms"] < e["due_ms"]]
     assert not early, f"handled before their due time: {early}"
     # runs that a sweep started before the setup DAG created the topics were skipped, none failed
-    assert not [k for k in states if k[2] == "failed"], dict(states)
-    # one event per wave: no two due events name the same partition heads (the triggerer's restart included)
-    waves = Counter(
-        (uri, json.dumps(json_column(extra)["payload"]["heads"], sort_keys=True)) for uri, extra in due_events
-    )
+    assert not [k for k in states if k[2] == "failed"], (dict(states), failed_logs[:1], logs)
+    # one event per wave: no two events name the same lane's partition heads (the triggerer's restart
+    # included)
+    waves = Counter((lane, json.dumps(wave["heads"], sort_keys=True)) for _, lane, wave in due_events)
     assert waves, waves
     assert not [w for w, n in waves.items() if n > 1], waves
+    # a run started by events ran only the lanes they named (the others skipped, no process started)
+    lanes_named: dict[str, set[str]] = {}
+    for run_id, extra in named:
+        lanes_named.setdefault(run_id, set()).update(json_column(extra)["payload"]["due"])
+    ran_in: dict[str, set[str]] = {}
+    for run_id, task_id in ran:
+        ran_in.setdefault(run_id, set()).add(task_id)
+    assert lanes_named, "no run was started by the topology's watcher"
+    for run_id, lanes in lanes_named.items():
+        assert ran_in.get(run_id, set()) <= lanes, (run_id, ran_in.get(run_id), lanes)
     # the DLT watch reported each DLT record once (coordinates, not a count: a miss and a duplicate would
     # cancel out)
     assert watched_dead_letters(read_ledger(notify_log)) == dlt_coordinates(kafka_bootstrap, dlt)
