@@ -1,9 +1,10 @@
-"""Event-mode DAGs of the factory through real Airflow: ``airflow dags test`` on SQLite, the embedded broker.
+"""Event mode's topology DAG through real Airflow: ``airflow dags test`` on SQLite, the real broker.
 
-``dags test`` involves no watcher: the tier DAG's one task drains what is due when it runs. Checked:
-a tier run before the topics exist is skipped; the ``@once`` setup DAG creates the missing topics; the tier
-DAG drains the due records of retry-1, routes the failures and commits right before the not-yet-due ones; the
-DLT-watch DAG reports the dead letters; the watchers' triggers are registered in the metadata DB with the
+``dags test`` involves no watcher: a run's conf names the lanes its ``due`` branch runs (as the Retry tiers
+view's button does), the others are skipped; a run naming none runs every lane. Checked: a tier run before
+its topic exists is skipped; ``ensure_topics`` creates the missing topics; ``retry_1`` drains the due
+records of retry-1, routes the failures and commits right before the not-yet-due ones; ``watch_dlt``
+reports the dead letters; the topology's one watcher is registered in the metadata DB with the
 connection id only.
 """
 
@@ -92,40 +93,45 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return run_airflow(env, *args, timeout=timeout)
 
-    def dags_test(dag_id: str) -> str:
-        run = cli("dags", "test", dag_id, timeout=300)
+    dag_id = f"akr_{main}"
+
+    def dags_test(*lanes: str) -> str:
+        conf = ["--conf", json.dumps({"lanes": list(lanes)})] if lanes else []
+        run = cli("dags", "test", dag_id, *conf, timeout=300)
         return (run.stdout + run.stderr)[-5000:]
+
+    def last_run() -> dict[str, str]:
+        return _states(db, dag_id)[-1]
 
     seed_metadata_db(env, cwd=REPO)
     done = cli("dags", "reserialize", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     db = home / "airflow.db"
 
-    # the watchers' triggers are registered with their kwargs: the connection id, never its configuration
+    # the topology's one watcher is registered with its kwargs: the connection id, never its configuration
     triggers = _query(
         db, "SELECT t.classpath, t.kwargs FROM trigger t JOIN asset_watcher w ON w.trigger_id = t.id"
     )
-    assert sorted(c.rsplit(".", 1)[1] for c, _ in triggers) == [
-        "DltArrivalEventTrigger",
-        "TierDueEventTrigger",
-        "TierDueEventTrigger",
-    ], triggers
+    assert [c.rsplit(".", 1)[1] for c, _ in triggers] == ["TopologyDueEventTrigger"], triggers
     assert not any(kafka_bootstrap in str(kwargs) for _, kwargs in triggers)
 
-    # before the setup DAG ran, a run of a tier whose topic does not exist yet is skipped (nothing is due
-    # there)
-    tier2 = f"akr_{retry2}"
-    output = dags_test(tier2)
-    assert _states(db, tier2) == [{"reprocess": "skipped"}], output
+    # before the topics exist, a run of a tier whose topic does not exist yet is skipped (nothing is due
+    # there); the lanes the run's conf does not name are skipped without running
+    output = dags_test("retry_2")
+    assert last_run() == {
+        "due": "success",
+        "ensure_topics": "skipped",
+        "retry_1": "skipped",
+        "retry_2": "skipped",
+        "watch_dlt": "skipped",
+    }, output
     assert f"{retry2} does not exist yet" in output
-    watch = f"akr_{dlt}"
-    output = dags_test(watch)
-    assert _states(db, watch) == [{"watch_dlt": "skipped"}], output
+    output = dags_test("watch_dlt")
+    assert last_run()["watch_dlt"] == "skipped", output
 
-    setup = f"akr_{main}__ensure_topics"
-    output = dags_test(setup)
-    assert _states(db, setup) == [{"ensure_topics": "success"}], output
-    [(ensured,)] = _query(db, "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'ensure_topics'", setup)
+    output = dags_test("ensure_topics")
+    assert last_run()["ensure_topics"] == "success", output
+    [(ensured,)] = _query(db, "SELECT value FROM xcom WHERE dag_id = ? AND task_id = 'ensure_topics'", dag_id)
     assert json.loads(ensured)["created"] == [retry2, dlt, topology.parking_topic]
     assert set(Producer({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics) >= {
         retry2,
@@ -133,9 +139,9 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
         topology.parking_topic,
     }
 
-    tier1 = f"akr_{retry1}"
-    output = dags_test(tier1)
-    assert _states(db, tier1) == [{"reprocess": "success"}], output
+    output = dags_test("retry_1")
+    assert last_run()["retry_1"] == "success", output
+    assert last_run()["retry_2"] == "skipped", output
     processed = ledger_file.read_text().split()
     assert sorted(processed) == sorted(
         rid for rid, (mode, _, _) in records.items() if mode == "ok" and not rid.startswith("later")
@@ -152,8 +158,9 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
         == later
     )
 
-    output = dags_test(watch)
-    assert _states(db, watch)[-1] == {"watch_dlt": "success"}, output
+    # a run no event started and whose conf names no lane (a sweep) runs every lane
+    output = dags_test()
+    assert set(last_run().values()) == {"success"}, output
     notes = [json.loads(line) for line in notify_log.read_text().splitlines()]
     watched = [n for n in notes if n["task_id"] == "watch_dlt"]
     assert [n["summary"]["totals"]["new_records"] for n in watched] == [len(dead)]
