@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 
-from airflow_kafka_retry.triggers.topology_events import due_lanes
+from airflow_kafka_retry.triggers.topology_lanes import due_lanes
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context

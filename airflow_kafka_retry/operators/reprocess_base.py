@@ -29,7 +29,7 @@ from airflow_kafka_retry.operators.reprocess_report import ReprocessReportMixin
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.tier_events import TIER_DUE
-from airflow_kafka_retry.triggers.topology_events import topology_payloads
+from airflow_kafka_retry.triggers.topology_lanes import topology_payloads
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context

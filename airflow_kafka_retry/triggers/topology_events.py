@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
@@ -34,86 +33,26 @@ from airflow_kafka_retry.policy.due_check import format_ms
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
-from airflow_kafka_retry.policy.windows import ReprocessWindow
-from airflow_kafka_retry.triggers.tier_events import STATE_KEY
+from airflow_kafka_retry.triggers.topology_lanes import (
+    LANES_KEY,
+    MAIN_LANE,
+    TOPOLOGY_DUE,
+    WATCH_LANE,
+    Lane,
+    check_lanes,
+    lane_changes,
+    lane_window,
+    lanes_state,
+)
 from airflow_kafka_retry.triggers.watching import open_watch, send_tier_gauges, wave_payload
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.head_watch import HeadWatch
 
-#: Kind of this trigger's events (``payload["kind"]``).
-TOPOLOGY_DUE = "topology_due"
+#: How long a removed tier's topic is read for its pending records (the warning says what it found).
+PENDING_LOOK_MS = 10_000
 #: A setup event (the topology's topics missing) fires again at most this often.
 SETUP_REFIRE_S = 600.0
-#: What a lane's serialized form holds (``lanes`` argument); all but ``name``, ``topics`` and ``group``
-#: are optional.
-LANE_KEYS = frozenset(
-    {"name", "topics", "group", "read_due", "optional_topics", "window", "timezone"}
-    | {"due_horizon_ms", "tier_index"}
-)
-
-
-@dataclass
-class _Lane:
-    """A watched lane: its settings (serialized) and what the trigger knows of it while it runs."""
-
-    spec: Mapping[str, Any]
-    window: ReprocessWindow | None
-    watch: HeadWatch | None = None
-    wave: Wave | None = None
-    next_check: int = 0
-    next_gauges: int = 0
-    retry_at: int = 0
-    failures: int = 0
-    last_move_ms: int = 0  # when its group's committed offsets last moved
-    committed: dict[tuple[str, int], int] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return str(self.spec["name"])
-
-    @property
-    def state_key(self) -> str:
-        return f"{STATE_KEY}:{self.name}"
-
-    @property
-    def where(self) -> str:
-        return f"{self.name}: {', '.join(self.spec['topics'])} (group {self.spec['group']})"
-
-
-def check_lanes(lanes: Sequence[Mapping[str, Any]] | str) -> list[dict[str, Any]]:
-    """The lanes as plain dicts (given so, or as JSON); a ValueError names the lane and what is wrong."""
-    if isinstance(lanes, str):
-        try:
-            lanes = json.loads(lanes)
-        except ValueError as exc:
-            raise ValueError(f"TopologyDueEventTrigger: lanes are not valid JSON: {exc}") from None
-    if not lanes or not isinstance(lanes, list | tuple):
-        raise ValueError("TopologyDueEventTrigger needs at least one lane")
-    checked, names = [], set()
-    for index, lane in enumerate(lanes):
-        if not isinstance(lane, Mapping):
-            raise ValueError(f"TopologyDueEventTrigger: lane {index} must be a mapping, got {lane!r}")
-        unknown = set(lane) - LANE_KEYS
-        if unknown:
-            raise ValueError(f"TopologyDueEventTrigger: lane {index} has unknown key(s) {sorted(unknown)}")
-        name, topics, group = lane.get("name"), lane.get("topics"), lane.get("group")
-        if not isinstance(name, str) or not name or name in names:
-            raise ValueError(f"TopologyDueEventTrigger: lane {index} needs a unique name, got {name!r}")
-        if (
-            not topics
-            or isinstance(topics, str)  # a name, not a list: it would be watched as a topic per letter
-            or not all(isinstance(t, str) and t for t in topics)
-            or not isinstance(group, str)
-        ):
-            raise ValueError(f"TopologyDueEventTrigger: lane {name!r} needs topics and a group")
-        if not set(lane.get("optional_topics") or ()) <= set(topics):
-            raise ValueError(
-                f"TopologyDueEventTrigger: lane {name!r}: optional_topics must be among its topics"
-            )
-        names.add(name)
-        checked.append(dict(lane))
-    return checked
 
 
 class TopologyDueEventTrigger(BaseEventTrigger):
@@ -173,7 +112,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         self.setup_task = setup_task
         self.timing = timing
         for lane in self.lanes:  # a wrong window fails when the DAG is built, not in the triggerer
-            _window(lane)
+            lane_window(lane)
         self._memory: dict[str, Any] = {}  # the waves where no asset state store is injected (a plain run)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
@@ -192,12 +131,12 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         return int(self.timing[name] * 1000)
 
     # ------------------------------------------------------------------ the wave state
-    async def _load(self, lane: _Lane) -> Wave | None:
+    async def _load(self, lane: Lane) -> Wave | None:
         store = self.asset_state_store
         state = await store.aget(lane.state_key) if store is not None else self._memory.get(lane.state_key)
         return Wave.from_state(state)
 
-    async def _save(self, lane: _Lane) -> None:
+    async def _save(self, lane: Lane) -> None:
         store, state = self.asset_state_store, lane.wave.to_state() if lane.wave else None
         if store is None:
             self._memory[lane.state_key] = state
@@ -206,8 +145,66 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         else:
             await store.aset(lane.state_key, state)
 
+    # ------------------------------------------------------------------ a change of lanes
+    async def _note_lane_changes(self) -> None:
+        """
+        Log the lanes added or removed since the topology's last watcher, and what a removed tier still holds.
+
+        A removed tier's records stay in its topic, drained by no task: the warning names its topic, group
+        and first pending records, and how to drain them. Its wave state is forgotten.
+        """
+        store = self.asset_state_store
+        before = await store.aget(LANES_KEY) if store is not None else self._memory.get(LANES_KEY)
+        added, removed = lane_changes(before, self.lanes)
+        if added:
+            self.log.info(
+                "%s: now watching %s too (added since the last watcher)", self.topology_topic, added
+            )
+        for spec in removed:
+            gone = Lane(spec, None)
+            await self._save(gone)  # no wave: forget what the removed lane had fired
+            if spec["name"] in (WATCH_LANE, MAIN_LANE):  # the DLTs stay, the service drains its own topic
+                self.log.info("%s: no longer watched (removed from the topology DAG)", gone.where)
+                continue
+            self.log.warning(
+                "%s: this tier is no longer part of the topology, so no task drains its topic; %s",
+                gone.where,
+                await self._pending(spec),
+            )
+        state = lanes_state(self.lanes)
+        if store is None:
+            self._memory[LANES_KEY] = state
+        elif before != state:
+            await store.aset(LANES_KEY, state)
+
+    async def _pending(self, spec: Mapping[str, Any]) -> str:
+        """What a removed tier's topic still holds past its group's committed offsets, in one line."""
+        from airflow_kafka_retry.engine.head_watch import HeadWatchError
+
+        try:
+            watch = await open_watch(
+                self.kafka_conn_id, spec["topics"], spec["group"], read_due=False, due_horizon_ms=0
+            )
+        except (HeadWatchError, ValueError) as exc:
+            return f"its records could not be read ({exc})"
+        try:
+            deadline = wall_clock_ms() + PENDING_LOOK_MS
+            while not watch.complete and wall_clock_ms() < deadline:
+                watch.poll()
+                await asyncio.sleep(0.1)
+            heads = sorted(f"{t}[{p}]@{h.offset}" for (t, p), h in watch.heads.items())
+        finally:
+            await asyncio.to_thread(watch.close)
+        if not heads:
+            return "nothing is pending there" + ("" if watch.complete else " as far as could be read in 10 s")
+        return (
+            f"records are pending there from {', '.join(heads)}: drain them with the topology file that "
+            "still has this tier (airflow-kafka-retry drain --topology OLD.yaml --tier N), or put the "
+            "tier back"
+        )
+
     # ------------------------------------------------------------------ one lane, one step
-    async def _step(self, lane: _Lane, now: int) -> WavePlan[tuple[str, int]] | int:
+    async def _step(self, lane: Lane, now: int) -> WavePlan[tuple[str, int]] | int:
         """Look at one lane: a plan to fire, or when to look again (epoch ms)."""
         if lane.watch is None:
             if now < lane.retry_at:
@@ -264,7 +261,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             return plan
         return min(wake, plan.wake_ms) if plan.action == "wait" and plan.wake_ms is not None else wake
 
-    async def _failed(self, lane: _Lane, exc: Exception, now: int) -> bool:
+    async def _failed(self, lane: Lane, exc: Exception, now: int) -> bool:
         """A lane's broker error: close its watch, look again later; True when its topics are missing."""
         from airflow_kafka_retry.engine.clients import TopicsMissing
 
@@ -284,7 +281,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         from airflow_kafka_retry.engine.clients import KafkaConfigError
         from airflow_kafka_retry.engine.head_watch import HeadWatchError
 
-        lanes = [_Lane(spec, _window(spec)) for spec in self.lanes]
+        await self._note_lane_changes()
+        lanes = [Lane(spec, lane_window(spec)) for spec in self.lanes]
         for lane in lanes:
             lane.wave = await self._load(lane)
             if lane.wave is not None:
@@ -358,33 +356,4 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             self.fault_hook(step)
 
 
-_Firing = tuple[_Lane, WavePlan[tuple[str, int]], "HeadWatch"]
-
-
-def _window(lane: Mapping[str, Any]) -> ReprocessWindow | None:
-    window = lane.get("window")
-    return ReprocessWindow.parse(window, lane.get("timezone")) if window else None
-
-
-def due_lanes(events: Mapping[str, Sequence[Any]] | None) -> set[str] | None:
-    """
-    The lanes (task ids) the topology events of a run's ``triggering_asset_events`` name; None: no such event.
-
-    A run created from several queued events runs the lanes of all of them.
-    """
-    due: set[str] | None = None
-    for payload in topology_payloads(events):
-        due = (due or set()) | {str(name) for name in payload.get("due") or ()}
-    return due
-
-
-def topology_payloads(events: Mapping[str, Sequence[Any]] | None) -> list[Mapping[str, Any]]:
-    """The payloads of the topology events among a run's ``triggering_asset_events``."""
-    found = []
-    for listed in (events or {}).values():
-        for event in listed:
-            extra = getattr(event, "extra", None)
-            payload = extra.get("payload") if isinstance(extra, Mapping) else None
-            if isinstance(payload, Mapping) and payload.get("kind") == TOPOLOGY_DUE:
-                found.append(payload)
-    return found
+_Firing = tuple[Lane, WavePlan[tuple[str, int]], "HeadWatch"]

@@ -227,3 +227,25 @@ def test_a_tier_task_waits_for_its_own_lanes_wave():
     assert wave_not_before_ms(_context(payload, task_id="retry_2")) == 5_000
     assert wave_not_before_ms(_context(payload, task_id="watch_dlt")) is None
     assert wave_not_before_ms(_context(payload, task_id="retry_3")) is None
+
+
+def test_lane_changes_name_what_was_added_and_removed():
+    from airflow_kafka_retry.triggers.topology_lanes import lane_changes, lanes_state
+
+    old = [
+        {"name": "retry_1", "topics": ["a"], "group": "g1"},
+        {"name": "retry_2", "topics": ["b"], "group": "g2"},
+    ]
+    new = [
+        {"name": "retry_1", "topics": ["a"], "group": "g1", "window": "01:00-02:00"},
+        {"name": "watch_dlt", "topics": ["d"], "group": "w"},
+    ]
+    assert lane_changes(lanes_state(old), new) == (["watch_dlt"], [old[1]])
+    assert lane_changes(None, new) == ([], [])
+    assert lane_changes({"lanes": "garbled"}, new) == ([], [])
+    assert lanes_state(new) == {
+        "lanes": [
+            {"name": "retry_1", "topics": ["a"], "group": "g1"},
+            {"name": "watch_dlt", "topics": ["d"], "group": "w"},
+        ]
+    }

@@ -1,0 +1,147 @@
+"""
+The lanes of a topology's watcher: what each is, how they are checked, what a run's events say of them.
+
+A *lane* is one thing ``TopologyDueEventTrigger`` watches and one task of the topology DAG: a retry
+tier (or the main topic) with the tier's group, or the DLTs with the watch group. Its serialized form is
+a plain mapping (``LANE_KEYS``). The operators read the events through :func:`due_lanes` and
+:func:`topology_payloads`; nothing here opens a Kafka client.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.triggers.tier_events import STATE_KEY
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.policy.waves import Wave
+
+#: Kind of the topology trigger's events (``payload["kind"]``).
+TOPOLOGY_DUE = "topology_due"
+#: The lanes that are not tiers' retry topics: the main topic's (its service drains it) and the DLTs'.
+MAIN_LANE, WATCH_LANE = "main", "watch_dlt"
+#: The asset state store key of the lanes the last watcher watched (how a change of lanes is noticed).
+LANES_KEY = "kafka_retry_lanes"
+#: What a lane's serialized form holds (``lanes`` argument); all but ``name``, ``topics`` and ``group``
+#: are optional.
+LANE_KEYS = frozenset(
+    {"name", "topics", "group", "read_due", "optional_topics", "window", "timezone"}
+    | {"due_horizon_ms", "tier_index"}
+)
+
+
+@dataclass
+class Lane:
+    """A watched lane: its settings (serialized) and what the trigger knows of it while it runs."""
+
+    spec: Mapping[str, Any]
+    window: ReprocessWindow | None
+    watch: HeadWatch | None = None
+    wave: Wave | None = None
+    next_check: int = 0
+    next_gauges: int = 0
+    retry_at: int = 0
+    failures: int = 0
+    last_move_ms: int = 0  # when its group's committed offsets last moved
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def state_key(self) -> str:
+        return f"{STATE_KEY}:{self.name}"
+
+    @property
+    def where(self) -> str:
+        return f"{self.name}: {', '.join(self.spec['topics'])} (group {self.spec['group']})"
+
+
+def check_lanes(lanes: Sequence[Mapping[str, Any]] | str) -> list[dict[str, Any]]:
+    """The lanes as plain dicts (given so, or as JSON); a ValueError names the lane and what is wrong."""
+    if isinstance(lanes, str):
+        try:
+            lanes = json.loads(lanes)
+        except ValueError as exc:
+            raise ValueError(f"TopologyDueEventTrigger: lanes are not valid JSON: {exc}") from None
+    if not lanes or not isinstance(lanes, list | tuple):
+        raise ValueError("TopologyDueEventTrigger needs at least one lane")
+    checked, names = [], set()
+    for index, lane in enumerate(lanes):
+        if not isinstance(lane, Mapping):
+            raise ValueError(f"TopologyDueEventTrigger: lane {index} must be a mapping, got {lane!r}")
+        unknown = set(lane) - LANE_KEYS
+        if unknown:
+            raise ValueError(f"TopologyDueEventTrigger: lane {index} has unknown key(s) {sorted(unknown)}")
+        name, topics, group = lane.get("name"), lane.get("topics"), lane.get("group")
+        if not isinstance(name, str) or not name or name in names:
+            raise ValueError(f"TopologyDueEventTrigger: lane {index} needs a unique name, got {name!r}")
+        if (
+            not topics
+            or isinstance(topics, str)  # a name, not a list: it would be watched as a topic per letter
+            or not all(isinstance(t, str) and t for t in topics)
+            or not isinstance(group, str)
+        ):
+            raise ValueError(f"TopologyDueEventTrigger: lane {name!r} needs topics and a group")
+        if not set(lane.get("optional_topics") or ()) <= set(topics):
+            raise ValueError(
+                f"TopologyDueEventTrigger: lane {name!r}: optional_topics must be among its topics"
+            )
+        names.add(name)
+        checked.append(dict(lane))
+    return checked
+
+
+def lane_window(lane: Mapping[str, Any]) -> ReprocessWindow | None:
+    window = lane.get("window")
+    return ReprocessWindow.parse(window, lane.get("timezone")) if window else None
+
+
+def due_lanes(events: Mapping[str, Sequence[Any]] | None) -> set[str] | None:
+    """
+    The lanes (task ids) the topology events of a run's ``triggering_asset_events`` name; None: no such event.
+
+    A run created from several queued events runs the lanes of all of them.
+    """
+    due: set[str] | None = None
+    for payload in topology_payloads(events):
+        due = (due or set()) | {str(name) for name in payload.get("due") or ()}
+    return due
+
+
+def topology_payloads(events: Mapping[str, Sequence[Any]] | None) -> list[Mapping[str, Any]]:
+    """The payloads of the topology events among a run's ``triggering_asset_events``."""
+    found = []
+    for listed in (events or {}).values():
+        for event in listed:
+            extra = getattr(event, "extra", None)
+            payload = extra.get("payload") if isinstance(extra, Mapping) else None
+            if isinstance(payload, Mapping) and payload.get("kind") == TOPOLOGY_DUE:
+                found.append(payload)
+    return found
+
+
+def lane_changes(before: Any, lanes: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
+    """
+    The lanes added since the last watcher of the topology (names), and those removed (their mappings).
+
+    ``before``: what :func:`lanes_state` saved (anything else: no earlier watcher, nothing to compare).
+    """
+    if not isinstance(before, Mapping) or not isinstance(before.get("lanes"), list):
+        return [], []
+    old = {str(lane.get("name")): lane for lane in before["lanes"] if isinstance(lane, Mapping)}
+    new = {str(lane["name"]) for lane in lanes}
+    added = [str(lane["name"]) for lane in lanes if lane["name"] not in old]
+    removed = [dict(lane) for name, lane in old.items() if name not in new]
+    return added, removed
+
+
+def lanes_state(lanes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What is saved of the lanes: name, topics and group of each (no setting that can change freely)."""
+    return {"lanes": [{k: lane[k] for k in ("name", "topics", "group")} for lane in lanes]}
