@@ -1,0 +1,351 @@
+"""The topology watcher (one trigger for every tier and the DLTs of a topology) against the real broker.
+
+Run as the triggerer runs a watcher (``_Running`` from the tier trigger's tests): ``run()`` as a task,
+its events collected for a while, then cancelled. Each lane is a tier (its own group) or the DLTs (the
+watch group); each keeps its own wave in the asset state store.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Hashable, Mapping
+from typing import Any, cast
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_kafka_retry.engine import head_watch, shared_consumer
+from airflow_kafka_retry.policy.waves import Wave
+from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.triggers import watching
+from airflow_kafka_retry.triggers.tier_events import STATE_KEY
+from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
+
+from tests.integration.test_tier_event_trigger import FAST, WAIT_S, _Running, _Store
+from tests.support.tier_records import commit, produce
+
+pytestmark = pytest.mark.integration
+
+SETUP = "ensure_topics"
+HOUR_MS = 3_600_000
+
+
+def _now() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AKR_TOPOLOGY_TEST",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
+    return "akr_topology_test"
+
+
+@pytest.fixture(autouse=True)
+def _own_consumers(monkeypatch) -> None:
+    """``[kafka_retry] shared_watch_consumers`` off (the default): the trigger shares only with its lanes."""
+    monkeypatch.delenv("AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS", raising=False)
+    assert watching._shared_watch_consumers() is False
+
+
+def _tier(name: str, topic: str, index: int) -> dict:
+    return {"name": name, "topics": [topic], "group": unique_topic(f"g-{name}"), "tier_index": index}
+
+
+def _dlt(topic: str) -> dict:
+    return {"name": "watch_dlt", "topics": [topic], "group": unique_topic("g-watch"), "read_due": False}
+
+
+def _trigger(
+    kafka_conn: str, lanes: list[dict], store: _Store | None = None, **timing
+) -> TopologyDueEventTrigger:
+    made = TopologyDueEventTrigger(
+        topology_topic="orders", lanes=lanes, kafka_conn_id=kafka_conn, setup_task=SETUP, **{**FAST, **timing}
+    )
+    # what the triggerer injects (_Store has the same async accessors)
+    made.asset_state_store = cast("Any", store if store is not None else _Store())
+    return made
+
+
+def _fired(events: list[tuple[int, dict]], lane: str) -> list[tuple[int, dict]]:
+    """``(collected at, the lane's part of the event)`` of each event naming ``lane``."""
+    return [(at, e["lanes"][lane]) for at, e in events if lane in e["due"]]
+
+
+def _brief(events: list[tuple[int, dict]]) -> str:
+    """The events in short for an assertion's message (a string: pytest shortens other objects)."""
+    return "; ".join(
+        f"at {at}: {e['due']} " + ", ".join(f"{n} {_heads(p)}" for n, p in e["lanes"].items())
+        for at, e in events
+    )
+
+
+def _heads(part: Mapping) -> list[tuple[str, int, int]]:
+    return [(h["topic"], h["partition"], h["offset"]) for h in part["heads"]]
+
+
+def _saved(store: _Store, lane: str) -> Wave | None:
+    return Wave.from_state(store.state.get(f"{STATE_KEY}:{lane}"))
+
+
+def _scope(key: Hashable) -> object:
+    """The scope in a shared consumer's registry key ``(configuration, scope)``."""
+    return cast("tuple", key)[1]
+
+
+def _scoped_to(trigger: TopologyDueEventTrigger) -> list[shared_consumer.SharedConsumer]:
+    """The working shared consumers of the trigger's scope (``scope=id(trigger)``)."""
+    return [s for s in shared_consumer.shared_consumers() if _scope(s.key) == id(trigger)]
+
+
+def _commit_timed(bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]) -> tuple[int, int]:
+    """Commit as a consumer of ``group`` does; returns when the commit was sent and when it was answered.
+
+    The group's coordinator is found first, so the commit itself is one request: the trigger cannot see
+    the new offsets before the first time, nor (by more than its commit check) after the second.
+    """
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = [TopicPartition(topic, p, o) for p, o in offsets.items()]
+        consumer.committed([TopicPartition(topic, p) for p in offsets], timeout=30)
+        sent = _now()
+        consumer.commit(offsets=tps, asynchronous=False)
+        return sent, _now()
+    finally:
+        consumer.close()
+
+
+def _check_event(payload: dict, lanes: list[dict]) -> None:
+    """What every event of the trigger looks like: the lanes it names, their parts, no record payload."""
+    assert payload["kind"] == "topology_due"
+    assert payload["topology"] == "orders"
+    assert [n for n in payload["due"] if n != SETUP] == list(payload["lanes"]), payload
+    by_name = {lane["name"]: lane for lane in lanes}
+    for name, part in payload["lanes"].items():
+        assert part["topics"] == by_name[name]["topics"], payload
+        assert part["group"] == by_name[name]["group"], payload
+        assert part["partitions"] == [f"{t}[{p}]" for t, p, _ in _heads(part)], payload
+    assert "secret-payload" not in json.dumps(payload)  # tier_records.produce's values
+
+
+def test_an_event_names_only_the_due_lanes_with_their_heads(kafka_bootstrap, kafka_conn, new_topic):
+    tier_a, tier_b, dlt = new_topic("topo-a", partitions=2), new_topic("topo-b"), new_topic("topo-dlt")
+    lanes = [_tier("retry_1", tier_a, 1), _tier("retry_2", tier_b, 2), _dlt(dlt)]
+    due = _now() + 5_000  # time for the trigger to start and learn the heads first
+    produce(kafka_bootstrap, tier_a, [(0, _now() + HOUR_MS), (1, due), (1, due + 500)])
+    produce(kafka_bootstrap, tier_b, [(0, _now() + HOUR_MS)])
+    trigger = _trigger(kafka_conn, lanes, fire_ahead=1.0)
+    dead: list[int] = []
+
+    def dead_letter(_events) -> None:  # a due header means nothing in a DLT: due when it arrives
+        dead.append(_now())
+        produce(kafka_bootstrap, dlt, [(0, _now() + HOUR_MS)])
+
+    events = _Running(trigger).for_seconds(
+        WAIT_S, until=lambda ev: len(ev) == 1, then=dead_letter, done=lambda ev: len(ev) >= 2
+    )
+    assert [e["due"] for _, e in events] == [["retry_1"], ["watch_dlt"]], _brief(events)
+    for _, payload in events:
+        _check_event(payload, lanes)
+    (first_at, first), (second_at, second) = events
+    tier = first["lanes"]["retry_1"]
+    assert _heads(tier) == [(tier_a, 1, 0)]  # partition 0's head is due in an hour
+    assert tier["not_before_ms"] == due  # fired fire_ahead early, the run waits until then
+    assert tier["earliest_due_ms"] == due
+    assert due - 1_000 - 300 <= first_at < due, first_at - due
+    watch = second["lanes"]["watch_dlt"]
+    assert _heads(watch) == [(dlt, 0, 0)]
+    assert watch["earliest_due_ms"] is None  # a DLT lane does not read due times
+    assert dead[0] <= watch["fired_ms"] == watch["not_before_ms"] <= second_at
+    assert _saved(trigger.asset_state_store, "retry_1").positions == ((tier_a, 1, 0),)  # not taken yet
+    assert _saved(trigger.asset_state_store, "watch_dlt").positions == ((dlt, 0, 0),)
+    assert _saved(trigger.asset_state_store, "retry_2") is None
+
+
+def test_all_lanes_read_through_one_consumer_of_the_trigger(
+    kafka_bootstrap, kafka_conn, new_topic, monkeypatch
+):
+    tier_a, tier_b, dlt = (
+        new_topic("topo-one-a", partitions=2),
+        new_topic("topo-one-b"),
+        new_topic("topo-one-d"),
+    )
+    lanes = [_tier("retry_1", tier_a, 1), _tier("retry_2", tier_b, 2), _dlt(dlt)]
+    produce(kafka_bootstrap, tier_a, [(0, _now() - 1_000), (1, _now() + HOUR_MS)])
+    produce(kafka_bootstrap, tier_b, [(0, _now() - 1_000)])
+    produce(kafka_bootstrap, dlt, [(0, None)])
+    made: list[
+        tuple[str, Hashable]
+    ] = []  # every consumer a watch of the trigger made: shared ones and private ones
+
+    class Shared(shared_consumer.SharedConsumer):
+        def __init__(self, key, kafka_config) -> None:
+            made.append(("shared", key))
+            super().__init__(key, kafka_config)
+
+    class Private(head_watch.PrivateConsumer):
+        def __init__(self, kafka_config, group) -> None:
+            made.append(("private", group))
+            super().__init__(kafka_config, group)
+
+    monkeypatch.setattr(shared_consumer, "SharedConsumer", Shared)
+    monkeypatch.setattr(head_watch, "PrivateConsumer", Private)
+    trigger = _trigger(kafka_conn, lanes)
+    scoped: list[dict] = []
+
+    def look(_events) -> None:
+        for sharing in _scoped_to(trigger):
+            with sharing.lock:
+                scoped.append({"owners": dict(sharing.owners), "leases": sharing.leases})
+
+    events = _Running(trigger).for_seconds(
+        WAIT_S,
+        until=lambda ev: {"retry_1", "retry_2", "watch_dlt"} <= {n for _, e in ev for n in e["due"]},
+        then=look,
+        done=lambda ev: bool(scoped),
+        quiet=0.5,
+    )
+    assert {n for _, e in events for n in e["due"]} == {"retry_1", "retry_2", "watch_dlt"}, _brief(events)
+    assert [kind for kind, _ in made] == ["shared"], made  # one consumer made, no private one
+    assert _scope(made[0][1]) == id(trigger)  # scoped to this trigger, not the triggerer's shared consumer
+    [sharing] = scoped  # one consumer of the trigger's scope while it ran
+    assert sharing["leases"] == 3  # each lane's watch holds a lease of it
+    owners = sharing["owners"]
+    assert set(owners) == {(tier_a, 0), (tier_a, 1), (tier_b, 0), (dlt, 0)}
+    assert owners[(tier_a, 0)] == owners[(tier_a, 1)]
+    assert len({owners[(tier_a, 0)], owners[(tier_b, 0)], owners[(dlt, 0)]}) == 3  # a lease per lane
+    # cancelled (the DAG stopped using the watcher), the trigger closed its consumer
+    assert _scoped_to(trigger) == []
+
+
+def test_a_lane_fires_its_next_wave_only_after_its_group_committed_and_busy_hold(
+    kafka_bootstrap, kafka_conn, new_topic
+):
+    tier_a, tier_b = new_topic("topo-wave-a"), new_topic("topo-wave-b")
+    lanes = [_tier("retry_1", tier_a, 1), _tier("retry_2", tier_b, 2)]
+    past = _now() - 1_000
+    produce(kafka_bootstrap, tier_a, [(0, past), (0, past)])
+    produce(kafka_bootstrap, tier_b, [(0, past)])
+    trigger = _trigger(kafka_conn, lanes, busy_hold=1.0)
+    commits: list[tuple[int, int]] = []
+
+    def run_takes_a(_events) -> None:
+        time.sleep(0.5)
+        # retry_1's run drained offset 0 and commits past it; retry_2's run has not committed
+        commits.append(_commit_timed(kafka_bootstrap, lanes[0]["group"], tier_a, {0: 1}))
+        produce(kafka_bootstrap, tier_b, [(0, _now() - 1_000)])  # due, behind retry_2's unanswered wave
+
+    events = _Running(trigger).for_seconds(
+        WAIT_S,
+        until=lambda ev: {"retry_1", "retry_2"} <= {n for _, e in ev for n in e["due"]},
+        then=run_takes_a,
+        done=lambda ev: len(_fired(ev, "retry_1")) >= 2,
+        quiet=1.5,
+    )
+    for _, payload in events:
+        _check_event(payload, lanes)
+    fired_a, fired_b = _fired(events, "retry_1"), _fired(events, "retry_2")
+    assert [_heads(p) for _, p in fired_a] == [[(tier_a, 0, 0)], [(tier_a, 0, 1)]], _brief(events)
+    assert [_heads(p) for _, p in fired_b] == [[(tier_b, 0, 0)]], _brief(
+        events
+    )  # its wave still waits for its run
+    [(sent, answered)] = commits
+    again = fired_a[1][1]["fired_ms"]
+    # the trigger saw the commit at `sent` at the earliest; its run drains on for busy_hold from then
+    assert again >= sent + 1_000, (again - sent, answered - sent)
+    store = trigger.asset_state_store
+    assert _saved(store, "retry_1").positions == ((tier_a, 0, 1),)
+    assert _saved(store, "retry_2").positions == ((tier_b, 0, 0),)
+
+
+def test_missing_topics_fire_the_setup_task_once_while_the_other_lanes_work(
+    kafka_bootstrap, kafka_conn, new_topic, request, capsys
+):
+    tier_a, missing = new_topic("topo-there"), unique_topic("topo-missing")
+    request.addfinalizer(lambda: delete_topics(kafka_bootstrap, [missing]))
+    lanes = [_tier("retry_1", tier_a, 1), _tier("retry_2", missing, 2)]
+    produce(kafka_bootstrap, tier_a, [(0, _now() + 2_000)])  # due once the setup event is out
+    trigger = _trigger(kafka_conn, lanes)
+    created: list[int] = []
+
+    def setup_task(_events) -> None:  # what the setup task does, a while after its event
+        time.sleep(2.5)
+        create_topics(kafka_bootstrap, [missing], 1)
+        produce(kafka_bootstrap, missing, [(0, None)])
+        created.append(_now())
+
+    events = _Running(trigger).for_seconds(
+        WAIT_S,
+        until=lambda ev: len(ev) >= 1,
+        then=setup_task,
+        done=lambda ev: bool(_fired(ev, "retry_2")),
+        quiet=1.5,
+    )
+    for _, payload in events:
+        _check_event(payload, lanes)
+    assert [e["due"] for _, e in events if SETUP in e["due"]] == [[SETUP]], _brief(events)  # once, on its own
+    assert events[0][1] == {"kind": "topology_due", "topology": "orders", "due": [SETUP], "lanes": {}}
+    assert [_heads(p) for _, p in _fired(events, "retry_1")] == [[(tier_a, 0, 0)]], _brief(events)
+    assert [_heads(p) for _, p in _fired(events, "retry_2")] == [[(missing, 0, 0)]], _brief(events)
+    assert _fired(events, "retry_1")[0][0] < created[0]  # the existing lane did not wait for the setup
+    out = capsys.readouterr().out
+    assert out.count(f"topic(s) {missing} do not exist") >= 2, out  # looked for again, no second setup event
+
+
+REFIRE_S = 6.0
+
+
+class _Crash(Exception):
+    """The triggerer process dies here."""
+
+
+def test_a_restarted_trigger_refires_a_saved_wave_only_after_refire_after(
+    kafka_bootstrap, kafka_conn, new_topic
+):
+    tier_a, tier_b = new_topic("topo-restart-a"), new_topic("topo-restart-b")
+    lanes = [_tier("retry_1", tier_a, 1), _tier("retry_2", tier_b, 2)]
+    produce(kafka_bootstrap, tier_a, [(0, _now() - 1_000)])
+    store = _Store()
+    first = _trigger(kafka_conn, lanes, store, refire_after=REFIRE_S)
+
+    def crash(step: str) -> None:
+        if step == "after_save":
+            raise _Crash(step)
+
+    first.fault_hook = crash
+    lost = _Running(first)
+    with pytest.raises(_Crash):  # the wave is saved, the triggerer dies before the event is out
+        lost.for_seconds(WAIT_S)
+    assert lost.events == []
+    wave = _saved(store, "retry_1")
+    assert wave is not None
+    assert wave.positions == ((tier_a, 0, 0),)
+    refire_at = wave.expires_ms(int(REFIRE_S * 1000))
+    produce(kafka_bootstrap, tier_b, [(0, _now() - 1_000)])  # the other lane has a wave of its own to fire
+
+    restarted = TopologyDueEventTrigger(**first.serialize()[1])  # the triggerer starts the watcher again
+    restarted.asset_state_store = store
+    started = _now()
+    assert started < refire_at - 2_000, (
+        f"restarted {refire_at - started} ms before the refire: too late to check"
+    )
+    events = _Running(restarted).for_seconds(
+        WAIT_S,
+        until=lambda ev: bool(_fired(ev, "retry_2")),
+        # retry_2's run takes its wave (else it fires again refire_after later, maybe within the watch)
+        then=lambda _ev: commit(kafka_bootstrap, lanes[1]["group"], tier_b, {0: 1}),
+        done=lambda ev: bool(_fired(ev, "retry_1")),
+    )
+    for _, payload in events:
+        _check_event(payload, lanes)
+    assert [_heads(p) for _, p in _fired(events, "retry_2")] == [[(tier_b, 0, 0)]], _brief(events)
+    [(again_at, again)] = _fired(events, "retry_1")  # once, and not before refire_after
+    assert _heads(again) == [(tier_a, 0, 0)]
+    assert again["fired_ms"] >= refire_at, again["fired_ms"] - refire_at
+    assert again_at < refire_at + 3_000, again_at - refire_at  # and soon after
+    other_at = _fired(events, "retry_2")[0][0]
+    assert other_at < refire_at, (other_at - started, refire_at - started)  # the wave held only its own lane
+    assert _saved(store, "retry_1").fired_ms == again["fired_ms"]
