@@ -8,6 +8,7 @@ these. The Kafka client and the engine load here only when a trigger runs, never
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -53,17 +54,36 @@ async def open_watch(
 
     kafka_config = await sync_to_async(KafkaRetryHook(kafka_conn_id).kafka_config)()
     everyone = _shared_watch_consumers()
-    return await asyncio.to_thread(
-        HeadWatch,
-        kafka_config,
-        topics,
-        group,
-        read_due=read_due,
-        due_horizon_ms=due_horizon_ms,
-        optional=optional,
-        shared=everyone or scope is not None,
-        scope=None if everyone else scope,
-    )
+    # the trigger may be cancelled (its DAG changed, it moved to another triggerer) while the thread opens
+    # the watch; the thread goes on, so whichever side comes second closes it, or its consumer stays behind
+    handoff: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def build() -> HeadWatch:
+        watch = HeadWatch(
+            kafka_config,
+            topics,
+            group,
+            read_due=read_due,
+            due_horizon_ms=due_horizon_ms,
+            optional=optional,
+            shared=everyone or scope is not None,
+            scope=None if everyone else scope,
+        )
+        with lock:
+            orphaned = handoff.setdefault("watch", watch) is not watch
+        if orphaned:
+            watch.close()
+        return watch
+
+    try:
+        return await asyncio.to_thread(build)
+    except asyncio.CancelledError:
+        with lock:
+            opened = handoff.setdefault("watch", None)
+        if opened is not None:
+            opened.close()
+        raise
 
 
 async def send_tier_gauges(

@@ -349,3 +349,34 @@ def test_a_restarted_trigger_refires_a_saved_wave_only_after_refire_after(
     other_at = _fired(events, "retry_2")[0][0]
     assert other_at < refire_at, (other_at - started, refire_at - started)  # the wave held only its own lane
     assert _saved(store, "retry_1").fired_ms == again["fired_ms"]
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.05, 0.2])
+def test_a_trigger_cancelled_while_its_watches_open_leaves_no_consumer(kafka_bootstrap, kafka_conn, after_s):
+    """The triggerer cancels a watcher when its DAG changes: a watch still opening in its thread is closed."""
+    import asyncio
+
+    topics = [unique_topic("cancel") for _ in range(3)]
+    create_topics(kafka_bootstrap, topics, 1)
+    try:
+        lanes = [{"name": f"l{i}", "topics": [t], "group": unique_topic("g")} for i, t in enumerate(topics)]
+        trigger = TopologyDueEventTrigger(
+            topology_topic="o", lanes=lanes, kafka_conn_id=kafka_conn, poll_interval=0.1
+        )
+
+        async def cancelled() -> None:
+            async def watch() -> None:
+                async for _ in trigger.run():
+                    pass
+
+            task = asyncio.create_task(watch())
+            await asyncio.sleep(after_s)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancelled())  # it waits for the opening threads to end
+        left = [s for s in shared_consumer.shared_consumers() if s.key[1] == id(trigger)]
+        assert left == [], f"{len(left)} consumer(s) of the cancelled trigger left open"
+    finally:
+        delete_topics(kafka_bootstrap, topics)
