@@ -50,7 +50,10 @@ LAYOUTS = ("topology", "tiers")
 #: Event mode: the setup DAG's id, ``dag_id_template`` formatted with the main topic, plus this.
 SETUP_SUFFIX = "__ensure_topics"
 #: DAG arguments the factory sets itself; each has its own parameter (or override) instead.
-_OWNED = {"dag_id": "dag_id_template", "schedule": "tier_overrides={topic: {'schedule': ...}}"}
+_OWNED = {
+    "dag_id": "dag_id_template",
+    "schedule": "sweep= (or, with layout='tiers', tier_overrides={topic: {'schedule': ...}})",
+}
 
 
 def build_retry_dags(
@@ -115,10 +118,13 @@ def build_retry_dags(
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called when a run
         dead-letters records, and by the DLT watch.
     :param options: further ``DrainOptions`` (``batch_size``, ``chunk_size``...) of every reprocess task.
-    :param dag_id_template: DAG id of each tier, formatted with ``topic``.
-    :param include_main: also build a DAG draining the main topic (tier 0) with the service's group.
-    :param dlt_watch: build the DLT-watch DAG (id: the template formatted with the DLT topic). It
-        reports every new DLT record, also those a tier run already reported to ``on_dlt``.
+    :param dag_id_template: formatted with ``topic``: the topology DAG's id (with the main topic), or with
+        ``layout="tiers"`` each tier DAG's id (with the tier's topic).
+    :param include_main: also drain the main topic (tier 0) with the service's group: the task ``main``
+        (with ``layout="tiers"``, a DAG of its own).
+    :param dlt_watch: also report every new DLT record, also those a tier run already reported to
+        ``on_dlt``: the task ``watch_dlt`` (with ``layout="tiers"``, a DAG whose id is the template
+        formatted with the DLT topic).
     :param spark_conn_id: the Spark connection, with ``engine="spark"``.
     :param tier_overrides: per-tier ``schedule`` (cron string, timedelta or timetable; in event mode the
         tier's sweep), ``window`` (``HH:MM-HH:MM``; in event mode the trigger holds a wave until the

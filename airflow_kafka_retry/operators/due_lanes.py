@@ -54,7 +54,8 @@ class DueLanesOperator(BaseBranchOperator):
                 return [*setup, *self.lanes]
             if not asked or not asked <= known:
                 raise ValueError(
-                    f"the run's conf 'lanes' must name some of {', '.join(sorted(known))}; "
+                    f"the run's conf 'lanes' must name some of this DAG's tasks {', '.join(sorted(known))} "
+                    "(main exists only with include_main=True, watch_dlt only with a DLT); "
                     f"got {sorted(asked)}"
                 )
             due = asked

@@ -3,8 +3,9 @@ Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`
 
 ``topologies``: comma-separated topology files or glob patterns (default: ``topologies/*.yaml`` and
 ``*.yml`` under the DAGs folder). ``kafka_conn_id``: the connection the server reads Kafka with.
-``dag_id_template`` / ``replay_dag_id_template``: how tier and replay DAGs are named, as in
-``build_retry_dags`` / ``build_dlt_replay_dag``. ``timeout``: seconds a broker may take per topic.
+``dag_id_template`` / ``replay_dag_id_template``: how the retry and replay DAGs are named, as in
+``build_retry_dags`` / ``build_dlt_replay_dag``; ``layout``: the DAG layout ``build_retry_dags`` was
+given. ``timeout``: seconds a broker may take per topic.
 ``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once per API-server
 process (each of ``airflow api-server --workers N`` has its own). One option is the triggerer's:
 ``shared_watch_consumers`` (the event triggers' watchers share a Kafka consumer; default off).
@@ -29,7 +30,7 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "string",
         "The Kafka connection the API server reads the topics with.",
     ),
-    "dag_id_template": ("kafka_retry__{topic}", "string", "How tier DAGs are named (build_retry_dags)."),
+    "dag_id_template": ("kafka_retry__{topic}", "string", "How retry DAGs are named (build_retry_dags)."),
     "layout": (
         "topology",
         "string",
@@ -41,7 +42,7 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         "How DLT replay DAGs are named (build_dlt_replay_dag), from the main topic.",
     ),
     "timeout": ("10", "float", "Seconds the broker may take per topic before the view reports it."),
-    "runs": ("5", "integer", "How many recent runs of each tier DAG the view lists."),
+    "runs": ("5", "integer", "How many recent runs of each tier the view lists."),
     "cache_ttl": (
         "5",
         "float",
@@ -132,5 +133,12 @@ def load_settings() -> ViewSettings:
         runs=int(get("runs")),
         cache_ttl_s=float(get("cache_ttl")),
         max_scans=max(1, int(get("max_scans"))),
-        layout=get("layout"),
+        layout=_layout(get("layout")),
     )
+
+
+def _layout(value: str) -> str:
+    """``[kafka_retry] layout``: ``topology`` or ``tiers``; anything else is an error naming the setting."""
+    if value not in ("topology", "tiers"):
+        raise ValueError(f"[{SECTION}] layout must be topology or tiers, got {value!r}")
+    return value

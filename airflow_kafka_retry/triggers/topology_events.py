@@ -67,6 +67,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         sent every ``gauge_interval`` seconds).
     :param setup_task: the task that creates the topology's topics, named by a setup event; None: none.
     :param busy_hold: seconds after its group last committed during which a lane fires no new wave.
+
     Other parameters as :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger`.
     """
 
@@ -199,8 +200,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             return "nothing is pending there" + ("" if watch.complete else " as far as could be read in 10 s")
         return (
             f"records are pending there from {', '.join(heads)}: drain them with the topology file that "
-            "still has this tier (airflow-kafka-retry drain --topology OLD.yaml --tier N), or put the "
-            "tier back"
+            "still has this tier (airflow-kafka-retry drain --topology OLD.yaml --tier N --handler ... "
+            "with the cluster's --bootstrap or --kafka-config), or put the tier back"
         )
 
     # ------------------------------------------------------------------ one lane, one step

@@ -131,14 +131,16 @@ def lane_changes(before: Any, lanes: Sequence[Mapping[str, Any]]) -> tuple[list[
     """
     The lanes added since the last watcher of the topology (names), and those removed (their mappings).
 
+    A lane whose topics or group changed under the same name (a Spring preset's delay-named topic after a
+    change of delays) counts as both: its old topic is left to no task, as a removed tier's is.
     ``before``: what :func:`lanes_state` saved (anything else: no earlier watcher, nothing to compare).
     """
     if not isinstance(before, Mapping) or not isinstance(before.get("lanes"), list):
         return [], []
-    old = {str(lane.get("name")): lane for lane in before["lanes"] if isinstance(lane, Mapping)}
-    new = {str(lane["name"]) for lane in lanes}
-    added = [str(lane["name"]) for lane in lanes if lane["name"] not in old]
-    removed = [dict(lane) for name, lane in old.items() if name not in new]
+    old = [dict(lane) for lane in before["lanes"] if isinstance(lane, Mapping)]
+    now = lanes_state(lanes)["lanes"]
+    added = [str(lane["name"]) for lane in now if lane not in old]
+    removed = [lane for lane in old if lane not in now]
     return added, removed
 
 

@@ -415,7 +415,9 @@ def test_default_args_and_dag_kwargs_reach_every_dag_and_task(tmp_path):
 
 
 def test_dag_kwargs_the_factory_owns_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="sets schedule of each DAG itself; use tier_overrides"):
+    with pytest.raises(
+        ValueError, match=r"sets schedule of each DAG itself; use sweep= \(or, with layout='tiers'"
+    ):
         build_retry_dags(ORDERS, handler=HANDLER, schedule="@daily")
     with pytest.raises(ValueError, match="max_active_runs must be 1"):
         build_retry_dags(ORDERS, **TIERS, handler=HANDLER, max_active_runs=2)

@@ -241,6 +241,9 @@ def test_lane_changes_name_what_was_added_and_removed():
         {"name": "watch_dlt", "topics": ["d"], "group": "w"},
     ]
     assert lane_changes(lanes_state(old), new) == (["watch_dlt"], [old[1]])
+    # a tier whose topic changed under the same task id: its old topic is left to no task
+    moved = [{"name": "retry_1", "topics": ["a2"], "group": "g1"}, old[1]]
+    assert lane_changes(lanes_state(old), moved) == (["retry_1"], [old[0]])
     assert lane_changes(None, new) == ([], [])
     assert lane_changes({"lanes": "garbled"}, new) == ([], [])
     assert lanes_state(new) == {
