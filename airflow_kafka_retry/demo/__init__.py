@@ -1,10 +1,11 @@
 """
 ``airflow-kafka-retry demo``: the retry path end to end, run by real Airflow on an embedded broker.
 
-Orders stream into a main topic; factory-built tier DAGs (the main topic as tier 0, two short
-retry tiers) run them under the Airflow scheduler when their records are due (or ``airflow dags
-test`` with ``fast``), with DLT notifiers; live progress per tier; then the bug is fixed and the DLT replayed
-with the replay DAG; the demo ends with where every order went (it must add up) and a picture.
+Orders stream into a main topic; the factory-built topology DAG, a task per tier (the main topic as
+tier 0, two short retry tiers), runs them under the Airflow scheduler when their records are due (or
+``airflow dags test`` with ``fast``), with DLT notifiers; live progress per tier; then the bug is fixed
+and the DLT replayed with the replay DAG; the demo ends with where every order went (it must add up)
+and a picture.
 No Airflow import here: the handler in :mod:`airflow_kafka_retry.demo.orders` runs in workers.
 """
 

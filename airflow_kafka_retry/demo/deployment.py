@@ -1,9 +1,11 @@
 """
 The demo's throw-away Airflow home: topology file, DAG file and the environment of every Airflow process.
 
-The tier DAGs are the factory's (``build_retry_dags`` with ``include_main=True``, so the main topic
-runs as tier 0 too), event-driven (the default), with the DLT notifiers (``DltLogNotifier`` and the
-demo's alert recorder), the DLT-watch DAG and the setup DAG; the replay DAG is ``build_dlt_replay_dag``'s.
+The retry path is the factory's one topology DAG (``build_retry_dags``' default layout, event-driven,
+with ``include_main=True``, so the main topic runs as tier 0 too): ``kafka_retry__<topic>``, whose task
+``due`` runs the lanes its watcher found due, ``main``, ``retry_1``, ``retry_2`` (a task per tier),
+``watch_dlt`` (new dead letters) and ``ensure_topics`` (the topology's topics), with the DLT notifiers
+(``DltLogNotifier`` and the demo's alert recorder); the replay DAG is ``build_dlt_replay_dag``'s.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from __future__ import annotations
 import json
 import textwrap
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,17 +26,12 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 DELAYS = ("10s", "20s")
-#: The main topic's DAG (delay 0) and the 10 s tier are scheduled at this floor (the factory's default
-#: is 30 s).
-MIN_SCHEDULE = timedelta(seconds=5)
 DAG_ID_TEMPLATE = "kafka_retry__{topic}"
 HANDLER = "airflow_kafka_retry.demo.orders:handle_orders"
 DESERIALIZER = "airflow_kafka_retry.demo.orders:decode_order"
 
 DAG_FILE = '''
-"""The demo's DAGs (written by ``airflow-kafka-retry demo``): one per tier, the DLT watch, the replay."""
-from datetime import timedelta
-
+"""The demo's DAGs (written by ``airflow-kafka-retry demo``): the topology's (a task per tier), the replay."""
 from airflow_kafka_retry import build_dlt_replay_dag, build_retry_dags
 from airflow_kafka_retry.demo.orders import record_alert
 from airflow_kafka_retry.notifications.dlt_log import DltLogNotifier
@@ -47,7 +43,6 @@ globals().update(build_retry_dags(
     handler={handler!r},
     value_deserializer={deserializer!r},
     include_main=True,
-    min_schedule=timedelta(seconds={min_schedule}),
     on_dlt=[DltLogNotifier(), record_alert],
     options={{"batch_size": 25}},
     asset_server={asset_server!r},
@@ -96,15 +91,34 @@ class Deployment:
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.env['AIRFLOW__API__PORT']}"
 
-    def dag_id(self, topic: str) -> str:
-        return DAG_ID_TEMPLATE.format(topic=topic)
+    @property
+    def dag_id(self) -> str:
+        """The topology's one DAG: a task per tier, the DLT watch and the setup."""
+        return DAG_ID_TEMPLATE.format(topic=self.topology.topic)
+
+    def task_id(self, tier: Tier) -> str:
+        """The task of the topology DAG that drains ``tier``: ``main`` (tier 0), ``retry_<n>``."""
+        from airflow_kafka_retry.factory.topology_dag import lane_id  # imports Airflow: only when asked
+
+        return lane_id(tier)
 
     @property
-    def setup_dag_id(self) -> str:
-        """The factory's ``@once`` DAG that creates the retry path's topics."""
-        from airflow_kafka_retry.factory.retry_dags import SETUP_SUFFIX
+    def setup_task(self) -> str:
+        """The topology DAG's task that creates the retry path's topics."""
+        from airflow_kafka_retry.factory.topology_dag import SETUP_TASK_ID
 
-        return self.dag_id(self.topology.topic) + SETUP_SUFFIX
+        return SETUP_TASK_ID
+
+    @property
+    def watch_task(self) -> str:
+        """The topology DAG's task that reports new dead letters."""
+        from airflow_kafka_retry.factory.dag_builders import WATCH_TASK_ID
+
+        return WATCH_TASK_ID
+
+    def lanes_conf(self, *task_ids: str) -> str:
+        """A run's conf (``--conf``) that runs only these tasks of the topology DAG (its ``due`` branch)."""
+        return json.dumps({"lanes": list(task_ids)})
 
     @property
     def replay_dag_id(self) -> str:
@@ -179,7 +193,6 @@ def prepare(
                 topology=str(topology_file),
                 handler=HANDLER,
                 deserializer=DESERIALIZER,
-                min_schedule=int(MIN_SCHEDULE.total_seconds()),
                 asset_server=bootstrap.split(",")[0],
             )
         ).lstrip()

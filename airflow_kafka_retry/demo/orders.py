@@ -1,7 +1,7 @@
 """
 The demo's order service: the orders it receives, its handler, and the bug that gets fixed.
 
-Runs inside the Airflow workers (the tier DAGs call :func:`handle_orders`), so it imports no
+Runs inside the Airflow workers (the tier tasks call :func:`handle_orders`), so it imports no
 Airflow. Each order's fate follows from its id:
 
 - ``ok``: processed on the main topic;

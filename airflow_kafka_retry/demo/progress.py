@@ -1,9 +1,10 @@
 """
-Live progress of the demo: per tier drained, succeeded, routed, waiting and next due.
+Live progress of the demo: per tier its runs, drained, succeeded, routed, waiting and next due.
 
-Counts come from the reprocess tasks' XCom run summaries (Airflow's metadata DB) and the broker
-(``scan_backlog``: the tier group's backlog and due times, read from headers); never from
-payloads. Rendered with ``rich``.
+A tier is a task of the topology DAG (``main``, ``retry_1``, ...). Counts come from Airflow's metadata
+DB -- the runs in which the tier's task ran (not skipped by the ``due`` branch), its XCom run summaries
+-- and the broker (``scan_backlog``: the tier group's backlog and due times, read from headers); never
+from payloads. Rendered with ``rich``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.demo.deployment import Deployment
 
 PROGRESS_GROUP_SUFFIX = "-demo-progress"  # never commits: counts every record of a DLT
+#: Task states of a task that did not run in its DAG run: the ``due`` branch skipped it, or ``due`` failed.
+NOT_RUN = ("skipped", "upstream_failed", "removed")
+#: Task states of a task still going.
+BUSY = ("scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting")
 
 
 @dataclass
@@ -37,7 +42,8 @@ class TierProgress:
 
     topic: str
     delay_s: float
-    runs: int = 0
+    task_id: str  # its task in the topology DAG
+    runs: int = 0  # runs of the topology DAG its task ran in
     running: bool = False
     drained: int = 0
     succeeded: int = 0
@@ -60,6 +66,7 @@ class Snapshot:
     at_ms: int
     errors: list[str] = field(default_factory=list)
     last_alert: dict[str, Any] | None = None
+    dag_id: str = ""  # the topology DAG whose tasks drain the tiers
 
     @property
     def settled(self) -> bool:
@@ -67,8 +74,8 @@ class Snapshot:
         return all(t.waiting == 0 for t in self.tiers)
 
 
-def _rows(database_url: str, sql: str) -> list[tuple]:
-    """Rows of ``sql`` on the demo's metadata DB; none while it is not created or migrated yet."""
+def _rows(database_url: str, sql: str, *params: object) -> list[tuple]:
+    """Rows of ``sql`` (``?`` placeholders) on the demo's metadata DB; none while it is not migrated yet."""
     if database_url.startswith("sqlite:///") and not Path(database_url.removeprefix("sqlite:///")).exists():
         return []
     not_ready: tuple[type[Exception], ...] = (sqlite3.OperationalError,)
@@ -77,36 +84,55 @@ def _rows(database_url: str, sql: str) -> list[tuple]:
 
         not_ready = (psycopg2.ProgrammingError,)  # an undefined table
     try:
-        return query_metadata(database_url, sql)
+        return query_metadata(database_url, sql, *params)
     except not_ready:
         return []
 
 
-def xcom_summaries(database_url: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(dag_id, run_id, summary)`` of every reprocess task that pushed a run summary."""
+def _marks(values: Collection[object]) -> str:
+    return ", ".join("?" * len(values))
+
+
+def xcom_summaries(
+    database_url: str, dag_id: str, task_ids: Collection[str]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(task_id, run_id, summary)`` of every run summary the tasks ``task_ids`` of ``dag_id`` pushed."""
+    if not task_ids:
+        return []
     rows = _rows(
         database_url,
-        "SELECT dag_id, run_id, value FROM xcom WHERE task_id = 'reprocess' AND "
-        "key IN ('return_value', 'summary')",
+        f"SELECT task_id, run_id, value FROM xcom WHERE dag_id = ? AND task_id IN ({_marks(task_ids)}) "
+        "AND key IN ('return_value', 'summary')",
+        dag_id,
+        *task_ids,
     )
     out = []
-    for dag_id, run_id, value in rows:
+    for task_id, run_id, value in rows:
         data = json.loads(value) if isinstance(value, (str, bytes)) else value
         if isinstance(data, str):
             data = json.loads(data)
         if isinstance(data, Mapping) and "totals" in data:
-            out.append((dag_id, run_id, dict(data)))
+            out.append((task_id, run_id, dict(data)))
     return out
 
 
-def dag_runs(database_url: str) -> dict[str, tuple[int, int]]:
-    """dag_id -> (runs, runs not finished)."""
+def task_runs(database_url: str, dag_id: str) -> dict[str, tuple[int, int]]:
+    """
+    task_id -> (runs of ``dag_id`` the task ran in, of which not finished).
+
+    A run that skipped the task (its ``due`` branch did not name it) does not count, nor one whose
+    ``due`` has not decided yet (the task has no state).
+    """
     rows = _rows(
         database_url,
-        "SELECT dag_id, count(*), sum(CASE WHEN state IN ('queued', 'running') THEN 1 ELSE 0 END) "
-        "FROM dag_run GROUP BY dag_id",
+        f"SELECT task_id, count(*), sum(CASE WHEN state IN ({_marks(BUSY)}) THEN 1 ELSE 0 END) "
+        f"FROM task_instance WHERE dag_id = ? AND state IS NOT NULL AND state NOT IN ({_marks(NOT_RUN)}) "
+        "GROUP BY task_id",
+        *BUSY,
+        dag_id,
+        *NOT_RUN,
     )
-    return {dag_id: (runs, active or 0) for dag_id, runs, active in rows}
+    return {task_id: (runs, active or 0) for task_id, runs, active in rows}
 
 
 class ProgressReader:
@@ -122,18 +148,19 @@ class ProgressReader:
         topology = self.deployment.topology
         db = self.deployment.database_url
         now = int(time.time() * 1000)
-        by_dag: dict[str, list[dict[str, Any]]] = {}
-        for dag_id, _, summary in xcom_summaries(db):
-            by_dag.setdefault(dag_id, []).append(summary)
-        runs = dag_runs(db)
+        tasks = {tier.topic: self.deployment.task_id(tier) for tier in self.deployment.tiers}
+        by_task: dict[str, list[dict[str, Any]]] = {}
+        for task_id, _, summary in xcom_summaries(db, self.deployment.dag_id, tasks.values()):
+            by_task.setdefault(task_id, []).append(summary)
+        runs = task_runs(db, self.deployment.dag_id)
         errors: list[str] = []
         tiers = []
         for tier in self.deployment.tiers:
-            dag_id = self.deployment.dag_id(tier.topic)
-            row = TierProgress(tier.topic, tier.delay_ms / 1000)
-            row.runs, active = runs.get(dag_id, (0, 0))
+            task_id = tasks[tier.topic]
+            row = TierProgress(tier.topic, tier.delay_ms / 1000, task_id)
+            row.runs, active = runs.get(task_id, (0, 0))
             row.running = active > 0
-            for summary in by_dag.get(dag_id, []):
+            for summary in by_task.get(task_id, []):
                 totals = summary["totals"]
                 row.drained += totals["drained"]
                 row.succeeded += totals["succeeded"]
@@ -143,7 +170,7 @@ class ProgressReader:
                 self.kafka_config, tier.topic, topology.consumer_group(tier), now_ms=now, timeout_s=5
             )
             if backlog.error and "do not exist" in backlog.error:
-                row.waiting = 0  # the setup DAG has not created it yet: nothing waits there
+                row.waiting = 0  # the setup task has not created it yet: nothing waits there
             elif backlog.error:
                 errors.append(backlog.error)
             else:
@@ -173,19 +200,23 @@ class ProgressReader:
             now,
             errors,
             alerts[-1] if alerts else None,
+            self.deployment.dag_id,
         )
 
 
 def render(snap: Snapshot, *, elapsed_s: float) -> Group:
     table = Table(
-        title=f"Retry tiers under Airflow: {snap.phase} ({elapsed_s:.0f}s)",
+        title=f"Retry tiers under Airflow ({snap.dag_id or 'DAG'}): {snap.phase} ({elapsed_s:.0f}s)",
         title_justify="left",
+        caption="runs: the DAG's runs that ran the tier's task (▶: one going)",
+        caption_justify="left",
         expand=False,
     )
     for name, justify in (
         ("tier", "left"),
+        ("task", "left"),
         ("delay", "right"),
-        ("DAG runs", "right"),
+        ("runs", "right"),
         ("drained", "right"),
         ("succeeded", "right"),
         ("routed on", "right"),
@@ -205,6 +236,7 @@ def render(snap: Snapshot, *, elapsed_s: float) -> Group:
         waiting = "?" if t.waiting is None else str(t.waiting)
         table.add_row(
             t.topic,
+            t.task_id,
             f"{t.delay_s:.0f}s" if i else "main",
             runs,
             str(t.drained),

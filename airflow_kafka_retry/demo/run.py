@@ -1,10 +1,12 @@
 """
-The demo's course: broker, Airflow, orders, the tier DAGs at work, the fix and DLT replay, the account.
+The demo's course: broker, Airflow, orders, the tiers at work, the fix and DLT replay, the account.
 
-Full mode runs the tier DAGs under the real scheduler (api-server, scheduler, dag-processor and
-triggerer, LocalExecutor on SQLite, or on a private PostgreSQL server with ``postgres``); ``fast``
-runs each DAG with ``airflow dags test``, in schedule order, whenever its tier has records waiting
-(for CI). Every process started here is stopped on the way out, on errors and Ctrl-C too.
+The retry path is one topology DAG with a task per tier (``deployment.py``). Full mode runs it under
+the real scheduler (api-server, scheduler, dag-processor and triggerer, LocalExecutor on SQLite, or on
+a private PostgreSQL server with ``postgres``): the topology's watcher starts a run naming the tiers
+that are due (and, first, ``ensure_topics``). ``fast`` runs it with ``airflow dags test``, a run per
+tier with records waiting, in schedule order, its conf naming that tier's task (for CI). Every process
+started here is stopped on the way out, on errors and Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -18,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.live import Live
+from rich.markup import escape
 
 from airflow_kafka_retry.demo.account import (
     Account,
-    dead_ends,
     produced_fates,
     read_parked,
     read_produced,
@@ -66,7 +68,7 @@ class Demo:
         self.reader = ProgressReader(deployment, self.kafka_config)
         self.cluster = AirflowCluster(deployment.home, deployment.env)
         self.started = time.monotonic()
-        # fast: the DAG runs one after another in one Airflow process, which starts up once
+        # fast: the DAG's runs one after another in one Airflow process, which starts up once
         self.commands = AirflowCommands(
             airflow=self.cluster.airflow, env=deployment.env, home=deployment.home, warm=fast
         )
@@ -76,16 +78,16 @@ class Demo:
         from airflow_kafka_retry.testing.topics import create_topics
 
         topology = self.d.topology
-        # the shop's topic; the setup DAG creates the tiers, DLTs and parking topic
+        # the shop's topic; the DAG's setup task creates the tiers, DLTs and parking topic
         create_topics(self.bootstrap, [topology.topic], self.partitions)
         if self.fast:
             self._say(
-                f"Airflow: metadata DB ({self.d.database_name}), DAGs parsed; the DAGs run with "
-                "`airflow dags test`, one after another in one Airflow process"
+                f"Airflow: metadata DB ({self.d.database_name}), DAGs parsed; {self.d.dag_id} runs with "
+                "`airflow dags test`, one run after another in one Airflow process, its conf naming the tasks"
             )
             self.cluster.migrate()
             self._cli("dags", "reserialize")
-            self._cli("dags", "test", self.d.setup_dag_id)
+            self._test_run(self.d.setup_task)
         else:
             self._say(
                 "Airflow: starting api-server, scheduler, dag-processor, triggerer "
@@ -97,16 +99,16 @@ class Demo:
                 f"{self.d.api_url}/kafka-retry/)  [yellow]demo only: no login, every visitor is an admin[/]"
             )
             self._wait_for_setup()
+        tasks = ", ".join(self.d.task_id(t) for t in self.d.tiers)
         self._say(
-            f"the setup DAG {self.d.setup_dag_id} created the retry path's topics; the tier DAGs run when "
-            "their records are due (event-driven, in the triggerer)"
+            f"{self.d.dag_id}'s {self.d.setup_task} task created the retry path's topics; its tier tasks ("
+            f"{tasks}) run when their records are due, {self.d.watch_task} when dead letters arrive"
+            + ("" if self.fast else " (the topology's watcher in the triggerer starts a run naming them)")
         )
         producer = self._produce()
         self._drain("orders flowing through the tiers", producer)
         if self.fast:
-            self._cli(
-                "dags", "test", self.d.dag_id(dead_ends(topology)[0])
-            )  # the DLT watch: alerts for new records
+            self._test_run(self.d.watch_task)  # the DLT watch: alerts for new records
         self._say(
             f"[bold]Fixing the bug[/]: CHF exchange rates deployed ({FIX_FLAG}). Replaying "
             f"{topology.dlt_topic} with the replay DAG {self.d.replay_dag_id} (dry_run off)"
@@ -118,21 +120,28 @@ class Demo:
         return self._account()
 
     def _wait_for_setup(self) -> None:
-        """The ``@once`` setup DAG runs when the scheduler first sees it; the orders flow once it is done."""
+        """
+        Until the DAG's setup task succeeded in some run; the orders flow once it has.
+
+        The topology's watcher finds the retry path's topics missing and fires an event naming the setup
+        task (a sweep run would run it too); the task retries a few times on its own.
+        """
         deadline = time.monotonic() + PHASE_TIMEOUT_S
         while True:
             states = [
                 s
                 for (s,) in self.cluster.query(
-                    "SELECT state FROM dag_run WHERE dag_id = ?", self.d.setup_dag_id
+                    "SELECT state FROM task_instance WHERE dag_id = ? AND task_id = ?",
+                    self.d.dag_id,
+                    self.d.setup_task,
                 )
             ]
-            if states and states[-1] == "success":
+            if "success" in states:
                 return
-            if states and states[-1] == "failed" or time.monotonic() > deadline:
+            if "failed" in states or time.monotonic() > deadline:
                 raise DemoError(
-                    f"the setup DAG {self.d.setup_dag_id} did not create the topics ({states or 'no run'}"
-                    f"); see the logs in {self.d.home}"
+                    f"{self.d.dag_id}.{self.d.setup_task} did not create the topics ({states or 'no run'}); "
+                    f"see the logs in {self.d.home}"
                 )
             self.cluster.check_alive()
             time.sleep(1)
@@ -208,8 +217,12 @@ class Demo:
             for tier in waiting:  # in schedule order: main topic, then each tier
                 if tier.next_due_ms is not None:
                     time.sleep(max(0.0, tier.next_due_ms / 1000 - time.time()))
-                self._cli("dags", "test", self.d.dag_id(tier.topic))
+                self._test_run(tier.task_id)
                 self._show(self.reader.snapshot())
+
+    def _test_run(self, *task_ids: str) -> None:
+        """Fast mode: a run of the topology DAG (``airflow dags test``) that runs only ``task_ids``."""
+        self._cli("dags", "test", self.d.dag_id, "--conf", self.d.lanes_conf(*task_ids))
 
     def _picture(self, path: Path) -> None:
         """The Retry tiers view of this demo's Airflow, once: records waiting in a tier and dead letters."""
@@ -285,7 +298,8 @@ class Demo:
         produced = produced_fates(written)
         (self.d.root / "produced.json").write_text(json.dumps(produced))
         parked = read_parked(self.kafka_config, topology)
-        summaries = [s for _, _, s in xcom_summaries(self.d.database_url)]
+        tasks = [self.d.task_id(tier) for tier in self.d.tiers]
+        summaries = [s for _, _, s in xcom_summaries(self.d.database_url, self.d.dag_id, tasks)]
         return reconcile(
             topology,
             produced,
@@ -310,20 +324,24 @@ class Demo:
     def _live(self) -> Iterator[Callable[[Snapshot], None]]:
         if not self.console.is_terminal:
             last = [0.0]
+            unshown: list[Snapshot] = []
 
-            def show(snap: Snapshot) -> None:  # a log, not a terminal: a table every 15 s
+            def show(snap: Snapshot) -> None:  # a log, not a terminal: a table every 15 s, and the last one
+                unshown[:] = [snap]
                 if time.monotonic() - last[0] >= 15:
                     last[0] = time.monotonic()
-                    self._show(snap)
+                    self._show(unshown.pop())
 
             yield show
+            if unshown:  # the phase's end, as a terminal keeps its last table
+                self._show(unshown.pop())
             return
         with Live(console=self.console, refresh_per_second=2, transient=False) as live:
             yield lambda snap: live.update(render(snap, elapsed_s=self._elapsed()))
 
     def _cli(self, *args: str, timeout: float = 600) -> str:
         """``airflow *args``, announced: its output (a :class:`DemoError` if it failed)."""
-        self._say(f"[cyan]airflow {' '.join(args[:3])}[/]")
+        self._say(f"[cyan]airflow {escape(' '.join(args))}[/]")
         return self.commands.run(*args, timeout=timeout)
 
     def stop(self) -> None:

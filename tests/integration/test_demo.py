@@ -1,11 +1,13 @@
 """The README's main command, ``airflow-kafka-retry demo``, end to end in a subprocess, in both modes.
 
-``--fast`` runs the factory-built tier DAGs with ``airflow dags test`` (SQLite); without it the real
-scheduler, triggerer, dag-processor and api-server run them, here with ``--postgres`` (the metadata DB on a
-private PostgreSQL server). Either way the demo uses the embedded
+The retry path is the factory's one topology DAG (a task per tier behind its ``due`` branch). ``--fast``
+runs it with ``airflow dags test`` (SQLite), each run's conf naming the tier it runs; without it the real
+scheduler, triggerer, dag-processor and api-server run it, the topology's watcher starting the runs, here
+with ``--postgres`` (the metadata DB on a private PostgreSQL server). Either way the demo uses the embedded
 broker, fixes the bug, replays the DLT with the replay DAG and ends with the account. Checked: it exits 0;
 every order is in exactly one final place, the one its fate calls for, and the places add up to
-the orders read back from the topic (none unaccounted for, none handled successfully twice); the XCom
+the orders read back from the topic (none unaccounted for, none handled successfully twice); the live
+table shows each tier's task and the runs it ran in (a fast run ran just the tasks its conf named); the XCom
 run summaries agree with the service's books; no record was handled before its due time; the PNG
 exists and is a real picture; the data it was drawn from equals the table's counts; the lineage graph
 drawn from the OpenLineage events has the flow's hops, and the StatsD counters the graph's; no Airflow
@@ -156,6 +158,53 @@ def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
     assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], (
         "an Airflow process outlived the demo"
     )
+
+
+#: A row of the demo's live table: tier, task, delay, runs (▶: one going), drained.
+TIER_ROW = re.compile(r"│ (orders\S*) +│ (\w+) +│ +\w+ │ +(\d+)(?: ▶)? │ +(\d+) │")
+
+
+def test_the_live_table_shows_each_tier_as_its_task_of_the_topology_dag(demo_run):
+    """Each tier's row names its task (``main``, ``retry_1``, ``retry_2``); by the end every tier's task has
+    run and drained records."""
+    _, done = demo_run
+    rows = TIER_ROW.findall(done.stdout)
+    last = {tier: (task, int(runs), int(drained)) for tier, task, runs, drained in rows}  # the last table
+    assert {tier: task for tier, (task, _, _) in last.items()} == {
+        "orders": "main",
+        "orders-retry-1": "retry_1",
+        "orders-retry-2": "retry_2",
+    }, done.stdout[-6000:]
+    for tier, (_, runs, drained) in last.items():
+        assert runs >= 1, (tier, runs, drained)
+        assert drained >= 1, (tier, runs, drained)
+    assert last["orders"][1] >= 2, "the main topic runs again for the replayed orders"
+
+
+def test_each_fast_run_runs_only_the_tasks_its_conf_names(demo_processes):
+    """``airflow dags test --conf '{"lanes": [...]}'`` reaches the ``due`` branch: each run of the topology
+    DAG ran exactly the tasks its conf named (the setup first, then a tier or the DLT watch), the others
+    skipped."""
+    import sqlite3
+    from contextlib import closing
+
+    out, done = _finished(demo_processes, "fast")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
+    with closing(sqlite3.connect(out / "airflow" / "airflow.db")) as con:
+        confs = dict(con.execute("SELECT run_id, conf FROM dag_run WHERE dag_id = 'kafka_retry__orders'"))
+        states = con.execute(
+            "SELECT run_id, task_id, state FROM task_instance WHERE dag_id = 'kafka_retry__orders'"
+        ).fetchall()
+    ran: dict[str, set[str]] = {run_id: set() for run_id in confs}
+    for run_id, task_id, state in states:
+        assert state in ("success", "skipped"), (run_id, task_id, state)
+        if state == "success" and task_id != "due":
+            ran[run_id].add(task_id)
+    named = {run_id: set(json.loads(conf)["lanes"]) for run_id, conf in confs.items()}
+    assert ran == named
+    lanes = [sorted(named[run_id]) for run_id in sorted(named)]
+    assert lanes[0] == ["ensure_topics"]
+    assert {"main", "retry_1", "retry_2", "watch_dlt"} <= {lane for [lane] in lanes[1:]}
 
 
 def test_the_scheduler_demo_pictures_its_own_retry_tiers_view(demo_processes):
