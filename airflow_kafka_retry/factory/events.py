@@ -184,9 +184,19 @@ class EventSettings:
         )
 
     def topology_asset(
-        self, main_topic: str, lanes: Sequence[Mapping[str, Any]], *, dag_id: str, setup_task: str | None
+        self,
+        main_topic: str,
+        lanes: Sequence[Mapping[str, Any]],
+        *,
+        dag_id: str,
+        setup_task: str | None,
+        follow: bool = True,
     ) -> Asset:
-        """The asset of a topology DAG, watched by one ``TopologyDueEventTrigger`` over all its lanes."""
+        """
+        The asset of a topology DAG, watched by one ``TopologyDueEventTrigger`` over all its lanes.
+
+        ``follow``: the tier tasks follow their next record (the local engine) for ``self.follow``.
+        """
         from airflow.sdk import Asset, AssetWatcher
 
         from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
@@ -196,6 +206,7 @@ class EventSettings:
             lanes=lanes,
             kafka_conn_id=self.kafka_conn_id,
             setup_task=setup_task,
+            follow=self.follow.total_seconds() if follow and self.follow is not None else 0.0,
             **self._timing(),
         )
         uri = topology_asset_uri(self.kafka_conn_id, main_topic)

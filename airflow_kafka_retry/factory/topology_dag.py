@@ -122,7 +122,13 @@ def topology_dag(
     active_runs = kwargs.pop("max_active_runs", DEFAULT_ACTIVE_RUNS)
     kwargs.setdefault("doc_md", retry_path(topology, tiers))
     lanes = topology_lanes(topology, tiers, settings, dlt_watch=dlt_watch)
-    watched = events.topology_asset(topology.topic, lanes, dag_id=dag_id, setup_task=SETUP_TASK_ID)
+    watched = events.topology_asset(
+        topology.topic,
+        lanes,
+        dag_id=dag_id,
+        setup_task=SETUP_TASK_ID,
+        follow=reprocess["engine"] != "spark",  # the Spark engine drains once per run
+    )
     description = f"Kafka retry: the retry path of {topology.topic} ({len(tiers)} tier(s))"
     kafka_conn_id = reprocess["kafka_conn_id"]
     with factory_dag(dag_id, sweep, description, kwargs, watched=watched, max_active_runs=active_runs) as dag:

@@ -11,9 +11,10 @@ Each lane keeps its own wave (``policy/waves.py``) in the asset's state store un
 before the event is yielded, so everything the tier triggers guarantee holds per lane: a restarted
 triggerer neither fires a wave twice at once nor forgets it, a wave no run took fires again
 ``refire_after`` after it became runnable, and a window holds a lane's wave until it opens. Runs of the
-topology DAG overlap (a long retry-2 drain does not hold back retry-1's waves), so a lane whose group
-committed within the last ``busy_hold`` seconds -- its run is draining on -- fires no new wave: the run
-takes those records itself, rather than a queue of runs waiting behind it.
+topology DAG overlap (a long retry-2 drain does not hold back retry-1's waves), so a lane whose run is
+draining on fires no new wave for the records that run takes itself, rather than a queue of runs waiting
+behind it: while its group committed within the last ``follow`` + ``busy_hold`` seconds, the heads due
+by the last commit plus ``follow`` (the tasks' own wait for their next record) are held.
 
 When a lane's topics do not exist (a first deployment), the trigger fires a *setup* event naming the
 setup task (which creates the topology's topics), at most once per ``SETUP_REFIRE_S``. Only the
@@ -66,7 +67,10 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         reprocessing window), ``due_horizon_ms`` and ``tier_index`` (a tier: its backlog gauges are
         sent every ``gauge_interval`` seconds).
     :param setup_task: the task that creates the topology's topics, named by a setup event; None: none.
-    :param busy_hold: seconds after its group last committed during which a lane fires no new wave.
+    :param busy_hold: seconds after its group last committed (plus ``follow``) during which a lane holds
+        the heads its run is taking itself.
+    :param follow: how long the lanes' tasks wait for their next record (their ``follow``; 0: none): the
+        heads due within this of a lane's last commit are its running task's.
 
     Other parameters as :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger`.
     """
@@ -85,6 +89,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         fire_ahead: float = 0.0,
         refire_after: float = 45.0,
         busy_hold: float = 5.0,
+        follow: float = 0.0,
         poll_interval: float = 0.5,
         commit_check: float = 1.0,
         idle_check: float = 30.0,
@@ -96,6 +101,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             "fire_ahead": fire_ahead,
             "refire_after": refire_after,
             "busy_hold": busy_hold,
+            "follow": follow,
             "poll_interval": poll_interval,
             "commit_check": commit_check,
             "idle_check": idle_check,
@@ -252,13 +258,19 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         wake = now + self._s("poll_interval")
         if lane.wave is not None or not watch.heads:
             return wake
-        hold = lane.last_move_ms + self._s("busy_hold")
-        if now < hold:  # its run is draining on: it takes these records itself
-            return min(wake, hold)
         read_due = lane.spec.get("read_due", True)
         heads = {k: h.due_at(now) if read_due else now for k, h in watch.heads.items()}
         plan = plan_wave(heads, now_ms=now, window=lane.window, fire_ahead_ms=self._s("fire_ahead"))
         if plan.action == "fire":
+            taken_by_run = lane.last_move_ms + self._s("follow")
+            hold = taken_by_run + self._s("busy_hold")
+            # when the wave's first record became due (a record without a due header: when it was written)
+            first = min(
+                (h.due_ms if h.due_ms is not None else h.timestamp_ms or now)
+                for h in (watch.heads[k] for k in plan.keys)
+            )
+            if now < hold and first <= taken_by_run:
+                return min(wake, hold)  # its run is draining on: it takes these records itself
             return plan
         return min(wake, plan.wake_ms) if plan.action == "wait" and plan.wake_ms is not None else wake
 
@@ -318,7 +330,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 if fire or setup:
                     if setup:
                         setup_fired_ms = now
-                    yield await self._fire(fire, now, setup=setup)
+                    yield await self._fire(fire, wall_clock_ms(), setup=setup)
                     self._at("after_yield")
                     continue
                 await asyncio.sleep(max(0.0, min(wake - wall_clock_ms(), self._s("poll_interval")) / 1000))
@@ -332,7 +344,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         lanes: dict[str, Any] = {}
         for lane, plan, watch in fire:
             positions = tuple((t, p, watch.heads[(t, p)].offset) for t, p in plan.keys)
-            lane.wave = wave = Wave(positions, now, plan.not_before_ms or now)
+            # the plan was made a little earlier (a broker call in between): a due wave is runnable from now
+            lane.wave = wave = Wave(positions, now, max(plan.not_before_ms or now, now))
             lanes[lane.name] = wave_payload(watch, plan, wave)
         self._at("before_save")
         for lane, _, _ in fire:

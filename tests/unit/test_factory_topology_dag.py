@@ -70,6 +70,10 @@ def test_a_topology_is_one_dag_with_a_task_per_tier_behind_the_due_branch():
         False,
     )
     assert (trigger.timing["fire_ahead"], trigger.timing["refire_after"]) == (3.0, 45.0)
+    # the watcher holds the heads a running task takes itself: those due within its follow of a commit
+    assert (trigger.timing["follow"], trigger.timing["busy_hold"]) == (10.0, 5.0)
+    spark = build_retry_dags(ORDERS, handler=HANDLER, engine="spark")["kafka_retry__orders"]
+    assert _trigger(spark).timing["follow"] == 0.0  # a Spark run drains once
     # one weekly sweep for the DAG, at a time of day derived from its id
     spread, day = zlib.crc32(b"kafka_retry__orders"), zlib.crc32(b"orders") % 7
     assert dag.timetable.timetable.expression == f"{spread % 60} {spread // 60 % 24} * * {day}"

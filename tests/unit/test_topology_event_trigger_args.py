@@ -56,6 +56,7 @@ def test_the_serialized_kwargs_rebuild_an_equal_trigger():
         "fire_ahead": 1.5,
         "refire_after": 30,
         "busy_hold": 2.0,
+        "follow": 0.0,
         "poll_interval": 0.25,
         "commit_check": 0.75,
         "idle_check": 10,
