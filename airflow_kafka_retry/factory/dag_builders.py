@@ -170,6 +170,7 @@ def reprocess_task(
         "max_run": settings.max_run,
         "asset_server": asset_server,
         "skip_missing_topic": events is not None,
+        "pool": settings.pool,
     }
     common.update({k: v for k, v in optional.items() if v})  # unset: the operator's own default
     if engine == "spark":

@@ -1,5 +1,5 @@
 """
-``tier_overrides`` of ``build_retry_dags``: per-tier schedule, reprocessing window, time zone, run limit.
+``tier_overrides`` of ``build_retry_dags``: per-tier schedule, window, time zone, run limit and pool.
 
 ``{"orders-retry-3": {"schedule": "0 1 * * *", "window": "01:00-05:00", "timezone": "Europe/Berlin",
 "max_run": "2h"}}``: keys are topic names of the topology's tiers; every error names the tier and the key.
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-OVERRIDE_KEYS = ("schedule", "window", "timezone", "max_run")
+OVERRIDE_KEYS = ("schedule", "window", "timezone", "max_run", "pool")
 #: What the DLT-watch DAG takes (it drains nothing: no window, no run limit).
 WATCH_KEYS = ("schedule",)
 
@@ -45,12 +45,14 @@ class TierSettings:
     :param window: ``HH:MM-HH:MM`` reprocessing window, or None (always open).
     :param timezone: IANA name the window and a cron schedule are read in (None: UTC).
     :param max_run: longest a reprocess run may take before it stops at a chunk boundary.
+    :param pool: the Airflow pool of the tier's reprocess task (None: the DAG's default).
     """
 
     schedule: Any
     window: str | None = None
     timezone: str | None = None
     max_run: timedelta | None = None
+    pool: str | None = None
 
     @property
     def interval(self) -> timedelta | None:
@@ -109,6 +111,9 @@ def check_overrides(
             _check_window(name, settings["window"], timezone)
         if settings.get("max_run") is not None:
             _max_run(name, settings["max_run"])
+        pool = settings.get("pool")
+        if pool is not None and (not isinstance(pool, str) or not pool.strip()):
+            raise TierOverrideError(name, "pool", f"must be the name of an Airflow pool, got {pool!r}")
         checked[name] = dict(settings)
     return checked
 
@@ -131,6 +136,7 @@ def tier_settings(
         window=override.get("window"),
         timezone=override.get("timezone"),
         max_run=_max_run(tier.topic, max_run) if max_run is not None else None,
+        pool=override.get("pool"),
     )
 
 

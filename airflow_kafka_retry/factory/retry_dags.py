@@ -128,8 +128,9 @@ def build_retry_dags(
     :param spark_conn_id: the Spark connection, with ``engine="spark"``.
     :param tier_overrides: per-tier ``schedule`` (cron string, timedelta or timetable; in event mode the
         tier's sweep), ``window`` (``HH:MM-HH:MM``; in event mode the trigger holds a wave until the
-        window opens), ``timezone`` (of the window and a cron schedule) and ``max_run``; keyed by
-        topic name. The DLT-watch DAG's key (its DLT topic) takes only ``schedule``.
+        window opens), ``timezone`` (of the window and a cron schedule), ``max_run`` and ``pool`` (the
+        Airflow pool of the tier's task); keyed by topic name. The DLT-watch DAG's key (its DLT topic)
+        takes only ``schedule``; the topology layout takes no ``schedule``.
     :param min_schedule: a shorter ``timedelta`` schedule (or sweep) is raised to this, with a warning;
         records are still never handled before their due time.
     :param asset_server: one ``host:port`` of the cluster: the reprocess tasks then declare the next

@@ -343,7 +343,7 @@ def test_tier_overrides_with_a_window():
             {"orders-retry-1": {"windows": "01:00-02:00"}},
             (
                 r"tier_overrides\['orders-retry-1'\]\['windows'\]: unknown key; "
-                r"known keys: schedule, window, timezone, max_run"
+                r"known keys: schedule, window, timezone, max_run, pool"
             ),
         ),
         (

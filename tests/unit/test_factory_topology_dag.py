@@ -86,13 +86,23 @@ def test_windows_reach_the_lane_and_the_task_and_a_tier_schedule_is_refused():
         ORDERS,
         handler=HANDLER,
         tier_overrides={
-            "orders-retry-3": {"window": "01:00-05:00", "timezone": "Europe/Berlin", "max_run": "2h"}
+            "orders-retry-3": {
+                "window": "01:00-05:00",
+                "timezone": "Europe/Berlin",
+                "max_run": "2h",
+                "pool": "night_batch",
+            }
         },
     )["kafka_retry__orders"]
     lane = next(lane for lane in _trigger(dag).lanes if lane["name"] == "retry_3")
     assert (lane["window"], lane["timezone"]) == ("01:00-05:00", "Europe/Berlin")
     task = dag.get_task("retry_3")
     assert (task.window, task.timezone, task.max_run) == ("01:00-05:00", "Europe/Berlin", timedelta(hours=2))
+    assert (task.pool, dag.get_task("retry_1").pool) == ("night_batch", "default_pool")  # a pool per tier
+    with pytest.raises(
+        TierOverrideError, match=r"\['orders-retry-1'\]\['pool'\]: must be the name of an Airflow pool"
+    ):
+        build_retry_dags(ORDERS, handler=HANDLER, tier_overrides={"orders-retry-1": {"pool": ""}})
     with pytest.raises(
         TierOverrideError, match=r"\['orders-retry-3'\]\['schedule'\]: a topology DAG has one"
     ):
