@@ -132,13 +132,15 @@ def deploy(
     databases: AirflowDatabases | None = None,
     shards: int = 1,
     dag_layout: str = "topology",
+    shared_watch_consumers: bool = False,
 ) -> AirflowCluster:
     """
     Start an Airflow running ``topologies`` (name, retry delays) on the broker at ``bootstrap``.
 
     ``layout``: the DAG files, ``per_file`` (one per topology) or ``folder`` (one folder file, or
     ``shards`` files); ``dag_layout``: the factory's ``layout=``, ``topology`` or ``tiers`` (schedule mode
-    has only ``tiers``).
+    has only ``tiers``); ``shared_watch_consumers``: the triggerer's watchers share one consumer
+    (``[kafka_retry] shared_watch_consumers``; off: a consumer per watcher, one per topology DAG).
     """
     if dag_layout not in DAG_LAYOUTS:
         raise ValueError(f"dag_layout must be one of {', '.join(DAG_LAYOUTS)}, got {dag_layout!r}")
@@ -157,6 +159,7 @@ def deploy(
             # default timeouts (30 s import, 50 s processor); raised so the parse is measured, not killed
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "600",
             "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "900",
+            "AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS": str(shared_watch_consumers),
         },
         pythonpath=[REPO],
         database_url=database_url,

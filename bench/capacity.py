@@ -69,6 +69,7 @@ def capacity(
     *,
     per_file: int = 0,
     dag_layout: str = "topology",
+    shared_watch_consumers: bool = False,
 ) -> dict[str, Any]:
     """
     ``count`` idle event topologies from one folder, then records through the first one.
@@ -98,6 +99,7 @@ def capacity(
             databases=databases,
             shards=-(-count // per_file) if per_file else 1,
             dag_layout=dag_layout,
+            shared_watch_consumers=shared_watch_consumers,
         )
         try:
             watchers = watchers_each * count
@@ -143,6 +145,7 @@ def capacity(
             return {
                 "case": "capacity",
                 "dag_layout": dag_layout,
+                "shared_watch_consumers": shared_watch_consumers,
                 "layout": (
                     f"folder in {-(-count // per_file)} shard DAG files"
                     if per_file

@@ -159,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the factory's layout= in event mode: one DAG per topology (default), or a DAG per tier",
     )
     parser.add_argument(
+        "--shared-watch-consumers",
+        action="store_true",
+        help="capacity: the triggerer's watchers share one consumer ([kafka_retry] shared_watch_consumers)",
+    )
+    parser.add_argument(
         "--per-file",
         type=int,
         default=0,
@@ -201,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             },
             "window_seconds": args.seconds,
             "dag_layout": args.dag_layout,
+            "shared_watch_consumers": args.shared_watch_consumers,
             "results": results,
             "notes": NOTES,
         }
@@ -246,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                         databases,
                         per_file=args.per_file,
                         dag_layout=args.dag_layout,
+                        shared_watch_consumers=args.shared_watch_consumers,
                     )
                 )
             except RuntimeError as exc:  # a component died (e.g. SQLite "database is locked"): say so
