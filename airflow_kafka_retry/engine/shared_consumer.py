@@ -181,9 +181,17 @@ class Lease:
     # (Un)assigning waits for librdkafka's main thread: never under the lock, which take() needs on the
     # event loop. Only this lease changes its partitions, so nothing else orders these calls.
     def assign(self, tps: list[TopicPartition]) -> None:
+        """
+        Assign ``tps`` at their offsets, fetching.
+
+        librdkafka keeps a partition's pause across un-assignment: a watch of this process that held the
+        partition before (closed after a broker error, and opened again) may have paused it at its head,
+        and without the resume the new watch would never fetch it.
+        """
         tps = self._from_start(tps)
         self._check(tps)
         self.consumer.incremental_assign(tps)
+        self.consumer.resume(tps)
 
     def reassign(self, tps: list[TopicPartition]) -> None:
         """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""

@@ -202,3 +202,31 @@ def test_a_forked_child_leaves_the_inherited_consumer_alone(kafka_bootstrap, new
     """A child of a process holding a shared consumer neither uses nor destroys it (destroying aborts)."""
     topic = new_topic("shared-fork", partitions=1)
     assert_children_exit_cleanly(FORK_SCRIPT, kafka_bootstrap, topic)
+
+
+def test_a_watch_reopened_on_the_shared_consumer_sees_records_of_partitions_its_predecessor_paused(
+    kafka_bootstrap, new_topic, config, opened
+):
+    """
+    librdkafka keeps a partition's pause across un-assignment: a watch that closed after pausing at its
+    head (a broker error: the trigger opens its watch again) must not leave the next one a partition that
+    never fetches. Found by the scheduler demo: the main topic's watcher never saw the replayed orders.
+    """
+    topic, other = new_topic("shared-reopen"), new_topic("shared-keep")
+    produce(kafka_bootstrap, topic, [(0, 1_000)])
+    group = unique_topic("g-reopen")
+    keeper = HeadWatch(config, [other], unique_topic("g-keep"), shared=True)  # keeps the consumer open
+    opened.append(keeper)
+    first = HeadWatch(config, [topic], group, shared=True)
+    _poll_until([first], lambda: first.complete)
+    assert (topic, 0) in first.heads  # paused at its head
+    first.close()
+    commit(kafka_bootstrap, group, topic, {0: 1})  # its run drained the head meanwhile
+    again = HeadWatch(config, [topic], group, shared=True)
+    opened.append(again)
+    assert [s.leases for s in _sharing(config)] == [2], "the same shared consumer"
+    _poll_until([again], lambda: again.complete)
+    assert again.heads == {}
+    produce(kafka_bootstrap, topic, [(0, 2_000)])  # e.g. a DLT replay writes back onto the topic
+    _poll_until([again], lambda: (topic, 0) in again.heads)
+    assert again.heads[(topic, 0)].offset == 1
