@@ -198,6 +198,17 @@ def build_retry_dags(
     tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
     watch_topic = loaded.dlt_topic if dlt_watch else None
     overrides = check_overrides(loaded, tier_overrides, tiers=tiers, watch_topic=watch_topic)
+    # what every tier's reprocess task takes, in either layout
+    reprocess: dict[str, Any] = {
+        "engine": engine,
+        "handler": handler,
+        "kafka_conn_id": kafka_conn_id,
+        "value_deserializer": value_deserializer,
+        "on_dlt": notifiers,
+        "options": options,
+        "spark_conn_id": spark_conn_id,
+        "asset_server": asset_server,
+    }
     if events is not None and layout == "topology":
         return _topology_layout(
             path,
@@ -209,14 +220,7 @@ def build_retry_dags(
             dlt_watch=watch_topic is not None,
             min_schedule=min_schedule,
             dag_kwargs=dag_kwargs,
-            engine=engine,
-            handler=handler,
-            kafka_conn_id=kafka_conn_id,
-            value_deserializer=value_deserializer,
-            on_dlt=notifiers,
-            options=options,
-            spark_conn_id=spark_conn_id,
-            asset_server=asset_server,
+            **reprocess,
         )
 
     dags: dict[str, DAG] = {}
@@ -242,16 +246,9 @@ def build_retry_dags(
             tier,
             settings[tier.topic],
             dag_id=dag_id_template.format(topic=tier.topic),
-            engine=engine,
-            handler=handler,
-            kafka_conn_id=kafka_conn_id,
-            value_deserializer=value_deserializer,
-            on_dlt=notifiers,
-            options=options,
-            spark_conn_id=spark_conn_id,
-            asset_server=asset_server,
             events=events,
             dag_kwargs=dag_kwargs,
+            **reprocess,
         )
         dags[dag.dag_id] = dag
     if watch_topic is not None:
