@@ -105,7 +105,7 @@ class Deployment:
     @property
     def setup_task(self) -> str:
         """The topology DAG's task that creates the retry path's topics."""
-        from airflow_kafka_retry.factory.topology_dag import SETUP_TASK_ID
+        from airflow_kafka_retry.factory.dag_builders import SETUP_TASK_ID
 
         return SETUP_TASK_ID
 

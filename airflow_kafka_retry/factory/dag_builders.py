@@ -30,6 +30,7 @@ DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 CUTOFF_RENDERED_NOW = "{{ (macros.time.time() * 1000) | int }}"
 TASK_IDS = ("ensure_topics", "wait_for_due", "reprocess")
 WATCH_TASK_ID = "watch_dlt"
+SETUP_TASK_ID = "ensure_topics"
 #: The setup DAG runs once, so its task retries at least this often (a broker or api-server not up yet).
 SETUP_RETRIES = 3
 SETUP_RETRY_DELAY = timedelta(seconds=20)
@@ -69,18 +70,15 @@ def tier_dag(
     settings: TierSettings,
     *,
     dag_id: str,
-    engine: str,
-    handler: str,
-    kafka_conn_id: str,
-    value_deserializer: str | None,
-    on_dlt: tuple,
-    options: Any,
-    spark_conn_id: str,
-    asset_server: str | None,
     events: EventSettings | None,
     dag_kwargs: Mapping[str, Any],
+    **reprocess: Any,
 ) -> DAG:
-    """One retry tier's DAG (or the main topic's): ``reprocess``, in schedule mode after its checks."""
+    """
+    One retry tier's DAG (or the main topic's): ``reprocess``, in schedule mode after its checks.
+
+    ``reprocess``: what the tier's reprocess task takes (:func:`reprocess_task`'s keyword arguments).
+    """
     what = "main topic" if tier.kind == "main" else f"retry tier {tier.index}"
     description = f"Kafka retry: drain due records of {tier.topic} ({what} of {topology.topic})"
     watched = None
@@ -98,25 +96,12 @@ def tier_dag(
     with factory_dag(
         dag_id, settings.schedule, description, dag_kwargs, timezone_name=settings.timezone, watched=watched
     ) as dag:
-        reprocess = reprocess_task(
-            "reprocess",
-            path,
-            tier,
-            settings,
-            engine=engine,
-            handler=handler,
-            kafka_conn_id=kafka_conn_id,
-            value_deserializer=value_deserializer,
-            on_dlt=on_dlt,
-            options=options,
-            spark_conn_id=spark_conn_id,
-            asset_server=asset_server,
-            events=events,
-        )
+        drain = reprocess_task("reprocess", path, tier, settings, events=events, **reprocess)
         if events is None:
             from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
             from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
 
+            kafka_conn_id = reprocess["kafka_conn_id"]
             ensure = EnsureRetryTopicsOperator(
                 task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id
             )
@@ -130,7 +115,7 @@ def tier_dag(
                 max_wait=settings.interval,
                 deferrable=True,
             )
-            ensure >> wait >> reprocess
+            ensure >> wait >> drain
     return dag
 
 
@@ -225,17 +210,29 @@ def setup_dag(
     path: str, topology: Topology, *, dag_id: str, kafka_conn_id: str, dag_kwargs: Mapping[str, Any]
 ) -> DAG:
     """Event mode: create the topology's missing topics once (the tier DAGs do not at every run)."""
+    description = f"Kafka retry: create the missing topics of {topology.topic}'s retry path (runs once)"
+    with factory_dag(dag_id, "@once", description, dag_kwargs) as dag:
+        setup_task(path, kafka_conn_id, dag_kwargs)
+    return dag
+
+
+def setup_task(
+    path: str, kafka_conn_id: str, dag_kwargs: Mapping[str, Any], **task_kwargs: Any
+) -> BaseOperator:
+    """
+    The task ``ensure_topics``, in the DAG being built: it creates the topology's missing topics.
+
+    It runs rarely (once, or when the watcher finds topics missing), so it gets retries of its own,
+    at least ``SETUP_RETRIES`` (creating missing topics is idempotent).
+    """
     from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
 
-    description = f"Kafka retry: create the missing topics of {topology.topic}'s retry path (runs once)"
     retries = max(SETUP_RETRIES, dict(dag_kwargs.get("default_args") or {}).get("retries") or 0)
-    with factory_dag(dag_id, "@once", description, dag_kwargs) as dag:
-        # it runs once: it gets retries of its own (creating missing topics is idempotent)
-        EnsureRetryTopicsOperator(
-            task_id="ensure_topics",
-            topology=path,
-            kafka_conn_id=kafka_conn_id,
-            retries=retries,
-            retry_delay=SETUP_RETRY_DELAY,
-        )
-    return dag
+    return EnsureRetryTopicsOperator(
+        task_id=SETUP_TASK_ID,
+        topology=path,
+        kafka_conn_id=kafka_conn_id,
+        retries=retries,
+        retry_delay=SETUP_RETRY_DELAY,
+        **task_kwargs,
+    )

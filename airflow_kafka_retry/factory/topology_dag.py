@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.factory.dag_builders import (
-    SETUP_RETRIES,
-    SETUP_RETRY_DELAY,
+    SETUP_TASK_ID,
     WATCH_TASK_ID,
     factory_dag,
     reprocess_task,
+    setup_task,
 )
 from airflow_kafka_retry.policy.durations import format_duration_ms
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 DUE_TASK_ID = "due"
-SETUP_TASK_ID = "ensure_topics"
 #: Runs of a topology DAG that may be active at once (each of its tasks runs one at a time): enough
 #: for every lane to have a run going while a slow one drains; events beyond it wait in Airflow's queue.
 DEFAULT_ACTIVE_RUNS = 8
@@ -116,7 +115,6 @@ def topology_dag(
     """
     from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
     from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
-    from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
 
     kwargs = dict(dag_kwargs)
     active_runs = kwargs.pop("max_active_runs", DEFAULT_ACTIVE_RUNS)
@@ -135,15 +133,7 @@ def topology_dag(
         due = DueLanesOperator(
             task_id=DUE_TASK_ID, lanes=[lane["name"] for lane in lanes], setup_task=SETUP_TASK_ID
         )
-        retries = max(SETUP_RETRIES, dict(kwargs.get("default_args") or {}).get("retries") or 0)
-        due >> EnsureRetryTopicsOperator(
-            task_id=SETUP_TASK_ID,
-            topology=path,
-            kafka_conn_id=kafka_conn_id,
-            retries=retries,
-            retry_delay=SETUP_RETRY_DELAY,
-            max_active_tis_per_dag=1,
-        )
+        due >> setup_task(path, kafka_conn_id, kwargs, max_active_tis_per_dag=1)
         for tier in tiers:
             due >> reprocess_task(
                 lane_id(tier),
