@@ -31,7 +31,15 @@ from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
 from airflow_kafka_retry.policy.windows import ReprocessWindow
-from airflow_kafka_retry.triggers.watching import open_watch, send_tier_gauges, wave_payload
+from airflow_kafka_retry.triggers.watching import (
+    MemoryStore,
+    check_seconds,
+    load_wave,
+    open_watch,
+    save_wave,
+    send_tier_gauges,
+    wave_payload,
+)
 
 if TYPE_CHECKING:  # the Kafka client and the engine load in the triggerer (run), not in a DAG file's parse
     from airflow_kafka_retry.engine.head_watch import HeadWatch
@@ -71,18 +79,17 @@ class _HeadEventTrigger(BaseEventTrigger):
         super().__init__()
         if not topics:
             raise ValueError(f"{type(self).__name__} needs at least one topic")
-        for name, value in {
-            "fire_ahead": fire_ahead,
-            "refire_after": refire_after,
-            "poll_interval": poll_interval,
-            "commit_check": commit_check,
-            "idle_check": idle_check,
-            "retry_after": retry_after,
-        }.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(
-                    f"{type(self).__name__}: {name} must be a number of seconds >= 0, got {value!r}"
-                )
+        check_seconds(
+            type(self).__name__,
+            {
+                "fire_ahead": fire_ahead,
+                "refire_after": refire_after,
+                "poll_interval": poll_interval,
+                "commit_check": commit_check,
+                "idle_check": idle_check,
+                "retry_after": retry_after,
+            },
+        )
         self.topics = list(topics)
         self.consumer_group = consumer_group
         self.kafka_conn_id = kafka_conn_id
@@ -96,7 +103,7 @@ class _HeadEventTrigger(BaseEventTrigger):
         self.retry_after = retry_after
         self.due_horizon_ms = due_horizon_ms
         self._window = ReprocessWindow.parse(window, timezone) if window else None
-        self._memory: Any = None  # the wave state where no asset state store is injected (a plain run)
+        self._memory = MemoryStore()  # the wave state where no asset state store is injected (a plain run)
 
     def _kwargs(self) -> dict[str, Any]:
         return {
@@ -118,18 +125,14 @@ class _HeadEventTrigger(BaseEventTrigger):
         return f"{', '.join(self.topics)} (group {self.consumer_group})"
 
     # ------------------------------------------------------------------ the wave state
+    def _store(self) -> Any:
+        return self.asset_state_store if self.asset_state_store is not None else self._memory
+
     async def _load_wave(self) -> Wave | None:
-        store = self.asset_state_store
-        return Wave.from_state(await store.aget(STATE_KEY) if store is not None else self._memory)
+        return await load_wave(self._store(), STATE_KEY)
 
     async def _save_wave(self, wave: Wave | None) -> None:
-        store = self.asset_state_store
-        if store is None:
-            self._memory = wave.to_state() if wave else None
-        elif wave is None:
-            await store.adelete(STATE_KEY)
-        else:
-            await store.aset(STATE_KEY, wave.to_state())
+        await save_wave(self._store(), STATE_KEY, wave)
 
     # ------------------------------------------------------------------ deciding
     def plan(self, watch: HeadWatch, now_ms: int) -> WavePlan[tuple[str, int]]:

@@ -45,7 +45,15 @@ from airflow_kafka_retry.triggers.topology_lanes import (
     lane_window,
     lanes_state,
 )
-from airflow_kafka_retry.triggers.watching import open_watch, send_tier_gauges, wave_payload
+from airflow_kafka_retry.triggers.watching import (
+    MemoryStore,
+    check_seconds,
+    load_wave,
+    open_watch,
+    save_wave,
+    send_tier_gauges,
+    wave_payload,
+)
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.head_watch import HeadWatch
@@ -108,11 +116,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             "retry_after": retry_after,
             "gauge_interval": gauge_interval,
         }
-        for name, value in timing.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(
-                    f"TopologyDueEventTrigger: {name} must be a number of seconds >= 0, got {value!r}"
-                )
+        check_seconds("TopologyDueEventTrigger", timing)
         self.topology_topic = topology_topic
         self.lanes = check_lanes(lanes)
         self.kafka_conn_id = kafka_conn_id
@@ -120,7 +124,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         self.timing = timing
         for lane in self.lanes:  # a wrong window fails when the DAG is built, not in the triggerer
             lane_window(lane)
-        self._memory: dict[str, Any] = {}  # the waves where no asset state store is injected (a plain run)
+        self._memory = MemoryStore()  # the state where no asset state store is injected (a plain run)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return f"{type(self).__module__}.{type(self).__qualname__}", {
@@ -138,19 +142,11 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         return int(self.timing[name] * 1000)
 
     # ------------------------------------------------------------------ the wave state
-    async def _load(self, lane: Lane) -> Wave | None:
-        store = self.asset_state_store
-        state = await store.aget(lane.state_key) if store is not None else self._memory.get(lane.state_key)
-        return Wave.from_state(state)
+    def _store(self) -> Any:
+        return self.asset_state_store if self.asset_state_store is not None else self._memory
 
     async def _save(self, lane: Lane) -> None:
-        store, state = self.asset_state_store, lane.wave.to_state() if lane.wave else None
-        if store is None:
-            self._memory[lane.state_key] = state
-        elif state is None:
-            await store.adelete(lane.state_key)
-        else:
-            await store.aset(lane.state_key, state)
+        await save_wave(self._store(), lane.state_key, lane.wave)
 
     # ------------------------------------------------------------------ a change of lanes
     async def _note_lane_changes(self) -> None:
@@ -160,8 +156,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         A removed tier's records stay in its topic, drained by no task: the warning names its topic, group
         and first pending records, and how to drain them. Its wave state is forgotten.
         """
-        store = self.asset_state_store
-        before = await store.aget(LANES_KEY) if store is not None else self._memory.get(LANES_KEY)
+        store = self._store()
+        before = await store.aget(LANES_KEY)
         added, removed = lane_changes(before, self.lanes)
         if added:
             self.log.info(
@@ -179,9 +175,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 await self._pending(spec),
             )
         state = lanes_state(self.lanes)
-        if store is None:
-            self._memory[LANES_KEY] = state
-        elif before != state:
+        if before != state:
             await store.aset(LANES_KEY, state)
 
     async def _pending(self, spec: Mapping[str, Any]) -> str:
@@ -297,7 +291,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         await self._note_lane_changes()
         lanes = [Lane(spec, lane_window(spec)) for spec in self.lanes]
         for lane in lanes:
-            lane.wave = await self._load(lane)
+            lane.wave = await load_wave(self._store(), lane.state_key)
             if lane.wave is not None:
                 self.log.info(
                     "%s: a wave fired at %s is not taken yet; waiting for the group to commit past it",

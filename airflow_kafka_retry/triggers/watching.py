@@ -1,5 +1,8 @@
 """
-What both kinds of event trigger do with a head watch: open it, say what a fired wave is, send gauges.
+What both kinds of event trigger share: timings, wave state, and the head watch.
+
+They check their timings alike, keep their waves alike, and open a head watch, say what a fired wave
+is and send gauges alike.
 
 ``tier_events.py`` (a watcher per tier) and ``topology_events.py`` (one watcher per topology) share
 these. The Kafka client and the engine load here only when a trigger runs, never at a DAG file's parse.
@@ -9,12 +12,50 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_retry.policy.waves import Wave
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.head_watch import HeadWatch
-    from airflow_kafka_retry.policy.waves import Wave, WavePlan
+    from airflow_kafka_retry.policy.waves import WavePlan
+
+
+def check_seconds(owner: str, values: Mapping[str, object]) -> None:
+    """Each of ``values`` is a number of seconds >= 0; a ValueError names the trigger and the setting."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{owner}: {name} must be a number of seconds >= 0, got {value!r}")
+
+
+class MemoryStore:
+    """The asset state store's accessors over a dict: where the triggerer injects none (a plain run)."""
+
+    def __init__(self) -> None:
+        self.state: dict[str, Any] = {}
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return self.state.get(key, default)
+
+    async def aset(self, key: str, value: Any) -> None:
+        self.state[key] = value
+
+    async def adelete(self, key: str) -> None:
+        self.state.pop(key, None)
+
+
+async def load_wave(store: Any, key: str) -> Wave | None:
+    """The wave saved under ``key`` (None: none, or a foreign shape)."""
+    return Wave.from_state(await store.aget(key))
+
+
+async def save_wave(store: Any, key: str, wave: Wave | None) -> None:
+    """Save ``wave`` under ``key``; None forgets it."""
+    if wave is None:
+        await store.adelete(key)
+    else:
+        await store.aset(key, wave.to_state())
 
 
 def wave_payload(watch: HeadWatch, plan: WavePlan[tuple[str, int]], wave: Wave) -> dict[str, Any]:
