@@ -29,7 +29,7 @@ from airflow_kafka_retry.operators.reprocess_report import ReprocessReportMixin
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.tier_events import TIER_DUE
-from airflow_kafka_retry.triggers.topology_lanes import topology_payloads
+from airflow_kafka_retry.triggers.topology_lanes import TOPOLOGY_DUE, event_payloads
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -48,16 +48,10 @@ def wave_not_before_ms(context: Mapping[str, Any]) -> int | None:
     task's id). With several queued waves the latest counts, so every wave's records are due when the
     run drains.
     """
-    times = []
     events = context.get("triggering_asset_events")
-    for listed in (events or {}).values():
-        for event in listed:
-            extra = getattr(event, "extra", None)
-            payload = extra.get("payload") if isinstance(extra, Mapping) else None
-            if isinstance(payload, Mapping) and payload.get("kind") == TIER_DUE:
-                times.append(payload.get("not_before_ms"))
+    times = [payload.get("not_before_ms") for payload in event_payloads(events, TIER_DUE)]
     task_id = getattr(context.get("ti"), "task_id", None)
-    for payload in topology_payloads(events):
+    for payload in event_payloads(events, TOPOLOGY_DUE):
         lane = (payload.get("lanes") or {}).get(task_id)
         if isinstance(lane, Mapping):
             times.append(lane.get("not_before_ms"))

@@ -4,7 +4,7 @@ The lanes of a topology's watcher: what each is, how they are checked, what a ru
 A *lane* is one thing ``TopologyDueEventTrigger`` watches and one task of the topology DAG: a retry
 tier (or the main topic) with the tier's group, or the DLTs with the watch group. Its serialized form is
 a plain mapping (``LANE_KEYS``). The operators read the events through :func:`due_lanes` and
-:func:`topology_payloads`; nothing here opens a Kafka client.
+:func:`event_payloads`; nothing here opens a Kafka client.
 """
 
 from __future__ import annotations
@@ -110,19 +110,19 @@ def due_lanes(events: Mapping[str, Sequence[Any]] | None) -> set[str] | None:
     A run created from several queued events runs the lanes of all of them.
     """
     due: set[str] | None = None
-    for payload in topology_payloads(events):
+    for payload in event_payloads(events, TOPOLOGY_DUE):
         due = (due or set()) | {str(name) for name in payload.get("due") or ()}
     return due
 
 
-def topology_payloads(events: Mapping[str, Sequence[Any]] | None) -> list[Mapping[str, Any]]:
-    """The payloads of the topology events among a run's ``triggering_asset_events``."""
+def event_payloads(events: Mapping[str, Sequence[Any]] | None, kind: str) -> list[Mapping[str, Any]]:
+    """The payloads of one ``kind`` of watcher event among a run's ``triggering_asset_events``."""
     found = []
     for listed in (events or {}).values():
         for event in listed:
             extra = getattr(event, "extra", None)
             payload = extra.get("payload") if isinstance(extra, Mapping) else None
-            if isinstance(payload, Mapping) and payload.get("kind") == TOPOLOGY_DUE:
+            if isinstance(payload, Mapping) and payload.get("kind") == kind:
                 found.append(payload)
     return found
 
