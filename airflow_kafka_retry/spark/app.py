@@ -47,12 +47,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
+from airflow_kafka_retry.engine.loading import UserCodeError
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology_file import load_topology_from
+from airflow_kafka_retry.spark.executor_code import import_user_code
 from airflow_kafka_retry.spark.result import (
     UntrustedResultError,
     check_result_path_free,
@@ -148,17 +149,6 @@ def options_from_json(value: str) -> DrainOptions:
     return DrainOptions(**data)
 
 
-def check_user_code(options: DrainOptions) -> None:
-    """Import the handler and deserializers now, so a typo fails the run before any record is read."""
-    for path, what in (
-        (options.handler, "handler"),
-        (options.value_deserializer, "value_deserializer"),
-        (options.key_deserializer, "key_deserializer"),
-    ):
-        if path:
-            load_callable(path, what=what)
-
-
 def read_kafka_config(path: str) -> dict[str, Any]:
     """
     The librdkafka configuration from the JSON file at ``path``; errors never quote its content.
@@ -219,7 +209,7 @@ def prepare(args: argparse.Namespace, started_ms: int) -> TierRun:
     options = options_from_json(args.options_json)
     topology = load_topology_from(args.topology)
     tier = topology.select(args.tier)
-    check_user_code(options)
+    import_user_code(options, on_executor=False)  # a typo fails the run before any record is read
     kafka_config = read_kafka_config(args.kafka_config_file)
     partitions = choose_partitions(
         tier_partitions(topology, tier, kafka_config, options), args.partitions, tier.topic
@@ -254,6 +244,7 @@ def run_partition(
     _configure_worker_logging()
     drain_options = DrainOptions(**options)
     try:
+        import_user_code(drain_options)  # a module missing on this executor: say which, and how to ship it
         summary = run_partition(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
     except Exception as exc:  # reported in the summary like any partition failure
         group = drain_options.consumer_group or topology.consumer_group(tier)
