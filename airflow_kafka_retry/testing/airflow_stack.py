@@ -5,6 +5,8 @@ What ``airflow standalone`` starts, started one by one so each one's log is kept
 stopped by its own process group (``processes.ManagedProcess``: killed with the process that started
 it, stopped at interpreter exit): the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
 that pair; tasks reach the DB through the api-server's execution API), one own ``AIRFLOW_HOME``.
+The CeleryExecutor instead (``airflow_env(..., executor="CeleryExecutor")``, PostgreSQL only): its
+settings and its ``airflow celery worker`` processes are in ``testing/airflow_celery.py``.
 A start that fails stops what it had started; a component whose group cannot be signalled is
 signalled itself, and the others are stopped all the same.
 """
@@ -43,6 +45,7 @@ def airflow_env(
     api_port: int | None = None,
     pythonpath: Sequence[str | Path] = (),
     database_url: str | None = None,
+    executor: str = "LocalExecutor",
 ) -> dict[str, str]:
     """
     The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
@@ -50,6 +53,8 @@ def airflow_env(
     :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
     :param database_url: the metadata DB's SQLAlchemy URL (e.g. from ``testing/airflow_postgres.py``);
         default a SQLite file in ``home``.
+    :param executor: ``LocalExecutor``, or ``CeleryExecutor`` with the broker, result backend and workers of
+        ``testing/airflow_celery.py`` (``celery_env``, ``CeleryWorkers``; PostgreSQL metadata DB only).
     """
     port = api_port or free_port()
     (home / "dags").mkdir(parents=True, exist_ok=True)
@@ -59,7 +64,7 @@ def airflow_env(
             "AIRFLOW_HOME": str(home),
             "AIRFLOW__CORE__DAGS_FOLDER": str(home / "dags"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": executor,
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
