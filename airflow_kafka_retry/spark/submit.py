@@ -42,6 +42,7 @@ from airflow_kafka_retry.spark.credentials import (
     write_credentials_file,
 )
 from airflow_kafka_retry.spark.masking import OutputMasker, mask_command
+from airflow_kafka_retry.spark.master import check_master_answers
 from airflow_kafka_retry.spark.pyfiles import build_for_options
 from airflow_kafka_retry.spark.result import ResultMissingError, read_result, remove_result
 from airflow_kafka_retry.spark.running import (
@@ -193,6 +194,8 @@ def prepare_submission(
     :param application: the app to submit (default: the entry point inside the package).
     :param tmp_dir: parent of the private work folder (default: the system temp folder).
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: naming the missing Spark settings.
+    :raises airflow_kafka_retry.spark.master.SparkMasterUnreachableError: a ``spark://`` master that does
+        not answer, named.
     """
     effective, where = effective_spark_conf(spark_conf, properties_file)
     check_secrets_transport(
@@ -203,6 +206,7 @@ def prepare_submission(
         where=where,
     )
     extra_conf = cluster_mode_conf(master, deploy_mode, effective)
+    check_master_answers(master)  # a spark:// master that does not answer: an error naming it, at once
     workdir = tempfile.mkdtemp(prefix="akr-spark-", dir=tmp_dir)  # 0700
     try:
         py_files = os.path.join(workdir, PY_FILES_NAME)
