@@ -43,6 +43,7 @@ from tests.support.warm_airflow import end_all
 
 pytest_plugins = [
     "tests.support.postgres_fixtures",  # postgres, airflow_databases, airflow_database_url
+    "tests.support.spark_cluster_fixtures",  # spark_cluster: a standalone master and two workers
     "tests.support.faults_plugin",  # docs/faults.md from the fault_case rows (also on xdist's controller)
 ]
 

@@ -1,0 +1,213 @@
+"""The Spark engine on a real Spark standalone cluster: a master and two workers, executors in their own JVMs.
+
+One cluster for the module (``spark_cluster``, tests/support/spark_cluster_fixtures.py), with RPC
+authentication and encryption on. Its secret reaches spark-submit only through a ``0600``
+``spark-defaults.conf`` (``SPARK_CONF_DIR`` for the CLI, ``properties_file`` for the operator), and the Kafka
+configuration (with a SASL password) through the credentials file the submission writes. The handler's
+ledger file reaches the executors as ``spark.executorEnv.AKR_LEDGER``: executors of a cluster do not inherit
+the driver's environment.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from airflow_kafka_retry.testing.processes import free_port
+
+from tests.integration.test_spark_app import SparkEnvWatcher
+from tests.support import ledger
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.testing.spark_cluster import SparkCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).parents[2]
+PARTITIONS = 2
+COUNT = 280
+SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
+#: spark-submit's own bound: a run that hangs fails the test instead of the CI job
+SUBMIT_TIMEOUT_S = 240.0
+
+log = logging.getLogger(__name__)
+
+
+def cluster_conf(ledger_file: str, events: Path | None = None) -> dict[str, str]:
+    """The run's Spark properties, none of them secret (the auth settings come from the cluster's file)."""
+    jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": "512m",
+        "spark.driver.extraJavaOptions": jvm,
+        "spark.executor.memory": "512m",
+        "spark.executor.extraJavaOptions": jvm,
+        # both executors registered before the first task: one task per worker, each in its own JVM
+        "spark.scheduler.minRegisteredResourcesRatio": "1.0",
+        "spark.scheduler.maxRegisteredResourcesWaitingTime": "60s",
+        "spark.executorEnv.AKR_LEDGER": ledger_file,
+    }
+    if events is not None:  # uncompressed, one file per application: searchable
+        conf |= {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": events.as_uri(),
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.rolling.enabled": "false",
+        }
+    return conf
+
+
+def kafka_config_file(tmp: Path, bootstrap: str) -> Path:
+    """The Kafka settings with a distinctive SASL password (librdkafka accepts it on PLAINTEXT), 0600."""
+    path = tmp / "kafka.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"bootstrap.servers": bootstrap, "sasl.username": "svc", "sasl.password": SECRET}, fh)
+    return path
+
+
+def cli_drain(
+    cluster: SparkCluster, topology_file: Path, tier: int, kafka_file: Path, conf: dict[str, str], **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    """``airflow-kafka-retry drain --engine spark --master <the cluster>`` as a user runs it."""
+    cmd = [sys.executable, "-m", "airflow_kafka_retry.cli", "-v", "drain", "--engine", "spark"]
+    cmd += ["--master", kw.pop("master", cluster.master_url), "--topology", str(topology_file)]
+    cmd += ["--tier", str(tier), "--kafka-config", str(kafka_file)]
+    cmd += ["--handler", f"{ledger.HANDLER_MODULE}:indexed"]
+    cmd += ["--value-deserializer", f"{ledger.HANDLER_MODULE}:decode", "--batch-size", "20"]
+    cmd += ["--chunk-size", "70"]
+    for key, value in conf.items():
+        cmd += ["--conf", f"{key}={value}"]
+    env = {**os.environ, **cluster.client_env(), "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        cmd, env=env, capture_output=True, text=True, timeout=kw.pop("timeout", SUBMIT_TIMEOUT_S), check=False
+    )
+
+
+def executor_dirs(cluster: SparkCluster) -> dict[str, dict[int, list[Path]]]:
+    """application id -> worker index -> that worker's executor folders for it (``work/app-*/<id>/``)."""
+    apps: dict[str, dict[int, list[Path]]] = {}
+    for index in range(cluster.worker_count):
+        for app in sorted(cluster.worker_dir(index).glob("app-*")):
+            apps.setdefault(app.name, {})[index] = sorted(p for p in app.iterdir() if p.is_dir())
+    return apps
+
+
+# ----------------------------------------------------------------------------- the ledger through the CLI
+@pytest.fixture(scope="module")
+def cli_ledger(
+    spark_cluster: SparkCluster, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> SimpleNamespace:
+    """The ledger scenario through every tier, one ``drain --engine spark --master spark://...`` each."""
+    tmp = tmp_path_factory.mktemp("standalone-cli")
+    ledger_file = ledger.ledger_path(tmp)
+    topology = ledger.write_topology(ledger.make_topology("standalone"), tmp / "topology.yaml")
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
+    events = tmp / "spark-events"
+    events.mkdir()
+    kafka_file = kafka_config_file(tmp, kafka_bootstrap)
+    conf = cluster_conf(ledger_file, events)
+    apps_before = set(executor_dirs(spark_cluster))
+    watcher = SparkEnvWatcher(spark_cluster.secret, scope=str(spark_cluster.base_dir))
+    watcher.start()
+    results, seconds = [], []
+    try:
+        for tier in topology.tiers:
+            started = time.monotonic()
+            done = cli_drain(spark_cluster, tmp / "topology.yaml", tier.index, kafka_file, conf)
+            seconds.append(round(time.monotonic() - started, 1))
+            assert done.returncode == 0, f"tier {tier.index}: {done.stdout[-2000:]}\n{done.stderr[-5000:]}"
+            results.append(done)
+    finally:
+        watcher.stop()
+    log.warning("standalone CLI ledger: %s records, seconds per tier %s", COUNT, seconds)
+    apps = {k: v for k, v in executor_dirs(spark_cluster).items() if k not in apps_before}
+    return SimpleNamespace(
+        topology=topology,
+        inputs=inputs,
+        ledger_file=ledger_file,
+        summaries=[json.loads(r.stdout) for r in results],
+        output="\n".join(r.stdout + r.stderr for r in results),
+        events=events,
+        apps=apps,
+        watcher=watcher,
+        seconds=seconds,
+    )
+
+
+def test_cli_drains_every_tier_on_the_cluster_exactly_once_with_executors_on_both_workers(
+    cli_ledger, spark_cluster, kafka_bootstrap
+):
+    run = cli_ledger
+    ledger.check_ledger(kafka_bootstrap, run.topology, run.inputs, run.ledger_file, PARTITIONS)
+    assert [s["engine"] for s in run.summaries] == ["spark"] * len(run.topology.tiers)
+    assert run.summaries[0]["totals"]["drained"] == COUNT
+    # one application per tier, each with an executor JVM on both workers that ran a task of it
+    assert len(run.apps) == len(run.topology.tiers), sorted(run.apps)
+    for app, workers in run.apps.items():
+        assert sorted(workers) == list(range(spark_cluster.worker_count)), (app, workers)
+        for index, folders in workers.items():
+            assert len(folders) == 1, (app, index, folders)
+            stderr = (folders[0] / "stderr").read_text(errors="replace")
+            assert "CoarseGrainedExecutorBackend" in stderr, (app, index)
+            assert "Running task" in stderr, f"{app}: worker {index}'s executor ran no task"
+    # the master saw them, as applications of this cluster
+    state = spark_cluster.master_state()
+    assert state is not None
+    finished = {a["id"]: a for a in state["completedapps"]}
+    for app in run.apps:
+        assert finished[app]["state"] == "FINISHED", finished[app]
+    # the executor JVMs were seen as processes of their own, with this cluster's folders
+    assert len(run.watcher.executor_jvms) >= 2 * len(run.topology.tiers), run.watcher.executor_jvms
+
+
+def test_no_secret_reaches_a_command_line_a_log_or_the_event_log(cli_ledger, spark_cluster):
+    run = cli_ledger
+    secrets = {"the Kafka SASL password": SECRET, "the cluster's auth secret": spark_cluster.secret}
+    assert run.watcher.spark_submits, "the watcher never saw spark-submit; the ps check proves nothing"
+    assert not run.watcher.cmdline_hits, run.watcher.cmdline_hits
+    # the daemons' logs, every executor's stdout and stderr under the worker folders, the event log
+    files = [*spark_cluster.log_paths(), *(p for p in run.events.rglob("*") if p.is_file())]
+    for index in range(spark_cluster.worker_count):
+        files += [p for p in spark_cluster.worker_dir(index).rglob("std*") if p.is_file()]
+    assert len(files) >= 3 + 2 * len(run.topology.tiers) * 2 + len(run.topology.tiers), files
+    text = {path: path.read_text(errors="replace") for path in files}
+    assert sum("SparkListenerEnvironmentUpdate" in t for t in text.values()) == len(run.topology.tiers)
+    assert "spark.authenticate" in "".join(text.values()), "the event log lists no auth settings"
+    for what, secret in secrets.items():
+        found = [str(path) for path, content in text.items() if secret in content]
+        assert not found, f"{what} is in {found}"
+        assert secret not in run.output, f"{what} is in the CLI's output"
+    # the master's web UI (what an operator of the cluster browses) neither
+    assert spark_cluster.secret not in json.dumps(spark_cluster.master_state())
+
+
+# ----------------------------------------------------------------------------- a master that does not answer
+def test_a_master_that_does_not_answer_fails_with_an_error_naming_it(
+    spark_cluster, tmp_path, kafka_bootstrap
+):
+    topology = ledger.write_topology(ledger.make_topology("nomaster"), tmp_path / "topology.yaml")
+    ledger.produce_inputs(kafka_bootstrap, topology, 14, PARTITIONS)
+    nobody = f"spark://127.0.0.1:{free_port()}"
+    kafka_file = kafka_config_file(tmp_path, kafka_bootstrap)
+    conf = cluster_conf(ledger.ledger_path(tmp_path))
+    started = time.monotonic()
+    done = cli_drain(spark_cluster, tmp_path / "topology.yaml", 0, kafka_file, conf, master=nobody)
+    seconds = time.monotonic() - started
+    log.warning(
+        "drain against %s that nobody answers: exit %s after %.1f s", nobody, done.returncode, seconds
+    )
+    assert done.returncode == 2, done.stderr[-3000:]  # refused before anything started, not a failed run
+    last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+    assert f"Spark master {nobody} does not answer" in last, done.stderr[-3000:]
+    assert not done.stdout, "a summary was printed: the run started"
