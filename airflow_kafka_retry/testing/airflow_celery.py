@@ -53,6 +53,7 @@ def celery_env(broker_url: str, database_url: str, *, concurrency: int = 2) -> d
         "AIRFLOW__CELERY__WORKER_CONCURRENCY": str(concurrency),
         "AIRFLOW__CELERY__WORKER_PREFETCH_MULTIPLIER": "1",  # a worker takes no task it has no slot for
         "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",  # the scheduler's state-fetching processes
+        "AIRFLOW__CELERY__OPERATION_TIMEOUT": "10",  # sending a task to the broker (1 s) on a loaded machine
     }
 
 

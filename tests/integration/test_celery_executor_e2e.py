@@ -1,0 +1,284 @@
+"""End to end with the CeleryExecutor: a Celery worker SIGKILLed mid-drain, the task retried on the other.
+
+A real deployment: api-server, scheduler, dag-processor and triggerer, the CeleryExecutor with a private
+Redis as broker (``testing/redis_server.py``), Celery's result backend and Airflow's metadata DB on a
+private PostgreSQL, and two ``airflow celery worker`` processes (``testing/airflow_celery.py``), each
+naming itself (``[core] hostname_callable``) so the task instance's ``hostname`` says which ran a try.
+The topology (tiers of 5 s and 10 s) runs as its one event-driven DAG; the DAG's ``main`` task plays the
+failing service (every record fails there once). Records are produced four a second. The handler sleeps
+on the retry tiers, announcing each batch first (``tests/support/slow_timed_handler.py``).
+
+As soon as a first try of ``retry_1`` announces a batch, the worker running it is SIGKILLed with every
+process it forked (the task process in its own process group included: a lost machine), and the test
+checks none of them is left. Airflow learns of it only through the missing heartbeats
+(``[scheduler] task_instance_heartbeat_timeout``, 20 s here): the try is failed, and the next one runs
+on the other worker.
+
+Checked: the task's first try ran on the killed worker and a later try on the other (the try history
+and the ``hostname`` column), and that try handled the batch the killed one had announced; the killed
+try handled nothing after the kill; every record ends exactly once (each tier topic and the DLT hold it
+once, ``read_committed``; its handling path follows its script); none is handled before it is due; no
+task failed for good; no password (Redis, PostgreSQL) is on any process's command line. Reported, not
+asserted (timing): the start-up times and the lateness of the records handled before and after the kill.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import textwrap
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from airflow_kafka_retry.engine.topics import topology_topics
+from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.testing.airflow_celery import CeleryWorkers, celery_env
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.redis_server import RedisServer
+from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+
+from tests.support import ledger
+from tests.support.timed_stream import produce_script, read_ledger, scripted
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
+
+REPO = Path(__file__).parents[2]
+
+PARTITIONS = 2
+COUNT = 40
+RATE = 4.0  # records produced per second
+DELAYS_S = (5, 10)
+BATCH_SLEEP_S = 3  # each retry-tier batch: a window to kill its worker in
+HEARTBEAT_TIMEOUT_S = 20  # [scheduler] task_instance_heartbeat_timeout (default 300 s)
+WORKERS = ("worker-a", "worker-b")
+DEADLINE_S = 240
+
+DAG_FILE = '''
+"""Written by tests/integration/test_celery_executor_e2e.py."""
+from datetime import timedelta
+
+from airflow_kafka_retry import build_retry_dags
+from tests.support.slow_timed_handler import record_notification
+
+globals().update(build_retry_dags(
+    {topology!r},
+    handler="tests.support.slow_timed_handler:handle",
+    include_main=True,
+    on_dlt=[record_notification],
+    dag_id_template="cel__{{topic}}",
+    options={{"batch_size": 50}},
+    default_args={{"retries": 2, "retry_delay": timedelta(seconds=2)}},
+))
+'''
+
+
+def _late(e: dict) -> float:
+    return (e["handled_ms"] - e["due_ms"]) / 1000
+
+
+def _cmdlines() -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
+    kafka_bootstrap, postgres, airflow_database_url, tmp_path, capsys, request
+):
+    main = unique_topic("cel")
+    topology_file = tmp_path / "topology.yaml"
+    topology_file.write_text(
+        json.dumps(
+            {
+                "topic": main,
+                "group_id": f"{main}-svc",
+                "attempts": 3,
+                "backoff": {"kind": "custom", "delays": [f"{d}s" for d in DELAYS_S]},
+            }
+        )
+    )
+    topology = load_topology(topology_file)
+    create_topics(kafka_bootstrap, [main], PARTITIONS)
+    request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
+    retry1, retry2 = (t.topic for t in topology.retry_tiers)
+    script = scripted(range(COUNT))
+    timed_ledger, batch_log = tmp_path / "handled.jsonl", tmp_path / "batches.jsonl"
+    dag_id = f"cel__{main}"
+
+    def finished() -> bool:
+        entries = read_ledger(timed_ledger)
+        finals = {e["id"] for e in entries if e["ok"]} | {
+            e["id"] for e in entries if e["topic"] == retry2 and not e["ok"]
+        }
+        return set(script) <= finals
+
+    started = time.monotonic()
+    with RedisServer() as redis:
+        redis_s = time.monotonic() - started
+        home = tmp_path / "airflow"
+        env = airflow_env(
+            home,
+            connections={
+                "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+            },
+            extra={
+                **celery_env(redis.url(), airflow_database_url, concurrency=2),
+                "AKR_TIMED_LEDGER": str(timed_ledger),
+                "AKR_NOTIFY_LOG": str(tmp_path / "notified.jsonl"),
+                "AKR_BATCH_LOG": str(batch_log),
+                "AKR_BATCH_SLEEP_S": str(BATCH_SLEEP_S),
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.support.hostname.from_env",
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT_S),
+                "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
+            },
+            pythonpath=[REPO],
+            database_url=airflow_database_url,
+            executor="CeleryExecutor",
+        )
+        (home / "dags" / "cel_tiers.py").write_text(
+            textwrap.dedent(DAG_FILE.format(topology=str(topology_file)))
+        )
+        with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
+            airflow_s = time.monotonic() - started - redis_s
+            with CeleryWorkers(
+                home, env, WORKERS, cwd=REPO, worker_env={n: {"AKR_HOSTNAME": n} for n in WORKERS}
+            ) as workers:
+                secrets = (redis.password, postgres.password)
+                leaked = [c for c in _cmdlines() if any(s in c for s in secrets)]
+                assert not leaked, f"a password on a command line: {leaked}"
+                cluster.wait_for_success(dag_id, 120, task_id="ensure_topics")
+
+                producer = threading.Thread(
+                    target=produce_script,
+                    args=(kafka_bootstrap, main, script),
+                    kwargs={"partitions": PARTITIONS, "rate": RATE},
+                    daemon=True,
+                )
+                producer.start()
+                deadline = time.monotonic() + DEADLINE_S
+
+                def wait(condition, what: str, dead: tuple[str, ...] = ()) -> None:
+                    while not condition():
+                        assert time.monotonic() < deadline, (
+                            f"{what}; scheduler log:\n{cluster.log_tail('scheduler')}\n"
+                            f"workers: {[workers.processes[n].log_tail(20) for n in WORKERS]}"
+                        )
+                        cluster.check_alive()
+                        workers.check_alive(skip=dead)
+                        time.sleep(0.2)
+
+                def first_try_batch() -> dict | None:
+                    batches = read_ledger(batch_log)
+                    return next(
+                        (b for b in batches if b["topic"] == retry1 and b["run"].endswith("/1")), None
+                    )
+
+                wait(lambda: first_try_batch() is not None, "no first try of retry_1 announced a batch")
+                killed_batch = first_try_batch()
+                assert killed_batch is not None
+                victim = killed_batch["host"]
+                [survivor] = [n for n in WORKERS if n != victim]
+                killed_at_ms = int(time.time() * 1000)
+                killed_pids = workers.kill(victim)  # returns once none of its processes is left
+                assert killed_batch["pid"] in killed_pids, (killed_batch, killed_pids)
+                run_id = killed_batch["run"].split("/")[1]
+
+                def retried() -> bool:
+                    return cluster.query(
+                        "SELECT state FROM task_instance WHERE dag_id = ? AND run_id = ? AND task_id = ?",
+                        dag_id,
+                        run_id,
+                        "retry_1",
+                    ) == [("success",)]
+
+                wait(finished, "not every record reached its end after the kill", dead=(victim,))
+                wait(retried, "the killed task was not retried to success", dead=(victim,))
+                producer.join(60)
+                final = cluster.query(
+                    "SELECT try_number, hostname FROM task_instance "
+                    "WHERE dag_id = ? AND run_id = ? AND task_id = 'retry_1'",
+                    dag_id,
+                    run_id,
+                )
+                history = cluster.query(
+                    "SELECT try_number, hostname, state FROM task_instance_history "
+                    "WHERE dag_id = ? AND run_id = ? AND task_id = 'retry_1' ORDER BY try_number",
+                    dag_id,
+                    run_id,
+                )
+                states = Counter(
+                    (task, state) for task, state in cluster.query("SELECT task_id, state FROM task_instance")
+                )
+                ready_s = dict(workers.ready_s)
+    entries = read_ledger(timed_ledger)
+    batches = read_ledger(batch_log)
+    tiered = [e for e in entries if e["topic"] in (retry1, retry2)]
+    before = [e for e in tiered if e["handled_ms"] < killed_at_ms]
+    after = [e for e in tiered if e["handled_ms"] >= killed_at_ms]
+    retaken = [
+        b for b in batches if b["started_ms"] > killed_at_ms and set(killed_batch["ids"]) & set(b["ids"])
+    ]
+    with capsys.disabled():
+        print(
+            f"\nCeleryExecutor: redis ready in {redis_s:.1f}s, Airflow in {airflow_s:.1f}s, "
+            f"workers {ready_s}; "
+            f"{victim} SIGKILLed ({len(killed_pids)} processes) while retry_1's first try ({run_id}) "
+            f"handled {len(killed_batch['ids'])} record(s); heartbeat timeout {HEARTBEAT_TIMEOUT_S}s"
+        )
+        if retaken:
+            print(
+                f"  the batch taken again {(retaken[0]['started_ms'] - killed_at_ms) / 1000:.1f}s "
+                "after the kill"
+            )
+        for label, group in (("before the kill", before), ("after the kill", after)):
+            for topic in (retry1, retry2):
+                late = [_late(e) for e in group if e["topic"] == topic]
+                if late:
+                    print(
+                        f"  lateness {label} on {topic}: p50 {statistics.median(late):.2f}s, "
+                        f"max {max(late):.2f}s over {len(late)} records "
+                        f"(handler sleep {BATCH_SLEEP_S}s a batch)"
+                    )
+        print(f"  try history of retry_1 in {run_id}: {history}; last try {final}")
+
+    # the first try ran on the killed worker, a later one on the other, and it handled the announced batch
+    assert [(n, host) for n, host, _ in history if n == 1] == [(1, victim)], history
+    assert final[0][0] >= 2, (final, history)
+    assert final[0][1] == survivor, (final, history)
+    assert retaken, killed_batch
+    assert all(b["host"] == survivor for b in retaken), (retaken, killed_batch)
+    assert set(killed_batch["ids"]) <= {i for b in retaken for i in b["ids"]}, (retaken, killed_batch)
+    # the killed try handled nothing after the kill (its task process died with the worker)
+    late_first = [e for e in entries if e["run"] == killed_batch["run"] and e["handled_ms"] >= killed_at_ms]
+    assert not late_first, late_first
+    assert not [b for b in batches if b["pid"] in killed_pids and b["started_ms"] > killed_at_ms]
+    # every record ends exactly once: each tier topic and the DLT hold it once (read_committed)
+    expect = {
+        retry1: sorted(script),
+        retry2: sorted(rid for rid, n in script.items() if n != 2),
+        topology.dlt_topic: sorted(rid for rid, n in script.items() if n == 0),
+    }
+    for topic, ids in expect.items():
+        keys = sorted(m.key().decode() for m in ledger.read_all(kafka_bootstrap, topic))
+        assert keys == ids, (topic, Counter(keys) - Counter(ids), Counter(ids) - Counter(keys))
+    # each record's handling follows its script (a batch handled but not committed by a killed try would
+    # be handled again: only the distinct steps are compared)
+    by_id: dict[str, list[tuple]] = {}
+    for e in entries:
+        by_id.setdefault(e["id"], []).append((e["topic"], e["attempt"], e["ok"]))
+    for rid, succeed_on in script.items():
+        want = [(main, 1, False), (retry1, 2, succeed_on == 2)]
+        if succeed_on != 2:
+            want.append((retry2, 3, succeed_on == 3))
+        assert list(dict.fromkeys(by_id[rid])) == want, (rid, by_id[rid])
+    assert not [e for e in tiered if e["handled_ms"] < e["due_ms"]], "handled before their due time"
+    assert not [k for k in states if k[1] == "failed"], dict(states)
