@@ -23,10 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.testing.processes import free_port
 
 from tests.integration.test_spark_app import SparkEnvWatcher
+from tests.integration.test_spark_operator_dag import SECRET as AIRFLOW_SECRET, _airflow_env, _json_lines
 from tests.support import ledger
+from tests.support.warm_airflow import run_airflow
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.testing.spark_cluster import SparkCluster
@@ -211,3 +214,81 @@ def test_a_master_that_does_not_answer_fails_with_an_error_naming_it(
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     assert f"Spark master {nobody} does not answer" in last, done.stderr[-3000:]
     assert not done.stdout, "a summary was printed: the run started"
+
+
+# ------------------------------------------------------------------------- the ledger through the operator
+DAG_FILE = '''
+"""Written by tests/integration/test_spark_standalone.py."""
+from datetime import datetime
+
+from airflow.sdk import DAG, chain
+
+from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
+
+ARGS = dict(
+    topology={topology!r},
+    handler="tests.support.ledger_handler:indexed",
+    value_deserializer="tests.support.ledger_handler:decode",
+    options={{"batch_size": 20, "chunk_size": 70}},
+    conf={conf!r},
+    properties_file={properties!r},
+    cutoff="now",  # each tier drains what the one before routed (the default is the run's logical date)
+    retries=0,
+)
+
+with DAG("akr_spark_standalone", schedule=None, start_date=datetime(2024, 1, 1), catchup=False) as dag:
+    chain(*[SparkReprocessTierOperator(task_id=f"tier_{{i}}", tier=i, **ARGS) for i in range({tiers})])
+    SparkReprocessTierOperator(task_id="nowhere", tier=0, conn_id="spark_nowhere", **ARGS)
+'''
+
+
+def test_operator_drains_every_tier_on_the_cluster_exactly_once_and_names_a_master_that_does_not_answer(
+    spark_cluster, kafka_bootstrap, tmp_path
+):
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = ledger.write_topology(ledger.make_topology("standalone-dag"), tmp_path / "topology.yaml")
+    inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
+    host, _, port = spark_cluster.master_url.rpartition(":")
+    nobody = free_port()
+    env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)  # its Kafka connection has a SASL password
+    env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": host, "port": int(port)})
+    env["AIRFLOW_CONN_SPARK_NOWHERE"] = json.dumps({"conn_type": "spark", "host": host, "port": nobody})
+    # a worker whose PATH has spark-submit (the operator finds pyspark's own only for a local master)
+    env["PATH"] = os.pathsep.join((os.path.dirname(sys.executable), env.get("PATH", "")))
+    conf = {**cluster_conf(ledger_file), "spark.pyspark.python": sys.executable}
+    Path(env["AIRFLOW__CORE__DAGS_FOLDER"], "akr_spark_standalone.py").write_text(
+        DAG_FILE.format(
+            topology=str(tmp_path / "topology.yaml"),
+            conf=conf,
+            properties=str(spark_cluster.client_properties),
+            tiers=len(topology.tiers),
+        )
+    )
+    apps_before = set(executor_dirs(spark_cluster))
+    seed_metadata_db(env, cwd=REPO)
+    reserialize = run_airflow(env, "dags", "reserialize")
+    assert reserialize.returncode == 0, reserialize.stderr[-3000:]
+    started = time.monotonic()
+    run = run_airflow(env, "dags", "test", "akr_spark_standalone", timeout=600)
+    log.warning("standalone operator DAG: %.1f s", time.monotonic() - started)
+    output = run.stdout + run.stderr
+    (tmp_path / "airflow-output.txt").write_text(output)  # kept for debugging a failure
+    [dag_run] = _json_lines(
+        run_airflow(env, "dags", "list-runs", "akr_spark_standalone", "-o", "json").stdout
+    )
+    listed = run_airflow(
+        env, "tasks", "states-for-dag-run", "akr_spark_standalone", dag_run["run_id"], "-o", "json"
+    )
+    states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
+    expected = {f"tier_{tier.index}": "success" for tier in topology.tiers}
+    assert states == {**expected, "nowhere": "failed"}, output[-5000:]
+
+    ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
+    apps = {k: v for k, v in executor_dirs(spark_cluster).items() if k not in apps_before}
+    assert len(apps) == len(topology.tiers), sorted(apps)
+    for app, workers in apps.items():  # an executor JVM of every application on both workers
+        assert sorted(workers) == list(range(spark_cluster.worker_count)), (app, workers)
+    # the task on a master nobody answers failed naming it, and started no application
+    assert f"Spark master spark://127.0.0.1:{nobody} does not answer" in output, output[-5000:]
+    assert AIRFLOW_SECRET not in output
+    assert spark_cluster.secret not in output
