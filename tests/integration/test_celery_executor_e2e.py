@@ -14,9 +14,11 @@ checks none of them is left. Airflow learns of it only through the missing heart
 (``[scheduler] task_instance_heartbeat_timeout``, 20 s here): the try is failed, and the next one runs
 on the other worker.
 
-Checked: the task's first try ran on the killed worker and a later try on the other (the try history
-and the ``hostname`` column), and that try handled the batch the killed one had announced; the killed
-try handled nothing after the kill; every record ends exactly once (each tier topic and the DLT hold it
+Checked: the task's first try ran on the killed worker and its last, successful try on the other (the try
+history and the ``hostname`` column); the batch the killed try had announced was handled again on the
+other worker (by the retried try, or by a later run's ``retry_1`` that the scheduler started first: the
+killed try holds the task's one slot, ``max_active_tis_per_dag=1``, until it is failed); the killed try
+handled nothing after the kill; every record ends exactly once (each tier topic and the DLT hold it
 once, ``read_committed``; its handling path follows its script); none is handled before it is due; no
 task failed for good; no password (Redis, PostgreSQL) is on any process's command line. Reported, not
 asserted (timing): the start-up times and the lateness of the records handled before and after the kill.
@@ -122,6 +124,7 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
         return set(script) <= finals
 
     started = time.monotonic()
+    marks: dict[str, float] = {}
     with RedisServer() as redis:
         redis_s = time.monotonic() - started
         home = tmp_path / "airflow"
@@ -177,17 +180,30 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                         time.sleep(0.2)
 
                 def first_try_batch() -> dict | None:
-                    batches = read_ledger(batch_log)
+                    """A batch a first try of retry_1 announced after retry-1 records were handled."""
+                    handled = [e["handled_ms"] for e in read_ledger(timed_ledger) if e["topic"] == retry1]
+                    if not handled:
+                        return None
                     return next(
-                        (b for b in batches if b["topic"] == retry1 and b["run"].endswith("/1")), None
+                        (
+                            b
+                            for b in read_ledger(batch_log)
+                            if b["topic"] == retry1
+                            and b["run"].endswith("/1")
+                            and b["slept"]  # a new batch: the handler sleeps before handling it
+                            and b["started_ms"] > min(handled)
+                        ),
+                        None,
                     )
 
+                marks["topics created"] = time.monotonic() - started
                 wait(lambda: first_try_batch() is not None, "no first try of retry_1 announced a batch")
                 killed_batch = first_try_batch()
                 assert killed_batch is not None
                 victim = killed_batch["host"]
                 [survivor] = [n for n in WORKERS if n != victim]
                 killed_at_ms = int(time.time() * 1000)
+                marks["kill"] = time.monotonic() - started
                 killed_pids = workers.kill(victim)  # returns once none of its processes is left
                 assert killed_batch["pid"] in killed_pids, (killed_batch, killed_pids)
                 run_id = killed_batch["run"].split("/")[1]
@@ -201,7 +217,9 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                     ) == [("success",)]
 
                 wait(finished, "not every record reached its end after the kill", dead=(victim,))
+                marks["every record at its end"] = time.monotonic() - started
                 wait(retried, "the killed task was not retried to success", dead=(victim,))
+                marks["retried task done"] = time.monotonic() - started
                 producer.join(60)
                 final = cluster.query(
                     "SELECT try_number, hostname FROM task_instance "
@@ -219,6 +237,7 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                     (task, state) for task, state in cluster.query("SELECT task_id, state FROM task_instance")
                 )
                 ready_s = dict(workers.ready_s)
+    marks["stopped"] = time.monotonic() - started
     entries = read_ledger(timed_ledger)
     batches = read_ledger(batch_log)
     tiered = [e for e in entries if e["topic"] in (retry1, retry2)]
@@ -237,7 +256,7 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
         if retaken:
             print(
                 f"  the batch taken again {(retaken[0]['started_ms'] - killed_at_ms) / 1000:.1f}s "
-                "after the kill"
+                f"after the kill, by {retaken[0]['run']} on {retaken[0]['host']}"
             )
         for label, group in (("before the kill", before), ("after the kill", after)):
             for topic in (retry1, retry2):
@@ -249,6 +268,7 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                         f"(handler sleep {BATCH_SLEEP_S}s a batch)"
                     )
         print(f"  try history of retry_1 in {run_id}: {history}; last try {final}")
+        print("  seconds since the start: " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items()))
 
     # the first try ran on the killed worker, a later one on the other, and it handled the announced batch
     assert [(n, host) for n, host, _ in history if n == 1] == [(1, victim)], history
