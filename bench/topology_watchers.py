@@ -1,0 +1,190 @@
+"""
+``python -m bench.topology_watchers``: what idle topology watchers cost a triggerer in memory, and where.
+
+    python -m bench.topology_watchers                        # 200 topologies, own consumers then shared
+    python -m bench.topology_watchers --topologies 50,200 --mode own
+    python -m bench.topology_watchers --bootstrap HOST:PORT   # an existing broker instead of a fresh one
+
+The capacity bench (``bench.event_tiers --capacity``) measures the whole triggerer, Airflow's own part
+included (its supervisor, the trigger runner, the log server). This one isolates the provider's part: N
+:class:`~airflow_kafka_retry.triggers.topology_events.TopologyDueEventTrigger` run on one event loop, as
+the triggerer's runner runs them (each ``run()`` a task, its wave store a ``MemoryStore``), on N idle
+topologies of the factory's shape (main, retry-1, retry-2 and the DLT, 3 partitions each; the lanes
+``main``, ``retry_1``, ``retry_2`` and ``watch_dlt``). Each mode and size runs in a fresh Python process
+(freed memory is not handed back to the system), which reports its memory (RSS, USS: ``smaps``) after
+its imports, once every watcher has its heads, and after a ``--window`` of idle watching (30 s), plus
+its threads, broker connections and, with ``--tracemalloc``, the Python allocations that grew most.
+
+Modes: ``own`` (the default of ``[kafka_retry] shared_watch_consumers``: one consumer per topology,
+shared by its lanes) and ``shared`` (one consumer for the process). Writes
+``bench/results/<UTC date and time>-topology-watchers.json`` (or ``--out DIR``). Measured, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.results_file import claim_result_file
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CONN_ID = "akr_bench_watchers"
+LANES = (("main", 0), ("retry_1", 1), ("retry_2", 2))
+
+
+def _memory_mb() -> dict[str, float]:
+    info = psutil.Process().memory_full_info()
+    return {"rss_mb": round(info.rss / 2**20, 1), "uss_mb": round(info.uss / 2**20, 1)}
+
+
+def _lanes(name: str) -> list[dict[str, Any]]:
+    topics = {0: name, 1: f"{name}-retry-1", 2: f"{name}-retry-2"}
+    lanes: list[dict[str, Any]] = [
+        {"name": lane, "topics": [topics[index]], "group": f"{name}-{lane}", "tier_index": index}
+        for lane, index in LANES
+    ]
+    lanes.append(
+        {"name": "watch_dlt", "topics": [f"{name}-dlt"], "group": f"{name}-dlt-watch", "read_due": False}
+    )
+    return lanes
+
+
+async def _watch(names: list[str], window_s: float) -> dict[str, Any]:
+    from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
+    from airflow_kafka_retry.triggers.watching import MemoryStore
+
+    imported = _memory_mb()
+    me = psutil.Process()
+    triggers = []
+    for name in names:
+        trigger = TopologyDueEventTrigger(topology_topic=name, lanes=_lanes(name), kafka_conn_id=CONN_ID)
+        trigger.asset_state_store = MemoryStore()  # type: ignore[attr-defined]
+        triggers.append(trigger)
+    tasks = [asyncio.create_task(_drive(t)) for t in triggers]
+    started = time.monotonic()
+    await asyncio.sleep(min(60.0, 5 + 0.1 * len(names)))  # every watch opens and reads its heads
+    opened = _memory_mb()
+    snapshot = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
+    await asyncio.sleep(window_s)
+    after = _memory_mb()
+    threads = me.num_threads()
+    grown = []
+    if snapshot is not None:  # what the watchers' Python objects hold, by the file that allocated them
+        top = snapshot.statistics("filename")[:15]
+        grown = [f"{s.traceback[0].filename}: {round(s.size / 2**20, 2)} MB in {s.count} blocks" for s in top]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return {
+        "after_imports": imported,
+        "watching": opened,
+        "after_window": after,
+        "per_topology_uss_kb": round((after["uss_mb"] - imported["uss_mb"]) * 1024 / len(names), 1),
+        "threads": threads,
+        "open_s": round(time.monotonic() - started - window_s, 1),
+        "python_allocations_by_file": grown,
+    }
+
+
+async def _drive(trigger: Any) -> None:
+    async for _event in trigger.run():
+        pass
+
+
+def child(args: argparse.Namespace) -> int:
+    """One mode and size in this process: create the topics, watch, print the result as JSON."""
+    from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+
+    os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": args.bootstrap}}
+    )
+    names = [unique_topic(f"bw{i}") for i in range(args.count)]
+    topics = [t for n in names for t in (n, f"{n}-retry-1", f"{n}-retry-2", f"{n}-dlt")]
+    create_topics(args.bootstrap, topics, partitions=3)
+    if args.tracemalloc:
+        tracemalloc.start()
+    result = asyncio.run(_watch(names, args.window))
+    sys.stdout.write(json.dumps({"mode": args.mode, "topologies": args.count, **result}) + "\n")
+    return 0
+
+
+@contextlib.contextmanager
+def _broker(bootstrap: str | None) -> Iterator[str]:
+    if bootstrap:
+        yield bootstrap
+        return
+    from airflow_kafka_retry.testing.kafka import ApacheKafka
+
+    with ApacheKafka() as kafka:
+        yield kafka.bootstrap
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.topology_watchers", description=__doc__)
+    parser.add_argument("--topologies", default="200", help="comma-separated sizes (default 200)")
+    parser.add_argument("--mode", choices=("own", "shared", "both"), default="both")
+    parser.add_argument("--window", type=float, default=30.0, help="idle seconds watched (default 30)")
+    parser.add_argument("--tracemalloc", action="store_true", help="list the Python allocations by file")
+    parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--count", type=int, help=argparse.SUPPRESS)  # a child process's one size
+    args = parser.parse_args(argv)
+    if args.count is not None:
+        return child(args)
+    modes = ("own", "shared") if args.mode == "both" else (args.mode,)
+    started = datetime.datetime.now(datetime.UTC)
+    runs = []
+    with _broker(args.bootstrap) as bootstrap:
+        for count in (int(c) for c in args.topologies.split(",")):
+            for mode in modes:
+                env = {**os.environ, "AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS": str(mode == "shared")}
+                command = [sys.executable, "-m", "bench.topology_watchers", "--bootstrap", bootstrap]
+                command += ["--count", str(count), "--mode", mode, "--window", str(args.window)]
+                command += ["--tracemalloc"] if args.tracemalloc else []
+                done = subprocess.run(
+                    command, env=env, capture_output=True, text=True, timeout=900, check=False
+                )
+                if done.returncode != 0:
+                    sys.stderr.write(done.stderr[-4000:])
+                    return done.returncode
+                run = json.loads(done.stdout.strip().splitlines()[-1])
+                runs.append(run)
+                before, after = run["after_imports"], run["after_window"]
+                sys.stdout.write(
+                    f"{mode} {count}: USS {before['uss_mb']} -> {after['uss_mb']} MB "
+                    f"({run['per_topology_uss_kb']} kB per topology), RSS {after['rss_mb']} MB, "
+                    f"{run['threads']} threads\n"
+                )
+    out = claim_result_file(args.out, started, "topology-watchers")
+    out.write_text(
+        json.dumps(
+            {
+                "bench": "topology_watchers",
+                "command": "python -m bench.topology_watchers "
+                + " ".join(argv if argv is not None else sys.argv[1:]),
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "machine": {"cores": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+                "runs": runs,
+            },
+            indent=1,
+        )
+    )
+    sys.stdout.write(f"written to {out}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
