@@ -239,3 +239,25 @@ def measure_window(
         "airflow_cpu_seconds": airflow,
         "airflow_cpu_percent_of_one_core": round(100 * airflow / elapsed, 2),
     }
+
+
+def memory(pid: int) -> dict[str, Any]:
+    """
+    Memory of a process tree, in MB: RSS summed over its processes, and PSS and USS (``smaps``).
+
+    RSS counts a page shared by a parent and its forked child in both; PSS splits it between them, so
+    the PSS total is what the tree really holds. Each process is listed with its command's first words.
+    """
+    root = psutil.Process(pid)
+    members, total = [], {"rss": 0, "pss": 0, "uss": 0}
+    for member in [root, *root.children(recursive=True)]:
+        try:
+            info = member.memory_full_info()
+            command = " ".join(member.cmdline()[:4])[:80]
+        except psutil.NoSuchProcess:
+            continue
+        sizes = {"rss": info.rss, "pss": info.pss, "uss": info.uss}
+        for key, value in sizes.items():
+            total[key] += value
+        members.append({"command": command, **{f"{k}_mb": round(v / 2**20, 1) for k, v in sizes.items()}})
+    return {**{f"{k}_mb": round(v / 2**20, 1) for k, v in total.items()}, "processes": members}

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from confluent_kafka import Producer
 
-from bench.airflow_deploy import PARTITIONS, counts, deploy, deployed, measure_window
+from bench.airflow_deploy import PARTITIONS, counts, deploy, deployed, measure_window, memory
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
@@ -116,12 +116,14 @@ def capacity(
             parse = parse_seconds(cluster, count)
             load_start = os.getloadavg()
             idle = measure_window(cluster, broker_pid, seconds)
+            triggerer_memory = memory(cluster.processes["triggerer"].pid)
             idle.update(
                 {
                     "deployed": deployed(cluster),
                     # since deployment: an idle topology creates no run (its sweeps are weekly)
                     "dag_runs_since_deployment": counts(cluster)[0],
-                    "triggerer_rss_mb": _rss_mb(cluster.processes["triggerer"].pid),
+                    "triggerer_memory": triggerer_memory,
+                    "triggerer_rss_mb": triggerer_memory["rss_mb"],
                     "kafka_connections": _connections(cluster, broker_pid),
                     "load_average": [round(x, 2) for x in load_start],
                 }
@@ -175,16 +177,6 @@ def capacity(
             }
         finally:
             cluster.stop()
-
-
-def _rss_mb(pid: int) -> float:
-    """Resident memory of a process and its children, in MB."""
-    proc = psutil.Process(pid)
-    total = 0
-    for member in [proc, *proc.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            total += member.memory_info().rss
-    return round(total / 2**20, 1)
 
 
 def _connections(cluster: AirflowCluster, broker_pid: int) -> dict[str, int]:

@@ -56,7 +56,16 @@ from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.postgres import PostgresCluster
-from bench.airflow_deploy import DAG_LAYOUTS, REPO, WARM_UP_S, counts, deploy, deployed, measure_window
+from bench.airflow_deploy import (
+    DAG_LAYOUTS,
+    REPO,
+    WARM_UP_S,
+    counts,
+    deploy,
+    deployed,
+    measure_window,
+    memory,
+)
 from bench.capacity import capacity
 from bench.plain_control import plain_dags
 from bench.results_file import claim_result_file
@@ -91,6 +100,7 @@ def run_case(
                     "dag_layout": dag_layout if topologies else None,
                     "topologies": len(topologies),
                     "deployed": in_db,
+                    "triggerer_memory": memory(cluster.processes["triggerer"].pid),
                     "warm_up": {
                         "seconds": WARM_UP_S,
                         "dag_runs": warm_runs,
