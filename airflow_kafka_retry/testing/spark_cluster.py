@@ -35,7 +35,6 @@ from typing import Any, Self
 from airflow_kafka_retry.spark.running import spark_home
 from airflow_kafka_retry.testing.processes import (
     ManagedProcess,
-    NotReady,
     free_port,
     register,
     stop_all,
@@ -158,7 +157,9 @@ class SparkCluster:
         daemon_conf = self.base_dir / "daemon-conf"
         daemon_conf.mkdir(mode=0o700, exist_ok=True)
         self.client_conf_dir.mkdir(mode=0o700, exist_ok=True)
-        daemon_props = _write_private(daemon_conf / "spark-daemon.conf", _properties(self._auth_conf()))
+        # a port taken meanwhile fails the start at once, naming it, instead of Spark moving to the next one
+        daemon_settings = {**self._auth_conf(), "spark.port.maxRetries": "0"}
+        daemon_props = _write_private(daemon_conf / "spark-daemon.conf", _properties(daemon_settings))
         _write_private(self.client_properties, _properties(self.client_conf()))
         register(self)
         try:
@@ -192,13 +193,11 @@ class SparkCluster:
             for worker in self.workers:
                 worker.check_alive("during start-up")
         except Exception as exc:
-            tails = "\n".join(f"--- {p.name}: {p.log_path}\n{p.log_tail(15)}" for p in self.workers)
+            tails = "".join(f"\n--- {p.name}: {p.log_path}\n{p.log_tail(15)}" for p in self.workers)
             self.stop()
-            if isinstance(exc, NotReady) or self.workers:
-                raise SparkClusterError(f"Spark standalone cluster did not start: {exc}\n{tails}") from exc
-            raise
+            raise SparkClusterError(f"Spark standalone cluster did not start: {exc}{tails}") from exc
         self.start_seconds = time.monotonic() - started
-        log.warning(
+        log.info(
             "Spark standalone cluster %s (%d workers x %d core, %s) ready in %.1f s",
             self.master_url,
             self.worker_count,

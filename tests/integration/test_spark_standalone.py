@@ -13,26 +13,26 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 
 from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.testing.processes import free_port
+from airflow_kafka_retry.testing.spark_cluster import SparkCluster, SparkClusterError
 
 from tests.integration.test_spark_app import SparkEnvWatcher
 from tests.integration.test_spark_operator_dag import SECRET as AIRFLOW_SECRET, _airflow_env, _json_lines
 from tests.support import ledger
 from tests.support.warm_airflow import run_airflow
-
-if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -91,7 +91,7 @@ def cli_drain(
     cmd += ["--chunk-size", "70"]
     for key, value in conf.items():
         cmd += ["--conf", f"{key}={value}"]
-    env = {**os.environ, **cluster.client_env(), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, **cluster.client_env(), "PYTHONPATH": str(REPO), **kw.pop("env", {})}
     return subprocess.run(
         cmd, env=env, capture_output=True, text=True, timeout=kw.pop("timeout", SUBMIT_TIMEOUT_S), check=False
     )
@@ -191,8 +191,40 @@ def test_no_secret_reaches_a_command_line_a_log_or_the_event_log(cli_ledger, spa
         found = [str(path) for path, content in text.items() if secret in content]
         assert not found, f"{what} is in {found}"
         assert secret not in run.output, f"{what} is in the CLI's output"
-    # the master's web UI (what an operator of the cluster browses) neither
-    assert spark_cluster.secret not in json.dumps(spark_cluster.master_state())
+    # the web UIs of the master and the workers (what an operator of the cluster browses: applications,
+    # executors and their launch commands) neither
+    pages = [web_json(port) for port in (spark_cluster.master_web_port, *spark_cluster.worker_web_ports)]
+    assert sum(len(page["finishedexecutors"]) for page in pages[1:]) >= 2 * len(run.topology.tiers), pages
+    assert "AKR_LEDGER" in json.dumps(pages), "the pages show no executor environment: the scan proves little"
+    for what, secret in secrets.items():
+        assert secret not in json.dumps(pages), f"{what} is in a web UI page"
+    # the files holding the cluster's secret are the owner's alone
+    for path in (
+        spark_cluster.client_properties,
+        spark_cluster.base_dir / "daemon-conf" / "spark-daemon.conf",
+    ):
+        assert spark_cluster.secret in path.read_text()
+        assert path.stat().st_mode & 0o077 == 0, oct(path.stat().st_mode)
+
+
+def web_json(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/", timeout=10) as answer:
+        return dict(json.loads(answer.read()))
+
+
+def test_a_taken_port_fails_the_start_at_once_naming_the_daemon_with_its_log(tmp_path):
+    cluster = SparkCluster(tmp_path / "cluster", ready_timeout=60)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", cluster.master_port))
+        taken.listen()
+        with pytest.raises(SparkClusterError) as failed:
+            cluster.start()
+    message = str(failed.value)
+    assert "Spark master exited (code 1) during start-up" in message, message
+    assert "Address already in use: Service 'sparkMaster' failed after 0 retries (starting from " in message
+    assert str(cluster.base_dir / "master" / "logs" / "master.log") in message
+    assert cluster.master is not None
+    assert not cluster.master.running
 
 
 # ----------------------------------------------------------------------------- a master that does not answer
@@ -214,6 +246,21 @@ def test_a_master_that_does_not_answer_fails_with_an_error_naming_it(
     last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
     assert f"Spark master {nobody} does not answer" in last, done.stderr[-3000:]
     assert not done.stdout, "a summary was printed: the run started"
+
+
+def test_without_the_clusters_auth_settings_the_kafka_password_is_not_sent(spark_cluster, tmp_path):
+    """The ledger runs passed the transport check because the cluster's settings were read: without them
+    (an empty SPARK_CONF_DIR) the same drain is refused before anything starts."""
+    (tmp_path / "topology.yaml").write_text("topic: never-read\ngroup_id: g\nattempts: 2\n")
+    (tmp_path / "empty-conf").mkdir()
+    kafka_file = kafka_config_file(tmp_path, "127.0.0.1:9")
+    conf = cluster_conf(ledger.ledger_path(tmp_path))
+    env = {"SPARK_CONF_DIR": str(tmp_path / "empty-conf")}
+    done = cli_drain(spark_cluster, tmp_path / "topology.yaml", 0, kafka_file, conf, env=env)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert f"executors of master '{spark_cluster.master_url}' over Spark's RPC" in done.stderr, done.stderr
+    assert "spark.authenticate, spark.network.crypto.enabled are not set" in done.stderr, done.stderr
+    assert SECRET not in done.stderr
 
 
 # ------------------------------------------------------------------------- the ledger through the operator
