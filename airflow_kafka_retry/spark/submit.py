@@ -172,6 +172,7 @@ def prepare_submission(
     partitions: Iterable[int] | None = None,
     application: str | None = None,
     tmp_dir: str | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> Submission:
     """
     Check that the Kafka secrets may travel, then build the submission.
@@ -193,11 +194,12 @@ def prepare_submission(
     :param partitions: only these partitions (default: all).
     :param application: the app to submit (default: the entry point inside the package).
     :param tmp_dir: parent of the private work folder (default: the system temp folder).
+    :param environ: spark-submit's environment, where its ``SPARK_CONF_DIR`` is found (default: this one).
     :raises airflow_kafka_retry.spark.transport.UnencryptedSecretsError: naming the missing Spark settings.
     :raises airflow_kafka_retry.spark.master.SparkMasterUnreachableError: a ``spark://`` master that does
         not answer, named.
     """
-    effective, where = effective_spark_conf(spark_conf, properties_file)
+    effective, where = effective_spark_conf(spark_conf, properties_file, environ)
     check_secrets_transport(
         check_shippable(kafka_config),
         master=master,
@@ -341,6 +343,7 @@ def run_spark_submit(
     """
     binary = spark_submit or find_spark_submit()
     timeout = submit_timeout_s(options) if timeout_s is None else timeout_s
+    full_env = {**spark_app_environment(os.environ), **local_spark_environment(binary), **(env or {})}
     with prepare_submission(
         topology_path=topology_path,
         tier=tier,
@@ -353,11 +356,11 @@ def run_spark_submit(
         cutoff_ms=cutoff_ms,
         partitions=partitions,
         application=application,
+        environ=full_env,  # the spark-defaults.conf that spark-submit reads decides, not this process's
     ) as submission:
         remove_result(submission.result_path)
         cmd = spark_submit_command(submission, master=master, conf=conf, spark_submit=binary)
         log.info("spark-submit command: %s", mask_command(cmd))
-        full_env = {**spark_app_environment(os.environ), **local_spark_environment(binary), **(env or {})}
         tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         mask = OutputMasker.for_submission({**submission.spark_conf, **(conf or {})}, kafka_config)
         with (
