@@ -39,6 +39,7 @@ with DAG(
         options={"batch_size": 100, "chunk_size": 1000},
         # every task carries the Kafka configuration to its executor: on a cluster, credentials in it are
         # only sent over authenticated, encrypted Spark RPC (a standalone master also needs
-        # spark.authenticate.secret; YARN, Kubernetes and local masters generate one per application)
+        # spark.authenticate.secret, given in a 0600 properties_file= rather than conf, which ps shows;
+        # YARN, Kubernetes and local masters generate one per application)
         conf={"spark.authenticate": "true", "spark.network.crypto.enabled": "true"},
     )
