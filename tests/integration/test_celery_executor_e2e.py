@@ -38,7 +38,7 @@ import pytest
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_celery import CeleryWorkers, celery_env
+from airflow_kafka_retry.testing.airflow_celery import CeleryWorkers, alive, celery_env
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.testing.redis_server import RedisServer
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
@@ -205,7 +205,10 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                 killed_at_ms = int(time.time() * 1000)
                 marks["kill"] = time.monotonic() - started
                 killed_pids = workers.kill(victim)  # returns once none of its processes is left
+                # checked here too, at once: the task process must not outlive its worker (an orphan would
+                # stop itself within a second, operators/supervisor_watch.py, and look killed later)
                 assert killed_batch["pid"] in killed_pids, (killed_batch, killed_pids)
+                assert not [pid for pid in killed_pids if alive(pid)], killed_pids
                 run_id = killed_batch["run"].split("/")[1]
 
                 def retried() -> bool:
@@ -233,6 +236,12 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                     dag_id,
                     run_id,
                 )
+                # every try that died with the worker (a task it ran besides retry_1's too)
+                died = cluster.query(
+                    "SELECT task_id, run_id, try_number FROM task_instance_history "
+                    "WHERE hostname = ? AND state = 'failed' ORDER BY task_id",
+                    victim,
+                )
                 states = Counter(
                     (task, state) for task, state in cluster.query("SELECT task_id, state FROM task_instance")
                 )
@@ -241,11 +250,22 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
     entries = read_ledger(timed_ledger)
     batches = read_ledger(batch_log)
     tiered = [e for e in entries if e["topic"] in (retry1, retry2)]
-    before = [e for e in tiered if e["handled_ms"] < killed_at_ms]
-    after = [e for e in tiered if e["handled_ms"] >= killed_at_ms]
     retaken = [
         b for b in batches if b["started_ms"] > killed_at_ms and set(killed_batch["ids"]) & set(b["ids"])
     ]
+    back_ms = retaken[0]["started_ms"] if retaken else killed_at_ms
+    groups = {
+        "handled before the kill": [e for e in tiered if e["handled_ms"] < killed_at_ms],
+        "due before the batch was taken again, handled after the kill": [
+            e for e in tiered if e["handled_ms"] >= killed_at_ms and e["due_ms"] < back_ms
+        ],
+        "due after that": [e for e in tiered if e["due_ms"] >= back_ms],
+    }
+    # each wave after the kill: the records each task try (a DAG run's tier task) handled
+    waves: dict[tuple[str, str], list[dict]] = {}
+    for e in tiered:
+        if e["handled_ms"] >= killed_at_ms:
+            waves.setdefault((e["run"].split("/", 1)[1], e["topic"]), []).append(e)
     with capsys.disabled():
         print(
             f"\nCeleryExecutor: redis ready in {redis_s:.1f}s, Airflow in {airflow_s:.1f}s, "
@@ -258,20 +278,30 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                 f"  the batch taken again {(retaken[0]['started_ms'] - killed_at_ms) / 1000:.1f}s "
                 f"after the kill, by {retaken[0]['run']} on {retaken[0]['host']}"
             )
-        for label, group in (("before the kill", before), ("after the kill", after)):
+        print(f"  lateness (handled - due; the handler sleeps {BATCH_SLEEP_S}s on each new batch):")
+        for label, group in groups.items():
             for topic in (retry1, retry2):
                 late = [_late(e) for e in group if e["topic"] == topic]
                 if late:
                     print(
-                        f"  lateness {label} on {topic}: p50 {statistics.median(late):.2f}s, "
-                        f"max {max(late):.2f}s over {len(late)} records "
-                        f"(handler sleep {BATCH_SLEEP_S}s a batch)"
+                        f"    {topic}, {label}: p50 {statistics.median(late):.2f}s, "
+                        f"max {max(late):.2f}s over {len(late)} records"
                     )
+        print("  the waves after the kill (a DAG run's tier task try each):")
+        for (run, topic), wave in sorted(waves.items(), key=lambda kv: min(e["handled_ms"] for e in kv[1])):
+            late = [_late(e) for e in wave]
+            first_s = (min(e["handled_ms"] for e in wave) - killed_at_ms) / 1000
+            print(
+                f"    {topic} {run}: {len(wave)} records from {first_s:.1f}s after the kill, lateness p50 "
+                f"{statistics.median(late):.2f}s, max {max(late):.2f}s"
+            )
         print(f"  try history of retry_1 in {run_id}: {history}; last try {final}")
+        print(f"  tries failed with {victim}: {[(task, n) for task, _, n in died]}")
         print("  seconds since the start: " + ", ".join(f"{k} {v:.0f}" for k, v in marks.items()))
 
     # the first try ran on the killed worker, a later one on the other, and it handled the announced batch
     assert [(n, host) for n, host, _ in history if n == 1] == [(1, victim)], history
+    assert ("retry_1", run_id, 1) in died, died
     assert final[0][0] >= 2, (final, history)
     assert final[0][1] == survivor, (final, history)
     assert retaken, killed_batch
