@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,12 @@ from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology_file import load_topology_from
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
 from airflow_kafka_retry.spark.staging import delete_own_folder, kubernetes_upload_path, upload_own_files
-from airflow_kafka_retry.spark.submit import Submission, local_spark_environment, prepare_submission
+from airflow_kafka_retry.spark.submit import (
+    Submission,
+    local_spark_environment,
+    prepare_submission,
+    spark_submit_on_path,
+)
 from airflow_kafka_retry.spark.transport import effective_spark_conf
 
 if TYPE_CHECKING:
@@ -180,6 +186,9 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         if master.startswith("local"):
             # the driver and executors run here: use this worker's Python and bundled Spark
             self.env_vars = {**local_spark_environment(), **(self.env_vars or {})}
+        elif deploy_mode != "cluster" and shutil.which("spark-submit") is None:
+            # client mode on a cluster: spark-submit and the driver run here; executors keep their own Python
+            self.env_vars = {**spark_submit_on_path(), **(self.env_vars or {})}
         if deploy_mode == "cluster":
             # the driver runs elsewhere: Spark ships the credentials file into its working folder
             self.files = ",".join(p for p in (self._user_files, credentials) if p)

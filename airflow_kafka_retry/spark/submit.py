@@ -248,11 +248,7 @@ WITHHELD_ENV_PREFIXES = ("AIRFLOW_CONN_", "AIRFLOW_VAR_", "AIRFLOW__")
 
 
 def spark_app_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """
-    The base environment of ``spark-submit``.
-
-    ``environ`` without what :data:`WITHHELD_ENV_PREFIXES` names.
-    """
+    """The base environment of ``spark-submit``: ``environ`` less :data:`WITHHELD_ENV_PREFIXES`."""
     return {k: v for k, v in environ.items() if not k.startswith(WITHHELD_ENV_PREFIXES)}
 
 
@@ -264,19 +260,25 @@ def local_spark_environment(spark_submit: str | None = None) -> dict[str, str]:
     bundled Spark, unless already set, and puts ``spark-submit``'s folder on ``PATH``.
     Holds no credentials.
     """
-    env: dict[str, str] = {}
-    for key in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
-        if not os.environ.get(key):
-            env[key] = sys.executable
+    pythons = ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    env = {key: sys.executable for key in pythons if not os.environ.get(key)}
     home = spark_home()
     if home and not os.environ.get("SPARK_HOME"):
         env["SPARK_HOME"] = home
-    binary = spark_submit or find_spark_submit()
-    folder = os.path.dirname(binary)
+    return {**env, **spark_submit_on_path(spark_submit)}
+
+
+def spark_submit_on_path(spark_submit: str | None = None) -> dict[str, str]:
+    """
+    ``PATH`` with ``spark_submit``'s folder first (default :func:`find_spark_submit`), or {} if it is on it.
+
+    The Spark hook runs a bare ``spark-submit``: a worker without it on ``PATH`` then runs pyspark's own.
+    """
+    folder = os.path.dirname(spark_submit or find_spark_submit())
     path = os.environ.get("PATH", "")
-    if folder and folder not in path.split(os.pathsep):
-        env["PATH"] = os.pathsep.join(p for p in (folder, path) if p)
-    return env
+    if not folder or folder in path.split(os.pathsep):
+        return {}
+    return {"PATH": os.pathsep.join(p for p in (folder, path) if p)}
 
 
 def spark_submit_command(

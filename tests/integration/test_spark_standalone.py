@@ -46,6 +46,10 @@ SUBMIT_TIMEOUT_S = 240.0
 log = logging.getLogger(__name__)
 
 
+def _has_spark_submit(folder: str) -> bool:
+    return bool(folder) and os.path.isfile(os.path.join(folder, "spark-submit"))
+
+
 def cluster_conf(ledger_file: str, events: Path | None = None) -> dict[str, str]:
     """The run's Spark properties, none of them secret (the auth settings come from the cluster's file)."""
     jvm = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -300,8 +304,9 @@ def test_operator_drains_every_tier_on_the_cluster_exactly_once_and_names_a_mast
     env = _airflow_env(tmp_path, kafka_bootstrap, ledger_file)  # its Kafka connection has a SASL password
     env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": host, "port": int(port)})
     env["AIRFLOW_CONN_SPARK_NOWHERE"] = json.dumps({"conn_type": "spark", "host": host, "port": nobody})
-    # a worker whose PATH has spark-submit (the operator finds pyspark's own only for a local master)
-    env["PATH"] = os.pathsep.join((os.path.dirname(sys.executable), env.get("PATH", "")))
+    # no spark-submit on the worker's PATH: the operator runs pyspark's own (the driver runs here)
+    folders = env.get("PATH", "").split(os.pathsep)
+    env["PATH"] = os.pathsep.join(p for p in folders if not _has_spark_submit(p))
     conf = {**cluster_conf(ledger_file), "spark.pyspark.python": sys.executable}
     Path(env["AIRFLOW__CORE__DAGS_FOLDER"], "akr_spark_standalone.py").write_text(
         DAG_FILE.format(
