@@ -46,9 +46,9 @@ def missing_module_message(what: str, path: str, module: str, options: DrainOpti
     return (
         f"{what} {path!r} cannot be imported on the Spark executor on {socket.gethostname()} "
         f"(Python {sys.executable}): no module named {module!r}. The submission ships {shipped} in "
-        f"--py-files; ship {module.split('.')[0]!r} as well (the operator's py_files= or spark-submit "
-        "--py-files: a zip of the package, or a wheel of it), or install it into the executors' Python "
-        "(a compiled extension must be installed)."
+        f"--py-files; ship {module.split('.')[0]!r} as well, as a zip of the package or a wheel of it "
+        "(the operator's py_files=, drain's --conf spark.submit.pyFiles=), or install it into the "
+        "executors' Python (a compiled extension must be installed)."
     )
 
 

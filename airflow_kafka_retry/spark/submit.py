@@ -289,13 +289,15 @@ def spark_submit_command(
     spark_submit: str | None = None,
     name: str | None = None,
 ) -> list[str]:
-    """The ``spark-submit`` command line of ``submission`` (paths and options only)."""
+    """The ``spark-submit`` command line (paths and options only); ``spark.submit.pyFiles`` joins ours."""
     cmd = [spark_submit or find_spark_submit(), "--master", master]
     if name:
         cmd += ["--name", name]
-    for key, value in {**submission.spark_conf, **(conf or {})}.items():
+    merged = {**submission.spark_conf, **(conf or {})}
+    py_files = ",".join(p for p in (merged.pop("spark.submit.pyFiles", ""), submission.py_files) if p)
+    for key, value in merged.items():
         cmd += ["--conf", f"{key}={value}"]
-    cmd += ["--py-files", submission.py_files, submission.application, *submission.application_args]
+    cmd += ["--py-files", py_files, submission.application, *submission.application_args]
     return cmd
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -344,3 +345,72 @@ def test_operator_drains_every_tier_on_the_cluster_exactly_once_and_names_a_mast
     assert f"Spark master spark://127.0.0.1:{nobody} does not answer" in output, output[-5000:]
     assert AIRFLOW_SECRET not in output
     assert spark_cluster.secret not in output
+
+
+# ----------------------------------------------------------------------------- user code on the executors
+HANDLERS = """
+import akr_exec_rates
+
+
+def handle(records):
+    for record in records:
+        akr_exec_rates.rate(record)
+"""
+
+
+def test_a_module_only_the_driver_has_is_named_then_ships_with_spark_submit_pyfiles(
+    spark_cluster, kafka_bootstrap, tmp_path
+):
+    """The handler imports a library on the driver's PYTHONPATH only: executors on the workers lack it."""
+    handlers, library = tmp_path / "handlers", tmp_path / "library"
+    (handlers / "akr_exec_handlers").mkdir(parents=True)
+    (handlers / "akr_exec_handlers" / "__init__.py").write_text("")
+    (handlers / "akr_exec_handlers" / "orders.py").write_text(HANDLERS)
+    (library / "akr_exec_rates").mkdir(parents=True)
+    (library / "akr_exec_rates" / "__init__.py").write_text("def rate(record):\n    return 1\n")
+    topology = ledger.write_topology(ledger.make_topology("exec-imports"), tmp_path / "topology.yaml")
+    ledger.produce_inputs(kafka_bootstrap, topology, 40, PARTITIONS)
+    main = topology.tiers[0]
+    kafka_file = kafka_config_file(tmp_path, kafka_bootstrap)
+
+    def drain(conf: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "airflow_kafka_retry.cli", "drain", "--engine", "spark"]
+        cmd += ["--master", spark_cluster.master_url, "--topology", str(tmp_path / "topology.yaml")]
+        cmd += [
+            "--tier",
+            "0",
+            "--kafka-config",
+            str(kafka_file),
+            "--handler",
+            "akr_exec_handlers.orders:handle",
+        ]
+        for key, value in {**cluster_conf(ledger.ledger_path(tmp_path)), **conf}.items():
+            cmd += ["--conf", f"{key}={value}"]
+        path = os.pathsep.join(str(p) for p in (REPO, handlers, library))  # the driver has both
+        env = {**os.environ, **spark_cluster.client_env(), "PYTHONPATH": path}
+        return subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT_S, check=False
+        )
+
+    failed = drain({})
+    assert failed.returncode == 1, failed.stdout[-2000:] + failed.stderr[-3000:]
+    summary = json.loads(failed.stdout)
+    errors = [p["error"] for p in summary["partitions"]]
+    assert len(errors) == PARTITIONS, summary
+    for error in errors:
+        assert "ExecutorImportError" in error, error
+        assert "no module named 'akr_exec_rates'" in error, error
+        assert "ship 'akr_exec_rates' as well" in error, error
+        assert "ships airflow_kafka_retry, akr_exec_handlers in --py-files" in error, error
+    # nothing moved: no offset committed, nothing routed
+    offsets = ledger.committed(kafka_bootstrap, topology.consumer_group(main), main.topic, PARTITIONS)
+    assert all(offset < 0 for offset in offsets.values()), offsets
+    assert not any(ledger.tier_contents(kafka_bootstrap, topology).values())
+
+    # shipped as a user would: a zip of the package, through spark.submit.pyFiles
+    archive = shutil.make_archive(str(tmp_path / "akr_exec_rates"), "zip", library, "akr_exec_rates")
+    done = drain({"spark.submit.pyFiles": archive})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    totals = json.loads(done.stdout)["totals"]
+    assert totals["drained"] == 40, totals
+    assert totals["succeeded"] == 40, totals
