@@ -8,7 +8,8 @@ The topology (tiers of 5 s and 10 s) runs as its one event-driven DAG; the DAG's
 failing service (every record fails there once). Records are produced four a second. The handler sleeps
 on the retry tiers, announcing each batch first (``tests/support/slow_timed_handler.py``).
 
-As soon as a first try of ``retry_1`` announces a batch, the worker running it is SIGKILLed with every
+As soon as a first try of ``retry_1`` announces a new batch after retry-1 records were handled (so there
+is a before and an after), the worker running it is SIGKILLed with every
 process it forked (the task process in its own process group included: a lost machine), and the test
 checks none of them is left. Airflow learns of it only through the missing heartbeats
 (``[scheduler] task_instance_heartbeat_timeout``, 20 s here): the try is failed, and the next one runs
@@ -21,7 +22,8 @@ killed try holds the task's one slot, ``max_active_tis_per_dag=1``, until it is 
 handled nothing after the kill; every record ends exactly once (each tier topic and the DLT hold it
 once, ``read_committed``; its handling path follows its script); none is handled before it is due; no
 task failed for good; no password (Redis, PostgreSQL) is on any process's command line. Reported, not
-asserted (timing): the start-up times and the lateness of the records handled before and after the kill.
+asserted (timing): the start-up times, and the lateness of the records handled before the kill, of those
+due while the killed try held the task, of those due after, and of each wave after the kill.
 """
 
 from __future__ import annotations
@@ -205,8 +207,8 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                 killed_at_ms = int(time.time() * 1000)
                 marks["kill"] = time.monotonic() - started
                 killed_pids = workers.kill(victim)  # returns once none of its processes is left
-                # checked here too, at once: the task process must not outlive its worker (an orphan would
-                # stop itself within a second, operators/supervisor_watch.py, and look killed later)
+                # checked here too, at once: the task process must not outlive its worker (an orphan stops
+                # itself, operators/supervisor_watch.py, and would look killed a little later)
                 assert killed_batch["pid"] in killed_pids, (killed_batch, killed_pids)
                 assert not [pid for pid in killed_pids if alive(pid)], killed_pids
                 run_id = killed_batch["run"].split("/")[1]
