@@ -85,6 +85,10 @@ def airflow_env(
             # machine the first answers took up to 31 s, and a retried "task started" call fails the task
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            # the scheduler's and the triggerer's log servers (serve-logs children): ports of this deployment,
+            # not Airflow's fixed 8793 and 8794, which another deployment on the machine may hold
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "PYTHONPATH": os.pathsep.join(str(p) for p in (*pythonpath, os.environ.get("PYTHONPATH")) if p),
         }
     )
