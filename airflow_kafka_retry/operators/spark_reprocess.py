@@ -228,6 +228,16 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
         return hook
 
     def _supervisor_gone(self, reason: str) -> None:
+        """
+        In the supervisor watch's thread: end the Spark application with the provider's ``on_kill``.
+
+        The task's thread is blocked reading ``spark-submit``'s output (or polling a standalone-cluster
+        driver's status), so only another thread can end the run, and ``on_kill`` is the provider's one way
+        to reach what runs elsewhere: ``spark-submit --kill`` of a standalone-cluster driver, the driver pod
+        on Kubernetes, ``yarn application -kill``. It cannot be split into a signal here and the rest in the
+        task's thread: its YARN kill runs only while ``spark-submit`` is alive. It only signals processes
+        and asks the cluster manager; the task's thread then sees ``spark-submit`` end and fails the try.
+        """
         self.on_kill()  # first: the task's log goes through the dead supervisor and may fail or block
         with contextlib.suppress(Exception):
             self.log.warning("%s: stopped the Spark application", reason)

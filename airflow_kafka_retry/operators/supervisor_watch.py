@@ -35,7 +35,9 @@ def stop_when_supervisor_dies(
     """
     Call ``stop(reason)`` once if this process's parent (the supervisor) dies inside the block.
 
-    Yields the supervisor's pid. ``stop`` runs in the watch's own thread; it should only ask for a stop.
+    Yields the supervisor's pid. ``stop`` runs in the watch's own thread, while the task's thread is
+    blocked in its work: it must not wait on that work, only end it (ask the engine to stop, or, for a
+    Spark run, run the Spark provider's ``on_kill``, see the Spark operator's ``_supervisor_gone``).
     """
     supervisor = os.getppid()
     done = threading.Event()
