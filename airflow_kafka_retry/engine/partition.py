@@ -260,6 +260,7 @@ class PartitionJob:
             while True:
                 watch.check()  # an attempt stopped at once ends here, its chunk never committed
                 piece = reader.read(min(piece_size, limit - work.read))
+                self._replay_check.new_read()
                 if piece.messages:
                     self._handle(piece, runner, work)
                 if piece.stop != "limit" or work.read >= limit:

@@ -7,8 +7,10 @@ that move of that very copy: ``record/<partition>/<offset>`` written by the same
 same transaction as the copy itself, with the digest of the copy's replay id, key and value
 (``engine/replay_log.py``). So a record whose copy is readable is always known to the log, and the
 audit of a real copy put on another record confirms nothing. The log of each topic is read once
-per partition run; when it has grown, only its new entries are read, so a flood of forged records
-costs one watermark request each, not a log read.
+per partition run; when it has grown, only its new entries are read. Its end is asked at most once per
+piece the engine reads (:meth:`ReplayLogCheck.new_read`): a copy and its log entry are committed in one
+transaction, so the log as it stood after a piece was read holds the entry of every real copy in it, and
+a flood of forged records costs one watermark request per piece, not one per record.
 """
 
 from __future__ import annotations
@@ -42,6 +44,11 @@ class ReplayLogCheck:
         self.kafka_config = kafka_config
         self._reader: TopicReader | None = None
         self._logs: dict[str, tuple[ReplayLog, int]] = {}  # log topic -> (what it says, its end then)
+        self._current: set[str] = set()  # log topics whose end was asked since the last piece was read
+
+    def new_read(self) -> None:
+        """The engine read another piece: a log's end asked before may predate its copies' entries."""
+        self._current.clear()
 
     def __call__(self, audit: ReplayAudit, digest: str) -> bool:
         try:
@@ -51,7 +58,10 @@ class ReplayLogCheck:
         cached = self._logs.get(topic)
         if cached is not None and cached[0].confirms(audit, digest):
             return True
+        if cached is not None and topic in self._current:  # read up to its end since this piece was read
+            return False
         end = self._end(topic)
+        self._current.add(topic)
         if cached is None or end > cached[1]:
             try:
                 if cached is None or cached[1] < 0:  # never read, or there was no log then

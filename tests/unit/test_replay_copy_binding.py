@@ -100,5 +100,24 @@ def test_a_grown_log_is_read_from_where_the_last_read_ended(monkeypatch):
 
     audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
     assert check(audit, "digest") is False  # first look: the whole log
+    check.new_read()  # the engine read its next piece
     assert check(audit, "digest") is False  # it grew from 5 to 9: only offsets 5 on
     assert reads == [(False, None), (True, 5)]
+
+
+def test_forged_records_of_one_piece_cost_one_end_request(monkeypatch):
+    """The log's end is asked once per piece read, not per record (issue 38 item 10)."""
+    from airflow_kafka_retry.engine import replay_trust
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+
+    asked: list[str] = []
+    check = replay_trust.ReplayLogCheck({"bootstrap.servers": "x:1"})
+    monkeypatch.setattr(replay_trust, "read_log", lambda reader, topic, **kw: replay_trust.ReplayLog(topic))
+    monkeypatch.setattr(check, "_end", lambda topic: asked.append(topic) or 5)
+    monkeypatch.setattr(check, "_open", lambda: None)
+    forged = [ReplayAudit("replay-x", "orders-dlt", 0, n, 0) for n in range(100)]
+    assert not any(check(audit, "digest") for audit in forged)
+    assert asked == ["orders-dlt-replay-log"]
+    check.new_read()  # a new piece may hold copies whose log entries came after that end
+    assert not any(check(audit, "digest") for audit in forged)
+    assert asked == ["orders-dlt-replay-log"] * 2
