@@ -51,7 +51,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from airflow_kafka_retry.engine.client_calls import ClientCalls
 from airflow_kafka_retry.engine.clients import partition_counts
 from airflow_kafka_retry.engine.metadata_client import metadata_client
 from airflow_kafka_retry.engine.process_clients import config_key, keep_inherited
@@ -77,7 +76,6 @@ class SharedConsumer:
         self.inboxes: dict[int, deque[Message]] = {}
         self.broken: str | None = None  # the error that broke the consumer
         self.leases = 0  # guarded by the registry's lock
-        self.calls = ClientCalls("the shared watch consumer")  # closed only when no call is inside it
 
     @property
     def admin(self) -> AdminClient:
@@ -88,10 +86,9 @@ class SharedConsumer:
         if self.broken is not None:
             return
         try:
-            with self.calls.call():
-                while messages := self.consumer.consume(num_messages=TAKE, timeout=0):
-                    for message in messages:
-                        self._route(message)
+            while messages := self.consumer.consume(num_messages=TAKE, timeout=0):
+                for message in messages:
+                    self._route(message)
         except (KafkaException, RuntimeError) as exc:
             self.broken = str(exc)
 
@@ -148,8 +145,7 @@ class Lease:
 
     def cached_end(self, key: Key) -> int | None:
         """The log end the last fetch of the partition carried."""
-        with self.sharing.calls.call():
-            return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
 
     def _from_start(self, tps: list[TopicPartition], timeout_s: float = 30.0) -> list[TopicPartition]:
         """
@@ -194,24 +190,21 @@ class Lease:
         """
         tps = self._from_start(tps)
         self._check(tps)
-        with self.sharing.calls.call():
-            self.consumer.incremental_assign(tps)
-            self.consumer.resume(tps)
+        self.consumer.incremental_assign(tps)
+        self.consumer.resume(tps)
 
     def reassign(self, tps: list[TopicPartition]) -> None:
         """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
         tps = self._from_start(tps)
         self._check(tps)
-        with self.sharing.calls.call():
-            self.consumer.incremental_unassign(tps)
-            self.consumer.incremental_assign(tps)
-            self.consumer.resume(tps)
+        self.consumer.incremental_unassign(tps)
+        self.consumer.incremental_assign(tps)
+        self.consumer.resume(tps)
 
     def pause(self, tps: list[TopicPartition]) -> None:
         """Stop fetching ``tps`` (librdkafka queues the pause: no wait, no lock)."""
         self._check(tps)
-        with self.sharing.calls.call():
-            self.consumer.pause(tps)
+        self.consumer.pause(tps)
 
     def take(self) -> list[Message]:
         """What was fetched for this lease's partitions; raises :class:`ConsumerBroken` once broken."""
@@ -245,7 +238,7 @@ class Lease:
             s.inboxes.pop(self.ident, None)
             unassign = bool(mine) and s.broken is None
         if unassign:  # outside the lock: it waits for librdkafka's main thread
-            with contextlib.suppress(KafkaException, RuntimeError), s.calls.call():
+            with contextlib.suppress(KafkaException, RuntimeError):
                 self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in mine])
         _release(s)
 
@@ -297,8 +290,9 @@ def _release(sharing: SharedConsumer) -> None:
         last = sharing.leases == 0
         if last and _REGISTRY.get(sharing.key) is sharing:
             del _REGISTRY[sharing.key]
-    if last:  # once no other thread's call is inside it (client_calls.py)
-        sharing.calls.close(sharing.consumer.close)
+    if last:
+        with contextlib.suppress(KafkaException, RuntimeError):
+            sharing.consumer.close()
 
 
 def shared_consumers() -> list[SharedConsumer]:

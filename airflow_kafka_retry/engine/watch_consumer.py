@@ -14,7 +14,6 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
-from airflow_kafka_retry.engine.client_calls import ClientCalls
 from airflow_kafka_retry.engine.clients import consumer_config, from_log_start, partition_counts
 from airflow_kafka_retry.engine.metadata_client import metadata_client
 
@@ -40,7 +39,6 @@ class PrivateConsumer:
     def __init__(self, kafka_config: Mapping[str, Any], group: str) -> None:
         self.consumer = Consumer(watch_config(kafka_config, group))
         self._kafka_config = kafka_config
-        self.calls = ClientCalls(f"the watch consumer of {group}")  # closed only when no call is inside it
 
     def claim(self, keys: Collection[Key]) -> bool:
         return True
@@ -51,41 +49,32 @@ class PrivateConsumer:
 
     def log_end(self, key: Key, timeout_s: float) -> int | None:
         """The partition's log end from the broker (ListOffsets)."""
-        with self.calls.call():
-            tp = TopicPartition(*key)
-            return self.consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)[1]
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s, cached=False)[1]
 
     def cached_end(self, key: Key) -> int | None:
         """The log end the last fetch of the partition carried."""
-        with self.calls.call():
-            return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
+        return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
 
     def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
-        with self.calls.call():
-            return list(self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s))
+        return list(self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s))
 
     def assign(self, tps: list[TopicPartition]) -> None:
-        with self.calls.call():
-            self.consumer.incremental_assign(from_log_start(self.consumer, tps))
+        self.consumer.incremental_assign(from_log_start(self.consumer, tps))
 
     def reassign(self, tps: list[TopicPartition]) -> None:
         """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
-        with self.calls.call():
-            self.consumer.incremental_unassign(tps)
-            self.consumer.incremental_assign(from_log_start(self.consumer, tps))
-            self.consumer.resume(tps)
+        self.consumer.incremental_unassign(tps)
+        self.consumer.incremental_assign(from_log_start(self.consumer, tps))
+        self.consumer.resume(tps)
 
     def pause(self, tps: list[TopicPartition]) -> None:
-        with self.calls.call():
-            self.consumer.pause(tps)
+        self.consumer.pause(tps)
 
     def take(self) -> list[Message]:
         taken: list[Message] = []
-        with self.calls.call():
-            while messages := self.consumer.consume(num_messages=TAKE, timeout=0):
-                taken.extend(messages)
+        while messages := self.consumer.consume(num_messages=TAKE, timeout=0):
+            taken.extend(messages)
         return taken
 
     def close(self) -> None:
-        """Close the consumer once no other thread's call is inside it (client_calls.py)."""
-        self.calls.close(self.consumer.close)
+        self.consumer.close()

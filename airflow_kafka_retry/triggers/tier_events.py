@@ -4,9 +4,9 @@ Event triggers of event-driven tiers: an asset watcher fires when a tier's recor
 ``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the triggerer
 as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
 open (its partitions assigned at the group's committed offsets, never joined, never committing; with
-``[kafka_retry] shared_watch_consumers`` on, the default, the watches of a triggerer share one consumer
-per Kafka connection, see ``engine/shared_consumer.py``) and yields one event per *wave* (see
-``policy/waves.py``): while idle it only waits on the broker, so an idle
+``[kafka_retry] shared_watch_consumers`` on, the watches of a triggerer share one consumer per Kafka
+connection, see ``engine/shared_consumer.py``) and
+yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an idle
 tier creates no DAG run and no task. The wave is saved in the asset's state store before its event is
 yielded, so a restarted triggerer does not fire it twice at once nor forget it: it fires the next wave
 once the group has committed past it, or fires it again ``refire_after`` (45 s) after it became runnable

@@ -85,9 +85,8 @@ async def open_watch(
     """
     A head watch of ``topics`` for ``group``, on the connection's cluster (blocking parts in a thread).
 
-    It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on (the default);
-    off, given a ``scope``, only with the watches of that scope (one consumer per topology), else its own
-    consumer.
+    It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on; otherwise, given
+    a ``scope``, only with the watches of that scope (one consumer per topology), else its own consumer.
     """
     from asgiref.sync import sync_to_async
 
@@ -147,7 +146,7 @@ async def send_tier_gauges(
 
 
 def _shared_watch_consumers() -> bool:
-    """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default on)."""
+    """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default off)."""
     from airflow.providers.common.compat.sdk import conf
 
-    return conf.getboolean("kafka_retry", "shared_watch_consumers", fallback=True)
+    return conf.getboolean("kafka_retry", "shared_watch_consumers", fallback=False)

@@ -46,8 +46,8 @@ def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
 
 @pytest.fixture(autouse=True)
 def _own_consumers(monkeypatch) -> None:
-    """``[kafka_retry] shared_watch_consumers`` off (on by default): the trigger shares within itself."""
-    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS", "False")
+    """``[kafka_retry] shared_watch_consumers`` off (the default): the trigger shares only with its lanes."""
+    monkeypatch.delenv("AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS", raising=False)
     assert watching._shared_watch_consumers() is False
 
 
