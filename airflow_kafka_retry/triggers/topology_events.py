@@ -217,7 +217,6 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 read_due=lane.spec.get("read_due", True),
                 due_horizon_ms=lane.spec.get("due_horizon_ms", MAX_BACKOFF_MS),
                 optional=lane.spec.get("optional_topics") or (),
-                scope=id(self),
             )
             lane.next_check, lane.failures = 0, 0
             self.log.info("%s: watching %s partition(s)", lane.where, len(lane.watch.keys))

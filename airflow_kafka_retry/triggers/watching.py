@@ -80,13 +80,12 @@ async def open_watch(
     read_due: bool,
     due_horizon_ms: int,
     optional: Sequence[str] = (),
-    scope: Any = None,
 ) -> HeadWatch:
     """
     A head watch of ``topics`` for ``group``, on the connection's cluster (blocking parts in a thread).
 
-    It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on; otherwise, given
-    a ``scope``, only with the watches of that scope (one consumer per topology), else its own consumer.
+    It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on (not safe yet, see
+    docs/capacity.md); otherwise it has a consumer of its own.
     """
     from asgiref.sync import sync_to_async
 
@@ -108,8 +107,10 @@ async def open_watch(
             read_due=read_due,
             due_horizon_ms=due_horizon_ms,
             optional=optional,
-            shared=everyone or scope is not None,
-            scope=None if everyone else scope,
+            # not shared within a topology either: a shared consumer reads its watches' committed offsets
+            # through the admin client's ListConsumerGroupOffsets, whose response handling crashed the
+            # trigger runner (SIGSEGV in librdkafka) when group coordinators moved (docs/capacity.md)
+            shared=everyone,
         )
         with lock:
             orphaned = handoff.setdefault("watch", watch) is not watch
