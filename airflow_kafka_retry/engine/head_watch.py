@@ -27,7 +27,7 @@ triggers call this from a worker thread (blocking calls) or directly (:meth:`pol
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -63,7 +63,6 @@ class HeadWatch:
         as the drain does.
     :param optional: of ``topics``, those watched once they exist.
     :param shared: share the process's consumer for this Kafka configuration (False: a consumer of its own).
-    :param scope: with ``shared``, share only with watches of the same scope (see ``shared_consumer.lease``).
     """
 
     def __init__(
@@ -76,7 +75,6 @@ class HeadWatch:
         due_horizon_ms: int = MAX_BACKOFF_MS,
         optional: Collection[str] = (),
         shared: bool = False,
-        scope: Hashable = None,
     ) -> None:
         self.topics = list(topics)
         self.optional = frozenset(optional)  # watched once they exist (a parking topic not created yet)
@@ -87,7 +85,7 @@ class HeadWatch:
         self.heads: dict[Key, PartitionHead] = {}
         self.ended: set[Key] = set()  # partitions read to their end: nothing pending
         self._client: Lease | PrivateConsumer = (
-            lease(kafka_config, scope) if shared else PrivateConsumer(kafka_config, group)
+            lease(kafka_config) if shared else PrivateConsumer(kafka_config, group)
         )
         try:
             try:

@@ -265,14 +265,9 @@ def share_key(kafka_config: Mapping[str, Any]) -> Hashable:
     return config_key(config, without=("group.id",))
 
 
-def lease(kafka_config: Mapping[str, Any], scope: Hashable = None) -> Lease:
-    """
-    A lease of the process's shared consumer for ``kafka_config`` (a new consumer if none or broken).
-
-    ``scope``: only leases of the same scope share (None: every watch of the process; a topology
-    trigger's own id: the watches of that topology, one consumer for all its tiers).
-    """
-    key = (share_key(kafka_config), scope)
+def lease(kafka_config: Mapping[str, Any]) -> Lease:
+    """A lease of the process's shared consumer for ``kafka_config`` (a new consumer if none or broken)."""
+    key = share_key(kafka_config)
     with _LOCK:
         sharing = _REGISTRY.get(key)
         if sharing is None or sharing.broken is not None:

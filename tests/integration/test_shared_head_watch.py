@@ -36,8 +36,7 @@ def _poll_until(watches: Iterable[HeadWatch], done: Callable[[], bool]) -> None:
 
 
 def _sharing(config: dict) -> list[SharedConsumer]:
-    key = (share_key(config), None)
-    return [s for s in shared_consumers() if s.key == key]
+    return [s for s in shared_consumers() if s.key == share_key(config)]
 
 
 @pytest.fixture

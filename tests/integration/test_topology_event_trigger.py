@@ -91,16 +91,6 @@ def _saved(store: _Store, lane: str) -> Wave | None:
     return Wave.from_state(store.state.get(f"{STATE_KEY}:{lane}"))
 
 
-def _scope(key: Hashable) -> object:
-    """The scope in a shared consumer's registry key ``(configuration, scope)``."""
-    return cast("tuple", key)[1]
-
-
-def _scoped_to(trigger: TopologyDueEventTrigger) -> list[shared_consumer.SharedConsumer]:
-    """The working shared consumers of the trigger's scope (``scope=id(trigger)``)."""
-    return [s for s in shared_consumer.shared_consumers() if _scope(s.key) == id(trigger)]
-
-
 def _commit_timed(bootstrap: str, group: str, topic: str, offsets: Mapping[int, int]) -> tuple[int, int]:
     """Commit as a consumer of ``group`` does; returns when the commit was sent and when it was answered.
 
@@ -192,21 +182,16 @@ def test_each_lane_reads_through_a_consumer_of_its_own(kafka_bootstrap, kafka_co
     monkeypatch.setattr(shared_consumer, "SharedConsumer", Shared)
     monkeypatch.setattr(head_watch, "PrivateConsumer", Private)
     trigger = _trigger(kafka_conn, lanes)
-    scoped: list[dict] = []
-
-    looked: list[bool] = []
+    shared_then: list[list[shared_consumer.SharedConsumer]] = []
 
     def look(_events) -> None:
-        looked.append(True)
-        for sharing in _scoped_to(trigger):
-            with sharing.lock:
-                scoped.append({"owners": dict(sharing.owners), "leases": sharing.leases})
+        shared_then.append(shared_consumer.shared_consumers())
 
     events = _Running(trigger).for_seconds(
         WAIT_S,
         until=lambda ev: {"retry_1", "retry_2", "watch_dlt"} <= {n for _, e in ev for n in e["due"]},
         then=look,
-        done=lambda ev: bool(looked),
+        done=lambda ev: bool(shared_then),
         quiet=0.5,
     )
     assert {n for _, e in events for n in e["due"]} == {"retry_1", "retry_2", "watch_dlt"}, _brief(events)
@@ -214,7 +199,7 @@ def test_each_lane_reads_through_a_consumer_of_its_own(kafka_bootstrap, kafka_co
     # the admin client's ListConsumerGroupOffsets, which crashed the trigger runner when coordinators moved)
     assert sorted(kind for kind, _ in made) == ["private"] * 3, made
     assert {group for _, group in made} == {lane["group"] for lane in lanes}
-    assert scoped == [], scoped  # no shared consumer of the trigger's
+    assert shared_then == [[]], shared_then  # no shared consumer while it ran
 
 
 def test_a_lane_fires_its_next_wave_only_after_its_group_committed_and_busy_hold(
@@ -348,9 +333,25 @@ def test_a_restarted_trigger_refires_a_saved_wave_only_after_refire_after(
 
 
 @pytest.mark.parametrize("after_s", [0.0, 0.05, 0.2])
-def test_a_trigger_cancelled_while_its_watches_open_leaves_no_consumer(kafka_bootstrap, kafka_conn, after_s):
+def test_a_trigger_cancelled_while_its_watches_open_leaves_no_consumer(
+    kafka_bootstrap, kafka_conn, after_s, monkeypatch
+):
     """The triggerer cancels a watcher when its DAG changes: a watch still opening in its thread is closed."""
     import asyncio
+
+    made: list[head_watch.PrivateConsumer] = []
+    closed: list[head_watch.PrivateConsumer] = []
+
+    class Private(head_watch.PrivateConsumer):
+        def __init__(self, kafka_config, group) -> None:
+            super().__init__(kafka_config, group)
+            made.append(self)
+
+        def close(self) -> None:
+            closed.append(self)
+            super().close()
+
+    monkeypatch.setattr(head_watch, "PrivateConsumer", Private)
 
     topics = [unique_topic("cancel") for _ in range(3)]
     create_topics(kafka_bootstrap, topics, 1)
@@ -372,7 +373,7 @@ def test_a_trigger_cancelled_while_its_watches_open_leaves_no_consumer(kafka_boo
                 await task
 
         asyncio.run(cancelled())  # it waits for the opening threads to end
-        left = [s for s in shared_consumer.shared_consumers() if s.key[1] == id(trigger)]
-        assert left == [], f"{len(left)} consumer(s) of the cancelled trigger left open"
+        left = [c for c in made if c not in closed]
+        assert left == [], f"{len(left)} of {len(made)} consumer(s) of the cancelled trigger left open"
     finally:
         delete_topics(kafka_bootstrap, topics)
