@@ -12,6 +12,8 @@ from typing import Any
 
 from airflow_kafka_retry.cli_support import EXIT_FAILED, EXIT_OK, add_kafka_args, kafka_config, print_json
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+from airflow_kafka_retry.policy.dead_letter_families import FAMILIES
+from airflow_kafka_retry.policy.framework_headers import FRAMEWORK_HEADER_MODES
 
 
 def add_dlt_commands(sub: Any) -> None:
@@ -24,7 +26,15 @@ def add_dlt_commands(sub: Any) -> None:
     inspect.add_argument(
         "--dlt",
         default=None,
-        help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)",
+        help="a DLT of the topology, 'parking' / the parking topic, or any other dead-letter topic by "
+        "name (a Kafka Connect or share-group DLQ; default: the main DLT)",
+    )
+    inspect.add_argument(
+        "--family",
+        default="auto",
+        choices=("auto", *FAMILIES),
+        help="family of records whose headers name none (airflow: Airflow's Kafka provider writes no "
+        "header; kafka-connect: a Connect DLQ without context headers); default: detected per record",
     )
     inspect.add_argument("--format", choices=("table", "json"), default="table")
     inspect.add_argument(
@@ -42,7 +52,8 @@ def add_dlt_commands(sub: Any) -> None:
     replay.add_argument(
         "--dlt",
         default=None,
-        help="a DLT of the topology, or 'parking' / the parking topic (default: the main DLT)",
+        help="a DLT of the topology, 'parking' / the parking topic, or any other dead-letter topic by "
+        "name (a Kafka Connect or share-group DLQ; default: the main DLT)",
     )
     replay.add_argument(
         "--exception",
@@ -80,6 +91,14 @@ def add_dlt_commands(sub: Any) -> None:
         "replayed to (repeatable)",
     )
     replay.add_argument(
+        "--framework-headers",
+        choices=FRAMEWORK_HEADER_MODES,
+        default="auto",
+        help="the dead-letter framework's own headers on the copies: auto (default) keeps Spring's "
+        "original coordinates and drops Kafka Connect's __connect.errors.* and the share group's "
+        "__dlq.errors.*; keep keeps them all; drop drops them all",
+    )
+    replay.add_argument(
         "--transform",
         default=None,
         metavar="MOD:FUNC",
@@ -112,6 +131,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         bucket=args.by,
         samples=args.samples,
         show_values=args.show_values,
+        family=args.family,
     )
     if args.format == "json":
         print_json(report)
@@ -137,6 +157,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         limit=args.limit,
         to=args.to,
         transform=args.transform,
+        framework_headers=args.framework_headers,
     )
     replay = Replay(
         topology,

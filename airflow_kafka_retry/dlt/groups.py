@@ -1,4 +1,10 @@
-"""Grouping DLT records for ``dlt inspect``: by exception class, original topic and hour or day of failure."""
+"""
+Grouping DLT records for ``dlt inspect``: by family, exception class, original topic and hour or day.
+
+Each record is read whatever family wrote it (:mod:`~airflow_kafka_retry.policy.dead_letter_families`);
+a group says which fields its records lack (``missing``) and which headers could not be read
+(``unreadable``, by name), and each sample gives its original coordinates and failure.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from airflow_kafka_retry.policy.header_values import bound_value
+
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord
+    from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family
 
 Bucket = Literal["hour", "day"]
 BUCKETS: tuple[Bucket, ...] = ("hour", "day")
@@ -33,36 +42,80 @@ def _text(value: bytes | None, limit: int = 200) -> str | None:
     return text if len(text) <= limit else text[:limit] + "...[truncated]"
 
 
+def sample_of(record: DltRecord, letter: DeadLetter) -> dict[str, Any]:
+    """A record's DLT coordinates and what its headers say (header strings bounded), never its payload."""
+    return {
+        "partition": record.partition,
+        "offset": record.offset,
+        "family": letter.family,
+        "original_topic": bound_value(letter.original_topic),
+        "original_partition": letter.original_partition,
+        "original_offset": letter.original_offset,
+        "original_timestamp_ms": letter.original_timestamp_ms,
+        "failed_at_ms": letter.failed_at_ms,
+        "group": bound_value(letter.group),
+        "connector": bound_value(letter.connector),
+        "task": letter.task,
+        "failure_class": bound_value(letter.failure_class),
+        "failure_message": bound_value(letter.failure_message),
+        "delivery_count": letter.delivery_count,
+        "record_copied": letter.record_copied,
+        "missing": list(letter.missing),
+        "unreadable": {name: bound_value(why) for name, why in letter.unreadable},
+        **({"families": list(letter.families)} if len(letter.families) > 1 else {}),
+    }
+
+
 @dataclass
 class Group:
     """
-    Records of one (exception, cause, original topic, failure hour/day).
+    Records of one (exception, cause, original topic, failure hour/day, family).
 
-    ``failed_at`` is the DLT record's timestamp (when it was dead-lettered); ``samples`` are a few
-    coordinates (``partition@offset``), with key and value only when asked for.
+    The bucket is the DLT record's timestamp: when it was dead-lettered, except for Kafka Connect, which
+    keeps the source record's timestamp. ``samples`` are a few records by coordinates with what their
+    headers say (:func:`sample_of`), key and value only when asked for. ``missing`` is every field some
+    record of the group lacks, ``unreadable`` how many records had each header unreadable, and
+    ``not_replayable`` how many are share-group dead letters without a copied record.
     """
 
     exception: str | None
     cause: str | None
     original_topic: str | None
     bucket: str
+    family: Family = "unknown"
     count: int = 0
     replayed: int = 0
     oldest: str = ""
     newest: str = ""
     samples: list[dict[str, Any]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unreadable: dict[str, int] = field(default_factory=dict)
+    not_replayable: int = 0
     _oldest_ms: int = field(default=0, repr=False)
     _newest_ms: int = field(default=0, repr=False)
 
-    def add(self, record: DltRecord, *, replayed: bool, samples: int, show_values: bool) -> None:
+    def add(
+        self,
+        record: DltRecord,
+        *,
+        replayed: bool,
+        samples: int,
+        show_values: bool,
+        letter: DeadLetter | None = None,
+    ) -> None:
+        letter = letter or record.dead_letter
         if self.count == 0 or record.timestamp_ms < self._oldest_ms:
             self._oldest_ms, self.oldest = record.timestamp_ms, iso_ms(record.timestamp_ms)
         if self.count == 0 or record.timestamp_ms > self._newest_ms:
             self._newest_ms, self.newest = record.timestamp_ms, iso_ms(record.timestamp_ms)
         self.count += 1
         self.replayed += int(replayed)
+        self.missing = sorted({*self.missing, *letter.missing})
+        for name, _ in letter.unreadable:
+            self.unreadable[name] = self.unreadable.get(name, 0) + 1
+        self.not_replayable += int(not letter.record_copied)
         if len(self.samples) < samples:
-            sample: dict[str, Any] = {"partition": record.partition, "offset": record.offset}
+            sample = sample_of(record, letter)
             if show_values:
                 sample.update(key=_text(record.key), value=_text(record.value, 2000))
             self.samples.append(sample)
@@ -78,17 +131,24 @@ def group_records(
     replayed: Collection[tuple[int, int]] = frozenset(),
     samples: int = 3,
     show_values: bool = False,
+    assume: Family | None = None,
 ) -> list[Group]:
-    """Group ``records``; biggest groups first, then oldest first."""
+    """
+    Group ``records``; biggest groups first, then oldest first.
+
+    :param assume: the family of records whose headers name none (``airflow``, ``kafka-connect``).
+    """
     if bucket not in BUCKETS:
         raise ValueError(f"bucket must be one of {', '.join(BUCKETS)}, got {bucket!r}")
-    groups: dict[tuple[str | None, str | None, str | None, str], Group] = {}
+    groups: dict[tuple[str | None, str | None, str | None, str, Family], Group] = {}
     for record in records:
+        letter = record.describe(assume) if assume else record.dead_letter
         key = (
-            record.exception,
-            record.exception_cause,
-            record.original.topic,
+            letter.failure_class,
+            letter.failure_cause,
+            letter.original_topic,
             bucket_of(record.timestamp_ms, bucket),
+            letter.family,
         )
         group = groups.get(key)
         if group is None:
@@ -98,6 +158,7 @@ def group_records(
             replayed=(record.partition, record.offset) in replayed,
             samples=samples,
             show_values=show_values,
+            letter=letter,
         )
     return sorted(groups.values(), key=lambda g: (-g.count, g._oldest_ms, str(g.exception)))
 
@@ -119,6 +180,31 @@ def printable(text: str) -> str:
     )
 
 
+def _origin(sample: dict[str, Any]) -> str:
+    """`` (from topic[p]@o)`` when the sample's original coordinates are known."""
+    if sample.get("original_partition") is None or sample.get("original_offset") is None:
+        return ""
+    topic = printable(sample.get("original_topic") or "?")
+    return f"(from {topic}[{sample['original_partition']}]@{sample['original_offset']})"
+
+
+def _notes(group: dict[str, Any]) -> str:
+    """What a group's records lack, could not be read, or cannot be replayed, in words."""
+    notes = []
+    if group.get("missing"):
+        notes.append("missing " + ", ".join(group["missing"]))
+    if group.get("unreadable"):
+        notes.append(
+            "unreadable " + ", ".join(f"{printable(n)} ({c})" for n, c in group["unreadable"].items())
+        )
+    if group.get("not_replayable"):
+        notes.append(
+            f"{group['not_replayable']} without a copied record (share-group DLQ with "
+            "errors.deadletterqueue.copy.record.enable=false): nothing to replay"
+        )
+    return "; ".join(notes)
+
+
 def format_table(report: dict[str, Any]) -> str:
     """
     The inspect report as a text table (one line per group, samples as partition@offset).
@@ -130,6 +216,7 @@ def format_table(report: dict[str, Any]) -> str:
         "REPLAYED",
         "EXCEPTION",
         "ORIGINAL TOPIC",
+        "FAMILY",
         report["bucket"].upper(),
         "OLDEST",
         "NEWEST",
@@ -141,10 +228,11 @@ def format_table(report: dict[str, Any]) -> str:
             str(g["replayed"]),
             printable((g["exception"] or "-") + (f" (cause {g['cause']})" if g["cause"] else "")),
             printable(g["original_topic"] or "-"),
+            g.get("family", "unknown"),
             g["bucket"],
             g["oldest"],
             g["newest"],
-            " ".join(f"{s['partition']}@{s['offset']}" for s in g["samples"]),
+            " ".join(f"{s['partition']}@{s['offset']}{_origin(s)}" for s in g["samples"]),
         )
         for g in report["groups"]
     ]
@@ -157,6 +245,12 @@ def format_table(report: dict[str, Any]) -> str:
     ]
     lines.append("  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip())
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    for g in report["groups"]:
+        notes = _notes(g)
+        if notes:
+            lines.append(f"  {g['count']} x {printable(g['exception'] or '-')} ({g['family']}): {notes}")
+    for family, count in sorted(report.get("families", {}).items()):
+        lines.append(f"family {family}: {count} record(s)")
     for replay in report.get("replays", []):
         if not replay["finished"]:
             replay_id = printable(str(replay["replay_id"]))

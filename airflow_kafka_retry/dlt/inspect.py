@@ -1,4 +1,9 @@
-"""``dlt inspect``: what a DLT (or the parking topic) holds, grouped, read without committing anything."""
+"""
+``dlt inspect``: what a DLT, any other DLQ or the parking topic holds, grouped, read without committing.
+
+Records of every dead-letter family are read (Spring's two spellings, Kafka Connect, the share-group DLQ,
+Airflow's headerless ones): see :mod:`~airflow_kafka_retry.policy.dead_letter_families`.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from airflow_kafka_retry.dlt.topics import source_topic
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.reading import TopicReader
 from airflow_kafka_retry.engine.replay_log import log_topic, read_log
+from airflow_kafka_retry.policy.dead_letter_families import FAMILIES, Family
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
@@ -25,18 +31,25 @@ def inspect_dlt(
     bucket: Bucket = "hour",
     samples: int = 3,
     show_values: bool = False,
+    family: str | None = None,
 ) -> dict[str, Any]:
     """
-    Group the records of ``dlt`` (default: the topology's DLT; ``parking`` for the parking topic).
+    Group the records of ``dlt``: the topology's DLT by default, ``parking``, or any DLQ by name.
 
-    Returns plain data: the topic, record and replayed counts per partition and in total, the
-    groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`) and the replays in its replay log
-    (an unfinished one was stopped part way: rerun it with its id). Payloads only with ``show_values``.
+    Returns plain data: the topic, record and replayed counts per partition and in total, the records
+    per family, the groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`) and the replays in its
+    replay log (an unfinished one was stopped part way: rerun it with its id). Payloads only with
+    ``show_values``.
+
+    :param family: the family of records whose headers name none (``airflow``: Airflow's Kafka provider
+        writes no header; ``kafka-connect``: a Connect DLQ without context headers); None or ``auto``:
+        such records are ``unknown``.
     """
     if bucket not in BUCKETS:
         raise ReplayError(f"--by {bucket!r}: use one of {', '.join(BUCKETS)}")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
         raise ReplayError(f"--samples {samples!r} must be a whole number >= 0")
+    assume = _family(family)
     topic = source_topic(topology, dlt)
     replay_log_topic = log_topic(topic)
     with TopicReader(kafka_config) as reader:
@@ -56,8 +69,16 @@ def inspect_dlt(
                     yield DltRecord.from_message(message)
 
         groups = group_records(
-            records(), bucket=bucket, replayed=replayed, samples=samples, show_values=show_values
+            records(),
+            bucket=bucket,
+            replayed=replayed,
+            samples=samples,
+            show_values=show_values,
+            assume=assume,
         )
+    families: dict[str, int] = {}
+    for g in groups:
+        families[g.family] = families.get(g.family, 0) + g.count
     return {
         "topic": topic,
         "replay_log": replay_log_topic,
@@ -66,6 +87,16 @@ def inspect_dlt(
         "records": sum(per_partition.values()),
         "replayed": sum(g.replayed for g in groups),
         "partitions": per_partition,
+        "families": dict(sorted(families.items())),
         "groups": [g.to_dict() for g in groups],
         "replays": replay_log.replays(),
     }
+
+
+def _family(family: str | None) -> Family | None:
+    if family in (None, "", "auto"):
+        return None
+    for known in FAMILIES:
+        if family == known:
+            return known
+    raise ReplayError(f"--family {family!r}: use auto or one of {', '.join(FAMILIES)}")

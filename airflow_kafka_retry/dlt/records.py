@@ -1,9 +1,11 @@
 """
-A record read from a DLT (or parking topic), and what its headers say about the failure.
+A record read from a DLT, a DLQ or the parking topic, and what its headers say about the failure.
 
-Both of Spring's header families are read (``kafka_exception-*`` / ``kafka_original-*`` written by
-non-blocking retries, ``kafka_dlt-exception-*`` / ``kafka_dlt-original-*`` written by a plain
-``DeadLetterPublishingRecoverer``), so a DLT filled by a Spring service is read the same way.
+Every dead-letter family is read (:mod:`~airflow_kafka_retry.policy.dead_letter_families`): both of
+Spring's spellings (``kafka_original-*`` / ``kafka_exception-*`` of non-blocking retries and this
+provider, ``kafka_dlt-*`` of a plain ``DeadLetterPublishingRecoverer``), Kafka Connect's
+``__connect.errors.*`` and the share group's ``__dlq.errors.*``, so filters and targets work the same
+for all of them.
 """
 
 from __future__ import annotations
@@ -13,25 +15,12 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
-from airflow_kafka_retry.policy.headers import (
-    HEADER_NAMES,
-    Header,
-    OriginalCoordinates,
-    last_header,
-    read_original_coordinates,
-)
+from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
+from airflow_kafka_retry.policy.headers import Header, OriginalCoordinates
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, read_replay_audit
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
-
-
-def _first_text(headers: tuple[Header, ...], field: str) -> str | None:
-    for names in HEADER_NAMES.values():
-        value = last_header(headers, getattr(names, field))
-        if value is not None:
-            return value.decode("utf-8", errors="replace")
-    return None
 
 
 @dataclass(frozen=True)
@@ -70,20 +59,43 @@ class DltRecord:
         """``topic[partition]@offset``, for messages and summaries (never the payload)."""
         return f"{self.topic}[{self.partition}]@{self.offset}"
 
-    @cached_property
-    def exception(self) -> str | None:
-        """Class of the failure (value exception, else key exception), from either header family."""
-        return _first_text(self.headers, "exception_fqcn") or _first_text(self.headers, "key_exception_fqcn")
+    def describe(self, assume: Family | None = None) -> DeadLetter:
+        """
+        What the record's headers say, whatever family wrote them.
+
+        :param assume: the family of a record whose headers name none (see ``describe_dead_letter``).
+        """
+        return describe_dead_letter(
+            self.headers, self.timestamp_ms, key=self.key, value=self.value, assume=assume
+        )
 
     @cached_property
+    def dead_letter(self) -> DeadLetter:
+        """:meth:`describe` with the family detected from the headers alone."""
+        return self.describe()
+
+    @property
+    def exception(self) -> str | None:
+        """Class of the failure (Spring: value exception, else key exception; Connect's), any family."""
+        return self.dead_letter.failure_class
+
+    @property
     def exception_cause(self) -> str | None:
         """Class of the failure's cause (Spring wraps listener errors: the cause is the real one)."""
-        return _first_text(self.headers, "exception_cause_fqcn")
+        return self.dead_letter.failure_cause
 
     @cached_property
     def original(self) -> OriginalCoordinates:
-        """Where the record first failed (either header family)."""
-        return read_original_coordinates(self.headers)
+        """Where the record failed before it was dead-lettered, from the family that wrote it."""
+        d = self.dead_letter
+        return OriginalCoordinates(
+            d.original_topic,
+            d.original_partition,
+            d.original_offset,
+            d.original_timestamp_ms,
+            d.original_timestamp_type,
+            d.group,
+        )
 
     @cached_property
     def replay(self) -> ReplayAudit | None:

@@ -66,6 +66,7 @@ from airflow_kafka_retry.engine.replay_log import (
 )
 from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.framework_headers import check_mode
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class Replay:
         self.move_cap = move_cap
         self.source = source_topic(topology, request.dlt)
         request.build_filter(clock())  # a bad filter fails here, before any Kafka client is created
+        check_mode(request.framework_headers)
         self.allowed_targets = frozenset(allowed_targets)
         check_target_spec(topology, self.source, request.to, self.allowed_targets)
         self.transform: Transform | None = load_transform(resolve_transform(request.transform, transforms))
@@ -141,7 +143,13 @@ class Replay:
         self.stop_now = stop_now
         self.retries = 0  # attempts tried again after a broker failure
         self.edit = RecordEdit(
-            topology, self.source, request.to, request.transform, self.transform, self.allowed_targets
+            topology,
+            self.source,
+            request.to,
+            request.transform,
+            self.transform,
+            self.allowed_targets,
+            check_mode(request.framework_headers),
         )
         self.moves = ReplayMoves(
             self.replay_id, self.source, self.log_topic, self.edit, clock, chunk_size, move_cap

@@ -27,6 +27,7 @@ from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.replay_log import encode, record_key
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.framework_headers import framework_headers_kept
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest, replayed_headers
 
 if TYPE_CHECKING:
@@ -193,7 +194,8 @@ class ReplayMoves:
         partition = candidate.target.partition
         now = self.clock()
         audit = ReplayAudit(self.replay_id, record.topic, record.partition, record.offset, now)
-        headers = replayed_headers(edited.headers, audit, attempt=target.attempt, due_ms=now)
+        kept = framework_headers_kept(edited.headers, self.edit.framework_headers)
+        headers = replayed_headers(kept, audit, attempt=target.attempt, due_ms=now)
         move = Move(
             record.partition,
             record.offset,

@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_kafka_retry.dlt.filters import ReplayFilter
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.framework_headers import check_mode
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
 _REPLAY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+")
@@ -42,6 +43,8 @@ class ReplayRequest:
     :param dlt: the DLT or parking topic (default: the topology's DLT; ``parking`` for the parking topic).
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic.
     :param transform: ``package.module:function`` editing each record (None: leave it out).
+    :param framework_headers: ``auto`` (None), ``keep`` or ``drop``: the dead-letter framework's own headers
+        on the copies (:mod:`~airflow_kafka_retry.policy.framework_headers`).
 
     The filter fields are those of :meth:`ReplayFilter.build`.
     """
@@ -57,6 +60,7 @@ class ReplayRequest:
     limit: Any = None
     to: str | None = None
     transform: str | None = None
+    framework_headers: str | None = None
 
     def spec(self) -> dict[str, Any]:
         """
@@ -70,7 +74,10 @@ class ReplayRequest:
             name: None if getattr(self, name) in (None, "") else str(getattr(self, name))
             for name in ("dlt", "since", "until", "to", "transform")
         }
-        return {**raw, **described}
+        mode = check_mode(self.framework_headers)
+        # only a mode other than the default is recorded: a replay id logged before the option existed
+        # resumes with the same spec
+        return {**raw, **described, **({"framework_headers": mode} if mode != "auto" else {})}
 
     def build_filter(self, now_ms: int) -> ReplayFilter:
         return ReplayFilter.build(

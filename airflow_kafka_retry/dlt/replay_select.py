@@ -20,12 +20,14 @@ from airflow_kafka_retry.dlt.transform import Transform, apply_transform
 from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.header_values import bound_value
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
     from airflow_kafka_retry.dlt.summary import ReplaySummary
     from airflow_kafka_retry.engine.reading import TopicReader
     from airflow_kafka_retry.engine.replay_log import ReplayLog
+    from airflow_kafka_retry.policy.framework_headers import FrameworkHeaders
     from airflow_kafka_retry.policy.topology import Topology
 
 
@@ -39,6 +41,7 @@ class RecordEdit:
     transform_name: str | None
     transform: Transform | None
     allowed_targets: frozenset[str]
+    framework_headers: FrameworkHeaders = "auto"
 
     def apply(self, record: DltRecord) -> DltRecord | None:
         """The record as the transform edits it; None when the transform leaves it out."""
@@ -108,6 +111,9 @@ def select_candidates(
                     )
                 )
                 continue
+            if not record.dead_letter.record_copied:
+                summary.add_not_replayable(nothing_to_replay(record))
+                continue
             edited = edit.apply(record)
             if edited is None:
                 summary.left_out += 1
@@ -152,6 +158,28 @@ def check_targets(reader: TopicReader, source: str, candidates: list[Candidate])
         count = counts.get(c.target.topic)
         if count is not None and c.target.partition >= count:
             c.target = Target(c.target.topic, BY_KEY, c.target.attempt)
+
+
+def nothing_to_replay(record: DltRecord) -> dict[str, object]:
+    """A share-group dead letter without its record, by coordinates, and why it cannot be replayed."""
+    letter = record.dead_letter
+    origin = (
+        f"{bound_value(letter.original_topic)}[{letter.original_partition}]@{letter.original_offset}"
+        if letter.original_topic
+        else "an unknown record"
+    )
+    return {
+        "partition": record.partition,
+        "offset": record.offset,
+        "original_topic": bound_value(letter.original_topic),
+        "original_partition": letter.original_partition,
+        "original_offset": letter.original_offset,
+        "reason": (
+            f"nothing to replay: the share group {bound_value(letter.group)!r} dead-lettered {origin} "
+            "without copying it (errors.deadletterqueue.copy.record.enable=false): no key, no value; "
+            "read the source topic at those coordinates while its retention keeps them"
+        ),
+    }
 
 
 def was_edited(record: DltRecord, edited: DltRecord) -> bool:

@@ -48,7 +48,9 @@ class ReplaySummary:
     another replay (never again), ``moved_before`` by an earlier run of this replay id, ``left_out``
     the transform returned None for, ``beyond_limit`` fell past ``--limit``; ``selected`` is what
     this replay id moves in total (``moved_before`` included) and ``moved`` what this run moved
-    (in a dry run: 0, and ``moves`` lists what would move).
+    (in a dry run: 0, and ``moves`` lists what would move). ``not_replayable`` matched records hold
+    nothing to replay (a share-group DLQ's metadata without a copied record); ``not_replayable_records``
+    names up to 100 of them by coordinates, with why.
     """
 
     replay_id: str
@@ -76,6 +78,13 @@ class ReplaySummary:
     moves: list[Move] = field(default_factory=list)
     moves_truncated: int = 0
     finished_ms: int | None = None
+    not_replayable: int = 0
+    not_replayable_records: list[dict[str, Any]] = field(default_factory=list)
+
+    def add_not_replayable(self, entry: dict[str, Any], cap: int = 100) -> None:
+        self.not_replayable += 1
+        if len(self.not_replayable_records) < cap:
+            self.not_replayable_records.append(entry)
 
     def add_move(self, move: Move, cap: int | None) -> None:
         self.targets[move.target] = self.targets.get(move.target, 0) + 1
@@ -90,13 +99,19 @@ class ReplaySummary:
         out = [m.line(self.dlt) for m in self.moves]
         if self.moves_truncated:
             out.append(f"... and {self.moves_truncated} more")
+        out += [
+            f"{self.dlt}[{r['partition']}]@{r['offset']}: {r['reason']}" for r in self.not_replayable_records
+        ]
+        unlisted = self.not_replayable - len(self.not_replayable_records)
+        if unlisted:
+            out.append(f"... and {unlisted} more with nothing to replay")
         count = self.selected - self.moved_before if self.dry_run else self.moved
         out.append(
             f"replay {self.replay_id}: {verb} {count} record(s) from {self.dlt} "
             f"({', '.join(f'{t}: {n}' for t, n in self.targets.items()) or 'nothing'}); matched "
             f"{self.matched}, already replayed {self.already_replayed}, moved before by this replay id "
             f"{self.moved_before}, left out by the transform {self.left_out}, beyond the limit "
-            f"{self.beyond_limit}"
+            f"{self.beyond_limit}, nothing to replay {self.not_replayable}"
         )
         return out
 

@@ -1,4 +1,10 @@
-"""Where a replay reads from (a DLT or the parking topic) and where each record goes (the target)."""
+"""
+Where a replay or inspect reads from and where each record goes (the target).
+
+The source is a DLT or the parking topic of the topology, or any other dead-letter topic named in full
+(a Kafka Connect DLQ, a share group's ``dlq.*`` topic, an Airflow ``dlq_topic``): only the topology's own
+main topic and retry tiers are refused as a source. The target is checked as strictly whatever the source.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.headers import HEADER_NAMES
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord
@@ -24,22 +29,28 @@ def source_topics(topology: Topology) -> list[str]:
 
 def source_topic(topology: Topology, dlt: str | None) -> str:
     """
-    The topic named by ``--dlt``: a DLT or the parking topic of ``topology`` (``parking`` for short).
+    The topic named by ``--dlt`` (default: the topology's main DLT).
 
-    Default: the topology's main DLT.
+    A DLT or the parking topic of ``topology`` (``parking`` for short), or any other topic by its name (a
+    DLQ another framework fills); not the topology's main topic or a retry tier.
     """
     known = source_topics(topology)
-    if not known:
-        raise ReplayError(
-            f"{topology.source}: the topology has no DLT (dlt_strategy: no_dlt); nothing to replay"
-        )
-    if dlt in (None, "", "dlt"):
+    if dlt is None or dlt in ("", "dlt"):
+        if not known:
+            raise ReplayError(
+                f"{topology.source}: the topology has no DLT (dlt_strategy: no_dlt); name the "
+                "dead-letter topic to read with --dlt TOPIC"
+            )
         return known[0]
     if dlt == "parking":
-        return known[-1]
-    if dlt not in known:
+        if topology.parking_topic is None:
+            raise ReplayError(f"--dlt parking: {topology.source} has no parking topic")
+        return topology.parking_topic
+    if dlt in {t.topic for t in topology.tiers}:
         raise ReplayError(
-            f"--dlt {dlt!r} is not a dead-letter or parking topic of {topology.source} ({', '.join(known)})"
+            f"--dlt {dlt!r} is not a dead-letter or parking topic of {topology.source} "
+            f"({', '.join(known) or 'none'}): it is its main topic or a retry tier (a DLQ another "
+            "framework fills can be named in full)"
         )
     return dlt
 
@@ -83,15 +94,39 @@ def _check_topic(topology: Topology, source: str, topic: str, what: str, allowed
 
 def _original_partition(record: DltRecord) -> int:
     """
-    The original partition a header names, else the DLT record's own.
+    The original partition a header names, else (a Spring or headerless record) the DLT record's own.
 
-    ``BY_KEY`` when a header says something no partition is (negative, or not a 4-byte number).
+    ``BY_KEY`` when a header says something no partition is (negative, or unreadable), and for a Connect or
+    share-group dead letter without one: their DLQ partitions do not follow the source's.
     """
-    partition = record.original.partition
+    letter = record.dead_letter
+    partition = letter.original_partition
     if partition is not None:
         return partition if partition >= 0 else BY_KEY
-    named = {names.original_partition for names in HEADER_NAMES.values()}
-    return BY_KEY if any(k in named for k, _ in record.headers or ()) else record.partition
+    if letter.family in ("kafka-connect", "share-group") or any(
+        "partition" in name for name, _ in letter.unreadable
+    ):
+        return BY_KEY
+    return record.partition
+
+
+def no_original_topic(record: DltRecord) -> str:
+    """Why ``record`` names no original topic, by its family, and what to do."""
+    letter = record.dead_letter
+    why = {
+        "kafka-connect": "its __connect.errors.topic header is missing or unreadable (Kafka Connect writes "
+        "it only with errors.deadletterqueue.context.headers.enable=true)",
+        "share-group": "its __dlq.errors.topic header is missing or unreadable",
+        "airflow": "Airflow's KafkaSharedStreamTrigger(dlq_topic=...) writes key and value only",
+    }.get(
+        letter.family,
+        "no header of any dead-letter family names one (kafka_original-topic, kafka_dlt-original-topic, "
+        "__connect.errors.topic, __dlq.errors.topic)",
+    )
+    unreadable = f" (unreadable: {', '.join(n for n, _ in letter.unreadable)})" if letter.unreadable else ""
+    return (
+        f"carries no original-topic header: {why}{unreadable}; pass --to main, --to first-tier or --to TOPIC"
+    )
 
 
 @dataclass(frozen=True)
@@ -131,10 +166,7 @@ def target_for(
     if not spec:  # None or ""
         topic = record.original.topic
         if topic is None:
-            raise ReplayError(
-                f"{record.coordinates} carries no original-topic header (kafka_original-topic or "
-                "kafka_dlt-original-topic); pass --to main, --to first-tier or --to TOPIC"
-            )
+            raise ReplayError(f"{record.coordinates} {no_original_topic(record)}")
         _check_topic(topology, source, topic, f"the original topic of {record.coordinates}", allowed)
     elif spec == "main":
         topic = topology.topic

@@ -35,7 +35,7 @@ from airflow_kafka_retry.engine.clients import (
     partition_counts,
 )
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
-from airflow_kafka_retry.policy.headers import read_exception_classes, read_original_coordinates
+from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, describe_dead_letter
 
 #: Seconds a scan may take past its ``timeout_s`` (closing its consumer) before the engine abandons it.
 CLOSE_S = 30.0
@@ -46,6 +46,20 @@ TopicPartitionKey = tuple[str, int]
 UNKNOWN_EXCEPTION = "<no exception header>"
 
 
+def failure_tag(letter: DeadLetter) -> str:
+    """
+    What a dead letter is counted under: its exception class, whatever family wrote it.
+
+    A share-group dead letter names no class, only the broker's reason (one of two fixed texts): it is
+    counted as ``<share-group: reason>``; a record naming neither as :data:`UNKNOWN_EXCEPTION`.
+    """
+    if letter.failure_class:
+        return letter.failure_class
+    if letter.family == "share-group" and letter.failure_message:
+        return f"<share-group: {letter.failure_message}>"
+    return UNKNOWN_EXCEPTION
+
+
 class DltWatchError(RuntimeError):
     """A DLT could not be read or the watch group not committed; the message names topic and partition."""
 
@@ -53,11 +67,13 @@ class DltWatchError(RuntimeError):
 @dataclass
 class DltWatchSummary:
     """
-    New DLT records, counted per exception class, cause class and DLT topic, with capped coordinates.
+    New DLT records, counted per exception class (:func:`failure_tag`), cause class, family and DLT topic.
 
+    Every dead-letter family is read (:mod:`~airflow_kafka_retry.policy.dead_letter_families`).
     ``dead_letters`` entries use the run summary's field names: ``topic``/``partition``/``offset`` is
-    where the record first failed (its ``kafka_original-*`` or ``kafka_dlt-original-*`` headers; None
-    when it carries none), ``dlt_topic``/``dlt_partition``/``dlt_offset`` where it sits now.
+    where the record failed before it was dead-lettered (from the headers of the family that wrote it;
+    None when it carries none), ``dlt_topic``/``dlt_partition``/``dlt_offset`` where it sits now, plus the
+    family, group or connector, failure message and delivery count.
     """
 
     group: str
@@ -67,14 +83,19 @@ class DltWatchSummary:
     causes: Counter[str] = field(default_factory=Counter)  # cause class -> records (where a cause is named)
     dlt_topics: Counter[str] = field(default_factory=Counter)  # DLT topic -> records
     by_topic_exception: Counter[tuple[str, str]] = field(default_factory=Counter)  # (DLT topic, exception)
+    families: Counter[str] = field(default_factory=Counter)  # dead-letter family -> records
+    unreadable: Counter[str] = field(default_factory=Counter)  # header name -> records it was unreadable in
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     dead_letters_truncated: int = 0
 
     def add(self, message: Message) -> None:
-        headers = headers_of(message)
-        exception, cause = read_exception_classes(headers)
-        exception = exception or UNKNOWN_EXCEPTION
+        # from the headers alone: the watch never reads payloads (nor needs the timestamp)
+        letter = describe_dead_letter(headers_of(message), -1)
+        exception, cause = failure_tag(letter), letter.failure_cause
         self.records += 1
+        self.families[letter.family] += 1
+        for name, _ in letter.unreadable:
+            self.unreadable[name] += 1
         self.dead_lettered[exception] += 1
         if cause:
             self.causes[cause] += 1
@@ -83,15 +104,18 @@ class DltWatchSummary:
         if len(self.dead_letters) >= self.coordinate_cap:
             self.dead_letters_truncated += 1
             return
-        original = read_original_coordinates(headers)
         self.dead_letters.append(
             {
-                "topic": original.topic,
-                "partition": original.partition,
-                "offset": original.offset,
+                "topic": letter.original_topic,
+                "partition": letter.original_partition,
+                "offset": letter.original_offset,
                 "exception": exception,
                 "cause": cause,
-                "consumer_group": original.consumer_group,
+                "consumer_group": letter.group,
+                "family": letter.family,
+                "connector": letter.connector,
+                "failure_message": letter.failure_message,
+                "delivery_count": letter.delivery_count,
                 "dlt_topic": message.topic(),
                 "dlt_partition": message.partition(),
                 "dlt_offset": message.offset(),
@@ -104,6 +128,8 @@ class DltWatchSummary:
             "dead_lettered": dict(sorted(self.dead_lettered.items())),
             "causes": dict(sorted(self.causes.items())),
             "dlt_topics": dict(sorted(self.dlt_topics.items())),
+            "families": dict(sorted(self.families.items())),
+            "unreadable_headers": dict(sorted(self.unreadable.items())),
         }
 
 

@@ -33,10 +33,13 @@ class DltWatchOperator(BaseOperator):
     It reads every DLT of the topology (the main DLT and exception-specific ones) and its parking topic
     (replayed records that failed again; watched once it exists) from its own consumer group's
     committed offset to the end, and summarises what it found: counts per
-    exception class and per cause class (from either Spring header family, ``kafka_exception-*``
-    or ``kafka_dlt-exception-*``, so records a Spring service dead-lettered count too), per DLT
-    topic, and the coordinates of up to ``coordinate_cap`` records (where each first failed and
-    where it sits now). Never payloads.
+    exception class and per cause class, per dead-letter family and per DLT topic, and the coordinates of up
+    to ``coordinate_cap`` records (where each failed and where it sits now). Records of every family are
+    read (:mod:`~airflow_kafka_retry.policy.dead_letter_families`: Spring's two header spellings, so records
+    a Spring service dead-lettered count too, Kafka Connect's ``__connect.errors.*``, the share group's
+    ``__dlq.errors.*``, headerless ones as ``unknown``); a share-group dead letter, which names no exception
+    class, is counted under ``<share-group: reason>``. Headers present but unreadable are counted by name
+    (``totals.unreadable_headers``). Never payloads.
 
     When there are new records, each ``on_dlt`` notifier is called once with the summary in
     ``context["kafka_retry_summary"]``; a notifier that raises is logged and fails nothing. Only
@@ -207,4 +210,6 @@ def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:
         "dead_lettered": bound_counts(summary.dead_lettered),
         "causes": bound_counts(summary.causes),
         "dlt_topics": dict(sorted(summary.dlt_topics.items())),
+        "families": dict(sorted(summary.families.items())),
+        "unreadable_headers": bound_counts(summary.unreadable),
     }

@@ -86,7 +86,11 @@ def test_groups_by_exception_original_topic_and_hour_with_counts_and_samples():
     ]
     first = groups[0]
     assert (first.oldest, first.newest) == ("2026-11-23T10:00:00Z", "2026-11-23T10:04:00Z")
-    assert first.samples == [{"partition": 0, "offset": 0}, {"partition": 0, "offset": 1}]
+    assert [(s["partition"], s["offset"]) for s in first.samples] == [(0, 0), (0, 1)]
+    assert {
+        (s["family"], s["original_topic"], s["original_partition"], s["original_offset"])
+        for s in first.samples
+    } == {("spring-retry-topic", "orders", 3, 42)}
     by_day = group_records(records, bucket="day")
     assert [(g.exception, g.bucket, g.count) for g in by_day] == [
         ("KeyError", "2026-11-23", 6),
@@ -96,7 +100,7 @@ def test_groups_by_exception_original_topic_and_hour_with_counts_and_samples():
 
 def test_values_only_when_asked():
     [group] = group_records([record()], show_values=True)
-    assert group.samples == [{"partition": 0, "offset": 0, "key": "k1", "value": "{}"}]
+    assert (group.samples[0]["key"], group.samples[0]["value"]) == ("k1", "{}")
     [group] = group_records([record()])
     assert "value" not in group.samples[0]
     assert "value" not in str(group.to_dict())

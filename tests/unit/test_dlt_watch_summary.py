@@ -79,6 +79,8 @@ def test_summary_counts_and_caps_coordinates():
         "dead_lettered": {UNKNOWN_EXCEPTION: 1, "a.Bad": 2},
         "causes": {"c.Root": 1},
         "dlt_topics": {"orders-dlt": 2, "orders-x-dlt": 1},
+        "families": {"spring-dead-letter": 1, "spring-retry-topic": 1, "unknown": 1},
+        "unreadable_headers": {},
     }
     assert summary.dead_letters == [
         {
@@ -88,6 +90,10 @@ def test_summary_counts_and_caps_coordinates():
             "exception": "a.Bad",
             "cause": None,
             "consumer_group": None,
+            "family": "spring-dead-letter",
+            "connector": None,
+            "failure_message": None,
+            "delivery_count": None,
             "dlt_topic": "orders-dlt",
             "dlt_partition": 0,
             "dlt_offset": 5,
@@ -99,9 +105,51 @@ def test_summary_counts_and_caps_coordinates():
             "exception": "a.Bad",
             "cause": "c.Root",
             "consumer_group": None,
+            "family": "spring-retry-topic",
+            "connector": None,
+            "failure_message": None,
+            "delivery_count": None,
             "dlt_topic": "orders-dlt",
             "dlt_partition": 1,
             "dlt_offset": 0,
         },
     ]
     assert summary.dead_letters_truncated == 1
+
+
+def test_the_watch_counts_every_family_by_its_failure():
+    """Connect by exception class, a share group (no class) by the broker's reason, bad headers by name."""
+    summary = DltWatchSummary(group="g")
+    connect = [
+        ("__connect.errors.topic", b"orders"),
+        ("__connect.errors.partition", b"2"),
+        ("__connect.errors.offset", b"17"),
+        ("__connect.errors.connector.name", b"sink"),
+        ("__connect.errors.exception.class.name", b"org.apache.kafka.connect.errors.DataException"),
+    ]
+    share = [
+        ("__dlq.errors.topic", b"orders"),
+        ("__dlq.errors.partition", b"x1"),  # not decimal: reported, the rest still read
+        ("__dlq.errors.offset", b"8"),
+        ("__dlq.errors.group", b"workers"),
+        ("__dlq.errors.delivery.count", b"5"),
+        ("__dlq.errors.message", b"Offset delivery count exceeded the threshold."),
+    ]
+    summary.add(FakeMessage("connect-dlq", 0, 0, connect))
+    summary.add(FakeMessage("dlq.workers", 0, 0, share))
+    totals = summary.totals()
+    assert totals["dead_lettered"] == {
+        "<share-group: Offset delivery count exceeded the threshold.>": 1,
+        "org.apache.kafka.connect.errors.DataException": 1,
+    }
+    assert totals["families"] == {"kafka-connect": 1, "share-group": 1}
+    assert totals["unreadable_headers"] == {"__dlq.errors.partition": 1}
+    first, second = summary.dead_letters
+    assert (first["topic"], first["partition"], first["offset"], first["connector"]) == (
+        "orders",
+        2,
+        17,
+        "sink",
+    )
+    assert (second["topic"], second["partition"], second["offset"]) == ("orders", None, 8)
+    assert (second["consumer_group"], second["delivery_count"]) == ("workers", 5)
