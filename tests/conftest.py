@@ -45,6 +45,7 @@ pytest_plugins = [
     "tests.support.postgres_fixtures",  # postgres, airflow_databases, airflow_database_url
     "tests.support.spark_cluster_fixtures",  # spark_cluster: a standalone master and two workers
     "tests.support.faults_plugin",  # docs/faults.md from the fault_case rows (also on xdist's controller)
+    "tests.support.dead_letter_fixtures",  # share_dlq_kafka (Kafka 4.4), connect_worker (Kafka Connect)
 ]
 
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()

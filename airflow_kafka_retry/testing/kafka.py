@@ -67,6 +67,7 @@ class ApacheKafka:
     :param data_dir: where storage and the log go; default a temporary directory removed on stop
         (unless ``keep_data``).
     :param jvm_options: extra options for the broker's JVM (:data:`QUICK_JIT` for a short-lived broker).
+    :param features: ``NAME=LEVEL`` features finalized when the storage is formatted (``share.version=2``).
     """
 
     def __init__(
@@ -81,8 +82,10 @@ class ApacheKafka:
         data_dir: str | os.PathLike[str] | None = None,
         keep_data: bool = False,
         jvm_options: Sequence[str] = (),
+        features: Sequence[str] = (),
     ) -> None:
         self.version = version or pinned_version()
+        self._features = tuple(features)
         self._jvm_options = tuple(jvm_options)
         self._requested_port = port
         self._heap = heap
@@ -166,7 +169,7 @@ class ApacheKafka:
             )
             node.write_config()
             cluster_id = new_cluster_id()
-            format_nodes([node], cluster_id)
+            format_nodes([node], cluster_id, features=self._features)
             node.spawn()
             try:
                 self._wait_ready(node, cluster_id)

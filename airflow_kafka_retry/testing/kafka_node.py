@@ -268,13 +268,18 @@ class KafkaNode:
         return log_tail(self.log_path, lines)
 
 
-def format_nodes(nodes: Sequence[KafkaNode], cluster_id: str) -> None:
-    """The storage tool's ``format`` of every node's ``log.dirs`` under ``cluster_id``, all at once."""
+def format_nodes(nodes: Sequence[KafkaNode], cluster_id: str, *, features: Sequence[str] = ()) -> None:
+    """
+    The storage tool's ``format`` of every node's ``log.dirs`` under ``cluster_id``, all at once.
+
+    ``features``: ``NAME=LEVEL`` entries for ``--feature`` (``share.version=2``), finalized at format time.
+    """
+    feature_args = [arg for feature in features for arg in ("--feature", feature)]
     runs = [
         subprocess.Popen(
             # a one-shot tool: compiling beyond C1 would only cost CPU
             [*node._jvm(heap="256m", options=QUICK_JIT), "kafka.tools.StorageTool", "format"]
-            + ["--config", str(node.config), "--cluster-id", cluster_id, "--ignore-formatted"],
+            + ["--config", str(node.config), "--cluster-id", cluster_id, "--ignore-formatted", *feature_args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

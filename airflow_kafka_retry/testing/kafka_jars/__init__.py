@@ -5,7 +5,8 @@ The version is pinned in this package's ``pom.xml``. ``ensure_kafka_jars()`` run
 ``mvn dependency:copy-dependencies`` once into ``<cache>/kafka-<version>-<pom hash>/lib`` and writes a
 marker when the copy is whole; later calls find the marker and run nothing. The directory name carries
 a hash of the pom, so a changed pom (another dependency, say) never reuses an older copy. The cache is
-``$AIRFLOW_KAFKA_RETRY_CACHE`` or ``~/.cache/airflow-kafka-retry``.
+``$AIRFLOW_KAFKA_RETRY_CACHE`` or ``~/.cache/airflow-kafka-retry``. ``ensure_jars`` does the same for any
+other pom (the Kafka Connect worker's, ``testing/kafka_connect``).
 
 Every missing prerequisite is an error that names it and how to get it: no ``java`` or one older
 than 17, no ``mvn``, or a Maven run that fails (Maven Central unreachable, say), with Maven's last
@@ -105,34 +106,52 @@ def _pom_for(version: str) -> str:
 def jars_dir(version: str | None = None) -> Path:
     """Where the jars of ``version`` (default the pinned one), resolved with this pom, are cached."""
     version = version or pinned_version()
-    digest = hashlib.sha256(_pom_for(version).encode()).hexdigest()[:10]
-    return cache_root() / f"kafka-{version}-{digest}" / "lib"
+    return cached_lib(_pom_for(version), f"kafka-{version}")
+
+
+def cached_lib(pom: str, name: str) -> Path:
+    """The cache directory of the jars ``pom`` resolves: ``<cache>/<name>-<hash of the pom>/lib``."""
+    digest = hashlib.sha256(pom.encode()).hexdigest()[:10]
+    return cache_root() / f"{name}-{digest}" / "lib"
 
 
 def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> Path:
+    """The directory holding every jar of the pinned (or given) Kafka version, resolved once."""
+    version = version or pinned_version()
+    return ensure_jars(
+        _pom_for(version),
+        f"kafka-{version}",
+        what=f"org.apache.kafka:kafka_2.13:{version}",
+        expect="kafka_2.13-*.jar",
+        timeout=timeout,
+    )
+
+
+def ensure_jars(pom: str, name: str, *, what: str, expect: str, timeout: float = 600.0) -> Path:
     """
-    The directory holding every jar of the pinned (or given) Kafka version, resolved once.
+    The directory holding every jar ``pom`` depends on, resolved once (:func:`cached_lib`).
+
+    :param what: names the artifacts in errors (``org.apache.kafka:kafka_2.13:4.1.2``).
+    :param expect: a file name pattern that a whole copy holds (``kafka_2.13-*.jar``).
 
     The copy goes to a temporary sibling directory that is renamed into place only when Maven
     succeeded, so an interrupted run never leaves a half cache that looks whole; a complete cache is never
     deleted (another process may run a broker from it): see :func:`_install`.
     """
-    version = version or pinned_version()
-    target = jars_dir(version)
+    target = cached_lib(pom, name)
     if (target / _MARKER).exists():
         return target
     mvn = find_mvn()
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="resolve-", dir=target.parent))
     try:
-        pom = work / "pom.xml"
-        pom.write_text(_pom_for(version))
+        (work / "pom.xml").write_text(pom)
         cmd = [
             mvn,
             "-B",
             "-q",
             "-f",
-            str(pom),
+            str(work / "pom.xml"),
             "dependency:copy-dependencies",
             f"-DoutputDirectory={work / 'lib'}",
         ]
@@ -140,16 +159,16 @@ def ensure_kafka_jars(version: str | None = None, *, timeout: float = 600.0) -> 
             done = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout, cwd=work)
         except subprocess.TimeoutExpired as exc:
             raise KafkaJarsError(
-                f"`mvn dependency:copy-dependencies` for Apache Kafka {version} did not finish "
+                f"`mvn dependency:copy-dependencies` for {what} did not finish "
                 f"within {timeout:.0f}s; is Maven Central reachable?"
             ) from exc
-        if done.returncode != 0 or not any((work / "lib").glob("kafka_2.13-*.jar")):
+        if done.returncode != 0 or not any((work / "lib").glob(expect)):
             tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
             raise KafkaJarsError(
-                f"Maven could not resolve org.apache.kafka:kafka_2.13:{version} (exit {done.returncode}). "
+                f"Maven could not resolve {what} (exit {done.returncode}). "
                 f"Is Maven Central reachable (proxy settings in ~/.m2/settings.xml)? Maven said:\n{tail}"
             )
-        (work / "lib" / _MARKER).write_text(version + "\n")
+        (work / "lib" / _MARKER).write_text(name + "\n")
         _install(work / "lib", target)
         return target
     finally:
