@@ -109,6 +109,7 @@ def test_context_headers_name_the_source_and_the_failure(
             context,
         )
     bad = {i: sent for i, sent in placed.items() if i % 2 == 1}
+    assert {letter.partition() for letter in letters} == {0}, "Connect's DLQ topic has one partition"
     assert set(by_offset) == {(sent.partition(), sent.offset()) for sent in bad.values()}
     for sent in bad.values():
         letter, context = by_offset[(sent.partition(), sent.offset())]

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, AcknowledgeType, Producer
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics
+from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics
 
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 
@@ -80,6 +81,14 @@ def _group(bootstrap: str, *, copy_record: bool, limit: int = 5) -> tuple[str, s
         },
     )
     return group, dlq
+
+
+def _topic_configs(bootstrap: str, topic: str, *names: str) -> dict[str, str | None]:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    admin = admin_client(bootstrap)  # kept until the answer: a dropped client ends its requests
+    (future,) = admin.describe_configs([resource], request_timeout=15).values()
+    found = future.result(15)
+    return {name: found[name].value for name in names}
 
 
 def _by_source(records: list[Message]) -> dict[tuple[str, int, int], Message]:
@@ -146,6 +155,12 @@ def test_rejected_and_exhausted_records_with_copies(share_dlq_kafka: ApacheKafka
         kind, timestamp = letter.timestamp()
         assert kind == TIMESTAMP_CREATE_TIME
         assert timestamp >= before_ms, "the timestamp is the dead letter's write time, not the source's"
+    assert _topic_configs(
+        bootstrap, dlq, "errors.deadletterqueue.group.enable", "message.timestamp.type"
+    ) == {
+        "errors.deadletterqueue.group.enable": "true",
+        "message.timestamp.type": "CreateTime",
+    }, "the DLQ topic the broker created says it is one"
 
 
 def test_without_copies_only_the_headers_are_written(share_dlq_kafka: ApacheKafka) -> None:
