@@ -132,7 +132,7 @@ def deploy(
     databases: AirflowDatabases | None = None,
     shards: int = 1,
     dag_layout: str = "topology",
-    shared_watch_consumers: bool = False,
+    shared_watch_consumers: bool = True,
 ) -> AirflowCluster:
     """
     Start an Airflow running ``topologies`` (name, retry delays) on the broker at ``bootstrap``.
@@ -140,7 +140,7 @@ def deploy(
     ``layout``: the DAG files, ``per_file`` (one per topology) or ``folder`` (one folder file, or
     ``shards`` files); ``dag_layout``: the factory's ``layout=``, ``topology`` or ``tiers`` (schedule mode
     has only ``tiers``); ``shared_watch_consumers``: the triggerer's watchers share one consumer
-    (``[kafka_retry] shared_watch_consumers``; off: a consumer per watcher, one per topology DAG).
+    (``[kafka_retry] shared_watch_consumers``, the default; off: a consumer per watched lane).
     """
     if dag_layout not in DAG_LAYOUTS:
         raise ValueError(f"dag_layout must be one of {', '.join(DAG_LAYOUTS)}, got {dag_layout!r}")

@@ -69,7 +69,7 @@ def capacity(
     *,
     per_file: int = 0,
     dag_layout: str = "topology",
-    shared_watch_consumers: bool = False,
+    shared_watch_consumers: bool = True,
 ) -> dict[str, Any]:
     """
     ``count`` idle event topologies from one folder, then records through the first one.

@@ -170,8 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--shared-watch-consumers",
-        action="store_true",
-        help="capacity: the triggerer's watchers share one consumer ([kafka_retry] shared_watch_consumers)",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="capacity: the triggerer's watchers share one consumer ([kafka_retry] shared_watch_consumers, "
+        "the default); --no-shared-watch-consumers: a consumer per watched lane",
     )
     parser.add_argument(
         "--per-file",

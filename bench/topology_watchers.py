@@ -15,8 +15,9 @@ topologies of the factory's shape (main, retry-1, retry-2 and the DLT, 3 partiti
 its imports, once every watcher has its heads, and after a ``--window`` of idle watching (30 s), plus
 its threads, broker connections and, with ``--tracemalloc``, the Python allocations that grew most.
 
-Modes: ``own`` (the default of ``[kafka_retry] shared_watch_consumers``: one consumer per topology,
-shared by its lanes) and ``shared`` (one consumer for the process). Writes
+Modes: ``shared`` (``[kafka_retry] shared_watch_consumers`` on, the default: one consumer for the
+process, committed offsets read by its child, ``engine/offset_reader.py``, whose memory is counted) and
+``own`` (off: one consumer per lane). Writes
 ``bench/results/<UTC date and time>-topology-watchers.json`` (or ``--out DIR``). Measured, never asserted.
 """
 
@@ -46,8 +47,17 @@ LANES = (("main", 0), ("retry_1", 1), ("retry_2", 2))
 
 
 def _memory_mb() -> dict[str, float]:
-    info = psutil.Process().memory_full_info()
-    return {"rss_mb": round(info.rss / 2**20, 1), "uss_mb": round(info.uss / 2**20, 1)}
+    """This process's memory, and with its children (the committed-offset reader of the shared mode)."""
+    me = psutil.Process()
+    info = me.memory_full_info()
+    children = [c.memory_full_info() for c in me.children(recursive=True)]
+    return {
+        "rss_mb": round(info.rss / 2**20, 1),
+        "uss_mb": round(info.uss / 2**20, 1),
+        "children": len(children),
+        "with_children_rss_mb": round((info.rss + sum(c.rss for c in children)) / 2**20, 1),
+        "with_children_uss_mb": round((info.uss + sum(c.uss for c in children)) / 2**20, 1),
+    }
 
 
 def _lanes(name: str) -> list[dict[str, Any]]:
@@ -92,7 +102,9 @@ async def _watch(names: list[str], window_s: float) -> dict[str, Any]:
         "after_imports": imported,
         "watching": opened,
         "after_window": after,
-        "per_topology_uss_kb": round((after["uss_mb"] - imported["uss_mb"]) * 1024 / len(names), 1),
+        "per_topology_uss_kb": round(
+            (after["with_children_uss_mb"] - imported["with_children_uss_mb"]) * 1024 / len(names), 1
+        ),
         "threads": threads,
         "open_s": round(time.monotonic() - started - window_s, 1),
         "python_allocations_by_file": grown,
@@ -164,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(run)
                 before, after = run["after_imports"], run["after_window"]
                 sys.stdout.write(
-                    f"{mode} {count}: USS {before['uss_mb']} -> {after['uss_mb']} MB "
-                    f"({run['per_topology_uss_kb']} kB per topology), RSS {after['rss_mb']} MB, "
+                    f"{mode} {count}: USS with children {before['with_children_uss_mb']} -> "
+                    f"{after['with_children_uss_mb']} MB ({run['per_topology_uss_kb']} kB per topology; "
+                    f"{after['children']} child process(es)), RSS {after['with_children_rss_mb']} MB, "
                     f"{run['threads']} threads\n"
                 )
     out = claim_result_file(args.out, started, "topology-watchers")

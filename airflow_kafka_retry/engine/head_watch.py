@@ -12,9 +12,8 @@ By default each watch has a consumer of its own. With ``shared=True`` the watche
 one consumer per Kafka configuration (``shared_consumer.py``): each claims its partitions in it and
 handles only its own, so idle watches cost the broker one long-polling fetch at a time in all, and one
 committed-offset request per watch and check. A watch whose partition another watch of the process
-already holds (two watches of one topic) then uses a consumer of its own. The triggers share only with
-``[kafka_retry] shared_watch_consumers`` on: the suite's scheduler demo found a watch that never saw
-records replayed onto its drained topic, not understood yet.
+already holds (two watches of one topic) then uses a consumer of its own. The triggers share with
+``[kafka_retry] shared_watch_consumers`` on, the default.
 
 Whether a partition has a pending record comes from partition EOF, never from ListOffsets (see
 peek.py). For the backlog gauge, :meth:`HeadWatch.refresh_ends` also asks for the log end of the
@@ -135,20 +134,11 @@ class HeadWatch:
 
     def _read_committed(self, keys: Sequence[Key], timeout_s: float = 30.0) -> dict[Key, int]:
         try:
-            found = self._client.committed(self.group, keys, timeout_s)
+            return self._client.committed(self.group, keys, timeout_s)
         except KafkaException as exc:
             raise HeadWatchError(
                 f"{where(keys)}: cannot read the committed offsets of group {self.group!r}: {exc}"
             ) from exc
-        offsets: dict[Key, int] = {}
-        for tp in found:
-            if tp.error is not None:
-                raise HeadWatchError(
-                    f"{tp.topic}[{tp.partition}]: cannot read the committed offset of group "
-                    f"{self.group!r}: {tp.error}"
-                )
-            offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
-        return offsets
 
     def sync_committed(self) -> dict[Key, int]:
         """

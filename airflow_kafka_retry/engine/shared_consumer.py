@@ -8,9 +8,10 @@ process *lease* one :class:`SharedConsumer` per Kafka configuration (the registr
 configuration without its group): each lease claims its partitions, assigns, pauses, resumes and
 un-assigns only them, and :meth:`Lease.take` drains the client's queue into each lease's inbox, so a
 watch handles only its own partitions. The shared consumer never joins a group and never commits; a
-watch's group's committed offsets are read with one ``ListConsumerGroupOffsets`` request per group
-(an ``AdminClient`` next to the consumer), as a consumer of that group would read them (stable offsets);
-metadata and log ends go through that admin client too, as on the consumer's own connection a request
+watch's group's committed offsets are read with one ``ListConsumerGroupOffsets`` request per group,
+as a consumer of that group would read them (stable offsets), sent from a child process
+(``offset_reader.py``: librdkafka's admin thread can crash handling its response); metadata and log
+ends go through an ``AdminClient`` next to the consumer, as on the consumer's own connection a request
 waits behind the fetch the broker holds open.
 
 A partition already claimed in the shared consumer (two watches of one topic in one process) cannot be
@@ -43,7 +44,6 @@ from typing import Any
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
-    ConsumerGroupTopicPartitions,
     IsolationLevel,
     KafkaException,
     Message,
@@ -53,6 +53,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from airflow_kafka_retry.engine.clients import partition_counts
 from airflow_kafka_retry.engine.metadata_client import metadata_client
+from airflow_kafka_retry.engine.offset_reader import offset_reader
 from airflow_kafka_retry.engine.process_clients import config_key, keep_inherited
 from airflow_kafka_retry.engine.watch_consumer import TAKE, Key, watch_config
 
@@ -70,7 +71,7 @@ class SharedConsumer:
     def __init__(self, key: Hashable, kafka_config: Mapping[str, Any]) -> None:
         self.key = key
         self.consumer = Consumer(watch_config(kafka_config, SHARED_GROUP))
-        self._kafka_config = kafka_config
+        self.kafka_config = kafka_config
         self.lock = threading.Lock()
         self.owners: dict[Key, int] = {}  # partition -> the lease that claimed it
         self.inboxes: dict[int, deque[Message]] = {}
@@ -79,7 +80,7 @@ class SharedConsumer:
 
     @property
     def admin(self) -> AdminClient:
-        return metadata_client(self._kafka_config)
+        return metadata_client(self.kafka_config)
 
     def drain(self) -> None:
         """Move what the client fetched into the inboxes of the leases owning it (under ``lock``)."""
@@ -171,12 +172,9 @@ class Lease:
             for tp in tps
         ]
 
-    def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
-        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in keys])]
-        futures = self.sharing.admin.list_consumer_group_offsets(
-            request, require_stable=True, request_timeout=timeout_s
-        )
-        return list(futures[group].result(timeout_s).topic_partitions or [])
+    def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> dict[Key, int]:
+        """``group``'s committed offsets (-1: none), asked in a child process (``offset_reader.py``)."""
+        return offset_reader(self.sharing.kafka_config).committed(group, keys, timeout_s)
 
     # (Un)assigning waits for librdkafka's main thread: never under the lock, which take() needs on the
     # event loop. Only this lease changes its partitions, so nothing else orders these calls.

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.clients import consumer_config, from_log_start, partition_counts
 from airflow_kafka_retry.engine.metadata_client import metadata_client
@@ -55,8 +55,15 @@ class PrivateConsumer:
         """The log end the last fetch of the partition carried."""
         return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
 
-    def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> list[TopicPartition]:
-        return list(self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s))
+    def committed(self, group: str, keys: Sequence[Key], timeout_s: float) -> dict[Key, int]:
+        """The watch's group's committed offsets (-1: none); a KafkaException names a failed partition."""
+        found = self.consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
+        offsets: dict[Key, int] = {}
+        for tp in found:
+            if tp.error is not None:
+                raise KafkaException(f"{tp.topic}[{tp.partition}]: group {group!r}: {tp.error}")
+            offsets[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else -1
+        return offsets
 
     def assign(self, tps: list[TopicPartition]) -> None:
         self.consumer.incremental_assign(from_log_start(self.consumer, tps))

@@ -8,7 +8,7 @@ Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`
 given. ``timeout``: seconds a broker may take per topic.
 ``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once per API-server
 process (each of ``airflow api-server --workers N`` has its own). One option is the triggerer's:
-``shared_watch_consumers`` (the event triggers' watchers share a Kafka consumer; default off).
+``shared_watch_consumers`` (the event triggers' watchers share a Kafka consumer; default on).
 """
 
 from __future__ import annotations
@@ -60,11 +60,12 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
         ),
     ),
     "shared_watch_consumers": (
-        "False",
+        "True",
         "boolean",
         (
             "The triggerer's event-mode watchers share one Kafka consumer per connection (fewer threads, "
-            "connections and CPU with many topologies). Off by default: see docs/capacity.md."
+            "connections, memory and CPU with many topologies; see docs/capacity.md). False: one "
+            "consumer per watched lane."
         ),
     ),
 }

@@ -1,19 +1,19 @@
 """
 Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
 
-``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the triggerer
-as ``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch`
-open (its partitions assigned at the group's committed offsets, never joined, never committing; with
-``[kafka_retry] shared_watch_consumers`` on, the watches of a triggerer share one consumer per Kafka
-connection, see ``engine/shared_consumer.py``) and
-yields one event per *wave* (see ``policy/waves.py``): while idle it only waits on the broker, so an idle
-tier creates no DAG run and no task. The wave is saved in the asset's state store before its event is
-yielded, so a restarted triggerer does not fire it twice at once nor forget it: it fires the next wave
-once the group has committed past it, or fires it again ``refire_after`` (45 s) after it became runnable
-when no run took it. Whatever step the triggerer dies at -- before the save (nothing saved: the restart
-fires afresh), after it, or after the yield (the event may be lost with the process) -- and whatever
-becomes of the run (failed, lost), due records wait at most the restart plus ``refire_after`` plus a run's
-start-up: within 60 s. :attr:`_HeadEventTrigger.fault_hook` lets a test crash the trigger at each step.
+``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the triggerer as
+``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` open
+(its partitions assigned at the group's committed offsets, never joined, never committing; with
+``[kafka_retry] shared_watch_consumers`` on, the default, the watches of a triggerer share one consumer per
+Kafka connection, see ``engine/shared_consumer.py``) and yields one event per *wave* (see
+``policy/waves.py``): while idle it only waits on the broker, so an idle tier creates no DAG run and no
+task. The wave is saved in the asset's state store before its event is yielded, so a restarted triggerer
+does not fire it twice at once nor forget it: it fires the next wave once the group has committed past it,
+or fires it again ``refire_after`` (45 s) after it became runnable when no run took it. Whatever step the
+triggerer dies at -- before the save (nothing saved: the restart fires afresh), after it, or after the yield
+(the event may be lost with the process) -- and whatever becomes of the run (failed, lost), due records wait
+at most the restart plus ``refire_after`` plus a run's start-up: within 60 s.
+:attr:`_HeadEventTrigger.fault_hook` lets a test crash the trigger at each step.
 
 Only the connection id travels in the serialized arguments, never the Kafka configuration.
 """

@@ -84,8 +84,8 @@ async def open_watch(
     """
     A head watch of ``topics`` for ``group``, on the connection's cluster (blocking parts in a thread).
 
-    It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on (not safe yet, see
-    docs/capacity.md); otherwise it has a consumer of its own.
+    It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on (the default);
+    otherwise it has a consumer of its own.
     """
     from asgiref.sync import sync_to_async
 
@@ -107,9 +107,6 @@ async def open_watch(
             read_due=read_due,
             due_horizon_ms=due_horizon_ms,
             optional=optional,
-            # not shared within a topology either: a shared consumer reads its watches' committed offsets
-            # through the admin client's ListConsumerGroupOffsets, whose response handling crashed the
-            # trigger runner (SIGSEGV in librdkafka) when group coordinators moved (docs/capacity.md)
             shared=everyone,
         )
         with lock:
@@ -147,7 +144,7 @@ async def send_tier_gauges(
 
 
 def _shared_watch_consumers() -> bool:
-    """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default off)."""
+    """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default on)."""
     from airflow.providers.common.compat.sdk import conf
 
-    return conf.getboolean("kafka_retry", "shared_watch_consumers", fallback=False)
+    return conf.getboolean("kafka_retry", "shared_watch_consumers", fallback=True)

@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -205,6 +206,92 @@ def test_freezing_the_active_controller_moves_the_quorum(cluster: ApacheKafkaClu
         cluster.thaw(frozen)
     assert _until("a running JVM", lambda: state() != "T", 5)
     assert sorted(admin_client(cluster.bootstrap_of(frozen)).list_topics(timeout=10).brokers) == [1, 2, 3]
+
+
+def test_committed_offsets_of_many_groups_are_read_through_coordinator_moves(
+    cluster: ApacheKafkaCluster,
+) -> None:
+    """
+    The shared watch consumer's committed-offset requests survive a rolling restart (issue 39).
+
+    ``AdminClient.list_consumer_group_offsets`` crashed the process that sent it (SIGSEGV in librdkafka's
+    admin thread) when a stopped broker's groups moved: three threads reading 30 groups' offsets, the
+    second broker stopped, exit 139. Through ``engine/offset_reader.py`` the requests run in a child: this
+    process lives on, a request fails only as a broker error would (a ``KafkaException`` naming the group),
+    and every group's offsets read right once the cluster is whole again.
+    """
+    from confluent_kafka import KafkaException
+
+    from airflow_kafka_retry.engine.offset_reader import OffsetReader, OffsetReaderDied
+
+    topic = _rf3_topic(cluster, partitions=3)
+    groups = {f"{topic}-g{i}": {p: 10 * i + p + 1 for p in range(3)} for i in range(30)}
+    for group, offsets in groups.items():
+        consumer = Consumer(
+            {"bootstrap.servers": cluster.bootstrap, "group.id": group, "logger": CLIENT_LOGGER}
+        )
+        try:
+            consumer.commit(
+                offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False
+            )
+        finally:
+            consumer.close()
+    keys = [(topic, p) for p in range(3)]
+    expected = {g: {(topic, p): o for p, o in offsets.items()} for g, offsets in groups.items()}
+    reader = OffsetReader({"bootstrap.servers": cluster.bootstrap, "logger": CLIENT_LOGGER})
+    stop = threading.Event()
+    read, wrong, failed, crashes = [0], [], [], []
+
+    def ask_all() -> None:
+        while not stop.is_set():
+            for group in groups:
+                try:
+                    found = reader.committed(group, keys, 10.0)
+                except KafkaException as exc:  # what a broker error looks like to a watch
+                    failed.append(exc)
+                    if isinstance(exc, OffsetReaderDied):
+                        crashes.append(str(exc))
+                    continue
+                read[0] += 1
+                if found != expected[group]:
+                    wrong.append((group, found))
+
+    threads = [threading.Thread(target=ask_all, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    try:
+        for node in (1, 2):  # the second stop is where the process used to die
+            time.sleep(2)
+            cluster.stop_node(node)
+            time.sleep(3)
+            cluster.restart(node)
+        time.sleep(2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    print(
+        f"\n{read[0]} group reads, {len(failed)} failed during the restarts, "
+        f"{len(crashes)} reader child(ren) lost: {crashes[:3]}",
+        file=sys.stderr,
+    )
+    try:
+        assert not any(t.is_alive() for t in threads), "a committed-offset request never ended"
+        assert wrong == []
+        assert read[0] > 0
+        for group, offsets in expected.items():  # the cluster whole again: every group reads right
+            assert _until(f"{group}'s offsets", lambda g=group: _read_or_none(reader, g, keys)) == offsets
+    finally:
+        reader.close()
+
+
+def _read_or_none(reader, group: str, keys: list[tuple[str, int]]) -> dict | None:
+    from confluent_kafka import KafkaException
+
+    try:
+        return reader.committed(group, keys, 10.0)
+    except KafkaException:
+        return None
 
 
 def _env() -> dict[str, str]:

@@ -44,11 +44,12 @@ def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
     return "akr_topology_test"
 
 
-@pytest.fixture(autouse=True)
-def _own_consumers(monkeypatch) -> None:
-    """``[kafka_retry] shared_watch_consumers`` off (the default): the trigger shares only with its lanes."""
-    monkeypatch.delenv("AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS", raising=False)
-    assert watching._shared_watch_consumers() is False
+@pytest.fixture(autouse=True, params=["shared", "own"])
+def mode(request, monkeypatch) -> str:
+    """``[kafka_retry] shared_watch_consumers`` on (the default: the triggerer's one consumer) and off."""
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS", str(request.param == "shared"))
+    assert watching._shared_watch_consumers() is (request.param == "shared")
+    return str(request.param)
 
 
 def _tier(name: str, topic: str, index: int) -> dict:
@@ -155,7 +156,9 @@ def test_an_event_names_only_the_due_lanes_with_their_heads(kafka_bootstrap, kaf
     assert _saved(trigger.asset_state_store, "retry_2") is None
 
 
-def test_each_lane_reads_through_a_consumer_of_its_own(kafka_bootstrap, kafka_conn, new_topic, monkeypatch):
+def test_the_lanes_read_through_the_shared_consumer_or_one_of_their_own(
+    kafka_bootstrap, kafka_conn, new_topic, monkeypatch, mode
+):
     tier_a, tier_b, dlt = (
         new_topic("topo-one-a", partitions=2),
         new_topic("topo-one-b"),
@@ -182,10 +185,10 @@ def test_each_lane_reads_through_a_consumer_of_its_own(kafka_bootstrap, kafka_co
     monkeypatch.setattr(shared_consumer, "SharedConsumer", Shared)
     monkeypatch.setattr(head_watch, "PrivateConsumer", Private)
     trigger = _trigger(kafka_conn, lanes)
-    shared_then: list[list[shared_consumer.SharedConsumer]] = []
+    shared_then: list[dict[Hashable, dict]] = []  # while it ran: each shared consumer's partition owners
 
     def look(_events) -> None:
-        shared_then.append(shared_consumer.shared_consumers())
+        shared_then.append({s.key: dict(s.owners) for s in shared_consumer.shared_consumers()})
 
     events = _Running(trigger).for_seconds(
         WAIT_S,
@@ -195,11 +198,16 @@ def test_each_lane_reads_through_a_consumer_of_its_own(kafka_bootstrap, kafka_co
         quiet=0.5,
     )
     assert {n for _, e in events for n in e["due"]} == {"retry_1", "retry_2", "watch_dlt"}, _brief(events)
-    # a consumer of its own per lane (its group's committed offsets read with committed(), not through
-    # the admin client's ListConsumerGroupOffsets, which crashed the trigger runner when coordinators moved)
+    if mode == "shared":  # every lane leases the triggerer's one consumer, each its own partitions
+        assert [kind for kind, _ in made] == ["shared"], made
+        owners = shared_then[0][made[0][1]]
+        assert set(owners) == {(tier_a, 0), (tier_a, 1), (tier_b, 0), (dlt, 0)}
+        assert len(set(owners.values())) == 3  # a lease per lane
+        return
+    # a consumer of its own per lane, which reads its group's committed offsets with committed()
     assert sorted(kind for kind, _ in made) == ["private"] * 3, made
     assert {group for _, group in made} == {lane["group"] for lane in lanes}
-    assert shared_then == [[]], shared_then  # no shared consumer while it ran
+    assert shared_then == [{}], shared_then  # no shared consumer while it ran
 
 
 def test_a_lane_fires_its_next_wave_only_after_its_group_committed_and_busy_hold(
@@ -339,8 +347,8 @@ def test_a_trigger_cancelled_while_its_watches_open_leaves_no_consumer(
     """The triggerer cancels a watcher when its DAG changes: a watch still opening in its thread is closed."""
     import asyncio
 
-    made: list[head_watch.PrivateConsumer] = []
-    closed: list[head_watch.PrivateConsumer] = []
+    made: list[head_watch.PrivateConsumer | shared_consumer.Lease] = []
+    closed: list[head_watch.PrivateConsumer | shared_consumer.Lease] = []
 
     class Private(head_watch.PrivateConsumer):
         def __init__(self, kafka_config, group) -> None:
@@ -351,7 +359,17 @@ def test_a_trigger_cancelled_while_its_watches_open_leaves_no_consumer(
             closed.append(self)
             super().close()
 
+    class Lease(shared_consumer.Lease):
+        def __init__(self, sharing, ident) -> None:
+            super().__init__(sharing, ident)
+            made.append(self)
+
+        def close(self) -> None:
+            closed.append(self)
+            super().close()
+
     monkeypatch.setattr(head_watch, "PrivateConsumer", Private)
+    monkeypatch.setattr(shared_consumer, "Lease", Lease)
 
     topics = [unique_topic("cancel") for _ in range(3)]
     create_topics(kafka_bootstrap, topics, 1)

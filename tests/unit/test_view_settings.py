@@ -67,3 +67,14 @@ def test_the_view_options_are_published_as_provider_config():
     ]
     options = info["config"]["kafka_retry"]["options"]
     assert {k: v["default"] for k, v in options.items()} == {k: v[0] for k, v in OPTIONS.items()}
+
+
+def test_the_triggerer_shares_its_watch_consumer_by_default(monkeypatch):
+    """On by default (the published provider config); the setting turns it off."""
+    from airflow_kafka_retry.triggers import watching
+
+    assert OPTIONS["shared_watch_consumers"][0] == "True"
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS", "False")
+    assert watching._shared_watch_consumers() is False
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS", "True")
+    assert watching._shared_watch_consumers() is True
