@@ -40,7 +40,7 @@ from confluent_kafka import KafkaException
 from airflow_kafka_retry.engine.clients import admin_config
 from airflow_kafka_retry.engine.process_clients import config_key
 from airflow_kafka_retry.engine.worker_failure import describe_exit
-from airflow_kafka_retry.engine.worker_protocol import FrameReader, FrameWriter, PipeClosed
+from airflow_kafka_retry.engine.worker_protocol import PipeClosed, start_piped
 
 log = logging.getLogger(__name__)
 
@@ -63,27 +63,9 @@ class _Child:
     """One child process, its pipes and the requests waiting for its answers."""
 
     def __init__(self, kafka_config: Mapping[str, Any]) -> None:
-        control_r, control_w = os.pipe()
-        answers_r, answers_w = os.pipe()
-        try:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "airflow_kafka_retry.engine.offset_reader_process",
-                    str(control_r),
-                    str(answers_w),
-                    str(os.getpid()),
-                ],
-                stdin=subprocess.DEVNULL,
-                pass_fds=(control_r, answers_w),
-                close_fds=True,
-            )
-        finally:
-            os.close(control_r)
-            os.close(answers_w)
-        self.control = FrameWriter(control_w)
-        self.answers = FrameReader(answers_r)
+        self.process, self.control, self.answers = start_piped(
+            "airflow_kafka_retry.engine.offset_reader_process", str(os.getpid())
+        )
         self.lock = threading.Lock()
         self.pending: dict[int, Future[list[tuple[Any, ...]]]] = {}
         self.closing = False  # no more requests: the child is ending or has ended

@@ -42,6 +42,7 @@ from airflow_kafka_retry.engine.worker_protocol import (
     PipeClosed,
     WorkerSetup,
     setup_message,
+    start_piped,
 )
 
 log = logging.getLogger(__name__)
@@ -134,27 +135,10 @@ class ProcessPool:
 
     # ------------------------------------------------------------------ workers
     def _start(self) -> _Worker:
-        control_r, control_w = os.pipe()
-        results_r, results_w = os.pipe()
-        try:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "airflow_kafka_retry.engine.process_worker",
-                    str(control_r),
-                    str(results_w),
-                    str(os.getpid()),
-                    str(self.slots),
-                ],
-                stdin=subprocess.DEVNULL,
-                pass_fds=(control_r, results_w),
-                close_fds=True,
-            )
-        finally:
-            os.close(control_r)
-            os.close(results_w)
-        worker = _Worker(process, FrameWriter(control_w), FrameReader(results_r))
+        process, control, results = start_piped(
+            "airflow_kafka_retry.engine.process_worker", str(os.getpid()), str(self.slots)
+        )
+        worker = _Worker(process, control, results)
         self._workers.append(worker)
         self.pids.append(process.pid)
         worker.reader = threading.Thread(

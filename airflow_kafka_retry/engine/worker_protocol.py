@@ -25,6 +25,7 @@ import contextlib
 import os
 import pickle
 import struct
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -82,6 +83,32 @@ def read_setup(message: tuple[Any, ...]) -> WorkerSetup:
     if not isinstance(setup, WorkerSetup):
         raise ValueError(f"expected the run's setup, got a {type(setup).__name__}")
     return setup
+
+
+def start_piped(module: str, *args: str) -> tuple[subprocess.Popen[bytes], FrameWriter, FrameReader]:
+    """
+    ``python -m module control_fd answers_fd *args`` with a pipe each way: the process, then its ends here.
+
+    The child gets only its two pipe ends (``pass_fds``, every other descriptor closed) and no stdin;
+    what it needs travels as frames, never on its command line or in its environment.
+    """
+    control_r, control_w = os.pipe()
+    answers_r, answers_w = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", module, str(control_r), str(answers_w), *args],
+            stdin=subprocess.DEVNULL,
+            pass_fds=(control_r, answers_w),
+            close_fds=True,
+        )
+    except BaseException:
+        os.close(control_w)
+        os.close(answers_r)
+        raise
+    finally:
+        os.close(control_r)
+        os.close(answers_w)
+    return process, FrameWriter(control_w), FrameReader(answers_r)
 
 
 def encode(message: tuple[Any, ...]) -> bytes:
