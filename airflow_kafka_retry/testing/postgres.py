@@ -37,17 +37,10 @@ import subprocess
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import Self
 
-from airflow_kafka_retry.testing.processes import (
-    ManagedProcess,
-    NotReady,
-    ProcessExited,
-    free_port,
-    register,
-    unregister,
-)
+from airflow_kafka_retry.testing.loopback_server import LoopbackServer
+from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, ProcessExited, free_port, register
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +100,7 @@ def _server_user() -> pwd.struct_passwd | None:
         ) from None
 
 
-class PostgresCluster:
+class PostgresCluster(LoopbackServer):
     """
     A PostgreSQL server subprocess on loopback, password authentication only; a context manager.
 
@@ -115,28 +108,18 @@ class PostgresCluster:
     :param startup_timeout: seconds to wait for the server to accept a connection.
     """
 
+    kind = "PostgreSQL"
+
     def __init__(self, *, settings: dict[str, str] | None = None, startup_timeout: float = 60.0) -> None:
+        super().__init__()
         self._settings = {**SETTINGS, **(settings or {})}
         self._startup_timeout = startup_timeout
-        self._dir: Path | None = None
-        self._process: ManagedProcess | None = None
-        self._port: int | None = None
         self._bindir: Path | None = None
         self._user: pwd.struct_passwd | None = None
         #: The superuser's password: random per cluster, in every URL; no connection gets in without it.
         self.password = secrets.token_hex(24)
 
     # ------------------------------------------------------------------ properties
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("PostgreSQL is not started")
-        return self._port
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
     @property
     def log_path(self) -> Path | None:
         return self._dir / "postgres.log" if self._dir is not None else None
@@ -146,7 +129,7 @@ class PostgresCluster:
         return f"{DRIVER}://{SUPERUSER}:{self.password}@127.0.0.1:{self.port}/{database}"
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> PostgresCluster:
+    def start(self) -> Self:
         if self._process is not None:
             raise RuntimeError("PostgreSQL already started")
         self._bindir = find_bindir()
@@ -199,41 +182,15 @@ class PostgresCluster:
         log.info("PostgreSQL pid %s on 127.0.0.1:%s (data %s)", self.pid, self._port, data)
         return self
 
-    def stop(self) -> None:
-        """
-        Stop the server and remove its directory; idempotent.
-
-        A fast shutdown (SIGINT), else ``pg_ctl stop -m immediate``, else SIGKILL (the backends left too).
-        """
-        process, data = self._process, self._dir / "data" if self._dir is not None else None
+    def _stop_process(self, process: ManagedProcess) -> None:
+        """A fast shutdown (SIGINT), else ``pg_ctl stop -m immediate``, else SIGKILL (and the backends)."""
+        data = self._dir / "data" if self._dir is not None else None
 
         def immediate() -> None:
             log.warning("PostgreSQL pid %s ignored a fast shutdown; stopping it immediately", self.pid)
             self._run("pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w")
 
-        try:
-            if process is not None:
-                process.stop(escalate=immediate)
-        finally:
-            self._process = None
-            self._port = None
-            unregister(self)
-            if self._dir is not None:
-                shutil.rmtree(self._dir, ignore_errors=True)
-                self._dir = None
-
-    def __enter__(self) -> Self:
-        if self._process is None:
-            self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"PostgresCluster(pid={self.pid}, port={self._port})"
+        process.stop(escalate=immediate)
 
     # ------------------------------------------------------------------ databases
     def create_database(self, name: str, *, template: str | None = None) -> str:

@@ -20,17 +20,10 @@ import secrets
 import shutil
 import tempfile
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from airflow_kafka_retry.testing.processes import (
-    ManagedProcess,
-    NotReady,
-    ProcessExited,
-    free_port,
-    register,
-    unregister,
-)
+from airflow_kafka_retry.testing.loopback_server import LoopbackServer
+from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, ProcessExited, free_port, register
 
 if TYPE_CHECKING:
     import redis
@@ -53,30 +46,20 @@ def find_redis_server() -> str:
     return found
 
 
-class RedisServer:
+class RedisServer(LoopbackServer):
     """
     A ``redis-server`` subprocess on loopback, password required, no persistence; a context manager.
 
     :param startup_timeout: seconds to wait for an authenticated ``PING`` to answer.
     """
 
+    kind = "Redis"
+
     def __init__(self, *, startup_timeout: float = 30.0) -> None:
+        super().__init__()
         self._startup_timeout = startup_timeout
-        self._dir: Path | None = None
-        self._process: ManagedProcess | None = None
-        self._port: int | None = None
         #: the server's password: random per server, in :meth:`url`; no command gets in without it
         self.password = secrets.token_hex(24)
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("Redis is not started")
-        return self._port
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
 
     @property
     def log_path(self) -> Path | None:
@@ -131,33 +114,6 @@ class RedisServer:
         self._wait_ready()
         log.info("Redis pid %s on 127.0.0.1:%s", self.pid, self._port)
         return self
-
-    def stop(self) -> None:
-        """SIGTERM (Redis exits at once, nothing to save), SIGKILL after the grace; removes its dir."""
-        process = self._process
-        try:
-            if process is not None:
-                process.stop()
-        finally:
-            self._process = None
-            self._port = None
-            unregister(self)
-            if self._dir is not None:
-                shutil.rmtree(self._dir, ignore_errors=True)
-                self._dir = None
-
-    def __enter__(self) -> Self:
-        if self._process is None:
-            self.start()
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def __repr__(self) -> str:
-        return f"RedisServer(pid={self.pid}, port={self._port})"
 
     # ------------------------------------------------------------------ internals
     def _wait_ready(self) -> None:
