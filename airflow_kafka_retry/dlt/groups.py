@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.policy.header_values import bound_value
+from airflow_kafka_retry.policy.header_values import bound_message, bound_value
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord
@@ -57,7 +57,7 @@ def sample_of(record: DltRecord, letter: DeadLetter) -> dict[str, Any]:
         "connector": bound_value(letter.connector),
         "task": letter.task,
         "failure_class": bound_value(letter.failure_class),
-        "failure_message": bound_value(letter.failure_message),
+        "failure_message": bound_message(letter.failure_message),
         "delivery_count": letter.delivery_count,
         "record_copied": letter.record_copied,
         "missing": list(letter.missing),

@@ -9,7 +9,8 @@ the DLT watch's commit metadata or the view passes through here first:
   overrides) are escaped -- ``\n``, ``\r``, ``\t``, else ``\xNN`` or ``\uNNNN`` -- so a value never
   starts a log line of its own nor reorders one;
 * a value keeps at most :data:`MAX_VALUE_CHARS` characters: a longer one keeps its head and says how
-  long it was (``<head>...(100000 characters)``);
+  long it was (``<head>...(100000 characters)``); an exception message (:func:`bound_message`) keeps
+  its head and its tail (``<head>...(100000 characters)...<tail>``);
 * a count by value keeps the :data:`MAX_DISTINCT_VALUES` most frequent values (ties by name); the
   others are summed under :data:`OTHER_VALUES`, so every record is still counted;
 * the exception tags the watch commits as offset metadata fit in :data:`MAX_METADATA_BYTES`, under
@@ -54,6 +55,29 @@ def bound_value(value: str | None) -> str | None:
         return shown
     note = f"...({len(value)} characters)"
     return shown[: MAX_VALUE_CHARS - len(note)] + note
+
+
+def bound_message(value: str | None) -> str | None:
+    """
+    An exception message bounded like :func:`bound_value`, but a long one keeps its tail too.
+
+    ``<head>...(N characters)...<tail>``: Spring's ``DeadLetterPublishingRecoverer`` writes the wrapper's
+    message first and the root cause's last (``Listener method '<signature>' threw exception; <cause's
+    message>``), so the head alone would hide why the record failed.
+    """
+    if value is None:
+        return None
+    shown = _CONTROL.sub(_escape, value[:MAX_VALUE_CHARS])
+    if len(value) <= MAX_VALUE_CHARS and len(shown) <= MAX_VALUE_CHARS:
+        return shown
+    note = f"...({len(value)} characters)..."
+    room = MAX_VALUE_CHARS - len(note)
+    head, tail = room - room // 2, room // 2
+    return (
+        _CONTROL.sub(_escape, value[:head])[:head]
+        + note
+        + (_CONTROL.sub(_escape, value[-tail:])[-tail:] if tail else "")
+    )
 
 
 def bound_counts(
