@@ -1,27 +1,40 @@
 """
-What a DLT (or parking topic) holds: record counts by exception class and hour of failure.
+What a DLT (or parking topic) holds, for the view: counts by exception class, family and hour, and samples.
 
 Read-only: an assigned consumer with no group commits, from the beginning of every partition to its
-end (partition EOF), at most ``scan_limit`` records per partition. The exception class is read from
-either Spring header family (value or key exception); a record without one counts as ``unknown``.
+end (partition EOF), at most ``scan_limit`` records per partition. Every dead-letter family is read
+(:mod:`~airflow_kafka_retry.policy.dead_letter_families`): Spring's two spellings, Kafka Connect's
+``__connect.errors.*``, the share-group DLQ's ``__dlq.errors.*``. A record is counted under its failure
+class, a share-group dead letter (no class) under ``<share-group: reason>``, a record naming neither as
+``unknown``; also by family, by field it lacks (``missing``) and by header that could not be read
+(``unreadable``). The :data:`SAMPLES` newest records are described: DLT coordinates, family, original
+topic, partition and offset, failure, group or connector, delivery count, what they lack. Never a key or
+value; header strings are bounded (:mod:`~airflow_kafka_retry.policy.header_values`).
 """
 
 from __future__ import annotations
 
+import heapq
 import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.clients import from_log_start, open_consumer, partition_counts
-from airflow_kafka_retry.engine.consumed import headers_of, partition_of
-from airflow_kafka_retry.policy.headers import read_exception_classes
+from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of
+from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, describe_dead_letter
+from airflow_kafka_retry.policy.header_values import bound_message, bound_value
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
 
 UNKNOWN = "unknown"
+#: How many of the newest records the view describes, per DLT.
+SAMPLES = 5
 
 
 def hour_of(timestamp_ms: int) -> str:
@@ -30,14 +43,50 @@ def hour_of(timestamp_ms: int) -> str:
 
 @dataclass
 class DeadLetterCounts:
-    """Counts of a DLT's records, by exception class and by hour; ``error`` names a broker problem."""
+    """
+    Counts of a DLT's records and its newest ones described; ``error`` names a broker problem.
+
+    ``by_exception`` and ``by_hour`` count by :func:`failure_label`; ``by_family`` by dead-letter family;
+    ``missing`` how many records lack each field, ``unreadable`` how many had each header unreadable,
+    ``not_replayable`` the share-group dead letters without a copied record.
+    """
 
     topic: str
     total: int = 0
     by_exception: Counter[str] = field(default_factory=Counter)
     by_hour: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    by_family: Counter[str] = field(default_factory=Counter)
+    missing: Counter[str] = field(default_factory=Counter)
+    unreadable: Counter[str] = field(default_factory=Counter)
+    not_replayable: int = 0
     truncated: bool = False
     error: str | None = None
+    _newest: list[tuple[tuple[int, int, int], dict[str, Any]]] = field(default_factory=list, repr=False)
+
+    def add(self, message: Message) -> None:
+        """Count one record and keep it among the newest described (no key or value is kept)."""
+        timestamp = message.timestamp()[1]
+        letter = describe_dead_letter(
+            headers_of(message), timestamp, key=message.key(), value=message.value()
+        )
+        label = failure_label(letter)
+        self.total += 1
+        self.by_exception[label] += 1
+        self.by_hour[hour_of(timestamp)][label] += 1
+        self.by_family[letter.family] += 1
+        self.missing.update(letter.missing)
+        self.unreadable.update(name for name, _ in letter.unreadable)
+        self.not_replayable += int(not letter.record_copied)
+        order = (timestamp, partition_of(message), offset_of(message))  # unique: no tie reaches the dicts
+        if len(self._newest) < SAMPLES:
+            heapq.heappush(self._newest, (order, _sample(message, letter)))
+        elif order > self._newest[0][0]:
+            heapq.heapreplace(self._newest, (order, _sample(message, letter)))
+
+    @property
+    def samples(self) -> list[dict[str, Any]]:
+        """The newest records described, newest first."""
+        return [sample for _, sample in sorted(self._newest, key=lambda item: item[0], reverse=True)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -49,7 +98,45 @@ class DeadLetterCounts:
             "by_hour": [
                 {"hour": hour, "counts": dict(counts)} for hour, counts in sorted(self.by_hour.items())
             ],
+            "by_family": dict(self.by_family.most_common()),
+            "missing": dict(self.missing.most_common()),
+            "unreadable": dict(self.unreadable.most_common()),
+            "not_replayable": self.not_replayable,
+            "samples": self.samples,
         }
+
+
+def failure_label(letter: DeadLetter) -> str:
+    """What the view counts a record under: its failure class, else a share group's reason, else unknown."""
+    if letter.failure_class:
+        return letter.failure_class
+    if letter.family == "share-group" and letter.failure_message:
+        return f"<share-group: {letter.failure_message}>"
+    return UNKNOWN
+
+
+def _sample(message: Message, letter: DeadLetter) -> dict[str, Any]:
+    """A record by its DLT coordinates with what its headers say, bounded; never its key or value."""
+    return {
+        "partition": partition_of(message),
+        "offset": offset_of(message),
+        "timestamp_ms": message.timestamp()[1],
+        "family": letter.family,
+        "original_topic": bound_value(letter.original_topic),
+        "original_partition": letter.original_partition,
+        "original_offset": letter.original_offset,
+        "original_timestamp_ms": letter.original_timestamp_ms,
+        "failed_at_ms": letter.failed_at_ms,
+        "group": bound_value(letter.group),
+        "connector": bound_value(letter.connector),
+        "failure_class": bound_value(letter.failure_class),
+        "failure_cause": bound_value(letter.failure_cause),
+        "failure_message": bound_message(letter.failure_message),
+        "delivery_count": letter.delivery_count,
+        "record_copied": letter.record_copied,
+        "missing": list(letter.missing),
+        "unreadable": {name: bound_value(why) for name, why in letter.unreadable},
+    }
 
 
 def count_dead_letters(
@@ -88,10 +175,7 @@ def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: i
                     raise KafkaException(error)
                 open_parts.discard(message.partition())
                 continue
-            cls = read_exception_classes(headers_of(message))[0] or UNKNOWN
-            result.total += 1
-            result.by_exception[cls] += 1
-            result.by_hour[hour_of(message.timestamp()[1])][cls] += 1
+            result.add(message)
             scanned[partition_of(message)] += 1
             if scanned[partition_of(message)] >= scan_limit:
                 result.truncated = True

@@ -25,6 +25,7 @@ from airflow_kafka_retry.testing.topics import create_topics, delete_topics, uni
 pytestmark = pytest.mark.integration
 
 SECRET = "view-s3cr3t-password"
+PAYLOAD = b'{"card": "4111-1111-1111-1111"}'  # a dead letter's value: never shown
 
 
 class FakeAuthManager:
@@ -124,6 +125,16 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
         producer.produce(
             f"{name}-dlt", b"{}", partition=0, headers=[("kafka_exception-fqcn", b"myapp.Invalid")]
         )
+        # a Kafka Connect sink's dead letter (DeadLetterQueueReporter's context headers): another family
+        connect = [
+            ("__connect.errors.topic", b"invoices"),
+            ("__connect.errors.partition", b"2"),
+            ("__connect.errors.offset", b"41"),
+            ("__connect.errors.connector.name", b"invoices-sink"),
+            ("__connect.errors.exception.class.name", b"org.apache.kafka.connect.errors.DataException"),
+            ("__connect.errors.exception.message", b"Converting byte[] to Kafka Connect data failed"),
+        ]
+        producer.produce(f"{name}-dlt", PAYLOAD, partition=1, headers=connect)
         assert producer.flush(15) == 0
         client.allowed.add(f"kafka_retry__{name}-retry-1")
 
@@ -148,7 +159,25 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
     assert tier1["runs"][0]["run_id"] == f"kafka_retry__{name}-retry-1-r1"
     dlt, parking = view["dead_letter_topics"]
     assert dlt["topic"] == f"{name}-dlt"
-    assert dlt["counts"]["by_exception"] == {"myapp.Invalid": 1}
+    assert dlt["counts"]["by_exception"] == {
+        "myapp.Invalid": 1,
+        "org.apache.kafka.connect.errors.DataException": 1,
+    }
+    assert dlt["counts"]["by_family"] == {"spring-retry-topic": 1, "kafka-connect": 1}
+    samples = {s["family"]: s for s in dlt["counts"]["samples"]}
+    connect_sample = samples["kafka-connect"]
+    assert (connect_sample["partition"], connect_sample["offset"]) == (1, 0)
+    assert (
+        connect_sample["original_topic"],
+        connect_sample["original_partition"],
+        connect_sample["original_offset"],
+    ) == ("invoices", 2, 41)
+    assert (connect_sample["connector"], connect_sample["failure_message"]) == (
+        "invoices-sink",
+        "Converting byte[] to Kafka Connect data failed",
+    )
+    assert "delivery_count" in connect_sample["missing"]
+    assert "original_topic" in samples["spring-retry-topic"]["missing"]  # only an exception header
     assert dlt["replay_dag_id"] == parking["replay_dag_id"] == f"kafka_dlt_replay__{name}"
     assert (parking["topic"], parking["kind"]) == (f"{name}-parking", "parking")
     assert (
@@ -158,6 +187,7 @@ def test_topology_view_counts_what_is_on_the_broker(client, monkeypatch, kafka_b
     body = json.dumps(view)
     assert SECRET not in body, "no Kafka configuration reaches the browser"
     assert kafka_bootstrap not in body, "no Kafka configuration reaches the browser"
+    assert PAYLOAD.decode() not in body, "no record payload reaches the browser"
 
 
 def _closed_port() -> int:

@@ -98,11 +98,20 @@ def topology_on_broker(kafka_bootstrap, tmp_path):
         )
     for cls, n in (("myapp.errors.InvalidOrder", 3), ("java.lang.IllegalStateException", 2)):
         for i in range(n):
+            # the InvalidOrder ones say where they failed, as Spring's retry topics write it
+            original = [
+                ("kafka_original-topic", name.encode()),
+                ("kafka_original-partition", (i % 2).to_bytes(4, "big")),
+                ("kafka_original-offset", (100 + i).to_bytes(8, "big")),
+            ]
             producer.produce(
                 f"{name}-dlt",
                 b'{"order": 2}',
                 partition=i % 2,
-                headers=[("kafka_exception-fqcn", cls.encode())],
+                headers=[
+                    *(original if cls.endswith("InvalidOrder") else []),
+                    ("kafka_exception-fqcn", cls.encode()),
+                ],
             )
     assert producer.flush(15) == 0
     yield name
@@ -302,6 +311,23 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                 assert dlt.locator(f'[data-dead-total="{name}-dlt"]').inner_text() == str(dlt_counts.total())
                 for cls, n in dlt_counts.items():
                     assert dlt.locator(f'[data-exception-count="{cls}"]').inner_text() == str(n)
+                # the newest records (all 5): their family, and where they failed when the headers say so
+                samples = dlt.locator("tr[data-sample]")
+                assert samples.count() == 5
+                shown = [
+                    tuple(
+                        samples.nth(i).locator(f"[data-sample-{c}]").inner_text()
+                        for c in ("family", "origin")
+                    )
+                    for i in range(5)
+                ]
+                assert {family for family, _ in shown} == {"spring-retry-topic"}
+                assert sorted(origin for _, origin in shown) == sorted(
+                    [f"{name}[{i % 2}]@{100 + i}" for i in range(3)] + ["—", "—"]
+                )
+                assert dlt.locator('[data-family-count="spring-retry-topic"]').inner_text() == (
+                    "spring-retry-topic 5"
+                )
                 assert "never-in-the-browser" not in page.content()
                 run_now = tier1.get_by_role("button", name="Run now")
                 if user == "viewer":

@@ -133,9 +133,51 @@ function deadCard(dead) {
           el("td", {}, el("button", {type: "button", disabled: !dead.can_trigger || cls === "<other>",
             title: cls === "<other>" ? "many exception classes: filter by one in the replay form" :
               dead.can_trigger ? "open the replay form" : "you may not trigger the replay DAG",
-            onclick: () => openReplay(dead, {exception: cls === "unknown" ? "" : cls})}, "Replay")))))),
+            // "unknown" and "<share-group: reason>" name no class to filter by
+            onclick: () => openReplay(dead, {exception: cls === "unknown" || cls.startsWith("<") ? "" : cls})},
+            "Replay")))))),
+      familyNotes(counts),
       hourly(counts.by_hour || []),
+      samplesTable(counts.samples || []),
     ]);
+}
+
+// Which frameworks wrote the records, and what their headers do not say (docs/dead-letters.md)
+function familyNotes(counts) {
+  const families = Object.entries(counts.by_family || {});
+  const missing = Object.entries(counts.missing || {});
+  const unreadable = Object.entries(counts.unreadable || {});
+  return el("div", {class: "meta"},
+    families.length ? el("div", {}, "families: ", families.map(([family, n], i) =>
+      [i ? ", " : "", el("span", {"data-family-count": family}, `${family} ${n}`)])) : null,
+    missing.length ? el("div", {}, "missing: ", missing.map(([name, n], i) =>
+      [i ? ", " : "", el("span", {"data-missing-count": name}, `${name} (${n})`)])) : null,
+    unreadable.length ? el("div", {class: "error"}, "unreadable headers: ",
+      unreadable.map(([name, n]) => `${name} (${n})`).join(", ")) : null,
+    counts.not_replayable ? el("div", {"data-not-replayable": counts.not_replayable},
+      `${counts.not_replayable} without a copied record (share-group DLQ): nothing to replay`) : null);
+}
+
+function origin(s) {
+  if (s.original_partition === null || s.original_offset === null) return s.original_topic || "—";
+  return `${s.original_topic || "?"}[${s.original_partition}]@${s.original_offset}`;
+}
+
+// The newest records by their coordinates and what their headers say; never a key or a value
+function samplesTable(samples) {
+  if (!samples.length) return null;
+  return el("div", {}, el("h4", {}, "Newest records"), el("table", {class: "samples"},
+    el("thead", {}, el("tr", {}, ["record", "family", "from", "failed at", "group / connector", "failure",
+                                  "deliveries", "missing"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, samples.map((s) => el("tr", {"data-sample": `${s.partition}@${s.offset}`},
+      el("td", {}, `${s.partition}@${s.offset}`), el("td", {"data-sample-family": ""}, s.family),
+      el("td", {"data-sample-origin": ""}, origin(s)), el("td", {}, fmtMs(s.failed_at_ms)),
+      el("td", {}, s.group || s.connector || "—"),
+      el("td", {"data-sample-failure": "", title: s.failure_cause ? `cause ${s.failure_cause}` : null},
+         [s.failure_class, s.failure_message].filter(Boolean).join(": ") || "—"),
+      el("td", {class: "num"}, s.delivery_count ?? "—"),
+      el("td", {"data-sample-missing": ""}, (s.missing || []).join(", ") || "—"),
+    )))));
 }
 
 function hourly(series) {
