@@ -14,13 +14,14 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from airflow_kafka_retry.policy.replay_headers import claimed_replay, copy_digest, is_replayed
+from airflow_kafka_retry.policy.share_redelivery import NotRedeliverableError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.headers import Header
     from airflow_kafka_retry.policy.replay_headers import ReplayAudit
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
-Action = Literal["retry", "dlt", "drop"]
+Action = Literal["retry", "dlt", "drop", "redeliver"]
 Reason = Literal[
     "retryable",  # retry tier
     "not_retryable",  # fatal classification, straight to the DLT
@@ -41,8 +42,9 @@ class Destination:
     """
     Where a failed record goes.
 
-    :param action: ``retry`` (a retry tier), ``dlt`` (a dead-letter topic) or ``drop`` (no home
-        on Kafka by design: ``no_dlt`` or a failed DLT reprocessing under ``fail_on_error``).
+    :param action: ``retry`` (a retry tier), ``dlt`` (a dead-letter topic), ``drop`` (no home
+        on Kafka by design: ``no_dlt`` or a failed DLT reprocessing under ``fail_on_error``) or
+        ``redeliver`` (a due record back to its share group's source topic: ``policy/share_redelivery.py``).
     :param topic: destination topic, None for ``drop``.
     :param partition: destination partition (the source partition, as Spring does by default).
     :param next_attempt: the ``retry_topic-attempts`` value the routed record carries.
@@ -113,6 +115,9 @@ class DestinationResolver:
         are ignored (``untrusted_replay`` on the destination).
         """
         source = self.topology.tier_for_topic(topic)
+        if source.index == 0 and self.topology.on_due == "redeliver":
+            # a share group's dead letter of round `attempt`: redelivered from the tier before that round
+            source = self.topology.tiers[min(max(attempt, 1) - 1, len(self.topology.tiers) - 1)]
         now = self.clock()
         if source.kind == "dlt":
             destination = self._dlt_failure(source, partition, attempt, exception, now)
@@ -131,7 +136,7 @@ class DestinationResolver:
         original_timestamp_ms: int,
         now: int,
     ) -> Destination:
-        if not self._classifier.is_retryable(exception):
+        if isinstance(exception, NotRedeliverableError) or not self._classifier.is_retryable(exception):
             return self._to_dlt(partition, attempt, exception, now, "not_retryable")
         if attempt >= self.topology.attempts:
             return self._to_dlt(partition, attempt, exception, now, "exhausted")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields as dataclass_fields
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.classify import DEFAULT_NOT_RETRYABLE, ExceptionClassifier
@@ -25,6 +25,9 @@ from airflow_kafka_retry.policy.naming import (
     dlt_routing_suffix,
     retry_topics,
 )
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology_input import OnDue, TopologyInput
 
 DltStrategy = Literal["always_retry_on_error", "fail_on_error", "no_dlt"]
 TierKind = Literal["main", "retry", "dlt"]
@@ -84,6 +87,8 @@ class Topology:
     tier_group_template: str = DEFAULT_TIER_GROUP_TEMPLATE
     dlt_routing_naming: DltRoutingNaming = "suffix"
     compat: str = "none"
+    input: TopologyInput | None = None
+    on_due: OnDue = "handle"
     compat_applied: tuple[str, ...] = field(default=(), compare=False)
     source: str = "<python>"
     tiers: tuple[Tier, ...] = field(init=False, repr=False, compare=False)
@@ -123,7 +128,8 @@ class Topology:
             reuse=self.reuse_same_interval,
             reuse_scope=preset(self.compat).reuse_scope,
         )
-        tiers = [Tier(0, self.topic, 0, "main")]
+        # with an input (another framework's DLQ), that is tier 0: the provider drains it into the tiers
+        tiers = [Tier(0, self.input.dlq if self.input is not None else self.topic, 0, "main")]
         tiers += [
             Tier(i, f"{self.topic}{t.suffix}", t.delay_ms, "retry", reusable=t.reusable)
             for i, t in enumerate(topics, start=1)
@@ -195,7 +201,7 @@ class Topology:
         """The tier with this index (0 = main topic); a TopologyError names the valid range."""
         if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.tiers):
             raise TopologyError(
-                f"tier {index!r} does not exist; valid tiers are 0 (main topic {self.topic!r}) "
+                f"tier {index!r} does not exist; valid tiers are 0 (main topic {self.tiers[0].topic!r}) "
                 f"to {len(self.tiers) - 1}",
                 field="tier",
                 source=self.source,
@@ -307,4 +313,6 @@ class Topology:
             "retry_only": list(self.retry_only),
             "traverse_causes": self.traverse_causes,
             "headers": self.headers.to_dict(),
+            "input": self.input.to_dict() if self.input is not None else None,
+            "on_due": self.on_due,
         }

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_retry.policy.classify import is_dotted_name
 from airflow_kafka_retry.policy.compat import COMPAT_NAMES, describe_presets
 from airflow_kafka_retry.policy.naming import DLT_ROUTING_NAMINGS, SUFFIXINGS, dlt_routing_suffix
+from airflow_kafka_retry.policy.topology_input import check_input
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.errors import TopologyError
@@ -94,6 +95,7 @@ def check_settings(t: Topology) -> list[TopologyError]:
     if t.timeout_ms is not None and t.timeout_ms <= 0:
         fail("must be a positive duration", "timeout")
     errors.extend(check_group_template(t))
+    errors.extend(check_input(t))
     return errors
 
 
@@ -124,7 +126,7 @@ def check_topic_names(t: Topology) -> list[TopologyError]:
     """Every derived topic name is legal in Kafka and used by one tier, DLT or parking topic only."""
     routing_fields = [f"dlt_routing.{suffix}" for suffix, _ in t.dlt_routing]
     fields = [
-        "topic",
+        "input.dlq" if t.input is not None else "topic",
         *(["retry_suffix"] * len(t.retry_tiers)),
         *(["dlt_suffix", *routing_fields] if t.dlt_tiers else []),
     ]

@@ -23,6 +23,7 @@ from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
 from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology_input import parse_input
 
 _KEYS = (
     "topic",
@@ -46,6 +47,8 @@ _KEYS = (
     "tier_group_template",
     "compat",
     "dlt_routing_naming",
+    "input",
+    "on_due",
 )
 _BACKOFF_KEYS = {
     "fixed": ("kind", "delay"),
@@ -207,6 +210,7 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
         "dlt_strategy",
         "tier_group_template",
         "dlt_routing_naming",
+        "on_due",
     ):
         if key in data:
             kwargs[key] = data[key]
@@ -220,6 +224,8 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
         parse("backoff", _backoff, data["backoff"], source)
     if data.get("dlt_routing"):
         parse("dlt_routing", _dlt_routing, data["dlt_routing"], source)
+    if data.get("input") is not None:
+        parse("input", parse_input, data["input"], source)
     if data.get("timeout") is not None:
         parse("timeout", _duration, data["timeout"], "timeout", source)
     if "headers" in data:
