@@ -30,6 +30,7 @@ from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
 from airflow_kafka_retry.engine.record_routing import FailureRouting, decode_record
 from airflow_kafka_retry.engine.records import TierRecord, record_from_message
+from airflow_kafka_retry.engine.redelivery import RedeliveryLane, no_handler, redelivers
 from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
 from airflow_kafka_retry.engine.route import Router, transactional_id
 from airflow_kafka_retry.engine.summary import PartitionSummary
@@ -100,6 +101,7 @@ class PartitionJob:
         self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
         self.routing = FailureRouting(topology, self.resolver, clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
+        self._lane: RedeliveryLane | None = None  # on_due: redeliver takes the handler's place
         self.watch = watch or CallWatch(self.where)
         self.failure: BaseException | None = None  # what failed the run, if anything
         self.settled = False  # the summary is final (only closing the clients may be left)
@@ -120,6 +122,8 @@ class PartitionJob:
             self._fail(exc)
         finally:
             self._replay_check.close()
+            if self._lane is not None:
+                self._lane.close()
         return self.summary
 
     def _fail(self, exc: BaseException) -> None:
@@ -155,7 +159,8 @@ class PartitionJob:
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
         options = self.options
-        handler = load_callable(options.handler, what="handler")
+        redelivering = redelivers(self.topology, self.tier)  # no handler: RedeliveryLane routes every record
+        handler = no_handler if redelivering else load_callable(options.handler, what="handler")
         if options.handler_timeout_s is not None:
             handler = TimedHandler(handler, options.handler_timeout_s, name=options.handler)
         self._value_decoder = (
@@ -233,6 +238,8 @@ class PartitionJob:
             transactional_id=txn_id,
         )
         router.start()  # fence earlier runs of this partition before reading its committed offset
+        if redelivers(self.topology, self.tier):
+            self._lane = RedeliveryLane(self, router)
         # Spring believes a due time up to a day ahead; a tier with a longer delay needs that much more
         reader = PartitionReader(
             consumer,
@@ -261,7 +268,9 @@ class PartitionJob:
                 watch.check()  # an attempt stopped at once ends here, its chunk never committed
                 piece = reader.read(min(piece_size, limit - work.read))
                 self._replay_check.new_read()
-                if piece.messages:
+                if piece.messages and self._lane is not None:
+                    self._lane.handle(piece, work)
+                elif piece.messages:
                     self._handle(piece, runner, work)
                 if piece.stop != "limit" or work.read >= limit:
                     break
@@ -347,7 +356,10 @@ class PartitionJob:
         if work.last_offset is None:
             raise RuntimeError("a chunk is committed only once it has read records")
         self._require_parking(work, router)
-        router.commit(TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed)
+        bookkeeping = self._lane.bookkeeping if self._lane is not None else None
+        router.commit(
+            TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed, bookkeeping
+        )
         work.count_into(self.summary, runner.stats, self.options.transactional, self.options.dead_letter_cap)
         self.summary.committed_offset = work.last_offset + 1
         if self.on_chunk is not None:

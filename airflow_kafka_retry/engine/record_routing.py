@@ -11,7 +11,7 @@ any other; the first of a partition run is logged.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -103,18 +103,23 @@ class FailureRouting:
         self.clock = clock
 
     def route(
-        self, failures: list[tuple[Message, BaseException, int]], seen_untrusted: int
+        self,
+        failures: list[tuple[Message, BaseException, int]],
+        seen_untrusted: int,
+        headers: Sequence[list[Header] | None] | None = None,
     ) -> tuple[list[RoutedRecord], list[DeadLetter], int]:
         """
         Each failed record's home: routed (with its forwarded headers) or dropped.
 
         Also the number of records whose replay headers were ignored; ``seen_untrusted`` is how many the
-        partition run counted before (the first of a run is logged).
+        partition run counted before (the first of a run is logged). ``headers[i]``, when given, stands for
+        the headers of ``failures[i]``'s record (a share-group dead letter with its original coordinates).
         """
         untrusted = 0
         routed: list[RoutedRecord] = []
         dropped: list[DeadLetter] = []
-        for message, error, attempt in failures:
+        for index, (message, error, attempt) in enumerate(failures):
+            own = headers[index] if headers is not None else headers_of(message)
             ts_type, ts = message.timestamp()
             if ts < 0:
                 ts = self.clock()
@@ -123,8 +128,8 @@ class FailureRouting:
                 partition=partition_of(message),
                 attempt=attempt,
                 exception=error,
-                original_timestamp_ms=read_original_timestamp(headers_of(message), ts),
-                headers=headers_of(message),
+                original_timestamp_ms=read_original_timestamp(own, ts),
+                headers=own,
                 key=message.key(),
                 value=message.value(),
             )
@@ -168,8 +173,9 @@ class FailureRouting:
                 due_ms=destination.due_ms,
                 exception=info,
             )
-            headers = self._forward_headers(message, failure)
-            routed.append(RoutedRecord(message, destination, headers, info.fqcn))
+            routed.append(
+                RoutedRecord(message, destination, self._forward_headers(message, own, failure), info.fqcn)
+            )
         return routed, dropped, untrusted
 
     @staticmethod
@@ -186,24 +192,24 @@ class FailureRouting:
                 claimed_id(message),
             )
 
-    def _forward_headers(self, message: Message, failure: Failure) -> list[Header]:
+    def _forward_headers(self, message: Message, own: list[Header] | None, failure: Failure) -> list[Header]:
         policy = self.topology.headers
         try:
-            return forward_headers(headers_of(message), failure, policy)
+            return forward_headers(own, failure, policy)
         except HeaderBudgetError:
             # The record's own headers alone exceed the budget (it arrived that way): it keeps every
             # one of them (headers are never dropped) and still gets its home; only the headers the
             # engine writes are held to the budget.
-            own = header_bytes(headers_of(message) or ())
+            size = header_bytes(own or ())
             log.warning(
                 "%s[%s]@%s: the record's own headers take %s bytes, more than headers.max_header_bytes "
                 "(%s); routed with them all",
                 message.topic(),
                 message.partition(),
                 message.offset(),
-                own,
+                size,
                 policy.max_header_bytes,
             )
             return forward_headers(
-                headers_of(message), failure, replace(policy, max_header_bytes=policy.max_header_bytes + own)
+                own, failure, replace(policy, max_header_bytes=policy.max_header_bytes + size)
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -37,6 +37,10 @@ class RouteError(RuntimeError):
     """
 
     transient: bool | None = None
+
+
+#: Records a chunk writes beside its routed ones, made once their delivery reports are in (topic, key, value).
+Bookkeeping = Callable[[Sequence["RoutedRecord"]], list[tuple[str, bytes, bytes | None]]]
 
 
 class FencedError(RouteError):
@@ -102,13 +106,41 @@ class Router:
                 raise RouteError(f"cannot initialise transactions: {exc.args[0]}") from exc
         self._ready = True
 
-    def commit(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
-        """Produce ``routed`` and commit ``source.offset`` for ``source``'s partition in one step."""
+    def commit(
+        self, source: TopicPartition, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None = None
+    ) -> None:
+        """
+        Produce ``routed`` and commit ``source.offset`` for ``source``'s partition in one step.
+
+        ``bookkeeping(routed)``, once every routed record's delivery report is in (its offset known), gives
+        records produced in the same step (the same transaction): a redelivery log's entries.
+        """
         self.start()
         if self.transactional:
-            self._commit_transactional(source, routed)
+            self._commit_transactional(source, routed, bookkeeping)
         else:
-            self._commit_idempotent(source, routed)
+            self._commit_idempotent(source, routed, bookkeeping)
+
+    def _book(self, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping, failures: list[str]) -> None:
+        """Wait for the routed records' delivery reports, then produce what ``bookkeeping`` makes of them."""
+        timeout = self.watch.timeout(self.timeout_s)
+        with self.watch.call("flush", timeout, "the destinations' partition leaders"):
+            pending = self.producer.flush(timeout)
+        if pending or failures:
+            error = RouteError(
+                f"{len(failures)} routed records failed and {pending} were not acknowledged before their "
+                f"bookkeeping ({'; '.join(failures[:3])})"
+            )
+            error.transient = pending > 0
+            raise error
+        for topic, key, value in bookkeeping(routed):
+
+            def delivered(err: KafkaError | None, msg: Message, topic: str = topic) -> None:
+                if err is not None:
+                    failures.append(f"{topic}: {err.str()}")
+
+            self.producer.produce(topic, key=key, value=value, on_delivery=delivered)
+            self.producer.poll(0)
 
     def _produce(self, routed: Sequence[RoutedRecord], failures: list[str]) -> None:
         for item in routed:
@@ -136,12 +168,27 @@ class Router:
             )
             self.producer.poll(0)
 
-    def _commit_transactional(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
+    def _commit_transactional(
+        self, source: TopicPartition, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None
+    ) -> None:
         failures: list[str] = []
         watch, timeout = self.watch, self.watch.timeout(self.timeout_s)
         try:
             self.producer.begin_transaction()
             self._produce(routed, failures)
+            if bookkeeping is not None:
+                try:
+                    self._book(routed, bookkeeping, failures)
+                except RouteError as exc:
+                    with (
+                        contextlib.suppress(KafkaException),
+                        watch.call("abort_transaction", timeout, self._txn),
+                    ):
+                        self.producer.abort_transaction(timeout)
+                    where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
+                    aborted = RouteError(f"{where}: {exc}; the transaction was aborted")
+                    aborted.transient = exc.transient
+                    raise aborted from exc
             with watch.call("send_offsets_to_transaction", timeout, f"{self._txn} and the group coordinator"):
                 self.producer.send_offsets_to_transaction(
                     [source], self.consumer.consumer_group_metadata(), timeout
@@ -183,10 +230,19 @@ class Router:
             return exc.args[0]
         return error
 
-    def _commit_idempotent(self, source: TopicPartition, routed: Sequence[RoutedRecord]) -> None:
+    def _commit_idempotent(
+        self, source: TopicPartition, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None
+    ) -> None:
         failures: list[str] = []
         where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
         self._produce(routed, failures)
+        if bookkeeping is not None:
+            try:
+                self._book(routed, bookkeeping, failures)
+            except RouteError as exc:
+                error = RouteError(f"{where}: {exc}; offsets not committed")
+                error.transient = exc.transient
+                raise error from exc
         timeout = self.watch.timeout(self.timeout_s)
         with self.watch.call("flush", timeout, "the destinations' partition leaders"):
             pending = self.producer.flush(timeout)

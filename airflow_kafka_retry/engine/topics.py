@@ -38,11 +38,13 @@ def ensure_topics(
     Create the topology's missing topics; returns ``{topic: "created" | "exists"}``.
 
     Retry tiers and DLTs should have at least the main topic's partitions so records keep their
-    partition (as Spring does); existing topics are left as they are.
+    partition (as Spring does); existing topics are left as they are. A topology's ``input`` DLQ is not
+    created (nor in the result).
     """
     admin = _admin(kafka_config)
     existing = admin.list_topics(timeout=timeout).topics
-    wanted = topology_topics(topology)
+    # an input DLQ is its framework's to create: a share group's needs errors.deadletterqueue.group.enable
+    wanted = [t for t in topology_topics(topology) if topology.input is None or t != topology.input.dlq]
     result = {name: "exists" for name in wanted if name in existing}
     created = _create(
         admin, [n for n in wanted if n not in existing], partitions, {}, replication_factor, timeout

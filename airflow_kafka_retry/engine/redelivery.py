@@ -1,0 +1,193 @@
+"""
+A share-group topology's partition run under ``on_due: redeliver``: no handler, records go back to the queue.
+
+* The input lane (tier 0, the share group's DLQ): each dead letter is a failure of its round
+  (``policy/share_redelivery.dead_letter_round``: the round from the redelivery log, else 1) and is routed
+  like any failed record: into the next tier with its back-off, or to the DLT once its rounds are spent.
+* A retry tier: each due record is produced back to its source topic and partition
+  (``redelivery_plan``; where the source topic has fewer partitions the key decides), with the round in
+  ``retry_topic-attempts``; its redelivery log entry, keyed by the offset its delivery report gives, is
+  written in the same transaction as the record and the tier's offset commit (:meth:`bookkeeping`). A
+  record that names no source, or whose source topic no longer exists, goes to the DLT.
+
+:class:`~airflow_kafka_retry.engine.partition.PartitionJob` reads, commits and reports as for any tier.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_retry.engine.clients import TopicsMissing, partition_counts
+from airflow_kafka_retry.engine.consumed import offset_of
+from airflow_kafka_retry.engine.redelivery_log import (
+    RedeliveryLogView,
+    ensure_redelivery_log,
+    redelivery_log_topic,
+)
+from airflow_kafka_retry.engine.route import RoutedRecord
+from airflow_kafka_retry.policy.headers import HEADER_NAMES
+from airflow_kafka_retry.policy.resolver import Destination
+from airflow_kafka_retry.policy.share_redelivery import (
+    NotRedeliverableError,
+    dead_letter_round,
+    entry_key,
+    redelivery_headers,
+    redelivery_plan,
+)
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+    from airflow_kafka_retry.engine.chunk_work import ChunkWork
+    from airflow_kafka_retry.engine.drain import Chunk
+    from airflow_kafka_retry.engine.partition import PartitionJob
+    from airflow_kafka_retry.engine.record_routing import FailureRouting
+    from airflow_kafka_retry.engine.route import Router
+    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.share_redelivery import Redelivery
+    from airflow_kafka_retry.policy.topology import Tier, Topology
+
+log = logging.getLogger(__name__)
+
+
+def redelivers(topology: Topology, tier: Tier) -> bool:
+    """Whether a run of ``tier`` redelivers (or feeds the tiers of) a share group instead of handling."""
+    return topology.on_due == "redeliver" and tier.kind in ("main", "retry")
+
+
+def no_handler(records: object) -> None:
+    """A redelivering run's handler: never called (:class:`RedeliveryLane` gives each record its home)."""
+    raise RuntimeError("a redelivering tier run calls no handler")
+
+
+class RedeliveryLane:
+    """
+    The redeliver mode of one partition run; :meth:`handle` takes the place of the handler.
+
+    :param job: the partition run (its topology, tier, Kafka configuration, failure routing, clock, options).
+    :param router: the run's router (its consumer looks up source topics, its partition counts learn them).
+    """
+
+    def __init__(self, job: PartitionJob, router: Router) -> None:
+        self.tier = job.tier
+        self.kafka_config: Mapping[str, Any] = job.kafka_config
+        self.routing: FailureRouting = job.routing
+        self.router = router
+        self.clock: Callable[[], int] = job.clock
+        self.call_timeout_s = job.options.call_timeout_s
+        self.names = HEADER_NAMES[job.topology.headers.naming]
+        self.log_topic = redelivery_log_topic(job.topology.topic)
+        self._view = RedeliveryLogView(self.kafka_config, self.log_topic) if self.tier.index == 0 else None
+        self._log_ready = False
+        self._missing: set[str] = set()  # source topics found not to exist in this run
+        self._entries: dict[int, Redelivery] = {}  # id(routed record) -> its log entry, until the commit
+
+    def handle(self, piece: Chunk, work: ChunkWork) -> None:
+        """Give each record of the piece its home: a tier or the DLT (input lane), its source or the DLT."""
+        if self._view is not None:
+            self._feed(piece, work)
+        else:
+            self._redeliver(piece, work)
+        messages = piece.messages
+        if work.first_offset is None:
+            work.first_offset = offset_of(messages[0])
+        work.last_offset = offset_of(messages[-1])
+        work.read += len(messages)
+
+    def _feed(self, piece: Chunk, work: ChunkWork) -> None:
+        view = self._view
+        if view is None:
+            raise RuntimeError("only the input lane reads the redelivery log")
+        view.refresh()  # after the piece was read: the entry of each of its dead letters is in
+        failures: list[tuple[Message, BaseException, int]] = []
+        headers: list[list[Header] | None] = []
+        for message, own in zip(piece.messages, piece.headers):
+            ts = message.timestamp()[1]
+            found = dead_letter_round(own, ts, message.key(), message.value(), self.names, view.get)
+            failures.append((message, found.error, found.attempt))
+            headers.append(found.headers)
+        self._route(failures, work, headers)
+
+    def _redeliver(self, piece: Chunk, work: ChunkWork) -> None:
+        failures: list[tuple[Message, BaseException, int]] = []
+        now = self.clock()
+        for message, own, attempt, due in zip(piece.messages, piece.headers, piece.attempts, piece.due_ms):
+            plan = redelivery_plan(own, attempt, due, self.names)
+            if isinstance(plan, NotRedeliverableError):
+                failures.append((message, plan, attempt))
+                continue
+            if not self._exists(plan.topic):
+                failures.append(
+                    (
+                        message,
+                        NotRedeliverableError(f"its source topic {plan.topic!r} does not exist"),
+                        attempt,
+                    )
+                )
+                continue
+            destination = Destination(
+                "redeliver",
+                plan.topic,
+                plan.partition,
+                attempt,
+                due if due is not None else now,
+                0,
+                "retryable",
+            )
+            item = RoutedRecord(message, destination, redelivery_headers(own, self.names), "")
+            self._entries[id(item)] = plan.entry
+            work.routed.append(item)
+            if due is not None:
+                work.lateness_ms.add(now - due)
+        if self._entries and not self._log_ready:
+            ensure_redelivery_log(self.kafka_config, self.log_topic, timeout=self.call_timeout_s)
+            self._log_ready = True
+        self._route(failures, work)
+
+    def _route(
+        self,
+        failures: list[tuple[Message, BaseException, int]],
+        work: ChunkWork,
+        headers: Sequence[list[Header] | None] | None = None,
+    ) -> None:
+        routed, dropped, _ = self.routing.route(failures, 0, headers)
+        work.routed.extend(routed)
+        work.dropped.extend(dropped)
+
+    def _exists(self, topic: str) -> bool:
+        """Whether the source topic exists (its partition count then known to the router)."""
+        if topic in self.router.partition_counts:
+            return True
+        if topic in self._missing:
+            return False
+        try:
+            count = partition_counts(self.router.consumer, [topic], self.call_timeout_s)[topic]
+        except TopicsMissing:  # (metadata that cannot be read fails the run: nothing committed, retried)
+            log.warning(
+                "%s: source topic %s does not exist; its records go to the DLT", self.tier.topic, topic
+            )
+            self._missing.add(topic)
+            return False
+        self.router.partition_counts = {**self.router.partition_counts, topic: count}
+        return True
+
+    def bookkeeping(self, routed: Sequence[RoutedRecord]) -> list[tuple[str, bytes, bytes | None]]:
+        """The log entries of the chunk's redelivered records, by the coordinates their delivery gave."""
+        out: list[tuple[str, bytes, bytes | None]] = []
+        for item in routed:
+            entry = self._entries.pop(id(item), None)
+            if entry is None:
+                continue
+            topic, partition, offset = item.destination.topic, item.delivered_partition, item.delivered_offset
+            if topic is None or partition is None or offset is None:
+                raise RuntimeError(
+                    f"a redelivered record to {topic} has no delivery report before its commit"
+                )
+            out.append((self.log_topic, entry_key((topic, partition, offset)), entry.encode()))
+        return out
+
+    def close(self) -> None:
+        if self._view is not None:
+            self._view.close()
