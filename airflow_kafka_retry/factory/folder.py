@@ -42,7 +42,7 @@ class TopologyFolderError(ValueError):
 def build_retry_dags_from_folder(
     folder: str | Path,
     *,
-    handler: str,
+    handler: str | None = None,
     strict: bool = False,
     tier_overrides: Mapping[str, Mapping[str, Any]] | None = None,
     shard: tuple[int, int] | None = None,
@@ -57,7 +57,9 @@ def build_retry_dags_from_folder(
     topics.
 
     :param folder: the folder of topology YAML files (not searched recursively).
-    :param handler: the handler of every topology, ``package.module:function``.
+    :param handler: the handler of every topology that handles its due records, ``package.module:function``;
+        not given to an ``on_due: redeliver`` topology (none runs there). A folder of only such topologies
+        needs none; a topology that handles, in a folder built without one, is a file that cannot be built.
     :param strict: False (default): a file that cannot be built (bad YAML, a DAG id already built from
         another file) is logged at ERROR, naming the file and the problem, and skipped; the other
         topologies' DAGs are built. True: it raises ``TopologyFolderError`` naming the file, an import
@@ -92,7 +94,9 @@ def build_retry_dags_from_folder(
             continue  # a task process of another topology's DAG
         try:
             own = _own_overrides(path, overrides)
-            built = build_retry_dags(path, handler=handler, tier_overrides=own or None, **kwargs)
+            built = build_retry_dags(
+                path, handler=_handler_of(path, handler), tier_overrides=own or None, **kwargs
+            )
             for dag_id in built:
                 if dag_id in dags:
                     raise ValueError(
@@ -157,6 +161,13 @@ def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
     template = kwargs.get("dag_id_template", "kafka_retry__{topic}")
     topics = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
     return {template.format(topic=t) for t in topics} | {template.format(topic=topology.topic) + SETUP_SUFFIX}
+
+
+def _handler_of(path: Path, handler: str | None) -> str | None:
+    """The folder's handler for a topology that handles its due records; None under ``on_due: redeliver``."""
+    from airflow_kafka_retry.policy.topology_file import load_topology
+
+    return None if load_topology(path).on_due == "redeliver" else handler  # cached: loaded once per file
 
 
 def _own_overrides(path: Path, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:

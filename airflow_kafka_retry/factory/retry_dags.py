@@ -27,6 +27,7 @@ from airflow_kafka_retry.factory.events import (
     EventSettings,
     check_sweep,
 )
+from airflow_kafka_retry.factory.input_lane import includes_main, tasks_handler
 from airflow_kafka_retry.factory.overrides import (
     TierOverrideError,
     check_overrides,
@@ -59,14 +60,14 @@ _OWNED = {
 def build_retry_dags(
     topology: str | Path | Topology,
     *,
-    handler: str,
+    handler: str | None = None,
     engine: str = "local",
     kafka_conn_id: str = "kafka_default",
     value_deserializer: str | None = None,
     on_dlt: Callable[..., Any] | Sequence[Callable[..., Any]] | None = (),
     options: Mapping[str, Any] | None = None,
     dag_id_template: str = "kafka_retry__{topic}",
-    include_main: bool = False,
+    include_main: bool | None = None,
     dlt_watch: bool = True,
     spark_conn_id: str = "spark_default",
     tier_overrides: Mapping[str, Mapping[str, Any]] | None = None,
@@ -111,7 +112,8 @@ def build_retry_dags(
 
     :param topology: path of the topology YAML (read by every task, and by the Spark driver), or a
         ``Topology`` loaded from such a file.
-    :param handler: the handler, ``package.module:function``.
+    :param handler: the handler, ``package.module:function``; required, except under ``on_due: redeliver``,
+        where none runs and giving one is an error (``factory/input_lane.py``).
     :param engine: ``local`` (``ReprocessTierOperator``) or ``spark`` (``SparkReprocessTierOperator``).
     :param kafka_conn_id: the Kafka connection of every task.
     :param value_deserializer: ``package.module:function`` decoding record values.
@@ -121,7 +123,8 @@ def build_retry_dags(
     :param dag_id_template: formatted with ``topic``: the topology DAG's id (with the main topic), or with
         ``layout="tiers"`` each tier DAG's id (with the tier's topic).
     :param include_main: also drain the main topic (tier 0) with the service's group: the task ``main``
-        (with ``layout="tiers"``, a DAG of its own).
+        (with ``layout="tiers"``, a DAG of its own). None (default): only when the topology has an
+        ``input`` (tier 0 is then that DLQ, whose drain feeds the tiers; False is an error there).
     :param dlt_watch: also report every new DLT record, also those a tier run already reported to
         ``on_dlt``: the task ``watch_dlt`` (with ``layout="tiers"``, a DAG whose id is the template
         formatted with the DLT topic).
@@ -195,7 +198,8 @@ def build_retry_dags(
             follow=follow,
         )
     notifiers = normalize_notifiers(on_dlt)
-    tiers = [*([loaded.tier(0)] if include_main else []), *loaded.retry_tiers]
+    handler = tasks_handler(loaded, handler)
+    tiers = [*([loaded.tier(0)] if includes_main(loaded, include_main) else []), *loaded.retry_tiers]
     watch_topic = loaded.dlt_topic if dlt_watch else None
     overrides = check_overrides(loaded, tier_overrides, tiers=tiers, watch_topic=watch_topic)
     # what every tier's reprocess task takes, in either layout

@@ -66,6 +66,10 @@ def topology_lanes(
         }
         if tier_settings.window:
             lane.update(window=tier_settings.window, timezone=tier_settings.timezone)
+        if tier.index == 0 and topology.input is not None:
+            # another framework's DLQ, created by it at its first dead letter (never by the setup task):
+            # watched once it exists, not a missing topic that fires the setup task
+            lane["optional_topics"] = [tier.topic]
         lanes.append(lane)
     if dlt_watch and topology.dlt_tiers:
         parking = [topology.parking_topic] if topology.parking_topic else []
@@ -85,13 +89,19 @@ def retry_path(topology: Topology, tiers: Sequence[Tier]) -> str:
     """The DAG's documentation: the retry path, tier by tier, and which task drains each."""
     rows = ["| task | topic | delay |", "|---|---|---|"]
     for tier in tiers:
-        delay = format_duration_ms(tier.delay_ms) if tier.index else "none (the service's topic)"
+        delay = format_duration_ms(tier.delay_ms) if tier.index else _tier0(topology)
         rows.append(f"| `{lane_id(tier)}` | `{tier.topic}` | {delay} |")
     dlts = ", ".join(f"`{t.topic}`" for t in topology.dlt_tiers) or "none (no_dlt)"
     return (
         f"Retry path of `{topology.topic}` ({Path(topology.source).name}): each task drains its tier "
         f"when the topology's watcher finds its records due; dead letters go to {dlts}.\n\n" + "\n".join(rows)
     )
+
+
+def _tier0(topology: Topology) -> str:
+    if topology.input is None:
+        return "none (the service's topic)"
+    return f"none (the {topology.input.family} dead-letter queue the topology takes as its input)"
 
 
 def topology_dag(
