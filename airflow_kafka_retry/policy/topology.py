@@ -27,6 +27,8 @@ from airflow_kafka_retry.policy.naming import (
 )
 
 if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.dead_letter_families import Family
+    from airflow_kafka_retry.policy.dead_letter_queues import DeadLetterQueue
     from airflow_kafka_retry.policy.topology_input import OnDue, TopologyInput
 
 DltStrategy = Literal["always_retry_on_error", "fail_on_error", "no_dlt"]
@@ -89,12 +91,17 @@ class Topology:
     compat: str = "none"
     input: TopologyInput | None = None
     on_due: OnDue = "handle"
+    dead_letter_queues: tuple[DeadLetterQueue, ...] = ()
     compat_applied: tuple[str, ...] = field(default=(), compare=False)
     source: str = "<python>"
     tiers: tuple[Tier, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        from airflow_kafka_retry.policy.topology_checks import check_settings, check_topic_names
+        from airflow_kafka_retry.policy.topology_checks import (
+            check_dead_letter_queues,
+            check_settings,
+            check_topic_names,
+        )
 
         errors = check_settings(self)
         if errors:
@@ -103,7 +110,7 @@ class Topology:
             object.__setattr__(self, "tiers", self._build_tiers())
         except NamingError as exc:
             raise self._error(str(exc), "reuse_same_interval") from None
-        errors = check_topic_names(self)
+        errors = check_topic_names(self) + check_dead_letter_queues(self)
         if errors:
             raise TopologyError.combine(errors)
 
@@ -152,6 +159,15 @@ class Topology:
             return ()
         main = Tier(-1, f"{self.topic}{self.dlt_suffix}", 0, "dlt")
         return (main, *(Tier(-1, topic, 0, "dlt") for topic, _ in self.exception_dlts))
+
+    @property
+    def dead_letter_queue_topics(self) -> tuple[str, ...]:
+        """The other frameworks' dead-letter queues the topology names (``dead_letter_queues``), in order."""
+        return tuple(q.topic for q in self.dead_letter_queues)
+
+    def queue_family(self, topic: str) -> Family | None:
+        """What ``dead_letter_queues`` says headerless records of ``topic`` are (its ``family``), or None."""
+        return next((q.family for q in self.dead_letter_queues if q.topic == topic), None)
 
     @property
     def exception_dlts(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -315,4 +331,5 @@ class Topology:
             "headers": self.headers.to_dict(),
             "input": self.input.to_dict() if self.input is not None else None,
             "on_due": self.on_due,
+            "dead_letter_queues": [q.to_dict() for q in self.dead_letter_queues],
         }

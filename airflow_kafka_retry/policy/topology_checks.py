@@ -170,3 +170,65 @@ def check_topic_names(t: Topology) -> list[TopologyError]:
             )
         )
     return errors
+
+
+def check_dead_letter_queues(t: Topology) -> list[TopologyError]:
+    """
+    Each of ``dead_letter_queues`` is a legal topic of another framework, listed once.
+
+    A queue may not be the topology's main topic (or its input), a retry tier, or one of its own DLTs or
+    its parking topic (watched already): each problem names ``dead_letter_queues[i]``.
+    """
+    from airflow_kafka_retry.policy.dead_letter_queues import FIELD, QUEUE_FAMILIES, DeadLetterQueue
+
+    own = {tier.topic: f"retry tier {tier.index}" for tier in t.retry_tiers}
+    own[t.tiers[0].topic] = "input (tier 0)" if t.input is not None else "main topic (tier 0)"
+    own.setdefault(t.topic, "main topic (the source of its input's dead letters)")
+    watched = {tier.topic: "DLT" for tier in t.dlt_tiers}
+    if t.parking_topic is not None:
+        watched[t.parking_topic] = "parking topic"
+    errors: list[TopologyError] = []
+    first: dict[str, int] = {}
+    for index, queue in enumerate(t.dead_letter_queues):
+        where = f"{FIELD}[{index}]"
+        if not isinstance(queue, DeadLetterQueue):
+            errors.append(t._error(f"must be a DeadLetterQueue, got {queue!r}", where))
+            continue
+        topic = queue.topic
+        if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
+            errors.append(
+                t._error(
+                    f"{topic!r} is not a legal Kafka topic name (1-249 characters from a-z A-Z 0-9 . _ -)",
+                    f"{where}.topic",
+                )
+            )
+        elif topic in own:
+            errors.append(
+                t._error(
+                    f"{topic!r} is the topology's {own[topic]}, not a dead-letter queue: the topology "
+                    "drains it itself; list only other frameworks' dead-letter topics here",
+                    f"{where}.topic",
+                )
+            )
+        elif topic in watched:
+            errors.append(
+                t._error(
+                    f"{topic!r} is the topology's own {watched[topic]}, which the DLT watch, the view and "
+                    "dlt inspect read already; list only other frameworks' dead-letter topics here",
+                    f"{where}.topic",
+                )
+            )
+        elif topic in first:
+            errors.append(
+                t._error(f"{topic!r} is listed twice (also {FIELD}[{first[topic]}])", f"{where}.topic")
+            )
+        else:
+            first[topic] = index
+        if queue.family is not None and queue.family not in QUEUE_FAMILIES:
+            errors.append(
+                t._error(
+                    f"must be one of {', '.join(QUEUE_FAMILIES)} or None, got {queue.family!r}",
+                    f"{where}.family",
+                )
+            )
+    return errors

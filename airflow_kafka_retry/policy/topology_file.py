@@ -19,6 +19,7 @@ from typing import Any
 
 from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.compat import COMPAT_NAMES, apply_preset, describe_presets, preset
+from airflow_kafka_retry.policy.dead_letter_queues import read_dead_letter_queues
 from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
@@ -49,6 +50,7 @@ _KEYS = (
     "dlt_routing_naming",
     "input",
     "on_due",
+    "dead_letter_queues",
 )
 _BACKOFF_KEYS = {
     "fixed": ("kind", "delay"),
@@ -226,6 +228,12 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str) -> Topology:
         parse("dlt_routing", _dlt_routing, data["dlt_routing"], source)
     if data.get("input") is not None:
         parse("input", parse_input, data["input"], source)
+    if data.get("dead_letter_queues") is not None:
+        # the sound entries go on to the topology's checks, so every problem is reported at once
+        kwargs["dead_letter_queues"], queue_errors = read_dead_letter_queues(
+            data["dead_letter_queues"], source
+        )
+        errors += queue_errors
     if data.get("timeout") is not None:
         parse("timeout", _duration, data["timeout"], "timeout", source)
     if "headers" in data:
