@@ -35,7 +35,7 @@ from airflow_kafka_retry.engine.clients import (
     partition_counts,
 )
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
-from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, describe_dead_letter
+from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 
 #: Seconds a scan may take past its ``timeout_s`` (closing its consumer) before the engine abandons it.
 CLOSE_S = 30.0
@@ -73,34 +73,45 @@ class DltWatchSummary:
     ``dead_letters`` entries use the run summary's field names: ``topic``/``partition``/``offset`` is
     where the record failed before it was dead-lettered (from the headers of the family that wrote it;
     None when it carries none), ``dlt_topic``/``dlt_partition``/``dlt_offset`` where it sits now, plus the
-    family, group or connector, failure message and delivery count.
+    family, group or connector, failure message and delivery count (None where the record does not give
+    it: ``missing`` counts the records lacking each field, as ``dlt inspect`` names them).
+
+    :param assume: per DLT topic, the family of its records that carry no family header (a topology's
+        ``dead_letter_queues`` entry with ``family``: a Connect DLQ without context headers, Airflow's).
     """
 
     group: str
     coordinate_cap: int = 100
+    assume: dict[str, Family] = field(default_factory=dict)
     records: int = 0
     dead_lettered: Counter[str] = field(default_factory=Counter)  # exception class -> records
     causes: Counter[str] = field(default_factory=Counter)  # cause class -> records (where a cause is named)
     dlt_topics: Counter[str] = field(default_factory=Counter)  # DLT topic -> records
-    by_topic_exception: Counter[tuple[str, str]] = field(default_factory=Counter)  # (DLT topic, exception)
     families: Counter[str] = field(default_factory=Counter)  # dead-letter family -> records
+    # (DLT topic, family, exception): what the metrics count (the family is one of six)
+    by_topic_family_exception: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     unreadable: Counter[str] = field(default_factory=Counter)  # header name -> records it was unreadable in
+    missing: Counter[str] = field(default_factory=Counter)  # field (dead_letter_families.FIELDS) -> records
     dead_letters: list[dict[str, Any]] = field(default_factory=list)
     dead_letters_truncated: int = 0
 
     def add(self, message: Message) -> None:
-        # from the headers alone: the watch never reads payloads (nor needs the timestamp)
-        letter = describe_dead_letter(headers_of(message), -1)
+        # from the headers and the timestamp (when it failed, or was produced): never the payload
+        topic = topic_of(message)
+        letter = describe_dead_letter(
+            headers_of(message), message.timestamp()[1], assume=self.assume.get(topic)
+        )
         exception, cause = failure_tag(letter), letter.failure_cause
         self.records += 1
         self.families[letter.family] += 1
         for name, _ in letter.unreadable:
             self.unreadable[name] += 1
+        self.missing.update(letter.missing)
         self.dead_lettered[exception] += 1
         if cause:
             self.causes[cause] += 1
-        self.dlt_topics[topic_of(message)] += 1
-        self.by_topic_exception[(topic_of(message), exception)] += 1
+        self.dlt_topics[topic] += 1
+        self.by_topic_family_exception[(topic, letter.family, exception)] += 1
         if len(self.dead_letters) >= self.coordinate_cap:
             self.dead_letters_truncated += 1
             return
@@ -129,8 +140,18 @@ class DltWatchSummary:
             "causes": dict(sorted(self.causes.items())),
             "dlt_topics": dict(sorted(self.dlt_topics.items())),
             "families": dict(sorted(self.families.items())),
+            "dlt_topic_families": topic_families(self.by_topic_family_exception),
+            "missing": dict(sorted(self.missing.items())),
             "unreadable_headers": dict(sorted(self.unreadable.items())),
         }
+
+
+def topic_families(counts: Mapping[tuple[str, str, str], int]) -> dict[str, dict[str, int]]:
+    """``{DLT topic: {family: records}}`` from the ``(topic, family, exception)`` counts."""
+    found: dict[str, Counter[str]] = {}
+    for (topic, family, _), n in counts.items():
+        found.setdefault(topic, Counter())[family] += n
+    return {topic: dict(sorted(found[topic].items())) for topic in sorted(found)}
 
 
 @dataclass(frozen=True)

@@ -180,12 +180,14 @@ def watch_dag(
     dag_kwargs: Mapping[str, Any],
 ) -> DAG:
     """The DLT-watch DAG: one ``watch_dlt`` task over every DLT of the topology."""
-    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, DltWatchOperator
+    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, DltWatchOperator, watched_topics
 
-    dlts = [t.topic for t in topology.dlt_tiers]
-    description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({', '.join(dlts)})"
-    # the event watcher watches the parking topic too, once it exists (the setup DAG creates it)
-    parking = [topology.parking_topic] if topology.parking_topic else []
+    # the event watcher watches the parking topic (the setup DAG creates it) and the named queues too,
+    # once they exist
+    topics, optional = watched_topics(topology)
+    dlts = [t for t in topics if t not in optional]
+    named = ", ".join([*dlts, *topology.dead_letter_queue_topics])
+    description = f"Kafka retry: report new dead-lettered records of {topology.topic} ({named})"
     watched = None
     if events is not None:
         watched = events.dlt_asset(
@@ -193,7 +195,7 @@ def watch_dag(
             dlts,
             WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
             dag_id=dag_id,
-            optional=parking,
+            optional=optional,
         )
     with factory_dag(dag_id, schedule, description, dag_kwargs, watched=watched) as dag:
         DltWatchOperator(

@@ -52,7 +52,7 @@ def topology_lanes(
     topology: Topology, tiers: Sequence[Tier], settings: Mapping[str, TierSettings], *, dlt_watch: bool
 ) -> list[dict[str, Any]]:
     """What the topology's watcher watches: a lane per tier (its group, window), then the DLTs."""
-    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE
+    from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, watched_topics
 
     lanes: list[dict[str, Any]] = []
     for tier in tiers:
@@ -71,13 +71,15 @@ def topology_lanes(
             # watched once it exists, not a missing topic that fires the setup task
             lane["optional_topics"] = [tier.topic]
         lanes.append(lane)
-    if dlt_watch and topology.dlt_tiers:
-        parking = [topology.parking_topic] if topology.parking_topic else []
+    topics, optional = watched_topics(topology)
+    if dlt_watch and topics:
         lanes.append(
             {
                 "name": WATCH_TASK_ID,
-                "topics": [t.topic for t in topology.dlt_tiers] + parking,
-                "optional_topics": parking,  # watched once it exists (the setup task creates it)
+                "topics": topics,
+                # watched once they exist: the parking topic (the setup task creates it), the other
+                # frameworks' queues the topology names (their frameworks create them)
+                "optional_topics": optional,
                 "group": WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id),
                 "read_due": False,
             }

@@ -172,20 +172,21 @@ def exception_tags(
 
 
 def dlt_watch_metrics(
-    topology: Topology, new_records: Mapping[tuple[str, str], int], tags: Mapping[str, str]
+    topology: Topology, new_records: Mapping[tuple[str, str, str], int], tags: Mapping[str, str]
 ) -> list[Metric]:
     """
-    New dead letters the watch found, per ``(DLT topic, exception tag)``.
+    New dead letters the watch found, per ``(DLT topic, dead-letter family, exception tag)``.
 
-    ``tags``: exception class -> tag, from :func:`exception_tags`.
+    ``tags``: exception class -> tag, from :func:`exception_tags`. The family is one of six names
+    (``policy/dead_letter_families.FAMILIES``): it adds no more than six values per DLT.
     """
-    counts: Counter[tuple[str, str]] = Counter()
-    for (topic, exception), n in new_records.items():
-        counts[(sanitize_tag(topic), tags.get(exception, OTHER))] += n
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for (topic, family, exception), n in new_records.items():
+        counts[(sanitize_tag(topic), sanitize_tag(family), tags.get(exception, OTHER))] += n
     base = {"topology": topology.topic}
     return [
-        _counter("dlt.new_records", n, base, dlt_topic=topic, exception=exception)
-        for (topic, exception), n in sorted(counts.items())
+        _counter("dlt.new_records", n, base, dlt_topic=topic, family=family, exception=exception)
+        for (topic, family, exception), n in sorted(counts.items())
     ]
 
 

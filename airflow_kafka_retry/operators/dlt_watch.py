@@ -26,15 +26,33 @@ if TYPE_CHECKING:
 WATCH_GROUP_TEMPLATE = "{group_id}-dlt-watch"
 
 
+def watched_topics(topology: Topology) -> tuple[list[str], list[str]]:
+    """
+    What the DLT watch of ``topology`` reads: every topic, and those of them watched once they exist.
+
+    Its DLTs, then its parking topic and the other frameworks' queues it names (``dead_letter_queues``):
+    the setup task creates the parking topic, and a queue is created by the framework that writes it (a
+    Connect worker, the broker for a share group), at any time. The topology watcher's ``watch_dlt`` lane
+    and the DLT-watch DAG's event trigger take both lists as they are.
+    """
+    parking = [topology.parking_topic] if topology.parking_topic else []
+    optional = parking + list(topology.dead_letter_queue_topics)
+    return [t.topic for t in topology.dlt_tiers] + optional, optional
+
+
 class DltWatchOperator(BaseOperator):
     """
     Report records that arrived in any dead-letter topic of a topology since the last run.
 
-    It reads every DLT of the topology (the main DLT and exception-specific ones) and its parking topic
-    (replayed records that failed again; watched once it exists) from its own consumer group's
-    committed offset to the end, and summarises what it found: counts per
-    exception class and per cause class, per dead-letter family and per DLT topic, and the coordinates of up
-    to ``coordinate_cap`` records (where each failed and where it sits now). Records of every family are
+    It reads every DLT of the topology (the main DLT and exception-specific ones), its parking topic
+    (replayed records that failed again) and the other frameworks' dead-letter queues the topology names
+    (``dead_letter_queues``; these two once they exist) from its own consumer group's
+    committed offset to the end, and summarises what it found: counts per exception class and per cause
+    class, per dead-letter family and per DLT topic (``totals.dlt_topic_families``: per topic and family),
+    the records lacking each field (``totals.missing``), and the coordinates of up to ``coordinate_cap``
+    records (where each failed, where it sits now, its family; None where it does not say). A queue's
+    ``family`` names what its records without any family's headers are (a Connect DLQ without context
+    headers, Airflow's provider's). Records of every family are
     read (:mod:`~airflow_kafka_retry.policy.dead_letter_families`: Spring's two header spellings, so records
     a Spring service dead-lettered count too, Kafka Connect's ``__connect.errors.*``, the share group's
     ``__dlq.errors.*``, headerless ones as ``unknown``); a share-group dead letter, which names no exception
@@ -112,7 +130,8 @@ class DltWatchOperator(BaseOperator):
         topics = [t.topic for t in topology.dlt_tiers]
         group = self.consumer_group or WATCH_GROUP_TEMPLATE.format(group_id=topology.group_id)
         started = wall_clock_ms()
-        summary = DltWatchSummary(group=group, coordinate_cap=self.coordinate_cap)
+        assume = {q.topic: q.family for q in topology.dead_letter_queues if q.family is not None}
+        summary = DltWatchSummary(group=group, coordinate_cap=self.coordinate_cap, assume=assume)
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
         parking = topology.parking_topic
@@ -127,6 +146,13 @@ class DltWatchOperator(BaseOperator):
                 "the topology's setup DAG (or airflow-kafka-retry topology create-topics) "
                 "creates them"
             )
+        queues = list(topology.dead_letter_queue_topics)
+        absent = set(missing_topics(kafka_config, queues)) if queues else set()
+        for queue in queues:  # the framework that writes a queue creates it: none of its dead letters yet
+            if queue in absent:
+                self.log.info("%s does not exist yet: no dead letter of it to report", queue)
+            else:
+                topics.append(queue)
         scan = (
             scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout)
             if topics
@@ -138,6 +164,9 @@ class DltWatchOperator(BaseOperator):
             "topology": topology.source,
             "group": group,
             "dlt_topics_watched": topics,
+            "dead_letter_queues": [
+                {**q.to_dict(), "exists": q.topic not in absent} for q in topology.dead_letter_queues
+            ],
             "started_ms": started,
             "finished_ms": wall_clock_ms(),
             "totals": totals,
@@ -150,9 +179,12 @@ class DltWatchOperator(BaseOperator):
         self._result = result
         admitted = scan.admitted if scan else frozenset()
         tags = exception_tags(topology, summary.dead_lettered, admitted)
-        emit(dlt_watch_metrics(topology, summary.by_topic_exception, tags))
+        emit(dlt_watch_metrics(topology, summary.by_topic_family_exception, tags))
         if not topics:
-            self.log.info("%s has no DLT (dlt_strategy: no_dlt): nothing to watch", topology.source)
+            self.log.info(
+                "%s has no DLT (dlt_strategy: no_dlt) and no dead-letter queue that exists: nothing to watch",
+                topology.source,
+            )
             return {**result, "notifiers": {"called": 0, "succeeded": 0}}
         if scan is not None and not scan.complete:
             self.log.warning(
@@ -184,7 +216,7 @@ class DltWatchOperator(BaseOperator):
 
     # ------------------------------------------------------------------ OpenLineage
     def get_openlineage_facets_on_start(self) -> OperatorLineage:
-        """Every DLT of the topology as an input (no counts yet)."""
+        """Every DLT, the parking topic and the named queues of the topology as inputs (no counts yet)."""
         return self._lineage(None)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> OperatorLineage:
@@ -195,7 +227,9 @@ class DltWatchOperator(BaseOperator):
         from airflow_kafka_retry.observability.lineage import connection_server, dlt_watch_lineage
 
         server = self._lineage_server or connection_server(self.kafka_conn_id)
-        return dlt_watch_lineage([t.topic for t in self._topology().dlt_tiers], server, result)
+        topology = self._topology()
+        topics = [t.topic for t in topology.dlt_tiers] + list(topology.dead_letter_queue_topics)
+        return dlt_watch_lineage(topics, server, result)
 
 
 def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:
@@ -203,13 +237,18 @@ def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:
     The summary's counts as XCom, the notifiers and the log show them.
 
     Exception and cause class names come from headers, so they pass the one bound
-    (:mod:`~airflow_kafka_retry.policy.header_values`); DLT topics are the topology's own.
+    (:mod:`~airflow_kafka_retry.policy.header_values`); DLT topics are the topology's own (its DLTs,
+    parking topic and named queues) and families one of six names.
     """
+    from airflow_kafka_retry.engine.dlt_watch import topic_families
+
     return {
         "new_records": summary.records,
         "dead_lettered": bound_counts(summary.dead_lettered),
         "causes": bound_counts(summary.causes),
         "dlt_topics": dict(sorted(summary.dlt_topics.items())),
         "families": dict(sorted(summary.families.items())),
+        "dlt_topic_families": topic_families(summary.by_topic_family_exception),
+        "missing": dict(sorted(summary.missing.items())),
         "unreadable_headers": bound_counts(summary.unreadable),
     }

@@ -24,6 +24,9 @@ class FakeMessage:
     def headers(self):
         return self._h
 
+    def timestamp(self):  # CreateTime
+        return (1, 1_700_000_000_000)
+
     def value(self):  # the summary must never need it
         raise AssertionError("the summary read a payload")
 
@@ -80,6 +83,20 @@ def test_summary_counts_and_caps_coordinates():
         "causes": {"c.Root": 1},
         "dlt_topics": {"orders-dlt": 2, "orders-x-dlt": 1},
         "families": {"spring-dead-letter": 1, "spring-retry-topic": 1, "unknown": 1},
+        "dlt_topic_families": {
+            "orders-dlt": {"spring-dead-letter": 1, "spring-retry-topic": 1},
+            "orders-x-dlt": {"unknown": 1},
+        },
+        "missing": {
+            "delivery_count": 3,
+            "failure_class": 1,
+            "failure_message": 3,
+            "group_or_connector": 3,
+            "original_offset": 2,
+            "original_partition": 2,
+            "original_timestamp": 3,
+            "original_topic": 2,
+        },
         "unreadable_headers": {},
     }
     assert summary.dead_letters == [
@@ -153,3 +170,54 @@ def test_the_watch_counts_every_family_by_its_failure():
     )
     assert (second["topic"], second["partition"], second["offset"]) == ("orders", None, 8)
     assert (second["consumer_group"], second["delivery_count"]) == ("workers", 5)
+
+
+def test_a_named_queues_family_names_its_headerless_records_only():
+    """``assume`` per topic: a headerless record of that queue is the family, with what the family lacks."""
+    summary = DltWatchSummary(group="g", assume={"connect-dlq": "kafka-connect"})
+    summary.add(FakeMessage("connect-dlq", 0, 4, [("trace-id", b"t-1")]))  # Connect without context headers
+    summary.add(FakeMessage("other-dlq", 0, 9, []))  # the same, in a queue named without a family
+    share = [
+        ("__dlq.errors.topic", b"orders"),
+        ("__dlq.errors.partition", b"1"),
+        ("__dlq.errors.offset", b"3"),
+    ]
+    summary.add(FakeMessage("connect-dlq", 0, 5, share))  # a family's headers win over the queue's family
+    connect, unknown, detected = summary.dead_letters
+    assert (connect["family"], connect["dlt_topic"], connect["dlt_offset"]) == (
+        "kafka-connect",
+        "connect-dlq",
+        4,
+    )
+    assert (connect["topic"], connect["partition"], connect["offset"]) == (None, None, None)
+    assert connect["exception"] == UNKNOWN_EXCEPTION
+    assert unknown["family"] == "unknown"
+    assert (detected["family"], detected["topic"], detected["partition"], detected["offset"]) == (
+        "share-group",
+        "orders",
+        1,
+        3,
+    )
+    totals = summary.totals()
+    assert totals["dlt_topic_families"] == {
+        "connect-dlq": {"kafka-connect": 1, "share-group": 1},
+        "other-dlq": {"unknown": 1},
+    }
+    # what each lacks: the Connect one all but its timestamp (the source's, which Connect keeps); the
+    # unknown one all but when it was dead-lettered; the share one its group, failure and original timestamp
+    assert totals["missing"] == {
+        "delivery_count": 3,
+        "failed_at": 1,
+        "failure_class": 3,
+        "failure_message": 3,
+        "group_or_connector": 3,
+        "original_offset": 2,
+        "original_partition": 2,
+        "original_timestamp": 2,
+        "original_topic": 2,
+    }
+    assert summary.by_topic_family_exception == {
+        ("connect-dlq", "kafka-connect", UNKNOWN_EXCEPTION): 1,
+        ("other-dlq", "unknown", UNKNOWN_EXCEPTION): 1,
+        ("connect-dlq", "share-group", UNKNOWN_EXCEPTION): 1,
+    }

@@ -136,7 +136,7 @@ def test_metric_tags_never_name_a_partition_offset_or_key():
 
 #: what a metric may be tagged with: the path, the tier, the DLT, the run's status, a bucket's bound and (the
 #: DLT watch) the exception class. Never a partition, an offset or a key: each would make a series per record.
-TAG_NAMES = {"topology", "tier_topic", "tier", "dlt_topic", "status", "le", "exception"}
+TAG_NAMES = {"topology", "tier_topic", "tier", "dlt_topic", "status", "le", "exception", "family"}
 
 
 class _DltMessage:
@@ -156,6 +156,9 @@ class _DltMessage:
 
     def offset(self) -> int:
         return 987_655
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000)
 
     def key(self) -> bytes:
         return b"cust-4711"
@@ -196,7 +199,7 @@ def test_no_metric_function_tags_a_partition_offset_or_key():
         "backlog_metrics": backlog_metrics(peek, TOPOLOGY, TOPOLOGY.tier(1), 5_000),
         "peek_gauges": peek_gauges(peek, "orders", 1, 5_000),
         "dlt_watch_metrics": dlt_watch_metrics(
-            TOPOLOGY, watch.by_topic_exception, exception_tags(TOPOLOGY, watch.dead_lettered)
+            TOPOLOGY, watch.by_topic_family_exception, exception_tags(TOPOLOGY, watch.dead_lettered)
         ),
     }
     for function, metrics in by_function.items():
@@ -212,6 +215,7 @@ def test_no_metric_function_tags_a_partition_offset_or_key():
     assert dlt.tags == {
         "topology": "orders",
         "dlt_topic": "orders-dlt",
+        "family": "spring-retry-topic",
         "exception": "com.acme.PaymentDeclined",
     }
 
@@ -243,19 +247,33 @@ def test_dlt_watch_metrics_per_dlt_and_exception():
     got = _by_name(
         dlt_watch_metrics(
             TOPOLOGY,
-            {("orders-dlt", "a.B"): 3, ("orders-validation-dlt", "c.D"): 1},
+            {
+                ("orders-dlt", "spring-retry-topic", "a.B"): 3,
+                ("orders-validation-dlt", "spring-retry-topic", "c.D"): 1,
+                ("connect-dlq", "kafka-connect", "c.D"): 2,
+            },
             {"a.B": "a.B", "c.D": "c.D"},
         )
     )
+    spring = ("family", "spring-retry-topic")
     assert got == {
         (
             "kafka_retry.dlt.new_records",
-            (("dlt_topic", "orders-dlt"), ("exception", "a.B"), ("topology", "orders")),
+            (("dlt_topic", "orders-dlt"), ("exception", "a.B"), spring, ("topology", "orders")),
         ): ("counter", 3),
         (
             "kafka_retry.dlt.new_records",
-            (("dlt_topic", "orders-validation-dlt"), ("exception", "c.D"), ("topology", "orders")),
+            (("dlt_topic", "orders-validation-dlt"), ("exception", "c.D"), spring, ("topology", "orders")),
         ): ("counter", 1),
+        (
+            "kafka_retry.dlt.new_records",
+            (
+                ("dlt_topic", "connect-dlq"),
+                ("exception", "c.D"),
+                ("family", "kafka-connect"),
+                ("topology", "orders"),
+            ),
+        ): ("counter", 2),
     }
 
 
