@@ -3,12 +3,16 @@
 
     python -m bench.share_group_retries                       # 60 records, back-off 2 s, 3 rounds
     python -m bench.share_group_retries --records 200 --backoff-ms 3000 --interval-s 0.5
+    python -m bench.share_group_retries --airflow --records 30 --backoff-ms 6000   # through Airflow
 
 A real Apache Kafka 4.4 (``share.version=2``) and a real ``ShareConsumer`` (``testing/share_retry.py``) that
 rejects record ``i`` on its first ``i % 3`` rounds; a topology with ``input: {family: share-group}`` and
 ``on_due: redeliver`` (fixed back-off, 3 attempts) drains the group's DLQ into its tiers and redelivers due
 records. The tier runs are driven by this process in a loop (the input lane, then each tier, with the local
 engine, then ``--interval-s`` of sleep): the lateness measured is that loop's, not a deployed watcher's.
+With ``--airflow`` a real Airflow 3 deployment (LocalExecutor on a private PostgreSQL) runs the topology's
+DAG, built by ``build_retry_dags`` alone, and its watcher fires the runs (``testing/share_retry_airflow.py``,
+what the end-to-end test runs); record ``i`` is rejected the same way.
 
 Lateness of a redelivery = the redelivered record's timestamp (CreateTime: when the tier run produced it)
 minus its due time (``retry_topic-backoff-timestamp``); also the share consumer's receipt minus the due
@@ -114,6 +118,42 @@ def run(records: int, backoff_ms: int, interval_s: float, timeout_s: float) -> d
         }
 
 
+def run_airflow(records: int, backoff_ms: int, timeout_s: float) -> dict[str, Any]:
+    """The same records through a real Airflow deployment whose topology watcher fires every run."""
+    import tempfile
+
+    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
+    from airflow_kafka_retry.testing.postgres import PostgresCluster
+    from airflow_kafka_retry.testing.share_retry_airflow import share_retries_in_airflow
+
+    plan: dict[bytes, int | None] = {f"{i}".encode(): 1 + i % 3 for i in range(records)}
+    with share_dlq_kafka() as kafka, PostgresCluster() as pg, tempfile.TemporaryDirectory() as tmp:
+        out = share_retries_in_airflow(
+            kafka.bootstrap,
+            AirflowDatabases(pg).new(),
+            Path(tmp),
+            plan=plan,
+            attempts=3,
+            backoff={"kind": "fixed", "delay": f"{backoff_ms}ms"},
+            repo=Path(__file__).resolve().parents[1],
+            deadline_s=timeout_s,
+        )
+    if not out.settled:
+        raise TimeoutError(f"{len(out.deliveries)} deliveries, not every record ended in {timeout_s:.0f}s")
+    redelivered = [d for d in out.deliveries if d.attempt > 1 and d.due_ms is not None]
+    return {
+        "records": records,
+        "deliveries": len(out.deliveries),
+        "redeliveries": len(redelivered),
+        "early": sum(1 for d in redelivered if d.timestamp_ms < (d.due_ms or 0)),
+        "failed_tasks": sum(1 for row in out.task_states if row[3] == "failed"),
+        "task_runs": sum(1 for row in out.task_states if row[3] == "success" and row[2] != "due"),
+        "seconds": round(out.flow_s, 1),
+        "lateness_produced": _percentiles([d.timestamp_ms - (d.due_ms or 0) for d in redelivered]),
+        "lateness_received": _percentiles([d.received_ms - (d.due_ms or 0) for d in redelivered]),
+    }
+
+
 def kafka_topics(bootstrap: str) -> set[str]:
     from confluent_kafka.admin import AdminClient
 
@@ -129,16 +169,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backoff-ms", type=int, default=2000)
     parser.add_argument("--interval-s", type=float, default=0.2, help="sleep between drain loops")
     parser.add_argument("--timeout-s", type=float, default=300.0)
+    parser.add_argument(
+        "--airflow", action="store_true", help="run the tiers by a real Airflow deployment's watcher"
+    )
     args = parser.parse_args(argv)
     stamp = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
-    result = run(args.records, args.backoff_ms, args.interval_s, args.timeout_s)
+    if args.airflow:
+        result = run_airflow(args.records, args.backoff_ms, args.timeout_s)
+        trigger = "the topology DAG's watcher in a real Airflow 3 deployment (LocalExecutor, PostgreSQL)"
+    else:
+        result = run(args.records, args.backoff_ms, args.interval_s, args.timeout_s)
+        trigger = "this process drives the input lane and every tier in a loop (run_local, in-process)"
     document = {
         "bench": "share-group-retries",
         "started_utc": stamp.isoformat(),
         "command": shlex.join([sys.executable, "-m", "bench.share_group_retries", *(argv or sys.argv[1:])]),
         "settings": vars(args),
-        "trigger": "this process drives the input lane and every tier in a loop (run_local, in-process)",
+        "trigger": trigger,
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
@@ -151,10 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     path = write_new_result(RESULTS / f"{stamp:%Y-%m-%dT%H%M%SZ}-share-group-retries.json", document)
     produced, received = result["lateness_produced"], result["lateness_received"]
-    print(
-        f"{result['redeliveries']} redeliveries ({result['early']} early), "
+    runs = (
         f"{result['drain_loops']} drain loops"
+        if "drain_loops" in result
+        else f"{result['task_runs']} task runs"
     )
+    print(f"{result['redeliveries']} redeliveries ({result['early']} early), {runs}")
     print(f"lateness produced-due: p50 {produced.get('p50_ms')} ms, max {produced.get('max_ms')} ms")
     print(f"lateness received-due: p50 {received.get('p50_ms')} ms, max {received.get('max_ms')} ms")
     print(f"written to {path}")
