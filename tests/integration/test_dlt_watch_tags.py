@@ -101,7 +101,8 @@ def _first_run(bootstrap: str) -> tuple[object, dict]:
     assert sum(v for _, v in seen) == len(first), seen
     values = {tags["exception"] for tags, _ in seen}
     assert all(TAG.match(v) for v in values), sorted(values)
-    assert all(set(tags) == {"topology", "dlt_topic", "exception"} for tags, _ in seen), seen
+    assert all(set(tags) == {"topology", "dlt_topic", "family", "exception"} for tags, _ in seen), seen
+    assert {tags["family"] for tags, _ in seen} == {"spring-dead-letter"}, seen
     assert "other" in values, sorted(values)
     assert len(values - {"other"}) <= MAX_EXCEPTION_TAGS, sorted(values)
     return topology, mapping
