@@ -31,10 +31,11 @@ def add_dlt_commands(sub: Any) -> None:
     )
     inspect.add_argument(
         "--family",
-        default="auto",
+        default=None,
         choices=("auto", *FAMILIES),
         help="family of records whose headers name none (airflow: Airflow's Kafka provider writes no "
-        "header; kafka-connect: a Connect DLQ without context headers); default: detected per record",
+        "header; kafka-connect: a Connect DLQ without context headers); default: the family the "
+        "topology's dead_letter_queues entry of --dlt names, else auto (such records are unknown)",
     )
     inspect.add_argument("--format", choices=("table", "json"), default="table")
     inspect.add_argument(

@@ -42,15 +42,16 @@ def inspect_dlt(
     ``show_values``.
 
     :param family: the family of records whose headers name none (``airflow``: Airflow's Kafka provider
-        writes no header; ``kafka-connect``: a Connect DLQ without context headers); None or ``auto``:
-        such records are ``unknown``.
+        writes no header; ``kafka-connect``: a Connect DLQ without context headers); ``auto``: such
+        records are ``unknown``; None (default): the family the topology's ``dead_letter_queues`` entry
+        of ``dlt`` names, else ``auto``. The report's ``assumed_family`` says which was used.
     """
     if bucket not in BUCKETS:
         raise ReplayError(f"--by {bucket!r}: use one of {', '.join(BUCKETS)}")
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
         raise ReplayError(f"--samples {samples!r} must be a whole number >= 0")
-    assume = _family(family)
     topic = source_topic(topology, dlt)
+    assume = topology.queue_family(topic) if family is None else _family(family)
     replay_log_topic = log_topic(topic)
     with TopicReader(kafka_config) as reader:
         try:
@@ -88,13 +89,14 @@ def inspect_dlt(
         "replayed": sum(g.replayed for g in groups),
         "partitions": per_partition,
         "families": dict(sorted(families.items())),
+        "assumed_family": assume,
         "groups": [g.to_dict() for g in groups],
         "replays": replay_log.replays(),
     }
 
 
-def _family(family: str | None) -> Family | None:
-    if family in (None, "", "auto"):
+def _family(family: str) -> Family | None:
+    if family in ("", "auto"):
         return None
     for known in FAMILIES:
         if family == known:

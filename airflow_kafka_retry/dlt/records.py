@@ -31,7 +31,8 @@ class DltRecord:
     A transform returns it edited with ``dataclasses.replace(record, value=..., key=..., headers=...)``
     (``key``/``value`` bytes or None, ``headers`` a sequence of ``(str, bytes | None)``), or None to
     leave it out of the replay. ``topic``, ``partition``, ``offset`` and ``timestamp_ms`` are the
-    record's DLT coordinates and cannot be changed.
+    record's DLT coordinates and cannot be changed. ``queue_family`` is what the topology's
+    ``dead_letter_queues`` entry says the records of this queue without any family's headers are.
     """
 
     topic: str
@@ -41,10 +42,12 @@ class DltRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...] = ()
+    queue_family: Family | None = None
 
     @classmethod
-    def from_message(cls, message: Message) -> DltRecord:
+    def from_message(cls, message: Message, *, queue_family: Family | None = None) -> DltRecord:
         return cls(
+            queue_family=queue_family,
             topic=topic_of(message),
             partition=partition_of(message),
             offset=offset_of(message),
@@ -71,8 +74,8 @@ class DltRecord:
 
     @cached_property
     def dead_letter(self) -> DeadLetter:
-        """:meth:`describe` with the family detected from the headers alone."""
-        return self.describe()
+        """:meth:`describe` with the family detected from the headers, else the queue's family."""
+        return self.describe(self.queue_family)
 
     @property
     def exception(self) -> str | None:

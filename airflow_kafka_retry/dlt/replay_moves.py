@@ -77,7 +77,7 @@ class ReplayMoves:
                 candidate = wanted.get(offset_of(message))
                 if candidate is None:
                     continue
-                record = DltRecord.from_message(message)
+                record = DltRecord.from_message(message, queue_family=self.edit.queue_family)
                 chunk.append((record, candidate))
                 if len(chunk) >= self.chunk_size:
                     self.watch.check()  # a replay stopped at once ends between chunks too

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.summary import ReplaySummary
     from airflow_kafka_retry.engine.reading import TopicReader
     from airflow_kafka_retry.engine.replay_log import ReplayLog
+    from airflow_kafka_retry.policy.dead_letter_families import Family
     from airflow_kafka_retry.policy.framework_headers import FrameworkHeaders
     from airflow_kafka_retry.policy.topology import Topology
 
@@ -42,6 +43,11 @@ class RecordEdit:
     transform: Transform | None
     allowed_targets: frozenset[str]
     framework_headers: FrameworkHeaders = "auto"
+
+    @property
+    def queue_family(self) -> Family | None:
+        """What the topology's ``dead_letter_queues`` says the source's headerless records are."""
+        return self.topology.queue_family(self.source)
 
     def apply(self, record: DltRecord) -> DltRecord | None:
         """The record as the transform edits it; None when the transform leaves it out."""
@@ -90,7 +96,7 @@ def select_candidates(
             if end is None:
                 seen_ends[partition] = offset_of(message) + 1
             summary.scanned += 1
-            record = DltRecord.from_message(message)
+            record = DltRecord.from_message(message, queue_family=edit.queue_family)
             if not selection.matches(record):
                 continue
             summary.matched += 1

@@ -26,7 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from airflow_kafka_retry.engine.clients import from_log_start, open_consumer, partition_counts
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of
-from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, describe_dead_letter
+from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 from airflow_kafka_retry.policy.header_values import bound_message, bound_value
 
 if TYPE_CHECKING:
@@ -48,10 +48,12 @@ class DeadLetterCounts:
 
     ``by_exception`` and ``by_hour`` count by :func:`failure_label`; ``by_family`` by dead-letter family;
     ``missing`` how many records lack each field, ``unreadable`` how many had each header unreadable,
-    ``not_replayable`` the share-group dead letters without a copied record.
+    ``not_replayable`` the share-group dead letters without a copied record. ``assume``: the family of
+    the topic's records without any family's headers (a topology's ``dead_letter_queues`` entry).
     """
 
     topic: str
+    assume: Family | None = None
     total: int = 0
     by_exception: Counter[str] = field(default_factory=Counter)
     by_hour: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
@@ -67,7 +69,7 @@ class DeadLetterCounts:
         """Count one record and keep it among the newest described (no key or value is kept)."""
         timestamp = message.timestamp()[1]
         letter = describe_dead_letter(
-            headers_of(message), timestamp, key=message.key(), value=message.value()
+            headers_of(message), timestamp, key=message.key(), value=message.value(), assume=self.assume
         )
         label = failure_label(letter)
         self.total += 1
@@ -91,6 +93,7 @@ class DeadLetterCounts:
     def to_dict(self) -> dict[str, Any]:
         return {
             "topic": self.topic,
+            "assumed_family": self.assume,
             "total": self.total,
             "truncated": self.truncated,
             "error": self.error,
@@ -140,10 +143,19 @@ def _sample(message: Message, letter: DeadLetter) -> dict[str, Any]:
 
 
 def count_dead_letters(
-    kafka_config: dict[str, Any], topic: str, *, scan_limit: int = 20_000, timeout_s: float = 10.0
+    kafka_config: dict[str, Any],
+    topic: str,
+    *,
+    scan_limit: int = 20_000,
+    timeout_s: float = 10.0,
+    assume: Family | None = None,
 ) -> DeadLetterCounts:
-    """Counts of ``topic``'s records; a broker problem is returned in ``error``, naming the topic."""
-    result = DeadLetterCounts(topic)
+    """
+    Counts of ``topic``'s records; a broker problem is returned in ``error``, naming the topic.
+
+    :param assume: the family of its records without any family's headers (None: ``unknown``).
+    """
+    result = DeadLetterCounts(topic, assume=assume)
     try:
         _count(result, kafka_config, scan_limit, timeout_s)
     except (KafkaException, ValueError, TimeoutError) as exc:

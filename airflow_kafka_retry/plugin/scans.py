@@ -56,8 +56,9 @@ def busy_scan(topology: Topology, *, now_ms: int) -> TopologyScan:
 
 
 def dead_topics(topology: Topology) -> list[str]:
+    """The topics of the DLT cards: the DLTs, the parking topic, the other frameworks' queues it names."""
     parking = [topology.parking_topic] if topology.parking_topic else []
-    return [t.topic for t in topology.dlt_tiers] + parking
+    return [t.topic for t in topology.dlt_tiers] + parking + list(topology.dead_letter_queue_topics)
 
 
 @cache
@@ -118,7 +119,13 @@ def read_topology(
                 _capped,
                 gate,
                 timeout,
-                functools.partial(count_dead_letters, kafka_config, topic, timeout_s=timeout),
+                functools.partial(
+                    count_dead_letters,
+                    kafka_config,
+                    topic,
+                    timeout_s=timeout,
+                    assume=topology.queue_family(topic),
+                ),
             )
             for topic in dead_topics(topology)
         }

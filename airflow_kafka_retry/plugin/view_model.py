@@ -118,6 +118,7 @@ def topology_view(
     """
     replay_dag = settings.replay_dag_id_template.format(topic=topology.topic)
     dlt_topics = {t.topic for t in topology.dlt_tiers}
+    queues = set(topology.dead_letter_queue_topics)
     view_tiers = []
     one_dag = settings.layout != "tiers"
     for tier, (dag_id, task_id) in zip(topology.tiers, tier_tasks(topology, settings), strict=True):
@@ -141,7 +142,9 @@ def topology_view(
     view_dlts = [
         {
             "topic": topic,
-            "kind": "dlt" if topic in dlt_topics else "parking",
+            # dlq: another framework's queue the topology names (dead_letter_queues), with its family
+            "kind": "dlt" if topic in dlt_topics else "dlq" if topic in queues else "parking",
+            "family": topology.queue_family(topic),
             "replay_dag_id": replay_dag,
             "can_trigger": may_replay,
             "counts": counts,

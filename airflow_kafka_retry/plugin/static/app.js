@@ -120,8 +120,7 @@ function deadCard(dead) {
   const counts = dead.counts || {};
   const byException = Object.entries(counts.by_exception || {});
   return el("section", {class: `card ${dead.kind}`, "data-topic": dead.topic, "data-kind": dead.kind},
-    el("h3", {}, dead.topic), el("div", {class: "meta"}, dead.kind === "parking" ?
-      "parking: replayed records that failed again" : "dead-letter topic"),
+    el("h3", {}, dead.topic), el("div", {class: "meta", "data-dead-kind": dead.topic}, deadKind(dead)),
     counts.error ? el("div", {class: "error", "data-error": dead.topic}, counts.error) : [
       el("div", {}, el("span", {class: "big", "data-dead-total": dead.topic}, counts.total),
          " records", counts.truncated ? " (at least; scan limit reached)" : ""),
@@ -140,6 +139,14 @@ function deadCard(dead) {
       hourly(counts.by_hour || []),
       samplesTable(counts.samples || []),
     ]);
+}
+
+// What a card is: the topology's DLT, its parking topic, or another framework's queue it names
+function deadKind(dead) {
+  if (dead.kind === "parking") return "parking: replayed records that failed again";
+  if (dead.kind !== "dlq") return "dead-letter topic";
+  return "another framework's dead-letter queue" +
+    (dead.family ? ` · records without family headers: ${dead.family}` : " · family detected per record");
 }
 
 // Which frameworks wrote the records, and what their headers do not say (docs/dead-letters.md)
