@@ -142,6 +142,7 @@ def capacity(
                         "records": len(late),
                         "p50_s": round(statistics.median(late), 2),
                         "max_s": round(max(late), 2),
+                        "runs": _by_run([e for e in entries if e["topic"] == tier]),
                     }
             every = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if "-retry-" in e["topic"]]
             return {
@@ -204,6 +205,28 @@ def _connections(cluster: AirflowCluster, broker_pid: int) -> dict[str, int]:
         held[name] = count
     held["broker_listening_ports"] = sorted(ports)
     return held
+
+
+def _by_run(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each task run's share of a tier's records: how many, their due times' spread, their lateness."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        runs.setdefault(str(e.get("run")), []).append(e)
+    first_due = min(e["due_ms"] for e in entries)
+    listed = []
+    for run, handled in sorted(runs.items(), key=lambda item: min(e["due_ms"] for e in item[1])):
+        late = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in handled]
+        listed.append(
+            {
+                "run": run,
+                "records": len(handled),
+                "due_from_s": round((min(e["due_ms"] for e in handled) - first_due) / 1000, 2),
+                "due_to_s": round((max(e["due_ms"] for e in handled) - first_due) / 1000, 2),
+                "first_handled_s": round((min(e["handled_ms"] for e in handled) - first_due) / 1000, 2),
+                "max_late_s": round(max(late), 2),
+            }
+        )
+    return listed
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> None:
