@@ -200,7 +200,11 @@ def build_retry_dags(
     notifiers = normalize_notifiers(on_dlt)
     handler = tasks_handler(loaded, handler)
     tiers = [*([loaded.tier(0)] if includes_main(loaded, include_main) else []), *loaded.retry_tiers]
-    watch_topic = loaded.dlt_topic if dlt_watch else None
+    # the DLT watch's topic (its DAG's name in the tier layout): the DLT, or with no DLT (no_dlt) the first
+    # of the other frameworks' queues the topology names; none: no watch
+    watch_topic = (
+        (loaded.dlt_topic or next(iter(loaded.dead_letter_queue_topics), None)) if dlt_watch else None
+    )
     overrides = check_overrides(loaded, tier_overrides, tiers=tiers, watch_topic=watch_topic)
     # what every tier's reprocess task takes, in either layout
     reprocess: dict[str, Any] = {
@@ -276,7 +280,9 @@ def build_retry_dags(
         )
         dags[dag.dag_id] = dag
     elif dlt_watch:
-        log.info("%s: no DLT (dlt_strategy: no_dlt), so no DLT-watch DAG", loaded.source)
+        log.info(
+            "%s: no DLT (dlt_strategy: no_dlt) and no dead_letter_queues, so no DLT-watch DAG", loaded.source
+        )
     if events is not None:
         dag = setup_dag(
             path,

@@ -141,6 +141,27 @@ def test_no_dlt_watch_lane_without_a_dlt(tmp_path):
         assert "watch_dlt" not in [lane["name"] for lane in _trigger(dag).lanes]
 
 
+def test_a_topology_without_a_dlt_watches_the_queues_it_names(tmp_path):
+    """``no_dlt`` with ``dead_letter_queues``: the watch lane and task read those queues (once they exist)."""
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "topic": "pay",
+                "group_id": "pay-svc",
+                "dlt_strategy": "no_dlt",
+                "dead_letter_queues": ["dlq.pay"],
+            }
+        )
+    )
+    [dag] = build_retry_dags(path, handler=HANDLER).values()
+    assert "watch_dlt" in dag.task_ids
+    [lane] = [lane for lane in _trigger(dag).lanes if lane["name"] == "watch_dlt"]
+    assert (lane["topics"], lane["optional_topics"]) == (["dlq.pay"], ["dlq.pay"])
+    tiered = build_retry_dags(path, handler=HANDLER, layout="tiers")
+    assert "kafka_retry__dlq.pay" in tiered  # the tier layout's DLT-watch DAG, named by its one queue
+
+
 def test_the_topology_dag_and_its_trigger_serialize():
     from airflow.serialization.serialized_objects import DagSerialization
 
