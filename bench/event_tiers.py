@@ -54,7 +54,7 @@ import psutil
 
 from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
-from airflow_kafka_retry.testing.kafka import ApacheKafka
+from airflow_kafka_retry.testing.kafka import DEFAULT_HEAP, ApacheKafka
 from airflow_kafka_retry.testing.postgres import PostgresCluster
 from bench.airflow_deploy import (
     DAG_LAYOUTS,
@@ -188,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the metadata DB on a private PostgreSQL server (Debian's postgresql) instead of SQLite",
     )
+    parser.add_argument(
+        "--broker-heap",
+        default=DEFAULT_HEAP,
+        help=f"Apache Kafka's -Xmx (default {DEFAULT_HEAP}: 1,000 topologies, 12,000 partitions, need more)",
+    )
     parser.add_argument("--name", default="event-tiers", help="results file: <UTC start time>-<name>.json")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -205,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             "date": stamp.isoformat(timespec="seconds"),
             "broker": {"kafka": "Apache Kafka (testing/kafka.py)", "tansu": "Tansu (embedded)"}[args.broker],
+            "broker_heap": args.broker_heap if args.broker == "kafka" else None,
             "metadata_db": "PostgreSQL (testing/postgres.py)" if args.postgres else "SQLite",
             "airflow_settings": "default parse interval (min_file_process_interval 30 s); "
             "dagbag_import_timeout "
@@ -225,7 +231,9 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps(document, indent=2) + "\n")
 
     with contextlib.ExitStack() as stack:
-        kind: ApacheKafka | EmbeddedBroker = ApacheKafka() if args.broker == "kafka" else EmbeddedBroker()
+        kind: ApacheKafka | EmbeddedBroker = (
+            ApacheKafka(heap=args.broker_heap) if args.broker == "kafka" else EmbeddedBroker()
+        )
         broker = stack.enter_context(kind)
         databases = AirflowDatabases(stack.enter_context(PostgresCluster())) if args.postgres else None
         for case in [c for c in args.cases.split(",") if c]:
