@@ -43,9 +43,9 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
     original, original_commit = Router._produce, Router.commit
     seen, log, source = [0], [], threading.local()
 
-    def commit(self, tp, routed):
+    def commit(self, tp, routed, bookkeeping=None):
         source.partition = tp.partition
-        return original_commit(self, tp, routed)
+        return original_commit(self, tp, routed, bookkeeping)
 
     def produce(self, routed, failures):
         original(self, routed, failures)

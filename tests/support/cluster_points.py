@@ -66,9 +66,9 @@ def _install() -> None:
         return
     original_commit, original_produce = Router.commit, Router._produce
 
-    def commit(self, source, routed):
+    def commit(self, source, routed, bookkeeping=None):
         _local.partition = source.partition
-        return original_commit(self, source, routed)
+        return original_commit(self, source, routed, bookkeeping)
 
     def produce(self, routed, failures):
         original_produce(self, routed, failures)

@@ -44,9 +44,9 @@ def main() -> int:
         assert self.producer.flush(30) == 0, "routed records not delivered before the kill point"
         _maybe_die("routed", current["source"])
 
-    def commit(self, source, routed):
+    def commit(self, source, routed, bookkeeping=None):
         current["source"] = source
-        original_commit(self, source, routed)
+        original_commit(self, source, routed, bookkeeping)
         _maybe_die("committed", source)
 
     Router._produce, Router.commit = produce, commit
