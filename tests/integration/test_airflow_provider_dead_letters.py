@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -26,21 +23,10 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.cli_run import run_cli as _cli
 
 pytestmark = [pytest.mark.integration]
-REPO = Path(__file__).parents[2]
 CONN_ID = "akr_airflow_stream"
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", *args],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 async def _stream_and_reject(source: str, dlq: str, count: int) -> list[tuple[int, int]]:

@@ -7,9 +7,6 @@ dead letters of every family, their headers produced byte for byte as each frame
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -21,21 +18,10 @@ from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.cli_run import run_cli as _cli
 from tests.unit.test_dead_letter_families import T_SOURCE, big_integer, put_int, put_long, utf8
 
 pytestmark = [pytest.mark.integration]
-REPO = Path(__file__).parents[2]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", *args],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def _letters(topic: str) -> list[tuple[str, bytes | None, bytes | None, list]]:

@@ -8,8 +8,6 @@ The headers themselves are pinned in test_share_group_dead_letters.py and test_c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +22,7 @@ from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, acknowledge_rec
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
 
 from tests.support import ledger
+from tests.support.cli_run import run_cli as _cli
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 
 if TYPE_CHECKING:
@@ -33,18 +32,6 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.testing.kafka_connect import ConnectWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-REPO = Path(__file__).parents[2]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", *args],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def _source(bootstrap: str, tmp_path: Path, values: list[bytes]) -> tuple[str, Path, dict[bytes, tuple]]:

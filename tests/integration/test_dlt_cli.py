@@ -4,9 +4,6 @@ headers."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -20,20 +17,9 @@ from airflow_kafka_retry.testing.topics import unique_topic
 
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
 from tests.support import ledger
+from tests.support.cli_run import run_cli as _cli
 
 pytestmark = [pytest.mark.integration]
-REPO = Path(__file__).parents[2]
-
-
-def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", *args],
-        check=False,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_inspect_and_dry_run_from_the_command_line(kafka_bootstrap, tmp_path):
