@@ -297,6 +297,34 @@ def _skip_without_capability(request: pytest.FixtureRequest) -> None:
         require_capability(request.getfixturevalue("broker_capabilities"), *names)
 
 
+@pytest.fixture(autouse=True)
+def _no_shared_consumer_left() -> Iterator[None]:
+    """
+    A test leaves no lease of the process's shared watch consumer behind.
+
+    The consumer is the process's (``engine/shared_consumer.py``): a watch a test did not close would be
+    seen by the next test of the same worker (a CI run failed so, in a test checking that none was in
+    use). Checked after the test's own fixtures are gone; what was left is closed, and the test errors.
+    """
+    yield
+    import sys
+
+    module = sys.modules.get("airflow_kafka_retry.engine.shared_consumer")
+    if module is None:
+        return
+    left = module.shared_consumers()
+    if not left:
+        return
+    owners = {s.key: dict(s.owners) for s in left}
+    for sharing in left:
+        with sharing.lock:
+            sharing.broken = "closed by the suite: a test left it open"
+        sharing.consumer.close()
+    with module._LOCK:
+        module._REGISTRY.clear()
+    pytest.fail(f"the test left the shared watch consumer open, with these partitions claimed: {owners}")
+
+
 @pytest.fixture
 def requires_capability(broker_capabilities: BrokerCapabilities) -> Callable[..., None]:
     """Call with capability names inside a test to skip it when the broker lacks one."""

@@ -13,6 +13,7 @@ records' due time (here a run starts at once; Airflow's start-up is within the 1
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -54,19 +55,34 @@ def _produce_due(bootstrap: str, topic: str, due_ms: int) -> None:
 
 
 async def _drive(trigger, on_event, *, seconds: float) -> tuple[list[int], BaseException | None]:
-    """Run ``trigger`` until ``on_event(payload)`` returns True, it crashes, or ``seconds`` pass."""
+    """Run ``trigger`` until ``on_event(payload)`` returns True, it crashes, or ``seconds`` pass.
+
+    A trigger that is done with is cancelled, as the triggerer does: its watch closes before this returns
+    (a generator merely dropped would close it at some later point, or never, and its lease of the shared
+    consumer would outlive the test).
+    """
     fired: list[int] = []
+    done = asyncio.Event()
 
     async def loop() -> None:
         async for event in trigger.run():
             fired.append(_now())
             if await asyncio.to_thread(on_event, event.payload):
-                return
+                done.set()
 
-    try:
-        await asyncio.wait_for(loop(), seconds)
-    except _Crash as exc:
-        return fired, exc
+    task, answered = asyncio.create_task(loop()), asyncio.create_task(done.wait())
+    await asyncio.wait([task, answered], timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    answered.cancel()
+    if task.done():
+        exc = task.exception()
+        if isinstance(exc, _Crash):
+            return fired, exc
+        if exc is not None:
+            raise exc
+        return fired, None
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
     return fired, None
 
 

@@ -3,8 +3,9 @@
 A value is JSON ``{"id": ..., "succeed_on": N}``: the record fails (retryably) on every attempt
 before ``N`` and succeeds on attempt ``N`` (0: never succeeds, ends in the DLT). Every handling is
 appended as a JSON line ``{"id", "topic", "attempt", "due_ms", "handled_ms", "ok", "run"}`` to the
-file named by ``AKR_TIMED_LEDGER`` (O_APPEND: several task processes share it; ``run``, the Airflow DAG
-run and try that handled it, from the task's ``AIRFLOW_CTX_*`` variables, tells their runs apart).
+file named by ``AKR_TIMED_LEDGER`` (O_APPEND: several task processes share it; ``run``, the Airflow task
+try that handled it as ``dag_id/run_id/task_id/try``, from the task's ``AIRFLOW_CTX_*`` variables, tells
+them apart: in a topology DAG one run has a task per tier).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ class NotYetError(RuntimeError):
     """The record is meant to fail on this attempt."""
 
 
-_CTX = ("AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TRY_NUMBER")
+_CTX = ("AIRFLOW_CTX_DAG_ID", "AIRFLOW_CTX_DAG_RUN_ID", "AIRFLOW_CTX_TASK_ID", "AIRFLOW_CTX_TRY_NUMBER")
 
 
 def _run() -> str | None:
-    """The Airflow DAG run and try this process handles records for (None outside an Airflow task)."""
+    """The Airflow task try this process handles records for, ``dag/run/task/try`` (None outside a task)."""
     parts = [os.environ.get(name) for name in _CTX]
     return "/".join(p for p in parts if p) if all(parts) else None
 
