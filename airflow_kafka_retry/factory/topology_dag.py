@@ -143,7 +143,10 @@ def topology_dag(
     kafka_conn_id = reprocess["kafka_conn_id"]
     with factory_dag(dag_id, sweep, description, kwargs, watched=watched, max_active_runs=active_runs) as dag:
         due = DueLanesOperator(
-            task_id=DUE_TASK_ID, lanes=[lane["name"] for lane in lanes], setup_task=SETUP_TASK_ID
+            task_id=DUE_TASK_ID,
+            lanes=[lane["name"] for lane in lanes],
+            setup_task=SETUP_TASK_ID,
+            watched_asset=watched.uri,
         )
         due >> setup_task(path, kafka_conn_id, kwargs, max_active_tis_per_dag=1)
         for tier in tiers:

@@ -232,6 +232,14 @@ class AirflowCluster:
         process.signal(signal.Signals(sig))
         process.wait(30)
 
+    def pause(self, name: str) -> None:
+        """Freeze one component's process group (SIGSTOP) until :meth:`resume`; :meth:`stop` still ends it."""
+        self._managed[name].signal(signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        """Let a component :meth:`pause` froze go on (SIGCONT)."""
+        self._managed[name].signal(signal.SIGCONT)
+
     def restart(self, name: str) -> None:
         """Start a component again (after :meth:`kill`), appending to its log."""
         self._managed[name].kill()

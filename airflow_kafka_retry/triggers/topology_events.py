@@ -355,7 +355,13 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 "%s: topics missing; firing the setup task %s", self.topology_topic, self.setup_task
             )
             due.append(self.setup_task)
-        payload = {"kind": TOPOLOGY_DUE, "topology": self.topology_topic, "due": due, "lanes": lanes}
+        payload = {
+            "kind": TOPOLOGY_DUE,
+            "topology": self.topology_topic,
+            "due": due,
+            "lanes": lanes,
+            "fired_ms": now,  # the first task compares it with the saved waves (stranded_lanes)
+        }
         return TriggerEvent(payload)
 
     def _at(self, step: str) -> None:

@@ -115,6 +115,34 @@ def due_lanes(events: Mapping[str, Sequence[Any]] | None) -> set[str] | None:
     return due
 
 
+def stranded_lanes(events: Mapping[str, Sequence[Any]] | None, saved: Mapping[str, Wave | None]) -> set[str]:
+    """
+    The lanes whose saved wave was fired after every topology event of a run: events the run did not get.
+
+    Airflow 3.3's scheduler queues a DAG's run on an asset once (``asset_dag_run_queue``, ``ON CONFLICT DO
+    NOTHING``), creates it with the events up to when the queue row was made, and deletes the row: an
+    event of the same asset that came in between (a second lane fired while the run was being created)
+    is consumed by no run until the asset's next event (apache/airflow#70970, fixed upstream by #70972).
+    The trigger saves each lane's wave before its event, so the run's first task finds such a lane in the
+    asset state store: its wave is newer than the newest event the run got. (A wave fired just after the
+    run was created has its own run too; its second task finds little or nothing due.)
+    ``saved``: each lane's saved wave (None: none).
+    """
+    newest = None
+    for payload in event_payloads(events, TOPOLOGY_DUE):
+        times = [payload.get("fired_ms")] + [
+            part.get("fired_ms")
+            for part in (payload.get("lanes") or {}).values()
+            if isinstance(part, Mapping)
+        ]
+        for at in times:
+            if isinstance(at, int) and not isinstance(at, bool) and (newest is None or at > newest):
+                newest = at
+    if newest is None:
+        return set()
+    return {name for name, wave in saved.items() if wave is not None and wave.fired_ms > newest}
+
+
 def event_payloads(events: Mapping[str, Sequence[Any]] | None, kind: str) -> list[Mapping[str, Any]]:
     """The payloads of one ``kind`` of watcher event among a run's ``triggering_asset_events``."""
     found = []

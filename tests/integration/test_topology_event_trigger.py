@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
+from unittest import mock
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -112,6 +113,8 @@ def _commit_timed(bootstrap: str, group: str, topic: str, offsets: Mapping[int, 
 def _check_event(payload: dict, lanes: list[dict]) -> None:
     """What every event of the trigger looks like: the lanes it names, their parts, no record payload."""
     assert payload["kind"] == "topology_due"
+    # one time for the event and its lanes' waves (the first task compares it with the saved waves)
+    assert {part["fired_ms"] for part in payload["lanes"].values()} <= {payload["fired_ms"]}, payload
     assert payload["topology"] == "orders"
     assert [n for n in payload["due"] if n != SETUP] == list(payload["lanes"]), payload
     by_name = {lane["name"]: lane for lane in lanes}
@@ -276,7 +279,15 @@ def test_missing_topics_fire_the_setup_task_once_while_the_other_lanes_work(
     for _, payload in events:
         _check_event(payload, lanes)
     assert [e["due"] for _, e in events if SETUP in e["due"]] == [[SETUP]], _brief(events)  # once, on its own
-    assert events[0][1] == {"kind": "topology_due", "topology": "orders", "due": [SETUP], "lanes": {}}
+    at, first = events[0]
+    assert first == {
+        "kind": "topology_due",
+        "topology": "orders",
+        "due": [SETUP],
+        "lanes": {},
+        "fired_ms": mock.ANY,
+    }
+    assert first["fired_ms"] <= at
     assert [_heads(p) for _, p in _fired(events, "retry_1")] == [[(tier_a, 0, 0)]], _brief(events)
     assert [_heads(p) for _, p in _fired(events, "retry_2")] == [[(missing, 0, 0)]], _brief(events)
     assert _fired(events, "retry_1")[0][0] < created[0]  # the existing lane did not wait for the setup
