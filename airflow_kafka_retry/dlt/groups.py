@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.policy.header_values import bound_message, bound_value
+from airflow_kafka_retry.policy.dead_letter_fields import dead_letter_fields
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord
@@ -44,26 +44,7 @@ def _text(value: bytes | None, limit: int = 200) -> str | None:
 
 def sample_of(record: DltRecord, letter: DeadLetter) -> dict[str, Any]:
     """A record's DLT coordinates and what its headers say (header strings bounded), never its payload."""
-    return {
-        "partition": record.partition,
-        "offset": record.offset,
-        "family": letter.family,
-        "original_topic": bound_value(letter.original_topic),
-        "original_partition": letter.original_partition,
-        "original_offset": letter.original_offset,
-        "original_timestamp_ms": letter.original_timestamp_ms,
-        "failed_at_ms": letter.failed_at_ms,
-        "group": bound_value(letter.group),
-        "connector": bound_value(letter.connector),
-        "task": letter.task,
-        "failure_class": bound_value(letter.failure_class),
-        "failure_message": bound_message(letter.failure_message),
-        "delivery_count": letter.delivery_count,
-        "record_copied": letter.record_copied,
-        "missing": list(letter.missing),
-        "unreadable": {name: bound_value(why) for name, why in letter.unreadable},
-        **({"families": list(letter.families)} if len(letter.families) > 1 else {}),
-    }
+    return {"partition": record.partition, "offset": record.offset, **dead_letter_fields(letter)}
 
 
 @dataclass

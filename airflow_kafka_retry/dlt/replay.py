@@ -59,7 +59,7 @@ from airflow_kafka_retry.engine.reading import TopicReader
 from airflow_kafka_retry.engine.replay_log import (
     ReplayLog,
     done_key,
-    ensure_log_topic,
+    ensure_replay_log,
     log_topic,
     plan_key,
     read_log,
@@ -320,7 +320,7 @@ class Replay:
             raise ReplayError(f"{option} {topic}: {exc}") from None
 
     def _fence(self, watch: CallWatch) -> Producer:
-        ensure_log_topic(self.kafka_config, self.log_topic)
+        ensure_replay_log(self.kafka_config, self.log_topic)
         producer = Producer(producer_config(self.kafka_config, self.transactional_id))
         timeout = watch.timeout(TIMEOUT_S)
         try:

@@ -27,7 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from airflow_kafka_retry.engine.clients import from_log_start, open_consumer, partition_counts
 from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
-from airflow_kafka_retry.policy.header_values import bound_message, bound_value
+from airflow_kafka_retry.policy.dead_letter_fields import dead_letter_fields
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -124,21 +124,7 @@ def _sample(message: Message, letter: DeadLetter) -> dict[str, Any]:
         "partition": partition_of(message),
         "offset": offset_of(message),
         "timestamp_ms": message.timestamp()[1],
-        "family": letter.family,
-        "original_topic": bound_value(letter.original_topic),
-        "original_partition": letter.original_partition,
-        "original_offset": letter.original_offset,
-        "original_timestamp_ms": letter.original_timestamp_ms,
-        "failed_at_ms": letter.failed_at_ms,
-        "group": bound_value(letter.group),
-        "connector": bound_value(letter.connector),
-        "failure_class": bound_value(letter.failure_class),
-        "failure_cause": bound_value(letter.failure_cause),
-        "failure_message": bound_message(letter.failure_message),
-        "delivery_count": letter.delivery_count,
-        "record_copied": letter.record_copied,
-        "missing": list(letter.missing),
-        "unreadable": {name: bound_value(why) for name, why in letter.unreadable},
+        **dead_letter_fields(letter),
     }
 
 

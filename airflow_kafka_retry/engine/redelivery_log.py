@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 
-from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
+from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.reading import ReadError, TopicReader
+from airflow_kafka_retry.engine.topics import ensure_log_topic
 from airflow_kafka_retry.policy.share_redelivery import Redelivery
 
 log = logging.getLogger(__name__)
@@ -48,25 +48,8 @@ def redelivery_log_topic(topic: str) -> str:
 
 def ensure_redelivery_log(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
     """Create the log topic (one partition, compacted, 7 days) if it is missing; True when it was created."""
-    admin = AdminClient(
-        {k: v for k, v in kafka_config.items() if k != "group.id"} | {"logger": CLIENT_LOGGER}
-    )
-    if topic in admin.list_topics(timeout=timeout).topics:
-        return False
     config = {"cleanup.policy": "compact,delete", "retention.ms": str(RETENTION_MS)}
-    future = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=-1, config=config)],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )[topic]
-    try:
-        future.result(timeout)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise KafkaConfigError(f"cannot create the redelivery log {topic}: {exc.args[0].str()}") from exc
-        return False
-    log.info("created the redelivery log %s (compacted, 1 partition)", topic)
-    return True
+    return ensure_log_topic(kafka_config, topic, what="the redelivery log", config=config, timeout=timeout)
 
 
 class RedeliveryLogView:

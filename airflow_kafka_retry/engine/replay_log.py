@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
+from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.topics import ensure_log_topic
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
@@ -162,28 +159,13 @@ def read_log(
     return result
 
 
-def ensure_log_topic(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
+def ensure_replay_log(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
     """Create the compacted log topic (one partition) if it is missing; True when it was created."""
-    admin = AdminClient(
-        {k: v for k, v in kafka_config.items() if k != "group.id"} | {"logger": CLIENT_LOGGER}
+    return ensure_log_topic(
+        kafka_config,
+        topic,
+        what="the replay log topic",
+        config={"cleanup.policy": "compact"},
+        error=ReplayError,
+        timeout=timeout,
     )
-    if topic in admin.list_topics(timeout=timeout).topics:
-        return False
-    future = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=-1, config={"cleanup.policy": "compact"})],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )[topic]
-    try:
-        future.result(timeout)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise ReplayError(f"cannot create the replay log topic {topic}: {exc.args[0].str()}") from exc
-        return False
-    deadline = time.monotonic() + timeout
-    while topic not in admin.list_topics(timeout=timeout).topics:
-        if time.monotonic() > deadline:
-            raise ReplayError(f"created the replay log topic {topic}, but it did not appear in the metadata")
-        time.sleep(0.1)
-    log.info("created the replay log topic %s (compacted, 1 partition)", topic)
-    return True

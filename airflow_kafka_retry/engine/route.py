@@ -123,16 +123,7 @@ class Router:
 
     def _book(self, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping, failures: list[str]) -> None:
         """Wait for the routed records' delivery reports, then produce what ``bookkeeping`` makes of them."""
-        timeout = self.watch.timeout(self.timeout_s)
-        with self.watch.call("flush", timeout, "the destinations' partition leaders"):
-            pending = self.producer.flush(timeout)
-        if pending or failures:
-            error = RouteError(
-                f"{len(failures)} routed records failed and {pending} were not acknowledged before their "
-                f"bookkeeping ({'; '.join(failures[:3])})"
-            )
-            error.transient = pending > 0
-            raise error
+        self._flush(failures, "before their bookkeeping")
         for topic, key, value in bookkeeping(routed):
 
             def delivered(err: KafkaError | None, msg: Message, topic: str = topic) -> None:
@@ -141,6 +132,23 @@ class Router:
 
             self.producer.produce(topic, key=key, value=value, on_delivery=delivered)
             self.producer.poll(0)
+
+    def _flush(self, failures: list[str], when: str) -> None:
+        """
+        Wait for every delivery report; a :class:`RouteError` if one failed or is missing.
+
+        It is transient when only acknowledgements are missing (the cluster, not the records).
+        """
+        timeout = self.watch.timeout(self.timeout_s)
+        with self.watch.call("flush", timeout, "the destinations' partition leaders"):
+            pending = self.producer.flush(timeout)
+        if pending or failures:
+            error = RouteError(
+                f"{len(failures)} routed records failed and {pending} were not acknowledged {when} "
+                f"({'; '.join(failures[:3])})"
+            )
+            error.transient = pending > 0
+            raise error
 
     def _produce(self, routed: Sequence[RoutedRecord], failures: list[str]) -> None:
         for item in routed:
@@ -236,23 +244,15 @@ class Router:
         failures: list[str] = []
         where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
         self._produce(routed, failures)
-        if bookkeeping is not None:
-            try:
+        try:
+            if bookkeeping is not None:
                 self._book(routed, bookkeeping, failures)
-            except RouteError as exc:
-                error = RouteError(f"{where}: {exc}; offsets not committed")
-                error.transient = exc.transient
-                raise error from exc
+            self._flush(failures, "before the commit")
+        except RouteError as exc:
+            error = RouteError(f"{where}: {exc}; offsets not committed")
+            error.transient = exc.transient
+            raise error from exc
         timeout = self.watch.timeout(self.timeout_s)
-        with self.watch.call("flush", timeout, "the destinations' partition leaders"):
-            pending = self.producer.flush(timeout)
-        if pending or failures:
-            error = RouteError(
-                f"{where}: {len(failures)} routed records failed and {pending} were not acknowledged; "
-                f"offsets not committed ({'; '.join(failures[:3])})"
-            )
-            error.transient = pending > 0  # unacknowledged in time: the cluster, not the records
-            raise error
         try:
             with self.watch.call("commit", timeout, "the group coordinator"):
                 self.consumer.commit(offsets=[source], asynchronous=False)

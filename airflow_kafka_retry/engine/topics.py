@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Topology
@@ -254,3 +255,45 @@ def _max_message_bytes(admin: AdminClient, topics: list[str], timeout: float) ->
         if value is not None and str(value).strip().lstrip("-").isdigit():
             found[resource.name] = int(value)
     return found
+
+
+def ensure_log_topic(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    *,
+    what: str,
+    config: Mapping[str, str],
+    error: type[Exception] = KafkaConfigError,
+    timeout: float = 30.0,
+) -> bool:
+    """
+    Create a one-partition log topic with ``config`` if it is missing; True when this call created it.
+
+    The replay log and the redelivery log are such topics. A created topic is waited for until the
+    metadata shows it (a producer asked for it at once could otherwise find it missing). ``what`` names
+    the topic in the log and in ``error`` (raised when it cannot be created, or does not appear in
+    ``timeout``).
+    """
+    admin = AdminClient(
+        {k: v for k, v in kafka_config.items() if k != "group.id"} | {"logger": CLIENT_LOGGER}
+    )
+    if topic in admin.list_topics(timeout=timeout).topics:
+        return False
+    future = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=-1, config=dict(config))],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )[topic]
+    try:
+        future.result(timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise error(f"cannot create {what} {topic}: {exc.args[0].str()}") from exc
+        return False
+    deadline = time.monotonic() + timeout
+    while topic not in admin.list_topics(timeout=timeout).topics:
+        if time.monotonic() > deadline:
+            raise error(f"created {what} {topic}, but it did not appear in the metadata in {timeout:.0f}s")
+        time.sleep(0.1)
+    log.info("created %s %s (1 partition, %s)", what, topic, ", ".join(f"{k}={v}" for k, v in config.items()))
+    return True
