@@ -9,6 +9,7 @@ dead-lettered as usual (the DLT watch sees it), the claim is logged and counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -108,8 +109,10 @@ def test_a_real_copys_audit_copied_onto_another_record_is_not_trusted(kafka_boot
 
 def _first_event(trigger, seconds: float) -> dict:
     async def first():
-        async for event in trigger.run():
-            return event.payload
+        # closed on the way out, as the triggerer ends a trigger: its watches close before this returns
+        async with contextlib.aclosing(trigger.run()) as events:
+            async for event in events:
+                return event.payload
 
     return asyncio.run(asyncio.wait_for(first(), seconds))
 
