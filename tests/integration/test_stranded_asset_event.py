@@ -129,6 +129,12 @@ def test_a_lane_whose_event_the_scheduler_left_behind_runs_in_the_other_lanes_ru
                 "GROUP BY r.id, r.run_id ORDER BY r.id",
                 dag_id,
             )[runs_before:]
+            # the handler wrote its line before its task ended: wait for the first run to end
+            ended = (
+                "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ? AND state IN ('success', 'failed')"
+            )
+            if runs:
+                _wait("the first run to end", lambda: cluster.query(ended, dag_id, runs[0][0]), 60, cluster)
             ran = cluster.query(
                 "SELECT run_id, task_id FROM task_instance WHERE dag_id = ? AND state = 'success' "
                 "AND task_id IN ('retry_1', 'watch_dlt')",
