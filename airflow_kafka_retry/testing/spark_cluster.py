@@ -157,8 +157,14 @@ class SparkCluster:
         daemon_conf = self.base_dir / "daemon-conf"
         daemon_conf.mkdir(mode=0o700, exist_ok=True)
         self.client_conf_dir.mkdir(mode=0o700, exist_ok=True)
-        # a port taken meanwhile fails the start at once, naming it, instead of Spark moving to the next one
-        daemon_settings = {**self._auth_conf(), "spark.port.maxRetries": "0"}
+        # a port taken meanwhile fails the start at once, naming it, instead of Spark moving to the next one;
+        # no REST submission server (nothing here submits in cluster mode): on its fixed port 6066 a second
+        # cluster's master failed to start it and never became ALIVE (two xdist workers, CI of 569acbc)
+        daemon_settings = {
+            **self._auth_conf(),
+            "spark.port.maxRetries": "0",
+            "spark.master.rest.enabled": "false",
+        }
         daemon_props = _write_private(daemon_conf / "spark-daemon.conf", _properties(daemon_settings))
         _write_private(self.client_properties, _properties(self.client_conf()))
         register(self)

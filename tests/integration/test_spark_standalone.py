@@ -232,6 +232,14 @@ def test_a_taken_port_fails_the_start_at_once_naming_the_daemon_with_its_log(tmp
     assert not cluster.master.running
 
 
+def test_a_second_cluster_starts_beside_a_running_one(spark_cluster, tmp_path):
+    """Two xdist workers may each run a cluster: no fixed port (the REST submission server's 6066, once)."""
+    with SparkCluster(tmp_path / "second", ready_timeout=60) as second:
+        assert second.master_url != spark_cluster.master_url
+        assert second.worker_count == spark_cluster.worker_count
+    assert "RestSubmissionServer" not in (second.base_dir / "master" / "logs" / "master.log").read_text()
+
+
 # ----------------------------------------------------------------------------- a master that does not answer
 def test_a_master_that_does_not_answer_fails_with_an_error_naming_it(
     spark_cluster, tmp_path, kafka_bootstrap
