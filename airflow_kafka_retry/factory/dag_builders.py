@@ -48,7 +48,7 @@ def factory_dag(
 ) -> DAG:
     """A DAG of the factory; with ``watched``, scheduled on that asset or ``schedule`` (a sweep)."""
     kwargs = dict(dag_kwargs)
-    if watched is None:  # an event-driven DAG has none: its sweep does not run at once when first deployed
+    if watched is None:  # an event-driven DAG has none, so its sweep's last tick is not run when deployed
         kwargs.setdefault("start_date", DEFAULT_START_DATE)
     kwargs.setdefault("catchup", False)
     kwargs["max_active_runs"] = max_active_runs
@@ -57,7 +57,11 @@ def factory_dag(
     if isinstance(schedule, str) and schedule != "@once":
         from airflow.sdk import CronTriggerTimetable
 
-        schedule = CronTriggerTimetable(schedule, timezone=timezone_name or "UTC")
+        # run_immediately=0: Airflow's default (False) still runs a tick that passed within a tenth of the
+        # period (16.8 h for a weekly sweep) when a DAG without a start date is first deployed
+        schedule = CronTriggerTimetable(
+            schedule, timezone=timezone_name or "UTC", run_immediately=timedelta(0)
+        )
     if watched is not None:
         schedule = sweep_schedule(watched, schedule)
     return DAG(dag_id=dag_id, schedule=schedule, **kwargs)

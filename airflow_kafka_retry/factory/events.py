@@ -72,8 +72,7 @@ def default_sweep(dag_id: str, *, topology_topic: str, slot: int) -> str:
     tiers in order, then the DLT watch) sweeps on its own day of the week, the days of one topology
     consecutive from a day derived from its main topic: an idle topology creates at most one run a day
     (with up to 7 swept DAGs). The time of day is derived from the DAG id, so the sweeps of many DAGs
-    spread over the day. When a DAG is first deployed, the scheduler runs its tick once if it fell earlier
-    that day (measured: 8 of 100 DAGs; one DAG of a topology at most, its days being distinct).
+    spread over the day. A tick that passed before a DAG is first deployed is not run (``build_dag``).
     """
     day = (zlib.crc32(topology_topic.encode()) + slot) % 7
     spread = zlib.crc32(dag_id.encode())

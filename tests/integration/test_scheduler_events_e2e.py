@@ -217,8 +217,9 @@ def test_event_driven_tiers_run_when_records_are_due(
                 cluster.log_tail("dag-processor", 4000),
             )
             raise
-        # idle (nothing produced yet, nothing due): event mode starts no DAG run; only an hourly sweep (a
-        # "scheduled" run, each DAG once an hour at its own minute) may fall into the window
+        # idle (nothing produced yet, nothing due): event mode starts no DAG run; only the DAG's weekly
+        # sweep (a "scheduled" run) could, if its tick fell into the window (a tick that passed before
+        # the deploy is not run: test_sweep_first_deploy.py)
         [(last_run,)] = cluster.query("SELECT coalesce(max(id), 0) FROM dag_run")
         time.sleep(IDLE_S)
         idle_runs = cluster.query("SELECT dag_id, run_type FROM dag_run WHERE id > ?", last_run)
