@@ -132,7 +132,8 @@ class HeadWatch:
             )
             self.committed.update(offsets)
 
-    def _read_committed(self, keys: Sequence[Key], timeout_s: float = 30.0) -> dict[Key, int]:
+    # 15 s: a topology's lanes are looked at one after another, so a request that times out holds them all
+    def _read_committed(self, keys: Sequence[Key], timeout_s: float = 15.0) -> dict[Key, int]:
         try:
             return self._client.committed(self.group, keys, timeout_s)
         except KafkaException as exc:

@@ -13,6 +13,11 @@ librdkafka threads): when it crashes, only the requests in flight fail, with :cl
 naming the process and how it ended, as a broker error would (a watch asks again at its next check), and
 the next request starts a new child.
 
+A request that timed out retires its child: the next requests start a new one, and the old one ends once
+it answered those in flight. After a rolling restart of a cluster, a long-lived admin client went on timing
+out every request for its groups' offsets (30 s each, while the consumers of the drains read and committed
+them), until the triggerer restarted; a new client read them at once.
+
 Every request has a deadline this side enforces: the child's answer is awaited ``timeout_s`` plus
 :data:`ANSWER_GRACE_S`; a child that misses it is killed (its other requests fail with it) and the caller
 gets :class:`OffsetReaderStuck`. The Kafka configuration reaches the child through its pipe, never its
@@ -49,6 +54,8 @@ Key = tuple[str, int]
 ANSWER_GRACE_S = 5.0
 #: Seconds a stopped child gets to exit before it is killed.
 EXIT_GRACE_S = 2.0
+#: The client errors of a request that retire its child (its admin client may be stuck on a connection).
+RETIRING_ERRORS = frozenset({"_TIMED_OUT"})
 
 
 class OffsetReaderDied(KafkaException):
@@ -69,6 +76,7 @@ class _Child:
         self.lock = threading.Lock()
         self.pending: dict[int, Future[list[tuple[Any, ...]]]] = {}
         self.closing = False  # no more requests: the child is ending or has ended
+        self.retiring = False  # no new requests: it ends once those in flight are answered
         self.ended: str | None = None  # how it ended
         self.control.send(("setup", list(sys.path), pickle.dumps(dict(kafka_config))))
         threading.Thread(target=self._listen, name=f"offset-reader-{self.pid}", daemon=True).start()
@@ -106,6 +114,18 @@ class _Child:
                 future.set_result(message[2])
             else:
                 future.set_exception(KafkaException(message[2]))
+                if len(message) > 3 and message[3] in RETIRING_ERRORS and not self.retiring:
+                    self.retiring = True
+                    log.warning(
+                        "the committed-offset reader process %s: a request failed (%s); the next requests "
+                        "start a new process",
+                        self.pid,
+                        message[2],
+                    )
+            with self.lock:
+                if self.retiring and not self.pending:
+                    why = "was replaced after a request timed out"
+                    break
         self.end(why)
         self.answers.close()  # only here: this thread may be reading it until now
 
@@ -146,7 +166,7 @@ class OffsetReader:
 
     def _running(self) -> _Child:
         with self._lock:
-            if self._child is None or self._child.closing:
+            if self._child is None or self._child.closing or self._child.retiring:
                 self._child = _Child(self._kafka_config)
             return self._child
 

@@ -6,7 +6,7 @@ Started by :mod:`~airflow_kafka_retry.engine.offset_reader` with its control and
 pickled kafka_config)`` (unpickled once the parent's ``sys.path`` is taken: an ``oauth_cb`` may name a
 module of the user's); each later one is ``("ask", ident, group, [(topic, partition), ...],
 timeout_s)``, answered with ``("answer", ident, [(topic, partition, offset, error or None), ...])``
-or ``("failed", ident, message)``. Requests run at once, side by side: each is an
+or ``("failed", ident, message, error code name or None)``. Requests run at once, side by side: each is an
 ``AdminClient.list_consumer_group_offsets`` (stable offsets, as a ``read_committed`` consumer of the
 group reads them) whose future answers from the client's own thread.
 
@@ -50,11 +50,18 @@ def _answer(answers: FrameWriter, ident: int, future: Future[Any]) -> None:
         ]
         message: tuple[Any, ...] = ("answer", ident, listed)
     except Exception as exc:  # the request failed: the parent names the group and partitions
-        message = ("failed", ident, f"{type(exc).__name__}: {exc}")
+        message = ("failed", ident, f"{type(exc).__name__}: {exc}", _code(exc))
     try:
         answers.send(message)
     except OSError:  # the parent is gone
         os._exit(EXIT_ENGINE_GONE)
+
+
+def _code(exc: BaseException) -> str | None:
+    """The name of a client error's code (``_TIMED_OUT``), else None."""
+    error = exc.args[0] if exc.args else None
+    name = getattr(error, "name", None)
+    return str(name()) if callable(name) else None
 
 
 def serve(control: FrameReader, answers: FrameWriter, kafka_config: Mapping[str, Any]) -> None:
@@ -79,7 +86,7 @@ def serve(control: FrameReader, answers: FrameWriter, kafka_config: Mapping[str,
                 request, require_stable=True, request_timeout=timeout_s
             )
         except Exception as exc:  # a request the client refuses (e.g. a bad group name)
-            answers.send(("failed", ident, f"{type(exc).__name__}: {exc}"))
+            answers.send(("failed", ident, f"{type(exc).__name__}: {exc}", _code(exc)))
             continue
         futures[group].add_done_callback(functools.partial(_answer, answers, ident))
 

@@ -116,7 +116,8 @@ class Lease:
         self.sharing = sharing
         self.consumer = sharing.consumer
         self.ident = ident
-        self.keys: set[Key] = set()
+        self.keys: set[Key] = set()  # claimed
+        self.assigned: set[Key] = set()  # of those, in the consumer's assignment
         self._closed = False
 
     def claim(self, keys: Collection[Key]) -> bool:
@@ -180,7 +181,13 @@ class Lease:
     # event loop. Only this lease changes its partitions, so nothing else orders these calls.
     def assign(self, tps: list[TopicPartition]) -> None:
         """
-        Assign ``tps`` at their offsets, fetching.
+        Assign ``tps`` at their offsets, fetching (a partition this lease has assigned is assigned again).
+
+        librdkafka's incremental (un)assignment is all or nothing: one partition not in the consumer's
+        assignment fails an un-assignment, one already in it fails an assignment, and nothing changes. So
+        the lease un-assigns only what it knows it assigned (:attr:`assigned`): a partition it claimed but
+        failed to assign (a broker that did not answer in between) must not leave the others assigned to
+        nobody, where every later lease's assignment of them would fail.
 
         librdkafka keeps a partition's pause across un-assignment: a watch of this process that held the
         partition before (closed after a broker error, and opened again) may have paused it at its head,
@@ -188,16 +195,20 @@ class Lease:
         """
         tps = self._from_start(tps)
         self._check(tps)
+        self._unassign([(tp.topic, tp.partition) for tp in tps])
         self.consumer.incremental_assign(tps)
+        self.assigned.update((tp.topic, tp.partition) for tp in tps)
         self.consumer.resume(tps)
 
     def reassign(self, tps: list[TopicPartition]) -> None:
-        """Assign ``tps`` again at their offsets, fetching (a partition paused at its head stays paused)."""
-        tps = self._from_start(tps)
-        self._check(tps)
-        self.consumer.incremental_unassign(tps)
-        self.consumer.incremental_assign(tps)
-        self.consumer.resume(tps)
+        """Assign ``tps`` again at their offsets, fetching (resumed, as :meth:`assign`)."""
+        self.assign(tps)
+
+    def _unassign(self, keys: Collection[Key]) -> None:
+        """Un-assign those of ``keys`` this lease assigned."""
+        if gone := [k for k in keys if k in self.assigned]:
+            self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in gone])
+            self.assigned.difference_update(gone)
 
     def pause(self, tps: list[TopicPartition]) -> None:
         """Stop fetching ``tps`` (librdkafka queues the pause: no wait, no lock)."""
@@ -230,14 +241,13 @@ class Lease:
         self._closed = True
         s = self.sharing
         with s.lock:
-            mine = [k for k, o in s.owners.items() if o == self.ident]
-            for key in mine:
+            for key in [k for k, o in s.owners.items() if o == self.ident]:
                 del s.owners[key]  # what is fetched for them from now on is dropped by the drain
             s.inboxes.pop(self.ident, None)
-            unassign = bool(mine) and s.broken is None
+            unassign = s.broken is None
         if unassign:  # outside the lock: it waits for librdkafka's main thread
             with contextlib.suppress(KafkaException, RuntimeError):
-                self.consumer.incremental_unassign([TopicPartition(t, p) for t, p in mine])
+                self._unassign(list(self.assigned))
         _release(s)
 
 

@@ -318,7 +318,7 @@ def test_a_rolling_restart_of_three_brokers_under_event_driven_tiers(
             states = Counter(
                 state for _, _, state in af.query("SELECT dag_id, task_id, state FROM task_instance")
             )
-            logs = {name: af.log_tail(name, 1500) for name in ("scheduler", "triggerer")}
+            logs = {"scheduler": af.log_tail("scheduler", 1500), "triggerer": af.log_tail("triggerer", 5000)}
             return f"handled: {dict(handled)}; task states: {dict(states)}; logs: {logs}"
 
         af.wait_for_success(dag_id, SETUP_S, task_id="ensure_topics")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine import offset_reader as reader_module
 from airflow_kafka_retry.engine.offset_reader import OffsetReader, OffsetReaderDied, OffsetReaderStuck
@@ -122,6 +123,30 @@ def test_a_child_that_does_not_answer_is_killed_at_the_deadline(kafka_bootstrap,
 
     _wait_gone(stuck)
     assert reader.committed(group, [(topic, 0)], 30.0) == {(topic, 0): 7}
+
+
+def test_a_request_that_times_out_retires_its_child_and_the_next_goes_to_a_new_one() -> None:
+    """After a rolling restart a long-lived admin client timed out every request until it was replaced.
+
+    Here the "broker" takes connections and never answers, so each request times out."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.extend(iter(lambda: silent.accept()[0], None)), daemon=True).start()
+    reader = OffsetReader({"bootstrap.servers": f"127.0.0.1:{silent.getsockname()[1]}"})
+    try:
+        pids = []
+        for _ in range(2):
+            with pytest.raises(KafkaException, match="_TIMED_OUT"):
+                reader.committed("g", [("t", 0)], 1.0)
+            pids.append(reader._child.pid if reader._child is not None else None)
+        assert None not in pids, pids
+        assert pids[0] != pids[1], pids
+        _wait_gone(pids[0])  # the retired child ended once it had answered
+    finally:
+        reader.close()
+        silent.close()
+        for connection in held:
+            connection.close()
 
 
 def test_the_child_dies_with_its_parent_and_gets_its_configuration_through_the_pipe(config, new_topic):
