@@ -16,6 +16,10 @@ draining on fires no new wave for the records that run takes itself, rather than
 behind it: while its group committed within the last ``follow`` + ``busy_hold`` seconds, the heads due
 by the last commit plus ``follow`` (the tasks' own wait for their next record) are held.
 
+Each lane's broker calls (opening its watch, reading its group's committed offsets, its gauges) run
+beside the other lanes': a lane whose broker does not answer, a request timing out after a rolling
+restart, holds none of the others back.
+
 When a lane's topics do not exist (a first deployment), the trigger fires a *setup* event naming the
 setup task (which creates the topology's topics), at most once per ``SETUP_REFIRE_S``. Only the
 connection id travels in the serialized arguments, never the Kafka configuration.
@@ -24,6 +28,7 @@ connection id travels in the serialized arguments, never the Kafka configuration
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -34,16 +39,12 @@ from airflow_kafka_retry.policy.due_check import format_ms
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
+from airflow_kafka_retry.triggers.lane_changes import note_lane_changes
 from airflow_kafka_retry.triggers.topology_lanes import (
-    LANES_KEY,
-    MAIN_LANE,
     TOPOLOGY_DUE,
-    WATCH_LANE,
     Lane,
     check_lanes,
-    lane_changes,
     lane_window,
-    lanes_state,
 )
 from airflow_kafka_retry.triggers.watching import (
     MemoryStore,
@@ -58,10 +59,11 @@ from airflow_kafka_retry.triggers.watching import (
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.head_watch import HeadWatch
 
-#: How long a removed tier's topic is read for its pending records (the warning says what it found).
-PENDING_LOOK_MS = 10_000
 #: A setup event (the topology's topics missing) fires again at most this often.
 SETUP_REFIRE_S = 600.0
+#: Seconds a loop waits for the lanes' broker calls it started before it goes on with the lanes that
+#: answered: a lane whose broker does not answer (a request timing out) holds none of the others.
+CHECK_WAIT_S = 1.0
 
 
 class TopologyDueEventTrigger(BaseEventTrigger):
@@ -148,68 +150,25 @@ class TopologyDueEventTrigger(BaseEventTrigger):
     async def _save(self, lane: Lane) -> None:
         await save_wave(self._store(), lane.state_key, lane.wave)
 
-    # ------------------------------------------------------------------ a change of lanes
     async def _note_lane_changes(self) -> None:
-        """
-        Log the lanes added or removed since the topology's last watcher, and what a removed tier still holds.
-
-        A removed tier's records stay in its topic, drained by no task: the warning names its topic, group
-        and first pending records, and how to drain them. Its wave state is forgotten.
-        """
-        store = self._store()
-        before = await store.aget(LANES_KEY)
-        added, removed = lane_changes(before, self.lanes)
-        if added:
-            self.log.info(
-                "%s: now watching %s too (added since the last watcher)", self.topology_topic, added
-            )
-        for spec in removed:
-            gone = Lane(spec, None)
-            await self._save(gone)  # no wave: forget what the removed lane had fired
-            if spec["name"] in (WATCH_LANE, MAIN_LANE):  # the DLTs stay, the service drains its own topic
-                self.log.info("%s: no longer watched (removed from the topology DAG)", gone.where)
-                continue
-            self.log.warning(
-                "%s: this tier is no longer part of the topology, so no task drains its topic; %s",
-                gone.where,
-                await self._pending(spec),
-            )
-        state = lanes_state(self.lanes)
-        if before != state:
-            await store.aset(LANES_KEY, state)
-
-    async def _pending(self, spec: Mapping[str, Any]) -> str:
-        """What a removed tier's topic still holds past its group's committed offsets, in one line."""
-        from airflow_kafka_retry.engine.head_watch import HeadWatchError
-
-        try:
-            watch = await open_watch(
-                self.kafka_conn_id, spec["topics"], spec["group"], read_due=False, due_horizon_ms=0
-            )
-        except (HeadWatchError, ValueError) as exc:
-            return f"its records could not be read ({exc})"
-        try:
-            deadline = wall_clock_ms() + PENDING_LOOK_MS
-            while not watch.complete and wall_clock_ms() < deadline:
-                watch.poll()
-                await asyncio.sleep(0.1)
-            heads = sorted(f"{t}[{p}]@{h.offset}" for (t, p), h in watch.heads.items())
-        finally:
-            await asyncio.to_thread(watch.close)
-        if not heads:
-            return "nothing is pending there" + ("" if watch.complete else " as far as could be read in 10 s")
-        return (
-            f"records are pending there from {', '.join(heads)}: drain them with the topology file that "
-            "still has this tier (airflow-kafka-retry drain --topology OLD.yaml --tier N --handler ... "
-            "with the cluster's --bootstrap or --kafka-config), or put the tier back"
-        )
+        await note_lane_changes(self.log, self._store(), self.lanes, self.topology_topic, self.kafka_conn_id)
 
     # ------------------------------------------------------------------ one lane, one step
-    async def _step(self, lane: Lane, now: int) -> WavePlan[tuple[str, int]] | int:
-        """Look at one lane: a plan to fire, or when to look again (epoch ms)."""
+    def _check_due(self, lane: Lane, now: int) -> bool:
+        """Whether the lane has broker calls to make now (:meth:`_check`)."""
         if lane.watch is None:
-            if now < lane.retry_at:
-                return lane.retry_at
+            return now >= lane.retry_at
+        gauges = lane.spec.get("tier_index") is not None and now >= lane.next_gauges and lane.watch.complete
+        return now >= lane.next_check or gauges
+
+    async def _check(self, lane: Lane, now: int) -> None:
+        """
+        A lane's broker calls: open its watch, read its group's committed offsets, send its gauges.
+
+        They run beside the other lanes' (the loop waits for them only :data:`CHECK_WAIT_S`): a lane
+        whose broker does not answer holds none of the others.
+        """
+        if lane.watch is None:
             lane.watch = await open_watch(
                 self.kafka_conn_id,
                 lane.spec["topics"],
@@ -242,12 +201,15 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             lane.next_check = now + self._s("commit_check" if busy else "idle_check")
             if lane.wave is not None:
                 lane.next_check = min(lane.next_check, lane.wave.expires_ms(self._s("refire_after")))
-        watch.poll()
         tier = lane.spec.get("tier_index")
         if tier is not None and now >= lane.next_gauges and watch.complete:
             topic = lane.spec["topics"][0]
             await send_tier_gauges(self.log, watch, topic, self.topology_topic, tier, now)
             lane.next_gauges = now + self._s("gauge_interval")
+
+    def _look(self, lane: Lane, watch: HeadWatch, now: int) -> WavePlan[tuple[str, int]] | int:
+        """What the lane's watch fetched (never waits): a plan to fire, or when to look again (epoch ms)."""
+        watch.poll()
         wake = now + self._s("poll_interval")
         if lane.wave is not None or not watch.heads:
             return wake
@@ -298,21 +260,37 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                     format_ms(lane.wave.fired_ms),
                 )
         setup_fired_ms: int | None = None
+        errors = (HeadWatchError, KafkaException, KafkaConfigError)
         try:
             while True:
                 now = wall_clock_ms()
+                started = []
+                for lane in lanes:
+                    if lane.check is None and self._check_due(lane, now):
+                        lane.check = asyncio.ensure_future(self._check(lane, now))
+                        started.append(lane.check)
+                if started:  # an answering broker answers within this; a lane that waits longer waits alone
+                    await asyncio.wait(started, timeout=CHECK_WAIT_S)
                 fire: list[_Firing] = []
+                now = wall_clock_ms()
                 wake, missing = now + self._s("poll_interval"), False
                 for lane in lanes:
                     try:
-                        step = await self._step(lane, now)
-                    except (HeadWatchError, KafkaException, KafkaConfigError) as exc:
+                        if lane.check is not None:
+                            if not lane.check.done():
+                                continue  # its broker calls go on
+                            check, lane.check = lane.check, None
+                            check.result()
+                        if lane.watch is None:
+                            wake = min(wake, lane.retry_at)
+                            continue
+                        step = self._look(lane, lane.watch, now)
+                    except errors as exc:
                         missing = await self._failed(lane, exc, now) or missing
                         wake = min(wake, lane.retry_at)
                         continue
                     if isinstance(step, WavePlan):
-                        if lane.watch is not None:
-                            fire.append((lane, step, lane.watch))
+                        fire.append((lane, step, lane.watch))
                     else:
                         wake = min(wake, step)
                 setup = (
@@ -326,9 +304,18 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                     yield await self._fire(fire, wall_clock_ms(), setup=setup)
                     self._at("after_yield")
                     continue
-                await asyncio.sleep(max(0.0, min(wake - wall_clock_ms(), self._s("poll_interval")) / 1000))
+                pause = max(0.0, min(wake - wall_clock_ms(), self._s("poll_interval")) / 1000)
+                checking = [lane.check for lane in lanes if lane.check is not None]
+                if checking:  # a lane's broker calls that end wake the loop
+                    await asyncio.wait(checking, timeout=pause, return_when=asyncio.FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(pause)
         finally:
             for lane in lanes:
+                if lane.check is not None:
+                    lane.check.cancel()  # an open_watch cancelled closes what its thread opens
+                    with contextlib.suppress(Exception, asyncio.CancelledError):
+                        await asyncio.wait_for(lane.check, CHECK_WAIT_S)
                 if lane.watch is not None:
                     await asyncio.to_thread(lane.watch.close)
 

@@ -18,6 +18,8 @@ from airflow_kafka_retry.policy.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 
 if TYPE_CHECKING:
+    import asyncio
+
     from airflow_kafka_retry.engine.head_watch import HeadWatch
     from airflow_kafka_retry.policy.waves import Wave
 
@@ -49,6 +51,7 @@ class Lane:
     failures: int = 0
     last_move_ms: int = 0  # when its group's committed offsets last moved
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    check: asyncio.Future[None] | None = None  # its broker calls in flight (TopologyDueEventTrigger._check)
 
     @property
     def name(self) -> str:
