@@ -37,7 +37,7 @@ import pytest
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
 from airflow_kafka_retry.testing.topics import create_topics, unique_topic
 
@@ -46,6 +46,7 @@ from tests.integration.test_observability_dag import StatsdListener, parse_stats
 from tests.integration.test_scheduler_events_e2e import DAG_FILE, lane_events
 from tests.support import ledger
 from tests.support.ledger import Account
+from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import (
     dlt_coordinates,
     lateness,
@@ -277,12 +278,13 @@ def test_a_rolling_restart_of_three_brokers_under_event_driven_tiers(
     request.addfinalizer(gauges.stop)
 
     home = tmp_path / "airflow"
-    env = airflow_env(
+    env = timed_airflow_env(
         home,
-        connections={"kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}},
+        bootstrap=bootstrap,
+        database_url=airflow_database_url,
+        timed_ledger=timed_ledger,
+        notify_log=notify_log,
         extra={
-            "AKR_TIMED_LEDGER": str(timed_ledger),
-            "AKR_NOTIFY_LOG": str(notify_log),
             # the watchers' backlog gauges (every 60 s each) go to the listener
             "AIRFLOW__METRICS__STATSD_ON": "True",
             "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
@@ -290,8 +292,6 @@ def test_a_rolling_restart_of_three_brokers_under_event_driven_tiers(
             "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
             "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
         },
-        pythonpath=[REPO],
-        database_url=airflow_database_url,
     )
     (home / "dags" / "rr_topology.py").write_text(
         textwrap.dedent(DAG_FILE.format(topology=str(topology_file), layout="topology"))

@@ -41,10 +41,11 @@ import pytest
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.factory.events import due_asset_uri
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env, free_port
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, free_port
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import json_column, produce_script, read_ledger, scripted
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
@@ -107,14 +108,13 @@ def test_triggerer_and_scheduler_die_and_the_others_take_over(
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
     home = tmp_path / "airflow"
-    env = airflow_env(
+    env = timed_airflow_env(
         home,
-        connections={
-            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        },
+        bootstrap=kafka_bootstrap,
+        database_url=airflow_database_url,
+        timed_ledger=timed_ledger,
+        notify_log=notify_log,
         extra={
-            "AKR_TIMED_LEDGER": str(timed_ledger),
-            "AKR_NOTIFY_LOG": str(notify_log),
             # what an operator sets for quick takeovers (defaults: 30 s, and orphans checked every 300 s)
             "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": str(THRESHOLD_S),
             "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": str(HEARTBEAT_S),
@@ -123,8 +123,6 @@ def test_triggerer_and_scheduler_die_and_the_others_take_over(
             "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.support.hostname.from_env",
             "AIRFLOW__CORE__PARALLELISM": "8",
         },
-        pythonpath=[REPO],
-        database_url=airflow_database_url,
     )
     # each process names itself in its job row; the two of a kind serve their logs on their own ports
     per_process = {

@@ -41,11 +41,12 @@ import pytest
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_celery import CeleryWorkers, alive, celery_env
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 from airflow_kafka_retry.testing.redis_server import RedisServer
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import produce_script, read_ledger, scripted
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
@@ -130,23 +131,20 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
     with RedisServer() as redis:
         redis_s = time.monotonic() - started
         home = tmp_path / "airflow"
-        env = airflow_env(
+        env = timed_airflow_env(
             home,
-            connections={
-                "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-            },
+            bootstrap=kafka_bootstrap,
+            database_url=airflow_database_url,
+            timed_ledger=timed_ledger,
+            notify_log=tmp_path / "notified.jsonl",
             extra={
                 **celery_env(redis.url(), airflow_database_url, concurrency=2),
-                "AKR_TIMED_LEDGER": str(timed_ledger),
-                "AKR_NOTIFY_LOG": str(tmp_path / "notified.jsonl"),
                 "AKR_BATCH_LOG": str(batch_log),
                 "AKR_BATCH_SLEEP_S": str(BATCH_SLEEP_S),
                 "AIRFLOW__CORE__HOSTNAME_CALLABLE": "tests.support.hostname.from_env",
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": str(HEARTBEAT_TIMEOUT_S),
                 "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "2",
             },
-            pythonpath=[REPO],
-            database_url=airflow_database_url,
             executor="CeleryExecutor",
         )
         (home / "dags" / "cel_tiers.py").write_text(

@@ -26,10 +26,11 @@ import pytest
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import (
     dlt_coordinates,
     lateness,
@@ -121,14 +122,12 @@ def test_scheduler_runs_the_tiers_on_time(kafka_bootstrap, airflow_database_url,
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
     home = tmp_path / "airflow"
-    env = airflow_env(
+    env = timed_airflow_env(
         home,
-        connections={
-            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        },
-        extra={"AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log)},
-        pythonpath=[REPO],
+        bootstrap=kafka_bootstrap,
         database_url=airflow_database_url,
+        timed_ledger=timed_ledger,
+        notify_log=notify_log,
     )
     (home / "dags" / "e2e_tiers.py").write_text(
         textwrap.dedent(

@@ -33,10 +33,11 @@ import pytest
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
+from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import (
     dlt_coordinates,
     json_column,
@@ -126,19 +127,16 @@ def test_event_driven_tiers_run_when_records_are_due(
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
 
     home = tmp_path / "airflow"
-    env = airflow_env(
+    env = timed_airflow_env(
         home,
-        connections={
-            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        },
-        extra={
-            "AKR_TIMED_LEDGER": str(timed_ledger),
-            "AKR_NOTIFY_LOG": str(notify_log),
-            # a restarted triggerer takes over the dead one's watchers after this (default 30 s)
-            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
-        },
-        pythonpath=[REPO],
+        bootstrap=kafka_bootstrap,
         database_url=airflow_database_url,
+        timed_ledger=timed_ledger,
+        notify_log=notify_log,
+        extra={
+            # a restarted triggerer takes over the dead one's watchers after this (default 30 s)
+            "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10"
+        },
     )
     (home / "dags" / "ev_tiers.py").write_text(
         textwrap.dedent(DAG_FILE.format(topology=str(topology_file), layout="topology"))

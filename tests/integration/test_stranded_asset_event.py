@@ -25,9 +25,10 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
 
+from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import json_column, read_ledger
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(360)]
@@ -85,14 +86,12 @@ def test_a_lane_whose_event_the_scheduler_left_behind_runs_in_the_other_lanes_ru
     create_topics(kafka_bootstrap, [main], 1)
     timed_ledger, notify_log = tmp_path / "handled.jsonl", tmp_path / "notified.jsonl"
     home = tmp_path / "airflow"
-    env = airflow_env(
+    env = timed_airflow_env(
         home,
-        connections={
-            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        },
-        extra={"AKR_TIMED_LEDGER": str(timed_ledger), "AKR_NOTIFY_LOG": str(notify_log)},
-        pythonpath=[REPO],
+        bootstrap=kafka_bootstrap,
         database_url=airflow_database_url,
+        timed_ledger=timed_ledger,
+        notify_log=notify_log,
     )
     (home / "dags" / "st.py").write_text(textwrap.dedent(DAG_FILE.format(topology=str(topology_file))))
     dag_id = f"st__{main}"
