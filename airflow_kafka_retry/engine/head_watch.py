@@ -108,6 +108,12 @@ class HeadWatch:
         return self._client.shared
 
     @property
+    def awaited(self) -> list[str]:
+        """Its optional topics not watched yet: they did not exist at its last look."""
+        watched = {t for t, _ in self.committed}
+        return [t for t in self.topics if t in self.optional and t not in watched]
+
+    @property
     def complete(self) -> bool:
         """Every partition gave its head or its end since it was last (re-)assigned."""
         return all(k in self.heads or k in self.ended for k in self.committed)

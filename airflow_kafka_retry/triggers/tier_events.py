@@ -35,6 +35,7 @@ from airflow_kafka_retry.triggers.watching import (
     MemoryStore,
     check_seconds,
     load_wave,
+    next_check_ms,
     open_watch,
     save_wave,
     send_tier_gauges,
@@ -183,7 +184,8 @@ class _HeadEventTrigger(BaseEventTrigger):
                             wave = None
                             await self._save_wave(None)
                         busy = wave is not None or bool(watch.heads)
-                        next_check = now + int((self.commit_check if busy else self.idle_check) * 1000)
+                        interval = self.commit_check if busy else self.idle_check
+                        next_check = next_check_ms(watch, now, int(interval * 1000))
                         if wave is not None:  # look again right when it expires, not a check later
                             next_check = min(next_check, wave.expires_ms(int(self.refire_after * 1000)))
                     watch.poll()

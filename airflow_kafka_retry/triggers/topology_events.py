@@ -50,6 +50,7 @@ from airflow_kafka_retry.triggers.watching import (
     MemoryStore,
     check_seconds,
     load_wave,
+    next_check_ms,
     open_watch,
     save_wave,
     send_tier_gauges,
@@ -198,7 +199,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 lane.wave = None
                 await self._save(lane)
             busy = lane.wave is not None or bool(watch.heads)
-            lane.next_check = now + self._s("commit_check" if busy else "idle_check")
+            lane.next_check = next_check_ms(watch, now, self._s("commit_check" if busy else "idle_check"))
             if lane.wave is not None:
                 lane.next_check = min(lane.next_check, lane.wave.expires_ms(self._s("refire_after")))
         tier = lane.spec.get("tier_index")

@@ -262,3 +262,30 @@ def test_the_watch_lane_fires_for_a_new_record_in_a_named_queue(kafka_bootstrap,
         [(later, 0, 0)],
     ], _brief(events)
     assert not [e for _, e in events if SETUP in e["due"]], _brief(events)  # a missing queue is no setup
+
+
+def test_an_idle_lane_finds_a_queue_created_long_before_its_next_idle_check(
+    kafka_bootstrap, kafka_conn, named_queues
+):
+    """A DLQ appears at its framework's first dead letter: the lane looks for it every 5 s, not idle_check."""
+    topology, _, (connect, _, later) = named_queues
+    [lane] = topology_lanes(topology, (), {}, dlt_watch=True)
+    _produce(kafka_bootstrap, [(connect, 0, _connect_letter(topology.topic, 0, 5))])
+    trigger = _trigger(kafka_conn, [lane], idle_check=600.0)  # an idle lane's next look: in 10 minutes
+
+    def taken_then_a_new_queue(_events) -> None:
+        commit(kafka_bootstrap, lane["group"], connect, {0: 1})  # the lane goes idle once it sees this
+        time.sleep(2.0)  # it has (commit_check 0.2 s): its next look at its partitions is 10 minutes away
+        create_topics(kafka_bootstrap, [later], 1)
+        _produce(kafka_bootstrap, [(later, 0, _share_letter(topology.topic, 0, 3))])
+
+    events = _Running(trigger).for_seconds(
+        WAIT_S,
+        until=lambda ev: len(_fired(ev, "watch_dlt")) == 1,
+        then=taken_then_a_new_queue,
+        done=lambda ev: len(_fired(ev, "watch_dlt")) >= 2,
+    )
+    assert [_heads(part) for _, part in _fired(events, "watch_dlt")] == [
+        [(connect, 0, 0)],
+        [(later, 0, 0)],
+    ], _brief(events)
