@@ -30,6 +30,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from airflow_kafka_retry.engine.call_watch import CallStuckError, bounded
 from airflow_kafka_retry.engine.clients import (
     KafkaConfigError,
+    coordinator_busy,
     from_log_start,
     open_consumer,
     partition_counts,
@@ -41,6 +42,8 @@ from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, 
 CLOSE_S = 30.0
 #: Seconds the engine gives a commit of the watch's offsets.
 COMMIT_S = 60.0
+#: Seconds between two reads of the committed offsets while the group's coordinator loads or moves.
+COMMITTED_RETRY_S = 0.5
 
 TopicPartitionKey = tuple[str, int]
 UNKNOWN_EXCEPTION = "<no exception header>"
@@ -181,17 +184,30 @@ def _where(keys: Sequence[TopicPartitionKey]) -> str:
 
 
 def _committed(
-    consumer: Consumer, keys: list[TopicPartitionKey], timeout_s: float
+    consumer: Consumer, keys: list[TopicPartitionKey], deadline: float
 ) -> tuple[dict[TopicPartitionKey, int], frozenset[str]]:
-    try:
-        found = consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
-    except KafkaException as exc:
-        raise DltWatchError(f"{_where(keys)}: cannot read the committed offsets: {exc}") from exc
+    """
+    The watch group's committed offsets and admitted tags.
+
+    Asked again until ``deadline`` (monotonic) while the group's coordinator loads or moves (a rolling
+    restart: ``NOT_COORDINATOR``); any other error, or the deadline, raises a :class:`DltWatchError`.
+    """
+    tps = [TopicPartition(t, p) for t, p in keys]
+    while True:
+        try:
+            found = consumer.committed(tps, timeout=max(0.1, deadline - time.monotonic()))
+            failed = next((tp for tp in found if tp.error is not None), None)
+            if failed is None:
+                break
+            where, error = f"{failed.topic}[{failed.partition}]", KafkaException(failed.error)
+        except KafkaException as exc:
+            where, error = _where(keys), exc
+        if not coordinator_busy(error) or time.monotonic() + COMMITTED_RETRY_S >= deadline:
+            raise DltWatchError(f"{where}: cannot read the committed offsets: {error}") from error
+        time.sleep(COMMITTED_RETRY_S)
     offsets = {}
     admitted: set[str] = set()
     for tp in found:
-        if tp.error is not None:
-            raise DltWatchError(f"{tp.topic}[{tp.partition}]: cannot read the committed offset: {tp.error}")
         offsets[(tp.topic, tp.partition)] = tp.offset
         admitted |= _tags(tp.metadata)
     return offsets, frozenset(admitted)
@@ -250,7 +266,7 @@ def _scan(
         except KafkaConfigError as exc:
             raise DltWatchError(str(exc)) from exc
         keys = [(t, p) for t in topics for p in range(counts[t])]
-        start, admitted = _committed(consumer, keys, max(0.1, deadline - time.monotonic()))
+        start, admitted = _committed(consumer, keys, deadline)
         starts = [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
         consumer.assign(from_log_start(consumer, starts))
         open_keys = set(keys)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from confluent_kafka import KafkaException
 
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
@@ -48,6 +49,7 @@ MODES = ("ok", "transient:1", "ok", "permanent", "ok", "fatal")
 #: A run that has not ended this long after the fault hangs (the target is 60 s; this is liveness only).
 HANG_S = 180.0
 FREEZE_S = 30.0
+HEALED_S = 60.0  # how long the group's coordinator may take to be elected again once the brokers are back
 #: The engine's deadlines in these cases, half the defaults (20 s and 30 s) to keep the suite's time: a stuck
 #: call is abandoned 15 s after it began instead of 25 s. docs/operations.md has the same cases' figures with
 #: the defaults.
@@ -73,6 +75,18 @@ def _heal(cluster: ApacheKafkaCluster) -> None:
             cluster.thaw(node)
         if node not in cluster.running_nodes:
             cluster.restart(node)
+
+
+def _committed_once_healed(cluster: ApacheKafkaCluster, topology: Topology) -> dict[int, int]:
+    """The group's committed offsets, asked again while its coordinator is still being elected (60 s)."""
+    deadline = time.monotonic() + HEALED_S
+    while True:
+        try:
+            return ledger.committed(cluster.bootstrap, topology.group_id, topology.topic, PARTITIONS)
+        except KafkaException:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(1)
 
 
 Fault = Callable[[ApacheKafkaCluster, dict, Topology], str]
@@ -204,7 +218,7 @@ def _case(
     elif must_finish is False:
         assert not summary.ok, "the run finished although min ISR could not be met"
         _heal(cluster)
-        committed = ledger.committed(cluster.bootstrap, topology.group_id, topology.topic, PARTITIONS)
+        committed = _committed_once_healed(cluster, topology)
         assert committed[0] == CHUNK, f"partition 0 committed past the faulted chunk: {committed}"
     monkeypatch.delenv("AKR_POINT_DIR")
     account = _finish_and_account(cluster, topology, inputs, ledger_file)
