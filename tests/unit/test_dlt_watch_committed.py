@@ -53,5 +53,5 @@ def test_another_error_or_the_deadline_fails_naming_the_partitions(monkeypatch) 
         )
     busy = _Client(*[KafkaError(KafkaError.NOT_COORDINATOR)] * 1000)
     with pytest.raises(DltWatchError, match="NOT_COORDINATOR"):
-        dlt_watch._committed(busy, KEYS, time.monotonic() + 0.2)  # type: ignore[arg-type]
-    assert 1 < busy.calls < 1000
+        dlt_watch._committed(busy, KEYS, time.monotonic() + 1.0)  # type: ignore[arg-type]
+    assert busy.calls < 1000, "asked past its deadline"
