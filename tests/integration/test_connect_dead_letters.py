@@ -11,11 +11,13 @@ order and encodings, and the key, value and timestamp kept.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
 
+from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
 from airflow_kafka_retry.testing.kafka_connect import file_sink_with_dlq
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics
 
@@ -141,3 +143,51 @@ def test_without_context_headers_only_the_source_record(
     for letter in letters:
         assert len(letter.headers() or []) == 2, "nothing but the source's own two headers"
         _source_part(letter, bad[letter.value()])
+
+
+def test_a_transformation_failure_is_read_with_its_stage_and_class(
+    connect_worker: ConnectWorker, tmp_path: Path
+) -> None:
+    """A failing single message transform (Cast) dead-letters at the TRANSFORMATION stage, read as such.
+
+    One connector, three records on one partition: a good one, one whose field the transform cannot cast,
+    and one whose value is not JSON (the converter's stage, before the transform runs)."""
+    bootstrap = connect_worker.bootstrap
+    source = create_topics(bootstrap, [unique_name("payments")], partitions=1)[0]
+    producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER})
+    for value in (b'{"n": "7"}', b'{"n": "seven"}', b"not json"):
+        producer.produce(source, key=b"k", value=value, timestamp=SOURCE_TIMESTAMP)
+    assert producer.flush(30) == 0
+    name, dlq = unique_name("sink"), unique_name("payments-dlq")
+    config = file_sink_with_dlq(topic=source, file=tmp_path / f"{name}.txt", dlq_topic=dlq)
+    config.update(
+        {
+            "transforms": "cast",
+            "transforms.cast.type": "org.apache.kafka.connect.transforms.Cast$Value",
+            "transforms.cast.spec": "n:int32",
+        }
+    )
+    connect_worker.put_connector(name, config)
+
+    letters = {bytes(m.value() or b""): m for m in read_exactly(bootstrap, dlq, 2)}
+    assert set(letters) == {b'{"n": "seven"}', b"not json"}, sorted(letters)
+    described = {
+        value: describe_dead_letter(m.headers(), m.timestamp()[1], key=m.key(), value=m.value())
+        for value, m in letters.items()
+    }
+    cast = described[b'{"n": "seven"}']
+    assert (cast.family, cast.stage, cast.executing_class) == (
+        "kafka-connect",
+        "TRANSFORMATION",
+        "org.apache.kafka.connect.transforms.Cast$Value",
+    ), cast
+    assert (cast.original_topic, cast.original_partition, cast.original_offset) == (source, 0, 1)
+    assert cast.failure_class == "org.apache.kafka.connect.errors.DataException", cast  # Cast's own error
+    converter = described[b"not json"]
+    assert (converter.stage, converter.original_offset) == ("VALUE_CONVERTER", 2), converter
+    assert converter.failure_class == "org.apache.kafka.connect.errors.DataException"
+    sink = tmp_path / f"{name}.txt"  # written at the worker's next offset flush (every second here)
+    deadline = time.monotonic() + 30
+    while not (sink.exists() and sink.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sink.read_text().strip() == "{n=7}", "the good record, cast, reached the sink"
