@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -248,6 +249,16 @@ def kafka_bootstrap(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPa
         yield kafka.bootstrap
     finally:
         kafka.stop()
+
+
+@pytest.fixture
+def kafka_conn(kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An Airflow connection id (``kafka`` type, from the environment) to the broker under test."""
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AKR_TEST_KAFKA",
+        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
+    )
+    return "akr_test_kafka"
 
 
 @pytest.fixture(scope="session")

@@ -25,15 +25,6 @@ PARTITIONS = 2
 LEFE = "org.springframework.kafka.listener.ListenerExecutionFailedException"
 
 
-@pytest.fixture
-def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AKR_WATCH_TEST",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-    return "akr_watch_test"
-
-
 def _topology() -> Topology:
     topic = unique_topic("watch")
     return Topology.from_mapping(

@@ -34,15 +34,6 @@ from tests.unit.test_dead_letter_families import utf8
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AKR_QUEUES_TEST",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-    return "akr_queues_test"
-
-
 def _connect_letter(topic: str, partition: int, offset: int) -> list[tuple[str, bytes]]:
     """A sink connector's dead letter with context headers (DeadLetterQueueReporter, decimal text)."""
     return [
@@ -236,18 +227,28 @@ def test_inspect_takes_the_queues_family_by_default(kafka_bootstrap, named_queue
     assert "errors.deadletterqueue.context.headers.enable=true" in replay.stderr, replay.stderr[-2000:]
 
 
-def test_the_watch_lane_fires_for_a_new_record_in_a_named_queue(kafka_bootstrap, kafka_conn, named_queues):
+@pytest.mark.parametrize(
+    "idle_check",
+    [0.5, 600.0],
+    ids=["idle-check-0.5s", "idle-check-10min"],  # 10 min: only the 5 s look for an awaited topic finds it
+)
+def test_the_watch_lane_fires_for_a_new_record_in_a_named_queue(
+    kafka_bootstrap, kafka_conn, named_queues, idle_check
+):
+    """A DLQ appears at its framework's first dead letter: the lane looks for it every 5 s, not idle_check."""
     topology, _, (connect, share, later) = named_queues
     [lane] = topology_lanes(topology, (), {}, dlt_watch=True)  # the factory's watch_dlt lane
     assert {connect, share, later} <= set(lane["topics"])
     assert {connect, share, later} <= set(lane["optional_topics"])
     _produce(kafka_bootstrap, [(connect, 0, _connect_letter(topology.topic, 0, 5))])
-    trigger = _trigger(kafka_conn, [lane])
+    trigger = _trigger(kafka_conn, [lane], idle_check=idle_check)
 
     def a_run_then_a_new_queue(_events) -> None:
         commit(kafka_bootstrap, lane["group"], connect, {0: 1})  # the watch task's run takes the first
+        time.sleep(
+            2.0
+        )  # the lane saw the commit (commit_check 0.2 s): it is idle, its next look idle_check on
         create_topics(kafka_bootstrap, [later], 1)  # the broker creates a share group's DLQ at any time
-        time.sleep(1.0)  # the lane has looked for its partitions again (idle_check 0.5 s)
         _produce(kafka_bootstrap, [(later, 0, _share_letter(topology.topic, 0, 3))])
 
     events = _Running(trigger).for_seconds(
@@ -262,30 +263,3 @@ def test_the_watch_lane_fires_for_a_new_record_in_a_named_queue(kafka_bootstrap,
         [(later, 0, 0)],
     ], _brief(events)
     assert not [e for _, e in events if SETUP in e["due"]], _brief(events)  # a missing queue is no setup
-
-
-def test_an_idle_lane_finds_a_queue_created_long_before_its_next_idle_check(
-    kafka_bootstrap, kafka_conn, named_queues
-):
-    """A DLQ appears at its framework's first dead letter: the lane looks for it every 5 s, not idle_check."""
-    topology, _, (connect, _, later) = named_queues
-    [lane] = topology_lanes(topology, (), {}, dlt_watch=True)
-    _produce(kafka_bootstrap, [(connect, 0, _connect_letter(topology.topic, 0, 5))])
-    trigger = _trigger(kafka_conn, [lane], idle_check=600.0)  # an idle lane's next look: in 10 minutes
-
-    def taken_then_a_new_queue(_events) -> None:
-        commit(kafka_bootstrap, lane["group"], connect, {0: 1})  # the lane goes idle once it sees this
-        time.sleep(2.0)  # it has (commit_check 0.2 s): its next look at its partitions is 10 minutes away
-        create_topics(kafka_bootstrap, [later], 1)
-        _produce(kafka_bootstrap, [(later, 0, _share_letter(topology.topic, 0, 3))])
-
-    events = _Running(trigger).for_seconds(
-        WAIT_S,
-        until=lambda ev: len(_fired(ev, "watch_dlt")) == 1,
-        then=taken_then_a_new_queue,
-        done=lambda ev: len(_fired(ev, "watch_dlt")) >= 2,
-    )
-    assert [_heads(part) for _, part in _fired(events, "watch_dlt")] == [
-        [(connect, 0, 0)],
-        [(later, 0, 0)],
-    ], _brief(events)

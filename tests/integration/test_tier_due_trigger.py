@@ -20,15 +20,6 @@ def _now() -> int:
     return time.time_ns() // 1_000_000
 
 
-@pytest.fixture
-def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AKR_TRIGGER_TEST",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-    return "akr_trigger_test"
-
-
 def _events(trigger: TierDueTrigger, timeout: float = 60) -> list:
     async def collect():
         return [event async for event in trigger.run()]

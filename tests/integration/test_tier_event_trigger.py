@@ -28,15 +28,6 @@ def _now() -> int:
     return time.time_ns() // 1_000_000
 
 
-@pytest.fixture
-def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AKR_EVENT_TEST",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-    return "akr_event_test"
-
-
 class _Store:
     """The asset state store the triggerer injects into a watcher (same async accessors)."""
 

@@ -36,15 +36,6 @@ def _now() -> int:
     return time.time_ns() // 1_000_000
 
 
-@pytest.fixture
-def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AKR_TOPOLOGY_TEST",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-    return "akr_topology_test"
-
-
 @pytest.fixture(autouse=True, params=["shared", "own"])
 def mode(request, monkeypatch) -> str:
     """``[kafka_retry] shared_watch_consumers`` on (the default: the triggerer's one consumer) and off."""

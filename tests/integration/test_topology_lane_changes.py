@@ -9,7 +9,6 @@ past the group's committed offsets, which no task drains any more, and how to dr
 from __future__ import annotations
 
 import asyncio
-import json
 from unittest import mock
 
 import pytest
@@ -23,15 +22,6 @@ from tests.integration.test_tier_event_trigger import _Store
 from tests.support.tier_records import commit, produce
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AKR_LANES_TEST",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-    return "akr_lanes_test"
 
 
 def _lanes(main: str, tiers: int) -> list[dict]:

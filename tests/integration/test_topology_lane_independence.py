@@ -9,7 +9,6 @@ lane's due record must fire while it is still blocked (an order of events, not a
 
 from __future__ import annotations
 
-import json
 import threading
 
 import pytest
@@ -23,15 +22,6 @@ from tests.support.tier_records import produce
 pytestmark = pytest.mark.integration
 
 BLOCK_S = 60.0  # the blocked read's own bound, should the test not release it
-
-
-@pytest.fixture
-def kafka_conn(kafka_bootstrap, monkeypatch) -> str:
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_AKR_LANE_INDEPENDENCE",
-        json.dumps({"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}),
-    )
-    return "akr_lane_independence"
 
 
 def test_a_lane_whose_committed_offsets_do_not_come_holds_none_of_the_others(
