@@ -138,7 +138,7 @@ class HeadWatch:
             )
             self.committed.update(offsets)
 
-    # 15 s: a topology's lanes are looked at one after another, so a request that times out holds them all
+    # 15 s: a lane whose request times out waits that long before it is opened again
     def _read_committed(self, keys: Sequence[Key], timeout_s: float = 15.0) -> dict[Key, int]:
         try:
             return self._client.committed(self.group, keys, timeout_s)

@@ -159,8 +159,12 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         """Whether the lane has broker calls to make now (:meth:`_check`)."""
         if lane.watch is None:
             return now >= lane.retry_at
-        gauges = lane.spec.get("tier_index") is not None and now >= lane.next_gauges and lane.watch.complete
-        return now >= lane.next_check or gauges
+        return now >= lane.next_check or self._gauges_due(lane, lane.watch, now)
+
+    @staticmethod
+    def _gauges_due(lane: Lane, watch: HeadWatch, now: int) -> bool:
+        """Whether a tier lane's backlog gauges are due (they need every partition's head or end)."""
+        return lane.spec.get("tier_index") is not None and now >= lane.next_gauges and watch.complete
 
     async def _check(self, lane: Lane, now: int) -> None:
         """
@@ -202,10 +206,9 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             lane.next_check = next_check_ms(watch, now, self._s("commit_check" if busy else "idle_check"))
             if lane.wave is not None:
                 lane.next_check = min(lane.next_check, lane.wave.expires_ms(self._s("refire_after")))
-        tier = lane.spec.get("tier_index")
-        if tier is not None and now >= lane.next_gauges and watch.complete:
+        if self._gauges_due(lane, watch, now):
             topic = lane.spec["topics"][0]
-            await send_tier_gauges(self.log, watch, topic, self.topology_topic, tier, now)
+            await send_tier_gauges(self.log, watch, topic, self.topology_topic, lane.spec["tier_index"], now)
             lane.next_gauges = now + self._s("gauge_interval")
 
     def _look(self, lane: Lane, watch: HeadWatch, now: int) -> WavePlan[tuple[str, int]] | int:
