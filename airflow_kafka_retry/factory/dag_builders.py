@@ -21,6 +21,7 @@ from airflow_kafka_retry.operators.reprocess_arguments import CUTOFF_NOW
 if TYPE_CHECKING:
     from airflow.sdk import Asset, BaseOperator
 
+    from airflow_kafka_retry.factory.connections import RoleConnections
     from airflow_kafka_retry.factory.overrides import TierSettings
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
@@ -75,13 +76,16 @@ def tier_dag(
     *,
     dag_id: str,
     events: EventSettings | None,
+    roles: RoleConnections,
     dag_kwargs: Mapping[str, Any],
     **reprocess: Any,
 ) -> DAG:
     """
     One retry tier's DAG (or the main topic's): ``reprocess``, in schedule mode after its checks.
 
-    ``reprocess``: what the tier's reprocess task takes (:func:`reprocess_task`'s keyword arguments).
+    ``reprocess``: what the tier's reprocess task takes (:func:`reprocess_task`'s keyword arguments, its
+    ``kafka_conn_id`` the ``tiers`` role's). Schedule mode's ``ensure_topics`` gets the ``setup`` role's
+    connection; its ``wait_for_due`` watches the tier as the watchers do, with the ``watcher`` role's.
     """
     what = "main topic" if tier.kind == "main" else f"retry tier {tier.index}"
     description = f"Kafka retry: drain due records of {tier.topic} ({what} of {topology.topic})"
@@ -105,15 +109,14 @@ def tier_dag(
             from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
             from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
 
-            kafka_conn_id = reprocess["kafka_conn_id"]
             ensure = EnsureRetryTopicsOperator(
-                task_id="ensure_topics", topology=path, kafka_conn_id=kafka_conn_id
+                task_id="ensure_topics", topology=path, kafka_conn_id=roles.setup
             )
             wait = RetryTierDueSensor(
                 task_id="wait_for_due",
                 topology=path,
                 tier=tier.index,
-                kafka_conn_id=kafka_conn_id,
+                kafka_conn_id=roles.watcher,
                 window=settings.window,
                 timezone=settings.timezone,
                 max_wait=settings.interval,

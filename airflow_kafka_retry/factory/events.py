@@ -89,13 +89,25 @@ def sweep_schedule(asset: Asset, schedule: Any) -> Any:
 
 @dataclass(frozen=True)
 class EventSettings:
-    """What the watchers of one ``build_retry_dags`` call share."""
+    """
+    What the watchers of one ``build_retry_dags`` call share.
+
+    ``kafka_conn_id`` keys the assets' URIs (the base connection of the call); ``watcher_conn_id`` is the
+    connection the triggers read Kafka with (the ``watcher`` role; None: ``kafka_conn_id``), so giving
+    the watcher a connection of its own changes no asset and no saved wave.
+    """
 
     kafka_conn_id: str
     sweep: Any = None  # None: weekly, see default_sweep
     fire_ahead: timedelta = DEFAULT_FIRE_AHEAD
     refire_after: timedelta = DEFAULT_REFIRE_AFTER
     follow: timedelta | None = DEFAULT_FOLLOW
+    watcher_conn_id: str | None = None
+
+    @property
+    def trigger_conn_id(self) -> str:
+        """The connection the watchers read Kafka with."""
+        return self.watcher_conn_id or self.kafka_conn_id
 
     def __post_init__(self) -> None:
         if (
@@ -147,7 +159,7 @@ class EventSettings:
         trigger = TierDueEventTrigger(
             topic=topic,
             consumer_group=group,
-            kafka_conn_id=self.kafka_conn_id,
+            kafka_conn_id=self.trigger_conn_id,
             window=window,
             timezone=timezone,
             due_horizon_ms=MAX_BACKOFF_MS + delay_ms,
@@ -174,7 +186,7 @@ class EventSettings:
             topics=[*dlts, *optional],
             optional_topics=list(optional),
             consumer_group=group,
-            kafka_conn_id=self.kafka_conn_id,
+            kafka_conn_id=self.trigger_conn_id,
             **self._timing(),
         )
         uri = dead_letter_asset_uri(self.kafka_conn_id, main_topic)
@@ -203,7 +215,7 @@ class EventSettings:
         trigger = TopologyDueEventTrigger(
             topology_topic=main_topic,
             lanes=lanes,
-            kafka_conn_id=self.kafka_conn_id,
+            kafka_conn_id=self.trigger_conn_id,
             setup_task=setup_task,
             follow=self.follow.total_seconds() if follow and self.follow is not None else 0.0,
             **self._timing(),

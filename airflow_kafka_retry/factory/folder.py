@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_retry.factory.connections import role_connections
 from airflow_kafka_retry.factory.retry_dags import SETUP_SUFFIX, build_retry_dags
 
 if TYPE_CHECKING:
@@ -72,10 +73,12 @@ def build_retry_dags_from_folder(
         topology). ``count`` DAG files, one per index, build the whole folder: each one's DB write then
         locks only its own DAGs (see the module's docstring). Default: every topology.
     :param kwargs: every other argument of ``build_retry_dags`` (``engine``, ``kafka_conn_id``,
-        ``dag_id_template``, ``trigger``, ``default_args``...).
+        ``conn_ids``, ``dag_id_template``, ``trigger``, ``default_args``...). ``conn_ids`` (a connection
+        per role) is checked first: a wrong role is an error of the DAG file, not a skipped topology.
     """
     if shard is not None:
         _check_shard(shard)
+    role_connections(kwargs.get("kafka_conn_id", "kafka_default"), kwargs.get("conn_ids"))
     root = Path(folder)
     if not root.is_dir():
         raise TopologyFolderError(f"{root}: not a folder (of topology YAML files)")

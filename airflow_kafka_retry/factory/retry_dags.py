@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_retry.factory.connections import RoleConnections, role_connections
 from airflow_kafka_retry.factory.dag_builders import setup_dag, tier_dag, watch_dag
 from airflow_kafka_retry.factory.events import (
     DEFAULT_FIRE_AHEAD,
@@ -63,6 +64,7 @@ def build_retry_dags(
     handler: str | None = None,
     engine: str = "local",
     kafka_conn_id: str = "kafka_default",
+    conn_ids: Mapping[str, str] | None = None,
     value_deserializer: str | None = None,
     on_dlt: Callable[..., Any] | Sequence[Callable[..., Any]] | None = (),
     options: Mapping[str, Any] | None = None,
@@ -115,7 +117,14 @@ def build_retry_dags(
     :param handler: the handler, ``package.module:function``; required, except under ``on_due: redeliver``,
         where none runs and giving one is an error (``factory/input_lane.py``).
     :param engine: ``local`` (``ReprocessTierOperator``) or ``spark`` (``SparkReprocessTierOperator``).
-    :param kafka_conn_id: the Kafka connection of every task.
+    :param kafka_conn_id: the Kafka connection of every task and watcher that ``conn_ids`` gives none;
+        it also keys the watched assets' URIs (``kafka-retry-topology://<kafka_conn_id>/<main topic>``...),
+        whatever ``conn_ids`` says.
+    :param conn_ids: a connection id per role, for a principal per role on a secured broker
+        (``factory/connections.py``, docs/security.md): ``setup`` (``ensure_topics``), ``tiers`` (the
+        tier tasks; with Spark, what spark-submit gets), ``dlt_watch`` (``watch_dlt``), ``watcher`` (the
+        triggerer's watchers; schedule mode's ``wait_for_due``). A role not given uses
+        ``kafka_conn_id``; another key is an error naming the roles.
     :param value_deserializer: ``package.module:function`` decoding record values.
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called when a run
         dead-letters records, and by the DLT watch.
@@ -188,10 +197,12 @@ def build_retry_dags(
         )
     if not isinstance(min_schedule, timedelta) or min_schedule <= timedelta(0):
         raise ValueError(f"min_schedule must be a positive timedelta, got {min_schedule!r}")
+    roles = role_connections(kafka_conn_id, conn_ids)
     events = None
     if trigger == "event":
         events = EventSettings(
             kafka_conn_id,
+            watcher_conn_id=roles.watcher,
             sweep=check_sweep(sweep) if sweep is not None else None,
             fire_ahead=fire_ahead,
             refire_after=refire_after,
@@ -210,7 +221,7 @@ def build_retry_dags(
     reprocess: dict[str, Any] = {
         "engine": engine,
         "handler": handler,
-        "kafka_conn_id": kafka_conn_id,
+        "kafka_conn_id": roles.tiers,
         "value_deserializer": value_deserializer,
         "on_dlt": notifiers,
         "options": options,
@@ -225,6 +236,7 @@ def build_retry_dags(
             overrides,
             dag_id=dag_id_template.format(topic=loaded.topic),
             events=events,
+            roles=roles,
             dlt_watch=watch_topic is not None,
             min_schedule=min_schedule,
             dag_kwargs=dag_kwargs,
@@ -255,6 +267,7 @@ def build_retry_dags(
             settings[tier.topic],
             dag_id=dag_id_template.format(topic=tier.topic),
             events=events,
+            roles=roles,
             dag_kwargs=dag_kwargs,
             **reprocess,
         )
@@ -273,7 +286,7 @@ def build_retry_dags(
             loaded,
             dag_id=dag_id_template.format(topic=watch_topic),
             schedule=schedule,
-            kafka_conn_id=kafka_conn_id,
+            kafka_conn_id=roles.dlt_watch,
             on_dlt=notifiers,
             events=events,
             dag_kwargs=dag_kwargs,
@@ -288,7 +301,7 @@ def build_retry_dags(
             path,
             loaded,
             dag_id=dag_id_template.format(topic=loaded.topic) + SETUP_SUFFIX,
-            kafka_conn_id=kafka_conn_id,
+            kafka_conn_id=roles.setup,
             dag_kwargs=dag_kwargs,
         )
         dags[dag.dag_id] = dag
@@ -303,6 +316,7 @@ def _topology_layout(
     *,
     dag_id: str,
     events: EventSettings,
+    roles: RoleConnections,
     dlt_watch: bool,
     min_schedule: timedelta,
     dag_kwargs: Mapping[str, Any],
@@ -335,6 +349,7 @@ def _topology_layout(
         sweep=sweep,
         dlt_watch=dlt_watch,
         events=events,
+        roles=roles,
         dag_kwargs=dag_kwargs,
         **reprocess,
     )

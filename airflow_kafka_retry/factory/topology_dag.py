@@ -33,6 +33,7 @@ from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 if TYPE_CHECKING:
     from airflow.sdk import DAG
 
+    from airflow_kafka_retry.factory.connections import RoleConnections
     from airflow_kafka_retry.factory.events import EventSettings
     from airflow_kafka_retry.factory.overrides import TierSettings
     from airflow_kafka_retry.policy.topology import Tier, Topology
@@ -116,14 +117,16 @@ def topology_dag(
     sweep: Any,
     dlt_watch: bool,
     events: EventSettings,
+    roles: RoleConnections,
     dag_kwargs: Mapping[str, Any],
     **reprocess: Any,
 ) -> DAG:
     """
     The topology's one DAG; ``reprocess`` holds what every tier's reprocess task takes.
 
-    (``engine``, ``handler``, ``kafka_conn_id``, ``value_deserializer``, ``on_dlt``, ``options``,
-    ``spark_conn_id``, ``asset_server``.)
+    (``engine``, ``handler``, ``kafka_conn_id`` (the ``tiers`` role's), ``value_deserializer``,
+    ``on_dlt``, ``options``, ``spark_conn_id``, ``asset_server``.) ``ensure_topics`` and ``watch_dlt``
+    get their roles' connections; ``due`` reads no Kafka and has none.
     """
     from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
     from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
@@ -140,7 +143,6 @@ def topology_dag(
         follow=reprocess["engine"] != "spark",  # the Spark engine drains once per run
     )
     description = f"Kafka retry: the retry path of {topology.topic} ({len(tiers)} tier(s))"
-    kafka_conn_id = reprocess["kafka_conn_id"]
     with factory_dag(dag_id, sweep, description, kwargs, watched=watched, max_active_runs=active_runs) as dag:
         due = DueLanesOperator(
             task_id=DUE_TASK_ID,
@@ -148,7 +150,7 @@ def topology_dag(
             setup_task=SETUP_TASK_ID,
             watched_asset=watched.uri,
         )
-        due >> setup_task(path, kafka_conn_id, kwargs, max_active_tis_per_dag=1)
+        due >> setup_task(path, roles.setup, kwargs, max_active_tis_per_dag=1)
         for tier in tiers:
             due >> reprocess_task(
                 lane_id(tier),
@@ -163,7 +165,7 @@ def topology_dag(
             due >> DltWatchOperator(
                 task_id=WATCH_TASK_ID,
                 topology=path,
-                kafka_conn_id=kafka_conn_id,
+                kafka_conn_id=roles.dlt_watch,
                 on_dlt=reprocess["on_dlt"],
                 skip_missing_topics=True,
                 max_active_tis_per_dag=1,
