@@ -31,6 +31,7 @@ from tests.integration.test_factory_dag import (
     _states,
 )
 from tests.support import ledger
+from tests.support.trigger_rows import trigger_kwargs
 from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -125,7 +126,7 @@ def test_each_task_of_a_topology_dag_uses_its_roles_connection(kafka_bootstrap, 
         "JOIN asset a ON a.id = w.asset_id",
     )
     assert classpath.endswith(".TopologyDueEventTrigger")
-    kwargs = _decrypt(home, stored)
+    kwargs = trigger_kwargs(home, stored)
     assert kwargs["kafka_conn_id"] == ROLES["watcher"], kwargs
     assert kafka_bootstrap not in json.dumps(kwargs)
     assert uri == f"kafka-retry-topology://kafka_default/{main}"
@@ -162,14 +163,3 @@ def test_each_task_of_a_topology_dag_uses_its_roles_connection(kafka_bootstrap, 
     notes = [json.loads(line) for line in notify_log.read_text().splitlines()]
     watched = [n for n in notes if n["task_id"] == "watch_dlt"]
     assert [n["summary"]["totals"]["new_records"] for n in watched] == [len(dead)]
-
-
-def _decrypt(home: Path, stored: str) -> dict:
-    """A trigger row's kwargs: Airflow encrypts them with the deployment's Fernet key (airflow.cfg)."""
-    import configparser
-
-    from cryptography.fernet import Fernet
-
-    config = configparser.ConfigParser(interpolation=None)
-    config.read(home / "airflow.cfg")
-    return json.loads(Fernet(config["core"]["fernet_key"].encode()).decrypt(stored.encode()))
