@@ -31,6 +31,7 @@ from airflow_kafka_retry.policy.headers import HEADER_NAMES
 from airflow_kafka_retry.policy.resolver import Destination
 from airflow_kafka_retry.policy.share_redelivery import (
     NotRedeliverableError,
+    RedeliveryTargets,
     dead_letter_round,
     entry_key,
     redelivery_headers,
@@ -78,6 +79,7 @@ class RedeliveryLane:
         self.clock: Callable[[], int] = job.clock
         self.call_timeout_s = job.options.call_timeout_s
         self.names = HEADER_NAMES[job.topology.headers.naming]
+        self.targets = RedeliveryTargets.of(job.topology)  # where a redelivery may go: never a header's say
         self.log_topic = redelivery_log_topic(job.topology.topic)
         self._view = RedeliveryLogView(self.kafka_config, self.log_topic) if self.tier.index == 0 else None
         self._log_ready = False
@@ -105,7 +107,9 @@ class RedeliveryLane:
         headers: list[list[Header] | None] = []
         for message, own in zip(piece.messages, piece.headers):
             ts = message.timestamp()[1]
-            found = dead_letter_round(own, ts, message.key(), message.value(), self.names, view.get)
+            found = dead_letter_round(
+                own, ts, message.key(), message.value(), self.names, view.get, targets=self.targets
+            )
             failures.append((message, found.error, found.attempt))
             headers.append(found.headers)
         self._route(failures, work, headers)
@@ -114,7 +118,7 @@ class RedeliveryLane:
         failures: list[tuple[Message, BaseException, int]] = []
         now = self.clock()
         for message, own, attempt, due in zip(piece.messages, piece.headers, piece.attempts, piece.due_ms):
-            plan = redelivery_plan(own, attempt, due, self.names)
+            plan = redelivery_plan(own, attempt, due, self.names, targets=self.targets)
             if isinstance(plan, NotRedeliverableError):
                 failures.append((message, plan, attempt))
                 continue
