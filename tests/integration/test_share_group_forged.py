@@ -165,3 +165,105 @@ def test_forged_dead_letters_end_in_the_dlt_with_their_reason_and_nothing_is_wri
     for again in (topology.tier(0), tier):
         rerun = run_local(topology, again, config, OPTIONS, in_process=True)
         assert [(p.status, p.drained) for p in rerun.partitions] == [("ok", 0)]
+
+
+@pytest.mark.requires_capability("enforces_max_message_bytes", "abort_isolation")
+def test_a_record_its_source_refuses_goes_to_the_dlt_and_the_rest_of_the_chunk_goes_back(
+    kafka_bootstrap: str,
+) -> None:
+    """
+    An allowed source that refuses a record for good (here: larger than its ``max.message.bytes``) does not
+    stall the tier: its chunk is aborted and committed again with that record in the DLT, its reason in the
+    exception headers; the small records of the same chunk go back once (read_committed), the log holds their
+    entries only, and the tier's offset is committed.
+    """
+    bootstrap = kafka_bootstrap
+    config = {"bootstrap.servers": bootstrap}
+    source = unique_topic("orders")
+    group = unique_topic("share")
+    topology = Topology.from_mapping(
+        {
+            "topic": source,
+            "group_id": f"{group}-retrier",
+            "input": {"family": "share-group", "dlq": f"dlq.{group}"},
+            "on_due": "redeliver",
+            "backoff": {"kind": "fixed", "delay": "1ms"},
+        },
+        source="refused.yaml",
+    )
+    create_topics(bootstrap, [f"dlq.{group}"], 1)
+    create_topics(bootstrap, [source], 1, config={"max.message.bytes": "2048"})
+    ensure_topics(topology, config, partitions=1)
+    tier = topology.retry_tiers[0]
+    records = [(b"small-0", 10), (b"big", 8_000), (b"small-1", 10)]
+    producer = Producer({"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER})
+    for offset, (key, size) in enumerate(records):
+        headers = dead_letter(source, 0, offset, group)
+        producer.produce(f"dlq.{group}", key=key, value=b"v" * size, headers=headers, partition=0)
+    assert producer.flush(30) == 0
+
+    lane = run_local(topology, topology.tier(0), config, OPTIONS, in_process=True)
+    assert [p.status for p in lane.partitions] == ["ok"], [p.error for p in lane.partitions]
+    time.sleep(0.1)  # due
+    run = run_local(topology, tier, config, OPTIONS, in_process=True)
+    assert [p.status for p in run.partitions] == ["ok"], [p.error for p in run.partitions]
+
+    assert sorted(bytes(m.key()) for m in read_all(bootstrap, source)) == [b"small-0", b"small-1"]
+    (dead,) = read_all(bootstrap, str(topology.dlt_topic))
+    assert dead.key() == b"big"
+    assert len(dead.value()) == 8_000
+    assert last_header(dead.headers(), "kafka_exception-fqcn") == NOT_REDELIVERABLE
+    message = last_header(dead.headers(), "kafka_exception-message") or b""
+    assert b"refused the redelivery" in message
+    assert b"too large" in message.lower()
+    assert len(read_all(bootstrap, f"{source}-redelivery-log")) == 2
+    assert (
+        committed(bootstrap, topology.consumer_group(tier), tier.topic) == run.partitions[0].committed_offset
+    )
+    rerun = run_local(topology, tier, config, OPTIONS, in_process=True)
+    assert [(p.status, p.drained) for p in rerun.partitions] == [("ok", 0)]
+
+
+def test_on_due_redeliver_refuses_a_run_without_transactions(kafka_bootstrap: str) -> None:
+    topology, _ = share_topology(kafka_bootstrap)
+    options = DrainOptions(handler=OPTIONS.handler, transactional=False)
+    run = run_local(
+        topology, topology.tier(0), {"bootstrap.servers": kafka_bootstrap}, options, in_process=True
+    )
+    (partition,) = run.partitions
+    assert partition.status == "failed"
+    assert "option transactional=False does not fit on_due: redeliver" in str(partition.error)
+    assert "forged.yaml" in str(partition.error)
+
+
+def test_the_source_topic_lookup_runs_under_the_drains_call_deadline(
+    kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RedeliveryLane._exists`` asks the broker under the partition's CallWatch."""
+    from airflow_kafka_retry.engine import redelivery
+    from airflow_kafka_retry.engine.partition import PartitionJob
+
+    topology, group = share_topology(kafka_bootstrap)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    produce(
+        kafka_bootstrap, str(topology.input.dlq), [(b"genuine", dead_letter(topology.topic, 0, 0, group))]
+    )
+    assert (
+        run_local(topology, topology.tier(0), config, OPTIONS, in_process=True).partitions[0].status == "ok"
+    )
+    time.sleep(0.5)  # due
+    tier = topology.retry_tiers[0]
+    job = PartitionJob(topology, tier, 0, config, OPTIONS, cutoff_ms=int(time.time() * 1000))
+    seen: list[tuple[list[str], str | None]] = []
+    real = redelivery.partition_counts
+
+    def spy(client: object, topics: list[str], timeout: float = 10.0) -> dict[str, int]:
+        waiting = job.watch.waiting
+        seen.append((topics, waiting.call if waiting is not None else None))
+        return real(client, topics, timeout)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(redelivery, "partition_counts", spy)
+    summary = job.run()
+    assert summary.status == "ok", summary.error
+    assert seen == [([topology.topic], "list_topics")]
+    assert [m.key() for m in read_all(kafka_bootstrap, topology.topic)] == [b"genuine"]
