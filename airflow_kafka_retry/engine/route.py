@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -176,7 +176,7 @@ class Router:
                 if err is not None:
                     failures.append(f"{topic}: {err.str()}")
 
-            self.producer.produce(topic, key=key, value=value, on_delivery=delivered)
+            self._produce_one(topic, {"key": key, "value": value, "on_delivery": delivered})
             self.producer.poll(0)
 
     def _flush(self, failures: list[str], when: str) -> None:
@@ -225,8 +225,15 @@ class Router:
 
             if item.alone:  # nothing else in its batch; a failure before it stops the chunk here
                 self._flush(failures, "before a record produced alone")
+            record = {
+                "value": item.source.value(),
+                "key": item.source.key(),
+                "headers": item.headers,
+                "partition": partition,
+                "on_delivery": delivered,
+            }
             try:
-                self._produce_one(item, partition, delivered)
+                self._produce_one(destination.topic, record)
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 whole_topic = refusal(error)
@@ -243,22 +250,12 @@ class Router:
             else:
                 self.producer.poll(0)
 
-    def _produce_one(
-        self, item: RoutedRecord, partition: int, delivered: Callable[[KafkaError | None, Message], None]
-    ) -> None:
+    def _produce_one(self, topic: str, record: dict[str, Any]) -> None:
         """``produce`` one record, polling while the local queue is full (until the router's timeout)."""
         give_up = time.monotonic() + self.watch.timeout(self.timeout_s)
         while True:
             try:
-                self.producer.produce(
-                    str(item.destination.topic),
-                    value=item.source.value(),
-                    key=item.source.key(),
-                    # the stubs' List is invariant; a list of (str, bytes | None) is what produce() takes
-                    headers=item.headers,  # type: ignore[arg-type]
-                    partition=partition,
-                    on_delivery=delivered,
-                )
+                self.producer.produce(topic, **record)
                 return
             except BufferError as exc:
                 if time.monotonic() >= give_up:

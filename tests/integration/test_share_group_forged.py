@@ -267,3 +267,21 @@ def test_the_source_topic_lookup_runs_under_the_drains_call_deadline(
     assert summary.status == "ok", summary.error
     assert seen == [([topology.topic], "list_topics")]
     assert [m.key() for m in read_all(kafka_bootstrap, topology.topic)] == [b"genuine"]
+
+
+def test_a_full_producer_queue_is_waited_out_not_a_crash(kafka_bootstrap: str) -> None:
+    """``produce`` raising BufferError (here: a queue of one message) makes the router poll and go on."""
+    topology, group = share_topology(kafka_bootstrap)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    keys = [b"a", b"b", b"c"]
+    letters = [(key, dead_letter(topology.topic, 0, i, group)) for i, key in enumerate(keys)]
+    produce(kafka_bootstrap, str(topology.input.dlq), letters)
+    assert (
+        run_local(topology, topology.tier(0), config, OPTIONS, in_process=True).partitions[0].status == "ok"
+    )
+    time.sleep(0.5)  # due
+    tiny = {**config, "queue.buffering.max.messages": 1}
+    run = run_local(topology, topology.retry_tiers[0], tiny, OPTIONS, in_process=True)
+    assert [p.status for p in run.partitions] == ["ok"], [p.error for p in run.partitions]
+    assert sorted(bytes(m.key()) for m in read_all(kafka_bootstrap, topology.topic)) == keys
+    assert len(read_all(kafka_bootstrap, f"{topology.topic}-redelivery-log")) == len(keys)
