@@ -234,6 +234,8 @@ class Router:
             }
             try:
                 self._produce_one(destination.topic, record)
+            except RouteError:  # the queue stayed full: the cluster's, not the record's
+                raise
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 whole_topic = refusal(error)

@@ -285,3 +285,31 @@ def test_a_full_producer_queue_is_waited_out_not_a_crash(kafka_bootstrap: str) -
     assert [p.status for p in run.partitions] == ["ok"], [p.error for p in run.partitions]
     assert sorted(bytes(m.key()) for m in read_all(kafka_bootstrap, topology.topic)) == keys
     assert len(read_all(kafka_bootstrap, f"{topology.topic}-redelivery-log")) == len(keys)
+
+
+def test_a_queue_that_stays_full_fails_the_run_and_sends_nothing_to_the_dlt(kafka_bootstrap: str) -> None:
+    """
+    A producer queue that stays full past the call timeout is the cluster's problem, not the record's: the
+    run fails, transient, with nothing committed; no redelivery is taken for refused and sent to the DLT.
+    (The queue: one message, held 5 s by ``linger.ms`` while the router waits 1 s for room.)
+    """
+    topology, group = share_topology(kafka_bootstrap)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    letters = [(key, dead_letter(topology.topic, 0, i, group)) for i, key in enumerate([b"a", b"b"])]
+    produce(kafka_bootstrap, str(topology.input.dlq), letters)
+    assert (
+        run_local(topology, topology.tier(0), config, OPTIONS, in_process=True).partitions[0].status == "ok"
+    )
+    time.sleep(0.5)  # due
+    held = {**config, "queue.buffering.max.messages": 1, "linger.ms": 5_000}
+    options = DrainOptions(handler=OPTIONS.handler, call_timeout_s=1.0, broker_retry_s=0)
+    tier = topology.retry_tiers[0]
+    run = run_local(topology, tier, held, options, in_process=True)
+    (partition,) = run.partitions
+    assert partition.status == "failed"
+    error = str(partition.error)
+    assert error.startswith("RouteError: "), error  # the cluster's failure (transient), not a refused record
+    assert "queue stayed full" in error
+    assert read_all(kafka_bootstrap, str(topology.dlt_topic)) == []
+    assert read_all(kafka_bootstrap, topology.topic) == []
+    assert committed(kafka_bootstrap, topology.consumer_group(tier), tier.topic) < 0  # nothing committed
