@@ -30,7 +30,7 @@ from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
 from airflow_kafka_retry.engine.record_routing import FailureRouting, decode_record
 from airflow_kafka_retry.engine.records import TierRecord, record_from_message
-from airflow_kafka_retry.engine.redelivery import RedeliveryLane, no_handler, redelivers
+from airflow_kafka_retry.engine.redelivery import RedeliveryLane, check_options, no_handler, redelivers
 from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
 from airflow_kafka_retry.engine.route import Router, transactional_id
 from airflow_kafka_retry.engine.summary import PartitionSummary
@@ -160,6 +160,8 @@ class PartitionJob:
     def _run(self) -> None:
         options = self.options
         redelivering = redelivers(self.topology, self.tier)  # no handler: RedeliveryLane routes every record
+        if redelivering:
+            check_options(self.topology, options)
         handler = no_handler if redelivering else load_callable(options.handler, what="handler")
         if options.handler_timeout_s is not None:
             handler = TimedHandler(handler, options.handler_timeout_s, name=options.handler)
@@ -236,6 +238,7 @@ class PartitionJob:
             watch=watch,
             timeout_s=options.call_timeout_s,
             transactional_id=txn_id,
+            make_producer=lambda: Producer(producer_config(self.kafka_config, txn_id)),
         )
         router.start()  # fence earlier runs of this partition before reading its committed offset
         if redelivers(self.topology, self.tier):
@@ -356,10 +359,11 @@ class PartitionJob:
         if work.last_offset is None:
             raise RuntimeError("a chunk is committed only once it has read records")
         self._require_parking(work, router)
-        bookkeeping = self._lane.bookkeeping if self._lane is not None else None
-        router.commit(
-            TopicPartition(self.tier.topic, self.partition, work.last_offset + 1), work.routed, bookkeeping
-        )
+        source = TopicPartition(self.tier.topic, self.partition, work.last_offset + 1)
+        if self._lane is not None:  # with its log entries; what a source refuses goes to the DLT instead
+            self._lane.commit(source, work)
+        else:
+            router.commit(source, work.routed)
         work.count_into(self.summary, runner.stats, self.options.transactional, self.options.dead_letter_cap)
         self.summary.committed_offset = work.last_offset + 1
         if self.on_chunk is not None:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.topics import ensure_log_topic
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.naming import REPLAY_LOG_SUFFIX
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.reading import TopicReader
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = "-replay-log"
+LOG_SUFFIX = REPLAY_LOG_SUFFIX
 _MAX_TOPIC = 249
 
 

@@ -15,6 +15,13 @@ redelivery is logged (:class:`Redelivery`, keyed by the redelivered record's own
 transaction as the redelivered record, and a dead letter whose ``__dlq.errors.topic/partition/offset`` the
 log knows continues from that round. A dead letter the log does not know is round 1.
 
+Where it may write. A dead letter's headers are anyone's input (whoever may write the DLQ or a tier), so
+they never choose the target: a redelivery goes back to the dead letter's own source only when the topology
+allows it (:class:`RedeliveryTargets`: a topic of ``input.sources``, dead-lettered by ``input.group``). Any
+other dead letter or tier record is a :class:`NotRedeliverableError` that names why, and goes to the DLT.
+Both the input lane (:func:`dead_letter_round`) and the tier (:func:`redelivery_plan`) check it: a tier
+record can be forged as well as a dead letter.
+
 Headers. The input lane puts the first source record's coordinates in front of a dead letter's headers
 (:func:`dead_letter_round`): Spring's ``kafka_original-topic/partition/offset`` in the topology's naming and
 ``retry_topic-original-timestamp`` (the first dead letter's time: the source's own timestamp is lost), so
@@ -30,10 +37,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.policy.dead_letter_decoding import INT32, HeaderReader
-from airflow_kafka_retry.policy.dead_letter_families import SHARE_PARTITION, SHARE_TOPIC, describe_dead_letter
+from airflow_kafka_retry.policy.dead_letter_families import (
+    SHARE_GROUP,
+    SHARE_PARTITION,
+    SHARE_TOPIC,
+    describe_dead_letter,
+)
 from airflow_kafka_retry.policy.headers import (
     ORIGINAL_TIMESTAMP,
     RETRY_HEADERS,
@@ -44,6 +56,9 @@ from airflow_kafka_retry.policy.headers import (
     last_header,
     read_original_coordinates,
 )
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
 
 Header = tuple[str, bytes | None]
 Coordinates = tuple[str, int, int]  # topic, partition, offset
@@ -112,6 +127,54 @@ class Redelivery:
         )
 
 
+def shown(text: str | None, limit: int = 80) -> str:
+    """A header's text as an error message shows it: printable, quoted, at most ``limit`` characters."""
+    if text is None:
+        return "none"
+    cut = "".join(c if c.isprintable() else "?" for c in text[:limit])
+    return repr(cut) + (f" (cut from {len(text)} characters)" if len(text) > limit else "")
+
+
+@dataclass(frozen=True)
+class RedeliveryTargets:
+    """
+    Where a topology may redeliver: the source topics it allows, for its own share group's dead letters.
+
+    :param sources: the topics a redelivery may go back to (``input.sources``, default the ``topic``).
+    :param group: the share group whose DLQ the topology drains (``input.group``, or from ``dlq.<group>``).
+    :param dlq: that DLQ (named in the reasons).
+    """
+
+    sources: frozenset[str]
+    group: str
+    dlq: str
+
+    @classmethod
+    def of(cls, topology: Topology) -> RedeliveryTargets:
+        """The targets of an ``on_due: redeliver`` topology (its input is a share group's DLQ)."""
+        source = topology.input
+        group = source.share_group if source is not None else None
+        if source is None or group is None:
+            raise ValueError(f"{topology.source}: only a share-group input with a known group redelivers")
+        return cls(frozenset(source.redelivery_sources(topology.topic)), group, source.dlq)
+
+    def refusal(self, topic: str, group: str | None) -> str | None:
+        """Why a dead letter of ``topic`` from share group ``group`` may not go back to it; None: it may."""
+        why: list[str] = []
+        if topic not in self.sources:
+            why.append(
+                f"its source topic {shown(topic)} is not one this topology redelivers to (input.sources: "
+                f"{', '.join(sorted(self.sources))}): where the provider writes comes from the topology, "
+                "never from a header"
+            )
+        if group != self.group:
+            why.append(
+                f"it names share group {shown(group)} in {SHARE_GROUP}, not {self.group!r}, whose DLQ "
+                f"{self.dlq!r} the topology drains (input.group)"
+            )
+        return "; ".join(why) or None
+
+
 def entry_key(coordinates: Coordinates) -> bytes:
     """The log key of a redelivered record: ``<topic>/<partition>/<offset>`` (a topic has no ``/``)."""
     topic, partition, offset = coordinates
@@ -143,11 +206,14 @@ def dead_letter_round(
     value: bytes | None,
     names: HeaderNames,
     logged: Callable[[bytes], Redelivery | None],
+    *,
+    targets: RedeliveryTargets,
 ) -> DeadLetterRound:
     """
     The round a share-group dead letter failed on, what it is routed as, and the headers it is routed with.
 
-    ``logged(key)`` is the redelivery log's entry for a redelivered record's :func:`entry_key`, if any.
+    ``logged(key)`` is the redelivery log's entry for a redelivered record's :func:`entry_key`, if any. A dead
+    letter ``targets`` refuses is a :class:`NotRedeliverableError` (round 1, the log not consulted).
     """
     own = list(headers or ())
     letter = describe_dead_letter(own, timestamp_ms, key=key, value=value)
@@ -164,18 +230,21 @@ def dead_letter_round(
             own,
         )
     coordinates: Coordinates = (str(source[0]), int(source[1] or 0), int(source[2] or 0))
+    refused = targets.refusal(coordinates[0], letter.group)
+    if refused is not None:
+        where = f"{shown(coordinates[0])}[{coordinates[1]}]@{coordinates[2]}"
+        return DeadLetterRound(
+            1,
+            NotRedeliverableError(f"the dead letter of {where} cannot be redelivered: {refused}"),
+            [*_front(names, coordinates, timestamp_ms), *own],
+        )
     entry_at = entry_key(coordinates)
     entry = logged(entry_at)
     original = entry.original if entry is not None else coordinates
     first_ms = entry.first_failed_ms if entry is not None else None
     if first_ms is None:
         first_ms = timestamp_ms
-    front: list[Header] = [
-        (names.original_topic, original[0].encode("utf-8")),
-        (names.original_partition, encode_int32(original[1])),
-        (names.original_offset, encode_int64(original[2])),
-        (ORIGINAL_TIMESTAMP, encode_big_integer(first_ms)),
-    ]
+    front = _front(names, original, first_ms)
     attempt = entry.attempt if entry is not None else 1
     logged_key = entry_at if entry is not None else None
     if not letter.record_copied:
@@ -192,6 +261,16 @@ def dead_letter_round(
     return DeadLetterRound(attempt, error, [*front, *own], logged_key)
 
 
+def _front(names: HeaderNames, original: Coordinates, first_ms: int) -> list[Header]:
+    """The first source's coordinates and first failure time, in front of a dead letter's own headers."""
+    return [
+        (names.original_topic, original[0].encode("utf-8")),
+        (names.original_partition, encode_int32(original[1])),
+        (names.original_offset, encode_int64(original[2])),
+        (ORIGINAL_TIMESTAMP, encode_big_integer(first_ms)),
+    ]
+
+
 @dataclass(frozen=True)
 class RedeliveryPlan:
     """Where a due tier record goes back to, and the log entry its redelivery writes."""
@@ -202,12 +281,18 @@ class RedeliveryPlan:
 
 
 def redelivery_plan(
-    headers: Sequence[Header] | None, attempt: int, due_ms: int | None, names: HeaderNames
+    headers: Sequence[Header] | None,
+    attempt: int,
+    due_ms: int | None,
+    names: HeaderNames,
+    *,
+    targets: RedeliveryTargets,
 ) -> RedeliveryPlan | NotRedeliverableError:
     """
     The source topic and partition of a due tier record (its last share-group dead letter's), or why not.
 
-    The partition is the source's; the engine lets the key decide where the source topic has fewer.
+    The partition is the source's; the engine lets the key decide where the source topic has fewer. A
+    source ``targets`` refuses (the tier record may be forged too) is a :class:`NotRedeliverableError`.
     """
     own = list(headers or ())
     reader = HeaderReader(own)
@@ -220,6 +305,12 @@ def redelivery_plan(
             f"the tier record carries no readable {SHARE_TOPIC} and {SHARE_PARTITION} with its original "
             f"coordinates{' (' + unreadable + ')' if unreadable else ''}: it did not come from a share "
             "group's DLQ through this topology's input, so there is no source to redeliver it to"
+        )
+    refused = targets.refusal(topic, reader.text(SHARE_GROUP))
+    if refused is not None:
+        return NotRedeliverableError(
+            f"the tier record's {SHARE_TOPIC} {shown(topic)}, partition {partition}, cannot be redelivered "
+            f"to: {refused}"
         )
     original: Coordinates = (first.topic, first.partition or 0, first.offset or 0)
     return RedeliveryPlan(

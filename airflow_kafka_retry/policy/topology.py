@@ -102,6 +102,7 @@ class Topology:
             check_settings,
             check_topic_names,
         )
+        from airflow_kafka_retry.policy.topology_input import check_sources
 
         errors = check_settings(self)
         if errors:
@@ -110,7 +111,7 @@ class Topology:
             object.__setattr__(self, "tiers", self._build_tiers())
         except NamingError as exc:
             raise self._error(str(exc), "reuse_same_interval") from None
-        errors = check_topic_names(self) + check_dead_letter_queues(self)
+        errors = check_topic_names(self) + check_dead_letter_queues(self) + check_sources(self)
         if errors:
             raise TopologyError.combine(errors)
 

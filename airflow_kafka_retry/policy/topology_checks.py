@@ -7,19 +7,17 @@ problems it found (none: an empty list), so that one error can report them all.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.classify import is_dotted_name
 from airflow_kafka_retry.policy.compat import COMPAT_NAMES, describe_presets
-from airflow_kafka_retry.policy.naming import DLT_ROUTING_NAMINGS, SUFFIXINGS, dlt_routing_suffix
+from airflow_kafka_retry.policy.naming import DLT_ROUTING_NAMINGS, SUFFIXINGS, TOPIC_NAME, dlt_routing_suffix
 from airflow_kafka_retry.policy.topology_input import check_input
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.errors import TopologyError
     from airflow_kafka_retry.policy.topology import Topology
 
-TOPIC_NAME = re.compile(r"^(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}$")  # Kafka also refuses "." and ".."
 MAX_ATTEMPTS = 32_766  # the DLT record carries attempts + 1, and Spring reads at most Short.MAX_VALUE
 DLT_STRATEGIES = ("always_retry_on_error", "fail_on_error", "no_dlt")
 

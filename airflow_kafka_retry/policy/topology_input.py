@@ -12,6 +12,12 @@ topic, and sizes them. ``on_due`` says what a tier does with a record when it is
   number in ``retry_topic-attempts`` (``policy/share_redelivery.py``); only a ``share-group`` input
   says where each record came from, so only it can be redelivered.
 
+Where a redelivery may write is the topology's to say, never a dead letter's: ``input.sources`` lists the
+topics the share group consumes (default: ``topic``), and ``input.group`` names the share group whose DLQ
+``input.dlq`` is (default: ``dlq`` without the broker's ``dlq.`` prefix). A source is a legal topic name and
+none of the provider's own topics (tiers, DLTs, parking, their replay logs, the redelivery log) nor an
+internal (``__``) or log topic of another topology.
+
 Pure: parsing and validation only.
 """
 
@@ -22,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from airflow_kafka_retry.policy.errors import TopologyError
+from airflow_kafka_retry.policy.naming import REDELIVERY_LOG_SUFFIX, REPLAY_LOG_SUFFIX, TOPIC_NAME
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.dead_letter_families import Family
@@ -37,7 +44,7 @@ INPUT_FAMILIES: tuple[Family, ...] = (
     "spring-dead-letter",
     "airflow",
 )
-_INPUT_KEYS = ("family", "dlq")
+_INPUT_KEYS = ("family", "dlq", "sources", "group")
 #: The broker's default ``errors.deadletterqueue.topic.name.prefix``: a share group's DLQ is ``dlq.<group>``.
 SHARE_DLQ_PREFIX = "dlq."
 
@@ -49,13 +56,36 @@ class TopologyInput:
 
     :param family: which framework writes it (:data:`INPUT_FAMILIES`).
     :param dlq: the DLQ topic.
+    :param sources: under ``on_due: redeliver``, the topics a redelivery may go back to (empty: the
+        topology's ``topic`` alone).
+    :param group: the share group whose DLQ ``dlq`` is (None: ``dlq`` after the ``dlq.`` prefix).
     """
 
     family: Family
     dlq: str
+    sources: tuple[str, ...] = ()
+    group: str | None = None
 
-    def to_dict(self) -> dict[str, str]:
-        return {"family": self.family, "dlq": self.dlq}
+    @property
+    def share_group(self) -> str | None:
+        """The share group whose dead letters ``dlq`` holds: ``group``, else the name after ``dlq.``."""
+        if self.group is not None:
+            return self.group
+        if self.dlq.startswith(SHARE_DLQ_PREFIX) and len(self.dlq) > len(SHARE_DLQ_PREFIX):
+            return self.dlq[len(SHARE_DLQ_PREFIX) :]
+        return None
+
+    def redelivery_sources(self, topic: str) -> tuple[str, ...]:
+        """The topics a redelivery may go back to: ``sources``, else the topology's ``topic``."""
+        return self.sources or (topic,)
+
+    def to_dict(self) -> dict[str, object]:
+        data: dict[str, object] = {"family": self.family, "dlq": self.dlq}
+        if self.sources:
+            data["sources"] = list(self.sources)
+        if self.group is not None:
+            data["group"] = self.group
+        return data
 
 
 def parse_input(data: object, source: str) -> TopologyInput:
@@ -74,6 +104,7 @@ def parse_input(data: object, source: str) -> TopologyInput:
         if key not in _INPUT_KEYS
     ]
     family, dlq = data.get("family"), data.get("dlq")
+    sources, group = data.get("sources", ()), data.get("group")
     if family not in INPUT_FAMILIES:
         errors.append(
             TopologyError(
@@ -91,9 +122,30 @@ def parse_input(data: object, source: str) -> TopologyInput:
                 source=source,
             )
         )
+    if sources is None:
+        sources = ()
+    if isinstance(sources, str):
+        sources = (sources,)
+    if not isinstance(sources, (list, tuple)) or not all(isinstance(s, str) for s in sources):
+        errors.append(
+            TopologyError(
+                f"must be a list of topic names (the topics the share group consumes), got {sources!r}",
+                field="input.sources",
+                source=source,
+            )
+        )
+    if group is not None and (not isinstance(group, str) or not group.strip()):
+        errors.append(
+            TopologyError(
+                f"must name the share group whose DLQ input.dlq is, got {group!r}",
+                field="input.group",
+                source=source,
+            )
+        )
     if errors:
         raise TopologyError.combine(errors)
-    return TopologyInput(family, dlq)  # type: ignore[arg-type]  # checked against INPUT_FAMILIES above
+    # family checked against INPUT_FAMILIES above
+    return TopologyInput(family, dlq, tuple(sources), group)  # type: ignore[arg-type]
 
 
 def check_input(t: Topology) -> list[TopologyError]:
@@ -122,12 +174,24 @@ def check_input(t: Topology) -> list[TopologyError]:
                     "on_due",
                 )
             )
-    if (
-        source is not None
-        and source.family == "share-group"
-        and source.dlq.startswith(SHARE_DLQ_PREFIX)
-        and t.group_id == source.dlq[len(SHARE_DLQ_PREFIX) :]
-    ):
+        elif source.share_group is None:
+            errors.append(
+                t._error(
+                    f"input.dlq {source.dlq!r} does not follow the broker's default name dlq.<group>, so the "
+                    "topology cannot tell which share group's dead letters it redelivers: name it "
+                    "(input.group: <share group>)",
+                    "input.group",
+                )
+            )
+    if source is not None and (source.sources or source.group is not None) and t.on_due != "redeliver":
+        errors.append(
+            t._error(
+                "input.sources and input.group say where on_due: redeliver may write and whose dead letters "
+                f"it redelivers; this topology's tiers handle their records (on_due: {t.on_due}): drop them",
+                "input.sources" if source.sources else "input.group",
+            )
+        )
+    if source is not None and source.family == "share-group" and t.group_id == source.share_group:
         errors.append(
             t._error(
                 f"{t.group_id!r} is the share group whose DLQ is {source.dlq!r}; group_id is the provider's "
@@ -136,4 +200,42 @@ def check_input(t: Topology) -> list[TopologyError]:
                 "group_id",
             )
         )
+    return errors
+
+
+def check_sources(t: Topology) -> list[TopologyError]:
+    """
+    Each of ``input.sources`` is a legal topic the provider may redeliver to: none of its own, listed once.
+
+    Run once the tiers are built (their names are the ones checked against).
+    """
+    if t.input is None or t.on_due != "redeliver":
+        return []
+    own = {tier.topic: f"tier {tier.index}" for tier in t.tiers}
+    for tier in t.dlt_tiers:
+        own[tier.topic] = "DLT"
+        own[tier.topic + REPLAY_LOG_SUFFIX] = f"DLT {tier.topic}'s replay log"
+    if t.parking_topic is not None:
+        own[t.parking_topic] = "parking topic"
+        own[t.parking_topic + REPLAY_LOG_SUFFIX] = "parking topic's replay log"
+    own[t.topic + REDELIVERY_LOG_SUFFIX] = "redelivery log"
+    errors: list[TopologyError] = []
+    seen: set[str] = set()
+    for index, topic in enumerate(t.input.sources):
+        where = f"input.sources[{index}]"
+        if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
+            why = "is not a legal Kafka topic name (1-249 characters from a-z A-Z 0-9 . _ -)"
+        elif topic in own:
+            why = f"is the topology's own {own[topic]}, which a redelivery must never write"
+        elif topic.startswith("__"):
+            why = "is a Kafka internal topic, never a share group's source"
+        elif topic.endswith((REPLAY_LOG_SUFFIX, REDELIVERY_LOG_SUFFIX)):
+            why = "is a replay or redelivery log (the provider's bookkeeping), never a share group's source"
+        elif topic in seen:
+            why = "is listed twice"
+        else:
+            seen.add(topic)
+            continue
+        shown = repr(topic[:100]) if isinstance(topic, str) else repr(topic)
+        errors.append(t._error(f"{shown} {why}; list the topics the share group consumes", where))
     return errors

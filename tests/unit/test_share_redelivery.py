@@ -19,6 +19,7 @@ from airflow_kafka_retry.policy.share_redelivery import (
     NotRedeliverableError,
     Redelivery,
     RedeliveryPlan,
+    RedeliveryTargets,
     ShareGroupRejection,
     dead_letter_round,
     entry_key,
@@ -48,6 +49,9 @@ def share_dead_letter(topic: str = "orders", partition: int = 1, offset: int = 7
         ("__dlq.errors.delivery.count", b"1"),
         ("__dlq.errors.message", b"Offset rejected by client."),
     ]
+
+
+TARGETS = RedeliveryTargets.of(Topology.from_mapping(SHARE_TOPOLOGY))
 
 
 def nothing_logged(key: bytes) -> Redelivery | None:
@@ -81,7 +85,7 @@ def test_an_input_dlq_is_tier_0_and_the_topic_names_the_rest() -> None:
         ({"input": "dlq.x"}, "input", "must be a mapping"),
         ({"group_id": "orders-share"}, "group_id", "is the share group whose DLQ"),
         (
-            {"input": {"family": "share-group", "dlq": "bad topic"}},
+            {"input": {"family": "share-group", "dlq": "dlq.bad topic"}},
             "input.dlq",
             "not a legal Kafka topic name",
         ),
@@ -109,7 +113,7 @@ def test_handle_fits_any_input_family() -> None:
 
 # ---------------------------------------------------------------------- a dead letter's round
 def test_a_dead_letter_the_log_does_not_know_is_round_1_from_its_source() -> None:
-    found = dead_letter_round(share_dead_letter(), 5_000, b"k", b"v", NAMES, nothing_logged)
+    found = dead_letter_round(share_dead_letter(), 5_000, b"k", b"v", NAMES, nothing_logged, targets=TARGETS)
     assert found.attempt == 1
     assert found.logged is None
     assert isinstance(found.error, ShareGroupRejection)
@@ -123,7 +127,9 @@ def test_a_dead_letter_the_log_does_not_know_is_round_1_from_its_source() -> Non
 
 def test_a_logged_redelivery_continues_its_round_and_keeps_the_first_source() -> None:
     logged = {entry_key(("orders", 0, 42)): Redelivery(2, ("orders", 1, 7), 1_000, 3_000)}
-    found = dead_letter_round(share_dead_letter(partition=0, offset=42), 9_000, b"k", b"v", NAMES, logged.get)
+    found = dead_letter_round(
+        share_dead_letter(partition=0, offset=42), 9_000, b"k", b"v", NAMES, logged.get, targets=TARGETS
+    )
     assert found.attempt == 2
     assert found.logged == b"orders/0/42"
     first = read_original_coordinates(found.headers)
@@ -132,15 +138,17 @@ def test_a_logged_redelivery_continues_its_round_and_keeps_the_first_source() ->
 
 
 def test_a_dead_letter_without_its_record_or_its_source_cannot_be_redelivered() -> None:
-    empty = dead_letter_round(share_dead_letter(), 1, None, None, NAMES, nothing_logged)
+    empty = dead_letter_round(share_dead_letter(), 1, None, None, NAMES, nothing_logged, targets=TARGETS)
     assert isinstance(empty.error, NotRedeliverableError)
     assert "copy.record.enable is false" in str(empty.error)
-    spring = dead_letter_round([("kafka_dlt-original-topic", b"x")], 1, b"k", b"v", NAMES, nothing_logged)
+    spring = dead_letter_round(
+        [("kafka_dlt-original-topic", b"x")], 1, b"k", b"v", NAMES, nothing_logged, targets=TARGETS
+    )
     assert isinstance(spring.error, NotRedeliverableError)
     assert "names no source" in str(spring.error)
     bad = share_dead_letter()
     bad[1] = ("__dlq.errors.partition", b"\x00\x00\x00\x01")  # 4-byte int, not decimal text
-    odd = dead_letter_round(bad, 1, b"k", b"v", NAMES, nothing_logged)
+    odd = dead_letter_round(bad, 1, b"k", b"v", NAMES, nothing_logged, targets=TARGETS)
     assert isinstance(odd.error, NotRedeliverableError)
     assert "__dlq.errors.partition" in str(odd.error)
 
@@ -148,7 +156,7 @@ def test_a_dead_letter_without_its_record_or_its_source_cannot_be_redelivered() 
 # ---------------------------------------------------------------------- a due tier record
 def _tier_record(partition: int = 1) -> list[tuple[str, bytes]]:
     found = dead_letter_round(
-        share_dead_letter(partition=partition), 5_000, b"k", b"v", NAMES, nothing_logged
+        share_dead_letter(partition=partition), 5_000, b"k", b"v", NAMES, nothing_logged, targets=TARGETS
     )
     return [
         *found.headers,
@@ -159,7 +167,7 @@ def _tier_record(partition: int = 1) -> list[tuple[str, bytes]]:
 
 
 def test_a_due_record_goes_back_to_its_source_partition_with_its_round() -> None:
-    plan = redelivery_plan(_tier_record(), 2, 7_000, NAMES)
+    plan = redelivery_plan(_tier_record(), 2, 7_000, NAMES, targets=TARGETS)
     assert plan == RedeliveryPlan("orders", 1, Redelivery(2, ("orders", 1, 7), 5_000, 7_000))
     headers = redelivery_headers(_tier_record(), NAMES)
     assert [name for name, _ in headers] == [
@@ -174,7 +182,7 @@ def test_a_due_record_goes_back_to_its_source_partition_with_its_round() -> None
 
 
 def test_a_tier_record_without_a_share_source_goes_to_the_dlt() -> None:
-    plan = redelivery_plan([(ATTEMPTS, encode_int32(2))], 2, None, NAMES)
+    plan = redelivery_plan([(ATTEMPTS, encode_int32(2))], 2, None, NAMES, targets=TARGETS)
     assert isinstance(plan, NotRedeliverableError)
     assert "__dlq.errors.topic" in str(plan)
 
