@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -20,11 +21,18 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from airflow_kafka_retry.engine.local import run_local
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.redelivery_log import ensure_redelivery_log, redelivery_log_topic
+from airflow_kafka_retry.engine.redelivery_log import (
+    RedeliveryLogError,
+    RedeliveryLogView,
+    ensure_redelivery_log,
+    redelivery_log_topic,
+)
+from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy.headers import read_original_coordinates
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.processes import free_port
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics
 
 from tests.support.dead_letter_fixtures import unique_name
@@ -219,3 +227,22 @@ def _set_config(bootstrap: str, topic: str, name: str, value: str) -> None:
     admin = admin_client(bootstrap)  # kept alive: a collected client cancels its futures
     for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
+
+
+def test_no_broker_answering_the_logs_calls_fails_them_as_transient_naming_the_log() -> None:
+    """What the supervisor retries (``broker_transient``), within the call timeouts: never a hang."""
+    bootstrap = f"127.0.0.1:{free_port()}"  # nobody listens there
+    config = {"bootstrap.servers": bootstrap}
+    started = time.monotonic()
+    with pytest.raises(RedeliveryLogError, match="orders-redelivery-log") as raised:
+        ensure_redelivery_log(config, "orders-redelivery-log", timeout=2.0)
+    assert broker_transient(raised.value), raised.value
+    view = RedeliveryLogView(config, "orders-redelivery-log", timeout_s=2.0)
+    try:
+        with pytest.raises(RedeliveryLogError, match=r"orders-redelivery-log\[0\]") as raised:
+            view.refresh()
+    finally:
+        view.close()
+    assert broker_transient(raised.value), raised.value
+    took = time.monotonic() - started
+    assert took < 60, f"{took:.0f}s with 2 s call timeouts"  # liveness (they end), not speed
