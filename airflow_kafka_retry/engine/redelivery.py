@@ -88,7 +88,6 @@ class RedeliveryLane:
                 watch=job.watch,
                 timeout_s=min(10.0, self.call_timeout_s),
                 idle_timeout_s=job.options.idle_timeout_s,
-                clock=job.clock,
             )
             if self.tier.index == 0
             else None

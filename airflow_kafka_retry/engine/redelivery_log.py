@@ -185,7 +185,8 @@ class RedeliveryLogView:
     :param watch: the partition run's deadlines; each broker call is made under them.
     :param timeout_s: the timeout handed to a call (and the longest wait for another thread's refresh).
     :param idle_timeout_s: the longest time the broker may send neither records nor the log's end.
-    :param clock: epoch milliseconds (entries older than :data:`RETENTION_MS` are dropped).
+    :param clock: epoch milliseconds of the wall clock, as the broker's retention sees it (entries older than
+        :data:`RETENTION_MS` are dropped).
     """
 
     def __init__(
