@@ -166,11 +166,17 @@ def test_an_aborted_chunk_leaves_the_entry_and_its_retry_finds_it(kafka_bootstra
     _set_config(kafka_bootstrap, log_topic, "max.message.bytes", "150")
     _dead_letters(kafka_bootstrap, topology, [20, 21])
 
-    failed = _input_lane(kafka_bootstrap, topology, dataclasses.replace(OPTIONS, broker_retry_s=0.0))
+    # the aborted transaction is transient: the supervisor tries the partition again for 3 s
+    failed = _input_lane(kafka_bootstrap, topology, dataclasses.replace(OPTIONS, broker_retry_s=3.0))
 
     [partition] = failed.partitions
     assert partition.status == "failed", partition
     assert partition.committed_offset is None, partition
+    assert partition.retries >= 1, partition
+    from airflow_kafka_retry.engine.redelivery_log import log_state  # noqa: PLC0415 (this test's subject)
+
+    state = log_state({"bootstrap.servers": kafka_bootstrap}, log_topic)
+    assert state.read == 2  # by the first attempt; the next ones found nothing appended (the abort marker)
     assert _sources_in(kafka_bootstrap, topology.tier(2).topic) == set()  # the routed records were aborted
     log = _log(kafka_bootstrap, topology)
     assert all(value is not None for records in log.values() for _, value in records), log
@@ -178,6 +184,7 @@ def test_an_aborted_chunk_leaves_the_entry_and_its_retry_finds_it(kafka_bootstra
 
     _set_config(kafka_bootstrap, log_topic, "max.message.bytes", "1000000")
     _summary_ok(_input_lane(kafka_bootstrap, topology))
+    assert state.read == 2  # the entries were still held: nothing read again
 
     assert _sources_in(kafka_bootstrap, topology.tier(2).topic) == {20, 21}  # found again: round 2
     log = _log(kafka_bootstrap, topology)
