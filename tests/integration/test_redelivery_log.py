@@ -25,6 +25,7 @@ from airflow_kafka_retry.engine.redelivery_log import (
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
+    log_state,
     redelivery_log_topic,
 )
 from airflow_kafka_retry.engine.supervised import broker_transient
@@ -173,8 +174,6 @@ def test_an_aborted_chunk_leaves_the_entry_and_its_retry_finds_it(kafka_bootstra
     assert partition.status == "failed", partition
     assert partition.committed_offset is None, partition
     assert partition.retries >= 1, partition
-    from airflow_kafka_retry.engine.redelivery_log import log_state  # noqa: PLC0415 (this test's subject)
-
     state = log_state({"bootstrap.servers": kafka_bootstrap}, log_topic)
     assert state.read == 2  # by the first attempt; the next ones found nothing appended (the abort marker)
     assert _sources_in(kafka_bootstrap, topology.tier(2).topic) == set()  # the routed records were aborted
@@ -206,8 +205,6 @@ def test_a_second_run_of_the_input_lane_reads_only_what_was_appended(
 
     _summary_ok(_input_lane(kafka_bootstrap, topology))
     assert f"{log_topic}[0]: read 550 record(s) of the redelivery log from offset 0" in caplog.text
-    from airflow_kafka_retry.engine.redelivery_log import log_state
-
     state = log_state({"bootstrap.servers": kafka_bootstrap}, log_topic)
     assert (state.read, len(state.entries)) == (550, 50)
 
