@@ -226,11 +226,7 @@ class RedeliveryLogView:
     def refresh(self) -> int:
         """Read what was committed to the log since this process last read it; the records read."""
         state, timeout = self.state, self.watch.timeout(self.timeout_s)
-        if not state.lock.acquire(timeout=timeout):
-            raise _transient(
-                f"{self.where}: another partition run of this process read the redelivery log for "
-                f"{timeout:g}s without letting go"
-            )
+        self._acquire(state, timeout)
         try:
             before, start = state.read, state.position
             self._read_new(state, timeout)
@@ -248,6 +244,24 @@ class RedeliveryLogView:
             return read
         finally:
             state.lock.release()
+
+    def _acquire(self, state: LogState, timeout: float) -> None:
+        """
+        Hold the state; another partition of this process may be reading the log into it.
+
+        Waited for as long as that read goes on (a new process's first read of a big log takes seconds),
+        never ``timeout`` seconds past its last record; a stopped attempt stops waiting.
+        """
+        last, since = state.position, time.monotonic()
+        while not state.lock.acquire(timeout=min(self.poll_s, timeout)):
+            self.watch.check()
+            if state.position != last:
+                last, since = state.position, time.monotonic()
+            elif time.monotonic() - since > timeout:
+                raise _transient(
+                    f"{self.where}: another partition run of this process has read nothing of the "
+                    f"redelivery log for {timeout:g}s, and still holds it"
+                )
 
     def _read_new(self, state: LogState, timeout: float) -> None:
         consumer = self._open()

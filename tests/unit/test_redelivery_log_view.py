@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from airflow_kafka_retry.engine import redelivery_log
@@ -16,6 +19,7 @@ from airflow_kafka_retry.engine.redelivery_log import (
 )
 from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
+from airflow_kafka_retry.testing.processes import free_port
 
 NOW = 1_800_000_000_000
 KEY_A, KEY_B, KEY_C = (entry_key(("orders", 0, n)) for n in (1, 2, 3))
@@ -115,3 +119,48 @@ def test_a_timeout_creating_the_log_is_transient_and_names_it(monkeypatch: pytes
     with pytest.raises(RedeliveryLogError, match="orders-redelivery-log") as raised:
         ensure_redelivery_log({"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", timeout=1.0)
     assert broker_transient(raised.value)
+
+
+def _held_while(state: LogState, seconds: float, *, reading: bool) -> threading.Thread:
+    """Another partition's refresh: holds the state ``seconds``, reading a record every 0.1 s or not."""
+    state.lock.acquire()
+
+    def hold() -> None:
+        try:
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                time.sleep(0.1)
+                if reading:
+                    state.position += 1
+        finally:
+            state.lock.release()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_refresh_waits_for_another_partitions_read_while_it_goes_on() -> None:
+    bootstrap = f"127.0.0.1:{free_port()}"  # nobody listens: once its turn comes, the end cannot be read
+    view = RedeliveryLogView({"bootstrap.servers": bootstrap}, "orders-wait-redelivery-log", timeout_s=0.5)
+    holder = _held_while(view.state, 2.0, reading=True)
+    try:
+        with pytest.raises(RedeliveryLogError, match="cannot read the redelivery log's end"):
+            view.refresh()  # it waited out the other read (2 s, four times its timeout) and took its turn
+    finally:
+        holder.join(10)
+        view.close()
+
+
+def test_a_refresh_gives_up_on_a_read_that_goes_nowhere_as_transient() -> None:
+    view = RedeliveryLogView(
+        {"bootstrap.servers": "127.0.0.1:1"}, "orders-stuck-redelivery-log", timeout_s=0.3
+    )
+    holder = _held_while(view.state, 3.0, reading=False)
+    try:
+        with pytest.raises(RedeliveryLogError, match="has read nothing of the redelivery log") as raised:
+            view.refresh()
+        assert broker_transient(raised.value)
+    finally:
+        holder.join(10)
+        view.close()
