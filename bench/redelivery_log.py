@@ -140,7 +140,8 @@ def measure_lane(bootstrap: str, mapping: dict[str, Any], more: dict[str, Any]) 
 
     from airflow_kafka_retry.engine.local import run_local
     from airflow_kafka_retry.engine.options import DrainOptions
-    from airflow_kafka_retry.engine.redelivery_log import LogState, RedeliveryLogView, log_state
+    from airflow_kafka_retry.engine.redelivery_log import RedeliveryLogView
+    from airflow_kafka_retry.engine.redelivery_log_state import LogState, log_state
 
     config = {"bootstrap.servers": bootstrap}
     topology = Topology.from_mapping(mapping, source="bench")

@@ -13,13 +13,14 @@ piece is there (a record is redelivered, and its entry committed, before the sha
 it routes a dead letter whose round came from the log, it writes a tombstone for that key in the same
 transaction as the routed record and its offset commit, and compaction removes the entry.
 
-What a process holds (:class:`LogState`, one per cluster and log, kept across the attempts and runs of
-the process): the position it read to and the entries not yet deleted, in log order. Each refresh reads
-only what was appended since; a tombstone drops its entry; an entry older than :data:`RETENTION_MS` is
-dropped as the broker drops it. So memory is bounded by the entries in flight (redelivered records not yet
-dead-lettered again, or accepted by the share consumer less than :data:`RETENTION_MS` ago), not by the
-log's history. A fresh process reads the compacted log: the live entries, tombstones younger than
-:data:`CLEAN_MS` and the segments not yet cleaned (rolled every :data:`CLEAN_MS`).
+What a process holds (``engine/redelivery_log_state.py``, one state per cluster and log, kept across the
+attempts and runs of the process): the position it read to and the entries not yet deleted, in log order.
+Each refresh reads only what was appended since; a tombstone drops its entry; an entry older than
+:data:`RETENTION_MS` is dropped as the broker drops it. So memory is bounded by the entries in flight
+(redelivered records not yet dead-lettered again, or accepted by the share consumer less than
+:data:`RETENTION_MS` ago), not by the log's history. A fresh process reads the compacted log: the live
+entries, tombstones younger than :data:`CLEAN_MS` and the segments not yet cleaned (rolled every
+:data:`CLEAN_MS`).
 
 Every broker call is made under the partition run's deadlines (``engine/call_watch.py``); a timeout, or a
 broker that does not answer, fails the attempt as transient (:class:`RedeliveryLogError` names the log):
@@ -29,25 +30,23 @@ the run is retried.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.call_watch import CallWatch
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.reading import reader_config
+from airflow_kafka_retry.engine.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.engine.topics import ensure_log_topic
 from airflow_kafka_retry.policy.share_redelivery import Redelivery
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = "-redelivery-log"
-RETENTION_MS = 7 * 24 * 3600 * 1000
 #: How often the log's active segment rolls (so that compaction reaches it) and how long a tombstone stays.
 CLEAN_MS = 3600 * 1000
 LOG_CONFIG = {
@@ -113,66 +112,6 @@ def ensure_redelivery_log(
         if exc.__cause__ is None:  # created, but not in the metadata in time: a slow cluster
             error.transient = True
         raise error from exc
-
-
-@dataclass
-class LogState:
-    """
-    What this process knows of one redelivery log.
-
-    :param entries: key -> (the entry's value, its log timestamp), in log order; deleted entries are not
-        here.
-    :param position: the next offset to read.
-    :param read: the log records this process read (entries and tombstones).
-    """
-
-    topic: str
-    entries: dict[bytes, tuple[bytes, int]] = field(default_factory=dict)
-    position: int = 0
-    read: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def forget(self) -> None:
-        """Start again from offset 0 (the log was deleted or recreated)."""
-        self.entries, self.position = {}, 0
-
-    def add(self, message: Message) -> None:
-        """One record of the log, read in order: an entry, or a tombstone deleting one."""
-        self.position = offset_of(message) + 1
-        self.read += 1
-        key, value = message.key(), message.value()
-        if key is None:
-            return
-        if value is None:
-            self.entries.pop(key, None)
-        else:
-            self.entries[key] = (value, message.timestamp()[1])
-
-    def expire(self, now_ms: int) -> int:
-        """Drop the entries older than :data:`RETENTION_MS` (the oldest come first); how many."""
-        cutoff = now_ms - RETENTION_MS
-        old = []
-        for key, (_, timestamp) in self.entries.items():
-            if timestamp >= cutoff:
-                break
-            old.append(key)
-        for key in old:
-            del self.entries[key]
-        return len(old)
-
-
-_STATES: dict[tuple[str, str], LogState] = {}
-_STATES_LOCK = threading.Lock()
-
-
-def log_state(kafka_config: Mapping[str, Any], topic: str) -> LogState:
-    """This process's :class:`LogState` of ``topic`` on the cluster of ``kafka_config``."""
-    where = (str(kafka_config.get("bootstrap.servers", "")), topic)
-    with _STATES_LOCK:
-        state = _STATES.get(where)
-        if state is None:
-            state = _STATES[where] = LogState(topic)
-        return state
 
 
 class RedeliveryLogView:

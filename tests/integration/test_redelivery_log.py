@@ -25,9 +25,9 @@ from airflow_kafka_retry.engine.redelivery_log import (
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
-    log_state,
     redelivery_log_topic,
 )
+from airflow_kafka_retry.engine.redelivery_log_state import log_state
 from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy.headers import read_original_coordinates

@@ -10,13 +10,11 @@ import pytest
 from airflow_kafka_retry.engine import redelivery_log
 from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
 from airflow_kafka_retry.engine.redelivery_log import (
-    RETENTION_MS,
-    LogState,
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
-    log_state,
 )
+from airflow_kafka_retry.engine.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.testing.processes import free_port
