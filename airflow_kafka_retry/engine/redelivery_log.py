@@ -35,9 +35,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
 from airflow_kafka_retry.engine.call_watch import CallWatch
-from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.clients import KafkaConfigError, admin_config
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.reading import reader_config
 from airflow_kafka_retry.engine.redelivery_log_state import RETENTION_MS, LogState, log_state
@@ -92,6 +93,8 @@ def ensure_redelivery_log(
     """
     Create the log topic (one partition, :data:`LOG_CONFIG`) if it is missing; True when it was created.
 
+    An existing log gets the configs of :data:`LOG_CONFIG` it lacks (:func:`complete_configs`).
+
     Under ``watch``'s deadlines: the lookup, the creation and the wait for the created topic are each given
     ``timeout``. A timeout is a transient :class:`RedeliveryLogError`.
     """
@@ -100,7 +103,7 @@ def ensure_redelivery_log(
     try:
         # a metadata request, the creation, then metadata requests until the topic shows (up to `limit`)
         with watch.call("create the redelivery log", 4 * limit, f"the controller (creating {topic})"):
-            return ensure_log_topic(
+            created = ensure_log_topic(
                 kafka_config, topic, what="the redelivery log", config=LOG_CONFIG, timeout=limit
             )
     except TimeoutError as exc:
@@ -112,6 +115,58 @@ def ensure_redelivery_log(
         if exc.__cause__ is None:  # created, but not in the metadata in time: a slow cluster
             error.transient = True
         raise error from exc
+    if not created:
+        with watch.call(
+            "complete the redelivery log's configs", 2 * limit, f"the brokers ({topic}'s configs)"
+        ):
+            complete_configs(kafka_config, topic, limit)
+    return created
+
+
+def complete_configs(kafka_config: Mapping[str, Any], topic: str, timeout: float) -> list[str]:
+    """
+    Set those of :data:`LOG_CONFIG` a log has not set itself (one made by an earlier version); their names.
+
+    Without ``segment.ms`` the active segment (7 days by default) is never compacted, and a new process reads
+    a week of the log. A config the topic sets is left as it is. Never fails the run: a log whose configs
+    cannot be read or set (no ``ALTER_CONFIGS`` permission, a timeout) is named in a warning.
+    """
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient(admin_config(kafka_config))
+    try:
+        described = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        missing = [
+            name
+            for name in ("segment.ms", "delete.retention.ms")
+            if name not in described or _source(described[name]) != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        ]
+        if missing:
+            entries = [
+                ConfigEntry(name, LOG_CONFIG[name], incremental_operation=AlterConfigOpType.SET)
+                for name in missing
+            ]
+            change = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+            admin.incremental_alter_configs([change], request_timeout=timeout)[change].result(timeout)
+            log.info(
+                "set %s of the redelivery log %s", ", ".join(f"{n}={LOG_CONFIG[n]}" for n in missing), topic
+            )
+        return missing
+    except (KafkaException, TimeoutError) as exc:
+        log.warning(
+            "cannot complete the configs of the redelivery log %s (%s): set segment.ms=%s and "
+            "delete.retention.ms=%s on it, or compaction never reaches its newest week",
+            topic,
+            exc,
+            CLEAN_MS,
+            CLEAN_MS,
+        )
+        return []
+
+
+def _source(entry: ConfigEntry) -> int:
+    """Where a described config comes from (the client gives the enum's value or the enum)."""
+    source: Any = entry.source
+    return int(getattr(source, "value", source))
 
 
 class RedeliveryLogView:

@@ -250,3 +250,26 @@ def test_no_broker_answering_the_logs_calls_fails_them_as_transient_naming_the_l
     assert broker_transient(raised.value), raised.value
     took = time.monotonic() - started
     assert took < 60, f"{took:.0f}s with 2 s call timeouts"  # liveness (they end), not speed
+
+
+def test_a_log_made_by_an_earlier_version_gets_the_configs_that_let_compaction_reach_it(
+    kafka_bootstrap: str,
+) -> None:
+    """Only what the topic does not set itself: an operator's own segment.ms stays."""
+    config = {"bootstrap.servers": kafka_bootstrap}
+    old, tuned = unique_name("old") + "-redelivery-log", unique_name("tuned") + "-redelivery-log"
+    create_topics(kafka_bootstrap, [old], 1, config={"cleanup.policy": "compact,delete"})
+    create_topics(kafka_bootstrap, [tuned], 1, config={"cleanup.policy": "compact", "segment.ms": "600000"})
+
+    assert ensure_redelivery_log(config, old) is False
+    assert ensure_redelivery_log(config, tuned) is False
+
+    assert _configs(kafka_bootstrap, old) == {"segment.ms": "3600000", "delete.retention.ms": "3600000"}
+    assert _configs(kafka_bootstrap, tuned) == {"segment.ms": "600000", "delete.retention.ms": "3600000"}
+
+
+def _configs(bootstrap: str, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = admin_client(bootstrap)
+    described = admin.describe_configs([resource])[resource].result(30)
+    return {name: described[name].value for name in ("segment.ms", "delete.retention.ms")}
