@@ -4,6 +4,7 @@ A share-group topology's partition run under ``on_due: redeliver``: no handler, 
 * The input lane (tier 0, the share group's DLQ): each dead letter is a failure of its round
   (``policy/share_redelivery.dead_letter_round``: the round from the redelivery log, else 1) and is routed
   like any failed record: into the next tier with its back-off, or to the DLT once its rounds are spent.
+  The log entry that gave the round is deleted (a tombstone) in the chunk's transaction (:meth:`bookkeeping`).
 * A retry tier: each due record is produced back to its source topic and partition
   (``redelivery_plan``; where the source topic has fewer partitions the key decides), with the round in
   ``retry_topic-attempts``; its redelivery log entry, keyed by the offset its delivery report gives, is
@@ -97,7 +98,19 @@ class RedeliveryLane:
         self.names = HEADER_NAMES[job.topology.headers.naming]
         self.targets = RedeliveryTargets.of(job.topology)  # where a redelivery may go: never a header's say
         self.log_topic = redelivery_log_topic(job.topology.topic)
-        self._view = RedeliveryLogView(self.kafka_config, self.log_topic) if self.tier.index == 0 else None
+        self.watch = job.watch
+        self._view = (
+            RedeliveryLogView(
+                self.kafka_config,
+                self.log_topic,
+                watch=job.watch,
+                timeout_s=min(10.0, self.call_timeout_s),
+                idle_timeout_s=job.options.idle_timeout_s,
+            )
+            if self.tier.index == 0
+            else None
+        )
+        self._used: dict[bytes, None] = {}  # log keys whose entries gave a round in this chunk, in order
         self._log_ready = False
         self._missing: set[str] = set()  # source topics found not to exist in this run
         self._refusing: dict[str, str] = {}  # source topics that refused a record in this run -> why
@@ -130,6 +143,8 @@ class RedeliveryLane:
             )
             failures.append((message, found.error, found.attempt))
             headers.append(found.headers)
+            if found.logged is not None:
+                self._used[found.logged] = None
         self._route(failures, work, headers)
 
     def _redeliver(self, piece: Chunk, work: ChunkWork) -> None:
@@ -169,7 +184,9 @@ class RedeliveryLane:
             if due is not None:
                 work.lateness_ms.add(now - due)
         if self._entries and not self._log_ready:
-            ensure_redelivery_log(self.kafka_config, self.log_topic, timeout=self.call_timeout_s)
+            ensure_redelivery_log(
+                self.kafka_config, self.log_topic, timeout=self.call_timeout_s, watch=self.watch
+            )
             self._log_ready = True
         self._route(failures, work)
 
@@ -257,8 +274,14 @@ class RedeliveryLane:
         return True
 
     def bookkeeping(self, routed: Sequence[RoutedRecord]) -> list[tuple[str, bytes, bytes | None]]:
-        """The log entries of the chunk's redelivered records, by the coordinates their delivery gave."""
-        out: list[tuple[str, bytes, bytes | None]] = []
+        """
+        The log records the chunk's commit writes in its transaction.
+
+        The entries of its redelivered records, by the coordinates their delivery gave; the input lane's
+        tombstones of the entries that gave its dead letters their round (an aborted chunk deletes none).
+        """
+        out: list[tuple[str, bytes, bytes | None]] = [(self.log_topic, key, None) for key in self._used]
+        self._used.clear()
         for item in routed:
             entry = self._entries.pop(id(item), None)
             if entry is None:

@@ -7,24 +7,41 @@ Key: the redelivered record's own coordinates, ``<source topic>/<partition>/<off
 report); value: the :class:`~airflow_kafka_retry.policy.share_redelivery.Redelivery` as JSON (round, the
 first source record's coordinates, first failure and due time). A tier run writes an entry in the same
 Kafka transaction as the redelivered record and its offset commit, so a record the share consumer can read
-(``share.isolation.level=read_committed``) always has its entry; the input lane reads the log to its end,
+(``share.isolation.level=read_committed``) always has its entry. The input lane reads the log,
 ``read_committed``, after each piece of dead letters it reads, so the entry of every dead letter in the
-piece is there.
+piece is there (a record is redelivered, and its entry committed, before the share group rejects it); once
+it routes a dead letter whose round came from the log, it writes a tombstone for that key in the same
+transaction as the routed record and its offset commit, and compaction removes the entry.
 
-One partition, ``cleanup.policy=compact,delete`` with :data:`RETENTION_MS` (7 days): an entry is needed
-only until its record is dead-lettered again and read; a dead letter read later than that is round 1 again.
+What a process holds (``engine/redelivery_log_state.py``, one state per cluster and log, kept across the
+attempts and runs of the process): the position it read to and the entries not yet deleted, in log order.
+Each refresh reads only what was appended since; a tombstone drops its entry; an entry older than
+:data:`RETENTION_MS` is dropped as the broker drops it. So memory is bounded by the entries in flight
+(redelivered records not yet dead-lettered again, or accepted by the share consumer less than
+:data:`RETENTION_MS` ago), not by the log's history. A fresh process reads the compacted log: the live
+entries, tombstones younger than :data:`CLEAN_MS` and the segments not yet cleaned (rolled every
+:data:`CLEAN_MS`).
+
+Every broker call is made under the partition run's deadlines (``engine/call_watch.py``); a timeout, or a
+broker that does not answer, fails the attempt as transient (:class:`RedeliveryLogError` names the log):
+the run is retried.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.reading import ReadError, TopicReader
+from airflow_kafka_retry.engine.call_watch import CallWatch
+from airflow_kafka_retry.engine.clients import KafkaConfigError, admin_config
+from airflow_kafka_retry.engine.consumed import offset_of
+from airflow_kafka_retry.engine.reading import reader_config
+from airflow_kafka_retry.engine.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.engine.topics import ensure_log_topic
 from airflow_kafka_retry.policy.naming import REDELIVERY_LOG_SUFFIX
 from airflow_kafka_retry.policy.share_redelivery import Redelivery
@@ -32,8 +49,32 @@ from airflow_kafka_retry.policy.share_redelivery import Redelivery
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = REDELIVERY_LOG_SUFFIX
-RETENTION_MS = 7 * 24 * 3600 * 1000
+#: How often the log's active segment rolls (so that compaction reaches it) and how long a tombstone stays.
+CLEAN_MS = 3600 * 1000
+LOG_CONFIG = {
+    "cleanup.policy": "compact,delete",
+    "retention.ms": str(RETENTION_MS),
+    "segment.ms": str(CLEAN_MS),
+    "delete.retention.ms": str(CLEAN_MS),
+}
 _MAX_TOPIC = 249
+_FETCH_BATCH = 500
+
+
+class RedeliveryLogError(RuntimeError):
+    """
+    The redelivery log could not be created or read; the message names it.
+
+    ``transient``: the broker did not answer in time (None: the cause's Kafka error says).
+    """
+
+    transient: bool | None = None
+
+
+def _transient(message: str) -> RedeliveryLogError:
+    error = RedeliveryLogError(message)
+    error.transient = True
+    return error
 
 
 def redelivery_log_topic(topic: str) -> str:
@@ -47,68 +88,239 @@ def redelivery_log_topic(topic: str) -> str:
     return name
 
 
-def ensure_redelivery_log(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
-    """Create the log topic (one partition, compacted, 7 days) if it is missing; True when it was created."""
-    config = {"cleanup.policy": "compact,delete", "retention.ms": str(RETENTION_MS)}
-    return ensure_log_topic(kafka_config, topic, what="the redelivery log", config=config, timeout=timeout)
+def ensure_redelivery_log(
+    kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0, watch: CallWatch | None = None
+) -> bool:
+    """
+    Create the log topic (one partition, :data:`LOG_CONFIG`) if it is missing; True when it was created.
+
+    An existing log gets the configs of :data:`LOG_CONFIG` it lacks (:func:`complete_configs`).
+
+    Under ``watch``'s deadlines: the lookup, the creation and the wait for the created topic are each given
+    ``timeout``. A timeout is a transient :class:`RedeliveryLogError`.
+    """
+    watch = watch or CallWatch(topic)
+    limit = watch.timeout(timeout)
+    try:
+        # a metadata request, the creation, then metadata requests until the topic shows (up to `limit`)
+        with watch.call("create the redelivery log", 4 * limit, f"the controller (creating {topic})"):
+            created = ensure_log_topic(
+                kafka_config, topic, what="the redelivery log", config=LOG_CONFIG, timeout=limit
+            )
+    except TimeoutError as exc:
+        raise _transient(f"creating the redelivery log {topic} timed out after {limit:g}s") from exc
+    except KafkaException as exc:  # transient or not, as its Kafka error says
+        raise RedeliveryLogError(f"cannot look up the redelivery log {topic}: {exc.args[0].str()}") from exc
+    except KafkaConfigError as exc:
+        error = RedeliveryLogError(str(exc))
+        if exc.__cause__ is None:  # created, but not in the metadata in time: a slow cluster
+            error.transient = True
+        raise error from exc
+    if not created:
+        with watch.call(
+            "complete the redelivery log's configs", 2 * limit, f"the brokers ({topic}'s configs)"
+        ):
+            complete_configs(kafka_config, topic, limit)
+    return created
+
+
+def complete_configs(kafka_config: Mapping[str, Any], topic: str, timeout: float) -> list[str]:
+    """
+    Set those of :data:`LOG_CONFIG` a log has not set itself (one made by an earlier version); their names.
+
+    Without ``segment.ms`` the active segment (7 days by default) is never compacted, and a new process reads
+    a week of the log. A config the topic sets is left as it is. Never fails the run: a log whose configs
+    cannot be read or set (no ``ALTER_CONFIGS`` permission, a timeout) is named in a warning.
+    """
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = AdminClient(admin_config(kafka_config))
+    try:
+        described = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
+        missing = [
+            name
+            for name in ("segment.ms", "delete.retention.ms")
+            if name not in described or _source(described[name]) != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        ]
+        if missing:
+            entries = [
+                ConfigEntry(name, LOG_CONFIG[name], incremental_operation=AlterConfigOpType.SET)
+                for name in missing
+            ]
+            change = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
+            admin.incremental_alter_configs([change], request_timeout=timeout)[change].result(timeout)
+            log.info(
+                "set %s of the redelivery log %s", ", ".join(f"{n}={LOG_CONFIG[n]}" for n in missing), topic
+            )
+        return missing
+    except (KafkaException, TimeoutError) as exc:
+        log.warning(
+            "cannot complete the configs of the redelivery log %s (%s): set segment.ms=%s and "
+            "delete.retention.ms=%s on it, or compaction never reaches its newest week",
+            topic,
+            exc,
+            CLEAN_MS,
+            CLEAN_MS,
+        )
+        return []
+
+
+def _source(entry: ConfigEntry) -> int:
+    """Where a described config comes from (the client gives the enum's value or the enum)."""
+    source: Any = entry.source
+    return int(getattr(source, "value", source))
 
 
 class RedeliveryLogView:
     """
-    What the log says, kept up to date by :meth:`refresh`: only entries appended since are read.
+    The log's entries as this process last read them; :meth:`refresh` reads what was appended since.
 
-    Opens its reader on first use; :meth:`close` closes it. An entry that cannot be read is logged and
+    Opens its consumer on first use; :meth:`close` closes it. An entry that cannot be decoded is logged and
     skipped (its dead letter then counts as round 1), never fatal.
+
+    :param watch: the partition run's deadlines; each broker call is made under them.
+    :param timeout_s: the timeout handed to a call (and the longest wait for another thread's refresh).
+    :param idle_timeout_s: the longest time the broker may send neither records nor the log's end.
+    :param clock: epoch milliseconds of the wall clock, as the broker's retention sees it (entries older than
+        :data:`RETENTION_MS` are dropped).
     """
 
-    def __init__(self, kafka_config: Mapping[str, Any], topic: str, *, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        kafka_config: Mapping[str, Any],
+        topic: str,
+        *,
+        watch: CallWatch | None = None,
+        timeout_s: float = 10.0,
+        idle_timeout_s: float = 60.0,
+        poll_s: float = 1.0,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
         self.kafka_config = kafka_config
         self.topic = topic
-        self.timeout_s = timeout_s
-        self.entries: dict[bytes, Redelivery] = {}
-        self.position = 0  # the next offset to read
+        self.where = f"{topic}[0]"
+        self.watch = watch or CallWatch(self.where)
+        self.timeout_s, self.idle_timeout_s, self.poll_s = timeout_s, idle_timeout_s, poll_s
+        self.clock = clock
+        self.state = log_state(kafka_config, topic)
         self.skipped = 0
-        self._reader: TopicReader | None = None
+        self._consumer: Consumer | None = None
 
     def get(self, key: bytes) -> Redelivery | None:
-        return self.entries.get(key)
-
-    def refresh(self) -> None:
-        """Read what was committed to the log since the last refresh (nothing when there is no log yet)."""
-        reader = self._open()
+        found = self.state.entries.get(key)
+        if found is None:
+            return None
         try:
-            end = reader.consumer.get_watermark_offsets(
-                TopicPartition(self.topic, 0), timeout=self.timeout_s
-            )[1]
+            return Redelivery.decode(found[0])
+        except (ValueError, UnicodeDecodeError) as exc:
+            self.skipped += 1
+            log.warning(
+                "%s: the entry of %r is not a redelivery log entry (%s); skipped", self.where, key, exc
+            )
+            return None
+
+    def refresh(self) -> int:
+        """Read what was committed to the log since this process last read it; the records read."""
+        state, timeout = self.state, self.watch.timeout(self.timeout_s)
+        self._acquire(state, timeout)
+        try:
+            before, start = state.read, state.position
+            self._read_new(state, timeout)
+            expired = state.expire(self.clock())
+            read = state.read - before
+            if read or expired:
+                log.info(
+                    "%s: read %s record(s) of the redelivery log from offset %s, %s expired; %s entries live",
+                    self.where,
+                    read,
+                    start,
+                    expired,
+                    len(state.entries),
+                )
+            return read
+        finally:
+            state.lock.release()
+
+    def _acquire(self, state: LogState, timeout: float) -> None:
+        """
+        Hold the state; another partition of this process may be reading the log into it.
+
+        Waited for as long as that read goes on (a new process's first read of a big log takes seconds),
+        never ``timeout`` seconds past its last record; a stopped attempt stops waiting.
+        """
+        last, since = state.position, time.monotonic()
+        while not state.lock.acquire(timeout=min(self.poll_s, timeout)):
+            self.watch.check()
+            if state.position != last:
+                last, since = state.position, time.monotonic()
+            elif time.monotonic() - since > timeout:
+                raise _transient(
+                    f"{self.where}: another partition run of this process has read nothing of the "
+                    f"redelivery log for {timeout:g}s, and still holds it"
+                )
+
+    def _read_new(self, state: LogState, timeout: float) -> None:
+        consumer = self._open()
+        waits_for = f"the leader of {self.where}"
+        try:
+            with self.watch.call("get_watermark_offsets", timeout, waits_for):
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, 0), timeout=timeout, cached=False
+                )
         except KafkaException as exc:
             if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                return  # no redelivery yet
-            raise ReadError(
-                f"{self.topic}[0]: cannot read the redelivery log's end: {exc.args[0].str()}"
+                state.forget()  # no redelivery yet (or the log was deleted)
+                return
+            raise RedeliveryLogError(
+                f"{self.where}: cannot read the redelivery log's end: {exc.args[0].str()}"
             ) from exc
-        if end <= self.position:
+        if high < state.position:  # the log was recreated: what this process knew is gone
+            log.warning(
+                "%s: the redelivery log ends before offset %s; read again", self.where, state.position
+            )
+            state.forget()
+        if high <= state.position:
             return
-        for message in reader.read(self.topic, 0, start=self.position):
-            offset = message.offset() or 0
-            self.position = offset + 1
-            key, value = message.key(), message.value()
-            if key is None:
-                continue
-            if value is None:
-                self.entries.pop(key, None)
-                continue
-            try:
-                self.entries[key] = Redelivery.decode(value)
-            except (ValueError, UnicodeDecodeError) as exc:
-                self.skipped += 1
-                log.warning("%s[0]@%s: not a redelivery log entry (%s); skipped", self.topic, offset, exc)
+        consumer.assign([TopicPartition(self.topic, 0, max(state.position, low))])
+        try:
+            self._read_to(consumer, state, high, waits_for)
+        finally:
+            consumer.unassign()
 
-    def _open(self) -> TopicReader:
-        if self._reader is None:
-            self._reader = TopicReader(self.kafka_config)
-        return self._reader
+    def _read_to(self, consumer: Consumer, state: LogState, high: int, waits_for: str) -> None:
+        """Read from the assigned position to the end: partition EOF, or ``high``."""
+        idle_since = time.monotonic()
+        while state.position < high:
+            with self.watch.call("poll", self.poll_s, waits_for):
+                first = consumer.poll(self.poll_s)
+                batch = [first, *consumer.consume(_FETCH_BATCH - 1, timeout=0)] if first is not None else []
+            if not batch:
+                if time.monotonic() - idle_since > self.idle_timeout_s:
+                    raise _transient(
+                        f"{self.where}: no records and no end of the redelivery log from the broker for "
+                        f"{self.idle_timeout_s:.0f}s after offset {state.position}"
+                    )
+                continue
+            idle_since = time.monotonic()
+            for message in batch:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        return
+                    failed = RedeliveryLogError(
+                        f"{self.where}: reading the redelivery log failed after offset {state.position}: "
+                        f"{error.str()}"
+                    )
+                    failed.transient = error.retriable() or None
+                    raise failed
+                if offset_of(message) >= state.position:  # never an entry twice
+                    state.add(message)
+
+    def _open(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer(reader_config(self.kafka_config))
+        return self._consumer
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.__exit__()
-            self._reader = None
+        if self._consumer is not None:  # no group to leave: returns at once
+            self._consumer.close()
+            self._consumer = None

@@ -18,9 +18,11 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.reading import TopicReader
+from airflow_kafka_retry.engine.redelivery_log import redelivery_log_topic
 from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
 from airflow_kafka_retry.policy.headers import read_original_coordinates
+from airflow_kafka_retry.policy.share_redelivery import entry_key
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, set_group_configs
 from airflow_kafka_retry.testing.share_retry import (
@@ -163,6 +165,18 @@ def test_rejected_records_wait_their_backoff_and_come_back_with_their_round(
         assert describe_dead_letter(headers, 0).failure_class == (  # type: ignore[arg-type]
             "airflow_kafka_retry.policy.share_redelivery.ShareGroupRejection"
         )
+
+    # The redelivery log: the entry of each redelivered record that was rejected again was used, and deleted
+    # (a tombstone, read_committed); that of an accepted one stays until retention.
+    last: dict[bytes, bytes | None] = {}
+    with TopicReader(config) as reader:
+        for message in reader.read(redelivery_log_topic(topology.topic), 0):
+            last[bytes(message.key() or b"")] = message.value()
+    redelivered = [d for d in deliveries if d.attempt > 1]
+    assert len(last) == len(redelivered)
+    for d in redelivered:
+        used = last[entry_key((d.topic, d.partition, d.offset))] is None
+        assert used == (not d.accepted), d
 
 
 def read_dlq_partitions(bootstrap: str, topic: str) -> list[int]:
