@@ -114,7 +114,7 @@ def write_dead_letters(bootstrap: str, source: str, dlq: str, offsets: list[int]
             ("__dlq.errors.topic", source.encode()),
             ("__dlq.errors.partition", b"0"),
             ("__dlq.errors.offset", str(offset).encode()),
-            ("__dlq.errors.group", b"bench-share"),
+            ("__dlq.errors.group", dlq.removeprefix("dlq.").encode()),  # the DLQ's own group
             ("__dlq.errors.delivery.count", b"1"),
         ]
         _produce(producer, dlq, key=str(offset).encode(), value=b"x" * 100, headers=headers, partition=0)

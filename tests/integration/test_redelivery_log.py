@@ -85,7 +85,7 @@ def _dead_letters(bootstrap: str, topology: Topology, offsets: list[int], size: 
             ("__dlq.errors.topic", topology.topic.encode()),
             ("__dlq.errors.partition", b"0"),
             ("__dlq.errors.offset", str(offset).encode()),
-            ("__dlq.errors.group", b"share"),
+            ("__dlq.errors.group", topology.tier(0).topic.removeprefix("dlq.").encode()),  # the DLQ's group
             ("__dlq.errors.delivery.count", b"1"),
             ("__dlq.errors.message", b"Offset rejected by client."),
         ]
