@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from importlib.metadata import version
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 project = "airflow-kafka-retry"
 author = "airflow-kafka-retry contributors"
 copyright = "2026, airflow-kafka-retry contributors"
-release = version("airflow-kafka-retry")  # pyproject.toml's, as installed
+release = metadata.version("airflow-kafka-retry")  # pyproject.toml's, as installed (not `version`: a setting)
 
 extensions = [
     "myst_parser",
