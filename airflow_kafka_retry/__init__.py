@@ -5,12 +5,13 @@ The top level re-exports what user handler code needs; everything else lives in 
 (``policy`` is pure, ``engine`` does Kafka I/O, the Airflow skin sits beside them). The DAG factories
 (``build_retry_dags``, ``build_retry_dags_from_folder``, ``build_dlt_replay_dag``) are exported lazily:
 ``import airflow_kafka_retry`` in a handler or a Spark executor never imports Airflow;
-``from airflow_kafka_retry import build_retry_dags`` in a DAG file does.
+``from airflow_kafka_retry import build_retry_dags`` in a DAG file does. ``__version__`` is the installed
+distribution's (pyproject.toml holds the one literal), read on use.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
+from importlib import import_module, metadata
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
@@ -29,7 +30,9 @@ __all__ = [
     "build_retry_dags_from_folder",
 ]
 
-__version__ = "0.1.0"
+DISTRIBUTION = "airflow-kafka-retry"
+#: ``__version__`` where the package has no distribution metadata (a zip on Spark's ``--py-files``)
+UNKNOWN_VERSION = "0+unknown"
 
 #: Names imported on first use (they import Airflow): name -> module.
 _LAZY = {
@@ -39,7 +42,16 @@ _LAZY = {
 }
 
 
+def _installed_version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return UNKNOWN_VERSION
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        return _installed_version()
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -49,4 +61,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *_LAZY, "__version__"})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from importlib import metadata
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -11,7 +12,7 @@ sys.path.insert(0, str(ROOT))
 project = "airflow-kafka-retry"
 author = "airflow-kafka-retry contributors"
 copyright = "2026, airflow-kafka-retry contributors"
-release = "0.1.0"
+release = metadata.version("airflow-kafka-retry")  # pyproject.toml's, as installed (not `version`: a setting)
 
 extensions = [
     "myst_parser",

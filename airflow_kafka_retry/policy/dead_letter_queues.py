@@ -52,18 +52,6 @@ class DeadLetterQueue:
         return {"topic": self.topic, "family": self.family}
 
 
-def parse_dead_letter_queues(data: object, source: str) -> tuple[DeadLetterQueue, ...]:
-    """
-    ``dead_letter_queues``: a list of topic names or ``{topic, family}`` mappings.
-
-    A TopologyError names every bad entry by its field (``dead_letter_queues[1].family``).
-    """
-    queues, errors = read_dead_letter_queues(data, source)
-    if errors:
-        raise TopologyError.combine(errors)
-    return queues
-
-
 def read_dead_letter_queues(
     data: object, source: str
 ) -> tuple[tuple[DeadLetterQueue, ...], list[TopologyError]]:

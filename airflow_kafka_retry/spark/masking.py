@@ -92,11 +92,6 @@ def _found(token: str) -> list[tuple[str, bool]]:
     return [found for pair in _pairs(value) for found in _found(pair)]
 
 
-def secrets_in(token: str) -> list[str]:
-    """The values :func:`_mask_token` hides in ``token`` (nested ``KEY=VALUE`` pairs included)."""
-    return [value for value, _ in _found(token)]
-
-
 def mask_command(cmd: Sequence[str]) -> str:
     """``cmd`` joined with spaces, each secret-looking value replaced by ``******``."""
     masked: list[str] = []

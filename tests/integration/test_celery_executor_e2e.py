@@ -5,13 +5,17 @@ Redis as broker (``testing/redis_server.py``), Celery's result backend and Airfl
 private PostgreSQL, and two ``airflow celery worker`` processes (``testing/airflow_celery.py``), each
 naming itself (``[core] hostname_callable``) so the task instance's ``hostname`` says which ran a try.
 The topology (tiers of 5 s and 10 s) runs as its one event-driven DAG; the DAG's ``main`` task plays the
-failing service (every record fails there once). Records are produced four a second. The handler sleeps
-on the retry tiers, announcing each batch first (``tests/support/slow_timed_handler.py``).
+failing service (every record fails there once). Records are produced four a second, then one a second
+after the first 40, until the kill: a stream, so a next wave of retry-1 records always comes (with a fixed
+40, a ``retry_1`` try that starts late on a loaded machine can take every record in one wave, its
+partitions' batches announced side by side before any is handled, and leave no later batch to kill
+in). The handler sleeps on the retry tiers, announcing each batch first
+(``tests/support/slow_timed_handler.py``).
 
 As soon as a first try of ``retry_1`` announces a new batch after retry-1 records were handled (so there
 is a before and an after), the worker running it is SIGKILLed with every
 process it forked (the task process in its own process group included: a lost machine), and the test
-checks none of them is left. Airflow learns of it only through the missing heartbeats
+checks none of them is left; the stream stops. Airflow learns of it only through the missing heartbeats
 (``[scheduler] task_instance_heartbeat_timeout``, 20 s here): the try is failed, and the next one runs
 on the other worker.
 
@@ -37,6 +41,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.topics import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
@@ -47,20 +52,22 @@ from airflow_kafka_retry.testing.topics import create_topics, delete_topics, uni
 
 from tests.support import ledger
 from tests.support.timed_airflow import timed_airflow_env
-from tests.support.timed_stream import produce_script, read_ledger, scripted
+from tests.support.timed_stream import read_ledger, scripted
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(480)]
+# the timeout bounds the Airflow start, ensure_topics and the three waits, each with its own bound
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1500)]
 
 REPO = Path(__file__).parents[2]
 
 PARTITIONS = 2
-COUNT = 40
-RATE = 4.0  # records produced per second
+COUNT = 40  # records produced RATE a second, then one a second until the kill
+RATE = 4.0
+COUNT_MAX = 400  # the stream's end if no kill came (the wait for a batch to kill fails first)
 DELAYS_S = (5, 10)
 BATCH_SLEEP_S = 3  # each retry-tier batch: a window to kill its worker in
 HEARTBEAT_TIMEOUT_S = 20  # [scheduler] task_instance_heartbeat_timeout (default 300 s)
 WORKERS = ("worker-a", "worker-b")
-DEADLINE_S = 240
+WAIT_S = 300  # each wait's liveness bound (not a speed target: a loaded 2-core machine needs room)
 
 DAG_FILE = '''
 """Written by tests/integration/test_celery_executor_e2e.py."""
@@ -83,6 +90,31 @@ globals().update(build_retry_dags(
 
 def _late(e: dict) -> float:
     return (e["handled_ms"] - e["due_ms"]) / 1000
+
+
+def _produce_until(
+    stop: threading.Event, bootstrap: str, topic: str, records: dict[str, int], produced: list[str | None]
+) -> None:
+    """
+    Produce ``records`` RATE a second (one a second after COUNT), round-robin, until ``stop`` is set.
+
+    ``produced`` gets each id as it is produced, then None if the flush left any record undelivered.
+    """
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for i, (rid, succeed_on) in enumerate(records.items()):
+        if stop.is_set():
+            break
+        producer.produce(
+            topic,
+            key=rid.encode(),
+            partition=i % PARTITIONS,
+            value=json.dumps({"id": rid, "succeed_on": succeed_on}).encode(),
+        )
+        produced.append(rid)
+        producer.poll(0)
+        stop.wait(1 / RATE if i < COUNT else 1.0)
+    if producer.flush(60):
+        produced.append(None)  # the test checks every record was delivered
 
 
 def _cmdlines() -> list[str]:
@@ -115,7 +147,9 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
     create_topics(kafka_bootstrap, [main], PARTITIONS)
     request.addfinalizer(lambda: delete_topics(kafka_bootstrap, topology_topics(topology)))
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
-    script = scripted(range(COUNT))
+    stream = scripted(range(COUNT_MAX))
+    produced: list[str | None] = []
+    script: dict[str, int] = {}  # what was produced: known once the stream stopped at the kill
     timed_ledger, batch_log = tmp_path / "handled.jsonl", tmp_path / "batches.jsonl"
     dag_id = f"cel__{main}"
 
@@ -158,18 +192,18 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                 secrets = (redis.password, postgres.password)
                 leaked = [c for c in _cmdlines() if any(s in c for s in secrets)]
                 assert not leaked, f"a password on a command line: {leaked}"
-                cluster.wait_for_success(dag_id, 120, task_id="ensure_topics")
+                cluster.wait_for_success(dag_id, WAIT_S, task_id="ensure_topics")
 
+                stop_stream = threading.Event()
                 producer = threading.Thread(
-                    target=produce_script,
-                    args=(kafka_bootstrap, main, script),
-                    kwargs={"partitions": PARTITIONS, "rate": RATE},
+                    target=_produce_until,
+                    args=(stop_stream, kafka_bootstrap, main, stream, produced),
                     daemon=True,
                 )
                 producer.start()
-                deadline = time.monotonic() + DEADLINE_S
 
                 def wait(condition, what: str, dead: tuple[str, ...] = ()) -> None:
+                    deadline = time.monotonic() + WAIT_S  # a liveness bound for the event, not a speed target
                     while not condition():
                         assert time.monotonic() < deadline, (
                             f"{what}; scheduler log:\n{cluster.log_tail('scheduler')}\n"
@@ -205,11 +239,16 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                 killed_at_ms = int(time.time() * 1000)
                 marks["kill"] = time.monotonic() - started
                 killed_pids = workers.kill(victim)  # returns once none of its processes is left
+                stop_stream.set()
                 # checked here too, at once: the task process must not outlive its worker (an orphan stops
                 # itself, operators/supervisor_watch.py, and would look killed a little later)
                 assert killed_batch["pid"] in killed_pids, (killed_batch, killed_pids)
                 assert not [pid for pid in killed_pids if alive(pid)], killed_pids
                 run_id = killed_batch["run"].split("/")[1]
+                producer.join(90)
+                assert not producer.is_alive(), "the producer did not stop"
+                assert None not in produced, "the producer left records undelivered"
+                script.update((rid, stream[rid]) for rid in produced if rid is not None)
 
                 def retried() -> bool:
                     return cluster.query(
@@ -223,7 +262,6 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
                 marks["every record at its end"] = time.monotonic() - started
                 wait(retried, "the killed task was not retried to success", dead=(victim,))
                 marks["retried task done"] = time.monotonic() - started
-                producer.join(60)
                 final = cluster.query(
                     "SELECT try_number, hostname FROM task_instance "
                     "WHERE dag_id = ? AND run_id = ? AND task_id = 'retry_1'",
@@ -271,7 +309,8 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
             f"\nCeleryExecutor: redis ready in {redis_s:.1f}s, Airflow in {airflow_s:.1f}s, "
             f"workers {ready_s}; "
             f"{victim} SIGKILLed ({len(killed_pids)} processes) while retry_1's first try ({run_id}) "
-            f"handled {len(killed_batch['ids'])} record(s); heartbeat timeout {HEARTBEAT_TIMEOUT_S}s"
+            f"handled {len(killed_batch['ids'])} record(s); heartbeat timeout {HEARTBEAT_TIMEOUT_S}s; "
+            f"{len(script)} records produced"
         )
         if retaken:
             print(
