@@ -197,7 +197,8 @@ class PartitionJob:
                 self.settled = True
             except AttemptAbandoned:
                 if txn_id is not None:  # a transaction this attempt left open ends now, not at its timeout
-                    with contextlib.suppress(KafkaException):
+                    # (RuntimeError: a failed init_transactions closed the producer; nothing is open)
+                    with contextlib.suppress(KafkaException, RuntimeError):
                         producer.abort_transaction(5.0)
                 raise
             finally:

@@ -164,3 +164,68 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(
         "the next runs completed",
         account,
     )
+
+
+def test_an_init_transactions_that_timed_out_on_a_frozen_broker_never_fences_the_next_attempt(own_broker):
+    """Issue 48, item 7: an attempt's ``init_transactions`` times out on a frozen coordinator while an
+    earlier attempt's transaction is open. librdkafka would go on asking for the producer id in the
+    background; once the broker was resumed, its answer often landed after the next attempt's and fenced it
+    (the retry failed with "fenced by a newer run": 2 runs of 2 of this test failed before the fix, each in
+    a round of the three). The failed init closes its producer: in each round the next attempt commits its
+    chunks, and the records are there."""
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from airflow_kafka_retry.engine.clients import consumer_config
+
+    bootstrap = own_broker.bootstrap
+    config = {"bootstrap.servers": bootstrap, "transaction.timeout.ms": 10000}
+    consumer = Consumer(consumer_config(config, f"fence-{uuid.uuid4().hex[:8]}"))
+    try:
+        for _ in range(3):
+            _fence_round(own_broker, config, consumer)
+    finally:
+        consumer.close()
+
+
+def _fence_round(own_broker, config, consumer) -> None:
+    import time
+    import uuid
+
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+
+    from airflow_kafka_retry.engine.clients import init_transactions, producer_config
+    from airflow_kafka_retry.testing.topics import create_topics
+
+    topic, txn_id = f"fence-{uuid.uuid4().hex[:12]}", f"akr-test/fence/{uuid.uuid4().hex[:8]}/0"
+    create_topics(own_broker.bootstrap, [topic], 1)
+    abandoned = Producer(producer_config(config, txn_id))  # an attempt abandoned with its chunk open
+    init_transactions(abandoned, 30.0)
+    abandoned.begin_transaction()
+    abandoned.produce(topic, b"never committed")
+    assert abandoned.flush(30) == 0
+
+    def router(timeout_s: float) -> Router:
+        producer = Producer(producer_config(config, txn_id))
+        return Router(producer, consumer, True, {topic: 1}, timeout_s=timeout_s, transactional_id=txn_id)
+
+    # the next attempt, kept (a failed attempt's error keeps its frames); its init times out on the frozen
+    # coordinator (no metadata asked first: the init itself waits)
+    failed = Producer(producer_config(config, txn_id))
+    os.killpg(own_broker.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(KafkaException, match="_TIMED_OUT"):
+            init_transactions(failed, 1.0)
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    retry = router(60.0)  # the attempt after it, once the broker answers
+    retry.start()
+    for chunk in range(3):  # a late producer-id answer, were one still asked for, lands meanwhile
+        time.sleep(1.0)
+        retry.commit(TopicPartition(topic, 0, chunk + 1), [], lambda _, n=chunk: [(topic, b"k", b"%d" % n)])
+    values = [m.value() for m in ledger.read_all(own_broker.bootstrap, topic)]
+    assert values == [b"0", b"1", b"2"], values
+    with pytest.raises(KafkaException):  # the abandoned attempt was fenced, as it should be
+        abandoned.commit_transaction(10)
+    del failed
