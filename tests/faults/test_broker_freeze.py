@@ -229,3 +229,33 @@ def _fence_round(own_broker, config, consumer) -> None:
     with pytest.raises(KafkaException):  # the abandoned attempt was fenced, as it should be
         abandoned.commit_transaction(10)
     del failed
+
+
+def test_a_log_topic_not_created_in_time_is_the_clusters_failure(own_broker, monkeypatch):
+    """Issue 48 item 8: ``ensure_log_topic`` raised a bare ``TimeoutError`` (or an error with no mark) when
+    the cluster did not answer the creation in time, and a partition run counted it as the input's failure
+    (never retried). Here the broker is frozen as the topic is asked for: the error names the topic and is
+    the cluster's, so the supervisor tries the partition again."""
+    import uuid
+
+    from airflow_kafka_retry.engine import topics
+    from airflow_kafka_retry.engine.clients import KafkaConfigError
+    from airflow_kafka_retry.engine.supervised import broker_transient
+
+    class FreezingAdmin(topics.AdminClient):
+        def create_topics(self, *args, **kwargs):
+            os.killpg(own_broker.pid, signal.SIGSTOP)
+            return super().create_topics(*args, **kwargs)
+
+    monkeypatch.setattr(topics, "AdminClient", FreezingAdmin)
+    name = f"log-{uuid.uuid4().hex[:12]}"
+    try:
+        with pytest.raises(Exception) as raised:  # noqa: PT011 - its type is what is checked
+            topics.ensure_log_topic(
+                {"bootstrap.servers": own_broker.bootstrap}, name, what="the test log", config={}, timeout=2.0
+            )
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    assert isinstance(raised.value, KafkaConfigError), repr(raised.value)
+    assert f"cannot create the test log {name}" in str(raised.value)
+    assert broker_transient(raised.value), repr(raised.value)
