@@ -219,7 +219,10 @@ def _attempt(
     try:
         run_watched(job.run, watch, settled=lambda: job.settled, stop_now=stop_now, poll_s=poll_s)
     except AttemptStopped as stopped:
-        log.warning("%s: %s; its open chunk is aborted, nothing of it committed", job.where, stopped)
+        if stopped.may_have_committed:  # its summary does not count that chunk; the committed offset says
+            log.warning("%s: %s; the next run resumes at the committed offset", job.where, stopped)
+        else:
+            log.warning("%s: %s; its open chunk is aborted, nothing of it committed", job.where, stopped)
         return job.stopped_summary(stop_now() or str(stopped)), None
     except CallStuckError as stuck:
         log.error("%s: %s; the attempt is abandoned", job.where, stuck)
