@@ -259,3 +259,92 @@ def test_a_log_topic_not_created_in_time_is_the_clusters_failure(own_broker, mon
     assert isinstance(raised.value, KafkaConfigError), repr(raised.value)
     assert f"cannot create the test log {name}" in str(raised.value)
     assert broker_transient(raised.value), repr(raised.value)
+
+
+def test_the_parking_topics_metadata_asked_of_a_frozen_broker_is_retried_not_reported_missing(
+    own_broker, tmp_path, monkeypatch
+):
+    """Issue 48 item 8: when a chunk must park a record, the parking topic's metadata was asked outside the
+    engine's call deadlines (librdkafka's 10 s, whatever ``call_timeout_s``), and a request that failed was
+    reported as "parking topic ... does not exist" (never retried). Here the broker freezes as that request
+    is made: the request is bound by ``call_timeout_s`` (1 s), its failure is the cluster's, the partition
+    is tried again, and once the broker answers the missing topic is named as before."""
+    from confluent_kafka import Producer
+
+    from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
+    from airflow_kafka_retry.engine import partition as partition_module
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.testing.topics import create_topics
+
+    bootstrap = own_broker.bootstrap
+    monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
+    topology = ledger.make_fault_topology("park-freeze", attempts=2)
+    create_topics(bootstrap, [t.topic for t in (*topology.tiers, *topology.dlt_tiers)])  # no parking topic
+    config = {"bootstrap.servers": bootstrap}
+    options = DrainOptions(handler="tests.support.fault_handler:indexed", call_timeout_s=1.0)
+    producer = Producer(config)
+    producer.produce(
+        topology.topic,
+        key=b"1",
+        value=b"{}",
+        headers=[(ledger.FAULT_ID, b"1"), (ledger.FAULT_MODE, b"fatal")],
+    )
+    assert producer.flush(10) == 0
+    assert run_local(topology, topology.tier(0), config, options).ok
+    assert replay_dlt(topology, config, ReplayRequest(to="main")).moved == 1  # fatal again: to be parked
+
+    real, frozen = partition_module.partition_counts, []
+
+    def partition_counts(client, topics, timeout=10.0):
+        if topics == [topology.parking_topic] and not frozen:
+            os.killpg(own_broker.pid, signal.SIGSTOP)
+            frozen.append(threading.Timer(4.0, os.killpg, (own_broker.pid, signal.SIGCONT)))
+            frozen[0].start()
+        return real(client, topics, timeout)
+
+    monkeypatch.setattr(partition_module, "partition_counts", partition_counts)
+    try:
+        [outcome] = run_local(topology, topology.tier(0), config, options, in_process=True).partitions
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    assert frozen, "the parking topic's metadata was never asked"
+    assert outcome.status == "failed"
+    assert outcome.retries >= 1, outcome.to_dict()
+    assert "cannot read metadata of topic" in outcome.retry_errors[0], outcome.retry_errors
+    assert (outcome.error or "").startswith(
+        f"ParkingTopicMissingError: parking topic '{topology.parking_topic}' does not exist"
+    ), outcome.error
+
+
+def test_the_replay_log_check_asks_the_frozen_broker_under_the_attempts_deadlines(own_broker):
+    """Issue 48 item 8: the replay log's end and its read were asked outside the partition attempt's
+    deadlines (the supervisor could not see them, let alone abandon them). On a frozen broker the request
+    in progress is the attempt's watched call, naming the replay log."""
+    import time
+
+    from airflow_kafka_retry.engine.call_watch import CallWatch
+    from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+
+    watch = CallWatch("orders[0]")
+    check = ReplayLogCheck({"bootstrap.servers": own_broker.bootstrap}, watch=watch, timeout_s=3.0)
+    audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
+    answers: list[bool] = []
+    seen = []
+    os.killpg(own_broker.pid, signal.SIGSTOP)
+    try:
+        thread = threading.Thread(target=lambda: answers.append(check(audit, "digest")), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while thread.is_alive() and time.monotonic() < deadline and not seen:
+            waiting = watch.waiting
+            if waiting is not None:
+                seen.append(waiting)
+            time.sleep(0.05)
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    thread.join(60)
+    check.close()
+    assert seen, "the replay log was asked outside the attempt's deadlines"
+    assert "orders-dlt-replay-log[0] (a replay log)" in seen[0].waits_for, seen[0]
+    assert answers == [False]  # nothing confirms a replay the log could not be read for
