@@ -148,6 +148,7 @@ class FakeJob:
         self.settled = False
         self.after_release: list[str] = []
         self.where = "t[0]"
+        self.on_chunk = None  # as PartitionJob's: no progress reports here
 
     def run(self) -> PartitionSummary:
         self.summary.drained += self.drained  # a chunk committed before anything went wrong
