@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -283,10 +284,18 @@ def close_uninitialised(producer: Producer) -> None:
     """
     producer.purge()
     try:
-        producer.close()
+        producer.close()  # its RuntimeWarning about that abort is filtered below: nothing went wrong
     except KafkaException as exc:
         CLIENT_LOGGER.debug("closing a producer whose init_transactions failed: %s", exc.args[0])
 
+
+# close_uninitialised's close() warns that its abort failed, which it must (no transaction): not in task logs
+warnings.filterwarnings(
+    "ignore",
+    message="Producer abort_transaction failed during close",
+    category=RuntimeWarning,
+    module=__name__,
+)
 
 #: What a broker answers while a group or transaction coordinator loads or moves.
 _COORDINATOR_BUSY = (
