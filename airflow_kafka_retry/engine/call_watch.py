@@ -49,7 +49,18 @@ class AbortNow(str):
 
 
 class AttemptStopped(CallStuckError):
-    """An attempt ended at once by an :class:`AbortNow` stop (its open chunk aborted, nothing committed)."""
+    """
+    An attempt ended at once by an :class:`AbortNow` stop (its open chunk aborted, nothing committed).
+
+    ``may_have_committed``: the stop came while the chunk's commit was in progress, which may still have
+    gone through (the next run resumes at the committed offset either way).
+    """
+
+    may_have_committed = False
+
+
+#: Calls that commit a chunk: a stop during one cannot say whether the chunk committed.
+_COMMITS = frozenset({"commit_transaction", "commit"})
 
 
 class AttemptAbandoned(BaseException):
@@ -154,7 +165,16 @@ class CallWatch:
         """Abandon the attempt at once, whatever it is doing: its thread stops at its next call or check."""
         with self._lock:
             if self.abandoned is None:
-                self.abandoned = AttemptStopped(f"{self.where}: stopped at once ({reason})")
+                current = self._current
+                if current is not None and current.call in _COMMITS:
+                    stopped = AttemptStopped(
+                        f"{self.where}: stopped at once ({reason}) while {current.call} was in progress: "
+                        "the chunk may have committed"
+                    )
+                    stopped.may_have_committed = True
+                else:
+                    stopped = AttemptStopped(f"{self.where}: stopped at once ({reason})")
+                self.abandoned = stopped
             return self.abandoned if isinstance(self.abandoned, AttemptStopped) else AttemptStopped(reason)
 
     def check(self) -> None:

@@ -21,6 +21,7 @@ from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
 from airflow_kafka_retry.engine.chunk_work import ChunkWork
 from airflow_kafka_retry.engine.clients import (
     KafkaConfigError,
+    TopicsMissing,
     consumer_config,
     partition_counts,
     producer_config,
@@ -97,12 +98,14 @@ class PartitionJob:
         self.should_stop = should_stop
         self.on_chunk = on_chunk
         self.group = options.consumer_group or topology.consumer_group(tier)
-        self._replay_check = ReplayLogCheck(kafka_config)
+        self.watch = watch or CallWatch(self.where)
+        self._replay_check = ReplayLogCheck(
+            kafka_config, watch=self.watch, timeout_s=min(10.0, options.call_timeout_s)
+        )
         self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
         self.routing = FailureRouting(topology, self.resolver, clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
         self._lane: RedeliveryLane | None = None  # on_due: redeliver takes the handler's place
-        self.watch = watch or CallWatch(self.where)
         self.failure: BaseException | None = None  # what failed the run, if anything
         self.settled = False  # the summary is final (only closing the clients may be left)
         self._started = time.monotonic()
@@ -199,7 +202,8 @@ class PartitionJob:
                 self.settled = True
             except AttemptAbandoned:
                 if txn_id is not None:  # a transaction this attempt left open ends now, not at its timeout
-                    with contextlib.suppress(KafkaException):
+                    # (RuntimeError: a failed init_transactions closed the producer; nothing is open)
+                    with contextlib.suppress(KafkaException, RuntimeError):
                         producer.abort_transaction(5.0)
                 raise
             finally:
@@ -382,9 +386,11 @@ class PartitionJob:
         parked = [item.source for item in work.routed if item.destination.topic == parking]
         if not parked:
             return
+        timeout = self.watch.timeout(min(10.0, self.options.call_timeout_s))
         try:
-            count = partition_counts(router.consumer, [parking])[parking]
-        except KafkaConfigError:
+            with self.watch.call("list_topics", timeout, "any broker (metadata)"):
+                count = partition_counts(router.consumer, [parking], timeout)[parking]
+        except TopicsMissing:  # not a metadata request that failed: that one goes up as it is
             first = parked[0]
             raise ParkingTopicMissingError(
                 f"parking topic {parking!r} does not exist, and {len(parked)} replayed record(s) of "

@@ -11,6 +11,9 @@ per partition run; when it has grown, only its new entries are read. Its end is 
 piece the engine reads (:meth:`ReplayLogCheck.new_read`): a copy and its log entry are committed in one
 transaction, so the log as it stood after a piece was read holds the entry of every real copy in it, and
 a flood of forged records costs one watermark request per piece, not one per record.
+
+Its requests run under the partition attempt's deadlines (``engine/call_watch.py``): the log's end is asked
+with the attempt's call timeout, and a read of the log is given :data:`READ_LOG_S`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from airflow_kafka_retry.engine.call_watch import CallWatch
 from airflow_kafka_retry.engine.reading import ReadError, TopicReader
 from airflow_kafka_retry.engine.replay_log import ReplayLog, log_topic, read_log
 from airflow_kafka_retry.policy.errors import ReplayError
@@ -30,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Seconds a read of a replay log (or of what was appended to it) may take before the attempt is abandoned.
+READ_LOG_S = 120.0
+
 
 class ReplayLogCheck:
     """
@@ -38,10 +45,17 @@ class ReplayLogCheck:
     True when that replay moved the DLT record the audit names and logged ``digest`` for its copy.
 
     Opens its reader on first use; :meth:`close` closes it.
+
+    :param watch: the partition attempt's deadlines (a watch of its own if none).
+    :param timeout_s: the timeout of a request for the log's end.
     """
 
-    def __init__(self, kafka_config: Mapping[str, Any]) -> None:
+    def __init__(
+        self, kafka_config: Mapping[str, Any], *, watch: CallWatch | None = None, timeout_s: float = 10.0
+    ) -> None:
         self.kafka_config = kafka_config
+        self.watch = watch or CallWatch("replay log check")
+        self.timeout_s = timeout_s
         self._reader: TopicReader | None = None
         self._logs: dict[str, tuple[ReplayLog, int]] = {}  # log topic -> (what it says, its end then)
         self._current: set[str] = set()  # log topics whose end was asked since the last piece was read
@@ -64,10 +78,11 @@ class ReplayLogCheck:
         self._current.add(topic)
         if cached is None or end > cached[1]:
             try:
-                if cached is None or cached[1] < 0:  # never read, or there was no log then
-                    replay_log = read_log(self._open(), topic)
-                else:  # only what was appended since (the log has one partition)
-                    replay_log = read_log(self._open(), topic, known=cached[0], start=cached[1])
+                with self.watch.call("read", READ_LOG_S, f"the leader of {topic}[0] (a replay log)"):
+                    if cached is None or cached[1] < 0:  # never read, or there was no log then
+                        replay_log = read_log(self._open(), topic)
+                    else:  # only what was appended since (the log has one partition)
+                        replay_log = read_log(self._open(), topic, known=cached[0], start=cached[1])
             except (ReplayError, ReadError, KafkaException) as exc:
                 log.warning(
                     "cannot read the replay log %s (%s); its replay headers are not trusted", topic, exc
@@ -82,8 +97,12 @@ class ReplayLogCheck:
         return self._reader
 
     def _end(self, topic: str) -> int:
+        consumer, timeout = self._open().consumer, self.watch.timeout(self.timeout_s)
         try:
-            return self._open().consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
+            with self.watch.call(
+                "get_watermark_offsets", timeout, f"the leader of {topic}[0] (a replay log)"
+            ):
+                return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)[1]
         except KafkaException:
             return -1  # no log yet
 

@@ -40,12 +40,11 @@ from airflow_kafka_retry.engine.call_watch import (
     bounded,
     run_watched,
 )
-from airflow_kafka_retry.engine.summary import MAX_RETRY_ERRORS
+from airflow_kafka_retry.engine.summary import MAX_RETRY_ERRORS, PartitionSummary
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.options import DrainOptions
     from airflow_kafka_retry.engine.partition import PartitionJob
-    from airflow_kafka_retry.engine.summary import PartitionSummary
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
@@ -180,6 +179,8 @@ def run_supervised(
         attempt += 1
         watch = CallWatch(where, give_up_at=give_up_at, clock=clock)
         job = make_job(watch)
+        if total is not None:
+            _report_totals(job, total)
         summary, error = _attempt(job, watch, poll_s, should_stop)
         total = summary if total is None else _continued(total, summary)
         if summary.status == "ok" or not broker_transient(error):
@@ -219,12 +220,33 @@ def _attempt(
     try:
         run_watched(job.run, watch, settled=lambda: job.settled, stop_now=stop_now, poll_s=poll_s)
     except AttemptStopped as stopped:
-        log.warning("%s: %s; its open chunk is aborted, nothing of it committed", job.where, stopped)
+        if stopped.may_have_committed:  # its summary does not count that chunk; the committed offset says
+            log.warning("%s: %s; the next run resumes at the committed offset", job.where, stopped)
+        else:
+            log.warning("%s: %s; its open chunk is aborted, nothing of it committed", job.where, stopped)
         return job.stopped_summary(stop_now() or str(stopped)), None
     except CallStuckError as stuck:
         log.error("%s: %s; the attempt is abandoned", job.where, stuck)
         return job.abandoned_summary(str(stuck)), stuck
     return job.summary, job.failure
+
+
+def _report_totals(job: PartitionJob, before: PartitionSummary) -> None:
+    """
+    Make a later attempt's progress reports (``on_chunk``) carry what the earlier attempts committed too.
+
+    A worker process reports each chunk with them; should it die, its engine builds the partition's summary
+    from the last report, which then still counts the chunks of the attempts before the retry.
+    """
+    report = job.on_chunk
+    if report is None:
+        return
+    earlier = before.to_dict()
+
+    def on_chunk(summary: PartitionSummary) -> None:
+        report(_continued(PartitionSummary.from_dict(earlier), summary))
+
+    job.on_chunk = on_chunk
 
 
 def _continued(before: PartitionSummary, later: PartitionSummary) -> PartitionSummary:

@@ -286,14 +286,28 @@ def ensure_log_topic(
     )[topic]
     try:
         future.result(timeout)
+    except TimeoutError as exc:  # the cluster did not answer: another attempt may succeed
+        raise _transient(error(f"cannot create {what} {topic}: no answer within {timeout:g}s")) from exc
     except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise error(f"cannot create {what} {topic}: {exc.args[0].str()}") from exc
+        kafka_error: KafkaError = exc.args[0]
+        if kafka_error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            failed = error(f"cannot create {what} {topic}: {kafka_error.str()}")
+            if kafka_error.code() in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+                raise _transient(failed) from exc
+            raise failed from exc
         return False
     deadline = time.monotonic() + timeout
     while topic not in admin.list_topics(timeout=timeout).topics:
         if time.monotonic() > deadline:
-            raise error(f"created {what} {topic}, but it did not appear in the metadata in {timeout:.0f}s")
+            raise _transient(
+                error(f"created {what} {topic}, but it did not appear in the metadata in {timeout:.0f}s")
+            )
         time.sleep(0.1)
     log.info("created %s %s (1 partition, %s)", what, topic, ", ".join(f"{k}={v}" for k, v in config.items()))
     return True
+
+
+def _transient(error: Exception) -> Exception:
+    """``error`` marked as the cluster's failure, not the input's (a partition run retries it)."""
+    error.transient = True  # type: ignore[attr-defined]
+    return error

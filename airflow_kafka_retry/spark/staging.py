@@ -102,19 +102,26 @@ def upload_own_files(upload_path: str, paths: Sequence[str]) -> tuple[str, dict[
     """
     Upload ``paths`` (files of the run's own work folder) to a new folder under ``upload_path``.
 
+    Where the file system has modes (a local or mounted path), the folder is made ``0700`` and each copy
+    ``0600`` (the credentials among them); an object store's copies are as private as its bucket's policy.
+
     :return: the folder's URI (``<upload_path>/airflow-kafka-retry-<uuid>``) and each path's URI in
-        it; ``None`` (with a warning, the folder's remains deleted) when the upload failed.
+        it; ``None`` (with a warning, the folder deleted with whatever was uploaded) when the upload failed.
     """
     import fsspec
 
     folder = f"{upload_path.rstrip('/')}/{OWN_FOLDER_PREFIX}{uuid.uuid4()}"
     remote: dict[str, str] = {}
+    made = False
     try:
         fs, root = fsspec.core.url_to_fs(folder)
         fs.makedirs(root, exist_ok=True)
+        made = True
+        _private(fs, root, 0o700)
         for path in paths:
             name = os.path.basename(path)
             fs.put_file(path, f"{root}/{name}")
+            _private(fs, f"{root}/{name}", 0o600)
             remote[path] = f"{folder}/{name}"
     except Exception as exc:  # missing fsspec backend, credentials, network
         log.warning(
@@ -125,10 +132,17 @@ def upload_own_files(upload_path: str, paths: Sequence[str]) -> tuple[str, dict[
             exc,
             upload_path,
         )
-        if remote:
+        if made:
             delete_own_folder(folder)
         return None
     return folder, remote
+
+
+def _private(fs: Any, path: str, mode: int) -> None:
+    """``chmod`` where the file system has modes (fsspec's local one); an object store has none."""
+    chmod = getattr(fs, "chmod", None)
+    if chmod is not None:
+        chmod(path, mode)
 
 
 def delete_own_folder(folder: str) -> bool:

@@ -291,15 +291,23 @@ class ManagedProcess:
         return clean
 
     def kill(self) -> None:
-        """SIGKILL the group (what the leader left behind too) and reap the leader; idempotent."""
+        """
+        SIGKILL the group (what the leader left behind too) and reap the leader; idempotent.
+
+        Once the leader was reaped, its pid is free for the system to give another process, unless a process
+        of its group still holds it as the group's id: the group is signalled only while no process has that
+        pid (a live one means it was given again, and that group is not ours).
+        """
         proc = self.proc
         try:
             if proc is not None:
-                signal_group(proc.pid, signal.SIGKILL)
-                if proc.poll() is None:
+                if proc.poll() is None:  # not reaped: its pid (its group's id) cannot have been given again
+                    signal_group(proc.pid, signal.SIGKILL)
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         proc.kill()
                     proc.wait(10)
+                elif not _pid_alive(proc.pid):
+                    signal_group(proc.pid, signal.SIGKILL)
         finally:
             unregister(self)
 
@@ -348,6 +356,17 @@ def _listening_inodes(port: int) -> set[str]:
             if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rpartition(":")[2], 16) == port:
                 inodes.add(fields[9])
     return inodes
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with ``pid`` exists (a zombie included)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _group_members(pgid: int) -> list[int]:

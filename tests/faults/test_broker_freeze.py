@@ -164,3 +164,187 @@ def test_a_frozen_broker_fails_or_finishes_the_run_and_the_next_run_completes(
         "the next runs completed",
         account,
     )
+
+
+def test_an_init_transactions_that_timed_out_on_a_frozen_broker_never_fences_the_next_attempt(own_broker):
+    """Issue 48, item 7: an attempt's ``init_transactions`` times out on a frozen coordinator while an
+    earlier attempt's transaction is open. librdkafka would go on asking for the producer id in the
+    background; once the broker was resumed, its answer often landed after the next attempt's and fenced it
+    (the retry failed with "fenced by a newer run": 2 runs of 2 of this test failed before the fix, each in
+    a round of the three). The failed init closes its producer: in each round the next attempt commits its
+    chunks, and the records are there."""
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from airflow_kafka_retry.engine.clients import consumer_config
+
+    bootstrap = own_broker.bootstrap
+    config = {"bootstrap.servers": bootstrap, "transaction.timeout.ms": 10000}
+    consumer = Consumer(consumer_config(config, f"fence-{uuid.uuid4().hex[:8]}"))
+    try:
+        for _ in range(3):
+            _fence_round(own_broker, config, consumer)
+    finally:
+        consumer.close()
+
+
+def _fence_round(own_broker, config, consumer) -> None:
+    import time
+    import uuid
+
+    from confluent_kafka import KafkaException, Producer, TopicPartition
+
+    from airflow_kafka_retry.engine.clients import init_transactions, producer_config
+    from airflow_kafka_retry.testing.topics import create_topics
+
+    topic, txn_id = f"fence-{uuid.uuid4().hex[:12]}", f"akr-test/fence/{uuid.uuid4().hex[:8]}/0"
+    create_topics(own_broker.bootstrap, [topic], 1)
+    abandoned = Producer(producer_config(config, txn_id))  # an attempt abandoned with its chunk open
+    init_transactions(abandoned, 30.0)
+    abandoned.begin_transaction()
+    abandoned.produce(topic, b"never committed")
+    assert abandoned.flush(30) == 0
+
+    def router(timeout_s: float) -> Router:
+        producer = Producer(producer_config(config, txn_id))
+        return Router(producer, consumer, True, {topic: 1}, timeout_s=timeout_s, transactional_id=txn_id)
+
+    # the next attempt, kept (a failed attempt's error keeps its frames); its init times out on the frozen
+    # coordinator (no metadata asked first: the init itself waits)
+    failed = Producer(producer_config(config, txn_id))
+    os.killpg(own_broker.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(KafkaException, match="_TIMED_OUT"):
+            init_transactions(failed, 1.0)
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    retry = router(60.0)  # the attempt after it, once the broker answers
+    retry.start()
+    for chunk in range(3):  # a late producer-id answer, were one still asked for, lands meanwhile
+        time.sleep(1.0)
+        retry.commit(TopicPartition(topic, 0, chunk + 1), [], lambda _, n=chunk: [(topic, b"k", b"%d" % n)])
+    values = [m.value() for m in ledger.read_all(own_broker.bootstrap, topic)]
+    assert values == [b"0", b"1", b"2"], values
+    with pytest.raises(KafkaException):  # the abandoned attempt was fenced, as it should be
+        abandoned.commit_transaction(10)
+    del failed
+
+
+def test_a_log_topic_not_created_in_time_is_the_clusters_failure(own_broker, monkeypatch):
+    """Issue 48 item 8: ``ensure_log_topic`` raised a bare ``TimeoutError`` (or an error with no mark) when
+    the cluster did not answer the creation in time, and a partition run counted it as the input's failure
+    (never retried). Here the broker is frozen as the topic is asked for: the error names the topic and is
+    the cluster's, so the supervisor tries the partition again."""
+    import uuid
+
+    from airflow_kafka_retry.engine import topics
+    from airflow_kafka_retry.engine.clients import KafkaConfigError
+    from airflow_kafka_retry.engine.supervised import broker_transient
+
+    class FreezingAdmin(topics.AdminClient):
+        def create_topics(self, *args, **kwargs):
+            os.killpg(own_broker.pid, signal.SIGSTOP)
+            return super().create_topics(*args, **kwargs)
+
+    monkeypatch.setattr(topics, "AdminClient", FreezingAdmin)
+    name = f"log-{uuid.uuid4().hex[:12]}"
+    try:
+        with pytest.raises(Exception) as raised:  # noqa: PT011 - its type is what is checked
+            topics.ensure_log_topic(
+                {"bootstrap.servers": own_broker.bootstrap}, name, what="the test log", config={}, timeout=2.0
+            )
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    assert isinstance(raised.value, KafkaConfigError), repr(raised.value)
+    assert f"cannot create the test log {name}" in str(raised.value)
+    assert broker_transient(raised.value), repr(raised.value)
+
+
+def test_the_parking_topics_metadata_asked_of_a_frozen_broker_is_retried_not_reported_missing(
+    own_broker, tmp_path, monkeypatch
+):
+    """Issue 48 item 8: when a chunk must park a record, the parking topic's metadata was asked outside the
+    engine's call deadlines (librdkafka's 10 s, whatever ``call_timeout_s``), and a request that failed was
+    reported as "parking topic ... does not exist" (never retried). Here the broker freezes as that request
+    is made: the request is bound by ``call_timeout_s`` (1 s), its failure is the cluster's, the partition
+    is tried again, and once the broker answers the missing topic is named as before."""
+    from confluent_kafka import Producer
+
+    from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
+    from airflow_kafka_retry.engine import partition as partition_module
+    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.testing.topics import create_topics
+
+    bootstrap = own_broker.bootstrap
+    monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
+    topology = ledger.make_fault_topology("park-freeze", attempts=2)
+    create_topics(bootstrap, [t.topic for t in (*topology.tiers, *topology.dlt_tiers)])  # no parking topic
+    config = {"bootstrap.servers": bootstrap}
+    options = DrainOptions(handler="tests.support.fault_handler:indexed", call_timeout_s=1.0)
+    producer = Producer(config)
+    producer.produce(
+        topology.topic,
+        key=b"1",
+        value=b"{}",
+        headers=[(ledger.FAULT_ID, b"1"), (ledger.FAULT_MODE, b"fatal")],
+    )
+    assert producer.flush(10) == 0
+    assert run_local(topology, topology.tier(0), config, options).ok
+    assert replay_dlt(topology, config, ReplayRequest(to="main")).moved == 1  # fatal again: to be parked
+
+    real, frozen = partition_module.partition_counts, []
+
+    def partition_counts(client, topics, timeout=10.0):
+        if topics == [topology.parking_topic] and not frozen:
+            os.killpg(own_broker.pid, signal.SIGSTOP)
+            frozen.append(threading.Timer(4.0, os.killpg, (own_broker.pid, signal.SIGCONT)))
+            frozen[0].start()
+        return real(client, topics, timeout)
+
+    monkeypatch.setattr(partition_module, "partition_counts", partition_counts)
+    try:
+        [outcome] = run_local(topology, topology.tier(0), config, options, in_process=True).partitions
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    assert frozen, "the parking topic's metadata was never asked"
+    assert outcome.status == "failed"
+    assert outcome.retries >= 1, outcome.to_dict()
+    assert "cannot read metadata of topic" in outcome.retry_errors[0], outcome.retry_errors
+    assert (outcome.error or "").startswith(
+        f"ParkingTopicMissingError: parking topic '{topology.parking_topic}' does not exist"
+    ), outcome.error
+
+
+def test_the_replay_log_check_asks_the_frozen_broker_under_the_attempts_deadlines(own_broker):
+    """Issue 48 item 8: the replay log's end and its read were asked outside the partition attempt's
+    deadlines (the supervisor could not see them, let alone abandon them). On a frozen broker the request
+    in progress is the attempt's watched call, naming the replay log."""
+    import time
+
+    from airflow_kafka_retry.engine.call_watch import CallWatch
+    from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+
+    watch = CallWatch("orders[0]")
+    check = ReplayLogCheck({"bootstrap.servers": own_broker.bootstrap}, watch=watch, timeout_s=3.0)
+    audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
+    answers: list[bool] = []
+    seen = []
+    os.killpg(own_broker.pid, signal.SIGSTOP)
+    try:
+        thread = threading.Thread(target=lambda: answers.append(check(audit, "digest")), daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while thread.is_alive() and time.monotonic() < deadline and not seen:
+            waiting = watch.waiting
+            if waiting is not None:
+                seen.append(waiting)
+            time.sleep(0.05)
+    finally:
+        os.killpg(own_broker.pid, signal.SIGCONT)
+    thread.join(60)
+    check.close()
+    assert seen, "the replay log was asked outside the attempt's deadlines"
+    assert "orders-dlt-replay-log[0] (a replay log)" in seen[0].waits_for, seen[0]
+    assert answers == [False]  # nothing confirms a replay the log could not be read for

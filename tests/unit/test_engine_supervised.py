@@ -34,6 +34,30 @@ def test_a_call_that_returns_in_time_is_never_abandoned() -> None:
     assert watch.abandoned is None
 
 
+def test_a_stop_during_a_commit_says_the_chunk_may_have_committed() -> None:
+    """Issue 48 item 8: an AbortNow stop while ``commit_transaction`` ran reported "nothing of it committed",
+    although the commit may have gone through. A stop between calls, or during another call, still says the
+    open chunk is aborted."""
+    from airflow_kafka_retry.engine.call_watch import AttemptStopped
+
+    during_commit = CallWatch("t[0]", clock=Clock())
+    with pytest.raises(AttemptAbandoned), during_commit.call("commit_transaction", 20, "the coordinator"):
+        stopped = during_commit.stop_now("supervisor_gone")
+    assert isinstance(stopped, AttemptStopped)
+    assert stopped.may_have_committed
+    assert "while commit_transaction was in progress: the chunk may have committed" in str(stopped)
+
+    for call in ("flush", None):
+        watch = CallWatch("t[0]", clock=Clock())
+        if call is None:
+            stopped = watch.stop_now("supervisor_gone")
+        else:
+            with pytest.raises(AttemptAbandoned), watch.call(call, 20, "the leaders"):
+                stopped = watch.stop_now("supervisor_gone")
+        assert not stopped.may_have_committed, call
+        assert str(stopped) == "t[0]: stopped at once (supervisor_gone)"
+
+
 def _overrun(watch: CallWatch, clock: Clock, name: str, timeout: float, *, to: float) -> list[object]:
     """Make a call that is still running when the clock reads ``to``; what ``overdue`` said on the way."""
     seen: list[object] = []
@@ -124,6 +148,7 @@ class FakeJob:
         self.settled = False
         self.after_release: list[str] = []
         self.where = "t[0]"
+        self.on_chunk = None  # as PartitionJob's: no progress reports here
 
     def run(self) -> PartitionSummary:
         self.summary.drained += self.drained  # a chunk committed before anything went wrong

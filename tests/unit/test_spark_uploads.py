@@ -154,3 +154,39 @@ def test_the_own_folder_stays_when_spark_submit_did_not_wait_for_the_application
     assert own_folder.name.startswith(OWN_FOLDER_PREFIX)
     assert "did not wait for the application to end" in caplog.text
     assert own_folder.as_uri() in caplog.text
+
+
+def test_the_own_folder_is_private_and_its_copies_0600(tmp_path):
+    """Issue 48 item 3: the credentials copy was left 0644 in a 0755 folder (the umask's modes)."""
+    import os
+    import stat
+
+    from airflow_kafka_retry.spark.staging import upload_own_files
+
+    credentials, zipped = tmp_path / "credentials.json", tmp_path / "py_files.zip"
+    credentials.write_text("{}")
+    zipped.write_bytes(b"PK")
+    upload = tmp_path / "upload"
+    old = os.umask(0o022)
+    try:
+        staged = upload_own_files(str(upload), [str(credentials), str(zipped)])
+    finally:
+        os.umask(old)
+    assert staged is not None
+    folder, remote = staged
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    for uri in remote.values():
+        assert stat.S_IMODE(os.stat(uri).st_mode) == 0o600, uri
+        assert os.path.dirname(uri) == folder
+
+
+def test_a_failed_first_upload_deletes_the_folder_it_made(tmp_path, caplog):
+    """Issue 48 item 3: when the first file could not be uploaded, the empty folder stayed behind."""
+    from airflow_kafka_retry.spark.staging import upload_own_files
+
+    upload = tmp_path / "upload"
+    with caplog.at_level(logging.WARNING):
+        assert upload_own_files(str(upload), [str(tmp_path / "missing.json")]) is None
+    assert "could not upload the run's files" in caplog.text
+    assert list(upload.iterdir()) == []  # the folder it made is gone
+    assert "could not delete" not in caplog.text
