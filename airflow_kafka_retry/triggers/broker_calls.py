@@ -144,16 +144,19 @@ class BrokerCalls:
         return stuck is not None and not stuck.ended
 
     async def run(
-        self, what: str, fn: Callable[[], T], deadline_s: float = CALL_DEADLINE_S, *, capped: bool = True
+        self, what: str, fn: Callable[[], T], deadline_s: float | None = None, *, capped: bool = True
     ) -> T:
         """
         ``fn()`` in a thread of its own; its result, or what it raised.
 
-        Raises :class:`CallStuck` when it does not return within ``deadline_s`` (it is abandoned), and at
+        Raises :class:`CallStuck` when it does not return within ``deadline_s`` (default
+        :data:`CALL_DEADLINE_S`; it is abandoned), and at
         once while the lane's abandoned call still runs or (``capped``) the process holds
         :data:`MAX_ABANDONED`.
         """
         self._refuse_if_stuck(capped=capped)
+        if deadline_s is None:
+            deadline_s = CALL_DEADLINE_S
         call = _Call(what, fn)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
@@ -177,7 +180,7 @@ class BrokerCalls:
             )
         return await future  # done, or it returned right at the deadline: its outcome is on its way
 
-    async def after(self, what: str, fn: Callable[[], object], deadline_s: float = CALL_DEADLINE_S) -> None:
+    async def after(self, what: str, fn: Callable[[], object], deadline_s: float | None = None) -> None:
         """
         ``fn()`` once the lane's abandoned call returns (in its thread), or now (as :meth:`run`).
 
