@@ -163,3 +163,43 @@ def test_a_cancelled_call_leaves_closing_to_its_thread() -> None:
     finally:
         release.set()
     assert closed == ["closed"]
+
+
+def test_at_most_slots_calls_run_side_by_side_until_they_turn_slow(monkeypatch) -> None:
+    """A burst of calls (800 lanes opening at once) runs SLOTS at a time; a slow one gives its slot up."""
+    monkeypatch.setattr(broker_calls, "SLOTS", 3)
+    monkeypatch.setattr(broker_calls, "SLOW_S", LIVENESS_S)  # none turns slow in this test's first part
+    release = threading.Event()
+    started: list[int] = []
+    lock = threading.Lock()
+
+    def call(i: int):
+        def blocked() -> int:
+            with lock:
+                started.append(i)
+            release.wait(LIVENESS_S)
+            return i
+
+        return blocked
+
+    async def main() -> list[int]:
+        tasks = [asyncio.ensure_future(BrokerCalls(f"lane {i}").run("opening", call(i))) for i in range(5)]
+        deadline = time.monotonic() + LIVENESS_S
+        while len(started) < 3:
+            assert time.monotonic() < deadline, "the first calls never started"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # room for a fourth to start, were it let in
+        running = len(started)
+        monkeypatch.setattr(broker_calls, "SLOW_S", 0.05)  # the three running now count as slow
+        with broker_calls._GATE._cond:
+            broker_calls._GATE._cond.notify_all()
+        while len(started) < 5:
+            assert time.monotonic() < deadline, "the calls held back never started"
+            await asyncio.sleep(0.01)
+        release.set()
+        return [running, *sorted(await asyncio.gather(*tasks))]
+
+    try:
+        assert asyncio.run(main()) == [3, 0, 1, 2, 3, 4]
+    finally:
+        release.set()
