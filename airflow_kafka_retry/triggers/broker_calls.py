@@ -52,21 +52,21 @@ class _Gate:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._running: dict[object, float] = {}  # call -> when it entered
+        self._entered: dict[object, float] = {}  # call -> when it entered, until it leaves
 
     def enter(self, call: object) -> None:
         with self._cond:
             while True:
                 now = time.monotonic()
-                fast = [t for t in self._running.values() if now - t < SLOW_S]
+                fast = [t for t in self._entered.values() if now - t < SLOW_S]
                 if len(fast) < SLOTS:
-                    self._running[call] = now
+                    self._entered[call] = now
                     return
                 self._cond.wait(min(fast) + SLOW_S - now)  # until the oldest turns slow, or one leaves
 
     def leave(self, call: object) -> None:
         with self._cond:
-            self._running.pop(call, None)
+            self._entered.pop(call, None)
             self._cond.notify()
 
 
