@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -85,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: set by pytest-xdist's controller for its workers: the one Apache Kafka it started for all of them
 #: (their tests use topics of their own; the tests that stop, freeze or kill a broker start their own)
+#: Seconds a test's last watcher calls (each in its own thread, ``triggers/broker_calls.py``) may take to end.
+CALLS_END_S = 30.0
 SHARED_KAFKA_ENV = "AIRFLOW_KAFKA_RETRY_SUITE_KAFKA"
 _SHARED_KAFKA_KEY = pytest.StashKey[ApacheKafka]()
 
@@ -323,6 +326,11 @@ def _no_shared_consumer_left() -> Iterator[None]:
     module = sys.modules.get("airflow_kafka_retry.engine.shared_consumer")
     if module is None:
         return
+    calls = sys.modules.get("airflow_kafka_retry.triggers.broker_calls")
+    if calls is not None:  # a cancelled watcher's last calls (closing its watch) end in their own threads
+        deadline = time.monotonic() + CALLS_END_S
+        while calls.running_calls() and time.monotonic() < deadline:
+            time.sleep(0.05)
     left = module.shared_consumers()
     if not left:
         return

@@ -133,10 +133,20 @@ class HeadWatch:
             if not self._client.claim(new):
                 raise _Taken(f"{where(new)}: already watched by another watch of this process")
             offsets = self._read_committed(new)
-            self._client.assign(
+            self._assign(
                 [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in offsets.items()]
             )
             self.committed.update(offsets)
+
+    def _assign(self, tps: list[TopicPartition], *, again: bool = False) -> None:
+        """(Re-)assign ``tps``; a broker that does not answer (the log start asked first) names them."""
+        try:
+            (self._client.reassign if again else self._client.assign)(tps)
+        except KafkaException as exc:
+            keys = [(tp.topic, tp.partition) for tp in tps]
+            raise HeadWatchError(
+                f"{where(keys)}: cannot start watching at the group's offsets: {exc}"
+            ) from exc
 
     # 15 s: a lane whose request times out waits that long before it is opened again
     def _read_committed(self, keys: Sequence[Key], timeout_s: float = 15.0) -> dict[Key, int]:
@@ -157,11 +167,12 @@ class HeadWatch:
         offsets = self._read_committed(self.keys)
         moved = [k for k, o in offsets.items() if o != self.committed[k]]
         if moved:
-            self._client.reassign(
+            self._assign(
                 [
                     TopicPartition(t, p, offsets[(t, p)] if offsets[(t, p)] >= 0 else OFFSET_BEGINNING)
                     for t, p in moved
-                ]
+                ],
+                again=True,
             )
             for key in moved:
                 self.heads.pop(key, None)

@@ -39,12 +39,14 @@ import os
 import threading
 from collections import deque
 from collections.abc import Collection, Hashable, Mapping, Sequence
-from typing import Any
+from concurrent.futures import Future, TimeoutError as FutureTimeout
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     IsolationLevel,
+    KafkaError,
     KafkaException,
     Message,
     TopicPartition,
@@ -59,6 +61,27 @@ from airflow_kafka_retry.engine.watch_consumer import TAKE, Key, watch_config
 
 #: The shared consumer's own group: never joined, never committed, never read.
 SHARED_GROUP = "airflow-kafka-retry-head-watch"
+#: Seconds past an admin request's own timeout its future is awaited: librdkafka's timeout answers first.
+ANSWER_GRACE_S = 5.0
+
+T = TypeVar("T")
+
+
+def answer(future: Future[T], timeout_s: float, what: str) -> T:
+    """
+    The result of an admin request sent with ``request_timeout=timeout_s``; a timeout is a KafkaException.
+
+    Awaited ``timeout_s`` plus :data:`ANSWER_GRACE_S`: waited with the request's own timeout, Python's
+    builtin ``TimeoutError`` came before librdkafka's ``_TIMED_OUT``, and no caller expects it (it ended a
+    topology's whole watcher instead of one lane backing off). Either way the caller gets a KafkaException
+    (``_TIMED_OUT``) naming ``what`` it waited for.
+    """
+    waited = timeout_s + ANSWER_GRACE_S
+    try:
+        return future.result(waited)
+    except FutureTimeout:
+        reason = f"{what}: no answer from the broker within {waited:.0f} s"
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, reason)) from None
 
 
 class ConsumerBroken(KafkaException):
@@ -143,7 +166,7 @@ class Lease:
             isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=timeout_s,
         )
-        return int(futures[tp].result(timeout_s).offset)
+        return int(answer(futures[tp], timeout_s, f"the log end of {key[0]}[{key[1]}]").offset)
 
     def cached_end(self, key: Key) -> int | None:
         """The log end the last fetch of the partition carried."""
@@ -165,7 +188,12 @@ class Lease:
             {TopicPartition(tp.topic, tp.partition): OffsetSpec.earliest() for tp in start},
             request_timeout=timeout_s,
         )
-        found = {(tp.topic, tp.partition): f.result(timeout_s).offset for tp, f in futures.items()}
+        found = {
+            (tp.topic, tp.partition): answer(
+                f, timeout_s, f"the log start of {tp.topic}[{tp.partition}]"
+            ).offset
+            for tp, f in futures.items()
+        }
         return [
             TopicPartition(tp.topic, tp.partition, found[(tp.topic, tp.partition)])
             if tp.offset == OFFSET_BEGINNING

@@ -10,6 +10,7 @@ to drain them, as its records stay in its topic, drained by no task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,13 +55,17 @@ async def note_lane_changes(
 
 async def _pending(spec: Mapping[str, Any], kafka_conn_id: str) -> str:
     """What a removed tier's topic still holds past its group's committed offsets, in one line."""
-    from airflow_kafka_retry.engine.head_watch import HeadWatchError
+    from confluent_kafka import KafkaException
 
+    from airflow_kafka_retry.engine.head_watch import HeadWatchError
+    from airflow_kafka_retry.triggers.broker_calls import BrokerCalls, CallStuck
+
+    calls = BrokerCalls(f"{', '.join(spec['topics'])} (group {spec['group']})")
     try:
         watch = await open_watch(
-            kafka_conn_id, spec["topics"], spec["group"], read_due=False, due_horizon_ms=0
+            kafka_conn_id, spec["topics"], spec["group"], calls=calls, read_due=False, due_horizon_ms=0
         )
-    except (HeadWatchError, ValueError) as exc:
+    except (HeadWatchError, KafkaException, CallStuck, ValueError) as exc:
         return f"its records could not be read ({exc})"
     try:
         deadline = wall_clock_ms() + PENDING_LOOK_MS
@@ -69,7 +74,8 @@ async def _pending(spec: Mapping[str, Any], kafka_conn_id: str) -> str:
             await asyncio.sleep(0.1)
         heads = sorted(f"{t}[{p}]@{h.offset}" for (t, p), h in watch.heads.items())
     finally:
-        await asyncio.to_thread(watch.close)
+        with contextlib.suppress(CallStuck):
+            await calls.after("closing its watch", watch.close)
     if not heads:
         return "nothing is pending there" + ("" if watch.complete else " as far as could be read in 10 s")
     return (

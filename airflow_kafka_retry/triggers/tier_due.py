@@ -7,6 +7,7 @@ Or until there is nothing to wait for.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.policy.due_check import DueCheck, check_due
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.triggers.broker_calls import CALL_DEADLINE_S, BrokerCalls, CallStuck
 
 #: Never sleep longer than this in one go, so a changed system clock is noticed.
 MAX_SLEEP_S = 60.0
@@ -118,27 +120,32 @@ class TierDueTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         where = f"{self.topic} (group {self.consumer_group})"
+        calls = BrokerCalls(where)  # a thread of its own, not asyncio's default executor (broker_calls.py)
         try:
             kafka_config = await sync_to_async(self._kafka_config)()
             if self.wake_ms is not None:
                 await self._sleep_until(self.wake_ms)
             while True:
-                check, peek = await asyncio.to_thread(
-                    look,
-                    kafka_config,
-                    self.topic,
-                    self.consumer_group,
-                    partitions=self.partitions,
-                    window=self._window,
-                    deadline_ms=self.deadline_ms,
-                    peek_timeout=self.peek_timeout,
+                check, peek = await calls.run(
+                    "peek at its heads",
+                    functools.partial(
+                        look,
+                        kafka_config,
+                        self.topic,
+                        self.consumer_group,
+                        partitions=self.partitions,
+                        window=self._window,
+                        deadline_ms=self.deadline_ms,
+                        peek_timeout=self.peek_timeout,
+                    ),
+                    self.peek_timeout + CALL_DEADLINE_S,
                 )
                 self.log.info("%s: %s", where, check.reason)
                 if check.action != "wait":
                     yield TriggerEvent(event_payload(check, peek))
                     return
                 await self._sleep_until(check.wake_ms or check.now_ms)
-        except PeekError as exc:
+        except (PeekError, CallStuck) as exc:
             yield TriggerEvent({"status": "error", "message": str(exc)})
 
     @staticmethod

@@ -13,6 +13,9 @@ or fires it again ``refire_after`` (45 s) after it became runnable when no run t
 triggerer dies at -- before the save (nothing saved: the restart fires afresh), after it, or after the yield
 (the event may be lost with the process) -- and whatever becomes of the run (failed, lost), due records wait
 at most the restart plus ``refire_after`` plus a run's start-up: within 60 s.
+Its broker calls run each in a thread of its own with a deadline (``broker_calls.py``), never in asyncio's
+default executor, which every trigger of the triggerer shares: a tier whose broker does not answer holds
+no other watcher's call, and backs off alone.
 :attr:`_HeadEventTrigger.fault_hook` lets a test crash the trigger at each step.
 
 Only the connection id travels in the serialized arguments, never the Kafka configuration.
@@ -31,6 +34,7 @@ from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.triggers.broker_calls import BrokerCalls, CallStuck
 from airflow_kafka_retry.triggers.watching import (
     MemoryStore,
     check_seconds,
@@ -159,16 +163,19 @@ class _HeadEventTrigger(BaseEventTrigger):
                 format_ms(wave.fired_ms),
             )
         watch: HeadWatch | None = None
+        calls = BrokerCalls(self.where)
         next_check = next_gauges = failures = 0
         try:
             while True:
                 try:
                     if watch is None:
-                        watch = await self._open()
+                        watch = await self._open(calls)
                         next_check, failures = 0, 0
                     now = wall_clock_ms()
                     if now >= next_check:
-                        committed = await asyncio.to_thread(watch.sync_committed)
+                        committed = await calls.run(
+                            "read of its group's committed offsets", watch.sync_committed
+                        )
                         now = wall_clock_ms()
                         if wave is not None and (
                             wave.taken(committed) or wave.expired(now, int(self.refire_after * 1000))
@@ -190,7 +197,7 @@ class _HeadEventTrigger(BaseEventTrigger):
                             next_check = min(next_check, wave.expires_ms(int(self.refire_after * 1000)))
                     watch.poll()
                     if now >= next_gauges and watch.complete:
-                        await self.send_gauges(watch, now)
+                        await self.send_gauges(calls, watch, now)
                         next_gauges = now + int(self.gauge_interval * 1000)
                     if wave is None and watch.heads:
                         plan = self.plan(watch, now)
@@ -219,19 +226,19 @@ class _HeadEventTrigger(BaseEventTrigger):
                             )
                             continue
                     await asyncio.sleep(self.poll_interval)
-                except (HeadWatchError, KafkaException, KafkaConfigError) as exc:
+                except (HeadWatchError, KafkaException, KafkaConfigError, CallStuck) as exc:
                     # a topic not created yet is the usual case at a first deployment: look again soon,
                     # then less often (up to retry_after)
                     pause = min(self.retry_after, 2.0**failures)
                     failures += 1
                     self.log.warning("%s: %s; looking again in %.0fs", self.where, exc, pause)
                     if watch is not None:
-                        await asyncio.to_thread(watch.close)
+                        await self._close(calls, watch)
                         watch = None
                     await asyncio.sleep(pause)
         finally:
             if watch is not None:
-                await asyncio.to_thread(watch.close)
+                await self._close(calls, watch)
 
     gauge_interval = 60.0
 
@@ -239,14 +246,22 @@ class _HeadEventTrigger(BaseEventTrigger):
         if self.fault_hook is not None:
             self.fault_hook(step)
 
-    async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
+    async def send_gauges(self, calls: BrokerCalls, watch: HeadWatch, now_ms: int) -> None:
         """Send metrics of what the watch sees (the tier trigger's backlog gauges); nothing here."""
 
-    async def _open(self) -> HeadWatch:
+    async def _close(self, calls: BrokerCalls, watch: HeadWatch) -> None:
+        """Close the watch: now, or when the abandoned call (which may be using it) returns."""
+        try:
+            await calls.after("closing its watch", watch.close)
+        except CallStuck as exc:
+            self.log.warning("%s", exc)
+
+    async def _open(self, calls: BrokerCalls) -> HeadWatch:
         watch = await open_watch(
             self.kafka_conn_id,
             self.topics,
             self.consumer_group,
+            calls=calls,
             read_due=self.read_due,
             due_horizon_ms=self.due_horizon_ms,
             optional=self.optional_topics,
@@ -321,11 +336,12 @@ class TierDueEventTrigger(_HeadEventTrigger):
             **self._kwargs(),
         }
 
-    async def send_gauges(self, watch: HeadWatch, now_ms: int) -> None:
+    async def send_gauges(self, calls: BrokerCalls, watch: HeadWatch, now_ms: int) -> None:
         """The tier's backlog gauges (``send_tier_gauges``), given ``topology_topic`` and ``tier_index``."""
         if self.topology_topic is None or self.tier_index is None:
             return
-        await send_tier_gauges(self.log, watch, self.topic, self.topology_topic, self.tier_index, now_ms)
+        topology, tier = self.topology_topic, self.tier_index
+        await send_tier_gauges(self.log, calls, watch, self.topic, topology, tier, now_ms)
 
 
 class DltArrivalEventTrigger(_HeadEventTrigger):

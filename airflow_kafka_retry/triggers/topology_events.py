@@ -17,8 +17,9 @@ behind it: while its group committed within the last ``follow`` + ``busy_hold`` 
 by the last commit plus ``follow`` (the tasks' own wait for their next record) are held.
 
 Each lane's broker calls (opening its watch, reading its group's committed offsets, its gauges) run
-beside the other lanes': a lane whose broker does not answer, a request timing out after a rolling
-restart, holds none of the others back.
+beside the other lanes', each in a thread of its own with a deadline (``broker_calls.py``), never in
+asyncio's shared default executor: a lane whose broker does not answer, a request timing out after a
+rolling restart, holds none of the others back, and backs off alone.
 
 When a lane's topics do not exist (a first deployment), the trigger fires a *setup* event naming the
 setup task (which creates the topology's topics), at most once per ``SETUP_REFIRE_S``. Only the
@@ -178,6 +179,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 self.kafka_conn_id,
                 lane.spec["topics"],
                 lane.spec["group"],
+                calls=lane.calls,
                 read_due=lane.spec.get("read_due", True),
                 due_horizon_ms=lane.spec.get("due_horizon_ms", MAX_BACKOFF_MS),
                 optional=lane.spec.get("optional_topics") or (),
@@ -186,7 +188,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             self.log.info("%s: watching %s partition(s)", lane.where, len(lane.watch.keys))
         watch = lane.watch
         if now >= lane.next_check:
-            committed = await asyncio.to_thread(watch.sync_committed)
+            committed = await lane.calls.run("read of its group's committed offsets", watch.sync_committed)
             now = wall_clock_ms()
             if lane.committed and committed != lane.committed:
                 lane.last_move_ms = now
@@ -208,7 +210,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 lane.next_check = min(lane.next_check, lane.wave.expires_ms(self._s("refire_after")))
         if self._gauges_due(lane, watch, now):
             topic = lane.spec["topics"][0]
-            await send_tier_gauges(self.log, watch, topic, self.topology_topic, lane.spec["tier_index"], now)
+            tier = lane.spec["tier_index"]
+            await send_tier_gauges(self.log, lane.calls, watch, topic, self.topology_topic, tier, now)
             lane.next_gauges = now + self._s("gauge_interval")
 
     def _look(self, lane: Lane, watch: HeadWatch, now: int) -> WavePlan[tuple[str, int]] | int:
@@ -241,10 +244,19 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         lane.failures += 1
         self.log.warning("%s: %s; looking again in %.0fs", lane.where, exc, pause)
         if lane.watch is not None:
-            await asyncio.to_thread(lane.watch.close)
-            lane.watch = None
+            watch, lane.watch = lane.watch, None
+            await self._close(lane, watch)
         lane.retry_at = now + int(pause * 1000)
         return isinstance(exc, TopicsMissing) or isinstance(exc.__cause__, TopicsMissing)
+
+    async def _close(self, lane: Lane, watch: HeadWatch) -> None:
+        """Close a lane's watch: now, or when its abandoned call (which may be using it) returns."""
+        from airflow_kafka_retry.triggers.broker_calls import CallStuck
+
+        try:
+            await lane.calls.after("closing its watch", watch.close)
+        except CallStuck as exc:
+            self.log.warning("%s", exc)
 
     # ------------------------------------------------------------------ the loop
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -252,6 +264,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
 
         from airflow_kafka_retry.engine.clients import KafkaConfigError
         from airflow_kafka_retry.engine.head_watch import HeadWatchError
+        from airflow_kafka_retry.triggers.broker_calls import CallStuck
 
         await self._note_lane_changes()
         lanes = [Lane(spec, lane_window(spec)) for spec in self.lanes]
@@ -264,7 +277,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                     format_ms(lane.wave.fired_ms),
                 )
         setup_fired_ms: int | None = None
-        errors = (HeadWatchError, KafkaException, KafkaConfigError)
+        errors = (HeadWatchError, KafkaException, KafkaConfigError, CallStuck)
         try:
             while True:
                 now = wall_clock_ms()
@@ -321,7 +334,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                     with contextlib.suppress(Exception, asyncio.CancelledError):
                         await asyncio.wait_for(lane.check, CHECK_WAIT_S)
                 if lane.watch is not None:
-                    await asyncio.to_thread(lane.watch.close)
+                    await self._close(lane, lane.watch)
 
     async def _fire(self, fire: list[_Firing], now: int, *, setup: bool) -> TriggerEvent:
         """Save the waves of the lanes that fire, then make their one event."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.triggers.broker_calls import BrokerCalls
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ class Lane:
     last_move_ms: int = 0  # when its group's committed offsets last moved
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
     check: asyncio.Future[None] | None = None  # its broker calls in flight (TopologyDueEventTrigger._check)
+    calls: BrokerCalls = field(init=False)  # each in a thread of its own, with a deadline
+
+    def __post_init__(self) -> None:
+        self.calls = BrokerCalls(self.where)
 
     @property
     def name(self) -> str:

@@ -20,6 +20,7 @@ from airflow_kafka_retry.policy.waves import Wave
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.head_watch import HeadWatch
     from airflow_kafka_retry.policy.waves import WavePlan
+    from airflow_kafka_retry.triggers.broker_calls import BrokerCalls
 
 
 #: How often a lane looks for a topic it watches once it exists (another framework's DLQ, which the broker
@@ -89,12 +90,13 @@ async def open_watch(
     topics: Sequence[str],
     group: str,
     *,
+    calls: BrokerCalls,
     read_due: bool,
     due_horizon_ms: int,
     optional: Sequence[str] = (),
 ) -> HeadWatch:
     """
-    A head watch of ``topics`` for ``group``, on the connection's cluster (blocking parts in a thread).
+    A head watch of ``topics`` for ``group``, on the connection's cluster (its broker calls: ``calls``).
 
     It shares the triggerer's consumer with ``[kafka_retry] shared_watch_consumers`` on (the default);
     otherwise it has a consumer of its own.
@@ -106,8 +108,9 @@ async def open_watch(
 
     kafka_config = await sync_to_async(KafkaRetryHook(kafka_conn_id).kafka_config)()
     everyone = _shared_watch_consumers()
-    # the trigger may be cancelled (its DAG changed, it moved to another triggerer) while the thread opens
-    # the watch; the thread goes on, so whichever side comes second closes it, or its consumer stays behind
+    # the trigger may be cancelled (its DAG changed, it moved to another triggerer), or the opening abandoned
+    # at its deadline, while the thread opens the watch; the thread goes on, so whichever side comes second
+    # closes it, or its consumer stays behind
     handoff: dict[str, Any] = {}
     lock = threading.Lock()
 
@@ -127,9 +130,11 @@ async def open_watch(
             watch.close()
         return watch
 
+    from airflow_kafka_retry.triggers.broker_calls import CallStuck
+
     try:
-        return await asyncio.to_thread(build)
-    except asyncio.CancelledError:
+        return await calls.run("opening its watch", build)
+    except (asyncio.CancelledError, CallStuck):
         with lock:
             opened = handoff.setdefault("watch", None)
         if opened is not None:
@@ -138,18 +143,26 @@ async def open_watch(
 
 
 async def send_tier_gauges(
-    log: Any, watch: HeadWatch, topic: str, topology_topic: str, tier_index: int, now_ms: int
+    log: Any,
+    calls: BrokerCalls,
+    watch: HeadWatch,
+    topic: str,
+    topology_topic: str,
+    tier_index: int,
+    now_ms: int,
 ) -> None:
     """
     A tier's backlog gauges: ``kafka_retry.tier.backlog`` and ``.oldest_due_age_ms``, zeros included.
 
-    What an on-call alert watches when no sensor runs (a gauge keeps its last value otherwise).
+    What an on-call alert watches when no sensor runs (a gauge keeps its last value otherwise). A log
+    end the broker does not give in time only makes the figure stale; an abandoned call
+    (:class:`~airflow_kafka_retry.triggers.broker_calls.CallStuck`) is the lane's error, as its other calls'.
     """
     from airflow_kafka_retry.engine.head_watch import HeadWatchError
     from airflow_kafka_retry.observability.metrics import emit, peek_gauges
 
     try:
-        await asyncio.to_thread(watch.refresh_ends)
+        await calls.run("reading its partitions' log ends", watch.refresh_ends)
     except HeadWatchError as exc:  # the gauges never disturb the watch: send what the fetches saw
         log.warning("%s: %s; the backlog gauge uses the log ends the fetches saw", topic, exc)
     await asyncio.to_thread(emit, peek_gauges(watch.peek_of(topic), topology_topic, tier_index, now_ms))
