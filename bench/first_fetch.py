@@ -23,12 +23,10 @@ Figures are measured, never asserted.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import os
 import statistics
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -36,6 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from airflow_kafka_retry.engine.clients import consumer_config, from_log_start
 from airflow_kafka_retry.engine.head_watch import HeadWatch
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from bench.given_broker import given_broker
 from bench.results_file import write_new_result
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -100,17 +99,6 @@ def _consumed(bootstrap: str, topic: str, *, resolve: bool) -> float:
         consumer.close()
 
 
-@contextlib.contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-
-    with ApacheKafka() as kafka:
-        yield kafka.bootstrap
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.first_fetch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
@@ -119,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stamp = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
-    with _broker(args.bootstrap) as bootstrap:
+    with given_broker(args.bootstrap) as (bootstrap, _):
         times = measure(bootstrap, args.rounds)
     summary = {
         case: {

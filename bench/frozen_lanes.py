@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from bench.given_broker import given_broker
 from bench.results_file import write_new_result
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -173,17 +174,6 @@ def _abandoned_calls() -> int | None:
     return abandoned_calls()
 
 
-@contextlib.contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-
-    with ApacheKafka() as kafka:
-        yield kafka.bootstrap
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.frozen_lanes", description=__doc__.split("\n")[1])
     parser.add_argument("--lanes", type=int, default=20, help="lanes of the topology (half frozen)")
@@ -200,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now(datetime.UTC)
     load_before = [round(x, 2) for x in os.getloadavg()]
     runs: list[dict[str, Any]] = []
-    with _broker(args.bootstrap) as bootstrap:
+    with given_broker(args.bootstrap) as (bootstrap, _):
         os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
             {"conn_type": "kafka", "extra": {"bootstrap.servers": bootstrap}}
         )

@@ -23,7 +23,6 @@ and its load, goes whole to ``bench/results/<UTC start>-redelivery-log.json``. M
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import os
 import platform
@@ -32,7 +31,6 @@ import shlex
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -45,6 +43,7 @@ from airflow_kafka_retry.engine.topics import ensure_topics
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics
+from bench.given_broker import given_broker
 from bench.results_file import write_new_result
 
 RESULTS = Path(__file__).parent / "results"
@@ -232,17 +231,6 @@ def run(args: argparse.Namespace, bootstrap: str) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-
-    with ApacheKafka() as kafka:
-        yield kafka.bootstrap
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.redelivery_log", description=__doc__.split("\n")[1]
@@ -257,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     stamp = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()
-    with _broker(args.bootstrap) as bootstrap:
+    with given_broker(args.bootstrap) as (bootstrap, _):
         result = run(args, bootstrap)
     document = {
         "bench": "redelivery-log",

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import json
 import os
@@ -33,12 +32,12 @@ import subprocess
 import sys
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from bench.given_broker import given_broker
 from bench.results_file import claim_result_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -133,17 +132,6 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
-@contextlib.contextmanager
-def _broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-
-    with ApacheKafka() as kafka:
-        yield kafka.bootstrap
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.topology_watchers", description=__doc__)
     parser.add_argument("--topologies", default="200", help="comma-separated sizes (default 200)")
@@ -159,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = ("own", "shared") if args.mode == "both" else (args.mode,)
     started = datetime.datetime.now(datetime.UTC)
     runs = []
-    with _broker(args.bootstrap) as bootstrap:
+    with given_broker(args.bootstrap) as (bootstrap, _):
         for count in (int(c) for c in args.topologies.split(",")):
             for mode in modes:
                 env = {**os.environ, "AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS": str(mode == "shared")}

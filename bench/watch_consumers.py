@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import json
 import os
 import random
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +40,8 @@ import psutil
 
 from airflow_kafka_retry.engine.head_watch import HeadWatch
 from airflow_kafka_retry.engine.local import available_cores
-from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from bench.given_broker import given_broker
 from bench.results_file import claim_result_file
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -129,15 +127,6 @@ def measure(
             watch.close()
 
 
-@contextlib.contextmanager
-def _broker(bootstrap: str | None) -> Iterator[tuple[str, psutil.Process | None]]:
-    if bootstrap:
-        yield bootstrap, None
-        return
-    with ApacheKafka() as kafka:
-        yield kafka.bootstrap, psutil.Process(kafka.pid) if kafka.pid else None
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.watch_consumers", description=(__doc__ or "").strip().split("\n")[0]
@@ -165,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = {"both": [False, True], "private": [False], "shared": [True]}[args.mode] * args.repeat
     runs: list[dict[str, Any]] = []
     idle: float | None = None
-    with _broker(args.bootstrap) as (bootstrap, broker):
+    with given_broker(args.bootstrap) as (bootstrap, broker):
         topics = [unique_topic(f"watch-{i}") for i in range(args.topics)]
         for start in range(0, len(topics), 50):
             create_topics(bootstrap, topics[start : start + 50], partitions=args.partitions, timeout=60)
