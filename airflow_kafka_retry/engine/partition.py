@@ -20,8 +20,6 @@ from airflow_kafka_retry.engine.batches import BatchRunner
 from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
 from airflow_kafka_retry.engine.chunk_work import ChunkWork
 from airflow_kafka_retry.engine.clients import (
-    KafkaConfigError,
-    TopicsMissing,
     consumer_config,
     partition_counts,
     producer_config,
@@ -29,6 +27,7 @@ from airflow_kafka_retry.engine.clients import (
 from airflow_kafka_retry.engine.drain import Chunk, PartitionReader
 from airflow_kafka_retry.engine.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.loading import load_callable
+from airflow_kafka_retry.engine.parking_check import require_parking
 from airflow_kafka_retry.engine.record_routing import FailureRouting, decode_record
 from airflow_kafka_retry.engine.records import TierRecord, record_from_message
 from airflow_kafka_retry.engine.redelivery import RedeliveryLane, check_options, no_handler, redelivers
@@ -45,10 +44,6 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)
-
-
-class ParkingTopicMissingError(KafkaConfigError):
-    """A replayed record must be parked, and the topology's parking topic does not exist."""
 
 
 #: Records read and handed to the handler at a time within a chunk (rounded to whole batches).
@@ -222,7 +217,7 @@ class PartitionJob:
 
     def _drain(self, runner: BatchRunner, consumer: Consumer, producer: Producer, txn_id: str | None) -> None:
         options, watch = self.options, self.watch
-        # the parking topic is looked up only when a chunk parks a record (see _require_parking)
+        # the parking topic is looked up only when a chunk parks a record (see engine/parking_check.py)
         parking = self.topology.parking_topic
         destinations = [t for t in self.topology.destinations_from(self.tier) if t != parking]
         topics = [self.tier.topic, *destinations]
@@ -362,7 +357,10 @@ class PartitionJob:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
         if work.last_offset is None:
             raise RuntimeError("a chunk is committed only once it has read records")
-        self._require_parking(work, router)
+        where = f"{self.tier.topic}[{self.partition}]"
+        require_parking(
+            self.topology.parking_topic, where, work, router, self.watch, self.options.call_timeout_s
+        )
         source = TopicPartition(self.tier.topic, self.partition, work.last_offset + 1)
         if self._lane is not None:  # with its log entries; what a source refuses goes to the DLT instead
             self._lane.commit(source, work)
@@ -372,31 +370,3 @@ class PartitionJob:
         self.summary.committed_offset = work.last_offset + 1
         if self.on_chunk is not None:
             self.on_chunk(self.summary)
-
-    def _require_parking(self, work: ChunkWork, router: Router) -> None:
-        """
-        The parking topic must exist once a chunk parks a record.
-
-        A topology upgraded from one without parking runs without it until then; else the chunk fails, nothing
-        of it committed.
-        """
-        parking = self.topology.parking_topic
-        if parking is None or parking in router.partition_counts:
-            return
-        parked = [item.source for item in work.routed if item.destination.topic == parking]
-        if not parked:
-            return
-        timeout = self.watch.timeout(min(10.0, self.options.call_timeout_s))
-        try:
-            with self.watch.call("list_topics", timeout, "any broker (metadata)"):
-                count = partition_counts(router.consumer, [parking], timeout)[parking]
-        except TopicsMissing:  # not a metadata request that failed: that one goes up as it is
-            first = parked[0]
-            raise ParkingTopicMissingError(
-                f"parking topic {parking!r} does not exist, and {len(parked)} replayed record(s) of "
-                f"{self.tier.topic}[{self.partition}] failed again and must be parked there (first: offset "
-                f"{first.offset()}); nothing of this chunk was committed. Create it with "
-                "`airflow-kafka-retry topology create-topics` or EnsureRetryTopicsOperator, then run the "
-                "tier again"
-            ) from None
-        router.partition_counts = {**router.partition_counts, parking: count}

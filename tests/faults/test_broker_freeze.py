@@ -272,7 +272,7 @@ def test_the_parking_topics_metadata_asked_of_a_frozen_broker_is_retried_not_rep
     from confluent_kafka import Producer
 
     from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
-    from airflow_kafka_retry.engine import partition as partition_module
+    from airflow_kafka_retry.engine import parking_check as parking_module
     from airflow_kafka_retry.engine.options import DrainOptions
     from airflow_kafka_retry.testing.topics import create_topics
 
@@ -293,7 +293,7 @@ def test_the_parking_topics_metadata_asked_of_a_frozen_broker_is_retried_not_rep
     assert run_local(topology, topology.tier(0), config, options).ok
     assert replay_dlt(topology, config, ReplayRequest(to="main")).moved == 1  # fatal again: to be parked
 
-    real, frozen = partition_module.partition_counts, []
+    real, frozen = parking_module.partition_counts, []
 
     def partition_counts(client, topics, timeout=10.0):
         if topics == [topology.parking_topic] and not frozen:
@@ -302,7 +302,7 @@ def test_the_parking_topics_metadata_asked_of_a_frozen_broker_is_retried_not_rep
             frozen[0].start()
         return real(client, topics, timeout)
 
-    monkeypatch.setattr(partition_module, "partition_counts", partition_counts)
+    monkeypatch.setattr(parking_module, "partition_counts", partition_counts)
     try:
         [outcome] = run_local(topology, topology.tier(0), config, options, in_process=True).partitions
     finally:
