@@ -54,7 +54,6 @@ from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_top
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
 from airflow_kafka_retry.engine.call_watch import AttemptStopped, CallStuckError, CallWatch, run_watched
 from airflow_kafka_retry.engine.clients import KafkaConfigError, init_transactions, producer_config
-from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.engine.reading import TopicReader
 from airflow_kafka_retry.engine.replay_log import (
     ReplayLog,
@@ -65,6 +64,7 @@ from airflow_kafka_retry.engine.replay_log import (
     read_log,
 )
 from airflow_kafka_retry.engine.supervised import broker_transient
+from airflow_kafka_retry.policy.client_names import DEFAULT_TRANSACTIONAL_ID_PREFIX, replay_transactional_id
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.framework_headers import check_mode
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
@@ -75,11 +75,6 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
-
-
-def replay_transactional_id(prefix: str, source: str) -> str:
-    """One transactional id per DLT: replays of the same DLT fence each other, never interleave."""
-    return f"{prefix}replay/{source}"
 
 
 class Replay:

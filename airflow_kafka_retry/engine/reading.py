@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from airflow_kafka_retry.engine.clients import consumer_config, from_log_start, partition_counts
 from airflow_kafka_retry.engine.consumed import offset_of
+from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 
 _POLL_S = 1.0
 
@@ -28,7 +29,7 @@ class ReadError(RuntimeError):
 
 def reader_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     """A read_committed, EOF-reporting consumer configuration whose group is never used to commit."""
-    return consumer_config(kafka_config, f"airflow-kafka-retry.reader.{uuid.uuid4().hex}")
+    return consumer_config(kafka_config, f"{READER_GROUP_PREFIX}{uuid.uuid4().hex}")
 
 
 def read_partition(

@@ -26,11 +26,12 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.reading import ReadError, TopicReader
 from airflow_kafka_retry.engine.topics import ensure_log_topic
+from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
 from airflow_kafka_retry.policy.share_redelivery import Redelivery
 
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = "-redelivery-log"
+LOG_SUFFIX = REDELIVERY_LOG_SUFFIX
 RETENTION_MS = 7 * 24 * 3600 * 1000
 _MAX_TOPIC = 249
 

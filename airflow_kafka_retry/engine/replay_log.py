@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.clients import KafkaConfigError
 from airflow_kafka_retry.engine.topics import ensure_log_topic
+from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = "-replay-log"
+LOG_SUFFIX = REPLAY_LOG_SUFFIX
 _MAX_TOPIC = 249
 
 
