@@ -1,5 +1,5 @@
 """
-``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
+``airflow-kafka-retry``: broker | topology show/create-topics/acls | drain | dlt inspect/replay | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_retry.cli_acls import add_acls_command
 from airflow_kafka_retry.cli_support import (
     EXIT_FAILED,
     EXIT_OK,
@@ -267,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--replication-factor", type=int, default=-1)
     add_kafka_args(create)
     create.set_defaults(func=_cmd_topology_create)
+    add_acls_command(topology)
 
     drain = sub.add_parser("drain", help="reprocess the due records of one tier and print the run summary")
     drain.add_argument("--topology", required=True, help="topology YAML file")
