@@ -36,7 +36,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         return fail("--nodes needs --kafka: the embedded Tansu broker runs one node")
     if args.nodes != 1 and args.port is not None:
         return fail("--port names one broker's port; a cluster (--nodes) picks free ports")
-    return run_broker_cli(args.port, kafka=args.kafka, nodes=args.nodes)
+    if (args.secure or args.user) and (not args.kafka or args.nodes != 1 or args.port is not None):
+        return fail("--secure (and --user) need --kafka, one node and no --port")
+    return run_broker_cli(args.port, kafka=args.kafka, nodes=args.nodes, secure=args.secure, users=args.user)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -219,6 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="with --kafka: a KRaft cluster of N nodes (broker and controller each; replication factor 3, "
         "min ISR 2); the first line is then the comma-separated bootstrap list (default 1)",
+    )
+    broker.add_argument(
+        "--secure",
+        action="store_true",
+        help="with --kafka: SASL_SSL SCRAM-SHA-512 over TLS (a throw-away CA), ACLs enforced, a super user "
+        "admin; prints each user's client configuration file (0600), never a password",
+    )
+    broker.add_argument(
+        "--user", action="append", default=[], help="with --secure: a user to create (repeatable)"
     )
     broker.set_defaults(func=_cmd_broker)
 
