@@ -223,7 +223,7 @@ class PartitionJob:
         topics = [self.tier.topic, *destinations]
         timeout = watch.timeout(min(10.0, options.call_timeout_s))
         with watch.call("list_topics", timeout * len(topics), "any broker (metadata)"):
-            counts = partition_counts(consumer, topics, timeout)
+            counts = partition_counts(consumer, topics, timeout, kafka_config=self.kafka_config)
         if self.partition >= counts[self.tier.topic]:
             raise ValueError(
                 f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
+from airflow_kafka_retry.engine.clients import NotAuthorized, principal_of
 from airflow_kafka_retry.engine.reading import ReadError, TopicReader
 from airflow_kafka_retry.engine.replay_log import ReplayLog, log_topic, read_log
 from airflow_kafka_retry.policy.errors import ReplayError
@@ -69,6 +70,7 @@ class ReplayLogCheck:
                 else:  # only what was appended since (the log has one partition)
                     replay_log = read_log(self._open(), topic, known=cached[0], start=cached[1])
             except (ReplayError, ReadError, KafkaException) as exc:
+                self._refuse_if_not_authorized(topic, exc)
                 log.warning(
                     "cannot read the replay log %s (%s); its replay headers are not trusted", topic, exc
                 )
@@ -84,8 +86,26 @@ class ReplayLogCheck:
     def _end(self, topic: str) -> int:
         try:
             return self._open().consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
-        except KafkaException:
+        except KafkaException as exc:
+            self._refuse_if_not_authorized(topic, exc)
             return -1  # no log yet
+
+    def _refuse_if_not_authorized(self, topic: str, exc: BaseException) -> None:
+        """
+        A log the principal may not read fails the run (an ACL is missing), naming it.
+
+        Taking it for "not trusted" would dead-letter, not park, every replayed record that fails again:
+        a silent change of where records go. Only the topology's own logs are asked about (``audit.topic``
+        is one of its DLTs or its parking topic), so a record cannot make a run fail on another topic.
+        """
+        if "AUTHORIZATION_FAILED" in str(exc) or "authorization failed" in str(exc).lower():
+            raise NotAuthorized(
+                f"{principal_of(self.kafka_config)} lacks READ on topic {topic!r} (Kafka: "
+                "TOPIC_AUTHORIZATION_FAILED): a replayed record failed again and the replay log that proves "
+                "its replay cannot be read; grant the tier runs the ACLs `airflow-kafka-retry topology acls "
+                "FILE --role tiers` prints",
+                [topic],
+            ) from exc
 
     def close(self) -> None:
         if self._reader is not None:

@@ -158,33 +158,37 @@ def _setup(topology: Topology, scope: AclScope) -> list[AclBinding]:
     for topic in created:
         out.append(AclBinding("setup", "topic", topic, "literal", "DESCRIBE", "see whether it exists"))
         out.append(AclBinding("setup", "topic", topic, "literal", "CREATE", "create it when missing"))
-    main = topology.tiers[0].topic
-    out.append(
-        AclBinding("setup", "topic", main, "literal", "DESCRIBE_CONFIGS", "size the tiers like tier 0")
-    )
+        out.append(
+            AclBinding("setup", "topic", topic, "literal", "DESCRIBE_CONFIGS", "size the tiers like tier 0")
+        )
+    return out
+
+
+def tier_run_bindings(
+    topology: Topology, tier: Tier, scope: AclScope, *, group: str | None = None
+) -> list[AclBinding]:
+    """What one tier's run needs (``group``: the run's group when it overrides the tier's)."""
+    group = group or topology.consumer_group(tier)
+    txn = tier_transactional_prefix(scope.transactional_id_prefix, group)
+    out = [
+        AclBinding("tiers", "topic", tier.topic, "literal", "READ", f"drain tier {tier.index}"),
+        AclBinding("tiers", "group", group, "literal", "READ", f"commit tier {tier.index}"),
+        AclBinding("tiers", "transactional_id", txn, "prefixed", "WRITE", f"tier {tier.index}'s chunks"),
+    ]
+    for topic in topology.destinations_from(tier):
+        out.append(
+            AclBinding("tiers", "topic", topic, "literal", "WRITE", f"route tier {tier.index}'s failures")
+        )
+    for source in _replay_sources(topology):  # a replayed record that fails again: was it really replayed?
+        log = replay_log_name(source)
+        out.append(AclBinding("tiers", "topic", log, "literal", "READ", "trust a replayed record"))
     return out
 
 
 def _tiers(topology: Topology, scope: AclScope) -> list[AclBinding]:
     out = []
     for tier in drained_tiers(topology, scope):
-        group = topology.consumer_group(tier)
-        out.append(AclBinding("tiers", "topic", tier.topic, "literal", "READ", f"drain tier {tier.index}"))
-        out.append(AclBinding("tiers", "group", group, "literal", "READ", f"commit tier {tier.index}"))
-        txn = tier_transactional_prefix(scope.transactional_id_prefix, group)
-        out.append(
-            AclBinding("tiers", "transactional_id", txn, "prefixed", "WRITE", f"tier {tier.index}'s chunks")
-        )
-        for topic in topology.destinations_from(tier):
-            out.append(
-                AclBinding("tiers", "topic", topic, "literal", "WRITE", f"route tier {tier.index}'s failures")
-            )
-    for source in _replay_sources(topology):
-        out.append(
-            AclBinding(
-                "tiers", "topic", replay_log_name(source), "literal", "READ", "trust a replayed record"
-            )
-        )
+        out += tier_run_bindings(topology, tier, scope)
     if topology.on_due == "redeliver":
         log = redelivery_log_name(topology.topic)
         for operation in ("READ", "WRITE", "CREATE"):
