@@ -42,12 +42,22 @@ def authorization_codes(error: BaseException | None) -> set[str]:
         if isinstance(error, KafkaException) and error.args and isinstance(error.args[0], KafkaError):
             if error.args[0].code() in AUTHORIZATION_CODES:
                 found.add(error.args[0].name())
-        found.update(name for name in _CODE_NAMES if name in str(error))
+        text = str(error)
+        found.update(name for name in _CODE_NAMES if name in text)
+        found.update(name for said, name in _SAID.items() if said in text)
         error = error.__cause__ or error.__context__
     return found
 
 
 _CODE_NAMES = tuple(KafkaError(code).name() for code in sorted(AUTHORIZATION_CODES))
+#: How librdkafka words them in messages that lost the error itself (``Broker: Topic authorization failed``).
+_SAID = {
+    "Topic authorization failed": "TOPIC_AUTHORIZATION_FAILED",
+    "Group authorization failed": "GROUP_AUTHORIZATION_FAILED",
+    "Transactional Id authorization failed": "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    "Cluster authorization failed": "CLUSTER_AUTHORIZATION_FAILED",
+    ": Authorization failed": "TOPIC_AUTHORIZATION_FAILED",  # CreateTopics' answer
+}
 
 
 def _allowed(operations: set[str], wanted: str) -> bool:
@@ -99,8 +109,10 @@ def missing_bindings(
         if (b.resource_type, b.name) in allowed
         and not _allowed(allowed[(b.resource_type, b.name)], b.operation)
     ]
-    if "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in codes:
+    if "TRANSACTIONAL_ID_AUTHORIZATION_FAILED" in codes:  # transactional ids cannot be described
         missing += [b for b in needed if b.resource_type == "transactional_id"]
+    if "GROUP_AUTHORIZATION_FAILED" in codes:  # nor can a group prefix
+        missing += [b for b in needed if b.resource_type == "group" and b.pattern == "prefixed"]
     return missing
 
 

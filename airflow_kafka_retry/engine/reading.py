@@ -89,6 +89,7 @@ class TopicReader:
     """A context-managed consumer for :func:`read_partition` over several partitions and topics."""
 
     def __init__(self, kafka_config: Mapping[str, Any]) -> None:
+        self.kafka_config = kafka_config  # whose principal errors name (never logged)
         self.consumer = Consumer(reader_config(kafka_config))
 
     def __enter__(self) -> TopicReader:
@@ -98,7 +99,7 @@ class TopicReader:
         self.consumer.close()
 
     def partitions(self, topic: str, timeout: float = 10.0) -> int:
-        return partition_counts(self.consumer, [topic], timeout)[topic]
+        return partition_counts(self.consumer, [topic], timeout, kafka_config=self.kafka_config)[topic]
 
     def read(
         self, topic: str, partition: int, *, start: int | None = None, end: int | None = None

@@ -24,6 +24,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from airflow_kafka_retry.engine.clients import NotAuthorized, principal_of
 from airflow_kafka_retry.engine.reading import ReadError, TopicReader
 from airflow_kafka_retry.engine.replay_log import ReplayLog, log_topic, read_log
+from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class ReplayLogCheck:
                     replay_log = read_log(self._open(), topic)
                 else:  # only what was appended since (the log has one partition)
                     replay_log = read_log(self._open(), topic, known=cached[0], start=cached[1])
+            except NotAuthorized:
+                raise
             except (ReplayError, ReadError, KafkaException) as exc:
                 self._refuse_if_not_authorized(topic, exc)
                 log.warning(
@@ -98,14 +101,19 @@ class ReplayLogCheck:
         a silent change of where records go. Only the topology's own logs are asked about (``audit.topic``
         is one of its DLTs or its parking topic), so a record cannot make a run fail on another topic.
         """
-        if "AUTHORIZATION_FAILED" in str(exc) or "authorization failed" in str(exc).lower():
-            raise NotAuthorized(
-                f"{principal_of(self.kafka_config)} lacks READ on topic {topic!r} (Kafka: "
-                "TOPIC_AUTHORIZATION_FAILED): a replayed record failed again and the replay log that proves "
-                "its replay cannot be read; grant the tier runs the ACLs `airflow-kafka-retry topology acls "
-                "FILE --role tiers` prints",
-                [topic],
-            ) from exc
+        text = str(exc)
+        if "GROUP_AUTHORIZATION_FAILED" in text or "group authorization failed" in text.lower():
+            what = f"READ on group prefix {READER_GROUP_PREFIX!r} (the log's reader)"
+        elif "AUTHORIZATION_FAILED" in text or "authorization failed" in text.lower():
+            what = f"READ on topic {topic!r}"
+        else:
+            return
+        raise NotAuthorized(
+            f"{principal_of(self.kafka_config)} lacks {what}: a replayed record failed again and the replay "
+            f"log {topic!r} that proves its replay cannot be read ({text}); grant the tier runs the ACLs "
+            "`airflow-kafka-retry topology acls FILE --role tiers` prints",
+            [topic],
+        ) from exc
 
     def close(self) -> None:
         if self._reader is not None:

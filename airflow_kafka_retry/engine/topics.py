@@ -353,6 +353,7 @@ def ensure_log_topic(
     )
     if topic in admin.list_topics(timeout=timeout).topics:
         return False
+    check_not_hidden([topic], kafka_config, timeout)  # a log the principal may not see is not missing
     future = admin.create_topics(
         [NewTopic(topic, num_partitions=1, replication_factor=-1, config=dict(config))],
         operation_timeout=timeout,
@@ -361,7 +362,13 @@ def ensure_log_topic(
     try:
         future.result(timeout)
     except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+        code = exc.args[0].code()
+        if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+            raise error(
+                f"cannot create {what} {topic}: {principal_of(kafka_config)} lacks CREATE on topic {topic!r} "
+                f"(Kafka: {exc.args[0].name()})"
+            ) from exc
+        if code != KafkaError.TOPIC_ALREADY_EXISTS:
             raise error(f"cannot create {what} {topic}: {exc.args[0].str()}") from exc
         return False
     deadline = time.monotonic() + timeout

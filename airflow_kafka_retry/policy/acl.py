@@ -182,6 +182,10 @@ def tier_run_bindings(
     for source in _replay_sources(topology):  # a replayed record that fails again: was it really replayed?
         log = replay_log_name(source)
         out.append(AclBinding("tiers", "topic", log, "literal", "READ", "trust a replayed record"))
+    if topology.dlt_tiers:
+        out.append(
+            AclBinding("tiers", "group", READER_GROUP_PREFIX, "prefixed", "READ", "read the replay logs")
+        )
     return out
 
 

@@ -40,6 +40,7 @@ def test_tier_runs_get_their_tiers_destinations_groups_and_transactional_prefixe
         ("transactional_id", "airflow-kafka-retry.svc-orders-retry-2/", "prefixed", "WRITE"),
         ("topic", "orders-dlt-replay-log", "literal", "READ"),
         ("topic", "orders-parking-replay-log", "literal", "READ"),
+        ("group", "airflow-kafka-retry.reader.", "prefixed", "READ"),  # the replay logs' reader
     }
     # the engine's own transactional id falls under the granted prefix, and not under the replay's
     tier = topology.tiers[1]
@@ -132,7 +133,11 @@ def test_spring_compat_preset_names_follow_spring():
     assert ("transactional_id", "airflow-kafka-retry.svc-retry/", "prefixed", "WRITE") in got
     # delay suffixing of a growing back-off
     growing = _orders(compat="spring-3.2", backoff={"kind": "exponential", "initial": "1s", "multiplier": 2})
-    groups = {b.name for b in acl_bindings(growing, roles=["tiers"]) if b.resource_type == "group"}
+    groups = {
+        b.name
+        for b in acl_bindings(growing, roles=["tiers"])
+        if b.resource_type == "group" and b.pattern == "literal"
+    }
     assert groups == {"svc-retry-1000", "svc-retry-2000"}
 
 
