@@ -115,6 +115,39 @@ AUTHORIZATION_CODES = frozenset(
 )
 
 
+#: librdkafka settings that name a file this host must hold (``probe``: the system's CA store).
+FILE_KEYS = (
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.keystore.location",
+    "ssl.crl.location",
+    "ssl.engine.location",
+)
+
+
+def check_local_files(kafka_config: Mapping[str, Any], where: str) -> None:
+    """
+    Every file the configuration names exists here; a KafkaConfigError names each key, path and ``where``.
+
+    librdkafka says only ``ssl.ca.location failed: ... BIO lib``. On Spark the configuration travels to the
+    executors, and so must each file it names: the error says on which host one is missing.
+    """
+    import os
+
+    missing = [
+        f"{key}={value!r}"
+        for key in FILE_KEYS
+        if isinstance(value := kafka_config.get(key), str) and value and value != "probe"
+        if not os.path.isfile(value) and not os.path.isdir(value)
+    ]
+    if missing:
+        raise KafkaConfigError(
+            f"the Kafka configuration names file(s) that do not exist {where}: {', '.join(missing)}; each "
+            "must exist on the driver and on every executor (mount it there, or use a path they all share)"
+        )
+
+
 def principal_of(kafka_config: Mapping[str, Any] | None) -> str:
     """``User:<sasl.username>`` when the configuration names it, else words that say who (never a secret)."""
     name = (kafka_config or {}).get("sasl.username")
