@@ -126,11 +126,14 @@ def explain(
     """
     ``<principal> lacks READ on group 'g'; ...`` when a missing ACL explains ``error``, else None.
 
-    Asked when Kafka answered an authorization failure, or when a call timed out (a consumer that may not
-    describe its group only times out).
+    Asked when Kafka answered an authorization failure, or when reading committed offsets timed out (a
+    consumer that may not describe its group only times out); never for other failures (a dead broker).
     """
     codes = authorization_codes(error)
-    if not codes and "_TIMED_OUT" not in str(error) and "Timed out" not in str(error):
+    text = str(error)
+    # a consumer that may not describe its group only times out asking for its committed offsets
+    group_symptom = "committed offset" in text and ("_TIMED_OUT" in text or "Timed out" in text)
+    if not codes and not group_symptom:
         return None
     try:
         missing = missing_bindings(kafka_config, needed, codes=codes, timeout=timeout)
