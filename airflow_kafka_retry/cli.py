@@ -1,5 +1,5 @@
 """
-``airflow-kafka-retry``: broker | topology show/create-topics | drain | dlt inspect/replay | demo.
+``airflow-kafka-retry``: broker | topology show/create-topics/acls | drain | dlt inspect/replay | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_kafka_retry.cli_acls import add_acls_command
 from airflow_kafka_retry.cli_support import (
     EXIT_FAILED,
     EXIT_OK,
@@ -35,7 +36,9 @@ def _cmd_broker(args: argparse.Namespace) -> int:
         return fail("--nodes needs --kafka: the embedded Tansu broker runs one node")
     if args.nodes != 1 and args.port is not None:
         return fail("--port names one broker's port; a cluster (--nodes) picks free ports")
-    return run_broker_cli(args.port, kafka=args.kafka, nodes=args.nodes)
+    if (args.secure or args.user) and (not args.kafka or args.nodes != 1 or args.port is not None):
+        return fail("--secure (and --user) need --kafka, one node and no --port")
+    return run_broker_cli(args.port, kafka=args.kafka, nodes=args.nodes, secure=args.secure, users=args.user)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -219,6 +222,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --kafka: a KRaft cluster of N nodes (broker and controller each; replication factor 3, "
         "min ISR 2); the first line is then the comma-separated bootstrap list (default 1)",
     )
+    broker.add_argument(
+        "--secure",
+        action="store_true",
+        help="with --kafka: SASL_SSL SCRAM-SHA-512 over TLS (a throw-away CA), ACLs enforced, a super user "
+        "admin; prints each user's client configuration file (0600), never a password",
+    )
+    broker.add_argument(
+        "--user", action="append", default=[], help="with --secure: a user to create (repeatable)"
+    )
     broker.set_defaults(func=_cmd_broker)
 
     demo = sub.add_parser("demo", help="run the retry path end to end through Airflow on an embedded broker")
@@ -267,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--replication-factor", type=int, default=-1)
     add_kafka_args(create)
     create.set_defaults(func=_cmd_topology_create)
+    add_acls_command(topology)
 
     drain = sub.add_parser("drain", help="reprocess the due records of one tier and print the run summary")
     drain.add_argument("--topology", required=True, help="topology YAML file")

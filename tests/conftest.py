@@ -48,6 +48,7 @@ pytest_plugins = [
     "tests.support.spark_cluster_fixtures",  # spark_cluster: a standalone master and two workers
     "tests.support.faults_plugin",  # docs/faults.md from the fault_case rows (also on xdist's controller)
     "tests.support.dead_letter_fixtures",  # share_dlq_kafka (Kafka 4.4), connect_worker (Kafka Connect)
+    "tests.support.secure_fixtures",  # secure_kafka (SASL_SSL SCRAM, ACLs enforced), role_users, grant
 ]
 
 _CAPS_KEY = pytest.StashKey[BrokerCapabilities]()

@@ -54,7 +54,6 @@ from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_top
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
 from airflow_kafka_retry.engine.call_watch import AttemptStopped, CallStuckError, CallWatch, run_watched
 from airflow_kafka_retry.engine.clients import KafkaConfigError, init_transactions, producer_config
-from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.engine.reading import TopicReader
 from airflow_kafka_retry.engine.replay_log import (
     ReplayLog,
@@ -65,21 +64,31 @@ from airflow_kafka_retry.engine.replay_log import (
     read_log,
 )
 from airflow_kafka_retry.engine.supervised import broker_transient
+from airflow_kafka_retry.policy.client_names import (
+    DEFAULT_TRANSACTIONAL_ID_PREFIX,
+    REPLAY_LOG_SUFFIX,
+    replay_transactional_id,
+)
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.framework_headers import check_mode
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
+    from airflow_kafka_retry.policy.acl import AclBinding
     from airflow_kafka_retry.policy.topology import Topology
 
 
 log = logging.getLogger(__name__)
 
 
-def replay_transactional_id(prefix: str, source: str) -> str:
-    """One transactional id per DLT: replays of the same DLT fence each other, never interleave."""
-    return f"{prefix}replay/{source}"
+def _a_target(binding: AclBinding) -> bool:
+    """A replay target's binding (not another source's replay log)."""
+    return (
+        binding.resource_type == "topic"
+        and binding.operation == "WRITE"
+        and not binding.name.endswith(REPLAY_LOG_SUFFIX)
+    )
 
 
 class Replay:
@@ -137,6 +146,7 @@ class Replay:
         check_target_spec(topology, self.source, request.to, self.allowed_targets)
         self.transform: Transform | None = load_transform(resolve_transform(request.transform, transforms))
         self.log_topic = log_topic(self.source)
+        self._prefix = transactional_id_prefix
         self.transactional_id = replay_transactional_id(transactional_id_prefix, self.source)
         self.summary: ReplaySummary | None = None
         self.broker_retry_s = broker_retry_s
@@ -158,6 +168,39 @@ class Replay:
     def run(self) -> ReplaySummary:
         """
         Run the replay; a partial summary stays in :attr:`summary` when it stops with an error.
+
+        A failure that a missing ACL explains says which (``engine/authorization.py``): the principal, the
+        operation and the resource.
+        """
+        try:
+            return self._run()
+        except Exception as exc:
+            note = self._lacking_acls(exc)
+            if note is None:
+                raise
+            exc.args = (f"{exc}; {note}", *exc.args[1:])
+            if self.summary is not None and self.summary.error:
+                self.summary.error = str(exc)
+            raise
+
+    def _lacking_acls(self, error: BaseException) -> str | None:
+        from airflow_kafka_retry.engine.authorization import explain
+        from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+
+        if "lacks " in str(error):
+            return None  # named already
+        scope = AclScope(replay_targets=tuple(self.allowed_targets), transactional_id_prefix=self._prefix)
+        ours = {self.source, self.log_topic, self.transactional_id}
+        needed = [
+            b
+            for b in acl_bindings(self.topology, scope, roles=["replay"])
+            if b.name in ours or b.resource_type == "group" or _a_target(b)
+        ]
+        return explain(error, self.kafka_config, needed)
+
+    def _run(self) -> ReplaySummary:
+        """
+        Run the replay (see :meth:`run`).
 
         Attempts run under the engine's deadlines; a broker failure is tried again under the same replay
         id (see the module's docstring), then raises :class:`ReplayAbortedError` naming what it waited for.

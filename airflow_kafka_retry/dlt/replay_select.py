@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.topics import BY_KEY, Target, target_for
 from airflow_kafka_retry.dlt.transform import Transform, apply_transform
-from airflow_kafka_retry.engine.clients import KafkaConfigError, partition_counts
+from airflow_kafka_retry.engine.clients import KafkaConfigError, NotAuthorized, partition_counts
 from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.header_values import bound_value
@@ -145,7 +145,11 @@ def check_targets(reader: TopicReader, source: str, candidates: list[Candidate])
     missing: list[str] = []
     for topic in topics:
         try:
-            counts[topic] = partition_counts(reader.consumer, [topic])[topic]
+            counts[topic] = partition_counts(reader.consumer, [topic], kafka_config=reader.kafka_config)[
+                topic
+            ]
+        except NotAuthorized:
+            raise  # it exists, or not: the principal may not see it
         except KafkaConfigError:
             missing.append(topic)
     if missing:

@@ -91,6 +91,70 @@ class TopicsMissing(KafkaConfigError):
         self.topics = topics
 
 
+class NotAuthorized(KafkaConfigError):
+    """
+    The principal may not use resources the call needs: Kafka answered ``*_AUTHORIZATION_FAILED``.
+
+    Never a :class:`TopicsMissing`: creating the topics would not help, an ACL would. The message names the
+    principal (when the configuration says it), each resource and the operation.
+    """
+
+    def __init__(self, message: str, resources: list[str]) -> None:
+        super().__init__(message)
+        self.resources = resources
+        self.transient = False  # another attempt gets the same answer
+
+
+#: Kafka's answers that a principal lacks an ACL (a topic's, a group's, a transactional id's, the cluster's).
+AUTHORIZATION_CODES = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.GROUP_AUTHORIZATION_FAILED,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        KafkaError.CLUSTER_AUTHORIZATION_FAILED,
+    }
+)
+
+
+#: librdkafka settings that name a file this host must hold (``probe``: the system's CA store).
+FILE_KEYS = (
+    "ssl.ca.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.keystore.location",
+    "ssl.crl.location",
+    "ssl.engine.location",
+)
+
+
+def check_local_files(kafka_config: Mapping[str, Any], where: str) -> None:
+    """
+    Every file the configuration names exists here; a KafkaConfigError names each key, path and ``where``.
+
+    librdkafka says only ``ssl.ca.location failed: ... BIO lib``. On Spark the configuration travels to the
+    executors, and so must each file it names: the error says on which host one is missing.
+    """
+    import os
+
+    missing = [
+        f"{key}={value!r}"
+        for key in FILE_KEYS
+        if isinstance(value := kafka_config.get(key), str) and value and value != "probe"
+        if not os.path.isfile(value) and not os.path.isdir(value)
+    ]
+    if missing:
+        raise KafkaConfigError(
+            f"the Kafka configuration names file(s) that do not exist {where}: {', '.join(missing)}; each "
+            "must exist on the driver and on every executor (mount it there, or use a path they all share)"
+        )
+
+
+def principal_of(kafka_config: Mapping[str, Any] | None) -> str:
+    """``User:<sasl.username>`` when the configuration names it, else words that say who (never a secret)."""
+    name = (kafka_config or {}).get("sasl.username")
+    return f"User:{name}" if name else "this connection's principal"
+
+
 def _common(kafka_config: Mapping[str, Any], drop: tuple[str, ...]) -> dict[str, Any]:
     if "bootstrap.servers" not in kafka_config:
         raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
@@ -181,21 +245,40 @@ def open_producer(kafka_config: Mapping[str, Any], transactional_id: str | None)
 
 
 def partition_counts(
-    client: Consumer | Producer | AdminClient, topics: list[str], timeout: float = 10.0
+    client: Consumer | Producer | AdminClient,
+    topics: list[str],
+    timeout: float = 10.0,
+    *,
+    kafka_config: Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
-    """Partition count of each topic; a KafkaConfigError names every topic that does not exist."""
+    """
+    Partition count of each topic; a KafkaConfigError names every topic that does not exist.
+
+    A topic the principal may not describe is reported as such (:class:`NotAuthorized`, naming the principal
+    from ``kafka_config`` when given), never as missing: Kafka tells the two apart.
+    """
     counts: dict[str, int] = {}
     missing: list[str] = []
+    refused: list[str] = []
     for topic in topics:
         try:
             metadata = client.list_topics(topic, timeout=timeout)
         except KafkaException as exc:
             raise KafkaConfigError(f"cannot read metadata of topic {topic!r}: {exc}") from exc
         info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
+        if info is not None and info.error is not None and info.error.code() in AUTHORIZATION_CODES:
+            refused.append(topic)
+        elif info is None or info.error is not None or not info.partitions:
             missing.append(topic)
         else:
             counts[topic] = len(info.partitions)
+    if refused:
+        raise NotAuthorized(
+            f"{principal_of(kafka_config)} is not authorized to DESCRIBE topic(s) {', '.join(refused)} "
+            "(Kafka: TOPIC_AUTHORIZATION_FAILED; READ or WRITE on a topic implies DESCRIBE): grant this use "
+            "the ACLs `airflow-kafka-retry topology acls FILE` prints for its role",
+            refused,
+        )
     if missing:
         raise TopicsMissing(
             f"topic(s) {', '.join(missing)} do not exist on the cluster; create the topology's topics first "

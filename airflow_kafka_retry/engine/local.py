@@ -37,7 +37,9 @@ def tier_partitions(
     group = options.consumer_group or topology.consumer_group(tier)
     with open_consumer(kafka_config, group) as consumer:
         try:
-            count = partition_counts(consumer, [tier.topic], timeout=min(10.0, options.call_timeout_s))
+            count = partition_counts(
+                consumer, [tier.topic], timeout=min(10.0, options.call_timeout_s), kafka_config=kafka_config
+            )
         except KafkaConfigError as exc:
             if exc.__cause__ is None:  # the topic does not exist: the message says so
                 raise

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-DEFAULT_TRANSACTIONAL_ID_PREFIX = "airflow-kafka-retry."
+from airflow_kafka_retry.policy.client_names import DEFAULT_TRANSACTIONAL_ID_PREFIX
+
+__all__ = ["DEFAULT_TRANSACTIONAL_ID_PREFIX", "DrainOptions"]
 
 
 @dataclass(frozen=True)

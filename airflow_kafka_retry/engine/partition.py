@@ -32,10 +32,11 @@ from airflow_kafka_retry.engine.record_routing import FailureRouting, decode_rec
 from airflow_kafka_retry.engine.records import TierRecord, record_from_message
 from airflow_kafka_retry.engine.redelivery import RedeliveryLane, check_options, no_handler, redelivers
 from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
-from airflow_kafka_retry.engine.route import Router, transactional_id
+from airflow_kafka_retry.engine.route import Router
 from airflow_kafka_retry.engine.summary import PartitionSummary
 from airflow_kafka_retry.engine.timeouts import HandlerStuckError, TimedHandler
 from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
+from airflow_kafka_retry.policy.client_names import transactional_id
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
 
@@ -223,7 +224,7 @@ class PartitionJob:
         topics = [self.tier.topic, *destinations]
         timeout = watch.timeout(min(10.0, options.call_timeout_s))
         with watch.call("list_topics", timeout * len(topics), "any broker (metadata)"):
-            counts = partition_counts(consumer, topics, timeout)
+            counts = partition_counts(consumer, topics, timeout, kafka_config=self.kafka_config)
         if self.partition >= counts[self.tier.topic]:
             raise ValueError(
                 f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "

@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from airflow_kafka_retry.engine.clients import consumer_config, from_log_start, partition_counts
 from airflow_kafka_retry.engine.consumed import offset_of
+from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 
 _POLL_S = 1.0
 
@@ -28,7 +29,7 @@ class ReadError(RuntimeError):
 
 def reader_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     """A read_committed, EOF-reporting consumer configuration whose group is never used to commit."""
-    return consumer_config(kafka_config, f"airflow-kafka-retry.reader.{uuid.uuid4().hex}")
+    return consumer_config(kafka_config, f"{READER_GROUP_PREFIX}{uuid.uuid4().hex}")
 
 
 def read_partition(
@@ -88,6 +89,7 @@ class TopicReader:
     """A context-managed consumer for :func:`read_partition` over several partitions and topics."""
 
     def __init__(self, kafka_config: Mapping[str, Any]) -> None:
+        self.kafka_config = kafka_config  # whose principal errors name (never logged)
         self.consumer = Consumer(reader_config(kafka_config))
 
     def __enter__(self) -> TopicReader:
@@ -97,7 +99,7 @@ class TopicReader:
         self.consumer.close()
 
     def partitions(self, topic: str, timeout: float = 10.0) -> int:
-        return partition_counts(self.consumer, [topic], timeout)[topic]
+        return partition_counts(self.consumer, [topic], timeout, kafka_config=self.kafka_config)[topic]
 
     def read(
         self, topic: str, partition: int, *, start: int | None = None, end: int | None = None

@@ -43,7 +43,7 @@ from airflow_kafka_retry.engine.consumed import offset_of
 from airflow_kafka_retry.engine.reading import reader_config
 from airflow_kafka_retry.engine.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.engine.topics import ensure_log_topic
-from airflow_kafka_retry.policy.naming import REDELIVERY_LOG_SUFFIX
+from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
 from airflow_kafka_retry.policy.share_redelivery import Redelivery
 
 log = logging.getLogger(__name__)

@@ -29,10 +29,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.clients import KafkaConfigError, NotAuthorized
 from airflow_kafka_retry.engine.topics import ensure_log_topic
+from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.naming import REPLAY_LOG_SUFFIX
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.reading import TopicReader
@@ -146,7 +146,9 @@ def read_log(
     result = known if known is not None else ReplayLog(topic)
     try:
         partitions = reader.partitions(topic)
-    except KafkaConfigError:
+    except NotAuthorized:
+        raise  # the log may well exist: its reader may not see it
+    except KafkaConfigError:  # no log yet
         return result
     for partition in range(partitions):
         for message in reader.read(topic, partition, start=start if known is not None else None):

@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.call_watch import CallWatch
+from airflow_kafka_retry.engine.clients import NotAuthorized, principal_of
 from airflow_kafka_retry.engine.reading import ReadError, TopicReader
 from airflow_kafka_retry.engine.replay_log import ReplayLog, log_topic, read_log
+from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
@@ -83,7 +85,10 @@ class ReplayLogCheck:
                         replay_log = read_log(self._open(), topic)
                     else:  # only what was appended since (the log has one partition)
                         replay_log = read_log(self._open(), topic, known=cached[0], start=cached[1])
+            except NotAuthorized:
+                raise
             except (ReplayError, ReadError, KafkaException) as exc:
+                self._refuse_if_not_authorized(topic, exc)
                 log.warning(
                     "cannot read the replay log %s (%s); its replay headers are not trusted", topic, exc
                 )
@@ -103,8 +108,31 @@ class ReplayLogCheck:
                 "get_watermark_offsets", timeout, f"the leader of {topic}[0] (a replay log)"
             ):
                 return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)[1]
-        except KafkaException:
+        except KafkaException as exc:
+            self._refuse_if_not_authorized(topic, exc)
             return -1  # no log yet
+
+    def _refuse_if_not_authorized(self, topic: str, exc: BaseException) -> None:
+        """
+        A log the principal may not read fails the run (an ACL is missing), naming it.
+
+        Taking it for "not trusted" would dead-letter, not park, every replayed record that fails again:
+        a silent change of where records go. Only the topology's own logs are asked about (``audit.topic``
+        is one of its DLTs or its parking topic), so a record cannot make a run fail on another topic.
+        """
+        text = str(exc)
+        if "GROUP_AUTHORIZATION_FAILED" in text or "group authorization failed" in text.lower():
+            what = f"READ on group prefix {READER_GROUP_PREFIX!r} (the log's reader)"
+        elif "AUTHORIZATION_FAILED" in text or "authorization failed" in text.lower():
+            what = f"READ on topic {topic!r}"
+        else:
+            return
+        raise NotAuthorized(
+            f"{principal_of(self.kafka_config)} lacks {what}: a replayed record failed again and the replay "
+            f"log {topic!r} that proves its replay cannot be read ({text}); grant the tier runs the ACLs "
+            "`airflow-kafka-retry topology acls FILE --role tiers` prints",
+            [topic],
+        ) from exc
 
     def close(self) -> None:
         if self._reader is not None:

@@ -85,15 +85,6 @@ class UndeliverableError(RouteError):
         self.refused = list(refused)
 
 
-def transactional_id(prefix: str, group: str, topic: str, partition: int) -> str:
-    """
-    The deterministic transactional id of one (tier group, topic, partition).
-
-    ``/`` cannot occur in a topic name, so the last two fields are unambiguous whatever the group.
-    """
-    return f"{prefix}{group}/{topic}/{partition}"
-
-
 @dataclass
 class RoutedRecord:
     """A failed source record, its destination and the headers it is produced with."""

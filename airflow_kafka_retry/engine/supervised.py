@@ -40,6 +40,7 @@ from airflow_kafka_retry.engine.call_watch import (
     bounded,
     run_watched,
 )
+from airflow_kafka_retry.engine.clients import AUTHORIZATION_CODES
 from airflow_kafka_retry.engine.summary import MAX_RETRY_ERRORS, PartitionSummary
 
 if TYPE_CHECKING:
@@ -96,6 +97,8 @@ def broker_transient(error: BaseException | None) -> bool:
             kafka_error: KafkaError = error.args[0]
             if kafka_error.code() in _FENCED_CODES or kafka_error.fatal():
                 return False
+            if kafka_error.code() in AUTHORIZATION_CODES:  # an ACL is missing: no attempt will differ
+                return False
             if kafka_error.code() in _CLUSTER_CODES or kafka_error.retriable():
                 return True
             return bool(kafka_error.txn_requires_abort())
@@ -148,7 +151,38 @@ def run_partition(
         wall_ms=wall,
         should_stop=should_stop,
         describe_cluster=lambda: cluster_now(kafka_config, tier.topic, partition),
+        explain=lambda error: _lacking_acls(error, topology, tier, kafka_config, options),
     )
+
+
+def _lacking_acls(
+    error: BaseException | None,
+    topology: Topology,
+    tier: Tier,
+    kafka_config: Mapping[str, Any],
+    options: DrainOptions,
+) -> str | None:
+    """The ACLs of the tier run its principal lacks, when they explain ``error`` (engine/authorization)."""
+    from airflow_kafka_retry.engine.authorization import explain
+    from airflow_kafka_retry.policy.acl import AclScope, tier_run_bindings
+
+    scope = AclScope(transactional_id_prefix=options.transactional_id_prefix)
+    needed = tier_run_bindings(topology, tier, scope, group=options.consumer_group)
+    return explain(error, kafka_config, needed, timeout=min(10.0, options.call_timeout_s))
+
+
+def _explained(
+    total: PartitionSummary,
+    error: BaseException | None,
+    explain: Callable[[BaseException | None], str | None] | None,
+) -> PartitionSummary:
+    """A failed summary's error with what ``explain`` adds (the ACLs its principal lacks)."""
+    if total.status != "ok" and explain is not None:
+        note = explain(error)
+        if note:
+            total.error = f"{total.error}; {note}" if total.error else note
+            log.error("%s[%s]: %s", total.topic, total.partition, note)
+    return total
 
 
 def run_supervised(
@@ -160,6 +194,7 @@ def run_supervised(
     wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     should_stop: Callable[[], str | None] | None = None,
     describe_cluster: Callable[[], str] | None = None,
+    explain: Callable[[BaseException | None], str | None] | None = None,
     poll_s: float = POLL_S,
     clock: Callable[[], float] = time.monotonic,
 ) -> PartitionSummary:
@@ -171,6 +206,7 @@ def run_supervised(
     :param deadline_ms: the run's wall-clock deadline: no retry starts after it.
     :param should_stop: a stop request (kill, window closed) ends the retries too.
     :param describe_cluster: what the cluster looks like now (brokers, leaders), added to a final failure.
+    :param explain: what else explains a final failure (the ACLs its principal lacks), added to it.
     """
     total: PartitionSummary | None = None
     give_up_at: float | None = None
@@ -184,14 +220,14 @@ def run_supervised(
         summary, error = _attempt(job, watch, poll_s, should_stop)
         total = summary if total is None else _continued(total, summary)
         if summary.status == "ok" or not broker_transient(error):
-            return total
+            return _explained(total, error, explain)
         now = clock()
         give_up_at = now + retry_s if give_up_at is None else give_up_at
         why_not = _why_not_retry(now, give_up_at, deadline_ms, wall_ms, should_stop)
         if why_not is not None:
             total.error = _final_error(summary.error, attempt, why_not, describe_cluster)
             log.error("%s: partition run failed: %s", where, total.error)
-            return total
+            return _explained(total, error, explain)
         total.retries += 1
         if len(total.retry_errors) < MAX_RETRY_ERRORS and summary.error:
             total.retry_errors.append(summary.error[:500])

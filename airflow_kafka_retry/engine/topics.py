@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
-from airflow_kafka_retry.engine.clients import CLIENT_LOGGER, KafkaConfigError
+from airflow_kafka_retry.engine.clients import (
+    CLIENT_LOGGER,
+    KafkaConfigError,
+    NotAuthorized,
+    TopicsMissing,
+    admin_config,
+    partition_counts,
+    principal_of,
+)
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Topology
@@ -46,9 +54,16 @@ def ensure_topics(
     existing = admin.list_topics(timeout=timeout).topics
     # an input DLQ is its framework's to create: a share group's needs errors.deadletterqueue.group.enable
     wanted = [t for t in topology_topics(topology) if topology.input is None or t != topology.input.dlq]
+    check_not_hidden([n for n in wanted if n not in existing], kafka_config, timeout)
     result = {name: "exists" for name in wanted if name in existing}
     created = _create(
-        admin, [n for n in wanted if n not in existing], partitions, {}, replication_factor, timeout
+        admin,
+        [n for n in wanted if n not in existing],
+        partitions,
+        {},
+        replication_factor,
+        timeout,
+        principal=principal_of(kafka_config),
     )
     result.update(created)
     return {name: result[name] for name in wanted}
@@ -175,6 +190,7 @@ def ensure_retry_topics(
     main = topology.topic
     info = metadata.get(main)
     if info is None or info.error is not None or not info.partitions:
+        check_not_hidden([main], kafka_config, timeout)
         raise MainTopicMissingError(
             f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it "
             "first "
@@ -182,8 +198,9 @@ def ensure_retry_topics(
         )
     partitions = len(info.partitions)
     wanted = topology_topics(topology)[1:]
+    check_not_hidden([t for t in wanted if t not in metadata], kafka_config, timeout)
     existing = [t for t in wanted if t in metadata and metadata[t].error is None]
-    limits = _max_message_bytes(admin, [main, *existing], timeout)
+    limits = _max_message_bytes(admin, [main, *existing], timeout, principal_of(kafka_config))
     main_limit = limits.get(main)
     report = TopicsReport(
         main_topic=main, partitions=partitions, max_message_bytes=main_limit, existing=existing
@@ -197,7 +214,9 @@ def ensure_retry_topics(
             report.mismatches.append(TopicMismatch(topic, MAX_MESSAGE_BYTES, limit, main_limit, main))
     config = {MAX_MESSAGE_BYTES: str(main_limit)} if main_limit is not None else {}
     missing = [t for t in wanted if t not in existing]
-    for topic, outcome in _create(admin, missing, partitions, config, replication_factor, timeout).items():
+    for topic, outcome in _create(
+        admin, missing, partitions, config, replication_factor, timeout, principal=principal_of(kafka_config)
+    ).items():
         (report.created if outcome == "created" else report.existing).append(topic)
     laid_out = admin.list_topics(timeout=timeout) if report.created else cluster  # the new topics' replicas
     report.replication_warnings = replication_warnings(laid_out, [main, *wanted])
@@ -212,6 +231,23 @@ def _admin(kafka_config: Mapping[str, Any]) -> AdminClient:
     return AdminClient({k: v for k, v in kafka_config.items() if k != "group.id"})
 
 
+def check_not_hidden(topics: list[str], kafka_config: Mapping[str, Any], timeout: float) -> None:
+    """
+    Raise :class:`NotAuthorized` for those of ``topics`` (absent from a listing) the principal may not see.
+
+    A listing leaves out the topics the principal may not describe; asked by name, Kafka says whether a
+    topic is missing or hidden (``TOPIC_AUTHORIZATION_FAILED``), so neither is taken for the other.
+    """
+    if not topics:
+        return
+    asking = AdminClient(admin_config(kafka_config))  # never creates a topic by asking for it
+    for topic in topics:
+        try:
+            partition_counts(asking, [topic], timeout, kafka_config=kafka_config)
+        except TopicsMissing:
+            continue
+
+
 def _create(
     admin: AdminClient,
     names: list[str],
@@ -219,13 +255,22 @@ def _create(
     config: Mapping[str, str],
     replication_factor: int,
     timeout: float,
+    *,
+    principal: str,
 ) -> dict[str, str]:
+    """
+    Create ``names``; ``{name: "created" | "exists"}``.
+
+    A validating request first: when the principal may not create one of them, none is created and the
+    error names the principal, every refused topic and the operation.
+    """
     if not names:
         return {}
     new = [
         NewTopic(n, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
         for n in names
     ]
+    _check_creatable(admin, new, timeout, principal)
     result: dict[str, str] = {}
     for name, future in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
         try:
@@ -239,7 +284,29 @@ def _create(
     return result
 
 
-def _max_message_bytes(admin: AdminClient, topics: list[str], timeout: float) -> dict[str, int]:
+def _check_creatable(admin: AdminClient, new: list[NewTopic], timeout: float, principal: str) -> None:
+    futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout, validate_only=True)
+    refused = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                refused.append(name)
+            # anything else (exists already, a bad setting) is answered by the real request
+    if refused:
+        raise NotAuthorized(
+            f"{principal} lacks CREATE on topic(s) {', '.join(map(repr, refused))} (Kafka: "
+            "TOPIC_AUTHORIZATION_FAILED; DESCRIBE too, to find them once they exist): none was created; "
+            "grant the setup use the ACLs `airflow-kafka-retry topology acls FILE --role setup` prints",
+            refused,
+        )
+
+
+def _max_message_bytes(
+    admin: AdminClient, topics: list[str], timeout: float, principal: str = "this connection's principal"
+) -> dict[str, int]:
     """``max.message.bytes`` of each topic, where the broker reports a number for it."""
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
     found: dict[str, int] = {}
@@ -247,6 +314,13 @@ def _max_message_bytes(admin: AdminClient, topics: list[str], timeout: float) ->
         try:
             entries = future.result(timeout)
         except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise NotAuthorized(
+                    f"{principal} lacks DESCRIBE_CONFIGS on topic {resource.name!r} (Kafka: "
+                    "TOPIC_AUTHORIZATION_FAILED): the retry topics are sized after it; grant the setup use "
+                    "the ACLs `airflow-kafka-retry topology acls FILE --role setup` prints",
+                    [resource.name],
+                ) from exc
             raise KafkaConfigError(
                 f"cannot describe the configuration of topic {resource.name!r}: {exc.args[0].str()}"
             ) from exc
@@ -279,6 +353,7 @@ def ensure_log_topic(
     )
     if topic in admin.list_topics(timeout=timeout).topics:
         return False
+    check_not_hidden([topic], kafka_config, timeout)  # a log the principal may not see is not missing
     future = admin.create_topics(
         [NewTopic(topic, num_partitions=1, replication_factor=-1, config=dict(config))],
         operation_timeout=timeout,
@@ -290,9 +365,15 @@ def ensure_log_topic(
         raise _transient(error(f"cannot create {what} {topic}: no answer within {timeout:g}s")) from exc
     except KafkaException as exc:
         kafka_error: KafkaError = exc.args[0]
-        if kafka_error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+        code = kafka_error.code()
+        if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+            raise error(
+                f"cannot create {what} {topic}: {principal_of(kafka_config)} lacks CREATE on topic {topic!r} "
+                f"(Kafka: {kafka_error.name()})"
+            ) from exc
+        if code != KafkaError.TOPIC_ALREADY_EXISTS:
             failed = error(f"cannot create {what} {topic}: {kafka_error.str()}")
-            if kafka_error.code() in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+            if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
                 raise _transient(failed) from exc
             raise failed from exc
         return False

@@ -11,6 +11,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
+from airflow_kafka_retry.policy.client_names import WATCH_GROUP_TEMPLATE
 from airflow_kafka_retry.policy.header_values import bound_counts, bound_metadata_tags, bound_strings
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology import Topology
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary
 
 #: The watch group of a topology, unless ``consumer_group`` names one.
-WATCH_GROUP_TEMPLATE = "{group_id}-dlt-watch"
 
 
 def watched_topics(topology: Topology) -> tuple[list[str], list[str]]:

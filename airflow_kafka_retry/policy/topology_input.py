@@ -27,8 +27,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX, REPLAY_LOG_SUFFIX
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.naming import REDELIVERY_LOG_SUFFIX, REPLAY_LOG_SUFFIX, TOPIC_NAME
+from airflow_kafka_retry.policy.naming import TOPIC_NAME
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.dead_letter_families import Family

@@ -41,12 +41,13 @@ import functools
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
+from airflow_kafka_retry.engine.clients import KafkaConfigError, check_local_files
 from airflow_kafka_retry.engine.loading import UserCodeError
 from airflow_kafka_retry.engine.options import DrainOptions
 from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
@@ -211,6 +212,7 @@ def prepare(args: argparse.Namespace, started_ms: int) -> TierRun:
     tier = topology.select(args.tier)
     import_user_code(options, on_executor=False)  # a typo fails the run before any record is read
     kafka_config = read_kafka_config(args.kafka_config_file)
+    check_local_files(kafka_config, f"on the driver's host {socket.gethostname()!r}")
     partitions = choose_partitions(
         tier_partitions(topology, tier, kafka_config, options), args.partitions, tier.topic
     )
@@ -245,6 +247,7 @@ def run_partition(
     drain_options = DrainOptions(**options)
     try:
         import_user_code(drain_options)  # a module missing on this executor: say which, and how to ship it
+        check_local_files(kafka_config, f"on executor host {socket.gethostname()!r}")
         summary = run_partition(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
     except Exception as exc:  # reported in the summary like any partition failure
         group = drain_options.consumer_group or topology.consumer_group(tier)

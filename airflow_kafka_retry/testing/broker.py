@@ -16,6 +16,7 @@ import signal
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
@@ -252,7 +253,14 @@ class EmbeddedBroker:
         self._process = None
 
 
-def run_broker_cli(port: int | None = None, *, kafka: bool = False, nodes: int = 1) -> int:
+def run_broker_cli(
+    port: int | None = None,
+    *,
+    kafka: bool = False,
+    nodes: int = 1,
+    secure: bool = False,
+    users: Sequence[str] = (),
+) -> int:
     """
     Run a broker in the foreground until SIGINT/SIGTERM: Tansu, or Apache Kafka with ``kafka``.
 
@@ -261,6 +269,10 @@ def run_broker_cli(port: int | None = None, *, kafka: bool = False, nodes: int =
     it. Returns the process exit code: 0 after a signal-requested stop, 1 if the broker fails to start
     (the error names what is missing, or carries the broker's last log lines) or dies on its own, 2 for
     ``nodes`` other than 1 without ``kafka`` (or with a ``port``).
+
+    With ``secure`` (``kafka``, one node): :class:`~.kafka_secure.SecureKafka`, its ``SASL_SSL`` bootstrap
+    first, then one ``config USER PATH`` line per user (``admin`` and ``users``): the ``0600`` JSON file of
+    that user's client configuration. No secret is printed.
     """
     if nodes != 1 and (not kafka or port is not None or nodes < 1):
         print(
@@ -282,6 +294,11 @@ def run_broker_cli(port: int | None = None, *, kafka: bool = False, nodes: int =
         from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
 
         broker, name = ApacheKafkaCluster(nodes), f"Apache Kafka cluster of {nodes} nodes:"
+    elif kafka and secure:
+        from airflow_kafka_retry.testing.kafka_secure import SecureKafka
+
+        broker = SecureKafka(users=users)
+        name = "Apache Kafka (SASL_SSL SCRAM-SHA-512, ACLs enforced)"
     elif kafka:
         from airflow_kafka_retry.testing.kafka import ApacheKafka
 
@@ -295,6 +312,7 @@ def run_broker_cli(port: int | None = None, *, kafka: bool = False, nodes: int =
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 1
         print(broker.bootstrap, flush=True)
+        _print_secure(broker)
         print(f"{name} {_where(broker)}; Ctrl-C to stop", file=sys.stderr, flush=True)
         while not stop.wait(0.5):
             if not broker.running:
@@ -310,6 +328,20 @@ def run_broker_cli(port: int | None = None, *, kafka: bool = False, nodes: int =
         broker.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _print_secure(broker: object) -> None:
+    """A secured broker's client configuration files (their paths: the passwords stay in them)."""
+    from airflow_kafka_retry.testing.kafka_secure import SecureKafka
+
+    if isinstance(broker, SecureKafka):
+        for user in broker.users:
+            print(f"config {user} {broker.config_file(user)}", flush=True)
+        print(
+            f"CA {broker.ca_path}; every client: security.protocol SASL_SSL, sasl.mechanism SCRAM-SHA-512",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _where(broker: EmbeddedBroker | ApacheKafka | ApacheKafkaCluster) -> str:

@@ -157,19 +157,20 @@ class ApacheKafka:
         attempts = 1 if self._requested_port is not None else 3
         for attempt in range(1, attempts + 1):
             port = self._requested_port or free_port()
+            controller_port = free_port()
             node = self._node = KafkaNode(
                 java=java,
                 classpath=f"{lib}/*",
                 run_dir=base / f"kafka-{port}",
                 port=port,
-                controller_port=free_port(),
+                controller_port=controller_port,
                 heap=self._heap,
                 jvm_options=self._jvm_options,
-                overrides=self._overrides,
+                overrides={**self._overrides, **self._listener_overrides(port, controller_port)},
             )
             node.write_config()
             cluster_id = new_cluster_id()
-            format_nodes([node], cluster_id, features=self._features)
+            format_nodes([node], cluster_id, features=self._features, extra_args=self._format_args(node))
             node.spawn()
             try:
                 self._wait_ready(node, cluster_id)
@@ -183,7 +184,7 @@ class ApacheKafka:
                 continue
             self._port = port
             self.metadata_seconds = time.monotonic() - started
-            warm_up(self.bootstrap, self._startup_timeout)
+            warm_up(f"127.0.0.1:{port}", self._startup_timeout)
             return
         raise AssertionError("unreachable")
 
@@ -219,6 +220,14 @@ class ApacheKafka:
         )
 
     # ------------------------------------------------------------------ internals
+    def _listener_overrides(self, port: int, controller_port: int) -> dict[str, str]:
+        """``server.properties`` entries that depend on the ports (a secured node's listeners); none here."""
+        return {}
+
+    def _format_args(self, node: KafkaNode) -> list[str]:
+        """Extra arguments of the storage tool's ``format`` (a secured node's first SCRAM user); none here."""
+        return []
+
     def _wait_ready(self, node: KafkaNode, cluster_id: str) -> None:
         """Until the node answers a metadata request listing a broker, under the cluster id we formatted."""
         if node.process is None:

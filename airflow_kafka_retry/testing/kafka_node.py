@@ -268,18 +268,26 @@ class KafkaNode:
         return log_tail(self.log_path, lines)
 
 
-def format_nodes(nodes: Sequence[KafkaNode], cluster_id: str, *, features: Sequence[str] = ()) -> None:
+def format_nodes(
+    nodes: Sequence[KafkaNode],
+    cluster_id: str,
+    *,
+    features: Sequence[str] = (),
+    extra_args: Sequence[str] = (),
+) -> None:
     """
     The storage tool's ``format`` of every node's ``log.dirs`` under ``cluster_id``, all at once.
 
     ``features``: ``NAME=LEVEL`` entries for ``--feature`` (``share.version=2``), finalized at format time.
+    ``extra_args``: more of the tool's arguments (``--add-scram ...``); the tool lives only while it formats.
     """
     feature_args = [arg for feature in features for arg in ("--feature", feature)]
     runs = [
         subprocess.Popen(
             # a one-shot tool: compiling beyond C1 would only cost CPU
             [*node._jvm(heap="256m", options=QUICK_JIT), "kafka.tools.StorageTool", "format"]
-            + ["--config", str(node.config), "--cluster-id", cluster_id, "--ignore-formatted", *feature_args],
+            + ["--config", str(node.config), "--cluster-id", cluster_id, "--ignore-formatted", *feature_args]
+            + list(extra_args),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX, DrainOptions
-from airflow_kafka_retry.engine.route import transactional_id
+from airflow_kafka_retry.policy.client_names import transactional_id
 
 
 def test_transactional_id_format() -> None:
