@@ -108,8 +108,9 @@ class SecureKafka(ApacheKafka):
     """
     A single-node Apache Kafka that authenticates (SCRAM-SHA-512 over TLS) and authorizes (ACLs).
 
-    :param users: users to create besides ``admin`` (one per role, say); each gets a client configuration.
     Other parameters: :class:`~airflow_kafka_retry.testing.kafka.ApacheKafka`'s.
+
+    :param users: users to create besides ``admin`` (one per role, say); each gets a client configuration.
     """
 
     def __init__(self, *, users: Sequence[str] = (), **kwargs: Any) -> None:
