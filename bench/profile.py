@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from bench.workload import Workload
 
 _PHASES = {
-    "start": ("airflow_kafka_retry.engine.route", "Router", "start"),
-    "read": ("airflow_kafka_retry.engine.drain", "PartitionReader", "read"),
-    "handle": ("airflow_kafka_retry.engine.partition", "PartitionJob", "_handle"),
-    "commit": ("airflow_kafka_retry.engine.route", "Router", "commit"),
+    "start": ("airflow_kafka_retry.engine.drain.transaction", "Router", "start"),
+    "read": ("airflow_kafka_retry.engine.drain.due_records", "PartitionReader", "read"),
+    "handle": ("airflow_kafka_retry.engine.drain.partition", "PartitionJob", "_handle"),
+    "commit": ("airflow_kafka_retry.engine.drain.transaction", "Router", "commit"),
 }
 
 
@@ -53,7 +53,7 @@ def profile_local(workload: Workload, group: str, spec: dict[str, Any]) -> tuple
     """Drain the tier with the local engine in-process, timing phases and profiling every thread."""
     import importlib
 
-    from airflow_kafka_retry.engine.partition import PartitionJob
+    from airflow_kafka_retry.engine.drain.partition import PartitionJob
     from bench.cases import local_threads
 
     wall: collections.Counter[str] = collections.Counter()

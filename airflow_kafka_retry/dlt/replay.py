@@ -19,7 +19,7 @@ A replay runs in three steps, and nothing is written before the third:
    committed together or not at all.
 
 A replay never hangs on the cluster: its writes run under the engine's deadlines
-(:mod:`~airflow_kafka_retry.engine.call_watch`), and a write that overruns, or fails on the cluster (a
+(:mod:`~airflow_kafka_retry.engine.kafka.deadlines`), and a write that overruns, or fails on the cluster (a
 timeout, a moved coordinator, too few in-sync replicas), is tried again for ``broker_retry_s`` under the
 same replay id: the next attempt's producer (same transactional id) fences the old one and aborts its open
 chunk, and the replay resumes from what its log holds, so each record still moves once.
@@ -49,14 +49,15 @@ from airflow_kafka_retry.dlt.replay_select import (
     select_candidates,
     shown,
 )
+from airflow_kafka_retry.dlt.replay_targets import BY_KEY, check_target_spec, source_topic
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
-from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
-from airflow_kafka_retry.engine.call_watch import AttemptStopped, CallStuckError, CallWatch, run_watched
-from airflow_kafka_retry.engine.clients import KafkaConfigError, init_transactions, producer_config
-from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
-from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.replay_log import (
+from airflow_kafka_retry.engine.drain.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, init_transactions, producer_config
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptStopped, CallStuckError, CallWatch, run_watched
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.logs.replay_log import (
     ReplayLog,
     done_key,
     ensure_replay_log,
@@ -64,7 +65,6 @@ from airflow_kafka_retry.engine.replay_log import (
     plan_key,
     read_log,
 )
-from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.framework_headers import check_mode
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
@@ -257,7 +257,7 @@ class Replay:
                 if self.summary is not None:
                     self.summary.status, self.summary.error = "failed", str(exc)
                 raise
-            # No flush on the way out (as engine.clients.open_producer): the producer is transactional, so
+            # No flush on the way out (as kafka.clients.open_producer): the producer is transactional, so
             # commit_transaction flushed every committed chunk and what is left belongs to an aborted one;
             # a fenced (fatal) producer's flush raises, hiding the run's own error.
 

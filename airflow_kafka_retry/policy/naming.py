@@ -33,9 +33,9 @@ SUFFIXINGS: tuple[Suffixing, ...] = ("index", "delay")
 DLT_ROUTING_NAMINGS: tuple[DltRoutingNaming, ...] = ("suffix", "key")
 #: A legal Kafka topic name: 1-249 characters from a-z A-Z 0-9 . _ - (Kafka also refuses "." and "..").
 TOPIC_NAME = re.compile(r"^(?!\.{1,2}$)[a-zA-Z0-9._-]{1,249}$")
-#: The replay log of a DLT or parking topic is ``<that topic><REPLAY_LOG_SUFFIX>`` (``engine/replay_log.py``).
+#: The replay log of a DLT or parking topic is ``<that topic><REPLAY_LOG_SUFFIX>`` (engine/logs).
 REPLAY_LOG_SUFFIX = "-replay-log"
-#: A share-group topology's redelivery log: ``<topic><REDELIVERY_LOG_SUFFIX>`` (``engine/redelivery_log.py``).
+#: A share-group topology's redelivery log: ``<topic><REDELIVERY_LOG_SUFFIX>`` (engine/logs).
 REDELIVERY_LOG_SUFFIX = "-redelivery-log"
 
 

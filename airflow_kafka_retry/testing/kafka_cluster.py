@@ -238,7 +238,7 @@ class ApacheKafkaCluster(ClusterNaming):
     # ------------------------------------------------------------------ who does what (ClusterNaming)
     def admin(self) -> AdminClient:
         """An admin client bootstrapped from the running nodes (one per set of them)."""
-        from airflow_kafka_retry.testing.topics import admin_client
+        from airflow_kafka_retry.testing.scratch_topics import admin_client
 
         bootstrap = ",".join(self.bootstrap_of(i) for i in self.running_nodes if i not in self._frozen)
         if not bootstrap:

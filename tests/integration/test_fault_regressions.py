@@ -7,12 +7,12 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_retry.engine.clients import open_producer
-from airflow_kafka_retry.engine.peek import peek_heads
-from airflow_kafka_retry.engine.route import FencedError, RoutedRecord, Router
+from airflow_kafka_retry.engine.drain.transaction import FencedError, RoutedRecord, Router
+from airflow_kafka_retry.engine.heads.peek import peek_heads
+from airflow_kafka_retry.engine.kafka.clients import open_producer
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.resolver import Destination
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 from tests.support import ledger
 from tests.support.ledger import FaultInput

@@ -3,8 +3,8 @@
 The cluster fault cases must kill a broker *between* two calls of a chunk's transaction, whether the
 partition runs in a thread of the test, in an engine worker process or in a Spark executor. The engine
 imports the run's handler in each of those processes; the handler module (``cluster_handler``) imports
-this one, which wraps :class:`~airflow_kafka_retry.engine.route.Router` once. The wrap does nothing unless
-``$AKR_POINT_DIR`` is set; then, at the ``$AKR_POINT_ON``-th chunk (default 2) of partition
+this one, which wraps :class:`~airflow_kafka_retry.engine.drain.transaction.Router` once. The wrap does
+nothing unless ``$AKR_POINT_DIR`` is set; then, at the ``$AKR_POINT_ON``-th chunk (default 2) of partition
 ``$AKR_POINT_PARTITION`` (default 0), at point ``$AKR_POINT`` --
 
 * ``produced``: the chunk's routed records were produced and acknowledged (flushed), inside the open
@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-from airflow_kafka_retry.engine.route import Router
+from airflow_kafka_retry.engine.drain.transaction import Router
 
 WAIT_S = 60.0
 _local = threading.local()

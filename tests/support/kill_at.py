@@ -19,7 +19,7 @@ import signal
 import sys
 
 from airflow_kafka_retry import cli
-from airflow_kafka_retry.engine.route import Router
+from airflow_kafka_retry.engine.drain.transaction import Router
 
 _seen = {"routed": 0, "committed": 0}
 

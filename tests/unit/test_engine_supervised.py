@@ -8,11 +8,11 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallStuckError, CallWatch
-from airflow_kafka_retry.engine.drain import DrainError
-from airflow_kafka_retry.engine.route import FencedError, RouteError
-from airflow_kafka_retry.engine.summary import PartitionSummary
-from airflow_kafka_retry.engine.supervised import broker_transient, run_supervised
+from airflow_kafka_retry.engine.drain.due_records import DrainError
+from airflow_kafka_retry.engine.drain.summary import PartitionSummary
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient, run_supervised
+from airflow_kafka_retry.engine.drain.transaction import FencedError, RouteError
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallStuckError, CallWatch
 
 
 class Clock:
@@ -38,7 +38,7 @@ def test_a_stop_during_a_commit_says_the_chunk_may_have_committed() -> None:
     """Issue 48 item 8: an AbortNow stop while ``commit_transaction`` ran reported "nothing of it committed",
     although the commit may have gone through. A stop between calls, or during another call, still says the
     open chunk is aborted."""
-    from airflow_kafka_retry.engine.call_watch import AttemptStopped
+    from airflow_kafka_retry.engine.kafka.deadlines import AttemptStopped
 
     during_commit = CallWatch("t[0]", clock=Clock())
     with pytest.raises(AttemptAbandoned), during_commit.call("commit_transaction", 20, "the coordinator"):
@@ -242,7 +242,7 @@ def test_a_transient_failure_is_retried_and_the_later_attempt_decides_the_status
 def test_cluster_now_names_the_brokers_that_do_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from airflow_kafka_retry.engine import supervised
+    from airflow_kafka_retry.engine.drain import supervisor as supervised
     from airflow_kafka_retry.testing.processes import free_port
 
     class Admin:
@@ -271,7 +271,7 @@ def test_cluster_now_names_the_brokers_that_do_not_answer(monkeypatch: pytest.Mo
 
 
 def test_bounded_returns_raises_or_abandons_naming_what_it_waited_for() -> None:
-    from airflow_kafka_retry.engine.call_watch import bounded
+    from airflow_kafka_retry.engine.kafka.deadlines import bounded
 
     assert bounded(lambda: 7, seconds=1, what="x") == 7
     with pytest.raises(ValueError, match="bad"):

@@ -1,4 +1,4 @@
-"""The redelivery log's bookkeeping in a process (`engine/redelivery_log.py`): entries, tombstones, expiry."""
+"""The redelivery log's bookkeeping in a process (`logs/redelivery_log.py`): entries, tombstones, expiry."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import time
 
 import pytest
 
-from airflow_kafka_retry.engine import redelivery_log
-from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
-from airflow_kafka_retry.engine.redelivery_log import (
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallWatch
+from airflow_kafka_retry.engine.logs import redelivery_log
+from airflow_kafka_retry.engine.logs.redelivery_log import (
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
 )
-from airflow_kafka_retry.engine.redelivery_log_state import RETENTION_MS, LogState, log_state
-from airflow_kafka_retry.engine.supervised import broker_transient
+from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.testing.processes import free_port
 
