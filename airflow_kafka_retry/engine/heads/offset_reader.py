@@ -42,10 +42,9 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
+from airflow_kafka_retry.engine.kafka.child_pipes import PipeClosed, describe_exit, start_piped
 from airflow_kafka_retry.engine.kafka.clients import admin_config
 from airflow_kafka_retry.engine.kafka.process_clients import config_key
-from airflow_kafka_retry.engine.local.worker_failure import describe_exit
-from airflow_kafka_retry.engine.local.worker_protocol import PipeClosed, start_piped
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future
 from typing import Any
 
-from airflow_kafka_retry.engine.local.worker_protocol import (
+from airflow_kafka_retry.engine.kafka.child_pipes import (
     EXIT_ENGINE_GONE,
     FrameReader,
     FrameWriter,

@@ -29,16 +29,14 @@ import threading
 import time
 from typing import Any
 
-from airflow_kafka_retry.engine.kafka.deadlines import AbortNow
-from airflow_kafka_retry.engine.local.worker_protocol import (
+from airflow_kafka_retry.engine.kafka.child_pipes import (
     EXIT_ENGINE_GONE,
-    HEARTBEAT_S,
     FrameReader,
     FrameWriter,
     PipeClosed,
-    WorkerSetup,
-    read_setup,
 )
+from airflow_kafka_retry.engine.kafka.deadlines import AbortNow
+from airflow_kafka_retry.engine.local.worker_protocol import HEARTBEAT_S, WorkerSetup, read_setup
 
 _PR_SET_PDEATHSIG = 1
 

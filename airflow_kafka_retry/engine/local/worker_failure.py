@@ -8,24 +8,11 @@ partition, the process and its signal or exit status.
 
 from __future__ import annotations
 
-import signal
 import time
 from typing import Any
 
 from airflow_kafka_retry.engine.drain.summary import PartitionSummary
-
-
-def describe_exit(returncode: int | None) -> str:
-    """``killed by signal 9 (SIGKILL)`` / ``exited with status 3`` / ``is still running``."""
-    if returncode is None:
-        return "is still running"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = "unknown signal"
-        return f"was killed by signal {-returncode} ({name})"
-    return f"exited with status {returncode}"
+from airflow_kafka_retry.engine.kafka.child_pipes import describe_exit
 
 
 def worker_failure(

@@ -33,17 +33,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_kafka_retry.engine.drain.summary import PartitionSummary
-from airflow_kafka_retry.engine.kafka.deadlines import AbortNow
-from airflow_kafka_retry.engine.local.worker_failure import describe_exit, worker_failure
-from airflow_kafka_retry.engine.local.worker_protocol import (
-    HEARTBEAT_S,
+from airflow_kafka_retry.engine.kafka.child_pipes import (
     FrameReader,
     FrameWriter,
     PipeClosed,
-    WorkerSetup,
-    setup_message,
+    describe_exit,
     start_piped,
 )
+from airflow_kafka_retry.engine.kafka.deadlines import AbortNow
+from airflow_kafka_retry.engine.local.worker_failure import worker_failure
+from airflow_kafka_retry.engine.local.worker_protocol import HEARTBEAT_S, WorkerSetup, setup_message
 
 log = logging.getLogger(__name__)
 
