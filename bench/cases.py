@@ -137,7 +137,7 @@ def spark(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, di
 def local_txn_profile(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from bench.profile import profile_local
 
-    return profile_local(workload, group, spec)
+    return profile_local(workload, group, spec, local_threads)
 
 
 CASES: dict[str, Callable[[Workload, str, dict[str, Any]], tuple[int, dict[str, Any]]]] = {

@@ -14,17 +14,17 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.drain.batches import BatchRunner
 from airflow_kafka_retry.engine.drain.chunk import ChunkWork
-from airflow_kafka_retry.engine.drain.due_records import Chunk, PartitionReader
-from airflow_kafka_retry.engine.drain.failure_routing import FailureRouting, decode_record
+from airflow_kafka_retry.engine.drain.due_records import PartitionReader
+from airflow_kafka_retry.engine.drain.failure_routing import FailureRouting
 from airflow_kafka_retry.engine.drain.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.drain.handler_timeouts import HandlerStuckError, TimedHandler
+from airflow_kafka_retry.engine.drain.lanes import HANDLING, Lane, LaneRun
 from airflow_kafka_retry.engine.drain.parking_check import require_parking
-from airflow_kafka_retry.engine.drain.records import TierRecord, record_from_message
-from airflow_kafka_retry.engine.drain.redelivery import RedeliveryLane, check_options, no_handler, redelivers
+from airflow_kafka_retry.engine.drain.redelivery import REDELIVERING, redelivers
 from airflow_kafka_retry.engine.drain.replay_trust import ReplayLogCheck
 from airflow_kafka_retry.engine.drain.summary import PartitionSummary
 from airflow_kafka_retry.engine.drain.transaction import Router, transactional_id
@@ -35,7 +35,6 @@ from airflow_kafka_retry.engine.kafka.clients import (
 )
 from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallWatch
 from airflow_kafka_retry.engine.kafka.loading import load_callable
-from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
 
@@ -100,7 +99,9 @@ class PartitionJob:
         self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
         self.routing = FailureRouting(topology, self.resolver, clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
-        self._lane: RedeliveryLane | None = None  # on_due: redeliver takes the handler's place
+        # on_due: redeliver takes the handler's place; the run never asks which lane it runs
+        self._lane_kind = REDELIVERING if redelivers(topology, tier) else HANDLING
+        self._lane: Lane | None = None  # opened once the router has started
         self.failure: BaseException | None = None  # what failed the run, if anything
         self.settled = False  # the summary is final (only closing the clients may be left)
         self._started = time.monotonic()
@@ -157,10 +158,7 @@ class PartitionJob:
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
         options = self.options
-        redelivering = redelivers(self.topology, self.tier)  # no handler: RedeliveryLane routes every record
-        if redelivering:
-            check_options(self.topology, options)
-        handler = no_handler if redelivering else load_callable(options.handler, what="handler")
+        handler = self._lane_kind.handler(self.topology, options)
         if options.handler_timeout_s is not None:
             handler = TimedHandler(handler, options.handler_timeout_s, name=options.handler)
         self._value_decoder = (
@@ -240,8 +238,7 @@ class PartitionJob:
             make_producer=lambda: Producer(producer_config(self.kafka_config, txn_id)),
         )
         router.start()  # fence earlier runs of this partition before reading its committed offset
-        if redelivers(self.topology, self.tier):
-            self._lane = RedeliveryLane(self, router)
+        self._lane = lane = self._lane_kind.open(self._lane_run(runner), router)
         # Spring believes a due time up to a day ahead; a tier with a longer delay needs that much more
         reader = PartitionReader(
             consumer,
@@ -270,14 +267,12 @@ class PartitionJob:
                 watch.check()  # an attempt stopped at once ends here, its chunk never committed
                 piece = reader.read(min(piece_size, limit - work.read))
                 self._replay_check.new_read()
-                if piece.messages and self._lane is not None:
-                    self._lane.handle(piece, work)
-                elif piece.messages:
-                    self._handle(piece, runner, work)
+                if piece.messages:
+                    lane.handle(piece, work)
                 if piece.stop != "limit" or work.read >= limit:
                     break
             if work.read:
-                self._commit(work, runner, router)
+                self._commit(work, runner, router, lane)
             self.summary.stop_reason = piece.stop
             self.summary.next_due_ms = piece.not_due_ms
             if left is not None:
@@ -306,54 +301,23 @@ class PartitionJob:
             s.committed_offset if s.committed_offset is not None else s.start_offset,
         )
 
-    def _handle(self, piece: Chunk, runner: BatchRunner, work: ChunkWork) -> None:
-        """Hand a piece of a chunk to the handler; resolve where its failed records go."""
-        messages = piece.messages
-        records: list[TierRecord] = []
-        sources: list[Message] = []  # sources[i] is the message records[i] was made from
-        failures: list[tuple[Message, BaseException, int]] = []
-        if self._key_decoder is None and self._value_decoder is None:
-            topic, partition = self.tier.topic, self.partition
-            records = [
-                record_from_message(m, h, a, d, topic, partition)
-                for m, h, a, d in zip(messages, piece.headers, piece.attempts, piece.due_ms)
-            ]
-            sources = messages
-        else:
-            for message, headers, attempt, due in zip(messages, piece.headers, piece.attempts, piece.due_ms):
-                try:
-                    records.append(
-                        decode_record(message, headers, attempt, due, self._key_decoder, self._value_decoder)
-                    )
-                except DeserializationError as exc:
-                    failures.append((message, exc, attempt))
-                    continue
-                sources.append(message)
-        failed = 0
-        for position, outcome in runner.run_failures(records):
-            error = outcome.error
-            if error is not None:
-                if isinstance(error, BatchFailedError) and error.cause is not None:
-                    error = error.cause
-                failures.append((sources[position], error, outcome.record.attempt + outcome.tries - 1))
-                failed += 1
-        handled = self.clock()
-        for due in piece.due_ms:
-            if due is not None:
-                work.lateness_ms.add(handled - due)
-        routed, dropped, untrusted = self.routing.route(
-            failures, self.summary.untrusted_replays + work.untrusted_replays
+    def _lane_run(self, runner: BatchRunner) -> LaneRun:
+        return LaneRun(
+            topology=self.topology,
+            tier=self.tier,
+            partition=self.partition,
+            kafka_config=self.kafka_config,
+            options=self.options,
+            routing=self.routing,
+            clock=self.clock,
+            watch=self.watch,
+            summary=self.summary,
+            runner=runner,
+            key_decoder=self._key_decoder,
+            value_decoder=self._value_decoder,
         )
-        work.untrusted_replays += untrusted
-        work.routed.extend(routed)
-        work.dropped.extend(dropped)
-        work.succeeded += len(records) - failed
-        if work.first_offset is None:
-            work.first_offset = messages[0].offset()
-        work.last_offset = messages[-1].offset()
-        work.read += len(messages)
 
-    def _commit(self, work: ChunkWork, runner: BatchRunner, router: Router) -> None:
+    def _commit(self, work: ChunkWork, runner: BatchRunner, router: Router, lane: Lane) -> None:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
         if work.last_offset is None:
             raise RuntimeError("a chunk is committed only once it has read records")
@@ -362,10 +326,7 @@ class PartitionJob:
             self.topology.parking_topic, where, work, router, self.watch, self.options.call_timeout_s
         )
         source = TopicPartition(self.tier.topic, self.partition, work.last_offset + 1)
-        if self._lane is not None:  # with its log entries; what a source refuses goes to the DLT instead
-            self._lane.commit(source, work)
-        else:
-            router.commit(source, work.routed)
+        lane.commit(source, work)  # a redelivering lane: with its log entries (a refusal: to the DLT)
         work.count_into(self.summary, runner.stats, self.options.transactional, self.options.dead_letter_cap)
         self.summary.committed_offset = work.last_offset + 1
         if self.on_chunk is not None:

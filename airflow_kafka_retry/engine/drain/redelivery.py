@@ -25,6 +25,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_retry.engine.drain.lanes import LaneKind
 from airflow_kafka_retry.engine.drain.transaction import Refused, RoutedRecord, UndeliverableError
 from airflow_kafka_retry.engine.kafka.clients import TopicsMissing, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import offset_of
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.chunk import ChunkWork
     from airflow_kafka_retry.engine.drain.due_records import Chunk
     from airflow_kafka_retry.engine.drain.failure_routing import FailureRouting
+    from airflow_kafka_retry.engine.drain.lanes import LaneRun
     from airflow_kafka_retry.engine.drain.options import DrainOptions
-    from airflow_kafka_retry.engine.drain.partition import PartitionJob
     from airflow_kafka_retry.engine.drain.transaction import Router
     from airflow_kafka_retry.policy.headers import Header
     from airflow_kafka_retry.policy.share_redelivery import Redelivery
@@ -80,32 +81,38 @@ def no_handler(records: object) -> None:
     raise RuntimeError("a redelivering tier run calls no handler")
 
 
+def redelivery_handler(topology: Topology, options: DrainOptions) -> Callable[..., Any]:
+    """A redelivering run's handler (:func:`no_handler`), once its options are checked."""
+    check_options(topology, options)
+    return no_handler
+
+
 class RedeliveryLane:
     """
-    The redeliver mode of one partition run; :meth:`handle` takes the place of the handler.
+    The redeliver lane of one partition run; :meth:`handle` takes the place of the handler.
 
-    :param job: the partition run (its topology, tier, Kafka configuration, failure routing, clock, options).
+    :param run: the partition run (its topology, tier, Kafka configuration, failure routing, clock, options).
     :param router: the run's router (its consumer looks up source topics, its partition counts learn them).
     """
 
-    def __init__(self, job: PartitionJob, router: Router) -> None:
-        self.tier = job.tier
-        self.kafka_config: Mapping[str, Any] = job.kafka_config
-        self.routing: FailureRouting = job.routing
+    def __init__(self, run: LaneRun, router: Router) -> None:
+        self.tier = run.tier
+        self.kafka_config: Mapping[str, Any] = run.kafka_config
+        self.routing: FailureRouting = run.routing
         self.router = router
-        self.clock: Callable[[], int] = job.clock
-        self.call_timeout_s = job.options.call_timeout_s
-        self.names = HEADER_NAMES[job.topology.headers.naming]
-        self.targets = RedeliveryTargets.of(job.topology)  # where a redelivery may go: never a header's say
-        self.log_topic = redelivery_log_topic(job.topology.topic)
-        self.watch = job.watch
+        self.clock: Callable[[], int] = run.clock
+        self.call_timeout_s = run.options.call_timeout_s
+        self.names = HEADER_NAMES[run.topology.headers.naming]
+        self.targets = RedeliveryTargets.of(run.topology)  # where a redelivery may go: never a header's say
+        self.log_topic = redelivery_log_topic(run.topology.topic)
+        self.watch = run.watch
         self._view = (
             RedeliveryLogView(
                 self.kafka_config,
                 self.log_topic,
-                watch=job.watch,
+                watch=run.watch,
                 timeout_s=min(10.0, self.call_timeout_s),
-                idle_timeout_s=job.options.idle_timeout_s,
+                idle_timeout_s=run.options.idle_timeout_s,
             )
             if self.tier.index == 0
             else None
@@ -114,7 +121,6 @@ class RedeliveryLane:
         self._log_ready = False
         self._missing: set[str] = set()  # source topics found not to exist in this run
         self._refusing: dict[str, str] = {}  # source topics that refused a record in this run -> why
-        self.watch = job.watch
         self._entries: dict[int, Redelivery] = {}  # id(routed record) -> its log entry, until the commit
 
     def handle(self, piece: Chunk, work: ChunkWork) -> None:
@@ -297,3 +303,6 @@ class RedeliveryLane:
     def close(self) -> None:
         if self._view is not None:
             self._view.close()
+
+
+REDELIVERING = LaneKind(handler=redelivery_handler, open=RedeliveryLane)
