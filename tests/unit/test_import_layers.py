@@ -137,6 +137,10 @@ def modules() -> dict[str, Path]:
     return found
 
 
+def test_no_module_imports_itself_back_through_others(modules):
+    assert circles(import_graph(modules)) == []
+
+
 def test_every_engine_module_lives_in_a_ranked_sub_package(modules):
     loose = [m for m in modules if m.startswith(ENGINE + ".") and engine_layer(m) not in ENGINE_LAYERS]
     assert loose == []
