@@ -9,7 +9,7 @@ in a worker process. Phases are wall and thread-CPU seconds summed over the part
 * ``start``: ``init_transactions`` (fencing earlier runs of the partition);
 * ``read``: fetching and due-checking records (``PartitionReader.read``; waits for the broker);
 * ``handle``: building records, calling the handler, resolving failures (``HandlingLane.handle``);
-* ``commit``: producing routed records and committing the chunk's transaction (``Router.commit``);
+* ``commit``: producing routed records and committing the chunk's transaction (``ChunkTransaction.commit``);
 * ``job``: the whole partition job, client creation and metadata included.
 """
 
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from bench.workload import Workload
 
 _PHASES = {
-    "start": ("airflow_kafka_retry.engine.drain.transaction", "Router", "start"),
+    "start": ("airflow_kafka_retry.engine.drain.transaction", "ChunkTransaction", "start"),
     "read": ("airflow_kafka_retry.engine.drain.due_records", "PartitionReader", "read"),
     "handle": ("airflow_kafka_retry.engine.drain.lanes", "HandlingLane", "handle"),
-    "commit": ("airflow_kafka_retry.engine.drain.transaction", "Router", "commit"),
+    "commit": ("airflow_kafka_retry.engine.drain.transaction", "ChunkTransaction", "commit"),
 }
 
 

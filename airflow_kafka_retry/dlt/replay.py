@@ -55,7 +55,12 @@ from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve
 from airflow_kafka_retry.engine.drain.options import DEFAULT_TRANSACTIONAL_ID_PREFIX
 from airflow_kafka_retry.engine.drain.supervisor import broker_transient
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, init_transactions, producer_config
-from airflow_kafka_retry.engine.kafka.deadlines import AttemptStopped, CallStuckError, CallWatch, run_watched
+from airflow_kafka_retry.engine.kafka.deadlines import (
+    AttemptStopped,
+    CallDeadlines,
+    CallStuckError,
+    run_watched,
+)
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
 from airflow_kafka_retry.engine.logs.replay_log import (
     ReplayLog,
@@ -164,7 +169,7 @@ class Replay:
         """
         give_up_at: float | None = None
         while True:
-            watch = CallWatch(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
+            watch = CallDeadlines(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
             try:
                 summary = run_watched(functools.partial(self._attempt, watch), watch, stop_now=self.stop_now)
             except AttemptStopped as exc:
@@ -202,7 +207,7 @@ class Replay:
             return summary
 
     # ------------------------------------------------------------------ the three steps
-    def _attempt(self, watch: CallWatch) -> ReplaySummary:
+    def _attempt(self, watch: CallDeadlines) -> ReplaySummary:
         """One attempt of the three steps, its writes under ``watch``."""
         moves = dataclasses.replace(self.moves, watch=watch)
         with TopicReader(self.kafka_config) as reader:
@@ -319,7 +324,7 @@ class Replay:
         except KafkaConfigError as exc:
             raise ReplayError(f"{option} {topic}: {exc}") from None
 
-    def _fence(self, watch: CallWatch) -> Producer:
+    def _fence(self, watch: CallDeadlines) -> Producer:
         ensure_replay_log(self.kafka_config, self.log_topic)
         producer = Producer(producer_config(self.kafka_config, self.transactional_id))
         timeout = watch.timeout(TIMEOUT_S)

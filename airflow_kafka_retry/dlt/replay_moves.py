@@ -23,7 +23,7 @@ from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_select import Candidate, RecordEdit, shown, was_edited
 from airflow_kafka_retry.dlt.replay_targets import BY_KEY
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
-from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallWatch
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.logs.replay_log import encode, record_key
 from airflow_kafka_retry.policy.errors import ReplayError
@@ -57,7 +57,7 @@ class ReplayMoves:
     clock: Callable[[], int]
     chunk_size: int
     move_cap: int | None
-    watch: CallWatch = field(default_factory=lambda: CallWatch("replay"))
+    watch: CallDeadlines = field(default_factory=lambda: CallDeadlines("replay"))
 
     @property
     def _coordinator(self) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_kafka_retry.engine.drain.transaction import Router
+from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
 from airflow_kafka_retry.engine.local.engine import run_local
 
 from tests.faults.helpers import options, run_all_tiers
@@ -40,7 +40,7 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
     """Patch the router: at the ``on``-th chunk of partition 0, SIGSTOP the process group ``pid`` leads (the
     broker: a JVM or Tansu) at ``point``, SIGCONT it ``FREEZE_S`` later (partitions may run in parallel: the
     count is partition 0's alone)."""
-    original, original_commit = Router._produce, Router.commit
+    original, original_commit = ChunkTransaction._produce, ChunkTransaction.commit
     seen, log, source = [0], [], threading.local()
 
     def commit(self, tp, routed, bookkeeping=None):
@@ -60,11 +60,11 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
         log.append(f"froze the broker at {point} of chunk {on} ({len(routed)} routed records)")
         threading.Timer(FREEZE_S, os.killpg, (pid, signal.SIGCONT)).start()
 
-    Router._produce, Router.commit = produce, commit
+    ChunkTransaction._produce, ChunkTransaction.commit = produce, commit
     try:
         yield log
     finally:
-        Router._produce, Router.commit = original, original_commit
+        ChunkTransaction._produce, ChunkTransaction.commit = original, original_commit
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGCONT)
 
@@ -206,9 +206,11 @@ def _fence_round(own_broker, config, consumer) -> None:
     abandoned.produce(topic, b"never committed")
     assert abandoned.flush(30) == 0
 
-    def router(timeout_s: float) -> Router:
+    def router(timeout_s: float) -> ChunkTransaction:
         producer = Producer(producer_config(config, txn_id))
-        return Router(producer, consumer, True, {topic: 1}, timeout_s=timeout_s, transactional_id=txn_id)
+        return ChunkTransaction(
+            producer, consumer, True, {topic: 1}, timeout_s=timeout_s, transactional_id=txn_id
+        )
 
     # the next attempt, kept (a failed attempt's error keeps its frames); its init times out on the frozen
     # coordinator (no metadata asked first: the init itself waits)
@@ -323,10 +325,10 @@ def test_the_replay_log_check_asks_the_frozen_broker_under_the_attempts_deadline
     import time
 
     from airflow_kafka_retry.engine.drain.replay_trust import ReplayLogCheck
-    from airflow_kafka_retry.engine.kafka.deadlines import CallWatch
+    from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
     from airflow_kafka_retry.policy.replay_headers import ReplayAudit
 
-    watch = CallWatch("orders[0]")
+    watch = CallDeadlines("orders[0]")
     check = ReplayLogCheck({"bootstrap.servers": own_broker.bootstrap}, watch=watch, timeout_s=3.0)
     audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
     answers: list[bool] = []

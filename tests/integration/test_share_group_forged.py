@@ -239,7 +239,7 @@ def test_on_due_redeliver_refuses_a_run_without_transactions(kafka_bootstrap: st
 def test_the_source_topic_lookup_runs_under_the_drains_call_deadline(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``RedeliveryLane._exists`` asks the broker under the partition's CallWatch."""
+    """``RedeliveryLane._exists`` asks the broker under the partition's CallDeadlines."""
     from airflow_kafka_retry.engine.drain import redelivery
     from airflow_kafka_retry.engine.drain.partition import PartitionJob
 

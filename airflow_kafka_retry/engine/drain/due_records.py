@@ -15,7 +15,7 @@ from typing import Literal
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.clients import from_log_start
-from airflow_kafka_retry.engine.kafka.deadlines import CallWatch
+from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
 
@@ -75,11 +75,11 @@ class PartitionReader:
         poll_timeout_s: float = 1.0,
         idle_timeout_s: float = 60.0,
         due_horizon_ms: int = MAX_BACKOFF_MS,
-        watch: CallWatch | None = None,
+        watch: CallDeadlines | None = None,
         call_timeout_s: float = 30.0,
     ) -> None:
         self.consumer = consumer
-        self.watch = watch or CallWatch(f"{topic}[{partition}]")
+        self.watch = watch or CallDeadlines(f"{topic}[{partition}]")
         self.call_timeout_s = call_timeout_s
         self.topic = topic
         self.partition = partition

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.failure_routing import FailureRouting
     from airflow_kafka_retry.engine.drain.options import DrainOptions
     from airflow_kafka_retry.engine.drain.summary import PartitionSummary
-    from airflow_kafka_retry.engine.drain.transaction import Router
-    from airflow_kafka_retry.engine.kafka.deadlines import CallWatch
+    from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
+    from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 
@@ -61,7 +61,7 @@ class LaneRun:
     options: DrainOptions
     routing: FailureRouting
     clock: Callable[[], int]
-    watch: CallWatch
+    watch: CallDeadlines
     summary: PartitionSummary
     runner: BatchRunner
     key_decoder: Callable[..., Any] | None
@@ -78,13 +78,13 @@ class LaneKind:
     """
 
     handler: Callable[[Topology, DrainOptions], Callable[..., Any]]
-    open: Callable[[LaneRun, Router], Lane]
+    open: Callable[[LaneRun, ChunkTransaction], Lane]
 
 
 class HandlingLane:
     """The user's handler takes each record of a piece; the failed ones are routed."""
 
-    def __init__(self, run: LaneRun, router: Router) -> None:
+    def __init__(self, run: LaneRun, router: ChunkTransaction) -> None:
         self.run = run
         self.router = router
 

@@ -13,8 +13,8 @@ from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, TopicsMis
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.chunk import ChunkWork
-    from airflow_kafka_retry.engine.drain.transaction import Router
-    from airflow_kafka_retry.engine.kafka.deadlines import CallWatch
+    from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
+    from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 
 
 class ParkingTopicMissingError(KafkaConfigError):
@@ -22,7 +22,12 @@ class ParkingTopicMissingError(KafkaConfigError):
 
 
 def require_parking(
-    parking: str | None, where: str, work: ChunkWork, router: Router, watch: CallWatch, call_timeout_s: float
+    parking: str | None,
+    where: str,
+    work: ChunkWork,
+    router: ChunkTransaction,
+    watch: CallDeadlines,
+    call_timeout_s: float,
 ) -> None:
     """
     Learn the parking topic's partition count (into ``router``) once ``work`` parks a record.

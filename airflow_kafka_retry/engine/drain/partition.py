@@ -27,13 +27,13 @@ from airflow_kafka_retry.engine.drain.parking_check import require_parking
 from airflow_kafka_retry.engine.drain.redelivery import REDELIVERING, redelivers
 from airflow_kafka_retry.engine.drain.replay_trust import ReplayLogCheck
 from airflow_kafka_retry.engine.drain.summary import PartitionSummary
-from airflow_kafka_retry.engine.drain.transaction import Router, transactional_id
+from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction, transactional_id
 from airflow_kafka_retry.engine.kafka.clients import (
     consumer_config,
     partition_counts,
     producer_config,
 )
-from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallWatch
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
 from airflow_kafka_retry.engine.kafka.loading import load_callable
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
@@ -80,7 +80,7 @@ class PartitionJob:
         clock: Callable[[], int] = wall_clock_ms,
         should_stop: Callable[[], str | None] | None = None,
         on_chunk: Callable[[PartitionSummary], None] | None = None,
-        watch: CallWatch | None = None,
+        watch: CallDeadlines | None = None,
     ) -> None:
         self.topology = topology
         self.tier = tier
@@ -92,7 +92,7 @@ class PartitionJob:
         self.should_stop = should_stop
         self.on_chunk = on_chunk
         self.group = options.consumer_group or topology.consumer_group(tier)
-        self.watch = watch or CallWatch(self.where)
+        self.watch = watch or CallDeadlines(self.where)
         self._replay_check = ReplayLogCheck(
             kafka_config, watch=self.watch, timeout_s=min(10.0, options.call_timeout_s)
         )
@@ -227,7 +227,7 @@ class PartitionJob:
                 f"{self.tier.topic} has {counts[self.tier.topic]} partitions; "
                 f"there is no partition {self.partition}"
             )
-        router = Router(
+        router = ChunkTransaction(
             producer,
             consumer,
             options.transactional,
@@ -317,7 +317,7 @@ class PartitionJob:
             value_decoder=self._value_decoder,
         )
 
-    def _commit(self, work: ChunkWork, runner: BatchRunner, router: Router, lane: Lane) -> None:
+    def _commit(self, work: ChunkWork, runner: BatchRunner, router: ChunkTransaction, lane: Lane) -> None:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
         if work.last_offset is None:
             raise RuntimeError("a chunk is committed only once it has read records")

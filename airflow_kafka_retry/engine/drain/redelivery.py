@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.failure_routing import FailureRouting
     from airflow_kafka_retry.engine.drain.lanes import LaneRun
     from airflow_kafka_retry.engine.drain.options import DrainOptions
-    from airflow_kafka_retry.engine.drain.transaction import Router
+    from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
     from airflow_kafka_retry.policy.headers import Header
     from airflow_kafka_retry.policy.share_redelivery import Redelivery
     from airflow_kafka_retry.policy.topology import Tier, Topology
@@ -95,7 +95,7 @@ class RedeliveryLane:
     :param router: the run's router (its consumer looks up source topics, its partition counts learn them).
     """
 
-    def __init__(self, run: LaneRun, router: Router) -> None:
+    def __init__(self, run: LaneRun, router: ChunkTransaction) -> None:
         self.tier = run.tier
         self.kafka_config: Mapping[str, Any] = run.kafka_config
         self.routing: FailureRouting = run.routing

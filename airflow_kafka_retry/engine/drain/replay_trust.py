@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from airflow_kafka_retry.engine.kafka.deadlines import CallWatch
+from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.reading import ReadError, TopicReader
 from airflow_kafka_retry.engine.logs.replay_log import ReplayLog, log_topic, read_log
 from airflow_kafka_retry.policy.errors import ReplayError
@@ -51,10 +51,10 @@ class ReplayLogCheck:
     """
 
     def __init__(
-        self, kafka_config: Mapping[str, Any], *, watch: CallWatch | None = None, timeout_s: float = 10.0
+        self, kafka_config: Mapping[str, Any], *, watch: CallDeadlines | None = None, timeout_s: float = 10.0
     ) -> None:
         self.kafka_config = kafka_config
-        self.watch = watch or CallWatch("replay log check")
+        self.watch = watch or CallDeadlines("replay log check")
         self.timeout_s = timeout_s
         self._reader: TopicReader | None = None
         self._logs: dict[str, tuple[ReplayLog, int]] = {}  # log topic -> (what it says, its end then)

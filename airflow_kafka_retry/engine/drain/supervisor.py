@@ -3,7 +3,7 @@ A partition run that never hangs: its attempts watched, the broker failures amon
 
 Every engine runs a partition through :func:`run_supervised`: in a thread of the task (local engine), in
 a worker process, or in a Spark executor. The partition's attempt runs in a daemon thread of its own;
-this thread asks the attempt's :class:`~airflow_kafka_retry.engine.kafka.deadlines.CallWatch` every
+this thread asks the attempt's :class:`~airflow_kafka_retry.engine.kafka.deadlines.CallDeadlines` every
 ``poll_s`` whether a client call is past the engine's deadline. Then, or when an attempt fails on the
 cluster (a timeout, a coordinator or leader that moved, too few in-sync replicas: :func:`broker_transient`),
 the partition is tried again with fresh clients, on the brokers that are left:
@@ -36,8 +36,8 @@ from airflow_kafka_retry.engine.kafka.deadlines import (
     POLL_S,
     AbortNow,
     AttemptStopped,
+    CallDeadlines,
     CallStuckError,
-    CallWatch,
     bounded,
     run_watched,
 )
@@ -126,7 +126,7 @@ def run_partition(
 
     wall = clock or wall_clock_ms
 
-    def attempt(watch: CallWatch) -> PartitionJob:
+    def attempt(watch: CallDeadlines) -> PartitionJob:
         return PartitionJob(
             topology,
             tier,
@@ -152,7 +152,7 @@ def run_partition(
 
 
 def run_supervised(
-    make_job: Callable[[CallWatch], PartitionJob],
+    make_job: Callable[[CallDeadlines], PartitionJob],
     *,
     where: str,
     retry_s: float,
@@ -177,7 +177,7 @@ def run_supervised(
     attempt = 0
     while True:
         attempt += 1
-        watch = CallWatch(where, give_up_at=give_up_at, clock=clock)
+        watch = CallDeadlines(where, give_up_at=give_up_at, clock=clock)
         job = make_job(watch)
         if total is not None:
             _report_totals(job, total)
@@ -209,7 +209,7 @@ def run_supervised(
 
 
 def _attempt(
-    job: PartitionJob, watch: CallWatch, poll_s: float, should_stop: Callable[[], str | None] | None
+    job: PartitionJob, watch: CallDeadlines, poll_s: float, should_stop: Callable[[], str | None] | None
 ) -> tuple[PartitionSummary, BaseException | None]:
     """One attempt in a daemon thread of its own: its summary and failure, or the stuck call's."""
 

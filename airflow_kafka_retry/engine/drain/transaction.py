@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.clients import init_transactions
-from airflow_kafka_retry.engine.kafka.deadlines import CallWatch
+from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.refusals import refusal
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class RoutedRecord:
 
 
 @dataclass
-class Router:
+class ChunkTransaction:
     """
     Produces routed records and commits the source partition's offset.
 
@@ -129,7 +129,7 @@ class Router:
     consumer: Consumer
     transactional: bool
     partition_counts: Mapping[str, int]
-    watch: CallWatch = field(default_factory=lambda: CallWatch("router"))
+    watch: CallDeadlines = field(default_factory=lambda: CallDeadlines("router"))
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     transactional_id: str | None = None
     make_producer: Callable[[], Producer] | None = None

@@ -7,10 +7,10 @@ coordinates a group or a transaction dies, ``send_offsets_to_transaction``, ``co
 cluster here, a partition whose leader and coordinators were SIGKILLed stopped for good in 3 runs of 6).
 A timeout handed to the client is therefore a wish; the deadline that counts is this module's.
 
-Every call of a partition run that can block goes through :meth:`CallWatch.call`, which notes what is
+Every call of a partition run that can block goes through :meth:`CallDeadlines.call`, which notes what is
 waited for (the call, the broker role it needs) and until when: the call's own timeout plus a grace
 period, and never past the watch's ``give_up_at``. A supervisor (``engine/drain/supervisor.py``) asks
-:meth:`CallWatch.overdue` while the partition runs; a call past its deadline is *abandoned*: the
+:meth:`CallDeadlines.overdue` while the partition runs; a call past its deadline is *abandoned*: the
 partition's thread cannot be stopped inside librdkafka, so it is left there, and whenever the call
 returns its thread raises :class:`AttemptAbandoned` at once instead of going on. The supervisor then
 retries the partition with fresh clients, whose ``init_transactions`` fences whatever the abandoned
@@ -89,7 +89,7 @@ class Waiting:
         )
 
 
-class CallWatch:
+class CallDeadlines:
     """
     The deadlines of one attempt of one partition run (see the module's docstring).
 
@@ -221,7 +221,7 @@ class _Outcome:
 
 def run_watched(
     work: Callable[[], T],
-    watch: CallWatch,
+    watch: CallDeadlines,
     *,
     settled: Callable[[], bool] = lambda: False,
     stop_now: Callable[[], str | None] = lambda: None,

@@ -38,7 +38,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, admin_config
-from airflow_kafka_retry.engine.kafka.deadlines import CallWatch
+from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.reading import reader_config
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
@@ -89,7 +89,7 @@ def redelivery_log_topic(topic: str) -> str:
 
 
 def ensure_redelivery_log(
-    kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0, watch: CallWatch | None = None
+    kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0, watch: CallDeadlines | None = None
 ) -> bool:
     """
     Create the log topic (one partition, :data:`LOG_CONFIG`) if it is missing; True when it was created.
@@ -99,7 +99,7 @@ def ensure_redelivery_log(
     Under ``watch``'s deadlines: the lookup, the creation and the wait for the created topic are each given
     ``timeout``. A timeout is a transient :class:`RedeliveryLogError`.
     """
-    watch = watch or CallWatch(topic)
+    watch = watch or CallDeadlines(topic)
     limit = watch.timeout(timeout)
     try:
         # a metadata request, the creation, then metadata requests until the topic shows (up to `limit`)
@@ -189,7 +189,7 @@ class RedeliveryLogView:
         kafka_config: Mapping[str, Any],
         topic: str,
         *,
-        watch: CallWatch | None = None,
+        watch: CallDeadlines | None = None,
         timeout_s: float = 10.0,
         idle_timeout_s: float = 60.0,
         poll_s: float = 1.0,
@@ -198,7 +198,7 @@ class RedeliveryLogView:
         self.kafka_config = kafka_config
         self.topic = topic
         self.where = f"{topic}[0]"
-        self.watch = watch or CallWatch(self.where)
+        self.watch = watch or CallDeadlines(self.where)
         self.timeout_s, self.idle_timeout_s, self.poll_s = timeout_s, idle_timeout_s, poll_s
         self.clock = clock
         self.state = log_state(kafka_config, topic)
