@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
-from airflow_kafka_retry.testing.kafka_naming import coordinator_partition
+from airflow_kafka_retry.testing.kafka_roles import coordinator_partition
 from airflow_kafka_retry.testing.processes import port_open
 from airflow_kafka_retry.testing.scratch_topics import (
     CLIENT_LOGGER,

@@ -78,7 +78,7 @@ def out_of_isr(metadata: ClusterMetadata, node_id: int) -> list[str]:
     ]
 
 
-class ClusterNaming:
+class ClusterRoles:
     """
     Who leads a partition, the metadata quorum, a group or a transaction.
 
