@@ -18,6 +18,11 @@ ROOTS = ("airflow_kafka_retry", "bench")
 #: share a rank, so neither imports the other).
 ENGINE_LAYERS = {"kafka": 0, "logs": 1, "scans": 2, "heads": 2, "drain": 3, "local": 4}
 ENGINE = "airflow_kafka_retry.engine"
+#: The bottom of the house: what each of these packages may import of the package (itself aside).
+BELOW = {
+    "airflow_kafka_retry.policy": ("airflow_kafka_retry.errors",),
+    ENGINE: ("airflow_kafka_retry.errors", "airflow_kafka_retry.policy"),
+}
 
 
 def module_files(root: Path) -> dict[str, Path]:
@@ -129,6 +134,25 @@ def upward_imports(
     return sorted(found)
 
 
+def imports_from_above(graph: Mapping[str, Mapping[str, int]]) -> list[str]:
+    """``a -> b`` for each import by a :data:`BELOW` package of a module of the package outside its list."""
+    found = []
+    for source, targets in graph.items():
+        for package, allowed in BELOW.items():
+            if source != package and not source.startswith(package + "."):
+                continue
+            for target in targets:
+                inside = target == package or target.startswith(package + ".")
+                ours = target.split(".")[0] == "airflow_kafka_retry"
+                if (
+                    ours
+                    and not inside
+                    and not any(target == a or target.startswith(a + ".") for a in allowed)
+                ):
+                    found.append(f"{source} -> {target}")
+    return sorted(found)
+
+
 @pytest.fixture(scope="module")
 def modules() -> dict[str, Path]:
     found: dict[str, Path] = {}
@@ -139,6 +163,10 @@ def modules() -> dict[str, Path]:
 
 def test_no_module_imports_itself_back_through_others(modules):
     assert circles(import_graph(modules)) == []
+
+
+def test_policy_and_engine_import_nothing_above_them(modules):
+    assert imports_from_above(import_graph(modules)) == []
 
 
 def test_every_engine_module_lives_in_a_ranked_sub_package(modules):
@@ -163,6 +191,9 @@ def test_the_checks_see_a_circle_and_an_upward_import(tmp_path):
         "from typing import TYPE_CHECKING\n" + typed_only
     )
     (package / "engine" / "drain" / "job.py").write_text("from ..kafka import clients\n")
+    (package / "policy").mkdir()
+    (package / "policy" / "__init__.py").write_text("")
+    (package / "policy" / "naming.py").write_text("import airflow_kafka_retry.engine.kafka.clients\n")
     found = module_files(package)
     graph = import_graph(found)
     assert circles(graph) == [[f"{ENGINE}.drain.job", f"{ENGINE}.kafka.clients"]]
@@ -170,3 +201,4 @@ def test_the_checks_see_a_circle_and_an_upward_import(tmp_path):
     assert upward_imports(graph, found, tmp_path) == [
         f"{where}: {ENGINE}.kafka.clients (kafka) imports {ENGINE}.drain.job (drain)"
     ]
+    assert imports_from_above(graph) == [f"airflow_kafka_retry.policy.naming -> {ENGINE}.kafka.clients"]
