@@ -64,7 +64,10 @@ def _cmd_topology_show(args: argparse.Namespace) -> int:
     if args.bootstrap or args.kafka_config:
         import yaml
 
-        from airflow_kafka_retry.engine.topics import existing_topics, topology_replication_warnings
+        from airflow_kafka_retry.engine.kafka.topic_admin import (
+            existing_topics,
+            topology_replication_warnings,
+        )
         from airflow_kafka_retry.policy.compat_check import spring_named_topics, warning
 
         config = kafka_config(args)
@@ -86,7 +89,7 @@ def _peer_consumers(topology: Any, config: dict[str, Any], file: str) -> list[di
     """Other consumers on the topology's topics (a Spring peer), each warned about; None if not checked."""
     from confluent_kafka import KafkaException
 
-    from airflow_kafka_retry.engine.peer_consumers import peer_consumers, warnings
+    from airflow_kafka_retry.engine.scans.peer_consumers import peer_consumers, warnings
 
     try:
         peers = peer_consumers(topology, config)
@@ -99,7 +102,7 @@ def _peer_consumers(topology: Any, config: dict[str, Any], file: str) -> list[di
 
 
 def _cmd_topology_create(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.engine.topics import ensure_topics
+    from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
     from airflow_kafka_retry.policy.topology_file import load_topology
 
     topology = load_topology(args.file)
@@ -115,7 +118,7 @@ def _cmd_topology_create(args: argparse.Namespace) -> int:
 
 
 def _options(args: argparse.Namespace) -> Any:
-    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
 
     return DrainOptions(
         handler=args.handler,
@@ -145,7 +148,7 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.engine.loading import load_callable
+    from airflow_kafka_retry.engine.kafka.loading import load_callable
     from airflow_kafka_retry.policy.topology_file import load_topology
 
     topology = load_topology(args.topology)
@@ -173,7 +176,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
         except SparkSubmitError as exc:
             return fail(str(exc), EXIT_FAILED)
     else:
-        from airflow_kafka_retry.engine.local import run_local
+        from airflow_kafka_retry.engine.local.engine import run_local
 
         for path, what in (
             (options.handler, "handler"),

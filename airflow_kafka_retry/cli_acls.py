@@ -100,7 +100,7 @@ def _cmd_acls(args: argparse.Namespace) -> int:
         sys.stdout.write("".join(line + "\n" for line in lines))
     if not args.apply:
         return EXIT_OK
-    from airflow_kafka_retry.engine.acl_admin import AclApplyError, apply_acls
+    from airflow_kafka_retry.engine.kafka.acl_admin import AclApplyError, apply_acls
 
     with open(args.admin_config, encoding="utf-8") as fh:
         config: dict[str, Any] = json.load(fh)

@@ -186,7 +186,7 @@ def _version(value: Any) -> str:
 def _machine() -> dict[str, Any]:
     import confluent_kafka
 
-    from airflow_kafka_retry.engine.local import available_cores
+    from airflow_kafka_retry.engine.local.engine import available_cores
 
     return {
         "cores": available_cores(),

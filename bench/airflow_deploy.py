@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from airflow_kafka_retry.engine.topics import ensure_retry_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import COMPONENTS, AirflowCluster, airflow_env
-from airflow_kafka_retry.testing.topics import create_topics
+from airflow_kafka_retry.testing.scratch_topics import create_topics
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases

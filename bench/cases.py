@@ -37,7 +37,7 @@ def _config(workload: Workload, spec: dict[str, Any] | None = None) -> dict[str,
 
 
 def _engine_options(group: str, spec: dict[str, Any], *, transactional: bool) -> Any:
-    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
 
     return DrainOptions(
         handler="bench.handler:handle",
@@ -81,7 +81,7 @@ def provider(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int,
 def _local(
     workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool, in_process: bool = False
 ) -> tuple[int, dict[str, Any]]:
-    from airflow_kafka_retry.engine.local import default_parallelism, run_local
+    from airflow_kafka_retry.engine.local.engine import default_parallelism, run_local
     from airflow_kafka_retry.policy.topology_file import load_topology
 
     topology = load_topology(workload.topology_path)
@@ -137,7 +137,7 @@ def spark(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, di
 def local_txn_profile(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     from bench.profile import profile_local
 
-    return profile_local(workload, group, spec)
+    return profile_local(workload, group, spec, local_threads)
 
 
 CASES: dict[str, Callable[[Workload, str, dict[str, Any]], tuple[int, dict[str, Any]]]] = {

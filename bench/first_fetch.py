@@ -11,9 +11,9 @@ first record of both partitions:
 
 * ``logical``: ``committed()`` (as every reader asks first), then an assignment at ``OFFSET_BEGINNING``,
   which librdkafka resolves with an offset query of its own (the behaviour before ``from_log_start``);
-* ``log_start``: the same, with ``engine.clients.from_log_start`` asking the broker for the log start
+* ``log_start``: the same, with ``engine.kafka.clients.from_log_start`` asking the broker for the log start
   first (what the engine's readers do now; its ListOffsets request is inside the time);
-* ``head_watch``: a trigger's :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` (its own
+* ``head_watch``: a trigger's :class:`~airflow_kafka_retry.engine.heads.head_watch.HeadWatch` (its own
   consumer) from construction until both heads are known.
 
 Writes ``bench/results/<UTC date and time>-first-fetch.json`` (or ``--out DIR``) and prints a summary.
@@ -31,9 +31,9 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from airflow_kafka_retry.engine.clients import consumer_config, from_log_start
-from airflow_kafka_retry.engine.head_watch import HeadWatch
-from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
+from airflow_kafka_retry.engine.kafka.clients import consumer_config, from_log_start
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
 from bench.given_broker import given_broker
 from bench.results_file import write_new_result
 

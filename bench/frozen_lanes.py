@@ -12,7 +12,7 @@ topic gets one record due ``--due-in`` seconds after the watcher started (30: by
 first reads have failed at their 15 + 5 s deadline, and they are opened again and again while the
 others wait for their due time).
 Case ``unfrozen``: every lane reads its group's committed offsets through the triggerer's reader child
-(``engine/offset_reader.py``). Case ``frozen``: half the lanes (every other one) read them through a
+(``engine/heads/offset_reader.py``). Case ``frozen``: half the lanes (every other one) read them through a
 reader child of their own that is stopped (SIGSTOP) for the whole round, each replacement too, its real
 admin client inside: their reads never answer, as with a lost coordinator. The figure is the lateness
 of each healthy lane: when its first event came minus the records' due time
@@ -66,7 +66,7 @@ class _Freezer:
     """Committed-offset reads of some groups through a reader child kept stopped (each new one too)."""
 
     def __init__(self, bootstrap: str, groups: set[str]) -> None:
-        from airflow_kafka_retry.engine.offset_reader import OffsetReader
+        from airflow_kafka_retry.engine.heads.offset_reader import OffsetReader
 
         self.groups = groups
         self.reader = OffsetReader({"bootstrap.servers": bootstrap})
@@ -84,7 +84,7 @@ class _Freezer:
 
     @contextlib.contextmanager
     def routing(self) -> Iterator[None]:
-        from airflow_kafka_retry.engine.shared_consumer import Lease
+        from airflow_kafka_retry.engine.heads.shared_consumer import Lease
 
         real = Lease.committed
         freezer = self
@@ -111,7 +111,7 @@ class _Freezer:
 async def _round(
     bootstrap: str, lanes: int, frozen: bool, due_in_s: float, window_s: float, idle_check: float
 ) -> dict[str, Any]:
-    from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+    from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
     from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
     from airflow_kafka_retry.triggers.watching import MemoryStore
 

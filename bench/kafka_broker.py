@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from airflow_kafka_retry.engine.local import available_cores
+from airflow_kafka_retry.engine.local.engine import available_cores
 from airflow_kafka_retry.testing.capabilities import probe_capabilities
 from airflow_kafka_retry.testing.kafka import ApacheKafka
 from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, pinned_version

@@ -55,8 +55,9 @@ HEAVY_PREFIXES = (
     "airflow_kafka_retry.observability",
     "airflow_kafka_retry.plugin",
 )
-#: ``engine.options`` is a plain dataclass of run options (no I/O): operators validate ``options`` with it.
-ALLOWED = ("airflow_kafka_retry.engine.options",)
+#: ``engine.drain.options`` is a plain dataclass of run options (no I/O): operators validate ``options``
+#: with it. Its package ``engine.drain`` comes with it (a docstring, no import).
+ALLOWED = ("airflow_kafka_retry.engine.drain", "airflow_kafka_retry.engine.drain.options")
 
 TOPOLOGY = """\
 topic: {name}

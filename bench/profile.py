@@ -8,8 +8,8 @@ in a worker process. Phases are wall and thread-CPU seconds summed over the part
 
 * ``start``: ``init_transactions`` (fencing earlier runs of the partition);
 * ``read``: fetching and due-checking records (``PartitionReader.read``; waits for the broker);
-* ``handle``: building records, calling the handler, resolving failures (``PartitionJob._handle``);
-* ``commit``: producing routed records and committing the chunk's transaction (``Router.commit``);
+* ``handle``: building records, calling the handler, resolving failures (``HandlingLane.handle``);
+* ``commit``: producing routed records and committing the chunk's transaction (``ChunkTransaction.commit``);
 * ``job``: the whole partition job, client creation and metadata included.
 """
 
@@ -28,10 +28,10 @@ if TYPE_CHECKING:
     from bench.workload import Workload
 
 _PHASES = {
-    "start": ("airflow_kafka_retry.engine.route", "Router", "start"),
-    "read": ("airflow_kafka_retry.engine.drain", "PartitionReader", "read"),
-    "handle": ("airflow_kafka_retry.engine.partition", "PartitionJob", "_handle"),
-    "commit": ("airflow_kafka_retry.engine.route", "Router", "commit"),
+    "start": ("airflow_kafka_retry.engine.drain.transaction", "ChunkTransaction", "start"),
+    "read": ("airflow_kafka_retry.engine.drain.due_records", "PartitionReader", "read"),
+    "handle": ("airflow_kafka_retry.engine.drain.lanes", "HandlingLane", "handle"),
+    "commit": ("airflow_kafka_retry.engine.drain.transaction", "ChunkTransaction", "commit"),
 }
 
 
@@ -49,12 +49,16 @@ def _timed(
     return wrapper
 
 
-def profile_local(workload: Workload, group: str, spec: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-    """Drain the tier with the local engine in-process, timing phases and profiling every thread."""
+def profile_local(
+    workload: Workload,
+    group: str,
+    spec: dict[str, Any],
+    drain: Callable[[Workload, str, dict[str, Any]], tuple[int, dict[str, Any]]],
+) -> tuple[int, dict[str, Any]]:
+    """Drain the tier with ``drain`` (the local engine in-process), timing phases, profiling every thread."""
     import importlib
 
-    from airflow_kafka_retry.engine.partition import PartitionJob
-    from bench.cases import local_threads
+    from airflow_kafka_retry.engine.drain.partition import PartitionJob
 
     wall: collections.Counter[str] = collections.Counter()
     cpu: collections.Counter[str] = collections.Counter()
@@ -79,7 +83,7 @@ def profile_local(workload: Workload, group: str, spec: dict[str, Any]) -> tuple
                 cpu["job"] += time.thread_time() - started_cpu
 
     PartitionJob.run = profiled_run  # type: ignore[method-assign]
-    count, details = local_threads(workload, group, spec)
+    count, details = drain(workload, group, spec)
     stats = pstats.Stats(profiles[0], stream=io.StringIO())
     for profile in profiles[1:]:
         stats.add(profile)

@@ -38,11 +38,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.redelivery_log import ensure_redelivery_log, redelivery_log_topic
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+from airflow_kafka_retry.engine.logs.redelivery_log import ensure_redelivery_log, redelivery_log_topic
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
 from bench.given_broker import given_broker
 from bench.results_file import write_new_result
 
@@ -137,14 +137,14 @@ def measure_lane(bootstrap: str, mapping: dict[str, Any], more: dict[str, Any]) 
     """In a child process: the input lane's two runs, its lookups and its memory (see the module)."""
     import tracemalloc
 
-    from airflow_kafka_retry.engine.local import run_local
-    from airflow_kafka_retry.engine.options import DrainOptions
-    from airflow_kafka_retry.engine.redelivery_log import RedeliveryLogView
-    from airflow_kafka_retry.engine.redelivery_log_state import LogState, log_state
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
+    from airflow_kafka_retry.engine.local.engine import run_local
+    from airflow_kafka_retry.engine.logs.redelivery_log import RedeliveryLogView
+    from airflow_kafka_retry.engine.logs.redelivery_log_state import LogState, log_state
 
     config = {"bootstrap.servers": bootstrap}
     topology = Topology.from_mapping(mapping, source="bench")
-    options = DrainOptions(handler="airflow_kafka_retry.engine.redelivery:no_handler")
+    options = DrainOptions(handler="airflow_kafka_retry.engine.drain.redelivery:no_handler")
     state = log_state(config, redelivery_log_topic(topology.topic))
     out: dict[str, Any] = {"rss_before_mb": _peak_rss_mb()}
 

@@ -36,11 +36,11 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
 from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, set_group_configs, share_dlq_kafka
 from airflow_kafka_retry.testing.share_retry import RETRIED_GROUP_CONFIGS, ShareQueue, drain_share_topology
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics
 from bench.results_file import write_new_result
 
 RESULTS = Path(__file__).parent / "results"

@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from airflow_kafka_retry.engine.local import available_cores
+from airflow_kafka_retry.engine.local.engine import available_cores
 from airflow_kafka_retry.testing.spark_cluster import SparkCluster
 from bench.results_file import write_new_result
 

@@ -120,7 +120,7 @@ def run_drain(
     engine: str, records: int, handler_ms: float, *, bootstrap: str, work: Path, cluster: Any, partitions: int
 ) -> dict[str, Any]:
     """One engine's drain of a fresh main topic holding ``records`` records; its measurements."""
-    from airflow_kafka_retry.engine.topics import ensure_topics
+    from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
     from airflow_kafka_retry.policy.topology_file import load_topology
 
     name = f"bench-spark-engines-{uuid.uuid4().hex[:10]}"
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if not all(e in ENGINES or e.removeprefix("local-p").isdigit() for e in engines):
         parser.error(f"--engines: among {ENGINES} (local-p<N>: any N)")
 
-    from airflow_kafka_retry.engine.local import available_cores
+    from airflow_kafka_retry.engine.local.engine import available_cores
     from airflow_kafka_retry.testing.kafka import ApacheKafka
     from airflow_kafka_retry.testing.spark_cluster import SparkCluster
     from bench.results_file import write_new_result

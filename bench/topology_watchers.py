@@ -16,7 +16,7 @@ its imports, once every watcher has its heads, and after a ``--window`` of idle 
 its threads, broker connections and, with ``--tracemalloc``, the Python allocations that grew most.
 
 Modes: ``shared`` (``[kafka_retry] shared_watch_consumers`` on, the default: one consumer for the
-process, committed offsets read by its child, ``engine/offset_reader.py``, whose memory is counted) and
+process, committed offsets read by its child, ``engine/heads/offset_reader.py``, whose memory is counted) and
 ``own`` (off: one consumer per lane). Writes
 ``bench/results/<UTC date and time>-topology-watchers.json`` (or ``--out DIR``). Measured, never asserted.
 """
@@ -117,7 +117,7 @@ async def _drive(trigger: Any) -> None:
 
 def child(args: argparse.Namespace) -> int:
     """One mode and size in this process: create the topics, watch, print the result as JSON."""
-    from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+    from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
 
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": args.bootstrap}}

@@ -6,7 +6,7 @@
     python -m bench.watch_consumers --bootstrap HOST:PORT   # an existing broker instead of a fresh one
 
 In event mode every asset watcher of the triggerer keeps a
-:class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` open on its topics. This bench starts a real
+:class:`~airflow_kafka_retry.engine.heads.head_watch.HeadWatch` open on its topics. This bench starts a real
 Apache Kafka broker (``testing/kafka.py``; or uses ``--bootstrap``), creates N topics of 3 partitions
 (nothing in them: the topologies are idle), opens one watch per topic in this process and runs them as
 the triggers do: one asyncio task each, calling ``poll()`` every 0.5 s on the event loop and
@@ -38,9 +38,9 @@ from typing import Any
 
 import psutil
 
-from airflow_kafka_retry.engine.head_watch import HeadWatch
-from airflow_kafka_retry.engine.local import available_cores
-from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
+from airflow_kafka_retry.engine.local.engine import available_cores
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
 from bench.given_broker import given_broker
 from bench.results_file import claim_result_file
 

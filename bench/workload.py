@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy.failure_headers import ExceptionInfo, Failure, forward_headers
 from airflow_kafka_retry.policy.header_policy import HeaderPolicy
 from airflow_kafka_retry.policy.topology_file import load_topology

@@ -38,7 +38,7 @@ from airflow_kafka_retry.testing.capabilities import (
     probe_capabilities,
 )
 from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
-from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support import file_order
 from tests.support.warm_airflow import end_all
@@ -317,14 +317,14 @@ def _no_shared_consumer_left() -> Iterator[None]:
     """
     A test leaves no lease of the process's shared watch consumer behind.
 
-    The consumer is the process's (``engine/shared_consumer.py``): a watch a test did not close would be
+    The consumer is the process's (``engine/heads/shared_consumer.py``): a watch a test did not close would be
     seen by the next test of the same worker (a CI run failed so, in a test checking that none was in
     use). Checked after the test's own fixtures are gone; what was left is closed, and the test errors.
     """
     yield
     import sys
 
-    module = sys.modules.get("airflow_kafka_retry.engine.shared_consumer")
+    module = sys.modules.get("airflow_kafka_retry.engine.heads.shared_consumer")
     if module is None:
         return
     calls = sys.modules.get("airflow_kafka_retry.triggers.broker_calls")

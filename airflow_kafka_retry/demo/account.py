@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.demo.orders import FATES, fate
-from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.consumed import headers_of, offset_of
-from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.replay_log import log_topic, read_log
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.logs.replay_log import log_topic, read_log
 from airflow_kafka_retry.policy.headers import last_header
 from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
 

@@ -75,7 +75,7 @@ class Demo:
 
     # ------------------------------------------------------------------ the course
     def run(self) -> Account:
-        from airflow_kafka_retry.testing.topics import create_topics
+        from airflow_kafka_retry.testing.scratch_topics import create_topics
 
         topology = self.d.topology
         # the shop's topic; the DAG's setup task creates the tiers, DLTs and parking topic

@@ -7,7 +7,7 @@ the user's edit function), ``topics`` (the source DLT and the replay target), ``
 dry run and transactional moves) and ``summary`` (what a replay reports). Parking itself is policy
 (:mod:`airflow_kafka_retry.policy.resolver`); the audit headers are in
 :mod:`airflow_kafka_retry.policy.replay_headers`. Reading a topic without committing
-(:mod:`airflow_kafka_retry.engine.reading`) and the compacted bookkeeping topic
-(:mod:`airflow_kafka_retry.engine.replay_log`) are in the engine, which checks replayed records
+(:mod:`airflow_kafka_retry.engine.kafka.reading`) and the compacted bookkeeping topic
+(:mod:`airflow_kafka_retry.engine.logs.replay_log`) are in the engine, which checks replayed records
 against that log too. Used by the CLI, the operator and the DAG.
 """

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.dlt.groups import BUCKETS, Bucket, group_records
 from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.dlt.topics import source_topic
-from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.replay_log import log_topic, read_log
+from airflow_kafka_retry.dlt.replay_targets import source_topic
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.logs.replay_log import log_topic, read_log
 from airflow_kafka_retry.policy.dead_letter_families import FAMILIES, Family
 from airflow_kafka_retry.policy.errors import ReplayError
 

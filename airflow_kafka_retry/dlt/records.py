@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.engine.consumed import headers_of, offset_of, partition_of, topic_of
+from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 from airflow_kafka_retry.policy.headers import Header, OriginalCoordinates
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, read_replay_audit

@@ -19,7 +19,7 @@ A replay runs in three steps, and nothing is written before the third:
    committed together or not at all.
 
 A replay never hangs on the cluster: its writes run under the engine's deadlines
-(:mod:`~airflow_kafka_retry.engine.call_watch`), and a write that overruns, or fails on the cluster (a
+(:mod:`~airflow_kafka_retry.engine.kafka.deadlines`), and a write that overruns, or fails on the cluster (a
 timeout, a moved coordinator, too few in-sync replicas), is tried again for ``broker_retry_s`` under the
 same replay id: the next attempt's producer (same transactional id) fences the old one and aborts its open
 chunk, and the replay resumes from what its log holds, so each record still moves once.
@@ -49,13 +49,19 @@ from airflow_kafka_retry.dlt.replay_select import (
     select_candidates,
     shown,
 )
+from airflow_kafka_retry.dlt.replay_targets import BY_KEY, check_target_spec, source_topic
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
-from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
-from airflow_kafka_retry.engine.call_watch import AttemptStopped, CallStuckError, CallWatch, run_watched
-from airflow_kafka_retry.engine.clients import KafkaConfigError, init_transactions, producer_config
-from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.replay_log import (
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, init_transactions, producer_config
+from airflow_kafka_retry.engine.kafka.deadlines import (
+    AttemptStopped,
+    CallDeadlines,
+    CallStuckError,
+    run_watched,
+)
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.logs.replay_log import (
     ReplayLog,
     done_key,
     ensure_replay_log,
@@ -63,7 +69,6 @@ from airflow_kafka_retry.engine.replay_log import (
     plan_key,
     read_log,
 )
-from airflow_kafka_retry.engine.supervised import broker_transient
 from airflow_kafka_retry.policy.client_names import (
     DEFAULT_TRANSACTIONAL_ID_PREFIX,
     REPLAY_LOG_SUFFIX,
@@ -169,8 +174,8 @@ class Replay:
         """
         Run the replay; a partial summary stays in :attr:`summary` when it stops with an error.
 
-        A failure that a missing ACL explains says which (``engine/authorization.py``): the principal, the
-        operation and the resource.
+        A failure that a missing ACL explains says which (``engine/kafka/authorization.py``): the principal,
+        the operation and the resource.
         """
         try:
             return self._run()
@@ -184,7 +189,7 @@ class Replay:
             raise
 
     def _lacking_acls(self, error: BaseException) -> str | None:
-        from airflow_kafka_retry.engine.authorization import explain
+        from airflow_kafka_retry.engine.kafka.authorization import explain
         from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 
         if "lacks " in str(error):
@@ -207,7 +212,7 @@ class Replay:
         """
         give_up_at: float | None = None
         while True:
-            watch = CallWatch(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
+            watch = CallDeadlines(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
             try:
                 summary = run_watched(functools.partial(self._attempt, watch), watch, stop_now=self.stop_now)
             except AttemptStopped as exc:
@@ -245,7 +250,7 @@ class Replay:
             return summary
 
     # ------------------------------------------------------------------ the three steps
-    def _attempt(self, watch: CallWatch) -> ReplaySummary:
+    def _attempt(self, watch: CallDeadlines) -> ReplaySummary:
         """One attempt of the three steps, its writes under ``watch``."""
         moves = dataclasses.replace(self.moves, watch=watch)
         with TopicReader(self.kafka_config) as reader:
@@ -300,7 +305,7 @@ class Replay:
                 if self.summary is not None:
                     self.summary.status, self.summary.error = "failed", str(exc)
                 raise
-            # No flush on the way out (as engine.clients.open_producer): the producer is transactional, so
+            # No flush on the way out (as kafka.clients.open_producer): the producer is transactional, so
             # commit_transaction flushed every committed chunk and what is left belongs to an aborted one;
             # a fenced (fatal) producer's flush raises, hiding the run's own error.
 
@@ -362,7 +367,7 @@ class Replay:
         except KafkaConfigError as exc:
             raise ReplayError(f"{option} {topic}: {exc}") from None
 
-    def _fence(self, watch: CallWatch) -> Producer:
+    def _fence(self, watch: CallDeadlines) -> Producer:
         ensure_replay_log(self.kafka_config, self.log_topic)
         producer = Producer(producer_config(self.kafka_config, self.transactional_id))
         timeout = watch.timeout(TIMEOUT_S)

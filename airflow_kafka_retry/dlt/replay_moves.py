@@ -21,11 +21,11 @@ from confluent_kafka import KafkaError, KafkaException
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_select import Candidate, RecordEdit, shown, was_edited
+from airflow_kafka_retry.dlt.replay_targets import BY_KEY
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
-from airflow_kafka_retry.dlt.topics import BY_KEY
-from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
-from airflow_kafka_retry.engine.consumed import offset_of
-from airflow_kafka_retry.engine.replay_log import encode, record_key
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
+from airflow_kafka_retry.engine.kafka.messages import offset_of
+from airflow_kafka_retry.engine.logs.replay_log import encode, record_key
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.framework_headers import framework_headers_kept
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest, replayed_headers
@@ -33,7 +33,7 @@ from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest, 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
 
-    from airflow_kafka_retry.engine.reading import TopicReader
+    from airflow_kafka_retry.engine.kafka.reading import TopicReader
 
 #: How long a transaction's flush and commit may take.
 TIMEOUT_S = 60.0
@@ -57,7 +57,7 @@ class ReplayMoves:
     clock: Callable[[], int]
     chunk_size: int
     move_cap: int | None
-    watch: CallWatch = field(default_factory=lambda: CallWatch("replay"))
+    watch: CallDeadlines = field(default_factory=lambda: CallDeadlines("replay"))
 
     @property
     def _coordinator(self) -> str:

@@ -15,18 +15,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.dlt.topics import BY_KEY, Target, target_for
+from airflow_kafka_retry.dlt.replay_targets import BY_KEY, Target, target_for
 from airflow_kafka_retry.dlt.transform import Transform, apply_transform
-from airflow_kafka_retry.engine.clients import KafkaConfigError, NotAuthorized, partition_counts
-from airflow_kafka_retry.engine.consumed import offset_of
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized, partition_counts
+from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.header_values import bound_value
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
     from airflow_kafka_retry.dlt.summary import ReplaySummary
-    from airflow_kafka_retry.engine.reading import TopicReader
-    from airflow_kafka_retry.engine.replay_log import ReplayLog
+    from airflow_kafka_retry.engine.kafka.reading import TopicReader
+    from airflow_kafka_retry.engine.logs.replay_log import ReplayLog
     from airflow_kafka_retry.policy.dead_letter_families import Family
     from airflow_kafka_retry.policy.framework_headers import FrameworkHeaders
     from airflow_kafka_retry.policy.topology import Topology

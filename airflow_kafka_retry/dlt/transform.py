@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError, load_callable
 from airflow_kafka_retry.policy.errors import ReplayError
 
 Transform = Callable[[DltRecord], "DltRecord | None"]

@@ -5,7 +5,7 @@ A topology with ``input`` (another framework's dead-letter queue, ``policy/topol
 DLQ as its tier 0: the task ``main`` drains it into the tiers. Without that task nothing feeds the tiers,
 so the factory includes it unasked, and refuses ``include_main=False``.
 
-Under ``on_due: redeliver`` no handler runs (``engine/redelivery.py``: the input lane routes each dead
+Under ``on_due: redeliver`` no handler runs (``engine/drain/redelivery.py``: the input lane routes each dead
 letter, a tier produces each due record back to its source topic), so ``handler=`` is refused rather than
 silently ignored, as the factory refuses the DAG arguments it sets itself: a handler there would look
 like it ran. The tasks get :data:`REDELIVER_HANDLER`, which the engine never calls. Everything else takes
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Topology
 
 #: The handler path every task of an ``on_due: redeliver`` topology gets (never called: it raises).
-REDELIVER_HANDLER = "airflow_kafka_retry.engine.redelivery:no_handler"
+REDELIVER_HANDLER = "airflow_kafka_retry.engine.drain.redelivery:no_handler"
 
 
 def tasks_handler(topology: Topology, handler: str | None) -> str:

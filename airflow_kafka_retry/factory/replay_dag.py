@@ -9,8 +9,8 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from airflow_kafka_retry.dlt.topics import source_topics
-from airflow_kafka_retry.engine.loading import UserCodeError
+from airflow_kafka_retry.dlt.replay_targets import source_topics
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.operators.replay_dlt import ReplayDltOperator
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.policy.topology_file import load_topology

@@ -161,7 +161,7 @@ def build_retry_dags(
         run whose first chunk takes longer gets one duplicate event per ``refire_after`` (a short run
         once it ends).
     :param follow: event mode, local engine: a run whose next record is due within this long waits for it
-        and drains on (``engine/follow.py``), so a steady stream of due records is one run, not a run
+        and drains on (``engine/drain/follow.py``), so a steady stream of due records is one run, not a run
         per wave; None: one drain per run.
     :param layout: ``topology`` (one DAG; event mode only, its default) or ``tiers`` (a DAG per tier,
         the DLT watch and the setup; schedule mode's default).

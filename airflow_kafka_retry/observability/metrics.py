@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.distribution import Distribution
-    from airflow_kafka_retry.engine.peek import TierPeek
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.distribution import Distribution
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
+    from airflow_kafka_retry.engine.heads.peek import TierPeek
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
-    from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary
+    from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchSummary
 
 #: The watch group of a topology, unless ``consumer_group`` names one.
 
@@ -114,8 +114,12 @@ class DltWatchOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
-        from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary, commit_offsets, scan_new_records
-        from airflow_kafka_retry.engine.topics import missing_topics
+        from airflow_kafka_retry.engine.kafka.topic_admin import missing_topics
+        from airflow_kafka_retry.engine.scans.dlt_scan import (
+            DltWatchSummary,
+            commit_offsets,
+            scan_new_records,
+        )
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
         from airflow_kafka_retry.observability.metrics import (
@@ -240,7 +244,7 @@ def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:
     (:mod:`~airflow_kafka_retry.policy.header_values`); DLT topics are the topology's own (its DLTs,
     parking topic and named queues) and families one of six names.
     """
-    from airflow_kafka_retry.engine.dlt_watch import topic_families
+    from airflow_kafka_retry.engine.scans.dlt_scan import topic_families
 
     return {
         "new_records": summary.records,

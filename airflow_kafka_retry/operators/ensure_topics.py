@@ -19,7 +19,7 @@ from airflow_kafka_retry.policy.topology_file import load_topology
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from airflow_kafka_retry.engine.topics import TopicMismatch
+    from airflow_kafka_retry.engine.kafka.topic_admin import TopicMismatch
 
 ON_MISMATCH = ("auto", "fail", "warn")
 
@@ -50,7 +50,7 @@ class EnsureRetryTopicsOperator(BaseOperator):
 
     Every consumer group with members on the topology's topics or in its groups (a Spring peer: the
     provider's own consumers join no group) is logged as a warning asking for ``read_committed``; see
-    ``engine/peer_consumers.py`` for what the broker shows and what it does not.
+    ``engine/scans/peer_consumers.py`` for what the broker shows and what it does not.
 
     The result (XCom) lists the created and existing topics, the mismatches and those groups.
 
@@ -82,7 +82,9 @@ class EnsureRetryTopicsOperator(BaseOperator):
         self.on_mismatch = on_mismatch
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_kafka_retry.engine.topics import ensure_retry_topics  # not when the DAG file is parsed
+        from airflow_kafka_retry.engine.kafka.topic_admin import (
+            ensure_retry_topics,  # not when the DAG file is parsed
+        )
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
@@ -115,7 +117,7 @@ class EnsureRetryTopicsOperator(BaseOperator):
         """Warn about each group with other consumers (a Spring peer) on the topics; None if not checked."""
         from confluent_kafka import KafkaException
 
-        from airflow_kafka_retry.engine.peer_consumers import peer_consumers, warnings
+        from airflow_kafka_retry.engine.scans.peer_consumers import peer_consumers, warnings
 
         try:
             peers = peer_consumers(topology, kafka_config)

@@ -236,7 +236,7 @@ class ReplayDltOperator(BaseOperator):
 
     def _source_topic(self) -> str:
         """The topic this replay reads, before it ran: the ``dlt`` parameter resolved by the topology."""
-        from airflow_kafka_retry.dlt.topics import source_topic
+        from airflow_kafka_retry.dlt.replay_targets import source_topic
 
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
         return source_topic(topology, _unset(self.dlt))

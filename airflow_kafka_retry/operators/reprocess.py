@@ -21,7 +21,7 @@ from airflow_kafka_retry.policy.resolver import wall_clock_ms
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
 
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.notifications.dispatch import Notifier
 
 #: ``RunSummary.stopped`` when ``on_kill`` (Airflow's SIGTERM) stopped the run.
@@ -38,7 +38,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
 
     Each partition's due records go to the handler in batches; failures are routed to the next tier
     or a DLT by the topology's rules, and every chunk of records is committed in one Kafka transaction
-    with its routed records (see :mod:`airflow_kafka_retry.engine.partition`).
+    with its routed records (see :mod:`airflow_kafka_retry.engine.drain.partition`).
 
     The run summary (counts, offsets, dead-letter coordinates; never payloads) is the task's return
     value (XCom). If any partition failed, the task fails with a message naming each failed
@@ -58,7 +58,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param value_deserializer: ``package.module:function`` decoding record values. (templated)
     :param key_deserializer: ``package.module:function`` decoding record keys. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
-    :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
+    :param options: further :class:`~airflow_kafka_retry.engine.drain.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
         ISO-8601 string, or ``"now"`` (when draining starts: a run triggered by a tier's event trigger
@@ -84,7 +84,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     :param skip_missing_topic: a run that no tier wave started (a sweep, a manual run) is skipped when the
         tier's own topic does not exist yet (the event-mode DAG factory sets it).
     :param follow: when the first record a drain left is due within this long (a timedelta, ``"10s"`` or
-        milliseconds), wait for it and drain again in this task (see ``engine/follow.py``), instead of
+        milliseconds), wait for it and drain again in this task (see ``engine/drain/follow.py``), instead of
         leaving it to a new run; None: one drain.
     """
 
@@ -147,10 +147,10 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         """
         Stop every partition at its next chunk boundary (the first reason asked for is kept).
 
-        An :class:`~airflow_kafka_retry.engine.call_watch.AbortNow` reason stops them at once, even after a
-        plain stop: their chunks in progress are aborted.
+        An :class:`~airflow_kafka_retry.engine.kafka.deadlines.AbortNow` reason stops them at once, even after
+        a plain stop: their chunks in progress are aborted.
         """
-        from airflow_kafka_retry.engine.call_watch import AbortNow  # not when the DAG file is parsed
+        from airflow_kafka_retry.engine.kafka.deadlines import AbortNow  # not when the DAG file is parsed
 
         upgrade = isinstance(reason, AbortNow) and not isinstance(self._stop_reason, AbortNow)
         if self._stop_reason is None or upgrade:
@@ -167,7 +167,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         # the next try is coming on the same partitions: abort the chunks in progress instead of finishing
         # them beside it (each try would fence the other's transactions until one failed). The stop comes
         # first: the task's log goes through the dead supervisor, and writing to it may fail or block.
-        from airflow_kafka_retry.engine.call_watch import AbortNow
+        from airflow_kafka_retry.engine.kafka.deadlines import AbortNow
 
         self.request_stop(AbortNow(SUPERVISOR_GONE))
         with contextlib.suppress(Exception):
@@ -176,8 +176,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
         # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
-        from airflow_kafka_retry.engine.follow import drain_following
-        from airflow_kafka_retry.engine.local import LocalEngine
+        from airflow_kafka_retry.engine.drain.follow import drain_following
+        from airflow_kafka_retry.engine.local.engine import LocalEngine
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
         from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies

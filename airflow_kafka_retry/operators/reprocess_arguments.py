@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.policy.durations import duration_ms
 
 #: Options named by their own operator parameters, not through ``options``.

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowSkipException
 
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers
 from airflow_kafka_retry.operators.reprocess_arguments import (
     CUTOFF_NOW,
@@ -160,7 +160,7 @@ class ReprocessTierMixin(ReprocessReportMixin):
         """
         if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
             return
-        from airflow_kafka_retry.engine.topics import missing_topics
+        from airflow_kafka_retry.engine.kafka.topic_admin import missing_topics
 
         if missing_topics(kafka_config, [topic]):
             raise AirflowSkipException(

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Asset
 
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Topology
 
 #: How many dead-letter coordinates, over all partitions, a notifier gets.

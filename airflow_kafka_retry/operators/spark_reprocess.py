@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
     from airflow.providers.common.compat.sdk import Context
 
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.notifications.dispatch import Notifier
 
 __all__ = ["SparkReprocessTierOperator"]
@@ -81,7 +81,7 @@ class SparkReprocessTierOperator(ReprocessTierMixin, SparkSubmitOperator):
     :param result_path: where the driver writes the run summary, a path or fsspec URL, deleted once
         read; default: a new file in the run's private work folder (see
         :mod:`airflow_kafka_retry.spark.result`). (templated)
-    :param options: further :class:`~airflow_kafka_retry.engine.options.DrainOptions` fields
+    :param options: further :class:`~airflow_kafka_retry.engine.drain.options.DrainOptions` fields
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
         ISO-8601 string, or ``"now"`` (when draining starts: a run triggered by a tier's event trigger

@@ -11,7 +11,7 @@ try's transactional producer fencing the other's at every pass, until the broker
 commit (``UNKNOWN_SERVER_ERROR``: Kafka 4.1's coordinator raising on an ``EndTxn`` while an epoch fence
 was pending) and that try failed. So a reprocess task watches its parent process while it runs: once
 the parent is gone (the task was re-parented) it stops every partition at once (an
-``engine.call_watch.AbortNow`` reason: the chunk in progress is aborted at its next piece or client call,
+``engine.kafka.deadlines.AbortNow`` reason: the chunk in progress is aborted at its next piece or client call,
 not finished as after ``on_kill``), and ends without reporting (there is no supervisor to report to); a
 replay task stops its replay the same way. Nothing committed is lost or doubled either way; what the
 watch saves is the overlap of two tries and the failed run.

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.backlog import scan_backlog
-from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
+from airflow_kafka_retry.engine.scans.backlog import scan_backlog
+from airflow_kafka_retry.engine.scans.dead_letter_counts import count_dead_letters
 from airflow_kafka_retry.policy.header_values import bound_counts
 
 if TYPE_CHECKING:

@@ -65,6 +65,14 @@ FAMILIES: tuple[Family, ...] = (
     "airflow",
     "unknown",
 )
+#: The dead-letter families a topology can take as its input, or name a queue with (``unknown`` names none).
+INPUT_FAMILIES: tuple[Family, ...] = (
+    "share-group",
+    "kafka-connect",
+    "spring-retry-topic",
+    "spring-dead-letter",
+    "airflow",
+)
 
 CONNECT_PREFIX = "__connect.errors."
 CONNECT_TOPIC = CONNECT_PREFIX + "topic"

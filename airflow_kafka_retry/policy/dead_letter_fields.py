@@ -2,7 +2,7 @@
 What a dead letter's headers say, as a report shows it: every field, header strings bounded.
 
 ``dlt inspect``'s samples (``dlt/groups.py``) and the DLT watch's samples
-(``engine/dead_letter_counts.py``) both show a record by its DLT coordinates and these fields; never its
+(``engine/scans/dead_letter_counts.py``) both show a record by its DLT coordinates and these fields; never its
 key or value.
 """
 

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_retry.policy.dead_letter_families import INPUT_FAMILIES
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology_input import INPUT_FAMILIES
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.dead_letter_families import Family
@@ -60,7 +60,7 @@ def read_dead_letter_queues(
 
     An entry with a problem is kept as far as it is sound (a bad family as None, a bad topic as written,
     an entry that is not a mapping as it is); the topology's checks report its problem's field again, and
-    :func:`~airflow_kafka_retry.policy.topology_file.topology_from_mapping` keeps one problem per field.
+    :func:`~airflow_kafka_retry.policy.topology_mapping.topology_arguments` keeps one problem per field.
     """
     if not isinstance(data, list | tuple):
         return (), [

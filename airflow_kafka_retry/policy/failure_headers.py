@@ -10,7 +10,7 @@ That includes a record that arrives in the main topic already carrying original-
 create`` calls ``setAppendOriginalHeaders(false)``, and ``DeadLetterRecordManager.maybeAddHeader``
 then adds an original header only when ``lastHeader`` finds none). So nothing downstream may trust
 them as a destination: a DLT replay sends a record to its original topic only when that topic is
-the topology's own or allowed by the replay's author (:mod:`airflow_kafka_retry.dlt.topics`).
+the topology's own or allowed by the replay's author (:mod:`airflow_kafka_retry.dlt.replay_targets`).
 """
 
 from __future__ import annotations

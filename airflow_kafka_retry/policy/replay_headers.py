@@ -18,7 +18,7 @@ any producer can write these headers, so the engine parks a record only when its
 names one of the topology's DLTs or its parking topic (:func:`claimed_replay`) and that topic's
 replay log recorded the move *of this very copy*: the log entry carries :func:`copy_digest` of the
 replay id, key and value produced, and the failing record's own key and value must give it
-(``engine/replay_trust.py``), so an audit copied onto another record confirms nothing. Any other
+(``engine/drain/replay_trust.py``), so an audit copied onto another record confirms nothing. Any other
 claim is treated as absent.
 """
 

@@ -29,7 +29,7 @@ the tier record carries them as any retried record does. A redelivered record ca
 original coordinates and the tier record's ``retry_topic-*`` headers (:func:`redelivery_headers`): the
 round in ``retry_topic-attempts`` (4-byte int), when it was due in ``retry_topic-backoff-timestamp``.
 
-Pure: no I/O. The engine reads and writes the log (``engine/redelivery_log.py``) and produces.
+Pure: no I/O. The engine reads and writes the log (``engine/logs/redelivery_log.py``) and produces.
 """
 
 from __future__ import annotations

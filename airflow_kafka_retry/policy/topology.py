@@ -102,7 +102,7 @@ class Topology:
             check_settings,
             check_topic_names,
         )
-        from airflow_kafka_retry.policy.topology_input import check_sources
+        from airflow_kafka_retry.policy.topology_input_checks import check_sources
 
         errors = check_settings(self)
         if errors:
@@ -119,9 +119,17 @@ class Topology:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<python>") -> Topology:
         """Build a topology from a parsed YAML/JSON mapping; every error names ``source`` and the field."""
-        from airflow_kafka_retry.policy.topology_file import topology_from_mapping
+        from airflow_kafka_retry.policy.topology_mapping import topology_arguments
 
-        return topology_from_mapping(data, source=source)
+        kwargs, errors = topology_arguments(data, source=source)
+        try:
+            topology = cls(**kwargs)
+        except TopologyError as exc:
+            reported = {e.field for e in errors}
+            errors += [e for e in exc.errors if e.field not in reported]
+        if errors:
+            raise TopologyError.combine(errors)
+        return topology
 
     def _error(self, problem: str, field_name: str) -> TopologyError:
         """A problem of this topology's ``field_name``, naming its source."""

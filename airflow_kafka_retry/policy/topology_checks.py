@@ -12,17 +12,17 @@ from typing import TYPE_CHECKING
 from airflow_kafka_retry.policy.classify import is_dotted_name
 from airflow_kafka_retry.policy.compat import COMPAT_NAMES, describe_presets
 from airflow_kafka_retry.policy.naming import DLT_ROUTING_NAMINGS, SUFFIXINGS, TOPIC_NAME, dlt_routing_suffix
-from airflow_kafka_retry.policy.topology_input import check_input
+from airflow_kafka_retry.policy.topology_input_checks import check_input
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.errors import TopologyError
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology_shape import TopologyShape
 
 MAX_ATTEMPTS = 32_766  # the DLT record carries attempts + 1, and Spring reads at most Short.MAX_VALUE
 DLT_STRATEGIES = ("always_retry_on_error", "fail_on_error", "no_dlt")
 
 
-def check_settings(t: Topology) -> list[TopologyError]:
+def check_settings(t: TopologyShape) -> list[TopologyError]:
     """Every setting's problems, each naming its field (the group template's too)."""
     errors: list[TopologyError] = []
 
@@ -97,7 +97,7 @@ def check_settings(t: Topology) -> list[TopologyError]:
     return errors
 
 
-def check_group_template(t: Topology) -> list[TopologyError]:
+def check_group_template(t: TopologyShape) -> list[TopologyError]:
     """The tier group template formats with only {group_id}, {topic} and {suffix}."""
     template = t.tier_group_template
     if not isinstance(template, str) or ("{group_id}" not in template and "{topic}" not in template):
@@ -120,7 +120,7 @@ def check_group_template(t: Topology) -> list[TopologyError]:
     return []
 
 
-def check_topic_names(t: Topology) -> list[TopologyError]:
+def check_topic_names(t: TopologyShape) -> list[TopologyError]:
     """Every derived topic name is legal in Kafka and used by one tier, DLT or parking topic only."""
     routing_fields = [f"dlt_routing.{suffix}" for suffix, _ in t.dlt_routing]
     fields = [
@@ -170,7 +170,7 @@ def check_topic_names(t: Topology) -> list[TopologyError]:
     return errors
 
 
-def check_dead_letter_queues(t: Topology) -> list[TopologyError]:
+def check_dead_letter_queues(t: TopologyShape) -> list[TopologyError]:
     """
     Each of ``dead_letter_queues`` is a legal topic of another framework, listed once.
 

@@ -12,7 +12,7 @@ Driver::
    ends the run with exit code 2 and a readable message (on stderr and in the result document);
    no Spark job is started and no offset moves.
 2. Runs ``sc.parallelize(partitions, len(partitions))``: one task per Kafka partition. Each task
-   runs :class:`~airflow_kafka_retry.engine.partition.PartitionJob` on its executor and returns the
+   runs :class:`~airflow_kafka_retry.engine.drain.partition.PartitionJob` on its executor and returns the
    partition summary.
 3. Writes the run summary (``engine: spark``) as JSON to ``--result`` (a local path or any fsspec
    URL) and exits 1 if any partition failed, else 0.
@@ -47,10 +47,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError, check_local_files
-from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.drain.summary import PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, check_local_files
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology_file import load_topology_from
@@ -204,7 +204,7 @@ def choose_partitions(run_partitions: Sequence[int], requested: str | None, topi
 
 def prepare(args: argparse.Namespace, started_ms: int) -> TierRun:
     """Every driver-side check, in the order that touches nothing first; the last one asks Kafka."""
-    from airflow_kafka_retry.engine.local import tier_partitions
+    from airflow_kafka_retry.engine.local.engine import tier_partitions
 
     check_result_path_free(args.result)
     options = options_from_json(args.options_json)
@@ -241,7 +241,7 @@ def run_partition(
     Never raises for a partition failure (the summary says ``failed``); a crash of the worker
     process makes Spark retry the task, which resumes from the committed offset.
     """
-    from airflow_kafka_retry.engine.supervised import run_partition
+    from airflow_kafka_retry.engine.drain.supervisor import run_partition
 
     _configure_worker_logging()
     drain_options = DrainOptions(**options)

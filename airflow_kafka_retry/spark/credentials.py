@@ -15,8 +15,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError, load_callable
 
 CREDENTIALS_FILENAME = "kafka-config.json"
 _JSON_TYPES = (str, int, float, bool, type(None))
@@ -41,7 +41,7 @@ def check_shippable(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     Callbacks (``error_cb``, a ``logger``, a lambda or ``functools.partial``) are Python objects of
     the submitting process and cannot travel to Spark executors. An ``oauth_cb`` that is a
     module-level function travels as its import path (``module:function``) and each executor
-    imports it (see :func:`~airflow_kafka_retry.engine.clients.consumer_config`): the executor then
+    imports it (see :func:`~airflow_kafka_retry.engine.kafka.clients.consumer_config`): the executor then
     fetches its own OAUTHBEARER tokens, and no token or secret crosses the network. Messages name
     the key, never the value.
     """

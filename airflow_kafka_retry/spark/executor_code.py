@@ -19,11 +19,11 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError, load_callable
 from airflow_kafka_retry.spark.pyfiles import PACKAGE, user_modules
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
 
 
 class ExecutorImportError(UserCodeError):

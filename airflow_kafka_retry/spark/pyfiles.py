@@ -19,10 +19,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.engine.loading import UserCodeError
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
 
 log = logging.getLogger(__name__)
 

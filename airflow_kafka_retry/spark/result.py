@@ -23,7 +23,7 @@ from typing import Any
 
 import fsspec
 
-from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.engine.drain.summary import RunSummary
 
 ERROR_STATUS = "error"
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
     from airflow_kafka_retry.spark.masking import OutputMasker
 
 log = logging.getLogger(__name__)

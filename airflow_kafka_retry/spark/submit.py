@@ -56,8 +56,8 @@ from airflow_kafka_retry.spark.staging import cluster_mode_conf
 from airflow_kafka_retry.spark.transport import check_secrets_transport, effective_spark_conf
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.options import DrainOptions
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
 
 log = logging.getLogger(__name__)
 

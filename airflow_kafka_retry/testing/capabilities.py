@@ -48,7 +48,7 @@ from airflow_kafka_retry.testing.capability_txn_checks import (
     check_concurrent_txn_offset_commits,
     check_offsets_only_transactions,
 )
-from airflow_kafka_retry.testing.topics import admin_client, create_topics, delete_topics
+from airflow_kafka_retry.testing.scratch_topics import admin_client, create_topics, delete_topics
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from airflow_kafka_retry.engine.clients import init_transactions
+from airflow_kafka_retry.engine.kafka.clients import init_transactions
 from airflow_kafka_retry.testing.capability_checks import (
     delivered_offsets,
     probe_consumer,

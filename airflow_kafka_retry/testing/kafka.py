@@ -258,8 +258,8 @@ def warm_up(bootstrap: str, timeout: float) -> None:
     """
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-    from airflow_kafka_retry.engine.clients import coordinator_busy, init_transactions
-    from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
+    from airflow_kafka_retry.engine.kafka.clients import coordinator_busy, init_transactions
+    from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
 
     common = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
     deadline = time.monotonic() + timeout

@@ -6,7 +6,7 @@ Every node is one JVM (``kafka_node``) with ``process.roles=broker,controller``,
 production's shape: replication factor 3, ``min.insync.replicas=2`` (capped by the number of nodes).
 Ready: every node answers a metadata request listing all N brokers under the cluster id we formatted
 with (another Kafka on a port never counts as ours), then the coordinators are warmed up. Tests kill,
-stop, freeze, thaw and restart nodes, and ask who leads what (``kafka_naming.ClusterNaming``).
+stop, freeze, thaw and restart nodes, and ask who leads what (``kafka_roles.ClusterRoles``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.testing.kafka import warm_up
 from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, find_java, pinned_version
-from airflow_kafka_retry.testing.kafka_naming import ClusterNaming, out_of_isr
 from airflow_kafka_retry.testing.kafka_node import (
     QUICK_JIT,
     KafkaNode,
@@ -35,6 +34,7 @@ from airflow_kafka_retry.testing.kafka_node import (
     new_cluster_id,
     stop_nodes,
 )
+from airflow_kafka_retry.testing.kafka_roles import ClusterRoles, out_of_isr
 from airflow_kafka_retry.testing.processes import register, unregister
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def cluster_properties(nodes: int) -> dict[str, str]:
     }
 
 
-class ApacheKafkaCluster(ClusterNaming):
+class ApacheKafkaCluster(ClusterRoles):
     """
     ``nodes`` Apache Kafka KRaft nodes (broker and controller each) on loopback; a context manager.
 
@@ -235,10 +235,10 @@ class ApacheKafkaCluster(ClusterNaming):
     def __repr__(self) -> str:
         return f"ApacheKafkaCluster(nodes={self.size}, running={self.running_nodes}, id={self.cluster_id})"
 
-    # ------------------------------------------------------------------ who does what (ClusterNaming)
+    # ------------------------------------------------------------------ who does what (ClusterRoles)
     def admin(self) -> AdminClient:
         """An admin client bootstrapped from the running nodes (one per set of them)."""
-        from airflow_kafka_retry.testing.topics import admin_client
+        from airflow_kafka_retry.testing.scratch_topics import admin_client
 
         bootstrap = ",".join(self.bootstrap_of(i) for i in self.running_nodes if i not in self._frozen)
         if not bootstrap:

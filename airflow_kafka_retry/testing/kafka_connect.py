@@ -33,7 +33,7 @@ from typing import Any, Self
 from airflow_kafka_retry.testing.kafka_jars import ensure_jars, find_java, pom_path
 from airflow_kafka_retry.testing.kafka_node import QUICK_JIT
 from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, free_port, register, unregister
-from airflow_kafka_retry.testing.topics import admin_client
+from airflow_kafka_retry.testing.scratch_topics import admin_client
 
 log = logging.getLogger(__name__)
 

@@ -226,7 +226,7 @@ class KafkaNode:
         """
         from confluent_kafka import KafkaException
 
-        from airflow_kafka_retry.testing.topics import admin_client
+        from airflow_kafka_retry.testing.scratch_topics import admin_client
 
         if self.process is None or not self.process.running:
             code = self.process.returncode if self.process is not None else None

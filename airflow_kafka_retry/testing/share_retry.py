@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, read_attempts, read_due_ms
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.policy.headers import Header
     from airflow_kafka_retry.policy.topology import Topology
 
@@ -138,10 +138,12 @@ class ShareQueue:
 
 def drain_share_topology(topology: Topology, kafka_config: Mapping[str, Any]) -> list[RunSummary]:
     """One run of the input lane and of every retry tier, in this process (what is due now)."""
-    from airflow_kafka_retry.engine.local import run_local
-    from airflow_kafka_retry.engine.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
+    from airflow_kafka_retry.engine.local.engine import run_local
 
-    options = DrainOptions(handler="airflow_kafka_retry.engine.redelivery:no_handler", call_timeout_s=10.0)
+    options = DrainOptions(
+        handler="airflow_kafka_retry.engine.drain.redelivery:no_handler", call_timeout_s=10.0
+    )
     return [
         run_local(topology, tier, kafka_config, options, in_process=True)
         for tier in (topology.tier(0), *topology.retry_tiers)

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
 from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, set_group_configs
 from airflow_kafka_retry.testing.share_retry import RETRIED_GROUP_CONFIGS, Delivery, ShareQueue
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics, unique_topic
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Topology
@@ -161,8 +161,8 @@ def _produce(bootstrap: str, topic: str, keys: list[bytes], partitions: int) -> 
 
 def _records(bootstrap: str, topic: str) -> int:
     """The records of ``topic`` (read_committed; 0 while it does not exist)."""
-    from airflow_kafka_retry.engine.clients import TopicsMissing
-    from airflow_kafka_retry.engine.reading import TopicReader
+    from airflow_kafka_retry.engine.kafka.clients import TopicsMissing
+    from airflow_kafka_retry.engine.kafka.reading import TopicReader
 
     with TopicReader({"bootstrap.servers": bootstrap}) as reader:
         try:

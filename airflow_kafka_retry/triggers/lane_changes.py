@@ -57,7 +57,7 @@ async def _pending(spec: Mapping[str, Any], kafka_conn_id: str) -> str:
     """What a removed tier's topic still holds past its group's committed offsets, in one line."""
     from confluent_kafka import KafkaException
 
-    from airflow_kafka_retry.engine.head_watch import HeadWatchError
+    from airflow_kafka_retry.engine.heads.head_watch import HeadWatchError
     from airflow_kafka_retry.triggers.broker_calls import BrokerCalls, CallStuck
 
     calls = BrokerCalls(f"{', '.join(spec['topics'])} (group {spec['group']})")

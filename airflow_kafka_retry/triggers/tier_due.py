@@ -14,7 +14,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from asgiref.sync import sync_to_async
 
-from airflow_kafka_retry.engine.peek import PeekError, TierPeek, peek_heads
+from airflow_kafka_retry.engine.heads.peek import PeekError, TierPeek, peek_heads
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.policy.due_check import DueCheck, check_due
 from airflow_kafka_retry.policy.resolver import wall_clock_ms

@@ -2,10 +2,10 @@
 Event triggers of event-driven tiers: an asset watcher fires when a tier's records are due.
 
 ``TierDueEventTrigger`` (a tier) and ``DltArrivalEventTrigger`` (a topology's DLTs) run in the triggerer as
-``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.head_watch.HeadWatch` open
+``AssetWatcher`` triggers. Each keeps one :class:`~airflow_kafka_retry.engine.heads.head_watch.HeadWatch` open
 (its partitions assigned at the group's committed offsets, never joined, never committing; with
 ``[kafka_retry] shared_watch_consumers`` on, the default, the watches of a triggerer share one consumer per
-Kafka connection, see ``engine/shared_consumer.py``) and yields one event per *wave* (see
+Kafka connection, see ``engine/heads/shared_consumer.py``) and yields one event per *wave* (see
 ``policy/waves.py``): while idle it only waits on the broker, so an idle tier creates no DAG run and no
 task. The wave is saved in the asset's state store before its event is yielded, so a restarted triggerer
 does not fire it twice at once nor forget it: it fires the next wave once the group has committed past it,
@@ -47,7 +47,7 @@ from airflow_kafka_retry.triggers.watching import (
 )
 
 if TYPE_CHECKING:  # the Kafka client and the engine load in the triggerer (run), not in a DAG file's parse
-    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 
 #: The asset state store key of the last fired wave.
 STATE_KEY = "kafka_retry_wave"
@@ -152,8 +152,8 @@ class _HeadEventTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from confluent_kafka import KafkaException
 
-        from airflow_kafka_retry.engine.clients import KafkaConfigError
-        from airflow_kafka_retry.engine.head_watch import HeadWatchError
+        from airflow_kafka_retry.engine.heads.head_watch import HeadWatchError
+        from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 
         wave = await self._load_wave()
         if wave is not None:

@@ -59,7 +59,7 @@ from airflow_kafka_retry.triggers.watching import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 
 #: A setup event (the topology's topics missing) fires again at most this often.
 SETUP_REFIRE_S = 600.0
@@ -238,7 +238,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
 
     async def _failed(self, lane: Lane, exc: Exception, now: int) -> bool:
         """A lane's broker error: close its watch, look again later; True when its topics are missing."""
-        from airflow_kafka_retry.engine.clients import TopicsMissing
+        from airflow_kafka_retry.engine.kafka.clients import TopicsMissing
 
         pause = min(self.timing["retry_after"], 2.0**lane.failures)
         lane.failures += 1
@@ -262,8 +262,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from confluent_kafka import KafkaException
 
-        from airflow_kafka_retry.engine.clients import KafkaConfigError
-        from airflow_kafka_retry.engine.head_watch import HeadWatchError
+        from airflow_kafka_retry.engine.heads.head_watch import HeadWatchError
+        from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
         from airflow_kafka_retry.triggers.broker_calls import CallStuck
 
         await self._note_lane_changes()

@@ -21,7 +21,7 @@ from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 if TYPE_CHECKING:
     import asyncio
 
-    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
     from airflow_kafka_retry.policy.waves import Wave
 
 #: Kind of the topology trigger's events (``payload["kind"]``).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_retry.policy.waves import Wave
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
     from airflow_kafka_retry.policy.waves import WavePlan
     from airflow_kafka_retry.triggers.broker_calls import BrokerCalls
 
@@ -103,7 +103,7 @@ async def open_watch(
     """
     from asgiref.sync import sync_to_async
 
-    from airflow_kafka_retry.engine.head_watch import HeadWatch
+    from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
     from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 
     kafka_config = await sync_to_async(KafkaRetryHook(kafka_conn_id).kafka_config)()
@@ -158,7 +158,7 @@ async def send_tier_gauges(
     end the broker does not give in time only makes the figure stale; an abandoned call
     (:class:`~airflow_kafka_retry.triggers.broker_calls.CallStuck`) is the lane's error, as its other calls'.
     """
-    from airflow_kafka_retry.engine.head_watch import HeadWatchError
+    from airflow_kafka_retry.engine.heads.head_watch import HeadWatchError
     from airflow_kafka_retry.observability.metrics import emit, peek_gauges
 
     try:

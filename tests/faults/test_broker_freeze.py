@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.route import Router
+from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
+from airflow_kafka_retry.engine.local.engine import run_local
 
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger
@@ -40,7 +40,7 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
     """Patch the router: at the ``on``-th chunk of partition 0, SIGSTOP the process group ``pid`` leads (the
     broker: a JVM or Tansu) at ``point``, SIGCONT it ``FREEZE_S`` later (partitions may run in parallel: the
     count is partition 0's alone)."""
-    original, original_commit = Router._produce, Router.commit
+    original, original_commit = ChunkTransaction._produce, ChunkTransaction.commit
     seen, log, source = [0], [], threading.local()
 
     def commit(self, tp, routed, bookkeeping=None):
@@ -60,11 +60,11 @@ def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
         log.append(f"froze the broker at {point} of chunk {on} ({len(routed)} routed records)")
         threading.Timer(FREEZE_S, os.killpg, (pid, signal.SIGCONT)).start()
 
-    Router._produce, Router.commit = produce, commit
+    ChunkTransaction._produce, ChunkTransaction.commit = produce, commit
     try:
         yield log
     finally:
-        Router._produce, Router.commit = original, original_commit
+        ChunkTransaction._produce, ChunkTransaction.commit = original, original_commit
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGCONT)
 
@@ -177,7 +177,7 @@ def test_an_init_transactions_that_timed_out_on_a_frozen_broker_never_fences_the
 
     from confluent_kafka import Consumer
 
-    from airflow_kafka_retry.engine.clients import consumer_config
+    from airflow_kafka_retry.engine.kafka.clients import consumer_config
 
     bootstrap = own_broker.bootstrap
     config = {"bootstrap.servers": bootstrap, "transaction.timeout.ms": 10000}
@@ -195,8 +195,8 @@ def _fence_round(own_broker, config, consumer) -> None:
 
     from confluent_kafka import KafkaException, Producer, TopicPartition
 
-    from airflow_kafka_retry.engine.clients import init_transactions, producer_config
-    from airflow_kafka_retry.testing.topics import create_topics
+    from airflow_kafka_retry.engine.kafka.clients import init_transactions, producer_config
+    from airflow_kafka_retry.testing.scratch_topics import create_topics
 
     topic, txn_id = f"fence-{uuid.uuid4().hex[:12]}", f"akr-test/fence/{uuid.uuid4().hex[:8]}/0"
     create_topics(own_broker.bootstrap, [topic], 1)
@@ -206,9 +206,11 @@ def _fence_round(own_broker, config, consumer) -> None:
     abandoned.produce(topic, b"never committed")
     assert abandoned.flush(30) == 0
 
-    def router(timeout_s: float) -> Router:
+    def router(timeout_s: float) -> ChunkTransaction:
         producer = Producer(producer_config(config, txn_id))
-        return Router(producer, consumer, True, {topic: 1}, timeout_s=timeout_s, transactional_id=txn_id)
+        return ChunkTransaction(
+            producer, consumer, True, {topic: 1}, timeout_s=timeout_s, transactional_id=txn_id
+        )
 
     # the next attempt, kept (a failed attempt's error keeps its frames); its init times out on the frozen
     # coordinator (no metadata asked first: the init itself waits)
@@ -238,9 +240,9 @@ def test_a_log_topic_not_created_in_time_is_the_clusters_failure(own_broker, mon
     the cluster's, so the supervisor tries the partition again."""
     import uuid
 
-    from airflow_kafka_retry.engine import topics
-    from airflow_kafka_retry.engine.clients import KafkaConfigError
-    from airflow_kafka_retry.engine.supervised import broker_transient
+    from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+    from airflow_kafka_retry.engine.kafka import topic_admin as topics
+    from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 
     class FreezingAdmin(topics.AdminClient):
         def create_topics(self, *args, **kwargs):
@@ -272,9 +274,9 @@ def test_the_parking_topics_metadata_asked_of_a_frozen_broker_is_retried_not_rep
     from confluent_kafka import Producer
 
     from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
-    from airflow_kafka_retry.engine import parking_check as parking_module
-    from airflow_kafka_retry.engine.options import DrainOptions
-    from airflow_kafka_retry.testing.topics import create_topics
+    from airflow_kafka_retry.engine.drain import parking_check as parking_module
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
+    from airflow_kafka_retry.testing.scratch_topics import create_topics
 
     bootstrap = own_broker.bootstrap
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
@@ -322,11 +324,11 @@ def test_the_replay_log_check_asks_the_frozen_broker_under_the_attempts_deadline
     in progress is the attempt's watched call, naming the replay log."""
     import time
 
-    from airflow_kafka_retry.engine.call_watch import CallWatch
-    from airflow_kafka_retry.engine.replay_trust import ReplayLogCheck
+    from airflow_kafka_retry.engine.drain.replay_trust import ReplayLogCheck
+    from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
     from airflow_kafka_retry.policy.replay_headers import ReplayAudit
 
-    watch = CallWatch("orders[0]")
+    watch = CallDeadlines("orders[0]")
     check = ReplayLogCheck({"bootstrap.servers": own_broker.bootstrap}, watch=watch, timeout_s=3.0)
     audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
     answers: list[bool] = []

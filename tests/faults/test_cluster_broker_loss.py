@@ -12,7 +12,7 @@ Every case then brings the brokers back, runs every tier, and checks the full le
 ``read_committed``: each record in exactly one home, no copy twice in Kafka's outputs, nothing lost.
 The engines: partitions in threads of the test process and in the engine's worker processes; for the
 leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an executor's Python
-worker, running the same supervised partition, ``engine/supervised.run_partition``).
+worker, running the same supervised partition, ``engine/drain/supervisor.run_partition``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka import KafkaException
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
 
@@ -40,7 +40,7 @@ from tests.support import ledger
 from tests.support.ledger import FaultInput
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
 
 PARTITIONS = 3
 RECORDS = 240  # 80 per partition: 4 chunks of 20
@@ -337,8 +337,8 @@ def test_a_replication_factor_1_topic_is_named_by_ensure_topics_and_topology_sho
     """Not a fault case: on the same cluster, a main topic created with RF 1 is named as a single point of
     failure by ``ensure_retry_topics`` (the setup task) and by ``topology show --bootstrap``."""
     from airflow_kafka_retry.cli import main
-    from airflow_kafka_retry.engine.topics import ensure_retry_topics
-    from airflow_kafka_retry.testing.topics import create_topics
+    from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics
+    from airflow_kafka_retry.testing.scratch_topics import create_topics
 
     _heal(cluster)
     topology = ledger.make_fault_topology("cluster-rf1")
@@ -377,7 +377,7 @@ def _watch_until_it_succeeds(run: Callable[[], int], error: type[Exception]) -> 
     "then again once it is thawed",
 )
 def test_a_dlt_watch_run_ends_while_its_group_coordinator_is_frozen(cluster, tmp_path, fault_result):
-    from airflow_kafka_retry.engine.dlt_watch import (
+    from airflow_kafka_retry.engine.scans.dlt_scan import (
         DltWatchError,
         DltWatchSummary,
         commit_offsets,

@@ -4,8 +4,8 @@ Issue 37, item 3, last case. A 3-node KRaft cluster (``testing/kafka_cluster.py`
 real Airflow deployment on PostgreSQL (api-server, scheduler, dag-processor, triggerer, LocalExecutor, as
 ``test_scheduler_events_e2e.py``), with the factory's defaults: the topology one DAG with one watcher
 (``layout="topology"``), whose lanes share the triggerer's one consumer (``shared_watch_consumers``), their
-groups' committed offsets read by its child process (``engine/offset_reader.py``: the request crashed the
-trigger runner here, issue 39). The topology has retry tiers of 5 s and 10 s; the main topic's DAG plays
+groups' committed offsets read by its child process (``engine/heads/offset_reader.py``: the request crashed
+the trigger runner here, issue 39). The topology has retry tiers of 5 s and 10 s; the main topic's DAG plays
 the failing service (every record fails there once), and scripted records flow into the main topic all the
 time. After a settled phase, each broker in turn is stopped cleanly (SIGTERM), started again on its storage
 and waited for until it is back in the ISR of every partition it replicates (the topology's and the
@@ -35,11 +35,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.engine.topics import topology_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
 from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
-from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
 
 from tests.conftest import test_broker_kind
 from tests.integration.test_observability_dag import StatsdListener, parse_statsd

@@ -10,9 +10,14 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.topics import ensure_topics
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+from airflow_kafka_retry.engine.local.engine import run_local
+from airflow_kafka_retry.testing.scratch_topics import (
+    CLIENT_LOGGER,
+    create_topics,
+    delete_topics,
+    unique_topic,
+)
 
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.topics import topology_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.testing.topics import create_topics
+from airflow_kafka_retry.testing.scratch_topics import create_topics
 
 from tests.faults.helpers import options, run_all_tiers, totals
 from tests.support import ledger

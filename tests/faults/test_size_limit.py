@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.testing.topics import admin_client, create_topics
+from airflow_kafka_retry.engine.local.engine import run_local
+from airflow_kafka_retry.testing.scratch_topics import admin_client, create_topics
 
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.spark.submit import SparkSubmitError, run_spark_submit
 
 from tests.faults.helpers import options
@@ -33,7 +33,7 @@ from tests.support import ledger
 from tests.support.ledger import FaultInput
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Topology
     from airflow_kafka_retry.testing.spark_cluster import SparkCluster
 

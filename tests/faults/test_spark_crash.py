@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.local import run_local
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.spark.submit import run_spark_submit
 
 from tests.faults.helpers import options

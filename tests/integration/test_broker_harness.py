@@ -31,7 +31,7 @@ from airflow_kafka_retry.testing.capabilities import (
     BrokerCapabilities,
     probe_capabilities,
 )
-from airflow_kafka_retry.testing.topics import admin_client, create_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import admin_client, create_topics, unique_topic
 
 from tests.conftest import test_broker_kind
 

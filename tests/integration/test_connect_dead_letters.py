@@ -19,7 +19,7 @@ from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
 
 from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
 from airflow_kafka_retry.testing.kafka_connect import file_sink_with_dlq
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
 
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 

@@ -15,11 +15,11 @@ import pytest
 import yaml
 from confluent_kafka import AcknowledgeType, Producer
 
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.kafka_connect import file_sink_with_dlq
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
 from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
 
 from tests.support import ledger
 from tests.support.cli_run import run_cli as _cli

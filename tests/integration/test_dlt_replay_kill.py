@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.dlt.inspect import inspect_dlt
-from airflow_kafka_retry.engine.replay_log import log_topic
+from airflow_kafka_retry.engine.logs.replay_log import log_topic
 
 from tests.integration.test_dlt_replay import fill_dlt, replayed_copies
 from tests.support import ledger

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.observability.metrics import MAX_EXCEPTION_TAGS
 
 from tests.integration.test_observability_dag import StatsdListener, parse_statsd

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
 
 from tests.support import ledger

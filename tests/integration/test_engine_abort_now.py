@@ -1,6 +1,6 @@
 """A stop that must not wait for the chunk (an orphaned task try: the next try is coming) ends it at once.
 
-``should_stop`` returning an :class:`~airflow_kafka_retry.engine.call_watch.AbortNow` reason stops each
+``should_stop`` returning an :class:`~airflow_kafka_retry.engine.kafka.deadlines.AbortNow` reason stops each
 partition's attempt at its next piece or client call instead of at the chunk boundary; the chunk in
 progress is never committed (its open transaction, if any, is aborted), so the next run resumes at the
 last chunk boundary. In threads of this process and in worker processes (the reason travels as an
@@ -14,9 +14,9 @@ from collections import defaultdict
 
 import pytest
 
-from airflow_kafka_retry.engine.call_watch import AbortNow
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.deadlines import AbortNow
+from airflow_kafka_retry.engine.local.engine import run_local
 
 from tests.support import ledger
 

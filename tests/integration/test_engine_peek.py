@@ -8,12 +8,12 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.peek import PeekError, peek_heads
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.heads.peek import PeekError, peek_heads
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 from tests.support import ledger
 from tests.support.tier_records import commit, produce

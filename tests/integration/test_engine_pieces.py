@@ -12,9 +12,9 @@ import math
 
 import pytest
 
-from airflow_kafka_retry.engine import partition as partition_module
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain import partition as partition_module
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.local.engine import run_local
 
 from tests.support import ledger
 

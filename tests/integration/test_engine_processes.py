@@ -20,9 +20,9 @@ import psutil
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.local import LocalEngine, run_local
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+from airflow_kafka_retry.engine.local.engine import LocalEngine, run_local
 from airflow_kafka_retry.policy import headers as H
 
 from tests.support import ledger
@@ -44,7 +44,7 @@ def _pids(path: Path) -> dict[int, set[int]]:
 
 
 def test_worker_processes_give_every_record_exactly_one_home(kafka_bootstrap, tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="airflow_kafka_retry.engine.process_pool")
+    caplog.set_level(logging.INFO, logger="airflow_kafka_retry.engine.local.worker_pool")
     ledger_file = ledger.ledger_path(tmp_path)
     pids = tmp_path / "pids.txt"
     monkeypatch.setenv("AKR_PIDS", str(pids))
@@ -103,7 +103,7 @@ def test_a_silent_worker_is_killed_by_the_engine_and_the_run_ends(
 ):
     """A worker wedged inside a chunk (SIGSTOPped: no heartbeat) is killed once silent for the limit; the
     run ends, its partition failed naming why, and the next run resumes at the committed offset."""
-    from airflow_kafka_retry.engine import process_pool
+    from airflow_kafka_retry.engine.local import worker_pool as process_pool
 
     monkeypatch.setattr(process_pool, "WORKER_SILENCE_S", 4.0)
     topology, inputs, ledger_file, options, config, summary = _worker_fault(
@@ -208,7 +208,7 @@ def _workers_of(proc: subprocess.Popen, count: int) -> list[psutil.Process]:
         workers = [
             c
             for c in psutil.Process(proc.pid).children()
-            if "airflow_kafka_retry.engine.process_worker" in " ".join(c.cmdline())
+            if "airflow_kafka_retry.engine.local.worker" in " ".join(c.cmdline())
         ]
         if len(workers) >= count:
             return workers

@@ -14,10 +14,10 @@ import threading
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.windows import ReprocessWindow
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 from tests.support import ledger, stop_handler
 

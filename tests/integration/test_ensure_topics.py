@@ -12,10 +12,19 @@ import json
 import pytest
 from confluent_kafka.admin import ConfigResource
 
-from airflow_kafka_retry.engine.topics import MainTopicMissingError, ensure_retry_topics, topology_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import (
+    MainTopicMissingError,
+    ensure_retry_topics,
+    topology_topics,
+)
 from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.topics import admin_client, create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import (
+    admin_client,
+    create_topics,
+    delete_topics,
+    unique_topic,
+)
 
 pytestmark = pytest.mark.integration
 

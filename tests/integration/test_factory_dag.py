@@ -25,11 +25,11 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.topics import topology_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import airflow_env, seed_metadata_db
-from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
 from tests.support.warm_airflow import run_airflow

@@ -7,12 +7,12 @@ import time
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from airflow_kafka_retry.engine.clients import open_producer
-from airflow_kafka_retry.engine.peek import peek_heads
-from airflow_kafka_retry.engine.route import FencedError, RoutedRecord, Router
+from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction, FencedError, RoutedRecord
+from airflow_kafka_retry.engine.heads.peek import peek_heads
+from airflow_kafka_retry.engine.kafka.clients import open_producer
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.resolver import Destination
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 from tests.support import ledger
 from tests.support.ledger import FaultInput
@@ -50,10 +50,12 @@ def test_a_run_fenced_while_producing_reports_fenced_and_the_close_does_not_mask
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique_topic("fence-group")})
     try:
         with open_producer(config, txn_id) as old:
-            router = Router(old, consumer, True, {target: 2})
+            router = ChunkTransaction(old, consumer, True, {target: 2})
             router.start()
             with open_producer(config, txn_id) as new:
-                Router(new, consumer, True, {target: 2}).start()  # a newer run of the same partition
+                ChunkTransaction(
+                    new, consumer, True, {target: 2}
+                ).start()  # a newer run of the same partition
                 with pytest.raises(
                     FencedError, match=r"fenced by a newer run of the same partition; nothing committed"
                 ):

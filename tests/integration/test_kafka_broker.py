@@ -22,7 +22,7 @@ from airflow_kafka_retry.testing import kafka_jars
 from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka, KafkaStartError
 from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_jars, find_java, find_mvn
 from airflow_kafka_retry.testing.processes import port_open
-from airflow_kafka_retry.testing.topics import admin_client
+from airflow_kafka_retry.testing.scratch_topics import admin_client
 
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -23,9 +23,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
-from airflow_kafka_retry.testing.kafka_naming import coordinator_partition
+from airflow_kafka_retry.testing.kafka_roles import coordinator_partition
 from airflow_kafka_retry.testing.processes import port_open
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import (
+    CLIENT_LOGGER,
+    admin_client,
+    create_topics,
+    unique_topic,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -216,13 +221,13 @@ def test_committed_offsets_of_many_groups_are_read_through_coordinator_moves(
 
     ``AdminClient.list_consumer_group_offsets`` crashed the process that sent it (SIGSEGV in librdkafka's
     admin thread) when a stopped broker's groups moved: three threads reading 30 groups' offsets, the
-    second broker stopped, exit 139. Through ``engine/offset_reader.py`` the requests run in a child: this
+    second broker stopped, exit 139. Through ``heads/offset_reader.py`` the requests run in a child: this
     process lives on, a request fails only as a broker error would (a ``KafkaException`` naming the group),
     and every group's offsets read right once the cluster is whole again.
     """
     from confluent_kafka import KafkaException
 
-    from airflow_kafka_retry.engine.offset_reader import OffsetReader, OffsetReaderDied
+    from airflow_kafka_retry.engine.heads.offset_reader import OffsetReader, OffsetReaderDied
 
     topic = _rf3_topic(cluster, partitions=3)
     groups = {f"{topic}-g{i}": {p: 10 * i + p + 1 for p in range(3)} for i in range(30)}

@@ -1,6 +1,6 @@
 """Readers of a group that never committed start at the partition's log start, asked of the broker.
 
-``engine.clients.from_log_start`` replaces ``OFFSET_BEGINNING`` by the log start before the assignment
+``engine.kafka.clients.from_log_start`` replaces ``OFFSET_BEGINNING`` by the log start before the assignment
 (librdkafka's own offset query starts the first fetch up to a second later: ``bench/first_fetch.py``
 measures it). Here the log start of partition 0 is moved by ``delete_records``, so a reader that used
 offset 0, or any fixed offset, instead of the broker's answer fails.
@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_retry.engine.clients import consumer_config, from_log_start
-from airflow_kafka_retry.engine.head_watch import HeadWatch
-from airflow_kafka_retry.engine.peek import peek_heads
-from airflow_kafka_retry.engine.reading import read_partition, reader_config
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
+from airflow_kafka_retry.engine.heads.peek import peek_heads
+from airflow_kafka_retry.engine.kafka.clients import consumer_config, from_log_start
+from airflow_kafka_retry.engine.kafka.reading import read_partition, reader_config
 
 pytestmark = [pytest.mark.integration, pytest.mark.requires_capability("delete_records")]
 

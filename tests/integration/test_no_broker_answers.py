@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.processes import free_port
 

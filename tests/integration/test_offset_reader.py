@@ -1,4 +1,4 @@
-"""Committed offsets of any group read in a child process (``engine/offset_reader.py``), on the real broker.
+"""Committed offsets of any group read in a child process (``heads/offset_reader.py``), on the real broker.
 
 The child runs the admin request that can crash librdkafka; these tests check that it reads what a
 consumer of the group reads, that its crash or hang fails only the requests in flight (naming the process
@@ -21,9 +21,9 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from airflow_kafka_retry.engine import offset_reader as reader_module
-from airflow_kafka_retry.engine.offset_reader import OffsetReader, OffsetReaderDied, OffsetReaderStuck
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.engine.heads import offset_reader as reader_module
+from airflow_kafka_retry.engine.heads.offset_reader import OffsetReader, OffsetReaderDied, OffsetReaderStuck
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 from tests.support.tier_records import commit
 
@@ -155,7 +155,7 @@ def test_the_child_dies_with_its_parent_and_gets_its_configuration_through_the_p
     marker = config["client.id"]
     script = (
         "import sys, time\n"
-        "from airflow_kafka_retry.engine.offset_reader import OffsetReader\n"
+        "from airflow_kafka_retry.engine.heads.offset_reader import OffsetReader\n"
         "r = OffsetReader({'bootstrap.servers': sys.argv[1], 'client.id': sys.argv[2]})\n"
         "print(r.committed('g', [(sys.argv[3], 0)], 30.0), r.pid, flush=True)\n"
         "time.sleep(600)\n"

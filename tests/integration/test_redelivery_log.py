@@ -18,32 +18,32 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.redelivery_log import (
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+from airflow_kafka_retry.engine.local.engine import run_local
+from airflow_kafka_retry.engine.logs.redelivery_log import (
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
     redelivery_log_topic,
 )
-from airflow_kafka_retry.engine.redelivery_log_state import log_state
-from airflow_kafka_retry.engine.supervised import broker_transient
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.logs.redelivery_log_state import log_state
 from airflow_kafka_retry.policy.headers import read_original_coordinates
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.policy.topology import Topology
 from airflow_kafka_retry.testing.processes import free_port
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, admin_client, create_topics
 
 from tests.support.dead_letter_fixtures import unique_name
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
 
 pytestmark = [pytest.mark.integration]
 
-OPTIONS = DrainOptions(handler="airflow_kafka_retry.engine.redelivery:no_handler", call_timeout_s=10.0)
+OPTIONS = DrainOptions(handler="airflow_kafka_retry.engine.drain.redelivery:no_handler", call_timeout_s=10.0)
 
 
 def _topology(bootstrap: str, *, source_prefix: str = "orders") -> Topology:
@@ -201,7 +201,7 @@ def test_a_second_run_of_the_input_lane_reads_only_what_was_appended(
     _log_entries(kafka_bootstrap, topology, dict.fromkeys(range(100, 400), 2))
     _log_entries(kafka_bootstrap, topology, dict.fromkeys(range(100, 350)))  # used long ago: 250 tombstones
     _dead_letters(kafka_bootstrap, topology, [360])
-    caplog.set_level(logging.INFO, logger="airflow_kafka_retry.engine.redelivery_log")
+    caplog.set_level(logging.INFO, logger="airflow_kafka_retry.engine.logs.redelivery_log")
 
     _summary_ok(_input_lane(kafka_bootstrap, topology))
     assert f"{log_topic}[0]: read 550 record(s) of the redelivery log from offset 0" in caplog.text

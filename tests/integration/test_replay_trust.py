@@ -18,14 +18,14 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.observability.metrics import run_metrics
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.policy import replay_headers as R
-from airflow_kafka_retry.testing.topics import delete_topics
+from airflow_kafka_retry.testing.scratch_topics import delete_topics
 
 from tests.support import ledger
 

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.topics import ensure_retry_topics, ensure_topics
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics, ensure_topics
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.topology import Topology
 
@@ -202,8 +202,8 @@ def test_one_acl_less_fails_that_role_naming_it_and_moves_nothing(role_users, tm
 
 def test_the_read_only_roles_read_with_exactly_their_acls(role_users, tmp_path):
     """The watcher (heads, committed offsets), the view (backlogs) and the DLT watch (count, commit)."""
-    from airflow_kafka_retry.engine.backlog import scan_backlog
-    from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary, commit_offsets, scan_new_records
+    from airflow_kafka_retry.engine.scans.backlog import scan_backlog
+    from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchSummary, commit_offsets, scan_new_records
     from airflow_kafka_retry.policy.client_names import watch_group
 
     topology = Topology.from_mapping(

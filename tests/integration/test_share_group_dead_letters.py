@@ -17,8 +17,8 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, AcknowledgeType, Producer
 from confluent_kafka.admin import ConfigResource, ResourceType
 
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, admin_client, create_topics
 from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, admin_client, create_topics
 
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 

@@ -17,10 +17,10 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.headers import (
     ATTEMPTS,
     BACKOFF_TIMESTAMP,
@@ -29,11 +29,11 @@ from airflow_kafka_retry.policy.headers import (
     last_header,
 )
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
 
 pytestmark = [pytest.mark.integration]
 
-OPTIONS = DrainOptions(handler="airflow_kafka_retry.engine.redelivery:no_handler", call_timeout_s=10.0)
+OPTIONS = DrainOptions(handler="airflow_kafka_retry.engine.drain.redelivery:no_handler", call_timeout_s=10.0)
 NOT_REDELIVERABLE = b"airflow_kafka_retry.policy.share_redelivery.NotRedeliverableError"
 
 
@@ -239,9 +239,9 @@ def test_on_due_redeliver_refuses_a_run_without_transactions(kafka_bootstrap: st
 def test_the_source_topic_lookup_runs_under_the_drains_call_deadline(
     kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``RedeliveryLane._exists`` asks the broker under the partition's CallWatch."""
-    from airflow_kafka_retry.engine import redelivery
-    from airflow_kafka_retry.engine.partition import PartitionJob
+    """``RedeliveryLane._exists`` asks the broker under the partition's CallDeadlines."""
+    from airflow_kafka_retry.engine.drain import redelivery
+    from airflow_kafka_retry.engine.drain.partition import PartitionJob
 
     topology, group = share_topology(kafka_bootstrap)
     config = {"bootstrap.servers": kafka_bootstrap}

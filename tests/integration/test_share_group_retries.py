@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.reading import TopicReader
-from airflow_kafka_retry.engine.redelivery_log import redelivery_log_topic
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+from airflow_kafka_retry.engine.logs.redelivery_log import redelivery_log_topic
 from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
 from airflow_kafka_retry.policy.headers import read_original_coordinates
 from airflow_kafka_retry.policy.share_redelivery import entry_key
 from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
 from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, set_group_configs
 from airflow_kafka_retry.testing.share_retry import (
     RETRIED_GROUP_CONFIGS,
     ShareQueue,
     drain_share_topology,
 )
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER, create_topics
 
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 

@@ -1,4 +1,4 @@
-"""Head watches of one process sharing one consumer (``engine/shared_consumer.py``) on the real broker.
+"""Head watches of one process sharing one consumer (``engine/heads/shared_consumer.py``) on the real broker.
 
 Each test opens watches as the event triggers do with ``[kafka_retry] shared_watch_consumers`` on
 (``HeadWatch(config, topics, group, shared=True)``), polls them and looks at what each sees and at the
@@ -13,10 +13,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from airflow_kafka_retry.engine.head_watch import HeadWatch, HeadWatchError
-from airflow_kafka_retry.engine.shared_consumer import SharedConsumer, share_key, shared_consumers
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch, HeadWatchError
+from airflow_kafka_retry.engine.heads.shared_consumer import SharedConsumer, share_key, shared_consumers
 from airflow_kafka_retry.testing.broker import EmbeddedBroker
-from airflow_kafka_retry.testing.topics import create_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
 
 from tests.support.fork_check import assert_children_exit_cleanly
 from tests.support.tier_records import commit, produce
@@ -183,7 +183,7 @@ def test_a_shared_consumer_failing_as_a_whole_fails_every_watch_and_is_replaced(
 
 FORK_SCRIPT = """
 import os, subprocess, sys
-from airflow_kafka_retry.engine.head_watch import HeadWatch
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 watch = HeadWatch({"bootstrap.servers": sys.argv[1]}, [sys.argv[2]], "fork-check", shared=True)
 assert watch.shared
 # a preexec_fn runs the at-fork hooks in the child before its exec (as testing/postgres.py does)

@@ -23,15 +23,15 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from airflow_kafka_retry.engine.local import run_local
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.spark.result import SparkAppError
 from airflow_kafka_retry.spark.submit import run_spark_submit
 
 from tests.support import ledger
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Tier, Topology
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]

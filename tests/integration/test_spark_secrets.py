@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.spark.result import SparkAppError
 from airflow_kafka_retry.spark.submit import (
     local_spark_environment,

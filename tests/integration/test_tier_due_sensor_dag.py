@@ -30,11 +30,11 @@ from zoneinfo import ZoneInfo
 import pytest
 import yaml
 
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology_file import load_topology
 from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 from tests.integration.test_spark_operator_dag import _airflow_env, _json_lines, _xcom
 from tests.support import ledger

@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from airflow_kafka_retry.engine.head_watch import HeadWatch
-from airflow_kafka_retry.engine.offset_reader import OffsetReader
-from airflow_kafka_retry.engine.shared_consumer import Lease
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
+from airflow_kafka_retry.engine.heads.offset_reader import OffsetReader
+from airflow_kafka_retry.engine.heads.shared_consumer import Lease
 from airflow_kafka_retry.triggers import broker_calls
 
 from tests.integration.test_tier_event_trigger import WAIT_S, _Running

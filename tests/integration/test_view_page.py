@@ -31,7 +31,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
 from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
-from airflow_kafka_retry.testing.topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support.warm_airflow import run_airflow
 

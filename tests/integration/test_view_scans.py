@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from airflow_kafka_retry.engine.backlog import scan_backlog
-from airflow_kafka_retry.engine.dead_letter_counts import count_dead_letters
+from airflow_kafka_retry.engine.scans.backlog import scan_backlog
+from airflow_kafka_retry.engine.scans.dead_letter_counts import count_dead_letters
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""A watch's partition metadata through the process's admin client (``engine/metadata_client.py``).
+"""A watch's partition metadata through the process's admin client (``engine/kafka/metadata_client.py``).
 
 A watch consumer long-polls at its partitions' end, and the broker answers its connection's requests in
 order: metadata asked on it waited for the poll (0.9 s per check; 400 watches filled the triggerer's thread
@@ -13,10 +13,10 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 
-from airflow_kafka_retry.engine import metadata_client as metadata_registry
-from airflow_kafka_retry.engine.head_watch import HeadWatch
-from airflow_kafka_retry.engine.metadata_client import metadata_client
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
+from airflow_kafka_retry.engine.kafka import metadata_client as metadata_registry
+from airflow_kafka_retry.engine.kafka.metadata_client import metadata_client
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 from tests.support.fork_check import assert_children_exit_cleanly
 from tests.support.tier_records import produce
@@ -73,8 +73,8 @@ def test_private_watches_share_one_admin_client_and_learn_new_partitions_through
 
 FORK_SCRIPT = """
 import os, subprocess, sys
-from airflow_kafka_retry.engine.clients import partition_counts
-from airflow_kafka_retry.engine.metadata_client import metadata_client
+from airflow_kafka_retry.engine.kafka.clients import partition_counts
+from airflow_kafka_retry.engine.kafka.metadata_client import metadata_client
 config = {"bootstrap.servers": sys.argv[1]}
 assert partition_counts(metadata_client(config), [sys.argv[2]]) == {sys.argv[2]: 1}
 # a preexec_fn runs the at-fork hooks in the child before its exec (as testing/postgres.py does)

@@ -1,9 +1,9 @@
 """Which consumer-group members ``topology show --bootstrap`` and ``EnsureRetryTopicsOperator`` warn about
-(``engine/peer_consumers.py``, the pure part; the broker part runs in ``test_spring_isolation.py``)."""
+(``engine/scans/peer_consumers.py``, the pure part; the broker part runs in ``test_spring_isolation.py``)."""
 
 from __future__ import annotations
 
-from airflow_kafka_retry.engine.peer_consumers import (
+from airflow_kafka_retry.engine.scans.peer_consumers import (
     WHY,
     Member,
     peer_groups,

@@ -3,9 +3,9 @@
 The cluster fault cases must kill a broker *between* two calls of a chunk's transaction, whether the
 partition runs in a thread of the test, in an engine worker process or in a Spark executor. The engine
 imports the run's handler in each of those processes; the handler module (``cluster_handler``) imports
-this one, which wraps :class:`~airflow_kafka_retry.engine.route.Router` once. The wrap does nothing unless
-``$AKR_POINT_DIR`` is set; then, at the ``$AKR_POINT_ON``-th chunk (default 2) of partition
-``$AKR_POINT_PARTITION`` (default 0), at point ``$AKR_POINT`` --
+this one, which wraps :class:`~airflow_kafka_retry.engine.drain.transaction.ChunkTransaction` once. The wrap
+does nothing unless ``$AKR_POINT_DIR`` is set; then, at the ``$AKR_POINT_ON``-th chunk (default 2) of
+partition ``$AKR_POINT_PARTITION`` (default 0), at point ``$AKR_POINT`` --
 
 * ``produced``: the chunk's routed records were produced and acknowledged (flushed), inside the open
   transaction, before ``send_offsets_to_transaction`` and ``commit_transaction``;
@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-from airflow_kafka_retry.engine.route import Router
+from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
 
 WAIT_S = 60.0
 _local = threading.local()
@@ -45,7 +45,7 @@ def _due(partition: int) -> bool:
     return True
 
 
-def _rendezvous(router: Router, partition: int) -> None:
+def _rendezvous(router: ChunkTransaction, partition: int) -> None:
     folder = os.environ["AKR_POINT_DIR"]
     facts = {"transactional_id": router.transactional_id, "partition": partition, "pid": os.getpid()}
     path = os.path.join(folder, "reached")
@@ -62,9 +62,9 @@ def _rendezvous(router: Router, partition: int) -> None:
 
 
 def _install() -> None:
-    if getattr(Router, "_cluster_points", False):
+    if getattr(ChunkTransaction, "_cluster_points", False):
         return
-    original_commit, original_produce = Router.commit, Router._produce
+    original_commit, original_produce = ChunkTransaction.commit, ChunkTransaction._produce
 
     def commit(self, source, routed, bookkeeping=None):
         _local.partition = source.partition
@@ -77,8 +77,8 @@ def _install() -> None:
             assert self.producer.flush(30) == 0, "routed records not acknowledged before the fault"
             _rendezvous(self, partition)
 
-    Router.commit, Router._produce = commit, produce
-    Router._cluster_points = True
+    ChunkTransaction.commit, ChunkTransaction._produce = commit, produce
+    ChunkTransaction._cluster_points = True
 
 
 _install()

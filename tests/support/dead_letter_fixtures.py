@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from airflow_kafka_retry.testing import share_groups
 from airflow_kafka_retry.testing.kafka_connect import ConnectWorker, ensure_connect_jars
 from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_jars
-from airflow_kafka_retry.testing.topics import CLIENT_LOGGER
+from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
 
 if TYPE_CHECKING:
     from confluent_kafka import Message

@@ -19,7 +19,7 @@ import signal
 import sys
 
 from airflow_kafka_retry import cli
-from airflow_kafka_retry.engine.route import Router
+from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
 
 _seen = {"routed": 0, "committed": 0}
 
@@ -36,7 +36,7 @@ def _maybe_die(point: str, source) -> None:
 
 
 def main() -> int:
-    original_produce, original_commit = Router._produce, Router.commit
+    original_produce, original_commit = ChunkTransaction._produce, ChunkTransaction.commit
     current = {}
 
     def produce(self, routed, failures):
@@ -49,7 +49,7 @@ def main() -> int:
         original_commit(self, source, routed, bookkeeping)
         _maybe_die("committed", source)
 
-    Router._produce, Router.commit = produce, commit
+    ChunkTransaction._produce, ChunkTransaction.commit = produce, commit
     return cli.main(sys.argv[1:])
 
 

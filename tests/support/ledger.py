@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from airflow_kafka_retry.engine.topics import ensure_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Tier, Topology
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.topics import unique_topic
+from airflow_kafka_retry.testing.scratch_topics import unique_topic
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.engine.summary import RunSummary
+    from airflow_kafka_retry.engine.drain.summary import RunSummary
 
 HANDLER_MODULE = "tests.support.ledger_handler"
 # Seven modes: coprime with the partition counts used, so every partition (and every chunk) mixes

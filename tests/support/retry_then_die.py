@@ -1,9 +1,9 @@
 """The ledger handler, with a worker that fails an attempt on the cluster, retries, and then dies.
 
 Imported by the engine in the process that runs the partition (an engine worker process): the import wraps
-:meth:`~airflow_kafka_retry.engine.route.Router.commit` once. With ``$AKR_RETRY_DIE`` set, partition 0's
-2nd chunk commit raises a transient :class:`RouteError` before committing (attempt 1 fails on "the
-cluster" after one committed chunk; the supervisor tries again), and its 4th chunk commit (attempt 2's
+:meth:`~airflow_kafka_retry.engine.drain.transaction.ChunkTransaction.commit` once. With ``$AKR_RETRY_DIE``
+set, partition 0's 2nd chunk commit raises a transient :class:`RouteError` before committing (attempt 1 fails
+on "the cluster" after one committed chunk; the supervisor tries again), and its 4th chunk commit (attempt 2's
 2nd chunk) SIGKILLs the process before committing.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 
-from airflow_kafka_retry.engine.route import RouteError, Router
+from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction, RouteError
 
 from tests.support.ledger_handler import decode, indexed
 
@@ -22,9 +22,9 @@ _commits = [0]
 
 
 def _install() -> None:
-    if getattr(Router, "_retry_then_die", False):
+    if getattr(ChunkTransaction, "_retry_then_die", False):
         return
-    original = Router.commit
+    original = ChunkTransaction.commit
 
     def commit(self, source, routed, bookkeeping=None):
         if os.environ.get("AKR_RETRY_DIE") and source.partition == 0:
@@ -37,8 +37,8 @@ def _install() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
         return original(self, source, routed, bookkeeping)
 
-    Router.commit = commit
-    Router._retry_then_die = True
+    ChunkTransaction.commit = commit
+    ChunkTransaction._retry_then_die = True
 
 
 _install()

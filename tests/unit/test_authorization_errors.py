@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kafka_retry.engine.clients import principal_of
-from airflow_kafka_retry.engine.supervised import broker_transient
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+from airflow_kafka_retry.engine.kafka.clients import principal_of
 
 
 @pytest.mark.parametrize(

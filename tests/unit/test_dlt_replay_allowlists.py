@@ -14,8 +14,8 @@ import pytest
 from airflow_kafka_retry.cli import main
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
-from airflow_kafka_retry.dlt.topics import check_target_spec, target_for
-from airflow_kafka_retry.engine.loading import UserCodeError
+from airflow_kafka_retry.dlt.replay_targets import check_target_spec, target_for
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.topology_file import load_topology
 

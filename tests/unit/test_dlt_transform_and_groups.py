@@ -7,7 +7,13 @@ import dataclasses
 import pytest
 
 from airflow_kafka_retry.dlt.groups import bucket_of, format_table, group_records
-from airflow_kafka_retry.dlt.topics import BY_KEY, check_target_spec, source_topic, source_topics, target_for
+from airflow_kafka_retry.dlt.replay_targets import (
+    BY_KEY,
+    check_target_spec,
+    source_topic,
+    source_topics,
+    target_for,
+)
 from airflow_kafka_retry.dlt.transform import apply_transform, load_transform
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.topology import Topology

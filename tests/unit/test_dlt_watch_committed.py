@@ -13,8 +13,8 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from airflow_kafka_retry.engine import dlt_watch
-from airflow_kafka_retry.engine.dlt_watch import DltWatchError
+from airflow_kafka_retry.engine.scans import dlt_scan as dlt_watch
+from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchError
 
 KEYS = [("orders-dlt", 0), ("orders-dlt", 1)]
 

@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.engine.batches (pure: a fake handler, fake records, a fake sleep).
+"""Unit tests for airflow_kafka_retry.engine.drain.batches (pure: a fake handler, fake records, a fake sleep).
 
 Covers Spring-like batch-failure indexing (``BatchFailedError``), bisection of batches that
 failed without an index, the bisection budget and ``UnisolatedFailure``, in-place attempts,
@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Sequence
 import pytest
 
 from airflow_kafka_retry import BatchFailedError
-from airflow_kafka_retry.engine.batches import BatchRunner, BatchStats, Outcome
-from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.engine.records import TierRecord
+from airflow_kafka_retry.engine.drain.batches import BatchRunner, BatchStats, Outcome
+from airflow_kafka_retry.engine.drain.records import TierRecord
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.errors import UnisolatedFailure
 from airflow_kafka_retry.policy.classify import ExceptionClassifier, exception_chain
 from airflow_kafka_retry.policy.resolver import DestinationResolver

@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.engine.clients configuration builders (no client is constructed)."""
+"""Unit tests for engine.kafka.clients configuration builders (no client is constructed)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kafka_retry.engine.clients import (
+from airflow_kafka_retry.engine.kafka.clients import (
     CLIENT_LOGGER,
     PREFETCH_DEFAULTS,
     PRODUCER_MAX_MESSAGE_BYTES,
@@ -312,7 +312,7 @@ class _Watermarks:
 def test_from_log_start_asks_the_broker_only_for_the_beginning() -> None:
     from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    from airflow_kafka_retry.engine.clients import from_log_start
+    from airflow_kafka_retry.engine.kafka.clients import from_log_start
 
     consumer = _Watermarks({0: 4, 1: 0, 2: 99})
     tps = [
@@ -328,7 +328,7 @@ def test_from_log_start_asks_the_broker_only_for_the_beginning() -> None:
 def test_from_log_start_leaves_the_beginning_to_librdkafka_once_the_broker_does_not_answer() -> None:
     from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
-    from airflow_kafka_retry.engine.clients import from_log_start
+    from airflow_kafka_retry.engine.kafka.clients import from_log_start
 
     unknown = KafkaException(KafkaError(KafkaError._UNKNOWN_PARTITION))
     consumer = _Watermarks({0: 3, 1: unknown, 2: 5})

@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.engine.loading (imports only stdlib and temporary modules)."""
+"""Unit tests for airflow_kafka_retry.engine.kafka.loading (imports only stdlib and temporary modules)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.engine.loading import UserCodeError, load_callable
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError, load_callable
 
 
 @pytest.fixture

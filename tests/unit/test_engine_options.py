@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.engine.options (DrainOptions validation)."""
+"""Unit tests for airflow_kafka_retry.engine.drain.options (DrainOptions validation)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX, DrainOptions
+from airflow_kafka_retry.engine.drain.options import DEFAULT_TRANSACTIONAL_ID_PREFIX, DrainOptions
 
 HANDLER = "myapp.handlers:handle"
 NON_NEGATIVE = ["in_place_attempts", "in_place_backoff_ms", "max_extra_calls", "dead_letter_cap"]

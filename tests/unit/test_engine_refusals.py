@@ -1,11 +1,11 @@
-"""Which produce errors are a destination refusing a record for good (``engine/refusals.py``)."""
+"""Which produce errors are a destination refusing a record for good (``engine/kafka/refusals.py``)."""
 
 from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError
 
-from airflow_kafka_retry.engine.refusals import refusal
+from airflow_kafka_retry.engine.kafka.refusals import refusal
 
 
 @pytest.mark.parametrize(

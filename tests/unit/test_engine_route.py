@@ -1,10 +1,10 @@
-"""Unit tests for airflow_kafka_retry.engine.route.transactional_id (pure; no producer is constructed)."""
+"""Unit tests for engine.drain.transaction.transactional_id (pure; no producer is constructed)."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.options import DEFAULT_TRANSACTIONAL_ID_PREFIX, DrainOptions
+from airflow_kafka_retry.engine.drain.options import DEFAULT_TRANSACTIONAL_ID_PREFIX, DrainOptions
 from airflow_kafka_retry.policy.client_names import transactional_id
 
 

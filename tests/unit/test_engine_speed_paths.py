@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from airflow_kafka_retry.engine import gc_tuning
-from airflow_kafka_retry.engine.local import MAX_DEFAULT_PARALLELISM, default_parallelism
-from airflow_kafka_retry.engine.records import TierRecord, make_record, record_from_message
+from airflow_kafka_retry.engine.drain import gc_tuning
+from airflow_kafka_retry.engine.drain.records import TierRecord, make_record, record_from_message
+from airflow_kafka_retry.engine.local.engine import MAX_DEFAULT_PARALLELISM, default_parallelism
 from airflow_kafka_retry.policy import headers as H
 
 ATT, DUE = H.ATTEMPTS, H.BACKOFF_TIMESTAMP

@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.engine.summary (pure data: counts, caps, serialisation)."""
+"""Unit tests for airflow_kafka_retry.engine.drain.summary (pure data: counts, caps, serialisation)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_retry.engine.summary import (
+from airflow_kafka_retry.engine.drain.summary import (
     DEFAULT_COORDINATE_CAP,
     DeadLetter,
     PartitionSummary,
@@ -348,7 +348,7 @@ def test_a_run_that_was_not_stopped_says_so() -> None:
 
 
 def test_a_later_pass_of_the_same_run_adds_up_partition_by_partition():
-    from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
+    from airflow_kafka_retry.engine.drain.summary import DeadLetter, PartitionSummary, RunSummary
 
     def run(*partitions):
         return RunSummary(

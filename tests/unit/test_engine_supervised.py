@@ -8,11 +8,11 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallStuckError, CallWatch
-from airflow_kafka_retry.engine.drain import DrainError
-from airflow_kafka_retry.engine.route import FencedError, RouteError
-from airflow_kafka_retry.engine.summary import PartitionSummary
-from airflow_kafka_retry.engine.supervised import broker_transient, run_supervised
+from airflow_kafka_retry.engine.drain.due_records import DrainError
+from airflow_kafka_retry.engine.drain.summary import PartitionSummary
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient, run_supervised
+from airflow_kafka_retry.engine.drain.transaction import FencedError, RouteError
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines, CallStuckError
 
 
 class Clock:
@@ -25,7 +25,7 @@ class Clock:
 
 def test_a_call_that_returns_in_time_is_never_abandoned() -> None:
     clock = Clock()
-    watch = CallWatch("t[0]", grace_s=5, clock=clock)
+    watch = CallDeadlines("t[0]", grace_s=5, clock=clock)
     with watch.call("commit_transaction", 20, "the transaction coordinator"):
         clock.now += 24.9
         assert watch.overdue() is None
@@ -38,9 +38,9 @@ def test_a_stop_during_a_commit_says_the_chunk_may_have_committed() -> None:
     """Issue 48 item 8: an AbortNow stop while ``commit_transaction`` ran reported "nothing of it committed",
     although the commit may have gone through. A stop between calls, or during another call, still says the
     open chunk is aborted."""
-    from airflow_kafka_retry.engine.call_watch import AttemptStopped
+    from airflow_kafka_retry.engine.kafka.deadlines import AttemptStopped
 
-    during_commit = CallWatch("t[0]", clock=Clock())
+    during_commit = CallDeadlines("t[0]", clock=Clock())
     with pytest.raises(AttemptAbandoned), during_commit.call("commit_transaction", 20, "the coordinator"):
         stopped = during_commit.stop_now("supervisor_gone")
     assert isinstance(stopped, AttemptStopped)
@@ -48,7 +48,7 @@ def test_a_stop_during_a_commit_says_the_chunk_may_have_committed() -> None:
     assert "while commit_transaction was in progress: the chunk may have committed" in str(stopped)
 
     for call in ("flush", None):
-        watch = CallWatch("t[0]", clock=Clock())
+        watch = CallDeadlines("t[0]", clock=Clock())
         if call is None:
             stopped = watch.stop_now("supervisor_gone")
         else:
@@ -58,7 +58,7 @@ def test_a_stop_during_a_commit_says_the_chunk_may_have_committed() -> None:
         assert str(stopped) == "t[0]: stopped at once (supervisor_gone)"
 
 
-def _overrun(watch: CallWatch, clock: Clock, name: str, timeout: float, *, to: float) -> list[object]:
+def _overrun(watch: CallDeadlines, clock: Clock, name: str, timeout: float, *, to: float) -> list[object]:
     """Make a call that is still running when the clock reads ``to``; what ``overdue`` said on the way."""
     seen: list[object] = []
     try:
@@ -74,7 +74,7 @@ def _overrun(watch: CallWatch, clock: Clock, name: str, timeout: float, *, to: f
 
 def test_a_call_past_its_timeout_and_grace_is_abandoned_and_its_thread_stops_when_it_returns() -> None:
     clock = Clock()
-    watch = CallWatch("orders[2]", grace_s=5, clock=clock)
+    watch = CallDeadlines("orders[2]", grace_s=5, clock=clock)
     first, stuck, end = _overrun(watch, clock, "send_offsets_to_transaction", 20, to=125.1)
     assert first is None
     assert isinstance(stuck, CallStuckError)
@@ -89,7 +89,7 @@ def test_a_call_past_its_timeout_and_grace_is_abandoned_and_its_thread_stops_whe
 
 def test_give_up_at_cuts_every_deadline_and_timeout() -> None:
     clock = Clock()
-    watch = CallWatch("t[0]", grace_s=5, clock=clock, give_up_at=110.0)
+    watch = CallDeadlines("t[0]", grace_s=5, clock=clock, give_up_at=110.0)
     assert watch.timeout(20) == 10.0
     # give_up_at + grace (115), not the call's own 100 + 20 + 5
     before, stuck, end = _overrun(watch, clock, "commit_transaction", 20, to=115.5)
@@ -141,7 +141,7 @@ class FakeJob:
 
     released = threading.Event()
 
-    def __init__(self, watch: CallWatch, plan: object, drained: int) -> None:
+    def __init__(self, watch: CallDeadlines, plan: object, drained: int) -> None:
         self.watch, self.plan, self.drained = watch, plan, drained
         self.summary = PartitionSummary("t", 0, "g")
         self.failure: BaseException | None = None
@@ -176,7 +176,7 @@ class FakeJob:
 def _supervise(plans: list[object], **kwargs: object) -> tuple[PartitionSummary, list[FakeJob]]:
     jobs: list[FakeJob] = []
 
-    def make(watch: CallWatch) -> FakeJob:
+    def make(watch: CallDeadlines) -> FakeJob:
         watch.grace_s = 0.05
         jobs.append(FakeJob(watch, plans[min(len(jobs), len(plans) - 1)], drained=10))
         return jobs[-1]
@@ -242,7 +242,7 @@ def test_a_transient_failure_is_retried_and_the_later_attempt_decides_the_status
 def test_cluster_now_names_the_brokers_that_do_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    from airflow_kafka_retry.engine import supervised
+    from airflow_kafka_retry.engine.drain import supervisor as supervised
     from airflow_kafka_retry.testing.processes import free_port
 
     class Admin:
@@ -271,7 +271,7 @@ def test_cluster_now_names_the_brokers_that_do_not_answer(monkeypatch: pytest.Mo
 
 
 def test_bounded_returns_raises_or_abandons_naming_what_it_waited_for() -> None:
-    from airflow_kafka_retry.engine.call_watch import bounded
+    from airflow_kafka_retry.engine.kafka.deadlines import bounded
 
     assert bounded(lambda: 7, seconds=1, what="x") == 7
     with pytest.raises(ValueError, match="bad"):

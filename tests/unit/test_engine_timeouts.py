@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from airflow_kafka_retry.engine.batches import BatchRunner
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.records import TierRecord
-from airflow_kafka_retry.engine.timeouts import HandlerStuckError, TimedHandler
+from airflow_kafka_retry.engine.drain.batches import BatchRunner
+from airflow_kafka_retry.engine.drain.handler_timeouts import HandlerStuckError, TimedHandler
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.drain.records import TierRecord
 from airflow_kafka_retry.errors import HandlerTimeoutError
 
 

@@ -7,20 +7,19 @@ import sys
 
 import pytest
 
-from airflow_kafka_retry.engine.local import _shippable, default_parallelism, worker_processes
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.process_pool import ProcessPool
-from airflow_kafka_retry.engine.summary import PartitionSummary
-from airflow_kafka_retry.engine.worker_failure import describe_exit, worker_failure
-from airflow_kafka_retry.engine.worker_protocol import (
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.drain.summary import PartitionSummary
+from airflow_kafka_retry.engine.kafka.child_pipes import (
     FrameReader,
     FrameWriter,
     PipeClosed,
-    WorkerSetup,
+    describe_exit,
     encode,
-    read_setup,
-    setup_message,
 )
+from airflow_kafka_retry.engine.local.engine import _shippable, default_parallelism, worker_processes
+from airflow_kafka_retry.engine.local.worker_failure import worker_failure
+from airflow_kafka_retry.engine.local.worker_pool import ProcessPool
+from airflow_kafka_retry.engine.local.worker_protocol import WorkerSetup, read_setup, setup_message
 from airflow_kafka_retry.policy.topology import Topology
 
 TOPOLOGY = Topology.from_mapping(

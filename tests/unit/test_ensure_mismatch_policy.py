@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.topics import TopicMismatch
+from airflow_kafka_retry.engine.kafka.topic_admin import TopicMismatch
 from airflow_kafka_retry.operators.ensure_topics import fatal_mismatches
 
 PARTITIONS = TopicMismatch("orders-retry-1000", "partitions", 1, 2, "orders")

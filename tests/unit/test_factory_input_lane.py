@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_kafka_retry.engine.loading import load_callable
-from airflow_kafka_retry.engine.redelivery import no_handler
+from airflow_kafka_retry.engine.drain.redelivery import no_handler
+from airflow_kafka_retry.engine.kafka.loading import load_callable
 from airflow_kafka_retry.factory.folder import TopologyFolderError, build_retry_dags_from_folder
 from airflow_kafka_retry.factory.input_lane import REDELIVER_HANDLER
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags

@@ -460,7 +460,7 @@ def test_importing_the_package_does_not_import_airflow():
     code = (
         "import sys, airflow_kafka_retry\n"
         "from airflow_kafka_retry import BatchFailedError\n"
-        "import airflow_kafka_retry.engine.local, airflow_kafka_retry.spark.app\n"
+        "import airflow_kafka_retry.engine.local.engine, airflow_kafka_retry.spark.app\n"
         "import airflow_kafka_retry.policy.windows\n"
         "loaded = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
         "assert not loaded, loaded\n"

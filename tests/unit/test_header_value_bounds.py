@@ -40,8 +40,8 @@ def _record(offset: int, exception: str, cause: str | None = None, topic: str = 
 
 def _run_watch(monkeypatch, topology_path, messages, admitted=frozenset()):
     """Run DltWatchOperator.execute over ``messages``; returns (result, notifier payloads, committed tags)."""
-    import airflow_kafka_retry.engine.dlt_watch as engine_watch
-    import airflow_kafka_retry.engine.topics as engine_topics
+    import airflow_kafka_retry.engine.kafka.topic_admin as engine_topics
+    import airflow_kafka_retry.engine.scans.dlt_scan as engine_watch
     import airflow_kafka_retry.observability.metrics as metrics
     from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
     from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator

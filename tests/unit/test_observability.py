@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.engine.distribution import BUCKET_LABELS, Distribution
-from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
-from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.drain.distribution import BUCKET_LABELS, Distribution
+from airflow_kafka_retry.engine.drain.summary import DeadLetter, PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.heads.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.observability.lineage import lineage_server, replay_lineage, tier_run_lineage
 from airflow_kafka_retry.observability.metrics import (
     OTHER,
@@ -170,7 +170,7 @@ def test_no_metric_function_tags_a_partition_offset_or_key():
     the DLT watch's ``exception`` tag is the class name, never the exception's message."""
     import struct
 
-    from airflow_kafka_retry.engine.dlt_watch import DltWatchSummary
+    from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchSummary
     from airflow_kafka_retry.observability.metrics import peek_gauges
     from airflow_kafka_retry.policy.headers import RETRY_TOPIC_NAMES as N
 
@@ -428,7 +428,7 @@ def test_any_airflow_process_sends_the_backlog_gauges_with_its_own_metrics_setti
             }
         )
         code = f"""
-from airflow_kafka_retry.engine.peek import PartitionHead, TierPeek
+from airflow_kafka_retry.engine.heads.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.observability.metrics import emit_tier_backlog
 from airflow_kafka_retry.policy.topology_file import load_topology
 topology = load_topology({TOPOLOGY.source!r})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.topics import topology_topics
+from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.replay_headers import (

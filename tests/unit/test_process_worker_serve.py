@@ -5,10 +5,11 @@ from __future__ import annotations
 import queue
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.engine import process_worker, supervised
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import PartitionSummary
-from airflow_kafka_retry.engine.worker_protocol import WorkerSetup
+from airflow_kafka_retry.engine.drain import supervisor as supervised
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.drain.summary import PartitionSummary
+from airflow_kafka_retry.engine.local import worker as process_worker
+from airflow_kafka_retry.engine.local.worker_protocol import WorkerSetup
 from airflow_kafka_retry.policy.topology import Topology
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The redelivery log's bookkeeping in a process (`engine/redelivery_log.py`): entries, tombstones, expiry."""
+"""The redelivery log's bookkeeping in a process (`logs/redelivery_log.py`): entries, tombstones, expiry."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import time
 
 import pytest
 
-from airflow_kafka_retry.engine import redelivery_log
-from airflow_kafka_retry.engine.call_watch import AttemptAbandoned, CallWatch
-from airflow_kafka_retry.engine.redelivery_log import (
+from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
+from airflow_kafka_retry.engine.logs import redelivery_log
+from airflow_kafka_retry.engine.logs.redelivery_log import (
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
 )
-from airflow_kafka_retry.engine.redelivery_log_state import RETENTION_MS, LogState, log_state
-from airflow_kafka_retry.engine.supervised import broker_transient
+from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.testing.processes import free_port
 
@@ -99,7 +99,7 @@ def test_a_view_decodes_on_lookup_and_skips_an_entry_it_cannot_read() -> None:
 
 def test_the_views_reads_and_the_logs_creation_go_through_the_runs_deadlines() -> None:
     """A stopped attempt's watch refuses the calls: they are made under it, never beside it."""
-    watch = CallWatch("dlq[0]")
+    watch = CallDeadlines("dlq[0]")
     watch.stop_now("test")
     view = RedeliveryLogView({"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", watch=watch)
     with pytest.raises(AttemptAbandoned):

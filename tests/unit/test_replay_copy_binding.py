@@ -8,7 +8,7 @@ their DLT record as replayed, but confirm no claim: such a copy that fails again
 
 from __future__ import annotations
 
-from airflow_kafka_retry.engine.replay_log import ReplayLog, encode, record_key
+from airflow_kafka_retry.engine.logs.replay_log import ReplayLog, encode, record_key
 from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest
 from airflow_kafka_retry.policy.resolver import DestinationResolver
 from airflow_kafka_retry.policy.topology import Topology
@@ -83,7 +83,7 @@ def test_the_resolver_passes_the_failing_records_own_digest():
 
 def test_a_grown_log_is_read_from_where_the_last_read_ended(monkeypatch):
     """Only the entries appended since are read into what the check already knows (issue 38 item 10)."""
-    from airflow_kafka_retry.engine import replay_trust
+    from airflow_kafka_retry.engine.drain import replay_trust
 
     reads: list[tuple[object, object]] = []
     ends = iter([5, 9])
@@ -107,7 +107,7 @@ def test_a_grown_log_is_read_from_where_the_last_read_ended(monkeypatch):
 
 def test_forged_records_of_one_piece_cost_one_end_request(monkeypatch):
     """The log's end is asked once per piece read, not per record (issue 38 item 10)."""
-    from airflow_kafka_retry.engine import replay_trust
+    from airflow_kafka_retry.engine.drain import replay_trust
     from airflow_kafka_retry.policy.replay_headers import ReplayAudit
 
     asked: list[str] = []

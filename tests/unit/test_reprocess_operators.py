@@ -21,7 +21,7 @@ from airflow.sdk import DAG, BaseNotifier
 from airflow.sdk.execution_time.context import OutletEventAccessors
 from structlog.testing import capture_logs
 
-from airflow_kafka_retry.engine.summary import DeadLetter, PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.drain.summary import DeadLetter, PartitionSummary, RunSummary
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 from airflow_kafka_retry.operators.reprocess_report import notifier_summary
 from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import TopicPartition
 
-from airflow_kafka_retry.engine import shared_consumer
+from airflow_kafka_retry.engine.heads import shared_consumer
 
 CONFIG = {"bootstrap.servers": "127.0.0.1:9"}  # nothing listens: assignment is the client's own state
 FIRST, SECOND = ("orders-retry-1", 0), ("orders-retry-1", 1)

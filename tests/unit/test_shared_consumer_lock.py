@@ -14,7 +14,7 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from airflow_kafka_retry.engine import shared_consumer
+from airflow_kafka_retry.engine.heads import shared_consumer
 
 KEY = ("orders-retry-1", 0)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.spark.executor_code import ExecutorImportError, import_user_code
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.engine.summary import RunSummary
+from airflow_kafka_retry.engine.drain.summary import RunSummary
 from airflow_kafka_retry.spark import app
 from airflow_kafka_retry.spark.masking import OutputMasker, mask_command, mask_text
 from airflow_kafka_retry.spark.result import (
@@ -213,7 +213,7 @@ def test_the_opt_out_reaches_the_driver_as_an_argument(tmp_path):
 
 
 def test_operator_refuses_on_a_cluster_master_before_spark_submit(tmp_path, monkeypatch, airflow_connections):
-    from airflow_kafka_retry.engine.summary import PartitionSummary
+    from airflow_kafka_retry.engine.drain.summary import PartitionSummary
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "yarn"}))
     seen: dict = {}
@@ -525,7 +525,7 @@ def test_the_driver_refuses_a_taken_result_path_before_reading_anything(tmp_path
 
 
 def test_an_operator_run_leaves_no_result_behind(tmp_path, monkeypatch, airflow_connections):
-    from airflow_kafka_retry.engine.summary import PartitionSummary
+    from airflow_kafka_retry.engine.drain.summary import PartitionSummary
 
     seen: dict = {}
     _fake_spark(
@@ -547,7 +547,7 @@ def test_an_operator_run_leaves_no_result_behind(tmp_path, monkeypatch, airflow_
 def test_an_oauth_callback_travels_as_its_import_path_and_executors_import_it():
     import functools
 
-    from airflow_kafka_retry.engine.clients import KafkaConfigError, consumer_config, producer_config
+    from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, consumer_config, producer_config
     from airflow_kafka_retry.spark.credentials import check_shippable
 
     from tests.support.oauth_token import mounted_token

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_retry.engine.clients import KafkaConfigError
-from airflow_kafka_retry.engine.loading import UserCodeError
-from airflow_kafka_retry.engine.options import DrainOptions
-from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.drain.summary import PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.spark import app
 from airflow_kafka_retry.spark.credentials import check_shippable, write_credentials_file
 from airflow_kafka_retry.spark.pyfiles import build_py_files, top_level_sources, user_modules
@@ -65,7 +65,7 @@ def test_py_files_zip_holds_the_package_and_the_handler_package(submission):
     for expected in (
         "airflow_kafka_retry/__init__.py",
         "airflow_kafka_retry/spark/app.py",
-        "airflow_kafka_retry/engine/partition.py",
+        "airflow_kafka_retry/engine/drain/partition.py",
         "airflow_kafka_retry/policy/topology.py",
         "tests/__init__.py",
         "tests/support/__init__.py",

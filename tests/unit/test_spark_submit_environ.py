@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.options import DrainOptions
+from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.spark.master import SparkMasterUnreachableError
 from airflow_kafka_retry.spark.submit import run_spark_submit
 from airflow_kafka_retry.spark.transport import UnencryptedSecretsError

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import fsspec
 import pytest
 
-from airflow_kafka_retry.engine.summary import PartitionSummary, RunSummary
+from airflow_kafka_retry.engine.drain.summary import PartitionSummary, RunSummary
 from airflow_kafka_retry.spark.result import write_result
 
 from tests.unit.test_spark_secrets import PROTECTED, airflow_connections  # noqa: F401 - a fixture

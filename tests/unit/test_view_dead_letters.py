@@ -1,6 +1,6 @@
 """The "Retry tiers" view's DLT card reads every dead-letter family (issue 41): counts by failure, family,
 missing field and unreadable header, and the newest records described by their original coordinates and
-failure, never their key or value (``engine/dead_letter_counts.py``, the part after the broker read)."""
+failure, never their key or value (``engine/scans/dead_letter_counts.py``, the part after the broker read)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 import struct
 from typing import Any
 
-from airflow_kafka_retry.engine.dead_letter_counts import SAMPLES, DeadLetterCounts
+from airflow_kafka_retry.engine.scans.dead_letter_counts import SAMPLES, DeadLetterCounts
 from airflow_kafka_retry.plugin import scans
 from airflow_kafka_retry.policy.header_values import MAX_VALUE_CHARS
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_kafka_retry.engine.dead_letter_counts import DeadLetterCounts
+from airflow_kafka_retry.engine.scans.dead_letter_counts import DeadLetterCounts
 from airflow_kafka_retry.plugin import scans
 from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.plugin.view_model import topology_view

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.engine.backlog import due_bucket
+from airflow_kafka_retry.engine.scans.backlog import due_bucket
 from airflow_kafka_retry.get_provider_info import get_provider_info
 from airflow_kafka_retry.plugin.settings import OPTIONS, ViewSettings
 from airflow_kafka_retry.plugin.view_model import topology_id

@@ -1,0 +1,151 @@
+"""
+A partition run's lane: what it does with each piece of records it reads, and how it commits a chunk.
+
+:class:`~airflow_kafka_retry.engine.drain.partition.PartitionJob` reads, counts and reports the same way
+for every tier; its lane, chosen once when the job is built (a :class:`LaneKind`), decides the rest:
+
+* :data:`HANDLING` (every topology's tiers): the user's handler takes each record, and the failed ones are
+  routed (a later tier, the DLT, or a deliberate drop);
+* ``REDELIVERING`` (a share-group topology under ``on_due: redeliver``,
+  :mod:`~airflow_kafka_retry.engine.drain.redelivery`): no handler, records go back to their queue.
+
+The job never asks which lane it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_kafka_retry.engine.drain.failure_routing import decode_record
+from airflow_kafka_retry.engine.drain.records import TierRecord, record_from_message
+from airflow_kafka_retry.engine.kafka.loading import load_callable
+from airflow_kafka_retry.errors import BatchFailedError, DeserializationError
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message, TopicPartition
+
+    from airflow_kafka_retry.engine.drain.batches import BatchRunner
+    from airflow_kafka_retry.engine.drain.chunk import ChunkWork
+    from airflow_kafka_retry.engine.drain.due_records import Chunk
+    from airflow_kafka_retry.engine.drain.failure_routing import FailureRouting
+    from airflow_kafka_retry.engine.drain.options import DrainOptions
+    from airflow_kafka_retry.engine.drain.summary import PartitionSummary
+    from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
+    from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
+    from airflow_kafka_retry.policy.topology import Tier, Topology
+
+
+class Lane(Protocol):
+    """What a partition run does with the records it reads, and how it commits them."""
+
+    def handle(self, piece: Chunk, work: ChunkWork) -> None:
+        """Give each record of ``piece`` its home in ``work`` (counted, routed or dropped)."""
+
+    def commit(self, source: TopicPartition, work: ChunkWork) -> None:
+        """Produce the chunk's routed records and commit ``source`` in one step."""
+
+    def close(self) -> None:
+        """Release what the lane opened (once, when the run ends)."""
+
+
+@dataclass(frozen=True)
+class LaneRun:
+    """What a lane takes from its partition run."""
+
+    topology: Topology
+    tier: Tier
+    partition: int
+    kafka_config: Mapping[str, Any]
+    options: DrainOptions
+    routing: FailureRouting
+    clock: Callable[[], int]
+    watch: CallDeadlines
+    summary: PartitionSummary
+    runner: BatchRunner
+    key_decoder: Callable[..., Any] | None
+    value_decoder: Callable[..., Any] | None
+
+
+@dataclass(frozen=True)
+class LaneKind:
+    """
+    A lane strategy.
+
+    :param handler: the callable the run's :class:`BatchRunner` calls (checking the options first).
+    :param open: the lane of a run, once its router has started (fenced earlier runs of the partition).
+    """
+
+    handler: Callable[[Topology, DrainOptions], Callable[..., Any]]
+    open: Callable[[LaneRun, ChunkTransaction], Lane]
+
+
+class HandlingLane:
+    """The user's handler takes each record of a piece; the failed ones are routed."""
+
+    def __init__(self, run: LaneRun, router: ChunkTransaction) -> None:
+        self.run = run
+        self.router = router
+
+    def handle(self, piece: Chunk, work: ChunkWork) -> None:
+        """Hand a piece of a chunk to the handler; resolve where its failed records go."""
+        run = self.run
+        messages = piece.messages
+        records: list[TierRecord] = []
+        sources: list[Message] = []  # sources[i] is the message records[i] was made from
+        failures: list[tuple[Message, BaseException, int]] = []
+        if run.key_decoder is None and run.value_decoder is None:
+            topic, partition = run.tier.topic, run.partition
+            records = [
+                record_from_message(m, h, a, d, topic, partition)
+                for m, h, a, d in zip(messages, piece.headers, piece.attempts, piece.due_ms)
+            ]
+            sources = messages
+        else:
+            for message, headers, attempt, due in zip(messages, piece.headers, piece.attempts, piece.due_ms):
+                try:
+                    records.append(
+                        decode_record(message, headers, attempt, due, run.key_decoder, run.value_decoder)
+                    )
+                except DeserializationError as exc:
+                    failures.append((message, exc, attempt))
+                    continue
+                sources.append(message)
+        failed = 0
+        for position, outcome in run.runner.run_failures(records):
+            error = outcome.error
+            if error is not None:
+                if isinstance(error, BatchFailedError) and error.cause is not None:
+                    error = error.cause
+                failures.append((sources[position], error, outcome.record.attempt + outcome.tries - 1))
+                failed += 1
+        handled = run.clock()
+        for due in piece.due_ms:
+            if due is not None:
+                work.lateness_ms.add(handled - due)
+        routed, dropped, untrusted = run.routing.route(
+            failures, run.summary.untrusted_replays + work.untrusted_replays
+        )
+        work.untrusted_replays += untrusted
+        work.routed.extend(routed)
+        work.dropped.extend(dropped)
+        work.succeeded += len(records) - failed
+        if work.first_offset is None:
+            work.first_offset = messages[0].offset()
+        work.last_offset = messages[-1].offset()
+        work.read += len(messages)
+
+    def commit(self, source: TopicPartition, work: ChunkWork) -> None:
+        self.router.commit(source, work.routed)
+
+    def close(self) -> None:
+        """Nothing to release: the run owns the clients."""
+
+
+def user_handler(topology: Topology, options: DrainOptions) -> Callable[..., Any]:
+    """The run's handler, ``options.handler`` (``package.module:function``)."""
+    return load_callable(options.handler, what="handler")
+
+
+HANDLING = LaneKind(handler=user_handler, open=HandlingLane)

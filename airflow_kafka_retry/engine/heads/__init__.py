@@ -1,0 +1,1 @@
+"""What the triggers watch: the heads of topics, the consumers behind them, committed-offset readers."""

@@ -1,0 +1,1 @@
+"""Kafka itself: clients, messages, topic admin, the read-to-the-end scan, call deadlines."""

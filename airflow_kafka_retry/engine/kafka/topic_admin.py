@@ -1,0 +1,394 @@
+"""Creating a topology's topics (main, retry tiers, DLTs) where they are missing, and checking the others."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+
+from airflow_kafka_retry.engine.kafka.clients import (
+    CLIENT_LOGGER,
+    KafkaConfigError,
+    NotAuthorized,
+    TopicsMissing,
+    admin_config,
+    partition_counts,
+    principal_of,
+)
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.policy.topology import Topology
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = "max.message.bytes"
+
+
+def topology_topics(topology: Topology) -> list[str]:
+    """Every topic of the retry path, in order: main, retry tiers, DLTs, the parking topic."""
+    parking = [topology.parking_topic] if topology.parking_topic is not None else []
+    return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)] + parking
+
+
+def ensure_topics(
+    topology: Topology,
+    kafka_config: Mapping[str, Any],
+    *,
+    partitions: int,
+    replication_factor: int = -1,
+    timeout: float = 30.0,
+) -> dict[str, str]:
+    """
+    Create the topology's missing topics; returns ``{topic: "created" | "exists"}``.
+
+    Retry tiers and DLTs should have at least the main topic's partitions so records keep their
+    partition (as Spring does); existing topics are left as they are. A topology's ``input`` DLQ is not
+    created (nor in the result).
+    """
+    admin = _admin(kafka_config)
+    existing = admin.list_topics(timeout=timeout).topics
+    # an input DLQ is its framework's to create: a share group's needs errors.deadletterqueue.group.enable
+    wanted = [t for t in topology_topics(topology) if topology.input is None or t != topology.input.dlq]
+    check_not_hidden([n for n in wanted if n not in existing], kafka_config, timeout)
+    result = {name: "exists" for name in wanted if name in existing}
+    created = _create(
+        admin,
+        [n for n in wanted if n not in existing],
+        partitions,
+        {},
+        replication_factor,
+        timeout,
+        principal=principal_of(kafka_config),
+    )
+    result.update(created)
+    return {name: result[name] for name in wanted}
+
+
+def existing_topics(kafka_config: Mapping[str, Any], *, timeout: float = 30.0) -> set[str]:
+    """The names of every topic on the cluster."""
+    return set(_admin(kafka_config).list_topics(timeout=timeout).topics)
+
+
+def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeout: float = 30.0) -> list[str]:
+    """Those of ``topics`` the cluster does not have (one metadata request)."""
+    existing = _admin(kafka_config).list_topics(timeout=timeout).topics
+    return [t for t in topics if t not in existing]
+
+
+def replication_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:
+    """
+    A sentence for each of ``topics`` that one broker's loss would stop, on a cluster of several brokers.
+
+    A topic whose partitions have a single replica on a multi-broker cluster (created with replication
+    factor 1, or the broker's default of 1) is offline for as long as the one broker that holds a partition
+    is down: its tier's runs fail, and nothing routed to it can be committed.
+    """
+    brokers = len(metadata.brokers)
+    if brokers < 2:
+        return []
+    warnings = []
+    for topic in topics:
+        info = metadata.topics.get(topic)
+        if info is None or info.error is not None or not info.partitions:
+            continue
+        replicas = min(len(p.replicas) for p in info.partitions.values())
+        if replicas < 2:
+            warnings.append(
+                f"topic {topic!r} has replication factor {replicas} on a cluster of {brokers} brokers: "
+                "losing "
+                "the broker that holds one of its partitions stops that partition's tier; recreate it with "
+                "replication factor 3 (and min.insync.replicas 2)"
+            )
+    return warnings
+
+
+def topology_replication_warnings(
+    topology: Topology, kafka_config: Mapping[str, Any], *, timeout: float = 30.0
+) -> list[str]:
+    """:func:`replication_warnings` for every topic of ``topology`` that exists (one metadata request)."""
+    metadata = _admin(kafka_config).list_topics(timeout=timeout)
+    return replication_warnings(metadata, topology_topics(topology))
+
+
+class MainTopicMissingError(KafkaConfigError):
+    """The topology's main topic does not exist; its retry topics are sized after it, so it must."""
+
+
+@dataclass(frozen=True)
+class TopicMismatch:
+    """
+    An existing retry or DLT topic with less than the main topic has.
+
+    :param setting: ``partitions`` or ``max.message.bytes``.
+    """
+
+    topic: str
+    setting: str
+    actual: int
+    required: int
+    main_topic: str
+
+    def __str__(self) -> str:
+        if self.setting == "partitions":
+            why = "records cannot keep their partition"
+        else:
+            why = "a record the main topic accepts may be refused"
+        return (
+            f"topic {self.topic!r} has {self.setting}={self.actual}, less than main topic "
+            f"{self.main_topic!r} ({self.required}): {why}"
+        )
+
+
+@dataclass
+class TopicsReport:
+    """What :func:`ensure_retry_topics` found and did (plain data; goes to XCom as :meth:`to_dict`)."""
+
+    main_topic: str
+    partitions: int
+    max_message_bytes: int | None
+    created: list[str] = field(default_factory=list)
+    existing: list[str] = field(default_factory=list)
+    mismatches: list[TopicMismatch] = field(default_factory=list)
+    replication_warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "main_topic": self.main_topic,
+            "partitions": self.partitions,
+            "max_message_bytes": self.max_message_bytes,
+            "created": list(self.created),
+            "existing": list(self.existing),
+            "mismatches": [str(m) for m in self.mismatches],
+            "replication_warnings": list(self.replication_warnings),
+        }
+
+
+def ensure_retry_topics(
+    topology: Topology,
+    kafka_config: Mapping[str, Any],
+    *,
+    replication_factor: int = -1,
+    timeout: float = 30.0,
+) -> TopicsReport:
+    """
+    Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
+
+    Each new topic gets the main topic's partition count and, when the main topic reports one, its
+    ``max.message.bytes``. Existing retry/DLT topics are checked against the same two settings;
+    every shortfall is in the report's ``mismatches`` (the caller decides whether that fails).
+
+    :raises MainTopicMissingError: the main topic does not exist.
+    """
+    admin = _admin(kafka_config)
+    cluster = admin.list_topics(timeout=timeout)
+    metadata = cluster.topics
+    main = topology.topic
+    info = metadata.get(main)
+    if info is None or info.error is not None or not info.partitions:
+        check_not_hidden([main], kafka_config, timeout)
+        raise MainTopicMissingError(
+            f"main topic {main!r} (topology {topology.source}) does not exist on the cluster; create it "
+            "first "
+            "(its partition count and max.message.bytes size the retry topics)"
+        )
+    partitions = len(info.partitions)
+    wanted = topology_topics(topology)[1:]
+    check_not_hidden([t for t in wanted if t not in metadata], kafka_config, timeout)
+    existing = [t for t in wanted if t in metadata and metadata[t].error is None]
+    limits = _max_message_bytes(admin, [main, *existing], timeout, principal_of(kafka_config))
+    main_limit = limits.get(main)
+    report = TopicsReport(
+        main_topic=main, partitions=partitions, max_message_bytes=main_limit, existing=existing
+    )
+    for topic in existing:
+        count = len(metadata[topic].partitions)
+        if count < partitions:
+            report.mismatches.append(TopicMismatch(topic, "partitions", count, partitions, main))
+        limit = limits.get(topic)
+        if main_limit is not None and limit is not None and limit < main_limit:
+            report.mismatches.append(TopicMismatch(topic, MAX_MESSAGE_BYTES, limit, main_limit, main))
+    config = {MAX_MESSAGE_BYTES: str(main_limit)} if main_limit is not None else {}
+    missing = [t for t in wanted if t not in existing]
+    for topic, outcome in _create(
+        admin, missing, partitions, config, replication_factor, timeout, principal=principal_of(kafka_config)
+    ).items():
+        (report.created if outcome == "created" else report.existing).append(topic)
+    laid_out = admin.list_topics(timeout=timeout) if report.created else cluster  # the new topics' replicas
+    report.replication_warnings = replication_warnings(laid_out, [main, *wanted])
+    for warning in report.replication_warnings:
+        log.warning("%s", warning)
+    return report
+
+
+def _admin(kafka_config: Mapping[str, Any]) -> AdminClient:
+    if "bootstrap.servers" not in kafka_config:
+        raise KafkaConfigError("the Kafka configuration has no 'bootstrap.servers'")
+    return AdminClient({k: v for k, v in kafka_config.items() if k != "group.id"})
+
+
+def check_not_hidden(topics: list[str], kafka_config: Mapping[str, Any], timeout: float) -> None:
+    """
+    Raise :class:`NotAuthorized` for those of ``topics`` (absent from a listing) the principal may not see.
+
+    A listing leaves out the topics the principal may not describe; asked by name, Kafka says whether a
+    topic is missing or hidden (``TOPIC_AUTHORIZATION_FAILED``), so neither is taken for the other.
+    """
+    if not topics:
+        return
+    asking = AdminClient(admin_config(kafka_config))  # never creates a topic by asking for it
+    for topic in topics:
+        try:
+            partition_counts(asking, [topic], timeout, kafka_config=kafka_config)
+        except TopicsMissing:
+            continue
+
+
+def _create(
+    admin: AdminClient,
+    names: list[str],
+    partitions: int,
+    config: Mapping[str, str],
+    replication_factor: int,
+    timeout: float,
+    *,
+    principal: str,
+) -> dict[str, str]:
+    """
+    Create ``names``; ``{name: "created" | "exists"}``.
+
+    A validating request first: when the principal may not create one of them, none is created and the
+    error names the principal, every refused topic and the operation.
+    """
+    if not names:
+        return {}
+    new = [
+        NewTopic(n, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+        for n in names
+    ]
+    _check_creatable(admin, new, timeout, principal)
+    result: dict[str, str] = {}
+    for name, future in admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout).items():
+        try:
+            future.result(timeout)
+            result[name] = "created"
+            log.info("created topic %s with %s partitions %s", name, partitions, dict(config))
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaConfigError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
+            result[name] = "exists"  # created meanwhile by someone else
+    return result
+
+
+def _check_creatable(admin: AdminClient, new: list[NewTopic], timeout: float, principal: str) -> None:
+    futures = admin.create_topics(new, operation_timeout=timeout, request_timeout=timeout, validate_only=True)
+    refused = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+                refused.append(name)
+            # anything else (exists already, a bad setting) is answered by the real request
+    if refused:
+        raise NotAuthorized(
+            f"{principal} lacks CREATE on topic(s) {', '.join(map(repr, refused))} (Kafka: "
+            "TOPIC_AUTHORIZATION_FAILED; DESCRIBE too, to find them once they exist): none was created; "
+            "grant the setup use the ACLs `airflow-kafka-retry topology acls FILE --role setup` prints",
+            refused,
+        )
+
+
+def _max_message_bytes(
+    admin: AdminClient, topics: list[str], timeout: float, principal: str = "this connection's principal"
+) -> dict[str, int]:
+    """``max.message.bytes`` of each topic, where the broker reports a number for it."""
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
+    found: dict[str, int] = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entries = future.result(timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise NotAuthorized(
+                    f"{principal} lacks DESCRIBE_CONFIGS on topic {resource.name!r} (Kafka: "
+                    "TOPIC_AUTHORIZATION_FAILED): the retry topics are sized after it; grant the setup use "
+                    "the ACLs `airflow-kafka-retry topology acls FILE --role setup` prints",
+                    [resource.name],
+                ) from exc
+            raise KafkaConfigError(
+                f"cannot describe the configuration of topic {resource.name!r}: {exc.args[0].str()}"
+            ) from exc
+        entry = entries.get(MAX_MESSAGE_BYTES)
+        value = getattr(entry, "value", None)
+        if value is not None and str(value).strip().lstrip("-").isdigit():
+            found[resource.name] = int(value)
+    return found
+
+
+def ensure_log_topic(
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    *,
+    what: str,
+    config: Mapping[str, str],
+    error: type[Exception] = KafkaConfigError,
+    timeout: float = 30.0,
+) -> bool:
+    """
+    Create a one-partition log topic with ``config`` if it is missing; True when this call created it.
+
+    The replay log and the redelivery log are such topics. A created topic is waited for until the
+    metadata shows it (a producer asked for it at once could otherwise find it missing). ``what`` names
+    the topic in the log and in ``error`` (raised when it cannot be created, or does not appear in
+    ``timeout``).
+    """
+    admin = AdminClient(
+        {k: v for k, v in kafka_config.items() if k != "group.id"} | {"logger": CLIENT_LOGGER}
+    )
+    if topic in admin.list_topics(timeout=timeout).topics:
+        return False
+    check_not_hidden([topic], kafka_config, timeout)  # a log the principal may not see is not missing
+    future = admin.create_topics(
+        [NewTopic(topic, num_partitions=1, replication_factor=-1, config=dict(config))],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )[topic]
+    try:
+        future.result(timeout)
+    except TimeoutError as exc:  # the cluster did not answer: another attempt may succeed
+        raise _transient(error(f"cannot create {what} {topic}: no answer within {timeout:g}s")) from exc
+    except KafkaException as exc:
+        kafka_error: KafkaError = exc.args[0]
+        code = kafka_error.code()
+        if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
+            raise error(
+                f"cannot create {what} {topic}: {principal_of(kafka_config)} lacks CREATE on topic {topic!r} "
+                f"(Kafka: {kafka_error.name()})"
+            ) from exc
+        if code != KafkaError.TOPIC_ALREADY_EXISTS:
+            failed = error(f"cannot create {what} {topic}: {kafka_error.str()}")
+            if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
+                raise _transient(failed) from exc
+            raise failed from exc
+        return False
+    deadline = time.monotonic() + timeout
+    while topic not in admin.list_topics(timeout=timeout).topics:
+        if time.monotonic() > deadline:
+            raise _transient(
+                error(f"created {what} {topic}, but it did not appear in the metadata in {timeout:.0f}s")
+            )
+        time.sleep(0.1)
+    log.info("created %s %s (1 partition, %s)", what, topic, ", ".join(f"{k}={v}" for k, v in config.items()))
+    return True
+
+
+def _transient(error: Exception) -> Exception:
+    """``error`` marked as the cluster's failure, not the input's (a partition run retries it)."""
+    error.transient = True  # type: ignore[attr-defined]
+    return error

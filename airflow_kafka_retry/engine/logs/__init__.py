@@ -1,0 +1,1 @@
+"""The compacted log topics the engine keeps: the replay log and the redelivery log."""

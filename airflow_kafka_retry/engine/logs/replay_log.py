@@ -1,0 +1,174 @@
+"""
+The replay log: a compacted ``<dlt>-replay-log`` topic that says which DLT records were replayed.
+
+Keys (UTF-8) and values (JSON):
+
+* ``record/<partition>/<offset>``: the DLT record at those coordinates was moved -- by which replay,
+  to which topic, partition and offset, when, and ``copy``: the
+  :func:`~airflow_kafka_retry.policy.replay_headers.copy_digest` of the copy produced (replay id, key,
+  value). Written in the same Kafka transaction as the moved record itself, so a record is in the
+  log exactly when its copy is in the target: a later replay, whatever its filters, never moves it
+  again. Only a failing record whose own key and value give ``copy`` is trusted as that copy
+  (:meth:`ReplayLog.confirms`). An entry written before ``copy`` existed is still read: its DLT
+  record counts as replayed (never moved again, shown by ``dlt inspect``), but it confirms no
+  claim, so such a copy that fails again is dead-lettered rather than parked.
+* ``plan/<replay id>``: the options of a replay and the end of each DLT partition when it began,
+  written before its first move; a rerun with the same id must give the same options and works on
+  the same records, so a replay killed half way is finished by running it again.
+* ``done/<replay id>``: the counts of a finished replay.
+
+The log has one partition (created on a replay's first non-dry run). It is read to its end,
+``read_committed``, after the replay's transactional producer has fenced any earlier run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
+from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
+from airflow_kafka_retry.policy.errors import ReplayError
+
+if TYPE_CHECKING:
+    from airflow_kafka_retry.engine.kafka.reading import TopicReader
+    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = REPLAY_LOG_SUFFIX
+_MAX_TOPIC = 249
+
+
+def log_topic(source: str) -> str:
+    """The replay log of ``source`` (a DLT or parking topic)."""
+    name = f"{source}{LOG_SUFFIX}"
+    if len(name) > _MAX_TOPIC:
+        raise ReplayError(
+            f"the replay log of {source!r} would be named {name!r}, longer than Kafka's "
+            f"{_MAX_TOPIC} characters; shorten the topic name"
+        )
+    return name
+
+
+def record_key(partition: int, offset: int) -> bytes:
+    return f"record/{partition}/{offset}".encode()
+
+
+def plan_key(replay_id: str) -> bytes:
+    return f"plan/{replay_id}".encode()
+
+
+def done_key(replay_id: str) -> bytes:
+    return f"done/{replay_id}".encode()
+
+
+def encode(data: Mapping[str, Any]) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+@dataclass
+class ReplayLog:
+    """What the log says: moved coordinates, replay plans, finished replays (last value per key)."""
+
+    topic: str
+    moved: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
+    plans: dict[str, dict[str, Any]] = field(default_factory=dict)
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def replays(self) -> list[dict[str, Any]]:
+        """
+        Every replay in the log, oldest first: id, start, records moved, and whether it finished.
+
+        An unfinished one was stopped part way (killed, fenced, failed): rerun it with its id.
+        """
+        out = []
+        for replay_id, plan in sorted(self.plans.items(), key=lambda item: item[1].get("started_ms", 0)):
+            moved = sum(1 for entry in self.moved.values() if entry.get("replay_id") == replay_id)
+            out.append(
+                {
+                    "replay_id": replay_id,
+                    "started_ms": plan.get("started_ms"),
+                    "moved": moved,
+                    "finished": replay_id in self.done,
+                }
+            )
+        return out
+
+    def confirms(self, audit: ReplayAudit, digest: str) -> bool:
+        """
+        True when this log recorded ``audit``'s move of the copy whose digest is ``digest``.
+
+        The entry of (DLT partition, offset) must name the audit's replay id and that digest; an entry
+        without a digest (written by an older version) confirms nothing.
+        """
+        entry = self.moved.get((audit.partition, audit.offset))
+        return (
+            entry is not None
+            and entry.get("replay_id") == audit.replay_id
+            and isinstance(entry.get("copy"), str)
+            and entry["copy"] == digest
+        )
+
+    def add(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        kind, _, rest = key.decode("utf-8", errors="replace").partition("/")
+        data = json.loads(value) if value else None
+        if kind == "record":
+            partition, _, offset = rest.partition("/")
+            coords = (int(partition), int(offset))
+            if data is None:
+                self.moved.pop(coords, None)
+            else:
+                self.moved[coords] = data
+        elif kind in ("plan", "done"):
+            table = self.plans if kind == "plan" else self.done
+            if data is None:
+                table.pop(rest, None)
+            else:
+                table[rest] = data
+
+
+def read_log(
+    reader: TopicReader, topic: str, *, known: ReplayLog | None = None, start: int | None = None
+) -> ReplayLog:
+    """
+    Read the whole log; an empty log when the topic does not exist yet.
+
+    With ``known`` (what the log said up to offset ``start`` of its one partition), only the entries from
+    ``start`` on are read, into ``known``: each entry's last value wins, as compaction keeps it.
+    """
+    result = known if known is not None else ReplayLog(topic)
+    try:
+        partitions = reader.partitions(topic)
+    except NotAuthorized:
+        raise  # the log may well exist: its reader may not see it
+    except KafkaConfigError:  # no log yet
+        return result
+    for partition in range(partitions):
+        for message in reader.read(topic, partition, start=start if known is not None else None):
+            try:
+                result.add(message.key(), message.value())
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise ReplayError(
+                    f"{topic}[{partition}]@{message.offset()} is not a replay log entry ({exc}); "
+                    f"{topic} must only be written by airflow-kafka-retry replays"
+                ) from None
+    return result
+
+
+def ensure_replay_log(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
+    """Create the compacted log topic (one partition) if it is missing; True when it was created."""
+    return ensure_log_topic(
+        kafka_config,
+        topic,
+        what="the replay log topic",
+        config={"cleanup.policy": "compact"},
+        error=ReplayError,
+        timeout=timeout,
+    )
