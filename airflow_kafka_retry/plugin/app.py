@@ -3,13 +3,13 @@ The FastAPI app of the "Retry tiers" view, mounted by the plugin under ``/kafka-
 
 Every endpoint needs an Airflow login (the API server's own JWT cookie or bearer token). A topology is
 listed and shown only to users who may read all its tier DAGs; to anyone else it does not exist (the
-same 404 as an unknown id, so ids cannot be probed); the configured topology patterns and the
-topology files' paths (where the DAGs folder is) are shown only to admins
-(:meth:`.DagAccess.may_administer`), anyone else sees a file's name. A DAG's runs need
-read access to its runs, their summaries read access to its XComs (:mod:`.access`). Kafka is read on
-the server with the ``kafka_conn_id`` connection, through the cache and cap of
-:mod:`airflow_kafka_retry.plugin.scans`; neither its configuration nor any record payload reaches the browser. Triggering goes through Airflow's own
-REST API from the page, with the user's own permissions.
+same 404 as an unknown id, so ids cannot be probed); the configured topology patterns and the topology
+files' paths (where the DAGs folder is) are shown only to admins (:meth:`.DagAccess.may_administer`),
+anyone else sees a file's name. A DAG's runs need read access to its runs, their summaries read access
+to its XComs (:mod:`.access`). Kafka is read on the server with the ``kafka_conn_id`` connection,
+through the cache and cap of :mod:`airflow_kafka_retry.plugin.scans`; neither its configuration nor any
+record payload reaches the browser. Triggering goes through Airflow's own REST API from the page, with
+the user's own permissions.
 """
 
 from __future__ import annotations
