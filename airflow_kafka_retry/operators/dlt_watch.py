@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -157,11 +157,15 @@ class DltWatchOperator(BaseOperator):
                 self.log.info("%s does not exist yet: no dead letter of it to report", queue)
             else:
                 topics.append(queue)
-        scan = (
-            scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout)
-            if topics
-            else None
-        )
+        try:
+            scan = (
+                scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout)
+                if topics
+                else None
+            )
+        except Exception as exc:
+            name_missing_acls(exc, kafka_config, topology, group, topics)
+            raise
         totals = bounded_totals(summary)
         result = {
             "kind": "dlt_watch",
@@ -215,7 +219,11 @@ class DltWatchOperator(BaseOperator):
             # after the notifiers: never before; with the exception tags admitted so far (the metrics' cap),
             # less the topology's own (always kept), within Kafka's offset metadata limit
             kept = (admitted | set(tags.values())) - {OTHER} - named_tags(topology)
-            commit_offsets(kafka_config, group, scan.next_offsets, bound_metadata_tags(kept))
+            try:
+                commit_offsets(kafka_config, group, scan.next_offsets, bound_metadata_tags(kept))
+            except Exception as exc:
+                name_missing_acls(exc, kafka_config, topology, group, topics)
+                raise
         return result
 
     # ------------------------------------------------------------------ OpenLineage
@@ -234,6 +242,29 @@ class DltWatchOperator(BaseOperator):
         topology = self._topology()
         topics = [t.topic for t in topology.dlt_tiers] + list(topology.dead_letter_queue_topics)
         return dlt_watch_lineage(topics, server, result)
+
+
+def name_missing_acls(
+    error: Exception, kafka_config: Mapping[str, Any], topology: Topology, group: str, topics: Sequence[str]
+) -> None:
+    """
+    Add to ``error`` the ACLs the watch's principal lacks, when they explain it
+    (``engine/kafka/authorization.py``).
+
+    A principal that may not read its watch group only times out asking for the committed offsets; the
+    error then names the principal, the operation and the group instead.
+    """
+    from airflow_kafka_retry.engine.kafka.authorization import explain
+    from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+
+    if "lacks " in str(error):
+        return  # named already
+    scope = AclScope(watch_group=group)
+    watched = {group, *topics}
+    needed = [b for b in acl_bindings(topology, scope, roles=["dlt_watch"]) if b.name in watched]
+    note = explain(error, kafka_config, needed)
+    if note:
+        error.args = (f"{error}; {note}", *error.args[1:])
 
 
 def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:

@@ -235,6 +235,8 @@ def _view(topology: Topology, scope: AclScope) -> list[AclBinding]:
     for tier in drained_tiers(topology, scope):
         group = topology.consumer_group(tier)
         out.append(AclBinding("view", "group", group, "literal", "DESCRIBE", "the tier's committed"))
+    # the dead-letter counts: an assigned consumer in a fresh group it never joins nor commits
+    out.append(AclBinding("view", "group", READER_GROUP_PREFIX, "prefixed", "DESCRIBE", "count dead letters"))
     return out
 
 

@@ -26,6 +26,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from airflow_kafka_retry.engine.kafka.clients import from_log_start, open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of
+from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 from airflow_kafka_retry.policy.dead_letter_fields import dead_letter_fields
 
@@ -152,7 +153,7 @@ def count_dead_letters(
 def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: int, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     config = {**kafka_config, "socket.timeout.ms": int(timeout_s * 1000)}
-    with open_consumer(config, f"airflow-kafka-retry-view-{uuid.uuid4().hex[:8]}") as consumer:
+    with open_consumer(config, f"{READER_GROUP_PREFIX}view-{uuid.uuid4().hex[:8]}") as consumer:
         count = partition_counts(consumer, [result.topic], timeout=timeout_s)[result.topic]
         consumer.assign(
             from_log_start(
