@@ -248,8 +248,9 @@ def name_missing_acls(
     error: Exception, kafka_config: Mapping[str, Any], topology: Topology, group: str, topics: Sequence[str]
 ) -> None:
     """
-    Add to ``error`` the ACLs the watch's principal lacks, when they explain it
-    (``engine/kafka/authorization.py``).
+    Add to ``error`` the ACLs the watch's principal lacks, when they explain it.
+
+    The ACLs are those ``engine/kafka/authorization.py`` finds missing.
 
     A principal that may not read its watch group only times out asking for the committed offsets; the
     error then names the principal, the operation and the group instead.
