@@ -1,20 +1,21 @@
 """
 The tier runs' drain through spark-submit on the secured broker (issue 48).
 
-On the Spark standalone cluster (``spark_cluster``: a master and two workers, executors in JVMs of their own,
-RPC authenticated and encrypted), the tier role drains main and every retry tier exactly once with exactly
-its printed ACLs. The CA named by ``ssl.ca.location`` exists only where the submission is prepared, and is
-deleted from there before ``spark-submit`` starts: the driver and the executors can only use the copy the
-submission carries (each executor's log names the private copy it wrote, gone once its task ended). With the
-event log on, the SASL password and the cluster's secret are in no command line (``/proc/*/cmdline`` of every
-process while it runs) nor environment, not in spark-submit's raw output, the daemons' and executors' logs,
-the workers' folders, the event log, nor the master's and workers' web UIs.
+On a Spark standalone cluster (a master and a worker from pyspark's ``spark-class``; the executors in JVMs
+of their own; RPC authenticated and encrypted), the tier role drains main and every retry tier exactly once
+with exactly its printed ACLs. The CA named by ``ssl.ca.location`` exists only where the submission is
+prepared, and is deleted from there before ``spark-submit`` starts: the driver and the executors can only use
+the copy the submission carries (each names the private copy it wrote in its log; gone once it is done).
+With the event log on, the SASL password is in no command line nor environment (``/proc/*/`` of every
+process, while the runs go on), and neither it nor the cluster's secret is in spark-submit's raw output, the
+daemons' and executors' logs, the worker's folders, the event log, or the master's and worker's web UIs.
 
 A CA file that is not there fails clearly, naming it (cheap: ``local[2]``).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -38,6 +39,7 @@ from airflow_kafka_retry.spark.submit import (
     spark_app_environment,
     spark_submit_command,
 )
+from airflow_kafka_retry.testing.spark_cluster import SparkCluster
 
 from tests.integration.test_spark_app import OPTIONS, SPARK_CONF, SPARK_ENV, SparkEnvWatcher
 from tests.integration.test_spark_standalone import cluster_conf, executor_dirs, web_json
@@ -45,10 +47,11 @@ from tests.support import ledger
 from tests.support.secure_fixtures import RoleUsers
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Tier
     from airflow_kafka_retry.testing.kafka_secure import SecureKafka
-    from airflow_kafka_retry.testing.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 
@@ -125,10 +128,35 @@ class SubmitSideCa:
 
 @pytest.fixture(scope="module")
 def standalone_ledger(
-    spark_cluster: SparkCluster, secure_kafka: SecureKafka, tmp_path_factory: pytest.TempPathFactory
-) -> SimpleNamespace:
-    """The ledger through every tier on the cluster, as the tier role with its printed ACLs alone."""
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SimpleNamespace]:
+    """
+    The ledger through every tier on a cluster of its own, as the tier role with its printed ACLs alone.
+
+    One worker of 2 cores: one executor per application, in a JVM of its own, running both tasks (a second
+    worker would cost its start and an executor's on every tier; test_spark_standalone covers the spread).
+    The cluster starts while the secured broker (if this xdist worker has not started it yet), the users, the
+    ACLs and the inputs are made.
+    """
     tmp = tmp_path_factory.mktemp("secure-standalone")
+    spark_cluster = SparkCluster(tmp / "spark-cluster", workers=1, cores=2)
+    starting = concurrent.futures.ThreadPoolExecutor(1)
+    started_cluster = starting.submit(spark_cluster.start)
+    try:
+        secure_kafka: SecureKafka = request.getfixturevalue("secure_kafka")
+        yield _run_ledger(spark_cluster, started_cluster, secure_kafka, tmp)
+    finally:
+        started_cluster.cancel()
+        starting.shutdown(wait=True)
+        spark_cluster.stop()
+
+
+def _run_ledger(
+    spark_cluster: SparkCluster,
+    started_cluster: concurrent.futures.Future[SparkCluster],
+    secure_kafka: SecureKafka,
+    tmp: Path,
+) -> SimpleNamespace:
     users = RoleUsers(secure_kafka)
     topology = ledger.write_topology(ledger.make_topology("secure-spark"), tmp / "topology.yaml")
     users.grant(acl_bindings(topology, AclScope(include_main=True), roles=["tiers"]))
@@ -146,9 +174,9 @@ def standalone_ledger(
         **spark_cluster.client_env(),
         "PYTHONPATH": str(REPO),
     }
-    runner = SubmitSideCa(
-        spark_cluster, tmp / "topology.yaml", config, ca_source, cluster_conf(ledger_file, events), tmp, env
-    )
+    conf = cluster_conf(ledger_file, events)
+    runner = SubmitSideCa(spark_cluster, tmp / "topology.yaml", config, ca_source, conf, tmp, env)
+    started_cluster.result(timeout=spark_cluster.ready_timeout + 30)  # its own deadline fails it first
     apps_before = set(executor_dirs(spark_cluster))
     watcher = SparkEnvWatcher(config["sasl.password"], scope=str(tmp))
     watcher.start()
@@ -158,7 +186,8 @@ def standalone_ledger(
     finally:
         watcher.stop()
     log.warning(
-        "secured standalone ledger: %s records, %.1f s, seconds per tier %s",
+        "secured standalone ledger: cluster ready in %.1f s; %s records, %.1f s, seconds per tier %s",
+        spark_cluster.start_seconds or 0.0,
         COUNT,
         time.monotonic() - started,
         runner.seconds,
@@ -172,6 +201,7 @@ def standalone_ledger(
         config=config,
         runner=runner,
         summaries=summaries,
+        cluster=spark_cluster,
         events=events,
         apps=apps,
         watcher=watcher,
@@ -179,7 +209,7 @@ def standalone_ledger(
 
 
 def test_the_tier_role_drains_every_tier_on_the_cluster_exactly_once_with_the_ca_the_submission_carries(
-    standalone_ledger, spark_cluster
+    standalone_ledger,
 ):
     run = standalone_ledger
     ledger.check_ledger(run.users.internal, run.topology, run.inputs, run.ledger_file, PARTITIONS)
@@ -190,11 +220,12 @@ def test_the_tier_role_drains_every_tier_on_the_cluster_exactly_once_with_the_ca
     for index, output in enumerate(run.runner.output):
         drivers = [m for m in COPY_LINE.finditer(output) if m.group(3) != "executor host"]
         assert [m.group(1) for m in drivers] == [submit_side], f"tier {index}: {output[-3000:]}"
-    # one application per tier, an executor JVM on both workers; each task wrote its own copy, named in its
-    # executor's log, and deleted it when it ended
+        assert not os.path.exists(os.path.dirname(drivers[0].group(2))), drivers[0].group(0)
+    # one application per tier, its executor in a JVM of its own on a worker; each task wrote its own copy,
+    # named in the executor's log, and deleted it when it ended
     assert len(run.apps) == len(run.topology.tiers), sorted(run.apps)
     for app, workers in run.apps.items():
-        assert sorted(workers) == list(range(spark_cluster.worker_count)), (app, workers)
+        assert sum(len(folders) for folders in workers.values()) == 1, (app, workers)
         copies = []
         for folders in workers.values():
             for folder in folders:
@@ -211,15 +242,16 @@ def test_the_tier_role_drains_every_tier_on_the_cluster_exactly_once_with_the_ca
 
 
 def test_no_secret_reaches_a_command_line_an_environment_a_log_the_event_log_or_a_web_ui(
-    standalone_ledger, spark_cluster
+    standalone_ledger,
 ):
     run = standalone_ledger
+    spark_cluster = run.cluster
     secrets = {"the tier role's SASL password": run.config["sasl.password"], "the cluster's secret": ""}
     secrets["the cluster's secret"] = spark_cluster.secret
     # every process's command line and environment while the runs went on (the cluster's secret is in its
     # executors' environment, as Spark hands it over: test_spark_standalone checks the command lines for it)
     assert run.watcher.spark_submits, "the watcher never saw spark-submit; the ps check proves nothing"
-    assert len(run.watcher.executor_jvms) >= 2 * len(run.topology.tiers), run.watcher.executor_jvms
+    assert len(run.watcher.executor_jvms) >= len(run.topology.tiers), run.watcher.executor_jvms
     assert not run.watcher.hits, run.watcher.hits
     assert not run.watcher.cmdline_hits, run.watcher.cmdline_hits
     # the daemons' logs, everything under the workers' folders for these applications, the event log
