@@ -23,9 +23,11 @@ attempt (aborting whatever it left open) and resumes from the last committed off
 execution would run two attempts of a partition at once, so the application turns it off.
 
 The Kafka configuration (which may hold ``sasl.password``) arrives as the PATH of a JSON file,
-never on the command line. The driver reads it and hands it to the tasks inside their serialized
-closure; it is never logged nor set as a Spark property, so it shows neither in ``ps``, the logs,
-the event log nor the Spark UI's environment tab. The closure crosses Spark's RPC to reach
+never on the command line; the public files it names (the CA...) are packed in it, and the driver
+and each task write them to a private folder of their own for as long as they need them (see
+:mod:`~airflow_kafka_retry.spark.kafka_files`). The driver reads it and hands it to the tasks inside
+their serialized closure; it is never logged nor set as a Spark property, so it shows neither in
+``ps``, the logs, the event log nor the Spark UI's environment tab. The closure crosses Spark's RPC to reach
 executors outside the driver's JVM: once the Spark context is up, the driver refuses to start
 tasks carrying secrets unless that RPC is authenticated and encrypted (``spark.authenticate``,
 ``spark.network.crypto.enabled``) or ``--allow-unencrypted-secrets`` was given (see
@@ -55,6 +57,7 @@ from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.topology_file import load_topology_from
 from airflow_kafka_retry.spark.executor_code import import_user_code
+from airflow_kafka_retry.spark.kafka_files import materialized
 from airflow_kafka_retry.spark.result import (
     UntrustedResultError,
     check_result_path_free,
@@ -211,11 +214,12 @@ def prepare(args: argparse.Namespace, started_ms: int) -> TierRun:
     topology = load_topology_from(args.topology)
     tier = topology.select(args.tier)
     import_user_code(options, on_executor=False)  # a typo fails the run before any record is read
-    kafka_config = read_kafka_config(args.kafka_config_file)
-    check_local_files(kafka_config, f"on the driver's host {socket.gethostname()!r}")
-    partitions = choose_partitions(
-        tier_partitions(topology, tier, kafka_config, options), args.partitions, tier.topic
-    )
+    kafka_config = read_kafka_config(args.kafka_config_file)  # the files it carries stay packed for the tasks
+    where = f"on the driver's host {socket.gethostname()!r}"
+    with materialized(kafka_config, where) as driver_config:
+        check_local_files(driver_config, where)
+        run_partitions = tier_partitions(topology, tier, driver_config, options)
+    partitions = choose_partitions(run_partitions, args.partitions, tier.topic)
     cutoff = started_ms if args.cutoff_ms is None else args.cutoff_ms
     return TierRun(topology, tier, options, kafka_config, partitions, cutoff, started_ms)
 
@@ -247,8 +251,10 @@ def run_partition(
     drain_options = DrainOptions(**options)
     try:
         import_user_code(drain_options)  # a module missing on this executor: say which, and how to ship it
-        check_local_files(kafka_config, f"on executor host {socket.gethostname()!r}")
-        summary = run_partition(topology, tier, partition, kafka_config, drain_options, cutoff_ms=cutoff_ms)
+        where = f"on executor host {socket.gethostname()!r}"
+        with materialized(kafka_config, where) as config:  # the CA... the submission carried, for this task
+            check_local_files(config, where)
+            summary = run_partition(topology, tier, partition, config, drain_options, cutoff_ms=cutoff_ms)
     except Exception as exc:  # reported in the summary like any partition failure
         group = drain_options.consumer_group or topology.consumer_group(tier)
         summary = PartitionSummary(

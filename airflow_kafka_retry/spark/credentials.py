@@ -5,6 +5,7 @@ A librdkafka configuration may hold ``sasl.password``, ``ssl.key.password`` and 
 goes on the ``spark-submit`` command line (visible in ``ps`` and in the Spark UI's environment tab
 as ``sun.java.command``), into Spark properties, environment variables, logs or XCom: it is written
 to a ``0600`` file in a ``0700`` folder and only that file's path is passed to the application.
+The public files it names (the CA...) travel inside it (see :mod:`~airflow_kafka_retry.spark.kafka_files`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 from airflow_kafka_retry.engine.kafka.loading import UserCodeError, load_callable
+from airflow_kafka_retry.spark.kafka_files import pack_files
 
 CREDENTIALS_FILENAME = "kafka-config.json"
 _JSON_TYPES = (str, int, float, bool, type(None))
@@ -70,9 +72,10 @@ def write_credentials_file(kafka_config: Mapping[str, Any], directory: str) -> s
 
     ``directory`` should be private (``tempfile.mkdtemp`` makes it ``0700``). The file is created
     with ``O_EXCL`` and mode ``0600`` from the start, so it is never readable by others, not even
-    briefly.
+    briefly. The public files the configuration names are packed into it (see
+    :func:`~airflow_kafka_retry.spark.kafka_files.pack_files`).
     """
-    data = json.dumps(check_shippable(kafka_config)).encode("utf-8")
+    data = json.dumps(pack_files(check_shippable(kafka_config))).encode("utf-8")
     path = os.path.join(directory, CREDENTIALS_FILENAME)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as fh:
