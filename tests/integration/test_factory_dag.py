@@ -15,23 +15,28 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import textwrap
 import time
 from collections import Counter
 from contextlib import closing
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import airflow_env, seed_metadata_db
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics
 
 from tests.support import ledger
+from tests.support.factory_dag_files import (
+    HANDLER_MODULE,
+    dags_test_env,
+    kafka_connection,
+    write_dag_file,
+    write_topology,
+)
 from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,29 +45,6 @@ REPO = Path(__file__).parents[2]
 PARTITIONS = 2
 MODES = ("ok", "transient:2", "fatal", "permanent")
 COUNT = 20  # due records; plus one not-yet-due record per partition after them
-HANDLER_MODULE = "tests.support.ledger_handler"
-
-DAG_FILE = '''
-"""Written by tests/integration/test_factory_dag.py."""
-from datetime import timedelta
-
-from airflow_kafka_retry import build_retry_dags
-from tests.support.timed_handler import record_notification
-
-globals().update(build_retry_dags(
-    {topology!r},
-    handler="tests.support.ledger_handler:indexed",
-    value_deserializer="tests.support.ledger_handler:decode",
-    on_dlt=[record_notification],
-    dag_id_template="akr_{{topic}}",
-    options={{"batch_size": 4, "chunk_size": 6}},
-    tier_overrides={{{retry2!r}: {{"schedule": timedelta(minutes=30)}}}},
-    default_args={{"retries": 0}},
-    include_main=True,
-    asset_server={server!r},
-    trigger="schedule",
-))
-'''
 
 
 def _produce_tier_records(bootstrap: str, topic: str) -> dict[str, tuple[str, int, int]]:
@@ -112,20 +94,8 @@ def _states(db: Path, dag_id: str) -> list[dict[str, str]]:
 
 
 def test_factory_dag_drains_a_tier_in_airflow_dags_test(kafka_bootstrap, tmp_path):
-    main = unique_topic("fdag")
-    topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(
-        yaml.safe_dump(
-            {
-                "topic": main,
-                "group_id": f"{main}-svc",
-                "attempts": 3,
-                "backoff": {"kind": "custom", "delays": ["1s", "2h"]},
-                "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
-            }
-        )
-    )
-    topology = load_topology(topology_file)
+    topology_file, topology = write_topology(tmp_path, "fdag")
+    main = topology.topic
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
     dlt = topology.dlt_topic
     create_topics(kafka_bootstrap, [main, retry1], PARTITIONS)  # the DAG creates retry-2 and the DLT
@@ -139,18 +109,17 @@ def _run(kafka_bootstrap, tmp_path, topology_file, topology, retry1, retry2, dlt
     records = _produce_tier_records(kafka_bootstrap, retry1)
     ledger_file, notify_log = tmp_path / "ledger.txt", tmp_path / "notified.jsonl"
     home = tmp_path / "airflow"
-    env = airflow_env(
-        home,
-        connections={
-            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        },
-        extra={"AKR_LEDGER": str(ledger_file), "AKR_NOTIFY_LOG": str(notify_log)},
-        pythonpath=[REPO],
-    )
-    (home / "dags" / "akr_tiers.py").write_text(
-        textwrap.dedent(
-            DAG_FILE.format(topology=str(topology_file), retry2=retry2, server=kafka_bootstrap.split(",")[0])
-        )
+    env = dags_test_env(home, tmp_path, {"kafka_default": kafka_connection(kafka_bootstrap)})
+    write_dag_file(
+        home / "dags",
+        "akr_tiers.py",
+        writer=__name__,
+        topology_file=topology_file,
+        options={"batch_size": 4, "chunk_size": 6},
+        tier_overrides={retry2: {"schedule": timedelta(minutes=30)}},
+        include_main=True,
+        asset_server=kafka_bootstrap.split(",")[0],
+        trigger="schedule",
     )
 
     def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

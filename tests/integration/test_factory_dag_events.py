@@ -12,21 +12,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import airflow_env, seed_metadata_db
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics
 
 from tests.integration.test_factory_dag import (
     COUNT,
-    HANDLER_MODULE,
     MODES,
     PARTITIONS,
     _produce_tier_records,
@@ -34,6 +30,7 @@ from tests.integration.test_factory_dag import (
     _states,
 )
 from tests.support import ledger
+from tests.support.factory_dag_files import dags_test_env, kafka_connection, write_dag_file, write_topology
 from tests.support.trigger_rows import trigger_kwargs
 from tests.support.warm_airflow import run_airflow
 
@@ -41,37 +38,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).parents[2]
 
-DAG_FILE = '''
-"""Written by tests/integration/test_factory_dag_events.py."""
-from airflow_kafka_retry import build_retry_dags
-from tests.support.timed_handler import record_notification
-
-globals().update(build_retry_dags(
-    {topology!r},
-    handler="tests.support.ledger_handler:indexed",
-    value_deserializer="tests.support.ledger_handler:decode",
-    on_dlt=[record_notification],
-    dag_id_template="akr_{{topic}}",
-    default_args={{"retries": 0}},
-))
-'''
-
 
 def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request):
-    main = unique_topic("edag")
-    topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(
-        yaml.safe_dump(
-            {
-                "topic": main,
-                "group_id": f"{main}-svc",
-                "attempts": 3,
-                "backoff": {"kind": "custom", "delays": ["1s", "2h"]},
-                "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
-            }
-        )
-    )
-    topology = load_topology(topology_file)
+    topology_file, topology = write_topology(tmp_path, "edag")
+    main = topology.topic
     retry1, retry2 = (t.topic for t in topology.retry_tiers)
     dlt = topology.dlt_topic
     create_topics(kafka_bootstrap, [main, retry1], PARTITIONS)  # the setup DAG creates the others
@@ -79,17 +49,8 @@ def test_event_mode_dags_in_airflow_dags_test(kafka_bootstrap, tmp_path, request
     records = _produce_tier_records(kafka_bootstrap, retry1)
     ledger_file, notify_log = tmp_path / "ledger.txt", tmp_path / "notified.jsonl"
     home = tmp_path / "airflow"
-    env = airflow_env(
-        home,
-        connections={
-            "kafka_default": {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
-        },
-        extra={"AKR_LEDGER": str(ledger_file), "AKR_NOTIFY_LOG": str(notify_log)},
-        pythonpath=[REPO],
-    )
-    (home / "dags" / "akr_events.py").write_text(
-        textwrap.dedent(DAG_FILE.format(topology=str(topology_file)))
-    )
+    env = dags_test_env(home, tmp_path, {"kafka_default": kafka_connection(kafka_bootstrap)})
+    write_dag_file(home / "dags", "akr_events.py", writer=__name__, topology_file=topology_file)
 
     def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return run_airflow(env, *args, timeout=timeout)

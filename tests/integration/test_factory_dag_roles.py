@@ -12,25 +12,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import airflow_env, seed_metadata_db
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics
 
 from tests.integration.test_factory_dag import (
-    HANDLER_MODULE,
     PARTITIONS,
     _produce_tier_records,
     _query,
     _states,
 )
 from tests.support import ledger
+from tests.support.factory_dag_files import dags_test_env, kafka_connection, write_dag_file, write_topology
 from tests.support.trigger_rows import trigger_kwargs
 from tests.support.warm_airflow import run_airflow
 
@@ -44,38 +41,10 @@ ROLES = {
     "watcher": "akr_role_watcher",
 }
 
-DAG_FILE = '''
-"""Written by tests/integration/test_factory_dag_roles.py."""
-from airflow_kafka_retry import build_retry_dags
-from tests.support.timed_handler import record_notification
-
-globals().update(build_retry_dags(
-    {topology!r},
-    handler="tests.support.ledger_handler:indexed",
-    value_deserializer="tests.support.ledger_handler:decode",
-    on_dlt=[record_notification],
-    dag_id_template="akr_{{topic}}",
-    default_args={{"retries": 0}},
-    conn_ids={roles!r},
-))
-'''
-
 
 def test_each_task_of_a_topology_dag_uses_its_roles_connection(kafka_bootstrap, tmp_path, request):
-    main = unique_topic("rdag")
-    topology_file = tmp_path / "topology.yaml"
-    topology_file.write_text(
-        yaml.safe_dump(
-            {
-                "topic": main,
-                "group_id": f"{main}-svc",
-                "attempts": 3,
-                "backoff": {"kind": "custom", "delays": ["1s", "2h"]},
-                "not_retryable": [f"{HANDLER_MODULE}.InvalidOrder"],
-            }
-        )
-    )
-    topology = load_topology(topology_file)
+    topology_file, topology = write_topology(tmp_path, "rdag")
+    main = topology.topic
     retry1 = topology.tier(1).topic
     # every topic exists, so the tier run does not depend on which task of the run comes first
     create_topics(kafka_bootstrap, topology_topics(topology), PARTITIONS)
@@ -84,27 +53,18 @@ def test_each_task_of_a_topology_dag_uses_its_roles_connection(kafka_bootstrap, 
     ledger_file, notify_log = tmp_path / "ledger.txt", tmp_path / "notified.jsonl"
     home = tmp_path / "airflow"
 
-    def kafka(**extra: str) -> dict:
-        return {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap, **extra}}
-
     every = {
-        ROLES["setup"]: kafka(),
-        ROLES["tiers"]: kafka(**{"client.id": "akr-role-tiers"}),
-        ROLES["dlt_watch"]: kafka(),
-        ROLES["watcher"]: kafka(),
+        ROLES["setup"]: kafka_connection(kafka_bootstrap),
+        ROLES["tiers"]: kafka_connection(kafka_bootstrap, **{"client.id": "akr-role-tiers"}),
+        ROLES["dlt_watch"]: kafka_connection(kafka_bootstrap),
+        ROLES["watcher"]: kafka_connection(kafka_bootstrap),
     }  # and no kafka_default
 
     def env_without(role: str) -> dict[str, str]:
-        return airflow_env(
-            home,
-            connections={conn: c for conn, c in every.items() if conn != ROLES[role]},
-            extra={"AKR_LEDGER": str(ledger_file), "AKR_NOTIFY_LOG": str(notify_log)},
-            pythonpath=[REPO],
-        )
+        return dags_test_env(home, tmp_path, {conn: c for conn, c in every.items() if conn != ROLES[role]})
 
-    (home / "dags").mkdir(parents=True)
-    (home / "dags" / "akr_roles.py").write_text(
-        textwrap.dedent(DAG_FILE.format(topology=str(topology_file), roles=ROLES))
+    write_dag_file(
+        home / "dags", "akr_roles.py", writer=__name__, topology_file=topology_file, conn_ids=ROLES
     )
     db = home / "airflow.db"
     dag_id = f"akr_{main}"

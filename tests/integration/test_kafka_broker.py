@@ -13,7 +13,6 @@ import socket
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,34 +23,12 @@ from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_
 from airflow_kafka_retry.testing.processes import port_open
 from airflow_kafka_retry.testing.scratch_topics import admin_client
 
+from tests.support.broker_cli import broker_cli, cli_env, pid_alive, wait_gone
+
 pytest_plugins = ["pytester"]
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie counts as gone
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def _wait_gone(pid: int, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while _pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return not _pid_alive(pid)
-
-
-def _env() -> dict[str, str]:
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": pythonpath}
 
 
 def test_lifecycle_metadata_and_clean_stop() -> None:
@@ -70,7 +47,7 @@ def test_lifecycle_metadata_and_clean_stop() -> None:
         assert cmdline.index(b"-XX:TieredStopAtLevel=1") < cmdline.index(b"kafka.Kafka"), "jvm_options"
         assert b"kafka.Kafka" in cmdline
     assert not broker.running
-    assert _wait_gone(pid)
+    assert wait_gone(pid)
     assert not port_open(port)
     assert not data.exists(), "the temporary data directory is removed on stop"
     broker.stop()  # idempotent
@@ -96,14 +73,14 @@ def test_broker_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
         "from airflow_kafka_retry.testing.kafka import ApacheKafka; import time; "
         "k = ApacheKafka().start(); print(k.pid, flush=True); time.sleep(600)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=_env())
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=cli_env())
     try:
         assert proc.stdout is not None
         jvm = int(proc.stdout.readline())
-        assert _pid_alive(jvm)
+        assert pid_alive(jvm)
         proc.kill()
         proc.wait(10)
-        assert _wait_gone(jvm), f"Kafka JVM {jvm} outlived the process that started it"
+        assert wait_gone(jvm), f"Kafka JVM {jvm} outlived the process that started it"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -111,17 +88,8 @@ def test_broker_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_broker_cli_prints_bootstrap_and_stops_on_signal(sig: signal.Signals) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "broker", "--kafka"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-    try:
-        assert proc.stdout is not None
+    with broker_cli() as (proc, first):
         assert proc.stderr is not None
-        first = proc.stdout.readline().strip()
         assert re.fullmatch(r"127\.0\.0\.1:\d+", first), first + proc.stderr.read()
         line = proc.stderr.readline()
         assert line.startswith("Apache Kafka pid "), line
@@ -129,12 +97,8 @@ def test_broker_cli_prints_bootstrap_and_stops_on_signal(sig: signal.Signals) ->
         assert admin_client(first).list_topics(timeout=10).brokers  # ready when the address is printed
         proc.send_signal(sig)
         assert proc.wait(60) == 0
-        assert _wait_gone(jvm), "broker outlived the CLI"
+        assert wait_gone(jvm), "broker outlived the CLI"
         assert not port_open(int(first.rsplit(":", 1)[1]))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 # ----------------------------------------------------------------------------- missing prerequisites
@@ -246,6 +210,6 @@ def test_a_warm_up_failure_leaves_no_jvm(monkeypatch: pytest.MonkeyPatch) -> Non
         assert pids
         assert pids[0] is not None
         assert not broker.running
-        assert _wait_gone(pids[0]), f"the JVM {pids[0]} of a broker whose warm-up failed still runs"
+        assert wait_gone(pids[0]), f"the JVM {pids[0]} of a broker whose warm-up failed still runs"
     finally:
         broker.stop()

@@ -32,9 +32,10 @@ from airflow_kafka_retry.testing.scratch_topics import (
     unique_topic,
 )
 
+from tests.support.broker_cli import broker_cli, cli_env
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
@@ -299,18 +300,13 @@ def _read_or_none(reader, group: str, keys: list[tuple[str, int]]) -> dict | Non
         return None
 
 
-def _env() -> dict[str, str]:
-    pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": pythonpath}
-
-
 def test_nodes_without_kafka_is_an_error() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "airflow_kafka_retry.cli", "broker", "--nodes", "3"],
         check=False,
         capture_output=True,
         text=True,
-        env=_env(),
+        env=cli_env(),
         timeout=60,
     )
     assert done.returncode == 2
@@ -319,17 +315,8 @@ def test_nodes_without_kafka_is_an_error() -> None:
 
 
 def test_broker_cli_serves_a_cluster_and_stops_it_on_sigterm() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "broker", "--kafka", "--nodes", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-    try:
-        assert proc.stdout is not None
+    with broker_cli("--nodes", "3") as (proc, first):
         assert proc.stderr is not None
-        first = proc.stdout.readline().strip()
         addresses = first.split(",")
         assert len(addresses) == 3, first + proc.stderr.read()
         assert all(re.fullmatch(r"127\.0\.0\.1:\d+", a) for a in addresses), first
@@ -345,7 +332,3 @@ def test_broker_cli_serves_a_cluster_and_stops_it_on_sigterm() -> None:
                 not Path(f"/proc/{jvm}").exists() or Path(f"/proc/{jvm}/stat").read_text().split()[2] == "Z"
             )
         assert not any(port_open(int(a.rsplit(":", 1)[1])) for a in addresses)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()

@@ -8,29 +8,20 @@ import re
 import signal
 import stat
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.integration.test_kafka_broker import _env, _wait_gone
+from tests.support.broker_cli import broker_cli, wait_gone
 
 pytestmark = [pytest.mark.integration]
 
 
 def test_secure_broker_cli_prints_config_files_never_a_password(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "airflow_kafka_retry.cli", "broker", "--kafka", "--secure", "--user", "tiers"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-    )
-    try:
+    with broker_cli("--secure", "--user", "tiers") as (proc, bootstrap):
         assert proc.stdout is not None
         assert proc.stderr is not None
-        bootstrap = proc.stdout.readline().strip()
         assert re.fullmatch(r"127\.0\.0\.1:\d+", bootstrap), bootstrap + proc.stderr.read()
         files = dict(proc.stdout.readline().split()[1:] for _ in range(2))
         assert set(files) == {"admin", "tiers"}
@@ -54,9 +45,5 @@ def test_secure_broker_cli_prints_config_files_never_a_password(tmp_path: Path) 
         assert not [p for p in passwords if p in ps or any(p in line for line in printed)]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
-        assert _wait_gone(jvm), "broker outlived the CLI"
+        assert wait_gone(jvm), "broker outlived the CLI"
         assert not any(Path(p).exists() for p in files.values()), "secrets left behind"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
