@@ -265,7 +265,9 @@ def test_a_log_made_by_an_earlier_version_gets_the_configs_that_let_compaction_r
     assert ensure_redelivery_log(config, tuned) is False
 
     assert _settled_configs(kafka_bootstrap, old, {"segment.ms": "3600000", "delete.retention.ms": "3600000"})
-    assert _settled_configs(kafka_bootstrap, tuned, {"segment.ms": "600000", "delete.retention.ms": "3600000"})
+    assert _settled_configs(
+        kafka_bootstrap, tuned, {"segment.ms": "600000", "delete.retention.ms": "3600000"}
+    )
 
 
 def _settled_configs(bootstrap: str, topic: str, expected: dict[str, str]) -> dict[str, str]:

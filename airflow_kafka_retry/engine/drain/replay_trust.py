@@ -26,7 +26,8 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.clients import NotAuthorized, principal_of
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-from airflow_kafka_retry.engine.kafka.reading import ReadError, TopicReader
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.kafka.scan import ReadError
 from airflow_kafka_retry.engine.logs.replay_log import ReplayLog, log_topic, read_log
 from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.errors import ReplayError

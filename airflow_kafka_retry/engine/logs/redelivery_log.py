@@ -39,8 +39,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, admin_config
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.reading import reader_config
+from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
 from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
@@ -58,7 +58,6 @@ LOG_CONFIG = {
     "delete.retention.ms": str(CLEAN_MS),
 }
 _MAX_TOPIC = 249
-_FETCH_BATCH = 500
 
 
 class RedeliveryLogError(RuntimeError):
@@ -280,40 +279,34 @@ class RedeliveryLogView:
             state.forget()
         if high <= state.position:
             return
-        consumer.assign([TopicPartition(self.topic, 0, max(state.position, low))])
+        key = (self.topic, 0)
+        scan = Scan(
+            consumer,
+            {key: max(state.position, low)},
+            ends={key: high},
+            idle_timeout_s=self.idle_timeout_s,
+            poll_s=self.poll_s,
+            skip_before_start=True,  # never an entry twice
+            deadlines=self.watch,
+            waits_for=waits_for,
+        )
         try:
-            self._read_to(consumer, state, high, waits_for)
+            for message in scan.records():
+                state.add(message)
+        except ReadTimeout:
+            raise _transient(
+                f"{self.where}: no records and no end of the redelivery log from the broker for "
+                f"{self.idle_timeout_s:.0f}s after offset {state.position}"
+            ) from None
+        except ReadError as exc:
+            failed = RedeliveryLogError(
+                f"{self.where}: reading the redelivery log failed after offset {state.position}: "
+                f"{exc.error.str() if exc.error else exc}"
+            )
+            failed.transient = (exc.error is not None and exc.error.retriable()) or None
+            raise failed from None
         finally:
-            consumer.unassign()
-
-    def _read_to(self, consumer: Consumer, state: LogState, high: int, waits_for: str) -> None:
-        """Read from the assigned position to the end: partition EOF, or ``high``."""
-        idle_since = time.monotonic()
-        while state.position < high:
-            with self.watch.call("poll", self.poll_s, waits_for):
-                first = consumer.poll(self.poll_s)
-                batch = [first, *consumer.consume(_FETCH_BATCH - 1, timeout=0)] if first is not None else []
-            if not batch:
-                if time.monotonic() - idle_since > self.idle_timeout_s:
-                    raise _transient(
-                        f"{self.where}: no records and no end of the redelivery log from the broker for "
-                        f"{self.idle_timeout_s:.0f}s after offset {state.position}"
-                    )
-                continue
-            idle_since = time.monotonic()
-            for message in batch:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return
-                    failed = RedeliveryLogError(
-                        f"{self.where}: reading the redelivery log failed after offset {state.position}: "
-                        f"{error.str()}"
-                    )
-                    failed.transient = error.retriable() or None
-                    raise failed
-                if offset_of(message) >= state.position:  # never an entry twice
-                    state.add(message)
+            scan.close()
 
     def _open(self) -> Consumer:
         if self._consumer is None:

@@ -3,8 +3,9 @@ Watching dead-letter topics: read what arrived since the watch group's last comm
 
 Two steps, so the caller can act between them (call notifiers) and commit only afterwards:
 :func:`scan_new_records` reads every DLT partition from the watch group's committed offset to the
-end seen with the first fetch (partition EOF or the high watermark carried by fetch responses, not
-ListOffsets) and feeds a :class:`DltWatchSummary` (counts and capped coordinates, never payloads);
+end seen with the first fetch (the engine's one read-to-the-end scan, ``engine/kafka/scan.py``: partition
+EOF or the high watermark carried by fetch responses, not ListOffsets) and feeds a
+:class:`DltWatchSummary` (counts and capped coordinates, never payloads);
 :func:`commit_offsets` then commits where the scan stopped. Reading never commits.
 
 A scan has a time limit. One that reaches it having read records stops there and is *partial*
@@ -25,17 +26,17 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.clients import (
     KafkaConfigError,
     coordinator_busy,
-    from_log_start,
     open_consumer,
     partition_counts,
 )
 from airflow_kafka_retry.engine.kafka.deadlines import CallStuckError, bounded
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
+from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 
 #: Seconds a scan may take past its ``timeout_s`` (closing its consumer) before the engine abandons it.
@@ -267,60 +268,30 @@ def _scan(
             raise DltWatchError(str(exc)) from exc
         keys = [(t, p) for t in topics for p in range(counts[t])]
         start, admitted = _committed(consumer, keys, deadline)
-        starts = [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
-        consumer.assign(from_log_start(consumer, starts))
-        open_keys = set(keys)
+        scan = Scan(consumer, start, deadline=deadline, poll_s=poll_timeout_s, clock=time.monotonic)
         try:
-            next_offsets = _read_to_end(consumer, summary, open_keys, deadline, poll_timeout_s)
+            next_offsets = _read_to_end(scan, summary)
         finally:
-            consumer.unassign()
-    return DltScan(group, start, next_offsets, admitted, tuple(sorted(open_keys)))
+            scan.close()
+    return DltScan(group, start, next_offsets, admitted, tuple(sorted(scan.open)))
 
 
-def _read_to_end(
-    consumer: Consumer,
-    summary: DltWatchSummary,
-    open_keys: set[TopicPartitionKey],
-    deadline: float,
-    poll_timeout_s: float,
-) -> dict[TopicPartitionKey, int]:
-    ends: dict[TopicPartitionKey, int] = {}  # high watermark seen with a partition's first fetch
+def _read_to_end(scan: Scan, summary: DltWatchSummary) -> dict[TopicPartitionKey, int]:
+    """Each partition's records into ``summary``; the next offset of each partition read from."""
     next_offsets: dict[TopicPartitionKey, int] = {}
-
-    def finish(key: TopicPartitionKey) -> None:
-        open_keys.discard(key)
-        consumer.pause([TopicPartition(*key)])
-
-    while open_keys:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 and next_offsets:
-            break  # a partial scan: what was read is reported and committed, the rest is for the next one
-        if remaining <= 0:
+    try:
+        for message in scan.records():
+            summary.add(message)
+            next_offsets[(topic_of(message), partition_of(message))] = offset_of(message) + 1
+    except ReadTimeout as exc:
+        if not next_offsets:
             raise DltWatchError(
-                f"{_where(list(open_keys))}: no records and no end-of-partition from the broker "
+                f"{_where(exc.keys)}: no records and no end-of-partition from the broker "
                 "before the scan timed out; nothing was committed"
-            )
-        message = consumer.poll(min(poll_timeout_s, remaining))
-        if message is None:
-            continue
-        error = message.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                finish((topic_of(message), partition_of(message)))
-                continue
-            raise DltWatchError(
-                f"{message.topic()}[{message.partition()}]: read failed: {error}; nothing was committed"
-            )
-        key = (topic_of(message), partition_of(message))
-        if key not in open_keys:
-            continue
-        if key not in ends:
-            ends[key] = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
-        if 0 <= ends[key] <= offset_of(message):
-            finish(key)  # appended after the scan started: left for the next one
-            continue
-        summary.add(message)
-        next_offsets[key] = offset_of(message) + 1
+            ) from None
+        # a partial scan: what was read is reported and committed, the rest is for the next one
+    except ReadError as exc:
+        raise DltWatchError(f"{_where(exc.keys)}: read failed: {exc.error}; nothing was committed") from None
     return next_offsets
 
 
