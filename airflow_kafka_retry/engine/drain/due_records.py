@@ -10,14 +10,15 @@ what was there when it looked.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
-
-from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
+from typing import TYPE_CHECKING, Literal
 
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
-from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
+from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
 
 StopReason = Literal["end", "not_due", "limit", "chunk"]
 
@@ -111,18 +112,15 @@ class PartitionReader:
         return f"{self.topic}[{self.partition}]"
 
     def _committed_offset(self) -> int:
-        timeout = self.watch.timeout(self.call_timeout_s)
+        timeout, key = self.watch.timeout(self.call_timeout_s), (self.topic, self.partition)
+        waits_for = f"the group coordinator of {self.where}'s group"
         try:
-            with self.watch.call("committed", timeout, f"the group coordinator of {self.where}'s group"):
-                committed = self.consumer.committed(
-                    [TopicPartition(self.topic, self.partition)], timeout=timeout
-                )
-        except KafkaException as exc:
-            raise DrainError(f"{self.where}: cannot read the committed offset: {exc}") from exc
-        offset = committed[0].offset
-        if committed[0].error is not None:
-            raise DrainError(f"{self.where}: cannot read the committed offset: {committed[0].error}")
-        return offset if offset >= 0 else -1
+            committed = committed_offsets(
+                self.consumer, [key], timeout, deadlines=self.watch, waits_for=waits_for
+            )
+        except ReadError as exc:
+            raise DrainError(str(exc)) from exc.__cause__
+        return max(-1, committed[0].offset)
 
     def read(self, limit: int) -> Chunk:
         """Read up to ``limit`` due records after the current position."""
@@ -157,19 +155,14 @@ class PartitionReader:
         except ReadTimeout:
             silent = DrainError(
                 f"{self.where}: no records and no end-of-partition from the broker "
-                f"for {self.idle_timeout_s:.0f}s after offset {self._position(messages)}"
+                f"for {self.idle_timeout_s:.0f}s after offset {self.position}"
             )
             silent.transient = True
             raise silent from None
         except ReadError as exc:
-            raise DrainError(
-                f"{self.where}: read failed after offset {self._position(messages)}: {exc.error}"
-            ) from None
+            raise DrainError(f"{self.where}: read failed after offset {self.position}: {exc.error}") from None
         if messages:
             self.position = chunk.next_offset = offset_of(messages[-1]) + 1
         self.finished = stop != "limit"
         chunk.stop = stop
         return chunk
-
-    def _position(self, messages: list[Message]) -> int:
-        return offset_of(messages[-1]) + 1 if messages else self.position

@@ -16,11 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
-
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of
-from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
+from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
@@ -111,19 +109,6 @@ def _where(topic: str, partitions: Iterable[int]) -> str:
     return f"{topic}[{', '.join(str(p) for p in sorted(partitions))}]"
 
 
-def _committed(consumer: Consumer, topic: str, partitions: Sequence[int], timeout_s: float) -> dict[int, int]:
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
-    except KafkaException as exc:
-        raise PeekError(f"{_where(topic, partitions)}: cannot read the committed offsets: {exc}") from exc
-    offsets: dict[int, int] = {}
-    for tp in found:
-        if tp.error is not None:
-            raise PeekError(f"{topic}[{tp.partition}]: cannot read the committed offset: {tp.error}")
-        offsets[tp.partition] = tp.offset
-    return offsets
-
-
 def _read_heads(scan: Scan, topic: str, due_horizon_ms: int) -> dict[int, PartitionHead]:
     """The first record of each partition that has one, its read ended there; the others end at their end."""
     found: dict[int, PartitionHead] = {}
@@ -187,8 +172,15 @@ def peek_heads(
         chosen = sorted(set(partitions))
         if not chosen:
             return TierPeek(topic, group, (), ())
-        committed = _committed(consumer, topic, chosen, max(0.1, deadline - time.monotonic()))
-        starts = {(topic, p): offset for p, offset in committed.items()}
+        keys = [(topic, p) for p in chosen]
+        try:
+            committed = committed_offsets(consumer, keys, deadline - time.monotonic())
+        except ReadError as exc:
+            failed = _where(topic, (p for _, p in exc.keys))
+            raise PeekError(
+                f"{failed}: cannot read the committed offsets: {exc.__cause__}"
+            ) from exc.__cause__
+        starts = {(topic, tp.partition): tp.offset for tp in committed}
         scan = Scan(consumer, starts, deadline=deadline, poll_s=poll_timeout_s)
         try:
             found = _read_heads(scan, topic, due_horizon_ms)

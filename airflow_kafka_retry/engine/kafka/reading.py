@@ -25,42 +25,13 @@ def reader_config(kafka_config: Mapping[str, Any]) -> dict[str, Any]:
     return consumer_config(kafka_config, f"{READER_GROUP_PREFIX}{uuid.uuid4().hex}")
 
 
-def read_partition(
-    consumer: Consumer,
-    topic: str,
-    partition: int,
-    *,
-    start: int | None = None,
-    end: int | None = None,
-    idle_timeout_s: float = 60.0,
-) -> Iterator[Message]:
-    """
-    Yield the records of ``topic[partition]`` from ``start`` (default: the beginning) to its end.
-
-    :param end: stop before this offset (a snapshot taken earlier); default: the partition's end
-        as the broker reports it while reading.
-    :raises ReadError: naming the partition, when it cannot be read to its end.
-    """
-    key = (topic, partition)
-    scan = Scan(
-        consumer,
-        {key: OFFSET_BEGINNING if start is None else start},
-        ends={key: end} if end is not None else None,
-        idle_timeout_s=idle_timeout_s,
-        skip_before_start=True,  # the broker resets a start past the end to the beginning
-    )
-    try:
-        yield from scan.records()
-    finally:
-        scan.close()
-
-
 class TopicReader:
-    """A context-managed consumer for :func:`read_partition` over several partitions and topics."""
+    """A context-managed consumer reading partitions of several topics to their end, one at a time."""
 
-    def __init__(self, kafka_config: Mapping[str, Any]) -> None:
+    def __init__(self, kafka_config: Mapping[str, Any], *, idle_timeout_s: float = 60.0) -> None:
         self.kafka_config = kafka_config  # whose principal errors name (never logged)
         self.consumer = Consumer(reader_config(kafka_config))
+        self.idle_timeout_s = idle_timeout_s
 
     def __enter__(self) -> TopicReader:
         return self
@@ -74,4 +45,22 @@ class TopicReader:
     def read(
         self, topic: str, partition: int, *, start: int | None = None, end: int | None = None
     ) -> Iterator[Message]:
-        return read_partition(self.consumer, topic, partition, start=start, end=end)
+        """
+        Yield the records of ``topic[partition]`` from ``start`` (default: the beginning) to its end.
+
+        :param end: stop before this offset (a snapshot taken earlier); default: the partition's end as the
+            broker reports it while reading.
+        :raises ReadError: naming the partition, when it cannot be read to its end.
+        """
+        key = (topic, partition)
+        scan = Scan(
+            self.consumer,
+            {key: OFFSET_BEGINNING if start is None else start},
+            ends={key: end} if end is not None else None,
+            idle_timeout_s=self.idle_timeout_s,
+            skip_before_start=True,  # the broker resets a start past the end to the beginning
+        )
+        try:
+            yield from scan.records()
+        finally:
+            scan.close()

@@ -21,13 +21,13 @@ passes, or once the broker sent nothing for ``idle_timeout_s``. An error names t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from airflow_kafka_retry.engine.kafka.clients import from_log_start
+from airflow_kafka_retry.engine.kafka.clients import coordinator_busy, from_log_start
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 
 if TYPE_CHECKING:
@@ -59,6 +59,42 @@ class ReadError(RuntimeError):
 
 class ReadTimeout(ReadError):
     """The scan's deadline passed, or the broker sent nothing for too long; ``keys``: those not at an end."""
+
+
+def committed_offsets(
+    consumer: Consumer,
+    keys: Sequence[Key],
+    timeout_s: float,
+    *,
+    retry_s: float | None = None,
+    deadlines: CallDeadlines | None = None,
+    waits_for: str = "the group coordinator",
+    clock: Callable[[], float] = time.monotonic,
+) -> list[TopicPartition]:
+    """
+    The consumer's group's committed offsets of ``keys`` (negative: nothing committed), with their metadata.
+
+    With ``retry_s``, asked again every ``retry_s`` while the group's coordinator loads or moves (a rolling
+    restart: ``NOT_COORDINATOR``); any other error, or ``timeout_s`` passed, raises a :class:`ReadError`
+    naming the partition(s). Each request is made under ``deadlines`` where the caller has them.
+    """
+    deadline = clock() + timeout_s
+    tps = [TopicPartition(t, p) for t, p in keys]
+    while True:
+        timeout = max(0.1, deadline - clock())
+        try:
+            with deadlines.call("committed", timeout, waits_for) if deadlines else nullcontext():
+                found = consumer.committed(tps, timeout=timeout)
+            failed = next((tp for tp in found if tp.error is not None), None)
+            if failed is None:
+                return found
+            failed_keys, error = [(failed.topic, failed.partition)], KafkaException(failed.error)
+        except KafkaException as exc:
+            failed_keys, error = list(keys), exc
+        if retry_s is None or not coordinator_busy(error) or clock() + retry_s >= deadline:
+            message = f"{where(failed_keys)}: cannot read the committed offsets: {error}"
+            raise ReadError(message, failed_keys, error.args[0] if error.args else None) from error
+        time.sleep(retry_s)
 
 
 class Scan:
@@ -108,6 +144,8 @@ class Scan:
         if self.open:
             tps = [TopicPartition(t, p, self.starts[(t, p)]) for t, p in sorted(self.open)]
             timeout = deadlines.timeout(start_timeout_s) if deadlines else start_timeout_s
+            if deadline is not None:  # the log-start lookup is part of the scan: under its deadline too
+                timeout = max(0.1, min(timeout, deadline - clock()))
             with self._call("get_watermark_offsets", timeout):
                 consumer.assign(from_log_start(consumer, tps, timeout))
             consumer.resume(tps)  # a partition an earlier scan of this consumer ended stays paused
@@ -156,7 +194,9 @@ class Scan:
                     continue
                 topic, partition = message.topic(), message.partition()
                 if key is None or partition != key[1] or topic != key[0]:  # a run of another partition
-                    key = self._key_of(topic, partition)
+                    if topic is None or partition is None:
+                        raise ReadError(f"{where(open_keys)}: a record named no partition", open_keys)
+                    key = (topic, partition)
                     skip = skips.get(key, -1)
                     limit = fixed.get(key, -1)
                 if key not in open_keys:
@@ -172,11 +212,6 @@ class Scan:
                 yield message
                 if offset + 1 == limit:  # the end reached: not waited for past it
                     self.finish(key, limit)
-
-    def _key_of(self, topic: str | None, partition: int | None) -> Key:
-        if topic is None or partition is None:
-            raise ReadError(f"{where(self.open)}: a fetched record names no partition", self.open)
-        return (topic, partition)
 
     def _high(self, key: Key) -> int:
         """The high watermark of ``key`` as the fetches carried it (-1: the client has none)."""

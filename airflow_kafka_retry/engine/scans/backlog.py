@@ -16,11 +16,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message
 
 from airflow_kafka_retry.engine.kafka.clients import open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
-from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
 from airflow_kafka_retry.policy.headers import read_due_ms
 
 #: Due-time buckets, by how far in the future a record is due (upper bounds in ms; ``None`` = beyond).
@@ -99,7 +99,7 @@ def scan_backlog(
     result = TopicBacklog(topic, group)
     try:
         _scan(result, kafka_config, now_ms, scan_limit, timeout_s)
-    except (KafkaException, ValueError, TimeoutError) as exc:
+    except (KafkaException, ReadError, ValueError, TimeoutError) as exc:
         result.error = f"{topic}: {exc}"
     return result
 
@@ -111,9 +111,7 @@ def _scan(
     config = {**kafka_config, "socket.timeout.ms": int(timeout_s * 1000), "session.timeout.ms": 6000}
     with open_consumer(config, result.group) as consumer:
         count = partition_counts(consumer, [result.topic], timeout=timeout_s)[result.topic]
-        committed = consumer.committed(
-            [TopicPartition(result.topic, p) for p in range(count)], timeout=timeout_s
-        )
+        committed = committed_offsets(consumer, [(result.topic, p) for p in range(count)], timeout_s)
         parts = {
             tp.partition: PartitionBacklog(tp.partition, tp.offset if tp.offset >= 0 else None)
             for tp in committed
@@ -128,14 +126,8 @@ def _scan(
             deadline=deadline,
             poll_s=0.2,
         )
-        try:
-            for message in scan.records():
-                _count(parts[partition_of(message)], message, now_ms, scan_limit, scan)
-        except ReadTimeout as exc:
-            open_parts = sorted(p for _, p in exc.keys)
-            raise TimeoutError(f"no end of partition(s) {open_parts} within {timeout_s:.0f}s") from None
-        except ReadError as exc:
-            raise KafkaException(exc.error) from None
+        for message in scan.records():
+            _count(parts[partition_of(message)], message, now_ms, scan_limit, scan)
         for key, end in scan.ends.items():
             parts[key[1]].end = end
         for part in result.partitions:

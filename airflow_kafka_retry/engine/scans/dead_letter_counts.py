@@ -27,7 +27,7 @@ from confluent_kafka import KafkaException
 
 from airflow_kafka_retry.engine.kafka.clients import open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of
-from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan
 from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 from airflow_kafka_retry.policy.dead_letter_fields import dead_letter_fields
@@ -147,7 +147,7 @@ def count_dead_letters(
     result = DeadLetterCounts(topic, assume=assume)
     try:
         _count(result, kafka_config, scan_limit, timeout_s)
-    except (KafkaException, ValueError, TimeoutError) as exc:
+    except (KafkaException, ReadError, ValueError, TimeoutError) as exc:
         result.error = f"{topic}: {exc}"
     return result
 
@@ -159,16 +159,10 @@ def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: i
         count = partition_counts(consumer, [result.topic], timeout=timeout_s)[result.topic]
         scan = Scan(consumer, {(result.topic, p): -1 for p in range(count)}, deadline=deadline, poll_s=0.2)
         scanned = Counter[int]()
-        try:
-            for message in scan.records():
-                result.add(message)
-                partition = partition_of(message)
-                scanned[partition] += 1
-                if scanned[partition] >= scan_limit:
-                    result.truncated = True
-                    scan.finish((result.topic, partition))
-        except ReadTimeout as exc:
-            open_parts = sorted(p for _, p in exc.keys)
-            raise TimeoutError(f"no end of partition(s) {open_parts} within {timeout_s:.0f}s") from None
-        except ReadError as exc:
-            raise KafkaException(exc.error) from None
+        for message in scan.records():
+            result.add(message)
+            partition = partition_of(message)
+            scanned[partition] += 1
+            if scanned[partition] >= scan_limit:
+                result.truncated = True
+                scan.finish((result.topic, partition))

@@ -30,13 +30,12 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.clients import (
     KafkaConfigError,
-    coordinator_busy,
     open_consumer,
     partition_counts,
 )
 from airflow_kafka_retry.engine.kafka.deadlines import CallStuckError, bounded
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
-from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
+from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets, where
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 
 #: Seconds a scan may take past its ``timeout_s`` (closing its consumer) before the engine abandons it.
@@ -180,10 +179,6 @@ class DltScan:
         }
 
 
-def _where(keys: Sequence[TopicPartitionKey]) -> str:
-    return ", ".join(f"{t}[{p}]" for t, p in sorted(keys))
-
-
 def _committed(
     consumer: Consumer, keys: list[TopicPartitionKey], deadline: float
 ) -> tuple[dict[TopicPartitionKey, int], frozenset[str]]:
@@ -193,19 +188,12 @@ def _committed(
     Asked again until ``deadline`` (monotonic) while the group's coordinator loads or moves (a rolling
     restart: ``NOT_COORDINATOR``); any other error, or the deadline, raises a :class:`DltWatchError`.
     """
-    tps = [TopicPartition(t, p) for t, p in keys]
-    while True:
-        try:
-            found = consumer.committed(tps, timeout=max(0.1, deadline - time.monotonic()))
-            failed = next((tp for tp in found if tp.error is not None), None)
-            if failed is None:
-                break
-            where, error = f"{failed.topic}[{failed.partition}]", KafkaException(failed.error)
-        except KafkaException as exc:
-            where, error = _where(keys), exc
-        if not coordinator_busy(error) or time.monotonic() + COMMITTED_RETRY_S >= deadline:
-            raise DltWatchError(f"{where}: cannot read the committed offsets: {error}") from error
-        time.sleep(COMMITTED_RETRY_S)
+    try:
+        found = committed_offsets(
+            consumer, keys, deadline - time.monotonic(), retry_s=COMMITTED_RETRY_S, clock=time.monotonic
+        )
+    except ReadError as exc:
+        raise DltWatchError(str(exc)) from exc.__cause__
     offsets = {}
     admitted: set[str] = set()
     for tp in found:
@@ -286,12 +274,12 @@ def _read_to_end(scan: Scan, summary: DltWatchSummary) -> dict[TopicPartitionKey
     except ReadTimeout as exc:
         if not next_offsets:
             raise DltWatchError(
-                f"{_where(exc.keys)}: no records and no end-of-partition from the broker "
+                f"{where(exc.keys)}: no records and no end-of-partition from the broker "
                 "before the scan timed out; nothing was committed"
             ) from None
         # a partial scan: what was read is reported and committed, the rest is for the next one
     except ReadError as exc:
-        raise DltWatchError(f"{_where(exc.keys)}: read failed: {exc.error}; nothing was committed") from None
+        raise DltWatchError(f"{where(exc.keys)}: read failed: {exc.error}; nothing was committed") from None
     return next_offsets
 
 
@@ -312,7 +300,7 @@ def commit_offsets(
         bounded(
             lambda: _commit(kafka_config, group, offsets, tags),
             seconds=COMMIT_S,
-            what=f"the commit of group {group!r} ({_where(list(offsets))})",
+            what=f"the commit of group {group!r} ({where(list(offsets))})",
         )
     except CallStuckError as exc:
         raise DltWatchError(f"{exc}; the next run reports these records again") from exc
@@ -332,7 +320,7 @@ def _commit(
                 asynchronous=False,
             )
         except KafkaException as exc:
-            raise DltWatchError(f"{_where(list(offsets))}: cannot commit group {group!r}: {exc}") from exc
+            raise DltWatchError(f"{where(list(offsets))}: cannot commit group {group!r}: {exc}") from exc
         failed = [tp for tp in result or () if tp.error is not None]
         if failed:
             raise DltWatchError(
