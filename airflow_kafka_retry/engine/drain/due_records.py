@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
-from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
 
 if TYPE_CHECKING:
@@ -152,15 +152,10 @@ class PartitionReader:
                     break
             else:
                 stop = "end" if limit > 0 else "limit"
-        except ReadTimeout:
-            silent = DrainError(
-                f"{self.where}: no records and no end-of-partition from the broker "
-                f"for {self.idle_timeout_s:.0f}s after offset {self.position}"
-            )
-            silent.transient = True
-            raise silent from None
-        except ReadError as exc:
-            raise DrainError(f"{self.where}: read failed after offset {self.position}: {exc.error}") from None
+        except (
+            ReadError
+        ) as exc:  # a timeout is transient (``exc.transient``), a read failure as its cause says
+            raise DrainError(f"{exc} (after offset {self.position})") from exc
         if messages:
             self.position = chunk.next_offset = offset_of(messages[-1]) + 1
         self.finished = stop != "limit"

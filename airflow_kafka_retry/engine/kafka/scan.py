@@ -1,21 +1,14 @@
 """
 The one read-to-the-end scan: assigned partitions read from their start offsets to their end.
 
-Every reader of the engine reads this way (the backlog, the dead-letter counts, the DLT scan, the heads'
-peek, the replay and redelivery logs, the drain's due records): an assigned (never subscribed) consumer,
-``read_committed`` with partition EOF on, reads each partition from a start offset (the beginning where
-none is given) to its end, which is, first met:
-
-* the partition EOF the broker reports;
-* the high watermark carried by the fetch that brought the partition's first record (not a ListOffsets
-  request, which some brokers get wrong): records appended after the scan began are not chased;
-* a fixed end given by the caller (a snapshot taken earlier), not read past, nor waited beyond.
-
-A scan ends when every partition reached its end or was ended by the caller (:meth:`Scan.finish`: a
-limit reached, a head found). Every wait is bounded: a fetch is made under the caller's
-:class:`CallDeadlines` where it has them, and a scan raises :class:`ReadTimeout` once its ``deadline``
-passes, or once the broker sent nothing for ``idle_timeout_s``. An error names the topic and partition
-(:class:`ReadError`).
+Every reader of the engine reads so (backlog, dead-letter counts, DLT scan, peek, replay and redelivery
+logs, the drain's due records): an assigned consumer (``read_committed``, partition EOF on) reads each
+partition from a start offset (default: the beginning) to the first end met: partition EOF; the high
+watermark carried by the partition's first fetch (not ListOffsets, which some brokers get wrong), so
+records appended meanwhile are not chased; or a fixed end (a snapshot), never waited for past it. The
+caller may end a partition sooner (:meth:`Scan.finish`). Every wait is bounded: under the caller's
+:class:`CallDeadlines` where it has them, and by the scan's ``deadline`` or ``idle_timeout_s``
+(:class:`ReadTimeout`). An error names topic and partition (:class:`ReadError`).
 """
 
 from __future__ import annotations
@@ -47,9 +40,10 @@ class ReadError(RuntimeError):
     """
     A partition could not be read to its end; the message names topic and partition.
 
-    ``keys``: the partitions concerned; ``error``: the Kafka error the broker or client reported (None: a
-    timeout).
+    ``keys``: the partitions concerned; ``error``: the Kafka error reported (None: a timeout).
     """
+
+    transient: bool | None = None  # as the engine's supervisor reads it (None: as the cause says)
 
     def __init__(self, message: str, keys: Iterable[Key] = (), error: KafkaError | None = None) -> None:
         super().__init__(message)
@@ -59,6 +53,8 @@ class ReadError(RuntimeError):
 
 class ReadTimeout(ReadError):
     """The scan's deadline passed, or the broker sent nothing for too long; ``keys``: those not at an end."""
+
+    transient = True
 
 
 def committed_offsets(

@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, admin_config
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.reading import reader_config
-from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
 from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
@@ -293,17 +293,9 @@ class RedeliveryLogView:
         try:
             for message in scan.records():
                 state.add(message)
-        except ReadTimeout:
-            raise _transient(
-                f"{self.where}: no records and no end of the redelivery log from the broker for "
-                f"{self.idle_timeout_s:.0f}s after offset {state.position}"
-            ) from None
-        except ReadError as exc:
-            failed = RedeliveryLogError(
-                f"{self.where}: reading the redelivery log failed after offset {state.position}: "
-                f"{exc.error.str() if exc.error else exc}"
-            )
-            failed.transient = (exc.error is not None and exc.error.retriable()) or None
+        except ReadError as exc:  # a timeout is transient, a read failure when Kafka says it is retriable
+            failed = RedeliveryLogError(f"{exc}: the redelivery log, after offset {state.position}")
+            failed.transient = exc.transient or (exc.error is not None and exc.error.retriable()) or None
             raise failed from None
         finally:
             scan.close()

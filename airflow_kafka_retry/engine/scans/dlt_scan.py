@@ -271,15 +271,9 @@ def _read_to_end(scan: Scan, summary: DltWatchSummary) -> dict[TopicPartitionKey
         for message in scan.records():
             summary.add(message)
             next_offsets[(topic_of(message), partition_of(message))] = offset_of(message) + 1
-    except ReadTimeout as exc:
-        if not next_offsets:
-            raise DltWatchError(
-                f"{where(exc.keys)}: no records and no end-of-partition from the broker "
-                "before the scan timed out; nothing was committed"
-            ) from None
-        # a partial scan: what was read is reported and committed, the rest is for the next one
-    except ReadError as exc:
-        raise DltWatchError(f"{where(exc.keys)}: read failed: {exc.error}; nothing was committed") from None
+    except ReadError as exc:  # a timeout having read records is a partial scan: the rest is for the next one
+        if not isinstance(exc, ReadTimeout) or not next_offsets:
+            raise DltWatchError(f"{exc}; nothing was committed") from None
     return next_offsets
 
 
