@@ -61,7 +61,7 @@ class PartitionReader:
     :param idle_timeout_s: give up when the broker sends neither records nor EOF for this long.
     :param due_horizon_ms: a due time further than this after ``cutoff_ms`` is not believed (a
         corrupt header must not hold the partition back forever): the record is due at once.
-    :param watch: the engine's deadlines for the blocking calls (``engine/kafka/deadlines.py``).
+    :param deadlines: the engine's deadlines for the blocking calls (``engine/kafka/deadlines.py``).
     :param call_timeout_s: the timeout handed to the committed-offset and log-start requests.
     """
 
@@ -75,11 +75,11 @@ class PartitionReader:
         poll_timeout_s: float = 1.0,
         idle_timeout_s: float = 60.0,
         due_horizon_ms: int = MAX_BACKOFF_MS,
-        watch: CallDeadlines | None = None,
+        deadlines: CallDeadlines | None = None,
         call_timeout_s: float = 30.0,
     ) -> None:
         self.consumer = consumer
-        self.watch = watch or CallDeadlines(f"{topic}[{partition}]")
+        self.deadlines = deadlines or CallDeadlines(f"{topic}[{partition}]")
         self.call_timeout_s = call_timeout_s
         self.topic = topic
         self.partition = partition
@@ -96,7 +96,7 @@ class PartitionReader:
             {self._key: self.start_offset},
             idle_timeout_s=idle_timeout_s,
             poll_s=poll_timeout_s,
-            deadlines=self.watch,
+            deadlines=self.deadlines,
             waits_for=f"the leader of {self.where}",
             start_timeout_s=min(5.0, call_timeout_s),
         )
@@ -112,11 +112,11 @@ class PartitionReader:
         return f"{self.topic}[{self.partition}]"
 
     def _committed_offset(self) -> int:
-        timeout, key = self.watch.timeout(self.call_timeout_s), (self.topic, self.partition)
+        timeout, key = self.deadlines.timeout(self.call_timeout_s), (self.topic, self.partition)
         waits_for = f"the group coordinator of {self.where}'s group"
         try:
             committed = committed_offsets(
-                self.consumer, [key], timeout, deadlines=self.watch, waits_for=waits_for
+                self.consumer, [key], timeout, deadlines=self.deadlines, waits_for=waits_for
             )
         except ReadError as exc:
             raise DrainError(str(exc)) from exc.__cause__

@@ -88,21 +88,25 @@ def redelivery_log_topic(topic: str) -> str:
 
 
 def ensure_redelivery_log(
-    kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0, watch: CallDeadlines | None = None
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    *,
+    timeout: float = 30.0,
+    deadlines: CallDeadlines | None = None,
 ) -> bool:
     """
     Create the log topic (one partition, :data:`LOG_CONFIG`) if it is missing; True when it was created.
 
     An existing log gets the configs of :data:`LOG_CONFIG` it lacks (:func:`complete_configs`).
 
-    Under ``watch``'s deadlines: the lookup, the creation and the wait for the created topic are each given
+    Under ``deadlines``: the lookup, the creation and the wait for the created topic are each given
     ``timeout``. A timeout is a transient :class:`RedeliveryLogError`.
     """
-    watch = watch or CallDeadlines(topic)
-    limit = watch.timeout(timeout)
+    deadlines = deadlines or CallDeadlines(topic)
+    limit = deadlines.timeout(timeout)
     try:
         # a metadata request, the creation, then metadata requests until the topic shows (up to `limit`)
-        with watch.call("create the redelivery log", 4 * limit, f"the controller (creating {topic})"):
+        with deadlines.call("create the redelivery log", 4 * limit, f"the controller (creating {topic})"):
             created = ensure_log_topic(
                 kafka_config, topic, what="the redelivery log", config=LOG_CONFIG, timeout=limit
             )
@@ -116,7 +120,7 @@ def ensure_redelivery_log(
             error.transient = True
         raise error from exc
     if not created:
-        with watch.call(
+        with deadlines.call(
             "complete the redelivery log's configs", 2 * limit, f"the brokers ({topic}'s configs)"
         ):
             complete_configs(kafka_config, topic, limit)
@@ -176,7 +180,7 @@ class RedeliveryLogView:
     Opens its consumer on first use; :meth:`close` closes it. An entry that cannot be decoded is logged and
     skipped (its dead letter then counts as round 1), never fatal.
 
-    :param watch: the partition run's deadlines; each broker call is made under them.
+    :param deadlines: the partition run's deadlines; each broker call is made under them.
     :param timeout_s: the timeout handed to a call (and the longest wait for another thread's refresh).
     :param idle_timeout_s: the longest time the broker may send neither records nor the log's end.
     :param clock: epoch milliseconds of the wall clock, as the broker's retention sees it (entries older than
@@ -188,7 +192,7 @@ class RedeliveryLogView:
         kafka_config: Mapping[str, Any],
         topic: str,
         *,
-        watch: CallDeadlines | None = None,
+        deadlines: CallDeadlines | None = None,
         timeout_s: float = 10.0,
         idle_timeout_s: float = 60.0,
         poll_s: float = 1.0,
@@ -197,7 +201,7 @@ class RedeliveryLogView:
         self.kafka_config = kafka_config
         self.topic = topic
         self.where = f"{topic}[0]"
-        self.watch = watch or CallDeadlines(self.where)
+        self.deadlines = deadlines or CallDeadlines(self.where)
         self.timeout_s, self.idle_timeout_s, self.poll_s = timeout_s, idle_timeout_s, poll_s
         self.clock = clock
         self.state = log_state(kafka_config, topic)
@@ -219,7 +223,7 @@ class RedeliveryLogView:
 
     def refresh(self) -> int:
         """Read what was committed to the log since this process last read it; the records read."""
-        state, timeout = self.state, self.watch.timeout(self.timeout_s)
+        state, timeout = self.state, self.deadlines.timeout(self.timeout_s)
         self._acquire(state, timeout)
         try:
             before, start = state.read, state.position
@@ -248,7 +252,7 @@ class RedeliveryLogView:
         """
         last, since = state.position, time.monotonic()
         while not state.lock.acquire(timeout=min(self.poll_s, timeout)):
-            self.watch.check()
+            self.deadlines.check()
             if state.position != last:
                 last, since = state.position, time.monotonic()
             elif time.monotonic() - since > timeout:
@@ -261,7 +265,7 @@ class RedeliveryLogView:
         consumer = self._open()
         waits_for = f"the leader of {self.where}"
         try:
-            with self.watch.call("get_watermark_offsets", timeout, waits_for):
+            with self.deadlines.call("get_watermark_offsets", timeout, waits_for):
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(self.topic, 0), timeout=timeout, cached=False
                 )
@@ -287,7 +291,7 @@ class RedeliveryLogView:
             idle_timeout_s=self.idle_timeout_s,
             poll_s=self.poll_s,
             skip_before_start=True,  # never an entry twice
-            deadlines=self.watch,
+            deadlines=self.deadlines,
             waits_for=waits_for,
         )
         try:
