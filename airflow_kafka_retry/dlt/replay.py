@@ -212,9 +212,11 @@ class Replay:
         """
         give_up_at: float | None = None
         while True:
-            watch = CallDeadlines(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
+            deadlines = CallDeadlines(f"replay {self.replay_id} of {self.source}", give_up_at=give_up_at)
             try:
-                summary = run_watched(functools.partial(self._attempt, watch), watch, stop_now=self.stop_now)
+                summary = run_watched(
+                    functools.partial(self._attempt, deadlines), deadlines, stop_now=self.stop_now
+                )
             except AttemptStopped as exc:
                 if self.summary is not None:
                     self.summary.status, self.summary.error = "failed", str(exc)
@@ -250,12 +252,12 @@ class Replay:
             return summary
 
     # ------------------------------------------------------------------ the three steps
-    def _attempt(self, watch: CallDeadlines) -> ReplaySummary:
-        """One attempt of the three steps, its writes under ``watch``."""
-        moves = dataclasses.replace(self.moves, watch=watch)
+    def _attempt(self, deadlines: CallDeadlines) -> ReplaySummary:
+        """One attempt of the three steps, its writes under ``deadlines``."""
+        moves = dataclasses.replace(self.moves, deadlines=deadlines)
         with TopicReader(self.kafka_config) as reader:
             partitions = self._partitions(reader, self.source, "--dlt")
-            producer = None if self.dry_run else self._fence(watch)
+            producer = None if self.dry_run else self._fence(deadlines)
             try:
                 plan, selection, replay_log = self._resume(reader, partitions)
                 summary = self.summary = ReplaySummary(
@@ -367,12 +369,12 @@ class Replay:
         except KafkaConfigError as exc:
             raise ReplayError(f"{option} {topic}: {exc}") from None
 
-    def _fence(self, watch: CallDeadlines) -> Producer:
+    def _fence(self, deadlines: CallDeadlines) -> Producer:
         ensure_replay_log(self.kafka_config, self.log_topic)
         producer = Producer(producer_config(self.kafka_config, self.transactional_id))
-        timeout = watch.timeout(TIMEOUT_S)
+        timeout = deadlines.timeout(TIMEOUT_S)
         try:
-            with watch.call(
+            with deadlines.call(
                 "init_transactions", timeout, f"the transaction coordinator of {self.transactional_id}"
             ):
                 init_transactions(producer, timeout, topic=self.log_topic)

@@ -46,7 +46,7 @@ class ReplayMoves:
 
     :param chunk_size: records per Kafka transaction.
     :param move_cap: at most this many moves listed in the summary (None: all).
-    :param watch: the engine's deadlines on the producer's blocking calls (one attempt's; see
+    :param deadlines: the engine's deadlines on the producer's blocking calls (one attempt's; see
         ``dlt/replay.py``).
     """
 
@@ -57,7 +57,7 @@ class ReplayMoves:
     clock: Callable[[], int]
     chunk_size: int
     move_cap: int | None
-    watch: CallDeadlines = field(default_factory=lambda: CallDeadlines("replay"))
+    deadlines: CallDeadlines = field(default_factory=lambda: CallDeadlines("replay"))
 
     @property
     def _coordinator(self) -> str:
@@ -80,7 +80,7 @@ class ReplayMoves:
                 record = DltRecord.from_message(message, queue_family=self.edit.queue_family)
                 chunk.append((record, candidate))
                 if len(chunk) >= self.chunk_size:
-                    self.watch.check()  # a replay stopped at once ends between chunks too
+                    self.deadlines.check()  # a replay stopped at once ends between chunks too
                     self._commit_chunk(producer, chunk, summary)
                     chunk = []
         if chunk:
@@ -101,7 +101,7 @@ class ReplayMoves:
             for record, candidate in chunk:
                 moves.append(self._produce(producer, record, candidate, failures))
             # copies first, acknowledged, then their log entries: a log entry never exists without its copy
-            with self.watch.call("flush", TIMEOUT_S, "the leaders of the replay's targets"):
+            with self.deadlines.call("flush", TIMEOUT_S, "the leaders of the replay's targets"):
                 pending = producer.flush(TIMEOUT_S)
             if pending or failures:
                 raise ReplayAbortedError(
@@ -131,7 +131,7 @@ class ReplayMoves:
                         }
                     ),
                 )
-            with self.watch.call("commit_transaction", TIMEOUT_S, self._coordinator):
+            with self.deadlines.call("commit_transaction", TIMEOUT_S, self._coordinator):
                 producer.commit_transaction(TIMEOUT_S)
         except AttemptAbandoned:
             # stopped or stuck: end the open transaction now (unwatched: this attempt is over anyway)
@@ -229,7 +229,7 @@ class ReplayMoves:
         try:
             producer.begin_transaction()
             producer.produce(self.log_topic, key=key, value=encode(value))
-            with self.watch.call("commit_transaction", TIMEOUT_S, self._coordinator):
+            with self.deadlines.call("commit_transaction", TIMEOUT_S, self._coordinator):
                 producer.commit_transaction(TIMEOUT_S)
         except KafkaException as exc:
             self._abort(producer)
@@ -242,6 +242,6 @@ class ReplayMoves:
         # on failure the broker times the transaction out; the next replay's init_transactions fences it
         with (
             contextlib.suppress(KafkaException),
-            self.watch.call("abort_transaction", TIMEOUT_S, self._coordinator),
+            self.deadlines.call("abort_transaction", TIMEOUT_S, self._coordinator),
         ):
             producer.abort_transaction(TIMEOUT_S)

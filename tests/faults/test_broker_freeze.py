@@ -329,7 +329,7 @@ def test_the_replay_log_check_asks_the_frozen_broker_under_the_attempts_deadline
     from airflow_kafka_retry.policy.replay_headers import ReplayAudit
 
     watch = CallDeadlines("orders[0]")
-    check = ReplayLogCheck({"bootstrap.servers": own_broker.bootstrap}, watch=watch, timeout_s=3.0)
+    check = ReplayLogCheck({"bootstrap.servers": own_broker.bootstrap}, deadlines=watch, timeout_s=3.0)
     audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
     answers: list[bool] = []
     seen = []

@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 from airflow_kafka_retry.engine.heads.peek import peek_heads
 from airflow_kafka_retry.engine.kafka.clients import consumer_config, from_log_start
-from airflow_kafka_retry.engine.kafka.reading import read_partition, reader_config
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
 
 pytestmark = [pytest.mark.integration, pytest.mark.requires_capability("delete_records")]
 
@@ -72,9 +72,6 @@ def test_readers_of_a_group_that_never_committed_start_at_the_log_start(
     peek = peek_heads(config, topic, f"{topic}-peek")
     assert {h.partition: h.offset for h in peek.heads} == {0: DELETED, 1: 0}
     # a DLT read from its beginning
-    reader = Consumer(reader_config(config))
-    try:
-        offsets = [m.offset() for m in read_partition(reader, topic, 0, idle_timeout_s=30)]
-    finally:
-        reader.close()
+    with TopicReader(config, idle_timeout_s=30) as reader:
+        offsets = [m.offset() for m in reader.read(topic, 0)]
     assert offsets == list(range(DELETED, 10))

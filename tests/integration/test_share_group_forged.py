@@ -258,7 +258,7 @@ def test_the_source_topic_lookup_runs_under_the_drains_call_deadline(
     real = redelivery.partition_counts
 
     def spy(client: object, topics: list[str], timeout: float = 10.0) -> dict[str, int]:
-        waiting = job.watch.waiting
+        waiting = job.deadlines.waiting
         seen.append((topics, waiting.call if waiting is not None else None))
         return real(client, topics, timeout)  # type: ignore[arg-type]
 

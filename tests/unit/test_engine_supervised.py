@@ -25,13 +25,13 @@ class Clock:
 
 def test_a_call_that_returns_in_time_is_never_abandoned() -> None:
     clock = Clock()
-    watch = CallDeadlines("t[0]", grace_s=5, clock=clock)
-    with watch.call("commit_transaction", 20, "the transaction coordinator"):
+    deadlines = CallDeadlines("t[0]", grace_s=5, clock=clock)
+    with deadlines.call("commit_transaction", 20, "the transaction coordinator"):
         clock.now += 24.9
-        assert watch.overdue() is None
+        assert deadlines.overdue() is None
     clock.now += 100  # nothing in progress: nothing to abandon
-    assert watch.overdue() is None
-    assert watch.abandoned is None
+    assert deadlines.overdue() is None
+    assert deadlines.abandoned is None
 
 
 def test_a_stop_during_a_commit_says_the_chunk_may_have_committed() -> None:
@@ -48,25 +48,25 @@ def test_a_stop_during_a_commit_says_the_chunk_may_have_committed() -> None:
     assert "while commit_transaction was in progress: the chunk may have committed" in str(stopped)
 
     for call in ("flush", None):
-        watch = CallDeadlines("t[0]", clock=Clock())
+        deadlines = CallDeadlines("t[0]", clock=Clock())
         if call is None:
-            stopped = watch.stop_now("supervisor_gone")
+            stopped = deadlines.stop_now("supervisor_gone")
         else:
-            with pytest.raises(AttemptAbandoned), watch.call(call, 20, "the leaders"):
-                stopped = watch.stop_now("supervisor_gone")
+            with pytest.raises(AttemptAbandoned), deadlines.call(call, 20, "the leaders"):
+                stopped = deadlines.stop_now("supervisor_gone")
         assert not stopped.may_have_committed, call
         assert str(stopped) == "t[0]: stopped at once (supervisor_gone)"
 
 
-def _overrun(watch: CallDeadlines, clock: Clock, name: str, timeout: float, *, to: float) -> list[object]:
+def _overrun(deadlines: CallDeadlines, clock: Clock, name: str, timeout: float, *, to: float) -> list[object]:
     """Make a call that is still running when the clock reads ``to``; what ``overdue`` said on the way."""
     seen: list[object] = []
     try:
-        with watch.call(name, timeout, "the group coordinator"):
+        with deadlines.call(name, timeout, "the group coordinator"):
             clock.now = to - 1.0
-            seen.append(watch.overdue())
+            seen.append(deadlines.overdue())
             clock.now = to
-            seen.append(watch.overdue())
+            seen.append(deadlines.overdue())
     except AttemptAbandoned:
         seen.append("abandoned")
     return seen
@@ -74,25 +74,25 @@ def _overrun(watch: CallDeadlines, clock: Clock, name: str, timeout: float, *, t
 
 def test_a_call_past_its_timeout_and_grace_is_abandoned_and_its_thread_stops_when_it_returns() -> None:
     clock = Clock()
-    watch = CallDeadlines("orders[2]", grace_s=5, clock=clock)
-    first, stuck, end = _overrun(watch, clock, "send_offsets_to_transaction", 20, to=125.1)
+    deadlines = CallDeadlines("orders[2]", grace_s=5, clock=clock)
+    first, stuck, end = _overrun(deadlines, clock, "send_offsets_to_transaction", 20, to=125.1)
     assert first is None
     assert isinstance(stuck, CallStuckError)
     assert "orders[2]: send_offsets_to_transaction waited 25s for the group coordinator" in str(stuck)
     assert end == "abandoned"  # the call returned after it was abandoned: the attempt stops there
     # whatever the abandoned attempt tries next stops before it calls anything
     called = []
-    with pytest.raises(AttemptAbandoned), watch.call("poll", 1, "the leader"):
+    with pytest.raises(AttemptAbandoned), deadlines.call("poll", 1, "the leader"):
         called.append("poll")
     assert called == []
 
 
 def test_give_up_at_cuts_every_deadline_and_timeout() -> None:
     clock = Clock()
-    watch = CallDeadlines("t[0]", grace_s=5, clock=clock, give_up_at=110.0)
-    assert watch.timeout(20) == 10.0
+    deadlines = CallDeadlines("t[0]", grace_s=5, clock=clock, give_up_at=110.0)
+    assert deadlines.timeout(20) == 10.0
     # give_up_at + grace (115), not the call's own 100 + 20 + 5
-    before, stuck, end = _overrun(watch, clock, "commit_transaction", 20, to=115.5)
+    before, stuck, end = _overrun(deadlines, clock, "commit_transaction", 20, to=115.5)
     assert before is None
     assert isinstance(stuck, CallStuckError)
     assert end == "abandoned"
@@ -141,8 +141,8 @@ class FakeJob:
 
     released = threading.Event()
 
-    def __init__(self, watch: CallDeadlines, plan: object, drained: int) -> None:
-        self.watch, self.plan, self.drained = watch, plan, drained
+    def __init__(self, deadlines: CallDeadlines, plan: object, drained: int) -> None:
+        self.deadlines, self.plan, self.drained = deadlines, plan, drained
         self.summary = PartitionSummary("t", 0, "g")
         self.failure: BaseException | None = None
         self.settled = False
@@ -154,7 +154,7 @@ class FakeJob:
         self.summary.drained += self.drained  # a chunk committed before anything went wrong
         try:
             if self.plan == "hang":
-                with self.watch.call("commit_transaction", 0.05, "the transaction coordinator"):
+                with self.deadlines.call("commit_transaction", 0.05, "the transaction coordinator"):
                     FakeJob.released.wait(10)
                 self.after_release.append("went on")  # must never happen
             elif isinstance(self.plan, BaseException):
@@ -176,9 +176,9 @@ class FakeJob:
 def _supervise(plans: list[object], **kwargs: object) -> tuple[PartitionSummary, list[FakeJob]]:
     jobs: list[FakeJob] = []
 
-    def make(watch: CallDeadlines) -> FakeJob:
-        watch.grace_s = 0.05
-        jobs.append(FakeJob(watch, plans[min(len(jobs), len(plans) - 1)], drained=10))
+    def make(deadlines: CallDeadlines) -> FakeJob:
+        deadlines.grace_s = 0.05
+        jobs.append(FakeJob(deadlines, plans[min(len(jobs), len(plans) - 1)], drained=10))
         return jobs[-1]
 
     options = {"where": "t[0]", "retry_s": 5.0, "poll_s": 0.01, **kwargs}

@@ -98,15 +98,19 @@ def test_a_view_decodes_on_lookup_and_skips_an_entry_it_cannot_read() -> None:
 
 
 def test_the_views_reads_and_the_logs_creation_go_through_the_runs_deadlines() -> None:
-    """A stopped attempt's watch refuses the calls: they are made under it, never beside it."""
-    watch = CallDeadlines("dlq[0]")
-    watch.stop_now("test")
-    view = RedeliveryLogView({"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", watch=watch)
+    """A stopped attempt's deadlines refuses the calls: they are made under it, never beside it."""
+    deadlines = CallDeadlines("dlq[0]")
+    deadlines.stop_now("test")
+    view = RedeliveryLogView(
+        {"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", deadlines=deadlines
+    )
     with pytest.raises(AttemptAbandoned):
         view.refresh()
     view.close()
     with pytest.raises(AttemptAbandoned):
-        ensure_redelivery_log({"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", watch=watch)
+        ensure_redelivery_log(
+            {"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", deadlines=deadlines
+        )
 
 
 def test_a_timeout_creating_the_log_is_transient_and_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,26 +1,26 @@
 """
 Reading one partition of a tier: from the committed offset to the first record not yet due.
 
-The end of the partition is taken from fetch responses (partition EOF and the high watermark
-carried with fetched records), not from a ListOffsets request, and records appended after the
-first fetch are not chased: a run drains what was there when it looked.
+Read with the engine's one read-to-the-end scan (``engine/kafka/scan.py``): the end of the partition
+is taken from fetch responses (partition EOF and the high watermark carried with fetched records), not
+from a ListOffsets request, and records appended after the first fetch are not chased: a run drains
+what was there when it looked.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-
-from airflow_kafka_retry.engine.kafka.clients import from_log_start
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
 
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, Message
+
 StopReason = Literal["end", "not_due", "limit", "chunk"]
-_FETCH_BATCH = 500  # messages taken from the client's queue at once
 
 
 class DrainError(RuntimeError):
@@ -61,7 +61,7 @@ class PartitionReader:
     :param idle_timeout_s: give up when the broker sends neither records nor EOF for this long.
     :param due_horizon_ms: a due time further than this after ``cutoff_ms`` is not believed (a
         corrupt header must not hold the partition back forever): the record is due at once.
-    :param watch: the engine's deadlines for the blocking calls (``engine/kafka/deadlines.py``).
+    :param deadlines: the engine's deadlines for the blocking calls (``engine/kafka/deadlines.py``).
     :param call_timeout_s: the timeout handed to the committed-offset and log-start requests.
     """
 
@@ -75,11 +75,11 @@ class PartitionReader:
         poll_timeout_s: float = 1.0,
         idle_timeout_s: float = 60.0,
         due_horizon_ms: int = MAX_BACKOFF_MS,
-        watch: CallDeadlines | None = None,
+        deadlines: CallDeadlines | None = None,
         call_timeout_s: float = 30.0,
     ) -> None:
         self.consumer = consumer
-        self.watch = watch or CallDeadlines(f"{topic}[{partition}]")
+        self.deadlines = deadlines or CallDeadlines(f"{topic}[{partition}]")
         self.call_timeout_s = call_timeout_s
         self.topic = topic
         self.partition = partition
@@ -89,33 +89,38 @@ class PartitionReader:
         self.due_horizon_ms = due_horizon_ms
         self.start_offset = self._committed_offset()
         self.position = self.start_offset
-        self.end_offset: int | None = None  # high watermark seen with the first fetch (-1: unknown)
         self.finished = False
-        self._pending: list[Message] = []  # fetched, not yet read: self._pending[self._next:]
-        self._next = 0
-        start = self.start_offset if self.start_offset >= 0 else OFFSET_BEGINNING
-        timeout = self.watch.timeout(min(5.0, call_timeout_s))
-        with self.watch.call("get_watermark_offsets", timeout, f"the leader of {self.where}"):
-            first = from_log_start(consumer, [TopicPartition(topic, partition, start)], timeout)
-        consumer.assign(first)
+        self._key = (topic, partition)
+        self._scan = Scan(
+            consumer,
+            {self._key: self.start_offset},
+            idle_timeout_s=idle_timeout_s,
+            poll_s=poll_timeout_s,
+            deadlines=self.deadlines,
+            waits_for=f"the leader of {self.where}",
+            start_timeout_s=min(5.0, call_timeout_s),
+        )
+        self._records = self._scan.records()
+
+    @property
+    def end_offset(self) -> int | None:
+        """The high watermark seen with the first fetch (-1: unknown; None: nothing fetched yet)."""
+        return self._scan.high.get(self._key)
 
     @property
     def where(self) -> str:
         return f"{self.topic}[{self.partition}]"
 
     def _committed_offset(self) -> int:
-        timeout = self.watch.timeout(self.call_timeout_s)
+        timeout, key = self.deadlines.timeout(self.call_timeout_s), (self.topic, self.partition)
+        waits_for = f"the group coordinator of {self.where}'s group"
         try:
-            with self.watch.call("committed", timeout, f"the group coordinator of {self.where}'s group"):
-                committed = self.consumer.committed(
-                    [TopicPartition(self.topic, self.partition)], timeout=timeout
-                )
-        except KafkaException as exc:
-            raise DrainError(f"{self.where}: cannot read the committed offset: {exc}") from exc
-        offset = committed[0].offset
-        if committed[0].error is not None:
-            raise DrainError(f"{self.where}: cannot read the committed offset: {committed[0].error}")
-        return offset if offset >= 0 else -1
+            committed = committed_offsets(
+                self.consumer, [key], timeout, deadlines=self.deadlines, waits_for=waits_for
+            )
+        except ReadError as exc:
+            raise DrainError(str(exc)) from exc.__cause__
+        return max(-1, committed[0].offset)
 
     def read(self, limit: int) -> Chunk:
         """Read up to ``limit`` due records after the current position."""
@@ -130,68 +135,29 @@ class PartitionReader:
             chunk.due_ms,
         )
         cutoff, horizon = self.cutoff_ms, self.due_horizon_ms
-        idle_since = time.monotonic()
-        while len(messages) < limit:
-            if self._next >= len(self._pending):
-                if not self._fetch():
-                    if time.monotonic() - idle_since > self.idle_timeout_s:
-                        silent = DrainError(
-                            f"{self.where}: no records and no end-of-partition from the broker "
-                            f"for {self.idle_timeout_s:.0f}s after offset {self.position}"
-                        )
-                        silent.transient = True
-                        raise silent
-                    continue
-                idle_since = time.monotonic()
-            pending, first = self._pending, self._next
-            last = min(len(pending), first + limit - len(messages))
-            self._next = last
-            stop: StopReason | None = None
-            for i in range(first, last):
-                message = pending[i]
-                error = message.error()
-                if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF:
-                        raise DrainError(f"{self.where}: read failed after offset {self.position}: {error}")
-                    stop = "end"
-                    break
-                offset = offset_of(message)
-                if self.end_offset is None:
-                    marks = self.consumer.get_watermark_offsets(
-                        TopicPartition(self.topic, self.partition), cached=True
-                    )
-                    self.end_offset = marks[1] if marks else -1
-                if 0 <= self.end_offset <= offset:  # appended during the run: not chased
-                    stop = "end"
-                    break
+        stop: StopReason = "limit"
+        try:
+            for message in self._records if limit > 0 else ():
                 headers = headers_of(message)
                 attempt, due = read_retry_state(headers, now_ms=cutoff, horizon_ms=horizon)
                 if due is not None and due > cutoff:
                     stop = "not_due"
-                    chunk.not_due_offset, chunk.not_due_ms = offset, due
+                    chunk.not_due_offset, chunk.not_due_ms = offset_of(message), due
                     break
                 messages.append(message)
                 header_lists.append(headers)
                 attempts_of.append(attempt)
                 due_of.append(due)
-            if messages:
-                self.position = chunk.next_offset = offset_of(messages[-1]) + 1
-            if stop is not None:
-                self.finished = True
-                chunk.stop = stop
-                return chunk
-        chunk.stop = "limit"
+                if len(messages) >= limit:
+                    break
+            else:
+                stop = "end" if limit > 0 else "limit"
+        except (
+            ReadError
+        ) as exc:  # a timeout is transient (``exc.transient``), a read failure as its cause says
+            raise DrainError(f"{exc} (after offset {self.position})") from exc
+        if messages:
+            self.position = chunk.next_offset = offset_of(messages[-1]) + 1
+        self.finished = stop != "limit"
+        chunk.stop = stop
         return chunk
-
-    def _fetch(self) -> bool:
-        """Refill the pending batch; False when the broker had nothing within the poll timeout."""
-        # consume() waits its whole timeout unless the batch fills up: wait for one event, then
-        # take whatever else is already queued without waiting.
-        with self.watch.call("poll", self.poll_timeout_s, f"the leader of {self.where}"):
-            first = self.consumer.poll(self.poll_timeout_s)
-        if first is None:
-            self._pending, self._next = [], 0
-            return False
-        self._pending = [first, *self.consumer.consume(num_messages=_FETCH_BATCH - 1, timeout=0)]
-        self._next = 0
-        return True

@@ -61,7 +61,7 @@ class LaneRun:
     options: DrainOptions
     routing: FailureRouting
     clock: Callable[[], int]
-    watch: CallDeadlines
+    deadlines: CallDeadlines
     summary: PartitionSummary
     runner: BatchRunner
     key_decoder: Callable[..., Any] | None

@@ -26,7 +26,7 @@ def require_parking(
     where: str,
     work: ChunkWork,
     router: ChunkTransaction,
-    watch: CallDeadlines,
+    deadlines: CallDeadlines,
     call_timeout_s: float,
 ) -> None:
     """
@@ -40,9 +40,9 @@ def require_parking(
     parked = [item.source for item in work.routed if item.destination.topic == parking]
     if not parked:
         return
-    timeout = watch.timeout(min(10.0, call_timeout_s))
+    timeout = deadlines.timeout(min(10.0, call_timeout_s))
     try:
-        with watch.call("list_topics", timeout, "any broker (metadata)"):
+        with deadlines.call("list_topics", timeout, "any broker (metadata)"):
             count = partition_counts(router.consumer, [parking], timeout)[parking]
     except TopicsMissing:
         raise ParkingTopicMissingError(

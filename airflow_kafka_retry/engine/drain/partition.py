@@ -68,7 +68,7 @@ class PartitionJob:
         after everything finished so far was committed (``stop_reason == "stopped"``).
     :param on_chunk: called with the summary after each committed chunk (a worker process reports its
         progress with it, so that its engine knows what was committed if the worker dies).
-    :param watch: the engine's deadlines on this attempt's client calls; a supervisor
+    :param deadlines: the engine's deadlines on this attempt's client calls; a supervisor
         (``engine/drain/supervisor.py``) abandons the attempt when one is overdue.
     """
 
@@ -84,7 +84,7 @@ class PartitionJob:
         clock: Callable[[], int] = wall_clock_ms,
         should_stop: Callable[[], str | None] | None = None,
         on_chunk: Callable[[PartitionSummary], None] | None = None,
-        watch: CallDeadlines | None = None,
+        deadlines: CallDeadlines | None = None,
     ) -> None:
         self.topology = topology
         self.tier = tier
@@ -96,9 +96,9 @@ class PartitionJob:
         self.should_stop = should_stop
         self.on_chunk = on_chunk
         self.group = options.consumer_group or topology.consumer_group(tier)
-        self.watch = watch or CallDeadlines(self.where)
+        self.deadlines = deadlines or CallDeadlines(self.where)
         self._replay_check = ReplayLogCheck(
-            kafka_config, watch=self.watch, timeout_s=min(10.0, options.call_timeout_s)
+            kafka_config, deadlines=self.deadlines, timeout_s=min(10.0, options.call_timeout_s)
         )
         self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
         self.routing = FailureRouting(topology, self.resolver, clock)
@@ -209,22 +209,22 @@ class PartitionJob:
                 # and masks the run's own error). An idempotent one delivers what it still holds.
                 if txn_id is None:
                     with (
-                        self.watch.call("flush", 10.0, "the destinations' leaders"),
+                        self.deadlines.call("flush", 10.0, "the destinations' leaders"),
                         contextlib.suppress(KafkaException),  # never masks the run's own error
                     ):
                         producer.flush(10.0)
         finally:
-            with self.watch.call("close", options.call_timeout_s, "the group coordinator"):
+            with self.deadlines.call("close", options.call_timeout_s, "the group coordinator"):
                 consumer.close()
 
     def _drain(self, runner: BatchRunner, consumer: Consumer, producer: Producer, txn_id: str | None) -> None:
-        options, watch = self.options, self.watch
+        options, deadlines = self.options, self.deadlines
         # the parking topic is looked up only when a chunk parks a record (see engine/drain/parking_check.py)
         parking = self.topology.parking_topic
         destinations = [t for t in self.topology.destinations_from(self.tier) if t != parking]
         topics = [self.tier.topic, *destinations]
-        timeout = watch.timeout(min(10.0, options.call_timeout_s))
-        with watch.call("list_topics", timeout * len(topics), "any broker (metadata)"):
+        timeout = deadlines.timeout(min(10.0, options.call_timeout_s))
+        with deadlines.call("list_topics", timeout * len(topics), "any broker (metadata)"):
             counts = partition_counts(consumer, topics, timeout, kafka_config=self.kafka_config)
         if self.partition >= counts[self.tier.topic]:
             raise ValueError(
@@ -236,7 +236,7 @@ class PartitionJob:
             consumer,
             options.transactional,
             counts,
-            watch=watch,
+            deadlines=deadlines,
             timeout_s=options.call_timeout_s,
             transactional_id=txn_id,
             make_producer=lambda: Producer(producer_config(self.kafka_config, txn_id)),
@@ -251,7 +251,7 @@ class PartitionJob:
             cutoff_ms=self.cutoff_ms,
             idle_timeout_s=options.idle_timeout_s,
             due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms,
-            watch=watch,
+            deadlines=deadlines,
             call_timeout_s=options.call_timeout_s,
         )
         self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
@@ -268,7 +268,7 @@ class PartitionJob:
             work = ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
             runner.stats.handler_ms = work.handler_ms
             while True:
-                watch.check()  # an attempt stopped at once ends here, its chunk never committed
+                deadlines.check()  # an attempt stopped at once ends here, its chunk never committed
                 piece = reader.read(min(piece_size, limit - work.read))
                 self._replay_check.new_read()
                 if piece.messages:
@@ -314,7 +314,7 @@ class PartitionJob:
             options=self.options,
             routing=self.routing,
             clock=self.clock,
-            watch=self.watch,
+            deadlines=self.deadlines,
             summary=self.summary,
             runner=runner,
             key_decoder=self._key_decoder,
@@ -327,7 +327,7 @@ class PartitionJob:
             raise RuntimeError("a chunk is committed only once it has read records")
         where = f"{self.tier.topic}[{self.partition}]"
         require_parking(
-            self.topology.parking_topic, where, work, router, self.watch, self.options.call_timeout_s
+            self.topology.parking_topic, where, work, router, self.deadlines, self.options.call_timeout_s
         )
         source = TopicPartition(self.tier.topic, self.partition, work.last_offset + 1)
         lane.commit(source, work)  # a redelivering lane: with its log entries (a refusal: to the DLT)

@@ -105,12 +105,12 @@ class RedeliveryLane:
         self.names = HEADER_NAMES[run.topology.headers.naming]
         self.targets = RedeliveryTargets.of(run.topology)  # where a redelivery may go: never a header's say
         self.log_topic = redelivery_log_topic(run.topology.topic)
-        self.watch = run.watch
+        self.deadlines = run.deadlines
         self._view = (
             RedeliveryLogView(
                 self.kafka_config,
                 self.log_topic,
-                watch=run.watch,
+                deadlines=run.deadlines,
                 timeout_s=min(10.0, self.call_timeout_s),
                 idle_timeout_s=run.options.idle_timeout_s,
             )
@@ -191,7 +191,7 @@ class RedeliveryLane:
                 work.lateness_ms.add(now - due)
         if self._entries and not self._log_ready:
             ensure_redelivery_log(
-                self.kafka_config, self.log_topic, timeout=self.call_timeout_s, watch=self.watch
+                self.kafka_config, self.log_topic, timeout=self.call_timeout_s, deadlines=self.deadlines
             )
             self._log_ready = True
         self._route(failures, work)
@@ -212,9 +212,9 @@ class RedeliveryLane:
             return True
         if topic in self._missing:
             return False
-        timeout = self.watch.timeout(min(10.0, self.call_timeout_s))
+        timeout = self.deadlines.timeout(min(10.0, self.call_timeout_s))
         try:
-            with self.watch.call("list_topics", timeout, "any broker (metadata)"):
+            with self.deadlines.call("list_topics", timeout, "any broker (metadata)"):
                 count = partition_counts(self.router.consumer, [topic], timeout)[topic]
         except TopicsMissing:  # (metadata that cannot be read fails the run: nothing committed, retried)
             log.warning(

@@ -26,7 +26,8 @@ from confluent_kafka import KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.clients import NotAuthorized, principal_of
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-from airflow_kafka_retry.engine.kafka.reading import ReadError, TopicReader
+from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.kafka.scan import ReadError
 from airflow_kafka_retry.engine.logs.replay_log import ReplayLog, log_topic, read_log
 from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.errors import ReplayError
@@ -48,15 +49,19 @@ class ReplayLogCheck:
 
     Opens its reader on first use; :meth:`close` closes it.
 
-    :param watch: the partition attempt's deadlines (a watch of its own if none).
+    :param deadlines: the partition attempt's deadlines (its own if none).
     :param timeout_s: the timeout of a request for the log's end.
     """
 
     def __init__(
-        self, kafka_config: Mapping[str, Any], *, watch: CallDeadlines | None = None, timeout_s: float = 10.0
+        self,
+        kafka_config: Mapping[str, Any],
+        *,
+        deadlines: CallDeadlines | None = None,
+        timeout_s: float = 10.0,
     ) -> None:
         self.kafka_config = kafka_config
-        self.watch = watch or CallDeadlines("replay log check")
+        self.deadlines = deadlines or CallDeadlines("replay log check")
         self.timeout_s = timeout_s
         self._reader: TopicReader | None = None
         self._logs: dict[str, tuple[ReplayLog, int]] = {}  # log topic -> (what it says, its end then)
@@ -80,7 +85,7 @@ class ReplayLogCheck:
         self._current.add(topic)
         if cached is None or end > cached[1]:
             try:
-                with self.watch.call("read", READ_LOG_S, f"the leader of {topic}[0] (a replay log)"):
+                with self.deadlines.call("read", READ_LOG_S, f"the leader of {topic}[0] (a replay log)"):
                     if cached is None or cached[1] < 0:  # never read, or there was no log then
                         replay_log = read_log(self._open(), topic)
                     else:  # only what was appended since (the log has one partition)
@@ -102,9 +107,9 @@ class ReplayLogCheck:
         return self._reader
 
     def _end(self, topic: str) -> int:
-        consumer, timeout = self._open().consumer, self.watch.timeout(self.timeout_s)
+        consumer, timeout = self._open().consumer, self.deadlines.timeout(self.timeout_s)
         try:
-            with self.watch.call(
+            with self.deadlines.call(
                 "get_watermark_offsets", timeout, f"the leader of {topic}[0] (a replay log)"
             ):
                 return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout)[1]

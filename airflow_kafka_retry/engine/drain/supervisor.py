@@ -129,7 +129,7 @@ def run_partition(
 
     wall = clock or wall_clock_ms
 
-    def attempt(watch: CallDeadlines) -> PartitionJob:
+    def attempt(deadlines: CallDeadlines) -> PartitionJob:
         return PartitionJob(
             topology,
             tier,
@@ -140,7 +140,7 @@ def run_partition(
             clock=wall,
             should_stop=should_stop,
             on_chunk=on_chunk,
-            watch=watch,
+            deadlines=deadlines,
         )
 
     return run_supervised(
@@ -199,7 +199,7 @@ def run_supervised(
     clock: Callable[[], float] = time.monotonic,
 ) -> PartitionSummary:
     """
-    Run a partition (``make_job(watch)`` builds each attempt) until it ends, retrying broker failures.
+    Run a partition (``make_job(deadlines)`` builds each attempt) until it ends, retrying broker failures.
 
     :param where: ``topic[partition]``, for messages.
     :param retry_s: seconds after the first broker failure during which the partition is tried again.
@@ -213,11 +213,11 @@ def run_supervised(
     attempt = 0
     while True:
         attempt += 1
-        watch = CallDeadlines(where, give_up_at=give_up_at, clock=clock)
-        job = make_job(watch)
+        deadlines = CallDeadlines(where, give_up_at=give_up_at, clock=clock)
+        job = make_job(deadlines)
         if total is not None:
             _report_totals(job, total)
-        summary, error = _attempt(job, watch, poll_s, should_stop)
+        summary, error = _attempt(job, deadlines, poll_s, should_stop)
         total = summary if total is None else _continued(total, summary)
         if summary.status == "ok" or not broker_transient(error):
             return _explained(total, error, explain)
@@ -245,7 +245,7 @@ def run_supervised(
 
 
 def _attempt(
-    job: PartitionJob, watch: CallDeadlines, poll_s: float, should_stop: Callable[[], str | None] | None
+    job: PartitionJob, deadlines: CallDeadlines, poll_s: float, should_stop: Callable[[], str | None] | None
 ) -> tuple[PartitionSummary, BaseException | None]:
     """One attempt in a daemon thread of its own: its summary and failure, or the stuck call's."""
 
@@ -254,7 +254,7 @@ def _attempt(
         return reason if isinstance(reason, AbortNow) else None
 
     try:
-        run_watched(job.run, watch, settled=lambda: job.settled, stop_now=stop_now, poll_s=poll_s)
+        run_watched(job.run, deadlines, settled=lambda: job.settled, stop_now=stop_now, poll_s=poll_s)
     except AttemptStopped as stopped:
         if stopped.may_have_committed:  # its summary does not count that chunk; the committed offset says
             log.warning("%s: %s; the next run resumes at the committed offset", job.where, stopped)

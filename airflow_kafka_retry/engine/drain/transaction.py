@@ -107,7 +107,7 @@ class ChunkTransaction:
     :param consumer: the consumer that read the source partition (its group commits).
     :param partition_counts: partition count of every destination topic; a record whose source
         partition does not exist at the destination is partitioned by the producer (as Spring does).
-    :param watch: the engine's deadlines for the blocking calls (``engine/kafka/deadlines.py``).
+    :param deadlines: the engine's deadlines for the blocking calls (``engine/kafka/deadlines.py``).
     :param timeout_s: the timeout handed to each blocking call.
     :param transactional_id: the producer's (named in messages).
     :param make_producer: a fresh producer of the same transactional id. After an
@@ -120,7 +120,7 @@ class ChunkTransaction:
     consumer: Consumer
     transactional: bool
     partition_counts: Mapping[str, int]
-    watch: CallDeadlines = field(default_factory=lambda: CallDeadlines("router"))
+    deadlines: CallDeadlines = field(default_factory=lambda: CallDeadlines("router"))
     timeout_s: float = DEFAULT_CALL_TIMEOUT_S
     transactional_id: str | None = None
     make_producer: Callable[[], Producer] | None = None
@@ -134,9 +134,9 @@ class ChunkTransaction:
     def start(self) -> None:
         """Initialise transactions: aborts whatever a previous run with this id left open (fencing it)."""
         if self.transactional and not self._ready:
-            timeout = self.watch.timeout(self.timeout_s)
+            timeout = self.deadlines.timeout(self.timeout_s)
             try:
-                with self.watch.call("init_transactions", timeout, self._txn):
+                with self.deadlines.call("init_transactions", timeout, self._txn):
                     init_transactions(self.producer, timeout, topic=min(self.partition_counts, default=None))
             except KafkaException as exc:
                 raise RouteError(f"cannot initialise transactions: {exc.args[0]}") from exc
@@ -176,8 +176,8 @@ class ChunkTransaction:
 
         It is transient when only acknowledgements are missing (the cluster, not the records).
         """
-        timeout = self.watch.timeout(self.timeout_s)
-        with self.watch.call("flush", timeout, "the destinations' partition leaders"):
+        timeout = self.deadlines.timeout(self.timeout_s)
+        with self.deadlines.call("flush", timeout, "the destinations' partition leaders"):
             pending = self.producer.flush(timeout)
         if pending or failures:
             message = (
@@ -245,7 +245,7 @@ class ChunkTransaction:
 
     def _produce_one(self, topic: str, record: dict[str, Any]) -> None:
         """``produce`` one record, polling while the local queue is full (until the router's timeout)."""
-        give_up = time.monotonic() + self.watch.timeout(self.timeout_s)
+        give_up = time.monotonic() + self.deadlines.timeout(self.timeout_s)
         while True:
             try:
                 self.producer.produce(topic, **record)
@@ -261,7 +261,7 @@ class ChunkTransaction:
         self, source: TopicPartition, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None
     ) -> None:
         failures: list[str] = []
-        watch, timeout = self.watch, self.watch.timeout(self.timeout_s)
+        deadlines, timeout = self.deadlines, self.deadlines.timeout(self.timeout_s)
         try:
             self.producer.begin_transaction()
             try:
@@ -273,7 +273,7 @@ class ChunkTransaction:
             except RouteError as exc:
                 with (
                     contextlib.suppress(KafkaException),
-                    watch.call("abort_transaction", timeout, self._txn),
+                    deadlines.call("abort_transaction", timeout, self._txn),
                 ):
                     self.producer.abort_transaction(timeout)
                 where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
@@ -287,11 +287,13 @@ class ChunkTransaction:
                 if isinstance(exc, UndeliverableError) and self.make_producer is not None:
                     self.producer, self._ready = self.make_producer(), False  # started by the next commit
                 raise aborted from exc
-            with watch.call("send_offsets_to_transaction", timeout, f"{self._txn} and the group coordinator"):
+            with deadlines.call(
+                "send_offsets_to_transaction", timeout, f"{self._txn} and the group coordinator"
+            ):
                 self.producer.send_offsets_to_transaction(
                     [source], self.consumer.consumer_group_metadata(), timeout
                 )
-            with watch.call("commit_transaction", timeout, f"{self._txn} and the destinations' leaders"):
+            with deadlines.call("commit_transaction", timeout, f"{self._txn} and the destinations' leaders"):
                 self.producer.commit_transaction(timeout)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
@@ -308,7 +310,10 @@ class ChunkTransaction:
                 ) from exc
             if error.txn_requires_abort():
                 # on failure the transaction times out on the broker; the next run's init fences it
-                with contextlib.suppress(KafkaException), watch.call("abort_transaction", timeout, self._txn):
+                with (
+                    contextlib.suppress(KafkaException),
+                    deadlines.call("abort_transaction", timeout, self._txn),
+                ):
                     self.producer.abort_transaction(timeout)
             delivery = f" (delivery failed: {'; '.join(failures[:3])})" if failures else ""
             delivery += _unacknowledged(routed)
@@ -342,9 +347,9 @@ class ChunkTransaction:
             error = RouteError(f"{where}: {exc}; offsets not committed")
             error.transient = exc.transient
             raise error from exc
-        timeout = self.watch.timeout(self.timeout_s)
+        timeout = self.deadlines.timeout(self.timeout_s)
         try:
-            with self.watch.call("commit", timeout, "the group coordinator"):
+            with self.deadlines.call("commit", timeout, "the group coordinator"):
                 self.consumer.commit(offsets=[source], asynchronous=False)
         except KafkaException as exc:
             raise RouteError(

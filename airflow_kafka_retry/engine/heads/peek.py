@@ -3,8 +3,9 @@ Peeking at the head of each partition of a tier: the first record after the grou
 
 What a due check needs, and the backlog gauge: per partition, whether a record is pending, when
 the first one is due, and the log end the fetch reported with it. Reading never commits and never
-moves the group. The end of a partition is taken from partition EOF and the fetch's high watermark,
-as the drain does (not from ListOffsets, whose high watermark some brokers get wrong). No Airflow
+moves the group. The engine's one read-to-the-end scan (``engine/kafka/scan.py``) reads each partition to
+its first record or its end: partition EOF and the fetch's high watermark, as the drain does (not
+ListOffsets, whose high watermark some brokers get wrong). No Airflow
 import: the tier-due trigger calls this in a worker thread.
 """
 
@@ -15,15 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
-
-from airflow_kafka_retry.engine.kafka.clients import (
-    KafkaConfigError,
-    from_log_start,
-    open_consumer,
-    partition_counts,
-)
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of
+from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets
 from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.resolver import wall_clock_ms
 
@@ -114,68 +109,31 @@ def _where(topic: str, partitions: Iterable[int]) -> str:
     return f"{topic}[{', '.join(str(p) for p in sorted(partitions))}]"
 
 
-def _committed(consumer: Consumer, topic: str, partitions: Sequence[int], timeout_s: float) -> dict[int, int]:
+def _read_heads(scan: Scan, topic: str, due_horizon_ms: int) -> dict[int, PartitionHead]:
+    """The first record of each partition that has one, its read ended there; the others end at their end."""
+    found: dict[int, PartitionHead] = {}
     try:
-        found = consumer.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout_s)
-    except KafkaException as exc:
-        raise PeekError(f"{_where(topic, partitions)}: cannot read the committed offsets: {exc}") from exc
-    offsets: dict[int, int] = {}
-    for tp in found:
-        if tp.error is not None:
-            raise PeekError(f"{topic}[{tp.partition}]: cannot read the committed offset: {tp.error}")
-        offsets[tp.partition] = tp.offset
-    return offsets
-
-
-def _read_heads(
-    consumer: Consumer,
-    topic: str,
-    partitions: Sequence[int],
-    deadline: float,
-    poll_timeout_s: float,
-    due_horizon_ms: int,
-) -> dict[int, PartitionHead | None]:
-    """Poll until every partition gave its first record or its end (EOF); ``None`` = nothing pending."""
-    found: dict[int, PartitionHead | None] = {}
-    while len(found) < len(partitions):
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            missing = [p for p in partitions if p not in found]
-            raise PeekError(
-                f"{_where(topic, missing)}: no record and no end-of-partition from the broker "
-                "before the peek timed out"
+        for message in scan.records():
+            partition = partition_of(message)
+            _, timestamp = message.timestamp()
+            # a due time is read as the drain reads it: a corrupt or far-future one means due now
+            due = read_due_ms(headers_of(message), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
+            end = scan.high[(topic, partition)]  # the log end as the first fetch carried it
+            found[partition] = PartitionHead(
+                partition,
+                offset_of(message),
+                due,
+                timestamp if timestamp >= 0 else None,
+                end if end >= 0 else None,
             )
-        message: Message | None = consumer.poll(min(poll_timeout_s, remaining))
-        if message is None:
-            continue
-        error = message.error()
-        if error is not None:
-            partition = message.partition()
-            if error.code() == KafkaError._PARTITION_EOF:
-                found.setdefault(partition_of(message), None)
-                continue
-            where = (
-                f"{topic}[{partition}]"
-                if partition is not None and partition >= 0
-                else _where(topic, partitions)
-            )
-            raise PeekError(f"{where}: peek failed: {error}")
-        partition = partition_of(message)
-        if partition in found:
-            continue  # the head is known; later records of the partition do not matter
-        _, timestamp = message.timestamp()
-        # a due time is read as the drain reads it: a corrupt or far-future one means due now
-        due = read_due_ms(headers_of(message), now_ms=wall_clock_ms(), horizon_ms=due_horizon_ms)
-        # the log end as the fetch response carried it (not ListOffsets, which some brokers get wrong)
-        end = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-        found[partition] = PartitionHead(
-            partition,
-            offset_of(message),
-            due,
-            timestamp if timestamp >= 0 else None,
-            end[1] if end and end[1] >= 0 else None,
-        )
-        consumer.pause([TopicPartition(topic, partition)])
+            scan.finish((topic, partition))  # the head is known; later records of the partition do not matter
+    except ReadTimeout as exc:
+        raise PeekError(
+            f"{_where(topic, (p for _, p in exc.keys))}: no record and no end-of-partition from the broker "
+            "before the peek timed out"
+        ) from None
+    except ReadError as exc:
+        raise PeekError(f"{_where(topic, (p for _, p in exc.keys))}: peek failed: {exc.error}") from None
     return found
 
 
@@ -214,15 +172,19 @@ def peek_heads(
         chosen = sorted(set(partitions))
         if not chosen:
             return TierPeek(topic, group, (), ())
-        committed = _committed(consumer, topic, chosen, max(0.1, deadline - time.monotonic()))
-        starts = [
-            TopicPartition(topic, p, offset if offset >= 0 else OFFSET_BEGINNING)
-            for p, offset in committed.items()
-        ]
-        consumer.assign(from_log_start(consumer, starts))
+        keys = [(topic, p) for p in chosen]
         try:
-            found = _read_heads(consumer, topic, chosen, deadline, poll_timeout_s, due_horizon_ms)
+            committed = committed_offsets(consumer, keys, deadline - time.monotonic())
+        except ReadError as exc:
+            failed = _where(topic, (p for _, p in exc.keys))
+            raise PeekError(
+                f"{failed}: cannot read the committed offsets: {exc.__cause__}"
+            ) from exc.__cause__
+        starts = {(topic, tp.partition): tp.offset for tp in committed}
+        scan = Scan(consumer, starts, deadline=deadline, poll_s=poll_timeout_s)
+        try:
+            found = _read_heads(scan, topic, due_horizon_ms)
         finally:
-            consumer.unassign()
-    heads = tuple(h for p in chosen if (h := found[p]) is not None)
+            scan.close()
+    heads = tuple(found[p] for p in chosen if p in found)
     return TierPeek(topic, group, tuple(chosen), heads)

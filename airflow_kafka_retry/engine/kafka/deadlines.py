@@ -9,7 +9,7 @@ A timeout handed to the client is therefore a wish; the deadline that counts is 
 
 Every call of a partition run that can block goes through :meth:`CallDeadlines.call`, which notes what is
 waited for (the call, the broker role it needs) and until when: the call's own timeout plus a grace
-period, and never past the watch's ``give_up_at``. A supervisor (``engine/drain/supervisor.py``) asks
+period, and never past the attempt's ``give_up_at``. A supervisor (``engine/drain/supervisor.py``) asks
 :meth:`CallDeadlines.overdue` while the partition runs; a call past its deadline is *abandoned*: the
 partition's thread cannot be stopped inside librdkafka, so it is left there, and whenever the call
 returns its thread raises :class:`AttemptAbandoned` at once instead of going on. The supervisor then
@@ -221,28 +221,28 @@ class _Outcome:
 
 def run_watched(
     work: Callable[[], T],
-    watch: CallDeadlines,
+    deadlines: CallDeadlines,
     *,
     settled: Callable[[], bool] = lambda: False,
     stop_now: Callable[[], str | None] = lambda: None,
     poll_s: float = POLL_S,
 ) -> T | None:
     """
-    ``work()`` in a daemon thread of its own, under ``watch``: its result, or its exception raised here.
+    ``work()`` in a daemon thread of its own, under ``deadlines``: its result, or its exception raised here.
 
-    A call of ``watch`` past its deadline abandons the attempt: :class:`CallStuckError` is raised here and
-    the thread is left to stop when its call returns. Once ``settled()`` says the work's outcome is final
-    (only closing clients may be left), None is returned without waiting for the thread. A reason from
-    ``stop_now()`` abandons the attempt at once (:class:`AttemptStopped`).
+    A call under ``deadlines`` past its deadline abandons the attempt: :class:`CallStuckError` is raised
+    here and the thread is left to stop when its call returns. Once ``settled()`` says the work's outcome
+    is final (only closing clients may be left), None is returned without waiting for the thread. A reason
+    from ``stop_now()`` abandons the attempt at once (:class:`AttemptStopped`).
     """
-    outcome = _Outcome(work, f"attempt-{watch.where}")
+    outcome = _Outcome(work, f"attempt-{deadlines.where}")
     while not outcome.finished.wait(poll_s):
         if settled():
             return None
         reason = stop_now()
         if reason is not None:
-            raise watch.stop_now(reason)
-        stuck = watch.overdue()
+            raise deadlines.stop_now(reason)
+        stuck = deadlines.overdue()
         if stuck is not None:
             raise stuck
     return outcome.value()  # type: ignore[return-value]

@@ -39,8 +39,8 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, admin_config
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.reading import reader_config
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
 from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
@@ -58,7 +58,6 @@ LOG_CONFIG = {
     "delete.retention.ms": str(CLEAN_MS),
 }
 _MAX_TOPIC = 249
-_FETCH_BATCH = 500
 
 
 class RedeliveryLogError(RuntimeError):
@@ -89,21 +88,25 @@ def redelivery_log_topic(topic: str) -> str:
 
 
 def ensure_redelivery_log(
-    kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0, watch: CallDeadlines | None = None
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    *,
+    timeout: float = 30.0,
+    deadlines: CallDeadlines | None = None,
 ) -> bool:
     """
     Create the log topic (one partition, :data:`LOG_CONFIG`) if it is missing; True when it was created.
 
     An existing log gets the configs of :data:`LOG_CONFIG` it lacks (:func:`complete_configs`).
 
-    Under ``watch``'s deadlines: the lookup, the creation and the wait for the created topic are each given
+    Under ``deadlines``: the lookup, the creation and the wait for the created topic are each given
     ``timeout``. A timeout is a transient :class:`RedeliveryLogError`.
     """
-    watch = watch or CallDeadlines(topic)
-    limit = watch.timeout(timeout)
+    deadlines = deadlines or CallDeadlines(topic)
+    limit = deadlines.timeout(timeout)
     try:
         # a metadata request, the creation, then metadata requests until the topic shows (up to `limit`)
-        with watch.call("create the redelivery log", 4 * limit, f"the controller (creating {topic})"):
+        with deadlines.call("create the redelivery log", 4 * limit, f"the controller (creating {topic})"):
             created = ensure_log_topic(
                 kafka_config, topic, what="the redelivery log", config=LOG_CONFIG, timeout=limit
             )
@@ -117,7 +120,7 @@ def ensure_redelivery_log(
             error.transient = True
         raise error from exc
     if not created:
-        with watch.call(
+        with deadlines.call(
             "complete the redelivery log's configs", 2 * limit, f"the brokers ({topic}'s configs)"
         ):
             complete_configs(kafka_config, topic, limit)
@@ -177,7 +180,7 @@ class RedeliveryLogView:
     Opens its consumer on first use; :meth:`close` closes it. An entry that cannot be decoded is logged and
     skipped (its dead letter then counts as round 1), never fatal.
 
-    :param watch: the partition run's deadlines; each broker call is made under them.
+    :param deadlines: the partition run's deadlines; each broker call is made under them.
     :param timeout_s: the timeout handed to a call (and the longest wait for another thread's refresh).
     :param idle_timeout_s: the longest time the broker may send neither records nor the log's end.
     :param clock: epoch milliseconds of the wall clock, as the broker's retention sees it (entries older than
@@ -189,7 +192,7 @@ class RedeliveryLogView:
         kafka_config: Mapping[str, Any],
         topic: str,
         *,
-        watch: CallDeadlines | None = None,
+        deadlines: CallDeadlines | None = None,
         timeout_s: float = 10.0,
         idle_timeout_s: float = 60.0,
         poll_s: float = 1.0,
@@ -198,7 +201,7 @@ class RedeliveryLogView:
         self.kafka_config = kafka_config
         self.topic = topic
         self.where = f"{topic}[0]"
-        self.watch = watch or CallDeadlines(self.where)
+        self.deadlines = deadlines or CallDeadlines(self.where)
         self.timeout_s, self.idle_timeout_s, self.poll_s = timeout_s, idle_timeout_s, poll_s
         self.clock = clock
         self.state = log_state(kafka_config, topic)
@@ -220,7 +223,7 @@ class RedeliveryLogView:
 
     def refresh(self) -> int:
         """Read what was committed to the log since this process last read it; the records read."""
-        state, timeout = self.state, self.watch.timeout(self.timeout_s)
+        state, timeout = self.state, self.deadlines.timeout(self.timeout_s)
         self._acquire(state, timeout)
         try:
             before, start = state.read, state.position
@@ -249,7 +252,7 @@ class RedeliveryLogView:
         """
         last, since = state.position, time.monotonic()
         while not state.lock.acquire(timeout=min(self.poll_s, timeout)):
-            self.watch.check()
+            self.deadlines.check()
             if state.position != last:
                 last, since = state.position, time.monotonic()
             elif time.monotonic() - since > timeout:
@@ -262,7 +265,7 @@ class RedeliveryLogView:
         consumer = self._open()
         waits_for = f"the leader of {self.where}"
         try:
-            with self.watch.call("get_watermark_offsets", timeout, waits_for):
+            with self.deadlines.call("get_watermark_offsets", timeout, waits_for):
                 low, high = consumer.get_watermark_offsets(
                     TopicPartition(self.topic, 0), timeout=timeout, cached=False
                 )
@@ -280,40 +283,26 @@ class RedeliveryLogView:
             state.forget()
         if high <= state.position:
             return
-        consumer.assign([TopicPartition(self.topic, 0, max(state.position, low))])
+        key = (self.topic, 0)
+        scan = Scan(
+            consumer,
+            {key: max(state.position, low)},
+            ends={key: high},
+            idle_timeout_s=self.idle_timeout_s,
+            poll_s=self.poll_s,
+            skip_before_start=True,  # never an entry twice
+            deadlines=self.deadlines,
+            waits_for=waits_for,
+        )
         try:
-            self._read_to(consumer, state, high, waits_for)
+            for message in scan.records():
+                state.add(message)
+        except ReadError as exc:  # a timeout is transient, a read failure when Kafka says it is retriable
+            failed = RedeliveryLogError(f"{exc}: the redelivery log, after offset {state.position}")
+            failed.transient = exc.transient or (exc.error is not None and exc.error.retriable()) or None
+            raise failed from None
         finally:
-            consumer.unassign()
-
-    def _read_to(self, consumer: Consumer, state: LogState, high: int, waits_for: str) -> None:
-        """Read from the assigned position to the end: partition EOF, or ``high``."""
-        idle_since = time.monotonic()
-        while state.position < high:
-            with self.watch.call("poll", self.poll_s, waits_for):
-                first = consumer.poll(self.poll_s)
-                batch = [first, *consumer.consume(_FETCH_BATCH - 1, timeout=0)] if first is not None else []
-            if not batch:
-                if time.monotonic() - idle_since > self.idle_timeout_s:
-                    raise _transient(
-                        f"{self.where}: no records and no end of the redelivery log from the broker for "
-                        f"{self.idle_timeout_s:.0f}s after offset {state.position}"
-                    )
-                continue
-            idle_since = time.monotonic()
-            for message in batch:
-                error = message.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        return
-                    failed = RedeliveryLogError(
-                        f"{self.where}: reading the redelivery log failed after offset {state.position}: "
-                        f"{error.str()}"
-                    )
-                    failed.transient = error.retriable() or None
-                    raise failed
-                if offset_of(message) >= state.position:  # never an entry twice
-                    state.add(message)
+            scan.close()
 
     def _open(self) -> Consumer:
         if self._consumer is None:

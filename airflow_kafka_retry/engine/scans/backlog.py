@@ -1,8 +1,9 @@
 """
 A tier's backlog: records after the group's committed offset, bucketed by how soon they are due.
 
-Read-only (never commits). The end of each partition comes from fetch responses and partition EOF,
-as the drain finds it, not from a ListOffsets request; the records are read anyway for their due
+Read-only (never commits), with the engine's one read-to-the-end scan (``engine/kafka/scan.py``): the
+end of each partition comes from partition EOF and the high watermark of its first fetch, as the drain
+finds it, not from a ListOffsets request; the records are read anyway for their due
 headers, so a partition read to its end counts exactly the records a drain would see (transaction
 markers and aborted records take offsets but are not records). At most ``scan_limit`` records per
 partition are read: beyond that the backlog is estimated from the high watermark carried by the
@@ -15,10 +16,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Message
 
-from airflow_kafka_retry.engine.kafka.clients import from_log_start, open_consumer, partition_counts
-from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
+from airflow_kafka_retry.engine.kafka.clients import open_consumer, partition_counts
+from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
 from airflow_kafka_retry.policy.headers import read_due_ms
 
 #: Due-time buckets, by how far in the future a record is due (upper bounds in ms; ``None`` = beyond).
@@ -97,7 +99,7 @@ def scan_backlog(
     result = TopicBacklog(topic, group)
     try:
         _scan(result, kafka_config, now_ms, scan_limit, timeout_s)
-    except (KafkaException, ValueError, TimeoutError) as exc:
+    except (KafkaException, ReadError, ValueError, TimeoutError) as exc:
         result.error = f"{topic}: {exc}"
     return result
 
@@ -109,67 +111,44 @@ def _scan(
     config = {**kafka_config, "socket.timeout.ms": int(timeout_s * 1000), "session.timeout.ms": 6000}
     with open_consumer(config, result.group) as consumer:
         count = partition_counts(consumer, [result.topic], timeout=timeout_s)[result.topic]
-        committed = consumer.committed(
-            [TopicPartition(result.topic, p) for p in range(count)], timeout=timeout_s
-        )
+        committed = committed_offsets(consumer, [(result.topic, p) for p in range(count)], timeout_s)
         parts = {
             tp.partition: PartitionBacklog(tp.partition, tp.offset if tp.offset >= 0 else None)
             for tp in committed
         }
         result.partitions = [parts[p] for p in sorted(parts)]
-        consumer.assign(
-            from_log_start(
-                consumer,
-                [
-                    TopicPartition(
-                        result.topic,
-                        p.partition,
-                        p.committed if p.committed is not None else OFFSET_BEGINNING,
-                    )
-                    for p in result.partitions
-                ],
-            )
+        scan = Scan(
+            consumer,
+            {
+                (result.topic, p.partition): -1 if p.committed is None else p.committed
+                for p in result.partitions
+            },
+            deadline=deadline,
+            poll_s=0.2,
         )
-        open_parts = set(parts)
-        while open_parts:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no end of partition(s) {sorted(open_parts)} within {timeout_s:.0f}s")
-            message = consumer.poll(0.2)
-            if message is None:
-                continue
-            partition = message.partition()
-            part = parts.get(partition) if partition is not None else None
-            if part is None or part.partition not in open_parts:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                part.end = message.offset()
-                open_parts.discard(part.partition)
-                continue
-            if part.first_scanned is None:
-                part.first_scanned = message.offset()
-            part.scanned += 1
-            due_ms = read_due_ms(headers_of(message))
-            bucket = due_bucket(due_ms, now_ms)
-            part.due[bucket] += 1
-            if (
-                due_ms is not None
-                and bucket != "now"
-                and (part.next_due_ms is None or due_ms < part.next_due_ms)
-            ):
-                part.next_due_ms = due_ms
-            if part.scanned >= scan_limit:
-                part.truncated = True
-                high = consumer.get_watermark_offsets(
-                    TopicPartition(result.topic, part.partition), cached=True
-                )[1]
-                part.end = high if high >= 0 else offset_of(message) + 1
-                open_parts.discard(part.partition)
-                consumer.incremental_unassign([TopicPartition(result.topic, part.partition)])
+        for message in scan.records():
+            _count(parts[partition_of(message)], message, now_ms, scan_limit, scan)
+        for key, end in scan.ends.items():
+            parts[key[1]].end = end
         for part in result.partitions:
             start = part.committed if part.committed is not None else part.first_scanned
             part.backlog = part.scanned
             if part.truncated and part.end is not None and start is not None:
                 part.backlog = max(part.scanned, part.end - start)
+
+
+def _count(part: PartitionBacklog, message: Message, now_ms: int, scan_limit: int, scan: Scan) -> None:
+    """Count one record of ``part`` by its due time; stop its read at ``scan_limit`` records."""
+    if part.first_scanned is None:
+        part.first_scanned = offset_of(message)
+    part.scanned += 1
+    due_ms = read_due_ms(headers_of(message))
+    bucket = due_bucket(due_ms, now_ms)
+    part.due[bucket] += 1
+    if due_ms is not None and bucket != "now" and (part.next_due_ms is None or due_ms < part.next_due_ms):
+        part.next_due_ms = due_ms
+    if part.scanned >= scan_limit:
+        part.truncated = True
+        key = (topic_of(message), part.partition)
+        high = scan.high.get(key, -1)
+        scan.finish(key, high if high >= 0 else offset_of(message) + 1)

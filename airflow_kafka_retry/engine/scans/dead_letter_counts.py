@@ -2,7 +2,8 @@
 What a DLT (or parking topic) holds, for the view: counts by exception class, family and hour, and samples.
 
 Read-only: an assigned consumer with no group commits, from the beginning of every partition to its
-end (partition EOF), at most ``scan_limit`` records per partition. Every dead-letter family is read
+end (the engine's one read-to-the-end scan, ``engine/kafka/scan.py``), at most ``scan_limit`` records per
+partition. Every dead-letter family is read
 (:mod:`~airflow_kafka_retry.policy.dead_letter_families`): Spring's two spellings, Kafka Connect's
 ``__connect.errors.*``, the share-group DLQ's ``__dlq.errors.*``. A record is counted under its failure
 class, a share-group dead letter (no class) under ``<share-group: reason>``, a record naming neither as
@@ -22,10 +23,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 
-from airflow_kafka_retry.engine.kafka.clients import from_log_start, open_consumer, partition_counts
+from airflow_kafka_retry.engine.kafka.clients import open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan
 from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 from airflow_kafka_retry.policy.dead_letter_fields import dead_letter_fields
@@ -145,7 +147,7 @@ def count_dead_letters(
     result = DeadLetterCounts(topic, assume=assume)
     try:
         _count(result, kafka_config, scan_limit, timeout_s)
-    except (KafkaException, ValueError, TimeoutError) as exc:
+    except (KafkaException, ReadError, ValueError, TimeoutError) as exc:
         result.error = f"{topic}: {exc}"
     return result
 
@@ -155,28 +157,12 @@ def _count(result: DeadLetterCounts, kafka_config: dict[str, Any], scan_limit: i
     config = {**kafka_config, "socket.timeout.ms": int(timeout_s * 1000)}
     with open_consumer(config, f"{READER_GROUP_PREFIX}view-{uuid.uuid4().hex[:8]}") as consumer:
         count = partition_counts(consumer, [result.topic], timeout=timeout_s)[result.topic]
-        consumer.assign(
-            from_log_start(
-                consumer, [TopicPartition(result.topic, p, OFFSET_BEGINNING) for p in range(count)]
-            )
-        )
+        scan = Scan(consumer, {(result.topic, p): -1 for p in range(count)}, deadline=deadline, poll_s=0.2)
         scanned = Counter[int]()
-        open_parts = set(range(count))
-        while open_parts:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"no end of partition(s) {sorted(open_parts)} within {timeout_s:.0f}s")
-            message = consumer.poll(0.2)
-            if message is None or message.partition() not in open_parts:
-                continue
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaException(error)
-                open_parts.discard(message.partition())
-                continue
+        for message in scan.records():
             result.add(message)
-            scanned[partition_of(message)] += 1
-            if scanned[partition_of(message)] >= scan_limit:
+            partition = partition_of(message)
+            scanned[partition] += 1
+            if scanned[partition] >= scan_limit:
                 result.truncated = True
-                open_parts.discard(message.partition())
-                consumer.incremental_unassign([TopicPartition(result.topic, partition_of(message))])
+                scan.finish((result.topic, partition))

@@ -3,8 +3,9 @@ Watching dead-letter topics: read what arrived since the watch group's last comm
 
 Two steps, so the caller can act between them (call notifiers) and commit only afterwards:
 :func:`scan_new_records` reads every DLT partition from the watch group's committed offset to the
-end seen with the first fetch (partition EOF or the high watermark carried by fetch responses, not
-ListOffsets) and feeds a :class:`DltWatchSummary` (counts and capped coordinates, never payloads);
+end seen with the first fetch (the engine's one read-to-the-end scan, ``engine/kafka/scan.py``: partition
+EOF or the high watermark carried by fetch responses, not ListOffsets) and feeds a
+:class:`DltWatchSummary` (counts and capped coordinates, never payloads);
 :func:`commit_offsets` then commits where the scan stopped. Reading never commits.
 
 A scan has a time limit. One that reaches it having read records stops there and is *partial*
@@ -25,17 +26,16 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.clients import (
     KafkaConfigError,
-    coordinator_busy,
-    from_log_start,
     open_consumer,
     partition_counts,
 )
 from airflow_kafka_retry.engine.kafka.deadlines import CallStuckError, bounded
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
+from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets, where
 from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
 
 #: Seconds a scan may take past its ``timeout_s`` (closing its consumer) before the engine abandons it.
@@ -179,10 +179,6 @@ class DltScan:
         }
 
 
-def _where(keys: Sequence[TopicPartitionKey]) -> str:
-    return ", ".join(f"{t}[{p}]" for t, p in sorted(keys))
-
-
 def _committed(
     consumer: Consumer, keys: list[TopicPartitionKey], deadline: float
 ) -> tuple[dict[TopicPartitionKey, int], frozenset[str]]:
@@ -192,19 +188,12 @@ def _committed(
     Asked again until ``deadline`` (monotonic) while the group's coordinator loads or moves (a rolling
     restart: ``NOT_COORDINATOR``); any other error, or the deadline, raises a :class:`DltWatchError`.
     """
-    tps = [TopicPartition(t, p) for t, p in keys]
-    while True:
-        try:
-            found = consumer.committed(tps, timeout=max(0.1, deadline - time.monotonic()))
-            failed = next((tp for tp in found if tp.error is not None), None)
-            if failed is None:
-                break
-            where, error = f"{failed.topic}[{failed.partition}]", KafkaException(failed.error)
-        except KafkaException as exc:
-            where, error = _where(keys), exc
-        if not coordinator_busy(error) or time.monotonic() + COMMITTED_RETRY_S >= deadline:
-            raise DltWatchError(f"{where}: cannot read the committed offsets: {error}") from error
-        time.sleep(COMMITTED_RETRY_S)
+    try:
+        found = committed_offsets(
+            consumer, keys, deadline - time.monotonic(), retry_s=COMMITTED_RETRY_S, clock=time.monotonic
+        )
+    except ReadError as exc:
+        raise DltWatchError(str(exc)) from exc.__cause__
     offsets = {}
     admitted: set[str] = set()
     for tp in found:
@@ -267,60 +256,24 @@ def _scan(
             raise DltWatchError(str(exc)) from exc
         keys = [(t, p) for t in topics for p in range(counts[t])]
         start, admitted = _committed(consumer, keys, deadline)
-        starts = [TopicPartition(t, p, o if o >= 0 else OFFSET_BEGINNING) for (t, p), o in start.items()]
-        consumer.assign(from_log_start(consumer, starts))
-        open_keys = set(keys)
+        scan = Scan(consumer, start, deadline=deadline, poll_s=poll_timeout_s, clock=time.monotonic)
         try:
-            next_offsets = _read_to_end(consumer, summary, open_keys, deadline, poll_timeout_s)
+            next_offsets = _read_to_end(scan, summary)
         finally:
-            consumer.unassign()
-    return DltScan(group, start, next_offsets, admitted, tuple(sorted(open_keys)))
+            scan.close()
+    return DltScan(group, start, next_offsets, admitted, tuple(sorted(scan.open)))
 
 
-def _read_to_end(
-    consumer: Consumer,
-    summary: DltWatchSummary,
-    open_keys: set[TopicPartitionKey],
-    deadline: float,
-    poll_timeout_s: float,
-) -> dict[TopicPartitionKey, int]:
-    ends: dict[TopicPartitionKey, int] = {}  # high watermark seen with a partition's first fetch
+def _read_to_end(scan: Scan, summary: DltWatchSummary) -> dict[TopicPartitionKey, int]:
+    """Each partition's records into ``summary``; the next offset of each partition read from."""
     next_offsets: dict[TopicPartitionKey, int] = {}
-
-    def finish(key: TopicPartitionKey) -> None:
-        open_keys.discard(key)
-        consumer.pause([TopicPartition(*key)])
-
-    while open_keys:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 and next_offsets:
-            break  # a partial scan: what was read is reported and committed, the rest is for the next one
-        if remaining <= 0:
-            raise DltWatchError(
-                f"{_where(list(open_keys))}: no records and no end-of-partition from the broker "
-                "before the scan timed out; nothing was committed"
-            )
-        message = consumer.poll(min(poll_timeout_s, remaining))
-        if message is None:
-            continue
-        error = message.error()
-        if error is not None:
-            if error.code() == KafkaError._PARTITION_EOF:
-                finish((topic_of(message), partition_of(message)))
-                continue
-            raise DltWatchError(
-                f"{message.topic()}[{message.partition()}]: read failed: {error}; nothing was committed"
-            )
-        key = (topic_of(message), partition_of(message))
-        if key not in open_keys:
-            continue
-        if key not in ends:
-            ends[key] = consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]
-        if 0 <= ends[key] <= offset_of(message):
-            finish(key)  # appended after the scan started: left for the next one
-            continue
-        summary.add(message)
-        next_offsets[key] = offset_of(message) + 1
+    try:
+        for message in scan.records():
+            summary.add(message)
+            next_offsets[(topic_of(message), partition_of(message))] = offset_of(message) + 1
+    except ReadError as exc:  # a timeout having read records is a partial scan: the rest is for the next one
+        if not isinstance(exc, ReadTimeout) or not next_offsets:
+            raise DltWatchError(f"{exc}; nothing was committed") from None
     return next_offsets
 
 
@@ -341,7 +294,7 @@ def commit_offsets(
         bounded(
             lambda: _commit(kafka_config, group, offsets, tags),
             seconds=COMMIT_S,
-            what=f"the commit of group {group!r} ({_where(list(offsets))})",
+            what=f"the commit of group {group!r} ({where(list(offsets))})",
         )
     except CallStuckError as exc:
         raise DltWatchError(f"{exc}; the next run reports these records again") from exc
@@ -361,7 +314,7 @@ def _commit(
                 asynchronous=False,
             )
         except KafkaException as exc:
-            raise DltWatchError(f"{_where(list(offsets))}: cannot commit group {group!r}: {exc}") from exc
+            raise DltWatchError(f"{where(list(offsets))}: cannot commit group {group!r}: {exc}") from exc
         failed = [tp for tp in result or () if tp.error is not None]
         if failed:
             raise DltWatchError(
