@@ -80,7 +80,10 @@ class DltWatchOperator(BaseOperator):
         run goes on from there, so a backlog larger than one scan is reported once, over several runs.
         Only a scan that read nothing in that time fails the task (nothing committed).
     :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets
-        it: its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
+        it: its setup DAG creates them); otherwise a missing DLT fails the run, naming it. A DLT the
+        principal may not describe always fails the run (``NotAuthorized``), never skips it. Before the
+        scan, one check of the watch's ACLs (``PRECHECK_TIMEOUT_S``) fails a run whose principal lacks one,
+        naming it, instead of waiting ``scan_timeout`` for a group coordinator Kafka never names to it.
     """
 
     template_fields: Sequence[str] = ("topology", "kafka_conn_id", "consumer_group")
