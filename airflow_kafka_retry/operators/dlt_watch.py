@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchSummary
+    from airflow_kafka_retry.policy.acl import AclBinding
 
-#: The watch group of a topology, unless ``consumer_group`` names one.
+#: Seconds the check of the watch's ACLs before a scan may take (``engine/kafka/authorization.py``).
+PRECHECK_TIMEOUT_S = 10.0
 
 
 def watched_topics(topology: Topology) -> tuple[list[str], list[str]]:
@@ -78,7 +80,10 @@ class DltWatchOperator(BaseOperator):
         run goes on from there, so a backlog larger than one scan is reported once, over several runs.
         Only a scan that read nothing in that time fails the task (nothing committed).
     :param skip_missing_topics: skip the run when a DLT does not exist yet (the event-mode DAG factory sets
-        it: its setup DAG creates them); otherwise a missing DLT fails the run, naming it.
+        it: its setup DAG creates them); otherwise a missing DLT fails the run, naming it. A DLT the
+        principal may not describe always fails the run (``NotAuthorized``), never skips it. Before the
+        scan, one check of the watch's ACLs (``PRECHECK_TIMEOUT_S``) fails a run whose principal lacks one,
+        naming it, instead of waiting ``scan_timeout`` for a group coordinator Kafka never names to it.
     """
 
     template_fields: Sequence[str] = ("topology", "kafka_conn_id", "consumer_group")
@@ -157,6 +162,10 @@ class DltWatchOperator(BaseOperator):
                 self.log.info("%s does not exist yet: no dead letter of it to report", queue)
             else:
                 topics.append(queue)
+        if topics:  # a watch that may not read its group would wait out scan_timeout finding its coordinator
+            from airflow_kafka_retry.engine.kafka.authorization import require
+
+            require(kafka_config, watch_bindings(topology, group, topics), timeout=PRECHECK_TIMEOUT_S)
         try:
             scan = (
                 scan_new_records(kafka_config, topics, group, summary, timeout_s=self.scan_timeout)
@@ -256,16 +265,21 @@ def name_missing_acls(
     error then names the principal, the operation and the group instead.
     """
     from airflow_kafka_retry.engine.kafka.authorization import explain
-    from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 
     if "lacks " in str(error):
         return  # named already
-    scope = AclScope(watch_group=group)
-    watched = {group, *topics}
-    needed = [b for b in acl_bindings(topology, scope, roles=["dlt_watch"]) if b.name in watched]
-    note = explain(error, kafka_config, needed)
+    note = explain(error, kafka_config, watch_bindings(topology, group, topics))
     if note:
         error.args = (f"{error}; {note}", *error.args[1:])
+
+
+def watch_bindings(topology: Topology, group: str, topics: Sequence[str]) -> list[AclBinding]:
+    """The DLT watch role's bindings on ``group`` and on the ``topics`` this run reads."""
+    from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+
+    watched = {group, *topics}
+    scope = AclScope(watch_group=group)
+    return [b for b in acl_bindings(topology, scope, roles=["dlt_watch"]) if b.name in watched]
 
 
 def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:

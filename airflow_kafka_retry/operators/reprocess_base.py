@@ -156,7 +156,8 @@ class ReprocessTierMixin(ReprocessReportMixin):
         Event mode (``skip_missing_topic``): skip a run that no wave started when its topic is missing.
 
         A run that no wave started (a sweep, a manual run) skips when the tier's own topic does not exist yet
-        -- nothing can be due there. A missing destination still fails the run, naming it.
+        -- nothing can be due there. A missing destination still fails the run, naming it; so does a topic
+        the principal may not describe (``NotAuthorized``), which is never taken for a missing one.
         """
         if not self.skip_missing_topic or wave_not_before_ms(context) is not None:
             return

@@ -131,6 +131,7 @@ def read_topology(
         }
         jobs = {**backlog_jobs, **dead_jobs}
         answers = {topic: _answer(job, topic, settings) for topic, job in jobs.items()}
+        _name_missing_acls(topology, kafka_config, [a for a, _ in answers.values()], settings.timeout_s)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)  # a scan stuck past its deadline never holds the page
     return TopologyScan(
@@ -139,6 +140,28 @@ def read_topology(
         dead={t: answers[t][0] for t in dead_jobs},
         complete=all(ok for _, ok in answers.values()),
     )
+
+
+def _name_missing_acls(
+    topology: Topology, kafka_config: dict[str, Any], answers: list[dict[str, Any]], timeout_s: float
+) -> None:
+    """
+    Add to each refused topic's error the view's ACLs its principal lacks, asked once as that principal.
+
+    Kafka answers a group the principal may not describe only with a timeout, and names no principal: the
+    error then names the principal, the operation and the resource (``authorization.explain``).
+    """
+    from airflow_kafka_retry.engine.kafka.authorization import explain
+    from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+
+    refused = [a for a in answers if a.get("error")]
+    if not refused:
+        return
+    needed = acl_bindings(topology, AclScope(include_main=True), roles=["view"])
+    said = RuntimeError("; ".join(str(a["error"]) for a in refused))
+    note = explain(said, kafka_config, needed, timeout=min(5.0, timeout_s))
+    for answer in refused if note else ():
+        answer["error"] = f"{answer['error']}; {note}"
 
 
 def _answer(job: Any, topic: str, settings: ViewSettings) -> tuple[dict[str, Any], bool]:

@@ -8,8 +8,9 @@ One real deployment (api-server, scheduler, dag-processor, triggerer; LocalExecu
 * the topology DAG (``build_retry_dags(conn_ids=...)``): the watcher in the triggerer finds the retry
   topics missing and starts ``ensure_topics`` (setup role), then fires the due lanes, and the tier tasks
   (tiers role) drain the main topic and every retry tier; a ledger shows every record ends exactly once
-  (read_committed). The DLT watch's connection lacks one binding, its group READ: ``watch_dlt`` fails naming
-  the principal, the group and the operation, commits nothing, and no other task fails. Once the binding
+  (read_committed). The DLT watch's connection lacks one binding, its group READ: ``watch_dlt`` fails at
+  once (its check before the scan), naming the principal, the group and the operation, commits nothing,
+  and no other task fails. Once the binding
   is granted, a manual run's ``watch_dlt`` reports every dead letter;
 * the replay DAG (replay role) moves the DLT's permanent failures back to the main topic, each once;
 * the Retry tiers view (in-process, the api-server's ``[kafka_retry] kafka_conn_id``: the view role) shows
@@ -204,8 +205,9 @@ def test_every_role_through_airflow_with_exactly_its_printed_acls(
             log = _task_log(cluster, dag_id, run_id, "watch_dlt")
             for named in (role_users.principals["dlt_watch"], f"READ on group '{missing.name}'"):
                 assert named in log, f"{named!r} not in the failed watch_dlt's log:\n{log[-4000:]}"
-            # a liveness bound: the scan's deadline (scan_timeout, 120 s) holds
-            assert (ended - started).total_seconds() < 180, "watch_dlt took past its deadline to fail"
+            # refused by the check before the scan (10 s deadline), not after scan_timeout (120 s): a
+            # liveness bound with room for a loaded machine (the task's own start-up included)
+            assert (ended - started).total_seconds() < 60, "watch_dlt waited before failing"
         committed = ledger.committed(role_users.internal, group, dlt, PARTITIONS)
         assert all(offset < 0 for offset in committed.values()), committed
 

@@ -9,6 +9,7 @@ own listener as a super user (``role_users.internal``), never through a role.
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
@@ -18,15 +19,19 @@ from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics, ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+from airflow_kafka_retry.policy.client_names import replay_log_name
 from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.scratch_topics import delete_topics
 
 from tests.support import ledger
 from tests.support.cli_run import run_cli
+from tests.support.secure_fixtures import RoleUsers
 
 pytestmark = [pytest.mark.integration]
 
 PARTITIONS = 2
 COUNT = 70
+LESS_COUNT = 14  # one-ACL-less cases: every mode of ledger.MODES on both partitions, each step quick
 FAR_FUTURE_MS = 4_102_444_800_000  # 2100: every routed record is due
 
 
@@ -89,17 +94,15 @@ def test_every_role_works_with_exactly_its_printed_acls(role_users, tmp_path):
     _no_secret_in(outputs, role_users)
 
 
-def _state(role_users, topology):
+def _state(internal, topology):
     """Records in each topic of the path (and its logs) and every tier group's committed offsets."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": role_users.internal})
+    admin = AdminClient({"bootstrap.servers": internal})
     topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(topology.topic)]
-    counts = {t: n for t in sorted(topics) if (n := len(ledger.read_all(role_users.internal, t)))}
+    counts = {t: n for t in sorted(topics) if (n := len(ledger.read_all(internal, t)))}
     offsets = {
-        tier.topic: ledger.committed(
-            role_users.internal, topology.consumer_group(tier), tier.topic, PARTITIONS
-        )
+        tier.topic: ledger.committed(internal, topology.consumer_group(tier), tier.topic, PARTITIONS)
         for tier in topology.tiers
     }
     return counts, offsets
@@ -109,36 +112,45 @@ class StepFailed(Exception):
     pass
 
 
+OPTIONS = DrainOptions(
+    handler=f"{ledger.HANDLER_MODULE}:indexed",
+    value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
+    call_timeout_s=10.0,
+    broker_retry_s=0.0,
+)
+
+
+def _drain_step(topology, config, tier):
+    def run():
+        summary = run_local(topology, tier, config, OPTIONS, cutoff_ms=FAR_FUTURE_MS, parallelism=1)
+        if not summary.ok:
+            raise StepFailed(json.dumps(summary.to_dict()["partitions"]))
+
+    return run
+
+
+def _replay(topology, config, source):
+    request = ReplayRequest(dlt=source, exception=[f"{ledger.HANDLER_MODULE}.PermanentError"])
+    summary = replay_dlt(topology, config, request, broker_retry_s=0.0)
+    if summary.moved == 0:
+        raise StepFailed(f"replay of {source} moved nothing: {summary.to_dict()}")
+
+
 def _steps(role_users, topology):
     """A topology's life, each step as its role: (role, what, step); a step raises or returns a failure."""
-    options = DrainOptions(
-        handler=f"{ledger.HANDLER_MODULE}:indexed",
-        value_deserializer=f"{ledger.HANDLER_MODULE}:decode",
-        call_timeout_s=10.0,
-        broker_retry_s=0.0,
-    )
 
     def drain(tier):
-        def run():
-            summary = run_local(
-                topology, tier, role_users.config("tiers"), options, cutoff_ms=FAR_FUTURE_MS, parallelism=1
-            )
-            if not summary.ok:
-                raise StepFailed(json.dumps(summary.to_dict()["partitions"]))
-
-        return run
+        return _drain_step(topology, role_users.config("tiers"), tier)
 
     def replay(dlt):
-        request = ReplayRequest(dlt=dlt, exception=[f"{ledger.HANDLER_MODULE}.PermanentError"])
-        summary = replay_dlt(topology, role_users.config("replay"), request, broker_retry_s=0.0)
-        if summary.moved == 0:
-            raise StepFailed(f"replay of {dlt} moved nothing: {summary.to_dict()}")
+        _replay(topology, role_users.config("replay"), dlt)
 
     setup = role_users.config("setup")
     yield "setup", "create the topics", lambda: ensure_topics(topology, setup, partitions=PARTITIONS)
     yield "setup", "again: they exist", lambda: ensure_topics(topology, setup, partitions=PARTITIONS)
     yield "setup", "the setup task's sizing", lambda: ensure_retry_topics(topology, setup)
-    yield "inputs", "produce", lambda: ledger.produce_inputs(role_users.internal, topology, COUNT, PARTITIONS)
+    internal = role_users.internal
+    yield "inputs", "produce", lambda: ledger.produce_inputs(internal, topology, LESS_COUNT, PARTITIONS)
     for rounds in ("the inputs", "the records replayed from the DLT"):
         if rounds != "the inputs":
             yield "replay", "replay the DLT", lambda: replay(None)
@@ -150,12 +162,10 @@ def _one_less_cases():
     """One binding left out at a time, for every binding of the roles the steps run."""
     topology = Topology.from_mapping({"topic": "t", "group_id": "g", **SMALL})
     cases = []
-    for role in ("setup", "tiers", "replay"):
+    for role in ("setup", "tiers"):  # the replay role's: _replay_cases
         for i, b in enumerate(acl_bindings(topology, AclScope(include_main=True), roles=[role])):
             if "t-parking" in b.name and (role, b.operation) != ("tiers", "WRITE"):
-                continue  # needed by a replay from the parking topic, which these steps do not run
-            if role == "replay" and b.name.startswith("t-retry-"):
-                continue  # a replay target only an explicit --to chooses (records name the main topic)
+                continue  # setup: created with the others; tiers: read when a parking replay fails again
             cases.append(pytest.param(role, i, id=f"{role}-{b.operation}-{b.resource_type}-{b.name}"))
     return cases
 
@@ -163,10 +173,9 @@ def _one_less_cases():
 SMALL = {"attempts": 3}
 
 
-@pytest.mark.parametrize(("role", "index"), _one_less_cases())
-def test_one_acl_less_fails_that_role_naming_it_and_moves_nothing(role_users, tmp_path, role, index):
-    topic = ledger.unique_topic("lesser")
-    topology = Topology.from_mapping(
+def _lesser_topology(name):
+    topic = ledger.unique_topic(name)
+    return Topology.from_mapping(
         {
             "topic": topic,
             "group_id": f"{topic}-svc",
@@ -175,12 +184,17 @@ def test_one_acl_less_fails_that_role_naming_it_and_moves_nothing(role_users, tm
             **SMALL,
         }
     )
+
+
+@pytest.mark.parametrize(("role", "index"), _one_less_cases())
+def test_one_acl_less_fails_that_role_naming_it_and_moves_nothing(role_users, tmp_path, role, index):
+    topology = _lesser_topology("lesser")
     every = acl_bindings(topology, AclScope(include_main=True))
     missing = acl_bindings(topology, AclScope(include_main=True), roles=[role])[index]
     role_users.grant([b for b in every if b != missing])
     ledger.ledger_path(tmp_path)
     for step_role, what, step in _steps(role_users, topology):  # noqa: B007 - what failed is named
-        before = _state(role_users, topology) if step_role != "inputs" else None
+        before = _state(role_users.internal, topology) if step_role != "inputs" else None
         started = time.monotonic()
         try:
             step()
@@ -197,7 +211,83 @@ def test_one_acl_less_fails_that_role_naming_it_and_moves_nothing(role_users, tm
     assert missing.name in message, message
     assert "do not exist" not in message, message
     assert took < 60, f"{what} took {took:.0f} s to fail"  # a liveness bound: the calls' deadlines hold
-    assert _state(role_users, topology) == before, f"{what} failed and moved something"
+    assert _state(role_users.internal, topology) == before, f"{what} failed and moved something"
+
+
+def _replay_cases():
+    """Every binding of the replay role but the retry tiers' (a target only an explicit --to chooses)."""
+    topology = Topology.from_mapping({"topic": "t", "group_id": "g", **SMALL})
+    bindings = acl_bindings(topology, AclScope(include_main=True), roles=["replay"])
+    return [
+        pytest.param(i, id=f"replay-{b.operation}-{b.resource_type}-{b.name}")
+        for i, b in enumerate(bindings)
+        if not b.name.startswith("t-retry-")
+    ]
+
+
+@pytest.fixture(scope="module")
+def replay_worlds(secure_kafka, tmp_path_factory):
+    """
+    Two topologies lived through as the super user, for every replay case (a failed replay moves nothing).
+
+    ``dlt``: drained once, its DLT holds the permanent failures; ``parking``: its DLT replayed and drained
+    again, the records that failed again are in its parking topic.
+    """
+    internal = f"127.0.0.1:{secure_kafka.port}"
+    config = {"bootstrap.servers": internal}
+    previous = os.environ.get("AKR_LEDGER")
+    ledger.ledger_path(tmp_path_factory.mktemp("replay-worlds"))
+    worlds = {}
+    try:
+        for name in ("dlt", "parking"):
+            topology = _lesser_topology(f"replayless-{name}")
+            ledger.produce_inputs(internal, topology, LESS_COUNT, PARTITIONS)
+            for tier in topology.tiers:
+                _drain_step(topology, config, tier)()
+            if name == "parking":
+                _replay(topology, config, None)
+                for tier in topology.tiers:
+                    _drain_step(topology, config, tier)()
+                assert ledger.read_all(internal, topology.parking_topic), "nothing parked"
+            worlds[name] = topology
+    finally:
+        if previous is None:
+            os.environ.pop("AKR_LEDGER", None)
+        else:
+            os.environ["AKR_LEDGER"] = previous
+    return worlds
+
+
+@pytest.mark.parametrize("index", _replay_cases())
+def test_one_acl_less_fails_a_replay_naming_it_and_moves_nothing(secure_kafka, replay_worlds, index):
+    """From the DLT, and from the parking topic: every binding of the replay role left out in turn."""
+    generic = acl_bindings(
+        Topology.from_mapping({"topic": "t", "group_id": "g", **SMALL}),
+        AclScope(include_main=True),
+        roles=["replay"],
+    )
+    source = "parking" if "parking" in generic[index].name else "dlt"
+    topology = replay_worlds[source]
+    needed = acl_bindings(topology, AclScope(include_main=True), roles=["replay"])
+    missing = needed[index]
+    users = RoleUsers(secure_kafka)
+    users.grant([b for b in needed if b != missing])
+    internal = users.internal
+    # an earlier case's replay may have created the (empty) replay log before it failed: not this one's
+    source_topic = topology.parking_topic if source == "parking" else topology.dlt_topic
+    delete_topics(internal, [replay_log_name(source_topic)])
+    before = _state(internal, topology)
+    started = time.monotonic()
+    with pytest.raises(Exception) as failed:  # noqa: PT011 - what it names is checked below
+        _replay(topology, users.config("replay"), "parking" if source == "parking" else None)
+    took = time.monotonic() - started
+    message = str(failed.value)
+    assert not isinstance(failed.value, StepFailed), message
+    for named in (users.principals["replay"], missing.operation, missing.name):
+        assert named in message, message
+    assert "do not exist" not in message, message
+    assert took < 60, f"the replay took {took:.0f} s to fail"  # a liveness bound: the calls' deadlines hold
+    assert _state(internal, topology) == before, "the replay failed and moved something"
 
 
 def test_the_read_only_roles_read_with_exactly_their_acls(role_users, tmp_path):

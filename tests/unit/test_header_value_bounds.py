@@ -40,6 +40,7 @@ def _record(offset: int, exception: str, cause: str | None = None, topic: str = 
 
 def _run_watch(monkeypatch, topology_path, messages, admitted=frozenset()):
     """Run DltWatchOperator.execute over ``messages``; returns (result, notifier payloads, committed tags)."""
+    import airflow_kafka_retry.engine.kafka.authorization as authorization
     import airflow_kafka_retry.engine.kafka.topic_admin as engine_topics
     import airflow_kafka_retry.engine.scans.dlt_scan as engine_watch
     import airflow_kafka_retry.observability.metrics as metrics
@@ -61,6 +62,7 @@ def _run_watch(monkeypatch, topology_path, messages, admitted=frozenset()):
     monkeypatch.setattr(engine_watch, "scan_new_records", fake_scan)
     monkeypatch.setattr(engine_watch, "commit_offsets", fake_commit)
     monkeypatch.setattr(engine_topics, "missing_topics", lambda config, topics: [])
+    monkeypatch.setattr(authorization, "require", lambda config, needed, *, timeout: None)  # the ACL check
     monkeypatch.setattr(KafkaRetryHook, "kafka_config", lambda self: {"bootstrap.servers": "127.0.0.1:9"})
     monkeypatch.setattr(metrics, "emit", lambda sent: len(list(sent)))
     payloads: list = []

@@ -83,6 +83,7 @@ class HeadWatch:
         self.committed: dict[Key, int] = {}  # the group's committed offset per partition (-1: none)
         self.heads: dict[Key, PartitionHead] = {}
         self.ended: set[Key] = set()  # partitions read to their end: nothing pending
+        self._kafka_config = kafka_config  # to name a missing ACL (never logged: it holds credentials)
         self._client: Lease | PrivateConsumer = (
             lease(kafka_config) if shared else PrivateConsumer(kafka_config, group)
         )
@@ -123,7 +124,7 @@ class HeadWatch:
         try:
             counts = self._client.partition_counts([t for t in self.topics if t not in self.optional])
         except KafkaConfigError as exc:
-            raise HeadWatchError(str(exc)) from exc
+            raise HeadWatchError(self._named(str(exc), exc)) from exc
         for topic in self.optional:
             with contextlib.suppress(KafkaConfigError):  # not there yet: looked for again at the next sync
                 counts.update(self._client.partition_counts([topic]))
@@ -153,9 +154,24 @@ class HeadWatch:
         try:
             return self._client.committed(self.group, keys, timeout_s)
         except KafkaException as exc:
-            raise HeadWatchError(
-                f"{where(keys)}: cannot read the committed offsets of group {self.group!r}: {exc}"
-            ) from exc
+            said = f"{where(keys)}: cannot read the committed offsets of group {self.group!r}: {exc}"
+            raise HeadWatchError(self._named(said, exc)) from exc
+
+    def _named(self, said: str, error: Exception, timeout_s: float = 5.0) -> str:
+        """
+        ``said``, and the watcher's ACLs its principal lacks when they explain ``error``.
+
+        Kafka answers a topic the principal may not describe with an authorization failure, but a group it
+        may not describe only with a timeout: asked as the watch's principal (``authorization.explain``,
+        within ``timeout_s``), the message names the principal, the operation and the resource.
+        """
+        from airflow_kafka_retry.engine.kafka.authorization import explain
+        from airflow_kafka_retry.policy.acl import AclBinding
+
+        needed = [AclBinding("watcher", "topic", t, "literal", "READ", "the head") for t in self.topics]
+        needed.append(AclBinding("watcher", "group", self.group, "literal", "DESCRIBE", "the committed"))
+        note = explain(error, self._kafka_config, needed, timeout=timeout_s)
+        return f"{said}; {note}" if note else said
 
     def sync_committed(self) -> dict[Key, int]:
         """

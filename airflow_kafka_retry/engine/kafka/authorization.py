@@ -9,7 +9,9 @@ which operations it may do on each topic and group the run needs (``DescribeTopi
 principal, the operation and the resource. A transactional id cannot be asked about; it is named when
 Kafka's answer was ``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``.
 
-Only called once a run has failed, under its own deadline; it never raises (None: nothing to add).
+:func:`explain` is only called once a run has failed, under its own deadline; it never raises (None:
+nothing to add). :func:`require` asks the same before a run whose missing ACL Kafka would only answer with
+a timeout, and raises :class:`~airflow_kafka_retry.engine.kafka.clients.NotAuthorized` naming it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_retry.engine.kafka.clients import AUTHORIZATION_CODES, admin_config, principal_of
+from airflow_kafka_retry.engine.kafka.clients import (
+    AUTHORIZATION_CODES,
+    NotAuthorized,
+    admin_config,
+    principal_of,
+)
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.acl import AclBinding
@@ -142,6 +149,27 @@ def explain(
         return None
     if not missing:
         return None
+    return _lacks(kafka_config, missing, codes)
+
+
+def require(kafka_config: Mapping[str, Any], needed: Sequence[AclBinding], *, timeout: float = 10.0) -> None:
+    """
+    Raise :class:`NotAuthorized` naming the bindings of ``needed`` Kafka says the principal lacks.
+
+    One cheap check before a run whose missing ACL Kafka would only answer with a timeout (a consumer that
+    may not read its group waits for a coordinator it never finds). Bindings Kafka does not answer about
+    within ``timeout`` (a slow cluster) are not counted as missing: the run itself then says what is wrong.
+    """
+    try:
+        missing = missing_bindings(kafka_config, needed, timeout=timeout)
+    except Exception as exc:
+        log.debug("could not check the principal's ACLs: %s", exc)
+        return
+    if missing:
+        raise NotAuthorized(_lacks(kafka_config, missing, set()), [b.resource() for b in missing])
+
+
+def _lacks(kafka_config: Mapping[str, Any], missing: Sequence[AclBinding], codes: set[str]) -> str:
     lacks = "; ".join(f"{b.operation} on {b.resource()} ({b.why})" for b in missing)
     said = f" (Kafka: {', '.join(sorted(codes))})" if codes else ""
     return (

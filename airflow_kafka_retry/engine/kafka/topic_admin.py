@@ -75,9 +75,18 @@ def existing_topics(kafka_config: Mapping[str, Any], *, timeout: float = 30.0) -
 
 
 def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeout: float = 30.0) -> list[str]:
-    """Those of ``topics`` the cluster does not have (one metadata request)."""
+    """
+    Those of ``topics`` the cluster does not have; every request within ``timeout``.
+
+    A listing leaves out the topics the principal may not describe: those absent from it are asked for by
+    name (never created by asking), and one the principal may not see raises :class:`NotAuthorized`
+    naming the principal, ``DESCRIBE`` and the topic, instead of being reported missing.
+    """
+    deadline = time.monotonic() + timeout
     existing = _admin(kafka_config).list_topics(timeout=timeout).topics
-    return [t for t in topics if t not in existing]
+    absent = [t for t in topics if t not in existing]
+    check_not_hidden(absent, kafka_config, max(0.1, deadline - time.monotonic()))
+    return absent
 
 
 def replication_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:
@@ -240,10 +249,12 @@ def check_not_hidden(topics: list[str], kafka_config: Mapping[str, Any], timeout
     """
     if not topics:
         return
+    deadline = time.monotonic() + timeout  # one deadline for all of them
     asking = AdminClient(admin_config(kafka_config))  # never creates a topic by asking for it
     for topic in topics:
         try:
-            partition_counts(asking, [topic], timeout, kafka_config=kafka_config)
+            left = max(0.1, deadline - time.monotonic())
+            partition_counts(asking, [topic], left, kafka_config=kafka_config)
         except TopicsMissing:
             continue
 

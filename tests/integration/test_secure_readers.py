@@ -1,0 +1,115 @@
+"""
+The read-only roles on the secured broker (issue 48) with one ACL less: refused naming what is missing.
+
+The watcher (the topology watcher's lanes: a head watch per tier and one on the DLT, each opened as the
+trigger opens it) and the view (the Retry tiers view's reads, ``plugin/scans.read_topology``), each run
+as its role's principal holding every binding of its row but one: every lane or topic that needs the
+missing binding reports an error naming the principal, the operation and the resource, within the call
+deadline. Kafka answers a group the principal may not describe only with a timeout; the error names it
+all the same. Nothing is written: one topology and its records serve every case (module scope), each case
+has its own users, so a binding granted in one never helps another.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
+from airflow_kafka_retry.plugin.scans import read_topology
+from airflow_kafka_retry.plugin.settings import ViewSettings
+from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+from airflow_kafka_retry.policy.client_names import watch_group
+from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.testing.scratch_topics import create_topics
+
+from tests.support import ledger
+from tests.support.secure_fixtures import RoleUsers
+
+pytestmark = [pytest.mark.integration]
+
+PARTITIONS = 2
+SCOPE = AclScope(include_main=True)
+#: the watcher's calls end within their client timeouts (15 s committed offsets, 5 s naming the ACL) and the
+#: trigger abandons one at 60 s (``triggers/broker_calls.py``); the view's within its timeout (5 s here)
+LIVENESS_S = 60
+
+
+def _topology(topic: str) -> Topology:
+    return Topology.from_mapping({"topic": topic, "group_id": f"{topic}-svc", "attempts": 3})
+
+
+@pytest.fixture(scope="module")
+def readers_topology(secure_kafka) -> Topology:
+    """Every topic of the path, a record in each (as the super user): read by every case, never moved."""
+    topology = _topology(ledger.unique_topic("readless"))
+    internal = f"127.0.0.1:{secure_kafka.port}"
+    topics = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)] + [topology.parking_topic]
+    create_topics(internal, topics, PARTITIONS)
+    producer = Producer({"bootstrap.servers": internal})
+    for topic in topics:
+        producer.produce(topic, b"{}", key=b"k", partition=0)
+    assert producer.flush(15) == 0
+    return topology
+
+
+def _cases() -> list:
+    topology = _topology("t")
+    return [
+        pytest.param(role, i, id=f"{role}-{b.operation}-{b.resource_type}-{b.name}")
+        for role in ("watcher", "view")
+        for i, b in enumerate(acl_bindings(topology, SCOPE, roles=[role]))
+    ]
+
+
+def _lanes(topology: Topology) -> list[tuple[str, str, bool]]:
+    """The watcher's lanes as the factory builds them: (topic, group, read_due)."""
+    tiers = [(t.topic, topology.consumer_group(t), True) for t in topology.tiers]
+    return [*tiers, (topology.dlt_topic, watch_group(topology.group_id), False)]
+
+
+def _watcher_errors(topology: Topology, config: dict) -> list[str]:
+    errors = []
+    for topic, group, read_due in _lanes(topology):
+        try:
+            watch = HeadWatch(config, [topic], group, read_due=read_due)
+            try:
+                watch.sync_committed()
+            finally:
+                watch.close()
+        except Exception as exc:  # the lane's error, as the trigger logs it
+            errors.append(f"{type(exc).__name__}: {exc}")
+    return errors
+
+
+def _view_errors(topology: Topology, config: dict) -> list[str]:
+    settings = ViewSettings(
+        topologies=(),
+        kafka_conn_id="unused",
+        dag_id_template="{topic}",
+        replay_dag_id_template="{topic}",
+        timeout_s=5.0,
+        runs=1,
+    )
+    scan = read_topology(topology, settings, config, now_ms=int(time.time() * 1000))
+    answers = [*scan.backlog.values(), *scan.dead.values()]
+    return [str(a["error"]) for a in answers if a.get("error")]
+
+
+@pytest.mark.parametrize(("role", "index"), _cases())
+def test_one_acl_less_refuses_a_reader_naming_it(secure_kafka, readers_topology, role, index):
+    needed = acl_bindings(readers_topology, SCOPE, roles=[role])
+    missing = needed[index]
+    users = RoleUsers(secure_kafka)
+    users.grant([b for b in needed if b != missing])
+    started = time.monotonic()
+    errors = (_watcher_errors if role == "watcher" else _view_errors)(readers_topology, users.config(role))
+    took = time.monotonic() - started
+    assert errors, f"every read passed without {missing}"
+    text = "\n".join(errors)
+    for named in (users.principals[role], f"{missing.operation} on {missing.resource()}"):
+        assert named in text, text
+    assert "do not exist" not in text, text
+    assert took < LIVENESS_S, f"refused after {took:.0f} s"
