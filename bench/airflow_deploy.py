@@ -2,7 +2,7 @@
 Real Airflow deployments of retry topologies for the benches: deploy, measure a window, count runs.
 
 Each deployment is a real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
-SQLite, or on a private PostgreSQL server; ``testing/airflow_stack.py``) with the factory's DAGs on a real
+SQLite, or on a private PostgreSQL server; ``sandbox/airflow_stack.py``) with the factory's DAGs on a real
 broker. A window counts the DAG runs and task instances created and the CPU seconds of each Airflow
 component's process tree (tasks included) and of the broker.
 """
@@ -20,11 +20,11 @@ import psutil
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import COMPONENTS, AirflowCluster, airflow_env
-from airflow_kafka_retry.testing.scratch_topics import create_topics
+from airflow_kafka_retry.sandbox.airflow_stack import COMPONENTS, AirflowCluster, airflow_env
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
+    from testkit.airflow_postgres import AirflowDatabases
 
 REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 2

@@ -32,8 +32,8 @@ from confluent_kafka import Producer
 from bench.airflow_deploy import PARTITIONS, counts, deploy, deployed, measure_window, memory
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
-    from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
+    from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
+    from testkit.airflow_postgres import AirflowDatabases
 
 #: Settled: no DAG run created for this long and no task instance running or queued.
 QUIET_S = 60

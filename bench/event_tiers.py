@@ -11,7 +11,7 @@
     python -m bench.event_tiers --postgres --cases baseline --capacity 200 --plain 200 --dag-layout tiers
 
 Each deployment is a real Airflow 3 (api-server, scheduler, dag-processor, triggerer; LocalExecutor on
-SQLite, or with ``--postgres`` on a private PostgreSQL server; ``testing/airflow_stack.py``)
+SQLite, or with ``--postgres`` on a private PostgreSQL server; ``sandbox/airflow_stack.py``)
 on a real Apache Kafka broker (``--broker tansu``: the embedded Tansu). After a warm-up
 (the DAGs are parsed, each topology's setup DAG and each DAG's first sweep ran), it counts over the
 window: DAG runs and task instances created, and the CPU seconds of each Airflow component's process
@@ -52,10 +52,9 @@ from typing import Any
 
 import psutil
 
-from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
-from airflow_kafka_retry.testing.broker import EmbeddedBroker
-from airflow_kafka_retry.testing.kafka import DEFAULT_HEAP, ApacheKafka
-from airflow_kafka_retry.testing.postgres import PostgresCluster
+from airflow_kafka_retry.sandbox.broker import EmbeddedBroker
+from airflow_kafka_retry.sandbox.kafka import DEFAULT_HEAP, ApacheKafka
+from airflow_kafka_retry.sandbox.postgres import PostgresCluster
 from bench.airflow_deploy import (
     DAG_LAYOUTS,
     REPO,
@@ -69,6 +68,7 @@ from bench.airflow_deploy import (
 from bench.capacity import capacity
 from bench.plain_control import plain_dags
 from bench.results_file import claim_result_file
+from testkit.airflow_postgres import AirflowDatabases
 
 RESULTS = REPO / "bench" / "results"
 
@@ -209,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
                 ["python", "-m", "bench.event_tiers", *(sys.argv[1:] if argv is None else argv)]
             ),
             "date": stamp.isoformat(timespec="seconds"),
-            "broker": {"kafka": "Apache Kafka (testing/kafka.py)", "tansu": "Tansu (embedded)"}[args.broker],
+            "broker": {"kafka": "Apache Kafka (sandbox/kafka.py)", "tansu": "Tansu (embedded)"}[args.broker],
             "broker_heap": args.broker_heap if args.broker == "kafka" else None,
-            "metadata_db": "PostgreSQL (testing/postgres.py)" if args.postgres else "SQLite",
+            "metadata_db": "PostgreSQL (sandbox/postgres.py)" if args.postgres else "SQLite",
             "airflow_settings": "default parse interval (min_file_process_interval 30 s); "
             "dagbag_import_timeout "
             "600 s and dag_file_processor_timeout 900 s (defaults 30 s / 50 s: a loaded machine)",

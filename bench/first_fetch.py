@@ -33,7 +33,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 from airflow_kafka_retry.engine.kafka.clients import consumer_config, from_log_start
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 from bench.given_broker import given_broker
 from bench.results_file import write_new_result
 

@@ -111,7 +111,7 @@ class _Freezer:
 async def _round(
     bootstrap: str, lanes: int, frozen: bool, due_in_s: float, window_s: float, idle_check: float
 ) -> dict[str, Any]:
-    from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+    from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
     from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
     from airflow_kafka_retry.triggers.watching import MemoryStore
 

@@ -18,7 +18,7 @@ def given_broker(bootstrap: str | None) -> Iterator[tuple[str, psutil.Process | 
     if bootstrap:
         yield bootstrap, None
         return
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
 
     with ApacheKafka() as kafka:
         yield kafka.bootstrap, psutil.Process(kafka.pid) if kafka.pid else None

@@ -1,7 +1,7 @@
 """
 ``python -m bench.kafka_broker``: how quickly the real Apache Kafka broker is ready, and its memory.
 
-Starts ``ApacheKafka()`` (``airflow_kafka_retry/testing/kafka.py``) with its jars already cached (a
+Starts ``ApacheKafka()`` (``airflow_kafka_retry/sandbox/kafka.py``) with its jars already cached (a
 first start resolves them; that start is not measured), ``--starts`` times one after the other, and
 records for each: seconds to the first metadata answer, seconds to ready (coordinators warmed up, what
 ``ApacheKafka.ready_seconds`` reports), and the RSS of the broker's JVM after the suite's capability
@@ -23,10 +23,10 @@ from typing import Any
 import psutil
 
 from airflow_kafka_retry.engine.local.engine import available_cores
-from airflow_kafka_retry.testing.capabilities import probe_capabilities
-from airflow_kafka_retry.testing.kafka import ApacheKafka
-from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, pinned_version
+from airflow_kafka_retry.sandbox.kafka import ApacheKafka
+from airflow_kafka_retry.sandbox.kafka_jars import ensure_kafka_jars, pinned_version
 from bench.results_file import write_new_result
+from testkit.capabilities import probe_capabilities
 
 RESULTS = Path(__file__).resolve().parent / "results"
 READY_TARGET_S = 20.0

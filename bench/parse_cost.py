@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         worker(args.worker)
         return 0
-    from airflow_kafka_retry.testing.airflow_stack import airflow_env
+    from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
 
     stamp = datetime.datetime.now(datetime.UTC)
     load_before = os.getloadavg()

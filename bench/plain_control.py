@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster, airflow_env
 from bench.airflow_deploy import REPO, counts, deployed, measure_window
 from bench.capacity import PER_TOPOLOGY, parse_seconds, settle
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
+    from testkit.airflow_postgres import AirflowDatabases
 
 PLAIN_DAG_FILE = """
 from datetime import datetime

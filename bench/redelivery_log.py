@@ -5,7 +5,7 @@
     python -m bench.redelivery_log --entries 20000 --in-flight 500 --dead-letters 50   # a smoke run
     python -m bench.redelivery_log --accepted-every 2     # half the redelivered records accepted
 
-A real Apache Kafka (``testing/kafka.py``, or ``--bootstrap``) and a share-group topology
+A real Apache Kafka (``sandbox/kafka.py``, or ``--bootstrap``) and a share-group topology
 (``on_due: redeliver``). One fast producer writes the log as a week of tier runs and input-lane runs would
 have: ``--entries`` entries (timestamps spread over ``--span-days``), each followed ``--in-flight`` entries
 later by its tombstone (its record was dead-lettered again and the input lane used the entry), except every
@@ -42,7 +42,7 @@ from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.logs.redelivery_log import ensure_redelivery_log, redelivery_log_topic
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
 from bench.given_broker import given_broker
 from bench.results_file import write_new_result
 
@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_utc": stamp.isoformat(),
         "command": shlex.join([sys.executable, "-m", "bench.redelivery_log", *(argv or sys.argv[1:])]),
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "broker": "external" if args.bootstrap else "Apache Kafka from its jars (testing/kafka.py)",
+        "broker": "external" if args.bootstrap else "Apache Kafka from its jars (sandbox/kafka.py)",
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),

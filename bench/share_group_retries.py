@@ -5,13 +5,13 @@
     python -m bench.share_group_retries --records 200 --backoff-ms 3000 --interval-s 0.5
     python -m bench.share_group_retries --airflow --records 30 --backoff-ms 6000   # through Airflow
 
-A real Apache Kafka 4.4 (``share.version=2``) and a real ``ShareConsumer`` (``testing/share_retry.py``) that
+A real Apache Kafka 4.4 (``share.version=2``) and a real ``ShareConsumer`` (``testkit/share_retry.py``) that
 rejects record ``i`` on its first ``i % 3`` rounds; a topology with ``input: {family: share-group}`` and
 ``on_due: redeliver`` (fixed back-off, 3 attempts) drains the group's DLQ into its tiers and redelivers due
 records. The tier runs are driven by this process in a loop (the input lane, then each tier, with the local
 engine, then ``--interval-s`` of sleep): the lateness measured is that loop's, not a deployed watcher's.
 With ``--airflow`` a real Airflow 3 deployment (LocalExecutor on a private PostgreSQL) runs the topology's
-DAG, built by ``build_retry_dags`` alone, and its watcher fires the runs (``testing/share_retry_airflow.py``,
+DAG, built by ``build_retry_dags`` alone, and its watcher fires the runs (``testkit/share_retry_airflow.py``,
 what the end-to-end test runs); record ``i`` is rejected the same way.
 
 Lateness of a redelivery = the redelivered record's timestamp (CreateTime: when the tier run produced it)
@@ -38,10 +38,10 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
-from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, set_group_configs, share_dlq_kafka
-from airflow_kafka_retry.testing.share_retry import RETRIED_GROUP_CONFIGS, ShareQueue, drain_share_topology
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
 from bench.results_file import write_new_result
+from testkit.share_groups import DLQ_PREFIX, set_group_configs, share_dlq_kafka
+from testkit.share_retry import RETRIED_GROUP_CONFIGS, ShareQueue, drain_share_topology
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -122,9 +122,9 @@ def run_airflow(records: int, backoff_ms: int, timeout_s: float) -> dict[str, An
     """The same records through a real Airflow deployment whose topology watcher fires every run."""
     import tempfile
 
-    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
-    from airflow_kafka_retry.testing.postgres import PostgresCluster
-    from airflow_kafka_retry.testing.share_retry_airflow import share_retries_in_airflow
+    from airflow_kafka_retry.sandbox.postgres import PostgresCluster
+    from testkit.airflow_postgres import AirflowDatabases
+    from testkit.share_retry_airflow import share_retries_in_airflow
 
     plan: dict[bytes, int | None] = {f"{i}".encode(): 1 + i % 3 for i in range(records)}
     with share_dlq_kafka() as kafka, PostgresCluster() as pg, tempfile.TemporaryDirectory() as tmp:

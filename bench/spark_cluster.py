@@ -1,7 +1,7 @@
 """
 ``python -m bench.spark_cluster``: how quickly the Spark standalone test cluster is ready, and its memory.
 
-Starts ``SparkCluster`` (``airflow_kafka_retry/testing/spark_cluster.py``: a master and two workers of 1 core
+Starts ``SparkCluster`` (``testkit/spark_cluster.py``: a master and two workers of 1 core
 and 1 GB, RPC authenticated and encrypted) ``--starts`` times one after the other, and records for each the
 seconds until the master's JSON lists both workers ALIVE, and the RSS of the three daemon JVMs once ready.
 Target (issue 40): ready in at most 30 s on 2 cores.
@@ -23,8 +23,8 @@ from typing import Any
 import psutil
 
 from airflow_kafka_retry.engine.local.engine import available_cores
-from airflow_kafka_retry.testing.spark_cluster import SparkCluster
 from bench.results_file import write_new_result
+from testkit.spark_cluster import SparkCluster
 
 RESULTS = Path(__file__).resolve().parent / "results"
 READY_TARGET_S = 30.0

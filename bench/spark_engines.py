@@ -1,8 +1,8 @@
 """
 ``python -m bench.spark_engines``: the local engine, Spark on ``local[2]`` and Spark on a standalone cluster.
 
-Starts a real Apache Kafka broker (``testing/kafka.py``) and the Spark standalone test cluster
-(``testing/spark_cluster.py``: a master and 2 workers of 1 core and 1 GB, RPC authenticated and encrypted).
+Starts a real Apache Kafka broker (``sandbox/kafka.py``) and the Spark standalone test cluster
+(``testkit/spark_cluster.py``: a master and 2 workers of 1 core and 1 GB, RPC authenticated and encrypted).
 For each size (``--records``, over ``--partitions`` 4) and handler cost (``--handler-ms``: CPU time the
 handler burns per record, measured with ``time.thread_time``, so a loaded machine does not shorten it), the
 same records (200-byte values) go to the main topic of a fresh topology per engine, and one
@@ -238,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--engines: among {ENGINES} (local-p<N>: any N)")
 
     from airflow_kafka_retry.engine.local.engine import available_cores
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-    from airflow_kafka_retry.testing.spark_cluster import SparkCluster
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
     from bench.results_file import write_new_result
+    from testkit.spark_cluster import SparkCluster
 
     now = datetime.datetime.now(datetime.UTC)
     load_start = [round(x, 2) for x in os.getloadavg()]

@@ -117,7 +117,7 @@ async def _drive(trigger: Any) -> None:
 
 def child(args: argparse.Namespace) -> int:
     """One mode and size in this process: create the topics, watch, print the result as JSON."""
-    from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+    from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
         {"conn_type": "kafka", "extra": {"bootstrap.servers": args.bootstrap}}

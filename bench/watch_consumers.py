@@ -7,7 +7,7 @@
 
 In event mode every asset watcher of the triggerer keeps a
 :class:`~airflow_kafka_retry.engine.heads.head_watch.HeadWatch` open on its topics. This bench starts a real
-Apache Kafka broker (``testing/kafka.py``; or uses ``--bootstrap``), creates N topics of 3 partitions
+Apache Kafka broker (``sandbox/kafka.py``; or uses ``--bootstrap``), creates N topics of 3 partitions
 (nothing in them: the topologies are idle), opens one watch per topic in this process and runs them as
 the triggers do: one asyncio task each, calling ``poll()`` every 0.5 s on the event loop and
 ``sync_committed()`` in a worker thread once per ``idle_check`` (30 s, each watch at its own offset).
@@ -40,7 +40,7 @@ import psutil
 
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 from airflow_kafka_retry.engine.local.engine import available_cores
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 from bench.given_broker import given_broker
 from bench.results_file import claim_result_file
 
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "date": now.isoformat(timespec="seconds"),
         "command": "python -m bench.watch_consumers " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "broker": args.bootstrap or "Apache Kafka (testing/kafka.py)",
+        "broker": args.bootstrap or "Apache Kafka (sandbox/kafka.py)",
         "poll_interval_s": POLL_INTERVAL_S,
         "idle_check_s": IDLE_CHECK_S,
         "machine": {

@@ -1,7 +1,7 @@
 """Shared pytest fixtures: one Kafka broker per test session and its measured capabilities.
 
 * ``kafka_bootstrap`` -- ``KAFKA_BOOTSTRAP_SERVERS`` if set; else a real single-node Apache Kafka
-  (``testing/kafka.py``, from its Maven jars) started on first use and stopped at the end of the
+  (``sandbox/kafka.py``, from its Maven jars) started on first use and stopped at the end of the
   session; or, with ``AIRFLOW_KAFKA_RETRY_TEST_BROKER=tansu`` (``scripts/test --embedded``), the
   embedded Tansu broker.
 * ``broker_capabilities`` -- probed once; listed in the terminal summary with the reasons. A check
@@ -27,8 +27,10 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
-from airflow_kafka_retry.testing.capabilities import (
+from airflow_kafka_retry.sandbox.broker import EmbeddedBroker, bootstrap_from_env
+from airflow_kafka_retry.sandbox.kafka import QUICK_JIT, ApacheKafka
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
+from testkit.capabilities import (
     EXPECTED_ENV,
     BrokerCapabilities,
     BrokerProbeError,
@@ -37,8 +39,6 @@ from airflow_kafka_retry.testing.capabilities import (
     missing_reason,
     probe_capabilities,
 )
-from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support import file_order
 from tests.support.warm_airflow import end_all
@@ -79,7 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "requires_capability(*names): skip unless the Kafka broker under test has these "
-        "capabilities (names from airflow_kafka_retry.testing.capabilities.CAPABILITIES)",
+        "capabilities (names from testkit.capabilities.CAPABILITIES)",
     )
     if _starts_workers(config) and test_broker_kind() == "kafka" and not os.environ.get(SHARED_KAFKA_ENV):
         _start_shared_kafka(config)

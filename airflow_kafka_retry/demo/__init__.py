@@ -28,7 +28,7 @@ def main(
     """
     Run the demo on ``bootstrap``, or on a broker started for it (Tansu; ``kafka``: Apache Kafka).
 
-    ``kafka`` starts a real single-node Apache Kafka from its Maven jars (``testing/kafka.py``).
+    ``kafka`` starts a real single-node Apache Kafka from its Maven jars (``sandbox/kafka.py``).
     """
     from airflow_kafka_retry.demo.launch import run_demo
 

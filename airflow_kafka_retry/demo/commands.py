@@ -1,9 +1,9 @@
 """
 The demo's ``airflow`` commands: each one logged to its own file, failures raised with their output.
 
-Fast mode runs them one after another in one warm Airflow process (``testing/warm_cli.py``: Airflow starts
+Fast mode runs them one after another in one warm Airflow process (``sandbox/warm_cli.py``: Airflow starts
 up once, not for every ``dags test``); full mode runs each as its own ``airflow`` process under
-``testing/processes.ManagedProcess`` (its own process group, killed with the demo, stopped at interpreter
+``sandbox/processes.ManagedProcess`` (its own process group, killed with the demo, stopped at interpreter
 exit), so that stopping the demo ends whatever a command started.
 """
 
@@ -13,8 +13,8 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from airflow_kafka_retry.testing.processes import ManagedProcess
-from airflow_kafka_retry.testing.warm_cli import WarmAirflowCli
+from airflow_kafka_retry.sandbox.processes import ManagedProcess
+from airflow_kafka_retry.sandbox.warm_cli import WarmAirflowCli
 
 
 class DemoError(RuntimeError):

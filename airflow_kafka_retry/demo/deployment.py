@@ -20,7 +20,7 @@ import yaml
 
 from airflow_kafka_retry.demo.orders import DEMO_DIR_ENV, InvalidOrder
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import airflow_env, free_port
+from airflow_kafka_retry.sandbox.airflow_stack import airflow_env, free_port
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Tier, Topology

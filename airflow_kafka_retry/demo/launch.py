@@ -169,7 +169,7 @@ def _metadata_db(postgres: bool, console: Console) -> Iterator[str | None]:
     if not postgres:
         yield None
         return
-    from airflow_kafka_retry.testing.postgres import PostgresCluster, PostgresError
+    from airflow_kafka_retry.sandbox.postgres import PostgresCluster, PostgresError
 
     try:
         pg = PostgresCluster().start()
@@ -188,8 +188,8 @@ def _broker(bootstrap: str | None, console: Console, *, kafka: bool = False) -> 
     if bootstrap:
         yield bootstrap
         return
-    from airflow_kafka_retry.testing.broker import EmbeddedBroker
-    from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
+    from airflow_kafka_retry.sandbox.broker import EmbeddedBroker
+    from airflow_kafka_retry.sandbox.kafka import QUICK_JIT, ApacheKafka
 
     if kafka:
         console.print("starting Apache Kafka (single node, KRaft) from its Maven Central jars")

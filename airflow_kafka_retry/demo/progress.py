@@ -24,7 +24,7 @@ from rich.text import Text
 from airflow_kafka_retry.demo.account import held_topics
 from airflow_kafka_retry.demo.orders import ALERTS_FILE, read_lines
 from airflow_kafka_retry.engine.scans.backlog import scan_backlog
-from airflow_kafka_retry.testing.airflow_stack import query_metadata
+from airflow_kafka_retry.sandbox.airflow_stack import query_metadata
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.demo.deployment import Deployment

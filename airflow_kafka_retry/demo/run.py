@@ -34,7 +34,7 @@ from airflow_kafka_retry.demo.deployment import LINEAGE_DIR, Deployment
 from airflow_kafka_retry.demo.lineage_graph import read_events, unfinished_runs
 from airflow_kafka_retry.demo.orders import FIX_FLAG, LEDGER_FILE, order_record, read_lines
 from airflow_kafka_retry.demo.progress import ProgressReader, Snapshot, render, xcom_summaries
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -75,7 +75,7 @@ class Demo:
 
     # ------------------------------------------------------------------ the course
     def run(self) -> Account:
-        from airflow_kafka_retry.testing.scratch_topics import create_topics
+        from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
         topology = self.d.topology
         # the shop's topic; the DAG's setup task creates the tiers, DLTs and parking topic

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from airflow_kafka_retry.testing.broker import EmbeddedBroker
-from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
+from airflow_kafka_retry.sandbox.broker import EmbeddedBroker
+from airflow_kafka_retry.sandbox.kafka import QUICK_JIT, ApacheKafka
 
 from tests.conftest import test_broker_kind
 from tests.support.faults_plugin import RESULT

@@ -30,7 +30,7 @@ from tests.support import ledger
 from tests.support.ledger import FaultInput
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
+    from testkit.airflow_postgres import AirflowDatabases
 
 pytestmark = [pytest.mark.slow]
 

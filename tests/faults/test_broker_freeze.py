@@ -196,7 +196,7 @@ def _fence_round(own_broker, config, consumer) -> None:
     from confluent_kafka import KafkaException, Producer, TopicPartition
 
     from airflow_kafka_retry.engine.kafka.clients import init_transactions, producer_config
-    from airflow_kafka_retry.testing.scratch_topics import create_topics
+    from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
     topic, txn_id = f"fence-{uuid.uuid4().hex[:12]}", f"akr-test/fence/{uuid.uuid4().hex[:8]}/0"
     create_topics(own_broker.bootstrap, [topic], 1)
@@ -276,7 +276,7 @@ def test_the_parking_topics_metadata_asked_of_a_frozen_broker_is_retried_not_rep
     from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
     from airflow_kafka_retry.engine.drain import parking_check as parking_module
     from airflow_kafka_retry.engine.drain.options import DrainOptions
-    from airflow_kafka_retry.testing.scratch_topics import create_topics
+    from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
     bootstrap = own_broker.bootstrap
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))

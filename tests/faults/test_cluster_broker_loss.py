@@ -32,7 +32,7 @@ from confluent_kafka import KafkaException
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 
 from tests.conftest import test_broker_kind
 from tests.faults.helpers import options, run_all_tiers
@@ -338,7 +338,7 @@ def test_a_replication_factor_1_topic_is_named_by_ensure_topics_and_topology_sho
     failure by ``ensure_retry_topics`` (the setup task) and by ``topology show --bootstrap``."""
     from airflow_kafka_retry.cli import main
     from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics
-    from airflow_kafka_retry.testing.scratch_topics import create_topics
+    from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
     _heal(cluster)
     topology = ledger.make_fault_topology("cluster-rf1")

@@ -1,6 +1,6 @@
 """A rolling restart of a 3-node Apache Kafka cluster under event-driven tiers run by the real Airflow.
 
-Issue 37, item 3, last case. A 3-node KRaft cluster (``testing/kafka_cluster.py``: RF 3, min ISR 2) and a
+Issue 37, item 3, last case. A 3-node KRaft cluster (``sandbox/kafka_cluster.py``: RF 3, min ISR 2) and a
 real Airflow deployment on PostgreSQL (api-server, scheduler, dag-processor, triggerer, LocalExecutor, as
 ``test_scheduler_events_e2e.py``), with the factory's defaults: the topology one DAG with one watcher
 (``layout="topology"``), whose lanes share the triggerer's one consumer (``shared_watch_consumers``), their
@@ -37,9 +37,9 @@ import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
-from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
+from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.conftest import test_broker_kind
 from tests.integration.test_observability_dag import StatsdListener, parse_statsd

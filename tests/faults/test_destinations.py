@@ -12,7 +12,7 @@ from confluent_kafka import KafkaException, Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.testing.scratch_topics import (
+from airflow_kafka_retry.sandbox.scratch_topics import (
     CLIENT_LOGGER,
     create_topics,
     delete_topics,

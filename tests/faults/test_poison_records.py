@@ -10,7 +10,7 @@ import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.testing.scratch_topics import create_topics
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 from tests.faults.helpers import options, run_all_tiers, totals
 from tests.support import ledger

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.testing.scratch_topics import admin_client, create_topics
+from airflow_kafka_retry.sandbox.scratch_topics import admin_client, create_topics
 
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.support import ledger
 from tests.support.cli_run import run_cli as _cli

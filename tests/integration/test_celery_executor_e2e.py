@@ -1,8 +1,8 @@
 """End to end with the CeleryExecutor: a Celery worker SIGKILLed mid-drain, the task retried on the other.
 
 A real deployment: api-server, scheduler, dag-processor and triggerer, the CeleryExecutor with a private
-Redis as broker (``testing/redis_server.py``), Celery's result backend and Airflow's metadata DB on a
-private PostgreSQL, and two ``airflow celery worker`` processes (``testing/airflow_celery.py``), each
+Redis as broker (``testkit/redis_server.py``), Celery's result backend and Airflow's metadata DB on a
+private PostgreSQL, and two ``airflow celery worker`` processes (``testkit/airflow_celery.py``), each
 naming itself (``[core] hostname_callable``) so the task instance's ``hostname`` says which ran a try.
 The topology (tiers of 5 s and 10 s) runs as its one event-driven DAG; the DAG's ``main`` task plays the
 failing service (every record fails there once). Records are produced four a second, then one a second
@@ -45,10 +45,10 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_celery import CeleryWorkers, alive, celery_env
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.redis_server import RedisServer
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
+from testkit.airflow_celery import CeleryWorkers, alive, celery_env
+from testkit.redis_server import RedisServer
 
 from tests.support import ledger
 from tests.support.timed_airflow import timed_airflow_env

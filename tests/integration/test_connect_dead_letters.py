@@ -18,8 +18,8 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
 
 from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
-from airflow_kafka_retry.testing.kafka_connect import file_sink_with_dlq
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
+from testkit.kafka_connect import file_sink_with_dlq
 
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from confluent_kafka import Message
 
-    from airflow_kafka_retry.testing.kafka_connect import ConnectWorker
+    from testkit.kafka_connect import ConnectWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

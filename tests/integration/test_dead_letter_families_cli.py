@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy import replay_headers as R
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.support import ledger
 from tests.support.cli_run import run_cli as _cli

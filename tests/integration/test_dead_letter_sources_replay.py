@@ -17,9 +17,9 @@ from confluent_kafka import AcknowledgeType, Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.kafka_connect import file_sink_with_dlq
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
-from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER
+from testkit.kafka_connect import file_sink_with_dlq
+from testkit.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs
 
 from tests.support import ledger
 from tests.support.cli_run import run_cli as _cli
@@ -28,8 +28,8 @@ from tests.support.dead_letter_fixtures import read_exactly, unique_name
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-    from airflow_kafka_retry.testing.kafka_connect import ConnectWorker
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
+    from testkit.kafka_connect import ConnectWorker
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

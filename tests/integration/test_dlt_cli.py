@@ -13,7 +13,7 @@ from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy import headers as H, replay_headers as R
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
 from tests.support import ledger

@@ -263,7 +263,7 @@ def test_bad_input_moves_nothing_and_names_the_problem(kafka_bootstrap, filled_o
 
 
 def _exists(bootstrap: str, topic: str) -> bool:
-    from airflow_kafka_retry.testing.scratch_topics import admin_client
+    from airflow_kafka_retry.sandbox.scratch_topics import admin_client
 
     return topic in admin_client(bootstrap).list_topics(timeout=10).topics
 
@@ -323,7 +323,7 @@ def test_an_original_topic_set_by_the_producer_is_never_a_default_target(
 ):
     """Spring keeps a ``kafka_original-topic`` the producer set (so do the tiers); the replay refuses to
     follow it."""
-    from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+    from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
     topology = ledger.make_fault_topology("forged", attempts=2)

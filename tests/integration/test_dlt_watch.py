@@ -15,7 +15,7 @@ from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchError
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger
 

@@ -13,7 +13,7 @@ import pytest
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.testing.broker import EmbeddedBroker
+from airflow_kafka_retry.sandbox.broker import EmbeddedBroker
 
 from tests.support import ledger
 

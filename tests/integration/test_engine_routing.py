@@ -13,7 +13,7 @@ from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger
 
@@ -150,7 +150,7 @@ def test_a_topology_without_its_parking_topic_drains_until_a_record_must_be_park
     """Upgrading a Spring service's topics (main, retry, DLT; no parking topic) breaks no drain that parks
     nothing."""
     from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
-    from airflow_kafka_retry.testing.scratch_topics import create_topics
+    from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
     monkeypatch.setenv("AKR_LEDGER", ledger.ledger_path(tmp_path))
     topology = ledger.make_fault_topology("upgrade", attempts=2)

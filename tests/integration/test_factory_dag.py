@@ -26,8 +26,8 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics
 
 from tests.support import ledger
 from tests.support.factory_dag_files import (

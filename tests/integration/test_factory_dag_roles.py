@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics
 
 from tests.integration.test_factory_dag import (
     PARTITIONS,

@@ -12,7 +12,7 @@ from airflow_kafka_retry.engine.heads.peek import peek_heads
 from airflow_kafka_retry.engine.kafka.clients import open_producer
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.resolver import Destination
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger
 from tests.support.ledger import FaultInput

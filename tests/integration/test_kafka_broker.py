@@ -1,4 +1,4 @@
-"""The Apache Kafka launcher (``testing/kafka.py``): real JVM brokers, their lifecycle and their failures.
+"""The Apache Kafka launcher (``sandbox/kafka.py``): real JVM brokers, their lifecycle and their failures.
 
 Each test here starts its own broker (a few seconds each) because it stops, kills or breaks it; the
 rest of the suite shares one session broker.
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing import kafka_jars
-from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka, KafkaStartError
-from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_jars, find_java, find_mvn
-from airflow_kafka_retry.testing.processes import port_open
-from airflow_kafka_retry.testing.scratch_topics import admin_client
+from airflow_kafka_retry.sandbox import kafka_jars
+from airflow_kafka_retry.sandbox.kafka import QUICK_JIT, ApacheKafka, KafkaStartError
+from airflow_kafka_retry.sandbox.kafka_jars import KafkaJarsError, ensure_kafka_jars, find_java, find_mvn
+from airflow_kafka_retry.sandbox.processes import port_open
+from airflow_kafka_retry.sandbox.scratch_topics import admin_client
 
 from tests.support.broker_cli import broker_cli, cli_env, pid_alive, wait_gone
 
@@ -70,7 +70,7 @@ def test_port_in_use_reports_the_brokers_log() -> None:
 def test_broker_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
     """SIGKILL of the starting process (a test process killed by CI, say) leaves no JVM behind."""
     code = (
-        "from airflow_kafka_retry.testing.kafka import ApacheKafka; import time; "
+        "from airflow_kafka_retry.sandbox.kafka import ApacheKafka; import time; "
         "k = ApacheKafka().start(); print(k.pid, flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=cli_env())
@@ -195,7 +195,7 @@ def test_another_kafka_on_the_port_never_counts_as_ready() -> None:
 
 
 def test_a_warm_up_failure_leaves_no_jvm(monkeypatch: pytest.MonkeyPatch) -> None:
-    from airflow_kafka_retry.testing import kafka
+    from airflow_kafka_retry.sandbox import kafka
 
     broker, pids = ApacheKafka(jvm_options=QUICK_JIT), []
 

@@ -1,4 +1,4 @@
-"""A real 3-node Apache Kafka KRaft cluster (``testing/kafka_cluster.py``): naming, a killed leader, restarts.
+"""A real 3-node Apache Kafka KRaft cluster (``sandbox/kafka_cluster.py``): naming, a killed leader, restarts.
 
 The module starts ONE cluster of its own (module-scoped: kills and restarts would disturb the suite's
 shared broker) and every test leaves it with all three nodes up and in sync, so the order does not matter.
@@ -22,10 +22,10 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
-from airflow_kafka_retry.testing.kafka_roles import coordinator_partition
-from airflow_kafka_retry.testing.processes import port_open
-from airflow_kafka_retry.testing.scratch_topics import (
+from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
+from airflow_kafka_retry.sandbox.kafka_roles import coordinator_partition
+from airflow_kafka_retry.sandbox.processes import port_open
+from airflow_kafka_retry.sandbox.scratch_topics import (
     CLIENT_LOGGER,
     admin_client,
     create_topics,

@@ -23,7 +23,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.heads import offset_reader as reader_module
 from airflow_kafka_retry.engine.heads.offset_reader import OffsetReader, OffsetReaderDied, OffsetReaderStuck
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support.tier_records import commit
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.postgres import PostgresCluster, query
+from airflow_kafka_retry.sandbox.postgres import PostgresCluster, query
 
 pytestmark = pytest.mark.integration
 
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 _STARTER = """
 import sys, time
-from airflow_kafka_retry.testing.postgres import PostgresCluster
+from airflow_kafka_retry.sandbox.postgres import PostgresCluster
 pg = PostgresCluster().start()
 print(pg.pid, pg.log_path.parent, flush=True)
 time.sleep(300)

@@ -33,8 +33,8 @@ from airflow_kafka_retry.engine.logs.redelivery_log_state import log_state
 from airflow_kafka_retry.policy.headers import read_original_coordinates
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.processes import free_port
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, admin_client, create_topics
+from airflow_kafka_retry.sandbox.processes import free_port
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, admin_client, create_topics
 
 from tests.support.dead_letter_fixtures import unique_name
 

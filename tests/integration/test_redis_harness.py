@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from airflow_kafka_retry.testing.redis_server import RedisError, RedisServer
+from testkit.redis_server import RedisError, RedisServer
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def test_server_answers_only_with_its_password_and_stops_without_a_trace():
 def test_another_server_on_the_port_is_not_taken_for_ours(monkeypatch):
     """Readiness is an authenticated PING: a server on the port without our password never counts."""
     with RedisServer() as other:
-        monkeypatch.setattr("airflow_kafka_retry.testing.redis_server.free_port", lambda: other.port)
+        monkeypatch.setattr("testkit.redis_server.free_port", lambda: other.port)
         # ours cannot bind the port the other holds: it exits, or (if it kept running) never answers
         with pytest.raises(RedisError, match="redis-server"):
             RedisServer(startup_timeout=5).start()

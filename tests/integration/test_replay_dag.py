@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.engine.logs.replay_log import log_topic
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies
 from tests.integration.test_spark_operator_dag import REPO, _airflow_env, _json_lines, _xcom
@@ -146,7 +146,7 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
 
 
 def _log(bootstrap: str, topology) -> list:
-    from airflow_kafka_retry.testing.scratch_topics import admin_client
+    from airflow_kafka_retry.sandbox.scratch_topics import admin_client
 
     name = log_topic(topology.dlt_topic)
     return (

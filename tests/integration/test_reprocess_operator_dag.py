@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 
 from tests.integration.test_spark_operator_dag import SECRET, _airflow_env, _json_lines, _xcom
 from tests.support import ledger

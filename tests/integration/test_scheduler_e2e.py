@@ -1,7 +1,7 @@
 """End to end on a real Airflow deployment: factory-built tier DAGs (schedule mode) run by the scheduler.
 
 The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-PostgreSQL, as in production: see airflow_kafka_retry/testing/airflow_stack.py and testing/postgres.py).
+PostgreSQL, as in production: see airflow_kafka_retry/sandbox/airflow_stack.py and sandbox/postgres.py).
 The topology has tiers of 10 s and 20 s; the main topic's DAG (``include_main``) plays the failing
 service: every record fails there once. Records then go through retry-1 and retry-2, and the ones that
 never succeed end in the DLT.
@@ -26,8 +26,8 @@ import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
 from tests.support.timed_airflow import timed_airflow_env

@@ -33,8 +33,8 @@ import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support import ledger
 from tests.support.timed_airflow import timed_airflow_env

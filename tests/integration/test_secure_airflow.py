@@ -37,9 +37,9 @@ from fastapi.testclient import TestClient
 from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.client_names import watch_group
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
-from airflow_kafka_retry.testing.kafka_secure import ADMIN
-from airflow_kafka_retry.testing.scratch_topics import create_topics
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.sandbox.kafka_secure import ADMIN
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 from tests.support import ledger
 from tests.support.timed_stream import dlt_coordinates, json_column, watched_dead_letters

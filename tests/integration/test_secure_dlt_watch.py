@@ -23,7 +23,7 @@ from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.client_names import watch_group
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import create_topics
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 from tests.support import ledger
 

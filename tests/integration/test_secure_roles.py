@@ -21,7 +21,7 @@ from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.client_names import replay_log_name
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import delete_topics
+from airflow_kafka_retry.sandbox.scratch_topics import delete_topics
 
 from tests.support import ledger
 from tests.support.cli_run import run_cli

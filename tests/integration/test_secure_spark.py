@@ -39,7 +39,7 @@ from airflow_kafka_retry.spark.submit import (
     spark_app_environment,
     spark_submit_command,
 )
-from airflow_kafka_retry.testing.spark_cluster import SparkCluster
+from testkit.spark_cluster import SparkCluster
 
 from tests.integration.test_spark_app import OPTIONS, SPARK_CONF, SPARK_ENV, SparkEnvWatcher
 from tests.integration.test_spark_standalone import cluster_conf, executor_dirs, web_json
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.policy.topology import Tier
-    from airflow_kafka_retry.testing.kafka_secure import SecureKafka
+    from airflow_kafka_retry.sandbox.kafka_secure import SecureKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

@@ -17,15 +17,15 @@ import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, AcknowledgeType, Producer
 from confluent_kafka.admin import ConfigResource, ResourceType
 
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, admin_client, create_topics
-from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, admin_client, create_topics
+from testkit.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs
 
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -29,7 +29,7 @@ from airflow_kafka_retry.policy.headers import (
     last_header,
 )
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
 
 pytestmark = [pytest.mark.integration]
 

@@ -5,7 +5,7 @@ A real ``ShareConsumer`` rejects the records of some keys on their first rounds;
 to ``dlq.<group>`` (key and value copied, headers not); a topology with ``input: {family: share-group}``
 and ``on_due: redeliver`` drains that DLQ into its tiers, which wait their back-off and redeliver each record
 to its source partition with its round in ``retry_topic-attempts``; the share consumer takes it again. The
-tier runs are driven in a loop here, with the local engine (``testing/share_retry.drain_share_topology``).
+tier runs are driven in a loop here, with the local engine (``testkit/share_retry.drain_share_topology``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
 from airflow_kafka_retry.policy.headers import read_original_coordinates
 from airflow_kafka_retry.policy.share_redelivery import entry_key
 from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics
-from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, set_group_configs
-from airflow_kafka_retry.testing.share_retry import (
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
+from testkit.share_groups import DLQ_PREFIX, set_group_configs
+from testkit.share_retry import (
     RETRIED_GROUP_CONFIGS,
     ShareQueue,
     drain_share_topology,
@@ -35,7 +35,7 @@ from airflow_kafka_retry.testing.share_retry import (
 from tests.support.dead_letter_fixtures import read_exactly, unique_name
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ A DAG file calls ``build_retry_dags`` on an ``on_due: redeliver`` topology with 
 runs it. A real ``ShareConsumer`` rejects records on their first rounds; the broker dead-letters them to
 ``dlq.<group>``; the topology's watcher (in the triggerer) fires the DAG's ``main`` task when the DLQ has
 records and its ``retry_<n>`` tasks when a tier's records fall due; those redeliver each record to its source
-partition with its round, and the share consumer takes it again (``testing/share_retry_airflow.py``).
+partition with its round, and the share consumer takes it again (``testkit/share_retry_airflow.py``).
 
 Checked: every round's delivery in order (the rounds carried across the DLQ by the redelivery log), none
 redelivered before its due time, each back on its source partition, every record accepted once or in the
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from airflow_kafka_retry.policy.headers import read_original_coordinates
-from airflow_kafka_retry.testing.share_retry_airflow import load_average, share_retries_in_airflow
+from testkit.share_retry_airflow import load_average, share_retries_in_airflow
 
 from tests.support.dead_letter_fixtures import read_exactly
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(420)]
 

@@ -15,8 +15,8 @@ import pytest
 
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch, HeadWatchError
 from airflow_kafka_retry.engine.heads.shared_consumer import SharedConsumer, share_key, shared_consumers
-from airflow_kafka_retry.testing.broker import EmbeddedBroker
-from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+from airflow_kafka_retry.sandbox.broker import EmbeddedBroker
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.support.fork_check import assert_children_exit_cleanly
 from tests.support.tier_records import commit, produce
@@ -186,7 +186,7 @@ import os, subprocess, sys
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 watch = HeadWatch({"bootstrap.servers": sys.argv[1]}, [sys.argv[2]], "fork-check", shared=True)
 assert watch.shared
-# a preexec_fn runs the at-fork hooks in the child before its exec (as testing/postgres.py does)
+# a preexec_fn runs the at-fork hooks in the child before its exec (as sandbox/postgres.py does)
 done = subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=False)
 print("preexec child:", done.returncode)
 pid = os.fork()

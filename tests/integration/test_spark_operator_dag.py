@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF, SparkEnvWatcher, describe_process
 from tests.support import ledger

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 
 from tests.integration.test_reprocess_operator_dag import _airflow, _asset_events, _states
 from tests.integration.test_spark_app import PARTITIONS, SPARK_CONF

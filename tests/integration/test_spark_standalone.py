@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
-from airflow_kafka_retry.testing.processes import free_port
-from airflow_kafka_retry.testing.spark_cluster import SparkCluster, SparkClusterError
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.processes import free_port
+from testkit.spark_cluster import SparkCluster, SparkClusterError
 
 from tests.integration.test_spark_app import SparkEnvWatcher
 from tests.integration.test_spark_operator_dag import SECRET as AIRFLOW_SECRET, _airflow_env, _json_lines

@@ -19,7 +19,7 @@ import yaml
 
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger
 

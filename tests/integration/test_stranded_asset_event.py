@@ -25,8 +25,8 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import json_column, read_ledger

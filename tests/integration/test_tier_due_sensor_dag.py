@@ -33,8 +33,8 @@ import yaml
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.integration.test_spark_operator_dag import _airflow_env, _json_lines, _xcom
 from tests.support import ledger

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 from airflow_kafka_retry.triggers.tier_due import TierDueTrigger
 
 from tests.support.tier_records import commit, produce

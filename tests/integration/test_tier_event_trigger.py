@@ -14,7 +14,7 @@ import time
 import pytest
 
 from airflow_kafka_retry.policy.waves import Wave
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY, DltArrivalEventTrigger, TierDueEventTrigger
 
 from tests.support.tier_records import commit, produce

@@ -13,7 +13,7 @@ from unittest import mock
 
 import pytest
 
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
 from airflow_kafka_retry.triggers.topology_lanes import LANES_KEY

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
 pytestmark = [pytest.mark.integration]
 REPO = Path(__file__).parents[2]

@@ -30,8 +30,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
-from airflow_kafka_retry.testing.airflow_stack import seed_metadata_db
-from airflow_kafka_retry.testing.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.support.warm_airflow import run_airflow
 

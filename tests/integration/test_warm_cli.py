@@ -1,4 +1,4 @@
-"""``WarmAirflowCli`` (``testing/warm_cli.py``): ``airflow`` commands in one long-lived Airflow process.
+"""``WarmAirflowCli`` (``sandbox/warm_cli.py``): ``airflow`` commands in one long-lived Airflow process.
 
 It stands in for ``subprocess.run(["airflow", ...])`` in the tests and the fast demo, so it must give what
 that gives: each command's own exit code, stdout and stderr, structured output (``-o json``) free of log
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_stack import airflow_env, seed_metadata_db
-from airflow_kafka_retry.testing.warm_cli import WarmAirflowCli
+from airflow_kafka_retry.sandbox.airflow_stack import airflow_env, seed_metadata_db
+from airflow_kafka_retry.sandbox.warm_cli import WarmAirflowCli
 
 pytestmark = [pytest.mark.integration]
 

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 from airflow_kafka_retry.engine.kafka import metadata_client as metadata_registry
 from airflow_kafka_retry.engine.kafka.metadata_client import metadata_client
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support.fork_check import assert_children_exit_cleanly
 from tests.support.tier_records import produce
@@ -77,7 +77,7 @@ from airflow_kafka_retry.engine.kafka.clients import partition_counts
 from airflow_kafka_retry.engine.kafka.metadata_client import metadata_client
 config = {"bootstrap.servers": sys.argv[1]}
 assert partition_counts(metadata_client(config), [sys.argv[2]]) == {sys.argv[2]: 1}
-# a preexec_fn runs the at-fork hooks in the child before its exec (as testing/postgres.py does)
+# a preexec_fn runs the at-fork hooks in the child before its exec (as sandbox/postgres.py does)
 done = subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=False)
 print("preexec child:", done.returncode)
 pid = os.fork()

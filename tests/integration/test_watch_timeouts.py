@@ -22,8 +22,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from airflow_kafka_retry.engine.heads.shared_consumer import Lease, lease
-from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
-from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+from airflow_kafka_retry.sandbox.kafka import QUICK_JIT, ApacheKafka
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.conftest import test_broker_kind
 from tests.integration.test_tier_event_trigger import WAIT_S, _Running

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
+from airflow_kafka_retry.sandbox.kafka import QUICK_JIT, ApacheKafka
 
 from tests.conftest import test_broker_kind
 from tests.interop.spring_app import FLAVOURS, spring_jar

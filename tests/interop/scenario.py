@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import airflow_env
+from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
 
 from tests.support.warm_airflow import run_airflow
 

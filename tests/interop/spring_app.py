@@ -22,7 +22,7 @@ from typing import Self
 
 import pytest
 
-from airflow_kafka_retry.testing.processes import ManagedProcess
+from airflow_kafka_retry.sandbox.processes import ManagedProcess
 
 APP_DIR = Path(__file__).parents[2] / "interop" / "spring-orders-service"
 FLAVOURS = {"boot4": "Spring Boot 4.0.7, spring-kafka 4.0", "boot3": "Spring Boot 3.5.7, spring-kafka 3.3"}

@@ -29,7 +29,7 @@ import pytest
 import yaml
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.interop import scenario as S
 from tests.interop.spring_app import SpringService

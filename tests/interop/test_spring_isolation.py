@@ -30,7 +30,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.testing.scratch_topics import create_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.interop import scenario as S
 from tests.interop.spring_app import SpringService, spring_jar

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from airflow_kafka_retry.testing import share_groups
-from airflow_kafka_retry.testing.kafka_connect import ConnectWorker, ensure_connect_jars
-from airflow_kafka_retry.testing.kafka_jars import KafkaJarsError, ensure_kafka_jars
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
+from airflow_kafka_retry.sandbox.kafka_jars import KafkaJarsError, ensure_kafka_jars
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER
+from testkit import share_groups
+from testkit.kafka_connect import ConnectWorker, ensure_connect_jars
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
 
 #: What Maven prints when it cannot reach the repository (as opposed to an artifact that is not there).
 _UNREACHABLE = re.compile(

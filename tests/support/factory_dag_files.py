@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import airflow_env
-from airflow_kafka_retry.testing.scratch_topics import unique_topic
+from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
+from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support.ledger import HANDLER_MODULE
 

@@ -95,7 +95,7 @@ def _maybe_delete_topic() -> None:
             time.sleep(0.05)
         return
     os.close(fd)
-    from airflow_kafka_retry.testing.scratch_topics import delete_topics
+    from airflow_kafka_retry.sandbox.scratch_topics import delete_topics
 
     delete_topics(os.environ["AKR_DELETE_BOOTSTRAP"], [topic])
     with open(done, "w"):

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_retry.testing.broker import bootstrap_from_env
-from airflow_kafka_retry.testing.kafka_jars import pinned_version
+from airflow_kafka_retry.sandbox.broker import bootstrap_from_env
+from airflow_kafka_retry.sandbox.kafka_jars import pinned_version
 
 from tests.conftest import test_broker_kind
 from tests.support import faults_doc
@@ -35,7 +35,7 @@ _COLLECTED = pytest.StashKey[set[str]]()
 
 def kafka_broker_name() -> str:
     """How docs/faults.md names the broker of a default run (the one it is committed from)."""
-    return f"Apache Kafka {pinned_version()} (single node, KRaft; `testing/kafka.py`)"
+    return f"Apache Kafka {pinned_version()} (single node, KRaft; `sandbox/kafka.py`)"
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,7 +1,7 @@
 """PostgreSQL fixtures (a pytest plugin, loaded by tests/conftest.py).
 
 * ``postgres`` -- one private PostgreSQL server per test session (Debian's ``postgresql`` package,
-  ``airflow_kafka_retry/testing/postgres.py``), stopped at the end of the session.
+  ``airflow_kafka_retry/sandbox/postgres.py``), stopped at the end of the session.
 * ``airflow_databases`` -- Airflow metadata databases on it; ``airflow db migrate`` runs once, into a
   template, on first use.
 * ``airflow_database_url`` -- a fresh migrated metadata DB for one test (pass it to ``airflow_env(...,
@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_postgres import AirflowDatabases
-from airflow_kafka_retry.testing.postgres import PostgresCluster
+from airflow_kafka_retry.sandbox.postgres import PostgresCluster
+from testkit.airflow_postgres import AirflowDatabases
 
 
 def pytest_report_header(config: pytest.Config) -> str:

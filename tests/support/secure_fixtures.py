@@ -1,7 +1,7 @@
 """
 Fixtures for the secured broker (issue 48): SASL_SSL SCRAM-SHA-512 over TLS, ACLs enforced.
 
-* ``secure_kafka`` -- a :class:`~airflow_kafka_retry.testing.kafka_secure.SecureKafka` (session scope: one
+* ``secure_kafka`` -- a :class:`~airflow_kafka_retry.sandbox.kafka_secure.SecureKafka` (session scope: one
   per xdist worker that runs such a test, about 6 s; the suite's plain broker is not touched).
 * ``role_users`` -- fresh users, one per role of ``policy/acl.py`` (``tiers-1a2b3c4d``...), for one test: ACLs
   granted in one test never help another.
@@ -18,8 +18,8 @@ import pytest
 
 from airflow_kafka_retry.engine.kafka.acl_admin import apply_acls
 from airflow_kafka_retry.policy.acl import ROLES, AclBinding
-from airflow_kafka_retry.testing.kafka import QUICK_JIT
-from airflow_kafka_retry.testing.kafka_secure import ADMIN, SecureKafka
+from airflow_kafka_retry.sandbox.kafka import QUICK_JIT
+from airflow_kafka_retry.sandbox.kafka_secure import ADMIN, SecureKafka
 
 
 @pytest.fixture(scope="session")

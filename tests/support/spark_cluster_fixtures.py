@@ -1,7 +1,7 @@
 """Spark standalone cluster fixtures (a pytest plugin, loaded by tests/conftest.py).
 
 * ``spark_cluster`` -- one Spark standalone cluster (a master, two workers of 1 core and 1 GB,
-  ``airflow_kafka_retry/testing/spark_cluster.py``) per test module, stopped after the module: the
+  ``testkit/spark_cluster.py``) per test module, stopped after the module: the
   integration tests share one; the fault tests, which kill its executors and workers, get their own.
   Its start time goes to the terminal summary (speed targets live in ``bench/``, not in assertions).
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_kafka_retry.testing.spark_cluster import SparkCluster
+from testkit.spark_cluster import SparkCluster
 
 _STARTS_KEY = pytest.StashKey[list[str]]()
 

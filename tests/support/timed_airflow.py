@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from airflow_kafka_retry.testing.airflow_stack import airflow_env
+from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
 
 REPO = Path(__file__).parents[2]
 

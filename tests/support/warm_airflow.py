@@ -1,4 +1,4 @@
-"""``airflow`` commands of the tests, each test's Airflow started once (see ``testing/warm_cli.py``).
+"""``airflow`` commands of the tests, each test's Airflow started once (see ``sandbox/warm_cli.py``).
 
 ``run_airflow(env, *args)`` is ``subprocess.run(["airflow", *args], env=env, cwd=REPO, ...)`` without the
 Airflow start-up after the first command of an ``AIRFLOW_HOME``: about 4 s of CPU per command, and about 14 s
@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from airflow_kafka_retry.testing.warm_cli import WarmAirflowCli
+from airflow_kafka_retry.sandbox.warm_cli import WarmAirflowCli
 
 REPO = Path(__file__).parents[2]
 _RUNNING: dict[str, WarmAirflowCli] = {}

@@ -1,4 +1,4 @@
-"""``testing/airflow_celery.py`` without Airflow or a broker: its settings, and a worker's kill.
+"""``testkit/airflow_celery.py`` without Airflow or a broker: its settings, and a worker's kill.
 
 The kill is checked on a fake worker (a shell that forks one child into its own process group, as the task
 supervisor does with a task, and one into the worker's): every process it forked is gone when
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_celery import (
+from airflow_kafka_retry.sandbox.processes import ManagedProcess
+from testkit.airflow_celery import (
     CeleryWorkers,
     alive,
     celery_env,
     descendants,
     result_backend,
 )
-from airflow_kafka_retry.testing.processes import ManagedProcess
 
 PG = "postgresql+psycopg2://airflow:secret@127.0.0.1:5432/airflow_1"
 

@@ -1,4 +1,4 @@
-"""``AirflowCluster`` (``testing/airflow_stack.py``) leaves no process behind on a failure (issue 38 item 13).
+"""``AirflowCluster`` (``sandbox/airflow_stack.py``) leaves no process behind on a failure (issue 38 item 13).
 
 The components are a fake ``airflow`` (a shell script: the api-server is Python's ``http.server`` on the
 deployment's port, every other component sleeps), so these run in a second, with no Airflow.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster
-from airflow_kafka_retry.testing.processes import ManagedProcess, free_port
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
+from airflow_kafka_retry.sandbox.processes import ManagedProcess, free_port
 
 FAKE_AIRFLOW = """#!/bin/sh
 echo $$ > "$AIRFLOW_HOME/$1.pid"

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from airflow_kafka_retry.testing import capabilities as C
-from airflow_kafka_retry.testing.capabilities import (
+from testkit import capabilities as C
+from testkit.capabilities import (
     CAPABILITIES,
     BrokerCapabilities,
     CapabilityProbeError,

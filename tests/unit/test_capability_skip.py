@@ -11,7 +11,7 @@ from xml.etree import ElementTree
 
 import pytest
 
-from airflow_kafka_retry.testing.capabilities import (
+from testkit.capabilities import (
     CAPABILITIES,
     TANSU_DELETE_RECORDS_REASON,
     BrokerCapabilities,
@@ -294,7 +294,7 @@ import os
 import pytest
 
 import tests.conftest as repo
-from airflow_kafka_retry.testing.capabilities import CapabilityProbeError
+from testkit.capabilities import CapabilityProbeError
 from tests.conftest import (_skip_without_capability, broker_capabilities, pytest_configure,  # noqa: F401
                             pytest_terminal_summary, requires_capability)
 from tests.unit.test_capability_skip import TANSU_LIKE

@@ -243,7 +243,7 @@ def test_cluster_now_names_the_brokers_that_do_not_answer(monkeypatch: pytest.Mo
     from types import SimpleNamespace
 
     from airflow_kafka_retry.engine.drain import supervisor as supervised
-    from airflow_kafka_retry.testing.processes import free_port
+    from airflow_kafka_retry.sandbox.processes import free_port
 
     class Admin:
         def __init__(self, config: object) -> None:

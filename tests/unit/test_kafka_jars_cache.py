@@ -1,4 +1,4 @@
-"""The Kafka launcher's jar cache (``testing/kafka_jars``) with concurrent resolves (issue 38 item 13).
+"""The Kafka launcher's jar cache (``sandbox/kafka_jars``) with concurrent resolves (issue 38 item 13).
 
 Parallel test workers, a benchmark and the demo may resolve the same version at once. A complete cache is
 never deleted (another process may be running a broker from it); a resolve that finds one already in
@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.testing import kafka_jars
+from airflow_kafka_retry.sandbox import kafka_jars
 
 if TYPE_CHECKING:
     import pytest

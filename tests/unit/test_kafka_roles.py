@@ -1,5 +1,5 @@
 """
-Kafka's coordinator hash (``testing/kafka_roles.py``) against values Java computes.
+Kafka's coordinator hash (``sandbox/kafka_roles.py``) against values Java computes.
 
 The expected values were printed by OpenJDK 17's ``String.hashCode()`` and Kafka 4.1.2's ``Utils.abs``.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.testing.kafka_roles import (
+from airflow_kafka_retry.sandbox.kafka_roles import (
     _uvarint,
     coordinator_partition,
     java_string_hashcode,

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from airflow_kafka_retry.testing.processes import ManagedProcess
+from airflow_kafka_retry.sandbox.processes import ManagedProcess
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

@@ -40,7 +40,7 @@ def _covered() -> set[Path]:
 
 def test_the_package_has_data_files():
     names = {p.name for p in _data_files()}
-    assert {"pom.xml", "connect-pom.xml", "index.html"} <= names, names
+    assert {"pom.xml", "index.html"} <= names, names
 
 
 def test_every_non_python_file_of_the_package_is_package_data():

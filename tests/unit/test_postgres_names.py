@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.testing.postgres import PostgresCluster
+from airflow_kafka_retry.sandbox.postgres import PostgresCluster
 
 
 @pytest.mark.parametrize("name", ['x" WITH (FORCE); DROP DATABASE "postgres', "Bad-Name", "", "a" * 64])

@@ -17,7 +17,7 @@ from airflow_kafka_retry.engine.logs.redelivery_log import (
 )
 from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
-from airflow_kafka_retry.testing.processes import free_port
+from airflow_kafka_retry.sandbox.processes import free_port
 
 NOW = 1_800_000_000_000
 KEY_A, KEY_B, KEY_C = (entry_key(("orders", 0, n)) for n in (1, 2, 3))

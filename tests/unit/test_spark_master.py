@@ -6,12 +6,12 @@ import socket
 
 import pytest
 
+from airflow_kafka_retry.sandbox.processes import free_port
 from airflow_kafka_retry.spark.master import (
     SparkMasterUnreachableError,
     check_master_answers,
     master_addresses,
 )
-from airflow_kafka_retry.testing.processes import free_port
 
 
 @pytest.mark.parametrize(

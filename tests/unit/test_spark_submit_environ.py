@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.sandbox.processes import free_port
 from airflow_kafka_retry.spark.master import SparkMasterUnreachableError
 from airflow_kafka_retry.spark.submit import run_spark_submit
 from airflow_kafka_retry.spark.transport import UnencryptedSecretsError
-from airflow_kafka_retry.testing.processes import free_port
 
 PROTECTED = "spark.authenticate true\nspark.network.crypto.enabled true\n"
 

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 log = logging.getLogger(__name__)
 
 #: librdkafka's own log lines (disconnects etc.) go here instead of the test's stderr.
-CLIENT_LOGGER = logging.getLogger("airflow_kafka_retry.testing.rdkafka")
+CLIENT_LOGGER = logging.getLogger("airflow_kafka_retry.sandbox.rdkafka")
 
 _ILLEGAL = re.compile(r"[^a-zA-Z0-9._-]+")
 

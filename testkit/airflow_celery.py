@@ -1,5 +1,5 @@
 """
-Airflow's CeleryExecutor for a deployment of ``testing/airflow_stack.py``: its settings and its workers.
+Airflow's CeleryExecutor for a deployment of ``sandbox/airflow_stack.py``: its settings and its workers.
 
 :func:`celery_env` is what every process of the deployment adds to its environment (with
 ``airflow_env(..., executor="CeleryExecutor")``): the broker (a :class:`~.redis_server.RedisServer`'s
@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, stop_all
+from airflow_kafka_retry.sandbox.processes import ManagedProcess, NotReady, stop_all
 
 __all__ = ["CeleryWorkers", "celery_env", "descendants", "result_backend"]
 

@@ -25,7 +25,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import OffsetSpec
 
 from airflow_kafka_retry.engine.kafka.clients import init_transactions
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, admin_client
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, admin_client
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 A private Redis server for tests (the CeleryExecutor's broker), from Debian's ``redis-server`` package.
 
 ``RedisServer()`` is a context manager: ``redis-server`` on a free loopback port, its working directory a
-new ``0700`` temporary directory, run under :class:`~airflow_kafka_retry.testing.processes.ManagedProcess`
+new ``0700`` temporary directory, run under :class:`~airflow_kafka_retry.sandbox.processes.ManagedProcess`
 (its own process group, killed with the process that started it, stopped at interpreter exit). Every
 command needs a password (``requirepass``): a random secret per server (:attr:`RedisServer.password`),
 written to the ``0600`` configuration file the server reads, never on a command line (``ps`` shows
@@ -22,8 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from airflow_kafka_retry.testing.loopback_server import LoopbackServer
-from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, ProcessExited, free_port, register
+from airflow_kafka_retry.sandbox.loopback_server import LoopbackServer
+from airflow_kafka_retry.sandbox.processes import ManagedProcess, NotReady, ProcessExited, free_port, register
 
 if TYPE_CHECKING:
     import redis

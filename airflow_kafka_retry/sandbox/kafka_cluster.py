@@ -22,9 +22,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.testing.kafka import warm_up
-from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, find_java, pinned_version
-from airflow_kafka_retry.testing.kafka_node import (
+from airflow_kafka_retry.sandbox.kafka import warm_up
+from airflow_kafka_retry.sandbox.kafka_jars import ensure_kafka_jars, find_java, pinned_version
+from airflow_kafka_retry.sandbox.kafka_node import (
     QUICK_JIT,
     KafkaNode,
     KafkaStartError,
@@ -34,8 +34,8 @@ from airflow_kafka_retry.testing.kafka_node import (
     new_cluster_id,
     stop_nodes,
 )
-from airflow_kafka_retry.testing.kafka_roles import ClusterRoles, out_of_isr
-from airflow_kafka_retry.testing.processes import register, unregister
+from airflow_kafka_retry.sandbox.kafka_roles import ClusterRoles, out_of_isr
+from airflow_kafka_retry.sandbox.processes import register, unregister
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -238,7 +238,7 @@ class ApacheKafkaCluster(ClusterRoles):
     # ------------------------------------------------------------------ who does what (ClusterRoles)
     def admin(self) -> AdminClient:
         """An admin client bootstrapped from the running nodes (one per set of them)."""
-        from airflow_kafka_retry.testing.scratch_topics import admin_client
+        from airflow_kafka_retry.sandbox.scratch_topics import admin_client
 
         bootstrap = ",".join(self.bootstrap_of(i) for i in self.running_nodes if i not in self._frozen)
         if not bootstrap:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, read_attempts, read_due_ms
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary

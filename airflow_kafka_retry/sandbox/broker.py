@@ -21,7 +21,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.testing.processes import (
+from airflow_kafka_retry.sandbox.processes import (
     ManagedProcess,
     NotReady,
     ProcessExited,
@@ -33,8 +33,8 @@ from airflow_kafka_retry.testing.processes import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.kafka import ApacheKafka
-    from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+    from airflow_kafka_retry.sandbox.kafka import ApacheKafka
+    from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 
 log = logging.getLogger(__name__)
 
@@ -291,16 +291,16 @@ def run_broker_cli(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     broker: EmbeddedBroker | ApacheKafka | ApacheKafkaCluster
     if kafka and nodes > 1:
-        from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+        from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 
         broker, name = ApacheKafkaCluster(nodes), f"Apache Kafka cluster of {nodes} nodes:"
     elif kafka and secure:
-        from airflow_kafka_retry.testing.kafka_secure import SecureKafka
+        from airflow_kafka_retry.sandbox.kafka_secure import SecureKafka
 
         broker = SecureKafka(users=users)
         name = "Apache Kafka (SASL_SSL SCRAM-SHA-512, ACLs enforced)"
     elif kafka:
-        from airflow_kafka_retry.testing.kafka import ApacheKafka
+        from airflow_kafka_retry.sandbox.kafka import ApacheKafka
 
         broker, name = ApacheKafka(port=port), "Apache Kafka"
     else:
@@ -332,7 +332,7 @@ def run_broker_cli(
 
 def _print_secure(broker: object) -> None:
     """A secured broker's client configuration files (their paths: the passwords stay in them)."""
-    from airflow_kafka_retry.testing.kafka_secure import SecureKafka
+    from airflow_kafka_retry.sandbox.kafka_secure import SecureKafka
 
     if isinstance(broker, SecureKafka):
         for user in broker.users:
@@ -345,7 +345,7 @@ def _print_secure(broker: object) -> None:
 
 
 def _where(broker: EmbeddedBroker | ApacheKafka | ApacheKafkaCluster) -> str:
-    from airflow_kafka_retry.testing.kafka_cluster import ApacheKafkaCluster
+    from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 
     if isinstance(broker, ApacheKafkaCluster):
         return ", ".join(f"node {i} pid {broker.pid_of(i)} log {broker.log_path(i)}" for i in broker.node_ids)

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-_SERVER = "airflow_kafka_retry.testing.warm_cli"
+_SERVER = "airflow_kafka_retry.sandbox.warm_cli"
 
 
 class WarmAirflowCli:

@@ -39,8 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
-from airflow_kafka_retry.testing.loopback_server import LoopbackServer
-from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, ProcessExited, free_port, register
+from airflow_kafka_retry.sandbox.loopback_server import LoopbackServer
+from airflow_kafka_retry.sandbox.processes import ManagedProcess, NotReady, ProcessExited, free_port, register
 
 log = logging.getLogger(__name__)
 

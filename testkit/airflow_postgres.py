@@ -1,5 +1,5 @@
 """
-Airflow metadata databases on a :class:`~airflow_kafka_retry.testing.postgres.PostgresCluster`.
+Airflow metadata databases on a :class:`~airflow_kafka_retry.sandbox.postgres.PostgresCluster`.
 
 ``airflow db migrate`` takes tens of seconds, so it runs once per server, into a template database;
 each Airflow deployment then gets a fresh copy of it (``CREATE DATABASE ... TEMPLATE``, a file copy
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.postgres import PostgresCluster
+    from airflow_kafka_retry.sandbox.postgres import PostgresCluster
 
 TEMPLATE = "airflow_template"
 
@@ -45,7 +45,7 @@ class AirflowDatabases:
             return self.pg.create_database(name or f"airflow_{uuid.uuid4().hex[:12]}", template=TEMPLATE)
 
     def _migrate_template(self) -> None:
-        from airflow_kafka_retry.testing.airflow_stack import airflow_env
+        from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
 
         url = self.pg.create_database(TEMPLATE)
         with tempfile.TemporaryDirectory(prefix="airflow-kafka-retry-migrate-") as home:

@@ -6,7 +6,7 @@ The version is pinned in this package's ``pom.xml``. ``ensure_kafka_jars()`` run
 marker when the copy is whole; later calls find the marker and run nothing. The directory name carries
 a hash of the pom, so a changed pom (another dependency, say) never reuses an older copy. The cache is
 ``$AIRFLOW_KAFKA_RETRY_CACHE`` or ``~/.cache/airflow-kafka-retry``. ``ensure_jars`` does the same for any
-other pom (the Kafka Connect worker's, ``testing/kafka_connect``).
+other pom (the Kafka Connect worker's, ``testkit/kafka_connect``).
 
 Every missing prerequisite is an error that names it and how to get it: no ``java`` or one older
 than 17, no ``mvn``, or a Maven run that fails (Maven Central unreachable, say), with Maven's last

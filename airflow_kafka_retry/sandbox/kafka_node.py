@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.testing.processes import (
+from airflow_kafka_retry.sandbox.processes import (
     ManagedProcess,
     ProcessExited,
     free_port,
@@ -226,7 +226,7 @@ class KafkaNode:
         """
         from confluent_kafka import KafkaException
 
-        from airflow_kafka_retry.testing.scratch_topics import admin_client
+        from airflow_kafka_retry.sandbox.scratch_topics import admin_client
 
         if self.process is None or not self.process.running:
             code = self.process.returncode if self.process is not None else None

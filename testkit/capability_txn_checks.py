@@ -28,7 +28,7 @@ from confluent_kafka import (
 )
 
 from airflow_kafka_retry.engine.kafka.clients import init_transactions
-from airflow_kafka_retry.testing.capability_checks import (
+from testkit.capability_checks import (
     delivered_offsets,
     probe_consumer,
     probe_producer,

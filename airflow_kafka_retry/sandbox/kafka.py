@@ -28,8 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from airflow_kafka_retry.testing.kafka_jars import ensure_kafka_jars, find_java, pinned_version
-from airflow_kafka_retry.testing.kafka_node import (
+from airflow_kafka_retry.sandbox.kafka_jars import ensure_kafka_jars, find_java, pinned_version
+from airflow_kafka_retry.sandbox.kafka_node import (
     QUICK_JIT,
     KafkaNode,
     KafkaStartError,
@@ -37,7 +37,7 @@ from airflow_kafka_retry.testing.kafka_node import (
     new_cluster_id,
     server_properties,
 )
-from airflow_kafka_retry.testing.processes import NotReady, ProcessExited, free_port, register, unregister
+from airflow_kafka_retry.sandbox.processes import NotReady, ProcessExited, free_port, register, unregister
 
 __all__ = [
     "DEFAULT_HEAP",
@@ -259,7 +259,7 @@ def warm_up(bootstrap: str, timeout: float) -> None:
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
     from airflow_kafka_retry.engine.kafka.clients import coordinator_busy, init_transactions
-    from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER
+    from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER
 
     common = {"bootstrap.servers": bootstrap, "logger": CLIENT_LOGGER}
     deadline = time.monotonic() + timeout

@@ -3,9 +3,9 @@ Back-off retries of a real share group, run by a real Airflow deployment (the e2
 
 :func:`share_retries_in_airflow` writes an ``on_due: redeliver`` topology over a fresh source topic and
 share group, and a DAG file that builds its DAG with ``build_retry_dags`` and nothing else (no handler, no
-``include_main``); it starts Airflow (``testing/airflow_stack.py``: api-server, scheduler, dag-processor,
+``include_main``); it starts Airflow (``sandbox/airflow_stack.py``: api-server, scheduler, dag-processor,
 triggerer, LocalExecutor), waits for the topology's watcher to run the DAG's ``ensure_topics``, then
-produces the records while a real ``ShareConsumer`` (:class:`~airflow_kafka_retry.testing.share_retry.
+produces the records while a real ``ShareConsumer`` (:class:`~testkit.share_retry.
 ShareQueue`) accepts or rejects each delivery as ``plan`` says. Every tier run after that is one the
 watcher fired. It returns when every record has ended (accepted, or in the DLT), or when ``deadline_s``
 passes (the caller's assertions then say what is missing).
@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.testing.airflow_stack import AirflowCluster, airflow_env
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
-from airflow_kafka_retry.testing.share_groups import DLQ_PREFIX, set_group_configs
-from airflow_kafka_retry.testing.share_retry import RETRIED_GROUP_CONFIGS, Delivery, ShareQueue
+from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster, airflow_env
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
+from testkit.share_groups import DLQ_PREFIX, set_group_configs
+from testkit.share_retry import RETRIED_GROUP_CONFIGS, Delivery, ShareQueue
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology import Topology
 
 DAG_FILE = '''
-"""Written by airflow_kafka_retry/testing/share_retry_airflow.py."""
+"""Written by testkit/share_retry_airflow.py."""
 from airflow_kafka_retry import build_retry_dags
 
 globals().update(

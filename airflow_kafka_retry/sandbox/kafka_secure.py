@@ -1,7 +1,7 @@
 """
 A secured single-node Apache Kafka: SASL_SSL with SCRAM-SHA-512 over TLS, ACLs enforced, users per role.
 
-``SecureKafka()`` is :class:`~airflow_kafka_retry.testing.kafka.ApacheKafka` (same jars, lifecycle and
+``SecureKafka()`` is :class:`~airflow_kafka_retry.sandbox.kafka.ApacheKafka` (same jars, lifecycle and
 readiness) with:
 
 * a throw-away CA and a broker certificate for ``IP:127.0.0.1`` made with ``openssl``, the key in a PKCS12
@@ -32,11 +32,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.testing.kafka import ApacheKafka, KafkaStartError
-from airflow_kafka_retry.testing.processes import free_port
+from airflow_kafka_retry.sandbox.kafka import ApacheKafka, KafkaStartError
+from airflow_kafka_retry.sandbox.processes import free_port
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.testing.kafka_node import KafkaNode
+    from airflow_kafka_retry.sandbox.kafka_node import KafkaNode
 
 MECHANISM = "SCRAM-SHA-512"
 ADMIN = "admin"
@@ -108,7 +108,7 @@ class SecureKafka(ApacheKafka):
     """
     A single-node Apache Kafka that authenticates (SCRAM-SHA-512 over TLS) and authorizes (ACLs).
 
-    Other parameters: :class:`~airflow_kafka_retry.testing.kafka.ApacheKafka`'s.
+    Other parameters: :class:`~airflow_kafka_retry.sandbox.kafka.ApacheKafka`'s.
 
     :param users: users to create besides ``admin`` (one per role, say); each gets a client configuration.
     """
@@ -253,7 +253,7 @@ class SecureKafka(ApacheKafka):
 def _quiet_logger() -> Any:
     import logging
 
-    logger = logging.getLogger("airflow_kafka_retry.testing.kafka_secure.rdkafka")
+    logger = logging.getLogger("airflow_kafka_retry.sandbox.kafka_secure.rdkafka")
     logger.setLevel(logging.ERROR)
     return logger
 

@@ -34,7 +34,8 @@ from confluent_kafka import (
     KafkaException,
 )
 
-from airflow_kafka_retry.testing.capability_checks import (
+from airflow_kafka_retry.sandbox.scratch_topics import admin_client, create_topics, delete_topics
+from testkit.capability_checks import (
     SIZE_LIMIT,
     check_abort_isolation,
     check_commit_metadata,
@@ -43,12 +44,11 @@ from airflow_kafka_retry.testing.capability_checks import (
     check_max_message_bytes,
     check_timestamp_lookup,
 )
-from airflow_kafka_retry.testing.capability_txn_checks import (
+from testkit.capability_txn_checks import (
     TXN_PRODUCERS,
     check_concurrent_txn_offset_commits,
     check_offsets_only_transactions,
 )
-from airflow_kafka_retry.testing.scratch_topics import admin_client, create_topics, delete_topics
 
 log = logging.getLogger(__name__)
 

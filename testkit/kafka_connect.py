@@ -1,7 +1,7 @@
 """
 A real Kafka Connect standalone worker (``ConnectStandalone``) from its Maven jars, for dead-letter tests.
 
-``ConnectWorker(bootstrap=…)`` is a context manager. It resolves ``kafka_jars/connect-pom.xml`` once into the
+``ConnectWorker(bootstrap=…)`` is a context manager. It resolves ``testkit/connect-pom.xml`` once into the
 jar cache (``kafka_jars.ensure_jars``; ``connect-runtime``, ``connect-json`` and ``connect-file``, all
 :data:`CONNECT_VERSION`), writes ``worker.properties`` in a temporary directory (the offsets storage file
 there too), and runs ``org.apache.kafka.connect.cli.ConnectStandalone`` under
@@ -30,10 +30,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from airflow_kafka_retry.testing.kafka_jars import ensure_jars, find_java, pom_path
-from airflow_kafka_retry.testing.kafka_node import QUICK_JIT
-from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, free_port, register, unregister
-from airflow_kafka_retry.testing.scratch_topics import admin_client
+from airflow_kafka_retry.sandbox.kafka_jars import ensure_jars, find_java
+from airflow_kafka_retry.sandbox.kafka_node import QUICK_JIT
+from airflow_kafka_retry.sandbox.processes import ManagedProcess, NotReady, free_port, register, unregister
+from airflow_kafka_retry.sandbox.scratch_topics import admin_client
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ class ConnectError(RuntimeError):
 
 
 def connect_pom() -> str:
-    """The worker's pom (package data beside the broker's)."""
-    text = (pom_path().parent / "connect-pom.xml").read_text()
+    """The worker's pom (beside this file; not shipped)."""
+    text = Path(__file__).with_name("connect-pom.xml").read_text()
     if f"<connect.version>{CONNECT_VERSION}</connect.version>" not in text:
         raise ConnectError(f"connect-pom.xml does not pin connect.version {CONNECT_VERSION}")
     return text

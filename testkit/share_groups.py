@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.testing.kafka import QUICK_JIT, ApacheKafka
-from airflow_kafka_retry.testing.scratch_topics import CLIENT_LOGGER, admin_client
+from airflow_kafka_retry.sandbox.kafka import QUICK_JIT, ApacheKafka
+from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, admin_client
 
 if TYPE_CHECKING:
     from confluent_kafka import AcknowledgeType, Message

@@ -6,7 +6,7 @@ stopped by its own process group (``processes.ManagedProcess``: killed with the 
 it, stopped at interpreter exit): the LocalExecutor on a SQLite metadata DB (Airflow 3.3 accepts
 that pair; tasks reach the DB through the api-server's execution API), one own ``AIRFLOW_HOME``.
 The CeleryExecutor instead (``airflow_env(..., executor="CeleryExecutor")``, PostgreSQL only): its
-settings and its ``airflow celery worker`` processes are in ``testing/airflow_celery.py``.
+settings and its ``airflow celery worker`` processes are in ``testkit/airflow_celery.py``.
 A start that fails stops what it had started; a component whose group cannot be signalled is
 signalled itself, and the others are stopped all the same.
 """
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 
-from airflow_kafka_retry.testing.processes import ManagedProcess, NotReady, free_port, port_open, stop_all
+from airflow_kafka_retry.sandbox.processes import ManagedProcess, NotReady, free_port, port_open, stop_all
 
 __all__ = ["COMPONENTS", "AirflowCluster", "airflow_env", "free_port", "query_metadata", "seed_metadata_db"]
 
@@ -51,10 +51,10 @@ def airflow_env(
     The environment of every Airflow process of the deployment (no variable of the caller's Airflow).
 
     :param pythonpath: directories put in front of ``PYTHONPATH`` (where DAG files import handlers from).
-    :param database_url: the metadata DB's SQLAlchemy URL (e.g. from ``testing/airflow_postgres.py``);
+    :param database_url: the metadata DB's SQLAlchemy URL (e.g. from ``testkit/airflow_postgres.py``);
         default a SQLite file in ``home``.
     :param executor: ``LocalExecutor``, or ``CeleryExecutor`` with the broker, result backend and workers of
-        ``testing/airflow_celery.py`` (``celery_env``, ``CeleryWorkers``; PostgreSQL metadata DB only).
+        ``testkit/airflow_celery.py`` (``celery_env``, ``CeleryWorkers``; PostgreSQL metadata DB only).
     """
     port = api_port or free_port()
     (home / "dags").mkdir(parents=True, exist_ok=True)
@@ -140,7 +140,7 @@ def _migrate(env: dict[str, str], cwd: Path | None) -> None:
 def query_metadata(url: str, sql: str, *params: object) -> list[tuple]:
     """Rows of ``sql`` (``?`` placeholders) on the metadata DB at SQLAlchemy ``url``: SQLite or PostgreSQL."""
     if url.startswith("postgresql"):
-        from airflow_kafka_retry.testing.postgres import query
+        from airflow_kafka_retry.sandbox.postgres import query
 
         return query(url, sql, *params)
     with closing(sqlite3.connect(url.removeprefix("sqlite:///"), timeout=30)) as con:

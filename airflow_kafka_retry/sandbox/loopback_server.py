@@ -4,7 +4,7 @@ What the suite's private servers (PostgreSQL, Redis) share: a loopback port and 
 Each is a managed process, stopped and cleaned up the same way.
 
 A subclass makes ``_dir`` (a new ``0700`` temporary directory), picks ``_port`` and starts ``_process``
-(a :class:`~airflow_kafka_retry.testing.processes.ManagedProcess`, registered to be stopped at interpreter
+(a :class:`~airflow_kafka_retry.sandbox.processes.ManagedProcess`, registered to be stopped at interpreter
 exit) in its ``start()``; :meth:`LoopbackServer.stop` stops the process (:meth:`_stop_process`, which a
 server with its own shutdown overrides), forgets the port and removes the directory, and is idempotent.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from airflow_kafka_retry.testing.processes import ManagedProcess, unregister
+from airflow_kafka_retry.sandbox.processes import ManagedProcess, unregister
 
 
 class LoopbackServer:

@@ -3,7 +3,7 @@ A Spark standalone cluster on loopback for tests and benches: a master and worke
 
 ``SparkCluster(base_dir)`` is a context manager. It starts ``org.apache.spark.deploy.master.Master``, then
 the workers (``org.apache.spark.deploy.worker.Worker``, 1 core and 1 GB each by default), every one with the
-distribution's ``bin/spark-class`` under :class:`~airflow_kafka_retry.testing.processes.ManagedProcess`,
+distribution's ``bin/spark-class`` under :class:`~airflow_kafka_retry.sandbox.processes.ManagedProcess`,
 bound to ``127.0.0.1`` on free ports, each with its own local, work and log folders under ``base_dir``.
 
 RPC is authenticated and encrypted (``spark.authenticate``, ``spark.network.crypto.enabled``) with a secret
@@ -32,14 +32,14 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from airflow_kafka_retry.spark.running import spark_home
-from airflow_kafka_retry.testing.processes import (
+from airflow_kafka_retry.sandbox.processes import (
     ManagedProcess,
     free_port,
     register,
     stop_all,
     unregister,
 )
+from airflow_kafka_retry.spark.running import spark_home
 
 log = logging.getLogger(__name__)
 
