@@ -41,23 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.results_file import claim_result_file
+from testkit.parse_imports import heavy_modules
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
-#: Modules a DAG file's parse must not load (they belong to the tasks and the triggerer).
-HEAVY_PREFIXES = (
-    "confluent_kafka",
-    "pyspark",
-    "openlineage",
-    "airflow.providers.openlineage",
-    "airflow_kafka_retry.engine.",
-    "airflow_kafka_retry.spark",
-    "airflow_kafka_retry.observability",
-    "airflow_kafka_retry.plugin",
-)
-#: ``engine.drain.options`` is a plain dataclass of run options (no I/O): operators validate ``options``
-#: with it. Its package ``engine.drain`` comes with it (a docstring, no import).
-ALLOWED = ("airflow_kafka_retry.engine.drain", "airflow_kafka_retry.engine.drain.options")
 
 TOPOLOGY = """\
 topic: {name}
@@ -84,11 +71,6 @@ globals().update(
     build_retry_dags_from_folder({folder!r}, handler="handlers.orders:handle", shard=({index}, {count}))
 )
 """
-
-
-def heavy_modules(names: Any) -> list[str]:
-    """The modules of ``names`` that parsing a DAG file must not import."""
-    return sorted(n for n in names if n.startswith(HEAVY_PREFIXES) and n not in ALLOWED)
 
 
 def write_deployment(home: Path, count: int) -> tuple[Path, Path]:

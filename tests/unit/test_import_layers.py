@@ -1,4 +1,7 @@
-"""The import graph of the package and of bench/: no circle, and no import back up a layer (issue 49).
+"""The import graph of the package, testkit/ and bench/: no circle, and no import back up a layer (issue 49).
+
+The package never imports the unshipped ``testkit/`` (the wheel lacks it), and ``tests/`` never imports
+``bench/``: what both use lives in ``testkit/``.
 
 Every import counts, ``if TYPE_CHECKING`` ones and those inside functions included: an arrow is an arrow
 to whoever reads or moves the code. Parsed with ``ast``, nothing is imported.
@@ -13,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTS = ("airflow_kafka_retry", "bench")
+ROOTS = ("airflow_kafka_retry", "testkit", "bench")
 #: The engine's sub-packages, lowest first: each may import only those of a lower rank (scans and heads
 #: share a rank, so neither imports the other).
 ENGINE_LAYERS = {"kafka": 0, "logs": 1, "scans": 2, "heads": 2, "drain": 3, "local": 4}
@@ -55,6 +58,23 @@ def imports_of(name: str, path: Path, known: Mapping[str, Path]) -> Iterator[tup
                     yield full, node.lineno
                 elif base in known:
                     yield base, node.lineno
+
+
+def imports_of_package(root: Path, package: str) -> list[str]:
+    """``file:line: module`` for each import of ``package`` (or a module of it) by a file under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name == package or name.startswith(package + "."):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno}: {name}")
+    return found
 
 
 def import_graph(modules: Mapping[str, Path]) -> dict[str, dict[str, int]]:
@@ -176,6 +196,25 @@ def test_every_engine_module_lives_in_a_ranked_sub_package(modules):
 
 def test_no_engine_sub_package_imports_one_of_its_rank_or_above(modules):
     assert upward_imports(import_graph(modules), modules) == []
+
+
+def test_tests_never_import_bench():
+    assert imports_of_package(REPO / "tests", "bench") == []
+
+
+def test_the_package_never_imports_testkit():
+    assert imports_of_package(REPO / "airflow_kafka_retry", "testkit") == []
+
+
+def test_the_check_sees_an_import_of_a_package_anywhere_in_a_file(tmp_path):
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "test_x.py").write_text(
+        "import benchmark\nimport os, bench.report\n\n\ndef test():\n    from bench import results_file\n"
+    )
+    assert imports_of_package(tmp_path / "tests", "bench") == [
+        "tests/unit/test_x.py:2: bench.report",
+        "tests/unit/test_x.py:6: bench",
+    ]
 
 
 def test_the_checks_see_a_circle_and_an_upward_import(tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.parse_cost import heavy_modules
+from testkit.parse_imports import heavy_modules
 
 REPO = Path(__file__).resolve().parents[2]
 DAGS = REPO / "dags"
