@@ -4,7 +4,8 @@ The wheel a user installs, checked as a user runs it (``scripts/check-wheel``; `
 1. Builds the sdist and the wheel (``python -m build``, isolated, as a release does) from a copy of the work
    tree's files (git's tracked and untracked-but-not-ignored ones), then the wheel again from the sdist: both
    wheels must hold the same files (the sdist has what a rebuild needs), and every file of the package's
-   source, Python or not (package data: the plugin's static files, the broker's ``pom.xml``), is in them.
+   source, Python or not (package data: the plugin's static files, the broker's ``pom.xml``), is in them;
+   none of the test-only launchers of the checkout's ``testkit/`` is.
 2. Installs that wheel (not editable, ``--no-deps``) into a fresh venv. Its dependencies come from the
    project's venv through a ``.pth`` file naming that venv's site-packages: a path in a ``.pth`` file is
    put on ``sys.path``, but the ``.pth`` files inside it are not run, so the checkout's editable finder stays
@@ -12,8 +13,10 @@ The wheel a user installs, checked as a user runs it (``scripts/check-wheel``; `
 3. From a folder outside the checkout, with the fresh venv: the ``apache_airflow_provider`` entry point
    (loaded, called, its fields and modules checked; Airflow's ProvidersManager lists the provider), the
    ``airflow.plugins`` entry point and the plugin's static files (``importlib.resources``, the same bytes
-   as the source), ``airflow-kafka-retry topology show`` on the example topology, and
-   ``airflow-kafka-retry broker --kafka`` (started, asked for its metadata, stopped with SIGTERM: exit 0).
+   as the source), ``airflow-kafka-retry topology show`` and ``topology acls`` on the example topology,
+   ``airflow-kafka-retry broker --kafka`` (started, asked for its metadata, stopped with SIGTERM: exit 0),
+   and ``broker --kafka --secure`` likewise (its TLS files, SCRAM users and ACLs made from the wheel alone;
+   the metadata asked as its ``admin`` user, over SASL_SSL, with the client configuration file it printed).
 
 Every step has a deadline; a failure names what is missing. ``--broker tansu`` runs ``broker`` on the
 embedded Tansu broker instead (no Java); ``--keep`` leaves the scratch folder for a look.
@@ -98,6 +101,16 @@ def build(scratch: Path) -> tuple[Path, dict[str, str]]:
             f"{wheel.name} lacks {missing}: make them package data "
             "([tool.setuptools.package-data] in pyproject.toml)"
         )
+    test_only = {rel.name for rel in files if rel.parts[0] == "testkit" and rel.name != "__init__.py"}
+    if not test_only:
+        raise CheckFailed("the checkout has no testkit/: nothing to check the wheel lacks")
+    shipped = sorted(
+        n
+        for n in names
+        if n.startswith(("testkit/", f"{PACKAGE}/testing/")) or n.rpartition("/")[2] in test_only
+    )
+    if shipped:
+        raise CheckFailed(f"{wheel.name} ships test-only launchers {shipped}: they belong in testkit/")
     data = {
         rel.relative_to(PACKAGE).as_posix(): hashlib.sha256((REPO / rel).read_bytes()).hexdigest()
         for rel in package
@@ -123,9 +136,15 @@ def fresh_venv(scratch: Path, wheel: Path) -> tuple[Path, dict[str, str]]:
     return venv, env
 
 
-def check_broker(venv: Path, env: dict[str, str], cwd: Path, kafka: bool) -> str:
-    """``airflow-kafka-retry broker [--kafka]``: its address, its metadata, and exit 0 on SIGTERM."""
-    cmd = [str(venv / "bin" / DISTRIBUTION), "broker", *(["--kafka"] if kafka else [])]
+def check_broker(venv: Path, env: dict[str, str], cwd: Path, *args: str) -> str:
+    """
+    ``airflow-kafka-retry broker ARGS``: its address, its metadata, and exit 0 on SIGTERM.
+
+    With ``--secure`` its second line names the ``admin`` user's client configuration file: the metadata is
+    asked with it (SASL_SSL, SCRAM, the broker's CA).
+    """
+    cmd = [str(venv / "bin" / DISTRIBUTION), "broker", *args]
+    secure = "--secure" in args
     log = cwd / "broker.log"
     with log.open("w") as err:
         proc = subprocess.Popen(
@@ -134,18 +153,26 @@ def check_broker(venv: Path, env: dict[str, str], cwd: Path, kafka: bool) -> str
         try:
             first: list[str] = []
             stdout = proc.stdout
-            reader = threading.Thread(target=lambda: first.append(stdout.readline() if stdout else ""))
+            lines = 2 if secure else 1
+            reader = threading.Thread(
+                target=lambda: first.extend(stdout.readline() if stdout else "" for _ in range(lines))
+            )
             reader.daemon = True
             reader.start()
             reader.join(BROKER_START_S)
-            address = first[0].strip() if first else ""
+            address = first[0].strip() if len(first) == lines else ""
+            config = first[-1].split() if address and secure else []
+            if address and secure and config[:2] != ["config", "admin"]:
+                raise CheckFailed(
+                    f"{' '.join(cmd)} printed {first[-1]!r}, not its admin's configuration file"
+                )
             if not address:
                 if first:  # its stdout closed: it is ending
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(BROKER_STOP_S)
                 ended = f"ended, exit {proc.poll()}," if first else f"printed no address in {BROKER_START_S}s"
                 raise CheckFailed(f"{' '.join(cmd)} {ended} no address:\n{log.read_text()[-3000:]}")
-            answer = probe(venv, env, cwd, "--answer", address)
+            answer = probe(venv, env, cwd, "--answer", address, *(["--config", config[2]] if secure else []))
             proc.send_signal(signal.SIGTERM)
             try:
                 code = proc.wait(BROKER_STOP_S)
@@ -212,11 +239,12 @@ def installed(data: dict[str, str]) -> str:
     return f"{DISTRIBUTION} {version} from {where.parent}; plugin {plugin_name}, static {static}"
 
 
-def answer(address: str) -> str:
-    """In the fresh venv: the broker at ``address`` answers a metadata request."""
+def answer(address: str, config: str | None = None) -> str:
+    """In the fresh venv: the broker at ``address`` answers a metadata request (as the client ``config``)."""
     from confluent_kafka.admin import AdminClient
 
-    metadata = AdminClient({"bootstrap.servers": address}).list_topics(timeout=60)
+    client = json.loads(Path(config).read_text()) if config else {}
+    metadata = AdminClient({**client, "bootstrap.servers": address}).list_topics(timeout=60)
     if not metadata.brokers:
         raise CheckFailed(f"the broker at {address} named no broker in its metadata")
     return f"cluster {metadata.cluster_id}, {len(metadata.brokers)} broker(s)"
@@ -240,8 +268,23 @@ def check(broker: str, scratch: Path) -> None:
     if shown.get("topic") != "orders" or not shown.get("tiers"):
         raise CheckFailed(f"topology show {EXAMPLE_TOPOLOGY}: {shown}")
     print(f"check-wheel: topology show: {shown['topic']}, {len(shown['tiers'])} tiers")
-    kafka = broker == "kafka"
-    print(f"check-wheel: broker{' --kafka' if kafka else ''}:", check_broker(venv, env, away, kafka))
+    acls = json.loads(
+        run(
+            [str(venv / "bin" / DISTRIBUTION), "topology", "acls", str(EXAMPLE_TOPOLOGY), "--format", "json"],
+            "airflow-kafka-retry topology acls",
+            CALL_S,
+            cwd=away,
+            env=env,
+        )
+    )
+    roles = sorted({binding.get("role") for binding in acls if isinstance(binding, dict)})
+    if not acls or not all(isinstance(b, dict) and b.get("principal") and b.get("operation") for b in acls):
+        raise CheckFailed(f"topology acls {EXAMPLE_TOPOLOGY}: no bindings, or one without principal: {acls}")
+    print(f"check-wheel: topology acls: {len(acls)} bindings for roles {roles}")
+    args = ["--kafka"] if broker == "kafka" else []
+    print(f"check-wheel: broker {' '.join(args)}:", check_broker(venv, env, away, *args))
+    if broker == "kafka":
+        print("check-wheel: broker --kafka --secure:", check_broker(venv, env, away, "--kafka", "--secure"))
 
 
 def main() -> int:
@@ -250,12 +293,13 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--installed", metavar="DATA", help=argparse.SUPPRESS)
     parser.add_argument("--answer", metavar="ADDRESS", help=argparse.SUPPRESS)
+    parser.add_argument("--config", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     try:
         if args.installed is not None:
             print(installed(json.loads(args.installed)))
         elif args.answer is not None:
-            print(answer(args.answer))
+            print(answer(args.answer, args.config))
         else:
             scratch = Path(tempfile.mkdtemp(prefix="check-wheel-"))
             try:
