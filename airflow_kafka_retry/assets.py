@@ -20,7 +20,7 @@ from airflow.providers.apache.kafka.assets.kafka import create_asset
 if TYPE_CHECKING:
     from airflow.sdk import Asset
 
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 
 def topic_asset(server: str, topic: str) -> Asset:
@@ -42,7 +42,7 @@ def topology_assets(topology: Topology, server: str) -> dict[str, Asset]:
 
 def reprocess_outlets(topology_path: str, tier: int | str, server: str) -> dict[str, Asset]:
     """The assets a run of ``tier`` writes to: the next tier (if any), the DLTs and parking, by topic name."""
-    from airflow_kafka_retry.policy.topology_file import load_topology_from
+    from airflow_kafka_retry.policy.topology.file import load_topology_from
 
     topology = load_topology_from(str(topology_path))  # a local file, or an fsspec URL (a Spark deployment's)
     assets = topology_assets(topology, server)

@@ -57,7 +57,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_topology_show(args: argparse.Namespace) -> int:
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(args.file)
     shown = topology.to_dict()
@@ -68,7 +68,7 @@ def _cmd_topology_show(args: argparse.Namespace) -> int:
             existing_topics,
             topology_replication_warnings,
         )
-        from airflow_kafka_retry.policy.compat_check import spring_named_topics, warning
+        from airflow_kafka_retry.policy.topology.compat_check import spring_named_topics, warning
 
         config = kafka_config(args)
         data = yaml.safe_load(Path(args.file).read_text(encoding="utf-8"))
@@ -103,7 +103,7 @@ def _peer_consumers(topology: Any, config: dict[str, Any], file: str) -> list[di
 
 def _cmd_topology_create(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(args.file)
     print_json(
@@ -149,7 +149,7 @@ def _spark_conf(pairs: list[str]) -> dict[str, str]:
 
 def _cmd_drain(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.engine.kafka.loading import load_callable
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(args.topology)
     tier = topology.select(args.tier)

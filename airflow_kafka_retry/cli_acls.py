@@ -1,8 +1,9 @@
 """
 ``airflow-kafka-retry topology acls FILE``: the Kafka ACL bindings each role needs, printed or applied.
 
-The bindings come from :mod:`airflow_kafka_retry.policy.acl`; this module only parses the options, prints
-them as ``kafka-acls.sh`` lines or JSON and, with ``--apply``, creates them with an admin configuration.
+The bindings come from :mod:`airflow_kafka_retry.policy.topology.acl`; this module only parses the options,
+prints them as ``kafka-acls.sh`` lines or JSON and, with ``--apply``, creates them with an admin
+configuration.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from typing import Any
 
 from airflow_kafka_retry.cli_support import EXIT_FAILED, EXIT_OK, fail, print_json
-from airflow_kafka_retry.policy.acl import (
+from airflow_kafka_retry.policy.topology.acl import (
     ROLES,
     AclScope,
     acl_bindings,
@@ -77,7 +78,7 @@ def add_acls_command(topology: Any) -> None:
 
 def _cmd_acls(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.policy.client_names import DEFAULT_TRANSACTIONAL_ID_PREFIX
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     if args.apply and not args.admin_config:
         return fail("--apply needs --admin-config FILE (the credentials of a principal that may create ACLs)")

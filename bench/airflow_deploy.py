@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psutil
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import COMPONENTS, AirflowCluster, airflow_env
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 

@@ -82,7 +82,7 @@ def _local(
     workload: Workload, group: str, spec: dict[str, Any], *, transactional: bool, in_process: bool = False
 ) -> tuple[int, dict[str, Any]]:
     from airflow_kafka_retry.engine.local.engine import default_parallelism, run_local
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(workload.topology_path)
     parallelism = spec.get("parallelism")

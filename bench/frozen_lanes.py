@@ -52,7 +52,7 @@ def _now() -> int:
 def _produce_due(bootstrap: str, topics: list[str], due_ms: int) -> None:
     from confluent_kafka import Producer
 
-    from airflow_kafka_retry.policy import headers as H
+    from airflow_kafka_retry.policy.headers import codec as H
 
     producer = Producer({"bootstrap.servers": bootstrap})
     headers = [(H.ATTEMPTS, H.encode_int32(2)), (H.BACKOFF_TIMESTAMP, H.encode_big_integer(due_ms))]

@@ -40,8 +40,8 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.logs.redelivery_log import ensure_redelivery_log, redelivery_log_topic
-from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery, entry_key
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
 from bench.given_broker import given_broker
 from bench.results_file import write_new_result

@@ -37,7 +37,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
 from bench.results_file import write_new_result
 from testkit.share_groups import DLQ_PREFIX, set_group_configs, share_dlq_kafka

@@ -121,7 +121,7 @@ def run_drain(
 ) -> dict[str, Any]:
     """One engine's drain of a fresh main topic holding ``records`` records; its measurements."""
     from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     name = f"bench-spark-engines-{uuid.uuid4().hex[:10]}"
     topology_file = work / f"{name}.yaml"

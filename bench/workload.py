@@ -25,12 +25,12 @@ import yaml
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.policy.failure_headers import ExceptionInfo, Failure, forward_headers
-from airflow_kafka_retry.policy.header_policy import HeaderPolicy
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers.failure import ExceptionInfo, Failure, forward_headers
+from airflow_kafka_retry.policy.headers.header_policy import HeaderPolicy
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.headers.codec import Header
 
 VALUE_BYTES = 1024
 FATAL_CLASS = "bench.handler.InvalidRecord"

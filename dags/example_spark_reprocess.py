@@ -14,7 +14,7 @@ from pathlib import Path
 from airflow.sdk import DAG
 
 from airflow_kafka_retry.operators.spark_reprocess import SparkReprocessTierOperator
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 TOPOLOGY = Path(__file__).parent / "topologies" / "orders.yaml"
 TIER = 1

@@ -17,13 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, read_attempts, read_due_ms
+from airflow_kafka_retry.policy.headers.codec import BACKOFF_TIMESTAMP, read_attempts, read_due_ms
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary
-    from airflow_kafka_retry.policy.headers import Header
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.headers.codec import Header
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 #: The group configs of a share group whose rejected records a topology retries.
 RETRIED_GROUP_CONFIGS = {

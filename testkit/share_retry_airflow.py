@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
 from testkit.share_groups import DLQ_PREFIX, set_group_configs
 from testkit.share_retry import RETRIED_GROUP_CONFIGS, Delivery, ShareQueue
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 DAG_FILE = '''
 """Written by testkit/share_retry_airflow.py."""

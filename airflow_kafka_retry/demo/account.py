@@ -29,11 +29,11 @@ from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
 from airflow_kafka_retry.engine.logs.replay_log import log_topic, read_log
-from airflow_kafka_retry.policy.headers import last_header
-from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
+from airflow_kafka_retry.policy.headers.codec import last_header
+from airflow_kafka_retry.policy.headers.replay import REPLAY_ID
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 PROCESSED = "processed"
 UNACCOUNTED = "unaccounted for"

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from airflow_kafka_retry.demo.orders import DEMO_DIR_ENV, InvalidOrder
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import airflow_env, free_port
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 DELAYS = ("10s", "20s")
 DAG_ID_TEMPLATE = "kafka_retry__{topic}"

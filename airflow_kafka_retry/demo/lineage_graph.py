@@ -19,7 +19,7 @@ from airflow_kafka_retry.demo.account import PROCESSED
 from airflow_kafka_retry.demo.picture import columns
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 _COLORS = {
     "main": "#4C72B0",

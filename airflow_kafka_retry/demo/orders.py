@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_retry.errors import BatchFailedError
-from airflow_kafka_retry.policy.replay_headers import is_replayed
+from airflow_kafka_retry.policy.headers.replay import is_replayed
 
 FATES = ("ok", "flaky", "slow-flaky", "bug", "invalid", "undecodable")
 #: What each fate means, for the final table's legend.

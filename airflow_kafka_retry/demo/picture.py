@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_kafka_retry.demo.account import PROCESSED, UNACCOUNTED, Account, dead_ends
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 _COLORS = {
     "main": "#4C72B0",

@@ -12,8 +12,8 @@ from typing import Any
 
 from airflow_kafka_retry.cli_support import EXIT_FAILED, EXIT_OK, add_kafka_args, kafka_config, print_json
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
-from airflow_kafka_retry.policy.dead_letter_families import FAMILIES
-from airflow_kafka_retry.policy.framework_headers import FRAMEWORK_HEADER_MODES
+from airflow_kafka_retry.policy.dead_letters.families import FAMILIES
+from airflow_kafka_retry.policy.dead_letters.framework_headers import FRAMEWORK_HEADER_MODES
 
 
 def add_dlt_commands(sub: Any) -> None:
@@ -122,7 +122,7 @@ def add_dlt_commands(sub: Any) -> None:
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.dlt.groups import format_table
     from airflow_kafka_retry.dlt.inspect import inspect_dlt
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(args.topology)
     report = inspect_dlt(
@@ -143,7 +143,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 def _cmd_replay(args: argparse.Namespace) -> int:
     from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(args.topology)
     request = ReplayRequest(

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.policy.classify import is_dotted_name
-from airflow_kafka_retry.policy.durations import parse_duration_ms
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.timing.durations import parse_duration_ms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord

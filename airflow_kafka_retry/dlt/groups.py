@@ -1,7 +1,7 @@
 """
 Grouping DLT records for ``dlt inspect``: by family, exception class, original topic and hour or day.
 
-Each record is read whatever family wrote it (:mod:`~airflow_kafka_retry.policy.dead_letter_families`);
+Each record is read whatever family wrote it (:mod:`~airflow_kafka_retry.policy.dead_letters.families`);
 a group says which fields its records lack (``missing``) and which headers could not be read
 (``unreadable``, by name), and each sample gives its original coordinates and failure.
 """
@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.policy.dead_letter_fields import dead_letter_fields
+from airflow_kafka_retry.policy.dead_letters.fields import dead_letter_fields
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord
-    from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family
+    from airflow_kafka_retry.policy.dead_letters.families import DeadLetter, Family
 
 Bucket = Literal["hour", "day"]
 BUCKETS: tuple[Bucket, ...] = ("hour", "day")

@@ -2,7 +2,7 @@
 ``dlt inspect``: what a DLT, any other DLQ or the parking topic holds, grouped, read without committing.
 
 Records of every dead-letter family are read (Spring's two spellings, Kafka Connect, the share-group DLQ,
-Airflow's headerless ones): see :mod:`~airflow_kafka_retry.policy.dead_letter_families`.
+Airflow's headerless ones): see :mod:`~airflow_kafka_retry.policy.dead_letters.families`.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from airflow_kafka_retry.dlt.replay_targets import source_topic
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
 from airflow_kafka_retry.engine.logs.replay_log import log_topic, read_log
-from airflow_kafka_retry.policy.dead_letter_families import FAMILIES, Family
+from airflow_kafka_retry.policy.dead_letters.families import FAMILIES, Family
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 
 def inspect_dlt(

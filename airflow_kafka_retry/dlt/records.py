@@ -1,7 +1,7 @@
 """
 A record read from a DLT, a DLQ or the parking topic, and what its headers say about the failure.
 
-Every dead-letter family is read (:mod:`~airflow_kafka_retry.policy.dead_letter_families`): both of
+Every dead-letter family is read (:mod:`~airflow_kafka_retry.policy.dead_letters.families`): both of
 Spring's spellings (``kafka_original-*`` / ``kafka_exception-*`` of non-blocking retries and this
 provider, ``kafka_dlt-*`` of a plain ``DeadLetterPublishingRecoverer``), Kafka Connect's
 ``__connect.errors.*`` and the share group's ``__dlq.errors.*``, so filters and targets work the same
@@ -15,9 +15,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
-from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
-from airflow_kafka_retry.policy.headers import Header, OriginalCoordinates
-from airflow_kafka_retry.policy.replay_headers import ReplayAudit, read_replay_audit
+from airflow_kafka_retry.policy.dead_letters.families import DeadLetter, Family, describe_dead_letter
+from airflow_kafka_retry.policy.headers.codec import Header, OriginalCoordinates
+from airflow_kafka_retry.policy.headers.replay import ReplayAudit, read_replay_audit
 
 if TYPE_CHECKING:
     from confluent_kafka import Message

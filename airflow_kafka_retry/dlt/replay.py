@@ -74,14 +74,14 @@ from airflow_kafka_retry.policy.client_names import (
     REPLAY_LOG_SUFFIX,
     replay_transactional_id,
 )
+from airflow_kafka_retry.policy.dead_letters.framework_headers import check_mode
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.framework_headers import check_mode
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
-    from airflow_kafka_retry.policy.acl import AclBinding
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.acl import AclBinding
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class Replay:
 
     def _lacking_acls(self, error: BaseException) -> str | None:
         from airflow_kafka_retry.engine.kafka.authorization import explain
-        from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+        from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
 
         if "lacks " in str(error):
             return None  # named already

@@ -26,9 +26,9 @@ from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.logs.replay_log import encode, record_key
+from airflow_kafka_retry.policy.dead_letters.framework_headers import framework_headers_kept
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.framework_headers import framework_headers_kept
-from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest, replayed_headers
+from airflow_kafka_retry.policy.headers.replay import ReplayAudit, copy_digest, replayed_headers
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer

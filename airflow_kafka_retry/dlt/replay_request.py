@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_kafka_retry.dlt.filters import ReplayFilter
+from airflow_kafka_retry.policy.dead_letters.framework_headers import check_mode
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.framework_headers import check_mode
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 _REPLAY_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-:+")
 
@@ -44,7 +44,7 @@ class ReplayRequest:
     :param to: ``main``, ``first-tier`` or a topic; default: each record's original topic.
     :param transform: ``package.module:function`` editing each record (None: leave it out).
     :param framework_headers: ``auto`` (None), ``keep`` or ``drop``: the dead-letter framework's own headers
-        on the copies (:mod:`~airflow_kafka_retry.policy.framework_headers`).
+        on the copies (:mod:`~airflow_kafka_retry.policy.dead_letters.framework_headers`).
 
     The filter fields are those of :meth:`ReplayFilter.build`.
     """

@@ -20,16 +20,16 @@ from airflow_kafka_retry.dlt.transform import Transform, apply_transform
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.header_values import bound_value
+from airflow_kafka_retry.policy.headers.bounds import bound_value
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
     from airflow_kafka_retry.dlt.summary import ReplaySummary
     from airflow_kafka_retry.engine.kafka.reading import TopicReader
     from airflow_kafka_retry.engine.logs.replay_log import ReplayLog
-    from airflow_kafka_retry.policy.dead_letter_families import Family
-    from airflow_kafka_retry.policy.framework_headers import FrameworkHeaders
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.dead_letters.families import Family
+    from airflow_kafka_retry.policy.dead_letters.framework_headers import FrameworkHeaders
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.records import DltRecord
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 BY_KEY = -1  # produce without a partition: the producer partitions by key
 

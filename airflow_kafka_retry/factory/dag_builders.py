@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from airflow_kafka_retry.factory.connections import RoleConnections
     from airflow_kafka_retry.factory.overrides import TierSettings
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 DEFAULT_START_DATE = datetime(2024, 1, 1, tzinfo=UTC)
 #: Schedule mode: the reprocess task drains what is due when it starts (epoch ms, rendered at run time):

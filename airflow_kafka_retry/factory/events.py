@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS
 
 if TYPE_CHECKING:
     from airflow.sdk import Asset
@@ -26,7 +26,7 @@ DEFAULT_FIRE_AHEAD = timedelta(seconds=3)
 MAX_FIRE_AHEAD = timedelta(seconds=30)
 #: A wave the group has not committed past after this long fires again (a lost event, a failed or lost
 #: run): with a run's start-up, what a triggerer crash or a failed run adds to lateness stays within
-#: 60 s (``policy/waves.py``).
+#: 60 s (``policy/timing/waves.py``).
 DEFAULT_REFIRE_AFTER = timedelta(seconds=45)
 #: A run waits in its task for a record due within this long, rather than leaving it to a new run
 #: (a new run costs a wave, a DAG run and a task start: a few seconds).

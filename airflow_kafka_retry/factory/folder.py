@@ -155,7 +155,7 @@ def _parsing_dag_id() -> str | None:
 def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
     """Every DAG id the topology in ``path`` may get (a file that cannot be loaded: none)."""
     from airflow_kafka_retry.policy.errors import TopologyError
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     try:
         topology = load_topology(path)  # cached: build_retry_dags loads it again for free
@@ -168,7 +168,7 @@ def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
 
 def _handler_of(path: Path, handler: str | None) -> str | None:
     """The folder's handler for a topology that handles its due records; None under ``on_due: redeliver``."""
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     return None if load_topology(path).on_due == "redeliver" else handler  # cached: loaded once per file
 
@@ -177,7 +177,7 @@ def _own_overrides(path: Path, overrides: Mapping[str, Mapping[str, Any]]) -> di
     """The entries of ``overrides`` whose key is a topic of the topology in ``path``."""
     if not overrides:
         return {}
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(path)  # cached: build_retry_dags loads it again for free
     topics = {t.topic for t in (*topology.tiers, *topology.dlt_tiers)}

@@ -1,7 +1,7 @@
 """
 What ``build_retry_dags`` makes of a topology's ``input`` and ``on_due``: the input lane and the handler.
 
-A topology with ``input`` (another framework's dead-letter queue, ``policy/topology_input.py``) has that
+A topology with ``input`` (another framework's dead-letter queue, ``policy/topology/input_lane.py``) has that
 DLQ as its tier 0: the task ``main`` drains it into the tiers. Without that task nothing feeds the tiers,
 so the factory includes it unasked, and refuses ``include_main=False``.
 
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from airflow_kafka_retry.policy.errors import TopologyError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 #: The handler path every task of an ``on_due: redeliver`` topology gets (never called: it raises).
 REDELIVER_HANDLER = "airflow_kafka_retry.engine.drain.redelivery:no_handler"

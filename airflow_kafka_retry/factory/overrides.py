@@ -14,10 +14,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from airflow_kafka_retry.policy.durations import duration_ms
+from airflow_kafka_retry.policy.timing.durations import duration_ms
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ def _is_timetable(value: object) -> bool:
 
 
 def _check_window(tier: str, value: object, timezone: str | None) -> None:
-    from airflow_kafka_retry.policy.windows import ReprocessWindow
+    from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 
     if not isinstance(value, str):
         raise TierOverrideError(tier, "window", f"must be 'HH:MM-HH:MM', got {value!r}")

@@ -12,8 +12,8 @@ from airflow.sdk import DAG, Param
 from airflow_kafka_retry.dlt.replay_targets import source_topics
 from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.operators.replay_dlt import ReplayDltOperator
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 #: The task id of the replay (the UI, docs and tests rely on it).
 TASK_ID = "replay_dlt"

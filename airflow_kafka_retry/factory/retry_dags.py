@@ -37,8 +37,8 @@ from airflow_kafka_retry.factory.overrides import (
 )
 from airflow_kafka_retry.factory.topology_dag import topology_dag
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
-from airflow_kafka_retry.policy.topology import Tier, Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG

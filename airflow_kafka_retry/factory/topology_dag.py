@@ -27,8 +27,8 @@ from airflow_kafka_retry.factory.dag_builders import (
     reprocess_task,
     setup_task,
 )
-from airflow_kafka_retry.policy.durations import format_duration_ms
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.timing.durations import format_duration_ms
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.factory.connections import RoleConnections
     from airflow_kafka_retry.factory.events import EventSettings
     from airflow_kafka_retry.factory.overrides import TierSettings
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 DUE_TASK_ID = "due"
 #: Runs of a topology DAG that may be active at once (each of its tasks runs one at a time): enough

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 
 def lineage_server(kafka_config: Mapping[str, Any]) -> str | None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.distribution import Distribution
     from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.engine.heads.peek import TierPeek
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def dlt_watch_metrics(
     New dead letters the watch found, per ``(DLT topic, dead-letter family, exception tag)``.
 
     ``tags``: exception class -> tag, from :func:`exception_tags`. The family is one of six names
-    (``policy/dead_letter_families.FAMILIES``): it adds no more than six values per DLT.
+    (``policy/dead_letters/families.FAMILIES``): it adds no more than six values per DLT.
     """
     counts: Counter[tuple[str, str, str]] = Counter()
     for (topic, family, exception), n in new_records.items():
@@ -217,7 +217,7 @@ def emit(metrics: Iterable[Metric]) -> int:
 def emit_tier_backlog(peek: TierPeek, topology: Topology, tier: Tier, *, now_ms: int | None = None) -> int:
     """Send the backlog gauges of ``tier`` from a peek (the tier-due sensor's, or a trigger's)."""
     if now_ms is None:
-        from airflow_kafka_retry.policy.resolver import wall_clock_ms
+        from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
         now_ms = wall_clock_ms()
     return emit(backlog_metrics(peek, topology, tier, now_ms))

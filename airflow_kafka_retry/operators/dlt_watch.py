@@ -12,17 +12,17 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.notifications.dispatch import Notifier, normalize_notifiers, notify_dlt
 from airflow_kafka_retry.policy.client_names import WATCH_GROUP_TEMPLATE
-from airflow_kafka_retry.policy.header_values import bound_counts, bound_metadata_tags, bound_strings
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers.bounds import bound_counts, bound_metadata_tags, bound_strings
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
     from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchSummary
-    from airflow_kafka_retry.policy.acl import AclBinding
+    from airflow_kafka_retry.policy.topology.acl import AclBinding
 
 #: Seconds the check of the watch's ACLs before a scan may take (``engine/kafka/authorization.py``).
 PRECHECK_TIMEOUT_S = 10.0
@@ -55,7 +55,7 @@ class DltWatchOperator(BaseOperator):
     records (where each failed, where it sits now, its family; None where it does not say). A queue's
     ``family`` names what its records without any family's headers are (a Connect DLQ without context
     headers, Airflow's provider's). Records of every family are
-    read (:mod:`~airflow_kafka_retry.policy.dead_letter_families`: Spring's two header spellings, so records
+    read (:mod:`~airflow_kafka_retry.policy.dead_letters.families`: Spring's two header spellings, so records
     a Spring service dead-lettered count too, Kafka Connect's ``__connect.errors.*``, the share group's
     ``__dlq.errors.*``, headerless ones as ``unknown``); a share-group dead letter, which names no exception
     class, is counted under ``<share-group: reason>``. Headers present but unreadable are counted by name
@@ -68,7 +68,7 @@ class DltWatchOperator(BaseOperator):
     is the task's return value (XCom). DLT records are only read: nothing is moved or deleted. The
     first run of a new watch group reports everything the DLTs hold.
 
-    :param topology: a :class:`~airflow_kafka_retry.policy.topology.Topology` or the path of its
+    :param topology: a :class:`~airflow_kafka_retry.policy.topology.model.Topology` or the path of its
         YAML file. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)
     :param on_dlt: a notifier or a list of them: ``BaseNotifier`` instances (Slack, SMTP, ...) or
@@ -275,7 +275,7 @@ def name_missing_acls(
 
 def watch_bindings(topology: Topology, group: str, topics: Sequence[str]) -> list[AclBinding]:
     """The DLT watch role's bindings on ``group`` and on the ``topics`` this run reads."""
-    from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+    from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
 
     watched = {group, *topics}
     scope = AclScope(watch_group=group)
@@ -287,7 +287,7 @@ def bounded_totals(summary: DltWatchSummary) -> dict[str, Any]:
     The summary's counts as XCom, the notifiers and the log show them.
 
     Exception and cause class names come from headers, so they pass the one bound
-    (:mod:`~airflow_kafka_retry.policy.header_values`); DLT topics are the topology's own (its DLTs,
+    (:mod:`~airflow_kafka_retry.policy.headers.bounds`); DLT topics are the topology's own (its DLTs,
     parking topic and named queues) and families one of six names.
     """
     from airflow_kafka_retry.engine.scans.dlt_scan import topic_families

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from airflow.providers.standard.operators.branch import BaseBranchOperator
 
-from airflow_kafka_retry.policy.waves import Wave
+from airflow_kafka_retry.policy.timing.waves import Wave
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 from airflow_kafka_retry.triggers.topology_lanes import due_lanes, stranded_lanes
 

@@ -13,8 +13,8 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow.sdk import BaseOperator
 
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -14,8 +14,8 @@ from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage

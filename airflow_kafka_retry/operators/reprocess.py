@@ -15,8 +15,8 @@ from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.operators.reprocess_arguments import REPROCESS_TEMPLATE_FIELDS
 from airflow_kafka_retry.operators.reprocess_base import ReprocessTierMixin
 from airflow_kafka_retry.operators.reprocess_report import stop_message
-from airflow_kafka_retry.policy.durations import duration_ms
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.timing.durations import duration_ms
 
 if TYPE_CHECKING:
     from airflow.providers.common.compat.sdk import Context
@@ -181,7 +181,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
         from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
-        from airflow_kafka_retry.policy.topology_file import load_topology_from
+        from airflow_kafka_retry.policy.topology.file import load_topology_from
 
         # everything a pass needs is made ready first (clients' configuration, partitions, worker processes
         # and their handler import), while a run fired ahead of its wave waits for it to fall due

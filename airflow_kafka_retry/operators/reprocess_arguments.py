@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
-from airflow_kafka_retry.policy.durations import duration_ms
+from airflow_kafka_retry.policy.timing.durations import duration_ms
 
 #: Options named by their own operator parameters, not through ``options``.
 OWN_PARAMETERS = ("handler", "value_deserializer", "key_deserializer")

@@ -26,8 +26,8 @@ from airflow_kafka_retry.operators.reprocess_arguments import (
     to_epoch_ms,
 )
 from airflow_kafka_retry.operators.reprocess_report import ReprocessReportMixin
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.tier_events import TIER_DUE
 from airflow_kafka_retry.triggers.topology_lanes import TOPOLOGY_DUE, event_payloads
 

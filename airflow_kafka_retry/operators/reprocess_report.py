@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Asset
 
     from airflow_kafka_retry.engine.drain.summary import RunSummary
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 #: How many dead-letter coordinates, over all partitions, a notifier gets.
 NOTIFY_COORDINATE_CAP = 100
@@ -141,7 +141,7 @@ class ReprocessReportMixin:
 
         try:
             if topology is None:
-                from airflow_kafka_retry.policy.topology_file import load_topology_from
+                from airflow_kafka_retry.policy.topology.file import load_topology_from
 
                 topology = load_topology_from(str(self.topology))
             metrics = run_metrics(summary, topology)
@@ -161,7 +161,7 @@ class ReprocessReportMixin:
 
     def _lineage(self, document: dict[str, Any] | None) -> OperatorLineage:
         from airflow_kafka_retry.observability.lineage import connection_server, tier_run_lineage
-        from airflow_kafka_retry.policy.topology_file import load_topology_from
+        from airflow_kafka_retry.policy.topology.file import load_topology_from
 
         topology = load_topology_from(str(self.topology))
         server = self.asset_server or self._lineage_server or connection_server(self.kafka_conn_id)

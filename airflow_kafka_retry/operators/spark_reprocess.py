@@ -17,8 +17,8 @@ from airflow_kafka_retry.observability.lineage import lineage_server
 from airflow_kafka_retry.operators.reprocess_arguments import REPROCESS_TEMPLATE_FIELDS
 from airflow_kafka_retry.operators.reprocess_base import ReprocessTierMixin
 from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology_file import load_topology_from
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.topology.file import load_topology_from
 from airflow_kafka_retry.spark.result import ResultMissingError, SparkAppError, read_result, remove_result
 from airflow_kafka_retry.spark.staging import delete_own_folder, kubernetes_upload_path, upload_own_files
 from airflow_kafka_retry.spark.submit import (

@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, Response
 from airflow_kafka_retry.plugin import runs, scans, view_model
 from airflow_kafka_retry.plugin.access import DagAccess
 from airflow_kafka_retry.plugin.settings import ViewSettings, load_settings
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 _STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
 

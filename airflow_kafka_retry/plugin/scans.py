@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.scans.backlog import scan_backlog
 from airflow_kafka_retry.engine.scans.dead_letter_counts import count_dead_letters
-from airflow_kafka_retry.policy.header_values import bound_counts
+from airflow_kafka_retry.policy.headers.bounds import bound_counts
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.plugin.settings import ViewSettings
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def _name_missing_acls(
     error then names the principal, the operation and the resource (``authorization.explain``).
     """
     from airflow_kafka_retry.engine.kafka.authorization import explain
-    from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+    from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
 
     refused = [a for a in answers if a.get("error")]
     if not refused:

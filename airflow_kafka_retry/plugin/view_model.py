@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.plugin.scans import TopologyScan
     from airflow_kafka_retry.plugin.settings import ViewSettings
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 #: ``(dag_id, limit, task_id)``: the DAG's last runs; with a task id, only the runs that task ran in.
 RunsReader = Callable[[str, int, str | None], list[dict[str, Any]]]

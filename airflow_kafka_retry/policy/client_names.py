@@ -2,8 +2,8 @@
 The names the provider gives its clients' Kafka resources besides the topology's topics and tier groups.
 
 One place for each, so the engine that uses a name and the ACL bindings that grant it
-(:mod:`.acl`) cannot drift apart: transactional ids of tier runs and replays, the replay and redelivery
-log topics, the throw-away readers' group prefix and the DLT watch's group.
+(:mod:`.topology.acl`) cannot drift apart: transactional ids of tier runs and replays, the replay and
+redelivery log topics, the throw-away readers' group prefix and the DLT watch's group.
 
 Pure: no I/O.
 """

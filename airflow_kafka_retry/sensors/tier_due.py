@@ -11,11 +11,11 @@ from airflow.providers.common.compat.sdk import AirflowException, AirflowSkipExc
 from airflow.sdk import BaseSensorOperator, PokeReturnValue
 
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
-from airflow_kafka_retry.policy.durations import parse_duration_ms
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology import Tier, Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.timing.durations import parse_duration_ms
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -68,7 +68,7 @@ class RetryTierDueSensor(BaseSensorOperator):
     A record without a due header (main topic, DLT, Spring records without back-off header) is due
     at once.
 
-    :param topology: a :class:`~airflow_kafka_retry.policy.topology.Topology` or the path of its
+    :param topology: a :class:`~airflow_kafka_retry.policy.topology.model.Topology` or the path of its
         YAML file. (templated)
     :param tier: the tier: its index (0 = main topic), its topic name, or ``dlt``. (templated)
     :param kafka_conn_id: the Kafka connection (librdkafka configuration in its extra). (templated)

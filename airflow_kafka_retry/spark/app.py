@@ -54,8 +54,8 @@ from airflow_kafka_retry.engine.drain.summary import PartitionSummary, RunSummar
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, check_local_files
 from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.topology_file import load_topology_from
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.topology.file import load_topology_from
 from airflow_kafka_retry.spark.executor_code import import_user_code
 from airflow_kafka_retry.spark.kafka_files import materialized
 from airflow_kafka_retry.spark.result import (
@@ -67,7 +67,7 @@ from airflow_kafka_retry.spark.result import (
 from airflow_kafka_retry.spark.transport import UnencryptedSecretsError, check_secrets_transport
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 from airflow_kafka_retry.triggers.topology_lanes import (
     LANES_KEY,
     MAIN_LANE,

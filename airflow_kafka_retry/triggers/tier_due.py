@@ -16,9 +16,9 @@ from asgiref.sync import sync_to_async
 
 from airflow_kafka_retry.engine.heads.peek import PeekError, TierPeek, peek_heads
 from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.policy.due_check import DueCheck, check_due
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.timing.due_check import DueCheck, check_due
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.broker_calls import CALL_DEADLINE_S, BrokerCalls, CallStuck
 
 #: Never sleep longer than this in one go, so a changed system clock is noticed.

@@ -6,7 +6,7 @@ Event triggers of event-driven tiers: an asset watcher fires when a tier's recor
 (its partitions assigned at the group's committed offsets, never joined, never committing; with
 ``[kafka_retry] shared_watch_consumers`` on, the default, the watches of a triggerer share one consumer per
 Kafka connection, see ``engine/heads/shared_consumer.py``) and yields one event per *wave* (see
-``policy/waves.py``): while idle it only waits on the broker, so an idle tier creates no DAG run and no
+``policy/timing/waves.py``): while idle it only waits on the broker, so an idle tier creates no DAG run and no
 task. The wave is saved in the asset's state store before its event is yielded, so a restarted triggerer
 does not fire it twice at once nor forget it: it fires the next wave once the group has committed past it,
 or fires it again ``refire_after`` (45 s) after it became runnable when no run took it. Whatever step the
@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_kafka_retry.policy.due_check import format_ms
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.timing.due_check import format_ms
+from airflow_kafka_retry.policy.timing.waves import Wave, WavePlan, plan_wave
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.broker_calls import BrokerCalls, CallStuck
 from airflow_kafka_retry.triggers.watching import (
     MemoryStore,

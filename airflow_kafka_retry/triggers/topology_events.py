@@ -7,7 +7,7 @@ topic with ``include_main``) with the tier's group, and the DLTs with the watch 
 consumer (the topology's own, or the triggerer's shared one), and yields one event naming the lanes
 (the DAG's task ids) that are due. The DAG's first task runs those and skips the others.
 
-Each lane keeps its own wave (``policy/waves.py``) in the asset's state store under its own key, saved
+Each lane keeps its own wave (``policy/timing/waves.py``) in the asset's state store under its own key, saved
 before the event is yielded, so everything the tier triggers guarantee holds per lane: a restarted
 triggerer neither fires a wave twice at once nor forgets it, a wave no run took fires again
 ``refire_after`` after it became runnable, and a window holds a lane's wave until it opens. Runs of the
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
-from airflow_kafka_retry.policy.due_check import format_ms
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.waves import Wave, WavePlan, plan_wave
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.timing.due_check import format_ms
+from airflow_kafka_retry.policy.timing.waves import Wave, WavePlan, plan_wave
 from airflow_kafka_retry.triggers.lane_changes import note_lane_changes
 from airflow_kafka_retry.triggers.topology_lanes import (
     TOPOLOGY_DUE,

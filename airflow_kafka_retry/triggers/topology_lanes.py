@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.broker_calls import BrokerCalls
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import asyncio
 
     from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
-    from airflow_kafka_retry.policy.waves import Wave
+    from airflow_kafka_retry.policy.timing.waves import Wave
 
 #: Kind of the topology trigger's events (``payload["kind"]``).
 TOPOLOGY_DUE = "topology_due"

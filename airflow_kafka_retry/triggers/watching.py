@@ -15,11 +15,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.waves import Wave
+from airflow_kafka_retry.policy.timing.waves import Wave
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
-    from airflow_kafka_retry.policy.waves import WavePlan
+    from airflow_kafka_retry.policy.timing.waves import WavePlan
     from airflow_kafka_retry.triggers.broker_calls import BrokerCalls
 
 

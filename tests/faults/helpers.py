@@ -14,7 +14,7 @@ from airflow_kafka_retry.engine.local.engine import run_local
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 REPO = Path(__file__).parents[2]
 HANDLER = "tests.support.fault_handler"

@@ -326,7 +326,7 @@ def test_the_replay_log_check_asks_the_frozen_broker_under_the_attempts_deadline
 
     from airflow_kafka_retry.engine.drain.replay_trust import ReplayLogCheck
     from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+    from airflow_kafka_retry.policy.headers.replay import ReplayAudit
 
     watch = CallDeadlines("orders[0]")
     check = ReplayLogCheck({"bootstrap.servers": own_broker.bootstrap}, deadlines=watch, timeout_s=3.0)

@@ -31,7 +31,7 @@ from confluent_kafka import KafkaException
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 
 from tests.conftest import test_broker_kind
@@ -437,8 +437,8 @@ def test_a_replay_survives_its_transaction_coordinator_moving_exactly_once(
 ):
     from airflow_kafka_retry.dlt import replay_moves
     from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
-    from airflow_kafka_retry.policy.headers import last_header
-    from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
+    from airflow_kafka_retry.policy.headers.codec import last_header
+    from airflow_kafka_retry.policy.headers.replay import REPLAY_ID
 
     _heal(cluster)
     ledger.ledger_path(tmp_path)

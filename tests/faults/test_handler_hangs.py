@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 
 from tests.faults.helpers import cli_drain, cli_env, cli_summary
 from tests.support import ledger

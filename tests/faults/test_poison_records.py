@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 from tests.faults.helpers import options, run_all_tiers, totals

@@ -34,7 +34,7 @@ from tests.support.ledger import FaultInput
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
     from testkit.spark_cluster import SparkCluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -44,7 +44,7 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 from testkit.airflow_celery import CeleryWorkers, alive, celery_env

@@ -4,7 +4,7 @@ Real Kafka Connect dead letters, read back: exactly what ``DeadLetterQueueReport
 A Kafka Connect 4.3.1 standalone worker runs a FileStreamSink with ``JsonConverter`` values on a source topic
 of the Kafka 4.4 broker; the values that are not JSON fail at the value converter stage and, with
 ``errors.tolerance=all``, go to the connector's DLQ. The assertions are the ground truth for decoding this
-family (``policy/dead_letter_families``) and docs/dead-letter-sources.md: the source's own headers, then
+family (``policy/dead_letters/families``) and docs/dead-letter-sources.md: the source's own headers, then
 Connect's context headers (only with ``errors.deadletterqueue.context.headers.enable=true``), their names,
 order and encodings, and the key, value and timestamp kept.
 """
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 from confluent_kafka import TIMESTAMP_CREATE_TIME, Producer
 
-from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
+from airflow_kafka_retry.policy.dead_letters.families import describe_dead_letter
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
 from testkit.kafka_connect import file_sink_with_dlq
 

@@ -13,8 +13,8 @@ import yaml
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.policy import replay_headers as R
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.headers import replay as R
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.support import ledger

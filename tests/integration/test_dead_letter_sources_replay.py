@@ -16,7 +16,7 @@ import yaml
 from confluent_kafka import AcknowledgeType, Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER
 from testkit.kafka_connect import file_sink_with_dlq
 from testkit.share_groups import DLQ_PREFIX, acknowledge_records, set_group_configs

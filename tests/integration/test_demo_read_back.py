@@ -7,7 +7,7 @@ from confluent_kafka import Producer
 
 from airflow_kafka_retry.demo.account import produced_fates, read_produced
 from airflow_kafka_retry.demo.orders import fate
-from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
+from airflow_kafka_retry.policy.headers.replay import REPLAY_ID
 
 pytestmark = pytest.mark.integration
 

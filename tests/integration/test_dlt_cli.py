@@ -11,8 +11,8 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.dlt.inspect import inspect_dlt
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.policy import headers as H, replay_headers as R
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.headers import codec as H, replay as R
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.integration.test_dlt_replay import PERMANENT, fill_dlt, ids_of, replayed_copies

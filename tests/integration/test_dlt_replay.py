@@ -14,8 +14,8 @@ from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.engine.logs.replay_log import log_topic
-from airflow_kafka_retry.policy import headers as H, replay_headers as R
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.headers import codec as H, replay as R
 
 from tests.support import ledger
 

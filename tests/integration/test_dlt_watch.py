@@ -13,8 +13,8 @@ from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchError
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger

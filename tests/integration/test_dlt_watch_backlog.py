@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.scans import dlt_scan as engine_watch
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 pytestmark = pytest.mark.integration

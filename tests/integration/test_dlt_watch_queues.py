@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.factory.topology_dag import topology_lanes
 from airflow_kafka_retry.operators.dlt_watch import WATCH_GROUP_TEMPLATE, DltWatchOperator
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
 from tests.integration.test_dead_letter_families_cli import _cli

@@ -30,7 +30,7 @@ NAME = "kafka_retry.dlt.new_records"
 TAG = re.compile(r"^[A-Za-z0-9_.$-]+$")
 WATCH = """
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 import json, sys
 topology = Topology.from_mapping(json.loads(sys.argv[1]))
 DltWatchOperator(task_id="watch", topology=topology, kafka_conn_id="akr_tags").execute({})

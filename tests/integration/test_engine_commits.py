@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger

@@ -12,8 +12,8 @@ from airflow_kafka_retry.engine.drain.follow import drain_following
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger

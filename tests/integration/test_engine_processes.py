@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import LocalEngine, run_local
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 
 from tests.support import ledger
 

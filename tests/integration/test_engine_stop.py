@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger, stop_handler

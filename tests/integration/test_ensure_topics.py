@@ -18,7 +18,7 @@ from airflow_kafka_retry.engine.kafka.topic_admin import (
     topology_topics,
 )
 from airflow_kafka_retry.operators.ensure_topics import EnsureRetryTopicsOperator
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import (
     admin_client,
     create_topics,

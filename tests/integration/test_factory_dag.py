@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics
 

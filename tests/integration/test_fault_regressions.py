@@ -10,8 +10,8 @@ from confluent_kafka import Consumer, TopicPartition
 from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction, FencedError, RoutedRecord
 from airflow_kafka_retry.engine.heads.peek import peek_heads
 from airflow_kafka_retry.engine.kafka.clients import open_producer
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.resolver import Destination
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.routing.resolver import Destination
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger

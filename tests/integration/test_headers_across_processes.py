@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 
 from tests.support.ledger import read_all
 
@@ -19,8 +19,8 @@ pytestmark = [pytest.mark.integration]
 WRITER = textwrap.dedent("""
     import json, sys
     from confluent_kafka import Producer
-    from airflow_kafka_retry.policy import failure_headers as F, headers as H
-    from airflow_kafka_retry.policy.header_policy import HeaderPolicy
+    from airflow_kafka_retry.policy.headers import failure as F, codec as H
+    from airflow_kafka_retry.policy.headers.header_policy import HeaderPolicy
 
     bootstrap, topic = sys.argv[1], sys.argv[2]
     try:

@@ -9,7 +9,7 @@ import pytest
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.processes import free_port
 
 pytestmark = pytest.mark.integration

@@ -30,9 +30,9 @@ from airflow_kafka_retry.engine.logs.redelivery_log import (
     redelivery_log_topic,
 )
 from airflow_kafka_retry.engine.logs.redelivery_log_state import log_state
-from airflow_kafka_retry.policy.headers import read_original_coordinates
-from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.headers.codec import read_original_coordinates
+from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery, entry_key
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.processes import free_port
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, admin_client, create_topics
 

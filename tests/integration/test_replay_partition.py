@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.logs.replay_log import log_topic
-from airflow_kafka_retry.policy import headers as H, replay_headers as R
+from airflow_kafka_retry.policy.headers import codec as H, replay as R
 
 from tests.support import ledger
 

@@ -15,8 +15,8 @@ import pytest
 from airflow_kafka_retry.dlt import replay_moves
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
-from airflow_kafka_retry.policy.headers import last_header
-from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
+from airflow_kafka_retry.policy.headers.codec import last_header
+from airflow_kafka_retry.policy.headers.replay import REPLAY_ID
 
 from tests.faults.helpers import options, run_all_tiers
 from tests.support import ledger

@@ -24,7 +24,7 @@ from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.observability.metrics import run_metrics
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
-from airflow_kafka_retry.policy import replay_headers as R
+from airflow_kafka_retry.policy.headers import replay as R
 from airflow_kafka_retry.sandbox.scratch_topics import delete_topics
 
 from tests.support import ledger

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 

@@ -34,9 +34,9 @@ import pytest
 from confluent_kafka import Producer
 from fastapi.testclient import TestClient
 
-from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.client_names import watch_group
-from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
+from airflow_kafka_retry.policy.headers.codec import BACKOFF_TIMESTAMP, encode_big_integer
+from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
 from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster, airflow_env
 from airflow_kafka_retry.sandbox.kafka_secure import ADMIN
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics

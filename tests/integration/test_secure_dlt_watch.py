@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_retry.engine.kafka.clients import NotAuthorized
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
-from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.client_names import watch_group
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 from tests.support import ledger

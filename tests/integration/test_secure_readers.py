@@ -20,9 +20,9 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
 from airflow_kafka_retry.plugin.scans import read_topology
 from airflow_kafka_retry.plugin.settings import ViewSettings
-from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.client_names import watch_group
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 from tests.support import ledger

@@ -18,9 +18,9 @@ from airflow_kafka_retry.dlt.replay import ReplayRequest, replay_dlt
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics, ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
 from airflow_kafka_retry.policy.client_names import replay_log_name
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import delete_topics
 
 from tests.support import ledger

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from airflow_kafka_retry.policy.acl import AclScope, acl_bindings
+from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
 from airflow_kafka_retry.spark.running import deadline
 from airflow_kafka_retry.spark.submit import (
     local_spark_environment,
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from airflow_kafka_retry.engine.drain.summary import RunSummary
-    from airflow_kafka_retry.policy.topology import Tier
+    from airflow_kafka_retry.policy.topology.model import Tier
     from airflow_kafka_retry.sandbox.kafka_secure import SecureKafka
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]

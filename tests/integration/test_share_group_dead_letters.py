@@ -3,7 +3,7 @@ Real share-group dead letters (KIP-1191) from Apache Kafka 4.4, read back: exact
 
 A real ``confluent_kafka.ShareConsumer`` (explicit acknowledgement) rejects some records and releases one
 until the group's delivery limit; the broker (``ShareGroupDLQStateManager``) writes them to the group's
-DLQ topic. The assertions are the ground truth for decoding this family (``policy/dead_letter_families``)
+DLQ topic. The assertions are the ground truth for decoding this family (``policy/dead_letters/families``)
 and docs/dead-letter-sources.md: which headers, in which order, in which encoding, and what of the source
 record is kept, with ``errors.deadletterqueue.copy.record.enable`` on and off.
 """

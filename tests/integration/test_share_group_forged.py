@@ -21,20 +21,20 @@ from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers.codec import (
     ATTEMPTS,
     BACKOFF_TIMESTAMP,
     encode_big_integer,
     encode_int32,
     last_header,
 )
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics, unique_topic
 
 pytestmark = [pytest.mark.integration]
 
 OPTIONS = DrainOptions(handler="airflow_kafka_retry.engine.drain.redelivery:no_handler", call_timeout_s=10.0)
-NOT_REDELIVERABLE = b"airflow_kafka_retry.policy.share_redelivery.NotRedeliverableError"
+NOT_REDELIVERABLE = b"airflow_kafka_retry.policy.routing.share_redelivery.NotRedeliverableError"
 
 
 def dead_letter(topic: str, partition: int, offset: int, group: str) -> list[tuple[str, bytes]]:

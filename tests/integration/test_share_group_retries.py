@@ -20,10 +20,10 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.logs.redelivery_log import redelivery_log_topic
-from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
-from airflow_kafka_retry.policy.headers import read_original_coordinates
-from airflow_kafka_retry.policy.share_redelivery import entry_key
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.dead_letters.families import describe_dead_letter
+from airflow_kafka_retry.policy.headers.codec import read_original_coordinates
+from airflow_kafka_retry.policy.routing.share_redelivery import entry_key
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import CLIENT_LOGGER, create_topics
 from testkit.share_groups import DLQ_PREFIX, set_group_configs
 from testkit.share_retry import (
@@ -163,7 +163,7 @@ def test_rejected_records_wait_their_backoff_and_come_back_with_their_round(
         assert (first.topic, first.partition, first.offset) == (topology.topic, *placed[key])
         assert message.value() == b"v-" + key
         assert describe_dead_letter(headers, 0).failure_class == (  # type: ignore[arg-type]
-            "airflow_kafka_retry.policy.share_redelivery.ShareGroupRejection"
+            "airflow_kafka_retry.policy.routing.share_redelivery.ShareGroupRejection"
         )
 
     # The redelivery log: the entry of each redelivered record that was rejected again was used, and deleted

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from airflow_kafka_retry.policy.headers import read_original_coordinates
+from airflow_kafka_retry.policy.headers.codec import read_original_coordinates
 from testkit.share_retry_airflow import load_average, share_retries_in_airflow
 
 from tests.support.dead_letter_fixtures import read_exactly

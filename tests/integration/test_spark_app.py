@@ -32,7 +32,7 @@ from tests.support import ledger
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 from tests.integration.test_spark_app import OPTIONS, SparkRunner
 from tests.support import ledger

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 from tests.support import ledger

@@ -31,8 +31,8 @@ import pytest
 import yaml
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
@@ -57,7 +57,7 @@ from airflow.sdk import DAG, task
 
 from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
 from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 
 TOPOLOGY = {topology!r}
 OUT = {out!r}

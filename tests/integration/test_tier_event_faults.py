@@ -23,7 +23,7 @@ from confluent_kafka import Producer
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger
 
 from tests.integration.test_tier_event_trigger import _Store

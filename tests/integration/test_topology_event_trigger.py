@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from airflow_kafka_retry.engine.heads import head_watch, shared_consumer
-from airflow_kafka_retry.policy.waves import Wave
+from airflow_kafka_retry.policy.timing.waves import Wave
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 from airflow_kafka_retry.triggers import watching
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY

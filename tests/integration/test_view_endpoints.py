@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from fastapi.testclient import TestClient
 
 from airflow_kafka_retry.plugin import access as view_access, app as view_app, scans as view_scans
-from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
+from airflow_kafka_retry.policy.headers.codec import BACKOFF_TIMESTAMP, encode_big_integer
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
 pytestmark = pytest.mark.integration

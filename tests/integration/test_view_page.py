@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
+from airflow_kafka_retry.policy.headers.codec import BACKOFF_TIMESTAMP, encode_big_integer
 from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.scans.backlog import scan_backlog
 from airflow_kafka_retry.engine.scans.dead_letter_counts import count_dead_letters
-from airflow_kafka_retry.policy.headers import BACKOFF_TIMESTAMP, encode_big_integer
+from airflow_kafka_retry.policy.headers.codec import BACKOFF_TIMESTAMP, encode_big_integer
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,13 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
 
 from tests.support.warm_airflow import run_airflow
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 REPO = Path(__file__).parents[2]
 HANDLER = "tests.interop.orders_handler"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.interop import scenario as S

@@ -11,7 +11,7 @@ from airflow_kafka_retry.engine.scans.peer_consumers import (
     warning,
     warnings,
 )
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 TOPOLOGY = Topology.from_mapping(
     {

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
@@ -24,7 +24,7 @@ from tests.support.ledger import HANDLER_MODULE
 REPO = Path(__file__).parents[2]
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 _DAG_FILE = '''"""Written by {writer}."""
 import datetime

@@ -21,7 +21,7 @@ import os
 import time
 
 from airflow_kafka_retry import BatchFailedError
-from airflow_kafka_retry.policy.headers import last_header
+from airflow_kafka_retry.policy.headers.codec import last_header
 
 from tests.support.ledger_handler import InvalidOrder, PermanentError, TransientError, _write
 

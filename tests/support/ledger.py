@@ -21,9 +21,9 @@ import yaml
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.topology import Tier, Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Tier, Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
 if TYPE_CHECKING:

@@ -3,7 +3,8 @@ Fixtures for the secured broker (issue 48): SASL_SSL SCRAM-SHA-512 over TLS, ACL
 
 * ``secure_kafka`` -- a :class:`~airflow_kafka_retry.sandbox.kafka_secure.SecureKafka` (session scope: one
   per xdist worker that runs such a test, about 6 s; the suite's plain broker is not touched).
-* ``role_users`` -- fresh users, one per role of ``policy/acl.py`` (``tiers-1a2b3c4d``...), for one test: ACLs
+* ``role_users`` -- fresh users, one per role of ``policy/topology/acl.py`` (``tiers-1a2b3c4d``...), for one
+test: ACLs
   granted in one test never help another.
 * ``grant`` -- create bindings for those users as the broker's admin (``engine/kafka/acl_admin.py``).
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.engine.kafka.acl_admin import apply_acls
-from airflow_kafka_retry.policy.acl import ROLES, AclBinding
+from airflow_kafka_retry.policy.topology.acl import ROLES, AclBinding
 from airflow_kafka_retry.sandbox.kafka import QUICK_JIT
 from airflow_kafka_retry.sandbox.kafka_secure import ADMIN, SecureKafka
 

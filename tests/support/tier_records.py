@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 
 
 def produce(

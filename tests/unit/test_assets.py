@@ -9,7 +9,7 @@ from airflow.providers.apache.kafka.assets.kafka import create_asset
 from airflow.sdk import Asset
 
 from airflow_kafka_retry.assets import reprocess_outlets, topic_asset, topology_assets
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 TOPOLOGY = Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_kafka_retry.policy.compat_check import spring_named_topics, warning
+from airflow_kafka_retry.policy.topology.compat_check import spring_named_topics, warning
 
 README = {
     "topic": "orders",

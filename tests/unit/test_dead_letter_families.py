@@ -1,6 +1,6 @@
 """
 Every framework's dead letters read into one description, from header bytes exactly as each source writes
-them (policy/dead_letter_families.py cites the files): Spring's ByteBuffer.putInt/putLong and
+them (policy/dead_letters/families.py cites the files): Spring's ByteBuffer.putInt/putLong and
 BigInteger.toByteArray, Kafka Connect's and the share-group DLQ's decimal text.
 """
 
@@ -11,10 +11,10 @@ import struct
 
 import pytest
 
-from airflow_kafka_retry.policy import dead_letter_families as F
-from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter, families_seen
+from airflow_kafka_retry.policy.dead_letters import families as F
+from airflow_kafka_retry.policy.dead_letters.families import describe_dead_letter, families_seen
+from airflow_kafka_retry.policy.dead_letters.framework_headers import check_mode, framework_headers_kept
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.framework_headers import check_mode, framework_headers_kept
 
 T_SOURCE = 1_795_428_000_000  # when the source record was produced
 T_DLT = T_SOURCE + 60_000  # when it was dead-lettered

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.policy.dead_letter_queues import DeadLetterQueue
+from airflow_kafka_retry.policy.dead_letters.queues import DeadLetterQueue
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 BASE = {"topic": "orders", "group_id": "orders-service", "attempts": 3}
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from airflow_kafka_retry.demo.account import Parked, reconcile
 from airflow_kafka_retry.demo.picture import flow_data
 from airflow_kafka_retry.demo.report import print_account
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 TOPOLOGY = Topology.from_mapping(
     {

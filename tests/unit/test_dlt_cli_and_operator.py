@@ -116,7 +116,7 @@ def test_default_replay_id_is_stable_per_task_of_a_run():
 
 def test_replay_dag_from_a_topology_object_with_own_dag_arguments():
     from airflow_kafka_retry import build_dlt_replay_dag
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(EXAMPLE)
     dag = build_dlt_replay_dag(

@@ -10,7 +10,7 @@ import pytest
 from airflow_kafka_retry.dlt.filters import ReplayFilter, loaded_class, parse_offsets, parse_time_ms
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers.codec import (
     DEAD_LETTER_NAMES,
     RETRY_TOPIC_NAMES,
     encode_int32,

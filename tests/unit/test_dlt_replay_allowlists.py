@@ -17,7 +17,7 @@ from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
 from airflow_kafka_retry.dlt.replay_targets import check_target_spec, target_for
 from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 EXAMPLE = Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"
 NOWHERE = {"bootstrap.servers": "127.0.0.1:9"}
@@ -89,7 +89,8 @@ def _record(original_topic: str) -> DltRecord:
 
 
 def test_a_producer_chosen_original_topic_is_not_a_default_target(topology):
-    # Spring keeps an original-topic header the producer set (see policy/headers.py): the replay refuses it
+    # Spring keeps an original-topic header the producer set (see policy/headers/codec.py): the replay refuses
+    # it
     with pytest.raises(
         ReplayError, match=r"the original topic of orders-dlt\[0\]@7 'payments' is not a topic of"
     ):

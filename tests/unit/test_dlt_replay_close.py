@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException
 from airflow_kafka_retry.dlt import replay as replay_module
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 EXAMPLE = Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"
 NOWHERE = {"bootstrap.servers": "127.0.0.1:9"}

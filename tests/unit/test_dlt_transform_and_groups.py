@@ -16,7 +16,7 @@ from airflow_kafka_retry.dlt.replay_targets import (
 )
 from airflow_kafka_retry.dlt.transform import apply_transform, load_transform
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 from tests.unit.test_dlt_filters import record
 

@@ -4,8 +4,8 @@ broker)."""
 from __future__ import annotations
 
 from airflow_kafka_retry.engine.scans.dlt_scan import UNKNOWN_EXCEPTION, DltWatchSummary
-from airflow_kafka_retry.policy import headers as H
-from airflow_kafka_retry.policy.headers import read_exception_classes
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.headers.codec import read_exception_classes
 
 
 class FakeMessage:

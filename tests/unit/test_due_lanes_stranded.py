@@ -14,7 +14,7 @@ import yaml
 
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
-from airflow_kafka_retry.policy.waves import Wave
+from airflow_kafka_retry.policy.timing.waves import Wave
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 from airflow_kafka_retry.triggers.topology_lanes import TOPOLOGY_DUE, stranded_lanes
 

@@ -20,8 +20,8 @@ from airflow_kafka_retry.engine.drain.records import TierRecord
 from airflow_kafka_retry.engine.kafka.loading import UserCodeError
 from airflow_kafka_retry.errors import UnisolatedFailure
 from airflow_kafka_retry.policy.classify import ExceptionClassifier, exception_chain
-from airflow_kafka_retry.policy.resolver import DestinationResolver
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.topology.model import Topology
 
 HANDLER_NAME = "myapp.handlers:handle_orders"
 

@@ -12,7 +12,7 @@ import pytest
 from airflow_kafka_retry.engine.drain import gc_tuning
 from airflow_kafka_retry.engine.drain.records import TierRecord, make_record, record_from_message
 from airflow_kafka_retry.engine.local.engine import MAX_DEFAULT_PARALLELISM, default_parallelism
-from airflow_kafka_retry.policy import headers as H
+from airflow_kafka_retry.policy.headers import codec as H
 
 ATT, DUE = H.ATTEMPTS, H.BACKOFF_TIMESTAMP
 VALUES = [

@@ -20,7 +20,7 @@ from airflow_kafka_retry.engine.local.engine import _shippable, default_parallel
 from airflow_kafka_retry.engine.local.worker_failure import worker_failure
 from airflow_kafka_retry.engine.local.worker_pool import ProcessPool
 from airflow_kafka_retry.engine.local.worker_protocol import WorkerSetup, read_setup, setup_message
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 TOPOLOGY = Topology.from_mapping(
     {"topic": "orders", "group_id": "orders-svc", "attempts": 3, "backoff": {"kind": "fixed", "delay": "1s"}},

@@ -16,8 +16,8 @@ import yaml
 from airflow_kafka_retry.factory.dag_builders import CUTOFF_RENDERED_NOW
 from airflow_kafka_retry.factory.overrides import TierOverrideError
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 REPO = Path(__file__).parents[2]
 ORDERS = REPO / "dags" / "topologies" / "orders.yaml"
@@ -461,7 +461,7 @@ def test_importing_the_package_does_not_import_airflow():
         "import sys, airflow_kafka_retry\n"
         "from airflow_kafka_retry import BatchFailedError\n"
         "import airflow_kafka_retry.engine.local.engine, airflow_kafka_retry.spark.app\n"
-        "import airflow_kafka_retry.policy.windows\n"
+        "import airflow_kafka_retry.policy.timing.windows\n"
         "loaded = sorted(m for m in sys.modules if m == 'airflow' or m.startswith('airflow.'))\n"
         "assert not loaded, loaded\n"
         "assert 'build_retry_dags' in dir(airflow_kafka_retry)\n"

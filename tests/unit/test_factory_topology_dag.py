@@ -16,7 +16,7 @@ from airflow_kafka_retry.factory.overrides import TierOverrideError
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags
 from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
 from airflow_kafka_retry.operators.reprocess_base import wave_not_before_ms
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.triggers.topology_events import TOPOLOGY_DUE, TopologyDueEventTrigger
 
 REPO = Path(__file__).parents[2]

@@ -18,7 +18,7 @@ import pytest
 from airflow_kafka_retry.observability.metrics import OTHER, exception_tags, sanitize_tag
 from airflow_kafka_retry.plugin import scans
 from airflow_kafka_retry.plugin.settings import ViewSettings
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 from tests.unit.test_dlt_watch_summary import FakeMessage
 
@@ -174,13 +174,13 @@ def test_the_views_dead_letter_counts_are_bounded(monkeypatch):
     ],
 )
 def test_one_bound_escapes_control_characters(raw, shown):
-    from airflow_kafka_retry.policy.header_values import bound_value
+    from airflow_kafka_retry.policy.headers.bounds import bound_value
 
     assert bound_value(raw) == shown
 
 
 def test_one_bound_caps_length_and_count():
-    from airflow_kafka_retry.policy.header_values import (
+    from airflow_kafka_retry.policy.headers.bounds import (
         MAX_DISTINCT_VALUES,
         MAX_VALUE_CHARS,
         OTHER_VALUES,

@@ -24,7 +24,7 @@ from airflow_kafka_retry.observability.metrics import (
     run_metrics,
     sanitize_tag,
 )
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 TOPOLOGY = load_topology(str(Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"))
 
@@ -172,7 +172,7 @@ def test_no_metric_function_tags_a_partition_offset_or_key():
 
     from airflow_kafka_retry.engine.scans.dlt_scan import DltWatchSummary
     from airflow_kafka_retry.observability.metrics import peek_gauges
-    from airflow_kafka_retry.policy.headers import RETRY_TOPIC_NAMES as N
+    from airflow_kafka_retry.policy.headers.codec import RETRY_TOPIC_NAMES as N
 
     p = PartitionSummary("orders-retry-1", 7, "g", drained=3, succeeded=1, handler_calls=3)
     for topic in ("orders-retry-2", "orders-dlt", "orders-parking"):
@@ -430,7 +430,7 @@ def test_any_airflow_process_sends_the_backlog_gauges_with_its_own_metrics_setti
         code = f"""
 from airflow_kafka_retry.engine.heads.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.observability.metrics import emit_tier_backlog
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 topology = load_topology({TOPOLOGY.source!r})
 peek = TierPeek("orders-retry-2", "g", (0,), (PartitionHead(0, 5, 1_000, end_offset=12),))
 print(emit_tier_backlog(peek, topology, topology.tier(2), now_ms=61_000))

@@ -140,7 +140,7 @@ def cli_options() -> dict[str, set[str]]:
 def topology_keys() -> set[str]:
     """The topology file's keys, as the loader lists them for a key it does not know."""
     from airflow_kafka_retry.policy.errors import TopologyError
-    from airflow_kafka_retry.policy.topology_mapping import topology_arguments
+    from airflow_kafka_retry.policy.topology.mapping import topology_arguments
 
     _, errors = topology_arguments({"topic": "t", "group_id": "g", "zzzz_not_a_key": 1}, source="probe")
     [message] = [str(e) for e in errors if isinstance(e, TopologyError) and "zzzz_not_a_key" in str(e)]
@@ -165,7 +165,7 @@ def expected() -> dict[str, set[str]]:
     from airflow_kafka_retry.factory.replay_dag import build_dlt_replay_dag
     from airflow_kafka_retry.factory.retry_dags import build_retry_dags
     from airflow_kafka_retry.plugin.settings import OPTIONS
-    from airflow_kafka_retry.policy.header_policy import HeaderPolicy
+    from airflow_kafka_retry.policy.headers.header_policy import HeaderPolicy
 
     sections = {
         "build_retry_dags": {p.name for p in _parameters(build_retry_dags)},

@@ -1,4 +1,4 @@
-"""The ACL bindings of each role, derived from the topology and the drain options (policy/acl.py)."""
+"""The ACL bindings of each role, derived from the topology and the drain options (policy/topology/acl.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 import pytest
 
 from airflow_kafka_retry.cli import main
-from airflow_kafka_retry.policy.acl import ROLES, AclScope, acl_bindings, as_commands, principals_for
 from airflow_kafka_retry.policy.client_names import transactional_id
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.acl import ROLES, AclScope, acl_bindings, as_commands, principals_for
+from airflow_kafka_retry.policy.topology.model import Topology
 
 
 def _orders(**extra):

@@ -1,16 +1,16 @@
-"""Unit tests for airflow_kafka_retry.policy.backoff (pure, no network, no Airflow)."""
+"""Unit tests for airflow_kafka_retry.policy.timing.backoff (pure, no network, no Airflow)."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.policy.backoff import (
+from airflow_kafka_retry.policy.timing.backoff import (
     DEFAULT_FIXED_DELAY_MS,
     DEFAULT_MAX_DELAY_MS,
     DEFAULT_MULTIPLIER,
     BackOff,
 )
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 
 def test_spring_documented_exponential_example() -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from airflow_kafka_retry.cli import main
-from airflow_kafka_retry.policy.compat import PRESETS, apply_preset
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.failure_headers import describe_exception
-from airflow_kafka_retry.policy.naming import NamingError, dlt_routing_suffix, retry_topics
-from airflow_kafka_retry.policy.resolver import DestinationResolver
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers.failure import describe_exception
+from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.topology.compat import PRESETS, apply_preset
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
+from airflow_kafka_retry.policy.topology.naming import NamingError, dlt_routing_suffix, retry_topics
 
 BASE = {"topic": "orders", "group_id": "orders-service"}
 

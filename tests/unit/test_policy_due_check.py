@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pytest
 
-from airflow_kafka_retry.policy.due_check import check_due
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.timing.due_check import check_due
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 
 NOW = 1_700_000_000_000
 MIN = 60_000

@@ -1,10 +1,10 @@
-"""Unit tests for airflow_kafka_retry.policy.durations (pure, no network, no Airflow)."""
+"""Unit tests for airflow_kafka_retry.policy.timing.durations (pure, no network, no Airflow)."""
 
 from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.policy.durations import format_duration_ms, parse_duration_ms
+from airflow_kafka_retry.policy.timing.durations import format_duration_ms, parse_duration_ms
 
 
 @pytest.mark.parametrize(

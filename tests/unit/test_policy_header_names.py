@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.policy import headers as h
-from airflow_kafka_retry.policy.failure_headers import ExceptionInfo, Failure, forward_headers
-from airflow_kafka_retry.policy.header_policy import HEADER_NAMINGS, HeaderPolicy
-from airflow_kafka_retry.policy.headers import read_original_coordinates
+from airflow_kafka_retry.policy.headers import codec as h
+from airflow_kafka_retry.policy.headers.codec import read_original_coordinates
+from airflow_kafka_retry.policy.headers.failure import ExceptionInfo, Failure, forward_headers
+from airflow_kafka_retry.policy.headers.header_policy import HEADER_NAMINGS, HeaderPolicy
 
 T0 = 1_700_000_000_000  # hex 018bcfe56800
 INFO = ExceptionInfo(

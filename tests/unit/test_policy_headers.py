@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.policy.headers and .header_policy (pure, no network, no Airflow).
+"""Unit tests for airflow_kafka_retry.policy.headers.codec and .header_policy (pure, no network, no Airflow).
 
 Expected bytes are derived independently of the codec, from Spring for Apache Kafka 3.x's Java
 encodings:
@@ -22,19 +22,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from airflow_kafka_retry.policy import headers as h
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.failure_headers import (
-    ExceptionInfo,
-    Failure,
-    HeaderBudgetError,
-    describe_exception,
-    fit_budget,
-    forward_headers,
-    header_bytes,
-)
-from airflow_kafka_retry.policy.header_policy import MIN_HEADER_BYTES, HeaderPolicy
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers import codec as h
+from airflow_kafka_retry.policy.headers.codec import (
     OriginalCoordinates,
     decode_big_integer_long,
     encode_big_integer,
@@ -47,6 +37,16 @@ from airflow_kafka_retry.policy.headers import (
     read_original_coordinates,
     read_original_timestamp,
 )
+from airflow_kafka_retry.policy.headers.failure import (
+    ExceptionInfo,
+    Failure,
+    HeaderBudgetError,
+    describe_exception,
+    fit_budget,
+    forward_headers,
+    header_bytes,
+)
+from airflow_kafka_retry.policy.headers.header_policy import MIN_HEADER_BYTES, HeaderPolicy
 
 T0 = 1_700_000_000_000  # hex 018bcfe56800
 T0_BIGINT = bytes.fromhex("018bcfe56800")

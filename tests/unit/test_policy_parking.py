@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
-from airflow_kafka_retry.policy import headers as H
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.replay_headers import (
+from airflow_kafka_retry.policy.headers import codec as H
+from airflow_kafka_retry.policy.headers.replay import (
     REPLAY_HEADERS,
     ReplayAudit,
     is_replayed,
     read_replay_audit,
     replayed_headers,
 )
-from airflow_kafka_retry.policy.resolver import DestinationResolver
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.topology.model import Topology
 
 NOW = 1_800_000_000_000
 AUDIT = ReplayAudit("r-1", "orders-dlt", 2, 17, NOW)

@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.policy.resolver (pure, injected clock, no network, no Airflow)."""
+"""Tests of airflow_kafka_retry.policy.routing.resolver (pure, injected clock, no network, no Airflow)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.headers import ATTEMPTS, encode_int32, read_attempts
-from airflow_kafka_retry.policy.resolver import Destination, DestinationResolver, wall_clock_ms
-from airflow_kafka_retry.policy.topology import Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers.codec import ATTEMPTS, encode_int32, read_attempts
+from airflow_kafka_retry.policy.routing.resolver import Destination, DestinationResolver, wall_clock_ms
+from airflow_kafka_retry.policy.timing.backoff import BackOff
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 EXAMPLE = Path(__file__).parent / "fixtures" / "policy_orders_topology.yaml"
 NOW = 1_700_000_000_000

@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.policy.topology and .errors (pure, no network, no Airflow).
+"""Unit tests for airflow_kafka_retry.policy.topology.model and .errors (pure, no network, no Airflow).
 
 Covers every topology key, ``load_topology`` from YAML files, the validation messages (file, field,
 problem), the derived tiers and topic names, DLT topics and consumer groups.
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.classify import DEFAULT_NOT_RETRYABLE
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.header_policy import MIN_HEADER_BYTES, HeaderPolicy
-from airflow_kafka_retry.policy.topology import DEFAULT_TIER_GROUP_TEMPLATE, Tier, Topology
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.headers.header_policy import MIN_HEADER_BYTES, HeaderPolicy
+from airflow_kafka_retry.policy.timing.backoff import BackOff
+from airflow_kafka_retry.policy.topology.file import load_topology
+from airflow_kafka_retry.policy.topology.model import DEFAULT_TIER_GROUP_TEMPLATE, Tier, Topology
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXAMPLE = FIXTURES / "policy_orders_topology.yaml"

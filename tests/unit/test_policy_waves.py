@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_kafka_retry.policy.waves import Wave, plan_wave
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.timing.waves import Wave, plan_wave
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 
 A, B = ("t", 0), ("t", 1)
 NOW = 1_700_000_000_000

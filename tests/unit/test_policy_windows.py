@@ -1,4 +1,4 @@
-"""Unit tests for airflow_kafka_retry.policy.windows (pure, no network, no Airflow)."""
+"""Unit tests for airflow_kafka_retry.policy.timing.windows (pure, no network, no Airflow)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from airflow_kafka_retry.policy.windows import ReprocessWindow
+from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 
 
 def ms(text: str, tz: str = "UTC") -> int:

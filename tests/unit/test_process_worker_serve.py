@@ -10,7 +10,7 @@ from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.drain.summary import PartitionSummary
 from airflow_kafka_retry.engine.local import worker as process_worker
 from airflow_kafka_retry.engine.local.worker_protocol import WorkerSetup
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 if TYPE_CHECKING:
     import pytest

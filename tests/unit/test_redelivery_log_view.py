@@ -16,7 +16,7 @@ from airflow_kafka_retry.engine.logs.redelivery_log import (
     ensure_redelivery_log,
 )
 from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
-from airflow_kafka_retry.policy.share_redelivery import Redelivery, entry_key
+from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.sandbox.processes import free_port
 
 NOW = 1_800_000_000_000

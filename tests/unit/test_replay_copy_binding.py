@@ -9,9 +9,9 @@ their DLT record as replayed, but confirm no claim: such a copy that fails again
 from __future__ import annotations
 
 from airflow_kafka_retry.engine.logs.replay_log import ReplayLog, encode, record_key
-from airflow_kafka_retry.policy.replay_headers import ReplayAudit, copy_digest
-from airflow_kafka_retry.policy.resolver import DestinationResolver
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.headers.replay import ReplayAudit, copy_digest
+from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.topology.model import Topology
 
 NOW = 1_800_000_000_000
 AUDIT = ReplayAudit("r-1", "orders-dlt", 2, 17, NOW)
@@ -96,7 +96,7 @@ def test_a_grown_log_is_read_from_where_the_last_read_ended(monkeypatch):
     monkeypatch.setattr(replay_trust, "read_log", read_log)
     monkeypatch.setattr(check, "_end", lambda topic: next(ends))
     monkeypatch.setattr(check, "_open", lambda: None)
-    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+    from airflow_kafka_retry.policy.headers.replay import ReplayAudit
 
     audit = ReplayAudit("replay-1", "orders-dlt", 0, 7, 0)
     assert check(audit, "digest") is False  # first look: the whole log
@@ -108,7 +108,7 @@ def test_a_grown_log_is_read_from_where_the_last_read_ended(monkeypatch):
 def test_forged_records_of_one_piece_cost_one_end_request(monkeypatch):
     """The log's end is asked once per piece read, not per record (issue 38 item 10)."""
     from airflow_kafka_retry.engine.drain import replay_trust
-    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+    from airflow_kafka_retry.policy.headers.replay import ReplayAudit
 
     asked: list[str] = []
     check = replay_trust.ReplayLogCheck({"bootstrap.servers": "x:1"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers.codec import (
     ATTEMPTS,
     BACKOFF_TIMESTAMP,
     ORIGINAL_TIMESTAMP,
@@ -14,8 +14,8 @@ from airflow_kafka_retry.policy.headers import (
     encode_int32,
     read_original_coordinates,
 )
-from airflow_kafka_retry.policy.resolver import DestinationResolver
-from airflow_kafka_retry.policy.share_redelivery import (
+from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.routing.share_redelivery import (
     NotRedeliverableError,
     Redelivery,
     RedeliveryPlan,
@@ -26,7 +26,7 @@ from airflow_kafka_retry.policy.share_redelivery import (
     redelivery_headers,
     redelivery_plan,
 )
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 NAMES = RETRY_TOPIC_NAMES
 SHARE_TOPOLOGY = {

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers.codec import (
     ATTEMPTS,
     RETRY_TOPIC_NAMES,
     encode_int32,
     read_original_coordinates,
 )
-from airflow_kafka_retry.policy.resolver import DestinationResolver
-from airflow_kafka_retry.policy.share_redelivery import (
+from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.routing.share_redelivery import (
     NotRedeliverableError,
     Redelivery,
     RedeliveryPlan,
@@ -26,7 +26,7 @@ from airflow_kafka_retry.policy.share_redelivery import (
     entry_key,
     redelivery_plan,
 )
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 NAMES = RETRY_TOPIC_NAMES
 SHARE = {

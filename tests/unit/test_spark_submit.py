@@ -66,7 +66,7 @@ def test_py_files_zip_holds_the_package_and_the_handler_package(submission):
         "airflow_kafka_retry/__init__.py",
         "airflow_kafka_retry/spark/app.py",
         "airflow_kafka_retry/engine/drain/partition.py",
-        "airflow_kafka_retry/policy/topology.py",
+        "airflow_kafka_retry/policy/topology/model.py",
         "tests/__init__.py",
         "tests/support/__init__.py",
         "tests/support/ledger_handler.py",
@@ -213,7 +213,7 @@ def test_app_refuses_a_missing_handler_before_touching_kafka(tmp_path, capsys):
 
 
 def test_app_tier_run_repr_hides_the_kafka_config():
-    from airflow_kafka_retry.policy.topology_file import load_topology
+    from airflow_kafka_retry.policy.topology.file import load_topology
 
     topology = load_topology(TOPOLOGY)
     run = app.TierRun(topology, topology.tier(0), OPTIONS, KAFKA_CONFIG, (0,), 1, 1)

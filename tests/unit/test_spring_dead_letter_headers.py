@@ -15,8 +15,8 @@ import pytest
 
 from airflow_kafka_retry.dlt.groups import sample_of
 from airflow_kafka_retry.dlt.records import DltRecord
-from airflow_kafka_retry.policy.dead_letter_families import describe_dead_letter
-from airflow_kafka_retry.policy.header_values import MAX_VALUE_CHARS, bound_message, bound_value
+from airflow_kafka_retry.policy.dead_letters.families import describe_dead_letter
+from airflow_kafka_retry.policy.headers.bounds import MAX_VALUE_CHARS, bound_message, bound_value
 
 WRAPPER = "org.springframework.kafka.listener.ListenerExecutionFailedException"
 CAUSE = "com.example.orders.OrderFailures$PoisonOrderException"

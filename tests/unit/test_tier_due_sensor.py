@@ -18,7 +18,7 @@ from airflow.sdk.module_loading import import_string
 from airflow.sdk.serde import deserialize, serialize
 
 from airflow_kafka_retry.engine.heads.peek import PartitionHead, PeekError, TierPeek
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sensors import tier_due as sensor_module
 from airflow_kafka_retry.sensors.tier_due import RetryTierDueSensor, wait_limit
 from airflow_kafka_retry.triggers import tier_due as trigger_module

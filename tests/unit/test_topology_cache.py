@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 YAML = "topic: {topic}\ngroup_id: svc\nattempts: 3\nbackoff: {{kind: custom, delays: [30s, 60s]}}\n"
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow_kafka_retry.engine.scans.dead_letter_counts import SAMPLES, DeadLetterCounts
 from airflow_kafka_retry.plugin import scans
-from airflow_kafka_retry.policy.header_values import MAX_VALUE_CHARS
+from airflow_kafka_retry.policy.headers.bounds import MAX_VALUE_CHARS
 
 HOUR = 1_768_464_000_000  # 2026-01-15T08:00Z
 SECRET = b"card 4111-1111-1111-1111"
@@ -188,7 +188,7 @@ class Backlog:
 
 def test_the_view_passes_the_family_fields_through_its_scan(monkeypatch):
     from airflow_kafka_retry.plugin.settings import ViewSettings
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
     dead = DeadLetterCounts("orders-dlt")
     dead.add(message(0, 0, CONNECT))

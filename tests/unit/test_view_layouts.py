@@ -9,7 +9,7 @@ import pytest
 from airflow_kafka_retry.plugin.scans import TopologyScan
 from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.plugin.view_model import tier_dag_ids, topology_view
-from airflow_kafka_retry.policy.topology_file import load_topology
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 ORDERS = Path(__file__).parents[2] / "dags" / "topologies" / "orders.yaml"
 

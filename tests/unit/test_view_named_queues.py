@@ -9,7 +9,7 @@ from airflow_kafka_retry.engine.scans.dead_letter_counts import DeadLetterCounts
 from airflow_kafka_retry.plugin import scans
 from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.plugin.view_model import topology_view
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 from tests.unit.test_view_dead_letters import message
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from airflow_kafka_retry.plugin import scans
 from airflow_kafka_retry.plugin.settings import ViewSettings
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 
 def scan(n: int, *, complete: bool = True) -> scans.TopologyScan:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
 from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, Header, read_retry_state
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS, Header, read_retry_state
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, Message

@@ -21,21 +21,21 @@ from airflow_kafka_retry.engine.drain.transaction import RoutedRecord
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.errors import DeserializationError
 from airflow_kafka_retry.policy.classify import class_path
-from airflow_kafka_retry.policy.failure_headers import (
+from airflow_kafka_retry.policy.headers.codec import Header, last_header, read_original_timestamp
+from airflow_kafka_retry.policy.headers.failure import (
     Failure,
     HeaderBudgetError,
     describe_exception,
     forward_headers,
     header_bytes,
 )
-from airflow_kafka_retry.policy.headers import Header, last_header, read_original_timestamp
-from airflow_kafka_retry.policy.replay_headers import REPLAY_ID
+from airflow_kafka_retry.policy.headers.replay import REPLAY_ID
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-    from airflow_kafka_retry.policy.resolver import DestinationResolver
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary

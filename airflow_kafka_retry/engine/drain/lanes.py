@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import PartitionSummary
     from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
     from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 
 class Lane(Protocol):

@@ -39,12 +39,12 @@ from airflow_kafka_retry.engine.kafka.clients import (
 from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
 from airflow_kafka_retry.engine.kafka.loading import load_callable
 from airflow_kafka_retry.policy.client_names import transactional_id
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS
-from airflow_kafka_retry.policy.resolver import DestinationResolver, wall_clock_ms
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS
+from airflow_kafka_retry.policy.routing.resolver import DestinationResolver, wall_clock_ms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.options import DrainOptions
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 log = logging.getLogger(__name__)
 

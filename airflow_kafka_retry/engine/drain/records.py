@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.headers.codec import Header
 
 
 @dataclass(frozen=True)

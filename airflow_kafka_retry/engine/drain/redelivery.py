@@ -2,9 +2,10 @@
 A share-group topology's partition run under ``on_due: redeliver``: no handler, records go back to the queue.
 
 * The input lane (tier 0, the share group's DLQ): each dead letter is a failure of its round
-  (``policy/share_redelivery.dead_letter_round``: the round from the redelivery log, else 1) and is routed
-  like any failed record: into the next tier with its back-off, or to the DLT once its rounds are spent.
-  The log entry that gave the round is deleted (a tombstone) in the chunk's transaction (:meth:`bookkeeping`).
+  (``policy/routing/share_redelivery.dead_letter_round``: the round from the redelivery log, else 1) and is
+  routed like any failed record: into the next tier with its back-off, or to the DLT once its rounds are
+  spent. The log entry that gave the round is deleted (a tombstone) in the chunk's transaction
+  (:meth:`bookkeeping`).
 * A retry tier: each due record is produced back to its source topic and partition
   (``redelivery_plan``; where the source topic has fewer partitions the key decides), with the round in
   ``retry_topic-attempts``; its redelivery log entry, keyed by the offset its delivery report gives, is
@@ -34,9 +35,9 @@ from airflow_kafka_retry.engine.logs.redelivery_log import (
     ensure_redelivery_log,
     redelivery_log_topic,
 )
-from airflow_kafka_retry.policy.headers import HEADER_NAMES
-from airflow_kafka_retry.policy.resolver import Destination
-from airflow_kafka_retry.policy.share_redelivery import (
+from airflow_kafka_retry.policy.headers.codec import HEADER_NAMES
+from airflow_kafka_retry.policy.routing.resolver import Destination
+from airflow_kafka_retry.policy.routing.share_redelivery import (
     NotRedeliverableError,
     RedeliveryTargets,
     dead_letter_round,
@@ -54,9 +55,9 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.lanes import LaneRun
     from airflow_kafka_retry.engine.drain.options import DrainOptions
     from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
-    from airflow_kafka_retry.policy.headers import Header
-    from airflow_kafka_retry.policy.share_redelivery import Redelivery
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.headers.codec import Header
+    from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 log = logging.getLogger(__name__)
 

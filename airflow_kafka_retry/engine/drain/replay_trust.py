@@ -33,7 +33,7 @@ from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+    from airflow_kafka_retry.policy.headers.replay import ReplayAudit
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from airflow_kafka_retry.engine.kafka.deadlines import (
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.options import DrainOptions
     from airflow_kafka_retry.engine.drain.partition import PartitionJob
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def run_partition(
     the partition's failure: the summary says ``failed``.
     """
     from airflow_kafka_retry.engine.drain.partition import PartitionJob
-    from airflow_kafka_retry.policy.resolver import wall_clock_ms
+    from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
     wall = clock or wall_clock_ms
 
@@ -164,7 +164,7 @@ def _lacking_acls(
 ) -> str | None:
     """The ACLs of the tier run its principal lacks, when they explain ``error`` (engine/authorization)."""
     from airflow_kafka_retry.engine.kafka.authorization import explain
-    from airflow_kafka_retry.policy.acl import AclScope, tier_run_bindings
+    from airflow_kafka_retry.policy.topology.acl import AclScope, tier_run_bindings
 
     scope = AclScope(transactional_id_prefix=options.transactional_id_prefix)
     needed = tier_run_bindings(topology, tier, scope, group=options.consumer_group)

@@ -29,8 +29,8 @@ from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.refusals import refusal
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.headers import Header
-    from airflow_kafka_retry.policy.resolver import Destination
+    from airflow_kafka_retry.policy.headers.codec import Header
+    from airflow_kafka_retry.policy.routing.resolver import Destination
 
 #: librdkafka timeout of each transaction call, unless the router is given another.
 DEFAULT_CALL_TIMEOUT_S = 60.0

@@ -36,8 +36,8 @@ from airflow_kafka_retry.engine.heads.own_consumer import PrivateConsumer
 from airflow_kafka_retry.engine.heads.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.engine.heads.shared_consumer import ConsumerBroken, Lease, lease
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS, read_due_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 Key = tuple[str, int]
 
@@ -166,7 +166,7 @@ class HeadWatch:
         within ``timeout_s``), the message names the principal, the operation and the resource.
         """
         from airflow_kafka_retry.engine.kafka.authorization import explain
-        from airflow_kafka_retry.policy.acl import AclBinding
+        from airflow_kafka_retry.policy.topology.acl import AclBinding
 
         needed = [AclBinding("watcher", "topic", t, "literal", "READ", "the head") for t in self.topics]
         needed.append(AclBinding("watcher", "group", self.group, "literal", "DESCRIBE", "the committed"))

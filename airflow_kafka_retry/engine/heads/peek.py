@@ -19,8 +19,8 @@ from typing import Any
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of
 from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets
-from airflow_kafka_retry.policy.headers import MAX_BACKOFF_MS, read_due_ms
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS, read_due_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 
 class PeekError(RuntimeError):

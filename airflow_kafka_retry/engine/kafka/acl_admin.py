@@ -1,5 +1,5 @@
 """
-Creating a topology's ACL bindings (:mod:`airflow_kafka_retry.policy.acl`) with the admin client.
+Creating a topology's ACL bindings (:mod:`airflow_kafka_retry.policy.topology.acl`) with the admin client.
 
 One ``create_acls`` call, each binding once (confluent-kafka refuses duplicates in one call), every
 result awaited under one deadline. Creating a binding that exists already is not an error in Kafka.
@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 from airflow_kafka_retry.engine.kafka.clients import admin_config
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.acl import AclBinding
+    from airflow_kafka_retry.policy.topology.acl import AclBinding
 
 
 class AclApplyError(RuntimeError):

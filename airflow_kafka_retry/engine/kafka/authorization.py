@@ -1,5 +1,5 @@
 """
-Which ACL a failed run lacked: its needed bindings (``policy/acl.py``) checked against what Kafka allows.
+Which ACL a failed run lacked: its bindings (``policy/topology/acl.py``) checked against what Kafka allows.
 
 Kafka's answer to a missing ACL names a kind of resource (``TOPIC_AUTHORIZATION_FAILED`` in a transaction
 that wrote to three topics), or none at all (a consumer whose group it may not describe only times out
@@ -32,7 +32,7 @@ from airflow_kafka_retry.engine.kafka.clients import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.acl import AclBinding
+    from airflow_kafka_retry.policy.topology.acl import AclBinding
 
 log = logging.getLogger(__name__)
 

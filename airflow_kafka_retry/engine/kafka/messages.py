@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-    from airflow_kafka_retry.policy.headers import Header
+    from airflow_kafka_retry.policy.headers.codec import Header
 
 
 def headers_of(message: Message) -> list[Header] | None:

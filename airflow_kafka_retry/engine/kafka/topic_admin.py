@@ -22,7 +22,7 @@ from airflow_kafka_retry.engine.kafka.clients import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 log = logging.getLogger(__name__)
 

@@ -21,11 +21,11 @@ from airflow_kafka_retry.engine.drain.supervisor import run_partition
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, open_consumer, partition_counts
 from airflow_kafka_retry.engine.local.worker_pool import ProcessPool
 from airflow_kafka_retry.engine.local.worker_protocol import WorkerSetup
-from airflow_kafka_retry.policy.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.options import DrainOptions
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 log = logging.getLogger(__name__)
 

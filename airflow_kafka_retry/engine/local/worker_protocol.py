@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.options import DrainOptions
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 #: Seconds between two ``("alive",)`` messages of a worker process (the engine kills a silent one).
 HEARTBEAT_S = 2.0

@@ -1,11 +1,11 @@
 """
 The redelivery log: a compacted ``<topic>-redelivery-log`` topic, the round of each redelivered record.
 
-A share-group topology redelivers due records to their source topic (``policy/share_redelivery.py``).
+A share-group topology redelivers due records to their source topic (``policy/routing/share_redelivery.py``).
 
 Key: the redelivered record's own coordinates, ``<source topic>/<partition>/<offset>`` (from its delivery
-report); value: the :class:`~airflow_kafka_retry.policy.share_redelivery.Redelivery` as JSON (round, the
-first source record's coordinates, first failure and due time). A tier run writes an entry in the same
+report); value: the :class:`~airflow_kafka_retry.policy.routing.share_redelivery.Redelivery` as JSON (round,
+the first source record's coordinates, first failure and due time). A tier run writes an entry in the same
 Kafka transaction as the redelivered record and its offset commit, so a record the share consumer can read
 (``share.isolation.level=read_committed``) always has its entry. The input lane reads the log,
 ``read_committed``, after each piece of dead letters it reads, so the entry of every dead letter in the
@@ -44,7 +44,7 @@ from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
 from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
-from airflow_kafka_retry.policy.share_redelivery import Redelivery
+from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery
 
 log = logging.getLogger(__name__)
 

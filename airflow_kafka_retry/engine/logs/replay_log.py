@@ -5,7 +5,7 @@ Keys (UTF-8) and values (JSON):
 
 * ``record/<partition>/<offset>``: the DLT record at those coordinates was moved -- by which replay,
   to which topic, partition and offset, when, and ``copy``: the
-  :func:`~airflow_kafka_retry.policy.replay_headers.copy_digest` of the copy produced (replay id, key,
+  :func:`~airflow_kafka_retry.policy.headers.replay.copy_digest` of the copy produced (replay id, key,
   value). Written in the same Kafka transaction as the moved record itself, so a record is in the
   log exactly when its copy is in the target: a later replay, whatever its filters, never moves it
   again. Only a failing record whose own key and value give ``copy`` is trusted as that copy
@@ -36,7 +36,7 @@ from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.kafka.reading import TopicReader
-    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
+    from airflow_kafka_retry.policy.headers.replay import ReplayAudit
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from confluent_kafka import KafkaException, Message
 from airflow_kafka_retry.engine.kafka.clients import open_consumer, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
-from airflow_kafka_retry.policy.headers import read_due_ms
+from airflow_kafka_retry.policy.headers.codec import read_due_ms
 
 #: Due-time buckets, by how far in the future a record is due (upper bounds in ms; ``None`` = beyond).
 DUE_BUCKETS: tuple[tuple[str, int | None], ...] = (

@@ -4,13 +4,13 @@ What a DLT (or parking topic) holds, for the view: counts by exception class, fa
 Read-only: an assigned consumer with no group commits, from the beginning of every partition to its
 end (the engine's one read-to-the-end scan, ``engine/kafka/scan.py``), at most ``scan_limit`` records per
 partition. Every dead-letter family is read
-(:mod:`~airflow_kafka_retry.policy.dead_letter_families`): Spring's two spellings, Kafka Connect's
+(:mod:`~airflow_kafka_retry.policy.dead_letters.families`): Spring's two spellings, Kafka Connect's
 ``__connect.errors.*``, the share-group DLQ's ``__dlq.errors.*``. A record is counted under its failure
 class, a share-group dead letter (no class) under ``<share-group: reason>``, a record naming neither as
 ``unknown``; also by family, by field it lacks (``missing``) and by header that could not be read
 (``unreadable``). The :data:`SAMPLES` newest records are described: DLT coordinates, family, original
 topic, partition and offset, failure, group or connector, delivery count, what they lack. Never a key or
-value; header strings are bounded (:mod:`~airflow_kafka_retry.policy.header_values`).
+value; header strings are bounded (:mod:`~airflow_kafka_retry.policy.headers.bounds`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from airflow_kafka_retry.engine.kafka.clients import open_consumer, partition_co
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of
 from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan
 from airflow_kafka_retry.policy.client_names import READER_GROUP_PREFIX
-from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
-from airflow_kafka_retry.policy.dead_letter_fields import dead_letter_fields
+from airflow_kafka_retry.policy.dead_letters.families import DeadLetter, Family, describe_dead_letter
+from airflow_kafka_retry.policy.dead_letters.fields import dead_letter_fields
 
 if TYPE_CHECKING:
     from confluent_kafka import Message

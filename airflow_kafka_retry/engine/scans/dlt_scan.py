@@ -36,7 +36,7 @@ from airflow_kafka_retry.engine.kafka.clients import (
 from airflow_kafka_retry.engine.kafka.deadlines import CallStuckError, bounded
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of, partition_of, topic_of
 from airflow_kafka_retry.engine.kafka.scan import ReadError, ReadTimeout, Scan, committed_offsets, where
-from airflow_kafka_retry.policy.dead_letter_families import DeadLetter, Family, describe_dead_letter
+from airflow_kafka_retry.policy.dead_letters.families import DeadLetter, Family, describe_dead_letter
 
 #: Seconds a scan may take past its ``timeout_s`` (closing its consumer) before the engine abandons it.
 CLOSE_S = 30.0
@@ -72,7 +72,7 @@ class DltWatchSummary:
     """
     New DLT records, counted per exception class (:func:`failure_tag`), cause class, family and DLT topic.
 
-    Every dead-letter family is read (:mod:`~airflow_kafka_retry.policy.dead_letter_families`).
+    Every dead-letter family is read (:mod:`~airflow_kafka_retry.policy.dead_letters.families`).
     ``dead_letters`` entries use the run summary's field names: ``topic``/``partition``/``offset`` is
     where the record failed before it was dead-lettered (from the headers of the family that wrote it;
     None when it carries none), ``dlt_topic``/``dlt_partition``/``dlt_offset`` where it sits now, plus the

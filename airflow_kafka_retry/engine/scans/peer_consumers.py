@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 #: the Java consumer's default client id when a group is set (``ConsumerConfig``): consumer-<group>-<n>
 _JAVA_DEFAULT_ID = re.compile(r"^consumer-(?P<group>.+)-\d+$")

@@ -13,7 +13,7 @@ A replayed record keeps its own headers and the original-coordinate headers of e
 family (they still point at the first failure); the ``retry_topic-*`` and exception headers of
 the failure that dead-lettered it are removed, so it starts a fresh attempt count (and a fresh
 timeout clock: its own timestamp). A replayed record that fails again is parked rather than
-dead-lettered (see :mod:`airflow_kafka_retry.policy.resolver`) -- but only when the claim holds:
+dead-lettered (see :mod:`airflow_kafka_retry.policy.routing.resolver`) -- but only when the claim holds:
 any producer can write these headers, so the engine parks a record only when its complete audit
 names one of the topology's DLTs or its parking topic (:func:`claimed_replay`) and that topic's
 replay log recorded the move *of this very copy*: the log entry carries :func:`copy_digest` of the
@@ -29,7 +29,7 @@ import struct
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers.codec import (
     ATTEMPTS,
     BACKOFF_TIMESTAMP,
     HEADER_NAMES,

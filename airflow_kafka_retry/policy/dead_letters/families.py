@@ -9,7 +9,7 @@ sources that write them:
   ``kafka_original-*`` / ``kafka_exception-*`` spelling of non-blocking retries
   (``DeadLetterPublishingRecovererFactory``, which also writes ``retry_topic-attempts`` as the *next*
   attempt's number) and the ``kafka_dlt-*`` spelling of a plain recoverer. Partition ``putInt``, offset and
-  timestamp ``putLong``, the rest UTF-8 (see :mod:`.headers`). The record's own timestamp is when it was
+  timestamp ``putLong``, the rest UTF-8 (see :mod:`.headers.codec`). The record's own timestamp is when it was
   dead-lettered (the recoverer sets none: the producer's clock). This provider writes these families too.
 * ``kafka-connect``: apache/kafka ``connect/runtime/.../errors/DeadLetterQueueReporter.java``: the source
   record's key, value, headers and *timestamp* are kept, and with ``errors.deadletterqueue.context.headers
@@ -45,8 +45,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from airflow_kafka_retry.policy.dead_letter_decoding import INT16, INT32, INT64, Header, HeaderReader
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.dead_letters.decoding import INT16, INT32, INT64, Header, HeaderReader
+from airflow_kafka_retry.policy.headers.codec import (
     ATTEMPTS,
     DEAD_LETTER_NAMES,
     ORIGINAL_TIMESTAMP,

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.header_values import bound_message, bound_value
+from airflow_kafka_retry.policy.headers.bounds import bound_message, bound_value
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.dead_letter_families import DeadLetter
+    from airflow_kafka_retry.policy.dead_letters.families import DeadLetter
 
 
 def dead_letter_fields(letter: DeadLetter) -> dict[str, Any]:

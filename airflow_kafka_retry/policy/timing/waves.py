@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal
 
-from airflow_kafka_retry.policy.due_check import PartitionKey, check_due
+from airflow_kafka_retry.policy.timing.due_check import PartitionKey, check_due
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.windows import ReprocessWindow
+    from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 
 Key = tuple[str, int]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from airflow_kafka_retry.policy.compat import COMPAT_NAMES
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.compat import COMPAT_NAMES
+from airflow_kafka_retry.policy.topology.model import Topology
 
 
 def _topics(topology: Topology) -> set[str]:

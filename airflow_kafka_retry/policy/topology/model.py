@@ -3,9 +3,9 @@ The retry topology of one main topic: the validated model, its tiers and DLT top
 
 A topology turns (attempts, back-off, suffixing, same-interval reuse, DLT routing) into the ordered
 tiers a record travels through: the main topic (tier 0), the retry tiers (1..n) and the
-dead-letter topic(s). The names follow :mod:`.naming` (Spring's ``DestinationTopicPropertiesFactory``);
-``compat:`` fills in a Spring version's defaults (:mod:`.compat`). Validation reports every problem
-of a topology at once.
+dead-letter topic(s). The names follow :mod:`.topology.naming` (Spring's
+``DestinationTopicPropertiesFactory``); ``compat:`` fills in a Spring version's defaults
+(:mod:`.topology.compat`). Validation reports every problem of a topology at once.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields as dataclass_fields
 from typing import TYPE_CHECKING, Any, Literal
 
-from airflow_kafka_retry.policy.backoff import BackOff
 from airflow_kafka_retry.policy.classify import DEFAULT_NOT_RETRYABLE, ExceptionClassifier
-from airflow_kafka_retry.policy.compat import preset
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.header_policy import HeaderPolicy
-from airflow_kafka_retry.policy.naming import (
+from airflow_kafka_retry.policy.headers.header_policy import HeaderPolicy
+from airflow_kafka_retry.policy.timing.backoff import BackOff
+from airflow_kafka_retry.policy.topology.compat import preset
+from airflow_kafka_retry.policy.topology.naming import (
     DltRoutingNaming,
     NamingError,
     dlt_routing_suffix,
@@ -27,9 +27,9 @@ from airflow_kafka_retry.policy.naming import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.dead_letter_families import Family
-    from airflow_kafka_retry.policy.dead_letter_queues import DeadLetterQueue
-    from airflow_kafka_retry.policy.topology_input import OnDue, TopologyInput
+    from airflow_kafka_retry.policy.dead_letters.families import Family
+    from airflow_kafka_retry.policy.dead_letters.queues import DeadLetterQueue
+    from airflow_kafka_retry.policy.topology.input_lane import OnDue, TopologyInput
 
 DltStrategy = Literal["always_retry_on_error", "fail_on_error", "no_dlt"]
 TierKind = Literal["main", "retry", "dlt"]
@@ -61,7 +61,7 @@ class Topology:
     """
     A validated retry topology.
 
-    Build it with :meth:`from_mapping` or :func:`~airflow_kafka_retry.policy.topology_file.load_topology`.
+    Build it with :meth:`from_mapping` or :func:`~airflow_kafka_retry.policy.topology.file.load_topology`.
 
     ``compat`` presets are applied to the mapping (keys it does not set); constructed directly, a
     topology only records ``compat`` (it picks how 2.7's same-interval reuse behaves) and applies
@@ -97,12 +97,12 @@ class Topology:
     tiers: tuple[Tier, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        from airflow_kafka_retry.policy.topology_checks import (
+        from airflow_kafka_retry.policy.topology.checks import (
             check_dead_letter_queues,
             check_settings,
             check_topic_names,
         )
-        from airflow_kafka_retry.policy.topology_input_checks import check_sources
+        from airflow_kafka_retry.policy.topology.input_checks import check_sources
 
         errors = check_settings(self)
         if errors:
@@ -119,7 +119,7 @@ class Topology:
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], *, source: str = "<python>") -> Topology:
         """Build a topology from a parsed YAML/JSON mapping; every error names ``source`` and the field."""
-        from airflow_kafka_retry.policy.topology_mapping import topology_arguments
+        from airflow_kafka_retry.policy.topology.mapping import topology_arguments
 
         kwargs, errors = topology_arguments(data, source=source)
         try:

@@ -4,8 +4,9 @@ Reading a retry topology's mapping (parsed YAML or JSON, or Python) into the arg
 Every key is parsed and every problem collected, so that one
 :class:`~airflow_kafka_retry.policy.errors.TopologyError` names them all (file, field, problem, and the
 closest known key for a misspelt one). ``compat:`` presets fill in the keys the mapping does not set
-(:mod:`.compat`). :meth:`Topology.from_mapping <airflow_kafka_retry.policy.topology.Topology.from_mapping>`
-builds the model from them; :mod:`.topology_file` reads the files.
+(:mod:`.topology.compat`). :meth:`Topology.from_mapping
+<airflow_kafka_retry.policy.topology.model.Topology.from_mapping>` builds the model from them;
+:mod:`.topology.file` reads the files.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_kafka_retry.policy.backoff import BackOff
-from airflow_kafka_retry.policy.compat import COMPAT_NAMES, apply_preset, describe_presets, preset
-from airflow_kafka_retry.policy.dead_letter_queues import read_dead_letter_queues
-from airflow_kafka_retry.policy.durations import parse_duration_ms
+from airflow_kafka_retry.policy.dead_letters.queues import read_dead_letter_queues
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.header_policy import HeaderPolicy
-from airflow_kafka_retry.policy.topology_input import parse_input
+from airflow_kafka_retry.policy.headers.header_policy import HeaderPolicy
+from airflow_kafka_retry.policy.timing.backoff import BackOff
+from airflow_kafka_retry.policy.timing.durations import parse_duration_ms
+from airflow_kafka_retry.policy.topology.compat import COMPAT_NAMES, apply_preset, describe_presets, preset
+from airflow_kafka_retry.policy.topology.input_lane import parse_input
 
 _KEYS = (
     "topic",

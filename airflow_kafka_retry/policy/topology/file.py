@@ -3,8 +3,8 @@ Reading a retry topology from a YAML file (or an fsspec URL) into a validated mo
 
 :func:`load_topology` caches a file's topology in the process until the file changes;
 :func:`load_topology_from` also reads one from an fsspec URL (a Spark deployment's topology). The mapping
-is parsed as :meth:`Topology.from_mapping <airflow_kafka_retry.policy.topology.Topology.from_mapping>` parses
-any (:mod:`.topology_mapping`): every problem named with the file and field.
+is parsed as :meth:`Topology.from_mapping <airflow_kafka_retry.policy.topology.model.Topology.from_mapping>`
+parses any (:mod:`.topology.mapping`): every problem named with the file and field.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from airflow_kafka_retry.policy.errors import TopologyError
-from airflow_kafka_retry.policy.topology import Topology
+from airflow_kafka_retry.policy.topology.model import Topology
 
 #: Validated topologies by file path: (modification time, content hash, topology). A DAG file, its task
 #: and the task's OpenLineage and metrics code each load the same file; only a changed file is parsed again.

@@ -2,7 +2,7 @@
 Back-off retries for a Kafka share group: what its dead letters become, and how a due record goes back.
 
 A topology with ``input: {family: share-group, dlq: ...}`` and ``on_due: redeliver``
-(:mod:`.topology_input`) works in rounds. Round 1 is the share consumer's own deliveries of the source
+(:mod:`.topology.input_lane`) works in rounds. Round 1 is the share consumer's own deliveries of the source
 record; when it gives the record up (a REJECT, or a RELEASE past ``share.delivery.count.limit``) the broker
 writes a dead letter. The input lane (tier 0) reads it and routes it as a failure of that round
 (:class:`ShareGroupRejection`, retryable) through the topology's resolver: into the next tier with its
@@ -39,14 +39,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.dead_letter_decoding import INT32, HeaderReader
-from airflow_kafka_retry.policy.dead_letter_families import (
+from airflow_kafka_retry.policy.dead_letters.decoding import INT32, HeaderReader
+from airflow_kafka_retry.policy.dead_letters.families import (
     SHARE_GROUP,
     SHARE_PARTITION,
     SHARE_TOPIC,
     describe_dead_letter,
 )
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers.codec import (
     ORIGINAL_TIMESTAMP,
     RETRY_HEADERS,
     HeaderNames,
@@ -58,7 +58,7 @@ from airflow_kafka_retry.policy.headers import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Topology
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 Header = tuple[str, bytes | None]
 Coordinates = tuple[str, int, int]  # topic, partition, offset
@@ -69,8 +69,8 @@ class ShareGroupRejection(Exception):
     A share consumer gave a record up (rejected it, or released it past the group's delivery limit).
 
     Retryable by default: the share consumer said nothing of why. List
-    ``airflow_kafka_retry.policy.share_redelivery.ShareGroupRejection`` in ``not_retryable`` to send every
-    dead letter straight to the DLT.
+    ``airflow_kafka_retry.policy.routing.share_redelivery.ShareGroupRejection`` in ``not_retryable`` to send
+    every dead letter straight to the DLT.
     """
 
 

@@ -1,7 +1,7 @@
 """
 What a topology's checks read of it: :class:`TopologyShape`, which a built ``Topology`` is.
 
-The checks (:mod:`.topology_checks`, :mod:`.topology_input_checks`) run while the topology is built and
+The checks (:mod:`.topology.checks`, :mod:`.topology.input_checks`) run while the topology is built and
 take it as this protocol, so that they need not import the model that imports them.
 """
 
@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.dead_letter_queues import DeadLetterQueue
+    from airflow_kafka_retry.policy.dead_letters.queues import DeadLetterQueue
     from airflow_kafka_retry.policy.errors import TopologyError
-    from airflow_kafka_retry.policy.naming import DltRoutingNaming
-    from airflow_kafka_retry.policy.topology_input import TopologyInput
+    from airflow_kafka_retry.policy.topology.input_lane import TopologyInput
+    from airflow_kafka_retry.policy.topology.naming import DltRoutingNaming
 
 
 class TierShape(Protocol):

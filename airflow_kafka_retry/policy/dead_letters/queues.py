@@ -13,7 +13,7 @@ operator and the topology DAG's ``watch_dlt`` lane), the "Retry tiers" view and 
 
 Each record's family is still detected from its headers; ``family`` names what a record *without* a
 family header is (a Connect DLQ without context headers, Airflow's provider's dead letters, which carry
-none). Parsing only; :func:`~airflow_kafka_retry.policy.topology_checks.check_dead_letter_queues` checks
+none). Parsing only; :func:`~airflow_kafka_retry.policy.topology.checks.check_dead_letter_queues` checks
 the queues against the topology's own topics. Pure: no I/O.
 """
 
@@ -24,11 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from airflow_kafka_retry.policy.dead_letter_families import INPUT_FAMILIES
+from airflow_kafka_retry.policy.dead_letters.families import INPUT_FAMILIES
 from airflow_kafka_retry.policy.errors import TopologyError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.dead_letter_families import Family
+    from airflow_kafka_retry.policy.dead_letters.families import Family
 
 FIELD = "dead_letter_queues"
 _KEYS = ("topic", "family")
@@ -60,7 +60,7 @@ def read_dead_letter_queues(
 
     An entry with a problem is kept as far as it is sound (a bad family as None, a bad topic as written,
     an entry that is not a mapping as it is); the topology's checks report its problem's field again, and
-    :func:`~airflow_kafka_retry.policy.topology_mapping.topology_arguments` keeps one problem per field.
+    :func:`~airflow_kafka_retry.policy.topology.mapping.topology_arguments` keeps one problem per field.
     """
     if not isinstance(data, list | tuple):
         return (), [

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.classify import class_path, exception_chain
-from airflow_kafka_retry.policy.headers import (
+from airflow_kafka_retry.policy.headers.codec import (
     ATTEMPTS,
     BACKOFF_TIMESTAMP,
     HEADER_NAMES,
@@ -38,7 +38,7 @@ from airflow_kafka_retry.policy.headers import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.header_policy import CauseRule, HeaderPolicy
+    from airflow_kafka_retry.policy.headers.header_policy import CauseRule, HeaderPolicy
 
 # Truncated, in this order, when a record's headers exceed the budget: stack traces, then messages.
 _SHRINKABLE = tuple(

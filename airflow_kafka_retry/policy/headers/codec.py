@@ -30,7 +30,7 @@ Encodings (as Spring writes them):
   long; original topic, timestamp type (``CreateTime``/``LogAppendTime``), consumer group and
   every exception header: UTF-8 text.
 
-The headers a failed record is forwarded with are written by :mod:`.failure_headers`.
+The headers a failed record is forwarded with are written by :mod:`.headers.failure`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.header_policy import HeaderNaming
+    from airflow_kafka_retry.policy.headers.header_policy import HeaderNaming
 
 Header = tuple[str, bytes | None]
 _T = TypeVar("_T")

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.naming import ReuseScope
+    from airflow_kafka_retry.policy.topology.naming import ReuseScope
 
 CompatName = Literal["none", "spring-3.2", "spring-2.7", "spring-builder-4.0", "spring-builder-4.1"]
 SPRING_GROUP_TEMPLATE = "{group_id}{suffix}"
@@ -42,7 +42,7 @@ class Preset:
     One ``compat:`` value: the Spring configuration it matches and the topology defaults it sets.
 
     :param defaults: top-level topology keys and their values (``headers`` is a nested mapping).
-    :param reuse_scope: how ``reuse_same_interval: true`` behaves (see :mod:`.naming`).
+    :param reuse_scope: how ``reuse_same_interval: true`` behaves (see :mod:`.topology.naming`).
     """
 
     name: CompatName

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.windows import ReprocessWindow
+    from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 
 DueAction = Literal["due", "idle", "wait", "skip"]
 

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.policy.replay_headers import claimed_replay, copy_digest, is_replayed
-from airflow_kafka_retry.policy.share_redelivery import NotRedeliverableError
+from airflow_kafka_retry.policy.headers.replay import claimed_replay, copy_digest, is_replayed
+from airflow_kafka_retry.policy.routing.share_redelivery import NotRedeliverableError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.headers import Header
-    from airflow_kafka_retry.policy.replay_headers import ReplayAudit
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.headers.codec import Header
+    from airflow_kafka_retry.policy.headers.replay import ReplayAudit
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 Action = Literal["retry", "dlt", "drop", "redeliver"]
 Reason = Literal[
@@ -44,7 +44,8 @@ class Destination:
 
     :param action: ``retry`` (a retry tier), ``dlt`` (a dead-letter topic), ``drop`` (no home
         on Kafka by design: ``no_dlt`` or a failed DLT reprocessing under ``fail_on_error``) or
-        ``redeliver`` (a due record back to its share group's source topic: ``policy/share_redelivery.py``).
+        ``redeliver`` (a due record back to its share group's source topic:
+        ``policy/routing/share_redelivery.py``).
     :param topic: destination topic, None for ``drop``.
     :param partition: destination partition (the source partition, as Spring does by default).
     :param next_attempt: the ``retry_topic-attempts`` value the routed record carries.
@@ -74,7 +75,7 @@ class DestinationResolver:
     :param topology: the retry path.
     :param clock: returns the current time in epoch milliseconds (injectable for tests).
     :param replay_known: ``replay_known(audit, digest)``: whether the replay log of ``audit.topic``
-        recorded that move of the copy whose :func:`~airflow_kafka_retry.policy.replay_headers.copy_digest`
+        recorded that move of the copy whose :func:`~airflow_kafka_retry.policy.headers.replay.copy_digest`
         is ``digest`` (the engine reads the log); without it no replay claim is trusted, so nothing is parked.
     """
 

@@ -4,7 +4,7 @@ Which of a dead-letter framework's own headers a replayed copy keeps (``dlt repl
 The framework headers are the dead-letter context its writer added: Spring's original coordinates
 (``kafka_original-*``, ``kafka_dlt-original-*``), Kafka Connect's ``__connect.errors.*`` and the share
 group's ``__dlq.errors.*``. Spring's exception headers and ``retry_topic-*`` retry state are always left
-off the copy by the replay itself (:func:`~airflow_kafka_retry.policy.replay_headers.replayed_headers`),
+off the copy by the replay itself (:func:`~airflow_kafka_retry.policy.headers.replay.replayed_headers`),
 so the copy starts a fresh attempt count; the source's own headers are always kept.
 
 * ``auto`` (the default): keep Spring's original coordinates, drop Connect's and the share group's.
@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
-from airflow_kafka_retry.policy.dead_letter_families import CONNECT_PREFIX, SHARE_PREFIX
+from airflow_kafka_retry.policy.dead_letters.families import CONNECT_PREFIX, SHARE_PREFIX
 from airflow_kafka_retry.policy.errors import ReplayError
-from airflow_kafka_retry.policy.headers import DEAD_LETTER_NAMES, RETRY_TOPIC_NAMES, Header
+from airflow_kafka_retry.policy.headers.codec import DEAD_LETTER_NAMES, RETRY_TOPIC_NAMES, Header
 
 FrameworkHeaders = Literal["auto", "keep", "drop"]
 FRAMEWORK_HEADER_MODES: tuple[FrameworkHeaders, ...] = ("auto", "keep", "drop")

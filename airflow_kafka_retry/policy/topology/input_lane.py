@@ -9,7 +9,7 @@ topic, and sizes them. ``on_due`` says what a tier does with a record when it is
 
 * ``handle`` (default): the run's handler processes it, as in every topology;
 * ``redeliver``: it goes back to its source topic for the share consumer to take again, with its attempt
-  number in ``retry_topic-attempts`` (``policy/share_redelivery.py``); only a ``share-group`` input
+  number in ``retry_topic-attempts`` (``policy/routing/share_redelivery.py``); only a ``share-group`` input
   says where each record came from, so only it can be redelivered.
 
 Where a redelivery may write is the topology's to say, never a dead letter's: ``input.sources`` lists the
@@ -18,7 +18,7 @@ topics the share group consumes (default: ``topic``), and ``input.group`` names 
 none of the provider's own topics (tiers, DLTs, parking, their replay logs, the redelivery log) nor an
 internal (``__``) or log topic of another topology.
 
-Pure: parsing only; :mod:`.topology_input_checks` checks ``input`` and ``on_due`` against the topology.
+Pure: parsing only; :mod:`.topology.input_checks` checks ``input`` and ``on_due`` against the topology.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from airflow_kafka_retry.policy.dead_letter_families import INPUT_FAMILIES
+from airflow_kafka_retry.policy.dead_letters.families import INPUT_FAMILIES
 from airflow_kafka_retry.policy.errors import TopologyError
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.dead_letter_families import Family
+    from airflow_kafka_retry.policy.dead_letters.families import Family
 
 OnDue = Literal["handle", "redeliver"]
 ON_DUE: tuple[OnDue, ...] = ("handle", "redeliver")

@@ -1,7 +1,7 @@
 """
 Validation of a retry topology: every problem of its settings and derived topic names, each naming its field.
 
-:class:`~airflow_kafka_retry.policy.topology.Topology` runs these when it is built; each returns the
+:class:`~airflow_kafka_retry.policy.topology.model.Topology` runs these when it is built; each returns the
 problems it found (none: an empty list), so that one error can report them all.
 """
 
@@ -10,13 +10,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.classify import is_dotted_name
-from airflow_kafka_retry.policy.compat import COMPAT_NAMES, describe_presets
-from airflow_kafka_retry.policy.naming import DLT_ROUTING_NAMINGS, SUFFIXINGS, TOPIC_NAME, dlt_routing_suffix
-from airflow_kafka_retry.policy.topology_input_checks import check_input
+from airflow_kafka_retry.policy.topology.compat import COMPAT_NAMES, describe_presets
+from airflow_kafka_retry.policy.topology.input_checks import check_input
+from airflow_kafka_retry.policy.topology.naming import (
+    DLT_ROUTING_NAMINGS,
+    SUFFIXINGS,
+    TOPIC_NAME,
+    dlt_routing_suffix,
+)
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.errors import TopologyError
-    from airflow_kafka_retry.policy.topology_shape import TopologyShape
+    from airflow_kafka_retry.policy.topology.shape import TopologyShape
 
 MAX_ATTEMPTS = 32_766  # the DLT record carries attempts + 1, and Spring reads at most Short.MAX_VALUE
 DLT_STRATEGIES = ("always_retry_on_error", "fail_on_error", "no_dlt")
@@ -177,7 +182,7 @@ def check_dead_letter_queues(t: TopologyShape) -> list[TopologyError]:
     A queue may not be the topology's main topic (or its input), a retry tier, or one of its own DLTs or
     its parking topic (watched already): each problem names ``dead_letter_queues[i]``.
     """
-    from airflow_kafka_retry.policy.dead_letter_queues import FIELD, QUEUE_FAMILIES, DeadLetterQueue
+    from airflow_kafka_retry.policy.dead_letters.queues import FIELD, QUEUE_FAMILIES, DeadLetterQueue
 
     own = {tier.topic: f"retry tier {tier.index}" for tier in t.retry_tiers}
     own[t.tiers[0].topic] = "input (tier 0)" if t.input is not None else "main topic (tier 0)"

@@ -2,7 +2,7 @@
 The Kafka ACL bindings each use of a topology needs, and nothing more: least privilege as data.
 
 Every name comes from the code that gives it to the clients: the tiers and their groups from the
-:class:`~.topology.Topology`, the transactional ids, log topics and the DLT watch's group from
+:class:`~.topology.model.Topology`, the transactional ids, log topics and the DLT watch's group from
 :mod:`.client_names`. So the bindings cannot drift from what the engine does, and
 ``airflow-kafka-retry topology acls`` prints (or applies) them.
 
@@ -41,7 +41,7 @@ from airflow_kafka_retry.policy.client_names import (
 )
 
 if TYPE_CHECKING:
-    from airflow_kafka_retry.policy.topology import Tier, Topology
+    from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 Role = Literal["setup", "tiers", "watcher", "dlt_watch", "view", "replay"]
 ROLES: tuple[Role, ...] = ("setup", "tiers", "watcher", "dlt_watch", "view", "replay")

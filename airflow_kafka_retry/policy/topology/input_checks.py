@@ -1,5 +1,5 @@
 """
-Checks of a topology's ``input`` and ``on_due`` (:mod:`.topology_input`) against the rest of it.
+Checks of a topology's ``input`` and ``on_due`` (:mod:`.topology.input_lane`) against the rest of it.
 
 Where a redelivery may write is the topology's to say, never a dead letter's: each of ``input.sources`` is
 a legal topic and none of the provider's own. Each check returns the problems it found, each naming its
@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX, REPLAY_LOG_SUFFIX
-from airflow_kafka_retry.policy.naming import TOPIC_NAME
-from airflow_kafka_retry.policy.topology_input import ON_DUE, TopologyInput
+from airflow_kafka_retry.policy.topology.input_lane import ON_DUE, TopologyInput
+from airflow_kafka_retry.policy.topology.naming import TOPIC_NAME
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.errors import TopologyError
-    from airflow_kafka_retry.policy.topology_shape import TopologyShape
+    from airflow_kafka_retry.policy.topology.shape import TopologyShape
 
 
 def check_input(t: TopologyShape) -> list[TopologyError]:

@@ -1,0 +1,1 @@
+"""Every framework's dead letters: decoding, families, fields, queues, framework headers."""

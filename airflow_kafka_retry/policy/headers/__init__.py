@@ -1,0 +1,1 @@
+"""Record headers: Spring's codec, the header policy, a failure's and a replay's headers, bounds."""

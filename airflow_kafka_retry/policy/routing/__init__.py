@@ -1,0 +1,1 @@
+"""Where a record goes: the destination resolver, a share group's redelivery."""

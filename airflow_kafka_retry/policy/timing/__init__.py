@@ -1,0 +1,1 @@
+"""When: back-off delays, durations, reprocessing windows, the due check, event waves."""

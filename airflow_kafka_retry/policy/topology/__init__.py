@@ -1,0 +1,1 @@
+"""The retry topology: model, file, mapping, checks, naming, ``compat`` presets, input lane, ACLs."""
