@@ -21,6 +21,20 @@ ROOTS = ("airflow_kafka_retry", "testkit", "bench")
 #: share a rank, so neither imports the other).
 ENGINE_LAYERS = {"kafka": 0, "logs": 1, "scans": 2, "heads": 2, "drain": 3, "local": 4}
 ENGINE = "airflow_kafka_retry.engine"
+#: The policy package's sub-packages and root modules, lowest first, ranked as the engine's are: the leaf
+#: modules import nothing of the package, timing and headers only those, topology all of them but routing.
+POLICY_LAYERS = {
+    "errors": 0,
+    "classify": 0,
+    "client_names": 0,
+    "timing": 1,
+    "headers": 1,
+    "dead_letters": 2,
+    "topology": 3,
+    "routing": 4,
+}
+POLICY = "airflow_kafka_retry.policy"
+RANKS = {ENGINE: ENGINE_LAYERS, POLICY: POLICY_LAYERS}
 #: The bottom of the house: what each of these packages may import of the package (itself aside).
 BELOW = {
     "airflow_kafka_retry.policy": ("airflow_kafka_retry.errors",),
@@ -129,26 +143,31 @@ def circles(graph: Mapping[str, Mapping[str, int]]) -> list[list[str]]:
     return found
 
 
-def engine_layer(module: str) -> str | None:
-    if not module.startswith(ENGINE + "."):
+def sub_package(module: str, package: str = ENGINE) -> str | None:
+    """The sub-package (or root module) of ``package`` that ``module`` is in, None outside ``package``."""
+    if not module.startswith(package + "."):
         return None
-    return module.removeprefix(ENGINE + ".").split(".")[0]
+    return module.removeprefix(package + ".").split(".")[0]
 
 
 def upward_imports(
-    graph: Mapping[str, Mapping[str, int]], modules: Mapping[str, Path], root: Path = REPO
+    graph: Mapping[str, Mapping[str, int]],
+    modules: Mapping[str, Path],
+    root: Path = REPO,
+    package: str = ENGINE,
 ) -> list[str]:
-    """``file:line: a -> b`` for each engine import into a sub-package of the same or a higher rank."""
+    """``file:line: a -> b`` for each import in ``package`` into a sub-package of its rank or above."""
+    ranks = RANKS[package]
     found = []
     for source, targets in graph.items():
-        mine = engine_layer(source)
+        mine = sub_package(source, package)
         if mine is None:
             continue
         for target, line in targets.items():
-            theirs = engine_layer(target)
-            if theirs is None or theirs == mine:
-                continue
-            if ENGINE_LAYERS[theirs] >= ENGINE_LAYERS[mine]:
+            theirs = sub_package(target, package)
+            if theirs is None or theirs == mine or theirs not in ranks or mine not in ranks:
+                continue  # an unranked module is named by the test that every module is ranked
+            if ranks[theirs] >= ranks[mine]:
                 where = modules[source].relative_to(root)
                 found.append(f"{where}:{line}: {source} ({mine}) imports {target} ({theirs})")
     return sorted(found)
@@ -190,7 +209,7 @@ def test_policy_and_engine_import_nothing_above_them(modules):
 
 
 def test_every_engine_module_lives_in_a_ranked_sub_package(modules):
-    loose = [m for m in modules if m.startswith(ENGINE + ".") and engine_layer(m) not in ENGINE_LAYERS]
+    loose = [m for m in modules if m.startswith(ENGINE + ".") and sub_package(m) not in ENGINE_LAYERS]
     assert loose == []
 
 
@@ -217,6 +236,15 @@ def test_the_check_sees_an_import_of_a_package_anywhere_in_a_file(tmp_path):
     ]
 
 
+def test_every_policy_module_lives_in_a_ranked_sub_package_or_is_a_ranked_leaf(modules):
+    loose = [m for m in modules if sub_package(m, POLICY) not in (None, *POLICY_LAYERS)]
+    assert loose == []
+
+
+def test_no_policy_sub_package_imports_one_of_its_rank_or_above(modules):
+    assert upward_imports(import_graph(modules), modules, package=POLICY) == []
+
+
 def test_the_checks_see_a_circle_and_an_upward_import(tmp_path):
     """The tool itself: a two-module circle and a kafka -> drain import are found, with file and line."""
     package = tmp_path / "airflow_kafka_retry"
@@ -241,3 +269,27 @@ def test_the_checks_see_a_circle_and_an_upward_import(tmp_path):
         f"{where}: {ENGINE}.kafka.clients (kafka) imports {ENGINE}.drain.job (drain)"
     ]
     assert imports_from_above(graph) == [f"airflow_kafka_retry.policy.naming -> {ENGINE}.kafka.clients"]
+
+
+def test_the_checks_see_a_policy_import_up_a_rank(tmp_path):
+    """headers -> topology (a rank up) and headers -> timing (its rank) are found; topology -> headers not."""
+    package = tmp_path / "airflow_kafka_retry"
+    policy = package / "policy"
+    for sub in ("headers", "topology", "timing"):
+        (policy / sub).mkdir(parents=True)
+        (policy / sub / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (policy / "__init__.py").write_text("")
+    (policy / "headers" / "codec.py").write_text(
+        "from airflow_kafka_retry.policy.topology import model\nfrom ..timing import waves\n"
+    )
+    (policy / "topology" / "model.py").write_text("from airflow_kafka_retry.policy.headers import codec\n")
+    (policy / "timing" / "waves.py").write_text("")
+    (policy / "stray.py").write_text("")
+    found = module_files(package)
+    where = "airflow_kafka_retry/policy/headers/codec.py"
+    assert upward_imports(import_graph(found), found, tmp_path, POLICY) == [
+        f"{where}:1: {POLICY}.headers.codec (headers) imports {POLICY}.topology.model (topology)",
+        f"{where}:2: {POLICY}.headers.codec (headers) imports {POLICY}.timing.waves (timing)",
+    ]
+    assert [m for m in found if sub_package(m, POLICY) not in (None, *POLICY_LAYERS)] == [f"{POLICY}.stray"]
