@@ -7,7 +7,8 @@ the first cell of its table rows. Here each key is paired with what the code has
 signatures of the factory and of every operator, sensor, trigger and notifier the package defines, the
 drain options' and header policy's fields, the topology file's keys (as its loader names them in its
 unknown-key error), the ``[kafka_retry]`` options, every parser of the CLI, and the environment variables
-the package reads. A failure names the section and the option to add or to remove.
+the package and the test suite's launchers (testkit/) read. A failure names the section and the option to
+add or to remove.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import airflow_kafka_retry
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "options.md"
 PACKAGE = Path(airflow_kafka_retry.__file__).parent
+#: Where the environment variables listed are read: the package, and the test suite's launchers (testkit/).
+ENV_READERS = (PACKAGE, REPO / "testkit")
 
 #: Where the classes users may construct live; every public subclass of Airflow's bases there counts.
 SURFACES = ("operators", "sensors", "triggers", "notifications")
@@ -149,15 +152,16 @@ def topology_keys() -> set[str]:
 
 def environment_variables() -> set[str]:
     names: set[str] = set()
-    for path in PACKAGE.rglob("*.py"):
+    for path in (p for root in ENV_READERS for p in root.rglob("*.py")):
         for match in _ENV_READ.finditer(path.read_text()):
             names.add(next(v for v in match.groupdict().values() if v))
     return {n for n in names - NOT_OPTIONS if not n.startswith("AIRFLOW__")}
 
 
 def read_elsewhere(section: str, option: str) -> bool:
-    """An environment variable the package reads by a name it holds in a variable (``PYSPARK_PYTHON``)."""
-    return section == "os.environ" and any(f'"{option}"' in p.read_text() for p in PACKAGE.rglob("*.py"))
+    """An environment variable read by a name held in a variable (``PYSPARK_PYTHON``)."""
+    readers = (p for root in ENV_READERS for p in root.rglob("*.py"))
+    return section == "os.environ" and any(f'"{option}"' in p.read_text() for p in readers)
 
 
 def expected() -> dict[str, set[str]]:
