@@ -2,7 +2,7 @@
 A compacted log topic of one partition: the base of the replay log and the redelivery log.
 
 Creation (:func:`ensure_compacted_log`): the topic is made with its configs if it is missing; an existing
-one gets those it lacks (:func:`complete_configs`). Entries: a key (bytes) and a JSON value
+one gets those it was made without. Entries: a key (bytes) and a JSON value
 (:func:`encode_entry`, :func:`decode_entry`); a tombstone (value None) deletes its key, as compaction does.
 Reading (:class:`CompactedLogView`): what one process knows of a log is a :class:`LogState` (one per cluster
 and log topic, :func:`log_state`), kept across the attempts and runs of the partitions it executes, so each
@@ -11,11 +11,12 @@ refresh reads only what was appended since, to the log's end, under the caller's
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,11 +55,9 @@ def ensure_compacted_log(
     deadlines: CallDeadlines | None = None,
 ) -> bool:
     """
-    Create the log (one partition, ``config``) if it is missing; True when it was created.
+    Create the log (one partition, ``config``) if it is missing, else set those of ``complete`` it lacks.
 
-    An existing log gets those of ``complete`` (names in ``config``) it lacks. ``what`` names the log in
-    messages and ``error`` (see ``ensure_log_topic``). Under ``deadlines``, if given: the creation (a lookup,
-    the creation, the wait for the created topic: each ``timeout``) and the completion.
+    True when it was created; ``what`` names the log (see ``ensure_log_topic``). Under ``deadlines``.
     """
     deadlines = deadlines or CallDeadlines(topic)
     with deadlines.call(f"create {what}", 4 * timeout, f"the controller (creating {topic})"):
@@ -68,47 +67,43 @@ def ensure_compacted_log(
     wanted = {name: config[name] for name in complete}
     if not created and wanted:
         with deadlines.call(f"complete {what}'s configs", 2 * timeout, f"the brokers ({topic}'s configs)"):
-            complete_configs(kafka_config, topic, wanted, what=what, timeout=timeout)
+            _complete(kafka_config, topic, wanted, what, timeout)
     return created
 
 
-def complete_configs(
-    kafka_config: Mapping[str, Any], topic: str, configs: Mapping[str, str], *, what: str, timeout: float
-) -> list[str]:
+def _complete(
+    kafka_config: Mapping[str, Any], topic: str, configs: Mapping[str, str], what: str, timeout: float
+):
     """
-    Set those of ``configs`` a log has not set itself (one made by an earlier version); their names.
+    Set those of ``configs`` the log has not set itself (one made by an earlier version); never fails the run.
 
-    A config the topic sets is left as it is. Never fails the run: a log whose configs cannot be read or
-    set (no ``ALTER_CONFIGS`` permission, a timeout) is named in a warning.
+    A log whose configs cannot be read or set (no ``ALTER_CONFIGS``, a timeout) is named in a warning.
     """
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     admin = AdminClient(admin_config(kafka_config))
     try:
         described = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
-        missing = [
+        own = {
             name
-            for name in configs
-            if name not in described or _source(described[name]) != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-        ]
+            for name, entry in described.items()
+            if _source(entry) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        }
+        missing = {name: value for name, value in configs.items() if name not in own}
         if missing:
             entries = [
-                ConfigEntry(name, configs[name], incremental_operation=AlterConfigOpType.SET)
-                for name in missing
+                ConfigEntry(n, v, incremental_operation=AlterConfigOpType.SET) for n, v in missing.items()
             ]
             change = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
             admin.incremental_alter_configs([change], request_timeout=timeout)[change].result(timeout)
-            log.info("set %s of %s %s", ", ".join(f"{n}={configs[n]}" for n in missing), what, topic)
-        return missing
+            log.info("set %s of %s %s", ", ".join(f"{n}={v}" for n, v in missing.items()), what, topic)
     except (KafkaException, TimeoutError) as exc:
-        log.warning(
-            "cannot complete the configs of %s %s (%s): set %s on it, or compaction never reaches its "
-            "newest week",
-            what,
-            topic,
-            exc,
-            " and ".join(f"{name}={value}" for name, value in configs.items()),
-        )
-        return []
+        fix = " and ".join(f"{name}={value}" for name, value in configs.items())
+        log.warning(_NOT_COMPLETED, what, topic, exc, fix)
+
+
+_NOT_COMPLETED = (
+    "cannot complete the configs of %s %s (%s): set %s on it, or compaction never reaches its newest week"
+)
 
 
 def _source(entry: ConfigEntry) -> int:
@@ -122,8 +117,7 @@ class LogState:
     """
     What this process knows of one log: its live entries (undecoded), where it read to.
 
-    :param entries: key -> (the entry's value, its log timestamp), in log order; deleted entries are not
-        here.
+    :param entries: key -> (the entry's value, its log timestamp), in log order; deleted ones are not here.
     :param position: the next offset to read.
     :param read: the log records this process read (entries and tombstones).
     """
@@ -153,11 +147,7 @@ class LogState:
     def expire(self, now_ms: int, retention_ms: int) -> int:
         """Drop the entries older than ``retention_ms``, as the broker does (oldest first); how many."""
         cutoff = now_ms - retention_ms
-        old = []
-        for key, (_, timestamp) in self.entries.items():
-            if timestamp >= cutoff:
-                break
-            old.append(key)
+        old = list(itertools.takewhile(lambda key: self.entries[key][1] < cutoff, self.entries))
         for key in old:
             del self.entries[key]
         return len(old)
@@ -181,45 +171,35 @@ class CompactedLogView:
     """
     A log's entries as this process last read them (its :class:`LogState`); :meth:`refresh` reads more.
 
-    :meth:`refresh` reads what was appended since the last read. Opens its consumer on first use;
-    :meth:`close` closes it.
+    A subclass names its log (:attr:`what`, its :attr:`error`, :attr:`log`) and the log's retention. Opens
+    its consumer on first use; :meth:`close` closes it.
 
-    :param what: the log, for messages; ``error``: raised naming it (``transient`` set when a retry may help).
     :param deadlines: the partition run's deadlines; each broker call is made under them.
     :param timeout_s: the timeout handed to a call (and the longest wait for another thread's refresh).
     :param idle_timeout_s: the longest time the broker may send neither records nor the log's end.
-    :param retention_ms: entries older than this (by ``clock``) are dropped, as the broker drops them.
-    :param clock: epoch milliseconds of the wall clock, as the broker's retention sees it.
     """
+
+    #: the log, in messages; the error raised naming it (``transient`` set when a retry may help)
+    what: str = "the log"
+    error: type[Exception] = RuntimeError
+    log: logging.Logger = log
+    #: entries older than this (by the clock) are dropped, as the broker drops them (None: never)
+    retention_ms: int | None = None
+    poll_s = 1.0  #: the longest wait for a record, or for another thread's read to end
 
     def __init__(
         self,
         kafka_config: Mapping[str, Any],
         topic: str,
         *,
-        what: str,
-        error: type[Exception],
-        logger: logging.Logger = log,
-        retention_ms: int | None = None,
         deadlines: CallDeadlines | None = None,
         timeout_s: float = 10.0,
         idle_timeout_s: float = 60.0,
-        poll_s: float = 1.0,
-        clock: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
-        self.kafka_config, self.topic, self.what, self.error, self.log = (
-            kafka_config,
-            topic,
-            what,
-            error,
-            logger,
-        )
-        self.where = f"{topic}[0]"
+        self.kafka_config, self.topic, self.where = kafka_config, topic, f"{topic}[0]"
         self.deadlines = deadlines or CallDeadlines(self.where)
-        self.timeout_s, self.idle_timeout_s, self.poll_s = timeout_s, idle_timeout_s, poll_s
-        self.clock = clock
+        self.timeout_s, self.idle_timeout_s = timeout_s, idle_timeout_s
         self.state = log_state(kafka_config, topic)
-        self.retention_ms = retention_ms
         self._consumer: Consumer | None = None
 
     def _failure(self, message: str, transient: bool | None = None) -> Exception:
@@ -234,17 +214,13 @@ class CompactedLogView:
         try:
             before, start = state.read, state.position
             self._read_new(state, timeout)
-            expired = 0 if self.retention_ms is None else state.expire(self.clock(), self.retention_ms)
+            retention, now = self.retention_ms, int(time.time() * 1000)
+            expired = 0 if retention is None else state.expire(now, retention)
             read = state.read - before
             if read or expired:
+                facts = (self.where, read, self.what, start, expired, len(state.entries))
                 self.log.info(
-                    "%s: read %s record(s) of %s from offset %s, %s expired; %s entries live",
-                    self.where,
-                    read,
-                    self.what,
-                    start,
-                    expired,
-                    len(state.entries),
+                    "%s: read %s record(s) of %s from offset %s, %s expired; %s entries live", *facts
                 )
             return read
         finally:

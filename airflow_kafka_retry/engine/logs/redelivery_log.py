@@ -13,18 +13,13 @@ piece is there (a record is redelivered, and its entry committed, before the sha
 it routes a dead letter whose round came from the log, it writes a tombstone for that key in the same
 transaction as the routed record and its offset commit, and compaction removes the entry.
 
-What a process holds (a ``LogState`` of ``engine/logs/compacted_log.py``, one per cluster and log, kept across
-the attempts and runs of the process): the position it read to and the entries not yet deleted, in log order.
-Each refresh reads only what was appended since; a tombstone drops its entry; an entry older than
+A process reads the log incrementally (``engine/logs/compacted_log.py``); an entry older than
 :data:`RETENTION_MS` is dropped as the broker drops it. So memory is bounded by the entries in flight
 (redelivered records not yet dead-lettered again, or accepted by the share consumer less than
-:data:`RETENTION_MS` ago), not by the log's history. A fresh process reads the compacted log: the live
-entries, tombstones younger than :data:`CLEAN_MS` and the segments not yet cleaned (rolled every
-:data:`CLEAN_MS`).
-
-Every broker call is made under the partition run's deadlines (``engine/kafka/deadlines.py``); a timeout, or a
-broker that does not answer, fails the attempt as transient (:class:`RedeliveryLogError` names the log):
-the run is retried.
+:data:`RETENTION_MS` ago), not by the log's history. A fresh process reads the live entries, tombstones
+younger than :data:`CLEAN_MS` and the segments not yet cleaned (rolled every :data:`CLEAN_MS`). Every
+broker call is made under the partition run's deadlines; a timeout, or a broker that does not answer,
+fails the attempt as transient (:class:`RedeliveryLogError` names the log): the run is retried.
 """
 
 from __future__ import annotations
@@ -89,11 +84,9 @@ def ensure_redelivery_log(
     deadlines: CallDeadlines | None = None,
 ) -> bool:
     """
-    Create the log topic (one partition, :data:`LOG_CONFIG`) if it is missing; True when it was created.
+    Create the log topic (:data:`LOG_CONFIG`) if it is missing, else complete its configs; True if created.
 
-    An existing log gets the configs of :data:`COMPLETED` it lacks. Under ``deadlines``: the lookup, the
-    creation and the wait for the created topic are each given ``timeout``. A timeout is a transient
-    :class:`RedeliveryLogError`.
+    Under ``deadlines``; a timeout is a transient :class:`RedeliveryLogError`.
     """
     deadlines = deadlines or CallDeadlines(topic)
     limit = deadlines.timeout(timeout)
@@ -122,23 +115,13 @@ def ensure_redelivery_log(
 
 class RedeliveryLogView(CompactedLogView):
     """
-    The log's entries as this process last read them (see :class:`CompactedLogView`), decoded on lookup.
+    The log's entries as this process last read them (:class:`CompactedLogView`), decoded on lookup.
 
-    An entry that cannot be decoded is logged and skipped (its dead letter then counts as round 1), never
-    fatal. Entries older than :data:`RETENTION_MS` (by ``clock``) are dropped, as the broker drops them.
+    An entry that cannot be decoded is logged and skipped (its dead letter then counts as round 1).
     """
 
-    def __init__(self, kafka_config: Mapping[str, Any], topic: str, **options: Any) -> None:
-        super().__init__(
-            kafka_config,
-            topic,
-            what=_WHAT,
-            error=RedeliveryLogError,
-            logger=log,
-            retention_ms=RETENTION_MS,
-            **options,
-        )
-        self.skipped = 0
+    what, error, log, retention_ms = _WHAT, RedeliveryLogError, log, RETENTION_MS
+    skipped = 0  #: entries that could not be decoded
 
     def get(self, key: bytes) -> Redelivery | None:
         found = self.state.entries.get(key)

@@ -156,11 +156,7 @@ def read_log(
 
 def ensure_replay_log(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
     """Create the compacted log topic (one partition) if it is missing; True when it was created."""
+    what, config = "the replay log topic", {"cleanup.policy": "compact"}
     return ensure_compacted_log(
-        kafka_config,
-        topic,
-        what="the replay log topic",
-        config={"cleanup.policy": "compact"},
-        error=ReplayError,
-        timeout=timeout,
+        kafka_config, topic, what=what, config=config, error=ReplayError, timeout=timeout
     )
