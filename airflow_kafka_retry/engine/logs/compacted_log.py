@@ -1,12 +1,10 @@
 """
 A compacted log topic of one partition: the base of the replay log and the redelivery log.
 
-Creation (:func:`ensure_compacted_log`): the topic is made with its configs if it is missing; an existing
-one gets those it was made without. Entries: a key (bytes) and a JSON value
-(:func:`encode_entry`, :func:`decode_entry`); a tombstone (value None) deletes its key, as compaction does.
-Reading (:class:`CompactedLogView`): what one process knows of a log is a :class:`LogState` (one per cluster
-and log topic, :func:`log_state`), kept across the attempts and runs of the partitions it executes, so each
-refresh reads only what was appended since, to the log's end, under the caller's deadlines.
+Creation (:func:`ensure_compacted_log`). Entries: a key (bytes), a JSON value (:func:`encode_entry`); a
+tombstone (None) deletes its key, as compaction does. Reading (:class:`CompactedLogView`): a process's
+:class:`LogState` of a log is kept across the runs it executes, so each refresh reads only what was
+appended since, to the log's end, under the caller's deadlines.
 """
 
 from __future__ import annotations
@@ -169,10 +167,9 @@ def log_state(kafka_config: Mapping[str, Any], topic: str) -> LogState:
 
 class CompactedLogView:
     """
-    A log's entries as this process last read them (its :class:`LogState`); :meth:`refresh` reads more.
+    A log's entries as this process last read them; a subclass names its log, its error and retention.
 
-    A subclass names its log (:attr:`what`, its :attr:`error`, :attr:`log`) and the log's retention. Opens
-    its consumer on first use; :meth:`close` closes it.
+    Opens its consumer on first use; :meth:`close` closes it.
 
     :param deadlines: the partition run's deadlines; each broker call is made under them.
     :param timeout_s: the timeout handed to a call (and the longest wait for another thread's refresh).
