@@ -139,8 +139,8 @@ def measure_lane(bootstrap: str, mapping: dict[str, Any], more: dict[str, Any]) 
 
     from airflow_kafka_retry.engine.drain.options import DrainOptions
     from airflow_kafka_retry.engine.local.engine import run_local
+    from airflow_kafka_retry.engine.logs.compacted_log import LogState, log_state
     from airflow_kafka_retry.engine.logs.redelivery_log import RedeliveryLogView
-    from airflow_kafka_retry.engine.logs.redelivery_log_state import LogState, log_state
 
     config = {"bootstrap.servers": bootstrap}
     topology = Topology.from_mapping(mapping, source="bench")

@@ -25,7 +25,8 @@ from airflow_kafka_retry.dlt.replay_targets import BY_KEY
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
 from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import offset_of
-from airflow_kafka_retry.engine.logs.replay_log import encode, record_key
+from airflow_kafka_retry.engine.logs.compacted_log import encode_entry
+from airflow_kafka_retry.engine.logs.replay_log import record_key
 from airflow_kafka_retry.policy.dead_letters.framework_headers import framework_headers_kept
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.headers.replay import ReplayAudit, copy_digest, replayed_headers
@@ -113,7 +114,7 @@ class ReplayMoves:
                 producer.produce(
                     self.log_topic,
                     key=record_key(move.partition, move.offset),
-                    value=encode(
+                    value=encode_entry(
                         {
                             "replay_id": self.replay_id,
                             "partition": move.partition,
@@ -228,7 +229,7 @@ class ReplayMoves:
         """One replay log entry (a plan, a finished replay) in a transaction of its own."""
         try:
             producer.begin_transaction()
-            producer.produce(self.log_topic, key=key, value=encode(value))
+            producer.produce(self.log_topic, key=key, value=encode_entry(value))
             with self.deadlines.call("commit_transaction", TIMEOUT_S, self._coordinator):
                 producer.commit_transaction(TIMEOUT_S)
         except KafkaException as exc:

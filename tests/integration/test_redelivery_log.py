@@ -23,13 +23,13 @@ from airflow_kafka_retry.engine.drain.supervisor import broker_transient
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
+from airflow_kafka_retry.engine.logs.compacted_log import log_state
 from airflow_kafka_retry.engine.logs.redelivery_log import (
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
     redelivery_log_topic,
 )
-from airflow_kafka_retry.engine.logs.redelivery_log_state import log_state
 from airflow_kafka_retry.policy.headers.codec import read_original_coordinates
 from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.policy.topology.model import Topology

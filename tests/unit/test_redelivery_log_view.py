@@ -1,4 +1,4 @@
-"""The redelivery log's bookkeeping in a process (`logs/redelivery_log.py`): entries, tombstones, expiry."""
+"""The redelivery log's bookkeeping in a process (`logs/redelivery_log.py`, `logs/compacted_log.py`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import pytest
 
 from airflow_kafka_retry.engine.drain.supervisor import broker_transient
 from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
-from airflow_kafka_retry.engine.logs import redelivery_log
+from airflow_kafka_retry.engine.logs import compacted_log
+from airflow_kafka_retry.engine.logs.compacted_log import LogState, log_state
 from airflow_kafka_retry.engine.logs.redelivery_log import (
+    RETENTION_MS,
     RedeliveryLogError,
     RedeliveryLogView,
     ensure_redelivery_log,
 )
-from airflow_kafka_retry.engine.logs.redelivery_log_state import RETENTION_MS, LogState, log_state
 from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery, entry_key
 from airflow_kafka_retry.sandbox.processes import free_port
 
@@ -66,9 +67,9 @@ def test_entries_past_the_logs_retention_are_dropped_oldest_first() -> None:
     old, recent = NOW - RETENTION_MS - 1, NOW - RETENTION_MS + 1
     read(state, LogRecord(0, KEY_A, entry(), old), LogRecord(1, KEY_B, entry(), recent))
     read(state, LogRecord(2, KEY_C, entry(), old))  # out of time order: kept until those before it go
-    assert state.expire(NOW) == 1
+    assert state.expire(NOW, RETENTION_MS) == 1
     assert list(state.entries) == [KEY_B, KEY_C]
-    assert state.expire(NOW + 2) == 2
+    assert state.expire(NOW + 2, RETENTION_MS) == 2
     assert state.entries == {}
 
 
@@ -117,7 +118,7 @@ def test_a_timeout_creating_the_log_is_transient_and_names_it(monkeypatch: pytes
     def times_out(*args: object, **kwargs: object) -> bool:
         raise TimeoutError()  # what ensure_log_topic's future.result(timeout) raises
 
-    monkeypatch.setattr(redelivery_log, "ensure_log_topic", times_out)
+    monkeypatch.setattr(compacted_log, "ensure_log_topic", times_out)
     with pytest.raises(RedeliveryLogError, match="orders-redelivery-log") as raised:
         ensure_redelivery_log({"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", timeout=1.0)
     assert broker_transient(raised.value)

@@ -8,7 +8,8 @@ their DLT record as replayed, but confirm no claim: such a copy that fails again
 
 from __future__ import annotations
 
-from airflow_kafka_retry.engine.logs.replay_log import ReplayLog, encode, record_key
+from airflow_kafka_retry.engine.logs.compacted_log import encode_entry
+from airflow_kafka_retry.engine.logs.replay_log import ReplayLog, record_key
 from airflow_kafka_retry.policy.headers.replay import ReplayAudit, copy_digest
 from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
 from airflow_kafka_retry.policy.topology.model import Topology
@@ -25,7 +26,9 @@ def _topology() -> Topology:
 
 def _log(**entry) -> ReplayLog:
     replay_log = ReplayLog("orders-dlt-replay-log")
-    replay_log.add(record_key(2, 17), encode({"replay_id": "r-1", "partition": 2, "offset": 17, **entry}))
+    replay_log.add(
+        record_key(2, 17), encode_entry({"replay_id": "r-1", "partition": 2, "offset": 17, **entry})
+    )
     return replay_log
 
 

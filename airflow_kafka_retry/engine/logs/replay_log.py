@@ -1,7 +1,7 @@
 """
 The replay log: a compacted ``<dlt>-replay-log`` topic that says which DLT records were replayed.
 
-Keys (UTF-8) and values (JSON):
+Keys (UTF-8) and values (JSON, ``engine/logs/compacted_log.py``'s codec; a tombstone deletes its key):
 
 * ``record/<partition>/<offset>``: the DLT record at those coordinates was moved -- by which replay,
   to which topic, partition and offset, when, and ``copy``: the
@@ -23,22 +23,18 @@ The log has one partition (created on a replay's first non-dry run). It is read 
 
 from __future__ import annotations
 
-import json
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized
-from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
+from airflow_kafka_retry.engine.logs.compacted_log import decode_entry, ensure_compacted_log
 from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
 from airflow_kafka_retry.policy.errors import ReplayError
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.kafka.reading import TopicReader
     from airflow_kafka_retry.policy.headers.replay import ReplayAudit
-
-log = logging.getLogger(__name__)
 
 LOG_SUFFIX = REPLAY_LOG_SUFFIX
 _MAX_TOPIC = 249
@@ -65,10 +61,6 @@ def plan_key(replay_id: str) -> bytes:
 
 def done_key(replay_id: str) -> bytes:
     return f"done/{replay_id}".encode()
-
-
-def encode(data: Mapping[str, Any]) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass
@@ -118,7 +110,7 @@ class ReplayLog:
         if key is None:
             return
         kind, _, rest = key.decode("utf-8", errors="replace").partition("/")
-        data = json.loads(value) if value else None
+        data = decode_entry(value)
         if kind == "record":
             partition, _, offset = rest.partition("/")
             coords = (int(partition), int(offset))
@@ -164,11 +156,7 @@ def read_log(
 
 def ensure_replay_log(kafka_config: Mapping[str, Any], topic: str, *, timeout: float = 30.0) -> bool:
     """Create the compacted log topic (one partition) if it is missing; True when it was created."""
-    return ensure_log_topic(
-        kafka_config,
-        topic,
-        what="the replay log topic",
-        config={"cleanup.policy": "compact"},
-        error=ReplayError,
-        timeout=timeout,
+    what, config = "the replay log topic", {"cleanup.policy": "compact"}
+    return ensure_compacted_log(
+        kafka_config, topic, what=what, config=config, error=ReplayError, timeout=timeout
     )
