@@ -36,3 +36,35 @@ def test_the_principal_is_named_from_the_configuration_never_its_secret():
     assert principal_of({"sasl.username": "tiers", "sasl.password": "s3cret"}) == "User:tiers"
     assert principal_of({"bootstrap.servers": "k:9093"}) == "this connection's principal"
     assert principal_of(None) == "this connection's principal"
+
+
+class _Described:
+    def __init__(self, operations):
+        self.authorized_operations = operations
+
+
+class _Future:
+    def __init__(self, result=None, error=None):
+        self._result, self._error = result, error
+
+    def result(self, timeout=None):
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+def test_a_broker_that_reports_no_authorized_operations_is_not_taken_for_one_that_allows_none():
+    # Tansu (the demo's broker) describes topics and groups without their authorized operations: the
+    # DLT watch's check before its scan must then say nothing, not "lacks READ" (the demo's run of stop 54)
+    from confluent_kafka.admin import AclOperation
+
+    from airflow_kafka_retry.engine.kafka.authorization import _operations
+
+    refused = KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: refused"))
+    futures = {
+        "unreported": _Future(_Described(None)),
+        "empty": _Future(_Described([])),
+        "read": _Future(_Described([AclOperation.READ, AclOperation.DESCRIBE])),
+        "refused": _Future(error=refused),
+    }
+    assert _operations(futures, deadline=float("inf")) == {"read": {"READ", "DESCRIBE"}, "refused": set()}

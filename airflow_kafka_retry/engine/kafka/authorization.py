@@ -72,7 +72,13 @@ def _allowed(operations: set[str], wanted: str) -> bool:
 
 
 def _operations(futures: Mapping[str, Any], deadline: float) -> dict[str, set[str]]:
-    """Each resource's authorized operations; an authorization failure: none. Unknown ones are left out."""
+    """
+    Each resource's authorized operations; an authorization failure: none.
+
+    Unknown ones are left out: a resource the broker did not describe in time, or described without its
+    authorized operations (a described resource always allows at least DESCRIBE, so an empty answer is
+    none given, not none allowed).
+    """
     found: dict[str, set[str]] = {}
     for name, future in futures.items():
         try:
@@ -83,7 +89,9 @@ def _operations(futures: Mapping[str, Any], deadline: float) -> dict[str, set[st
             continue
         except Exception:
             continue
-        found[name] = {op.name for op in (described.authorized_operations or [])}
+        if not described.authorized_operations:  # not reported (a broker without them, such as Tansu)
+            continue
+        found[name] = {op.name for op in described.authorized_operations}
     return found
 
 
