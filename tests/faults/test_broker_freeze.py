@@ -241,8 +241,8 @@ def test_a_log_topic_not_created_in_time_is_the_clusters_failure(own_broker, mon
     import uuid
 
     from airflow_kafka_retry.engine.drain.supervisor import broker_transient
-    from airflow_kafka_retry.engine.kafka import topic_admin as topics
     from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+    from airflow_kafka_retry.engine.logs import log_topic as topics
 
     class FreezingAdmin(topics.AdminClient):
         def create_topics(self, *args, **kwargs):

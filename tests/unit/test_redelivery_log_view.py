@@ -9,7 +9,7 @@ import pytest
 
 from airflow_kafka_retry.engine.drain.supervisor import broker_transient
 from airflow_kafka_retry.engine.kafka.deadlines import AttemptAbandoned, CallDeadlines
-from airflow_kafka_retry.engine.logs import compacted_log
+from airflow_kafka_retry.engine.logs import log_topic
 from airflow_kafka_retry.engine.logs.compacted_log import LogState, log_state
 from airflow_kafka_retry.engine.logs.redelivery_log import (
     RETENTION_MS,
@@ -118,7 +118,7 @@ def test_a_timeout_creating_the_log_is_transient_and_names_it(monkeypatch: pytes
     def times_out(*args: object, **kwargs: object) -> bool:
         raise TimeoutError()  # what ensure_log_topic's future.result(timeout) raises
 
-    monkeypatch.setattr(compacted_log, "ensure_log_topic", times_out)
+    monkeypatch.setattr(log_topic, "ensure_log_topic", times_out)
     with pytest.raises(RedeliveryLogError, match="orders-redelivery-log") as raised:
         ensure_redelivery_log({"bootstrap.servers": "127.0.0.1:1"}, "orders-redelivery-log", timeout=1.0)
     assert broker_transient(raised.value)

@@ -12,7 +12,6 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
 
 from airflow_kafka_retry.engine.kafka.clients import (
-    CLIENT_LOGGER,
     KafkaConfigError,
     NotAuthorized,
     TopicsMissing,
@@ -340,66 +339,3 @@ def _max_message_bytes(
         if value is not None and str(value).strip().lstrip("-").isdigit():
             found[resource.name] = int(value)
     return found
-
-
-def ensure_log_topic(
-    kafka_config: Mapping[str, Any],
-    topic: str,
-    *,
-    what: str,
-    config: Mapping[str, str],
-    error: type[Exception] = KafkaConfigError,
-    timeout: float = 30.0,
-) -> bool:
-    """
-    Create a one-partition log topic with ``config`` if it is missing; True when this call created it.
-
-    The replay log and the redelivery log are such topics. A created topic is waited for until the
-    metadata shows it (a producer asked for it at once could otherwise find it missing). ``what`` names
-    the topic in the log and in ``error`` (raised when it cannot be created, or does not appear in
-    ``timeout``).
-    """
-    admin = AdminClient(
-        {k: v for k, v in kafka_config.items() if k != "group.id"} | {"logger": CLIENT_LOGGER}
-    )
-    if topic in admin.list_topics(timeout=timeout).topics:
-        return False
-    check_not_hidden([topic], kafka_config, timeout)  # a log the principal may not see is not missing
-    future = admin.create_topics(
-        [NewTopic(topic, num_partitions=1, replication_factor=-1, config=dict(config))],
-        operation_timeout=timeout,
-        request_timeout=timeout,
-    )[topic]
-    try:
-        future.result(timeout)
-    except TimeoutError as exc:  # the cluster did not answer: another attempt may succeed
-        raise _transient(error(f"cannot create {what} {topic}: no answer within {timeout:g}s")) from exc
-    except KafkaException as exc:
-        kafka_error: KafkaError = exc.args[0]
-        code = kafka_error.code()
-        if code in (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED):
-            raise error(
-                f"cannot create {what} {topic}: {principal_of(kafka_config)} lacks CREATE on topic {topic!r} "
-                f"(Kafka: {kafka_error.name()})"
-            ) from exc
-        if code != KafkaError.TOPIC_ALREADY_EXISTS:
-            failed = error(f"cannot create {what} {topic}: {kafka_error.str()}")
-            if code in (KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT):
-                raise _transient(failed) from exc
-            raise failed from exc
-        return False
-    deadline = time.monotonic() + timeout
-    while topic not in admin.list_topics(timeout=timeout).topics:
-        if time.monotonic() > deadline:
-            raise _transient(
-                error(f"created {what} {topic}, but it did not appear in the metadata in {timeout:.0f}s")
-            )
-        time.sleep(0.1)
-    log.info("created %s %s (1 partition, %s)", what, topic, ", ".join(f"{k}={v}" for k, v in config.items()))
-    return True
-
-
-def _transient(error: Exception) -> Exception:
-    """``error`` marked as the cluster's failure, not the input's (a partition run retries it)."""
-    error.transient = True  # type: ignore[attr-defined]
-    return error

@@ -1,10 +1,10 @@
 """
 A compacted log topic of one partition: the base of the replay log and the redelivery log.
 
-Creation (:func:`ensure_compacted_log`). Entries: a key (bytes), a JSON value (:func:`encode_entry`); a
-tombstone (None) deletes its key, as compaction does. Reading (:class:`CompactedLogView`): a process's
-:class:`LogState` of a log is kept across the runs it executes, so each refresh reads only what was
-appended since, to the log's end, under the caller's deadlines.
+Creation: :mod:`~airflow_kafka_retry.engine.logs.log_topic`. Entries: a key (bytes), a JSON value
+(:func:`encode_entry`); a tombstone (None) deletes its key, as compaction does. Reading
+(:class:`CompactedLogView`): a process's :class:`LogState` of a log is kept across the runs it executes,
+so each refresh reads only what was appended since, to the log's end, under the caller's deadlines.
 """
 
 from __future__ import annotations
@@ -14,19 +14,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 
-from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, admin_config
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.reading import reader_config
 from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan
-from airflow_kafka_retry.engine.kafka.topic_admin import ensure_log_topic
 
 log = logging.getLogger(__name__)
 
@@ -39,75 +36,6 @@ def encode_entry(data: Mapping[str, Any]) -> bytes:
 def decode_entry(value: bytes | None) -> Any:
     """An entry's value from the log; None for a tombstone. A ValueError says it is not JSON."""
     return json.loads(value) if value else None
-
-
-def ensure_compacted_log(
-    kafka_config: Mapping[str, Any],
-    topic: str,
-    *,
-    what: str,
-    config: Mapping[str, str],
-    complete: Iterable[str] = (),
-    error: type[Exception] = KafkaConfigError,
-    timeout: float = 30.0,
-    deadlines: CallDeadlines | None = None,
-) -> bool:
-    """
-    Create the log (one partition, ``config``) if it is missing, else set those of ``complete`` it lacks.
-
-    True when it was created; ``what`` names the log (see ``ensure_log_topic``). Under ``deadlines``.
-    """
-    deadlines = deadlines or CallDeadlines(topic)
-    with deadlines.call(f"create {what}", 4 * timeout, f"the controller (creating {topic})"):
-        created = ensure_log_topic(
-            kafka_config, topic, what=what, config=config, error=error, timeout=timeout
-        )
-    wanted = {name: config[name] for name in complete}
-    if not created and wanted:
-        with deadlines.call(f"complete {what}'s configs", 2 * timeout, f"the brokers ({topic}'s configs)"):
-            _complete(kafka_config, topic, wanted, what, timeout)
-    return created
-
-
-def _complete(
-    kafka_config: Mapping[str, Any], topic: str, configs: Mapping[str, str], what: str, timeout: float
-):
-    """
-    Set those of ``configs`` the log has not set itself (one made by an earlier version); never fails the run.
-
-    A log whose configs cannot be read or set (no ``ALTER_CONFIGS``, a timeout) is named in a warning.
-    """
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    admin = AdminClient(admin_config(kafka_config))
-    try:
-        described = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout)
-        own = {
-            name
-            for name, entry in described.items()
-            if _source(entry) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-        }
-        missing = {name: value for name, value in configs.items() if name not in own}
-        if missing:
-            entries = [
-                ConfigEntry(n, v, incremental_operation=AlterConfigOpType.SET) for n, v in missing.items()
-            ]
-            change = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
-            admin.incremental_alter_configs([change], request_timeout=timeout)[change].result(timeout)
-            log.info("set %s of %s %s", ", ".join(f"{n}={v}" for n, v in missing.items()), what, topic)
-    except (KafkaException, TimeoutError) as exc:
-        fix = " and ".join(f"{name}={value}" for name, value in configs.items())
-        log.warning(_NOT_COMPLETED, what, topic, exc, fix)
-
-
-_NOT_COMPLETED = (
-    "cannot complete the configs of %s %s (%s): set %s on it, or compaction never reaches its newest week"
-)
-
-
-def _source(entry: ConfigEntry) -> int:
-    """Where a described config comes from (the client gives the enum's value or the enum)."""
-    source: Any = entry.source
-    return int(getattr(source, "value", source))
 
 
 @dataclass

@@ -32,7 +32,8 @@ from confluent_kafka import KafkaException
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-from airflow_kafka_retry.engine.logs.compacted_log import CompactedLogView, ensure_compacted_log
+from airflow_kafka_retry.engine.logs.compacted_log import CompactedLogView
+from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log
 from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
 from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery
 

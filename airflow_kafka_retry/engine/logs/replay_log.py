@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized
-from airflow_kafka_retry.engine.logs.compacted_log import decode_entry, ensure_compacted_log
+from airflow_kafka_retry.engine.logs.compacted_log import decode_entry
+from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log
 from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
 from airflow_kafka_retry.policy.errors import ReplayError
 
