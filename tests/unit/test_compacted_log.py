@@ -30,3 +30,21 @@ def test_the_replay_log_applies_entries_and_tombstones_last_value_wins() -> None
     log.add(None, encode_entry({"no": "key"}))
     assert log.moved == {(0, 5): {"replay_id": "r-2"}}
     assert (log.plans, log.done) == ({"r-1": {"started_ms": 1}}, {})
+
+
+def test_a_log_whose_name_kafka_would_refuse_is_named_with_what_to_shorten() -> None:
+    import pytest
+
+    from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+    from airflow_kafka_retry.engine.logs.redelivery_log import redelivery_log_topic
+    from airflow_kafka_retry.engine.logs.replay_log import log_topic
+    from airflow_kafka_retry.policy.errors import ReplayError
+
+    assert redelivery_log_topic("orders") == "orders-redelivery-log"
+    assert log_topic("orders-dlt") == "orders-dlt-replay-log"
+    long = "t" * 240
+    too_long = "longer than Kafka's 249 characters"
+    with pytest.raises(KafkaConfigError, match=f"redelivery log of .*{too_long}; shorten the topology's"):
+        redelivery_log_topic(long)
+    with pytest.raises(ReplayError, match=f"replay log of .*{too_long}; shorten the topic name"):
+        log_topic(long)

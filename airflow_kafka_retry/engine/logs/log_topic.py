@@ -33,6 +33,17 @@ from airflow_kafka_retry.engine.kafka.topic_admin import check_not_hidden
 
 log = logging.getLogger(__name__)
 
+#: Kafka's longest topic name.
+MAX_TOPIC = 249
+
+
+def log_topic_name(base: str, suffix: str, *, what: str, fix: str, error: type[Exception]) -> str:
+    """``base`` + ``suffix``; ``error``, naming ``what`` and saying ``fix``, when it is too long."""
+    name = f"{base}{suffix}"
+    if len(name) > MAX_TOPIC:
+        raise error(f"{what} would be named {name!r}, longer than Kafka's {MAX_TOPIC} characters; {fix}")
+    return name
+
 
 def ensure_compacted_log(
     kafka_config: Mapping[str, Any],

@@ -33,7 +33,7 @@ from confluent_kafka import KafkaException
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.engine.logs.compacted_log import CompactedLogView
-from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log
+from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log, log_topic_name
 from airflow_kafka_retry.policy.client_names import REDELIVERY_LOG_SUFFIX
 from airflow_kafka_retry.policy.routing.share_redelivery import Redelivery
 
@@ -52,7 +52,6 @@ LOG_CONFIG = {
 #: The configs an existing log gets if it lacks them (a log made by an earlier version): without
 #: ``segment.ms`` the active segment (7 days by default) is never compacted, and a new process reads a week.
 COMPLETED = ("segment.ms", "delete.retention.ms")
-_MAX_TOPIC = 249
 _WHAT = "the redelivery log"
 
 
@@ -68,13 +67,13 @@ class RedeliveryLogError(RuntimeError):
 
 def redelivery_log_topic(topic: str) -> str:
     """The redelivery log of the topology whose ``topic`` is ``topic``."""
-    name = f"{topic}{LOG_SUFFIX}"
-    if len(name) > _MAX_TOPIC:
-        raise KafkaConfigError(
-            f"the redelivery log of topology topic {topic!r} would be named {name!r}, longer than Kafka's "
-            f"{_MAX_TOPIC} characters; shorten the topology's topic"
-        )
-    return name
+    return log_topic_name(
+        topic,
+        LOG_SUFFIX,
+        what=f"the redelivery log of topology topic {topic!r}",
+        fix="shorten the topology's topic",
+        error=KafkaConfigError,
+    )
 
 
 def ensure_redelivery_log(

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized
 from airflow_kafka_retry.engine.logs.compacted_log import decode_entry
-from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log
+from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log, log_topic_name
 from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
 from airflow_kafka_retry.policy.errors import ReplayError
 
@@ -38,18 +38,17 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.headers.replay import ReplayAudit
 
 LOG_SUFFIX = REPLAY_LOG_SUFFIX
-_MAX_TOPIC = 249
 
 
 def log_topic(source: str) -> str:
     """The replay log of ``source`` (a DLT or parking topic)."""
-    name = f"{source}{LOG_SUFFIX}"
-    if len(name) > _MAX_TOPIC:
-        raise ReplayError(
-            f"the replay log of {source!r} would be named {name!r}, longer than Kafka's "
-            f"{_MAX_TOPIC} characters; shorten the topic name"
-        )
-    return name
+    return log_topic_name(
+        source,
+        LOG_SUFFIX,
+        what=f"the replay log of {source!r}",
+        fix="shorten the topic name",
+        error=ReplayError,
+    )
 
 
 def record_key(partition: int, offset: int) -> bytes:
