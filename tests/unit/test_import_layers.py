@@ -29,6 +29,7 @@ POLICY_LAYERS = {
     "client_names": 0,
     "timing": 1,
     "headers": 1,
+    "ordering": 1,
     "dead_letters": 2,
     "topology": 3,
     "routing": 4,

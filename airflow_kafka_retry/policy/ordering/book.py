@@ -1,0 +1,176 @@
+"""
+The rules of key order for one partition of the main topic: which keys are blocked, and what a mark does.
+
+An :class:`OrderBook` is the in-memory state of one partition's keeper (the main topic's drain under
+``ordering: key``): the blocked keys only, never every key seen. It is loaded from the state topic, changed
+by the chunk being handled, and written back (:meth:`OrderBook.changes`) in that chunk's transaction. A head
+or a held copy whose offset is not known until its delivery report is *pending* until :meth:`place_head` or
+:meth:`place_held` says where it landed; :meth:`changes` refuses to write a pending one.
+
+:func:`layers` splits records so that no handler call sees two records of one key: a record runs only after
+the earlier ones of its key, and one that fails holds the later ones (``docs/ordering.md``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, NamedTuple, TypeVar
+
+from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Held, Location, Mark
+
+T = TypeVar("T")
+
+#: A head or held copy whose offset its delivery report has not told yet.
+PENDING = -1
+
+ReleaseOn = Literal["dlt", "replay"]
+
+
+class Applied(NamedTuple):
+    """
+    What a mark did to its key.
+
+    ``released`` (the key's ``held`` records run now, in order), ``moved`` (its head is elsewhere now),
+    ``parked`` (its head waits in a DLT, ``release_on: replay``) or ``ignored`` (``why``).
+    """
+
+    outcome: Literal["released", "moved", "parked", "ignored"]
+    held: tuple[Held, ...] = ()
+    why: str | None = None
+
+
+class OrderBook:
+    """
+    The blocked keys of one partition of the main topic.
+
+    :param release_on: ``dlt``: a key moves on once its head is dead-lettered; ``replay``: it stays blocked
+        until the dead letter is replayed and ends, or an operator releases it.
+    """
+
+    def __init__(self, release_on: ReleaseOn = "dlt") -> None:
+        self.release_on = release_on
+        self.entries: dict[bytes, BlockedKey] = {}
+        self._dirty: set[bytes] = set()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def load(self, kid: bytes, entry: BlockedKey | None) -> None:
+        """A state entry read back (None: a tombstone)."""
+        if entry is None:
+            self.entries.pop(kid, None)
+        else:
+            self.entries[kid] = entry
+
+    def blocked(self, kid: bytes | None) -> bool:
+        return kid is not None and kid in self.entries
+
+    def is_head(self, kid: bytes | None, at: Location) -> bool:
+        entry = self.entries.get(kid) if kid is not None else None
+        return entry is not None and entry.head == at
+
+    def held_count(self) -> int:
+        return sum(len(e.held) for e in self.entries.values())
+
+    # ------------------------------------------------------------------ marks
+    def apply(self, mark: Mark) -> Applied:
+        """What ``mark`` does to its key; a released key leaves the book (its held records run next)."""
+        entry = self.entries.get(mark.key_id)
+        if entry is None:
+            return Applied("ignored", why="its key is not blocked (released already, or never held)")
+        if mark.at is not None and mark.at != entry.head:
+            return Applied("ignored", why=f"it names {mark.at}, but the key's head is {entry.head}")
+        if mark.kind == "moved":
+            self._set(mark.key_id, dataclasses.replace(entry, head=_to(mark)))
+            return Applied("moved")
+        if mark.kind == "dlt" and self.release_on == "replay":
+            self._set(mark.key_id, dataclasses.replace(entry, head=_to(mark), in_dlt=True))
+            return Applied("parked")
+        self._set(mark.key_id, None)
+        return Applied("released", entry.held)
+
+    # ------------------------------------------------------------------ the chunk's changes
+    def block(
+        self,
+        kid: bytes,
+        main_offset: int,
+        now_ms: int,
+        held: Sequence[Held] = (),
+        since_ms: int | None = None,
+    ) -> None:
+        """``kid``'s record at ``main_offset`` failed: it is its key's head (placed by ``place_head``)."""
+        self._set(
+            kid,
+            BlockedKey(
+                head=Location("", 0, PENDING),
+                held=tuple(held),
+                since_ms=now_ms if since_ms is None else since_ms,
+                head_main_offset=main_offset,
+            ),
+        )
+
+    def place_head(self, kid: bytes, head: Location) -> None:
+        entry = self.entries[kid]
+        self._set(kid, dataclasses.replace(entry, head=head))
+
+    def hold(self, kid: bytes, main_offset: int, now_ms: int) -> None:
+        """The main record at ``main_offset`` waits behind ``kid``'s head (``place_held`` places it)."""
+        entry = self.entries[kid]
+        self._set(kid, dataclasses.replace(entry, held=(*entry.held, Held(PENDING, main_offset, now_ms))))
+
+    def place_held(self, kid: bytes, main_offset: int, hold_offset: int) -> None:
+        entry = self.entries[kid]
+        held = tuple(
+            h._replace(hold_offset=hold_offset)
+            if h.main_offset == main_offset and h.hold_offset == PENDING
+            else h
+            for h in entry.held
+        )
+        self._set(kid, dataclasses.replace(entry, held=held))
+
+    def changes(self) -> list[tuple[bytes, bytes | None]]:
+        """The state records the chunk writes (key id, entry or None for a tombstone); clears the list."""
+        out: list[tuple[bytes, bytes | None]] = []
+        for kid in sorted(self._dirty):
+            entry = self.entries.get(kid)
+            if entry is not None and (
+                entry.head.offset == PENDING or any(h.hold_offset == PENDING for h in entry.held)
+            ):
+                raise RuntimeError(f"key id {kid.hex()}: a head or held record has no offset yet")
+            out.append((kid, None if entry is None else entry.to_bytes()))
+        self._dirty.clear()
+        return out
+
+    def _set(self, kid: bytes, entry: BlockedKey | None) -> None:
+        if entry is None:
+            self.entries.pop(kid, None)
+        else:
+            self.entries[kid] = entry
+        self._dirty.add(kid)
+
+
+def _to(mark: Mark) -> Location:
+    if mark.to is None:  # Mark.from_record refuses a moved or dlt mark without it
+        raise ValueError(f"a {mark.kind} mark needs to")
+    return mark.to
+
+
+def layers(items: Iterable[T], kid_of: Callable[[T], bytes | None]) -> list[list[T]]:
+    """
+    ``items`` in layers, in order within each: layer *n* holds the *n*-th record of each key.
+
+    Records of a null key are never ordered: all of them go to the first layer.
+    """
+    out: list[list[T]] = []
+    seen: dict[bytes, int] = {}
+    for item in items:
+        kid = kid_of(item)
+        depth = 0
+        if kid is not None:
+            depth = seen.get(kid, 0)
+            seen[kid] = depth + 1
+        if depth == len(out):
+            out.append([])
+        out[depth].append(item)
+    return out
