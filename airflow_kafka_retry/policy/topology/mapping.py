@@ -48,6 +48,8 @@ _KEYS = (
     "input",
     "on_due",
     "dead_letter_queues",
+    "ordering",
+    "release_on",
 )
 _BACKOFF_KEYS = {
     "fixed": ("kind", "delay"),
@@ -214,6 +216,8 @@ def topology_arguments(data: Mapping[str, Any], *, source: str) -> tuple[dict[st
         "tier_group_template",
         "dlt_routing_naming",
         "on_due",
+        "ordering",
+        "release_on",
     ):
         if key in data:
             kwargs[key] = data[key]

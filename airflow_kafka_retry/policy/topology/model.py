@@ -25,11 +25,14 @@ from airflow_kafka_retry.policy.topology.naming import (
     dlt_routing_suffix,
     retry_topics,
 )
+from airflow_kafka_retry.policy.topology.ordering_checks import HOLD_SUFFIX, ORDER_STATE_SUFFIX
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.dead_letters.families import Family
     from airflow_kafka_retry.policy.dead_letters.queues import DeadLetterQueue
+    from airflow_kafka_retry.policy.ordering.book import ReleaseOn
     from airflow_kafka_retry.policy.topology.input_lane import OnDue, TopologyInput
+    from airflow_kafka_retry.policy.topology.ordering_checks import Ordering
 
 DltStrategy = Literal["always_retry_on_error", "fail_on_error", "no_dlt"]
 TierKind = Literal["main", "retry", "dlt"]
@@ -91,6 +94,8 @@ class Topology:
     compat: str = "none"
     input: TopologyInput | None = None
     on_due: OnDue = "handle"
+    ordering: Ordering = "none"
+    release_on: ReleaseOn = "dlt"
     dead_letter_queues: tuple[DeadLetterQueue, ...] = ()
     compat_applied: tuple[str, ...] = field(default=(), compare=False)
     source: str = "<python>"
@@ -103,6 +108,7 @@ class Topology:
             check_topic_names,
         )
         from airflow_kafka_retry.policy.topology.input_checks import check_sources
+        from airflow_kafka_retry.policy.topology.ordering_checks import check_ordering
 
         errors = check_settings(self)
         if errors:
@@ -111,7 +117,12 @@ class Topology:
             object.__setattr__(self, "tiers", self._build_tiers())
         except NamingError as exc:
             raise self._error(str(exc), "reuse_same_interval") from None
-        errors = check_topic_names(self) + check_dead_letter_queues(self) + check_sources(self)
+        errors = [
+            *check_topic_names(self),
+            *check_dead_letter_queues(self),
+            *check_sources(self),
+            *check_ordering(self),
+        ]
         if errors:
             raise TopologyError.combine(errors)
 
@@ -288,6 +299,16 @@ class Topology:
         suffix = tier.topic[len(self.topic) :]
         return self.tier_group_template.format(group_id=self.group_id, topic=tier.topic, suffix=suffix)
 
+    @property
+    def hold_topic(self) -> str | None:
+        """Under ``ordering: key``, held records and the tiers' marks (``<topic>-hold``); else None."""
+        return f"{self.topic}{HOLD_SUFFIX}" if self.ordering == "key" else None
+
+    @property
+    def order_state_topic(self) -> str | None:
+        """Under ``ordering: key``, the compacted state of the blocked keys (``<topic>-order-state``)."""
+        return f"{self.topic}{ORDER_STATE_SUFFIX}" if self.ordering == "key" else None
+
     def _compat_dict(self) -> dict[str, Any]:
         """Which preset applied, what it matches, and each of its keys: set by it or by the file."""
         chosen = preset(self.compat)
@@ -340,5 +361,9 @@ class Topology:
             "headers": self.headers.to_dict(),
             "input": self.input.to_dict() if self.input is not None else None,
             "on_due": self.on_due,
+            "ordering": self.ordering,
+            "release_on": self.release_on,
+            "hold_topic": self.hold_topic,
+            "order_state_topic": self.order_state_topic,
             "dead_letter_queues": [q.to_dict() for q in self.dead_letter_queues],
         }
