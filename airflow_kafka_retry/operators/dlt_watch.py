@@ -144,19 +144,20 @@ class DltWatchOperator(BaseOperator):
         kafka_config = KafkaRetryHook(self.kafka_conn_id).kafka_config()
         self._lineage_server = lineage_server(kafka_config)
         parking = topology.parking_topic
-        if parking is not None:
-            if missing_topics(kafka_config, [parking]):  # a topology from before parking: none parked yet
-                self.log.info("%s does not exist yet: no parked record to report", parking)
-            else:
-                topics.append(parking)
-        if self.skip_missing_topics and topics and (missing := missing_topics(kafka_config, topics)):
+        queues = list(topology.dead_letter_queue_topics)
+        # one listing for every topic the watch may read (each call lists the cluster)
+        absent = set(missing_topics(kafka_config, [*topics, *([parking] if parking else []), *queues]))
+        if self.skip_missing_topics and (missing := [t for t in topics if t in absent]):
             raise AirflowSkipException(
                 f"{', '.join(missing)} do(es) not exist yet, so no dead letter is there; "
                 "the topology's setup DAG (or airflow-kafka-retry topology create-topics) "
                 "creates them"
             )
-        queues = list(topology.dead_letter_queue_topics)
-        absent = set(missing_topics(kafka_config, queues)) if queues else set()
+        if parking is not None:
+            if parking in absent:  # a topology from before parking: none parked yet
+                self.log.info("%s does not exist yet: no parked record to report", parking)
+            else:
+                topics.append(parking)
         for queue in queues:  # the framework that writes a queue creates it: none of its dead letters yet
             if queue in absent:
                 self.log.info("%s does not exist yet: no dead letter of it to report", queue)
