@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from airflow_kafka_retry.dlt.inspect import inspect_dlt
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics, topology_topics
 from airflow_kafka_retry.engine.scans.order_state import read_order_state
 from airflow_kafka_retry.ordering.release import NotBlocked, ReleaseError, release_key
 from airflow_kafka_retry.policy.ordering.entries import (
@@ -24,7 +26,12 @@ from airflow_kafka_retry.policy.ordering.entries import (
     key_id,
 )
 from airflow_kafka_retry.policy.topology.model import Topology
-from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
+from airflow_kafka_retry.sandbox.scratch_topics import (
+    admin_client,
+    create_topics,
+    delete_topics,
+    unique_topic,
+)
 
 from tests.support.cli_run import run_cli
 
@@ -42,16 +49,22 @@ def ordered(kafka_bootstrap: str, tmp_path: Any) -> Any:
     )
     assert topology.hold_topic
     assert topology.order_state_topic
-    create_topics(kafka_bootstrap, [topic, topology.hold_topic], PARTITIONS)
-    create_topics(
-        kafka_bootstrap, [topology.order_state_topic], PARTITIONS, config={"cleanup.policy": "compact"}
-    )
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS)
+    existing = admin_client(kafka_bootstrap).list_topics(timeout=10).topics  # ensure_topics may make them
+    if topology.hold_topic not in existing:
+        create_topics(kafka_bootstrap, [topology.hold_topic], PARTITIONS)
+    if topology.order_state_topic not in existing:
+        create_topics(
+            kafka_bootstrap, [topology.order_state_topic], PARTITIONS, config={"cleanup.policy": "compact"}
+        )
     path = tmp_path / "topology.yaml"
     path.write_text(
         f"topic: {topic}\ngroup_id: svc\nattempts: 2\nordering: key\nrelease_on: replay\n", encoding="utf-8"
     )
     yield topology, path
-    delete_topics(kafka_bootstrap, [topic, topology.hold_topic, topology.order_state_topic])
+    delete_topics(
+        kafka_bootstrap, [*topology_topics(topology), topology.hold_topic, topology.order_state_topic]
+    )
 
 
 def write_state(bootstrap: str, topic: str, entries: list[tuple[int, bytes | None, bytes | None]]) -> None:
@@ -141,6 +154,18 @@ def test_the_state_is_read_per_partition_without_keys_and_a_release_mark_lands(k
     assert "acct-42" not in json.dumps(shown)
 
     config = {"bootstrap.servers": kafka_bootstrap}
+    inspected = inspect_dlt(topology, config)["blocked_keys"]  # dlt inspect shows the same, without keys
+    assert [(p["blocked_keys"], p["held_records"], p["bad"]) for p in inspected["partitions"]] == [
+        (p["blocked_keys"], p["held_records"], p["bad"]) for p in shown["partitions"]
+    ]
+    assert inspected["totals"]["oldest"]["head"] == str(head)
+    common = ["--topology", str(path), "--bootstrap", kafka_bootstrap]
+    table = run_cli("dlt", "inspect", *common, timeout=120)
+    assert table.returncode == 0, table.stderr[-3000:]
+    assert f"blocked keys ({state_topic}): 2 key(s), 2 record(s) held" in table.stdout
+    assert "  partition 1: 1 key(s), 2 held; oldest since 1970-01-01T00:00:01Z" in table.stdout
+    assert f"head {head} (main offset 100), 2 held" in table.stdout
+    assert f"unreadable state entry: {state_topic}[2]@1: " in table.stdout
     released = release_key(topology, config, b"acct-42", by="alice", reason="ticket 7", clock=lambda: 42)
     assert (released.partition, released.entry) == (1, blocked)
     marks = hold_records(kafka_bootstrap, hold, 1)
@@ -159,7 +184,6 @@ def test_the_state_is_read_per_partition_without_keys_and_a_release_mark_lands(k
         release_key(topology, config, b"\x00\xffbinary", partition=1, by="alice")
 
     # the command line: a binary key by --key-hex, the OS user or --by, the audit line without the key
-    common = ["--topology", str(path), "--bootstrap", kafka_bootstrap]
     done = run_cli(
         "ordering", "release", *common, "--key-hex", "00ff62696e617279", "--by", "bob", timeout=120
     )

@@ -98,9 +98,14 @@ def describe(entry: BlockedKey, now_ms: int) -> dict[str, Any]:
 
 @dataclass
 class OrderState:
-    """The blocked keys of each partition of ``topic`` (a state topic), or the error that kept it unread."""
+    """
+    The blocked keys of each partition of ``topic`` (a state topic), or the error that kept it unread.
+
+    ``now_ms``: the wall clock the ages are counted to.
+    """
 
     topic: str
+    now_ms: int = 0
     partitions: list[PartitionOrder] = field(default_factory=list)
     error: str | None = None
 
@@ -111,7 +116,8 @@ class OrderState:
                 return part.partition, part.entries[kid]
         return None
 
-    def totals(self, now_ms: int) -> dict[str, Any]:
+    def totals(self, now_ms: int | None = None) -> dict[str, Any]:
+        now_ms = self.now_ms if now_ms is None else now_ms
         oldest = [o for p in self.partitions if (o := p.oldest()) is not None]
         first = min(oldest, key=lambda e: e.since_ms) if oldest else None
         return {
@@ -121,7 +127,8 @@ class OrderState:
             "bad_entries": sum(p.bad_entries for p in self.partitions),
         }
 
-    def to_dict(self, now_ms: int) -> dict[str, Any]:
+    def to_dict(self, now_ms: int | None = None) -> dict[str, Any]:
+        now_ms = self.now_ms if now_ms is None else now_ms
         return {
             "topic": self.topic,
             "error": self.error,
@@ -131,15 +138,21 @@ class OrderState:
 
 
 def read_order_state(
-    kafka_config: Mapping[str, Any], topic: str, *, timeout_s: float = 10.0, raise_errors: bool = False
+    kafka_config: Mapping[str, Any],
+    topic: str,
+    *,
+    timeout_s: float = 10.0,
+    raise_errors: bool = False,
+    now_ms: int | None = None,
 ) -> OrderState:
     """
     The blocked keys of the state topic ``topic``, each partition read to its end within ``timeout_s``.
 
     A broker problem (the topic missing, not authorized, the deadline passed) is returned in ``error``
     naming the topic; with ``raise_errors`` it is raised instead (``KafkaConfigError``, ``ReadError``, ...).
+    ``now_ms``: the wall clock ages are counted to (default: now).
     """
-    result = OrderState(topic)
+    result = OrderState(topic, int(time.time() * 1000) if now_ms is None else now_ms)
     try:
         _read(result, kafka_config, timeout_s)
     except (KafkaException, ReadError, ValueError, TimeoutError) as exc:
