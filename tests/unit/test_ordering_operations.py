@@ -12,12 +12,15 @@ import pytest
 
 from airflow_kafka_retry.cli import build_parser
 from airflow_kafka_retry.engine.scans.order_state import OrderState, PartitionOrder
+from airflow_kafka_retry.observability.metrics import ordering_gauges
 from airflow_kafka_retry.ordering.release import ReleaseError, key_bytes, operator_name, release_key
 from airflow_kafka_retry.plugin import scans
 from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.plugin.view_model import topology_view
 from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Held, Location, key_id
 from airflow_kafka_retry.policy.topology.model import Topology
+from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger
+from airflow_kafka_retry.triggers.topology_lanes import check_lanes
 
 ORDERED = {"topic": "orders", "group_id": "svc", "attempts": 2, "ordering": "key"}
 
@@ -166,3 +169,45 @@ def test_the_view_reads_the_blocked_keys_of_a_topology_with_key_order_only(monke
     view = topology_view("o.yaml", plain, _settings(), scan, runs_reader=lambda *a: [], can_trigger=bool)
     assert view["blocked_keys"] is None
     assert scans.busy_scan(plain, now_ms=1).blocked is None
+
+
+def test_the_key_order_gauges_per_partition_zeros_included():
+    a, b = key_id(b"a"), key_id(b"b")
+    assert a is not None
+    assert b is not None
+    busy = PartitionOrder(1)
+    busy.entries = {
+        a: BlockedKey(
+            Location("orders-retry-1", 1, 5), (Held(0, 10, 4_000), Held(1, 11, 5_000)), since_ms=1_000
+        ),
+        b: BlockedKey(Location("orders-dlt", 1, 2), (), since_ms=500, in_dlt=True),
+    }
+    state = OrderState("orders-order-state", now_ms=10_000, partitions=[PartitionOrder(0), busy])
+    got = {(m.name, m.tags["partition"]): (m.kind, m.value) for m in ordering_gauges(state, "orders", 10_000)}
+    assert got == {
+        ("kafka_retry.ordering.blocked_keys", "0"): ("gauge", 0),
+        ("kafka_retry.ordering.held_records", "0"): ("gauge", 0),
+        ("kafka_retry.ordering.oldest_hold_age_s", "0"): ("gauge", 0.0),
+        ("kafka_retry.ordering.blocked_keys", "1"): ("gauge", 2),
+        ("kafka_retry.ordering.held_records", "1"): ("gauge", 2),
+        ("kafka_retry.ordering.oldest_hold_age_s", "1"): ("gauge", 6.0),  # the record held at 4 s
+    }
+    assert all(m.tags["topology"] == "orders" for m in ordering_gauges(state, "orders", 10_000))
+
+
+def test_the_triggers_carry_the_state_topic_only_for_a_topology_with_key_order():
+    plain = TierDueEventTrigger(topic="orders", consumer_group="g", topology_topic="orders", tier_index=0)
+    assert "order_state_topic" not in plain.serialize()[1]
+    ordered = TierDueEventTrigger(
+        topic="orders",
+        consumer_group="g",
+        topology_topic="orders",
+        tier_index=0,
+        order_state_topic="orders-order-state",
+    )
+    classpath, kwargs = ordered.serialize()
+    assert kwargs["order_state_topic"] == "orders-order-state"
+    again = TierDueEventTrigger(**kwargs)
+    assert again.serialize() == (classpath, kwargs)
+    lanes = [{"name": "main", "topics": ["orders"], "group": "g", "tier_index": 0, "order_state_topic": "s"}]
+    assert check_lanes(lanes)[0]["order_state_topic"] == "s"
