@@ -160,7 +160,9 @@ def test_the_view_reads_the_blocked_keys_of_a_topology_with_key_order_only(monke
     view = topology_view("o.yaml", ordered, _settings(), scan, runs_reader=lambda *a: [], can_trigger=bool)
     assert view["ordering"] == "key"
     assert view["blocked_keys"] == scan.blocked
-    assert scans.busy_scan(ordered, now_ms=1).blocked["error"].startswith("orders-order-state: busy")  # type: ignore[index]
+    busy = scans.busy_scan(ordered, now_ms=1).blocked
+    assert busy is not None
+    assert busy["error"].startswith("orders-order-state: busy")
 
     plain = Topology.from_mapping({"topic": "orders", "group_id": "svc", "attempts": 2})
     scan = scans.read_topology(plain, _settings(), {}, now_ms=7)
