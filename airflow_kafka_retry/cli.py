@@ -1,5 +1,5 @@
 """
-``airflow-kafka-retry``: broker | topology show/create-topics/acls | drain | dlt inspect/replay | demo.
+``airflow-kafka-retry``: broker | topology show/create-topics/acls | drain | dlt | ordering | demo.
 
 Exit codes: 0 success, 1 the run failed (a partition failed), 2 bad input (topology, options).
 """
@@ -355,6 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
     from airflow_kafka_retry.dlt.cli import add_dlt_commands
 
     add_dlt_commands(sub)
+    from airflow_kafka_retry.ordering.cli import add_ordering_commands
+
+    add_ordering_commands(sub)
     return parser
 
 

@@ -239,6 +239,8 @@ def format_table(report: dict[str, Any]) -> str:
                 f"unfinished replay {replay_id} ({replay['moved']} moved): rerun it with "
                 f"--replay-id {replay_id} and the same options to finish it"
             )
+    if report.get("blocked_keys") is not None:
+        lines += blocked_lines(report["blocked_keys"])
     if report.get("show_values"):
         for g in report["groups"]:
             for s in g["samples"]:
@@ -247,3 +249,32 @@ def format_table(report: dict[str, Any]) -> str:
                     f"value={s.get('value')!r}"
                 )
     return "\n".join(lines)
+
+
+def blocked_lines(blocked: dict[str, Any]) -> list[str]:
+    """The blocked keys of an ``ordering: key`` topology: a total, then each partition with one (no key)."""
+    if blocked.get("error"):
+        return [f"blocked keys: not read: {blocked['error']}"]
+    totals = blocked["totals"]
+    lines = [
+        (
+            f"blocked keys ({blocked['topic']}): {totals['blocked_keys']} key(s), "
+            f"{totals['held_records']} record(s) held"
+        )
+    ]
+    for p in blocked["partitions"]:
+        if p["blocked_keys"]:
+            o = p["oldest"]
+            main = "" if o["head_main_offset"] is None else f" (main offset {o['head_main_offset']})"
+            lines.append(
+                f"  partition {p['partition']}: {p['blocked_keys']} key(s), {p['held_records']} held; oldest "
+                f"since {_iso(o['since_ms'])} ({o['age_s']:.0f}s), head {o['head']}{main}"
+                f"{' in its DLT' if o['in_dlt'] else ''}, {o['held']} held"
+            )
+        for bad in p["bad"]:
+            lines.append(f"  unreadable state entry: {printable(bad)}")
+    return lines
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -16,6 +16,7 @@ from airflow_kafka_retry.dlt.replay_targets import source_topic
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
 from airflow_kafka_retry.engine.logs.replay_log import log_topic, read_log
+from airflow_kafka_retry.engine.scans.order_state import read_order_state
 from airflow_kafka_retry.policy.dead_letters.families import FAMILIES, Family
 from airflow_kafka_retry.policy.errors import ReplayError
 
@@ -39,7 +40,8 @@ def inspect_dlt(
     Returns plain data: the topic, record and replayed counts per partition and in total, the records
     per family, the groups (see :class:`~airflow_kafka_retry.dlt.groups.Group`) and the replays in its
     replay log (an unfinished one was stopped part way: rerun it with its id). Payloads only with
-    ``show_values``.
+    ``show_values``. Under ``ordering: key`` also ``blocked_keys``: per partition the keys blocked, the
+    records they hold and the oldest block (``engine/scans/order_state.py``; never a key).
 
     :param family: the family of records whose headers name none (``airflow``: Airflow's Kafka provider
         writes no header; ``kafka-connect``: a Connect DLQ without context headers); ``auto``: such
@@ -92,7 +94,16 @@ def inspect_dlt(
         "assumed_family": assume,
         "groups": [g.to_dict() for g in groups],
         "replays": replay_log.replays(),
+        # ordering: key: the blocked keys per partition (counts, the oldest; never a key); else None
+        "blocked_keys": _blocked_keys(topology, kafka_config),
     }
+
+
+def _blocked_keys(topology: Topology, kafka_config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The state topic read (a broker problem in its ``error``), for a topology with ``ordering: key``."""
+    if topology.order_state_topic is None:
+        return None
+    return read_order_state(kafka_config, topology.order_state_topic, timeout_s=30.0).to_dict()
 
 
 def _family(family: str) -> Family | None:

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import KafkaException, Producer
 
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+from airflow_kafka_retry.dlt.replay_marks import check_hold_partitions
 from airflow_kafka_retry.dlt.replay_moves import TIMEOUT_S, ReplayMoves
 from airflow_kafka_retry.dlt.replay_request import ReplayRequest, check_replay_id, new_replay_id
 from airflow_kafka_retry.dlt.replay_select import (
@@ -257,6 +258,7 @@ class Replay:
         moves = dataclasses.replace(self.moves, deadlines=deadlines)
         with TopicReader(self.kafka_config) as reader:
             partitions = self._partitions(reader, self.source, "--dlt")
+            check_hold_partitions(reader, self.topology, self.source, partitions)
             producer = None if self.dry_run else self._fence(deadlines)
             try:
                 plan, selection, replay_log = self._resume(reader, partitions)

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.dlt.records import DltRecord
+from airflow_kafka_retry.dlt.replay_marks import hold_of, moved_mark, write_mark
 from airflow_kafka_retry.dlt.replay_select import Candidate, RecordEdit, shown, was_edited
 from airflow_kafka_retry.dlt.replay_targets import BY_KEY
 from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
@@ -61,6 +62,11 @@ class ReplayMoves:
     deadlines: CallDeadlines = field(default_factory=lambda: CallDeadlines("replay"))
 
     @property
+    def hold_topic(self) -> str | None:
+        """Under ``ordering: key``, ``release_on: replay``: where each keyed move is marked."""
+        return hold_of(self.edit.topology, self.source)
+
+    @property
     def _coordinator(self) -> str:
         return f"the transaction coordinator of the replays of {self.source}"
 
@@ -96,6 +102,7 @@ class ReplayMoves:
         self, producer: Producer, chunk: list[tuple[DltRecord, Candidate]], summary: ReplaySummary
     ) -> None:
         moves: list[tuple[Move, str]] = []  # each move and the digest of its copy
+        records = [record for record, _ in chunk]
         failures: list[str] = []
         try:
             producer.begin_transaction()
@@ -110,6 +117,11 @@ class ReplayMoves:
                     f"delivered ({'; '.join(failures[:3])}); the chunk was aborted"
                 )
             at = self.clock()
+            hold = self.hold_topic
+            if hold is not None:  # where each head went, now its copy's offset is known
+                for record, (move, _) in zip(records, moves, strict=True):
+                    if (mark := moved_mark(record, move, at)) is not None:
+                        write_mark(producer, hold, record.partition, mark)
             for move, digest in moves:
                 producer.produce(
                     self.log_topic,

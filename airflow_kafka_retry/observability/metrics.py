@@ -1,16 +1,17 @@
 """
-Metrics of tier runs, tier backlogs and the DLT watch, sent through Airflow's own ``Stats``.
+Metrics of tier runs, tier backlogs, key order and the DLT watch, sent through Airflow's own ``Stats``.
 
 Airflow's ``[metrics]`` settings decide where they go (StatsD, Datadog's DogStatsD, OpenTelemetry)
 and whether tags travel (see the metrics table in docs/metrics.md): nothing is configured here. Every name
 starts with :data:`PREFIX`; tags name the path, the tier and, where it matters, the DLT topic and
-the exception class -- never a partition, an offset or a key. The exception class comes from record
-headers (anyone who can write to a DLT chooses it), so it is sanitized (:func:`sanitize_tag`) and
-capped: at most :data:`MAX_EXCEPTION_TAGS` distinct values per topology besides the classes the
-topology names, the rest counted as ``other`` (:func:`exception_tags`; the DLT watch keeps the values
-it admitted with its group's committed offsets). So the number of series stays bounded by the
-topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
-:func:`dlt_watch_metrics`); :func:`emit` sends them and never fails the caller.
+the exception class -- never an offset or a key, and a partition only on the key-order gauges
+(:func:`ordering_gauges`: a series per partition of the main topic, which the topology bounds). The
+exception class comes from record headers (anyone who can write to a DLT chooses it), so it is
+sanitized (:func:`sanitize_tag`) and capped: at most :data:`MAX_EXCEPTION_TAGS` distinct values per
+topology besides the classes the topology names, the rest counted as ``other`` (:func:`exception_tags`;
+the DLT watch keeps the values it admitted with its group's committed offsets). So the number of series
+stays bounded by the topology. Building the metrics is pure (:func:`run_metrics`, :func:`backlog_metrics`,
+:func:`ordering_gauges`, :func:`dlt_watch_metrics`); :func:`emit` sends them and never fails the caller.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.distribution import Distribution
     from airflow_kafka_retry.engine.drain.summary import RunSummary
     from airflow_kafka_retry.engine.heads.peek import TierPeek
+    from airflow_kafka_retry.engine.scans.order_state import OrderState
     from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,27 @@ def peek_gauges(peek: TierPeek, topology_topic: str, tier_index: int, now_ms: in
         Metric("gauge", f"{PREFIX}.tier.backlog", peek.backlog, tags),
         Metric("gauge", f"{PREFIX}.tier.oldest_due_age_ms", peek.oldest_due_age_ms(now_ms), tags),
     ]
+
+
+def ordering_gauges(state: OrderState, topology_topic: str, now_ms: int) -> list[Metric]:
+    """
+    The key-order gauges of each partition (``ordering: key``), zeros included.
+
+    ``kafka_retry.ordering.blocked_keys`` (keys blocked), ``.held_records`` (records waiting behind them) and
+    ``.oldest_hold_age_s`` (how long the longest-waiting held record has waited; 0 when none waits),
+    tagged ``topology`` and ``partition``.
+    """
+    metrics = []
+    for part in state.partitions:
+        tags = {"topology": topology_topic, "partition": str(part.partition)}
+        held_since = [h.held_ms for e in part.entries.values() for h in e.held]
+        age_s = max(0.0, (now_ms - min(held_since)) / 1000) if held_since else 0.0
+        metrics += [
+            Metric("gauge", f"{PREFIX}.ordering.blocked_keys", len(part.entries), tags),
+            Metric("gauge", f"{PREFIX}.ordering.held_records", len(held_since), dict(tags)),
+            Metric("gauge", f"{PREFIX}.ordering.oldest_hold_age_s", round(age_s, 3), dict(tags)),
+        ]
+    return metrics
 
 
 def sanitize_tag(value: str) -> str:

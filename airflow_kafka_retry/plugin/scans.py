@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.scans.backlog import scan_backlog
 from airflow_kafka_retry.engine.scans.dead_letter_counts import count_dead_letters
+from airflow_kafka_retry.engine.scans.order_state import read_order_state
 from airflow_kafka_retry.policy.headers.bounds import bound_counts
 
 if TYPE_CHECKING:
@@ -33,12 +34,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TopologyScan:
-    """What the broker said, by topic: ``backlog`` of the tiers, ``dead`` counts of the DLT/parking topics."""
+    """
+    What the broker said, by topic: ``backlog`` of the tiers, ``dead`` counts of the DLT/parking topics.
+
+    ``blocked``: under ``ordering: key``, the blocked keys per partition (``engine/scans/order_state.py``);
+    None for a topology without key order.
+    """
 
     now_ms: int
     backlog: dict[str, dict[str, Any]]
     dead: dict[str, dict[str, Any]]
     complete: bool = True
+    blocked: dict[str, Any] | None = None
 
 
 def busy_scan(topology: Topology, *, now_ms: int) -> TopologyScan:
@@ -52,6 +59,7 @@ def busy_scan(topology: Topology, *, now_ms: int) -> TopologyScan:
         backlog={t.topic: busy(t.topic) for t in topology.tiers},
         dead={t: busy(t) for t in dead_topics(topology)},
         complete=False,
+        blocked=busy(topology.order_state_topic) if topology.order_state_topic else None,
     )
 
 
@@ -129,7 +137,12 @@ def read_topology(
             )
             for topic in dead_topics(topology)
         }
-        jobs = {**backlog_jobs, **dead_jobs}
+        state = topology.order_state_topic  # ordering: key: the blocked keys too
+        state_jobs = {}
+        if state is not None:
+            read = functools.partial(read_order_state, kafka_config, state, timeout_s=timeout, now_ms=now_ms)
+            state_jobs[state] = pool.submit(_capped, gate, timeout, read)
+        jobs = {**backlog_jobs, **dead_jobs, **state_jobs}
         answers = {topic: _answer(job, topic, settings) for topic, job in jobs.items()}
         _name_missing_acls(topology, kafka_config, [a for a, _ in answers.values()], settings.timeout_s)
     finally:
@@ -139,6 +152,7 @@ def read_topology(
         backlog={t: answers[t][0] for t in backlog_jobs},
         dead={t: answers[t][0] for t in dead_jobs},
         complete=all(ok for _, ok in answers.values()),
+        blocked=answers[state][0] if state else None,
     )
 
 

@@ -159,4 +159,7 @@ def topology_view(
         "now_ms": scan.now_ms,
         "tiers": view_tiers,
         "dead_letter_topics": view_dlts,
+        # ordering: key: the blocked keys per partition (counts, the oldest block; never a key); else None
+        "ordering": topology.ordering,
+        "blocked_keys": scan.blocked,
     }

@@ -54,6 +54,7 @@ from airflow_kafka_retry.triggers.watching import (
     next_check_ms,
     open_watch,
     save_wave,
+    send_order_gauges,
     send_tier_gauges,
     wave_payload,
 )
@@ -77,7 +78,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         ``topics``, ``group``, and optionally ``read_due`` (False: any record is due, for DLTs),
         ``optional_topics`` (watched once they exist), ``window`` and ``timezone`` (the lane's
         reprocessing window), ``due_horizon_ms`` and ``tier_index`` (a tier: its backlog gauges are
-        sent every ``gauge_interval`` seconds).
+        sent every ``gauge_interval`` seconds), and for the main lane of an ``ordering: key`` topology
+        ``order_state_topic`` (its key-order gauges are sent with its backlog gauges).
     :param setup_task: the task that creates the topology's topics, named by a setup event; None: none.
     :param busy_hold: seconds after its group last committed (plus ``follow``) during which a lane holds
         the heads its run is taking itself.
@@ -212,6 +214,10 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             topic = lane.spec["topics"][0]
             tier = lane.spec["tier_index"]
             await send_tier_gauges(self.log, lane.calls, watch, topic, self.topology_topic, tier, now)
+            if state := lane.spec.get("order_state_topic"):
+                await send_order_gauges(
+                    self.log, lane.calls, self.kafka_conn_id, state, self.topology_topic, now
+                )
             lane.next_gauges = now + self._s("gauge_interval")
 
     def _look(self, lane: Lane, watch: HeadWatch, now: int) -> WavePlan[tuple[str, int]] | int:

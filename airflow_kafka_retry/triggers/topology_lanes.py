@@ -34,7 +34,7 @@ LANES_KEY = "kafka_retry_lanes"
 #: are optional.
 LANE_KEYS = frozenset(
     {"name", "topics", "group", "read_due", "optional_topics", "window", "timezone"}
-    | {"due_horizon_ms", "tier_index"}
+    | {"due_horizon_ms", "tier_index", "order_state_topic"}
 )
 
 

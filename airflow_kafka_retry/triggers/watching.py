@@ -168,6 +168,40 @@ async def send_tier_gauges(
     await asyncio.to_thread(emit, peek_gauges(watch.peek_of(topic), topology_topic, tier_index, now_ms))
 
 
+#: The longest a read of the state topic for the key-order gauges may take.
+ORDER_GAUGES_TIMEOUT_S = 10.0
+
+
+async def send_order_gauges(
+    log: Any, calls: BrokerCalls, kafka_conn_id: str, order_state_topic: str, topology_topic: str, now_ms: int
+) -> None:
+    """
+    The key-order gauges of an ``ordering: key`` topology (:func:`~.metrics.ordering_gauges`).
+
+    Sent beside its main tier's backlog gauges, as often. The state topic is read to its end under a
+    deadline; a read that fails is logged and sends nothing (a gauge keeps its last value), never the lane's
+    error.
+    """
+    from asgiref.sync import sync_to_async
+
+    from airflow_kafka_retry.engine.scans.order_state import read_order_state
+    from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+    from airflow_kafka_retry.observability.metrics import emit, ordering_gauges
+
+    kafka_config = await sync_to_async(KafkaRetryHook(kafka_conn_id).kafka_config)()
+    state = await calls.run(
+        f"reading {order_state_topic}",
+        lambda: read_order_state(
+            kafka_config, order_state_topic, timeout_s=ORDER_GAUGES_TIMEOUT_S, now_ms=now_ms
+        ),
+        ORDER_GAUGES_TIMEOUT_S + 5,
+    )
+    if state.error is not None:
+        log.warning("%s; the key-order gauges are not sent this time", state.error)
+        return
+    await asyncio.to_thread(emit, ordering_gauges(state, topology_topic, now_ms))
+
+
 def _shared_watch_consumers() -> bool:
     """``[kafka_retry] shared_watch_consumers``: this triggerer's watchers share a consumer (default on)."""
     from airflow.providers.common.compat.sdk import conf

@@ -116,6 +116,37 @@ function tierCard(tier) {
     runsTable(tier.runs || []), run);
 }
 
+function fmtAge(seconds) {
+  for (const [unit, size] of [["d", 86400], ["h", 3600], ["m", 60]]) {
+    if (seconds >= size) return `${Math.floor(seconds / size)}${unit}`;
+  }
+  return `${Math.floor(seconds)}s`;
+}
+
+function oldestText(o) {
+  if (!o) return "—";
+  const main = o.head_main_offset === null || o.head_main_offset === undefined ? "" : ` (main offset ${o.head_main_offset})`;
+  return `since ${fmtMs(o.since_ms)} (${fmtAge(o.age_s)}), head ${o.head}${main}${o.in_dlt ? " in its DLT" : ""}, ${o.held} held`;
+}
+
+// ordering: key: the blocked keys per partition (counts and the oldest block; never a key)
+function blockedCard(topic, blocked) {
+  const totals = blocked.totals || {blocked_keys: 0, held_records: 0};
+  return el("section", {class: "card blocked", "data-topic": blocked.topic, "data-kind": "blocked"},
+    el("h3", {}, "Blocked keys"), el("div", {class: "meta"}, `ordering: key · state ${blocked.topic}`),
+    blocked.error ? el("div", {class: "error", "data-error": blocked.topic}, blocked.error) : [
+      el("div", {}, el("span", {class: "big", "data-blocked-keys": topic}, totals.blocked_keys), " keys blocked, ",
+         el("span", {"data-held-records": topic}, totals.held_records), " records held"),
+      el("div", {class: "meta", "data-oldest": topic}, `oldest: ${oldestText(totals.oldest)}`),
+      totals.bad_entries ? el("div", {class: "error"}, `${totals.bad_entries} state entries could not be read`) : [],
+      el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "partition"), el("th", {class: "num"}, "keys"),
+                                          el("th", {class: "num"}, "held"), el("th", {}, "oldest"))),
+        el("tbody", {}, (blocked.partitions || []).map((p) => el("tr", {"data-blocked-partition": p.partition},
+          el("td", {}, p.partition), el("td", {class: "num"}, p.blocked_keys), el("td", {class: "num"}, p.held_records),
+          el("td", {}, [oldestText(p.oldest), ...(p.bad || []).map((b) => el("div", {class: "error"}, b))]))))),
+    ]);
+}
+
 function deadCard(dead) {
   const counts = dead.counts || {};
   const byException = Object.entries(counts.by_exception || {});
@@ -253,7 +284,11 @@ async function render() {
     view.append(el("p", {class: "meta"}, `${data.source} · main topic ${data.topic} · group ${data.group_id} · read at ${fmtMs(data.now_ms)}`));
     const flow = el("div", {class: "flow", id: "tiers"});
     data.tiers.forEach((tier, i) => { if (i) flow.append(el("span", {class: "arrow"}, "→")); flow.append(tierCard(tier)); });
-    view.append(el("h2", {}, "Tiers"), flow, el("h2", {}, "Dead letters"),
+    view.append(el("h2", {}, "Tiers"), flow);
+    if (data.blocked_keys) {
+      view.append(el("h2", {}, "Key order"), el("div", {class: "flow", id: "blocked-keys"}, blockedCard(data.topic, data.blocked_keys)));
+    }
+    view.append(el("h2", {}, "Dead letters"),
                 el("div", {class: "flow", id: "dead-letters"}, data.dead_letter_topics.map(deadCard)));
     document.body.dataset.loaded = "true";
     status("");

@@ -1,0 +1,1 @@
+"""Operating key-ordered retries (``ordering: key``): ``ordering release`` releases a key by hand."""
