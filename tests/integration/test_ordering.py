@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.ordering.entries import MARK, ORDER_HEADER, Mark, key_id
+from airflow_kafka_retry.policy.ordering.entries import MARK, ORDER_HEADER, Location, Mark, key_id
 from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
@@ -85,6 +85,12 @@ def drain(bootstrap: str, topology: Topology, done, opts: DrainOptions | None = 
         time.sleep(0.3)
 
 
+def kid(key: bytes) -> bytes:
+    found = key_id(key)
+    assert found is not None
+    return found
+
+
 def handled(path: str) -> dict[str, list[int]]:
     out: dict[str, list[int]] = defaultdict(list)
     with open(path) as fh:
@@ -153,7 +159,7 @@ def test_release_on_replay_keeps_the_key_blocked_until_released(kafka_bootstrap,
 
     dlt = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
     assert len(dlt) == 1
-    release = Mark(key_id(key), "release", None, by="test", reason="fixed by hand")
+    release = Mark(kid(key), "release", None, by="test", reason="fixed by hand")
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(
         topology.hold_topic,
@@ -176,7 +182,7 @@ def test_forged_records_release_nothing(kafka_bootstrap, tmp_path):
     config = {"bootstrap.servers": kafka_bootstrap}
     key = b"acct-7"
     records = [(key, {"k": "acct-7", "s": 0, "f": 99}, None), (key, {"k": "acct-7", "s": 1}, None)]
-    forged = Mark(key_id(key), "release", None, by="forger")
+    forged = Mark(kid(key), "release", None, by="forger")
     records += [(b"acct-8", {"k": "acct-8", "s": 0}, [(ORDER_HEADER, b"held")])]
     records += [(forged.key_id, {"k": "acct-9", "s": 0}, [(ORDER_HEADER, MARK)])]
     produce(kafka_bootstrap, topology.topic, records)
@@ -229,3 +235,72 @@ def test_ordering_without_transactions_is_refused(kafka_bootstrap, tmp_path):
         )
         assert not summary.ok
         assert "ordering: key needs transactional=True" in summary.partitions[0].error
+
+
+@pytest.mark.parametrize("mark_first", [True, False], ids=["mark-first", "record-first"])
+def test_a_replayed_head_in_main_is_the_head_whichever_comes_first(kafka_bootstrap, tmp_path, mark_first):
+    """Under release_on: replay the head is replayed into main: its moved mark and the record race."""
+    path = ledger.ledger_path(tmp_path)
+    topology = make_topology("replay")
+    create_topics(kafka_bootstrap, topology)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    key = b"acct-5"
+    records = [(key, {"k": "acct-5", "s": 0, "fatal": True}, None)]
+    records += [(key, {"k": "acct-5", "s": s}, None) for s in (1, 2)]
+    produce(kafka_bootstrap, topology.topic, records)
+    main = topology.tiers[0]
+    assert run_local(topology, main, config, options(), in_process=True).ok
+    (dead,) = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    p = dead.partition()
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    replayed: list[int] = []
+
+    def replay_record() -> None:  # the replay's copy, fixed: it succeeds now
+        value = json.dumps({"k": "acct-5", "s": 0}).encode()
+        producer.produce(
+            topology.topic,
+            key=key,
+            value=value,
+            partition=p,
+            on_delivery=lambda e, m: replayed.append(m.offset()),
+        )
+        assert producer.flush(10) == 0
+
+    def moved_mark() -> None:
+        at = Location(dead.topic(), p, dead.offset())
+        mark = Mark(kid(key), "moved", at, Location(topology.topic, p, replayed[0]))
+        producer.produce(
+            topology.hold_topic,
+            key=mark.key_id,
+            value=mark.to_bytes(),
+            partition=p,
+            headers=[(ORDER_HEADER, MARK)],
+        )
+        assert producer.flush(10) == 0
+
+    if mark_first:
+        # the offset the replayed record will take: the main partition's end (nothing else is produced)
+        replayed.append(_end(config, topology.topic, p))
+        moved_mark()
+        assert run_local(topology, main, config, options(), in_process=True).ok
+        predicted = replayed.pop()
+        replay_record()
+        assert replayed == [predicted]
+    else:
+        replay_record()
+        keeper = run_local(topology, main, config, options(), in_process=True)
+        assert totals([keeper], "held") == 1, "the replayed record came before its mark: it waits"
+        moved_mark()
+    drain(kafka_bootstrap, topology, lambda: len(handled(path).get("acct-5", [])) == 3)
+    assert handled(path)["acct-5"] == [0, 1, 2]
+
+
+def _end(config: dict, topic: str, partition: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": unique_topic("end")})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()
