@@ -41,7 +41,9 @@ def make_topology(release_on: str = "dlt") -> Topology:
     )
 
 
-def create_topics(bootstrap: str, topology: Topology, state_policy: str = "compact") -> None:
+def create_topics(
+    bootstrap: str, topology: Topology, state_policy: str = "compact", state_partitions: int = PARTITIONS
+) -> None:
     config = {"bootstrap.servers": bootstrap}
     ensure_topics(topology, config, partitions=PARTITIONS)
     hold, state = topology.hold_topic, topology.order_state_topic
@@ -50,7 +52,7 @@ def create_topics(bootstrap: str, topology: Topology, state_policy: str = "compa
     admin = AdminClient({"bootstrap.servers": bootstrap})
     new = [
         NewTopic(hold, PARTITIONS, 1, config={"retention.ms": "-1"}),
-        NewTopic(state, PARTITIONS, 1, config={"cleanup.policy": state_policy}),
+        NewTopic(state, state_partitions, 1, config={"cleanup.policy": state_policy}),
     ]
     for future in admin.create_topics(new).values():
         future.result(30)
@@ -67,7 +69,14 @@ def options(**overrides) -> DrainOptions:
     return DrainOptions(handler=f"{HANDLER}:handle", batch_size=50, chunk_size=300, **overrides)
 
 
-def drain(bootstrap: str, topology: Topology, done, opts: DrainOptions | None = None, timeout: float = 45.0):
+def drain(
+    bootstrap: str,
+    topology: Topology,
+    done,
+    opts: DrainOptions | None = None,
+    timeout: float = 45.0,
+    in_process: bool = True,
+):
     """Run every tier again and again until ``done()`` and a pass finds nothing to do."""
     config = {"bootstrap.servers": bootstrap}
     give_up = time.monotonic() + timeout
@@ -75,7 +84,9 @@ def drain(bootstrap: str, topology: Topology, done, opts: DrainOptions | None = 
     while True:
         drained = 0
         for tier in topology.tiers:
-            summary = run_local(topology, tier, config, opts or options(), in_process=True)
+            summary = run_local(
+                topology, tier, config, opts or options(), parallelism=PARTITIONS, in_process=in_process
+            )
             assert summary.ok, json.dumps(summary.to_dict()["partitions"], indent=1)[:3000]
             summaries.append(summary)
             drained += summary.to_dict()["totals"]["drained"]
@@ -130,7 +141,13 @@ def test_each_key_keeps_its_order_through_retries_and_dlt(kafka_bootstrap, tmp_p
     dead = {(k, s) for (k, s), n in fails.items() if n == 99}
     expected = len(records) - len(dead)
 
-    summaries = drain(kafka_bootstrap, topology, lambda: sum(map(len, handled(path).values())) >= expected)
+    # in worker processes: every engine builds the partition job, which picks the keeper and marking lanes
+    summaries = drain(
+        kafka_bootstrap,
+        topology,
+        lambda: sum(map(len, handled(path).values())) >= expected,
+        in_process=False,
+    )
 
     seen = handled(path)
     for k in range(keys):
@@ -223,6 +240,56 @@ def test_a_state_topic_without_compaction_is_refused(kafka_bootstrap, tmp_path):
     error = summary.partitions[0].error
     assert topology.order_state_topic in error, error
     assert "cleanup.policy=compact" in error, error
+
+
+def test_a_state_topic_with_another_partition_count_is_refused(kafka_bootstrap, tmp_path):
+    ledger.ledger_path(tmp_path)
+    topology = make_topology()
+    create_topics(kafka_bootstrap, topology, state_partitions=1)
+    summary = run_local(topology, topology.tiers[0], {"bootstrap.servers": kafka_bootstrap}, options())
+    error = summary.partitions[0].error
+    assert not summary.ok
+    assert f"{topology.order_state_topic!r} has 1 partitions, the main topic" in error, error
+    assert f"has {PARTITIONS}" in error, error
+
+
+def test_a_state_entry_that_is_not_ours_stops_the_keeper_naming_it(kafka_bootstrap, tmp_path):
+    ledger.ledger_path(tmp_path)
+    topology = make_topology()
+    create_topics(kafka_bootstrap, topology)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topology.order_state_topic, key=kid(b"k"), value=b"{not json", partition=1)
+    assert producer.flush(10) == 0
+    summary = run_local(topology, topology.tiers[0], {"bootstrap.servers": kafka_bootstrap}, options())
+    failed = {p.partition: p.error for p in summary.partitions if p.status != "ok"}
+    assert list(failed) == [1]
+    assert f"{topology.order_state_topic}[1]@0" in failed[1], failed
+
+
+def test_a_lost_hold_topic_stops_the_keeper_naming_the_held_records(kafka_bootstrap, tmp_path):
+    ledger.ledger_path(tmp_path)
+    topology = make_topology()
+    create_topics(kafka_bootstrap, topology)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    produce(
+        kafka_bootstrap,
+        topology.topic,
+        [(b"k", {"k": "k", "s": 0, "f": 99}, None), (b"k", {"k": "k", "s": 1}, None)],
+    )
+    assert run_local(topology, topology.tiers[0], config, options(), in_process=True).ok
+    admin = AdminClient(config)
+    for future in admin.delete_topics([topology.hold_topic]).values():
+        future.result(30)
+    give_up = time.monotonic() + 30
+    while topology.hold_topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < give_up, "the hold topic was not deleted"
+        time.sleep(0.2)
+    summary = run_local(topology, topology.tiers[0], config, options(), in_process=True)
+    errors = [p.error for p in summary.partitions if p.status != "ok"]
+    assert len(errors) == PARTITIONS, errors  # each keeper stops; the one with the held record says so
+    assert all(f"topic {topology.hold_topic!r} does not exist" in e for e in errors), errors
+    (held,) = [e for e in errors if "1 held record(s)" in e]
+    assert "restore the topic, or release their keys (airflow-kafka-retry ordering release)" in held
 
 
 def test_ordering_without_transactions_is_refused(kafka_bootstrap, tmp_path):
