@@ -159,6 +159,7 @@ def test_each_key_keeps_its_order_through_retries_and_dlt(kafka_bootstrap, tmp_p
     assert totals(summaries, "held") > 0
     assert totals(summaries, "released") == totals(summaries, "held")  # every held record came back
     assert totals(summaries, "marks_written") > 0
+    assert summaries[0].to_dict()["totals"]["ordering"]["held"] > 0  # the operator's report shows them
 
 
 def test_release_on_replay_keeps_the_key_blocked_until_released(kafka_bootstrap, tmp_path):

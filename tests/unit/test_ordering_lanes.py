@@ -83,3 +83,17 @@ def test_a_missing_hold_topic_says_what_to_do():
     assert "12 held record(s)" in message
     assert "restore the topic" in message
     assert "airflow-kafka-retry ordering release" in message
+
+
+def test_a_run_totals_its_ordering_counts_only_when_it_ordered():
+    from airflow_kafka_retry.engine.drain.summary import PartitionSummary, RunSummary
+
+    run = RunSummary("orders", 0, "orders", "svc", "local", 0, 0)
+    run.partitions = [PartitionSummary("orders", 0, "svc"), PartitionSummary("orders", 1, "svc")]
+    assert "ordering" not in run.totals()
+    run.partitions[0].held, run.partitions[1].held, run.partitions[1].released = 2, 1, 3
+    run.partitions[1].marks_ignored = 1
+    assert run.totals()["ordering"] == {"held": 3, "released": 3, "marks_written": 0, "marks_ignored": 1}
+    later = PartitionSummary("orders", 0, "svc", marks_written=4)
+    run.partitions[0].absorb(later)
+    assert run.totals()["ordering"]["marks_written"] == 4
