@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_kafka_retry.engine.kafka.clients import (
     KafkaConfigError,
@@ -23,6 +23,7 @@ from airflow_kafka_retry.engine.kafka.clients import (
     partition_counts,
     principal_of,
 )
+from airflow_kafka_retry.engine.kafka.topic_replication import replication_warnings
 from airflow_kafka_retry.policy.topology.order_topics import (
     CLEANUP_POLICY,
     cleanup_problem,
@@ -104,33 +105,6 @@ def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeou
     absent = [t for t in topics if t not in existing]
     check_not_hidden(absent, kafka_config, max(0.1, deadline - time.monotonic()))
     return absent
-
-
-def replication_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:
-    """
-    A sentence for each of ``topics`` that one broker's loss would stop, on a cluster of several brokers.
-
-    A topic whose partitions have a single replica on a multi-broker cluster (created with replication
-    factor 1, or the broker's default of 1) is offline for as long as the one broker that holds a partition
-    is down: its tier's runs fail, and nothing routed to it can be committed.
-    """
-    brokers = len(metadata.brokers)
-    if brokers < 2:
-        return []
-    warnings = []
-    for topic in topics:
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            continue
-        replicas = min(len(p.replicas) for p in info.partitions.values())
-        if replicas < 2:
-            warnings.append(
-                f"topic {topic!r} has replication factor {replicas} on a cluster of {brokers} brokers: "
-                "losing "
-                "the broker that holds one of its partitions stops that partition's tier; recreate it with "
-                "replication factor 3 (and min.insync.replicas 2)"
-            )
-    return warnings
 
 
 def topology_replication_warnings(
