@@ -39,7 +39,11 @@ def add_acls_command(topology: Any) -> None:
         "--principal", action="append", default=[], metavar="ROLE=User:NAME", help="a role's principal"
     )
     acls.add_argument("--format", choices=("commands", "json", "table"), default="commands")
-    acls.add_argument("--include-main", action="store_true", help="the tier runs drain the main topic too")
+    acls.add_argument(
+        "--include-main",
+        action="store_true",
+        help="the tier runs drain the main topic too (always so with an input or ordering: key)",
+    )
     acls.add_argument(
         "--transactional-id-prefix",
         default=None,

@@ -3,7 +3,9 @@ What ``build_retry_dags`` makes of a topology's ``input`` and ``on_due``: the in
 
 A topology with ``input`` (another framework's dead-letter queue, ``policy/topology/input_lane.py``) has that
 DLQ as its tier 0: the task ``main`` drains it into the tiers. Without that task nothing feeds the tiers,
-so the factory includes it unasked, and refuses ``include_main=False``.
+so the factory includes it unasked, and refuses ``include_main=False``. So it does under ``ordering: key``
+(docs/ordering.md): records are held where main records are first handled, by the task ``main`` (the
+keeper); a Spring service (``compat``) left to drain the main topic would not know which keys are held.
 
 Under ``on_due: redeliver`` no handler runs (``engine/drain/redelivery.py``: the input lane routes each dead
 letter, a tier produces each due record back to its source topic), so ``handler=`` is refused rather than
@@ -48,7 +50,13 @@ def tasks_handler(topology: Topology, handler: str | None) -> str:
 
 
 def includes_main(topology: Topology, include_main: bool | None) -> bool:
-    """Whether the DAGs drain tier 0: asked for, else (None) exactly when the topology has an ``input``."""
+    """
+    Whether the DAGs drain tier 0: asked for, else (None) exactly when the topology needs it.
+
+    It does with an ``input`` or ``ordering: key``; False is refused there.
+    """
+    if topology.ordering == "key":
+        return _ordered_main(topology, include_main)
     if topology.input is None:
         return bool(include_main)
     if include_main is False:
@@ -56,6 +64,26 @@ def includes_main(topology: Topology, include_main: bool | None) -> bool:
             f"the topology drains {topology.input.dlq!r} as its tier 0 (the task 'main'), which is what "
             "feeds its tiers, but build_retry_dags got include_main=False: leave include_main unset",
             field="input",
+            source=topology.source,
+        )
+    return True
+
+
+def _ordered_main(topology: Topology, include_main: bool | None) -> bool:
+    """``ordering: key`` holds records where main records are first handled: the task ``main`` is needed."""
+    if include_main is False:
+        if topology.compat != "none":
+            why = (
+                f"with compat: {topology.compat} the main topic would be left to the Spring service, whose "
+                "listener does not know which keys are held (it would handle a key's later record before "
+                "the one in retry): let the provider drain it"
+            )
+        else:
+            why = "records are held where main records are first handled, by the task 'main' (the keeper)"
+        raise TopologyError(
+            f"ordering: key needs the provider to drain the main topic {topology.topic!r} ({why}), but "
+            "build_retry_dags got include_main=False: leave include_main unset, or set ordering: none",
+            field="ordering",
             source=topology.source,
         )
     return True

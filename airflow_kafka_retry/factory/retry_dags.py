@@ -37,6 +37,7 @@ from airflow_kafka_retry.factory.overrides import (
 )
 from airflow_kafka_retry.factory.topology_dag import topology_dag
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
+from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
@@ -133,7 +134,8 @@ def build_retry_dags(
         ``layout="tiers"`` each tier DAG's id (with the tier's topic).
     :param include_main: also drain the main topic (tier 0) with the service's group: the task ``main``
         (with ``layout="tiers"``, a DAG of its own). None (default): only when the topology has an
-        ``input`` (tier 0 is then that DLQ, whose drain feeds the tiers; False is an error there).
+        ``input`` (tier 0 is then that DLQ, whose drain feeds the tiers) or ``ordering: key`` (its
+        ``main`` holds a key's records behind the one in retry, docs/ordering.md); False is an error there.
     :param dlt_watch: also report every new DLT record, also those a tier run already reported to
         ``on_dlt``: the task ``watch_dlt`` (with ``layout="tiers"``, a DAG whose id is the template
         formatted with the DLT topic).
@@ -164,7 +166,8 @@ def build_retry_dags(
         and drains on (``engine/drain/follow.py``), so a steady stream of due records is one run, not a run
         per wave; None: one drain per run.
     :param layout: ``topology`` (one DAG; event mode only, its default) or ``tiers`` (a DAG per tier,
-        the DLT watch and the setup; schedule mode's default).
+        the DLT watch and the setup; schedule mode's default). ``ordering: key`` needs ``topology``: its
+        watcher's lane ``main`` also watches the hold topic, so a tier's mark starts ``main``.
     :param dag_kwargs: passed to every ``DAG`` (``default_args``, ``tags``, ``start_date``, ...).
     """
     path, loaded = _topology(topology)
@@ -180,6 +183,15 @@ def build_retry_dags(
     layout = layout if layout is not None else ("topology" if trigger == "event" else "tiers")
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+    if layout == "tiers" and loaded.ordering == "key":
+        raise TopologyError(
+            f"ordering: key needs layout='topology' (trigger='event'), got layout='tiers' (trigger="
+            f"{trigger!r}): a mark a tier writes to {loaded.hold_topic!r} must start the task 'main', and "
+            "only the topology's watcher watches the hold topic (its lane 'main'); a tier DAG's schedule or "
+            "due asset would leave a released key's held records waiting for main's next run",
+            field="ordering",
+            source=loaded.source,
+        )
     if layout == "topology" and trigger != "event":
         raise ValueError(
             "layout='topology' runs on the topology's watcher (trigger='event'); schedule mode has a "

@@ -71,6 +71,10 @@ def topology_lanes(
             # another framework's DLQ, created by it at its first dead letter (never by the setup task):
             # watched once it exists, not a missing topic that fires the setup task
             lane["optional_topics"] = [tier.topic]
+        if tier.index == 0 and topology.hold_topic is not None:
+            # ordering: key: a tier's mark (or a release) in the hold topic starts the keeper; the keeper
+            # commits the hold topic in main's group, and a hold record carries no due time: due at once
+            lane["topics"] = [tier.topic, topology.hold_topic]
         lanes.append(lane)
     topics, optional = watched_topics(topology)
     if dlt_watch and topics:

@@ -6,7 +6,7 @@ It checks the existing ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.common.compat.sdk import AirflowException
@@ -15,6 +15,7 @@ from airflow.sdk import BaseOperator
 from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.policy.topology.model import Topology
+from airflow_kafka_retry.policy.topology.order_topics import order_topics
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -28,7 +29,7 @@ class EnsureRetryTopicsOperator(BaseOperator):
     """
     Create the retry tier, DLT and parking topics of a topology that do not exist yet.
 
-    They are sized after the main topic.
+    They are sized after the main topic (so are the hold and state topics under ``ordering: key``).
 
     Every new topic gets the main topic's partition count (so a record keeps its partition on the
     way through the tiers, as Spring does) and, when the broker reports one for the main topic, its
@@ -46,7 +47,11 @@ class EnsureRetryTopicsOperator(BaseOperator):
     ``compat:`` preset, which are warnings: ``@RetryableTopic`` creates its retry and DLT topics with
     ``numPartitions = "1"`` by default, and Spring then lets the producer place the records of the
     higher partitions, as this provider does (measured in tests/interop), so a Spring service's
-    existing topics are taken over as they are.
+    existing topics are taken over as they are. Under ``ordering: key`` the hold and state topics
+    (``<topic>-hold``: ``cleanup.policy=delete``, ``retention.ms=-1``; ``<topic>-order-state``:
+    ``cleanup.policy=compact``) are created the same way; an existing one with fewer partitions than the
+    main topic or another ``cleanup.policy`` fails the task under ``auto`` whatever ``compat`` says (the
+    keeper could not keep a key's order), naming the ``kafka-configs.sh`` command that fixes the policy.
 
     Every consumer group with members on the topology's topics or in its groups (a Spring peer: the
     provider's own consumers join no group) is logged as a warning asking for ``read_committed``; see
@@ -104,7 +109,9 @@ class EnsureRetryTopicsOperator(BaseOperator):
         for warning in report.replication_warnings:
             self.log.warning("%s", warning)
         peers = self._peer_consumers(topology, kafka_config)
-        fatal = fatal_mismatches(report.mismatches, self.on_mismatch, topology.compat)
+        fatal = fatal_mismatches(
+            report.mismatches, self.on_mismatch, topology.compat, strict=order_topics(topology)
+        )
         if fatal:
             raise AirflowException(
                 f"{len(fatal)} retry topic mismatch(es) with main topic {report.main_topic!r}: "
@@ -129,10 +136,16 @@ class EnsureRetryTopicsOperator(BaseOperator):
         return [p.to_dict() for p in peers]
 
 
-def fatal_mismatches(mismatches: list[TopicMismatch], on_mismatch: str, compat: str) -> list[TopicMismatch]:
-    """The mismatches that fail the task under ``on_mismatch`` for a topology with ``compat``."""
+def fatal_mismatches(
+    mismatches: list[TopicMismatch], on_mismatch: str, compat: str, *, strict: Collection[str] = ()
+) -> list[TopicMismatch]:
+    """
+    The mismatches that fail the task under ``on_mismatch`` for a topology with ``compat``.
+
+    ``strict``: topics whose every mismatch fails under ``auto`` (the hold and state topics).
+    """
     if on_mismatch == "warn":
         return []
     if on_mismatch == "fail" or compat == "none":
         return list(mismatches)
-    return [m for m in mismatches if m.setting != "partitions"]
+    return [m for m in mismatches if m.setting != "partitions" or m.topic in strict]

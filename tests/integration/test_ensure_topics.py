@@ -131,3 +131,58 @@ def test_existing_topics_smaller_than_the_main_topic_are_each_reported(kafka_boo
         result = lenient.execute({})
     assert result["created"] == []
     assert result["mismatches"] == [str(m) for m in report.mismatches]
+
+
+def _configs(bootstrap: str, topic: str, names: tuple[str, ...]) -> dict[str, str | None]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    admin = admin_client(bootstrap)  # kept until the answer is in
+    entries = admin.describe_configs([resource])[resource].result(10)
+    return {n: getattr(entries.get(n), "value", None) for n in names}
+
+
+def test_ordering_creates_the_hold_and_state_topics_and_reports_a_state_topic_that_does_not_compact(
+    kafka_bootstrap,
+):
+    """``ordering: key``: the hold topic deletes (never by age), the state topic compacts; an existing
+    state topic with another policy is reported with the command that fixes it, and left as it is."""
+    from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+    from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
+
+    main = unique_topic("ordered")
+    topology = Topology.from_mapping(
+        {
+            "topic": main,
+            "group_id": f"{main}-svc",
+            "attempts": 2,
+            "backoff": {"delay": "1s"},
+            "ordering": "key",
+        }
+    )
+    hold, state = f"{main}-hold", f"{main}-order-state"
+    try:
+        create_topics(kafka_bootstrap, [main], 3, config={"max.message.bytes": str(MAIN_LIMIT)})
+        report = ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
+        assert report.created[-2:] == [hold, state]
+        assert report.mismatches == []
+        assert _describe(kafka_bootstrap, [hold, state]) == {t: (3, str(MAIN_LIMIT)) for t in (hold, state)}
+        names = ("cleanup.policy", "retention.ms")
+        assert _configs(kafka_bootstrap, hold, names) == {"cleanup.policy": "delete", "retention.ms": "-1"}
+        assert _configs(kafka_bootstrap, state, names)["cleanup.policy"] == "compact"
+
+        delete_topics(kafka_bootstrap, [state])
+        create_topics(
+            kafka_bootstrap,
+            [state],
+            3,
+            config={"cleanup.policy": "delete", "max.message.bytes": str(MAIN_LIMIT)},
+        )
+        again = ensure_retry_topics(topology, {"bootstrap.servers": kafka_bootstrap})
+        assert [(m.topic, m.setting, m.actual, m.required) for m in again.mismatches] == [
+            (state, "cleanup.policy", "delete", "compact")
+        ]
+        assert f"--entity-name {state} --add-config cleanup.policy=compact" in str(again.mismatches[0])
+        with pytest.raises(KafkaConfigError, match=f"'{state}' has cleanup.policy=delete"):
+            ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=3)
+        assert _configs(kafka_bootstrap, state, names)["cleanup.policy"] == "delete", "never altered"
+    finally:
+        delete_topics(kafka_bootstrap, topology_topics(topology))

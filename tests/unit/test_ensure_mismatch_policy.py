@@ -23,3 +23,13 @@ LIMIT = TopicMismatch("orders-dlt", "max.message.bytes", 1000, 2000, "orders")
 )
 def test_fatal_mismatches(on_mismatch, compat, fatal):
     assert fatal_mismatches([PARTITIONS, LIMIT], on_mismatch, compat) == fatal
+
+
+def test_order_topic_mismatches_fail_under_auto_whatever_compat():
+    hold = TopicMismatch("orders-hold", "partitions", 1, 2, "orders")
+    policy = TopicMismatch("orders-order-state", "cleanup.policy", "delete", "compact", "orders", note="n")
+    mismatches = [PARTITIONS, hold, policy]
+    strict = ["orders-hold", "orders-order-state"]
+    assert fatal_mismatches(mismatches, "auto", "spring-3.2", strict=strict) == [hold, policy]
+    assert fatal_mismatches(mismatches, "warn", "none", strict=strict) == []
+    assert str(policy) == "n"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from airflow_kafka_retry.engine.kafka.topic_admin import replication_warnings
+from airflow_kafka_retry.engine.kafka.topic_replication import replication_warnings
 
 
 def _metadata(brokers: int, replicas: dict[str, int]) -> SimpleNamespace:

@@ -1,4 +1,8 @@
-"""Creating a topology's topics (main, retry tiers, DLTs) where they are missing, and checking the others."""
+"""
+Creating a topology's topics (main, retry tiers, DLTs) where they are missing, and checking the others.
+
+Under ``ordering: key`` also the hold and state topics (``policy/topology/order_topics.py``).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ClusterMetadata, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from airflow_kafka_retry.engine.kafka.clients import (
     KafkaConfigError,
@@ -18,6 +22,13 @@ from airflow_kafka_retry.engine.kafka.clients import (
     admin_config,
     partition_counts,
     principal_of,
+)
+from airflow_kafka_retry.engine.kafka.topic_replication import replication_warnings
+from airflow_kafka_retry.policy.topology.order_topics import (
+    CLEANUP_POLICY,
+    cleanup_problem,
+    order_topic_configs,
+    order_topics,
 )
 
 if TYPE_CHECKING:
@@ -29,9 +40,9 @@ MAX_MESSAGE_BYTES = "max.message.bytes"
 
 
 def topology_topics(topology: Topology) -> list[str]:
-    """Every topic of the retry path, in order: main, retry tiers, DLTs, the parking topic."""
+    """Every topic of the retry path, in order: main, retry tiers, DLTs, the parking topic, hold and state."""
     parking = [topology.parking_topic] if topology.parking_topic is not None else []
-    return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)] + parking
+    return [t.topic for t in (*topology.tiers, *topology.dlt_tiers)] + parking + order_topics(topology)
 
 
 def ensure_topics(
@@ -47,7 +58,9 @@ def ensure_topics(
 
     Retry tiers and DLTs should have at least the main topic's partitions so records keep their
     partition (as Spring does); existing topics are left as they are. A topology's ``input`` DLQ is not
-    created (nor in the result).
+    created (nor in the result). Under ``ordering: key`` the hold and state topics get their cleanup configs
+    (``policy/topology/order_topics.py``); an existing one with another ``cleanup.policy`` raises
+    :class:`KafkaConfigError` naming it and the command that fixes it, once the others are created.
     """
     admin = _admin(kafka_config)
     existing = admin.list_topics(timeout=timeout).topics
@@ -63,8 +76,14 @@ def ensure_topics(
         replication_factor,
         timeout,
         principal=principal_of(kafka_config),
+        configs=order_topic_configs(topology),
     )
     result.update(created)
+    kept = [t for t in order_topics(topology) if result.get(t) == "exists"]
+    settings = _settings(admin, kept, timeout, principal_of(kafka_config)) if kept else {}
+    problems = [p for t in kept if (p := cleanup_problem(topology, t, settings[t].get(CLEANUP_POLICY)))]
+    if problems:
+        raise KafkaConfigError("; ".join(problems))
     return {name: result[name] for name in wanted}
 
 
@@ -88,33 +107,6 @@ def missing_topics(kafka_config: Mapping[str, Any], topics: list[str], *, timeou
     return absent
 
 
-def replication_warnings(metadata: ClusterMetadata, topics: list[str]) -> list[str]:
-    """
-    A sentence for each of ``topics`` that one broker's loss would stop, on a cluster of several brokers.
-
-    A topic whose partitions have a single replica on a multi-broker cluster (created with replication
-    factor 1, or the broker's default of 1) is offline for as long as the one broker that holds a partition
-    is down: its tier's runs fail, and nothing routed to it can be committed.
-    """
-    brokers = len(metadata.brokers)
-    if brokers < 2:
-        return []
-    warnings = []
-    for topic in topics:
-        info = metadata.topics.get(topic)
-        if info is None or info.error is not None or not info.partitions:
-            continue
-        replicas = min(len(p.replicas) for p in info.partitions.values())
-        if replicas < 2:
-            warnings.append(
-                f"topic {topic!r} has replication factor {replicas} on a cluster of {brokers} brokers: "
-                "losing "
-                "the broker that holds one of its partitions stops that partition's tier; recreate it with "
-                "replication factor 3 (and min.insync.replicas 2)"
-            )
-    return warnings
-
-
 def topology_replication_warnings(
     topology: Topology, kafka_config: Mapping[str, Any], *, timeout: float = 30.0
 ) -> list[str]:
@@ -130,18 +122,22 @@ class MainTopicMissingError(KafkaConfigError):
 @dataclass(frozen=True)
 class TopicMismatch:
     """
-    An existing retry or DLT topic with less than the main topic has.
+    An existing retry or DLT topic with less than the main topic has (an order topic: or the wrong cleanup).
 
-    :param setting: ``partitions`` or ``max.message.bytes``.
+    :param setting: ``partitions``, ``max.message.bytes`` or ``cleanup.policy`` (the hold or state topic of
+        ``ordering: key``; ``note`` then says what is wrong and what to run).
     """
 
     topic: str
     setting: str
-    actual: int
-    required: int
+    actual: int | str
+    required: int | str
     main_topic: str
+    note: str = ""
 
     def __str__(self) -> str:
+        if self.note:
+            return self.note
         if self.setting == "partitions":
             why = "records cannot keep their partition"
         else:
@@ -184,11 +180,12 @@ def ensure_retry_topics(
     timeout: float = 30.0,
 ) -> TopicsReport:
     """
-    Create the missing retry, DLT and parking topics of ``topology``, sized after its main topic.
+    Create the missing retry, DLT, parking (and order) topics of ``topology``, sized after its main topic.
 
     Each new topic gets the main topic's partition count and, when the main topic reports one, its
-    ``max.message.bytes``. Existing retry/DLT topics are checked against the same two settings;
-    every shortfall is in the report's ``mismatches`` (the caller decides whether that fails).
+    ``max.message.bytes``; the hold and state topics of ``ordering: key`` also their ``cleanup.policy``
+    (``policy/topology/order_topics.py``). Existing topics are checked against the same settings (they are
+    never altered); every shortfall is in the report's ``mismatches`` (the caller decides whether that fails).
 
     :raises MainTopicMissingError: the main topic does not exist.
     """
@@ -208,7 +205,9 @@ def ensure_retry_topics(
     wanted = topology_topics(topology)[1:]
     check_not_hidden([t for t in wanted if t not in metadata], kafka_config, timeout)
     existing = [t for t in wanted if t in metadata and metadata[t].error is None]
-    limits = _max_message_bytes(admin, [main, *existing], timeout, principal_of(kafka_config))
+    settings = _settings(admin, [main, *existing], timeout, principal_of(kafka_config))
+    numbers = {t: _number(found.get(MAX_MESSAGE_BYTES)) for t, found in settings.items()}
+    limits = {t: n for t, n in numbers.items() if n is not None}
     main_limit = limits.get(main)
     report = TopicsReport(
         main_topic=main, partitions=partitions, max_message_bytes=main_limit, existing=existing
@@ -220,10 +219,23 @@ def ensure_retry_topics(
         limit = limits.get(topic)
         if main_limit is not None and limit is not None and limit < main_limit:
             report.mismatches.append(TopicMismatch(topic, MAX_MESSAGE_BYTES, limit, main_limit, main))
+        cleanup = settings.get(topic, {}).get(CLEANUP_POLICY)
+        if (problem := cleanup_problem(topology, topic, cleanup)) is not None:
+            wanted_policy = order_topic_configs(topology)[topic][CLEANUP_POLICY]
+            report.mismatches.append(
+                TopicMismatch(topic, CLEANUP_POLICY, str(cleanup), wanted_policy, main, note=problem)
+            )
     config = {MAX_MESSAGE_BYTES: str(main_limit)} if main_limit is not None else {}
     missing = [t for t in wanted if t not in existing]
     for topic, outcome in _create(
-        admin, missing, partitions, config, replication_factor, timeout, principal=principal_of(kafka_config)
+        admin,
+        missing,
+        partitions,
+        config,
+        replication_factor,
+        timeout,
+        principal=principal_of(kafka_config),
+        configs=order_topic_configs(topology),
     ).items():
         (report.created if outcome == "created" else report.existing).append(topic)
     laid_out = admin.list_topics(timeout=timeout) if report.created else cluster  # the new topics' replicas
@@ -267,17 +279,24 @@ def _create(
     timeout: float,
     *,
     principal: str,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, str]:
     """
-    Create ``names``; ``{name: "created" | "exists"}``.
+    Create ``names``, each with ``config`` and its own ``configs``; ``{name: "created" | "exists"}``.
 
     A validating request first: when the principal may not create one of them, none is created and the
     error names the principal, every refused topic and the operation.
     """
     if not names:
         return {}
+    own = configs or {}
     new = [
-        NewTopic(n, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+        NewTopic(
+            n,
+            num_partitions=partitions,
+            replication_factor=replication_factor,
+            config={**config, **own.get(n, {})},
+        )
         for n in names
     ]
     _check_creatable(admin, new, timeout, principal)
@@ -286,7 +305,8 @@ def _create(
         try:
             future.result(timeout)
             result[name] = "created"
-            log.info("created topic %s with %s partitions %s", name, partitions, dict(config))
+            configured = {**config, **own.get(name, {})}
+            log.info("created topic %s with %s partitions %s", name, partitions, configured)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise KafkaConfigError(f"cannot create topic {name!r}: {exc.args[0].str()}") from exc
@@ -314,12 +334,17 @@ def _check_creatable(admin: AdminClient, new: list[NewTopic], timeout: float, pr
         )
 
 
-def _max_message_bytes(
+def _number(value: str | None) -> int | None:
+    """A reported setting as a number; None when it is none (not reported, or not a number)."""
+    return int(value) if value is not None and value.strip().lstrip("-").isdigit() else None
+
+
+def _settings(
     admin: AdminClient, topics: list[str], timeout: float, principal: str = "this connection's principal"
-) -> dict[str, int]:
-    """``max.message.bytes`` of each topic, where the broker reports a number for it."""
+) -> dict[str, dict[str, str]]:
+    """``max.message.bytes`` and ``cleanup.policy`` of each topic, those the broker reports."""
     resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]
-    found: dict[str, int] = {}
+    found: dict[str, dict[str, str]] = {}
     for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
         try:
             entries = future.result(timeout)
@@ -334,8 +359,9 @@ def _max_message_bytes(
             raise KafkaConfigError(
                 f"cannot describe the configuration of topic {resource.name!r}: {exc.args[0].str()}"
             ) from exc
-        entry = entries.get(MAX_MESSAGE_BYTES)
-        value = getattr(entry, "value", None)
-        if value is not None and str(value).strip().lstrip("-").isdigit():
-            found[resource.name] = int(value)
+        found[resource.name] = {
+            name: str(value)
+            for name in (MAX_MESSAGE_BYTES, CLEANUP_POLICY)
+            if (value := getattr(entries.get(name), "value", None)) is not None
+        }
     return found

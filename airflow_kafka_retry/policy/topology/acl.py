@@ -17,6 +17,10 @@ The roles (one principal, one connection each; docs/security.md):
 * ``replay``: a DLT replay (the replay DAG or the CLI): reads a DLT or the parking topic, writes the targets
   and the replay log, in the replay's own transaction.
 
+Under ``ordering: key`` (docs/ordering.md) the main topic is always drained; its run (the keeper) reads and
+writes the hold and state topics, every tier run writes its marks to the hold topic, the watcher reads the
+hold topic (a mark starts the keeper), the view reads the state topic, the setup creates both.
+
 Only what Kafka does not imply is listed: ``READ``, ``WRITE`` imply ``DESCRIBE`` on the same resource,
 so a binding removed always takes something away. Kafka before 3.0 also needs ``IDEMPOTENT_WRITE`` on the
 cluster for the two roles that produce (``tiers``, ``replay``).
@@ -137,8 +141,12 @@ def acl_bindings(
 
 
 def drained_tiers(topology: Topology, scope: AclScope) -> tuple[Tier, ...]:
-    """The tiers the topology's runs drain: the retry tiers, and tier 0 with ``include_main`` or an input."""
-    with_main = scope.include_main or topology.input is not None
+    """
+    The tiers the topology's runs drain: the retry tiers, and tier 0 with ``include_main``, or unasked.
+
+    Unasked: with an ``input`` or ``ordering: key`` the factory drains the main topic (tier 0) itself.
+    """
+    with_main = scope.include_main or topology.input is not None or topology.ordering == "key"
     return topology.tiers if with_main else topology.retry_tiers
 
 
@@ -161,6 +169,30 @@ def _setup(topology: Topology, scope: AclScope) -> list[AclBinding]:
         out.append(
             AclBinding("setup", "topic", topic, "literal", "DESCRIBE_CONFIGS", "size the tiers like tier 0")
         )
+    for topic in _order_topics(topology):
+        out.append(AclBinding("setup", "topic", topic, "literal", "DESCRIBE", "see whether it exists"))
+        out.append(AclBinding("setup", "topic", topic, "literal", "CREATE", "create it when missing"))
+        out.append(
+            AclBinding("setup", "topic", topic, "literal", "DESCRIBE_CONFIGS", "check its cleanup.policy")
+        )
+    return out
+
+
+def _order_topics(topology: Topology) -> list[str]:
+    """The hold and state topics (``ordering: key``); none otherwise."""
+    return [t for t in (topology.hold_topic, topology.order_state_topic) if t is not None]
+
+
+def _ordering_bindings(topology: Topology, tier: Tier) -> list[AclBinding]:
+    """Under ``ordering: key``: a tier run's marks; the main run (the keeper) reads them, and the state."""
+    hold, state = topology.hold_topic, topology.order_state_topic
+    if hold is None or state is None:
+        return []
+    out = [AclBinding("tiers", "topic", hold, "literal", "WRITE", f"tier {tier.index}'s marks, held copies")]
+    if tier.index == 0:
+        out.append(AclBinding("tiers", "topic", hold, "literal", "READ", "the keeper: marks, held copies"))
+        out.append(AclBinding("tiers", "topic", state, "literal", "READ", "the keeper: the blocked keys"))
+        out.append(AclBinding("tiers", "topic", state, "literal", "WRITE", "the keeper: the blocked keys"))
     return out
 
 
@@ -186,7 +218,7 @@ def tier_run_bindings(
         out.append(
             AclBinding("tiers", "group", READER_GROUP_PREFIX, "prefixed", "READ", "read the replay logs")
         )
-    return out
+    return out + _ordering_bindings(topology, tier)
 
 
 def _tiers(topology: Topology, scope: AclScope) -> list[AclBinding]:
@@ -208,6 +240,8 @@ def _watcher(topology: Topology, scope: AclScope) -> list[AclBinding]:
         out.append(AclBinding("watcher", "topic", tier.topic, "literal", "READ", "the tier's head"))
         group = topology.consumer_group(tier)
         out.append(AclBinding("watcher", "group", group, "literal", "DESCRIBE", "the tier's committed"))
+    if topology.hold_topic is not None:
+        out.append(AclBinding("watcher", "topic", topology.hold_topic, "literal", "READ", "marks start main"))
     for tier in topology.dlt_tiers:
         out.append(AclBinding("watcher", "topic", tier.topic, "literal", "READ", "the DLT's head"))
     if topology.dlt_tiers:
@@ -235,6 +269,9 @@ def _view(topology: Topology, scope: AclScope) -> list[AclBinding]:
     for tier in drained_tiers(topology, scope):
         group = topology.consumer_group(tier)
         out.append(AclBinding("view", "group", group, "literal", "DESCRIBE", "the tier's committed"))
+    if topology.order_state_topic is not None:
+        state = topology.order_state_topic
+        out.append(AclBinding("view", "topic", state, "literal", "READ", "the blocked keys"))
     # the dead-letter counts: an assigned consumer in a fresh group it never joins nor commits
     out.append(AclBinding("view", "group", READER_GROUP_PREFIX, "prefixed", "DESCRIBE", "count dead letters"))
     return out
