@@ -75,6 +75,7 @@ def topology_lanes(
             # ordering: key: a tier's mark (or a release) in the hold topic starts the keeper; the keeper
             # commits the hold topic in main's group, and a hold record carries no due time: due at once
             lane["topics"] = [tier.topic, topology.hold_topic]
+            lane["order_state_topic"] = topology.order_state_topic  # its key-order gauges
         lanes.append(lane)
     topics, optional = watched_topics(topology)
     if dlt_watch and topics:

@@ -173,20 +173,7 @@ class RetryTierDueSensor(BaseSensorOperator):
         self.log.info("%s (group %s): %s; backlog %s", tier.topic, group, check.reason, peek.backlog)
         if self.partitions is None:  # the gauge is the whole tier's: a look at some partitions is not
             emit_tier_backlog(peek, topology, tier, now_ms=check.now_ms)
-            if tier.index == 0 and topology.order_state_topic is not None:  # ordering: key
-                self._order_gauges(kafka_config, topology.topic, topology.order_state_topic, check.now_ms)
         return tier, group, event_payload(check, peek)
-
-    def _order_gauges(self, kafka_config: dict[str, Any], topic: str, state_topic: str, now_ms: int) -> None:
-        """The key-order gauges beside the main topic's backlog gauges; a failed read only logs."""
-        from airflow_kafka_retry.engine.scans.order_state import read_order_state
-        from airflow_kafka_retry.observability.metrics import emit, ordering_gauges
-
-        state = read_order_state(kafka_config, state_topic, timeout_s=self.peek_timeout, now_ms=now_ms)
-        if state.error is not None:
-            self.log.warning("%s; the key-order gauges are not sent this time", state.error)
-        else:
-            emit(ordering_gauges(state, topic, now_ms))
 
     # ------------------------------------------------------------------ outcomes
     def _outcome(self, event: dict[str, Any], tier_index: int | None = None) -> dict[str, Any] | None:

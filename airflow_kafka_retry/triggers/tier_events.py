@@ -42,7 +42,6 @@ from airflow_kafka_retry.triggers.watching import (
     next_check_ms,
     open_watch,
     save_wave,
-    send_order_gauges,
     send_tier_gauges,
     wave_payload,
 )
@@ -296,8 +295,6 @@ class TierDueEventTrigger(_HeadEventTrigger):
     :param topology_topic: the topology's main topic and
     :param tier_index: the tier's index: given both, the trigger sends the tier's backlog gauges
         through Airflow's metrics (the triggerer's ``[metrics]`` settings) every ``gauge_interval`` seconds.
-    :param order_state_topic: the main topic's trigger of an ``ordering: key`` topology: its key-order gauges
-        are sent with the backlog gauges.
     """
 
     kind = TIER_DUE
@@ -312,8 +309,6 @@ class TierDueEventTrigger(_HeadEventTrigger):
         gauge_interval: float = 60.0,
         **kwargs: Any,
     ) -> None:
-        # a keyword of kwargs, not of the signature: the factory passes its timings as **dict[str, float]
-        self.order_state_topic: str | None = kwargs.pop("order_state_topic", None)
         super().__init__(topics=[topic], consumer_group=consumer_group, **kwargs)
         if (topology_topic is None) != (tier_index is None):
             raise ValueError(
@@ -338,8 +333,6 @@ class TierDueEventTrigger(_HeadEventTrigger):
             "topology_topic": self.topology_topic,
             "tier_index": self.tier_index,
             "gauge_interval": self.gauge_interval,
-            # only when set: a trigger's arguments unchanged for every other topology
-            **({"order_state_topic": self.order_state_topic} if self.order_state_topic else {}),
             **self._kwargs(),
         }
 
@@ -349,9 +342,6 @@ class TierDueEventTrigger(_HeadEventTrigger):
             return
         topology, tier = self.topology_topic, self.tier_index
         await send_tier_gauges(self.log, calls, watch, self.topic, topology, tier, now_ms)
-        if self.order_state_topic:
-            state = self.order_state_topic
-            await send_order_gauges(self.log, calls, self.kafka_conn_id, state, topology, now_ms)
 
 
 class DltArrivalEventTrigger(_HeadEventTrigger):

@@ -44,6 +44,8 @@ def test_ordering_drains_the_main_topic_unasked_and_its_lane_watches_the_hold_to
     assert lanes["main"]["topics"] == ["orders", "orders-hold"]
     assert lanes["main"]["group"] == "orders-svc"
     assert "optional_topics" not in lanes["main"]
+    assert lanes["main"]["order_state_topic"] == "orders-order-state"  # its key-order gauges
+    assert "order_state_topic" not in lanes["retry_1"]
     assert lanes["retry_1"]["topics"] == ["orders-retry-1"]
     # the watcher's principal is granted what the tiers' lanes read
     topology = Topology.from_mapping(yaml.safe_load(_write(tmp_path, "again.yaml").read_text()))

@@ -19,7 +19,6 @@ from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.plugin.view_model import topology_view
 from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Held, Location, key_id
 from airflow_kafka_retry.policy.topology.model import Topology
-from airflow_kafka_retry.triggers.tier_events import TierDueEventTrigger
 from airflow_kafka_retry.triggers.topology_lanes import check_lanes
 
 ORDERED = {"topic": "orders", "group_id": "svc", "attempts": 2, "ordering": "key"}
@@ -197,19 +196,6 @@ def test_the_key_order_gauges_per_partition_zeros_included():
     assert all(m.tags["topology"] == "orders" for m in ordering_gauges(state, "orders", 10_000))
 
 
-def test_the_triggers_carry_the_state_topic_only_for_a_topology_with_key_order():
-    plain = TierDueEventTrigger(topic="orders", consumer_group="g", topology_topic="orders", tier_index=0)
-    assert "order_state_topic" not in plain.serialize()[1]
-    ordered = TierDueEventTrigger(
-        topic="orders",
-        consumer_group="g",
-        topology_topic="orders",
-        tier_index=0,
-        order_state_topic="orders-order-state",
-    )
-    classpath, kwargs = ordered.serialize()
-    assert kwargs["order_state_topic"] == "orders-order-state"
-    again = TierDueEventTrigger(**kwargs)
-    assert again.serialize() == (classpath, kwargs)
+def test_a_lane_carries_the_state_topic_of_its_key_order_gauges():
     lanes = [{"name": "main", "topics": ["orders"], "group": "g", "tier_index": 0, "order_state_topic": "s"}]
     assert check_lanes(lanes)[0]["order_state_topic"] == "s"
