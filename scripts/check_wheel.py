@@ -295,6 +295,9 @@ def main() -> int:
     parser.add_argument("--answer", metavar="ADDRESS", help=argparse.SUPPRESS)
     parser.add_argument("--config", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    # SIGTERM (scripts/test runs this in the background and stops it when interrupted): SystemExit, so the
+    # finally blocks stop the broker and remove the scratch folder
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         if args.installed is not None:
             print(installed(json.loads(args.installed)))

@@ -144,6 +144,72 @@ def _finished(demo_processes, mode: str) -> tuple[Path, subprocess.CompletedProc
     return out, done
 
 
+def _processes_with_cmdline(fragment: bytes) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if fragment in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def _listening(port: int) -> list[int]:
+    """Pids of the processes listening on loopback ``port``."""
+    return sorted(
+        {
+            c.pid
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        }
+    )
+
+
+@pytest.mark.parametrize("broker_flag", [(), ("--kafka",)], ids=["embedded", "kafka"])
+def test_sigterm_mid_run_stops_airflow_and_the_broker(demo_processes, tmp_path, broker_flag):
+    """Stopped while the scheduler runs the tiers: exit code 130, no Airflow process or broker left. On the
+    embedded broker (the default) and on Apache Kafka (``--kafka``: the demo starts it from its jars).
+
+    The module's two demos (``demo_processes``) are started first and run meanwhile, in their own Airflow
+    homes, ports and topics: the module waits for the longest demo, not for it and then these ones."""
+    # 20 orders: enough for the scheduler to be running the tiers when the signal comes
+    command = [
+        str(Path(sys.executable).with_name("airflow-kafka-retry")),
+        *("demo", *broker_flag, "--orders", "20", "--out", str(tmp_path)),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
+    log = tmp_path / "stdout.txt"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while not re.search(r"orders produced: 20\b", log.read_text(errors="replace")):
+                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
+                time.sleep(1)
+            output = log.read_text(errors="replace")
+            named = r"Apache Kafka \S+ at (\S+)" if broker_flag else r"broker \(Tansu, memory only\) at (\S+)"
+            broker = re.search(named, output).group(1)
+            port = int(broker.rsplit(":", 1)[1])
+            assert _listening(port), f"nothing listens on {broker} while the demo runs"
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    output = log.read_text(errors="replace")
+    assert code == 130, output[-3000:]
+    assert "interrupted: Airflow and the broker were stopped" in output
+    assert _processes_with(f"AIRFLOW_HOME={tmp_path / 'airflow'}".encode()) == []
+    assert _listening(port) == [], f"the demo's broker ({broker}) outlived the demo"
+    if not broker_flag:
+        assert _processes_with_cmdline(f"tcp://{broker}".encode()) == [], (
+            "the embedded broker outlived the demo"
+        )
+
+
 def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
     out, done = demo_run
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
@@ -357,66 +423,3 @@ def test_the_flow_and_the_metrics_match_the_topics_read_back(demo_processes, kaf
     drained = _drained(out)
     for tier in ("orders", "orders-retry-1", "orders-retry-2"):
         assert drained[tier] == len(on[tier]), (tier, drained, {t: len(m) for t, m in on.items()})
-
-
-def _processes_with_cmdline(fragment: bytes) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if fragment in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
-def _listening(port: int) -> list[int]:
-    """Pids of the processes listening on loopback ``port``."""
-    return sorted(
-        {
-            c.pid
-            for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
-        }
-    )
-
-
-@pytest.mark.parametrize("broker_flag", [(), ("--kafka",)], ids=["embedded", "kafka"])
-def test_sigterm_mid_run_stops_airflow_and_the_broker(tmp_path, broker_flag):
-    """Stopped while the scheduler runs the tiers: exit code 130, no Airflow process or broker left. On the
-    embedded broker (the default) and on Apache Kafka (``--kafka``: the demo starts it from its jars)."""
-    # 20 orders: enough for the scheduler to be running the tiers when the signal comes
-    command = [
-        str(Path(sys.executable).with_name("airflow-kafka-retry")),
-        *("demo", *broker_flag, "--orders", "20", "--out", str(tmp_path)),
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "AIRFLOW__", "AKR_"))}
-    log = tmp_path / "stdout.txt"
-    with open(log, "wb") as sink:
-        proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 300
-            while not re.search(r"orders produced: 20\b", log.read_text(errors="replace")):
-                assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-                assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-                time.sleep(1)
-            output = log.read_text(errors="replace")
-            named = r"Apache Kafka \S+ at (\S+)" if broker_flag else r"broker \(Tansu, memory only\) at (\S+)"
-            broker = re.search(named, output).group(1)
-            port = int(broker.rsplit(":", 1)[1])
-            assert _listening(port), f"nothing listens on {broker} while the demo runs"
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(120)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-    output = log.read_text(errors="replace")
-    assert code == 130, output[-3000:]
-    assert "interrupted: Airflow and the broker were stopped" in output
-    assert _processes_with(f"AIRFLOW_HOME={tmp_path / 'airflow'}".encode()) == []
-    assert _listening(port) == [], f"the demo's broker ({broker}) outlived the demo"
-    if not broker_flag:
-        assert _processes_with_cmdline(f"tcp://{broker}".encode()) == [], (
-            "the embedded broker outlived the demo"
-        )
