@@ -27,8 +27,6 @@ from airflow_kafka_retry.policy.ordering.entries import (
 )
 from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import (
-    admin_client,
-    create_topics,
     delete_topics,
     unique_topic,
 )
@@ -49,22 +47,15 @@ def ordered(kafka_bootstrap: str, tmp_path: Any) -> Any:
     )
     assert topology.hold_topic
     assert topology.order_state_topic
-    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS)
-    existing = admin_client(kafka_bootstrap).list_topics(timeout=10).topics  # ensure_topics may make them
-    if topology.hold_topic not in existing:
-        create_topics(kafka_bootstrap, [topology.hold_topic], PARTITIONS)
-    if topology.order_state_topic not in existing:
-        create_topics(
-            kafka_bootstrap, [topology.order_state_topic], PARTITIONS, config={"cleanup.policy": "compact"}
-        )
+    ensure_topics(
+        topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS
+    )  # hold and state too
     path = tmp_path / "topology.yaml"
     path.write_text(
         f"topic: {topic}\ngroup_id: svc\nattempts: 2\nordering: key\nrelease_on: replay\n", encoding="utf-8"
     )
     yield topology, path
-    delete_topics(
-        kafka_bootstrap, [*topology_topics(topology), topology.hold_topic, topology.order_state_topic]
-    )
+    delete_topics(kafka_bootstrap, topology_topics(topology))
 
 
 def write_state(bootstrap: str, topic: str, entries: list[tuple[int, bytes | None, bytes | None]]) -> None:

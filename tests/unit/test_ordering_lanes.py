@@ -97,3 +97,10 @@ def test_a_run_totals_its_ordering_counts_only_when_it_ordered():
     later = PartitionSummary("orders", 0, "svc", marks_written=4)
     run.partitions[0].absorb(later)
     assert run.totals()["ordering"]["marks_written"] == 4
+
+
+def test_far_apart_held_copies_are_read_in_runs_not_through_what_lies_between():
+    from airflow_kafka_retry.engine.drain.ordering.reading import _runs
+
+    assert _runs([]) == []
+    assert _runs([3, 4, 900, 5_000, 5_001, 9_000]) == [(3, 900), (5_000, 5_001), (9_000, 9_000)]

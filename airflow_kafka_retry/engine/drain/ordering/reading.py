@@ -87,10 +87,11 @@ class SideReader:
         if not wanted:
             return {}
         found: dict[int, Message] = {}
-        for message in self.scan(topic, min(wanted), max(wanted) + 1):
-            offset = offset_of(message)
-            if offset in wanted:
-                found[offset] = message
+        for first, last in _runs(sorted(wanted)):  # far-apart copies are not read through what lies between
+            for message in self.scan(topic, first, last + 1):
+                offset = offset_of(message)
+                if offset in wanted:
+                    found[offset] = message
         missing = sorted(wanted - found.keys())
         if missing:
             raise OrderStateError(
@@ -99,3 +100,18 @@ class SideReader:
                 "ordering release)"
             )
         return found
+
+
+#: Held copies further apart than this are read in separate scans (a seek each) rather than read through.
+_GAP = 1000
+
+
+def _runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted ``offsets`` as (first, last) runs whose neighbours are at most ``_GAP`` apart."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and offset - runs[-1][1] <= _GAP:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
