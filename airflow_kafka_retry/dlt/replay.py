@@ -43,7 +43,7 @@ from confluent_kafka import KafkaException, Producer
 
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError, ReplayStopped
 from airflow_kafka_retry.dlt.replay_acls import lacking_acls
-from airflow_kafka_retry.dlt.replay_control import RunControl, started_by
+from airflow_kafka_retry.dlt.replay_control import RunControl, run_control
 from airflow_kafka_retry.dlt.replay_moves import TIMEOUT_S, ReplayMoves
 from airflow_kafka_retry.dlt.replay_request import ReplayRequest, check_replay_id, new_replay_id
 from airflow_kafka_retry.dlt.replay_select import (
@@ -80,7 +80,7 @@ from airflow_kafka_retry.policy.client_names import (
 from airflow_kafka_retry.policy.dead_letters.framework_headers import check_mode
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
-from airflow_kafka_retry.policy.timing.pacing import Pacer, paced_chunk, parse_rate
+from airflow_kafka_retry.policy.timing.pacing import paced_chunk, parse_rate
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
@@ -282,7 +282,7 @@ class Replay:
                     for c in (c for c in candidates if not c.moved_before):
                         summary.add_move(c.planned(), self.move_cap)
                 else:
-                    control = self._control(reader, replay_log, summary)
+                    control = run_control(self, deadlines, replay_log, summary)
                     self._write(
                         dataclasses.replace(moves, boundary=control.boundary, progress=control.progress),
                         control,
@@ -301,6 +301,9 @@ class Replay:
                     if producer is not None and control is not None:
                         control.write_failed(producer, self.summary, str(exc))
                 raise
+            finally:
+                if control is not None:
+                    control.close()
             # No flush on the way out (as kafka.clients.open_producer): the producer is transactional, so
             # commit_transaction flushed every committed chunk and what is left belongs to an aborted one;
             # a fenced (fatal) producer's flush raises, hiding the run's own error.
@@ -322,16 +325,6 @@ class Replay:
         selection = self.request.build_filter(plan["started_ms"])
         selection.check_partitions(self.source, partitions)
         return plan, selection, replay_log
-
-    def _control(self, reader: TopicReader, replay_log: ReplayLog, summary: ReplaySummary) -> RunControl:
-        """This run's rate, stop requests and status (``dlt/replay_control.py``)."""
-        info: dict[str, Any] = {"dlt": self.source, "replay_log": self.log_topic, "filters": summary.filters}
-        info |= {"to": self.request.to, "transform": self.request.transform, "rate": self.rate}
-        info |= {"replay_id": self.replay_id, "started_by": started_by(self.airflow)}
-        pacer = Pacer(self.rate, self.deadline)
-        return RunControl(
-            self.replay_id, self.log_topic, info, pacer, self.clock, self.clock(), reader, replay_log
-        )
 
     def _write(
         self,
