@@ -125,7 +125,7 @@ def add_dlt_commands(sub: Any) -> None:
         "--rate",
         default=None,
         metavar="N/s",
-        help="move at most N records per second (N/s or N); chunks then hold at most a second's worth",
+        help="move at most N records per second (N/s or N), in chunks of at most a quarter second's worth",
     )
     replay.add_argument("--format", choices=("json", "text"), default="json")
     add_kafka_args(replay)

@@ -99,7 +99,7 @@ class Replay:
     :param request: filters, target and transform.
     :param replay_id: a fresh one by default; the same id resumes a replay that was stopped.
     :param dry_run: report what would move and write nothing (not even the log topic).
-    :param chunk_size: records per Kafka transaction (with a rate: at most a second's worth).
+    :param chunk_size: records per Kafka transaction (with a rate: at most a quarter of a second's worth).
     :param move_cap: at most this many moves listed in the summary (None: all).
     :param transforms: when given (the replay DAG, the operator), ``request.transform`` is a name of
         this mapping (name -> ``package.module:function``); any other value fails before anything is

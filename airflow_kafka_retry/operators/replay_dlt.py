@@ -96,7 +96,7 @@ class ReplayDltOperator(BaseOperator):
         ``package.module:function``. Whoever triggers the run picks one by name; nothing else is imported.
     :param allowed_targets: topics beyond the topology's main topic and retry tiers that records may be
         replayed to (with ``to`` or by their original-topic header); by default only those.
-    :param chunk_size: records per Kafka transaction (with a rate: at most a second's worth).
+    :param chunk_size: records per Kafka transaction (with a rate: at most a quarter of a second's worth).
     :param rate: move at most this many records per second: ``N/s``, ``N`` or a number; a rate of 0, a
         negative one or not a number fails the task before anything is read. Default: as fast as Kafka
         takes them. With an ``execution_timeout``, the replay stops cleanly at the last chunk boundary its

@@ -82,7 +82,7 @@ def test_a_paced_replay_stopped_from_the_cli_resumes_and_moves_each_record_once(
     file = str(tmp_path / "topology.yaml")
     request = ReplayRequest(to="main")
     first = Replay(topology, config, request, replay_id="paced-1", rate="100/s", chunk_size=500)
-    assert first.chunk_size == 100  # a transaction holds at most a second's worth
+    assert first.chunk_size == 25  # a transaction holds at most a quarter of a second's worth
     first = Replay(topology, config, request, replay_id="paced-1", rate="100/s", chunk_size=20)
     view = ReplayStatusView(topology, config)
     thread, out = _in_thread(first)

@@ -79,10 +79,11 @@ def test_operator_rate_is_templated():
     assert "rate" in op.template_fields
 
 
-def test_chunk_never_holds_more_than_a_seconds_worth():
+def test_chunk_holds_a_quarter_of_a_seconds_worth():
     assert paced_chunk(100, None) == 100
-    assert paced_chunk(100, 200.0) == 100
-    assert paced_chunk(100, 50.0) == 50
+    assert paced_chunk(100, 1000.0) == 100
+    assert paced_chunk(100, 200.0) == 50
+    assert paced_chunk(100, 50.0) == 12
     assert paced_chunk(100, 0.5) == 1
     assert measured_rate(100, 0.05) is None
     assert measured_rate(100, 2.0) == 50.0

@@ -3,8 +3,9 @@ A replay's move rate: ``--rate N/s`` parsed, the chunk size it allows, and the p
 
 Pacing is per chunk, against the clock of the run: the chunk that starts with the run's ``n``-th move may
 begin ``n / rate`` seconds after the run's first move, never earlier. A slow chunk is not made up for by
-a burst beyond one chunk, and a chunk never holds more than a second's worth of moves (:func:`paced_chunk`),
-so the rate over any window of a few seconds is the rate asked. Waiting is done in slices, each preceded by
+a burst beyond one chunk, and a chunk holds at most a quarter of a second's worth of moves
+(:func:`paced_chunk`; never more than a second's, whatever the rate), so the rate over any window of a
+few seconds is the rate asked, give or take one small chunk. Waiting is done in slices, each preceded by
 ``check()`` (a stop at once ends the wait), and never goes past the run's deadline: a wait that would end
 after it raises :class:`PastDeadline` at once instead.
 """
@@ -49,11 +50,15 @@ def parse_rate(value: object, option: str = "--rate") -> float | None:
     return rate
 
 
+#: The share of a second's moves one chunk may hold.
+CHUNK_SECONDS = 0.25
+
+
 def paced_chunk(chunk_size: int, rate: float | None) -> int:
-    """Records per transaction at ``rate``: at most ``chunk_size`` and at most one second's worth."""
+    """Records per transaction at ``rate``: at most ``chunk_size``, a quarter second's worth (>= 1)."""
     if rate is None:
         return chunk_size
-    return max(1, min(chunk_size, math.floor(rate)))
+    return max(1, min(chunk_size, math.floor(rate * CHUNK_SECONDS)))
 
 
 def measured_rate(moved: int, elapsed_s: float) -> float | None:
