@@ -175,3 +175,73 @@ def test_status_and_stop_entries_in_the_replay_log():
     assert "stop requested" in text
     log.add(stop_key("r1"), None)  # the run honoured it (or a new run of r1 cleared it)
     assert statuses(log)["r1"]["stop_requested"] is None
+
+
+def _summary():
+    from airflow_kafka_retry.dlt.summary import ReplaySummary
+
+    summary = ReplaySummary("r1", "t.yaml", "orders-dlt", "orders-dlt-replay-log", False, {}, "main", None, 1)
+    summary.selected, summary.moved_before, summary.moved = 100, 30, 20
+    summary.already_replayed, summary.left_out, summary.not_replayable = 2, 1, 1
+    return summary
+
+
+def _control(clock: FakeClock, **kwargs):
+    from airflow_kafka_retry.dlt.replay_control import RunControl
+
+    pacer = Pacer(10.0, clock=clock, sleep=clock.sleep)
+    return RunControl("r1", "orders-dlt-replay-log", {"replay_id": "r1"}, pacer, lambda: 5000, 4000, **kwargs)
+
+
+def test_status_entry_counts_what_is_committed_with_the_chunk():
+    import json
+
+    clock = FakeClock()
+    control = _control(clock)
+    control.pacer.wait(0)
+    clock.now += 2.0
+    key, value = control.progress(_summary(), pending=10)
+    entry = json.loads(value)
+    assert key == b"status/r1"
+    assert (entry["state"], entry["moved"], entry["moved_this_run"], entry["remaining"]) == (
+        "running",
+        60,
+        30,
+        40,
+    )
+    assert (entry["skipped"], entry["measured_rate"], entry["ended_ms"]) == (4, 15.0, None)
+    ended = json.loads(control.end_entries(_summary(), "stopped", "asked")[0][1])
+    assert (ended["state"], ended["reason"], ended["ended_ms"]) == ("stopped", "asked", 5000)
+    assert control.end_entries(_summary(), "stopped")[1] == (b"stop/r1", None)  # the request honoured
+
+
+def test_a_stop_request_in_the_log_ends_the_run_at_the_boundary(monkeypatch):
+    from airflow_kafka_retry.dlt.errors import ReplayStopped
+    from airflow_kafka_retry.dlt.replay_control import RunControl
+
+    def read_new(self, replay_log, kafka_config):
+        stop = {"requested_by": {"user": "ann", "host": "ops-1"}, "reason": "overloaded"}
+        replay_log.add(stop_key("r1"), encode_entry(stop))
+
+    monkeypatch.setattr(RunControl, "_read_new", read_new)
+    clock = FakeClock()
+    control = _control(clock, replay_log=ReplayLog("orders-dlt-replay-log"), kafka_config={})
+    with pytest.raises(ReplayStopped, match=r"stop requested by ann on ops-1 \(overloaded\)"):
+        control.boundary(_summary(), lambda: None)
+
+
+def test_a_boundary_that_cannot_reach_the_log_fails_as_a_broker_failure(monkeypatch):
+    from airflow_kafka_retry.dlt import replay_control
+    from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+    from airflow_kafka_retry.engine.drain.supervisor import broker_transient
+
+    monkeypatch.setattr(replay_control, "FOLLOW_TIMEOUT_S", 1.0)
+    clock = FakeClock()
+    config = {"bootstrap.servers": NOWHERE, "socket.connection.setup.timeout.ms": 1000}
+    control = _control(clock, replay_log=ReplayLog("orders-dlt-replay-log"), kafka_config=config)
+    try:
+        with pytest.raises(ReplayAbortedError, match="cannot look for stop requests") as raised:
+            control.boundary(_summary(), lambda: None)
+    finally:
+        control.close()
+    assert broker_transient(raised.value), "a broker down is tried again under the same replay id"
