@@ -1,5 +1,5 @@
 """
-``airflow-kafka-retry dlt inspect`` and ``dlt replay``: the argparse wiring.
+``airflow-kafka-retry dlt``: the argparse wiring of inspect, replay, replay-status and replay-stop.
 
 The work is in this package.
 """
@@ -10,7 +10,14 @@ import argparse
 import sys
 from typing import Any
 
-from airflow_kafka_retry.cli_support import EXIT_FAILED, EXIT_OK, add_kafka_args, kafka_config, print_json
+from airflow_kafka_retry.cli_support import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_kafka_args,
+    fail,
+    kafka_config,
+    print_json,
+)
 from airflow_kafka_retry.dlt.errors import ReplayAbortedError
 from airflow_kafka_retry.policy.dead_letters.families import FAMILIES
 from airflow_kafka_retry.policy.dead_letters.framework_headers import FRAMEWORK_HEADER_MODES
@@ -114,9 +121,39 @@ def add_dlt_commands(sub: Any) -> None:
         help="default: a fresh id (printed); the same id resumes a stopped replay",
     )
     replay.add_argument("--chunk-size", type=int, default=100, help="records per Kafka transaction")
+    replay.add_argument(
+        "--rate",
+        default=None,
+        metavar="N/s",
+        help="move at most N records per second (N/s or N), in chunks of at most a quarter second's worth",
+    )
     replay.add_argument("--format", choices=("json", "text"), default="json")
     add_kafka_args(replay)
     replay.set_defaults(func=_cmd_replay)
+
+    status = dlt.add_parser("replay-status", help="the status of a DLT's replays (read only)")
+    status.add_argument("--topology", required=True, help="topology YAML file")
+    status.add_argument("--dlt", default=None, help="as dlt replay (default: the main DLT)")
+    status.add_argument("--replay-id", default=None, help="one replay (default: every replay of the DLT)")
+    status.add_argument("--json", action="store_true", help="print JSON")
+    add_kafka_args(status)
+    status.set_defaults(func=_cmd_status)
+
+    stop = dlt.add_parser("replay-stop", help="stop a running replay at its next chunk boundary")
+    stop.add_argument("--topology", required=True, help="topology YAML file")
+    stop.add_argument("--dlt", default=None, help="as dlt replay (default: the main DLT)")
+    stop.add_argument("--replay-id", required=True, help="the replay to stop (the same id resumes it)")
+    stop.add_argument("--reason", default=None, help="why, for its status")
+    stop.add_argument(
+        "--wait",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="wait up to S seconds for it to stop (0: no wait)",
+    )
+    stop.add_argument("--json", action="store_true", help="print its status as JSON")
+    add_kafka_args(stop)
+    stop.set_defaults(func=_cmd_stop)
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -168,6 +205,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         chunk_size=args.chunk_size,
         allowed_targets=args.allow_target,
+        rate=args.rate,
     )
     sys.stderr.write(f"replay id: {replay.replay_id}{' (dry run)' if args.dry_run else ''}\n")
     sys.stderr.flush()
@@ -183,3 +221,38 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write("\n".join(summary.lines()) + "\n")
     return EXIT_OK
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from airflow_kafka_retry.dlt.replay_status import ReplayStatusView, status_lines
+    from airflow_kafka_retry.policy.topology.file import load_topology
+
+    view = ReplayStatusView(load_topology(args.topology), kafka_config(args), args.dlt)
+    found = view.read(args.replay_id)
+    if args.json:
+        print_json(found if args.replay_id is None else found[0])
+    else:
+        lines = [line for status in found for line in status_lines(status)]
+        sys.stdout.write("\n".join(lines or [f"no replay in {view.log_topic}"]) + "\n")
+    return EXIT_OK
+
+
+def _cmd_stop(args: argparse.Namespace) -> int:
+    from airflow_kafka_retry.dlt.replay_status import ENDED, ReplayStatusView, status_lines
+    from airflow_kafka_retry.policy.topology.file import load_topology
+
+    if args.wait < 0:
+        return fail(f"--wait {args.wait:g}: give 0 or more seconds")
+    view = ReplayStatusView(load_topology(args.topology), kafka_config(args), args.dlt)
+    status = view.stop(args.replay_id, reason=args.reason, wait_s=args.wait)
+    if args.json:
+        print_json(status)
+    else:
+        sys.stdout.write("\n".join(status_lines(status)) + "\n")
+    if status.get("state") in ENDED:
+        return EXIT_OK
+    sys.stderr.write(
+        f"stop requested; replay {args.replay_id} still says {status.get('state')} after {args.wait:g}s: "
+        "it stops at its next chunk boundary (see dlt replay-status)\n"
+    )
+    return EXIT_OK if args.wait == 0 else EXIT_FAILED

@@ -14,3 +14,12 @@ class ReplayAbortedError(RuntimeError):
     Every record moved before the failure is in the replay log; rerun with the same replay id to
     finish the job: no record is moved twice.
     """
+
+
+class ReplayStopped(Exception):
+    """
+    A replay ended cleanly at a chunk boundary: a stop was requested, or its rate would pass its deadline.
+
+    Raised between two chunks, so the chunk before committed and the next one never began; the replay
+    catches it, writes its status ``stopped`` and returns its summary. The same replay id resumes it.
+    """

@@ -12,11 +12,13 @@ A replay runs in three steps, and nothing is written before the third:
    its result is checked; each record's target is resolved and every target topic must exist.
    Bad input raises :class:`~airflow_kafka_retry.policy.errors.ReplayError` here, having moved
    nothing. A dry run stops here and reports every move it would make.
-3. **Move.** The plan is logged, then records go in chunks, one transaction per chunk: the copies
+3. **Move.** The plan is logged, then records go in chunks, one transaction per chunk, each begun when
+   the rate allows and after a look for a stop request (``dlt/replay_control.py``): the copies
    (with audit headers and a fresh attempt count) are produced and acknowledged, then their
    ``record/<partition>/<offset>`` log entries (each with the digest of its copy's replay id, key
    and value) are produced, then the transaction commits. A record's copy and its log entry are
-   committed together or not at all.
+   committed together or not at all. The replay's status (``status/<replay id>`` in the log) is written
+   when it starts moving, in each chunk's transaction, and when it ends: done, stopped, or failed.
 
 A replay never hangs on the cluster: its writes run under the engine's deadlines
 (:mod:`~airflow_kafka_retry.engine.kafka.deadlines`), and a write that overruns, or fails on the cluster (a
@@ -25,7 +27,7 @@ same replay id: the next attempt's producer (same transactional id) fences the o
 chunk, and the replay resumes from what its log holds, so each record still moves once.
 
 This module runs the steps; the request and replay ids are in :mod:`.replay_request`, step 2 in
-:mod:`.replay_select` and step 3 in :mod:`.replay_moves`.
+:mod:`.replay_select`, step 3 in :mod:`.replay_moves` and :mod:`.replay_control` (rate, stop, status).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException, Producer
 
-from airflow_kafka_retry.dlt.errors import ReplayAbortedError
+from airflow_kafka_retry.dlt.errors import ReplayAbortedError, ReplayStopped
+from airflow_kafka_retry.dlt.replay_acls import lacking_acls
+from airflow_kafka_retry.dlt.replay_control import RunControl, run_control
 from airflow_kafka_retry.dlt.replay_marks import check_hold_partitions
 from airflow_kafka_retry.dlt.replay_moves import TIMEOUT_S, ReplayMoves
 from airflow_kafka_retry.dlt.replay_request import ReplayRequest, check_replay_id, new_replay_id
@@ -48,10 +52,9 @@ from airflow_kafka_retry.dlt.replay_select import (
     RecordEdit,
     check_targets,
     select_candidates,
-    shown,
 )
-from airflow_kafka_retry.dlt.replay_targets import BY_KEY, check_target_spec, source_topic
-from airflow_kafka_retry.dlt.summary import Move, ReplaySummary
+from airflow_kafka_retry.dlt.replay_targets import check_target_spec, source_topic
+from airflow_kafka_retry.dlt.summary import ReplaySummary
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
 from airflow_kafka_retry.engine.drain.supervisor import broker_transient
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, init_transactions, producer_config
@@ -62,6 +65,7 @@ from airflow_kafka_retry.engine.kafka.deadlines import (
     run_watched,
 )
 from airflow_kafka_retry.engine.kafka.reading import TopicReader
+from airflow_kafka_retry.engine.logs.compacted_log import encode_entry
 from airflow_kafka_retry.engine.logs.replay_log import (
     ReplayLog,
     done_key,
@@ -72,29 +76,19 @@ from airflow_kafka_retry.engine.logs.replay_log import (
 )
 from airflow_kafka_retry.policy.client_names import (
     DEFAULT_TRANSACTIONAL_ID_PREFIX,
-    REPLAY_LOG_SUFFIX,
     replay_transactional_id,
 )
 from airflow_kafka_retry.policy.dead_letters.framework_headers import check_mode
 from airflow_kafka_retry.policy.errors import ReplayError
 from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+from airflow_kafka_retry.policy.timing.pacing import paced_chunk, parse_rate
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
-    from airflow_kafka_retry.policy.topology.acl import AclBinding
     from airflow_kafka_retry.policy.topology.model import Topology
 
 
 log = logging.getLogger(__name__)
-
-
-def _a_target(binding: AclBinding) -> bool:
-    """A replay target's binding (not another source's replay log)."""
-    return (
-        binding.resource_type == "topic"
-        and binding.operation == "WRITE"
-        and not binding.name.endswith(REPLAY_LOG_SUFFIX)
-    )
 
 
 class Replay:
@@ -106,7 +100,7 @@ class Replay:
     :param request: filters, target and transform.
     :param replay_id: a fresh one by default; the same id resumes a replay that was stopped.
     :param dry_run: report what would move and write nothing (not even the log topic).
-    :param chunk_size: records per Kafka transaction.
+    :param chunk_size: records per Kafka transaction (with a rate: at most a quarter of a second's worth).
     :param move_cap: at most this many moves listed in the summary (None: all).
     :param transforms: when given (the replay DAG, the operator), ``request.transform`` is a name of
         this mapping (name -> ``package.module:function``); any other value fails before anything is
@@ -116,6 +110,10 @@ class Replay:
     :param broker_retry_s: how long after its first broker failure the replay is tried again (0: never).
     :param stop_now: asked while the replay runs; a reason ends it at once, its chunk in progress aborted
         (:class:`ReplayAbortedError`; a rerun with the same replay id finishes the job).
+    :param rate: moves per second (``N/s``, ``N`` or a number; None: as fast as Kafka takes them).
+    :param max_run_s: the run's deadline, seconds from its start: a rate held past it ends the run cleanly
+        (status ``stopped``) at the last chunk boundary before it.
+    :param airflow: the DAG, run and task that started the replay, for its status (None: not Airflow).
     """
 
     def __init__(
@@ -134,6 +132,9 @@ class Replay:
         allowed_targets: Collection[str] = (),
         broker_retry_s: float = 30.0,
         stop_now: Callable[[], str | None] = lambda: None,
+        rate: Any = None,
+        max_run_s: float | None = None,
+        airflow: Mapping[str, Any] | None = None,
     ) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ReplayError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
@@ -143,7 +144,10 @@ class Replay:
         self.clock = clock
         self.replay_id = check_replay_id(replay_id) if replay_id else new_replay_id(clock())
         self.dry_run = dry_run
-        self.chunk_size = chunk_size
+        self.rate = parse_rate(rate)
+        self.chunk_size = chunk_size = paced_chunk(chunk_size, self.rate)
+        self.airflow = airflow
+        self.deadline = None if max_run_s is None else time.monotonic() + max_run_s
         self.move_cap = move_cap
         self.source = source_topic(topology, request.dlt)
         request.build_filter(clock())  # a bad filter fails here, before any Kafka client is created
@@ -190,19 +194,15 @@ class Replay:
             raise
 
     def _lacking_acls(self, error: BaseException) -> str | None:
-        from airflow_kafka_retry.engine.kafka.authorization import explain
-        from airflow_kafka_retry.policy.topology.acl import AclScope, acl_bindings
-
-        if "lacks " in str(error):
-            return None  # named already
-        scope = AclScope(replay_targets=tuple(self.allowed_targets), transactional_id_prefix=self._prefix)
         ours = {self.source, self.log_topic, self.transactional_id}
-        needed = [
-            b
-            for b in acl_bindings(self.topology, scope, roles=["replay"])
-            if b.name in ours or b.resource_type == "group" or _a_target(b)
-        ]
-        return explain(error, self.kafka_config, needed)
+        return lacking_acls(
+            error,
+            self.topology,
+            self.kafka_config,
+            ours=ours,
+            allowed_targets=self.allowed_targets,
+            transactional_id_prefix=self._prefix,
+        )
 
     def _run(self) -> ReplaySummary:
         """
@@ -260,6 +260,7 @@ class Replay:
             partitions = self._partitions(reader, self.source, "--dlt")
             check_hold_partitions(reader, self.topology, self.source, partitions)
             producer = None if self.dry_run else self._fence(deadlines)
+            control: RunControl | None = None
             try:
                 plan, selection, replay_log = self._resume(reader, partitions)
                 summary = self.summary = ReplaySummary(
@@ -273,29 +274,20 @@ class Replay:
                     self.request.transform,
                     started_ms=plan["started_ms"],
                     resumed="ends" in plan,
+                    rate=self.rate,
                 )
                 candidates, seen_ends = select_candidates(
                     reader, self.edit, self.replay_id, selection, replay_log, plan.get("ends"), summary
                 )
                 check_targets(reader, self.source, candidates)
                 if producer is None:
-                    for c in candidates:
-                        if not c.moved_before:
-                            summary.add_move(
-                                Move(
-                                    c.partition,
-                                    c.offset,
-                                    c.target.topic,
-                                    shown(c.target.partition),
-                                    c.target.attempt,
-                                    c.transformed,
-                                    by_key=c.target.partition == BY_KEY,
-                                ),
-                                self.move_cap,
-                            )
+                    for c in (c for c in candidates if not c.moved_before):
+                        summary.add_move(c.planned(), self.move_cap)
                 else:
+                    control = run_control(self, deadlines, replay_log, summary)
                     self._write(
-                        moves,
+                        dataclasses.replace(moves, boundary=control.boundary, progress=control.progress),
+                        control,
                         reader,
                         producer,
                         summary,
@@ -308,7 +300,12 @@ class Replay:
             except ReplayAbortedError as exc:
                 if self.summary is not None:
                     self.summary.status, self.summary.error = "failed", str(exc)
+                    if producer is not None and control is not None:
+                        control.write_failed(producer, self.summary, str(exc))
                 raise
+            finally:
+                if control is not None:
+                    control.close()
             # No flush on the way out (as kafka.clients.open_producer): the producer is transactional, so
             # commit_transaction flushed every committed chunk and what is left belongs to an aborted one;
             # a fenced (fatal) producer's flush raises, hiding the run's own error.
@@ -334,6 +331,7 @@ class Replay:
     def _write(
         self,
         moves: ReplayMoves,
+        control: RunControl,
         reader: TopicReader,
         producer: Producer,
         summary: ReplaySummary,
@@ -341,28 +339,28 @@ class Replay:
         seen_ends: dict[int, int],
         todo: list[Candidate],
     ) -> None:
-        """Log the plan (first run of this id), move ``todo``, log the replay as done."""
+        """Log the plan (first run of this id) and the status, move ``todo``, log how the replay ended."""
+        begin = control.start_entries(summary)
         if "ends" not in plan:
-            moves.log_only(
-                producer,
-                plan_key(self.replay_id),
-                {
-                    "replay_id": self.replay_id,
-                    "request": self.request.spec(),
-                    "started_ms": plan["started_ms"],
-                    "ends": {str(p): e for p, e in seen_ends.items()},
-                },
-            )
-        moves.move(reader, producer, todo, summary)
-        moves.log_only(
-            producer,
-            done_key(self.replay_id),
-            {
+            entry = {
                 "replay_id": self.replay_id,
-                "moved": summary.moved + summary.moved_before,
-                "targets": summary.targets,
-                "finished_ms": self.clock(),
-            },
+                "request": self.request.spec(),
+                "started_ms": plan["started_ms"],
+                "ends": {str(p): e for p, e in seen_ends.items()},
+            }
+            begin.insert(0, (plan_key(self.replay_id), encode_entry(entry)))
+        moves.log_entries(producer, begin)
+        try:
+            moves.move(reader, producer, todo, summary)
+        except ReplayStopped as stop:
+            summary.status, summary.error = "stopped", str(stop)
+            log.warning("replay %s stopped after %s move(s): %s", self.replay_id, summary.moved, stop)
+            moves.log_entries(producer, control.end_entries(summary, "stopped", str(stop)))
+            return
+        done = {"replay_id": self.replay_id, "moved": summary.moved + summary.moved_before}
+        done |= {"targets": summary.targets, "finished_ms": self.clock()}
+        moves.log_entries(
+            producer, [(done_key(self.replay_id), encode_entry(done)), *control.end_entries(summary, "done")]
         )
 
     def _partitions(self, reader: TopicReader, topic: str, option: str) -> int:

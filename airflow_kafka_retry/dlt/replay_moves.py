@@ -12,7 +12,7 @@ and logged, so a rerun with the same replay id finishes the job.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,8 @@ class ReplayMoves:
     :param move_cap: at most this many moves listed in the summary (None: all).
     :param deadlines: the engine's deadlines on the producer's blocking calls (one attempt's; see
         ``dlt/replay.py``).
+    :param boundary: called before each chunk (its rate held, a stop looked for; ``dlt/replay_control.py``).
+    :param progress: the replay log entry (the status) written in each chunk's transaction, given its moves.
     """
 
     replay_id: str
@@ -60,6 +62,8 @@ class ReplayMoves:
     chunk_size: int
     move_cap: int | None
     deadlines: CallDeadlines = field(default_factory=lambda: CallDeadlines("replay"))
+    boundary: Callable[[ReplaySummary, Callable[[], None]], None] = lambda summary, check: None
+    progress: Callable[[ReplaySummary, int], tuple[bytes, bytes]] | None = None
 
     @property
     def hold_topic(self) -> str | None:
@@ -88,9 +92,11 @@ class ReplayMoves:
                 chunk.append((record, candidate))
                 if len(chunk) >= self.chunk_size:
                     self.deadlines.check()  # a replay stopped at once ends between chunks too
+                    self.boundary(summary, self.deadlines.check)
                     self._commit_chunk(producer, chunk, summary)
                     chunk = []
         if chunk:
+            self.boundary(summary, self.deadlines.check)
             self._commit_chunk(producer, chunk, summary)
         if summary.moved != len(todo):
             raise ReplayAbortedError(
@@ -144,6 +150,9 @@ class ReplayMoves:
                         }
                     ),
                 )
+            if self.progress is not None:
+                status, value = self.progress(summary, len(moves))
+                producer.produce(self.log_topic, key=status, value=value)
             with self.deadlines.call("commit_transaction", TIMEOUT_S, self._coordinator):
                 producer.commit_transaction(TIMEOUT_S)
         except AttemptAbandoned:
@@ -239,16 +248,21 @@ class ReplayMoves:
 
     def log_only(self, producer: Producer, key: bytes, value: dict[str, Any]) -> None:
         """One replay log entry (a plan, a finished replay) in a transaction of its own."""
+        self.log_entries(producer, [(key, encode_entry(value))])
+
+    def log_entries(self, producer: Producer, entries: Sequence[tuple[bytes, bytes | None]]) -> None:
+        """Replay log entries (encoded; None: a tombstone) in a transaction of their own."""
         try:
             producer.begin_transaction()
-            producer.produce(self.log_topic, key=key, value=encode_entry(value))
+            for key, value in entries:
+                producer.produce(self.log_topic, key=key, value=value)
             with self.deadlines.call("commit_transaction", TIMEOUT_S, self._coordinator):
                 producer.commit_transaction(TIMEOUT_S)
         except KafkaException as exc:
             self._abort(producer)
+            keys = ", ".join(key.decode() for key, _ in entries)
             raise ReplayAbortedError(
-                f"replay {self.replay_id}: cannot write {key.decode()} to {self.log_topic}: "
-                f"{exc.args[0].str()}"
+                f"replay {self.replay_id}: cannot write {keys} to {self.log_topic}: {exc.args[0].str()}"
             ) from exc
 
     def _abort(self, producer: Producer) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_targets import BY_KEY, Target, target_for
+from airflow_kafka_retry.dlt.summary import Move
 from airflow_kafka_retry.dlt.transform import Transform, apply_transform
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized, partition_counts
 from airflow_kafka_retry.engine.kafka.messages import offset_of
@@ -74,6 +75,19 @@ class Candidate:
     target: Target
     transformed: bool
     moved_before: bool = False
+
+    def planned(self) -> Move:
+        """The move a dry run lists for it."""
+        partition = self.target.partition
+        return Move(
+            self.partition,
+            self.offset,
+            self.target.topic,
+            shown(partition),
+            self.target.attempt,
+            self.transformed,
+            by_key=partition == BY_KEY,
+        )
 
 
 def select_candidates(

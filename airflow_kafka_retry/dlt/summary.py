@@ -63,7 +63,7 @@ class ReplaySummary:
     transform: str | None
     started_ms: int
     resumed: bool = False
-    status: str = "ok"  # ok | failed
+    status: str = "ok"  # ok | stopped (at a chunk boundary: resume with the same id) | failed
     error: str | None = None
     scanned: int = 0
     matched: int = 0
@@ -80,6 +80,8 @@ class ReplaySummary:
     finished_ms: int | None = None
     not_replayable: int = 0
     not_replayable_records: list[dict[str, Any]] = field(default_factory=list)
+    rate: float | None = None  # asked, moves per second (None: unpaced)
+    measured_rate: float | None = None  # this run's moves per second since its first move
 
     def add_not_replayable(self, entry: dict[str, Any], cap: int = 100) -> None:
         self.not_replayable += 1
@@ -113,6 +115,10 @@ class ReplaySummary:
             f"{self.moved_before}, left out by the transform {self.left_out}, beyond the limit "
             f"{self.beyond_limit}, nothing to replay {self.not_replayable}"
         )
+        if self.rate is not None or self.measured_rate is not None:
+            out.append(f"rate: asked {self.rate or 'none'}/s, measured {self.measured_rate or '-'}/s")
+        if self.status == "stopped":
+            out.append(f"stopped: {self.error}; the same replay id resumes it, moving only the rest")
         return out
 
     def to_dict(self) -> dict[str, Any]:

@@ -31,6 +31,7 @@ _FILTERS = (
     "transform",
     "dry_run",
     "replay_id",
+    "rate",
 )
 
 
@@ -103,6 +104,13 @@ def replay_params(
             )
             + " It gets each record and returns it edited, or None to leave it "
             "out.",
+        ),
+        "rate": Param(
+            None,
+            type=["null", "string", "number"],
+            title="Rate",
+            description="At most this many records per second (200/s or 200). Default: as fast as Kafka "
+            "takes them. Stop a running replay with 'airflow-kafka-retry dlt replay-stop'.",
         ),
         "replay_id": Param(
             None,

@@ -35,6 +35,12 @@ def default_replay_id(context: Context) -> str:
     return _UNSAFE.sub("_", ".".join(str(p) for p in parts))[:200]
 
 
+def _run_of(context: Context) -> dict[str, Any]:
+    """The DAG, run and task of the replay, for its status."""
+    ti = context["ti"]
+    return {"dag_id": ti.dag_id, "run_id": ti.run_id, "task_id": ti.task_id}
+
+
 def as_flag(value: Any, name: str) -> bool:
     """A boolean from a bool or its rendered text (``True``/``false``/``1``/``0``)."""
     if isinstance(value, bool):
@@ -90,7 +96,11 @@ class ReplayDltOperator(BaseOperator):
         ``package.module:function``. Whoever triggers the run picks one by name; nothing else is imported.
     :param allowed_targets: topics beyond the topology's main topic and retry tiers that records may be
         replayed to (with ``to`` or by their original-topic header); by default only those.
-    :param chunk_size: records per Kafka transaction.
+    :param chunk_size: records per Kafka transaction (with a rate: at most a quarter of a second's worth).
+    :param rate: move at most this many records per second: ``N/s``, ``N`` or a number; a rate of 0, a
+        negative one or not a number fails the task before anything is read. Default: as fast as Kafka
+        takes them. With an ``execution_timeout``, the replay stops cleanly at the last chunk boundary its
+        rate lets it reach in time. (templated)
     :param move_cap: at most this many moves listed in the summary and the log.
     """
 
@@ -110,6 +120,7 @@ class ReplayDltOperator(BaseOperator):
         "transform",
         "replay_dry_run",
         "replay_id",
+        "rate",
     )
 
     def __init__(
@@ -134,6 +145,7 @@ class ReplayDltOperator(BaseOperator):
         allowed_targets: Sequence[str] = (),
         chunk_size: int = 100,
         move_cap: int = 1000,
+        rate: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -157,6 +169,7 @@ class ReplayDltOperator(BaseOperator):
         self.allowed_targets = list(allowed_targets)
         self.chunk_size = chunk_size
         self.move_cap = move_cap
+        self.rate = rate
         self._source: str | None = None  # the topic replayed from, and what the run did: for OpenLineage
         self._result: dict[str, Any] | None = None
         self._lineage_server: str | None = None
@@ -196,6 +209,9 @@ class ReplayDltOperator(BaseOperator):
             transforms=self.transforms,
             allowed_targets=self.allowed_targets,
             stop_now=lambda: orphaned[0] if orphaned else None,
+            rate=_unset(self.rate),
+            max_run_s=self._run_budget_s(),
+            airflow=_run_of(context),
         )
         self._source = replay.source
         log.info(
@@ -216,8 +232,15 @@ class ReplayDltOperator(BaseOperator):
             raise
         for line in summary.lines():
             log.info("%s", line)
+        if summary.status == "stopped":  # not failed: a retry of the task must not resume it by itself
+            log.warning("replay %s stopped: %s", summary.replay_id, summary.error)
         self._result = summary.to_dict()
         return self._result
+
+    def _run_budget_s(self) -> float | None:
+        """The seconds the task may still run (its ``execution_timeout``, less a margin to end cleanly)."""
+        timeout = self.execution_timeout
+        return None if timeout is None else max(1.0, timeout.total_seconds() - 10.0)
 
     # ------------------------------------------------------------------ OpenLineage
     def get_openlineage_facets_on_start(self) -> OperatorLineage:

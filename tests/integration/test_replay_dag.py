@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from airflow_kafka_retry.dlt.replay_status import ReplayStatusView
 from airflow_kafka_retry.engine.logs.replay_log import log_topic
 from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 
@@ -81,7 +82,7 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
         DAG_ID,
         "2026-01-02T00:00:00+00:00",
         "-c",
-        json.dumps({**form, "dry_run": False}),
+        json.dumps({**form, "dry_run": False, "rate": "50/s"}),
         timeout=600,
     )
     output = real.stdout + real.stderr
@@ -96,6 +97,12 @@ def test_replay_dag_dry_run_then_real_run(kafka_bootstrap, tmp_path):
     copies = replayed_copies(kafka_bootstrap, topology.topic)
     assert sorted(m.key().decode() for m in copies) == sorted(wanted)
     assert f"moved {len(wanted)} record(s) from {topology.dlt_topic}" in output
+    # the form's rate was held, and the replay's status names the Airflow run that started it
+    assert moved["rate"] == 50.0
+    (status,) = ReplayStatusView(topology, {"bootstrap.servers": kafka_bootstrap}).read(moved["replay_id"])
+    assert (status["state"], status["moved"], status["rate"]) == ("done", len(wanted), 50.0)
+    assert status["started_by"]["airflow"]["dag_id"] == DAG_ID
+    assert status["started_by"]["airflow"]["task_id"] == "replay_dlt"
 
     # 3. whoever triggers the DAG picks a transform by name from the DAG's list: a module path is refused
     #    before the run reads anything, and nothing is imported for it (not even in a dry run)

@@ -16,6 +16,12 @@ Keys (UTF-8) and values (JSON, ``engine/logs/compacted_log.py``'s codec; a tombs
   written before its first move; a rerun with the same id must give the same options and works on
   the same records, so a replay killed half way is finished by running it again.
 * ``done/<replay id>``: the counts of a finished replay.
+* ``status/<replay id>``: what the replay is doing or how it ended (``dlt/replay_status.py``): written when
+  it starts moving, in each chunk's transaction, and when it ends (done, stopped, failed).
+* ``stop/<replay id>``: a request to stop the replay at its next chunk boundary (``dlt replay-stop``),
+  deleted (a tombstone) by the run that honours it and by the next run of that id when it starts.
+
+Readers ignore kinds they do not know, so an older version reads a log with ``status`` and ``stop`` entries.
 
 The log has one partition (created on a replay's first non-dry run). It is read to its end,
 ``read_committed``, after the replay's transactional producer has fenced any earlier run.
@@ -28,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, NotAuthorized
+from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.logs.compacted_log import decode_entry
 from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log, log_topic_name
 from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
@@ -63,14 +70,29 @@ def done_key(replay_id: str) -> bytes:
     return f"done/{replay_id}".encode()
 
 
+def status_key(replay_id: str) -> bytes:
+    return f"status/{replay_id}".encode()
+
+
+def stop_key(replay_id: str) -> bytes:
+    return f"stop/{replay_id}".encode()
+
+
 @dataclass
 class ReplayLog:
-    """What the log says: moved coordinates, replay plans, finished replays (last value per key)."""
+    """
+    What the log says (last value per key): moved coordinates, plans, finished replays, statuses, stops.
+
+    ``position``: the offset after the last entry read.
+    """
 
     topic: str
     moved: dict[tuple[int, int], dict[str, Any]] = field(default_factory=dict)
     plans: dict[str, dict[str, Any]] = field(default_factory=dict)
     done: dict[str, dict[str, Any]] = field(default_factory=dict)
+    statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    position: int = 0
 
     def replays(self) -> list[dict[str, Any]]:
         """
@@ -118,8 +140,8 @@ class ReplayLog:
                 self.moved.pop(coords, None)
             else:
                 self.moved[coords] = data
-        elif kind in ("plan", "done"):
-            table = self.plans if kind == "plan" else self.done
+        elif kind in ("plan", "done", "status", "stop"):
+            table = {"plan": self.plans, "done": self.done, "status": self.statuses, "stop": self.stops}[kind]
             if data is None:
                 table.pop(rest, None)
             else:
@@ -133,7 +155,8 @@ def read_log(
     Read the whole log; an empty log when the topic does not exist yet.
 
     With ``known`` (what the log said up to offset ``start`` of its one partition), only the entries from
-    ``start`` on are read, into ``known``: each entry's last value wins, as compaction keeps it.
+    ``start`` on are read, into ``known``: each entry's last value wins, as compaction keeps it. The
+    result's ``position`` is where the next incremental read starts.
     """
     result = known if known is not None else ReplayLog(topic)
     try:
@@ -144,6 +167,7 @@ def read_log(
         return result
     for partition in range(partitions):
         for message in reader.read(topic, partition, start=start if known is not None else None):
+            result.position = max(result.position, offset_of(message) + 1)
             try:
                 result.add(message.key(), message.value())
             except (ValueError, UnicodeDecodeError) as exc:
