@@ -52,7 +52,8 @@ def create_topics(
     by_hand = (state_policy, state_partitions) != ("compact", PARTITIONS)
     if by_hand:
         new = NewTopic(state, state_partitions, 1, config={"cleanup.policy": state_policy})
-        for future in AdminClient(config).create_topics([new]).values():
+        admin = AdminClient(config)  # kept until its futures are done (a dropped client cancels them)
+        for future in admin.create_topics([new]).values():
             future.result(30)
     try:
         ensure_topics(topology, config, partitions=PARTITIONS)
