@@ -136,8 +136,12 @@ def produce(
     *,
     rate: float | None = None,
     timeout_s: float = 120.0,
-) -> int:
-    """Produce ``records`` to ``topic`` (partitioned by key), at ``rate`` records/s if given; the count."""
+) -> dict[tuple[str, int], int]:
+    """
+    Produce ``records`` to ``topic`` (partitioned by key), at ``rate`` records/s if given.
+
+    Returns when each was produced (epoch ms, also in its value), by ``(key, seq)``.
+    """
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -152,13 +156,14 @@ def produce(
         if err is not None:
             errors.append(err)
 
-    started, count = time.monotonic(), 0
+    started, count, produced = time.monotonic(), 0, {}
     for key, seq in records:
         if rate:
             ahead = started + count / rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
-        value = value_of(key, seq, int(time.time() * 1000))
+        produced[(key, seq)] = now = int(time.time() * 1000)
+        value = value_of(key, seq, now)
         while True:
             try:
                 producer.produce(topic, key=key.encode(), value=value, on_delivery=delivered)
@@ -171,7 +176,7 @@ def produce(
         raise RuntimeError(f"{topic}: ledger records not acknowledged within {timeout_s:.0f} s")
     if errors:
         raise RuntimeError(f"{topic}: {len(errors)} ledger records failed, first: {errors[0]}")
-    return count
+    return produced
 
 
 # ----------------------------------------------------------------------------- what was handled
@@ -215,12 +220,15 @@ class OrderReport:
         return not self.problems
 
 
-def check_order(ledger: Plan, entries: Sequence[Entry], *, killed_pids: Iterable[int] = ()) -> OrderReport:
+def check_order(
+    ledger: Plan, entries: Sequence[Entry], *, killed_pids: Iterable[int] = (), retried: bool = False
+) -> OrderReport:
     """
     Per key: the successes, in the ledger file's order, are its produced sequence minus the dead ones.
 
     A success written by a killed process counts when no later success of the same record follows (its
     chunk committed before the kill); otherwise it was handled again after the kill and is dropped.
+    ``retried``: the same for every process (a chunk whose commit failed is handled again by its run).
     """
     killed = set(killed_pids)
     dead = ledger.dead()
@@ -234,7 +242,7 @@ def check_order(ledger: Plan, entries: Sequence[Entry], *, killed_pids: Iterable
         kept = []
         for i, entry in enumerate(seen.get(key, [])):
             again = any(e.seq == entry.seq for e in seen[key][i + 1 :])
-            if entry.pid in killed and again:
+            if again and (retried or entry.pid in killed):
                 report.handled_again_after_kill += 1
                 continue
             kept.append(entry.seq)
