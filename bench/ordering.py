@@ -173,49 +173,65 @@ def run_mode(bootstrap: str, ordering: str, plan: ol.Plan, args: argparse.Namesp
     }
 
 
-def table(results: dict[str, dict]) -> str:
-    def cell(mode: str, *path: str) -> Any:
-        value: Any = results.get(mode, {})
+ROWS = (
+    ("main drain, records/s (all keys)", ("main_drain", "records_per_s")),
+    (
+        "main drain, never-failing keys: their records / s to the last of them",
+        ("main_drain", "never_failing_keys", "records_per_s"),
+    ),
+    ("lateness p50, never-failing keys, live (s)", ("live", "lateness_never_failing_keys_s", "p50")),
+    ("lateness p95, never-failing keys, live (s)", ("live", "lateness_never_failing_keys_s", "p95")),
+    ("held wait after its head ended p50 (s)", ("live", "held_wait_s", "p50")),
+    ("held wait p95 (s)", ("live", "held_wait_s", "p95")),
+    ("records run before their head ended", ("live", "ran_before_head_ended")),
+    ("keys out of order", ("order", "out_of_order_keys")),
+    ("records lost", ("order", "lost")),
+    ("records handled twice", ("order", "duplicates")),
+    ("settled (s after the live stream began)", ("settle_s",)),
+)
+
+
+def figure(rounds: list[dict[str, dict]], mode: str, path: tuple[str, ...]) -> list[float]:
+    """The figure at ``path`` of ``mode`` in each round (rounds without it left out)."""
+    out = []
+    for results in rounds:
+        value: Any = results.get(mode)
         for part in path:
             value = value.get(part) if isinstance(value, dict) else None
-        return "-" if value is None else value
+        if isinstance(value, int | float):
+            out.append(value)
+    return out
 
-    rows = [
-        ("main drain, records/s (all keys)", ("main_drain", "records_per_s")),
-        (
-            "main drain, never-failing keys: their records / s to the last of them",
-            ("main_drain", "never_failing_keys", "records_per_s"),
-        ),
-        ("lateness p50, never-failing keys, live (s)", ("live", "lateness_never_failing_keys_s", "p50")),
-        ("lateness p95, never-failing keys, live (s)", ("live", "lateness_never_failing_keys_s", "p95")),
-        ("held wait after its head ended p50 (s)", ("live", "held_wait_s", "p50")),
-        ("held wait p95 (s)", ("live", "held_wait_s", "p95")),
-        ("records run before their head ended", ("live", "ran_before_head_ended")),
-        ("keys out of order", ("order", "out_of_order_keys")),
-        ("lost / twice", ("order", "lost")),
-        ("settled (s after the live stream began)", ("settle_s",)),
-    ]
+
+def mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 3) if values else None
+
+
+def table(rounds: list[dict[str, dict]]) -> str:
+    """Each figure: the mean over the rounds, and each round's value."""
     lines = ["| figure | ordering: none | ordering: key |", "|---|---:|---:|"]
-    for label, path in rows:
-        extra = {m: f" / {cell(m, 'order', 'duplicates')}" if label == "lost / twice" else "" for m in MODES}
-        lines.append(
-            f"| {label} | {cell('none', *path)}{extra['none']} | {cell('key', *path)}{extra['key']} |"
-        )
+    for label, path in ROWS:
+        cells = []
+        for mode in MODES:
+            values = figure(rounds, mode, path)
+            each = f" ({', '.join(f'{v:g}' for v in values)})" if len(values) > 1 else ""
+            cells.append("-" if not values else f"{mean(values):g}{each}")
+        lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
 
-def targets(results: dict[str, dict]) -> dict[str, Any]:
-    none, key = results.get("none"), results.get("key")
-    if not (none and key):
-        return {}
-    late = [r["live"]["lateness_never_failing_keys_s"]["p50"] for r in (none, key)]
-    rate = [r["main_drain"]["never_failing_keys"]["records_per_s"] for r in (none, key)]
-    wait = key["live"]["held_wait_s"]["p50"]
+def targets(rounds: list[dict[str, dict]]) -> dict[str, Any]:
+    """Issue 50's targets from the means over the rounds (None where a mode did not run)."""
+    late_none, late_key = (mean(figure(rounds, m, ROWS[2][1])) for m in MODES)
+    rate_none, rate_key = (mean(figure(rounds, m, ROWS[1][1])) for m in MODES)
+    keyed = [r["key"] for r in rounds if "key" in r]
     return {
-        "lateness_p50_delta_s": round(late[1] - late[0], 3) if None not in late else None,
-        "throughput_ratio_never_failing": round(rate[1] / rate[0], 3) if None not in rate else None,
-        "held_wait_p50_s": wait,
-        "order_holds": key["order"]["problems"] == [],
+        "lateness_p50_delta_s": (
+            round(late_key - late_none, 3) if late_key is not None and late_none is not None else None
+        ),
+        "throughput_ratio_never_failing": round(rate_key / rate_none, 3) if rate_key and rate_none else None,
+        "held_wait_p50_s": mean(figure(rounds, "key", ROWS[4][1])),
+        "order_holds": all(r["order"]["problems"] == [] for r in keyed) if keyed else None,
     }
 
 
@@ -228,20 +244,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--seed", type=int, default=50)
     parser.add_argument("--modes", default="none,key", help="which orderings, in this order")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (every other reversed)")
     parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     stamp = datetime.datetime.now(datetime.UTC)
     load_before = [round(x, 2) for x in os.getloadavg()]
     plan = ol.plan(args.records, args.keys, args.seed)
-    results: dict[str, dict] = {}
+    rounds: list[dict[str, dict]] = []
+    modes = [m for m in args.modes.split(",") if m]
     with (
         given_broker(args.bootstrap) as (bootstrap, _),
         tempfile.TemporaryDirectory(prefix="ordering-") as tmp,
     ):
-        for ordering in [m for m in args.modes.split(",") if m]:
-            print(f"ordering: {ordering} ...", file=sys.stderr, flush=True)
-            results[ordering] = run_mode(bootstrap, ordering, plan, args, Path(tmp))
+        for number in range(args.rounds):  # every other round in reverse order: the drift falls on both
+            results: dict[str, dict] = {}
+            for ordering in modes if number % 2 == 0 else modes[::-1]:
+                print(f"round {number + 1}: ordering {ordering} ...", file=sys.stderr, flush=True)
+                results[ordering] = run_mode(bootstrap, ordering, plan, args, Path(tmp))
+            rounds.append(results)
     document = {
         "bench": "ordering",
         "started_utc": stamp.isoformat(timespec="seconds"),
@@ -259,12 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         },
         "load_average_before": load_before,
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "results": results,
-        "targets": targets(results),
-        "markdown": table(results),
+        "rounds": rounds,
+        "targets": targets(rounds),
+        "markdown": table(rounds),
     }
     path = write_new_result(args.out / f"{stamp:%Y-%m-%dT%H%M%SZ}-ordering.json", document)
-    sys.stdout.write(document["markdown"])
+    sys.stdout.write(str(document["markdown"]))
     sys.stdout.write(
         f"\ntargets: {document['targets']}\nload {load_before} -> {document['load_average_after']}\n"
     )
