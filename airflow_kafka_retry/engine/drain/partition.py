@@ -23,6 +23,7 @@ from airflow_kafka_retry.engine.drain.failure_routing import FailureRouting
 from airflow_kafka_retry.engine.drain.gc_tuning import drain_gc
 from airflow_kafka_retry.engine.drain.handler_timeouts import HandlerStuckError, TimedHandler
 from airflow_kafka_retry.engine.drain.lanes import HANDLING, Lane, LaneRun
+from airflow_kafka_retry.engine.drain.ordering.lanes import ordering_lane
 from airflow_kafka_retry.engine.drain.parking_check import require_parking
 from airflow_kafka_retry.engine.drain.redelivery import (
     REDELIVERING,
@@ -103,8 +104,10 @@ class PartitionJob:
         self.resolver = DestinationResolver(topology, clock=clock, replay_known=self._replay_check)
         self.routing = FailureRouting(topology, self.resolver, clock)
         self.summary = PartitionSummary(tier.topic, partition, self.group)
-        # on_due: redeliver takes the handler's place; the run never asks which lane it runs
-        self._lane_kind = REDELIVERING if redelivers(topology, tier) else HANDLING
+        # on_due: redeliver takes the handler's place, ordering: key keeps or marks; the run never asks which
+        # lane it runs (every engine builds a PartitionJob, so each picks its lane here)
+        ordered = ordering_lane(topology, tier)
+        self._lane_kind = ordered or (REDELIVERING if redelivers(topology, tier) else HANDLING)
         self._lane: Lane | None = None  # opened once the router has started
         self.failure: BaseException | None = None  # what failed the run, if anything
         self.settled = False  # the summary is final (only closing the clients may be left)
@@ -267,6 +270,7 @@ class PartitionJob:
             # records are kept until the commit, so memory is bounded by the piece, not the chunk.
             work = ChunkWork(runner.stats.handler_calls, runner.stats.extra_calls)
             runner.stats.handler_ms = work.handler_ms
+            lane.prepare(work)  # a keeper's marks, even when the tier has nothing new
             while True:
                 deadlines.check()  # an attempt stopped at once ends here, its chunk never committed
                 piece = reader.read(min(piece_size, limit - work.read))
@@ -275,13 +279,13 @@ class PartitionJob:
                     lane.handle(piece, work)
                 if piece.stop != "limit" or work.read >= limit:
                     break
-            if work.read:
+            if work.read or work.side_work:
                 self._commit(work, runner, router, lane)
             self.summary.stop_reason = piece.stop
             self.summary.next_due_ms = piece.not_due_ms
             if left is not None:
                 left -= work.read
-            if piece.stop != "limit" or left == 0:
+            if (piece.stop != "limit" and not work.again) or left == 0:
                 break
 
     def _stop_requested(self) -> str | None:
@@ -323,15 +327,17 @@ class PartitionJob:
 
     def _commit(self, work: ChunkWork, runner: BatchRunner, router: ChunkTransaction, lane: Lane) -> None:
         """Produce the chunk's routed records and commit its offsets in one step, then count it."""
-        if work.last_offset is None:
+        if work.last_offset is None and not work.side_work:
             raise RuntimeError("a chunk is committed only once it has read records")
         where = f"{self.tier.topic}[{self.partition}]"
         require_parking(
             self.topology.parking_topic, where, work, router, self.deadlines, self.options.call_timeout_s
         )
-        source = TopicPartition(self.tier.topic, self.partition, work.last_offset + 1)
-        lane.commit(source, work)  # a redelivering lane: with its log entries (a refusal: to the DLT)
+        last = work.last_offset
+        source = None if last is None else TopicPartition(self.tier.topic, self.partition, last + 1)
+        lane.commit(source, work)  # a redelivering lane: with its log entries; a keeper: with its hold offset
         work.count_into(self.summary, runner.stats, self.options.transactional, self.options.dead_letter_cap)
-        self.summary.committed_offset = work.last_offset + 1
+        if last is not None:
+            self.summary.committed_offset = last + 1
         if self.on_chunk is not None:
             self.on_chunk(self.summary)

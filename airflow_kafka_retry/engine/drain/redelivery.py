@@ -124,6 +124,9 @@ class RedeliveryLane:
         self._refusing: dict[str, str] = {}  # source topics that refused a record in this run -> why
         self._entries: dict[int, Redelivery] = {}  # id(routed record) -> its log entry, until the commit
 
+    def prepare(self, work: ChunkWork) -> None:
+        """Nothing before a chunk's records."""
+
     def handle(self, piece: Chunk, work: ChunkWork) -> None:
         """Give each record of the piece its home: a tier or the DLT (input lane), its source or the DLT."""
         if self._view is not None:
@@ -226,7 +229,7 @@ class RedeliveryLane:
         self.router.partition_counts = {**self.router.partition_counts, topic: count}
         return True
 
-    def commit(self, source: TopicPartition, work: ChunkWork) -> None:
+    def commit(self, source: TopicPartition | None, work: ChunkWork) -> None:
         """
         Commit the chunk with its log entries (:meth:`bookkeeping`); what a source refuses goes to the DLT.
 
@@ -236,7 +239,7 @@ class RedeliveryLane:
         """
         while True:
             try:
-                self.router.commit(source, work.routed, self.bookkeeping)
+                self.router.commit([] if source is None else source, work.routed, self.bookkeeping)
                 return
             except UndeliverableError as exc:
                 if not self.reroute(exc.refused, work):

@@ -63,6 +63,10 @@ class PartitionSummary:
     dead_letters_truncated: int = 0
     lateness_ms: Distribution = field(default_factory=Distribution)  # handled - due, records with a due time
     handler_ms: Distribution = field(default_factory=Distribution)  # time of each handler call (batch)
+    held: int = 0  # ordering: key: main records held behind their key's head
+    released: int = 0  # ordering: key: held records handled once their key was released
+    marks_written: int = 0  # ordering: key: marks written to the hold topic
+    marks_ignored: int = 0  # ordering: key: marks read that named no head of the state
     retries: int = 0  # attempts tried again after a broker failure in the run (drain/supervisor.py)
     retry_errors: list[str] = field(default_factory=list)  # what failed the first of those attempts
 
@@ -104,6 +108,10 @@ class PartitionSummary:
             "transactions",
             "dead_letters_truncated",
             "retries",
+            "held",
+            "released",
+            "marks_written",
+            "marks_ignored",
         ):
             setattr(self, name, getattr(self, name) + getattr(later, name))
         self.retry_errors.extend(later.retry_errors[: max(0, MAX_RETRY_ERRORS - len(self.retry_errors))])

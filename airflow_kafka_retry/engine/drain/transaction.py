@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
@@ -46,8 +46,18 @@ class RouteError(RuntimeError):
     transient: bool | None = None
 
 
-#: Records a chunk writes beside its routed ones, made once their delivery reports are in (topic, key, value).
-Bookkeeping = Callable[[Sequence["RoutedRecord"]], list[tuple[str, bytes, bytes | None]]]
+class Booked(NamedTuple):
+    """A record a chunk writes beside its routed ones: a partition of -1 leaves it to the partitioner."""
+
+    dest_topic: str
+    key: bytes
+    value: bytes | None
+    dest_partition: int = -1
+    headers: list[Header] | None = None
+
+
+#: Records a chunk writes beside its routed ones, once their delivery reports are in (Booked, 3-tuples).
+Bookkeeping = Callable[[Sequence["RoutedRecord"]], Sequence[tuple[Any, ...]]]
 
 
 class FencedError(RouteError):
@@ -96,6 +106,7 @@ class RoutedRecord:
     delivered_partition: int | None = None
     delivered_offset: int | None = None
     alone: bool = False  # produced in a batch of its own (flushed before and after): a refusal is its own
+    timestamp_ms: int | None = None  # the record's own timestamp (a held copy); None: the producer's clock
 
 
 @dataclass
@@ -143,31 +154,45 @@ class ChunkTransaction:
         self._ready = True
 
     def commit(
-        self, source: TopicPartition, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None = None
+        self,
+        source: TopicPartition | Sequence[TopicPartition],
+        routed: Sequence[RoutedRecord],
+        bookkeeping: Bookkeeping | None = None,
     ) -> None:
         """
         Produce ``routed`` and commit ``source.offset`` for ``source``'s partition in one step.
 
-        ``bookkeeping(routed)``, once every routed record's delivery report is in (its offset known), gives
-        records produced in the same step (the same transaction): a redelivery log's entries.
+        ``source`` may be several partitions (a keeper's main and hold partitions), committed together; the
+        first names the step in messages. ``bookkeeping(routed)``, once every routed record's delivery report
+        is in (its offset known), gives records produced in the same step (the same transaction): a
+        redelivery log's entries, a keeper's state.
         """
         self.start()
         self._refused = []
+        sources = [source] if isinstance(source, TopicPartition) else list(source)
+        if not sources:
+            raise ValueError("a chunk commits at least one source partition")
         if self.transactional:
-            self._commit_transactional(source, routed, bookkeeping)
+            self._commit_transactional(sources, routed, bookkeeping)
         else:
-            self._commit_idempotent(source, routed, bookkeeping)
+            self._commit_idempotent(sources, routed, bookkeeping)
 
     def _book(self, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping, failures: list[str]) -> None:
         """Wait for the routed records' delivery reports, then produce what ``bookkeeping`` makes of them."""
         self._flush(failures, "before their bookkeeping")
-        for topic, key, value in bookkeeping(routed):
+        for item in bookkeeping(routed):
+            booked = Booked(*item)
 
-            def delivered(err: KafkaError | None, msg: Message, topic: str = topic) -> None:
+            def delivered(err: KafkaError | None, msg: Message, topic: str = booked.dest_topic) -> None:
                 if err is not None:
                     failures.append(f"{topic}: {err.str()}")
 
-            self._produce_one(topic, {"key": key, "value": value, "on_delivery": delivered})
+            record: dict[str, Any] = {"key": booked.key, "value": booked.value, "on_delivery": delivered}
+            if booked.dest_partition >= 0:
+                record["partition"] = booked.dest_partition
+            if booked.headers:
+                record["headers"] = booked.headers
+            self._produce_one(booked.dest_topic, record)
             self.producer.poll(0)
 
     def _flush(self, failures: list[str], when: str) -> None:
@@ -223,6 +248,8 @@ class ChunkTransaction:
                 "partition": partition,
                 "on_delivery": delivered,
             }
+            if item.timestamp_ms is not None and item.timestamp_ms > 0:
+                record["timestamp"] = item.timestamp_ms
             try:
                 self._produce_one(destination.topic, record)
             except RouteError:  # the queue stayed full: the cluster's, not the record's
@@ -258,9 +285,9 @@ class ChunkTransaction:
                 self.producer.poll(0.1)
 
     def _commit_transactional(
-        self, source: TopicPartition, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None
+        self, sources: list[TopicPartition], routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None
     ) -> None:
-        failures: list[str] = []
+        source, failures = sources[0], list[str]()
         deadlines, timeout = self.deadlines, self.deadlines.timeout(self.timeout_s)
         try:
             self.producer.begin_transaction()
@@ -291,7 +318,7 @@ class ChunkTransaction:
                 "send_offsets_to_transaction", timeout, f"{self._txn} and the group coordinator"
             ):
                 self.producer.send_offsets_to_transaction(
-                    [source], self.consumer.consumer_group_metadata(), timeout
+                    sources, self.consumer.consumer_group_metadata(), timeout
                 )
             with deadlines.call("commit_transaction", timeout, f"{self._txn} and the destinations' leaders"):
                 self.producer.commit_transaction(timeout)
@@ -334,9 +361,9 @@ class ChunkTransaction:
         return error
 
     def _commit_idempotent(
-        self, source: TopicPartition, routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None
+        self, sources: list[TopicPartition], routed: Sequence[RoutedRecord], bookkeeping: Bookkeeping | None
     ) -> None:
-        failures: list[str] = []
+        source, failures = sources[0], list[str]()
         where = f"{source.topic}[{source.partition}] up to offset {source.offset}"
         self._produce(routed, failures)
         try:
@@ -350,7 +377,7 @@ class ChunkTransaction:
         timeout = self.deadlines.timeout(self.timeout_s)
         try:
             with self.deadlines.call("commit", timeout, "the group coordinator"):
-                self.consumer.commit(offsets=[source], asynchronous=False)
+                self.consumer.commit(offsets=sources, asynchronous=False)
         except KafkaException as exc:
             raise RouteError(
                 f"{where}: routed records were delivered but the offset commit failed "

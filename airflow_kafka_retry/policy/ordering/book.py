@@ -98,14 +98,21 @@ class OrderBook:
         now_ms: int,
         held: Sequence[Held] = (),
         since_ms: int | None = None,
+        in_dlt: bool = False,
     ) -> None:
-        """``kid``'s record at ``main_offset`` failed: it is its key's head (placed by ``place_head``)."""
+        """
+        ``kid``'s record at ``main_offset`` failed: it is its key's head (placed by ``place_head``).
+
+        ``held``/``since_ms``: what a failed head of a blocked key keeps; ``in_dlt``: it went to a DLT
+        (``release_on: replay``).
+        """
         self._set(
             kid,
             BlockedKey(
                 head=Location("", 0, PENDING),
                 held=tuple(held),
                 since_ms=now_ms if since_ms is None else since_ms,
+                in_dlt=in_dlt,
                 head_main_offset=main_offset,
             ),
         )
@@ -118,6 +125,18 @@ class OrderBook:
         """The main record at ``main_offset`` waits behind ``kid``'s head (``place_held`` places it)."""
         entry = self.entries[kid]
         self._set(kid, dataclasses.replace(entry, held=(*entry.held, Held(PENDING, main_offset, now_ms))))
+
+    def unhold(self, kid: bytes, main_offset: int) -> Held | None:
+        """
+        Take the record held at ``main_offset`` out of ``kid``'s held records (None: none is).
+
+        A head replayed to the main topic and held there before its ``moved`` mark came is the key's head.
+        """
+        entry = self.entries.get(kid)
+        found = next((h for h in entry.held if h.main_offset == main_offset), None) if entry else None
+        if entry is not None and found is not None:
+            self._set(kid, dataclasses.replace(entry, held=tuple(h for h in entry.held if h != found)))
+        return found
 
     def place_held(self, kid: bytes, main_offset: int, hold_offset: int) -> None:
         entry = self.entries[kid]

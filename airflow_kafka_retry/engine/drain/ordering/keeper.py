@@ -1,0 +1,258 @@
+"""
+The keeper lane: the main topic's drain of partition *p* under ``ordering: key`` (``docs/ordering.md``).
+
+It loads the order book of *p* from ``<topic>-order-state[p]`` once per run. Each chunk it first reads
+the new records of ``<topic>-hold[p]`` (:meth:`KeeperLane.prepare`): each mark is applied to the book, and
+the held records of the keys it releases are handled, in order; then the main records
+(:meth:`KeeperLane.handle`): a record of a blocked key is copied to the hold topic, a keyed record that fails
+blocks its key, and no handler call sees two records of one key (``policy/ordering/book.py``: ``layers``).
+The routed records, held copies, marks, state entries and both offsets (main and hold) commit in one
+transaction; a failed commit fails the run, whose next attempt reloads the state.
+
+A replayed head lands in the main topic: a record there that *is* its key's head is handled as the head, and
+so is a record held before the ``moved`` mark naming it came. A head handled so ends with a mark the keeper
+writes for itself (read by its next chunk), so the state and the marks stay the one truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Consumer, TopicPartition
+
+from airflow_kafka_retry.engine.drain.lanes import HandlingLane, LaneRun, route_failures, run_handler
+from airflow_kafka_retry.engine.drain.ordering.checks import (
+    hold_missing,
+    ordering_topics,
+    require_compacted,
+    require_partitions,
+    require_transactions,
+)
+from airflow_kafka_retry.engine.drain.ordering.held import HeldMessage, own_headers
+from airflow_kafka_retry.engine.drain.ordering.marking import delivered_at
+from airflow_kafka_retry.engine.drain.ordering.reading import SideReader
+from airflow_kafka_retry.engine.drain.transaction import Booked, RoutedRecord
+from airflow_kafka_retry.engine.kafka.clients import consumer_config
+from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
+from airflow_kafka_retry.policy.ordering.book import layers
+from airflow_kafka_retry.policy.ordering.entries import (
+    HELD,
+    MARK,
+    ORDER_HEADER,
+    Held,
+    Location,
+    Mark,
+    MarkKind,
+    key_id,
+    order_kind,
+)
+from airflow_kafka_retry.policy.routing.resolver import Destination
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+    from airflow_kafka_retry.engine.drain.chunk import ChunkWork
+    from airflow_kafka_retry.engine.drain.due_records import Chunk
+    from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
+    from airflow_kafka_retry.policy.headers.codec import Header
+
+log = logging.getLogger(__name__)
+MARK_HEADERS: list[Header] = [(ORDER_HEADER, MARK)]
+
+
+@dataclass
+class _Item:
+    """A record the keeper gives a home: a main record, or a held one (``held``: where it waits)."""
+
+    message: Message
+    headers: list[Header] | None
+    kid: bytes | None
+    main_offset: int
+    attempt: int = 1
+    due_ms: int | None = None
+    held: Held | None = None
+    head: bool = False  # its key's head, back in the main topic (a replay)
+
+
+class KeeperLane(HandlingLane):
+    """The main topic's lane under ``ordering: key``: holds, releases, and keeps the order state."""
+
+    def __init__(self, run: LaneRun, router: ChunkTransaction) -> None:
+        require_transactions(run)
+        super().__init__(run, router)
+        topology, self.main, self.p = run.topology, run.tier.topic, run.partition
+        self.hold, self.state = ordering_topics(topology)
+        options, deadlines = run.options, run.deadlines
+        timeout = deadlines.timeout(min(10.0, options.call_timeout_s))
+        self.consumer = Consumer(
+            consumer_config(run.kafka_config, options.consumer_group or topology.group_id)
+        )
+        self.reader = SideReader(
+            self.consumer,
+            self.p,
+            deadlines=deadlines,
+            call_timeout_s=options.call_timeout_s,
+            idle_timeout_s=options.idle_timeout_s,
+        )
+        tiers = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
+        state_fix = "create it (cleanup.policy=compact) with the main topic's partition count"
+        require_partitions(self.consumer, run, [*tiers, self.state], timeout, {self.state: state_fix})
+        require_compacted(run.kafka_config, self.state, deadlines, timeout)
+        self.book = self.reader.book(self.state, topology.release_on)
+        missing = hold_missing(self.hold, self.book.held_count())
+        counts = require_partitions(self.consumer, run, [self.hold], timeout, {self.hold: missing})
+        router.partition_counts = {**router.partition_counts, **counts}  # held copies go to hold[p]
+        self.hold_next = self.reader.committed(self.hold)
+        self._warned = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.hold_last: int | None = None  # the last hold record read in this chunk
+        self.heads: list[tuple[bytes, RoutedRecord]] = []  # failed keyed records: their key's new head
+        self.copies: list[tuple[bytes, int, RoutedRecord]] = []  # held copies: key id, main offset, copy
+        self.marks: list[Mark] = []  # marks the keeper writes for itself (a head handled in main)
+
+    # ------------------------------------------------------------------ a chunk
+    def prepare(self, work: ChunkWork) -> None:
+        """Apply the new marks of the hold partition; handle the held records of the keys they release."""
+        released: list[tuple[bytes, Held, bool]] = []  # key id, held record, whether it is the head
+        for message in self.reader.scan(self.hold, self.hold_next):
+            self.hold_last = offset_of(message)
+            if order_kind(headers_of(message)) == MARK:
+                released.extend(self._apply(message, work))
+        if self.hold_last is None:
+            return
+        work.side_work = True
+        copies = self.reader.held(self.hold, [held.hold_offset for _, held, _ in released])
+        items = []
+        for kid, held, head in released:
+            message = HeldMessage(copies[held.hold_offset], self.main, self.p, held.main_offset).as_message()
+            items.append(_Item(message, headers_of(message), kid, held.main_offset, held=held, head=head))
+        self._run(items, work)
+
+    def _apply(self, message: Message, work: ChunkWork) -> list[tuple[bytes, Held, bool]]:
+        where = f"{self.hold}[{self.p}]@{offset_of(message)}"
+        mark = Mark.from_record(message.key(), message.value(), where)  # OrderStateError stops the keeper
+        blocked = self.book.blocked(mark.key_id)
+        applied = self.book.apply(mark)
+        if applied.outcome == "ignored":
+            work.marks_ignored += 1
+            if blocked and not self._warned:  # "not blocked" is the common case: marks of unheld keys
+                self._warned = True
+                log.warning(
+                    "%s: %s mark ignored: %s (further ones are counted only)", where, mark.kind, applied.why
+                )
+            return []
+        if applied.outcome == "released":
+            return [(mark.key_id, h, False) for h in applied.held]
+        to = mark.to
+        if applied.outcome == "moved" and to is not None and (to.topic, to.partition) == (self.main, self.p):
+            head = self.book.unhold(mark.key_id, to.offset)  # the replayed head came before its mark
+            if head is not None:
+                return [(mark.key_id, head, True)]
+        return []
+
+    def handle(self, piece: Chunk, work: ChunkWork) -> None:
+        """The main records of a piece: handled in layers, or held behind their key's head."""
+        items = []
+        for message, headers, attempt, due in zip(
+            piece.messages, piece.headers, piece.attempts, piece.due_ms
+        ):
+            offset, kid = offset_of(message), key_id(message.key())
+            head = self.book.is_head(kid, Location(self.main, self.p, offset))
+            items.append(_Item(message, headers, kid, offset, attempt, due, head=head))
+        self._run(items, work)
+        work.count_read(piece.messages)
+
+    def _run(self, items: Sequence[_Item], work: ChunkWork) -> None:
+        now = self.run.clock()
+        for layer in layers(items, lambda item: item.kid):
+            ready = []
+            for item in layer:
+                if item.kid is not None and self.book.blocked(item.kid) and not item.head:
+                    self._hold(item, item.kid, now, work)
+                else:
+                    ready.append(item)
+            if not ready:
+                continue
+            failures = run_handler(
+                self.run,
+                [i.message for i in ready],
+                [i.headers for i in ready],
+                [i.attempt for i in ready],
+                [i.due_ms for i in ready],
+                work,
+            )
+            routed, _ = route_failures(self.run, failures, work)
+            homes = {id(r.source): r for r in routed}
+            failed = {id(message) for message, _, _ in failures}
+            for item in ready:
+                work.released += item.held is not None
+                if item.kid is None:
+                    continue
+                if id(item.message) in failed:
+                    self._failed(item, item.kid, homes.get(id(item.message)), now)
+                elif item.head:  # the head ended: its key moves on once the keeper reads this mark
+                    self._mark(item, "processed", now)
+
+    def _failed(self, item: _Item, kid: bytes, home: RoutedRecord | None, now: int) -> None:
+        """A keyed record failed: its key is blocked behind it while it is in flight."""
+        entry = self.book.entries.get(kid) if item.head else None
+        action = home.destination.action if home is not None else "drop"
+        if action == "drop" or (action == "dlt" and self.book.release_on == "dlt"):
+            if item.head:  # it ended here: the key moves on
+                self._mark(item, "dropped" if action == "drop" else "processed", now)
+            return
+        held, since = (entry.held, entry.since_ms) if entry is not None else ((), None)
+        if home is None:
+            raise RuntimeError("a record routed to a topic has a home")
+        self.book.block(kid, item.main_offset, now, held, since, in_dlt=action == "dlt")
+        self.heads.append((kid, home))
+
+    def _mark(self, item: _Item, kind: MarkKind, now: int) -> None:
+        if item.kid is not None:
+            self.marks.append(Mark(item.kid, kind, Location(self.main, self.p, item.main_offset), ms=now))
+
+    def _hold(self, item: _Item, kid: bytes, now: int, work: ChunkWork) -> None:
+        """``item`` waits behind its key's head: a main record is copied to the hold topic."""
+        if item.held is not None:  # in the hold topic already: it waits again where it is
+            self.book.hold(kid, item.main_offset, item.held.held_ms)
+            self.book.place_held(kid, item.main_offset, item.held.hold_offset)
+            return
+        self.book.hold(kid, item.main_offset, now)
+        destination = Destination("retry", self.hold, self.p, 1, 0, 0, "retryable")
+        headers = [*(own_headers(item.headers) or ()), (ORDER_HEADER, HELD)]
+        _, timestamp = item.message.timestamp()
+        copy = RoutedRecord(item.message, destination, headers, "", timestamp_ms=timestamp)
+        self.copies.append((kid, item.main_offset, copy))
+        work.held += 1
+
+    # ------------------------------------------------------------------ the commit
+    def commit(self, source: TopicPartition | None, work: ChunkWork) -> None:
+        """The routed records, held copies, marks and state, with the main and hold offsets, in one step."""
+        sources = [] if source is None else [source]
+        if self.hold_last is not None:
+            sources.append(TopicPartition(self.hold, self.p, self.hold_last + 1))
+        routed = [*work.routed, *(copy for _, _, copy in self.copies)]
+        self.router.commit(sources, routed, self._bookkeeping)
+        work.marks_written += len(self.marks)
+        work.again = bool(self.marks)
+        if self.hold_last is not None:
+            self.hold_next = self.hold_last + 1
+        self._reset()
+
+    def _bookkeeping(self, routed: Sequence[RoutedRecord]) -> list[Booked]:
+        for kid, home in self.heads:
+            self.book.place_head(kid, delivered_at(home))
+        for kid, main_offset, copy in self.copies:
+            self.book.place_held(kid, main_offset, delivered_at(copy).offset)
+        out = [Booked(self.hold, m.key_id, m.to_bytes(), self.p, MARK_HEADERS) for m in self.marks]
+        out += [Booked(self.state, kid, value, self.p) for kid, value in self.book.changes()]
+        return out
+
+    def close(self) -> None:
+        with self.run.deadlines.call("close", self.run.options.call_timeout_s, "the group coordinator"):
+            self.consumer.close()
