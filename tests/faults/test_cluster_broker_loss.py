@@ -543,7 +543,6 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
     drain loses partition 0's leader mid-chunk and finishes on the survivors; then every tier in passes: per
     key the handled sequence is the produced one minus the dead-lettered records, in order; the DLT holds
     exactly those, once each (``read_committed``)."""
-    from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
     from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
     from testkit import ordering_ledger as ol
 
@@ -564,7 +563,7 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
         source=f"<cluster ordering {topic}>",
     )
     config = {"bootstrap.servers": cluster.bootstrap}
-    ensure_topics(topology, config, partitions=PARTITIONS)
+    ol.ensure_order_topics(cluster.bootstrap, topology, PARTITIONS)
     plan = ol.plan(1_200, 120, seed)
     ol.produce(cluster.bootstrap, topic, plan.records)
     opts = DrainOptions(

@@ -3,12 +3,12 @@
 A ledger of 1,600 records over 160 keys (``testkit/ordering_ledger.py``: per-key sequence numbers, about
 10 % failing once or twice, 1 % never succeeding), 2 partitions, ``ordering: key``, attempts 3, delays 0.
 The tiers before the killed one run once; then the killed tier runs through ``tests/support/kill_at.py``
-(the real CLI, one partition after the other) and SIGKILLs itself at its 2nd chunk, after the chunk's routed
-records (and held copies and marks) reached the broker inside the open transaction, before the commit. Then
-every tier runs in passes until the ledger is settled: per key, the handled sequence is the produced one
-minus the dead-lettered records, in order (a record the killed process handled in its open chunk is handled
-again, once); the DLT holds exactly the dead records, once each; no retry tier holds a record twice
-(``read_committed``).
+(the real CLI, one partition after the other) and SIGKILLs itself at partition 0's 2nd chunk, after the
+chunk's routed records (held copies, marks) reached the broker inside the open transaction, before the
+commit. Then every tier runs in passes until the ledger is settled: per key, the handled sequence is the
+produced one minus the dead-lettered records, in order (a record the killed process handled in its open
+chunk is handled again, once); the DLT holds exactly the dead records, once each; no retry tier holds a
+record twice (``read_committed``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import pytest
 import yaml
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
-from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
@@ -35,7 +34,10 @@ from tests.support import ledger
 REPO = Path(__file__).parents[2]
 PARTITIONS = 2
 RECORDS, KEYS, SEED = 1_600, 160, 51
-CHUNK = 10  # the 2nd chunk of partition 0 exists in every tier (about 30 records reach the 2nd retry tier)
+#: Chunk sizes: the main topic's 800 records a partition in 8 chunks (a keeper's chunk reads its hold
+#: partition too), a retry tier's in chunks of 10 (about 30 records a partition reach the 2nd retry tier):
+#: each tier has a 2nd chunk of partition 0.
+MAIN_CHUNK, TIER_CHUNK = 100, 10
 
 
 def _topology_file(path: Path):
@@ -57,7 +59,8 @@ def _topology_file(path: Path):
 def _killed_drain(bootstrap: str, topology_file: Path, tier: int, env: dict) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "tests.support.kill_at", "drain", "--topology", str(topology_file)]
     command += ["--tier", str(tier), "--handler", ol.HANDLER, "--batch-size", "5"]
-    command += ["--chunk-size", str(CHUNK), "--bootstrap", bootstrap, "--parallelism", "1"]
+    chunk = MAIN_CHUNK if tier == 0 else TIER_CHUNK
+    command += ["--chunk-size", str(chunk), "--bootstrap", bootstrap, "--parallelism", "1"]
     return subprocess.run(
         command, check=False, env=env, capture_output=True, text=True, timeout=300, cwd=REPO
     )
@@ -72,13 +75,18 @@ def test_a_drain_killed_mid_chunk_keeps_every_keys_order(kafka_bootstrap, tmp_pa
     topology_file = tmp_path / "topology.yaml"
     topology = _topology_file(topology_file)
     config = {"bootstrap.servers": kafka_bootstrap}
-    ensure_topics(topology, config, partitions=PARTITIONS)
+    ol.ensure_order_topics(kafka_bootstrap, topology, PARTITIONS)
     plan = ol.plan(RECORDS, KEYS, SEED)
     ol.produce(kafka_bootstrap, topology.topic, plan.records)
-    options = DrainOptions(handler=ol.HANDLER, batch_size=5, chunk_size=CHUNK)
+    options = {
+        t.index: DrainOptions(
+            handler=ol.HANDLER, batch_size=5, chunk_size=TIER_CHUNK if t.index else MAIN_CHUNK
+        )
+        for t in topology.tiers
+    }
 
     def run(tier):
-        return run_local(topology, tier, config, options, in_process=True)
+        return run_local(topology, tier, config, options[tier.index], in_process=True)
 
     for tier in topology.tiers[:killed]:  # the killed tier has records to drain
         assert run(tier).ok
