@@ -66,7 +66,9 @@ def mapping(topic: str, ordering: str) -> dict[str, Any]:
 
 
 def options() -> DrainOptions:
-    return DrainOptions(handler=ol.HANDLER, batch_size=100, chunk_size=1000)
+    """The drains' options (``--chunk-size`` reaches the lanes' processes through the environment)."""
+    chunk = int(os.environ.get("AKR_BENCH_CHUNK", "1000"))
+    return DrainOptions(handler=ol.HANDLER, batch_size=100, chunk_size=chunk)
 
 
 def lane(bootstrap: str, spec: dict[str, Any], index: int, stop: Any) -> None:
@@ -241,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", type=int, default=10_000, help="of the records, those produced live")
     parser.add_argument("--rate", type=float, default=500.0, help="records per second of the live stream")
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--chunk-size", type=int, default=1000, help="records per transaction (every lane)")
     parser.add_argument("--seed", type=int, default=50)
     parser.add_argument("--modes", default="none,key", help="which orderings, in this order")
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every mode (every other reversed)")
@@ -248,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     stamp = datetime.datetime.now(datetime.UTC)
+    os.environ["AKR_BENCH_CHUNK"] = str(args.chunk_size)
     load_before = [round(x, 2) for x in os.getloadavg()]
     plan = ol.plan(args.records, args.keys, args.seed)
     rounds: list[dict[str, dict]] = []
