@@ -13,7 +13,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
-from airflow_kafka_retry.policy.ordering.entries import MARK, ORDER_HEADER, Mark, key_id
+from airflow_kafka_retry.policy.ordering.entries import MARK, ORDER_HEADER, Location, Mark, key_id
 from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
 
@@ -41,7 +41,9 @@ def make_topology(release_on: str = "dlt") -> Topology:
     )
 
 
-def create_topics(bootstrap: str, topology: Topology, state_policy: str = "compact") -> None:
+def create_topics(
+    bootstrap: str, topology: Topology, state_policy: str = "compact", state_partitions: int = PARTITIONS
+) -> None:
     config = {"bootstrap.servers": bootstrap}
     ensure_topics(topology, config, partitions=PARTITIONS)
     hold, state = topology.hold_topic, topology.order_state_topic
@@ -50,7 +52,7 @@ def create_topics(bootstrap: str, topology: Topology, state_policy: str = "compa
     admin = AdminClient({"bootstrap.servers": bootstrap})
     new = [
         NewTopic(hold, PARTITIONS, 1, config={"retention.ms": "-1"}),
-        NewTopic(state, PARTITIONS, 1, config={"cleanup.policy": state_policy}),
+        NewTopic(state, state_partitions, 1, config={"cleanup.policy": state_policy}),
     ]
     for future in admin.create_topics(new).values():
         future.result(30)
@@ -67,7 +69,14 @@ def options(**overrides) -> DrainOptions:
     return DrainOptions(handler=f"{HANDLER}:handle", batch_size=50, chunk_size=300, **overrides)
 
 
-def drain(bootstrap: str, topology: Topology, done, opts: DrainOptions | None = None, timeout: float = 45.0):
+def drain(
+    bootstrap: str,
+    topology: Topology,
+    done,
+    opts: DrainOptions | None = None,
+    timeout: float = 45.0,
+    in_process: bool = True,
+):
     """Run every tier again and again until ``done()`` and a pass finds nothing to do."""
     config = {"bootstrap.servers": bootstrap}
     give_up = time.monotonic() + timeout
@@ -75,7 +84,9 @@ def drain(bootstrap: str, topology: Topology, done, opts: DrainOptions | None = 
     while True:
         drained = 0
         for tier in topology.tiers:
-            summary = run_local(topology, tier, config, opts or options(), in_process=True)
+            summary = run_local(
+                topology, tier, config, opts or options(), parallelism=PARTITIONS, in_process=in_process
+            )
             assert summary.ok, json.dumps(summary.to_dict()["partitions"], indent=1)[:3000]
             summaries.append(summary)
             drained += summary.to_dict()["totals"]["drained"]
@@ -83,6 +94,12 @@ def drain(bootstrap: str, topology: Topology, done, opts: DrainOptions | None = 
             return summaries
         assert time.monotonic() < give_up, "the tiers did not settle in time"
         time.sleep(0.3)
+
+
+def kid(key: bytes) -> bytes:
+    found = key_id(key)
+    assert found is not None
+    return found
 
 
 def handled(path: str) -> dict[str, list[int]]:
@@ -124,7 +141,13 @@ def test_each_key_keeps_its_order_through_retries_and_dlt(kafka_bootstrap, tmp_p
     dead = {(k, s) for (k, s), n in fails.items() if n == 99}
     expected = len(records) - len(dead)
 
-    summaries = drain(kafka_bootstrap, topology, lambda: sum(map(len, handled(path).values())) >= expected)
+    # in worker processes: every engine builds the partition job, which picks the keeper and marking lanes
+    summaries = drain(
+        kafka_bootstrap,
+        topology,
+        lambda: sum(map(len, handled(path).values())) >= expected,
+        in_process=False,
+    )
 
     seen = handled(path)
     for k in range(keys):
@@ -136,6 +159,7 @@ def test_each_key_keeps_its_order_through_retries_and_dlt(kafka_bootstrap, tmp_p
     assert totals(summaries, "held") > 0
     assert totals(summaries, "released") == totals(summaries, "held")  # every held record came back
     assert totals(summaries, "marks_written") > 0
+    assert summaries[0].to_dict()["totals"]["ordering"]["held"] > 0  # the operator's report shows them
 
 
 def test_release_on_replay_keeps_the_key_blocked_until_released(kafka_bootstrap, tmp_path):
@@ -153,7 +177,7 @@ def test_release_on_replay_keeps_the_key_blocked_until_released(kafka_bootstrap,
 
     dlt = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
     assert len(dlt) == 1
-    release = Mark(key_id(key), "release", None, by="test", reason="fixed by hand")
+    release = Mark(kid(key), "release", None, by="test", reason="fixed by hand")
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     producer.produce(
         topology.hold_topic,
@@ -176,7 +200,7 @@ def test_forged_records_release_nothing(kafka_bootstrap, tmp_path):
     config = {"bootstrap.servers": kafka_bootstrap}
     key = b"acct-7"
     records = [(key, {"k": "acct-7", "s": 0, "f": 99}, None), (key, {"k": "acct-7", "s": 1}, None)]
-    forged = Mark(key_id(key), "release", None, by="forger")
+    forged = Mark(kid(key), "release", None, by="forger")
     records += [(b"acct-8", {"k": "acct-8", "s": 0}, [(ORDER_HEADER, b"held")])]
     records += [(forged.key_id, {"k": "acct-9", "s": 0}, [(ORDER_HEADER, MARK)])]
     produce(kafka_bootstrap, topology.topic, records)
@@ -219,6 +243,56 @@ def test_a_state_topic_without_compaction_is_refused(kafka_bootstrap, tmp_path):
     assert "cleanup.policy=compact" in error, error
 
 
+def test_a_state_topic_with_another_partition_count_is_refused(kafka_bootstrap, tmp_path):
+    ledger.ledger_path(tmp_path)
+    topology = make_topology()
+    create_topics(kafka_bootstrap, topology, state_partitions=1)
+    summary = run_local(topology, topology.tiers[0], {"bootstrap.servers": kafka_bootstrap}, options())
+    error = summary.partitions[0].error
+    assert not summary.ok
+    assert f"{topology.order_state_topic!r} has 1 partitions, the main topic" in error, error
+    assert f"has {PARTITIONS}" in error, error
+
+
+def test_a_state_entry_that_is_not_ours_stops_the_keeper_naming_it(kafka_bootstrap, tmp_path):
+    ledger.ledger_path(tmp_path)
+    topology = make_topology()
+    create_topics(kafka_bootstrap, topology)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topology.order_state_topic, key=kid(b"k"), value=b"{not json", partition=1)
+    assert producer.flush(10) == 0
+    summary = run_local(topology, topology.tiers[0], {"bootstrap.servers": kafka_bootstrap}, options())
+    failed = {p.partition: p.error for p in summary.partitions if p.status != "ok"}
+    assert list(failed) == [1]
+    assert f"{topology.order_state_topic}[1]@0" in failed[1], failed
+
+
+def test_a_lost_hold_topic_stops_the_keeper_naming_the_held_records(kafka_bootstrap, tmp_path):
+    ledger.ledger_path(tmp_path)
+    topology = make_topology()
+    create_topics(kafka_bootstrap, topology)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    produce(
+        kafka_bootstrap,
+        topology.topic,
+        [(b"k", {"k": "k", "s": 0, "f": 99}, None), (b"k", {"k": "k", "s": 1}, None)],
+    )
+    assert run_local(topology, topology.tiers[0], config, options(), in_process=True).ok
+    admin = AdminClient(config)
+    for future in admin.delete_topics([topology.hold_topic]).values():
+        future.result(30)
+    give_up = time.monotonic() + 30
+    while topology.hold_topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < give_up, "the hold topic was not deleted"
+        time.sleep(0.2)
+    summary = run_local(topology, topology.tiers[0], config, options(), in_process=True)
+    errors = [p.error for p in summary.partitions if p.status != "ok"]
+    assert len(errors) == PARTITIONS, errors  # each keeper stops; the one with the held record says so
+    assert all(f"topic {topology.hold_topic!r} does not exist" in e for e in errors), errors
+    (held,) = [e for e in errors if "1 held record(s)" in e]
+    assert "restore the topic, or release their keys (airflow-kafka-retry ordering release)" in held
+
+
 def test_ordering_without_transactions_is_refused(kafka_bootstrap, tmp_path):
     ledger.ledger_path(tmp_path)
     topology = make_topology()
@@ -229,3 +303,72 @@ def test_ordering_without_transactions_is_refused(kafka_bootstrap, tmp_path):
         )
         assert not summary.ok
         assert "ordering: key needs transactional=True" in summary.partitions[0].error
+
+
+@pytest.mark.parametrize("mark_first", [True, False], ids=["mark-first", "record-first"])
+def test_a_replayed_head_in_main_is_the_head_whichever_comes_first(kafka_bootstrap, tmp_path, mark_first):
+    """Under release_on: replay the head is replayed into main: its moved mark and the record race."""
+    path = ledger.ledger_path(tmp_path)
+    topology = make_topology("replay")
+    create_topics(kafka_bootstrap, topology)
+    config = {"bootstrap.servers": kafka_bootstrap}
+    key = b"acct-5"
+    records = [(key, {"k": "acct-5", "s": 0, "fatal": True}, None)]
+    records += [(key, {"k": "acct-5", "s": s}, None) for s in (1, 2)]
+    produce(kafka_bootstrap, topology.topic, records)
+    main = topology.tiers[0]
+    assert run_local(topology, main, config, options(), in_process=True).ok
+    (dead,) = ledger.read_all(kafka_bootstrap, topology.dlt_topic)
+    p = dead.partition()
+
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    replayed: list[int] = []
+
+    def replay_record() -> None:  # the replay's copy, fixed: it succeeds now
+        value = json.dumps({"k": "acct-5", "s": 0}).encode()
+        producer.produce(
+            topology.topic,
+            key=key,
+            value=value,
+            partition=p,
+            on_delivery=lambda e, m: replayed.append(m.offset()),
+        )
+        assert producer.flush(10) == 0
+
+    def moved_mark() -> None:
+        at = Location(dead.topic(), p, dead.offset())
+        mark = Mark(kid(key), "moved", at, Location(topology.topic, p, replayed[0]))
+        producer.produce(
+            topology.hold_topic,
+            key=mark.key_id,
+            value=mark.to_bytes(),
+            partition=p,
+            headers=[(ORDER_HEADER, MARK)],
+        )
+        assert producer.flush(10) == 0
+
+    if mark_first:
+        # the offset the replayed record will take: the main partition's end (nothing else is produced)
+        replayed.append(_end(config, topology.topic, p))
+        moved_mark()
+        assert run_local(topology, main, config, options(), in_process=True).ok
+        predicted = replayed.pop()
+        replay_record()
+        assert replayed == [predicted]
+    else:
+        replay_record()
+        keeper = run_local(topology, main, config, options(), in_process=True)
+        assert totals([keeper], "held") == 1, "the replayed record came before its mark: it waits"
+        moved_mark()
+    drain(kafka_bootstrap, topology, lambda: len(handled(path).get("acct-5", [])) == 3)
+    assert handled(path)["acct-5"] == [0, 1, 2]
+
+
+def _end(config: dict, topic: str, partition: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**config, "group.id": unique_topic("end")})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
+    finally:
+        consumer.close()

@@ -9,6 +9,8 @@ from typing import Any
 from airflow_kafka_retry.engine.drain.distribution import Distribution
 
 DEFAULT_COORDINATE_CAP = 100
+#: What a run under ``ordering: key`` counts per partition (its totals show them when any is non-zero).
+ORDERING_COUNTS = ("held", "released", "marks_written", "marks_ignored")
 #: Errors of retried attempts a partition summary keeps.
 MAX_RETRY_ERRORS = 3
 
@@ -108,10 +110,7 @@ class PartitionSummary:
             "transactions",
             "dead_letters_truncated",
             "retries",
-            "held",
-            "released",
-            "marks_written",
-            "marks_ignored",
+            *ORDERING_COUNTS,
         ):
             setattr(self, name, getattr(self, name) + getattr(later, name))
         self.retry_errors.extend(later.retry_errors[: max(0, MAX_RETRY_ERRORS - len(self.retry_errors))])
@@ -197,7 +196,7 @@ class RunSummary:
             routed.update(p.routed)
             dead.update(p.dead_lettered)
             dlts.update(p.dlt_topics)
-        return {
+        totals: dict[str, Any] = {
             "drained": sum(p.drained for p in self.partitions),
             "succeeded": sum(p.succeeded for p in self.partitions),
             "routed": dict(sorted(routed.items())),
@@ -206,6 +205,10 @@ class RunSummary:
             "dropped": sum(p.dropped for p in self.partitions),
             "failed_partitions": sorted(p.partition for p in self.failed_partitions),
         }
+        ordering = {name: sum(getattr(p, name) for p in self.partitions) for name in ORDERING_COUNTS}
+        if any(ordering.values()):  # ordering: key (docs/ordering.md): what the run held, released, marked
+            totals["ordering"] = ordering
+        return totals
 
     def lateness(self) -> Distribution:
         """Handled minus due time of the run's records (those with a due time), over all partitions."""

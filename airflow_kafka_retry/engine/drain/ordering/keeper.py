@@ -16,6 +16,7 @@ writes for itself (read by its next chunk), so the state and the marks stay the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,17 +98,27 @@ class KeeperLane(HandlingLane):
             call_timeout_s=options.call_timeout_s,
             idle_timeout_s=options.idle_timeout_s,
         )
+        try:
+            self._start(timeout)
+        except BaseException:  # the run never gets this lane to close; its own error goes up
+            with contextlib.suppress(Exception):
+                self.close()
+            raise
+        self._warned = False
+        self._reset()
+
+    def _start(self, timeout: float) -> None:
+        """The refusals of a run's start (``checks.py``), the order book, the hold partition's offset."""
+        run, topology = self.run, self.run.topology
         tiers = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
         state_fix = "create it (cleanup.policy=compact) with the main topic's partition count"
         require_partitions(self.consumer, run, [*tiers, self.state], timeout, {self.state: state_fix})
-        require_compacted(run.kafka_config, self.state, deadlines, timeout)
+        require_compacted(run.kafka_config, self.state, run.deadlines, timeout)
         self.book = self.reader.book(self.state, topology.release_on)
         missing = hold_missing(self.hold, self.book.held_count())
         counts = require_partitions(self.consumer, run, [self.hold], timeout, {self.hold: missing})
-        router.partition_counts = {**router.partition_counts, **counts}  # held copies go to hold[p]
+        self.router.partition_counts = {**self.router.partition_counts, **counts}  # held copies: hold[p]
         self.hold_next = self.reader.committed(self.hold)
-        self._warned = False
-        self._reset()
 
     def _reset(self) -> None:
         self.hold_last: int | None = None  # the last hold record read in this chunk
