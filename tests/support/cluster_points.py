@@ -67,7 +67,8 @@ def _install() -> None:
     original_commit, original_produce = ChunkTransaction.commit, ChunkTransaction._produce
 
     def commit(self, source, routed, bookkeeping=None):
-        _local.partition = source.partition
+        # a keeper commits its main and hold partitions together: the first names the step
+        _local.partition = (source[0] if isinstance(source, list | tuple) else source).partition
         return original_commit(self, source, routed, bookkeeping)
 
     def produce(self, routed, failures):

@@ -45,9 +45,10 @@ def main() -> int:
         _maybe_die("routed", current["source"])
 
     def commit(self, source, routed, bookkeeping=None):
-        current["source"] = source
+        # a keeper commits its main and hold partitions together: the first names the step
+        current["source"] = source[0] if isinstance(source, list | tuple) else source
         original_commit(self, source, routed, bookkeeping)
-        _maybe_die("committed", source)
+        _maybe_die("committed", current["source"])
 
     ChunkTransaction._produce, ChunkTransaction.commit = produce, commit
     return cli.main(sys.argv[1:])
