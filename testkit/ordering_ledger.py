@@ -94,27 +94,11 @@ def handle(records: Sequence[Any]) -> None:
     _append(lines)
 
 
-def ensure_order_topics(bootstrap: str, topology: Any, partitions: int, timeout_s: float = 30.0) -> None:
-    """
-    The topology's topics (``ensure_topics``), and its hold and state topics where those are missing.
-
-    ``<topic>-hold`` (delete, ``retention.ms=-1``) and ``<topic>-order-state`` (compact), with the main
-    topic's partition count and the broker's default replication factor (``docs/ordering.md``).
-    """
-    from confluent_kafka.admin import AdminClient, NewTopic
-
+def ensure_order_topics(bootstrap: str, topology: Any, partitions: int) -> None:
+    """The topology's topics as its setup creates them: the tiers, the DLT, the hold and state topics."""
     from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 
     ensure_topics(topology, {"bootstrap.servers": bootstrap}, partitions=partitions)
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    existing = admin.list_topics(timeout=timeout_s).topics
-    wanted = {
-        topology.hold_topic: {"retention.ms": "-1"},
-        topology.order_state_topic: {"cleanup.policy": "compact"},
-    }
-    new = [NewTopic(t, partitions, -1, config=c) for t, c in wanted.items() if t and t not in existing]
-    for future in admin.create_topics(new).values() if new else ():
-        future.result(timeout_s)
 
 
 # ----------------------------------------------------------------------------- what is produced
