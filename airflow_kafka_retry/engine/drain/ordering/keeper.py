@@ -119,6 +119,8 @@ class KeeperLane(HandlingLane):
         counts = require_partitions(self.consumer, run, [self.hold], timeout, {self.hold: missing})
         self.router.partition_counts = {**self.router.partition_counts, **counts}  # held copies: hold[p]
         self.hold_next = self.reader.committed(self.hold)
+        self.hold_end: int | None = None  # where the last read of the hold partition ended
+        self.own: tuple[int, int] | None = None  # (hold_end, the high watermark) after our last commit
 
     def _reset(self) -> None:
         self.hold_last: int | None = None  # the last hold record read in this chunk
@@ -129,8 +131,11 @@ class KeeperLane(HandlingLane):
     # ------------------------------------------------------------------ a chunk
     def prepare(self, work: ChunkWork) -> None:
         """Apply the new marks of the hold partition; handle the held records of the keys they release."""
+        if self._nothing_new():
+            return
         released: list[tuple[bytes, Held, bool]] = []  # key id, held record, whether it is the head
-        for message in self.reader.scan(self.hold, self.hold_next):
+        messages, self.hold_end = self.reader.tail(self.hold, self.hold_next)
+        for message in messages:
             self.hold_last = offset_of(message)
             if order_kind(headers_of(message)) == MARK:
                 released.extend(self._apply(message, work))
@@ -143,6 +148,22 @@ class KeeperLane(HandlingLane):
             message = HeldMessage(copies[held.hold_offset], self.main, self.p, held.main_offset).as_message()
             items.append(_Item(message, headers_of(message), kid, held.main_offset, held=held, head=head))
         self._run(items, work)
+
+    def _nothing_new(self) -> bool:
+        """
+        Whether the hold partition has nothing new since its last read: one request, not a read to its end.
+
+        Nothing new: the high watermark is where the last read ended, or it is what the keeper's own last
+        commit left (only its held copies, then the commit's marker, since that end): read past at no cost.
+        """
+        high, own, self.own = self.reader.high(self.hold), self.own, None
+        if high == self.hold_end:
+            return True
+        if own is not None and own == (self.hold_end, high):
+            self.hold_end = self.hold_next = high
+            self.hold_last = high - 1  # the next commit commits the hold partition past them
+            return True
+        return False
 
     def _apply(self, message: Message, work: ChunkWork) -> list[tuple[bytes, Held, bool]]:
         where = f"{self.hold}[{self.p}]@{offset_of(message)}"
@@ -253,7 +274,23 @@ class KeeperLane(HandlingLane):
         work.again = bool(self.marks)
         if self.hold_last is not None:
             self.hold_next = self.hold_last + 1
+        self.own = self._own_end()
         self._reset()
+
+    def _own_end(self) -> tuple[int, int] | None:
+        """
+        Where this commit left the hold partition, if it wrote only held copies there: ``(hold_end, high)``.
+
+        The copies follow one another from where the last read ended, so if nothing else is written the
+        partition's next high watermark is past them and the commit's marker. None: the commit wrote its own
+        marks (read back next), or nothing there.
+        """
+        if self.marks or not self.copies or self.hold_end is None:
+            return None
+        offsets = sorted(delivered_at(copy).offset for _, _, copy in self.copies)
+        if offsets != list(range(self.hold_end, self.hold_end + len(offsets))):
+            return None
+        return self.hold_end, offsets[-1] + 2
 
     def _bookkeeping(self, routed: Sequence[RoutedRecord]) -> list[Booked]:
         for kid, home in self.heads:

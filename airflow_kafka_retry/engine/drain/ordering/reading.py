@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from confluent_kafka import TopicPartition
+
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.scan import Scan, committed_offsets
 from airflow_kafka_retry.policy.ordering.book import OrderBook, ReleaseOn
@@ -55,6 +57,30 @@ class SideReader:
             waits_for=f"the leader of {topic}[{self.partition}]",
             start_timeout_s=min(5.0, self.call_timeout_s),
         ).records()
+
+    def tail(self, topic: str, start: int) -> tuple[list[Message], int | None]:
+        """The records of ``topic[partition]`` from ``start`` to its end, and that end (None: not known)."""
+        key = (topic, self.partition)
+        scan = Scan(
+            self.consumer,
+            {key: start},
+            idle_timeout_s=self.idle_timeout_s,
+            deadlines=self.deadlines,
+            waits_for=f"the leader of {topic}[{self.partition}]",
+            start_timeout_s=min(5.0, self.call_timeout_s),
+        )
+        return list(scan.records()), scan.ends.get(key)
+
+    def high(self, topic: str) -> int:
+        """The high watermark of ``topic[partition]`` (one request; read_committed ends at or before it)."""
+        timeout = self.deadlines.timeout(min(5.0, self.call_timeout_s))
+        with self.deadlines.call(
+            "get_watermark_offsets", timeout, f"the leader of {topic}[{self.partition}]"
+        ):
+            _, high = self.consumer.get_watermark_offsets(
+                TopicPartition(topic, self.partition), timeout=timeout, cached=False
+            )
+        return int(high)
 
     def committed(self, topic: str) -> int:
         """The group's committed offset of ``topic[partition]`` (-1: none)."""
