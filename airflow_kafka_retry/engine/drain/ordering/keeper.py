@@ -62,6 +62,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MARK_HEADERS: list[Header] = [(ORDER_HEADER, MARK)]
+#: The side consumer's longest wait for an empty fetch (the drain's is 100 ms).
+SIDE_FETCH_WAIT_MS = 10
 
 
 @dataclass
@@ -88,9 +90,11 @@ class KeeperLane(HandlingLane):
         self.hold, self.state = ordering_topics(topology)
         options, deadlines = run.options, run.deadlines
         timeout = deadlines.timeout(min(10.0, options.call_timeout_s))
-        self.consumer = Consumer(
-            consumer_config(run.kafka_config, options.consumer_group or topology.group_id)
-        )
+        side = consumer_config(run.kafka_config, options.consumer_group or topology.group_id)
+        # its reads (the state, the hold partition) are short and end at the partition's end, which an empty
+        # fetch tells only after fetch.wait.max.ms: every run and every new mark pays it
+        side["fetch.wait.max.ms"] = SIDE_FETCH_WAIT_MS
+        self.consumer = Consumer(side)
         self.reader = SideReader(
             self.consumer,
             self.p,
