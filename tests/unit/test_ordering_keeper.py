@@ -77,7 +77,7 @@ def keeper(fails: set[bytes], calls: list[list[bytes]]) -> KeeperLane:
     )
     lane.main, lane.p = TOPIC, 0
     lane.hold, lane.state = ordering_topics(topology)
-    lane.book, lane._warned = OrderBook(), False
+    lane.book, lane._warned, lane.copied = OrderBook(), False, {}
     lane._reset()
     return lane
 

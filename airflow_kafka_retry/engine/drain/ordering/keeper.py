@@ -34,7 +34,7 @@ from airflow_kafka_retry.engine.drain.ordering.checks import (
 )
 from airflow_kafka_retry.engine.drain.ordering.held import HeldMessage, own_headers
 from airflow_kafka_retry.engine.drain.ordering.marking import delivered_at
-from airflow_kafka_retry.engine.drain.ordering.reading import SideReader
+from airflow_kafka_retry.engine.drain.ordering.reading import HoldTail, SideReader
 from airflow_kafka_retry.engine.drain.transaction import Booked, RoutedRecord
 from airflow_kafka_retry.engine.kafka.clients import consumer_config
 from airflow_kafka_retry.engine.kafka.messages import headers_of, offset_of
@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 MARK_HEADERS: list[Header] = [(ORDER_HEADER, MARK)]
 #: The side consumer's longest wait for an empty fetch (the drain's is 100 ms).
 SIDE_FETCH_WAIT_MS = 10
+#: Main records a run keeps of those it copied to the hold topic, to handle them on release unread.
+COPY_CACHE = 10_000
 
 
 @dataclass
@@ -94,6 +96,7 @@ class KeeperLane(HandlingLane):
         # its reads (the state, the hold partition) are short and end at the partition's end, which an empty
         # fetch tells only after fetch.wait.max.ms: every run and every new mark pays it
         side["fetch.wait.max.ms"] = SIDE_FETCH_WAIT_MS
+        self.side_config = side
         self.consumer = Consumer(side)
         self.reader = SideReader(
             self.consumer,
@@ -123,8 +126,10 @@ class KeeperLane(HandlingLane):
         counts = require_partitions(self.consumer, run, [self.hold], timeout, {self.hold: missing})
         self.router.partition_counts = {**self.router.partition_counts, **counts}  # held copies: hold[p]
         self.hold_next = self.reader.committed(self.hold)
-        self.hold_end: int | None = None  # where the last read of the hold partition ended
-        self.own: tuple[int, int] | None = None  # (hold_end, the high watermark) after our last commit
+        self.tail: HoldTail | None = None  # the hold partition followed after the run's first read
+        #: main records this run copied to the hold topic, by their copy's offset: a release handles them
+        #: without reading the copies back (the oldest go first past COPY_CACHE records)
+        self.copied: dict[int, Message] = {}
 
     def _reset(self) -> None:
         self.hold_last: int | None = None  # the last hold record read in this chunk
@@ -135,39 +140,41 @@ class KeeperLane(HandlingLane):
     # ------------------------------------------------------------------ a chunk
     def prepare(self, work: ChunkWork) -> None:
         """Apply the new marks of the hold partition; handle the held records of the keys they release."""
-        if self._nothing_new():
-            return
         released: list[tuple[bytes, Held, bool]] = []  # key id, held record, whether it is the head
-        messages, self.hold_end = self.reader.tail(self.hold, self.hold_next)
-        for message in messages:
+        for message in self._new_hold_records():
             self.hold_last = offset_of(message)
             if order_kind(headers_of(message)) == MARK:
                 released.extend(self._apply(message, work))
         if self.hold_last is None:
             return
         work.side_work = True
-        copies = self.reader.held(self.hold, [held.hold_offset for _, held, _ in released])
+        unread = [held.hold_offset for _, held, _ in released if held.hold_offset not in self.copied]
+        copies = self.reader.held(self.hold, unread)
         items = []
         for kid, held, head in released:
-            message = HeldMessage(copies[held.hold_offset], self.main, self.p, held.main_offset).as_message()
+            if held.hold_offset in self.copied:  # copied by this run: the main record itself
+                message = self.copied.pop(held.hold_offset)
+            else:
+                copy = copies[held.hold_offset]
+                message = HeldMessage(copy, self.main, self.p, held.main_offset).as_message()
             items.append(_Item(message, headers_of(message), kid, held.main_offset, held=held, head=head))
         self._run(items, work)
 
-    def _nothing_new(self) -> bool:
+    def _new_hold_records(self) -> list[Message]:
         """
-        Whether the hold partition has nothing new since its last read: one request, not a read to its end.
+        The hold partition's records since the last read: the run's first read goes to its end.
 
-        Nothing new: the high watermark is where the last read ended, or it is what the keeper's own last
-        commit left (only its held copies, then the commit's marker, since that end): read past at no cost.
+        Then the partition stays assigned to a consumer of its own, whose fetches run in the background: each
+        chunk takes what they brought, at no wait. A mark they did not bring yet is read by the next chunk, or
+        the next run (the watcher sees it past the committed offset).
         """
-        high, own, self.own = self.reader.high(self.hold), self.own, None
-        if high == self.hold_end:
-            return True
-        if own is not None and own == (self.hold_end, high):
-            self.hold_end = self.hold_next = high
-            self.hold_last = high - 1  # the next commit commits the hold partition past them
-            return True
-        return False
+        if self.tail is not None:
+            return self.tail.take()
+        messages, end = self.reader.tail(self.hold, self.hold_next)
+        start = offset_of(messages[-1]) + 1 if messages else end
+        self.tail = HoldTail(self.side_config, self.hold, self.p, self.run.deadlines)
+        self.tail.start(start if start is not None else self.hold_next)
+        return messages
 
     def _apply(self, message: Message, work: ChunkWork) -> list[tuple[bytes, Held, bool]]:
         where = f"{self.hold}[{self.p}]@{offset_of(message)}"
@@ -278,29 +285,17 @@ class KeeperLane(HandlingLane):
         work.again = bool(self.marks)
         if self.hold_last is not None:
             self.hold_next = self.hold_last + 1
-        self.own = self._own_end()
         self._reset()
-
-    def _own_end(self) -> tuple[int, int] | None:
-        """
-        Where this commit left the hold partition, if it wrote only held copies there: ``(hold_end, high)``.
-
-        The copies follow one another from where the last read ended, so if nothing else is written the
-        partition's next high watermark is past them and the commit's marker. None: the commit wrote its own
-        marks (read back next), or nothing there.
-        """
-        if self.marks or not self.copies or self.hold_end is None:
-            return None
-        offsets = sorted(delivered_at(copy).offset for _, _, copy in self.copies)
-        if offsets != list(range(self.hold_end, self.hold_end + len(offsets))):
-            return None
-        return self.hold_end, offsets[-1] + 2
 
     def _bookkeeping(self, routed: Sequence[RoutedRecord]) -> list[Booked]:
         for kid, home in self.heads:
             self.book.place_head(kid, delivered_at(home))
         for kid, main_offset, copy in self.copies:
-            self.book.place_held(kid, main_offset, delivered_at(copy).offset)
+            offset = delivered_at(copy).offset
+            self.book.place_held(kid, main_offset, offset)
+            self.copied[offset] = copy.source
+            if len(self.copied) > COPY_CACHE:
+                del self.copied[next(iter(self.copied))]
         out = [Booked(self.hold, m.key_id, m.to_bytes(), self.p, MARK_HEADERS) for m in self.marks]
         out += [Booked(self.state, kid, value, self.p) for kid, value in self.book.changes()]
         return out
@@ -308,3 +303,5 @@ class KeeperLane(HandlingLane):
     def close(self) -> None:
         with self.run.deadlines.call("close", self.run.options.call_timeout_s, "the group coordinator"):
             self.consumer.close()
+            if self.tail is not None:
+                self.tail.close()

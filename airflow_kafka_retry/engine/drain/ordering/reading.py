@@ -7,18 +7,18 @@ run's deadlines and idle timeout.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from airflow_kafka_retry.engine.kafka.messages import offset_of
-from airflow_kafka_retry.engine.kafka.scan import Scan, committed_offsets
+from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
 from airflow_kafka_retry.policy.ordering.book import OrderBook, ReleaseOn
 from airflow_kafka_retry.policy.ordering.entries import KEY_ID_BYTES, BlockedKey, OrderStateError
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer, Message
+    from confluent_kafka import Message
 
     from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 
@@ -71,17 +71,6 @@ class SideReader:
         )
         return list(scan.records()), scan.ends.get(key)
 
-    def high(self, topic: str) -> int:
-        """The high watermark of ``topic[partition]`` (one request; read_committed ends at or before it)."""
-        timeout = self.deadlines.timeout(min(5.0, self.call_timeout_s))
-        with self.deadlines.call(
-            "get_watermark_offsets", timeout, f"the leader of {topic}[{self.partition}]"
-        ):
-            _, high = self.consumer.get_watermark_offsets(
-                TopicPartition(topic, self.partition), timeout=timeout, cached=False
-            )
-        return int(high)
-
     def committed(self, topic: str) -> int:
         """The group's committed offset of ``topic[partition]`` (-1: none)."""
         timeout = self.deadlines.timeout(self.call_timeout_s)
@@ -127,6 +116,46 @@ class SideReader:
             )
         return found
 
+
+class HoldTail:
+    """
+    A hold partition followed by a consumer of its own, never unassigned: its fetches run in the background.
+
+    :meth:`take` returns what they brought since, without waiting (read_committed, so only committed marks).
+    """
+
+    def __init__(
+        self, config: Mapping[str, Any], topic: str, partition: int, deadlines: CallDeadlines
+    ) -> None:
+        self.topic, self.partition, self.deadlines = topic, partition, deadlines
+        self.consumer = Consumer(dict(config))
+
+    def start(self, offset: int) -> None:
+        """Follow the partition from ``offset`` (negative: its beginning)."""
+        self.consumer.assign([TopicPartition(self.topic, self.partition, max(offset, OFFSET_BEGINNING))])
+
+    def take(self) -> list[Message]:
+        """The records fetched since the last take, in order; a fetch error raises, naming the partition."""
+        out: list[Message] = []
+        while True:
+            with self.deadlines.call("consume", 5.0, f"the leader of {self.topic}[{self.partition}]"):
+                batch = self.consumer.consume(_TAKE, timeout=0)
+            for message in batch:
+                error = message.error()
+                if error is None:
+                    out.append(message)
+                elif error.code() != KafkaError._PARTITION_EOF:
+                    keys = [(self.topic, self.partition)]
+                    raise ReadError(f"{self.topic}[{self.partition}]: read failed: {error}", keys, error)
+            if len(batch) < _TAKE:
+                return out
+
+    def close(self) -> None:
+        with self.deadlines.call("close", 10.0, "the group coordinator"):
+            self.consumer.close()
+
+
+_TAKE = 500
 
 #: Held copies further apart than this are read in separate scans (a seek each) rather than read through.
 _GAP = 1000
