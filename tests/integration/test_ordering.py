@@ -135,8 +135,14 @@ def test_each_key_keeps_its_order_through_retries_and_dlt(kafka_bootstrap, tmp_p
         elif k % 10 == 3:
             fails[(k, 0)] = 1  # the first and the second fail once each
             fails[(k, 1)] = 1
+
+    def key_bytes(k: int) -> bytes:  # every tenth key binary and 8 KB long: its key id names it in the state
+        return b"\x00\xff" + k.to_bytes(2, "big") * 4000 if k % 10 == 4 else f"key-{k}".encode()
+
+    for k in range(4, keys, 10):
+        fails[(k, 4)] = 2
     records = [
-        (f"key-{k}".encode(), {"k": f"key-{k}", "s": s, "f": fails.get((k, s), 0)}, None)
+        (key_bytes(k), {"k": f"key-{k}", "s": s, "f": fails.get((k, s), 0)}, None)
         for s in range(per_key)
         for k in range(keys)
     ]
