@@ -8,7 +8,8 @@ DAG file arguments, side by side:
 * ``readme``: the arguments README.md's DAG file passes (``dags/example_retry_tiers.py``): a value
   deserializer, two DLT notifiers (``DltLogNotifier`` and Airflow's ``SmtpNotifier``, a ``BaseNotifier``
   as ``SlackNotifier`` is), ``asset_server``, ``default_args`` with an owner, retries, a retry delay and a
-  notifier as ``on_failure_callback``, and tags.
+  notifier as ``on_failure_callback``, and tags;
+* ``on_dlt``, ``asset_server``, ``default_args``: one of those alone, to tell what each costs.
 """
 
 from __future__ import annotations
@@ -21,32 +22,41 @@ group_id: {name}-svc
 attempts: 4
 backoff: {{kind: custom, delays: [30s, 60s, 120s]}}
 """
-#: The argument sets: (imports, keyword arguments) a DAG file adds to its call.
-ARGUMENTS: dict[str, tuple[str, str]] = {
-    "plain": ("", ""),
-    "readme": (
-        """\
+#: What README.md's DAG file imports for its arguments.
+README_IMPORTS = """\
 from datetime import timedelta
 
 from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
 from airflow_kafka_retry.notifications.dlt_log import DltLogNotifier
-""",
-        """
-        value_deserializer="handlers.orders:decode",
+"""
+#: README.md's DAG file arguments, one by one (keyword arguments of the call).
+README_ARGUMENTS = {
+    "value_deserializer": """
+        value_deserializer="handlers.orders:decode",""",
+    "on_dlt": """
         on_dlt=[
             DltLogNotifier(),
             SmtpNotifier(from_email="airflow@example.com", to="orders-team@example.com"),
-        ],
-        asset_server="kafka:9092",
+        ],""",
+    "asset_server": """
+        asset_server="kafka:9092",""",
+    "default_args": """
         default_args={
             "owner": "orders-team",
             "retries": 1,
             "retry_delay": timedelta(seconds=30),
             "on_failure_callback": SmtpNotifier(from_email="airflow@example.com", to="oncall@example.com"),
-        },
+        },""",
+    "tags": """
         tags=["orders"],""",
-    ),
+}
+#: The argument sets: (imports, keyword arguments) a DAG file adds to its call. ``plain``: none; ``readme``:
+#: all of README.md's; ``on_dlt``, ``asset_server``, ``default_args``: that one alone (what each costs).
+ARGUMENTS: dict[str, tuple[str, str]] = {
+    "plain": ("", ""),
+    "readme": (README_IMPORTS, "".join(README_ARGUMENTS.values())),
+    **{name: (README_IMPORTS, README_ARGUMENTS[name]) for name in ("on_dlt", "asset_server", "default_args")},
 }
 DAG_FILE = """\
 {imports}from airflow_kafka_retry import build_retry_dags
