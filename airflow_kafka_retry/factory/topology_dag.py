@@ -179,6 +179,6 @@ def topology_dag(
                     max_active_tis_per_dag=1,
                 )
             )
-        # one call: each ``>>`` checks that both sides share a DAG by hashing the DAG (default_args and all)
+        # one call: each ``>>`` checks that both sides share a DAG by hashing it (its schedule, its task ids)
         due >> lane_tasks
     return dag
