@@ -45,5 +45,5 @@ def reprocess_outlets(topology_path: str, tier: int | str, server: str) -> dict[
     from airflow_kafka_retry.policy.topology.file import load_topology_from
 
     topology = load_topology_from(str(topology_path))  # a local file, or an fsspec URL (a Spark deployment's)
-    assets = topology_assets(topology, server)
-    return {topic: assets[topic] for topic in topology.destinations_from(topology.select(tier))}
+    # only the assets it declares: a DAG file makes them for every tier's task at every parse
+    return {topic: topic_asset(server, topic) for topic in topology.destinations_from(topology.select(tier))}

@@ -26,9 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.factory.connections import role_connections
 from airflow_kafka_retry.factory.retry_dags import SETUP_SUFFIX, build_retry_dags
+from airflow_kafka_retry.policy.topology.file import load_topology
 
 if TYPE_CHECKING:
     from airflow.sdk import DAG
+
+    from airflow_kafka_retry.policy.topology.model import Topology
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +99,10 @@ def build_retry_dags_from_folder(
         if wanted is not None and wanted not in _dag_ids(path, kwargs):
             continue  # a task process of another topology's DAG
         try:
-            own = _own_overrides(path, overrides)
+            topology = load_topology(path)  # once: every step below takes the loaded topology
+            own = _own_overrides(topology, overrides)
             built = build_retry_dags(
-                path, handler=_handler_of(path, handler), tier_overrides=own or None, **kwargs
+                topology, handler=_handler_of(topology, handler), tier_overrides=own or None, **kwargs
             )
             for dag_id in built:
                 if dag_id in dags:
@@ -155,10 +159,9 @@ def _parsing_dag_id() -> str | None:
 def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
     """Every DAG id the topology in ``path`` may get (a file that cannot be loaded: none)."""
     from airflow_kafka_retry.policy.errors import TopologyError
-    from airflow_kafka_retry.policy.topology.file import load_topology
 
     try:
-        topology = load_topology(path)  # cached: build_retry_dags loads it again for free
+        topology = load_topology(path)  # cached: the build loads it again for free
     except (TopologyError, OSError):
         return set()
     template = kwargs.get("dag_id_template", "kafka_retry__{topic}")
@@ -166,20 +169,15 @@ def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
     return {template.format(topic=t) for t in topics} | {template.format(topic=topology.topic) + SETUP_SUFFIX}
 
 
-def _handler_of(path: Path, handler: str | None) -> str | None:
+def _handler_of(topology: Topology, handler: str | None) -> str | None:
     """The folder's handler for a topology that handles its due records; None under ``on_due: redeliver``."""
-    from airflow_kafka_retry.policy.topology.file import load_topology
-
-    return None if load_topology(path).on_due == "redeliver" else handler  # cached: loaded once per file
+    return None if topology.on_due == "redeliver" else handler
 
 
-def _own_overrides(path: Path, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """The entries of ``overrides`` whose key is a topic of the topology in ``path``."""
+def _own_overrides(topology: Topology, overrides: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The entries of ``overrides`` whose key is a topic of ``topology``."""
     if not overrides:
         return {}
-    from airflow_kafka_retry.policy.topology.file import load_topology
-
-    topology = load_topology(path)  # cached: build_retry_dags loads it again for free
     topics = {t.topic for t in (*topology.tiers, *topology.dlt_tiers)}
     return {topic: value for topic, value in overrides.items() if topic in topics}
 

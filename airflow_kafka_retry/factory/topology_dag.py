@@ -155,9 +155,9 @@ def topology_dag(
             setup_task=SETUP_TASK_ID,
             watched_asset=watched.uri,
         )
-        due >> setup_task(path, roles.setup, kwargs, max_active_tis_per_dag=1)
-        for tier in tiers:
-            due >> reprocess_task(
+        lane_tasks = [setup_task(path, roles.setup, kwargs, max_active_tis_per_dag=1)]
+        lane_tasks += [
+            reprocess_task(
                 lane_id(tier),
                 path,
                 tier,
@@ -166,13 +166,19 @@ def topology_dag(
                 **reprocess,
                 max_active_tis_per_dag=1,
             )
+            for tier in tiers
+        ]
         if any(lane["name"] == WATCH_TASK_ID for lane in lanes):
-            due >> DltWatchOperator(
-                task_id=WATCH_TASK_ID,
-                topology=path,
-                kafka_conn_id=roles.dlt_watch,
-                on_dlt=reprocess["on_dlt"],
-                skip_missing_topics=True,
-                max_active_tis_per_dag=1,
+            lane_tasks.append(
+                DltWatchOperator(
+                    task_id=WATCH_TASK_ID,
+                    topology=path,
+                    kafka_conn_id=roles.dlt_watch,
+                    on_dlt=reprocess["on_dlt"],
+                    skip_missing_topics=True,
+                    max_active_tis_per_dag=1,
+                )
             )
+        # one call: each ``>>`` checks that both sides share a DAG by hashing it (its schedule, its task ids)
+        due >> lane_tasks
     return dag
