@@ -571,7 +571,9 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
         batch_size=10,
         chunk_size=CHUNK,
         call_timeout_s=CALL_TIMEOUT_S,
-        broker_retry_s=BROKER_RETRY_S,
+        # the keeper's attempts also need the leaders of its hold and state partitions, each of which may be
+        # elected anew after the kill: three times the others' budget (15 s ran out on a loaded CI machine)
+        broker_retry_s=3 * BROKER_RETRY_S,
     )
     did = _key_ordered_drain_losing_its_leader(cluster, tmp_path, topology, opts)
     monkeypatch.delenv("AKR_POINT_DIR")
