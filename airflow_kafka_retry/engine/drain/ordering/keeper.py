@@ -121,7 +121,8 @@ class KeeperLane(HandlingLane):
         state_fix = "create it (cleanup.policy=compact) with the main topic's partition count"
         require_partitions(self.consumer, run, [*tiers, self.state], timeout, {self.state: state_fix})
         require_compacted(run.kafka_config, self.state, run.deadlines, timeout)
-        self.book = self.reader.book(self.state, topology.release_on)
+        cluster = str(run.kafka_config.get("bootstrap.servers", ""))
+        self.book = self.reader.book(self.state, topology.release_on, cluster)
         missing = hold_missing(self.hold, self.book.held_count())
         counts = require_partitions(self.consumer, run, [self.hold], timeout, {self.hold: missing})
         self.router.partition_counts = {**self.router.partition_counts, **counts}  # held copies: hold[p]

@@ -7,6 +7,7 @@ run's deadlines and idle timeout.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -83,10 +84,23 @@ class SideReader:
         )
         return max(-1, found[0].offset)
 
-    def book(self, topic: str, release_on: ReleaseOn) -> OrderBook:
-        """The order book of the partition, from the state topic read to its end."""
+    def book(self, topic: str, release_on: ReleaseOn, cluster: str) -> OrderBook:
+        """
+        The order book of the partition, from the state topic read to its end.
+
+        A process keeps what it read of each state partition (``cluster``: which cluster's), so a later run
+        reads only what was written since: the state topic keeps every entry until its segments are compacted,
+        and reading them all at each run's start costs more with every chunk the keepers committed.
+        """
+        key = (cluster, topic, self.partition)
+        with _BOOKS_LOCK:
+            known, start = _BOOKS.get(key, ({}, -1))
+        messages, end = self.tail(topic, start)
+        if messages and start >= 0 and offset_of(messages[0]) < start:  # the topic was made again: from 0
+            known = {}
         book = OrderBook(release_on)
-        for message in self.scan(topic, -1):
+        book.entries = dict(known)
+        for message in messages:
             where = f"{topic}[{self.partition}]@{offset_of(message)}"
             kid, value = message.key(), message.value()
             if not isinstance(kid, bytes) or len(kid) != KEY_ID_BYTES:
@@ -94,6 +108,9 @@ class SideReader:
                     f"{where}: a state entry's record key must be a {KEY_ID_BYTES}-byte key id"
                 )
             book.load(kid, None if value is None else BlockedKey.from_bytes(value, where))
+        position = end if end is not None else (offset_of(messages[-1]) + 1 if messages else start)
+        with _BOOKS_LOCK:
+            _BOOKS[key] = (dict(book.entries), position)
         return book
 
     def held(self, topic: str, offsets: Iterable[int]) -> dict[int, Message]:
@@ -115,6 +132,11 @@ class SideReader:
                 "ordering release)"
             )
         return found
+
+
+#: What this process read of each state partition: (cluster, topic, partition) -> (entries, next offset).
+_BOOKS: dict[tuple[str, str, int], tuple[dict[bytes, BlockedKey], int]] = {}
+_BOOKS_LOCK = threading.Lock()
 
 
 class HoldTail:
