@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
@@ -108,7 +109,7 @@ def _settled(path: str, wanted: set[F.Record], deadline: float) -> bool:
 def run_mode(bootstrap: str, ordering: str, plan: ol.Plan, args: argparse.Namespace, folder: Path) -> dict:
     topology = Topology.from_mapping(mapping(unique_topic(f"ledger-{ordering}"), ordering), source="bench")
     config = {"bootstrap.servers": bootstrap}
-    ol.ensure_order_topics(bootstrap, topology, args.partitions)
+    ensure_topics(topology, {"bootstrap.servers": bootstrap}, partitions=args.partitions)
     path = str(folder / f"{ordering}.txt")
     open(path, "w").close()
     os.environ[ol.LEDGER_ENV], os.environ[ol.SEED_ENV] = (

@@ -94,13 +94,6 @@ def handle(records: Sequence[Any]) -> None:
     _append(lines)
 
 
-def ensure_order_topics(bootstrap: str, topology: Any, partitions: int) -> None:
-    """The topology's topics as its setup creates them: the tiers, the DLT, the hold and state topics."""
-    from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-
-    ensure_topics(topology, {"bootstrap.servers": bootstrap}, partitions=partitions)
-
-
 # ----------------------------------------------------------------------------- what is produced
 @dataclass
 class Plan:

@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import KafkaException
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
@@ -563,7 +564,7 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
         source=f"<cluster ordering {topic}>",
     )
     config = {"bootstrap.servers": cluster.bootstrap}
-    ol.ensure_order_topics(cluster.bootstrap, topology, PARTITIONS)
+    ensure_topics(topology, {"bootstrap.servers": cluster.bootstrap}, partitions=PARTITIONS)
     plan = ol.plan(1_200, 120, seed)
     ol.produce(cluster.bootstrap, topic, plan.records)
     opts = DrainOptions(

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
@@ -75,7 +76,7 @@ def test_a_drain_killed_mid_chunk_keeps_every_keys_order(kafka_bootstrap, tmp_pa
     topology_file = tmp_path / "topology.yaml"
     topology = _topology_file(topology_file)
     config = {"bootstrap.servers": kafka_bootstrap}
-    ol.ensure_order_topics(kafka_bootstrap, topology, PARTITIONS)
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS)
     plan = ol.plan(RECORDS, KEYS, SEED)
     ol.produce(kafka_bootstrap, topology.topic, plan.records)
     options = {

@@ -14,6 +14,7 @@ from collections import Counter
 import pytest
 
 from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
@@ -52,7 +53,7 @@ def test_every_key_keeps_its_order_and_nothing_is_lost_or_doubled(kafka_bootstra
     monkeypatch.setenv(ol.SEED_ENV, str(SEED))
     topology = key_ordered_topology("ordered")
     config = {"bootstrap.servers": kafka_bootstrap}
-    ol.ensure_order_topics(kafka_bootstrap, topology, PARTITIONS)
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=PARTITIONS)
     plan = ol.plan(RECORDS, KEYS, SEED)
     ol.produce(kafka_bootstrap, topology.topic, plan.records)
     options = DrainOptions(handler=ol.HANDLER, batch_size=50, chunk_size=500)

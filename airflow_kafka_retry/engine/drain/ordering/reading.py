@@ -48,6 +48,14 @@ class SideReader:
 
     def scan(self, topic: str, start: int, end: int | None = None) -> Iterable[Message]:
         """The records of ``topic[partition]`` from ``start`` (negative: the first) to its end or ``end``."""
+        return self._scan(topic, start, end).records()
+
+    def tail(self, topic: str, start: int) -> tuple[list[Message], int | None]:
+        """The records of ``topic[partition]`` from ``start`` to its end, and that end (None: not known)."""
+        scan = self._scan(topic, start)
+        return list(scan.records()), scan.ends.get((topic, self.partition))
+
+    def _scan(self, topic: str, start: int, end: int | None = None) -> Scan:
         key = (topic, self.partition)
         return Scan(
             self.consumer,
@@ -57,20 +65,7 @@ class SideReader:
             deadlines=self.deadlines,
             waits_for=f"the leader of {topic}[{self.partition}]",
             start_timeout_s=min(5.0, self.call_timeout_s),
-        ).records()
-
-    def tail(self, topic: str, start: int) -> tuple[list[Message], int | None]:
-        """The records of ``topic[partition]`` from ``start`` to its end, and that end (None: not known)."""
-        key = (topic, self.partition)
-        scan = Scan(
-            self.consumer,
-            {key: start},
-            idle_timeout_s=self.idle_timeout_s,
-            deadlines=self.deadlines,
-            waits_for=f"the leader of {topic}[{self.partition}]",
-            start_timeout_s=min(5.0, self.call_timeout_s),
         )
-        return list(scan.records()), scan.ends.get(key)
 
     def committed(self, topic: str) -> int:
         """The group's committed offset of ``topic[partition]`` (-1: none)."""
