@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from airflow_kafka_retry.engine.heads.head_watch import HeadWatch
+from airflow_kafka_retry.operators.dlt_watch import watched_topics
 from airflow_kafka_retry.plugin.scans import read_topology
 from airflow_kafka_retry.plugin.settings import ViewSettings
 from airflow_kafka_retry.policy.client_names import watch_group
@@ -64,17 +65,18 @@ def _cases() -> list:
     ]
 
 
-def _lanes(topology: Topology) -> list[tuple[str, str, bool]]:
-    """The watcher's lanes as the factory builds them: (topic, group, read_due)."""
-    tiers = [(t.topic, topology.consumer_group(t), True) for t in topology.tiers]
-    return [*tiers, (topology.dlt_topic, watch_group(topology.group_id), False)]
+def _lanes(topology: Topology) -> list[tuple[list[str], str, bool, list[str]]]:
+    """The watcher's lanes as the factory builds them: (topics, group, read_due, optional topics)."""
+    tiers = [([t.topic], topology.consumer_group(t), True, []) for t in topology.tiers]
+    dead, optional = watched_topics(topology)  # the DLT lane: the DLTs, and the parking topic once it exists
+    return [*tiers, (dead, watch_group(topology.group_id), False, optional)]
 
 
 def _watcher_errors(topology: Topology, config: dict) -> list[str]:
     errors = []
-    for topic, group, read_due in _lanes(topology):
+    for topics, group, read_due, optional in _lanes(topology):
         try:
-            watch = HeadWatch(config, [topic], group, read_due=read_due)
+            watch = HeadWatch(config, topics, group, read_due=read_due, optional=optional)
             try:
                 watch.sync_committed()
             finally:

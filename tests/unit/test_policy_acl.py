@@ -92,6 +92,9 @@ def test_setup_watchers_dlt_watch_and_view_only_read_or_create():
     assert {b.operation for b in bindings if b.role != "setup"} == {"READ", "DESCRIBE"}
     assert ("group", "svc-dlt-watch", "literal", "READ") in _set(bindings, "dlt_watch")
     assert ("group", "svc-dlt-watch", "literal", "DESCRIBE") in _set(bindings, "watcher")
+    # the watcher's DLT lane watches what the DLT watch counts: the parking topic too, once it exists
+    dead = {n for kind, n, _, op in _set(bindings, "dlt_watch") if kind == "topic"}
+    assert dead <= {n for kind, n, _, op in _set(bindings, "watcher") if kind == "topic" and op == "READ"}
     assert {n for _, n, _, op in _set(bindings, "setup") if op == "CREATE"} == {
         "orders",
         "orders-retry-1",

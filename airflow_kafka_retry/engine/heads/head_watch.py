@@ -25,7 +25,6 @@ triggers call this from a worker thread (blocking calls) or directly (:meth:`pol
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -35,7 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 from airflow_kafka_retry.engine.heads.own_consumer import PrivateConsumer
 from airflow_kafka_retry.engine.heads.peek import PartitionHead, TierPeek
 from airflow_kafka_retry.engine.heads.shared_consumer import ConsumerBroken, Lease, lease
-from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError
+from airflow_kafka_retry.engine.kafka.clients import KafkaConfigError, TopicsMissing
 from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS, read_due_ms
 from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
@@ -126,8 +125,12 @@ class HeadWatch:
         except KafkaConfigError as exc:
             raise HeadWatchError(self._named(str(exc), exc)) from exc
         for topic in self.optional:
-            with contextlib.suppress(KafkaConfigError):  # not there yet: looked for again at the next sync
+            try:
                 counts.update(self._client.partition_counts([topic]))
+            except TopicsMissing:  # not there yet: looked for again at the next sync
+                continue
+            except KafkaConfigError as exc:  # there, but not to be read: the lane's error, naming the ACL
+                raise HeadWatchError(self._named(str(exc), exc)) from exc
         keys = [(t, p) for t in self.topics if t in counts for p in range(counts[t])]
         new = [k for k in keys if k not in self.committed]
         if new:

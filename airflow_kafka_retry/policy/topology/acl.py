@@ -244,6 +244,10 @@ def _watcher(topology: Topology, scope: AclScope) -> list[AclBinding]:
         out.append(AclBinding("watcher", "topic", topology.hold_topic, "literal", "READ", "marks start main"))
     for tier in topology.dlt_tiers:
         out.append(AclBinding("watcher", "topic", tier.topic, "literal", "READ", "the DLT's head"))
+    if topology.dlt_tiers:  # the DLT lane also watches these once they exist (operators/dlt_watch.py)
+        parking = [topology.parking_topic] if topology.parking_topic else []
+        for topic in [*parking, *topology.dead_letter_queue_topics]:
+            out.append(AclBinding("watcher", "topic", topic, "literal", "READ", "new dead letters"))
     if topology.dlt_tiers:
         group = scope.watch_group or watch_group(topology.group_id)
         out.append(AclBinding("watcher", "group", group, "literal", "DESCRIBE", "the DLT watch's committed"))
