@@ -66,12 +66,12 @@ def redrive_dags(
         :data:`REDRIVE_SUFFIX`.
     :param kafka_conn_id: the ``replay`` role's connection.
     """
+    if not topology.redrive:
+        return {}
     from airflow.sdk import chain
 
     from airflow_kafka_retry.operators.redrive import RedriveOperator
 
-    if not topology.redrive:
-        return {}
     period = redrive_period(topology, min_schedule)
     names = ", ".join(p.name for p in topology.redrive)
     description = f"Kafka retry: scheduled redrives of {topology.topic}'s dead letters ({names})"

@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.common.compat.sdk import AirflowSkipException
 from airflow.sdk import BaseOperator
 
-from airflow_kafka_retry.dlt.redrive import run_round
-from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-from airflow_kafka_retry.operators.replay_dlt import as_flag, run_budget_s
+from airflow_kafka_retry.hooks import DEFAULT_KAFKA_CONN_ID
 from airflow_kafka_retry.operators.supervisor_watch import stop_when_supervisor_dies
 from airflow_kafka_retry.policy.redrive.rounds import due
 from airflow_kafka_retry.policy.topology.file import load_topology
@@ -55,7 +53,7 @@ class RedriveOperator(BaseOperator):
         *,
         topology: str | Topology,
         policy: str,
-        kafka_conn_id: str = KafkaRetryHook.default_conn_name,
+        kafka_conn_id: str = DEFAULT_KAFKA_CONN_ID,
         period: timedelta | None = None,
         dry_run: bool | str = False,
         chunk_size: int = 100,
@@ -81,6 +79,11 @@ class RedriveOperator(BaseOperator):
         )
 
     def execute(self, context: Context) -> dict[str, Any]:
+        # here, not at the top: a DAG file's parse loads no Kafka client
+        from airflow_kafka_retry.dlt.redrive import run_round
+        from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+        from airflow_kafka_retry.operators.replay_dlt import as_flag, run_budget_s
+
         topology = self.topology if isinstance(self.topology, Topology) else load_topology(self.topology)
         policy = self._policy(topology)
         run = context["dag_run"]

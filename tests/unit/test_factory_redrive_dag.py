@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 from airflow.providers.common.compat.sdk import AirflowSkipException
 
+from airflow_kafka_retry.dlt import redrive as redrive_module
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags
-from airflow_kafka_retry.operators import redrive as operator_module
+from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 from airflow_kafka_retry.operators.redrive import RedriveOperator
 
 REPO = Path(__file__).parents[2]
@@ -68,8 +69,8 @@ def _run(monkeypatch, topology_file, *, at: datetime, run_type: str, period=time
         seen.update(policy=policy.name, **kwargs)
         return SimpleNamespace(status="done", to_dict=lambda: {"round_id": "r"})
 
-    monkeypatch.setattr(operator_module, "run_round", fake_round)
-    monkeypatch.setattr(operator_module.KafkaRetryHook, "kafka_config", lambda self: {})
+    monkeypatch.setattr(redrive_module, "run_round", fake_round)
+    monkeypatch.setattr(KafkaRetryHook, "kafka_config", lambda self: {})
     op = RedriveOperator(task_id="t", topology=topology_file, policy="timeouts", period=period)
     ti = SimpleNamespace(dag_id="d", run_id="run", task_id="t")
     context = {"dag_run": SimpleNamespace(run_after=at, run_type=run_type), "ti": ti}
