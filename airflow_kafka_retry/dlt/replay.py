@@ -47,12 +47,7 @@ from airflow_kafka_retry.dlt.replay_control import RunControl, run_control
 from airflow_kafka_retry.dlt.replay_marks import check_hold_partitions
 from airflow_kafka_retry.dlt.replay_moves import TIMEOUT_S, ReplayMoves
 from airflow_kafka_retry.dlt.replay_request import ReplayRequest, check_replay_id, new_replay_id
-from airflow_kafka_retry.dlt.replay_select import (
-    Candidate,
-    RecordEdit,
-    check_targets,
-    select_candidates,
-)
+from airflow_kafka_retry.dlt.replay_select import RecordEdit, check_targets, select_candidates
 from airflow_kafka_retry.dlt.replay_targets import check_target_spec, source_topic
 from airflow_kafka_retry.dlt.summary import ReplaySummary
 from airflow_kafka_retry.dlt.transform import Transform, load_transform, resolve_transform
@@ -85,6 +80,7 @@ from airflow_kafka_retry.policy.timing.pacing import paced_chunk, parse_rate
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.dlt.filters import ReplayFilter
+    from airflow_kafka_retry.dlt.replay_select import Candidate, Selector
     from airflow_kafka_retry.policy.topology.model import Topology
 
 
@@ -114,6 +110,9 @@ class Replay:
     :param max_run_s: the run's deadline, seconds from its start: a rate held past it ends the run cleanly
         (status ``stopped``) at the last chunk boundary before it.
     :param airflow: the DAG, run and task that started the replay, for its status (None: not Airflow).
+    :param selector: a redrive round's say on each record and its log entry (``dlt/redrive.py``).
+    :param log_idle: False: a first run that finds nothing to move writes nothing to the replay log (a
+        redrive round every hour would otherwise log a plan and a status per round for ever).
     """
 
     def __init__(
@@ -135,6 +134,8 @@ class Replay:
         rate: Any = None,
         max_run_s: float | None = None,
         airflow: Mapping[str, Any] | None = None,
+        selector: Selector | None = None,
+        log_idle: bool = True,
     ) -> None:
         if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
             raise ReplayError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
@@ -170,7 +171,9 @@ class Replay:
             self.transform,
             self.allowed_targets,
             check_mode(request.framework_headers),
+            selector,
         )
+        self.log_idle = log_idle
         self.moves = ReplayMoves(
             self.replay_id, self.source, self.log_topic, self.edit, clock, chunk_size, move_cap
         )
@@ -283,7 +286,7 @@ class Replay:
                 if producer is None:
                     for c in (c for c in candidates if not c.moved_before):
                         summary.add_move(c.planned(), self.move_cap)
-                else:
+                elif candidates or self.log_idle or "ends" in plan:
                     control = run_control(self, deadlines, replay_log, summary)
                     self._write(
                         dataclasses.replace(moves, boundary=control.boundary, progress=control.progress),

@@ -128,12 +128,13 @@ class ReplayMoves:
                 for record, (move, _) in zip(records, moves, strict=True):
                     if (mark := moved_mark(record, move, at)) is not None:
                         write_mark(producer, hold, record.partition, mark)
-            for move, digest in moves:
+            for record, (move, digest) in zip(records, moves, strict=True):
                 producer.produce(
                     self.log_topic,
                     key=record_key(move.partition, move.offset),
                     value=encode_entry(
                         {
+                            **self.edit.log_fields(record),
                             "replay_id": self.replay_id,
                             "partition": move.partition,
                             "offset": move.offset,
@@ -217,7 +218,8 @@ class ReplayMoves:
         now = self.clock()
         audit = ReplayAudit(self.replay_id, record.topic, record.partition, record.offset, now)
         kept = framework_headers_kept(edited.headers, self.edit.framework_headers)
-        headers = replayed_headers(kept, audit, attempt=target.attempt, due_ms=now)
+        keep_failure = self.edit.selector is not None and self.edit.selector.keeps_failure
+        headers = replayed_headers(kept, audit, attempt=target.attempt, due_ms=now, keep_failure=keep_failure)
         move = Move(
             record.partition,
             record.offset,

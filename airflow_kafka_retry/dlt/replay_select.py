@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_kafka_retry.dlt.records import DltRecord
 from airflow_kafka_retry.dlt.replay_targets import BY_KEY, Target, target_for
@@ -33,9 +33,27 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology.model import Topology
 
 
+class Selector(Protocol):
+    """
+    What a redrive round adds to a replay's selection (``dlt/redrive.py``): deterministic per record.
+
+    ``keep`` leaves a record out (counted as ``left_out``) as a transform returning None does; ``log_fields``
+    adds to a moved record's replay log entry; ``keeps_failure``: the copies keep their exception headers.
+    """
+
+    keeps_failure: bool
+
+    def keep(self, record: DltRecord) -> bool: ...
+    def log_fields(self, record: DltRecord) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class RecordEdit:
-    """How a replay edits a DLT record (its transform) and where the edited copy goes (its target)."""
+    """
+    How a replay edits a DLT record (its transform) and where the edited copy goes (its target).
+
+    ``selector`` (a redrive round's): which records the round takes, and what their log entries add.
+    """
 
     topology: Topology
     source: str
@@ -44,6 +62,7 @@ class RecordEdit:
     transform: Transform | None
     allowed_targets: frozenset[str]
     framework_headers: FrameworkHeaders = "auto"
+    selector: Selector | None = None
 
     @property
     def queue_family(self) -> Family | None:
@@ -51,8 +70,14 @@ class RecordEdit:
         return self.topology.queue_family(self.source)
 
     def apply(self, record: DltRecord) -> DltRecord | None:
-        """The record as the transform edits it; None when the transform leaves it out."""
+        """The record as the transform edits it; None when the transform (or the selector) leaves it out."""
+        if self.selector is not None and not self.selector.keep(record):
+            return None
         return apply_transform(self.transform, self.transform_name, record)
+
+    def log_fields(self, record: DltRecord) -> dict[str, Any]:
+        """What the selector adds to ``record``'s replay log entry (nothing without one)."""
+        return {} if self.selector is None else self.selector.log_fields(record)
 
     def target(self, record: DltRecord, edited: DltRecord) -> Target:
         return target_for(

@@ -10,7 +10,9 @@ connection id per role, each defaulting to ``kafka_conn_id``:
   spark-submit);
 - ``dlt_watch``: the ``watch_dlt`` task (reads the DLTs, commits the watch group);
 - ``watcher``: what watches the heads and the groups' committed offsets: the triggerer's event triggers
-  and, in schedule mode, the ``wait_for_due`` sensor (its trigger runs in the triggerer too).
+  and, in schedule mode, the ``wait_for_due`` sensor (its trigger runs in the triggerer too);
+- ``replay``: the redrive DAG's tasks (the topology's ``redrive`` policies, ``factory/redrive_dag.py``): a
+  DLT replay each round, so the replay role's principal (the replay DAG's is ``build_dlt_replay_dag``'s).
 
 The ``due`` task of a topology DAG reads no Kafka, so it has no connection. The assets the watchers fire
 stay keyed by ``kafka_conn_id`` (``factory/events.py``): giving the watcher a connection of its own
@@ -24,10 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 #: The roles ``build_retry_dags`` takes a connection for, in the order of docs/security.md's table.
-ROLES = ("tiers", "watcher", "dlt_watch", "setup")
+ROLES = ("tiers", "watcher", "dlt_watch", "setup", "replay")
 #: Roles of the provider that another setting takes: named when given to ``build_retry_dags``.
 ELSEWHERE = {
-    "replay": "the replay DAG's: build_dlt_replay_dag(kafka_conn_id=...)",
     "view": "the Retry tiers view's: the api-server's [kafka_retry] kafka_conn_id setting",
 }
 
@@ -40,6 +41,7 @@ class RoleConnections:
     watcher: str
     dlt_watch: str
     setup: str
+    replay: str
 
 
 def role_connections(kafka_conn_id: Any, conn_ids: Mapping[str, Any] | None) -> RoleConnections:

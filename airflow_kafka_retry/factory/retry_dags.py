@@ -35,6 +35,7 @@ from airflow_kafka_retry.factory.overrides import (
     floor_schedule,
     tier_settings,
 )
+from airflow_kafka_retry.factory.redrive_dag import redrive_dags
 from airflow_kafka_retry.factory.topology_dag import topology_dag
 from airflow_kafka_retry.notifications.dispatch import normalize_notifiers
 from airflow_kafka_retry.policy.errors import TopologyError
@@ -99,6 +100,9 @@ def build_retry_dags(
     no catchup. ``include_main`` adds a DAG for the main topic (tier 0); ``dlt_watch`` adds a DAG with
     one ``watch_dlt`` task that reports new DLT records to ``on_dlt``.
 
+    A topology with ``redrive`` policies also gets the DAG ``<topology DAG id>__redrive``, in either layout:
+    a task per policy, each round on its ``every`` (``factory/redrive_dag.py``, docs/redrive.md).
+
     ``trigger="event"`` (default): a tier DAG runs when its records are due. It is scheduled on the
     tier's due asset (``kafka-retry-due://<kafka_conn_id>/<topic>``), watched in the triggerer by a
     ``TierDueEventTrigger`` that fires ``fire_ahead`` before the first record is due, or every
@@ -124,8 +128,8 @@ def build_retry_dags(
     :param conn_ids: a connection id per role, for a principal per role on a secured broker
         (``factory/connections.py``, docs/security.md): ``setup`` (``ensure_topics``), ``tiers`` (the
         tier tasks; with Spark, what spark-submit gets), ``dlt_watch`` (``watch_dlt``), ``watcher`` (the
-        triggerer's watchers; schedule mode's ``wait_for_due``). A role not given uses
-        ``kafka_conn_id``; another key is an error naming the roles.
+        triggerer's watchers; schedule mode's ``wait_for_due``), ``replay`` (the redrive DAG's tasks). A
+        role not given uses ``kafka_conn_id``; another key is an error naming the roles.
     :param value_deserializer: ``package.module:function`` decoding record values.
     :param on_dlt: notifiers (``BaseNotifier`` instances or callables ``f(context)``) called when a run
         dead-letters records, and by the DLT watch.
@@ -240,20 +244,24 @@ def build_retry_dags(
         "spark_conn_id": spark_conn_id,
         "asset_server": asset_server,
     }
+    redrive = redrive_dags(path, loaded, dag_id_template, roles.replay, min_schedule, dag_kwargs)
     if events is not None and layout == "topology":
-        return _topology_layout(
-            path,
-            loaded,
-            tiers,
-            overrides,
-            dag_id=dag_id_template.format(topic=loaded.topic),
-            events=events,
-            roles=roles,
-            dlt_watch=watch_topic is not None,
-            min_schedule=min_schedule,
-            dag_kwargs=dag_kwargs,
-            **reprocess,
-        )
+        return {
+            **_topology_layout(
+                path,
+                loaded,
+                tiers,
+                overrides,
+                dag_id=dag_id_template.format(topic=loaded.topic),
+                events=events,
+                roles=roles,
+                dlt_watch=watch_topic is not None,
+                min_schedule=min_schedule,
+                dag_kwargs=dag_kwargs,
+                **reprocess,
+            ),
+            **redrive,
+        }
 
     dags: dict[str, DAG] = {}
 
@@ -317,7 +325,7 @@ def build_retry_dags(
             dag_kwargs=dag_kwargs,
         )
         dags[dag.dag_id] = dag
-    return dags
+    return dags | redrive
 
 
 def _topology_layout(

@@ -18,6 +18,8 @@ from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.policy.topology.model import Topology
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from airflow.providers.openlineage.extractors import OperatorLineage
     from airflow.sdk import Context
 
@@ -51,6 +53,11 @@ def as_flag(value: Any, name: str) -> bool:
     if text in ("false", "0", "no", "off", "", "none"):
         return False
     raise ValueError(f"{name} must be true or false, got {value!r}")
+
+
+def run_budget_s(timeout: timedelta | None) -> float | None:
+    """The seconds a task may run: its ``execution_timeout`` less a margin to end cleanly (None: no limit)."""
+    return None if timeout is None else max(1.0, timeout.total_seconds() - 10.0)
 
 
 def _unset(value: Any) -> Any:
@@ -210,7 +217,7 @@ class ReplayDltOperator(BaseOperator):
             allowed_targets=self.allowed_targets,
             stop_now=lambda: orphaned[0] if orphaned else None,
             rate=_unset(self.rate),
-            max_run_s=self._run_budget_s(),
+            max_run_s=run_budget_s(self.execution_timeout),
             airflow=_run_of(context),
         )
         self._source = replay.source
@@ -236,11 +243,6 @@ class ReplayDltOperator(BaseOperator):
             log.warning("replay %s stopped: %s", summary.replay_id, summary.error)
         self._result = summary.to_dict()
         return self._result
-
-    def _run_budget_s(self) -> float | None:
-        """The seconds the task may still run (its ``execution_timeout``, less a margin to end cleanly)."""
-        timeout = self.execution_timeout
-        return None if timeout is None else max(1.0, timeout.total_seconds() - 10.0)
 
     # ------------------------------------------------------------------ OpenLineage
     def get_openlineage_facets_on_start(self) -> OperatorLineage:

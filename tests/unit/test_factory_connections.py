@@ -93,20 +93,22 @@ def test_a_role_not_given_uses_kafka_conn_id():
     assert _watchers(plain)[0].kafka_conn_id == "kafka_default"
     assert plain.timetable.asset_condition.uri == "kafka-retry-topology://kafka_default/orders"
     roles = role_connections("kafka_default", {})
-    assert [getattr(roles, role) for role in ROLES] == ["kafka_default"] * 4
+    assert [getattr(roles, role) for role in ROLES] == ["kafka_default"] * 5
 
 
 @pytest.mark.parametrize(
     ("conn_ids", "message"),
     [
-        ({"tier": "x"}, r"conn_ids: unknown role 'tier'; the roles are tiers, watcher, dlt_watch, setup"),
-        ({"replay": "x"}, r"conn_ids\['replay'\]: build_retry_dags has no replay role.*build_dlt_replay_dag"),
+        (
+            {"tier": "x"},
+            r"conn_ids: unknown role 'tier'; the roles are tiers, watcher, dlt_watch, setup, replay",
+        ),
         ({"view": "x"}, r"conn_ids\['view'\]: .*\[kafka_retry\] kafka_conn_id setting"),
         ({"setup": ""}, r"conn_ids\['setup'\] must be an Airflow connection id .*got ''"),
         ({"watcher": None}, r"conn_ids\['watcher'\] must be an Airflow connection id .*got None"),
         (
             ["tiers"],
-            r"conn_ids must map a role \(tiers, watcher, dlt_watch, setup\) to a connection id, got list",
+            r"conn_ids must map a role \(tiers, watcher, dlt_watch, setup, replay\) to a connection id, got",
         ),
     ],
 )

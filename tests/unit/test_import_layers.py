@@ -31,6 +31,7 @@ POLICY_LAYERS = {
     "headers": 1,
     "ordering": 1,
     "dead_letters": 2,
+    "redrive": 2,
     "topology": 3,
     "routing": 4,
 }

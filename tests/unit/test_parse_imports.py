@@ -63,12 +63,19 @@ def parse(path: Path, home: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _schedule_mode(tmp_path: Path) -> Path:
-    path = tmp_path / "schedule_mode.py"
+def _generated(tmp_path: Path, case: str) -> Path:
+    """``schedule_mode``: the orders topology in schedule mode; ``redrive``: with redrive policies."""
+    topology, extra = ORDERS, ", trigger='schedule'"
+    if case == "redrive":
+        topology, extra = tmp_path / "orders.yaml", ""
+        topology.write_text(
+            ORDERS.read_text()
+            + "redrive: [{exception: [TimeoutError], after: 1h, every: 1h, max_redrives: 3}]\n"
+        )
+    path = tmp_path / f"{case}.py"
     path.write_text(
         "from airflow_kafka_retry import build_retry_dags\n"
-        f"globals().update(build_retry_dags({str(ORDERS)!r}, handler='handlers.orders:handle', "
-        "trigger='schedule'))\n"
+        f"globals().update(build_retry_dags({str(topology)!r}, handler='handlers.orders:handle'{extra}))\n"
     )
     return path
 
@@ -80,16 +87,19 @@ def _schedule_mode(tmp_path: Path) -> Path:
         DAGS / "example_retry_topologies_folder.py",
         DAGS / "example_retry_hand_composed.py",
         "schedule_mode",
+        "redrive",  # the redrive DAG too
     ],
     ids=lambda p: getattr(p, "stem", p),
 )
 def test_parsing_a_topology_dag_file_imports_no_kafka_client_spark_engine_or_lineage(dag_file, tmp_path):
-    path = _schedule_mode(tmp_path) if dag_file == "schedule_mode" else dag_file
+    path = _generated(tmp_path, dag_file) if isinstance(dag_file, str) else dag_file
     parsed = parse(path, tmp_path)
     assert parsed["errors"] == {}
     built = ("kafka_retry__orders", "kafka_retry__payments", "-retry-1", "_hand_composed")  # by layout
     assert any(d.endswith(built) for d in parsed["dags"]), parsed["dags"]
     assert heavy_modules(parsed["modules"]) == []
+    if dag_file == "redrive":
+        assert "kafka_retry__orders__redrive" in parsed["dags"]
 
 
 def test_the_check_sees_a_dag_file_that_imports_the_kafka_client(tmp_path):

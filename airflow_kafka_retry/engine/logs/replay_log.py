@@ -39,6 +39,7 @@ from airflow_kafka_retry.engine.logs.compacted_log import decode_entry
 from airflow_kafka_retry.engine.logs.log_topic import ensure_compacted_log, log_topic_name
 from airflow_kafka_retry.policy.client_names import REPLAY_LOG_SUFFIX
 from airflow_kafka_retry.policy.errors import ReplayError
+from airflow_kafka_retry.policy.headers.replay import entry_confirms
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.kafka.reading import TopicReader
@@ -120,13 +121,7 @@ class ReplayLog:
         The entry of (DLT partition, offset) must name the audit's replay id and that digest; an entry
         without a digest (written by an older version) confirms nothing.
         """
-        entry = self.moved.get((audit.partition, audit.offset))
-        return (
-            entry is not None
-            and entry.get("replay_id") == audit.replay_id
-            and isinstance(entry.get("copy"), str)
-            and entry["copy"] == digest
-        )
+        return entry_confirms(self.moved.get((audit.partition, audit.offset)), audit, digest)
 
     def add(self, key: bytes | None, value: bytes | None) -> None:
         if key is None:

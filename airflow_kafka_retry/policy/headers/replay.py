@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from airflow_kafka_retry.policy.headers.codec import (
     ATTEMPTS,
@@ -93,6 +94,22 @@ def copy_digest(replay_id: str, key: bytes | None, value: bytes | None) -> str:
     return h.hexdigest()
 
 
+def entry_confirms(entry: Mapping[str, Any] | None, audit: ReplayAudit, digest: str) -> bool:
+    """
+    True when a replay log's ``record/<partition>/<offset>`` entry recorded ``audit``'s move of this copy.
+
+    The entry (of the DLT coordinates ``audit`` names) must name the audit's replay id and ``digest``, the
+    :func:`copy_digest` of the failing record's own key and value; an entry without a digest (written by an
+    older version) confirms nothing.
+    """
+    return (
+        entry is not None
+        and entry.get("replay_id") == audit.replay_id
+        and isinstance(entry.get("copy"), str)
+        and entry["copy"] == digest
+    )
+
+
 def is_replayed(headers: Iterable[Header] | None) -> bool:
     """True when the record was replayed from a DLT (it carries ``dlt_replay-id``)."""
     return last_header(headers, REPLAY_ID) is not None
@@ -139,6 +156,7 @@ def replayed_headers(
     *,
     attempt: int | None = None,
     due_ms: int | None = None,
+    keep_failure: bool = False,
 ) -> list[Header]:
     """
     The headers of the copy a replay produces.
@@ -149,8 +167,10 @@ def replayed_headers(
         first attempt, as if it had just failed on the topic before); None for the main topic or a
         topic outside the topology: no ``retry_topic-*`` headers, so attempt 1.
     :param due_ms: when it is due in that retry tier (``retry_topic-backoff-timestamp``).
+    :param keep_failure: keep the failure's exception headers (a record parked by a redrive policy goes to
+        the parking topic with them, not to a retry: ``dlt inspect --dlt parking`` still names its failure).
     """
-    dropped = {*RETRY_HEADERS, *REPLAY_HEADERS, *_EXCEPTION_HEADERS}
+    dropped = {*RETRY_HEADERS, *REPLAY_HEADERS, *(() if keep_failure else _EXCEPTION_HEADERS)}
     headers = [(k, v) for k, v in existing or () if k not in dropped]
     headers += audit.headers()
     if attempt is not None:

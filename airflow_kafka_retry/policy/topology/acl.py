@@ -15,7 +15,8 @@ The roles (one principal, one connection each; docs/security.md):
 * ``dlt_watch``: the DLT watch task: reads the dead-letter topics, commits its own group.
 * ``view``: the "Retry tiers" view: reads every topic of the path, the groups' offsets.
 * ``replay``: a DLT replay (the replay DAG or the CLI): reads a DLT or the parking topic, writes the targets
-  and the replay log, in the replay's own transaction.
+  and the replay log, in the replay's own transaction; with ``redrive`` policies (their rounds are replays)
+  it also writes the parking topic.
 
 Under ``ordering: key`` (docs/ordering.md) the main topic is always drained; its run (the keeper) reads and
 writes the hold and state topics, every tier run writes its marks to the hold topic, the watcher reads the
@@ -293,6 +294,9 @@ def _replay(topology: Topology, scope: AclScope) -> list[AclBinding]:
     targets = [t.topic for t in topology.tiers if topology.input is None or t.index > 0]
     for topic in [*targets, *(t for t in scope.replay_targets if t not in targets)]:
         out.append(AclBinding("replay", "topic", topic, "literal", "WRITE", "a replay target"))
+    if topology.redrive and topology.parking_topic:  # a round parks what was redriven max_redrives times
+        why = "a redrive policy parks"
+        out.append(AclBinding("replay", "topic", topology.parking_topic, "literal", "WRITE", why))
     out.append(AclBinding("replay", "group", READER_GROUP_PREFIX, "prefixed", "READ", "throw-away readers"))
     return out
 

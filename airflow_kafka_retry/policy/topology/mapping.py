@@ -18,6 +18,7 @@ from typing import Any
 from airflow_kafka_retry.policy.dead_letters.queues import read_dead_letter_queues
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.headers.header_policy import HeaderPolicy
+from airflow_kafka_retry.policy.redrive.policies import read_redrive_policies
 from airflow_kafka_retry.policy.timing.backoff import BackOff
 from airflow_kafka_retry.policy.timing.durations import parse_duration_ms
 from airflow_kafka_retry.policy.topology.compat import COMPAT_NAMES, apply_preset, describe_presets, preset
@@ -50,6 +51,7 @@ _KEYS = (
     "dead_letter_queues",
     "ordering",
     "release_on",
+    "redrive",
 )
 _BACKOFF_KEYS = {
     "fixed": ("kind", "delay"),
@@ -239,6 +241,9 @@ def topology_arguments(data: Mapping[str, Any], *, source: str) -> tuple[dict[st
             data["dead_letter_queues"], source
         )
         errors += queue_errors
+    if data.get("redrive") is not None:
+        kwargs["redrive"], redrive_errors = read_redrive_policies(data["redrive"], source)
+        errors += redrive_errors
     if data.get("timeout") is not None:
         parse("timeout", _duration, data["timeout"], "timeout", source)
     if "headers" in data:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.dead_letters.families import Family
     from airflow_kafka_retry.policy.dead_letters.queues import DeadLetterQueue
     from airflow_kafka_retry.policy.ordering.book import ReleaseOn
+    from airflow_kafka_retry.policy.redrive.policies import RedrivePolicy
     from airflow_kafka_retry.policy.topology.input_lane import OnDue, TopologyInput
     from airflow_kafka_retry.policy.topology.ordering_checks import Ordering
 
@@ -97,6 +98,7 @@ class Topology:
     ordering: Ordering = "none"
     release_on: ReleaseOn = "dlt"
     dead_letter_queues: tuple[DeadLetterQueue, ...] = ()
+    redrive: tuple[RedrivePolicy, ...] = ()
     compat_applied: tuple[str, ...] = field(default=(), compare=False)
     source: str = "<python>"
     tiers: tuple[Tier, ...] = field(init=False, repr=False, compare=False)
@@ -109,6 +111,7 @@ class Topology:
         )
         from airflow_kafka_retry.policy.topology.input_checks import check_sources
         from airflow_kafka_retry.policy.topology.ordering_checks import check_ordering
+        from airflow_kafka_retry.policy.topology.redrive_checks import check_redrive
 
         errors = check_settings(self)
         if errors:
@@ -122,6 +125,7 @@ class Topology:
             *check_dead_letter_queues(self),
             *check_sources(self),
             *check_ordering(self),
+            *check_redrive(self),
         ]
         if errors:
             raise TopologyError.combine(errors)
@@ -366,4 +370,5 @@ class Topology:
             "hold_topic": self.hold_topic,
             "order_state_topic": self.order_state_topic,
             "dead_letter_queues": [q.to_dict() for q in self.dead_letter_queues],
+            "redrive": [p.to_dict() for p in self.redrive],
         }

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from airflow_kafka_retry.policy.dead_letters.queues import DeadLetterQueue
     from airflow_kafka_retry.policy.errors import TopologyError
+    from airflow_kafka_retry.policy.redrive.policies import RedrivePolicy
     from airflow_kafka_retry.policy.topology.input_lane import TopologyInput
     from airflow_kafka_retry.policy.topology.naming import DltRoutingNaming
 
@@ -73,6 +74,8 @@ class TopologyShape(Protocol):
     def release_on(self) -> str: ...
     @property
     def dead_letter_queues(self) -> tuple[DeadLetterQueue, ...]: ...
+    @property
+    def redrive(self) -> tuple[RedrivePolicy, ...]: ...
     @property
     def tiers(self) -> Sequence[TierShape]: ...
     @property
