@@ -8,6 +8,7 @@ on the main topic, so the comparison runs on both.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from confluent_kafka.admin import ConfigResource
@@ -53,7 +54,11 @@ def topology(kafka_bootstrap):
 
 def _describe(bootstrap: str, topics: list[str]) -> dict[str, tuple[int, str | None]]:
     admin = admin_client(bootstrap)
-    meta = admin.list_topics(timeout=10).topics
+    deadline = time.monotonic() + 15  # a topic just created reaches the broker's metadata a moment later
+    while not set(topics) <= set(meta := admin.list_topics(timeout=10).topics):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
     limits = {}
     for res, fut in admin.describe_configs(
         [ConfigResource(ConfigResource.Type.TOPIC, t) for t in topics]

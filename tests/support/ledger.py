@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
 from airflow_kafka_retry.policy.headers import codec as H
@@ -130,6 +131,7 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
     )
     try:
         parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        _await_markers(bootstrap, topic, list(parts))
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         out, eof, deadline = [], set(), time.monotonic() + timeout
         while len(eof) < len(parts):
@@ -143,6 +145,29 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
         return out
     finally:
         consumer.close()
+
+
+def _await_markers(bootstrap: str, topic: str, partitions: list[int], timeout: float = 5.0) -> None:
+    """
+    Wait (at most ``timeout``) until no transaction is pending on ``topic``: its last stable offset equals
+    its log end. A producer's ``commit_transaction`` returns once the coordinator logged the commit; the
+    markers reach the partitions a moment later, and a ``read_committed`` read before them ends at the open
+    transaction, missing records a run already committed. A transaction still open at the deadline (a
+    producer killed mid-chunk, until its timeout) is read around, as Kafka does.
+    """
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tps = [TopicPartition(topic, p) for p in partitions]
+    deadline = time.monotonic() + timeout
+    while True:
+        ends = {}
+        for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=level)
+            ends[level] = {tp.partition: f.result(10).offset for tp, f in futures.items()}
+        if ends[IsolationLevel.READ_COMMITTED] == ends[IsolationLevel.READ_UNCOMMITTED]:
+            return
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
