@@ -10,8 +10,10 @@ the fault the run ended and how (finished on the survivors, or failed naming wha
 
 Every case then brings the brokers back, runs every tier, and checks the full ledger with
 ``read_committed``: each record in exactly one home, no copy twice in Kafka's outputs, nothing lost.
-The engines: partitions in threads of the test process and in the engine's worker processes; for the
-leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an executor's Python
+The engines: the leader's, the transaction coordinator's and the group coordinator's loss in the engine's
+worker processes (the same supervised partition as in threads, across a process boundary: the threads
+engine meets the other faults here, the controller's loss, the freeze, two brokers down, key order and the
+replay); for the leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an executor's Python
 worker, running the same supervised partition, ``engine/drain/supervisor.run_partition``).
 """
 
@@ -272,7 +274,7 @@ INJECTED = (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["threads", "processes", "spark"])
+@pytest.mark.parametrize("engine", ["processes", "spark"])
 @pytest.mark.fault_case(
     "11", f"the leader of the drained partition SIGKILLed {INJECTED} (3 brokers, RF 3, min ISR 2)"
 )
@@ -283,7 +285,7 @@ def test_the_leader_dies_and_the_drain_finishes_on_the_survivors(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["threads", "processes"])
+@pytest.mark.parametrize("engine", ["processes"])
 @pytest.mark.fault_case(
     "12",
     f"the transaction coordinator of the partition's transactional id SIGKILLed {INJECTED}, "
@@ -296,7 +298,7 @@ def test_the_transaction_coordinator_dies_mid_transaction(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["threads", "processes"])
+@pytest.mark.parametrize("engine", ["processes"])
 @pytest.mark.fault_case(
     "13", f"the group coordinator SIGKILLed {INJECTED}, before send_offsets_to_transaction"
 )
