@@ -88,6 +88,10 @@ def test_replay_reads_dlts_and_parking_writes_tiers_and_its_log_never_the_tier_i
 
 def test_setup_watchers_dlt_watch_and_view_only_read_or_create():
     bindings = acl_bindings(_orders(), roles=["setup", "watcher", "dlt_watch", "view"])
+    # the view writes only a replay log's stop requests (a DLT page's Stop)
+    writes = {(b.role, b.name) for b in bindings if b.operation == "WRITE"}
+    assert writes == {("view", "orders-dlt-replay-log"), ("view", "orders-parking-replay-log")}
+    bindings = [b for b in bindings if b.operation != "WRITE"]
     assert {b.operation for b in bindings} == {"READ", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"}
     assert {b.operation for b in bindings if b.role != "setup"} == {"READ", "DESCRIBE"}
     assert ("group", "svc-dlt-watch", "literal", "READ") in _set(bindings, "dlt_watch")

@@ -88,14 +88,14 @@ function recordsTable(page, data) {
        ` (${data.scanned} read at ${fmtMs(data.now_ms)})`),
     data.partial ? el("div", {class: "meta"}, `partial read: ${data.partial}; the dry run reads them all`) : null,
     data.records.length < data.matched ? el("div", {class: "meta"}, `the ${data.records.length} newest:`) : null,
-    el("table", {class: "samples"}, el("thead", {}, el("tr", {}, ["record", "age", "family", "exception", "failure",
+    el("div", {class: "scroll"}, el("table", {class: "samples"}, el("thead", {}, el("tr", {}, ["record", "age", "family", "exception", "failure",
                                                                   "from", ""].map((h) => el("th", {}, h)))),
       el("tbody", {}, data.records.map((r) => el("tr", {"data-record": `${r.partition}@${r.offset}`},
         el("td", {}, `${r.partition}@${r.offset}`), el("td", {title: fmtMs(r.timestamp_ms)}, fmtAge(r.age_s)),
         el("td", {}, r.family), el("td", {"data-record-exception": ""}, r.exception),
         el("td", {}, r.failure_message || "—"), el("td", {}, origin(r)),
         el("td", {}, el("button", {type: "button", title: "select only this record", onclick: () => select(r)},
-                       "Only this")))))));
+                       "Only this"))))))));
 }
 
 function redriveForm(page, data) {
@@ -144,10 +144,11 @@ function dryRunView(r) {
        `${r.already_replayed}, beyond the limit ${r.beyond_limit}, nothing to replay ${r.not_replayable}`),
     el("p", {class: "meta"}, `Redrive moves these: records that failed after ${fmtMs(Number(r.conf.until))} `,
        "are left for the next one."),
-    el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "record"), el("th", {}, "goes to"), el("th", {}, "attempt"))),
+    el("div", {class: "scroll"}, el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "record"), el("th", {}, "goes to"),
+                                                            el("th", {}, "attempt"))),
       el("tbody", {}, r.moves.map((m) => el("tr", {"data-move": `${m.partition}@${m.offset}`},
         el("td", {}, `${r.dlt}[${m.partition}]@${m.offset}`), el("td", {"data-move-target": ""}, where(m)),
-        el("td", {}, m.attempt ?? 1))))),
+        el("td", {}, m.attempt ?? 1)))))),
     r.moves_truncated ? el("p", {class: "meta"}, `… and ${r.moves_truncated} more`) : null,
     r.not_replayable_records.map((n) => el("div", {class: "meta"}, `${r.dlt}[${n.partition}]@${n.offset}: ${n.reason}`)));
 }
@@ -211,7 +212,7 @@ function showProgress(page, replay, s, run) {
     : `waiting for the run to start moving (DAG run ${run ? run.state : "?"})`;
   const differs = s && replay.expected !== null && s.selected !== undefined && s.selected !== replay.expected;
   $("#dlt-progress").replaceChildren(el("div", {class: "card progress", "data-replay-id": replay.id,
-      "data-replay-state": state, "data-replay-moved": moved},
+      "data-dag-run-id": replay.runId, "data-replay-state": state, "data-replay-moved": moved},
     el("h3", {}, `Redrive ${replay.id}`),
     el("div", {class: "meta"}, `DAG run ${replay.runId}: ${run ? run.state : "?"}`),
     el("progress", {max: Math.max(1, selected || 0), value: moved}),

@@ -13,7 +13,8 @@ The roles (one principal, one connection each; docs/security.md):
   in its own transactions.
 * ``watcher``: the triggerer's watchers: the tiers' heads and the groups' committed offsets.
 * ``dlt_watch``: the DLT watch task: reads the dead-letter topics, commits its own group.
-* ``view``: the "Retry tiers" view: reads every topic of the path, the groups' offsets.
+* ``view``: the "Retry tiers" view: reads every topic of the path, the groups' offsets, the replay logs (a
+  DLT page's dry run and redrives' status), and writes a replay log's stop requests (its *Stop*).
 * ``replay``: a DLT replay (the replay DAG or the CLI): reads a DLT or the parking topic, writes the targets
   and the replay log, in the replay's own transaction.
 
@@ -23,7 +24,7 @@ hold topic (a mark starts the keeper), the view reads the state topic, the setup
 
 Only what Kafka does not imply is listed: ``READ``, ``WRITE`` imply ``DESCRIBE`` on the same resource,
 so a binding removed always takes something away. Kafka before 3.0 also needs ``IDEMPOTENT_WRITE`` on the
-cluster for the two roles that produce (``tiers``, ``replay``).
+cluster for the roles that produce (``tiers``, ``replay``, ``view``).
 
 Pure: no I/O.
 """
@@ -278,6 +279,10 @@ def _view(topology: Topology, scope: AclScope) -> list[AclBinding]:
         out.append(AclBinding("view", "topic", state, "literal", "READ", "the blocked keys"))
     # the dead-letter counts: an assigned consumer in a fresh group it never joins nor commits
     out.append(AclBinding("view", "group", READER_GROUP_PREFIX, "prefixed", "DESCRIBE", "count dead letters"))
+    for source in _replay_sources(topology):  # a DLT's page: its dry run and redrives' status; its Stop
+        log = replay_log_name(source)
+        out.append(AclBinding("view", "topic", log, "literal", "READ", "dry run, redrives' status"))
+        out.append(AclBinding("view", "topic", log, "literal", "WRITE", "stop a redrive"))
     return out
 
 
