@@ -9,7 +9,8 @@ anyone else sees a file's name. A DAG's runs need read access to its runs, their
 to its XComs (:mod:`.access`). Kafka is read on the server with the ``kafka_conn_id`` connection,
 through the cache and cap of :mod:`airflow_kafka_retry.plugin.scans`; neither its configuration nor any
 record payload reaches the browser. Triggering goes through Airflow's own REST API from the page, with
-the user's own permissions.
+the user's own permissions. A dead-letter topic's page (records, dry run, redrives, Stop) has its routes
+in :mod:`airflow_kafka_retry.plugin.redrive_api`.
 """
 
 from __future__ import annotations

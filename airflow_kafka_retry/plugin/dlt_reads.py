@@ -134,4 +134,4 @@ def stop(
     """The stop request ``dlt replay-stop`` writes, naming the Airflow user; the replay's status."""
     who = {"user": user, "host": socket.gethostname(), "via": "the Retry tiers view"}
     view = ReplayStatusView(topology, kafka_config, topic)
-    return view.stop(replay_id, reason=f"stopped by {user} in the Retry tiers view", requested_by=who)
+    return view.stop(replay_id, reason="from the Retry tiers view", requested_by=who)

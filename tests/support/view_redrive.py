@@ -21,8 +21,8 @@ from tests.support.warm_airflow import run_airflow
 
 #: The failure of the records redriven (the fixture's other DLT records are left alone).
 TIMEOUT = "myapp.errors.Timeout"
-#: A few dozen records at a rate that moves them in about 10 s: Stop lands mid-way.
-RECORDS, RATE = 40, 4
+#: A few dozen records at a rate that moves them in about 20 s: Stop, clicked once 2 moved, lands mid-way.
+RECORDS, RATE = 40, 2
 WAIT_MS = 60_000
 
 
@@ -89,7 +89,9 @@ def redrive_and_stop(page: Any, run_task: Any, screenshot: str) -> tuple[str, in
     page.wait_for_selector('[data-replay-state="stopped"]', timeout=WAIT_MS)
     moved = int(page.locator("[data-replay-moved]").get_attribute("data-replay-moved"))
     assert f"moved {moved} of {RECORDS}" in page.locator("[data-replay-status]").inner_text()
-    assert "stop requested by" in page.locator("[data-replay-status]").inner_text()
+    said = page.locator("[data-replay-status]").inner_text()
+    assert "stop requested by admin on " in said, said
+    assert "(from the Retry tiers view)" in said, said
     assert page.get_by_role("button", name="Resume").is_visible()
     _text_is(page, f'tr[data-audit="{replay_id}"] [data-audit-state]', "stopped")
     return replay_id, moved

@@ -110,7 +110,8 @@ function redriveForm(page, data) {
     el("div", {id: "dry-run-result"}),
     el("label", {}, "Rate (records per second; empty: as fast as Kafka takes them) ",
        el("input", {id: "redrive-rate", type: "number", min: "0.1", step: "any", value: "100"})),
-    el("button", {type: "button", id: "redrive", disabled: true, onclick: () => redrive(page)}, "Redrive"));
+    el("button", {type: "button", id: "redrive", disabled: true, onclick: () => redrive(page)}, "Redrive"),
+    el("div", {id: "redrive-warning", class: "meta"}));
 }
 
 function forgetDryRun(page) {
@@ -186,9 +187,10 @@ async function pollReplay(page, replay) {
   let run = null;
   try {
     run = await getJSON(`${apiBase()}dags/${encodeURIComponent(page.meta.replay_dag_id)}/dagRuns/${encodeURIComponent(replay.runId)}`);
-    if (page.meta.can_audit) {
-      const data = await getJSON(dltUrl(page, `/replays?replay_id=${encodeURIComponent(replay.id)}`));
-      found = data.replays[0] || null;
+    if (page.meta.can_audit) {  // one read of the replay log: this replay's progress and the audit
+      const data = await getJSON(dltUrl(page, "/replays"));
+      found = data.replays.find((s) => s.replay_id === replay.id) || null;
+      refreshAudit(page, data);
     }
   } catch (error) {
     status(`progress: ${error.message}`, true);
@@ -196,8 +198,7 @@ async function pollReplay(page, replay) {
   showProgress(page, replay, found, run);
   const runEnded = run && ["success", "failed"].includes(run.state);
   if ((found && ENDED.includes(found.state)) || (runEnded && (!found || found.state !== "running"))) {
-    refreshAudit(page);
-    return;
+    return;  // ended: the audit was refreshed with its last status
   }
   setTimeout(() => pollReplay(page, replay), 1000);
 }
@@ -248,13 +249,20 @@ function startedBy(s) {
 function filtersText(f) {
   if (!f) return "—";
   return Object.entries(f).filter(([, v]) => v !== null && !(Array.isArray(v) && !v.length))
-    .map(([k, v]) => `${k}=${Array.isArray(v) ? v.join(",") : v}`).join(" ") || "all";
+    .map(([k, v]) => k.endsWith("_ms") ? `${k.slice(0, -3)}=${fmtMs(v)}` : `${k}=${Array.isArray(v) ? v.join(",") : v}`)
+    .join(" ") || "all";
 }
 
-async function refreshAudit(page) {
+async function refreshAudit(page, known = null) {
   try {
-    const data = await getJSON(dltUrl(page, "/replays"));
+    const data = known || await getJSON(dltUrl(page, "/replays"));
     if (dltPage !== page) return;
+    const running = data.replays.filter((s) => s.state === "running").map((s) => s.replay_id);
+    const warning = $("#redrive-warning");
+    if (warning) {
+      warning.textContent = running.length ? `running now: ${running.join(", ")}; a redrive started meanwhile ` +
+        "fences it (it fails at its next commit, what it moved stays moved, nothing moves twice)" : "";
+    }
     $("#dlt-audit").replaceChildren(el("h3", {}, "Past replays"), data.replays.length ? el("table", {},
       el("thead", {}, el("tr", {}, ["replay", "state", "moved", "rate", "started by", "started", "ended", "filters"]
         .map((h) => el("th", {}, h)))),
