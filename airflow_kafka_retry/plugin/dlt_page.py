@@ -41,6 +41,7 @@ def page_meta(
     targets: list[str] | None,
     can_redrive: bool,
     can_audit: bool,
+    can_stop: bool,
 ) -> dict[str, Any]:
     """
     What the page says of the topic and what this user may do there.
@@ -48,6 +49,7 @@ def page_meta(
     :param targets: what the replay DAG's form offers (None: the DAG is not in Airflow: no redrive).
     :param can_redrive: the user may trigger the replay DAG (the dry run, *Redrive* and *Stop*).
     :param can_audit: the user may read the replay DAG's runs (the past redrives and their progress).
+    :param can_stop: the view may write stop requests (``[kafka_retry] redrive_kafka_conn_id`` is set).
     """
     return {
         "topic": topic,
@@ -56,6 +58,7 @@ def page_meta(
         "replay_dag_id": replay_dag_id,
         "replay_dag_found": targets is not None,
         "can_redrive": can_redrive and targets is not None,
+        "can_stop": can_redrive and targets is not None and can_stop,
         "can_audit": can_audit,
         "targets": list(targets or ()) if can_redrive else [],
     }

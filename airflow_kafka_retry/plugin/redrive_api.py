@@ -11,10 +11,15 @@ Who may do what is Airflow's auth manager's answer, as for the topology's replay
 - the replays (the audit of past redrives, a redrive's progress): whoever may read the replay DAG's runs
   (its runs' conf holds the same filters), else 403.
 
+*Stop* writes to the replay log, which the tier runs read to trust a replayed record, so it never goes
+through ``[kafka_retry] kafka_conn_id`` (the ``view`` role: reads only) but through
+``[kafka_retry] redrive_kafka_conn_id`` (the ``replay`` role's principal); unset, the page offers no
+*Stop* and the endpoint answers 409 naming the option.
+
 The Kafka work (``plugin/dlt_reads.py``) runs on the server with ``[kafka_retry] kafka_conn_id``, under the
 view's cap of Kafka scans and a deadline (``[kafka_retry] timeout`` for a listing, ``replay_timeout`` for
 the rest): a busy view answers 503, a read past its deadline 504, a broker error 502, bad input 400
-naming the field. Never a key or a value, nor the Kafka configuration, reaches the browser.
+naming the field. Never a key or a value, nor the Kafka configuration, reaches the browser or a log.
 """
 
 from __future__ import annotations
@@ -46,6 +51,13 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.policy.topology.model import Topology
 
 T = TypeVar("T")
+
+#: The 409 of a stop while ``[kafka_retry] redrive_kafka_conn_id`` is unset.
+STOP_OFF = (
+    "Stop from the view is off: set [kafka_retry] redrive_kafka_conn_id to a connection holding the replay "
+    "role's principal (the view's own connection only reads), or stop the replay with "
+    "`airflow-kafka-retry dlt replay-stop`"
+)
 
 
 @dataclass(frozen=True)
@@ -80,14 +92,19 @@ class DltPage:
                 403, f"you may not {what}: it needs permission to {needs} {self.replay_dag_id}"
             )
 
-    def capped(self, seconds: float, what: str, work: Callable[[dict[str, Any]], T]) -> T:
-        """``work(kafka_config)`` under the view's cap and a deadline, its errors as HTTP answers."""
+    def capped(
+        self, seconds: float, what: str, work: Callable[[dict[str, Any]], T], *, conn_id: str | None = None
+    ) -> T:
+        """
+        ``work(kafka_config)`` under the view's cap and a deadline, its errors as HTTP answers.
+
+        :param conn_id: the connection to use (default ``[kafka_retry] kafka_conn_id``).
+        """
+        conn_id = conn_id or self.settings.kafka_conn_id
         try:
-            config = kafka_config(self.settings)
+            config = kafka_config(self.settings, conn_id)
         except Exception as exc:  # e.g. the connection does not exist: say so, never its content
-            raise HTTPException(
-                502, f"connection {self.settings.kafka_conn_id!r}: {type(exc).__name__}: {exc}"
-            )
+            raise HTTPException(502, f"connection {conn_id!r}: {type(exc).__name__}: {exc}")
         with http_errors(what):
             return scans.run_capped(self.settings, seconds, what, functools.partial(work, config))
 
@@ -166,6 +183,7 @@ def redrive_router() -> APIRouter:
                 targets=targets,
                 can_redrive=page.rights.redrive,
                 can_audit=page.rights.audit,
+                can_stop=bool(page.settings.redrive_kafka_conn_id),
             )
             timeout = page.settings.timeout_s
             listing = page.capped(
@@ -224,6 +242,8 @@ def redrive_router() -> APIRouter:
         def work() -> dict[str, Any]:
             page = find_page(ident, topic, user)
             page.require(page.rights.redrive, "stop a redrive", "trigger")
+            if not page.settings.redrive_kafka_conn_id:
+                raise HTTPException(409, STOP_OFF)
             with http_errors(f"the stop of {replay_id}"):
                 check_replay_id(replay_id)
             name = str(user.get_name()) if hasattr(user, "get_name") else str(user)
@@ -232,6 +252,7 @@ def redrive_router() -> APIRouter:
                     page.settings.replay_timeout_s,
                     f"the stop of {replay_id}",
                     lambda config: dlt_reads.stop(config, page.topology, topic, replay_id, user=name),
+                    conn_id=page.settings.redrive_kafka_conn_id,
                 )
             except HTTPException as exc:
                 if exc.status_code == 400:  # not running, or no such replay: nothing to stop

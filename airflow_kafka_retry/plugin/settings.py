@@ -7,6 +7,8 @@ Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`
 ``build_retry_dags`` / ``build_dlt_replay_dag``; ``layout``: the DAG layout ``build_retry_dags`` was
 given. ``timeout``: seconds a broker may take per topic (a DLT page's record listing too);
 ``replay_timeout``: seconds a DLT page's dry run and replay log reads may take.
+``redrive_kafka_conn_id``: the connection a DLT page's *Stop* writes with (the ``replay`` role's principal:
+``kafka_conn_id``'s, the ``view`` role's, only reads); empty, the default: the page offers no *Stop*.
 ``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once per API-server
 process (each of ``airflow api-server --workers N`` has its own). One option is the triggerer's:
 ``shared_watch_consumers`` (the event triggers' watchers share a Kafka consumer; default on).
@@ -52,6 +54,15 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
             "Seconds a DLT page's dry run (it reads the whole DLT and its replay log), its reads of the "
             "replay log (the redrives' progress and audit) and a stop request may take before the view "
             "answers that they did not finish."
+        ),
+    ),
+    "redrive_kafka_conn_id": (
+        "",
+        "string",
+        (
+            "The Kafka connection a DLT page's Stop writes a replay's stop request with: one holding the "
+            "replay role's principal (kafka_conn_id's, the view role's, only reads). Empty: the page offers "
+            "no Stop; airflow-kafka-retry dlt replay-stop stops a replay."
         ),
     ),
     "cache_ttl": (
@@ -115,6 +126,7 @@ class ViewSettings:
     max_scans: int = 4
     layout: str = "topology"
     replay_timeout_s: float = 60.0
+    redrive_kafka_conn_id: str = ""
 
     def topology_files(self) -> list[str]:
         """The topology files the patterns match, in a stable order (a path that exists counts as itself)."""
@@ -148,14 +160,19 @@ def load_settings() -> ViewSettings:
         max_scans=max(1, int(get("max_scans"))),
         layout=_layout(get("layout")),
         replay_timeout_s=float(get("replay_timeout")),
+        redrive_kafka_conn_id=get("redrive_kafka_conn_id").strip(),
     )
 
 
-def kafka_config(settings: ViewSettings) -> dict[str, Any]:
-    """The librdkafka configuration of ``[kafka_retry] kafka_conn_id`` (server side only, never shown)."""
+def kafka_config(settings: ViewSettings, conn_id: str | None = None) -> dict[str, Any]:
+    """
+    The librdkafka configuration of ``conn_id`` (default ``[kafka_retry] kafka_conn_id``).
+
+    Server side only: never shown, logged nor sent to the browser.
+    """
     from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
 
-    return KafkaRetryHook(kafka_config_id=settings.kafka_conn_id).kafka_config()
+    return KafkaRetryHook(kafka_config_id=conn_id or settings.kafka_conn_id).kafka_config()
 
 
 def _layout(value: str) -> str:

@@ -166,6 +166,12 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
                     "extra": {"bootstrap.servers": kafka_bootstrap, "sasl.password": "never-in-the-browser"},
                 }
             ),
+            # a DLT page's Stop writes with its own connection (the replay role's principal; the broker
+            # here has no auth, so any connection works): without it the page has no Stop
+            "AIRFLOW_CONN_KAFKA_REPLAY": json.dumps(
+                {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+            ),
+            "AIRFLOW__KAFKA_RETRY__REDRIVE_KAFKA_CONN_ID": "kafka_replay",
             "AIRFLOW__KAFKA_RETRY__TIMEOUT": "10",
             "AIRFLOW__KAFKA_RETRY__LAYOUT": "tiers",  # the view finds a DAG per tier
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),

@@ -88,10 +88,6 @@ def test_replay_reads_dlts_and_parking_writes_tiers_and_its_log_never_the_tier_i
 
 def test_setup_watchers_dlt_watch_and_view_only_read_or_create():
     bindings = acl_bindings(_orders(), roles=["setup", "watcher", "dlt_watch", "view"])
-    # the view writes only a replay log's stop requests (a DLT page's Stop)
-    writes = {(b.role, b.name) for b in bindings if b.operation == "WRITE"}
-    assert writes == {("view", "orders-dlt-replay-log"), ("view", "orders-parking-replay-log")}
-    bindings = [b for b in bindings if b.operation != "WRITE"]
     assert {b.operation for b in bindings} == {"READ", "DESCRIBE", "CREATE", "DESCRIBE_CONFIGS"}
     assert {b.operation for b in bindings if b.role != "setup"} == {"READ", "DESCRIBE"}
     assert ("group", "svc-dlt-watch", "literal", "READ") in _set(bindings, "dlt_watch")
@@ -106,6 +102,18 @@ def test_setup_watchers_dlt_watch_and_view_only_read_or_create():
         "orders-dlt",
         "orders-parking",
     }
+
+
+def test_the_view_reads_the_replay_logs_and_writes_nothing():
+    """A replay log is what the tier runs trust: a DLT page's Stop writes with the replay role's principal."""
+    view = _set(acl_bindings(_orders(), AclScope(replay_targets=("audit", "orders")), roles=["view"]), "view")
+    logs = {(n, op) for _, n, _, op in view if n.endswith("-replay-log")}
+    assert logs == {("orders-dlt-replay-log", "READ"), ("orders-parking-replay-log", "READ")}
+    assert {op for *_, op in view} == {"READ", "DESCRIBE"}
+    # the dry run checks that a target exists: DESCRIBE on an allowed target off the path, nothing more
+    assert ("topic", "audit", "literal", "DESCRIBE") in view
+    assert not any(n == "audit" and op != "DESCRIBE" for _, n, _, op in view)
+    assert {(n, op) for _, n, _, op in view if n == "orders"} == {("orders", "READ")}
 
 
 def test_share_group_input_drains_its_dlq_and_redelivers_only_to_the_named_sources():

@@ -7,6 +7,8 @@ The flow through a real API server, Kafka and chromium is tests/integration/test
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
 
@@ -108,13 +110,14 @@ def test_a_hidden_topology_and_a_topic_not_its_dead_letters_answer_404(client):
 
 def test_bad_input_is_a_400_naming_the_field_before_kafka_is_read(client, monkeypatch):
     client.manager.triggerable.add(REPLAY_DAG)
-    monkeypatch.setattr(redrive_api, "kafka_config", lambda settings: pytest.fail("Kafka was reached"))
+    monkeypatch.setattr(redrive_api, "kafka_config", lambda *args: pytest.fail("Kafka was reached"))
     unknown = client.post(f"{client.base}/orders-dlt/dry-run", json={"key": "k1"})
     assert unknown.status_code == 400
     assert "unknown field(s) key" in unknown.json()["detail"]
     since = client.get(f"{client.base}/orders-dlt", params={"since": "yesterday-ish"})
     assert since.status_code == 400
     assert "'yesterday-ish' is not a time" in since.json()["detail"]
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__REDRIVE_KAFKA_CONN_ID", "kafka_replay")
     bad_id = client.post(f"{client.base}/orders-dlt/replays/not%20an%20id/stop")
     assert bad_id.status_code == 400
     assert "--replay-id" in bad_id.json()["detail"]
@@ -130,7 +133,8 @@ def test_a_dry_run_needs_the_replay_dag_in_airflow(client, monkeypatch):
 
 def test_stop_names_the_airflow_user_and_a_replay_not_running_is_a_409(client, monkeypatch):
     client.manager.triggerable.add(REPLAY_DAG)
-    monkeypatch.setattr(redrive_api, "kafka_config", lambda settings: {})
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__REDRIVE_KAFKA_CONN_ID", "kafka_replay")
+    monkeypatch.setattr(redrive_api, "kafka_config", lambda settings, conn_id: {})
     asked: list[tuple] = []
 
     def stop(config, topology, topic, replay_id, *, user):
@@ -145,6 +149,63 @@ def test_stop_names_the_airflow_user_and_a_replay_not_running_is_a_409(client, m
     assert ended.status_code == 409
     assert "not running" in ended.json()["detail"]
     assert asked == [("orders-dlt", "redrive-1", "ops-alice"), ("orders-dlt", "redrive-done", "ops-alice")]
+
+
+def test_without_the_redrive_connection_stop_is_a_409_naming_the_option(client, monkeypatch):
+    """The view's own principal only reads: no Stop unless [kafka_retry] redrive_kafka_conn_id is set."""
+    monkeypatch.setattr(redrive_api, "kafka_config", lambda *args: pytest.fail("Kafka was reached"))
+    denied = client.post(f"{client.base}/orders-dlt/replays/redrive-1/stop")
+    assert denied.status_code == 403, "who may not trigger the replay DAG hears nothing more"
+    client.manager.triggerable.add(REPLAY_DAG)
+    response = client.post(f"{client.base}/orders-dlt/replays/redrive-1/stop")
+    assert response.status_code == 409, response.text
+    assert "[kafka_retry] redrive_kafka_conn_id" in response.json()["detail"]
+    assert "dlt replay-stop" in response.json()["detail"]
+
+
+def test_stop_writes_with_the_redrive_connection_never_the_views_nor_its_secret(client, monkeypatch, caplog):
+    """Set, Stop writes as the replay role's principal, for who may trigger; the secret is never said."""
+    view_secret, replay_secret = "view-secret-1f3a", "replay-secret-9c2e"
+    for conn_id, secret in (("kafka_default", view_secret), ("kafka_replay", replay_secret)):
+        extra = {"bootstrap.servers": "127.0.0.1:9", "sasl.username": conn_id, "sasl.password": secret}
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kafka", "extra": extra})
+        )
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__REDRIVE_KAFKA_CONN_ID", "kafka_replay")
+    used: list[dict] = []
+
+    def stop(config, topology, topic, replay_id, *, user):
+        used.append(config)
+        return {"replay_id": replay_id, "state": "running"}
+
+    monkeypatch.setattr(redrive_api.dlt_reads, "stop", stop)
+    assert client.post(f"{client.base}/orders-dlt/replays/redrive-1/stop").status_code == 403
+    assert used == []
+    client.manager.triggerable.add(REPLAY_DAG)
+    with caplog.at_level(logging.DEBUG):
+        response = client.post(f"{client.base}/orders-dlt/replays/redrive-1/stop")
+        assert response.status_code == 200, response.text
+        [config] = used
+        assert (config["sasl.username"], config["sasl.password"]) == ("kafka_replay", replay_secret)
+        # a connection that cannot be read is named, never shown
+        monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__REDRIVE_KAFKA_CONN_ID", "kafka_missing")
+        missing = client.post(f"{client.base}/orders-dlt/replays/redrive-1/stop")
+    assert missing.status_code == 502
+    assert "connection 'kafka_missing'" in missing.json()["detail"]
+    said = response.text + missing.text + caplog.text
+    assert replay_secret not in said
+    assert view_secret not in said
+
+
+def test_the_page_offers_stop_only_with_the_redrive_connection(client, monkeypatch):
+    client.manager.triggerable.add(REPLAY_DAG)
+    monkeypatch.setattr(redrive_api, "kafka_config", lambda *args: {})
+    monkeypatch.setattr(redrive_api.dlt_reads, "list_records", lambda *args, **kwargs: {"records": []})
+    meta = client.get(f"{client.base}/orders-dlt").json()
+    assert (meta["can_redrive"], meta["can_stop"]) == (True, False)
+    monkeypatch.setenv("AIRFLOW__KAFKA_RETRY__REDRIVE_KAFKA_CONN_ID", "kafka_replay")
+    meta = client.get(f"{client.base}/orders-dlt").json()
+    assert (meta["can_redrive"], meta["can_stop"]) == (True, True)
 
 
 def test_redrive_rights_are_the_replay_dags_trigger_and_read_permissions():
@@ -169,15 +230,34 @@ def test_page_meta_offers_the_dags_targets_only_to_who_may_redrive():
     topology = _topology()
     targets = ["main", "first-tier", "orders", "orders-retry-1", "audit"]
     meta = dlt_page.page_meta(
-        topology, "orders-dlt", replay_dag_id=REPLAY_DAG, targets=targets, can_redrive=True, can_audit=True
+        topology,
+        "orders-dlt",
+        replay_dag_id=REPLAY_DAG,
+        targets=targets,
+        can_redrive=True,
+        can_audit=True,
+        can_stop=True,
     )
     assert (meta["kind"], meta["can_redrive"], meta["targets"]) == ("dlt", True, targets)
+    assert meta["can_stop"]
     viewer = dlt_page.page_meta(
-        topology, "orders-dlt", replay_dag_id=REPLAY_DAG, targets=targets, can_redrive=False, can_audit=True
+        topology,
+        "orders-dlt",
+        replay_dag_id=REPLAY_DAG,
+        targets=targets,
+        can_redrive=False,
+        can_audit=True,
+        can_stop=True,
     )
-    assert (viewer["can_redrive"], viewer["targets"]) == (False, [])
+    assert (viewer["can_redrive"], viewer["can_stop"], viewer["targets"]) == (False, False, [])
     missing = dlt_page.page_meta(
-        topology, "orders-parking", replay_dag_id=REPLAY_DAG, targets=None, can_redrive=True, can_audit=True
+        topology,
+        "orders-parking",
+        replay_dag_id=REPLAY_DAG,
+        targets=None,
+        can_redrive=True,
+        can_audit=True,
+        can_stop=True,
     )
     assert (missing["kind"], missing["replay_dag_found"], missing["can_redrive"]) == ("parking", False, False)
 

@@ -220,12 +220,19 @@ function showProgress(page, replay, s, run) {
     el("div", {"data-replay-status": ""}, text),
     differs ? el("div", {class: "meta"}, `the dry run listed ${replay.expected}`) : null,
     page.meta.can_audit ? null : el("div", {class: "meta"}, "you may not read the replay DAG's runs: no progress"),
-    el("button", {type: "button", id: "redrive-stop", disabled: !running || replay.stopAsked,
-      onclick: () => stopReplay(page, replay)}, "Stop"),
+    page.meta.can_stop ? el("button", {type: "button", id: "redrive-stop", disabled: !running || replay.stopAsked,
+      onclick: () => stopReplay(page, replay)}, "Stop") : stopOff(page, replay, running),
     ["stopped", "failed"].includes(state) ? el("button", {type: "button", id: "redrive-resume",
       title: "trigger the replay DAG again with the same replay id: it moves only the rest",
       onclick: () => redrive(page, replay.id)}, "Resume") : null,
     replay.stopAsked && running ? el("span", {class: "meta"}, " stop requested: it stops at its next chunk boundary") : null));
+}
+
+// No Stop without [kafka_retry] redrive_kafka_conn_id: the view's own Kafka principal only reads.
+function stopOff(page, replay, running) {
+  return running ? el("div", {class: "meta", id: "redrive-stop-off"},
+    `to stop it: airflow-kafka-retry dlt replay-stop --topology <its file> --dlt ${page.topic} ` +
+    `--replay-id ${replay.id} (or set [kafka_retry] redrive_kafka_conn_id for a Stop here)`) : null;
 }
 
 async function stopReplay(page, replay) {
