@@ -86,11 +86,19 @@ class ReplayStatusView:
             raise ReplayError(f"--replay-id {replay_id}: no replay of that id in {self.log_topic}")
         return [found[replay_id]]
 
-    def stop(self, replay_id: str, *, reason: str | None = None, wait_s: float = 0.0) -> dict[str, Any]:
+    def stop(
+        self,
+        replay_id: str,
+        *,
+        reason: str | None = None,
+        wait_s: float = 0.0,
+        requested_by: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """
         Ask the running replay ``replay_id`` to stop at its next chunk boundary; its status.
 
         :param wait_s: wait this long for its status to say it ended (0: do not wait).
+        :param requested_by: who asks, and where (default: this process's OS user and host).
         :raises ReplayError: no such replay id, or it has ended already.
         """
         (status,) = self.read(replay_id)
@@ -101,7 +109,7 @@ class ReplayStatusView:
             )
         request = {
             "replay_id": replay_id,
-            "requested_by": started_by(),
+            "requested_by": dict(requested_by) if requested_by is not None else started_by(),
             "at_ms": self.clock(),
             "reason": reason,
         }

@@ -121,6 +121,16 @@ def replay_params(
     }
 
 
+def offered_targets(to_schema: Mapping[str, Any]) -> list[str]:
+    """
+    The targets a replay DAG's form offers (``main``, ``first-tier``, its tiers, its ``allowed_targets``).
+
+    Read from the schema of its ``to`` param (its examples, as :func:`replay_params` writes them) in the DAG
+    as Airflow serialized it: the "Retry tiers" view's dry run allows the same targets as the DAG's run.
+    """
+    return [str(t) for t in to_schema.get("examples") or ()]
+
+
 def check_transforms(transforms: Mapping[str, str] | None) -> dict[str, str]:
     """The allowlist as given, each entry checked for shape (nothing is imported when the DAG is parsed)."""
     checked: dict[str, str] = {}

@@ -9,7 +9,8 @@ anyone else sees a file's name. A DAG's runs need read access to its runs, their
 to its XComs (:mod:`.access`). Kafka is read on the server with the ``kafka_conn_id`` connection,
 through the cache and cap of :mod:`airflow_kafka_retry.plugin.scans`; neither its configuration nor any
 record payload reaches the browser. Triggering goes through Airflow's own REST API from the page, with
-the user's own permissions.
+the user's own permissions. A dead-letter topic's page (records, dry run, redrives, Stop) has its routes
+in :mod:`airflow_kafka_retry.plugin.redrive_api`.
 """
 
 from __future__ import annotations
@@ -21,36 +22,13 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
-from airflow_kafka_retry.plugin import runs, scans, view_model
+from airflow_kafka_retry.plugin import lookup, runs, scans, view_model
 from airflow_kafka_retry.plugin.access import DagAccess
-from airflow_kafka_retry.plugin.settings import ViewSettings, load_settings
+from airflow_kafka_retry.plugin.redrive_api import redrive_router
+from airflow_kafka_retry.plugin.settings import kafka_config, load_settings
 from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 
-_STATIC = {"app.js": "text/javascript", "style.css": "text/css"}
-
-
-def _kafka_config(settings: ViewSettings) -> dict[str, Any]:
-    from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
-
-    return KafkaRetryHook(kafka_config_id=settings.kafka_conn_id).kafka_config()
-
-
-def _visible(access: DagAccess, file: view_model.TopologyFile, settings: ViewSettings) -> bool:
-    if file.topology is None:  # names no DAG: its path and error only for who may read every DAG
-        return access.may_read_every_dag()
-    return access.may_read_all(view_model.tier_dag_ids(file.topology, settings))
-
-
-def _dag_ids(files: list[view_model.TopologyFile], settings: ViewSettings) -> list[str]:
-    return [
-        dag_id
-        for f in files
-        if f.topology is not None
-        for dag_id in [
-            *view_model.tier_dag_ids(f.topology, settings),
-            settings.replay_dag_id_template.format(topic=f.topology.topic),
-        ]
-    ]
+_STATIC = {"app.js": "text/javascript", "redrive.js": "text/javascript", "style.css": "text/css"}
 
 
 def create_app() -> FastAPI:
@@ -58,6 +36,7 @@ def create_app() -> FastAPI:
 
     app = FastAPI(title="Kafka retry tiers", docs_url=None, redoc_url=None, openapi_url=None)
     cache = scans.ScanCache()
+    app.include_router(redrive_router())
 
     @app.get("/", response_class=HTMLResponse)
     def page() -> str:
@@ -74,29 +53,23 @@ def create_app() -> FastAPI:
     def topologies(user: Any = Depends(_user)) -> dict[str, Any]:
         settings = load_settings()
         files = view_model.topology_files(settings)
-        access = DagAccess(user, _dag_ids(files, settings))
+        access = DagAccess(user, lookup.dag_ids(files, settings))
         admin = access.may_administer()
         return {
             "patterns": list(settings.topologies) if admin else [],
-            "topologies": [f.listing(admin) for f in files if _visible(access, f, settings)],
+            "topologies": [f.listing(admin) for f in files if lookup.visible(access, f, settings)],
         }
 
     @app.get("/api/topologies/{ident}")
     async def topology(ident: str, user: Any = Depends(_user)) -> dict[str, Any]:
         settings = load_settings()
-        file = await run_in_threadpool(view_model.find_topology_file, settings, ident)
-        unknown = HTTPException(404, f"no topology {ident!r} that you may read")  # hidden or missing: alike
-        if file is None:
-            raise unknown
-        access = await run_in_threadpool(DagAccess, user, _dag_ids([file], settings))
-        if not await run_in_threadpool(_visible, access, file, settings):
-            raise unknown
+        file, access = await run_in_threadpool(lookup.visible_topology, settings, ident, user)
         admin = await run_in_threadpool(access.may_administer)
         if file.topology is None:
             return {"id": ident, "source": file.source(admin), "error": file.shown_error(admin)}
         topology = file.topology
         try:
-            config = await run_in_threadpool(_kafka_config, settings)
+            config = await run_in_threadpool(kafka_config, settings)
         except Exception as exc:  # e.g. the connection does not exist: say so, never its content
             return {
                 "id": ident,

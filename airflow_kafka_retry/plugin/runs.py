@@ -1,4 +1,9 @@
-"""The last runs of a tier, with the run summary its reprocess task pushed to XCom (counts only)."""
+"""
+A DAG's runs as the view shows them.
+
+A tier's last runs with the run summary its reprocess task pushed to XCom (counts only); who triggered
+a replay DAG's runs.
+"""
 
 from __future__ import annotations
 
@@ -71,3 +76,18 @@ def last_runs(
             }
             for r in runs
         ]
+
+
+def triggering_users(dag_id: str, run_ids: list[str]) -> dict[str, str | None]:
+    """Who triggered each of ``run_ids`` of ``dag_id``, as Airflow recorded it (runs not found: left out)."""
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    if not run_ids:
+        return {}
+    query = select(DagRun.run_id, DagRun.triggering_user_name).where(
+        DagRun.dag_id == dag_id, DagRun.run_id.in_(run_ids)
+    )
+    with create_session() as session:
+        return {str(run_id): user for run_id, user in session.execute(query).all()}

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow_kafka_retry.engine.kafka.deadlines import bounded
 from airflow_kafka_retry.engine.scans.backlog import scan_backlog
 from airflow_kafka_retry.engine.scans.dead_letter_counts import count_dead_letters
 from airflow_kafka_retry.engine.scans.order_state import read_order_state
@@ -30,6 +31,8 @@ from airflow_kafka_retry.policy.headers.bounds import bound_counts
 if TYPE_CHECKING:
     from airflow_kafka_retry.plugin.settings import ViewSettings
     from airflow_kafka_retry.policy.topology.model import Topology
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,35 @@ def _gate(max_scans: int) -> threading.BoundedSemaphore:
     The configuration is fixed in a running server.
     """
     return threading.BoundedSemaphore(max_scans)
+
+
+class ScanBusy(Exception):
+    """Every one of the process's Kafka scan slots stayed taken for the broker timeout."""
+
+
+def run_capped(settings: ViewSettings, seconds: float, what: str, work: Callable[[], T]) -> T:
+    """
+    ``work()`` (Kafka reads or a write) in a thread of its own, holding one of the process's scan slots.
+
+    The slot is held until ``work`` ends, even past ``seconds``: the cap counts what still runs.
+
+    :raises ScanBusy: no slot became free within ``[kafka_retry] timeout`` seconds.
+    :raises CallStuckError: ``work`` did not end within ``seconds`` (it is abandoned, naming ``what``).
+    """
+    gate = _gate(settings.max_scans)
+    if not gate.acquire(timeout=settings.timeout_s):
+        raise ScanBusy(
+            f"the view is busy ({settings.max_scans} Kafka scans running, [kafka_retry] max_scans); "
+            "try again in a moment"
+        )
+
+    def held() -> T:
+        try:
+            return work()
+        finally:
+            gate.release()
+
+    return bounded(held, seconds=seconds, what=what)
 
 
 def _capped(

@@ -5,7 +5,10 @@ Where the "Retry tiers" view finds its topologies and DAGs: the ``[kafka_retry]`
 ``*.yml`` under the DAGs folder). ``kafka_conn_id``: the connection the server reads Kafka with.
 ``dag_id_template`` / ``replay_dag_id_template``: how the retry and replay DAGs are named, as in
 ``build_retry_dags`` / ``build_dlt_replay_dag``; ``layout``: the DAG layout ``build_retry_dags`` was
-given. ``timeout``: seconds a broker may take per topic.
+given. ``timeout``: seconds a broker may take per topic (a DLT page's record listing too);
+``replay_timeout``: seconds a DLT page's dry run and replay log reads may take.
+``redrive_kafka_conn_id``: the connection a DLT page's *Stop* writes with (the ``replay`` role's principal:
+``kafka_conn_id``'s, the ``view`` role's, only reads); empty, the default: the page offers no *Stop*.
 ``cache_ttl``: seconds a topology's Kafka reads are reused; ``max_scans``: Kafka scans at once per API-server
 process (each of ``airflow api-server --workers N`` has its own). One option is the triggerer's:
 ``shared_watch_consumers`` (the event triggers' watchers share a Kafka consumer; default on).
@@ -16,6 +19,7 @@ from __future__ import annotations
 import glob
 import os
 from dataclasses import dataclass
+from typing import Any
 
 SECTION = "kafka_retry"
 #: option -> (default, type, description); also published as the provider's config (get_provider_info).
@@ -43,6 +47,24 @@ OPTIONS: dict[str, tuple[str, str, str]] = {
     ),
     "timeout": ("10", "float", "Seconds the broker may take per topic before the view reports it."),
     "runs": ("5", "integer", "How many recent runs of each tier the view lists."),
+    "replay_timeout": (
+        "60",
+        "float",
+        (
+            "Seconds a DLT page's dry run (it reads the whole DLT and its replay log), its reads of the "
+            "replay log (the redrives' progress and audit) and a stop request may take before the view "
+            "answers that they did not finish."
+        ),
+    ),
+    "redrive_kafka_conn_id": (
+        "",
+        "string",
+        (
+            "The Kafka connection a DLT page's Stop writes a replay's stop request with: one holding the "
+            "replay role's principal (kafka_conn_id's, the view role's, only reads). Empty: the page offers "
+            "no Stop; airflow-kafka-retry dlt replay-stop stops a replay."
+        ),
+    ),
     "cache_ttl": (
         "5",
         "float",
@@ -103,6 +125,8 @@ class ViewSettings:
     cache_ttl_s: float = 5.0
     max_scans: int = 4
     layout: str = "topology"
+    replay_timeout_s: float = 60.0
+    redrive_kafka_conn_id: str = ""
 
     def topology_files(self) -> list[str]:
         """The topology files the patterns match, in a stable order (a path that exists counts as itself)."""
@@ -135,7 +159,20 @@ def load_settings() -> ViewSettings:
         cache_ttl_s=float(get("cache_ttl")),
         max_scans=max(1, int(get("max_scans"))),
         layout=_layout(get("layout")),
+        replay_timeout_s=float(get("replay_timeout")),
+        redrive_kafka_conn_id=get("redrive_kafka_conn_id").strip(),
     )
+
+
+def kafka_config(settings: ViewSettings, conn_id: str | None = None) -> dict[str, Any]:
+    """
+    The librdkafka configuration of ``conn_id`` (default ``[kafka_retry] kafka_conn_id``).
+
+    Server side only: never shown, logged nor sent to the browser.
+    """
+    from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
+
+    return KafkaRetryHook(kafka_config_id=conn_id or settings.kafka_conn_id).kafka_config()
 
 
 def _layout(value: str) -> str:

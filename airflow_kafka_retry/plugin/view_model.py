@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from airflow_kafka_retry.plugin.dlt_page import dead_topic_kind
 from airflow_kafka_retry.policy.errors import TopologyError
 from airflow_kafka_retry.policy.topology.file import load_topology
 
@@ -117,8 +118,6 @@ def topology_view(
     ``full_path``: show the file's path (an admin), not only its name.
     """
     replay_dag = settings.replay_dag_id_template.format(topic=topology.topic)
-    dlt_topics = {t.topic for t in topology.dlt_tiers}
-    queues = set(topology.dead_letter_queue_topics)
     view_tiers = []
     one_dag = settings.layout != "tiers"
     for tier, (dag_id, task_id) in zip(topology.tiers, tier_tasks(topology, settings), strict=True):
@@ -143,7 +142,7 @@ def topology_view(
         {
             "topic": topic,
             # dlq: another framework's queue the topology names (dead_letter_queues), with its family
-            "kind": "dlt" if topic in dlt_topics else "dlq" if topic in queues else "parking",
+            "kind": dead_topic_kind(topology, topic),
             "family": topology.queue_family(topic),
             "replay_dag_id": replay_dag,
             "can_trigger": may_replay,

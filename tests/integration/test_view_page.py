@@ -7,8 +7,10 @@ the viewer may not read a second topology's tier DAG, nor the XComs of the first
 the embedded broker holding records in the tiers and the DLT. The page's DLT counts are checked
 against an independent read of the DLT (a plain consumer counting the exception headers), "Run now"
 triggers the tier DAG through Airflow's REST API with the admin's login, the viewer gets a read-only
-page without run summaries and without the topology it may not read. A screenshot is kept as a test
-artifact (``.artifacts/retry-tiers-view.png``).
+page without run summaries and without the topology it may not read. Then a DLT's page
+(tests/support/view_redrive.py): the admin filters, dry-runs, redrives at a low rate, watches the progress and
+stops the replay mid-way; the viewer sees no redrive control and gets 403 from the redrive and stop endpoints.
+Screenshots are kept as test artifacts (``.artifacts/retry-tiers-view.png``, ``retry-tiers-redrive.png``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from airflow_kafka_retry.policy.headers.codec import BACKOFF_TIMESTAMP, encode_b
 from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, delete_topics, unique_topic
 
+from tests.support import view_redrive
 from tests.support.warm_airflow import run_airflow
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser]
@@ -163,6 +166,12 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
                     "extra": {"bootstrap.servers": kafka_bootstrap, "sasl.password": "never-in-the-browser"},
                 }
             ),
+            # a DLT page's Stop writes with its own connection (the replay role's principal; the broker
+            # here has no auth, so any connection works): without it the page has no Stop
+            "AIRFLOW_CONN_KAFKA_REPLAY": json.dumps(
+                {"conn_type": "kafka", "extra": {"bootstrap.servers": kafka_bootstrap}}
+            ),
+            "AIRFLOW__KAFKA_RETRY__REDRIVE_KAFKA_CONN_ID": "kafka_replay",
             "AIRFLOW__KAFKA_RETRY__TIMEOUT": "10",
             "AIRFLOW__KAFKA_RETRY__LAYOUT": "tiers",  # the view finds a DAG per tier
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
@@ -198,7 +207,7 @@ def api_server(tmp_path, kafka_bootstrap, topology_on_broker):
                 time.sleep(1)
         else:
             pytest.fail("the API server did not start: " + (tmp_path / "api-server.log").read_text()[-3000:])
-        yield {"base": base, "topic": name, "log": tmp_path / "api-server.log"}
+        yield {"base": base, "topic": name, "log": tmp_path / "api-server.log", "env": env}
     finally:
         os.killpg(server.pid, 15)
         try:
@@ -357,18 +366,27 @@ def test_view_through_the_api_server_and_a_browser(api_server, kafka_bootstrap):
                         timeout=60_000,
                     )
                 context.close()
+            # the clicks created runs through Airflow's REST API: the tier DAG's second run, a dry-run replay
+            status, runs = _request(f"{base}/api/v2/dags/kafka_retry__{name}-retry-1/dagRuns", token=admin)
+            assert status == 200, runs
+            assert runs["total_entries"] == 2, runs
+            status, replays = _request(f"{base}/api/v2/dags/kafka_dlt_replay__{name}/dagRuns", token=admin)
+            assert status == 200, replays
+            assert replays["total_entries"] == 1, replays
+            assert replays["dag_runs"][0]["conf"] == {
+                "dlt": f"{name}-dlt",
+                "dry_run": True,
+                "exception": "myapp.errors.InvalidOrder",
+            }
+            # issue 51's flow on the DLT's page: filter, dry run, redrive at a low rate, progress, stop
+            view_redrive.redrive_flow(
+                browser,
+                api_server,
+                kafka_bootstrap,
+                tokens={"admin": admin, "viewer": viewer},
+                request=_request,
+                screenshot=str(ARTIFACTS / "retry-tiers-redrive.png"),
+            )
         finally:
             browser.close()
-    # the clicks created runs through Airflow's REST API: the tier DAG's second run, and a dry-run replay
-    status, runs = _request(f"{base}/api/v2/dags/kafka_retry__{name}-retry-1/dagRuns", token=admin)
-    assert status == 200, runs
-    assert runs["total_entries"] == 2, runs
-    status, replays = _request(f"{base}/api/v2/dags/kafka_dlt_replay__{name}/dagRuns", token=admin)
-    assert status == 200, replays
-    assert replays["total_entries"] == 1, replays
-    assert replays["dag_runs"][0]["conf"] == {
-        "dlt": f"{name}-dlt",
-        "dry_run": True,
-        "exception": "myapp.errors.InvalidOrder",
-    }
     assert (ARTIFACTS / "retry-tiers-view.png").stat().st_size > 10_000

@@ -104,6 +104,18 @@ def test_setup_watchers_dlt_watch_and_view_only_read_or_create():
     }
 
 
+def test_the_view_reads_the_replay_logs_and_writes_nothing():
+    """A replay log is what the tier runs trust: a DLT page's Stop writes with the replay role's principal."""
+    view = _set(acl_bindings(_orders(), AclScope(replay_targets=("audit", "orders")), roles=["view"]), "view")
+    logs = {(n, op) for _, n, _, op in view if n.endswith("-replay-log")}
+    assert logs == {("orders-dlt-replay-log", "READ"), ("orders-parking-replay-log", "READ")}
+    assert {op for *_, op in view} == {"READ", "DESCRIBE"}
+    # the dry run checks that a target exists: DESCRIBE on an allowed target off the path, nothing more
+    assert ("topic", "audit", "literal", "DESCRIBE") in view
+    assert not any(n == "audit" and op != "DESCRIBE" for _, n, _, op in view)
+    assert {(n, op) for _, n, _, op in view if n == "orders"} == {("orders", "READ")}
+
+
 def test_share_group_input_drains_its_dlq_and_redelivers_only_to_the_named_sources():
     topology = _orders(
         group_id="svc-retry",

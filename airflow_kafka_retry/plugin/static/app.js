@@ -150,8 +150,11 @@ function blockedCard(topic, blocked) {
 function deadCard(dead) {
   const counts = dead.counts || {};
   const byException = Object.entries(counts.by_exception || {});
+  // its page (redrive.js): the records, and for who may trigger the replay DAG a dry run and Redrive
+  const open = el("button", {type: "button", "data-open-dlt": dead.topic, onclick: () => openDltPage(dead)},
+                  dead.can_trigger ? "Records & redrive" : "Records");
   return el("section", {class: `card ${dead.kind}`, "data-topic": dead.topic, "data-kind": dead.kind},
-    el("h3", {}, dead.topic), el("div", {class: "meta", "data-dead-kind": dead.topic}, deadKind(dead)),
+    el("h3", {}, dead.topic, " ", open), el("div", {class: "meta", "data-dead-kind": dead.topic}, deadKind(dead)),
     counts.error ? el("div", {class: "error", "data-error": dead.topic}, counts.error) : [
       el("div", {}, el("span", {class: "big", "data-dead-total": dead.topic}, counts.total),
          " records", counts.truncated ? " (at least; scan limit reached)" : ""),

@@ -13,10 +13,13 @@ The roles (one principal, one connection each; docs/security.md):
   in its own transactions.
 * ``watcher``: the triggerer's watchers: the tiers' heads and the groups' committed offsets.
 * ``dlt_watch``: the DLT watch task: reads the dead-letter topics, commits its own group.
-* ``view``: the "Retry tiers" view: reads every topic of the path, the groups' offsets.
+* ``view``: the "Retry tiers" view: reads every topic of the path, the groups' offsets and the replay logs (a
+  DLT page's dry run and redrives' status); it writes nothing. A replay log is what the tier runs read to
+  trust a replayed record, so a DLT page's *Stop* writes through a connection of the ``replay`` role
+  (``[kafka_retry] redrive_kafka_conn_id``), never the view's.
 * ``replay``: a DLT replay (the replay DAG or the CLI): reads a DLT or the parking topic, writes the targets
-  and the replay log, in the replay's own transaction; with ``redrive`` policies (their rounds are replays)
-  it also writes the parking topic.
+  and the replay log, in the replay's own transaction; ``dlt replay-stop`` and a DLT page's *Stop*; with
+  ``redrive`` policies (their rounds are replays) it also writes the parking topic.
 
 Under ``ordering: key`` (docs/ordering.md) the main topic is always drained; its run (the keeper) reads and
 writes the hold and state topics, every tier run writes its marks to the hold topic, the watcher reads the
@@ -279,6 +282,22 @@ def _view(topology: Topology, scope: AclScope) -> list[AclBinding]:
         out.append(AclBinding("view", "topic", state, "literal", "READ", "the blocked keys"))
     # the dead-letter counts: an assigned consumer in a fresh group it never joins nor commits
     out.append(AclBinding("view", "group", READER_GROUP_PREFIX, "prefixed", "DESCRIBE", "count dead letters"))
+    return out + _dlt_page(topology, scope)
+
+
+def _dlt_page(topology: Topology, scope: AclScope) -> list[AclBinding]:
+    """A DLT page's reads: its dry run and its redrives' status, in the replay logs; never a write."""
+    out = []
+    for source in _replay_sources(topology):
+        log = replay_log_name(source)
+        out.append(AclBinding("view", "topic", log, "literal", "READ", "dry run, redrives' status"))
+    if not out:  # nothing to replay from: no page to dry-run
+        return out
+    # the dry run checks the hold topic's partitions and that each target exists
+    path = set(_path_topics(topology))
+    extra = [topology.hold_topic] if topology.hold_topic is not None else []
+    for topic in [*extra, *(t for t in scope.replay_targets if t not in path)]:
+        out.append(AclBinding("view", "topic", topic, "literal", "DESCRIBE", "a dry run checks it"))
     return out
 
 
