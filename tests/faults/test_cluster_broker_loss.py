@@ -13,8 +13,8 @@ Every case then brings the brokers back, runs every tier, and checks the full le
 The engines: the leader's, the transaction coordinator's and the group coordinator's loss in the engine's
 worker processes (the same supervised partition as in threads, across a process boundary: the threads
 engine meets the other faults here, the controller's loss, the freeze, two brokers down, key order and the
-replay); for the leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an executor's Python
-worker, running the same supervised partition, ``engine/drain/supervisor.run_partition``).
+replay); for the leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an
+executor's Python worker, running the same supervised partition, ``engine/drain/supervisor.run_partition``).
 """
 
 from __future__ import annotations
