@@ -147,7 +147,7 @@ def read_all(bootstrap: str, topic: str, timeout: float = 30.0) -> list:
         consumer.close()
 
 
-def _await_markers(bootstrap: str, topic: str, partitions: list[int], timeout: float = 5.0) -> None:
+def _await_markers(bootstrap: str, topic: str, partitions: list[int], timeout: float = 3.0) -> None:
     """
     Wait (at most ``timeout``) until no transaction is pending on ``topic``: its last stable offset equals
     its log end. A producer's ``commit_transaction`` returns once the coordinator logged the commit; the
