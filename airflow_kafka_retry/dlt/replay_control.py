@@ -93,11 +93,28 @@ class RunControl:
             self._consumer = None
 
     def start_entries(self, summary: ReplaySummary) -> list[tuple[bytes, bytes | None]]:
-        """The status ``running``, and a tombstone for a stop request left from an earlier run."""
-        return [
+        """
+        The status ``running``, a tombstone for an old stop request, other replays' ``failed`` statuses.
+
+        Every other replay of the DLT whose status still says running gets the status ``failed``: one replay
+        of a DLT runs at a time (one transactional id per DLT), this run's producer fenced any other, and a
+        fenced replay cannot write its own status, which would say running for ever.
+        """
+        entries: list[tuple[bytes, bytes | None]] = [
             (status_key(self.replay_id), self.entry(summary, "running")),
             (stop_key(self.replay_id), None),
         ]
+        for other, status in sorted((self.replay_log.statuses if self.replay_log else {}).items()):
+            if other == self.replay_id or status.get("state") != "running":
+                continue
+            reason = (
+                f"fenced by replay {self.replay_id} of the same DLT, which started after it (one replay of "
+                f"a DLT runs at a time); what it moved is logged: rerun replay id {other} to finish it"
+            )
+            now = self.clock()
+            fenced = {**status, "state": "failed", "reason": reason, "updated_ms": now, "ended_ms": now}
+            entries.append((status_key(other), encode_entry(fenced)))
+        return entries
 
     def end_entries(
         self, summary: ReplaySummary, state: str, reason: str | None = None
@@ -198,7 +215,8 @@ class RunControl:
         """
         Best effort: the status ``failed``, in a transaction of its own, within a few seconds.
 
-        Not when the run was fenced: the run that fenced it (same DLT) owns the status now.
+        Not when the run was fenced: the run that fenced it (same DLT) writes its status
+        (:meth:`start_entries`).
         """
         if "fenced" in reason:
             return

@@ -136,10 +136,17 @@ class ReplayStatusView:
         except KafkaException as exc:
             failures.append(exc.args[0].str())
             pending = 0
-        if pending or failures:
+        if failures:
             raise ReplayError(
-                f"cannot write {key.decode()} to {self.log_topic} within {STOP_TIMEOUT_S:g}s: "
-                f"{'; '.join(failures) or 'not acknowledged'}; the replay was not asked to stop"
+                f"cannot write {key.decode()} to {self.log_topic}: {'; '.join(failures)}; "
+                "the replay was not asked to stop"
+            )
+        if pending:
+            producer.purge()
+            raise ReplayError(
+                f"cannot write {key.decode()} to {self.log_topic} within {STOP_TIMEOUT_S:g}s: not "
+                "acknowledged; a broker that got it but did not answer may still write it, so check "
+                "`dlt replay-status` before asking again"
             )
 
 

@@ -6,7 +6,8 @@ asserted: a paced run takes at least ``count / rate - 1`` seconds (a lower bound
 pacing itself is asserted with an injected clock in ``tests/unit/test_replay_pacing.py``); a stop asked
 from the CLI while a replay runs in another thread ends it at a chunk boundary with its status saying so;
 the same replay id resumes it; every record is moved exactly once (``read_committed``); and two runs of
-one replay id at once: the second fences the first, which fails saying so, and nothing moves twice.
+one DLT at once (the same replay id, or another): the second fences the first, which fails saying so and
+what to do (its status too), and nothing moves twice.
 """
 
 from __future__ import annotations
@@ -153,18 +154,28 @@ def test_a_paced_replay_stopped_from_the_cli_resumes_and_moves_each_record_once(
     assert done["measured_rate"] > 0  # measured, not set: no speed target here (bench/replay_rate.py)
 
 
-def test_two_runs_of_one_replay_id_at_once_the_second_fences_the_first(kafka_bootstrap, tmp_path):
+@pytest.mark.parametrize("second_id", ["twice", "other"], ids=["same-id", "another-id"])
+def test_two_runs_of_one_dlt_at_once_the_second_fences_the_first(kafka_bootstrap, tmp_path, second_id):
     topology, config = _fill(kafka_bootstrap, tmp_path, "rate-fence")
     request = ReplayRequest(to="main")
     slow = Replay(topology, config, request, replay_id="twice", rate="50/s", chunk_size=10, broker_retry_s=0)
     thread, out = _in_thread(slow)
     _wait_for_moves(ReplayStatusView(topology, config), "twice", thread)
-    second = Replay(topology, config, request, replay_id="twice", chunk_size=50).run()
+    second = Replay(topology, config, request, replay_id=second_id, chunk_size=50).run()
     thread.join(30)
     assert isinstance(out.get("error"), ReplayAbortedError), out
-    assert "fenced by another replay" in str(out["error"])
+    assert "fenced by another replay of the same DLT" in str(out["error"])
+    assert "rerun with the same replay id to finish" in str(out["error"])
     assert second.status == "ok"
-    assert second.moved_before + second.moved == COUNT
+    # the same id resumes the first's moves; another id skips them (in the log: already replayed)
+    before = second.moved_before if second_id == "twice" else second.already_replayed
+    assert before + second.moved == COUNT
     assert _copies(kafka_bootstrap, topology.topic) == Counter(str(i) for i in range(COUNT))
-    (status,) = ReplayStatusView(topology, config).read("twice")
-    assert (status["state"], status["moved"], status["remaining"]) == ("done", COUNT, 0)
+    found = {s["replay_id"]: s for s in ReplayStatusView(topology, config).read()}
+    assert (found[second_id]["state"], found[second_id]["remaining"]) == ("done", 0)
+    if second_id != "twice":  # the fenced replay's status says so, and what to do
+        fenced = found["twice"]
+        assert fenced["state"] == "failed", fenced
+        assert f"fenced by replay {second_id} of the same DLT" in fenced["reason"]
+        assert "rerun replay id twice to finish it" in fenced["reason"]
+        assert found[second_id]["moved"] + fenced["moved"] == COUNT

@@ -105,15 +105,27 @@ def test_pacer_holds_the_rate_chunk_by_chunk():
     assert pacer.elapsed() == pytest.approx(2.0)
 
 
-def test_a_slow_chunk_is_not_made_up_for_by_more_than_one_chunk():
+def test_a_stall_is_made_up_for_by_a_quarter_seconds_worth_never_a_burst():
     clock = FakeClock()
     pacer = Pacer(10.0, clock=clock, sleep=clock.sleep)
     pacer.wait(0)
-    clock.now += 3.0  # the first chunk took 3 s (its due time for 5 moves was 0.5 s)
+    clock.now += 3.0  # the first chunk (5 moves, due 0.5 s later) took 3 s: a broker stalled
     assert pacer.wait(5) == 0.0  # late: begins at once
     clock.slept.clear()
-    pacer.wait(35)  # 35 moves are due at 3.5 s: a wait of 0.5 s
-    assert sum(clock.slept) == pytest.approx(0.5)
+    # without forgiving the lag, moves 5 to 30 would all be due at once (a burst of 25 at full speed);
+    # the run catches up a quarter second's worth (2.5 moves), then holds the rate again
+    assert pacer.wait(10) == pytest.approx(0.25)
+    assert pacer.wait(15) == pytest.approx(0.5)
+    assert pacer.elapsed() == pytest.approx(3.75), "elapsed counts from the first move, stall included"
+
+
+def test_a_chunk_a_little_late_is_caught_up():
+    clock = FakeClock()
+    pacer = Pacer(10.0, clock=clock, sleep=clock.sleep)
+    pacer.wait(0)
+    clock.now += 0.7  # 0.2 s late for the next chunk: within the quarter second, kept
+    assert pacer.wait(5) == 0.0
+    assert pacer.wait(10) == pytest.approx(0.3)  # due at 1.0 s, as scheduled from the first move
 
 
 def test_no_rate_never_waits():
@@ -193,6 +205,24 @@ def _control(clock: FakeClock, **kwargs):
     return RunControl("r1", "orders-dlt-replay-log", {"replay_id": "r1"}, pacer, lambda: 5000, 4000, **kwargs)
 
 
+def test_a_run_marks_the_replays_it_fenced_failed_naming_what_to_do():
+    import json
+
+    log = _log(
+        (status_key("r0"), {"replay_id": "r0", "state": "running", "moved": 7}),
+        (status_key("old"), {"replay_id": "old", "state": "done", "moved": 9}),
+        (status_key("r1"), {"replay_id": "r1", "state": "stopped", "moved": 30}),
+    )
+    entries = dict(_control(FakeClock(), replay_log=log).start_entries(_summary()))
+    assert json.loads(entries[status_key("r1")])["state"] == "running"
+    assert entries[stop_key("r1")] is None
+    fenced = json.loads(entries[status_key("r0")])
+    assert (fenced["state"], fenced["moved"], fenced["ended_ms"]) == ("failed", 7, 5000)
+    assert "fenced by replay r1 of the same DLT" in fenced["reason"]
+    assert "rerun replay id r0 to finish it" in fenced["reason"]
+    assert status_key("old") not in entries, "an ended replay's status is left as it is"
+
+
 def test_status_entry_counts_what_is_committed_with_the_chunk():
     import json
 
@@ -245,3 +275,17 @@ def test_a_boundary_that_cannot_reach_the_log_fails_as_a_broker_failure(monkeypa
     finally:
         control.close()
     assert broker_transient(raised.value), "a broker down is tried again under the same replay id"
+
+
+def test_a_stop_request_not_acknowledged_in_time_says_it_may_still_land(monkeypatch):
+    from airflow_kafka_retry.dlt import replay_status
+    from airflow_kafka_retry.policy.errors import ReplayError
+    from airflow_kafka_retry.policy.topology.file import load_topology
+
+    monkeypatch.setattr(replay_status, "STOP_TIMEOUT_S", 0.3)
+    view = replay_status.ReplayStatusView(load_topology(EXAMPLE), {"bootstrap.servers": NOWHERE})
+    with pytest.raises(ReplayError) as refused:
+        view._write(stop_key("r1"), b"{}")
+    message = str(refused.value)
+    assert f"cannot write stop/r1 to {view.log_topic} within 0.3s: not acknowledged" in message
+    assert "check `dlt replay-status` before asking again" in message

@@ -2,12 +2,13 @@
 A replay's move rate: ``--rate N/s`` parsed, the chunk size it allows, and the pacing that holds it.
 
 Pacing is per chunk, against the clock of the run: the chunk that starts with the run's ``n``-th move may
-begin ``n / rate`` seconds after the run's first move, never earlier. A slow chunk is not made up for by
-a burst beyond one chunk, and a chunk holds at most a quarter of a second's worth of moves
-(:func:`paced_chunk`; never more than a second's, whatever the rate), so the rate over any window of a
-few seconds is the rate asked, give or take one small chunk. Waiting is done in slices, each preceded by
-``check()`` (a stop at once ends the wait), and never goes past the run's deadline: a wait that would end
-after it raises :class:`PastDeadline` at once instead.
+begin ``n / rate`` seconds after the run's first move, never earlier. A run that fell behind (a slow chunk, a
+broker that stalled for seconds) catches up by at most a quarter of a second's worth of moves: the rest of the
+lag is forgiven, so a stall is never followed by a burst at full speed. A chunk holds at most a quarter of a
+second's worth of moves (:func:`paced_chunk`; never more than a second's, whatever the rate), so the rate over
+any window of a few seconds is the rate asked, give or take one small chunk. Waiting is done in slices, each
+preceded by ``check()`` (a stop at once ends the wait), and never goes past the run's deadline: a wait that
+would end after it raises :class:`PastDeadline` at once instead.
 """
 
 from __future__ import annotations
@@ -81,16 +82,22 @@ class Pacer:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     started: float | None = field(default=None, init=False)
+    #: the schedule's origin: ``started``, moved on by the lag forgiven after each stall
+    _origin: float | None = field(default=None, init=False, repr=False)
 
     def due(self, moved: int) -> float:
         """When the chunk starting with this run's ``moved``-th move may begin."""
-        if self.started is None:
-            self.started = self.clock()
-        return self.started if self.rate is None else self.started + moved / self.rate
+        if self._origin is None:
+            self.started = self._origin = self.clock()
+        return self._origin if self.rate is None else self._origin + moved / self.rate
 
     def wait(self, moved: int, check: Callable[[], None] = lambda: None) -> float:
         """Wait until the chunk after ``moved`` moves may begin; the seconds waited."""
         due, begun = self.due(moved), self.clock()
+        if self.rate is not None and self._origin is not None and begun - due > CHUNK_SECONDS:
+            # behind by more than a quarter second's worth: forgive the rest, no burst to catch up
+            self._origin += begun - due - CHUNK_SECONDS
+            due = begun - CHUNK_SECONDS
         if self.deadline is not None and due > self.deadline:
             raise PastDeadline(
                 f"holding {self.rate:g}/s, the next chunk could start only {due - self.deadline:.1f}s "
