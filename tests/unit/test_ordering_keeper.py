@@ -11,6 +11,7 @@ from airflow_kafka_retry.engine.drain.lanes import LaneRun
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.drain.ordering.checks import ordering_topics
 from airflow_kafka_retry.engine.drain.ordering.keeper import KeeperLane
+from airflow_kafka_retry.engine.drain.ordering.kept import KeptSide
 from airflow_kafka_retry.engine.drain.summary import PartitionSummary
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.policy.ordering.book import PENDING, OrderBook
@@ -77,7 +78,8 @@ def keeper(fails: set[bytes], calls: list[list[bytes]]) -> KeeperLane:
     )
     lane.main, lane.p = TOPIC, 0
     lane.hold, lane.state = ordering_topics(topology)
-    lane.book, lane._warned, lane.copied = OrderBook(), False, {}
+    lane.book, lane._warned = OrderBook(), False
+    lane.side = KeptSide(("<test>", lane.state, 0), {})
     lane._reset()
     return lane
 

@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Message, TopicPartition
 
 from airflow_kafka_retry.engine.drain.lanes import HandlingLane, LaneRun, route_failures, run_handler
 from airflow_kafka_retry.engine.drain.ordering.checks import (
+    forget_compacted,
     hold_missing,
     ordering_topics,
     require_compacted,
@@ -33,6 +34,7 @@ from airflow_kafka_retry.engine.drain.ordering.checks import (
     require_transactions,
 )
 from airflow_kafka_retry.engine.drain.ordering.held import HeldMessage, own_headers
+from airflow_kafka_retry.engine.drain.ordering.kept import give_back, take_side
 from airflow_kafka_retry.engine.drain.ordering.marking import delivered_at
 from airflow_kafka_retry.engine.drain.ordering.reading import HoldTail, SideReader
 from airflow_kafka_retry.engine.drain.transaction import Booked, RoutedRecord
@@ -53,8 +55,6 @@ from airflow_kafka_retry.policy.ordering.entries import (
 from airflow_kafka_retry.policy.routing.resolver import Destination
 
 if TYPE_CHECKING:
-    from confluent_kafka import Message
-
     from airflow_kafka_retry.engine.drain.chunk import ChunkWork
     from airflow_kafka_retry.engine.drain.due_records import Chunk
     from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
@@ -64,8 +64,6 @@ log = logging.getLogger(__name__)
 MARK_HEADERS: list[Header] = [(ORDER_HEADER, MARK)]
 #: The side consumer's longest wait for an empty fetch (the drain's is 100 ms).
 SIDE_FETCH_WAIT_MS = 10
-#: Main records a run keeps of those it copied to the hold topic, to handle them on release unread.
-COPY_CACHE = 10_000
 
 
 @dataclass
@@ -96,18 +94,21 @@ class KeeperLane(HandlingLane):
         # its reads (the state, the hold partition) are short and end at the partition's end, which an empty
         # fetch tells only after fetch.wait.max.ms: every run and every new mark pays it
         side["fetch.wait.max.ms"] = SIDE_FETCH_WAIT_MS
-        self.side_config = side
-        self.consumer = Consumer(side)
+        self.side = take_side(side, self.state, self.p, deadlines)  # the process's, kept between runs
         self.reader = SideReader(
-            self.consumer,
+            self.side.reader(),
             self.p,
             deadlines=deadlines,
             call_timeout_s=options.call_timeout_s,
             idle_timeout_s=options.idle_timeout_s,
         )
+        self.tail: HoldTail | None = None  # the hold partition followed, once the run read it to its end
+        self.hold_last: int | None = None
+        self.broken = False  # the run failed here: the side keeps only its state as read
         try:
             self._start(timeout)
         except BaseException:  # the run never gets this lane to close; its own error goes up
+            self.broken = True
             with contextlib.suppress(Exception):
                 self.close()
             raise
@@ -116,24 +117,27 @@ class KeeperLane(HandlingLane):
 
     def _start(self, timeout: float) -> None:
         """The refusals of a run's start (``checks.py``), the order book, the hold partition's offset."""
-        run, topology = self.run, self.run.topology
+        run, topology, side = self.run, self.run.topology, self.side
         tiers = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
         state_fix = "create it (cleanup.policy=compact) with the main topic's partition count"
-        require_partitions(self.consumer, run, [*tiers, self.state], timeout, {self.state: state_fix})
+        known = self.router.partition_counts  # the drain's own counts: the tiers', the DLTs'
+        consumer = self.router.consumer  # connected already: its metadata answers at once
+        require_partitions(consumer, run, [*tiers, self.state], timeout, {self.state: state_fix}, known)
         require_compacted(run.kafka_config, self.state, run.deadlines, timeout)
-        cluster = str(run.kafka_config.get("bootstrap.servers", ""))
-        self.book = self.reader.book(self.state, topology.release_on, cluster)
+        self.book, side.state_next = self.reader.book(
+            self.state, topology.release_on, side.entries, side.state_next
+        )
+        side.entries = dict(self.book.entries)
         missing = hold_missing(self.hold, self.book.held_count())
-        counts = require_partitions(self.consumer, run, [self.hold], timeout, {self.hold: missing})
+        counts = require_partitions(consumer, run, [self.hold], timeout, {self.hold: missing}, known)
         self.router.partition_counts = {**self.router.partition_counts, **counts}  # held copies: hold[p]
         self.hold_next = self.reader.committed(self.hold)
-        self.tail: HoldTail | None = None  # the hold partition followed after the run's first read
-        #: main records this run copied to the hold topic, by their copy's offset: a release handles them
-        #: without reading the copies back (the oldest go first past COPY_CACHE records)
-        self.copied: dict[int, Message] = {}
+        if side.tail is not None and side.hold_next == self.hold_next:  # this process's last run left it so
+            self.tail = side.tail
+            self.tail.deadlines = run.deadlines
 
     def _reset(self) -> None:
-        self.hold_last: int | None = None  # the last hold record read in this chunk
+        self.hold_last = None  # the last hold record read in this chunk
         self.heads: list[tuple[bytes, RoutedRecord]] = []  # failed keyed records: their key's new head
         self.copies: list[tuple[bytes, int, RoutedRecord]] = []  # held copies: key id, main offset, copy
         self.marks: list[Mark] = []  # marks the keeper writes for itself (a head handled in main)
@@ -149,32 +153,42 @@ class KeeperLane(HandlingLane):
         if self.hold_last is None:
             return
         work.side_work = True
-        unread = [held.hold_offset for _, held, _ in released if held.hold_offset not in self.copied]
-        copies = self.reader.held(self.hold, unread)
+        kept = {h.hold_offset: self.side.take_copy(h.hold_offset) for _, h, _ in released}
+        copies = self.reader.held(self.hold, [offset for offset, m in kept.items() if m is None])
         items = []
         for kid, held, head in released:
-            if held.hold_offset in self.copied:  # copied by this run: the main record itself
-                message = self.copied.pop(held.hold_offset)
-            else:
-                copy = copies[held.hold_offset]
-                message = HeldMessage(copy, self.main, self.p, held.main_offset).as_message()
+            own = kept[held.hold_offset]  # copied by this process: the main record itself
+            message = (
+                own
+                if own is not None
+                else HeldMessage(copies[held.hold_offset], self.main, self.p, held.main_offset).as_message()
+            )
             items.append(_Item(message, headers_of(message), kid, held.main_offset, held=held, head=head))
         self._run(items, work)
 
-    def _new_hold_records(self) -> list[Message]:
+    def _new_hold_records(self) -> Sequence[Message]:
         """
         The hold partition's records since the last read: the run's first read goes to its end.
 
         Then the partition stays assigned to a consumer of its own, whose fetches run in the background: each
         chunk takes what they brought, at no wait. A mark they did not bring yet is read by the next chunk, or
-        the next run (the watcher sees it past the committed offset).
+        the next run (the watcher sees it past the committed offset). A process keeps that consumer between
+        runs (``kept.py``): a run that finds it where the group's committed offset is reads nothing again.
+        With no key blocked, nothing in the hold partition concerns the keeper (a mark of a key that is not
+        blocked is skipped, and one of a key blocked later names a head not in flight yet): the read skips
+        to the end.
         """
         if self.tail is not None:
             return self.tail.take()
-        messages, end = self.reader.tail(self.hold, self.hold_next)
-        start = offset_of(messages[-1]) + 1 if messages else end
-        self.tail = HoldTail(self.side_config, self.hold, self.p, self.run.deadlines)
-        self.tail.start(start if start is not None else self.hold_next)
+        start, messages = self.hold_next, list[Message]()
+        end = self.reader.end(self.hold) if not self.book.entries else None
+        if end is not None and end > max(start, 0):
+            self.hold_last = end - 1  # committed with the chunk, as if read
+            start = end
+        elif end is None:
+            messages, at_end = self.reader.tail(self.hold, start)
+            start = offset_of(messages[-1]) + 1 if messages else at_end if at_end is not None else start
+        self.tail = self.side.follow(self.hold, self.p, start, self.run.deadlines)
         return messages
 
     def _apply(self, message: Message, work: ChunkWork) -> list[tuple[bytes, Held, bool]]:
@@ -294,15 +308,18 @@ class KeeperLane(HandlingLane):
         for kid, main_offset, copy in self.copies:
             offset = delivered_at(copy).offset
             self.book.place_held(kid, main_offset, offset)
-            self.copied[offset] = copy.source
-            if len(self.copied) > COPY_CACHE:
-                del self.copied[next(iter(self.copied))]
+            self.side.keep_copy(offset, copy.source)
         out = [Booked(self.hold, m.key_id, m.to_bytes(), self.p, MARK_HEADERS) for m in self.marks]
         out += [Booked(self.state, kid, value, self.p) for kid, value in self.book.changes()]
         return out
 
     def close(self) -> None:
-        with self.run.deadlines.call("close", self.run.options.call_timeout_s, "the group coordinator"):
-            self.consumer.close()
-            if self.tail is not None:
-                self.tail.close()
+        """Give the process its side back: all of it if everything read was committed, else its state only."""
+        run = self.run
+        failed = self.broken or run.deadlines.abandoned is not None or run.summary.status == "failed"
+        clean = not failed and self.hold_last is None  # every hold record taken is committed
+        if clean and self.tail is not None:
+            self.side.hold_next = self.hold_next
+        if not clean:
+            forget_compacted(run.kafka_config, self.state)
+        give_back(self.side, clean, run.deadlines)
