@@ -16,7 +16,7 @@ from airflow_kafka_retry.engine.drain.summary import PartitionSummary
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.policy.ordering.book import PENDING, OrderBook
 from airflow_kafka_retry.policy.ordering.entries import HELD, ORDER_HEADER, BlockedKey, Location, key_id
-from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.routing.resolver import Destination, DestinationResolver
 from airflow_kafka_retry.policy.topology.model import Topology
 
 TOPIC = "orders"
@@ -78,6 +78,7 @@ def keeper(fails: set[bytes], calls: list[list[bytes]]) -> KeeperLane:
     )
     lane.main, lane.p = TOPIC, 0
     lane.hold, lane.state = ordering_topics(topology)
+    lane.to_hold = Destination("retry", lane.hold, 0, 1, 0, 0, "retryable")
     lane.book, lane._warned = OrderBook(), False
     lane.side = KeptSide(("<test>", lane.state, 0), {})
     lane._reset()

@@ -97,12 +97,8 @@ class BlockedKey:
     head_main_offset: int | None = None
 
     def to_bytes(self) -> bytes:
-        data: dict[str, Any] = {
-            "v": 1,
-            "head": list(self.head),
-            "held": [list(h) for h in self.held],
-            "since": self.since_ms,
-        }
+        # a Location and each Held are tuples: JSON arrays as they are
+        data: dict[str, Any] = {"v": 1, "head": self.head, "held": self.held, "since": self.since_ms}
         if self.in_dlt:
             data["in_dlt"] = True
         if self.head_main_offset is not None:

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 MARK_HEADERS: list[Header] = [(ORDER_HEADER, MARK)]
+_HELD_HEADER: Header = (ORDER_HEADER, HELD)
 #: The side consumer's longest wait for an empty fetch (the drain's is 100 ms).
 SIDE_FETCH_WAIT_MS = 10
 
@@ -88,6 +89,7 @@ class KeeperLane(HandlingLane):
         super().__init__(run, router)
         topology, self.main, self.p = run.topology, run.tier.topic, run.partition
         self.hold, self.state = ordering_topics(topology)
+        self.to_hold = Destination("retry", self.hold, self.p, 1, 0, 0, "retryable")  # a held copy's
         options, deadlines = run.options, run.deadlines
         timeout = deadlines.timeout(min(10.0, options.call_timeout_s))
         side = consumer_config(run.kafka_config, options.consumer_group or topology.group_id)
@@ -277,14 +279,12 @@ class KeeperLane(HandlingLane):
     def _hold(self, item: _Item, kid: bytes, now: int, work: ChunkWork) -> None:
         """``item`` waits behind its key's head: a main record is copied to the hold topic."""
         if item.held is not None:  # in the hold topic already: it waits again where it is
-            self.book.hold(kid, item.main_offset, item.held.held_ms)
-            self.book.place_held(kid, item.main_offset, item.held.hold_offset)
+            self.book.hold(kid, item.main_offset, item.held.held_ms, item.held.hold_offset)
             return
         self.book.hold(kid, item.main_offset, now)
-        destination = Destination("retry", self.hold, self.p, 1, 0, 0, "retryable")
-        headers = [*(own_headers(item.headers) or ()), (ORDER_HEADER, HELD)]
+        headers = [*(own_headers(item.headers) or ()), _HELD_HEADER]
         _, timestamp = item.message.timestamp()
-        copy = RoutedRecord(item.message, destination, headers, "", timestamp_ms=timestamp)
+        copy = RoutedRecord(item.message, self.to_hold, headers, "", timestamp_ms=timestamp)
         self.copies.append((kid, item.main_offset, copy))
         work.held += 1
 
@@ -305,10 +305,13 @@ class KeeperLane(HandlingLane):
     def _bookkeeping(self, routed: Sequence[RoutedRecord]) -> list[Booked]:
         for kid, home in self.heads:
             self.book.place_head(kid, delivered_at(home))
+        placed: dict[bytes, dict[int, int]] = {}
         for kid, main_offset, copy in self.copies:
             offset = delivered_at(copy).offset
-            self.book.place_held(kid, main_offset, offset)
+            placed.setdefault(kid, {})[main_offset] = offset
             self.side.keep_copy(offset, copy.source)
+        for kid, offsets in placed.items():  # one new entry per key, however many it held
+            self.book.place_held(kid, offsets)
         out = [Booked(self.hold, m.key_id, m.to_bytes(), self.p, MARK_HEADERS) for m in self.marks]
         out += [Booked(self.state, kid, value, self.p) for kid, value in self.book.changes()]
         return out
