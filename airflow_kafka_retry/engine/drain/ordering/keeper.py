@@ -183,11 +183,12 @@ class KeeperLane(HandlingLane):
         if self.tail is not None:
             return self.tail.take()
         start, messages = self.hold_next, list[Message]()
-        end = self.reader.end(self.hold) if not self.book.entries else None
-        if end is not None and end > max(start, 0):
-            self.hold_last = end - 1  # committed with the chunk, as if read
-            start = end
-        elif end is None:
+        if not self.book.entries:
+            end = self.reader.end(self.hold)
+            if end > max(start, 0):
+                self.hold_last = end - 1  # committed with the chunk, as if read
+            start = max(start, end)
+        else:
             messages, at_end = self.reader.tail(self.hold, start)
             start = offset_of(messages[-1]) + 1 if messages else at_end if at_end is not None else start
         self.tail = self.side.follow(self.hold, self.p, start, self.run.deadlines)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from airflow_kafka_retry.engine.kafka.clients import from_log_start
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
 from airflow_kafka_retry.policy.ordering.book import OrderBook, ReleaseOn
@@ -153,8 +154,10 @@ class HoldTail:
 
     def start(self, offset: int) -> None:
         """Follow the partition from ``offset`` (negative: its beginning), from wherever it was."""
-        start = offset if offset >= 0 else OFFSET_BEGINNING
-        self.consumer.assign([TopicPartition(self.topic, self.partition, start)])
+        tp = TopicPartition(self.topic, self.partition, offset if offset >= 0 else OFFSET_BEGINNING)
+        leader = f"the leader of {self.topic}[{self.partition}]"
+        with self.deadlines.call("get_watermark_offsets", 5.0, leader):  # a logical start fetches 0.5 s later
+            self.consumer.assign(from_log_start(self.consumer, [tp], 5.0))
 
     def take(self) -> list[Message]:
         """The records fetched since the last take, in order; a fetch error raises, naming the partition."""
