@@ -97,20 +97,27 @@ class SideReader:
 
         ``known``: the state entries read up to ``start`` (by an earlier run of this process, ``kept.py``);
         the state topic is read from there to its end. It keeps every entry until its segments are compacted:
-        reading them all at each run's start costs more with every chunk the keepers committed.
+        reading them all at each run's start costs more with every chunk the keepers committed. Of the entries
+        of a key, only the last read is decoded: the others are what compaction removes.
         """
         messages, end = self.tail(topic, start)
         if messages and start >= 0 and offset_of(messages[0]) < start:  # the topic was made again: from 0
             known = {}
-        book = OrderBook(release_on)
-        book.entries = dict(known)
+        last: dict[bytes, Message] = {}
         for message in messages:
-            where = f"{topic}[{self.partition}]@{offset_of(message)}"
-            kid, value = message.key(), message.value()
+            kid = message.key()
             if not isinstance(kid, bytes) or len(kid) != KEY_ID_BYTES:
                 raise OrderStateError(
-                    f"{where}: a state entry's record key must be a {KEY_ID_BYTES}-byte key id"
+                    f"{topic}[{self.partition}]@{offset_of(message)}: a state entry's record key must be a "
+                    f"{KEY_ID_BYTES}-byte key id"
                 )
+            last.pop(kid, None)  # kept in the order the entries were written
+            last[kid] = message
+        book = OrderBook(release_on)
+        book.entries = dict(known)
+        for kid, message in last.items():
+            value = message.value()
+            where = f"{topic}[{self.partition}]@{offset_of(message)}"
             book.load(kid, None if value is None else BlockedKey.from_bytes(value, where))
         position = end if end is not None else (offset_of(messages[-1]) + 1 if messages else start)
         return book, position
