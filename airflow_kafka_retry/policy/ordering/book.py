@@ -70,6 +70,11 @@ class OrderBook:
         entry = self.entries.get(kid) if kid is not None else None
         return entry is not None and entry.head == at
 
+    @property
+    def changed(self) -> bool:
+        """Whether the book has changes :meth:`changes` has not given yet."""
+        return bool(self._dirty)
+
     def held_count(self) -> int:
         return sum(len(e.held) for e in self.entries.values())
 

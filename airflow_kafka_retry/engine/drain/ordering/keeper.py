@@ -126,10 +126,7 @@ class KeeperLane(HandlingLane):
         consumer = self.router.consumer  # connected already: its metadata answers at once
         require_partitions(consumer, run, [*tiers, self.state], timeout, {self.state: state_fix}, known)
         require_compacted(run.kafka_config, self.state, run.deadlines, timeout)
-        self.book, side.state_next = self.reader.book(
-            self.state, topology.release_on, side.entries, side.state_next
-        )
-        side.entries = dict(self.book.entries)
+        self.book, self.state_end = side.book(self.reader, self.state, topology.release_on)
         missing = hold_missing(self.hold, self.book.held_count())
         counts = require_partitions(consumer, run, [self.hold], timeout, {self.hold: missing}, known)
         self.router.partition_counts = {**self.router.partition_counts, **counts}  # held copies: hold[p]
@@ -143,6 +140,7 @@ class KeeperLane(HandlingLane):
         self.heads: list[tuple[bytes, RoutedRecord]] = []  # failed keyed records: their key's new head
         self.copies: list[tuple[bytes, int, RoutedRecord]] = []  # held copies: key id, main offset, copy
         self.marks: list[Mark] = []  # marks the keeper writes for itself (a head handled in main)
+        self.entries_booked = 0  # state entries the chunk writes
 
     # ------------------------------------------------------------------ a chunk
     def prepare(self, work: ChunkWork) -> None:
@@ -297,6 +295,7 @@ class KeeperLane(HandlingLane):
             sources.append(TopicPartition(self.hold, self.p, self.hold_last + 1))
         routed = [*work.routed, *(copy for _, _, copy in self.copies)]
         self.router.commit(sources, routed, self._bookkeeping)
+        self.state_end += self.entries_booked + (self.entries_booked > 0)  # and the commit marker
         work.marks_written += len(self.marks)
         work.again = bool(self.marks)
         if self.hold_last is not None:
@@ -314,8 +313,9 @@ class KeeperLane(HandlingLane):
         for kid, offsets in placed.items():  # one new entry per key, however many it held
             self.book.place_held(kid, offsets)
         out = [Booked(self.hold, m.key_id, m.to_bytes(), self.p, MARK_HEADERS) for m in self.marks]
-        out += [Booked(self.state, kid, value, self.p) for kid, value in self.book.changes()]
-        return out
+        entries = [Booked(self.state, kid, value, self.p) for kid, value in self.book.changes()]
+        self.entries_booked = len(entries)
+        return out + entries
 
     def close(self) -> None:
         """Give the process its side back: all of it if everything read was committed, else its state only."""
@@ -324,6 +324,8 @@ class KeeperLane(HandlingLane):
         clean = not failed and self.hold_last is None  # every hold record taken is committed
         if clean and self.tail is not None:
             self.side.hold_next = self.hold_next
+        if clean and not self.book.changed:  # the book as committed, and where the state partition ends
+            self.side.final, self.side.final_end = dict(self.book.entries), self.state_end
         if not clean:
             forget_compacted(run.kafka_config, self.state)
         give_back(self.side, clean, run.deadlines)

@@ -11,9 +11,13 @@ another run of it holds the side) makes a new one. What a side keeps:
   from it, reading nothing again; one that finds another offset (another process ran the partition) reads
   the hold partition from the committed offset, as a new side does;
 * ``entries``, ``state_next``: the state partition as read up to ``state_next``. A run reads what was
-  written since: its own last run's entries, or another process's after a takeover. The state partition is
+  written since: another process's entries after a takeover, or its own last run's. The state partition is
   written by its keeper alone, fenced by its transactional id, so nothing before ``state_next`` changes
-  (a topic made again starts from 0, which the read sees);
+  (a topic made again starts from 0, which the read sees). A run that ended cleanly leaves its book as it
+  committed it (``final``) and where the partition then ends (``final_end``: what it read to, plus each
+  entry it wrote and each of its transactions' commit markers): the next run that finds the partition
+  ending there (ListOffsets) takes that book and reads nothing; one that finds another end reads from
+  ``state_next``;
 * ``copies``: main records this process copied to the hold topic, by their copy's offset: a release handles
   them without reading the copies back (at most :data:`COPY_RECORDS` records and :data:`COPY_BYTES` bytes,
   the oldest dropped first).
@@ -38,8 +42,9 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer
 
-from airflow_kafka_retry.engine.drain.ordering.reading import HoldTail
+from airflow_kafka_retry.engine.drain.ordering.reading import HoldTail, SideReader
 from airflow_kafka_retry.engine.kafka.process_clients import config_key, keep_inherited
+from airflow_kafka_retry.policy.ordering.book import OrderBook, ReleaseOn
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -71,9 +76,23 @@ class KeptSide:
     hold_next: int | None = None
     entries: dict[bytes, BlockedKey] = field(default_factory=dict)
     state_next: int = -1
+    final: dict[bytes, BlockedKey] | None = None
+    final_end: int = -1
     copies: OrderedDict[int, Message] = field(default_factory=OrderedDict)
     copy_bytes: int = 0
     used_at: float = field(default_factory=time.monotonic)
+
+    def book(self, reader: SideReader, topic: str, release_on: ReleaseOn) -> tuple[OrderBook, int]:
+        """The order book of the partition, and the state partition's end it stands for."""
+        final, self.final = self.final, None  # a run that does not end cleanly leaves none
+        if final is not None and reader.end(topic) == self.final_end:  # nobody wrote since its last run
+            self.entries, self.state_next = final, self.final_end
+            book = OrderBook(release_on)
+            book.entries = dict(final)
+        else:
+            book, self.state_next = reader.book(topic, release_on, self.entries, self.state_next)
+            self.entries = dict(book.entries)
+        return book, self.state_next
 
     def reader(self) -> Consumer:
         """The side's consumer (made at the first call)."""
@@ -109,7 +128,7 @@ class KeptSide:
         """Its clients, which it no longer holds, to close; its copies dropped. The state as read stays."""
         clients = [c for c in (self.consumer, self.tail.consumer if self.tail else None) if c is not None]
         self.consumer = self.tail = None
-        self.hold_next = None
+        self.hold_next = self.final = None
         self.copies.clear()
         self.copy_bytes = 0
         return clients
