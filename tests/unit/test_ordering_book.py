@@ -128,7 +128,7 @@ def test_changes_refuse_a_head_or_held_copy_whose_offset_is_not_known_yet() -> N
         book.changes()
     book.place_head(KID, RETRY_1)
     book.hold(KID, main_offset=101, held_ms=2)
-    assert book.entries[KID].held[0].hold_offset == PENDING
+    assert book.held_of(KID)[0].hold_offset == PENDING
     with pytest.raises(RuntimeError, match="no offset yet"):
         book.changes()
     book.place_held(KID, {101: 3})

@@ -147,4 +147,4 @@ def test_a_replayed_head_in_main_runs_and_marks_its_own_end():
     assert work.held == 1  # a3 waits until the keeper reads the mark it wrote for the head
     (mark,) = lane.marks
     assert (mark.kind, mark.at) == ("processed", Location(TOPIC, 0, 20))
-    assert lane.book.entries[kid].held[0].hold_offset == PENDING
+    assert lane.book.held_of(kid)[0].hold_offset == PENDING

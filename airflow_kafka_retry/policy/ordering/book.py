@@ -52,6 +52,7 @@ class OrderBook:
         self.release_on = release_on
         self.entries: dict[bytes, BlockedKey] = {}
         self._dirty: set[bytes] = set()
+        self._holding: dict[bytes, list[Held]] = {}  # held by the chunk, not in their key's entry yet
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -75,12 +76,19 @@ class OrderBook:
         """Whether the book has changes :meth:`changes` has not given yet."""
         return bool(self._dirty)
 
+    def held_of(self, kid: bytes) -> tuple[Held, ...]:
+        """The records held behind ``kid``'s head, those the chunk held included, in order."""
+        entry = self.entries.get(kid)
+        return (*(entry.held if entry is not None else ()), *self._holding.get(kid, ()))
+
     def held_count(self) -> int:
-        return sum(len(e.held) for e in self.entries.values())
+        held = sum(len(e.held) for e in self.entries.values())
+        return held + sum(len(h) for h in self._holding.values())
 
     # ------------------------------------------------------------------ marks
     def apply(self, mark: Mark) -> Applied:
         """What ``mark`` does to its key; a released key leaves the book (its held records run next)."""
+        self._join(mark.key_id)
         entry = self.entries.get(mark.key_id)
         if entry is None:
             return Applied("ignored", why="its key is not blocked (released already, or never held)")
@@ -108,8 +116,8 @@ class OrderBook:
         """
         ``kid``'s record at ``main_offset`` failed: it is its key's head (placed by ``place_head``).
 
-        ``held``/``since_ms``: what a failed head of a blocked key keeps; ``in_dlt``: it went to a DLT
-        (``release_on: replay``).
+        ``held``/``since_ms``: what a failed head of a blocked key keeps (those the chunk held stay the
+        chunk's: they join the new entry); ``in_dlt``: it went to a DLT (``release_on: replay``).
         """
         self._set(
             kid,
@@ -132,8 +140,10 @@ class OrderBook:
         ``hold_offset``: its copy's offset in the hold topic, when it has one already (a held record held
         again); else ``place_held`` places it.
         """
-        entry = self.entries[kid]
-        self._set(kid, _changed(entry, held=(*entry.held, Held(hold_offset, main_offset, held_ms))))
+        if kid not in self.entries:
+            raise KeyError(kid)
+        self._holding.setdefault(kid, []).append(Held(hold_offset, main_offset, held_ms))
+        self._dirty.add(kid)
 
     def unhold(self, kid: bytes, main_offset: int) -> Held | None:
         """
@@ -141,6 +151,7 @@ class OrderBook:
 
         A head replayed to the main topic and held there before its ``moved`` mark came is the key's head.
         """
+        self._join(kid)
         entry = self.entries.get(kid)
         found = next((h for h in entry.held if h.main_offset == main_offset), None) if entry else None
         if entry is not None and found is not None:
@@ -149,27 +160,32 @@ class OrderBook:
 
     def place_held(self, kid: bytes, placed: Mapping[int, int]) -> None:
         """``kid``'s held records not placed yet, by main offset: where their copies landed (hold offsets)."""
-        entry = self.entries[kid]
-        held = tuple(
-            Held(placed[h.main_offset], h.main_offset, h.held_ms)
-            if h.hold_offset == PENDING and h.main_offset in placed
-            else h
-            for h in entry.held
-        )
-        self._set(kid, _changed(entry, held=held))
+        holding = self._holding[kid]
+        for i, h in enumerate(holding):
+            if h.hold_offset == PENDING and h.main_offset in placed:
+                holding[i] = Held(placed[h.main_offset], h.main_offset, h.held_ms)
 
     def changes(self) -> list[tuple[bytes, bytes | None]]:
         """The state records the chunk writes (key id, entry or None for a tombstone); clears the list."""
         out: list[tuple[bytes, bytes | None]] = []
         for kid in sorted(self._dirty):
+            self._join(kid)
             entry = self.entries.get(kid)
-            if entry is not None and (
-                entry.head.offset == PENDING or PENDING in map(_HOLD_OFFSET, entry.held)
-            ):
-                raise RuntimeError(f"key id {kid.hex()}: a head or held record has no offset yet")
+            if entry is not None and entry.head.offset == PENDING:
+                raise RuntimeError(f"key id {kid.hex()}: its head has no offset yet")
             out.append((kid, None if entry is None else entry.to_bytes()))
         self._dirty.clear()
         return out
+
+    def _join(self, kid: bytes) -> None:
+        """The records the chunk held behind ``kid``'s head join its entry, once placed."""
+        holding = self._holding.get(kid)
+        if holding:
+            if PENDING in map(_HOLD_OFFSET, holding):
+                raise RuntimeError(f"key id {kid.hex()}: a held record has no offset yet")
+            del self._holding[kid]
+            entry = self.entries[kid]
+            self._set(kid, _changed(entry, held=(*entry.held, *holding)))
 
     def _set(self, kid: bytes, entry: BlockedKey | None) -> None:
         if entry is None:
