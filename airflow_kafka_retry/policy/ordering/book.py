@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Literal, NamedTuple, TypeVar
 
-from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Held, Location, Mark
+from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Held, Location, Mark, held_json_of
 
 T = TypeVar("T")
 
@@ -53,6 +53,7 @@ class OrderBook:
         self.entries: dict[bytes, BlockedKey] = {}
         self._dirty: set[bytes] = set()
         self._holding: dict[bytes, list[Held]] = {}  # held by the chunk, not in their key's entry yet
+        self._texts: dict[bytes, tuple[tuple[Held, ...], str]] = {}  # held records as last written
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -173,9 +174,25 @@ class OrderBook:
             entry = self.entries.get(kid)
             if entry is not None and entry.head.offset == PENDING:
                 raise RuntimeError(f"key id {kid.hex()}: its head has no offset yet")
-            out.append((kid, None if entry is None else entry.to_bytes()))
+            out.append((kid, None if entry is None else entry.to_bytes(self._held_json(kid, entry.held))))
         self._dirty.clear()
         return out
+
+    def _held_json(self, kid: bytes, held: tuple[Held, ...]) -> str:
+        """
+        :func:`held_json_of` ``held``, from what was written of the key before when ``held`` only adds to it.
+
+        A key blocked for many chunks holds more records at each: written whole every time, its entries
+        cost the square of its held records.
+        """
+        before, text = self._texts.get(kid, ((), ""))
+        if held is not before:
+            if before and len(held) > len(before) and held[: len(before)] == before:
+                text = f"{text},{held_json_of(held[len(before) :])}"
+            else:
+                text = held_json_of(held)
+            self._texts[kid] = (held, text)
+        return text
 
     def _join(self, kid: bytes) -> None:
         """The records the chunk held behind ``kid``'s head join its entry, once placed."""
@@ -190,6 +207,7 @@ class OrderBook:
     def _set(self, kid: bytes, entry: BlockedKey | None) -> None:
         if entry is None:
             self.entries.pop(kid, None)
+            self._texts.pop(kid, None)
         else:
             self.entries[kid] = entry
         self._dirty.add(kid)
