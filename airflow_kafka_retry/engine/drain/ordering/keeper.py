@@ -146,9 +146,10 @@ class KeeperLane(HandlingLane):
     def prepare(self, work: ChunkWork) -> None:
         """Apply the new marks of the hold partition; handle the held records of the keys they release."""
         released: list[tuple[bytes, Held, bool]] = []  # key id, held record, whether it is the head
+        mine = self.side.copies  # this process's own copies, which it reads back here: never a mark
         for message in self._new_hold_records():
-            self.hold_last = offset_of(message)
-            if order_kind(headers_of(message)) == MARK:
+            self.hold_last = offset = offset_of(message)
+            if offset not in mine and order_kind(headers_of(message)) == MARK:
                 released.extend(self._apply(message, work))
         if self.hold_last is None:
             return
