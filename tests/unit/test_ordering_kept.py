@@ -9,7 +9,7 @@ import pytest
 from airflow_kafka_retry.engine.drain.ordering import kept
 from airflow_kafka_retry.engine.drain.ordering.kept import KeptSide, give_back, take_side
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
-from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Location
+from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Location, key_id
 
 CONFIG = {"bootstrap.servers": "127.0.0.1:1", "group.id": "svc"}
 DEADLINES = CallDeadlines("orders[0]")
@@ -30,14 +30,20 @@ class Tail:
 
 
 class Message:
-    def __init__(self, value: bytes) -> None:
-        self._value = value
+    def __init__(self, value: bytes, offset: int = 0) -> None:
+        self._value, self._offset = value, offset
 
     def key(self) -> bytes:
         return b"k"
 
     def value(self) -> bytes:
         return self._value
+
+    def offset(self) -> int:
+        return self._offset
+
+
+KID = key_id(b"k") or b""
 
 
 @pytest.fixture(autouse=True)
@@ -88,9 +94,20 @@ def test_copies_are_bounded_in_records_and_bytes_the_oldest_going_first(monkeypa
     assert list(side.copies) == [2, 3, 4]
     side.keep_copy(9, Message(b"x" * 13))
     assert list(side.copies) == [4, 9]
-    assert side.take_copy(4) is not None
-    assert side.take_copy(4) is None  # taken: it leaves the side
+    assert side.take_copy(4, KID, 0) is not None
+    assert side.take_copy(4, KID, 0) is None  # taken: it leaves the side
     assert side.copy_bytes == 14
+
+
+def test_a_kept_copy_counts_only_as_the_record_the_state_names():
+    side = KeptSide(("c", "s", 0), CONFIG)
+    side.keep_copy(5, Message(b"v", offset=130))
+    side.keep_copy(6, Message(b"w", offset=131))
+    assert side.take_copy(5, KID, 130) is not None
+    assert side.take_copy(6, KID, 999) is None  # a hold topic made again: offset 6 is another record now
+    assert side.take_copy(6, KID, 131) is None  # and it left the side
+    side.keep_copy(7, Message(b"x", offset=132))
+    assert side.take_copy(7, b"another key id..", 132) is None
 
 
 def test_a_process_keeps_the_clients_of_the_last_sides_only_and_closes_idle_ones(monkeypatch):

@@ -1,7 +1,8 @@
 """
 The keeper lane: the main topic's drain of partition *p* under ``ordering: key`` (``docs/ordering.md``).
 
-It loads the order book of *p* from ``<topic>-order-state[p]`` once per run. Each chunk it first reads
+It loads the order book of *p* from ``<topic>-order-state[p]`` once per run, from what its process kept of
+*p* since its last run (``kept.py``: the clients, the state as read, the copies). Each chunk it first reads
 the new records of ``<topic>-hold[p]`` (:meth:`KeeperLane.prepare`): each mark is applied to the book, and
 the held records of the keys it releases are handled, in order; then the main records
 (:meth:`KeeperLane.handle`): a record of a blocked key is copied to the hold topic, a keyed record that fails
@@ -154,7 +155,9 @@ class KeeperLane(HandlingLane):
         if self.hold_last is None:
             return
         work.side_work = True
-        kept = {h.hold_offset: self.side.take_copy(h.hold_offset) for _, h, _ in released}
+        kept = {
+            h.hold_offset: self.side.take_copy(h.hold_offset, kid, h.main_offset) for kid, h, _ in released
+        }
         copies = self.reader.held(self.hold, [offset for offset, m in kept.items() if m is None])
         items = []
         for kid, held, head in released:

@@ -43,8 +43,10 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer
 
 from airflow_kafka_retry.engine.drain.ordering.reading import HoldTail, SideReader
+from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.process_clients import config_key, keep_inherited
 from airflow_kafka_retry.policy.ordering.book import OrderBook, ReleaseOn
+from airflow_kafka_retry.policy.ordering.entries import key_id
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -117,12 +119,18 @@ class KeptSide:
             _, oldest = self.copies.popitem(last=False)
             self.copy_bytes -= _size(oldest)
 
-    def take_copy(self, offset: int) -> Message | None:
-        """The main record copied at ``offset``, if the side kept it (it leaves the side)."""
+    def take_copy(self, offset: int, kid: bytes, main_offset: int) -> Message | None:
+        """
+        The main record copied at ``offset``, if the side kept it (it leaves the side).
+
+        Only if it is ``kid``'s record at ``main_offset``, as the state says: a hold topic made again
+        between two runs has other records at the same offsets.
+        """
         message = self.copies.pop(offset, None)
-        if message is not None:
-            self.copy_bytes -= _size(message)
-        return message
+        if message is None:
+            return None
+        self.copy_bytes -= _size(message)
+        return message if offset_of(message) == main_offset and key_id(message.key()) == kid else None
 
     def detach(self) -> list[Consumer]:
         """Its clients, which it no longer holds, to close; its copies dropped. The state as read stays."""
