@@ -68,7 +68,7 @@ _HELD_HEADER: Header = (ORDER_HEADER, HELD)
 SIDE_FETCH_WAIT_MS = 10
 
 
-@dataclass
+@dataclass(slots=True)
 class _Item:
     """A record the keeper gives a home: a main record, or a held one (``held``: where it waits)."""
 
@@ -220,12 +220,12 @@ class KeeperLane(HandlingLane):
 
     def handle(self, piece: Chunk, work: ChunkWork) -> None:
         """The main records of a piece: handled in layers, or held behind their key's head."""
-        items = []
+        items, book, main, p = [], self.book, self.main, self.p
         for message, headers, attempt, due in zip(
             piece.messages, piece.headers, piece.attempts, piece.due_ms
         ):
             offset, kid = offset_of(message), key_id(message.key())
-            head = self.book.is_head(kid, Location(self.main, self.p, offset))
+            head = book.blocked(kid) and book.is_head(kid, Location(main, p, offset))
             items.append(_Item(message, headers, kid, offset, attempt, due, head=head))
         self._run(items, work)
         work.count_read(piece.messages)
@@ -285,7 +285,8 @@ class KeeperLane(HandlingLane):
             self.book.hold(kid, item.main_offset, item.held.held_ms, item.held.hold_offset)
             return
         self.book.hold(kid, item.main_offset, now)
-        headers = [*(own_headers(item.headers) or ()), _HELD_HEADER]
+        headers = own_headers(item.headers) or []  # a new list, without a forged order header
+        headers.append(_HELD_HEADER)
         _, timestamp = item.message.timestamp()
         copy = RoutedRecord(item.message, self.to_hold, headers, "", timestamp_ms=timestamp)
         self.copies.append((kid, item.main_offset, copy))
@@ -310,10 +311,13 @@ class KeeperLane(HandlingLane):
         for kid, home in self.heads:
             self.book.place_head(kid, delivered_at(home))
         placed: dict[bytes, dict[int, int]] = {}
+        keep = self.side.keep_copy
         for kid, main_offset, copy in self.copies:
-            offset = delivered_at(copy).offset
+            offset = copy.delivered_offset
+            if offset is None:
+                raise RuntimeError("a held copy's delivery report is not in")
             placed.setdefault(kid, {})[main_offset] = offset
-            self.side.keep_copy(offset, copy.source)
+            keep(offset, copy.source)
         for kid, offsets in placed.items():  # one new entry per key, however many it held
             self.book.place_held(kid, offsets)
         out = [Booked(self.hold, m.key_id, m.to_bytes(), self.p, MARK_HEADERS) for m in self.marks]
