@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Message, TopicPartition
+from confluent_kafka import TopicPartition
 
 from airflow_kafka_retry.engine.drain.lanes import HandlingLane, LaneRun, route_failures, run_handler
 from airflow_kafka_retry.engine.drain.ordering.checks import (
@@ -56,6 +56,8 @@ from airflow_kafka_retry.policy.ordering.entries import (
 from airflow_kafka_retry.policy.routing.resolver import Destination
 
 if TYPE_CHECKING:
+    from confluent_kafka import Message
+
     from airflow_kafka_retry.engine.drain.chunk import ChunkWork
     from airflow_kafka_retry.engine.drain.due_records import Chunk
     from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
@@ -184,7 +186,8 @@ class KeeperLane(HandlingLane):
         """
         if self.tail is not None:
             return self.tail.take()
-        start, messages = self.hold_next, list[Message]()
+        start = self.hold_next
+        messages: list[Message] = []
         if not self.book.entries:
             end = self.reader.end(self.hold)
             if end > max(start, 0):

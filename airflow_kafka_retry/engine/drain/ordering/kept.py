@@ -26,8 +26,8 @@ A run that ends cleanly gives back everything; one that failed, or was abandoned
 back only the state as read (always committed data): its clients are closed and its copies dropped (the
 last of them may belong to a transaction that never committed). A process keeps the clients of at most
 :data:`MAX_KEPT` sides, the least recently used closed first, and those unused for :data:`KEPT_IDLE_S` are
-closed when a run next takes or gives one back.
-A forked child neither uses nor destroys its parent's clients.
+closed when a run next takes or gives one back; it keeps at most :data:`MAX_STATES` sides at all. A forked
+child neither uses nor destroys its parent's clients.
 """
 
 from __future__ import annotations
