@@ -74,3 +74,39 @@ def test_every_key_keeps_its_order_and_nothing_is_lost_or_doubled(kafka_bootstra
         "differ between the DLT and the plan",
     )
     assert max(dlt.values()) == 1, "a record dead-lettered twice"
+
+
+def test_a_process_that_keeps_a_partition_between_runs_reads_what_another_process_wrote(
+    kafka_bootstrap, tmp_path, monkeypatch
+):
+    """
+    The main tier's runs alternate between this process and worker processes (another process each time).
+
+    This process keeps each keeper partition's side between its runs (``engine/drain/ordering/kept.py``):
+    its state as read, its hold consumer, its copies. After a worker process ran the partition, the state
+    partition no longer ends where this process's last run left it, nor is the hold offset where its
+    consumer stands: it reads what was written since, and order holds.
+    """
+    path = str(tmp_path / "order-ledger.txt")
+    monkeypatch.setenv(ol.LEDGER_ENV, path)
+    monkeypatch.setenv(ol.SEED_ENV, str(SEED))
+    topology = key_ordered_topology("ordered-kept")
+    config = {"bootstrap.servers": kafka_bootstrap}
+    ensure_topics(topology, config, partitions=2)
+    plan = ol.plan(1_500, 150, SEED)
+    ol.produce(kafka_bootstrap, topology.topic, plan.records)
+    options = DrainOptions(handler=ol.HANDLER, batch_size=50, chunk_size=200)
+    mains = 0
+
+    def run(tier):
+        nonlocal mains
+        mains += tier.index == 0
+        elsewhere = tier.index == 0 and mains % 2 == 0  # every other main run in worker processes
+        return run_local(topology, tier, config, options, parallelism=2, in_process=not elsewhere)
+
+    passes, _ = ol.settle(topology.tiers, run, plan, path)
+    assert mains >= 3, "no main run of this process came after one of another process"
+    report = ol.check_order(plan, ol.read_ledger(path))
+    assert report.holds, f"seed {SEED}, after {passes} passes: " + "; ".join(report.problems)
+    assert report.handled == 1_500 - len(plan.dead())
+    assert set(dead_lettered(kafka_bootstrap, topology)) == plan.dead()

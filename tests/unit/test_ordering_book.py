@@ -35,8 +35,8 @@ def blocked_book(release_on: str = "dlt") -> OrderBook:
     book = OrderBook(release_on)  # type: ignore[arg-type]
     book.block(KID, main_offset=100, now_ms=1_000)
     book.place_head(KID, RETRY_1)
-    book.hold(KID, main_offset=130, now_ms=2_000)
-    book.place_held(KID, main_offset=130, hold_offset=7)
+    book.hold(KID, main_offset=130, held_ms=2_000)
+    book.place_held(KID, {130: 7})
     return book
 
 
@@ -127,11 +127,11 @@ def test_changes_refuse_a_head_or_held_copy_whose_offset_is_not_known_yet() -> N
     with pytest.raises(RuntimeError, match="no offset yet"):
         book.changes()
     book.place_head(KID, RETRY_1)
-    book.hold(KID, main_offset=101, now_ms=2)
-    assert book.entries[KID].held[0].hold_offset == PENDING
+    book.hold(KID, main_offset=101, held_ms=2)
+    assert book.held_of(KID)[0].hold_offset == PENDING
     with pytest.raises(RuntimeError, match="no offset yet"):
         book.changes()
-    book.place_held(KID, main_offset=101, hold_offset=3)
+    book.place_held(KID, {101: 3})
     [(kid, value)] = book.changes()
     assert kid == KID
     assert value is not None

@@ -11,11 +11,12 @@ from airflow_kafka_retry.engine.drain.lanes import LaneRun
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.drain.ordering.checks import ordering_topics
 from airflow_kafka_retry.engine.drain.ordering.keeper import KeeperLane
+from airflow_kafka_retry.engine.drain.ordering.kept import KeptSide
 from airflow_kafka_retry.engine.drain.summary import PartitionSummary
 from airflow_kafka_retry.engine.kafka.deadlines import CallDeadlines
 from airflow_kafka_retry.policy.ordering.book import PENDING, OrderBook
 from airflow_kafka_retry.policy.ordering.entries import HELD, ORDER_HEADER, BlockedKey, Location, key_id
-from airflow_kafka_retry.policy.routing.resolver import DestinationResolver
+from airflow_kafka_retry.policy.routing.resolver import Destination, DestinationResolver
 from airflow_kafka_retry.policy.topology.model import Topology
 
 TOPIC = "orders"
@@ -77,7 +78,9 @@ def keeper(fails: set[bytes], calls: list[list[bytes]]) -> KeeperLane:
     )
     lane.main, lane.p = TOPIC, 0
     lane.hold, lane.state = ordering_topics(topology)
-    lane.book, lane._warned, lane.copied = OrderBook(), False, {}
+    lane.to_hold = Destination("retry", lane.hold, 0, 1, 0, 0, "retryable")
+    lane.book, lane._warned = OrderBook(), False
+    lane.side = KeptSide(("<test>", lane.state, 0), {})
     lane._reset()
     return lane
 
@@ -144,4 +147,4 @@ def test_a_replayed_head_in_main_runs_and_marks_its_own_end():
     assert work.held == 1  # a3 waits until the keeper reads the mark it wrote for the head
     (mark,) = lane.marks
     assert (mark.kind, mark.at) == ("processed", Location(TOPIC, 0, 20))
-    assert lane.book.entries[kid].held[0].hold_offset == PENDING
+    assert lane.book.held_of(kid)[0].hold_offset == PENDING

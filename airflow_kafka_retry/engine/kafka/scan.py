@@ -142,9 +142,11 @@ class Scan:
             timeout = deadlines.timeout(start_timeout_s) if deadlines else start_timeout_s
             if deadline is not None:  # the log-start lookup is part of the scan: under its deadline too
                 timeout = max(0.1, min(timeout, deadline - clock()))
+            # a partition an earlier scan of this consumer ended stays paused: resumed before it is assigned
+            # again, as resumed after, its first fetch waited for the client's next wake-up (1 s)
+            consumer.resume(tps)
             with self._call("get_watermark_offsets", timeout):
                 consumer.assign(from_log_start(consumer, tps, timeout))
-            consumer.resume(tps)  # a partition an earlier scan of this consumer ended stays paused
 
     def _call(self, name: str, timeout_s: float) -> AbstractContextManager[None]:
         if self.deadlines is None:

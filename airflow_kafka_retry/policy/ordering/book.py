@@ -13,11 +13,11 @@ the earlier ones of its key, and one that fails holds the later ones (``docs/ord
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Literal, NamedTuple, TypeVar
 
-from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Held, Location, Mark
+from airflow_kafka_retry.policy.ordering.entries import BlockedKey, Held, Location, Mark, held_json_of
 
 T = TypeVar("T")
 
@@ -52,6 +52,8 @@ class OrderBook:
         self.release_on = release_on
         self.entries: dict[bytes, BlockedKey] = {}
         self._dirty: set[bytes] = set()
+        self._holding: dict[bytes, list[Held]] = {}  # held by the chunk, not in their key's entry yet
+        self._texts: dict[bytes, tuple[tuple[Held, ...], str]] = {}  # held records as last written
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -70,22 +72,34 @@ class OrderBook:
         entry = self.entries.get(kid) if kid is not None else None
         return entry is not None and entry.head == at
 
+    @property
+    def changed(self) -> bool:
+        """Whether the book has changes :meth:`changes` has not given yet."""
+        return bool(self._dirty)
+
+    def held_of(self, kid: bytes) -> tuple[Held, ...]:
+        """The records held behind ``kid``'s head, those the chunk held included, in order."""
+        entry = self.entries.get(kid)
+        return (*(entry.held if entry is not None else ()), *self._holding.get(kid, ()))
+
     def held_count(self) -> int:
-        return sum(len(e.held) for e in self.entries.values())
+        held = sum(len(e.held) for e in self.entries.values())
+        return held + sum(len(h) for h in self._holding.values())
 
     # ------------------------------------------------------------------ marks
     def apply(self, mark: Mark) -> Applied:
         """What ``mark`` does to its key; a released key leaves the book (its held records run next)."""
+        self._join(mark.key_id)
         entry = self.entries.get(mark.key_id)
         if entry is None:
             return Applied("ignored", why="its key is not blocked (released already, or never held)")
         if mark.at is not None and mark.at != entry.head:
             return Applied("ignored", why=f"it names {mark.at}, but the key's head is {entry.head}")
         if mark.kind == "moved":
-            self._set(mark.key_id, dataclasses.replace(entry, head=_to(mark)))
+            self._set(mark.key_id, _changed(entry, head=_to(mark)))
             return Applied("moved")
         if mark.kind == "dlt" and self.release_on == "replay":
-            self._set(mark.key_id, dataclasses.replace(entry, head=_to(mark), in_dlt=True))
+            self._set(mark.key_id, _changed(entry, head=_to(mark), in_dlt=True))
             return Applied("parked")
         self._set(mark.key_id, None)
         return Applied("released", entry.held)
@@ -103,8 +117,8 @@ class OrderBook:
         """
         ``kid``'s record at ``main_offset`` failed: it is its key's head (placed by ``place_head``).
 
-        ``held``/``since_ms``: what a failed head of a blocked key keeps; ``in_dlt``: it went to a DLT
-        (``release_on: replay``).
+        ``held``/``since_ms``: what a failed head of a blocked key keeps (those the chunk held stay the
+        chunk's: they join the new entry); ``in_dlt``: it went to a DLT (``release_on: replay``).
         """
         self._set(
             kid,
@@ -118,13 +132,19 @@ class OrderBook:
         )
 
     def place_head(self, kid: bytes, head: Location) -> None:
-        entry = self.entries[kid]
-        self._set(kid, dataclasses.replace(entry, head=head))
+        self._set(kid, _changed(self.entries[kid], head=head))
 
-    def hold(self, kid: bytes, main_offset: int, now_ms: int) -> None:
-        """The main record at ``main_offset`` waits behind ``kid``'s head (``place_held`` places it)."""
-        entry = self.entries[kid]
-        self._set(kid, dataclasses.replace(entry, held=(*entry.held, Held(PENDING, main_offset, now_ms))))
+    def hold(self, kid: bytes, main_offset: int, held_ms: int, hold_offset: int = PENDING) -> None:
+        """
+        The main record at ``main_offset`` waits behind ``kid``'s head, since ``held_ms``.
+
+        ``hold_offset``: its copy's offset in the hold topic, when it has one already (a held record held
+        again); else ``place_held`` places it.
+        """
+        if kid not in self.entries:
+            raise KeyError(kid)
+        self._holding.setdefault(kid, []).append(Held(hold_offset, main_offset, held_ms))
+        self._dirty.add(kid)
 
     def unhold(self, kid: bytes, main_offset: int) -> Held | None:
         """
@@ -132,41 +152,85 @@ class OrderBook:
 
         A head replayed to the main topic and held there before its ``moved`` mark came is the key's head.
         """
+        self._join(kid)
         entry = self.entries.get(kid)
         found = next((h for h in entry.held if h.main_offset == main_offset), None) if entry else None
         if entry is not None and found is not None:
-            self._set(kid, dataclasses.replace(entry, held=tuple(h for h in entry.held if h != found)))
+            self._set(kid, _changed(entry, held=tuple(h for h in entry.held if h != found)))
         return found
 
-    def place_held(self, kid: bytes, main_offset: int, hold_offset: int) -> None:
-        entry = self.entries[kid]
-        held = tuple(
-            h._replace(hold_offset=hold_offset)
-            if h.main_offset == main_offset and h.hold_offset == PENDING
-            else h
-            for h in entry.held
-        )
-        self._set(kid, dataclasses.replace(entry, held=held))
+    def place_held(self, kid: bytes, placed: Mapping[int, int]) -> None:
+        """``kid``'s held records not placed yet, by main offset: where their copies landed (hold offsets)."""
+        holding = self._holding[kid]
+        for i, h in enumerate(holding):
+            if h.hold_offset == PENDING and h.main_offset in placed:
+                holding[i] = Held(placed[h.main_offset], h.main_offset, h.held_ms)
 
     def changes(self) -> list[tuple[bytes, bytes | None]]:
         """The state records the chunk writes (key id, entry or None for a tombstone); clears the list."""
         out: list[tuple[bytes, bytes | None]] = []
         for kid in sorted(self._dirty):
+            self._join(kid)
             entry = self.entries.get(kid)
-            if entry is not None and (
-                entry.head.offset == PENDING or any(h.hold_offset == PENDING for h in entry.held)
-            ):
-                raise RuntimeError(f"key id {kid.hex()}: a head or held record has no offset yet")
-            out.append((kid, None if entry is None else entry.to_bytes()))
+            if entry is not None and entry.head.offset == PENDING:
+                raise RuntimeError(f"key id {kid.hex()}: its head has no offset yet")
+            out.append((kid, None if entry is None else entry.to_bytes(self._held_json(kid, entry.held))))
         self._dirty.clear()
         return out
+
+    def _held_json(self, kid: bytes, held: tuple[Held, ...]) -> str:
+        """
+        :func:`held_json_of` ``held``, from what was written of the key before when ``held`` only adds to it.
+
+        A key blocked for many chunks holds more records at each: written whole every time, its entries
+        cost the square of its held records.
+        """
+        before, text = self._texts.get(kid, ((), ""))
+        if held is not before:
+            if before and len(held) > len(before) and held[: len(before)] == before:
+                text = f"{text},{held_json_of(held[len(before) :])}"
+            else:
+                text = held_json_of(held)
+            self._texts[kid] = (held, text)
+        return text
+
+    def _join(self, kid: bytes) -> None:
+        """The records the chunk held behind ``kid``'s head join its entry, once placed."""
+        holding = self._holding.get(kid)
+        if holding:
+            if PENDING in map(_HOLD_OFFSET, holding):
+                raise RuntimeError(f"key id {kid.hex()}: a held record has no offset yet")
+            del self._holding[kid]
+            entry = self.entries[kid]
+            self._set(kid, _changed(entry, held=(*entry.held, *holding)))
 
     def _set(self, kid: bytes, entry: BlockedKey | None) -> None:
         if entry is None:
             self.entries.pop(kid, None)
+            self._texts.pop(kid, None)
         else:
             self.entries[kid] = entry
         self._dirty.add(kid)
+
+
+_HOLD_OFFSET = itemgetter(0)
+
+
+def _changed(
+    entry: BlockedKey,
+    *,
+    head: Location | None = None,
+    held: tuple[Held, ...] | None = None,
+    in_dlt: bool | None = None,
+) -> BlockedKey:
+    """``entry`` with ``head``, ``held`` or ``in_dlt`` changed (``dataclasses.replace``, 5x faster)."""
+    return BlockedKey(
+        entry.head if head is None else head,
+        entry.held if held is None else held,
+        entry.since_ms,
+        entry.in_dlt if in_dlt is None else in_dlt,
+        entry.head_main_offset,
+    )
 
 
 def _to(mark: Mark) -> Location:

@@ -4,15 +4,22 @@ What a run under ``ordering: key`` refuses at its start, each refusal naming the
 Transactions (the hold, the state and the routed records commit together); every tier, DLT, the hold and the
 state topic with the main topic's partition count; the state topic compacted; the hold topic present while
 the state names held records.
+
+The partition counts are asked at every run, of the run's own consumer, for the topics its drain did not
+count already: a hold topic deleted by hand is named at the next run's start. The state topic's cleanup
+policy is asked once per :data:`COMPACTED_TTL_S` per process (through the process's admin client), and
+again after a run of its keeper failed (:func:`forget_compacted`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Hashable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 
 from airflow_kafka_retry.engine.kafka.clients import (
     KafkaConfigError,
@@ -20,6 +27,8 @@ from airflow_kafka_retry.engine.kafka.clients import (
     admin_config,
     partition_counts,
 )
+from airflow_kafka_retry.engine.kafka.metadata_client import metadata_client
+from airflow_kafka_retry.engine.kafka.process_clients import config_key
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
@@ -53,15 +62,21 @@ def ordering_topics(topology: Topology) -> tuple[str, str]:
 
 
 def require_partitions(
-    consumer: Consumer, run: LaneRun, topics: list[str], timeout_s: float, what: Mapping[str, str]
+    consumer: Consumer,
+    run: LaneRun,
+    topics: list[str],
+    timeout_s: float,
+    what: Mapping[str, str],
+    known: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """
     The partition count of each of ``topics``; each must have the main topic's.
 
-    ``what`` says, for a topic the run may find missing, what to do about it.
+    ``what`` says, for a topic the run may find missing, what to do about it; ``known``: counts the run read
+    already (its drain's), not asked again.
     """
     main = run.topology.topic
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = {t: n for t, n in (known or {}).items() if t in {main, *topics}}
     for topic in [main, *topics]:
         if topic in counts:
             continue
@@ -83,11 +98,36 @@ def require_partitions(
     return counts
 
 
+#: Seconds a process trusts a state topic's ``cleanup.policy=compact`` it read (a run that fails forgets it).
+COMPACTED_TTL_S = 300.0
+_COMPACTED: dict[tuple[Hashable, str], float] = {}  # (cluster config, topic) -> when it was read (monotonic)
+_COMPACTED_LOCK = threading.Lock()
+
+
 def require_compacted(
     kafka_config: Mapping[str, Any], topic: str, deadlines: CallDeadlines, timeout_s: float
 ) -> None:
-    """``topic`` (the state topic) has ``cleanup.policy=compact``: asked once, within ``timeout_s``."""
-    admin = AdminClient(admin_config(kafka_config))
+    """``topic`` (the state topic) has ``cleanup.policy=compact``: asked within ``timeout_s``, or known."""
+    key = (config_key(admin_config(kafka_config)), topic)
+    with _COMPACTED_LOCK:
+        read_at = _COMPACTED.get(key)
+    if read_at is not None and time.monotonic() - read_at < COMPACTED_TTL_S:
+        return
+    _ask_compacted(kafka_config, topic, deadlines, timeout_s)
+    with _COMPACTED_LOCK:
+        _COMPACTED[key] = time.monotonic()
+
+
+def forget_compacted(kafka_config: Mapping[str, Any], topic: str) -> None:
+    """Ask ``topic``'s cleanup policy again at the next run (a run of its keeper failed)."""
+    with _COMPACTED_LOCK:
+        _COMPACTED.pop((config_key(admin_config(kafka_config)), topic), None)
+
+
+def _ask_compacted(
+    kafka_config: Mapping[str, Any], topic: str, deadlines: CallDeadlines, timeout_s: float
+) -> None:
+    admin = metadata_client(kafka_config)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
         with deadlines.call("describe_configs", timeout_s, "any broker (topic configs)"):

@@ -7,12 +7,12 @@ run's deadlines and idle timeout.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
+from airflow_kafka_retry.engine.kafka.clients import from_log_start
 from airflow_kafka_retry.engine.kafka.messages import offset_of
 from airflow_kafka_retry.engine.kafka.scan import ReadError, Scan, committed_offsets
 from airflow_kafka_retry.policy.ordering.book import OrderBook, ReleaseOn
@@ -79,34 +79,48 @@ class SideReader:
         )
         return max(-1, found[0].offset)
 
-    def book(self, topic: str, release_on: ReleaseOn, cluster: str) -> OrderBook:
-        """
-        The order book of the partition, from the state topic read to its end.
+    def end(self, topic: str) -> int:
+        """The end of ``topic[partition]`` the broker reports now (ListOffsets)."""
+        timeout = self.deadlines.timeout(min(5.0, self.call_timeout_s))
+        leader = f"the leader of {topic}[{self.partition}]"
+        with self.deadlines.call("get_watermark_offsets", timeout, leader):
+            _, high = self.consumer.get_watermark_offsets(
+                TopicPartition(topic, self.partition), timeout=timeout, cached=False
+            )
+        return int(high)
 
-        A process keeps what it read of each state partition (``cluster``: which cluster's), so a later run
-        reads only what was written since: the state topic keeps every entry until its segments are compacted,
-        and reading them all at each run's start costs more with every chunk the keepers committed.
+    def book(
+        self, topic: str, release_on: ReleaseOn, known: Mapping[bytes, BlockedKey], start: int
+    ) -> tuple[OrderBook, int]:
         """
-        key = (cluster, topic, self.partition)
-        with _BOOKS_LOCK:
-            known, start = _BOOKS.get(key, ({}, -1))
+        The order book of the partition, and the offset its read ended at.
+
+        ``known``: the state entries read up to ``start`` (by an earlier run of this process, ``kept.py``);
+        the state topic is read from there to its end. It keeps every entry until its segments are compacted:
+        reading them all at each run's start costs more with every chunk the keepers committed. Of the entries
+        of a key, only the last read is decoded: the others are what compaction removes.
+        """
         messages, end = self.tail(topic, start)
         if messages and start >= 0 and offset_of(messages[0]) < start:  # the topic was made again: from 0
             known = {}
-        book = OrderBook(release_on)
-        book.entries = dict(known)
+        last: dict[bytes, Message] = {}
         for message in messages:
-            where = f"{topic}[{self.partition}]@{offset_of(message)}"
-            kid, value = message.key(), message.value()
+            kid = message.key()
             if not isinstance(kid, bytes) or len(kid) != KEY_ID_BYTES:
                 raise OrderStateError(
-                    f"{where}: a state entry's record key must be a {KEY_ID_BYTES}-byte key id"
+                    f"{topic}[{self.partition}]@{offset_of(message)}: a state entry's record key must be a "
+                    f"{KEY_ID_BYTES}-byte key id"
                 )
+            last.pop(kid, None)  # kept in the order the entries were written
+            last[kid] = message
+        book = OrderBook(release_on)
+        book.entries = dict(known)
+        for kid, message in last.items():
+            value = message.value()
+            where = f"{topic}[{self.partition}]@{offset_of(message)}"
             book.load(kid, None if value is None else BlockedKey.from_bytes(value, where))
         position = end if end is not None else (offset_of(messages[-1]) + 1 if messages else start)
-        with _BOOKS_LOCK:
-            _BOOKS[key] = (dict(book.entries), position)
-        return book
+        return book, position
 
     def held(self, topic: str, offsets: Iterable[int]) -> dict[int, Message]:
         """The held copies at ``offsets`` of ``topic[partition]``; a missing one is an error naming it."""
@@ -129,27 +143,28 @@ class SideReader:
         return found
 
 
-#: What this process read of each state partition: (cluster, topic, partition) -> (entries, next offset).
-_BOOKS: dict[tuple[str, str, int], tuple[dict[bytes, BlockedKey], int]] = {}
-_BOOKS_LOCK = threading.Lock()
-
-
 class HoldTail:
     """
     A hold partition followed by a consumer of its own, never unassigned: its fetches run in the background.
 
     :meth:`take` returns what they brought since, without waiting (read_committed, so only committed marks).
+    Its fetches wait up to :data:`TAIL_FETCH_WAIT_MS` at the partition's end (a record that comes ends the
+    wait at once): a tail a process keeps between runs (``kept.py``) costs the broker little while idle.
+    ``deadlines``: those of the run using it.
     """
 
     def __init__(
         self, config: Mapping[str, Any], topic: str, partition: int, deadlines: CallDeadlines
     ) -> None:
         self.topic, self.partition, self.deadlines = topic, partition, deadlines
-        self.consumer = Consumer(dict(config))
+        self.consumer = Consumer({**config, "fetch.wait.max.ms": TAIL_FETCH_WAIT_MS})
 
     def start(self, offset: int) -> None:
-        """Follow the partition from ``offset`` (negative: its beginning)."""
-        self.consumer.assign([TopicPartition(self.topic, self.partition, max(offset, OFFSET_BEGINNING))])
+        """Follow the partition from ``offset`` (negative: its beginning), from wherever it was."""
+        tp = TopicPartition(self.topic, self.partition, offset if offset >= 0 else OFFSET_BEGINNING)
+        leader = f"the leader of {self.topic}[{self.partition}]"
+        with self.deadlines.call("get_watermark_offsets", 5.0, leader):  # a logical start fetches 0.5 s later
+            self.consumer.assign(from_log_start(self.consumer, [tp], 5.0))
 
     def take(self) -> list[Message]:
         """The records fetched since the last take, in order; a fetch error raises, naming the partition."""
@@ -173,6 +188,8 @@ class HoldTail:
 
 
 _TAKE = 500
+#: A hold tail's longest wait for an empty fetch.
+TAIL_FETCH_WAIT_MS = 500
 
 #: Held copies further apart than this are read in separate scans (a seek each) rather than read through.
 _GAP = 1000
