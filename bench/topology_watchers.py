@@ -15,6 +15,14 @@ topologies of the factory's shape (main, retry-1, retry-2 and the DLT, 3 partiti
 its imports, once every watcher has its heads, and after a ``--window`` of idle watching (30 s), plus
 its threads, broker connections and, with ``--tracemalloc``, the Python allocations that grew most.
 
+Over the idle window it also reports the CPU seconds of the watching process, of its children (the
+committed-offset reader) and of the broker when the bench started it (its JVM), and the broker requests
+the watchers sent, counted in the bench process at the provider's client calls: ``metadata``
+(``AdminClient.list_topics``, one Metadata request per call), ``list_offsets`` (one ListOffsets request per
+leader broker per call) and ``committed`` (one ``ListConsumerGroupOffsets`` of one group, sent by the reader
+child: a FindCoordinator and an OffsetFetch request). The shared consumer's own long-polling fetch (one
+at a time for every watch) is not counted.
+
 Modes: ``shared`` (``[kafka_retry] shared_watch_consumers`` on, the default: one consumer for the
 process, committed offsets read by its child, ``engine/heads/offset_reader.py``, whose memory is counted) and
 ``own`` (off: one consumer per lane). Writes
@@ -30,8 +38,11 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import tracemalloc
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +70,50 @@ def _memory_mb() -> dict[str, float]:
     }
 
 
+_CALLS: Counter[str] = Counter()
+_CALLS_LOCK = threading.Lock()
+
+
+def _count_calls() -> None:
+    """Count the provider's broker requests in this process (see the module's docstring)."""
+    from confluent_kafka.admin import AdminClient
+
+    from airflow_kafka_retry.engine.heads.offset_reader import OffsetReader
+
+    def counted(owner: Any, method: str, name: str) -> None:
+        original: Callable[..., Any] = getattr(owner, method)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with _CALLS_LOCK:
+                _CALLS[name] += 1
+            return original(*args, **kwargs)
+
+        setattr(owner, method, call)
+
+    counted(AdminClient, "list_topics", "metadata")
+    counted(AdminClient, "list_offsets", "list_offsets")
+    counted(OffsetReader, "committed", "committed")
+
+
+def _cpu_s(process: psutil.Process | None) -> float | None:
+    """A process's CPU seconds (user and system); None: no process, or gone."""
+    if process is None:
+        return None
+    try:
+        times = process.cpu_times()
+    except psutil.Error:
+        return None
+    return times.user + times.system
+
+
+def _children_cpu_s(me: psutil.Process) -> dict[int, float]:
+    found = {}
+    for child in me.children(recursive=True):
+        if (cpu := _cpu_s(child)) is not None:
+            found[child.pid] = cpu
+    return found
+
+
 def _lanes(name: str) -> list[dict[str, Any]]:
     topics = {0: name, 1: f"{name}-retry-1", 2: f"{name}-retry-2"}
     lanes: list[dict[str, Any]] = [
@@ -71,7 +126,7 @@ def _lanes(name: str) -> list[dict[str, Any]]:
     return lanes
 
 
-async def _watch(names: list[str], window_s: float) -> dict[str, Any]:
+async def _watch(names: list[str], window_s: float, broker_pid: int | None) -> dict[str, Any]:
     from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
     from airflow_kafka_retry.triggers.watching import MemoryStore
 
@@ -87,8 +142,33 @@ async def _watch(names: list[str], window_s: float) -> dict[str, Any]:
     await asyncio.sleep(min(60.0, 5 + 0.1 * len(names)))  # every watch opens and reads its heads
     opened = _memory_mb()
     snapshot = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
+    broker = psutil.Process(broker_pid) if broker_pid else None
+    with _CALLS_LOCK:
+        calls_before = Counter(_CALLS)
+    cpu_before, children_before, broker_before = _cpu_s(me), _children_cpu_s(me), _cpu_s(broker)
+    load_before = os.getloadavg()
     await asyncio.sleep(window_s)
+    cpu_after, children_after, broker_after = _cpu_s(me), _children_cpu_s(me), _cpu_s(broker)
+    with _CALLS_LOCK:
+        calls = {k: v - calls_before.get(k, 0) for k, v in sorted(_CALLS.items())}
     after = _memory_mb()
+    # a child that ended in the window (a retired reader) is not counted; one started in it counts whole
+    children_s = sum(cpu - children_before.get(pid, 0.0) for pid, cpu in children_after.items())
+    idle = {
+        "window_s": window_s,
+        "process_cpu_s": round((cpu_after or 0) - (cpu_before or 0), 2),
+        "children_cpu_s": round(children_s, 2),
+        "broker_cpu_s": (
+            round(broker_after - broker_before, 2)
+            if broker_after is not None and broker_before is not None
+            else None
+        ),
+        "broker_calls": calls,
+        "broker_calls_per_topology_minute": {
+            k: round(v * 60 / window_s / len(names), 3) for k, v in calls.items()
+        },
+        "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+    }
     threads = me.num_threads()
     grown = []
     if snapshot is not None:  # what the watchers' Python objects hold, by the file that allocated them
@@ -104,6 +184,7 @@ async def _watch(names: list[str], window_s: float) -> dict[str, Any]:
         "per_topology_uss_kb": round(
             (after["with_children_uss_mb"] - imported["with_children_uss_mb"]) * 1024 / len(names), 1
         ),
+        "idle_window": idle,
         "threads": threads,
         "open_s": round(time.monotonic() - started - window_s, 1),
         "python_allocations_by_file": grown,
@@ -127,7 +208,8 @@ def child(args: argparse.Namespace) -> int:
     create_topics(args.bootstrap, topics, partitions=3)
     if args.tracemalloc:
         tracemalloc.start()
-    result = asyncio.run(_watch(names, args.window))
+    _count_calls()
+    result = asyncio.run(_watch(names, args.window, args.broker_pid))
     sys.stdout.write(json.dumps({"mode": args.mode, "topologies": args.count, **result}) + "\n")
     return 0
 
@@ -141,19 +223,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)  # a child process's one size
+    parser.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)  # the broker the bench started
     args = parser.parse_args(argv)
     if args.count is not None:
         return child(args)
     modes = ("own", "shared") if args.mode == "both" else (args.mode,)
     started = datetime.datetime.now(datetime.UTC)
     runs = []
-    with given_broker(args.bootstrap) as (bootstrap, _):
+    with given_broker(args.bootstrap) as (bootstrap, broker):
         for count in (int(c) for c in args.topologies.split(",")):
             for mode in modes:
                 env = {**os.environ, "AIRFLOW__KAFKA_RETRY__SHARED_WATCH_CONSUMERS": str(mode == "shared")}
                 command = [sys.executable, "-m", "bench.topology_watchers", "--bootstrap", bootstrap]
                 command += ["--count", str(count), "--mode", mode, "--window", str(args.window)]
                 command += ["--tracemalloc"] if args.tracemalloc else []
+                command += ["--broker-pid", str(broker.pid)] if broker is not None else []
                 done = subprocess.run(
                     command, env=env, capture_output=True, text=True, timeout=900, check=False
                 )
@@ -168,6 +252,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"{after['with_children_uss_mb']} MB ({run['per_topology_uss_kb']} kB per topology; "
                     f"{after['children']} child process(es)), RSS {after['with_children_rss_mb']} MB, "
                     f"{run['threads']} threads\n"
+                )
+                idle = run["idle_window"]
+                sys.stdout.write(
+                    f"  idle {idle['window_s']:.0f} s: CPU s process {idle['process_cpu_s']}, children "
+                    f"{idle['children_cpu_s']}, broker {idle['broker_cpu_s']}; broker calls "
+                    f"{idle['broker_calls']}; load {idle['load_average_before_after']}\n"
                 )
     out = claim_result_file(args.out, started, "topology-watchers")
     out.write_text(
