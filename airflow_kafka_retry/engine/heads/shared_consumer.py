@@ -160,13 +160,20 @@ class Lease:
 
     def log_end(self, key: Key, timeout_s: float) -> int | None:
         """The partition's log end from the broker (ListOffsets, committed records as the consumer reads)."""
-        tp = TopicPartition(*key)
+        return self.log_ends([key], timeout_s)[key]
+
+    def log_ends(self, keys: Sequence[Key], timeout_s: float) -> dict[Key, int | None]:
+        """The log ends of ``keys``, asked at once (one ListOffsets request per leader broker)."""
+        tps = {TopicPartition(*key): key for key in keys}
         futures = self.sharing.admin.list_offsets(
-            {tp: OffsetSpec.latest()},
+            {tp: OffsetSpec.latest() for tp in tps},
             isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=timeout_s,
         )
-        return int(answer(futures[tp], timeout_s, f"the log end of {key[0]}[{key[1]}]").offset)
+        return {
+            key: int(answer(futures[tp], timeout_s, f"the log end of {key[0]}[{key[1]}]").offset)
+            for tp, key in tps.items()
+        }
 
     def cached_end(self, key: Key) -> int | None:
         """The log end the last fetch of the partition carried."""
