@@ -4,6 +4,7 @@
     python -m bench.topology_watchers                        # 200 topologies, own consumers then shared
     python -m bench.topology_watchers --topologies 50,200 --mode own
     python -m bench.topology_watchers --bootstrap HOST:PORT   # an existing broker instead of a fresh one
+    python -m bench.topology_watchers --mode shared --settle 600 --window 300  # idle lanes backed off
 
 The capacity bench (``bench.event_tiers --capacity``) measures the whole triggerer, Airflow's own part
 included (its supervisor, the trigger runner, the log server). This one isolates the provider's part: N
@@ -12,8 +13,9 @@ the triggerer's runner runs them (each ``run()`` a task, its wave store a ``Memo
 topologies of the factory's shape (main, retry-1, retry-2 and the DLT, 3 partitions each; the lanes
 ``main``, ``retry_1``, ``retry_2`` and ``watch_dlt``). Each mode and size runs in a fresh Python process
 (freed memory is not handed back to the system), which reports its memory (RSS, USS: ``smaps``) after
-its imports, once every watcher has its heads, and after a ``--window`` of idle watching (30 s), plus
-its threads, broker connections and, with ``--tracemalloc``, the Python allocations that grew most.
+its imports, once every lane's watch opened and ``--settle`` (10 s) passed, and after a ``--window`` of
+idle watching (30 s), plus its threads, broker connections and, with ``--tracemalloc``, the Python
+allocations that grew most.
 
 Over the idle window it also reports the CPU seconds of the watching process, of its children (the
 committed-offset reader) and of the broker when the bench started it (its JVM), and the broker requests
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
 import json
 import os
@@ -95,6 +98,29 @@ def _count_calls() -> None:
     counted(OffsetReader, "committed", "committed")
 
 
+#: The longest the bench waits for every lane's watch to open.
+OPEN_WAIT_S = 300.0
+
+
+def _count_openings(lanes: int) -> asyncio.Event:
+    """Set once ``lanes`` lanes (groups) opened their watch."""
+    from airflow_kafka_retry.triggers import topology_events
+
+    opened: set[str] = set()
+    done = asyncio.Event()
+    original = topology_events.open_watch
+
+    async def open_watch(kafka_conn_id: str, topics: Any, group: str, **kwargs: Any) -> Any:
+        watch = await original(kafka_conn_id, topics, group, **kwargs)
+        opened.add(group)
+        if len(opened) >= lanes:
+            done.set()
+        return watch
+
+    topology_events.open_watch = open_watch  # type: ignore[assignment]
+    return done
+
+
 def _cpu_s(process: psutil.Process | None) -> float | None:
     """A process's CPU seconds (user and system); None: no process, or gone."""
     if process is None:
@@ -126,7 +152,9 @@ def _lanes(name: str) -> list[dict[str, Any]]:
     return lanes
 
 
-async def _watch(names: list[str], window_s: float, broker_pid: int | None) -> dict[str, Any]:
+async def _watch(
+    names: list[str], window_s: float, broker_pid: int | None, settle_s: float | None
+) -> dict[str, Any]:
     from airflow_kafka_retry.triggers.topology_events import TopologyDueEventTrigger
     from airflow_kafka_retry.triggers.watching import MemoryStore
 
@@ -137,9 +165,14 @@ async def _watch(names: list[str], window_s: float, broker_pid: int | None) -> d
         trigger = TopologyDueEventTrigger(topology_topic=name, lanes=_lanes(name), kafka_conn_id=CONN_ID)
         trigger.asset_state_store = MemoryStore()  # type: ignore[attr-defined]
         triggers.append(trigger)
+    all_open = _count_openings(len(names) * (len(LANES) + 1))
     tasks = [asyncio.create_task(_drive(t)) for t in triggers]
     started = time.monotonic()
-    await asyncio.sleep(min(60.0, 5 + 0.1 * len(names)))  # every watch opens and reads its heads
+    # every lane's watch opens (a fresh topic's first look may fail: NOT_LEADER, opened again after a pause)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(all_open.wait(), OPEN_WAIT_S)
+    # and reads its heads (with --settle, the lanes' idle checks back off)
+    await asyncio.sleep(settle_s if settle_s is not None else 10.0)
     opened = _memory_mb()
     snapshot = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
     broker = psutil.Process(broker_pid) if broker_pid else None
@@ -186,7 +219,7 @@ async def _watch(names: list[str], window_s: float, broker_pid: int | None) -> d
         ),
         "idle_window": idle,
         "threads": threads,
-        "open_s": round(time.monotonic() - started - window_s, 1),
+        "open_s": round(time.monotonic() - started - window_s, 1),  # with the settling time
         "python_allocations_by_file": grown,
     }
 
@@ -209,7 +242,7 @@ def child(args: argparse.Namespace) -> int:
     if args.tracemalloc:
         tracemalloc.start()
     _count_calls()
-    result = asyncio.run(_watch(names, args.window, args.broker_pid))
+    result = asyncio.run(_watch(names, args.window, args.broker_pid, args.settle))
     sys.stdout.write(json.dumps({"mode": args.mode, "topologies": args.count, **result}) + "\n")
     return 0
 
@@ -219,6 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--topologies", default="200", help="comma-separated sizes (default 200)")
     parser.add_argument("--mode", choices=("own", "shared", "both"), default="both")
     parser.add_argument("--window", type=float, default=30.0, help="idle seconds watched (default 30)")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        help="seconds watched after every watch opened, before the window (default 10)",
+    )
     parser.add_argument("--tracemalloc", action="store_true", help="list the Python allocations by file")
     parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -237,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 command = [sys.executable, "-m", "bench.topology_watchers", "--bootstrap", bootstrap]
                 command += ["--count", str(count), "--mode", mode, "--window", str(args.window)]
                 command += ["--tracemalloc"] if args.tracemalloc else []
+                command += ["--settle", str(args.settle)] if args.settle is not None else []
                 command += ["--broker-pid", str(broker.pid)] if broker is not None else []
                 done = subprocess.run(
                     command, env=env, capture_output=True, text=True, timeout=900, check=False
