@@ -158,12 +158,12 @@ class Lease:
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         return partition_counts(self.sharing.admin, topics)
 
-    def log_end(self, key: Key, timeout_s: float) -> int | None:
-        """The partition's log end from the broker (ListOffsets, committed records as the consumer reads)."""
-        return self.log_ends([key], timeout_s)[key]
-
     def log_ends(self, keys: Sequence[Key], timeout_s: float) -> dict[Key, int | None]:
-        """The log ends of ``keys``, asked at once (one ListOffsets request per leader broker)."""
+        """
+        The log ends of ``keys`` from the broker, asked at once (one ListOffsets request per leader broker).
+
+        As the consumer reads them: committed records (``READ_COMMITTED``).
+        """
         tps = {TopicPartition(*key): key for key in keys}
         futures = self.sharing.admin.list_offsets(
             {tp: OffsetSpec.latest() for tp in tps},
