@@ -3,9 +3,8 @@
 ``Lease.log_end`` (now ``log_ends``) and the log-start lookup of an assignment waited for their admin
 future with the same timeout as librdkafka's request, so Python's builtin ``TimeoutError`` came first; no
 caller expected it, and one lane's gauges ended the topology's whole watcher (issue 48, item 5). Here the
-brokers are real:
-a server that accepts connections and never answers, and an Apache Kafka of the test's own, frozen
-(SIGSTOP) while a watcher refreshes its gauges.
+brokers are real: a server that accepts connections and never answers, and an Apache Kafka of the test's
+own, frozen (SIGSTOP) while a watcher refreshes its gauges.
 """
 
 from __future__ import annotations
