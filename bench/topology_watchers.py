@@ -277,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                 command += ["--tracemalloc"] if args.tracemalloc else []
                 command += ["--settle", str(args.settle)] if args.settle is not None else []
                 command += ["--broker-pid", str(broker.pid)] if broker is not None else []
+                # its topics, the openings, the settling and the window, with room to spare
+                limit = 600 + OPEN_WAIT_S + (args.settle or 10.0) + args.window
                 done = subprocess.run(
-                    command, env=env, capture_output=True, text=True, timeout=900, check=False
+                    command, env=env, capture_output=True, text=True, timeout=limit, check=False
                 )
                 if done.returncode != 0:
                     sys.stderr.write(done.stderr[-4000:])
