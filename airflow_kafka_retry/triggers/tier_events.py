@@ -35,11 +35,11 @@ from airflow_kafka_retry.policy.timing.due_check import format_ms
 from airflow_kafka_retry.policy.timing.waves import Wave, WavePlan, plan_wave
 from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.broker_calls import BrokerCalls, CallStuck
+from airflow_kafka_retry.triggers.check_pace import CheckPace
 from airflow_kafka_retry.triggers.watching import (
     MemoryStore,
     check_seconds,
     load_wave,
-    next_check_ms,
     open_watch,
     save_wave,
     send_tier_gauges,
@@ -80,6 +80,7 @@ class _HeadEventTrigger(BaseEventTrigger):
         idle_check: float = 30.0,
         retry_after: float = 30.0,
         due_horizon_ms: int = MAX_BACKOFF_MS,
+        idle_check_max: float = 300.0,
     ) -> None:
         super().__init__()
         if not topics:
@@ -93,6 +94,7 @@ class _HeadEventTrigger(BaseEventTrigger):
                 "commit_check": commit_check,
                 "idle_check": idle_check,
                 "retry_after": retry_after,
+                "idle_check_max": idle_check_max,
             },
         )
         self.topics = list(topics)
@@ -107,6 +109,7 @@ class _HeadEventTrigger(BaseEventTrigger):
         self.idle_check = idle_check
         self.retry_after = retry_after
         self.due_horizon_ms = due_horizon_ms
+        self.idle_check_max = idle_check_max
         self._window = ReprocessWindow.parse(window, timezone) if window else None
         self._memory = MemoryStore()  # the wave state where no asset state store is injected (a plain run)
 
@@ -123,6 +126,7 @@ class _HeadEventTrigger(BaseEventTrigger):
             "idle_check": self.idle_check,
             "retry_after": self.retry_after,
             "due_horizon_ms": self.due_horizon_ms,
+            "idle_check_max": self.idle_check_max,
         }
 
     @property
@@ -164,19 +168,22 @@ class _HeadEventTrigger(BaseEventTrigger):
             )
         watch: HeadWatch | None = None
         calls = BrokerCalls(self.where)
-        next_check = next_gauges = failures = 0
+        next_gauges = failures = 0
+        pace = CheckPace.of(self._kwargs())
         try:
             while True:
                 try:
                     if watch is None:
                         watch = await self._open(calls)
-                        next_check, failures = 0, 0
+                        failures = 0
+                        pace.restart()
                     now = wall_clock_ms()
-                    if now >= next_check:
+                    if pace.due(now):
                         committed = await calls.run(
                             "read of its group's committed offsets", watch.sync_committed
                         )
                         now = wall_clock_ms()
+                        pace.saw(watch, committed, wave_pending=wave is not None)
                         if wave is not None and (
                             wave.taken(committed) or wave.expired(now, int(self.refire_after * 1000))
                         ):
@@ -190,16 +197,13 @@ class _HeadEventTrigger(BaseEventTrigger):
                                 )
                             wave = None
                             await self._save_wave(None)
-                        busy = wave is not None or bool(watch.heads)
-                        interval = self.commit_check if busy else self.idle_check
-                        next_check = next_check_ms(watch, now, int(interval * 1000))
-                        if wave is not None:  # look again right when it expires, not a check later
-                            next_check = min(next_check, wave.expires_ms(int(self.refire_after * 1000)))
+                        pace.plan(watch, now, wave)
                     watch.poll()
                     if now >= next_gauges and watch.complete:
                         await self.send_gauges(calls, watch, now)
                         next_gauges = now + int(self.gauge_interval * 1000)
                     if wave is None and watch.heads:
+                        pace.heads_between(watch, now)  # a head learnt: a check before it is due
                         plan = self.plan(watch, now)
                         if plan.action == "fire":
                             wave = Wave(
@@ -218,7 +222,7 @@ class _HeadEventTrigger(BaseEventTrigger):
                             )
                             yield TriggerEvent(self.payload(watch, plan, wave))
                             self._at("after_yield")
-                            next_check = min(next_check, now + int(self.commit_check * 1000))
+                            pace.fired(now)
                             continue
                         if plan.action == "wait" and plan.wake_ms is not None:
                             await asyncio.sleep(
@@ -288,8 +292,10 @@ class TierDueEventTrigger(_HeadEventTrigger):
     :param refire_after: fire a wave again when the group has not committed past it this long after it
         became runnable (a lost event, a failed or lost run): the most such a fault adds to lateness.
     :param poll_interval: seconds between looks at what the watch consumer fetched.
-    :param commit_check: seconds between reads of the committed offsets while a wave or a head is pending.
-    :param idle_check: the same while nothing is pending.
+    :param commit_check: seconds between reads of the committed offsets while a wave is pending or a head due.
+    :param idle_check: the same while nothing is pending (a head due later: once before it is due).
+    :param idle_check_max: the longest interval between idle checks: from ``idle_check``, it doubles after
+        each check that saw nothing change, up to this (``policy/timing/idle_checks.py``).
     :param retry_after: the longest wait after a broker error (a missing topic, an unreachable cluster);
         the first waits are 1, 2, 4... seconds.
     :param topology_topic: the topology's main topic and

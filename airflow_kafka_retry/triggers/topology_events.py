@@ -40,6 +40,7 @@ from airflow_kafka_retry.policy.headers.codec import MAX_BACKOFF_MS
 from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
 from airflow_kafka_retry.policy.timing.due_check import format_ms
 from airflow_kafka_retry.policy.timing.waves import Wave, WavePlan, plan_wave
+from airflow_kafka_retry.triggers.check_pace import CheckPace
 from airflow_kafka_retry.triggers.lane_changes import note_lane_changes
 from airflow_kafka_retry.triggers.topology_lanes import (
     TOPOLOGY_DUE,
@@ -51,7 +52,6 @@ from airflow_kafka_retry.triggers.watching import (
     MemoryStore,
     check_seconds,
     load_wave,
-    next_check_ms,
     open_watch,
     save_wave,
     send_order_gauges,
@@ -85,6 +85,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         the heads its run is taking itself.
     :param follow: how long the lanes' tasks wait for their next record (their ``follow``; 0: none): the
         heads due within this of a lane's last commit are its running task's.
+    :param idle_check_max: the longest interval between an idle lane's checks: from ``idle_check``, it
+        doubles after each check that saw nothing change, up to this (``policy/timing/idle_checks.py``).
 
     Other parameters as :class:`~airflow_kafka_retry.triggers.tier_events.TierDueEventTrigger`.
     """
@@ -109,6 +111,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         idle_check: float = 30.0,
         retry_after: float = 30.0,
         gauge_interval: float = 60.0,
+        idle_check_max: float = 300.0,
     ) -> None:
         super().__init__()
         timing = {
@@ -121,6 +124,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             "idle_check": idle_check,
             "retry_after": retry_after,
             "gauge_interval": gauge_interval,
+            "idle_check_max": idle_check_max,
         }
         check_seconds("TopologyDueEventTrigger", timing)
         self.topology_topic = topology_topic
@@ -162,7 +166,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         """Whether the lane has broker calls to make now (:meth:`_check`)."""
         if lane.watch is None:
             return now >= lane.retry_at
-        return now >= lane.next_check or self._gauges_due(lane, lane.watch, now)
+        return lane.pace.due(now) or self._gauges_due(lane, lane.watch, now)
 
     @staticmethod
     def _gauges_due(lane: Lane, watch: HeadWatch, now: int) -> bool:
@@ -186,15 +190,15 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                 due_horizon_ms=lane.spec.get("due_horizon_ms", MAX_BACKOFF_MS),
                 optional=lane.spec.get("optional_topics") or (),
             )
-            lane.next_check, lane.failures = 0, 0
+            lane.failures = 0
+            lane.pace.restart()
             self.log.info("%s: watching %s partition(s)", lane.where, len(lane.watch.keys))
         watch = lane.watch
-        if now >= lane.next_check:
+        if lane.pace.due(now):
             committed = await lane.calls.run("read of its group's committed offsets", watch.sync_committed)
             now = wall_clock_ms()
-            if lane.committed and committed != lane.committed:
+            if lane.pace.saw(watch, committed, wave_pending=lane.wave is not None):
                 lane.last_move_ms = now
-            lane.committed = committed
             wave = lane.wave
             if wave is not None and (wave.taken(committed) or wave.expired(now, self._s("refire_after"))):
                 if not wave.taken(committed):
@@ -206,10 +210,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
                     )
                 lane.wave = None
                 await self._save(lane)
-            busy = lane.wave is not None or bool(watch.heads)
-            lane.next_check = next_check_ms(watch, now, self._s("commit_check" if busy else "idle_check"))
-            if lane.wave is not None:
-                lane.next_check = min(lane.next_check, lane.wave.expires_ms(self._s("refire_after")))
+            lane.pace.plan(watch, now, lane.wave)
         if self._gauges_due(lane, watch, now):
             topic = lane.spec["topics"][0]
             tier = lane.spec["tier_index"]
@@ -226,6 +227,8 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         wake = now + self._s("poll_interval")
         if lane.wave is not None or not watch.heads:
             return wake
+        # a head learnt since the last check: its committed offsets are read again before it falls due
+        lane.pace.heads_between(watch, now)
         read_due = lane.spec.get("read_due", True)
         heads = {k: h.due_at(now) if read_due else now for k, h in watch.heads.items()}
         plan = plan_wave(heads, now_ms=now, window=lane.window, fire_ahead_ms=self._s("fire_ahead"))
@@ -273,7 +276,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         from airflow_kafka_retry.triggers.broker_calls import CallStuck
 
         await self._note_lane_changes()
-        lanes = [Lane(spec, lane_window(spec)) for spec in self.lanes]
+        lanes = [Lane(spec, lane_window(spec), pace=CheckPace.of(self.timing)) for spec in self.lanes]
         for lane in lanes:
             lane.wave = await load_wave(self._store(), lane.state_key)
             if lane.wave is not None:
@@ -353,7 +356,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
         self._at("before_save")
         for lane, _, _ in fire:
             await self._save(lane)  # before the event: a restart must not fire it twice
-            lane.next_check = min(lane.next_check, now + self._s("commit_check"))
+            lane.pace.fired(now)
         self._at("after_save")
         for lane, plan, _ in fire:
             self.log.info(

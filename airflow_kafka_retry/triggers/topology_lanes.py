@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.policy.timing.windows import ReprocessWindow
 from airflow_kafka_retry.triggers.broker_calls import BrokerCalls
+from airflow_kafka_retry.triggers.check_pace import CheckPace
 from airflow_kafka_retry.triggers.tier_events import STATE_KEY
 
 if TYPE_CHECKING:
@@ -46,12 +47,12 @@ class Lane:
     window: ReprocessWindow | None
     watch: HeadWatch | None = None
     wave: Wave | None = None
-    next_check: int = 0
     next_gauges: int = 0
     retry_at: int = 0
     failures: int = 0
     last_move_ms: int = 0  # when its group's committed offsets last moved
-    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    # when it next reads its group's committed offsets (the trigger gives its timing; none: a lane only named)
+    pace: CheckPace = field(default_factory=lambda: CheckPace(0, 0, 0, 0, 0))
     check: asyncio.Future[None] | None = None  # its broker calls in flight (TopologyDueEventTrigger._check)
     calls: BrokerCalls = field(init=False)  # each in a thread of its own, with a deadline
 

@@ -23,18 +23,6 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.triggers.broker_calls import BrokerCalls
 
 
-#: How often a lane looks for a topic it watches once it exists (another framework's DLQ, which the broker
-#: or the connector creates at its first dead letter), instead of every ``idle_check``.
-AWAITED_TOPIC_CHECK_MS = 5_000
-
-
-def next_check_ms(watch: HeadWatch, now: int, interval_ms: int) -> int:
-    """When a lane next reads its group's offsets and its partitions: sooner while a topic is awaited."""
-    if watch.awaited:
-        return now + min(interval_ms, AWAITED_TOPIC_CHECK_MS)
-    return now + interval_ms
-
-
 def check_seconds(owner: str, values: Mapping[str, object]) -> None:
     """Each of ``values`` is a number of seconds >= 0; a ValueError names the trigger and the setting."""
     for name, value in values.items():

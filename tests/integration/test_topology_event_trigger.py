@@ -400,3 +400,37 @@ def test_a_trigger_cancelled_while_its_watches_open_leaves_no_consumer(
         assert left == [], f"{len(left)} of {len(made)} consumer(s) of the cancelled trigger left open"
     finally:
         delete_topics(kafka_bootstrap, topics)
+
+
+def test_a_lane_backed_off_while_idle_fires_a_new_record_on_time(
+    kafka_bootstrap, kafka_conn, new_topic, monkeypatch
+):
+    """An idle lane's checks back off; a record then written is seen by the fetch and fires when due."""
+    tier = new_topic("topo-idle")
+    checks: list[int] = []
+    sync = head_watch.HeadWatch.sync_committed
+
+    def counted(self):
+        checks.append(_now())
+        return sync(self)
+
+    monkeypatch.setattr(head_watch.HeadWatch, "sync_committed", counted)
+    trigger = _trigger(kafka_conn, [_tier("retry_1", tier, 1)], idle_check=0.1, idle_check_max=30.0)
+    written: list[int] = []
+
+    def write(_events) -> None:
+        written.append(_now() + 1_000)
+        produce(kafka_bootstrap, tier, [(0, written[0])])
+
+    events = _Running(trigger).for_seconds(
+        WAIT_S, until=lambda _: len(checks) >= 6, then=write, done=lambda ev: len(ev) >= 1, quiet=0.5
+    )
+    gaps = [b - a for a, b in zip(checks[:6], checks[1:6], strict=False)]
+    assert all(gap >= 100 * 2**i - 20 for i, gap in enumerate(gaps)), gaps  # 0.1, 0.2, 0.4, 0.8, 1.6 s
+    [(_, payload)] = events
+    fired, due = payload["lanes"]["retry_1"]["fired_ms"], written[0]
+    assert due <= fired <= due + 1_000, fired - due  # the next idle check was 3.2 s away
+    assert any(due - 1_000 < at <= due for at in checks[6:]), (
+        checks,
+        due,
+    )  # a check right before it fell due

@@ -1,10 +1,10 @@
 """A watch's admin request the broker does not answer is a broker error of its lane, never a TimeoutError.
 
-``Lease.log_end`` and the log-start lookup of an assignment waited for their admin future with the same
-timeout as librdkafka's request, so Python's builtin ``TimeoutError`` came first; no caller expected it,
-and one lane's gauges ended the topology's whole watcher (issue 48, item 5). Here the brokers are real:
-a server that accepts connections and never answers, and an Apache Kafka of the test's own, frozen
-(SIGSTOP) while a watcher refreshes its gauges.
+``Lease.log_end`` (now ``log_ends``) and the log-start lookup of an assignment waited for their admin
+future with the same timeout as librdkafka's request, so Python's builtin ``TimeoutError`` came first; no
+caller expected it, and one lane's gauges ended the topology's whole watcher (issue 48, item 5). Here the
+brokers are real: a server that accepts connections and never answers, and an Apache Kafka of the test's
+own, frozen (SIGSTOP) while a watcher refreshes its gauges.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def silent_lease(silent_bootstrap: str) -> Iterator[Lease]:
 
 def test_a_log_end_the_broker_does_not_answer_is_a_kafka_error(silent_lease: Lease) -> None:
     with pytest.raises(KafkaException, match="_TIMED_OUT"):
-        silent_lease.log_end(("t", 0), 1.0)
+        silent_lease.log_ends([("t", 0)], 1.0)
 
 
 def test_a_log_start_the_broker_does_not_answer_is_a_kafka_error(silent_lease: Lease) -> None:

@@ -45,6 +45,7 @@ def test_the_serialized_kwargs_rebuild_an_equal_trigger():
         idle_check=10,
         retry_after=3,
         gauge_interval=15,
+        idle_check_max=120,
     )
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_kafka_retry.triggers.topology_events.TopologyDueEventTrigger"
@@ -62,6 +63,7 @@ def test_the_serialized_kwargs_rebuild_an_equal_trigger():
         "idle_check": 10,
         "retry_after": 3,
         "gauge_interval": 15,
+        "idle_check_max": 120,
     }
     # what the triggerer does: build it again from the stored kwargs (JSON in the database)
     rebuilt = TopologyDueEventTrigger(**json.loads(json.dumps(kwargs)))
@@ -124,7 +126,9 @@ def test_a_bad_lane_is_refused_naming_it(lanes, message):
         TopologyDueEventTrigger(topology_topic="orders", lanes=lanes)
 
 
-@pytest.mark.parametrize("name", ["busy_hold", "refire_after", "poll_interval", "gauge_interval"])
+@pytest.mark.parametrize(
+    "name", ["busy_hold", "refire_after", "poll_interval", "gauge_interval", "idle_check_max"]
+)
 @pytest.mark.parametrize("value", [-1, True, "5"])
 def test_a_bad_timing_is_refused_naming_it(name, value):
     with pytest.raises(ValueError, match=f"{name} must be a number of seconds >= 0, got {value!r}"):

@@ -201,12 +201,20 @@ class HeadWatch:
 
     def refresh_ends(self, timeout_s: float = 10.0) -> None:
         """Ask the broker for the log end of every partition paused at its head (for the backlog gauge)."""
-        for key, head in list(self.heads.items()):
-            try:
-                high = self._client.log_end(key, timeout_s)
-            except KafkaException as exc:
-                raise HeadWatchError(f"{key[0]}[{key[1]}]: cannot read the log end: {exc}") from exc
-            if high is not None and high >= 0 and (head.end_offset is None or high > head.end_offset):
+        if not self.heads:
+            return
+        try:
+            ends = self._client.log_ends(sorted(self.heads), timeout_s)
+        except KafkaException as exc:
+            raise HeadWatchError(f"{where(list(self.heads))}: cannot read the log end: {exc}") from exc
+        for key, high in ends.items():
+            head = self.heads.get(key)
+            if (
+                head is not None
+                and high is not None
+                and high >= 0
+                and (head.end_offset is None or high > head.end_offset)
+            ):
                 self.heads[key] = replace(head, end_offset=high)
 
     def peek_of(self, topic: str) -> TierPeek:

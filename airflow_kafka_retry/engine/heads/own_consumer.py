@@ -51,6 +51,10 @@ class PrivateConsumer:
         """The partition's log end from the broker (ListOffsets)."""
         return self.consumer.get_watermark_offsets(TopicPartition(*key), timeout=timeout_s, cached=False)[1]
 
+    def log_ends(self, keys: Sequence[Key], timeout_s: float) -> dict[Key, int | None]:
+        """The log ends of ``keys`` (one request each: a consumer asks per partition)."""
+        return {key: self.log_end(key, timeout_s) for key in keys}
+
     def cached_end(self, key: Key) -> int | None:
         """The log end the last fetch of the partition carried."""
         return self.consumer.get_watermark_offsets(TopicPartition(*key), cached=True)[1]

@@ -158,15 +158,22 @@ class Lease:
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         return partition_counts(self.sharing.admin, topics)
 
-    def log_end(self, key: Key, timeout_s: float) -> int | None:
-        """The partition's log end from the broker (ListOffsets, committed records as the consumer reads)."""
-        tp = TopicPartition(*key)
+    def log_ends(self, keys: Sequence[Key], timeout_s: float) -> dict[Key, int | None]:
+        """
+        The log ends of ``keys`` from the broker, asked at once (one ListOffsets request per leader broker).
+
+        As the consumer reads them: committed records (``READ_COMMITTED``).
+        """
+        tps = {TopicPartition(*key): key for key in keys}
         futures = self.sharing.admin.list_offsets(
-            {tp: OffsetSpec.latest()},
+            {tp: OffsetSpec.latest() for tp in tps},
             isolation_level=IsolationLevel.READ_COMMITTED,
             request_timeout=timeout_s,
         )
-        return int(answer(futures[tp], timeout_s, f"the log end of {key[0]}[{key[1]}]").offset)
+        return {
+            key: int(answer(futures[tp], timeout_s, f"the log end of {key[0]}[{key[1]}]").offset)
+            for tp, key in tps.items()
+        }
 
     def cached_end(self, key: Key) -> int | None:
         """The log end the last fetch of the partition carried."""
