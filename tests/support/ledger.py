@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
@@ -160,10 +160,15 @@ def _await_markers(bootstrap: str, topic: str, partitions: list[int], timeout: f
     deadline = time.monotonic() + timeout
     while True:
         ends = {}
-        for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
-            futures = admin.list_offsets({tp: OffsetSpec.latest() for tp in tps}, isolation_level=level)
-            ends[level] = {tp.partition: f.result(10).offset for tp, f in futures.items()}
-        if ends[IsolationLevel.READ_COMMITTED] == ends[IsolationLevel.READ_UNCOMMITTED]:
+        try:
+            for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+                futures = admin.list_offsets(
+                    {tp: OffsetSpec.latest() for tp in tps}, isolation_level=level, request_timeout=2
+                )
+                ends[level] = {tp.partition: f.result(5).offset for tp, f in futures.items()}
+        except (KafkaException, TimeoutError):  # a leader not elected yet (a topic just made): ask again
+            ends.clear()
+        if ends and ends[IsolationLevel.READ_COMMITTED] == ends[IsolationLevel.READ_UNCOMMITTED]:
             return
         if time.monotonic() >= deadline:
             return
