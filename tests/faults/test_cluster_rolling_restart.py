@@ -69,6 +69,7 @@ DELAYS_S = (5, 10)
 SETTLE_BEFORE_S = 16
 SETTLE_AFTER_S = 12  # the stream runs this long after the last broker is back in sync
 RESTART_S = 60  # each broker's start, until it is back in the ISR of everything it replicates
+STOP_GRACE_S = 90  # each broker's clean stop (SIGTERM) before it counts as not clean
 FINISH_S = 90  # after the stream stops, until every record reached its end
 SETUP_S = 120  # the setup DAG's run (topics created), from the deployment's start
 GAUGE_INTERVAL_S = 60  # TierDueEventTrigger's default gauge_interval, which the factory keeps
@@ -83,7 +84,8 @@ def cluster() -> Iterator[ApacheKafkaCluster]:
             "needs Apache Kafka's jars to start a 3-node cluster the test can restart broker by broker "
             f"(the suite's broker is {kind})"
         )
-    with ApacheKafkaCluster(nodes=3) as started:
+    # a clean stop moves the node's leaders first: on a loaded 2-core machine that has taken over 20 s
+    with ApacheKafkaCluster(nodes=3, stop_timeout=STOP_GRACE_S) as started:
         yield started
         for node in started.running_nodes:  # its data goes: no clean shutdown to wait for (10 to 20 s)
             started.kill(node)

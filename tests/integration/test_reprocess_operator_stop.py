@@ -11,6 +11,7 @@ import json
 
 import pytest
 from airflow.sdk.execution_time.context import OutletEventAccessors
+from confluent_kafka import OFFSET_INVALID
 
 from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
 
@@ -134,7 +135,10 @@ def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_pat
             boundary = (
                 part["committed_offset"] if part["committed_offset"] is not None else part["start_offset"]
             )
-            assert boundary is not None, part
+            if boundary is None:  # a loaded machine stopped its process before the first chunk: no commit
+                assert part["drained"] == 0, part
+                boundaries[part["partition"]] = OFFSET_INVALID
+                continue
             assert boundary < COUNT, part
             assert boundary % CHUNK == 0, part
             boundaries[part["partition"]] = boundary
@@ -159,7 +163,7 @@ def test_on_kill_and_max_run_reach_every_worker_process(kafka_bootstrap, tmp_pat
         killed.execute({**context, "ti": ti})
     killer.join(timeout=60)
     after_kill = check_boundaries(ti.xcom["summary"], "killed")
-    assert sum(after_kill.values()) > sum(timed.values())
+    assert sum(max(0, b) for b in after_kill.values()) > sum(max(0, b) for b in timed.values())
 
     operator().execute({**context, "ti": TI()})
     for tier in topology.tiers[1:]:
