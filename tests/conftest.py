@@ -40,7 +40,7 @@ from testkit.capabilities import (
     probe_capabilities,
 )
 
-from tests.support import file_order
+from tests.support import file_groups, file_order
 from tests.support.warm_airflow import end_all
 
 pytest_plugins = [
@@ -389,3 +389,12 @@ def _end_warm_airflow() -> Iterator[None]:
     """The warm Airflow processes a test used (``tests/support/warm_airflow.py``) end with the test."""
     yield
     end_all()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile``, with the files that share an expensive session fixture on one worker
+    (tests/support/file_groups.py)."""
+    if config.getoption("dist", None) == "loadfile":
+        return file_groups.FixtureGroupScheduling(config, log)
+    return None
