@@ -47,10 +47,7 @@ def fault_result(request: pytest.FixtureRequest) -> Callable[[str, Account], Non
     return record
 
 
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[ApacheKafka | EmbeddedBroker]:
-    """A broker of this test alone, of the session broker's kind (Apache Kafka; Tansu under
-    ``--embedded``), to freeze or kill without disturbing other tests. It leads its process group."""
+def _own_broker(where: Path) -> Iterator[ApacheKafka | EmbeddedBroker]:
     kind = test_broker_kind()
     if kind == "external":
         pytest.skip(
@@ -58,8 +55,23 @@ def own_broker(tmp_path: Path) -> Iterator[ApacheKafka | EmbeddedBroker]:
             "KAFKA_BOOTSTRAP_SERVERS points at an external cluster"
         )
     if kind == "tansu":
-        with EmbeddedBroker(log_dir=tmp_path / "tansu", keep_log=True) as tansu:
+        with EmbeddedBroker(log_dir=where / "tansu", keep_log=True) as tansu:
             yield tansu
         return
-    with ApacheKafka(data_dir=tmp_path / "kafka", keep_data=True, jvm_options=QUICK_JIT) as kafka:
+    with ApacheKafka(data_dir=where / "kafka", keep_data=True, jvm_options=QUICK_JIT) as kafka:
         yield kafka
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[ApacheKafka | EmbeddedBroker]:
+    """A broker of this test alone, of the session broker's kind (Apache Kafka; Tansu under
+    ``--embedded``), to freeze or kill without disturbing other tests. It leads its process group."""
+    yield from _own_broker(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApacheKafka | EmbeddedBroker]:
+    """One such broker for a module's tests, which use it one after another (a file runs on one worker):
+    a module whose tests each freeze and resume a broker starts one, not one a test. No test of another
+    module sees it."""
+    yield from _own_broker(tmp_path_factory.mktemp("own-broker"))

@@ -7,7 +7,8 @@
    the consumer's commit).
 
 The run either fails with a clear error or finishes; the next runs complete; the ledger holds.
-Each test freezes a broker of its own, so no other test is disturbed.
+The file's tests freeze a broker of their own (``module_broker``: one for the file, its tests one after
+another, each leaving it resumed), so no other test is disturbed.
 """
 
 from __future__ import annotations
@@ -33,6 +34,16 @@ CHUNK = 30
 TXN_TIMEOUT_MS = 4000
 FREEZE_S = 6.0  # longer than the transaction timeout
 MODES = ("ok", "transient:1", "permanent", "fatal", "transient:2")
+
+
+@pytest.fixture
+def own_broker(module_broker):
+    """The file's broker (one JVM for all its tests rather than one a test), resumed after each test
+    whatever happened (each test's topics, groups and transactional ids are its own)."""
+    assert module_broker.running
+    yield module_broker
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(module_broker.pid, signal.SIGCONT)
 
 
 @contextlib.contextmanager
