@@ -20,7 +20,8 @@ PARTITIONS = 4
         pytest.param("indexed", True, 1, 2000, id="batch-index-transactional"),
         pytest.param("whole_batch", True, 1, 2000, id="whole-batch-bisection-transactional"),
         pytest.param("indexed", False, 2, 800, id="batch-index-idempotent-parallel"),
-        pytest.param("indexed", True, 2, 800, id="batch-index-transactional-parallel"),
+        # transactional in worker processes: test_engine_processes.py's
+        # test_worker_processes_give_every_record_exactly_one_home (the same run, ledger and handler)
     ],
 )
 def test_every_record_ends_in_exactly_one_home(
