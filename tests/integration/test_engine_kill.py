@@ -82,8 +82,8 @@ def test_killed_idempotent_runs_lose_nothing(kafka_bootstrap, tmp_path):
 
     The transactional kind is killed so elsewhere, through the same CLI drain: while records are being
     handled in ``test_engine_processes.py`` (``test_killing_the_engine_leaves_no_worker_and_loses_nothing``,
-    then every tier run again), on every tier in ``tests/faults/test_ordering_kill.py``, and at the routing
-    protocol's exact points in ``test_engine_kill_points.py``.
+    then every tier run again), on the main and the last retry tier in ``tests/faults/test_ordering_kill.py``,
+    and at the routing protocol's exact points in ``test_engine_kill_points.py``.
     """
     topology, inputs, ledger_file = _kill_and_rerun_every_tier(kafka_bootstrap, tmp_path, transactional=False)
     # copies are possible by design (at-least-once). Every record has exactly one kind of home; a handler may
