@@ -1,4 +1,6 @@
-"""Cases 1 and 2: the broker process is frozen (SIGSTOP) inside a chunk's routing, then resumed (SIGCONT).
+"""Cases 1, 2 and 23: the broker process is frozen (SIGSTOP), then resumed (SIGCONT).
+
+Cases 1 and 2 freeze it inside a chunk's routing:
 
 1. right after the chunk's routed records were handed to the producer, before they are acknowledged
    (inside the open transaction), for longer than the transaction timeout;
@@ -7,6 +9,11 @@
    the consumer's commit).
 
 The run either fails with a clear error or finishes; the next runs complete; the ledger holds.
+
+23. A paced DLT replay is stopped from the CLI while the broker is frozen (issue 51): see its test.
+
+Issue 48's items 7 and 8 (requests asked of a frozen broker) have their regression tests here too.
+
 The file's tests freeze a broker of their own (``module_broker``: one for the file, its tests one after
 another, each leaving it resumed), so no other test is disturbed.
 """
@@ -14,25 +21,30 @@ another, each leaving it resumed), so no other test is disturbed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import textwrap
 import threading
-from collections.abc import Iterator
+import time
+from collections import Counter
 
 import pytest
 
-from airflow_kafka_retry.engine.drain.transaction import ChunkTransaction
+from airflow_kafka_retry.cli import main
+from airflow_kafka_retry.dlt.replay import Replay, ReplayRequest
+from airflow_kafka_retry.dlt.replay_status import STOP_TIMEOUT_S, ReplayStatusView
 from airflow_kafka_retry.engine.local.engine import run_local
 
+from tests.faults.freeze import FREEZE_S, fence_round, freeze_at
 from tests.faults.helpers import options, run_all_tiers
+from tests.integration.test_replay_rate_stop import COUNT, _copies, _fill, _in_thread, _wait_for_moves
 from tests.support import ledger
-from tests.support.ledger import FaultInput
+from tests.support.ledger import Account, FaultInput
 
 PARTITIONS = 2
 CHUNK = 30
 TXN_TIMEOUT_MS = 4000
-FREEZE_S = 6.0  # longer than the transaction timeout
 MODES = ("ok", "transient:1", "permanent", "fatal", "transient:2")
 
 
@@ -44,40 +56,6 @@ def own_broker(module_broker):
     yield module_broker
     with contextlib.suppress(ProcessLookupError):
         os.killpg(module_broker.pid, signal.SIGCONT)
-
-
-@contextlib.contextmanager
-def freeze_at(pid: int, point: str, *, on: int = 2) -> Iterator[list[str]]:
-    """Patch the router: at the ``on``-th chunk of partition 0, SIGSTOP the process group ``pid`` leads (the
-    broker: a JVM or Tansu) at ``point``, SIGCONT it ``FREEZE_S`` later (partitions may run in parallel: the
-    count is partition 0's alone)."""
-    original, original_commit = ChunkTransaction._produce, ChunkTransaction.commit
-    seen, log, source = [0], [], threading.local()
-
-    def commit(self, tp, routed, bookkeeping=None):
-        source.partition = tp.partition
-        return original_commit(self, tp, routed, bookkeeping)
-
-    def produce(self, routed, failures):
-        original(self, routed, failures)
-        if getattr(source, "partition", None) != 0:
-            return
-        seen[0] += 1
-        if seen[0] != on:
-            return
-        if point == "acknowledged":
-            assert self.producer.flush(30) == 0, "routed records not acknowledged before the freeze"
-        os.killpg(pid, signal.SIGSTOP)
-        log.append(f"froze the broker at {point} of chunk {on} ({len(routed)} routed records)")
-        threading.Timer(FREEZE_S, os.killpg, (pid, signal.SIGCONT)).start()
-
-    ChunkTransaction._produce, ChunkTransaction.commit = produce, commit
-    try:
-        yield log
-    finally:
-        ChunkTransaction._produce, ChunkTransaction.commit = original, original_commit
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGCONT)
 
 
 @pytest.mark.slow
@@ -195,53 +173,9 @@ def test_an_init_transactions_that_timed_out_on_a_frozen_broker_never_fences_the
     consumer = Consumer(consumer_config(config, f"fence-{uuid.uuid4().hex[:8]}"))
     try:
         for _ in range(3):
-            _fence_round(own_broker, config, consumer)
+            fence_round(own_broker, config, consumer)
     finally:
         consumer.close()
-
-
-def _fence_round(own_broker, config, consumer) -> None:
-    import time
-    import uuid
-
-    from confluent_kafka import KafkaException, Producer, TopicPartition
-
-    from airflow_kafka_retry.engine.kafka.clients import init_transactions, producer_config
-    from airflow_kafka_retry.sandbox.scratch_topics import create_topics
-
-    topic, txn_id = f"fence-{uuid.uuid4().hex[:12]}", f"akr-test/fence/{uuid.uuid4().hex[:8]}/0"
-    create_topics(own_broker.bootstrap, [topic], 1)
-    abandoned = Producer(producer_config(config, txn_id))  # an attempt abandoned with its chunk open
-    init_transactions(abandoned, 30.0)
-    abandoned.begin_transaction()
-    abandoned.produce(topic, b"never committed")
-    assert abandoned.flush(30) == 0
-
-    def router(timeout_s: float) -> ChunkTransaction:
-        producer = Producer(producer_config(config, txn_id))
-        return ChunkTransaction(
-            producer, consumer, True, {topic: 1}, timeout_s=timeout_s, transactional_id=txn_id
-        )
-
-    # the next attempt, kept (a failed attempt's error keeps its frames); its init times out on the frozen
-    # coordinator (no metadata asked first: the init itself waits)
-    failed = Producer(producer_config(config, txn_id))
-    os.killpg(own_broker.pid, signal.SIGSTOP)
-    try:
-        with pytest.raises(KafkaException, match="_TIMED_OUT"):
-            init_transactions(failed, 1.0)
-    finally:
-        os.killpg(own_broker.pid, signal.SIGCONT)
-    retry = router(60.0)  # the attempt after it, once the broker answers
-    retry.start()
-    for chunk in range(3):  # a late producer-id answer, were one still asked for, lands meanwhile
-        time.sleep(1.0)
-        retry.commit(TopicPartition(topic, 0, chunk + 1), [], lambda _, n=chunk: [(topic, b"k", b"%d" % n)])
-    values = [m.value() for m in ledger.read_all(own_broker.bootstrap, topic)]
-    assert values == [b"0", b"1", b"2"], values
-    with pytest.raises(KafkaException):  # the abandoned attempt was fenced, as it should be
-        abandoned.commit_transaction(10)
-    del failed
 
 
 def test_a_log_topic_not_created_in_time_is_the_clusters_failure(own_broker, monkeypatch):
@@ -361,3 +295,73 @@ def test_the_replay_log_check_asks_the_frozen_broker_under_the_attempts_deadline
     assert seen, "the replay log was asked outside the attempt's deadlines"
     assert "orders-dlt-replay-log[0] (a replay log)" in seen[0].waits_for, seen[0]
     assert answers == [False]  # nothing confirms a replay the log could not be read for
+
+
+REPLAY_FREEZE_S = 5.0
+
+
+@pytest.mark.fault_case(
+    "23",
+    f"the broker (one node) SIGSTOPped for {REPLAY_FREEZE_S:g}s while a DLT replay at 50/s (chunks of 10) "
+    "runs; `dlt replay-stop --wait 30` asked during the freeze",
+)
+def test_a_replay_stopped_while_its_broker_is_down_stops_cleanly_and_resumes_once(
+    own_broker, tmp_path, capsys, fault_result
+):
+    """Case 23 (issue 51): the broker is frozen (SIGCONT ``REPLAY_FREEZE_S`` later) while a replay at 50/s
+    runs in a thread; ``dlt replay-stop --wait`` is run during the freeze. The stop request waits for the
+    broker (it is written within ``STOP_TIMEOUT_S``), the replay honours it at a chunk boundary once the
+    broker is back, its status says ``stopped`` and how many moved, nothing is half-moved, and the same
+    replay id then moves each of the rest once (``read_committed``)."""
+    assert REPLAY_FREEZE_S < STOP_TIMEOUT_S  # the request waits for the broker rather than failing
+    bootstrap = own_broker.bootstrap
+    topology, config = _fill(bootstrap, tmp_path, "stop-down")
+    request = ReplayRequest(to="main")
+    first = Replay(topology, config, request, replay_id="down-1", rate="50/s", chunk_size=10)
+    thread, out = _in_thread(first)
+    _wait_for_moves(ReplayStatusView(topology, config), "down-1", thread)
+
+    os.killpg(own_broker.pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    thaw = threading.Timer(REPLAY_FREEZE_S, os.killpg, (own_broker.pid, signal.SIGCONT))
+    thaw.start()
+    try:
+        code = main(
+            ["dlt", "replay-stop", "--topology", str(tmp_path / "topology.yaml"), "--replay-id", "down-1"]
+            + ["--reason", "broker down", "--wait", "30", "--json", "--bootstrap", bootstrap]
+        )
+        answered = time.monotonic() - frozen_at
+        thread.join(60)
+    finally:
+        thaw.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(own_broker.pid, signal.SIGCONT)
+    assert code == 0, capsys.readouterr().err
+    stopped = json.loads(capsys.readouterr().out)
+    assert not thread.is_alive(), "the replay did not end"
+    assert "summary" in out, out.get("error")
+    summary = out["summary"]
+    assert (summary.status, stopped["state"]) == ("stopped", "stopped"), stopped
+    assert "broker down" in stopped["reason"]
+    moved = summary.moved
+    assert 0 < moved < COUNT
+    assert moved % first.chunk_size == 0, "a stop ends the replay at a chunk boundary"
+    assert (stopped["moved"], stopped["remaining"]) == (moved, COUNT - moved)
+    assert sum(_copies(bootstrap, topology.topic).values()) == moved, "nothing half-moved"
+
+    rest = Replay(topology, config, request, replay_id="down-1", chunk_size=100).run()
+    assert (rest.status, rest.moved_before, rest.moved) == ("ok", moved, COUNT - moved)
+    copies = _copies(bootstrap, topology.topic)
+    assert copies == Counter(str(i) for i in range(COUNT)), "lost or duplicated records"
+    (done,) = ReplayStatusView(topology, config).read("down-1")
+    assert (done["state"], done["moved"], done["remaining"]) == ("done", COUNT, 0)
+
+    retried = f"{first.retries} attempt(s) tried again" if first.retries else "no attempt tried again"
+    fault_result(
+        "the stop request was written once the broker was back; "
+        f"`replay-stop` answered {answered:.1f}s after the freeze: "
+        f"stopped at a chunk boundary after {moved} move(s) ({retried}), "
+        f"its status said stopped, moved {moved}, remaining {COUNT - moved}; "
+        f"the same replay id moved the other {COUNT - moved} once",
+        Account(COUNT, 0, COUNT, 0, {}, 0),
+    )
