@@ -224,6 +224,28 @@ class ApacheKafkaCluster(ClusterRoles):
             raise KafkaStartError(f"{exc}\n{self._tails()}") from None
         return time.monotonic() - started
 
+    def heal(self, timeout: float | None = None) -> list[int]:
+        """
+        Every node back, whatever a test did to it; the nodes it thawed or started.
+
+        The frozen are thawed, the stopped or killed started again (at once, on their storage); then it waits
+        until every node is back as :meth:`restart` waits for one.
+        """
+        touched = []
+        for node_id, node in sorted(self._nodes.items()):
+            if node_id in self._frozen:
+                self.thaw(node_id)
+                touched.append(node_id)
+            if not node.running:
+                node.spawn()
+                touched.append(node_id)
+        deadline = time.monotonic() + (timeout or self._startup_timeout)
+        try:
+            self._wait(deadline, self.node_ids, f"the cluster's healing (nodes {touched} thawed or started)")
+        except NodeExited as exc:
+            raise KafkaStartError(f"{exc}\n{self._tails()}") from None
+        return touched
+
     def __enter__(self) -> ApacheKafkaCluster:
         return self.start() if not self._nodes else self
 

@@ -1,7 +1,8 @@
 """Cases 11 to 16: a 3-node Apache Kafka cluster (RF 3, min ISR 2) loses brokers while a tier is drained.
 
-Each case drains the main tier of a fresh topology (3 partitions, RF 3) on one cluster shared by the
-module. At the 2nd chunk of partition 0, right after its routed records were produced and acknowledged
+Each case drains the main tier of a fresh topology (3 partitions, RF 3) on the 3-node cluster the run's
+cluster files share (``tests/support/cluster_fixtures.py``: healed, every node back in sync, before each
+test). At the 2nd chunk of partition 0, right after its routed records were produced and acknowledged
 inside the open transaction (``tests/support/cluster_points.py``, in whichever process runs the
 partition), the case hurts the cluster: it kills the partition's leader, the transaction coordinator of
 its transactional id, the group coordinator of its group, the active controller, freezes the leader for
@@ -24,7 +25,7 @@ import os
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,6 +46,8 @@ from tests.support.ledger import FaultInput
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary
 
+    from tests.support.cluster_fixtures import ClusterKeeper
+
 PARTITIONS = 3
 RECORDS = 240  # 80 per partition: 4 chunks of 20
 CHUNK = 20
@@ -59,25 +62,16 @@ HEALED_S = 60.0  # how long the group's coordinator may take to be elected again
 CALL_TIMEOUT_S, BROKER_RETRY_S = 10.0, 15.0
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ApacheKafkaCluster]:
+@pytest.fixture
+def cluster(shared_kafka_cluster: ClusterKeeper) -> ApacheKafkaCluster:
+    """The run's 3-node cluster, every node running and in sync."""
     kind = test_broker_kind()
     if kind != "kafka":
         pytest.skip(
             "needs Apache Kafka's jars to start a 3-node cluster the test can kill "
             f"(the suite's broker is {kind})"
         )
-    with ApacheKafkaCluster(nodes=3) as started:
-        yield started
-
-
-def _heal(cluster: ApacheKafkaCluster) -> None:
-    """Every node back (thawed or restarted) and in the ISR of the internal topics."""
-    for node in cluster.node_ids:
-        if node in cluster.frozen_nodes:
-            cluster.thaw(node)
-        if node not in cluster.running_nodes:
-            cluster.restart(node)
+    return shared_kafka_cluster.whole()
 
 
 def _committed_once_healed(cluster: ApacheKafkaCluster, topology: Topology) -> dict[int, int]:
@@ -189,7 +183,7 @@ def _report(summary: RunSummary, seconds: float) -> str:
 
 
 def _finish_and_account(cluster, topology, inputs, ledger_file):
-    _heal(cluster)
+    cluster.heal()
     config = {"bootstrap.servers": cluster.bootstrap}
     run_all_tiers(topology, config, options(chunk_size=CHUNK))
     return ledger.account(
@@ -207,7 +201,6 @@ def _case(
     cluster, monkeypatch, tmp_path, engine, name, fault, fault_result, *, must_finish: bool | None = True
 ) -> None:
     """``must_finish``: True, the run finishes on the survivors; False, it fails clearly; None, either."""
-    _heal(cluster)
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology(f"cluster-{name}")
     specs = [FaultInput(MODES[i % len(MODES)]) for i in range(RECORDS)]
@@ -220,7 +213,7 @@ def _case(
         assert summary.ok, json.dumps([p.to_dict() for p in summary.failed_partitions], indent=1)[:3000]
     elif must_finish is False:
         assert not summary.ok, "the run finished although min ISR could not be met"
-        _heal(cluster)
+        cluster.heal()
         committed = _committed_once_healed(cluster, topology)
         assert committed[0] == CHUNK, f"partition 0 committed past the faulted chunk: {committed}"
     monkeypatch.delenv("AKR_POINT_DIR")
@@ -343,7 +336,6 @@ def test_a_replication_factor_1_topic_is_named_by_ensure_topics_and_topology_sho
     from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics
     from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
-    _heal(cluster)
     topology = ledger.make_fault_topology("cluster-rf1")
     create_topics(cluster.bootstrap, [topology.topic], PARTITIONS, replication_factor=1)
     report = ensure_retry_topics(topology, {"bootstrap.servers": cluster.bootstrap})
@@ -387,7 +379,6 @@ def test_a_dlt_watch_run_ends_while_its_group_coordinator_is_frozen(cluster, tmp
         scan_new_records,
     )
 
-    _heal(cluster)
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology("cluster-watch")
     specs = [FaultInput(MODES[i % len(MODES)]) for i in range(60)]
@@ -443,7 +434,6 @@ def test_a_replay_survives_its_transaction_coordinator_moving_exactly_once(
     from airflow_kafka_retry.policy.headers.codec import last_header
     from airflow_kafka_retry.policy.headers.replay import REPLAY_ID
 
-    _heal(cluster)
     ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology("cluster-replay")
     inputs = ledger.produce_fault_inputs(
@@ -480,7 +470,7 @@ def test_a_replay_survives_its_transaction_coordinator_moving_exactly_once(
     took = time.monotonic() - hurt
     [summary] = outcome
     assert not isinstance(summary, BaseException), summary
-    _heal(cluster)
+    cluster.heal()
     # every DLT record has exactly one replayed copy in the main topic (read_committed), and one log entry
     copies = [
         m for m in ledger.read_all(cluster.bootstrap, topology.topic) if last_header(m.headers(), REPLAY_ID)
@@ -549,7 +539,6 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
     from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
     from testkit import ordering_ledger as ol
 
-    _heal(cluster)
     seed, path = 52, str(tmp_path / "order-ledger.txt")
     for name, value in ((ol.LEDGER_ENV, path), (ol.SEED_ENV, str(seed)), ("AKR_POINT", "produced")):
         monkeypatch.setenv(name, value)
@@ -580,7 +569,7 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
     )
     did = _key_ordered_drain_losing_its_leader(cluster, tmp_path, topology, opts)
     monkeypatch.delenv("AKR_POINT_DIR")
-    _heal(cluster)
+    cluster.heal()
 
     passes, _ = ol.settle(topology.tiers, lambda tier: run_local(topology, tier, config, opts), plan, path)
 

@@ -1,8 +1,8 @@
 """A real 3-node Apache Kafka KRaft cluster (``sandbox/kafka_cluster.py``): naming, a killed leader, restarts.
 
-The module starts ONE cluster of its own (module-scoped: kills and restarts would disturb the suite's
-shared broker) and every test leaves it with all three nodes up and in sync, so the order does not matter.
-The CLI test starts a second cluster in a subprocess.
+The tests use the 3-node cluster the run's cluster files share (``tests/support/cluster_fixtures.py``: kills
+and restarts would disturb the suite's broker): started once, and before each test healed, every node
+running and in sync, so the order does not matter. The CLI test starts a second cluster in a subprocess.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 from airflow_kafka_retry.sandbox.kafka_roles import coordinator_partition
 from airflow_kafka_retry.sandbox.processes import port_open
 from airflow_kafka_retry.sandbox.scratch_topics import (
@@ -34,16 +33,20 @@ from airflow_kafka_retry.sandbox.scratch_topics import (
 
 from tests.support.broker_cli import broker_cli, cli_env
 
+if TYPE_CHECKING:
+    from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
+
+    from tests.support.cluster_fixtures import ClusterKeeper
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ApacheKafkaCluster]:
-    with ApacheKafkaCluster(3) as started:
-        print(f"\n3-node Apache Kafka cluster ready_seconds={started.ready_seconds:.1f}", file=sys.stderr)
-        yield started
+@pytest.fixture
+def cluster(shared_kafka_cluster: ClusterKeeper) -> ApacheKafkaCluster:
+    """The run's 3-node cluster, every node running and in sync."""
+    return shared_kafka_cluster.whole()
 
 
 def _until(what: str, probe: Callable[[], T | None], timeout: float = 45.0) -> T:
