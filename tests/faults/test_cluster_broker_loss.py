@@ -14,14 +14,14 @@ Every case then brings the brokers back, runs every tier, and checks the full le
 The engines: the leader's, the transaction coordinator's and the group coordinator's loss in the engine's
 worker processes (the same supervised partition as in threads, across a process boundary: the threads
 engine meets the other faults here, the controller's loss, the freeze, two brokers down, key order and the
-replay); for the leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an
-executor's Python worker, running the same supervised partition, ``engine/drain/supervisor.run_partition``).
+replay). Spark tasks run the same supervised partition (``engine/drain/supervisor.run_partition``) in an
+executor's Python worker; the Spark fault cases (``test_spark_crash.py``, ``test_spark_cluster_faults.py``)
+kill what Spark runs it in, and the leader's loss is met here by the worker processes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import threading
 import time
@@ -89,27 +89,10 @@ def _committed_once_healed(cluster: ApacheKafkaCluster, topology: Topology) -> d
 Fault = Callable[[ApacheKafkaCluster, dict, Topology], str]
 
 
-def _run(engine: str, topology: Topology, config: dict, opts: DrainOptions, folder: Path) -> RunSummary:
+def _run(engine: str, topology: Topology, config: dict, opts: DrainOptions) -> RunSummary:
     tier = topology.tier(0)
     if engine == "threads":
         return run_local(topology, tier, config, opts, parallelism=PARTITIONS, in_process=True)
-    if engine == "spark":  # spark-submit, local[3]: each partition a task in an executor's Python worker
-        from airflow_kafka_retry.spark.submit import run_spark_submit
-
-        from tests.faults.test_spark_crash import SPARK_CONF
-
-        path = folder / "topology.yaml"
-        ledger.write_fault_topology(topology, path)
-        keep = ("AKR_POINT_DIR", "AKR_POINT", "AKR_SLOW_S", "AKR_LEDGER")
-        return run_spark_submit(
-            topology_path=path,
-            tier=0,
-            options=opts,
-            kafka_config=config,
-            master=f"local[{PARTITIONS}]",
-            conf=SPARK_CONF,
-            env={"SPARK_LOCAL_IP": "127.0.0.1", **{k: os.environ[k] for k in keep}},
-        )
     return run_local(topology, tier, config, opts, parallelism=PARTITIONS)
 
 
@@ -141,7 +124,7 @@ def _drain_with_fault(
 
     def drain() -> None:
         try:
-            outcome.append(_run(engine, topology, config, opts, tmp_path))
+            outcome.append(_run(engine, topology, config, opts))
         except BaseException as exc:  # reported by the test
             failure.append(exc)
 
@@ -267,7 +250,7 @@ INJECTED = (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["processes", "spark"])
+@pytest.mark.parametrize("engine", ["processes"])
 @pytest.mark.fault_case(
     "11", f"the leader of the drained partition SIGKILLed {INJECTED} (3 brokers, RF 3, min ISR 2)"
 )
