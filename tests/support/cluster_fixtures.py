@@ -28,6 +28,7 @@ FIXTURE = "shared_kafka_cluster"
 #: (the rolling restart stops each broker cleanly)
 STOP_GRACE_S = 90.0
 HEAL_S = 120.0  # the nodes started again (in parallel) until all of them are back in sync
+START_S = 180.0  # three JVMs started until they answer as one cluster, in sync (twice the default: loaded CI)
 
 
 class ClusterKeeper:
@@ -49,9 +50,10 @@ class ClusterKeeper:
             except Exception:  # a node that cannot come back: a fresh cluster
                 log.exception("the shared Kafka cluster could not be healed; starting a new one")
                 self.stop()
-        self._cluster = ApacheKafkaCluster(nodes=3, stop_timeout=STOP_GRACE_S).start()
+        cluster = ApacheKafkaCluster(nodes=3, startup_timeout=START_S, stop_timeout=STOP_GRACE_S)
+        self._cluster = cluster.start()
         self.starts += 1
-        return self._cluster
+        return cluster
 
     def stop(self) -> None:
         """Kill every node (nothing to keep) and forget the cluster; idempotent."""
