@@ -193,10 +193,10 @@ class ApacheKafkaCluster(ClusterRoles):
         self._node(node_id).reap()
         self._frozen.discard(node_id)
 
-    def stop_node(self, node_id: int) -> bool:
-        """SIGTERM the node (a clean shutdown), SIGKILL after ``stop_timeout``; whether it ended cleanly."""
+    def stop_node(self, node_id: int, timeout: float | None = None) -> bool:
+        """SIGTERM the node (clean), SIGKILL after ``timeout`` (``stop_timeout``); whether it was clean."""
         self._frozen.discard(node_id)
-        return self._node(node_id).stop(self._stop_timeout, resume=True)
+        return self._node(node_id).stop(self._stop_timeout if timeout is None else timeout, resume=True)
 
     def freeze(self, node_id: int) -> None:
         """SIGSTOP the node's process group: alive, silent."""

@@ -74,6 +74,7 @@ DELAYS_S = (5, 10)
 SETTLE_BEFORE_S = 16
 SETTLE_AFTER_S = 12  # the stream runs this long after the last broker is back in sync
 RESTART_S = 60  # each broker's start, until it is back in the ISR of everything it replicates
+STOP_GRACE_S = 90  # each broker's clean stop (SIGTERM) before it counts as not clean (over 20 s under load)
 FINISH_S = 90  # after the stream stops, until every record reached its end
 SETUP_S = 120  # the setup DAG's run (topics created), from the deployment's start
 GAUGE_INTERVAL_S = 60  # TierDueEventTrigger's default gauge_interval, which the factory keeps
@@ -82,8 +83,7 @@ TARGET_DURING_MAX_S, TARGET_AFTER_P50_S = 30.0, 1.5  # issue 37's targets (repor
 
 @pytest.fixture
 def cluster(shared_kafka_cluster: ClusterKeeper) -> ApacheKafkaCluster:
-    """The run's 3-node cluster (``tests/support/cluster_fixtures.py``), every node running and in sync; its
-    clean stops wait up to :data:`~tests.support.cluster_fixtures.STOP_GRACE_S` before a SIGKILL."""
+    """The run's 3-node cluster (``tests/support/cluster_fixtures.py``), every node running and in sync."""
     kind = test_broker_kind()
     if kind != "kafka":
         pytest.skip(
@@ -226,7 +226,7 @@ def rolling_restart(cluster: ApacheKafkaCluster, topics: list[str], check: Calla
     for node in cluster.node_ids:
         led = [f"{t}[{p}]" for t in topics for p in range(PARTITIONS) if cluster.leader_of(t, p) == node]
         started = time.monotonic()
-        assert cluster.stop_node(node), f"broker {node} did not stop cleanly within the SIGTERM grace"
+        assert cluster.stop_node(node, STOP_GRACE_S), f"broker {node} did not stop cleanly within the grace"
         stopped = time.monotonic() - started
         assert cluster.running_nodes == [n for n in cluster.node_ids if n != node], cluster
         check()

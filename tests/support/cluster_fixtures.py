@@ -24,9 +24,6 @@ from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 log = logging.getLogger(__name__)
 
 FIXTURE = "shared_kafka_cluster"
-#: A clean stop moves the node's leaders first: on a loaded 2-core machine that has taken over 20 s
-#: (the rolling restart stops each broker cleanly)
-STOP_GRACE_S = 90.0
 HEAL_S = 120.0  # the nodes started again (in parallel) until all of them are back in sync
 START_S = 180.0  # three JVMs started until they answer as one cluster, in sync (twice the default: loaded CI)
 
@@ -50,7 +47,7 @@ class ClusterKeeper:
             except Exception:  # a node that cannot come back: a fresh cluster
                 log.exception("the shared Kafka cluster could not be healed; starting a new one")
                 self.stop()
-        cluster = ApacheKafkaCluster(nodes=3, startup_timeout=START_S, stop_timeout=STOP_GRACE_S)
+        cluster = ApacheKafkaCluster(nodes=3, startup_timeout=START_S)
         self._cluster = cluster.start()
         self.starts += 1
         return cluster
