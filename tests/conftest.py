@@ -49,6 +49,7 @@ pytest_plugins = [
     "tests.support.faults_plugin",  # docs/faults.md from the fault_case rows (also on xdist's controller)
     "tests.support.dead_letter_fixtures",  # share_dlq_kafka (Kafka 4.4), connect_worker (Kafka Connect)
     "tests.support.secure_fixtures",  # secure_kafka (SASL_SSL SCRAM, ACLs enforced), role_users, grant
+    "tests.support.cluster_fixtures",  # shared_kafka_cluster: one 3-node Kafka cluster, healed per test
     "tests.support.cpu_record",  # CPU seconds per test file, in .artifacts/cpu-<UTC time>.json
 ]
 

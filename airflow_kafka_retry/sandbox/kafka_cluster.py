@@ -193,10 +193,10 @@ class ApacheKafkaCluster(ClusterRoles):
         self._node(node_id).reap()
         self._frozen.discard(node_id)
 
-    def stop_node(self, node_id: int) -> bool:
-        """SIGTERM the node (a clean shutdown), SIGKILL after ``stop_timeout``; whether it ended cleanly."""
+    def stop_node(self, node_id: int, timeout: float | None = None) -> bool:
+        """SIGTERM the node (clean), SIGKILL after ``timeout`` (``stop_timeout``); whether it was clean."""
         self._frozen.discard(node_id)
-        return self._node(node_id).stop(self._stop_timeout, resume=True)
+        return self._node(node_id).stop(self._stop_timeout if timeout is None else timeout, resume=True)
 
     def freeze(self, node_id: int) -> None:
         """SIGSTOP the node's process group: alive, silent."""
@@ -223,6 +223,28 @@ class ApacheKafkaCluster(ClusterRoles):
         except NodeExited as exc:
             raise KafkaStartError(f"{exc}\n{self._tails()}") from None
         return time.monotonic() - started
+
+    def heal(self, timeout: float | None = None) -> list[int]:
+        """
+        Every node back, whatever a test did to it; the nodes it thawed or started.
+
+        The frozen are thawed, the stopped or killed started again (at once, on their storage); then it waits
+        until every node is back as :meth:`restart` waits for one.
+        """
+        touched = []
+        for node_id, node in sorted(self._nodes.items()):
+            if node_id in self._frozen:
+                self.thaw(node_id)
+                touched.append(node_id)
+            if not node.running:
+                node.spawn()
+                touched.append(node_id)
+        deadline = time.monotonic() + (timeout or self._startup_timeout)
+        try:
+            self._wait(deadline, self.node_ids, f"the cluster's healing (nodes {touched} thawed or started)")
+        except NodeExited as exc:
+            raise KafkaStartError(f"{exc}\n{self._tails()}") from None
+        return touched
 
     def __enter__(self) -> ApacheKafkaCluster:
         return self.start() if not self._nodes else self

@@ -1,7 +1,8 @@
 """Cases 11 to 16: a 3-node Apache Kafka cluster (RF 3, min ISR 2) loses brokers while a tier is drained.
 
-Each case drains the main tier of a fresh topology (3 partitions, RF 3) on one cluster shared by the
-module. At the 2nd chunk of partition 0, right after its routed records were produced and acknowledged
+Each case drains the main tier of a fresh topology (3 partitions, RF 3) on the 3-node cluster the run's
+cluster files share (``tests/support/cluster_fixtures.py``: healed, every node back in sync, before each
+test). At the 2nd chunk of partition 0, right after its routed records were produced and acknowledged
 inside the open transaction (``tests/support/cluster_points.py``, in whichever process runs the
 partition), the case hurts the cluster: it kills the partition's leader, the transaction coordinator of
 its transactional id, the group coordinator of its group, the active controller, freezes the leader for
@@ -13,18 +14,18 @@ Every case then brings the brokers back, runs every tier, and checks the full le
 The engines: the leader's, the transaction coordinator's and the group coordinator's loss in the engine's
 worker processes (the same supervised partition as in threads, across a process boundary: the threads
 engine meets the other faults here, the controller's loss, the freeze, two brokers down, key order and the
-replay); for the leader's loss also as Spark tasks (``spark-submit`` on ``local[3]``: each partition in an
-executor's Python worker, running the same supervised partition, ``engine/drain/supervisor.run_partition``).
+replay). Spark tasks run the same supervised partition (``engine/drain/supervisor.run_partition``) in an
+executor's Python worker; the Spark fault cases (``test_spark_crash.py``, ``test_spark_cluster_faults.py``)
+kill what Spark runs it in, and the leader's loss is met here by the worker processes.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,12 +39,14 @@ from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 
 from tests.conftest import test_broker_kind
-from tests.faults.helpers import options, run_all_tiers
+from tests.faults.helpers import options
 from tests.support import ledger
 from tests.support.ledger import FaultInput
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.engine.drain.summary import RunSummary
+
+    from tests.support.cluster_fixtures import ClusterKeeper
 
 PARTITIONS = 3
 RECORDS = 240  # 80 per partition: 4 chunks of 20
@@ -59,25 +62,16 @@ HEALED_S = 60.0  # how long the group's coordinator may take to be elected again
 CALL_TIMEOUT_S, BROKER_RETRY_S = 10.0, 15.0
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ApacheKafkaCluster]:
+@pytest.fixture
+def cluster(shared_kafka_cluster: ClusterKeeper) -> ApacheKafkaCluster:
+    """The run's 3-node cluster, every node running and in sync."""
     kind = test_broker_kind()
     if kind != "kafka":
         pytest.skip(
             "needs Apache Kafka's jars to start a 3-node cluster the test can kill "
             f"(the suite's broker is {kind})"
         )
-    with ApacheKafkaCluster(nodes=3) as started:
-        yield started
-
-
-def _heal(cluster: ApacheKafkaCluster) -> None:
-    """Every node back (thawed or restarted) and in the ISR of the internal topics."""
-    for node in cluster.node_ids:
-        if node in cluster.frozen_nodes:
-            cluster.thaw(node)
-        if node not in cluster.running_nodes:
-            cluster.restart(node)
+    return shared_kafka_cluster.whole()
 
 
 def _committed_once_healed(cluster: ApacheKafkaCluster, topology: Topology) -> dict[int, int]:
@@ -95,27 +89,10 @@ def _committed_once_healed(cluster: ApacheKafkaCluster, topology: Topology) -> d
 Fault = Callable[[ApacheKafkaCluster, dict, Topology], str]
 
 
-def _run(engine: str, topology: Topology, config: dict, opts: DrainOptions, folder: Path) -> RunSummary:
+def _run(engine: str, topology: Topology, config: dict, opts: DrainOptions) -> RunSummary:
     tier = topology.tier(0)
     if engine == "threads":
         return run_local(topology, tier, config, opts, parallelism=PARTITIONS, in_process=True)
-    if engine == "spark":  # spark-submit, local[3]: each partition a task in an executor's Python worker
-        from airflow_kafka_retry.spark.submit import run_spark_submit
-
-        from tests.faults.test_spark_crash import SPARK_CONF
-
-        path = folder / "topology.yaml"
-        ledger.write_fault_topology(topology, path)
-        keep = ("AKR_POINT_DIR", "AKR_POINT", "AKR_SLOW_S", "AKR_LEDGER")
-        return run_spark_submit(
-            topology_path=path,
-            tier=0,
-            options=opts,
-            kafka_config=config,
-            master=f"local[{PARTITIONS}]",
-            conf=SPARK_CONF,
-            env={"SPARK_LOCAL_IP": "127.0.0.1", **{k: os.environ[k] for k in keep}},
-        )
     return run_local(topology, tier, config, opts, parallelism=PARTITIONS)
 
 
@@ -147,7 +124,7 @@ def _drain_with_fault(
 
     def drain() -> None:
         try:
-            outcome.append(_run(engine, topology, config, opts, tmp_path))
+            outcome.append(_run(engine, topology, config, opts))
         except BaseException as exc:  # reported by the test
             failure.append(exc)
 
@@ -170,6 +147,14 @@ def _drain_with_fault(
     return outcome[0], did, time.monotonic() - hurt
 
 
+def _run_all_tiers(topology: Topology, config: dict) -> None:
+    """Every tier once, in order, in threads of this process (the healed cluster's runs, before and after a
+    case: the faulted drains are the cases' engines); each run must succeed on every partition."""
+    for tier in topology.tiers:
+        summary = run_local(topology, tier, config, options(chunk_size=CHUNK), in_process=True)
+        assert summary.ok, json.dumps(summary.to_dict()["partitions"], indent=1)[:3000]
+
+
 def _report(summary: RunSummary, seconds: float) -> str:
     """How the run ended, for the results table."""
     retried = sorted((p for p in summary.partitions if p.retries), key=lambda p: p.partition)
@@ -189,9 +174,9 @@ def _report(summary: RunSummary, seconds: float) -> str:
 
 
 def _finish_and_account(cluster, topology, inputs, ledger_file):
-    _heal(cluster)
+    cluster.heal()
     config = {"bootstrap.servers": cluster.bootstrap}
-    run_all_tiers(topology, config, options(chunk_size=CHUNK))
+    _run_all_tiers(topology, config)
     return ledger.account(
         cluster.bootstrap,
         topology,
@@ -207,7 +192,6 @@ def _case(
     cluster, monkeypatch, tmp_path, engine, name, fault, fault_result, *, must_finish: bool | None = True
 ) -> None:
     """``must_finish``: True, the run finishes on the survivors; False, it fails clearly; None, either."""
-    _heal(cluster)
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology(f"cluster-{name}")
     specs = [FaultInput(MODES[i % len(MODES)]) for i in range(RECORDS)]
@@ -220,7 +204,7 @@ def _case(
         assert summary.ok, json.dumps([p.to_dict() for p in summary.failed_partitions], indent=1)[:3000]
     elif must_finish is False:
         assert not summary.ok, "the run finished although min ISR could not be met"
-        _heal(cluster)
+        cluster.heal()
         committed = _committed_once_healed(cluster, topology)
         assert committed[0] == CHUNK, f"partition 0 committed past the faulted chunk: {committed}"
     monkeypatch.delenv("AKR_POINT_DIR")
@@ -274,7 +258,7 @@ INJECTED = (
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["processes", "spark"])
+@pytest.mark.parametrize("engine", ["processes"])
 @pytest.mark.fault_case(
     "11", f"the leader of the drained partition SIGKILLed {INJECTED} (3 brokers, RF 3, min ISR 2)"
 )
@@ -343,7 +327,6 @@ def test_a_replication_factor_1_topic_is_named_by_ensure_topics_and_topology_sho
     from airflow_kafka_retry.engine.kafka.topic_admin import ensure_retry_topics
     from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
-    _heal(cluster)
     topology = ledger.make_fault_topology("cluster-rf1")
     create_topics(cluster.bootstrap, [topology.topic], PARTITIONS, replication_factor=1)
     report = ensure_retry_topics(topology, {"bootstrap.servers": cluster.bootstrap})
@@ -387,13 +370,12 @@ def test_a_dlt_watch_run_ends_while_its_group_coordinator_is_frozen(cluster, tmp
         scan_new_records,
     )
 
-    _heal(cluster)
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology("cluster-watch")
     specs = [FaultInput(MODES[i % len(MODES)]) for i in range(60)]
     inputs = ledger.produce_fault_inputs(cluster.bootstrap, topology, specs, PARTITIONS)
     config = {"bootstrap.servers": cluster.bootstrap}
-    run_all_tiers(topology, config, options(chunk_size=CHUNK))
+    _run_all_tiers(topology, config)
     dlts = [t.topic for t in topology.dlt_tiers]
     group = f"{topology.group_id}-dlt-watch"
 
@@ -443,14 +425,13 @@ def test_a_replay_survives_its_transaction_coordinator_moving_exactly_once(
     from airflow_kafka_retry.policy.headers.codec import last_header
     from airflow_kafka_retry.policy.headers.replay import REPLAY_ID
 
-    _heal(cluster)
     ledger.ledger_path(tmp_path)
     topology = ledger.make_fault_topology("cluster-replay")
     inputs = ledger.produce_fault_inputs(
         cluster.bootstrap, topology, [FaultInput("fatal") for _ in range(30)], PARTITIONS
     )
     config = {"bootstrap.servers": cluster.bootstrap}
-    run_all_tiers(topology, config, options(chunk_size=CHUNK))
+    _run_all_tiers(topology, config)
     dlt = topology.dlt_tiers[0].topic
     assert len(ledger.read_all(cluster.bootstrap, dlt)) == len(inputs.records)
 
@@ -480,7 +461,7 @@ def test_a_replay_survives_its_transaction_coordinator_moving_exactly_once(
     took = time.monotonic() - hurt
     [summary] = outcome
     assert not isinstance(summary, BaseException), summary
-    _heal(cluster)
+    cluster.heal()
     # every DLT record has exactly one replayed copy in the main topic (read_committed), and one log entry
     copies = [
         m for m in ledger.read_all(cluster.bootstrap, topology.topic) if last_header(m.headers(), REPLAY_ID)
@@ -542,14 +523,13 @@ def _key_ordered_drain_losing_its_leader(cluster, tmp_path: Path, topology: Topo
 
 @pytest.mark.slow
 def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monkeypatch, tmp_path):
-    """Issue 50: 1,200 records over 120 keys (``testkit/ordering_ledger.py``), ``ordering: key``; the main
+    """Issue 50: 600 records over 60 keys (``testkit/ordering_ledger.py``), ``ordering: key``; the main
     drain loses partition 0's leader mid-chunk and finishes on the survivors; then every tier in passes: per
     key the handled sequence is the produced one minus the dead-lettered records, in order; the DLT holds
     exactly those, once each (``read_committed``)."""
     from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
     from testkit import ordering_ledger as ol
 
-    _heal(cluster)
     seed, path = 52, str(tmp_path / "order-ledger.txt")
     for name, value in ((ol.LEDGER_ENV, path), (ol.SEED_ENV, str(seed)), ("AKR_POINT", "produced")):
         monkeypatch.setenv(name, value)
@@ -567,7 +547,7 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
     )
     config = {"bootstrap.servers": cluster.bootstrap}
     ensure_topics(topology, {"bootstrap.servers": cluster.bootstrap}, partitions=PARTITIONS)
-    plan = ol.plan(1_200, 120, seed)
+    plan = ol.plan(600, 60, seed)
     ol.produce(cluster.bootstrap, topic, plan.records)
     opts = DrainOptions(
         handler="tests.support.ordering_cluster_handler:handle",
@@ -580,9 +560,11 @@ def test_a_key_ordered_ledger_keeps_its_order_when_the_leader_dies(cluster, monk
     )
     did = _key_ordered_drain_losing_its_leader(cluster, tmp_path, topology, opts)
     monkeypatch.delenv("AKR_POINT_DIR")
-    _heal(cluster)
+    cluster.heal()
 
-    passes, _ = ol.settle(topology.tiers, lambda tier: run_local(topology, tier, config, opts), plan, path)
+    passes, _ = ol.settle(
+        topology.tiers, lambda tier: run_local(topology, tier, config, opts, in_process=True), plan, path
+    )
 
     # a chunk whose commit failed with the leader is handled again by its run (handling is at least once)
     report = ol.check_order(plan, ol.read_ledger(path), retried=True)

@@ -30,15 +30,15 @@ import textwrap
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from airflow_kafka_retry.engine.kafka.topic_admin import topology_topics
 from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
-from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
 from tests.conftest import test_broker_kind
@@ -56,6 +56,11 @@ from tests.support.timed_stream import (
     watched_dead_letters,
 )
 
+if TYPE_CHECKING:
+    from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
+
+    from tests.support.cluster_fixtures import ClusterKeeper
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
 REPO = Path(__file__).parents[2]
@@ -69,7 +74,7 @@ DELAYS_S = (5, 10)
 SETTLE_BEFORE_S = 16
 SETTLE_AFTER_S = 12  # the stream runs this long after the last broker is back in sync
 RESTART_S = 60  # each broker's start, until it is back in the ISR of everything it replicates
-STOP_GRACE_S = 90  # each broker's clean stop (SIGTERM) before it counts as not clean
+STOP_GRACE_S = 90  # each broker's clean stop (SIGTERM) before it counts as not clean (over 20 s under load)
 FINISH_S = 90  # after the stream stops, until every record reached its end
 SETUP_S = 120  # the setup DAG's run (topics created), from the deployment's start
 GAUGE_INTERVAL_S = 60  # TierDueEventTrigger's default gauge_interval, which the factory keeps
@@ -77,18 +82,15 @@ TARGET_DURING_MAX_S, TARGET_AFTER_P50_S = 30.0, 1.5  # issue 37's targets (repor
 
 
 @pytest.fixture
-def cluster() -> Iterator[ApacheKafkaCluster]:
+def cluster(shared_kafka_cluster: ClusterKeeper) -> ApacheKafkaCluster:
+    """The run's 3-node cluster (``tests/support/cluster_fixtures.py``), every node running and in sync."""
     kind = test_broker_kind()
     if kind != "kafka":
         pytest.skip(
             "needs Apache Kafka's jars to start a 3-node cluster the test can restart broker by broker "
             f"(the suite's broker is {kind})"
         )
-    # a clean stop moves the node's leaders first: on a loaded 2-core machine that has taken over 20 s
-    with ApacheKafkaCluster(nodes=3, stop_timeout=STOP_GRACE_S) as started:
-        yield started
-        for node in started.running_nodes:  # its data goes: no clean shutdown to wait for (10 to 20 s)
-            started.kill(node)
+    return shared_kafka_cluster.whole()
 
 
 class Stream:
@@ -224,7 +226,7 @@ def rolling_restart(cluster: ApacheKafkaCluster, topics: list[str], check: Calla
     for node in cluster.node_ids:
         led = [f"{t}[{p}]" for t in topics for p in range(PARTITIONS) if cluster.leader_of(t, p) == node]
         started = time.monotonic()
-        assert cluster.stop_node(node), f"broker {node} did not stop cleanly within the SIGTERM grace"
+        assert cluster.stop_node(node, STOP_GRACE_S), f"broker {node} did not stop cleanly within the grace"
         stopped = time.monotonic() - started
         assert cluster.running_nodes == [n for n in cluster.node_ids if n != node], cluster
         check()

@@ -1,8 +1,9 @@
 """A real 3-node Apache Kafka KRaft cluster (``sandbox/kafka_cluster.py``): naming, a killed leader, restarts.
 
-The module starts ONE cluster of its own (module-scoped: kills and restarts would disturb the suite's
-shared broker) and every test leaves it with all three nodes up and in sync, so the order does not matter.
-The CLI test starts a second cluster in a subprocess.
+The tests use the 3-node cluster the run's cluster files share (``tests/support/cluster_fixtures.py``: kills
+and restarts would disturb the suite's broker): started once, and before each test healed, every node
+running and in sync, so the order does not matter. The CLI test starts a cluster of two nodes of its own in
+a subprocess (``--nodes 2``: the command's cluster path, whatever the number of nodes).
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
 from airflow_kafka_retry.sandbox.kafka_roles import coordinator_partition
 from airflow_kafka_retry.sandbox.processes import port_open
 from airflow_kafka_retry.sandbox.scratch_topics import (
@@ -34,16 +34,20 @@ from airflow_kafka_retry.sandbox.scratch_topics import (
 
 from tests.support.broker_cli import broker_cli, cli_env
 
+if TYPE_CHECKING:
+    from airflow_kafka_retry.sandbox.kafka_cluster import ApacheKafkaCluster
+
+    from tests.support.cluster_fixtures import ClusterKeeper
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ApacheKafkaCluster]:
-    with ApacheKafkaCluster(3) as started:
-        print(f"\n3-node Apache Kafka cluster ready_seconds={started.ready_seconds:.1f}", file=sys.stderr)
-        yield started
+@pytest.fixture
+def cluster(shared_kafka_cluster: ClusterKeeper) -> ApacheKafkaCluster:
+    """The run's 3-node cluster, every node running and in sync."""
+    return shared_kafka_cluster.whole()
 
 
 def _until(what: str, probe: Callable[[], T | None], timeout: float = 45.0) -> T:
@@ -314,16 +318,18 @@ def test_nodes_without_kafka_is_an_error() -> None:
 
 
 def test_broker_cli_serves_a_cluster_and_stops_it_on_sigterm() -> None:
-    with broker_cli("--nodes", "3") as (proc, first):
+    # two nodes: the smallest cluster the command starts (--nodes 1 is the single broker), one JVM less than
+    # three; the 3-node cluster itself is the other tests' (the command builds it alike, ApacheKafkaCluster)
+    with broker_cli("--nodes", "2") as (proc, first):
         assert proc.stderr is not None
         addresses = first.split(",")
-        assert len(addresses) == 3, first + proc.stderr.read()
+        assert len(addresses) == 2, first + proc.stderr.read()
         assert all(re.fullmatch(r"127\.0\.0\.1:\d+", a) for a in addresses), first
         line = proc.stderr.readline()
-        assert line.startswith("Apache Kafka cluster of 3 nodes: node 1 pid "), line
+        assert line.startswith("Apache Kafka cluster of 2 nodes: node 1 pid "), line
         jvms = [int(pid) for pid in re.findall(r"pid (\d+)", line)]
-        assert len(jvms) == 3
-        assert sorted(admin_client(first).list_topics(timeout=10).brokers) == [1, 2, 3]
+        assert len(jvms) == 2
+        assert sorted(admin_client(first).list_topics(timeout=10).brokers) == [1, 2]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0
         for jvm in jvms:

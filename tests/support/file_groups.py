@@ -1,9 +1,9 @@
 """Files that share an expensive session fixture run on one parallel worker, one after another.
 
 A session-scoped fixture lives once per pytest-xdist worker: a standalone Spark cluster (three JVMs), the
-secured broker, Kafka 4.4 with Kafka Connect. With ``--dist loadfile`` the files that use one land on
-whichever worker is free, and each worker that gets one starts its own copy, then keeps it running until
-the session ends. On two cores that is CPU the tests need.
+secured broker, Kafka 4.4 with Kafka Connect, the 3-node Kafka cluster of the broker-loss tests. With
+``--dist loadfile`` the files that use one land on whichever worker is free, and each worker that gets one
+starts its own copy, then keeps it running until the session ends. On two cores that is CPU the tests need.
 
 :class:`FixtureGroupScheduling` is ``loadfile`` with one change: the files that use one of
 :data:`GROUPS`' fixtures (named in the file's text, directly or through a fixture that depends on it) form
@@ -28,6 +28,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("spark-standalone", ("spark_cluster",)),
     ("secure-broker", ("secure_kafka", "role_users", "grant")),
     ("kafka-4.4", ("share_dlq_kafka", "connect_worker")),
+    ("kafka-cluster", ("shared_kafka_cluster",)),
 )
 
 
