@@ -185,7 +185,7 @@ def test_every_role_through_airflow_with_exactly_its_printed_acls(
         )
     )
     dag_id = f"sec__{topology.topic}"
-    with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
+    with AirflowCluster(home, env, cwd=REPO, migrated=True, api_apps="execution") as cluster:
         # the watcher (watcher role) finds the retry topics missing: ensure_topics (setup role) creates them
         cluster.wait_for_success(dag_id, RUN_DEADLINE_S, task_id="ensure_topics")
         inputs = ledger.produce_inputs(role_users.internal, topology, COUNT, PARTITIONS)
