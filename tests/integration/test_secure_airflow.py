@@ -45,7 +45,7 @@ from tests.support import ledger
 from tests.support.timed_stream import dlt_coordinates, json_column, watched_dead_letters
 from tests.support.trigger_rows import trigger_kwargs
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).parents[2]
 PARTITIONS = 2
