@@ -10,11 +10,7 @@
    ``refire_after`` is 10 minutes, so only the run of the first event can run retry-1 in time. Checked:
    the run that was made got the first event only (the second was stranded, as in Airflow), its ``due``
    task ran both lanes, and the retry-1 record was handled once. (Its DAG then idles: no event, no run.)
-2. Factory-built tier DAGs (schedule mode) run by the scheduler.
-
-The api-server, scheduler, dag-processor and triggerer run as separate processes (LocalExecutor on
-PostgreSQL, as in production: see airflow_kafka_retry/sandbox/airflow_stack.py and sandbox/postgres.py).
-The topology has tiers of 10 s and 20 s; the main topic's DAG (``include_main``) plays the failing
+2. Factory-built tier DAGs (schedule mode) run by the scheduler. The topology has tiers of 10 s and 20 s; the main topic's DAG (``include_main``) plays the failing
 service: every record fails there once. Records then go through retry-1 and retry-2, and the ones that
 never succeed end in the DLT.
 
@@ -22,6 +18,10 @@ Checked: every record ends where its script says (succeeded on retry-1, on retry
 exactly once), no record is handled before its due time, the reprocess task notified the DLT
 records. Reported, not asserted (timing): each tier's lateness, p50 and max of handled time minus
 due time, against the target of 10 % of the tier delay plus the scheduler's own cycle.
+
+The api-server (its execution API), scheduler, dag-processor and triggerer run as separate processes
+(LocalExecutor on PostgreSQL, as in production: see airflow_kafka_retry/sandbox/airflow_stack.py and
+sandbox/postgres.py); each test reads only its own lines of the deployment's handler ledgers.
 """
 
 from __future__ import annotations
