@@ -213,7 +213,7 @@ def test_triggerer_and_scheduler_die_and_the_others_take_over(
             return producer
 
         cluster.wait_for_success(f"ha__{main}__ensure_topics", 180)
-        wait(settled, "retry-1's watcher never settled in a triggerer", 120)
+        wait(settled, "retry-1's watcher never settled in a triggerer", 300)
 
         # 1. the triggerer running retry-1's watcher dies while its records are due
         producer = stream(first)
