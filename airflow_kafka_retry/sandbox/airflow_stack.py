@@ -253,7 +253,7 @@ class AirflowCluster:
         self._managed[name].kill()
         self._spawn(name, append=True)
 
-    def _wait_for_api(self, timeout: float = 120) -> None:
+    def _wait_for_api(self, timeout: float = 300) -> None:
         port = int(self.env["AIRFLOW__API__PORT"])
         api = self._managed["api-server"]
         try:
