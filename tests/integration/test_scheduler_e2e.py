@@ -10,9 +10,9 @@
    ``refire_after`` is 10 minutes, so only the run of the first event can run retry-1 in time. Checked:
    the run that was made got the first event only (the second was stranded, as in Airflow), its ``due``
    task ran both lanes, and the retry-1 record was handled once. (Its DAG then idles: no event, no run.)
-2. Factory-built tier DAGs (schedule mode) run by the scheduler. The topology has tiers of 10 s and 20 s; the main topic's DAG (``include_main``) plays the failing
-service: every record fails there once. Records then go through retry-1 and retry-2, and the ones that
-never succeed end in the DLT.
+2. Factory-built tier DAGs (schedule mode) run by the scheduler. The topology has tiers of 10 s and
+   20 s; the main topic's DAG (``include_main``) plays the failing service: every record fails there
+   once. Records then go through retry-1 and retry-2, and the ones that never succeed end in the DLT.
 
 Checked: every record ends where its script says (succeeded on retry-1, on retry-2, or in the DLT,
 exactly once), no record is handled before its due time, the reprocess task notified the DLT
