@@ -151,7 +151,7 @@ def deploy(
         extra={
             "AKR_TIMED_LEDGER": str(ledger or home / "handled.jsonl"),
             "AIRFLOW__CORE__PARALLELISM": "8",
-            # Airflow's default parse interval (as the test stacks': said here for the capacity table)
+            # Airflow's default parse interval, said here for the capacity table (the test stacks' is 600 s)
             "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
             # an idle topology's DAGs must not pay for byte-compiling the provider at every parse
             "PYTHONDONTWRITEBYTECODE": "",

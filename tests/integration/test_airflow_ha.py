@@ -48,12 +48,12 @@ from tests.support import ledger
 from tests.support.timed_airflow import timed_airflow_env
 from tests.support.timed_stream import json_column, produce_script, read_ledger, scripted
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).parents[2]
 
 PARTITIONS = 2
-STREAM = 60  # records per stream: 15 s of production, so records keep becoming due after a kill
+STREAM = 40  # records per stream: 10 s of production; they become due for 10 s more, past the kill
 RATE = 4.0  # records produced per second
 DELAYS_S = (10, 20)
 THRESHOLD_S = 10  # triggerer and scheduler health-check thresholds
@@ -153,7 +153,13 @@ def test_triggerer_and_scheduler_die_and_the_others_take_over(
         time.sleep(max(0.0, first_due(ids) + 0.5 - time.time()))
 
     with AirflowCluster(
-        home, env, cwd=REPO, migrated=True, component_env=per_process, components=COMPONENTS
+        home,
+        env,
+        cwd=REPO,
+        migrated=True,
+        component_env=per_process,
+        components=COMPONENTS,
+        api_apps="execution",
     ) as cluster:
 
         def watcher() -> tuple[str, int] | None:
@@ -207,7 +213,7 @@ def test_triggerer_and_scheduler_die_and_the_others_take_over(
             return producer
 
         cluster.wait_for_success(f"ha__{main}__ensure_topics", 180)
-        wait(settled, "retry-1's watcher never settled in a triggerer", 120)
+        wait(settled, "retry-1's watcher never settled in a triggerer", 300)
 
         # 1. the triggerer running retry-1's watcher dies while its records are due
         producer = stream(first)

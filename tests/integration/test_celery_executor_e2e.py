@@ -184,7 +184,7 @@ def test_a_celery_worker_killed_mid_drain_and_the_task_retried_on_the_other(
         (home / "dags" / "cel_tiers.py").write_text(
             textwrap.dedent(DAG_FILE.format(topology=str(topology_file)))
         )
-        with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
+        with AirflowCluster(home, env, cwd=REPO, migrated=True, api_apps="execution") as cluster:
             airflow_s = time.monotonic() - started - redis_s
             with CeleryWorkers(
                 home, env, WORKERS, cwd=REPO, worker_env={n: {"AKR_HOSTNAME": n} for n in WORKERS}

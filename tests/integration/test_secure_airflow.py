@@ -45,13 +45,14 @@ from tests.support import ledger
 from tests.support.timed_stream import dlt_coordinates, json_column, watched_dead_letters
 from tests.support.trigger_rows import trigger_kwargs
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).parents[2]
 PARTITIONS = 2
 COUNT = 42
 DRAIN_DEADLINE_S = 240  # liveness bounds on a loaded 2-core machine, not speed
 RUN_DEADLINE_S = 180
+SETUP_DEADLINE_S = 300  # the first parse, the watcher and ensure_topics, on a loaded machine
 PERMANENT = f"{ledger.HANDLER_MODULE}.PermanentError"
 CONNS = {role: f"akr_sec_{role}" for role in ("setup", "tiers", "dlt_watch", "watcher", "replay", "view")}
 REPLAY_DAG = "akr_sec_replay"
@@ -185,9 +186,9 @@ def test_every_role_through_airflow_with_exactly_its_printed_acls(
         )
     )
     dag_id = f"sec__{topology.topic}"
-    with AirflowCluster(home, env, cwd=REPO, migrated=True) as cluster:
+    with AirflowCluster(home, env, cwd=REPO, migrated=True, api_apps="execution") as cluster:
         # the watcher (watcher role) finds the retry topics missing: ensure_topics (setup role) creates them
-        cluster.wait_for_success(dag_id, RUN_DEADLINE_S, task_id="ensure_topics")
+        cluster.wait_for_success(dag_id, SETUP_DEADLINE_S, task_id="ensure_topics")
         inputs = ledger.produce_inputs(role_users.internal, topology, COUNT, PARTITIONS)
         dead = {rid for rid, (mode, _, _) in inputs.records.items() if mode in ledger.DLT_FATES}
 
