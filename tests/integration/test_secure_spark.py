@@ -263,9 +263,7 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_the_event_log_or_
     events = [d for d in data.values() if b"SparkListenerEnvironmentUpdate" in d]
     assert len(events) == len(run.topology.tiers), "the event log of some tier is missing"
     assert all(b"spark.authenticate" in d for d in events), "the event log lists no auth settings"
-    pages = json.dumps(
-        [web_json(port) for port in (cluster.master_web_port, *cluster.worker_web_ports)]
-    )
+    pages = json.dumps([web_json(port) for port in (cluster.master_web_port, *cluster.worker_web_ports)])
     assert "AKR_LEDGER" in pages, "the pages show no executor environment: the scan proves little"
     for what, secret in secrets.items():
         found = [str(path) for path, content in data.items() if secret.encode() in content]
