@@ -248,7 +248,7 @@ def test_a_second_cluster_starts_beside_a_running_one(spark_cluster, tmp_path):
 
     The second has one worker (a master and a worker each bind what a second worker would): ready means the
     master lists it ALIVE, by its own web UI port."""
-    with SparkCluster(tmp_path / "second", workers=1, ready_timeout=60) as second:
+    with SparkCluster(tmp_path / "second", workers=1, ready_timeout=150) as second:  # a loaded machine
         assert second.master_url != spark_cluster.master_url
         assert not set(second.worker_web_ports) & set(spark_cluster.worker_web_ports)
     assert "RestSubmissionServer" not in (second.base_dir / "master" / "logs" / "master.log").read_text()
