@@ -139,7 +139,7 @@ def standalone_ledger(
     ACLs and the inputs are made.
     """
     tmp = tmp_path_factory.mktemp("secure-standalone")
-    cluster = SparkCluster(tmp / "spark-cluster", workers=1, cores=2)
+    cluster = SparkCluster(tmp / "spark-cluster", workers=1, cores=2, ready_timeout=180)  # room for load
     starting = concurrent.futures.ThreadPoolExecutor(1)
     started_cluster = starting.submit(cluster.start)
     try:
