@@ -167,6 +167,7 @@ class SecureKafka(ApacheKafka):
             AdminClient,
             ScramCredentialInfo,
             ScramMechanism,
+            UserScramCredentialAlteration,
             UserScramCredentialUpsertion,
         )
 
@@ -175,7 +176,9 @@ class SecureKafka(ApacheKafka):
         passwords = {user: secrets.token_urlsafe(24) for user in users}
         admin = AdminClient(self.client_config(ADMIN))
         info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
-        upserts = [UserScramCredentialUpsertion(u, info, p.encode()) for u, p in passwords.items()]
+        upserts: list[UserScramCredentialAlteration] = [
+            UserScramCredentialUpsertion(u, info, p.encode()) for u, p in passwords.items()
+        ]
         futures = admin.alter_user_scram_credentials(upserts, request_timeout=timeout)
         for future in futures.values():
             future.result(timeout=timeout)
