@@ -229,7 +229,7 @@ def web_json(port: int) -> dict[str, Any]:
 
 
 def test_a_taken_port_fails_the_start_at_once_naming_the_daemon_with_its_log(tmp_path):
-    cluster = SparkCluster(tmp_path / "cluster", ready_timeout=60)
+    cluster = SparkCluster(tmp_path / "cluster", ready_timeout=150)  # room for a loaded machine
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", cluster.master_port))
         taken.listen()
