@@ -159,23 +159,32 @@ class SecureKafka(ApacheKafka):
 
     def add_user(self, user: str, *, timeout: float = 30.0) -> None:
         """Create ``user`` with a random password (admin API), and wait until it can log in."""
+        self.add_users([user], timeout=timeout)
+
+    def add_users(self, users: Sequence[str], *, timeout: float = 30.0) -> None:
+        """Create ``users`` with random passwords in one admin request, and wait until each can log in."""
         from confluent_kafka.admin import (
             AdminClient,
             ScramCredentialInfo,
             ScramMechanism,
+            UserScramCredentialAlteration,
             UserScramCredentialUpsertion,
         )
 
-        password = secrets.token_urlsafe(24)
+        if not users:
+            return
+        passwords = {user: secrets.token_urlsafe(24) for user in users}
         admin = AdminClient(self.client_config(ADMIN))
-        upsert = UserScramCredentialUpsertion(
-            user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), password.encode()
-        )
-        futures = admin.alter_user_scram_credentials([upsert], request_timeout=timeout)
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        upserts: list[UserScramCredentialAlteration] = [
+            UserScramCredentialUpsertion(u, info, p.encode()) for u, p in passwords.items()
+        ]
+        futures = admin.alter_user_scram_credentials(upserts, request_timeout=timeout)
         for future in futures.values():
             future.result(timeout=timeout)
-        self._passwords[user] = password
-        self._wait_login(user, timeout)
+        self._passwords.update(passwords)
+        for user in passwords:
+            self._wait_login(user, timeout)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> SecureKafka:
@@ -186,8 +195,7 @@ class SecureKafka(ApacheKafka):
             self.ca_path, self._keystore = make_tls(self._folder, self._keystore_password)
             super().start()
             self._wait_login(ADMIN, 60.0)
-            for user in self._users:
-                self.add_user(user)
+            self.add_users(self._users)
         except BaseException:
             self.stop()
             raise

@@ -6,8 +6,8 @@ The DLT watch on the secured broker (issue 48) with one ACL less: refused at onc
 * without ``READ`` on its group, it fails before scanning, naming the principal, the operation and the
   group, instead of waiting out ``scan_timeout`` for a coordinator it may not find.
 
-Each test: its own users (``role_users``) and topics; the topics and the checks go through the node's own
-listener as a super user (``role_users.internal``).
+Each test: its own DLT watch user (``role_users``) and topics; the topics and the checks go through the
+node's own listener as a super user (``role_users.internal``).
 """
 
 from __future__ import annotations
@@ -26,11 +26,18 @@ from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import create_topics
 
 from tests.support import ledger
+from tests.support.secure_fixtures import RoleUsers
 
 pytestmark = [pytest.mark.integration]
 
 CONN = "akr_sec_watch"
 LIVENESS_S = 60  # a bound with room on a loaded 2-core machine; the watch's scan_timeout is 120 s
+
+
+@pytest.fixture
+def role_users(secure_kafka) -> RoleUsers:
+    """A fresh user for the DLT watch alone (the only role these tests run)."""
+    return RoleUsers(secure_kafka, ["dlt_watch"])
 
 
 def _watch_without(role_users, monkeypatch, left_out, *, created, nothing_left_out=False):

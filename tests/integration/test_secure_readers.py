@@ -126,7 +126,7 @@ def _dlt_page_errors(topology: Topology, config: dict) -> list[str]:
 def test_one_acl_less_refuses_a_reader_naming_it(secure_kafka, readers_topology, role, index):
     needed = acl_bindings(readers_topology, SCOPE, roles=[role])
     missing = needed[index]
-    users = RoleUsers(secure_kafka)
+    users = RoleUsers(secure_kafka, [role])
     users.grant([b for b in needed if b != missing])
     started = time.monotonic()
     errors = (_watcher_errors if role == "watcher" else _view_errors)(readers_topology, users.config(role))
@@ -140,7 +140,7 @@ def test_one_acl_less_refuses_a_reader_naming_it(secure_kafka, readers_topology,
 
 
 def test_the_view_reads_a_dlt_page_and_may_not_write_a_replay_log(secure_kafka, readers_topology):
-    users = RoleUsers(secure_kafka)
+    users = RoleUsers(secure_kafka, ["view"])
     users.grant(acl_bindings(readers_topology, SCOPE, roles=["view"]))
     config = users.config("view")
     assert _dlt_page_errors(readers_topology, config) == []

@@ -2,8 +2,10 @@
 Least privilege on a secured cluster (issue 48): every role works with exactly the ACLs ``topology acls``
 prints, on a broker that authenticates (SASL_SSL SCRAM-SHA-512) and authorizes (no ACL, no access).
 
-Each test has its own users (``role_users``) and topics; the inputs and the checks go through the node's
-own listener as a super user (``role_users.internal``), never through a role.
+Each test has its own topics and its own users (``role_users``; a one-ACL-less case: a fresh user for the
+role it takes the binding from, the other roles' users shared by the module and granted all their bindings
+again); the inputs and the checks go through the node's own listener as a super user
+(``role_users.internal``), never through a role.
 """
 
 from __future__ import annotations
@@ -190,15 +192,26 @@ def _lesser_topology(name):
     )
 
 
+@pytest.fixture(scope="module")
+def base_users(secure_kafka) -> RoleUsers:
+    """The users of the roles a case takes no binding from: each case grants them all theirs again."""
+    return RoleUsers(secure_kafka)
+
+
 @pytest.mark.parametrize(("role", "index"), _one_less_cases())
-def test_one_acl_less_fails_that_role_naming_it_and_moves_nothing(role_users, tmp_path, role, index):
+def test_one_acl_less_fails_that_role_naming_it_and_moves_nothing(
+    secure_kafka, base_users, tmp_path, role, index
+):
+    # the role under test: a fresh user, granted every binding of its row but one, never any other's
+    role_users = RoleUsers(secure_kafka, [role], base=base_users)
     topology = _lesser_topology("lesser")
     every = acl_bindings(topology, AclScope(include_main=True))
     missing = acl_bindings(topology, AclScope(include_main=True), roles=[role])[index]
     role_users.grant([b for b in every if b != missing])
     ledger.ledger_path(tmp_path)
     for step_role, what, step in _steps(role_users, topology):  # noqa: B007 - what failed is named
-        before = _state(role_users.internal, topology) if step_role != "inputs" else None
+        # the state before each step of the role under test (a step of another that fails fails the test)
+        before = _state(role_users.internal, topology) if step_role == role else None
         started = time.monotonic()
         try:
             step()
@@ -274,7 +287,7 @@ def test_one_acl_less_fails_a_replay_naming_it_and_moves_nothing(secure_kafka, r
     topology = replay_worlds[source]
     needed = acl_bindings(topology, AclScope(include_main=True), roles=["replay"])
     missing = needed[index]
-    users = RoleUsers(secure_kafka)
+    users = RoleUsers(secure_kafka, ["replay"])
     users.grant([b for b in needed if b != missing])
     internal = users.internal
     # an earlier case's replay may have created the (empty) replay log before it failed: not this one's

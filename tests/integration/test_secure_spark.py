@@ -139,25 +139,25 @@ def standalone_ledger(
     ACLs and the inputs are made.
     """
     tmp = tmp_path_factory.mktemp("secure-standalone")
-    spark_cluster = SparkCluster(tmp / "spark-cluster", workers=1, cores=2)
+    cluster = SparkCluster(tmp / "spark-cluster", workers=1, cores=2, ready_timeout=180)  # room for load
     starting = concurrent.futures.ThreadPoolExecutor(1)
-    started_cluster = starting.submit(spark_cluster.start)
+    started_cluster = starting.submit(cluster.start)
     try:
         secure_kafka: SecureKafka = request.getfixturevalue("secure_kafka")
-        yield _run_ledger(spark_cluster, started_cluster, secure_kafka, tmp)
+        yield _run_ledger(cluster, started_cluster, secure_kafka, tmp)
     finally:
         started_cluster.cancel()
         starting.shutdown(wait=True)
-        spark_cluster.stop()
+        cluster.stop()
 
 
 def _run_ledger(
-    spark_cluster: SparkCluster,
+    cluster: SparkCluster,
     started_cluster: concurrent.futures.Future[SparkCluster],
     secure_kafka: SecureKafka,
     tmp: Path,
 ) -> SimpleNamespace:
-    users = RoleUsers(secure_kafka)
+    users = RoleUsers(secure_kafka, ["tiers"])
     topology = ledger.write_topology(ledger.make_topology("secure-spark"), tmp / "topology.yaml")
     users.grant(acl_bindings(topology, AclScope(include_main=True), roles=["tiers"]))
     ledger_file = ledger.ledger_path(tmp)
@@ -171,13 +171,13 @@ def _run_ledger(
     env = {
         **spark_app_environment(os.environ),
         **local_spark_environment(),
-        **spark_cluster.client_env(),
+        **cluster.client_env(),
         "PYTHONPATH": str(REPO),
     }
     conf = cluster_conf(ledger_file, events)
-    runner = SubmitSideCa(spark_cluster, tmp / "topology.yaml", config, ca_source, conf, tmp, env)
-    started_cluster.result(timeout=spark_cluster.ready_timeout + 30)  # its own deadline fails it first
-    apps_before = set(executor_dirs(spark_cluster))
+    runner = SubmitSideCa(cluster, tmp / "topology.yaml", config, ca_source, conf, tmp, env)
+    started_cluster.result(timeout=cluster.ready_timeout + 30)  # its own deadline fails it first
+    apps_before = set(executor_dirs(cluster))
     watcher = SparkEnvWatcher(config["sasl.password"], scope=str(tmp))
     watcher.start()
     started = time.monotonic()
@@ -187,12 +187,12 @@ def _run_ledger(
         watcher.stop()
     log.warning(
         "secured standalone ledger: cluster ready in %.1f s; %s records, %.1f s, seconds per tier %s",
-        spark_cluster.start_seconds or 0.0,
+        cluster.start_seconds or 0.0,
         COUNT,
         time.monotonic() - started,
         runner.seconds,
     )
-    apps = {k: v for k, v in executor_dirs(spark_cluster).items() if k not in apps_before}
+    apps = {k: v for k, v in executor_dirs(cluster).items() if k not in apps_before}
     return SimpleNamespace(
         topology=topology,
         inputs=inputs,
@@ -201,7 +201,7 @@ def _run_ledger(
         config=config,
         runner=runner,
         summaries=summaries,
-        cluster=spark_cluster,
+        cluster=cluster,
         events=events,
         apps=apps,
         watcher=watcher,
@@ -245,9 +245,9 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_the_event_log_or_
     standalone_ledger,
 ):
     run = standalone_ledger
-    spark_cluster = run.cluster
+    cluster = run.cluster
     secrets = {"the tier role's SASL password": run.config["sasl.password"], "the cluster's secret": ""}
-    secrets["the cluster's secret"] = spark_cluster.secret
+    secrets["the cluster's secret"] = cluster.secret
     # every process's command line and environment while the runs went on (the cluster's secret is in its
     # executors' environment, as Spark hands it over: test_spark_standalone checks the command lines for it)
     assert run.watcher.spark_submits, "the watcher never saw spark-submit; the ps check proves nothing"
@@ -255,7 +255,7 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_the_event_log_or_
     assert not run.watcher.hits, run.watcher.hits
     assert not run.watcher.cmdline_hits, run.watcher.cmdline_hits
     # the daemons' logs, everything under the workers' folders for these applications, the event log
-    files = [*spark_cluster.log_paths(), *(p for p in run.events.rglob("*") if p.is_file())]
+    files = [*cluster.log_paths(), *(p for p in run.events.rglob("*") if p.is_file())]
     for workers in run.apps.values():
         for folders in workers.values():
             files += [p for folder in folders for p in folder.rglob("*") if p.is_file()]
@@ -263,9 +263,7 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_the_event_log_or_
     events = [d for d in data.values() if b"SparkListenerEnvironmentUpdate" in d]
     assert len(events) == len(run.topology.tiers), "the event log of some tier is missing"
     assert all(b"spark.authenticate" in d for d in events), "the event log lists no auth settings"
-    pages = json.dumps(
-        [web_json(port) for port in (spark_cluster.master_web_port, *spark_cluster.worker_web_ports)]
-    )
+    pages = json.dumps([web_json(port) for port in (cluster.master_web_port, *cluster.worker_web_ports)])
     assert "AKR_LEDGER" in pages, "the pages show no executor environment: the scan proves little"
     for what, secret in secrets.items():
         found = [str(path) for path, content in data.items() if secret.encode() in content]
@@ -277,7 +275,8 @@ def test_no_secret_reaches_a_command_line_an_environment_a_log_the_event_log_or_
         assert secret not in pages, f"{what} is in a web UI page"
 
 
-def test_a_ca_file_that_is_not_there_fails_naming_it(role_users, tmp_path):
+def test_a_ca_file_that_is_not_there_fails_naming_it(secure_kafka, tmp_path):
+    role_users = RoleUsers(secure_kafka, ["tiers"])
     topology = ledger.write_topology(ledger.make_topology("secure-spark-ca"), tmp_path / "topology.yaml")
     role_users.grant(acl_bindings(topology, AclScope(include_main=True), roles=["tiers"]))
     ledger.produce_inputs(role_users.internal, topology, 10, PARTITIONS)

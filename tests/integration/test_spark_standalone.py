@@ -26,11 +26,13 @@ from typing import Any
 
 import pytest
 
+from airflow_kafka_retry.engine.drain.options import DrainOptions
+from airflow_kafka_retry.engine.local.engine import run_local
 from airflow_kafka_retry.sandbox.airflow_stack import seed_metadata_db
 from airflow_kafka_retry.sandbox.processes import free_port
 from testkit.spark_cluster import SparkCluster, SparkClusterError
 
-from tests.integration.test_spark_app import SparkEnvWatcher
+from tests.integration.test_spark_app import OPTIONS as SPARK_OPTIONS, SparkEnvWatcher
 from tests.integration.test_spark_operator_dag import SECRET as AIRFLOW_SECRET, _airflow_env, _json_lines
 from tests.support import ledger
 from tests.support.warm_airflow import run_airflow
@@ -43,6 +45,9 @@ COUNT = 280
 SECRET = f"s3cr3t-{uuid.uuid4().hex[:12]}"
 #: spark-submit's own bound: a run that hangs fails the test instead of the CI job
 SUBMIT_TIMEOUT_S = 240.0
+#: the CLI ledger's tiers on the cluster: main and the first retry tier (the later ones, the same app on
+#: another tier, then drain on the local engine; every tier on a cluster: test_secure_spark's ledger)
+CLUSTER_TIERS = 2
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +121,8 @@ def executor_dirs(cluster: SparkCluster) -> dict[str, dict[int, list[Path]]]:
 def cli_ledger(
     spark_cluster: SparkCluster, kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
 ) -> SimpleNamespace:
-    """The ledger scenario through every tier, one ``drain --engine spark --master spark://...`` each."""
+    """The ledger scenario: main and the first retry tier one ``drain --engine spark --master spark://...``
+    each, the later tiers on the local engine."""
     tmp = tmp_path_factory.mktemp("standalone-cli")
     ledger_file = ledger.ledger_path(tmp)
     topology = ledger.write_topology(ledger.make_topology("standalone"), tmp / "topology.yaml")
@@ -130,7 +136,7 @@ def cli_ledger(
     watcher.start()
     results, seconds = [], []
     try:
-        for tier in topology.tiers:
+        for tier in topology.tiers[:CLUSTER_TIERS]:
             started = time.monotonic()
             done = cli_drain(spark_cluster, tmp / "topology.yaml", tier.index, kafka_file, conf)
             seconds.append(round(time.monotonic() - started, 1))
@@ -139,6 +145,11 @@ def cli_ledger(
     finally:
         watcher.stop()
     log.warning("standalone CLI ledger: %s records, seconds per tier %s", COUNT, seconds)
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:indexed", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+    )
+    for tier in topology.tiers[CLUSTER_TIERS:]:
+        assert run_local(topology, tier, {"bootstrap.servers": kafka_bootstrap}, options).ok
     apps = {k: v for k, v in executor_dirs(spark_cluster).items() if k not in apps_before}
     return SimpleNamespace(
         topology=topology,
@@ -153,15 +164,15 @@ def cli_ledger(
     )
 
 
-def test_cli_drains_every_tier_on_the_cluster_exactly_once_with_executors_on_both_workers(
+def test_cli_drains_main_and_a_retry_tier_on_the_cluster_exactly_once_with_executors_on_both_workers(
     cli_ledger, spark_cluster, kafka_bootstrap
 ):
     run = cli_ledger
     ledger.check_ledger(kafka_bootstrap, run.topology, run.inputs, run.ledger_file, PARTITIONS)
-    assert [s["engine"] for s in run.summaries] == ["spark"] * len(run.topology.tiers)
+    assert [s["engine"] for s in run.summaries] == ["spark"] * CLUSTER_TIERS
     assert run.summaries[0]["totals"]["drained"] == COUNT
     # one application per tier, each with an executor JVM on both workers that ran a task of it
-    assert len(run.apps) == len(run.topology.tiers), sorted(run.apps)
+    assert len(run.apps) == CLUSTER_TIERS, sorted(run.apps)
     for app, workers in run.apps.items():
         assert sorted(workers) == list(range(spark_cluster.worker_count)), (app, workers)
         for index, folders in workers.items():
@@ -176,7 +187,7 @@ def test_cli_drains_every_tier_on_the_cluster_exactly_once_with_executors_on_bot
     for app in run.apps:
         assert finished[app]["state"] == "FINISHED", finished[app]
     # the executor JVMs were seen as processes of their own, with this cluster's folders
-    assert len(run.watcher.executor_jvms) >= 2 * len(run.topology.tiers), run.watcher.executor_jvms
+    assert len(run.watcher.executor_jvms) >= 2 * CLUSTER_TIERS, run.watcher.executor_jvms
 
 
 def test_no_secret_reaches_a_command_line_a_log_or_the_event_log(cli_ledger, spark_cluster):
@@ -188,9 +199,9 @@ def test_no_secret_reaches_a_command_line_a_log_or_the_event_log(cli_ledger, spa
     files = [*spark_cluster.log_paths(), *(p for p in run.events.rglob("*") if p.is_file())]
     for index in range(spark_cluster.worker_count):
         files += [p for p in spark_cluster.worker_dir(index).rglob("std*") if p.is_file()]
-    assert len(files) >= 3 + 2 * len(run.topology.tiers) * 2 + len(run.topology.tiers), files
+    assert len(files) >= 3 + 2 * CLUSTER_TIERS * 2 + CLUSTER_TIERS, files
     text = {path: path.read_text(errors="replace") for path in files}
-    assert sum("SparkListenerEnvironmentUpdate" in t for t in text.values()) == len(run.topology.tiers)
+    assert sum("SparkListenerEnvironmentUpdate" in t for t in text.values()) == CLUSTER_TIERS
     assert "spark.authenticate" in "".join(text.values()), "the event log lists no auth settings"
     for what, secret in secrets.items():
         found = [str(path) for path, content in text.items() if secret in content]
@@ -199,7 +210,7 @@ def test_no_secret_reaches_a_command_line_a_log_or_the_event_log(cli_ledger, spa
     # the web UIs of the master and the workers (what an operator of the cluster browses: applications,
     # executors and their launch commands) neither
     pages = [web_json(port) for port in (spark_cluster.master_web_port, *spark_cluster.worker_web_ports)]
-    assert sum(len(page["finishedexecutors"]) for page in pages[1:]) >= 2 * len(run.topology.tiers), pages
+    assert sum(len(page["finishedexecutors"]) for page in pages[1:]) >= 2 * CLUSTER_TIERS, pages
     assert "AKR_LEDGER" in json.dumps(pages), "the pages show no executor environment: the scan proves little"
     for what, secret in secrets.items():
         assert secret not in json.dumps(pages), f"{what} is in a web UI page"
@@ -218,7 +229,7 @@ def web_json(port: int) -> dict[str, Any]:
 
 
 def test_a_taken_port_fails_the_start_at_once_naming_the_daemon_with_its_log(tmp_path):
-    cluster = SparkCluster(tmp_path / "cluster", ready_timeout=60)
+    cluster = SparkCluster(tmp_path / "cluster", ready_timeout=150)  # room for a loaded machine
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", cluster.master_port))
         taken.listen()
@@ -233,10 +244,13 @@ def test_a_taken_port_fails_the_start_at_once_naming_the_daemon_with_its_log(tmp
 
 
 def test_a_second_cluster_starts_beside_a_running_one(spark_cluster, tmp_path):
-    """Two xdist workers may each run a cluster: no fixed port (the REST submission server's 6066, once)."""
-    with SparkCluster(tmp_path / "second", ready_timeout=60) as second:
+    """Two xdist workers may each run a cluster: no fixed port (the REST submission server's 6066, once).
+
+    The second has one worker (a master and a worker each bind what a second worker would): ready means the
+    master lists it ALIVE, by its own web UI port."""
+    with SparkCluster(tmp_path / "second", workers=1, ready_timeout=150) as second:  # a loaded machine
         assert second.master_url != spark_cluster.master_url
-        assert second.worker_count == spark_cluster.worker_count
+        assert not set(second.worker_web_ports) & set(spark_cluster.worker_web_ports)
     assert "RestSubmissionServer" not in (second.base_dir / "master" / "logs" / "master.log").read_text()
 
 
@@ -302,9 +316,11 @@ with DAG("akr_spark_standalone", schedule=None, start_date=datetime(2024, 1, 1),
 '''
 
 
-def test_operator_drains_every_tier_on_the_cluster_exactly_once_and_names_a_master_that_does_not_answer(
+def test_operator_drains_main_on_the_cluster_exactly_once_and_names_a_master_that_does_not_answer(
     spark_cluster, kafka_bootstrap, tmp_path
 ):
+    """Main through the operator on the cluster, the retry tiers after it on the local engine (every tier on
+    the cluster, one application each: the CLI ledger's test and test_secure_spark's); then the ledger."""
     ledger_file = ledger.ledger_path(tmp_path)
     topology = ledger.write_topology(ledger.make_topology("standalone-dag"), tmp_path / "topology.yaml")
     inputs = ledger.produce_inputs(kafka_bootstrap, topology, COUNT, PARTITIONS)
@@ -322,7 +338,7 @@ def test_operator_drains_every_tier_on_the_cluster_exactly_once_and_names_a_mast
             topology=str(tmp_path / "topology.yaml"),
             conf=conf,
             properties=str(spark_cluster.client_properties),
-            tiers=len(topology.tiers),
+            tiers=1,
         )
     )
     apps_before = set(executor_dirs(spark_cluster))
@@ -341,13 +357,15 @@ def test_operator_drains_every_tier_on_the_cluster_exactly_once_and_names_a_mast
         env, "tasks", "states-for-dag-run", "akr_spark_standalone", dag_run["run_id"], "-o", "json"
     )
     states = {row["task_id"]: row["state"] for row in _json_lines(listed.stdout)}
-    expected = {f"tier_{tier.index}": "success" for tier in topology.tiers}
-    assert states == {**expected, "nowhere": "failed"}, output[-5000:]
+    assert states == {"tier_0": "success", "nowhere": "failed"}, output[-5000:]
 
+    config = {"bootstrap.servers": kafka_bootstrap}
+    for tier in topology.tiers[1:]:  # what the operator's run routed, on the local engine
+        assert run_local(topology, tier, config, SPARK_OPTIONS).ok
     ledger.check_ledger(kafka_bootstrap, topology, inputs, ledger_file, PARTITIONS)
     apps = {k: v for k, v in executor_dirs(spark_cluster).items() if k not in apps_before}
-    assert len(apps) == len(topology.tiers), sorted(apps)
-    for app, workers in apps.items():  # an executor JVM of every application on both workers
+    assert len(apps) == 1, sorted(apps)
+    for app, workers in apps.items():  # an executor JVM of the application on both workers
         assert sorted(workers) == list(range(spark_cluster.worker_count)), (app, workers)
     # the task on a master nobody answers failed naming it, and started no application
     assert f"Spark master spark://127.0.0.1:{nobody} does not answer" in output, output[-5000:]
@@ -392,7 +410,9 @@ def test_a_module_only_the_driver_has_is_named_then_ships_with_spark_submit_pyfi
             "--handler",
             "akr_exec_handlers.orders:handle",
         ]
-        for key, value in {**cluster_conf(ledger.ledger_path(tmp_path)), **conf}.items():
+        # one executor (one core): the claim is about an executor's imports, not the spread
+        one = {**cluster_conf(ledger.ledger_path(tmp_path)), "spark.cores.max": "1"}
+        for key, value in {**one, **conf}.items():
             cmd += ["--conf", f"{key}={value}"]
         path = os.pathsep.join(str(p) for p in (REPO, handlers, library))  # the driver has both
         env = {**os.environ, **spark_cluster.client_env(), "PYTHONPATH": path}

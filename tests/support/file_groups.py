@@ -40,7 +40,7 @@ def group_of(path: Path) -> str | None:
     except OSError:
         return None
     for group, fixtures in GROUPS:
-        if any(re.search(rf"\b{name}\b", text) for name in fixtures):
+        if any(re.search(rf"(?<![\w.]){name}\b", text) for name in fixtures):  # not a module path
             return group
     return None
 

@@ -4,8 +4,7 @@ Fixtures for the secured broker (issue 48): SASL_SSL SCRAM-SHA-512 over TLS, ACL
 * ``secure_kafka`` -- a :class:`~airflow_kafka_retry.sandbox.kafka_secure.SecureKafka` (session scope: one
   per xdist worker that runs such a test, about 6 s; the suite's plain broker is not touched).
 * ``role_users`` -- fresh users, one per role of ``policy/topology/acl.py`` (``tiers-1a2b3c4d``...), for one
-test: ACLs
-  granted in one test never help another.
+  test: ACLs granted in one test never help another (:class:`RoleUsers` makes fewer, for one role).
 * ``grant`` -- create bindings for those users as the broker's admin (``engine/kafka/acl_admin.py``).
 """
 
@@ -30,14 +29,22 @@ def secure_kafka() -> Iterator[SecureKafka]:
 
 
 class RoleUsers:
-    """One user per role on ``kafka``: names, principals, client configurations and their files."""
+    """
+    One user per role on ``kafka``: names, principals, client configurations and their files.
 
-    def __init__(self, kafka: SecureKafka) -> None:
+    ``roles``: the roles given fresh users (created in one admin request); with ``base``, every other role
+    keeps ``base``'s user (a case that takes one binding from one role needs only that role's user fresh:
+    the others always hold all their bindings).
+    """
+
+    def __init__(
+        self, kafka: SecureKafka, roles: Sequence[str] = ROLES, *, base: RoleUsers | None = None
+    ) -> None:
         self.kafka = kafka
         tag = uuid.uuid4().hex[:8]
-        self.names = {role: f"{role}-{tag}" for role in ROLES}
-        for name in self.names.values():
-            kafka.add_user(name)
+        fresh = {role: f"{role}-{tag}" for role in roles}
+        kafka.add_users(list(fresh.values()))
+        self.names = {**(base.names if base is not None else {}), **fresh}
         self.principals = {role: f"User:{name}" for role, name in self.names.items()}
 
     def config(self, role: str) -> dict:

@@ -22,7 +22,8 @@ _STARTS_KEY = pytest.StashKey[list[str]]()
 def spark_cluster(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SparkCluster]:
-    with SparkCluster(tmp_path_factory.mktemp("spark-cluster")) as cluster:
+    # a start deadline with room for a loaded machine (the default 90 s is not, at three workers per core)
+    with SparkCluster(tmp_path_factory.mktemp("spark-cluster"), ready_timeout=180) as cluster:
         request.config.stash.setdefault(_STARTS_KEY, []).append(
             f"{request.node.name}: {cluster.master_url}, {cluster.worker_count} workers, "
             f"ready in {cluster.start_seconds:.1f}s, folders {cluster.base_dir}"
