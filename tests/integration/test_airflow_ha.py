@@ -58,7 +58,8 @@ RATE = 4.0  # records produced per second
 DELAYS_S = (10, 20)
 THRESHOLD_S = 10  # triggerer and scheduler health-check thresholds
 HEARTBEAT_S = 2  # the triggerers' job heartbeat
-LATENESS_BOUND_S = THRESHOLD_S + 25  # the takeover, and room for a loaded machine; under a lost wave's 45 s refire
+# the takeover and room for a loaded machine, still under a lost wave's 45 s refire
+LATENESS_BOUND_S = THRESHOLD_S + 25
 STREAM_DEADLINE_S = 180
 COMPONENTS = ("api-server", "dag-processor", "scheduler", "scheduler#2", "triggerer", "triggerer#2")
 
