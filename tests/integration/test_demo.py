@@ -185,7 +185,8 @@ def test_sigterm_mid_run_stops_airflow_postgresql_and_the_broker(demo_processes,
     with open(log, "wb") as sink:
         proc = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 600
+            # a guard against a hang, within the 1200 s (Airflow took 380 s to start at a load of 65)
+            deadline = time.monotonic() + 1000
             while not re.search(r"orders produced: 20\b", log.read_text(errors="replace")):
                 assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
                 assert time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
