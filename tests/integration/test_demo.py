@@ -26,11 +26,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import psutil
 import pytest
 
 from airflow_kafka_retry.demo.account import AFTER_REPLAY, PROCESSED
 from airflow_kafka_retry.demo.orders import fate
+
+from tests.support.demo_processes import listening, processes_with, processes_with_cmdline
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -44,19 +45,6 @@ EXPECTED_PLACE = {
     "invalid": "orders-validation-dlt",
     "undecodable": "orders-parking",
 }
-
-
-def _processes_with(marker: bytes) -> list[int]:
-    """Pids of live processes whose environment names ``marker`` (the demo's Airflow home)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker in (entry / "environ").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
 
 
 MODES = ("fast", "scheduler")
@@ -144,29 +132,6 @@ def _finished(demo_processes, mode: str) -> tuple[Path, subprocess.CompletedProc
     return out, done
 
 
-def _processes_with_cmdline(fragment: bytes) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if fragment in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
-def _listening(port: int) -> list[int]:
-    """Pids of the processes listening on loopback ``port``."""
-    return sorted(
-        {
-            c.pid
-            for c in psutil.net_connections("tcp")
-            if c.status == psutil.CONN_LISTEN and c.laddr.port == port
-        }
-    )
-
-
 def test_sigterm_mid_run_stops_airflow_postgresql_and_the_broker(demo_processes, tmp_path):
     """Stopped while the scheduler runs the tiers: exit code 130, no Airflow process, PostgreSQL server or
     broker left. One run on Apache Kafka (``--kafka``: the demo starts its JVM from the jars) with
@@ -194,7 +159,7 @@ def test_sigterm_mid_run_stops_airflow_postgresql_and_the_broker(demo_processes,
             output = log.read_text(errors="replace")
             broker = re.search(r"Apache Kafka \S+ at (\S+)", output).group(1)
             port = int(broker.rsplit(":", 1)[1])
-            assert _listening(port), f"nothing listens on {broker} while the demo runs"
+            assert listening(port), f"nothing listens on {broker} while the demo runs"
             [pg] = re.findall(POSTGRES_PID, " ".join(output.split()))
             assert Path(f"/proc/{pg}").exists(), "PostgreSQL is not running while the demo runs"
             proc.send_signal(signal.SIGTERM)
@@ -205,9 +170,9 @@ def test_sigterm_mid_run_stops_airflow_postgresql_and_the_broker(demo_processes,
     output = log.read_text(errors="replace")
     assert code == 130, output[-3000:]
     assert "interrupted: Airflow and the broker were stopped" in output
-    assert _processes_with(f"AIRFLOW_HOME={tmp_path / 'airflow'}".encode()) == []
+    assert processes_with(f"AIRFLOW_HOME={tmp_path / 'airflow'}".encode()) == []
     assert not Path(f"/proc/{pg}").exists(), "PostgreSQL outlived the stopped demo"
-    assert _listening(port) == [], f"the demo's broker ({broker}) outlived the demo"
+    assert listening(port) == [], f"the demo's broker ({broker}) outlived the demo"
 
 
 #: The demo's line naming its private PostgreSQL server (whitespace folded: rich may wrap it).
@@ -225,13 +190,13 @@ def test_demo_exits_cleanly_and_leaves_no_process(demo_run):
         assert not Path(f"/proc/{pid}").exists(), "PostgreSQL outlived the demo"
     if "--bootstrap" not in done.args:  # the fast demo: the embedded broker it started is gone too
         broker = re.search(r"broker \(Tansu, memory only\) at (\S+)", done.stdout).group(1)
-        assert _listening(int(broker.rsplit(":", 1)[1])) == [], (
+        assert listening(int(broker.rsplit(":", 1)[1])) == [], (
             f"the embedded broker ({broker}) outlived the demo"
         )
-        assert _processes_with_cmdline(f"tcp://{broker}".encode()) == [], (
+        assert processes_with_cmdline(f"tcp://{broker}".encode()) == [], (
             "the embedded broker outlived the demo"
         )
-    assert _processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], (
+    assert processes_with(f"AIRFLOW_HOME={out / 'airflow'}".encode()) == [], (
         "an Airflow process outlived the demo"
     )
 
