@@ -1,4 +1,7 @@
-"""A small run of ``python -m bench`` (what CI runs): every case runs and the results file is well formed.
+"""A tiny run of ``python -m bench``: every case runs and the results file is well formed.
+
+2,000 records (``--records``, one round) and a sweep of 400/800/2,000: every case, the headerless workload,
+the sweep, the profile and the verdict take the same paths as ``--small``'s 20,000; only the counts differ.
 
 No timing is asserted: the numbers of a shared CI machine mean nothing; the bench is for humans.
 """
@@ -12,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow]
+# a guard against a hang above the bench's own 900 s (the suite's 600 s default failed at a load of 60)
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).parents[2]
 CASES = [
@@ -26,12 +30,17 @@ CASES = [
     "spark_without_startup",
 ]
 HEADERLESS_CASES = ["raw", "local_txn", "local_no_txn"]
+RECORDS = 2_000  # 1 % failing: 20, half routed to the next tier, half to the DLT
+SWEEP = [400, 800, 2_000]  # multiples of the 8 partitions: each partition drains size // 8
 
 
 def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
     out = tmp_path / "results"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "--small", "--bootstrap", kafka_bootstrap, "--out", str(out)],
+        [
+            *(sys.executable, "-m", "bench", "--records", str(RECORDS), "--repeat", "1"),
+            *("--sweep", ",".join(map(str, SWEEP)), "--bootstrap", kafka_bootstrap, "--out", str(out)),
+        ],
         check=False,
         cwd=REPO,
         capture_output=True,
@@ -48,9 +57,9 @@ def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
     assert doc["broker"] == {"kind": "external"}
 
     records = doc["workload"]["records"]
-    assert records == 20_000
+    assert records == RECORDS
     assert doc["workload"]["partitions"] == 8
-    assert doc["workload"]["failing"] == 200
+    assert doc["workload"]["failing"] == RECORDS // 100
     assert doc["workload"]["headers"] == "spring"
     rows = {row["case"]: row for row in doc["cases"]}
     assert list(rows) == CASES
@@ -80,11 +89,11 @@ def test_small_bench_writes_every_case(kafka_bootstrap, tmp_path):
     for result in results:
         totals = result["totals"]
         assert totals["drained"] == records, result["case"]
-        assert totals["succeeded"] == records - 200, result["case"]
-        assert sorted(totals["routed"].values()) == [100, 100], result["case"]
+        assert totals["succeeded"] == records - RECORDS // 100, result["case"]
+        assert sorted(totals["routed"].values()) == [RECORDS // 200] * 2, result["case"]
     assert doc["raw_results"]["local_txn"]["transactions"] >= 8
     assert doc["raw_results"]["local_no_txn"]["transactions"] == 0
-    assert [p["records"] for p in doc["sweep"]] == [5_000, 10_000, 20_000]
+    assert [p["records"] for p in doc["sweep"]] == SWEEP
     assert all(p["peak_rss_mb"] > 0 and p["records_per_s"] > 0 for p in doc["sweep"])
     targets = doc["verdict"]["targets"]
     assert len(targets) == 6

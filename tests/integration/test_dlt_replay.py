@@ -61,8 +61,8 @@ def filled_once(kafka_bootstrap, tmp_path_factory):
     return fill_dlt(kafka_bootstrap, tmp_path_factory.mktemp("filled"), "bad")
 
 
-def test_inspect_groups_a_dlt_filled_by_tier_runs(kafka_bootstrap, tmp_path):
-    topology, inputs, _, config = fill_dlt(kafka_bootstrap, tmp_path)
+def test_inspect_groups_a_dlt_filled_by_tier_runs(filled_once):
+    topology, inputs, _, config = filled_once  # inspecting moves nothing: the shared DLT stays untouched
     report = inspect_dlt(topology, config)
     assert report["topic"] == topology.dlt_topic
     assert report["records"] == 30

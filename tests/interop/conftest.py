@@ -33,11 +33,3 @@ def flavour(request: pytest.FixtureRequest) -> str:
 def jar(flavour: str) -> Path:
     """The service built for ``flavour``, once per session (not rebuilt when the jar is newer)."""
     return spring_jar(flavour)
-
-
-@pytest.fixture(scope="session")
-def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated Airflow metadata database, copied by each scenario (migrating takes minutes when loaded)."""
-    from tests.interop.scenario import AirflowDags
-
-    return AirflowDags.migrated_db(tmp_path_factory.mktemp("airflow-template"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from airflow_kafka_retry.policy.topology.file import load_topology
-from airflow_kafka_retry.sandbox.airflow_stack import airflow_env
+from airflow_kafka_retry.sandbox.airflow_stack import airflow_env, seed_metadata_db
 
 from tests.support.warm_airflow import run_airflow
 
@@ -173,8 +172,8 @@ globals().update(build_retry_dags(
 class AirflowDags:
     """The factory DAGs in an own AIRFLOW_HOME (SQLite), run with ``airflow dags test``.
 
-    :param template_db: a migrated ``airflow.db`` to start from (``airflow db migrate`` takes minutes on a
-        loaded machine: the session migrates once, see ``conftest.airflow_db``).
+    The metadata DB is a copy of the worker's migrated template (``seed_metadata_db``: one ``airflow db
+    migrate`` per test process, shared with every other test file there that seeds one).
     """
 
     def __init__(
@@ -183,7 +182,6 @@ class AirflowDags:
         topology: Topology,
         bootstrap: str,
         ledger: Path,
-        template_db: Path,
     ) -> None:
         self.home = home
         self.env = airflow_env(
@@ -195,26 +193,9 @@ class AirflowDags:
         (home / "dags" / "akr_spring.py").write_text(
             textwrap.dedent(DAG_FILE.format(topology=str(topology.source), handler=HANDLER))
         )
-        shutil.copyfile(template_db, home / "airflow.db")
+        seed_metadata_db(self.env, cwd=REPO)
         done = self.cli("dags", "reserialize")
         assert done.returncode == 0, done.stderr[-3000:]
-
-    @classmethod
-    def migrated_db(cls, home: Path) -> Path:
-        """``airflow db migrate`` in ``home``; returns the database file."""
-        env = airflow_env(home, pythonpath=[REPO])
-        airflow = str(Path(sys.executable).with_name("airflow"))
-        done = subprocess.run(
-            [airflow, "db", "migrate"],
-            env=env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return home / "airflow.db"
 
     def cli(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
         return run_airflow(self.env, *args, timeout=timeout)

@@ -23,7 +23,7 @@ from tests.interop.spring_app import SpringService
 pytestmark = [pytest.mark.interop, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
-def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, jar, airflow_db, tmp_path):
+def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, jar, tmp_path):
     topic = unique_topic("orders")
     group = f"{topic}-svc"
     topology = S.write_topology(tmp_path / "orders.yaml", topic, group)
@@ -63,7 +63,7 @@ def test_spring_main_listener_airflow_retry_tiers(interop_bootstrap, jar, airflo
         }
 
         ledger_file = tmp_path / "airflow-ledger.jsonl"
-        dags = S.AirflowDags(tmp_path / "airflow", topology, interop_bootstrap, ledger_file, airflow_db)
+        dags = S.AirflowDags(tmp_path / "airflow", topology, interop_bootstrap, ledger_file)
         for retry_topic in retry_topics:
             dags.test_dag(retry_topic)
 
