@@ -2,13 +2,13 @@
 
 A ledger of 1,600 records over 160 keys (``testkit/ordering_ledger.py``: per-key sequence numbers, about
 10 % failing once or twice, 1 % never succeeding), 2 partitions, ``ordering: key``, attempts 3, delays 0.
-The killed tier is the main topic's or the last retry tier's. The tiers before it run once; then it runs
-through ``tests/support/kill_at.py`` (the real CLI, one partition after the other) and SIGKILLs itself at
-partition 0's 2nd chunk, after the chunk's routed records (held copies, marks) reached the broker inside the
-open transaction, before the commit. Then every tier runs in passes until the ledger is settled: per key, the
-handled sequence is the produced one minus the dead-lettered records, in order (a record the killed process
-handled in its open chunk is handled again, once); the DLT holds exactly the dead records, once each; no retry
-tier holds a record twice (``read_committed``).
+The tiers before the killed one run once; then the killed tier runs through ``tests/support/kill_at.py``
+(the real CLI, one partition after the other) and SIGKILLs itself at partition 0's 2nd chunk, after the
+chunk's routed records (held copies, marks) reached the broker inside the open transaction, before the
+commit. Then every tier runs in passes until the ledger is settled: per key, the handled sequence is the
+produced one minus the dead-lettered records, in order (a record the killed process handled in its open
+chunk is handled again, once); the DLT holds exactly the dead records, once each; no retry tier holds a
+record twice (``read_committed``).
 """
 
 from __future__ import annotations
@@ -68,9 +68,7 @@ def _killed_drain(bootstrap: str, topology_file: Path, tier: int, env: dict) -> 
 
 
 @pytest.mark.slow
-# the main topic's drain (a keeper's chunk reads its hold partition too), and a retry tier's: the 2nd (last)
-# one, whose chunks route on to the DLT as well; the 1st retry tier's drain is the same retry-tier drain
-@pytest.mark.parametrize("killed", [0, 2], ids=["main", "retry-2"])
+@pytest.mark.parametrize("killed", [0, 1, 2], ids=["main", "retry-1", "retry-2"])
 def test_a_drain_killed_mid_chunk_keeps_every_keys_order(kafka_bootstrap, tmp_path, monkeypatch, killed):
     path = str(tmp_path / "order-ledger.txt")
     monkeypatch.setenv(ol.LEDGER_ENV, path)
