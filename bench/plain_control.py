@@ -46,8 +46,7 @@ for i in range({count}):
 PLAIN_TASKS = {
     "tiers": 'EmptyOperator(task_id="reprocess")',
     "topology": (
-        'EmptyOperator(task_id="due") >> [EmptyOperator(task_id=t) for t in '
-        '("ensure_topics", "main", "retry_1", "retry_2", "watch_dlt")]'
+        '[EmptyOperator(task_id=t) for t in ("ensure_topics", "main", "retry_1", "retry_2", "watch_dlt")]'
     ),
 }
 

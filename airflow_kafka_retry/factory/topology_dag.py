@@ -2,10 +2,13 @@
 A topology as one DAG: ``build_retry_dags``' default layout in event mode.
 
 The DAG ``kafka_retry__<main topic>`` is scheduled on the topology's asset, whose one watcher
-(``TopologyDueEventTrigger``) watches every tier and the DLTs, or on the weekly sweep. Its first task,
-``due``, follows the lanes the event names and skips the others:
+(``TopologyDueEventTrigger``) watches every tier and the DLTs, or on the weekly sweep. Its tasks are
+all roots, which the watcher's event starts at once, with no task in between:
 
-    due >> [ensure_topics, main, retry_1, retry_2, ..., watch_dlt]
+    ensure_topics, main, retry_1, retry_2, ..., watch_dlt
+
+Each one's ``pre_execute`` hook is the lanes' gate (``operators/lane_gate.py``): the task runs when the
+run's event names its lane and skips itself otherwise, before it opens any Kafka client.
 
 A tier's task is the same reprocess operator a tier DAG has; each task runs one at a time
 (``max_active_tis_per_dag=1``: a tier never drains twice at once), while runs of the DAG overlap, so a
@@ -38,7 +41,6 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.factory.overrides import TierSettings
     from airflow_kafka_retry.policy.topology.model import Tier, Topology
 
-DUE_TASK_ID = "due"
 #: Runs of a topology DAG that may be active at once (each of its tasks runs one at a time): enough
 #: for every lane to have a run going while a slow one drains; events beyond it wait in Airflow's queue.
 DEFAULT_ACTIVE_RUNS = 8
@@ -131,10 +133,12 @@ def topology_dag(
 
     (``engine``, ``handler``, ``kafka_conn_id`` (the ``tiers`` role's), ``value_deserializer``,
     ``on_dlt``, ``options``, ``spark_conn_id``, ``asset_server``.) ``ensure_topics`` and ``watch_dlt``
-    get their roles' connections; ``due`` reads no Kafka and has none.
+    get their roles' connections. Every task's ``pre_execute`` is the lanes' gate, which reads no Kafka.
     """
+    from airflow.sdk import Asset
+
     from airflow_kafka_retry.operators.dlt_watch import DltWatchOperator
-    from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
+    from airflow_kafka_retry.operators.lane_gate import LaneGate
 
     kwargs = dict(dag_kwargs)
     active_runs = kwargs.pop("max_active_runs", DEFAULT_ACTIVE_RUNS)
@@ -149,36 +153,32 @@ def topology_dag(
     )
     description = f"Kafka retry: the retry path of {topology.topic} ({len(tiers)} tier(s))"
     with factory_dag(dag_id, sweep, description, kwargs, watched=watched, max_active_runs=active_runs) as dag:
-        due = DueLanesOperator(
-            task_id=DUE_TASK_ID,
-            lanes=[lane["name"] for lane in lanes],
+        gate = LaneGate(
+            lanes=[SETUP_TASK_ID, *(lane["name"] for lane in lanes)],
             setup_task=SETUP_TASK_ID,
             watched_asset=watched.uri,
+            then=dict(kwargs.get("default_args") or {}).get("pre_execute"),
         )
-        lane_tasks = [setup_task(path, roles.setup, kwargs, max_active_tis_per_dag=1)]
-        lane_tasks += [
+
+        def gated() -> dict[str, Any]:
+            """What every task of the DAG takes: one at a time over the runs, the gate, its inlet."""
+            # the inlet is a reference, what the gate may read the asset state store of: an Asset of the
+            # same name without the watcher would replace the DAG's asset and its watcher when the DAG
+            # processor collects the DAG's assets (seen: 0 watchers ran)
+            return {"max_active_tis_per_dag": 1, "pre_execute": gate, "inlets": [Asset.ref(name=watched.uri)]}
+
+        setup_task(path, roles.setup, kwargs, **gated())
+        for tier in tiers:
             reprocess_task(
-                lane_id(tier),
-                path,
-                tier,
-                settings[tier.topic],
-                events=events,
-                **reprocess,
-                max_active_tis_per_dag=1,
+                lane_id(tier), path, tier, settings[tier.topic], events=events, **reprocess, **gated()
             )
-            for tier in tiers
-        ]
         if any(lane["name"] == WATCH_TASK_ID for lane in lanes):
-            lane_tasks.append(
-                DltWatchOperator(
-                    task_id=WATCH_TASK_ID,
-                    topology=path,
-                    kafka_conn_id=roles.dlt_watch,
-                    on_dlt=reprocess["on_dlt"],
-                    skip_missing_topics=True,
-                    max_active_tis_per_dag=1,
-                )
+            DltWatchOperator(
+                task_id=WATCH_TASK_ID,
+                topology=path,
+                kafka_conn_id=roles.dlt_watch,
+                on_dlt=reprocess["on_dlt"],
+                skip_missing_topics=True,
+                **gated(),
             )
-        # one call: each ``>>`` checks that both sides share a DAG by hashing it (its schedule, its task ids)
-        due >> lane_tasks
     return dag

@@ -95,7 +95,6 @@ def test_each_task_of_a_topology_dag_uses_its_roles_connection(kafka_bootstrap, 
     states, output = dags_test(env)
     (tmp_path / "dags-test-1.txt").write_text(output)
     assert states == {
-        "due": "success",
         "ensure_topics": "success",
         "retry_1": "success",
         "retry_2": "success",
@@ -113,7 +112,6 @@ def test_each_task_of_a_topology_dag_uses_its_roles_connection(kafka_bootstrap, 
     states, output = dags_test(env_without("tiers"))
     (tmp_path / "dags-test-2.txt").write_text(output)
     assert states == {
-        "due": "success",
         "ensure_topics": "success",
         "retry_1": "failed",
         "retry_2": "failed",

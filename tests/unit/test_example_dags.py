@@ -44,9 +44,9 @@ def test_factory_example_builds_the_orders_topology_as_one_dag(bag):
     lanes = {lane["name"]: lane for lane in watcher.trigger.lanes}
     assert list(lanes) == ["retry_1", "retry_2", "retry_3", "watch_dlt"]
     assert lanes["retry_3"]["window"] == "01:00-05:00"
-    assert dag.get_task("due").downstream_task_ids == {"ensure_topics", *lanes}
+    assert {t.task_id for t in dag.tasks if not t.upstream_task_ids} == {"ensure_topics", *lanes}
     assert all(t.owner == "orders-team" and t.retries >= 1 for t in dag.tasks)
-    assert all(t.max_active_tis_per_dag == 1 for t in dag.tasks if t.task_id != "due")
+    assert all(t.max_active_tis_per_dag == 1 for t in dag.tasks)
     first = dag.get_task("retry_1")
     assert sorted(a.uri for a in first.outlets) == [
         "kafka://kafka:9092/orders-dlt",
@@ -66,7 +66,6 @@ def test_folder_example_builds_every_topology_of_its_folder(bag):
     assert built == {"kafka_retry__payments", "kafka_retry__shipments"}
     dag = bag.dags["kafka_retry__shipments"]
     assert {t.task_id for t in dag.tasks} == {
-        "due",
         "ensure_topics",
         "retry_1",
         "retry_2",

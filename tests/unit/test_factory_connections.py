@@ -41,7 +41,6 @@ def test_each_task_and_the_watcher_of_a_topology_dag_get_their_roles_connection(
         **dict.fromkeys(TIER_TASKS, "kafka_tiers"),
         "watch_dlt": "kafka_dlt_watch",
     }
-    assert not hasattr(dag.get_task("due"), "kafka_conn_id")  # the branch reads no Kafka
     if engine == "spark":  # the tier tasks' connection is the configuration spark-submit gets
         assert {type(dag.get_task(t)).__name__ for t in TIER_TASKS} == {"SparkReprocessTierOperator"}
     [trigger] = _watchers(dag)
@@ -49,7 +48,7 @@ def test_each_task_and_the_watcher_of_a_topology_dag_get_their_roles_connection(
     # the asset stays keyed by the base connection: the same asset, the same saved waves, as without roles
     uri = "kafka-retry-topology://kafka_base/orders"
     assert dag.timetable.asset_condition.uri == uri
-    assert dag.get_task("due").watched_asset == uri
+    assert {t._pre_execute_hook.watched_asset for t in dag.tasks} == {uri}  # the lanes' gate
 
 
 def test_the_tier_layout_and_schedule_mode_give_each_role_its_connection():
@@ -142,7 +141,7 @@ def test_the_watchers_with_a_role_connection_round_trip_through_their_own_serial
         "kafka_w",
         "kafka-retry-topology://kafka_base/orders",
     )
-    assert {t.task_id: t.kafka_conn_id for t in back.tasks if t.task_id != "due"} == _conns(dag)
+    assert {t.task_id: t.kafka_conn_id for t in back.tasks} == _conns(dag)
 
 
 def test_building_with_roles_reads_no_connection():

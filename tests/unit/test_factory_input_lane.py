@@ -46,7 +46,7 @@ def _lanes(dag) -> dict[str, dict]:
 def test_a_redelivering_topology_needs_no_handler_and_drains_its_dlq_unasked(tmp_path):
     dags = build_retry_dags(_redeliver(tmp_path))
     [dag] = dags.values()
-    assert {t.task_id for t in dag.tasks} == {"due", "ensure_topics", "watch_dlt", *REPROCESS_TASKS}
+    assert {t.task_id for t in dag.tasks} == {"ensure_topics", "watch_dlt", *REPROCESS_TASKS}
     for task_id in REPROCESS_TASKS:
         task = dag.get_task(task_id)
         assert task.handler == REDELIVER_HANDLER, task_id

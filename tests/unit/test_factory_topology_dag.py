@@ -7,14 +7,12 @@ import zlib
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from unittest import mock
 
 import pytest
 import yaml
 
 from airflow_kafka_retry.factory.overrides import TierOverrideError
 from airflow_kafka_retry.factory.retry_dags import build_retry_dags
-from airflow_kafka_retry.operators.due_lanes import DueLanesOperator
 from airflow_kafka_retry.operators.reprocess_base import wave_not_before_ms
 from airflow_kafka_retry.policy.topology.file import load_topology
 from airflow_kafka_retry.triggers.topology_events import TOPOLOGY_DUE, TopologyDueEventTrigger
@@ -30,14 +28,14 @@ def _trigger(dag) -> TopologyDueEventTrigger:
     return watcher.trigger
 
 
-def test_a_topology_is_one_dag_with_a_task_per_tier_behind_the_due_branch():
+def test_a_topology_is_one_dag_with_a_task_per_tier_each_a_root():
     dags = build_retry_dags(ORDERS, handler=HANDLER, include_main=True)
     assert list(dags) == ["kafka_retry__orders"]
     dag = dags["kafka_retry__orders"]
-    assert dag.get_task("due").downstream_task_ids == {"ensure_topics", *LANES}
-    assert {t.task_id for t in dag.tasks} == {"due", "ensure_topics", *LANES}
+    assert {t.task_id for t in dag.tasks} == {"ensure_topics", *LANES}
+    assert all(not t.upstream_task_ids for t in dag.tasks)  # the watcher's event starts each at once
     # each task one at a time; runs overlap, so a long retry-2 drain does not hold back retry-1
-    assert all(t.max_active_tis_per_dag == 1 for t in dag.tasks if t.task_id != "due")
+    assert all(t.max_active_tis_per_dag == 1 for t in dag.tasks)
     assert dag.max_active_runs == 8
     topology = load_topology(ORDERS)
     for index, lane in enumerate(LANES[:4]):
@@ -198,57 +196,9 @@ def _event(payload: dict) -> SimpleNamespace:
     return SimpleNamespace(extra={"payload": payload})
 
 
-def _context(*payloads: dict, task_id: str = "due") -> dict:
+def _context(*payloads: dict, task_id: str) -> dict:
     events = {"kafka-retry-topology://kafka_default/orders": [_event(p) for p in payloads]}
     return {"triggering_asset_events": events, "ti": SimpleNamespace(task_id=task_id)}
-
-
-def _branch() -> DueLanesOperator:
-    return DueLanesOperator(
-        task_id="due", lanes=["retry_1", "retry_2", "watch_dlt"], setup_task="ensure_topics"
-    )
-
-
-def test_the_branch_runs_the_due_lanes_of_every_queued_event():
-    branch = _branch()
-    one = {"kind": TOPOLOGY_DUE, "due": ["retry_2"], "lanes": {}}
-    two = {"kind": TOPOLOGY_DUE, "due": ["watch_dlt"], "lanes": {}}
-    assert branch.choose_branch(_context(one)) == ["retry_2"]
-    assert branch.choose_branch(_context(one, two)) == ["retry_2", "watch_dlt"]
-    setup = {"kind": TOPOLOGY_DUE, "due": ["ensure_topics"], "lanes": {}}
-    assert branch.choose_branch(_context(setup)) == ["ensure_topics"]
-
-
-def test_a_run_no_event_started_runs_every_lane_and_the_setup():
-    branch = _branch()
-    assert branch.choose_branch({"triggering_asset_events": {}}) == [
-        "ensure_topics",
-        "retry_1",
-        "retry_2",
-        "watch_dlt",
-    ]
-    foreign = {"kind": "tier_due", "not_before_ms": 1}
-    assert branch.choose_branch(_context(foreign)) == ["ensure_topics", "retry_1", "retry_2", "watch_dlt"]
-
-
-def test_a_manual_run_whose_conf_names_lanes_runs_only_those():
-    branch = _branch()
-    conf = {"triggering_asset_events": {}, "dag_run": SimpleNamespace(conf={"lanes": ["retry_2"]})}
-    assert branch.choose_branch(conf) == ["retry_2"]
-    for wrong in (["retry_7"], [], "retry_2"):
-        with pytest.raises(ValueError, match="conf 'lanes' must"):
-            branch.choose_branch({"dag_run": SimpleNamespace(conf={"lanes": wrong})})
-
-
-def test_an_event_for_a_tier_the_dag_no_longer_has_is_logged_and_ignored():
-    branch = _branch()
-    gone = {"kind": TOPOLOGY_DUE, "due": ["retry_3", "retry_1"], "lanes": {}}
-    with mock.patch.object(DueLanesOperator, "log", new_callable=mock.PropertyMock) as log:
-        assert branch.choose_branch(_context(gone)) == ["retry_1"]
-    [warning] = log.return_value.warning.call_args_list
-    assert "ignored" in warning.args[0]
-    assert warning.args[1] == "retry_3"
-    assert branch.choose_branch(_context({"kind": TOPOLOGY_DUE, "due": ["retry_9"], "lanes": {}})) == []
 
 
 def test_a_tier_task_waits_for_its_own_lanes_wave():
