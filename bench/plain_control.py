@@ -6,8 +6,8 @@ from one file, shaped as the factory's DAGs of that layout but doing nothing (``
 no trigger, no provider code), on weekly schedules spread as the factory's sweeps: what the scheduler and
 the dag-processor cost for that many DAGs whatever they do, measured over the same settled window as
 ``bench/capacity.py``. ``tiers``: 4 x N DAGs of one task (a tier's ``reprocess``; the bench's tier
-layout has no setup DAG); ``topology``: N DAGs of the topology DAG's 6 tasks
-(``due >> [ensure_topics, main, retry_1, retry_2, watch_dlt]``).
+layout has no setup DAG); ``topology``: N DAGs of the topology DAG's 5 tasks, all roots
+(``ensure_topics``, ``main``, ``retry_1``, ``retry_2``, ``watch_dlt``).
 """
 
 from __future__ import annotations

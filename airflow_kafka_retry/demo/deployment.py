@@ -2,9 +2,10 @@
 The demo's throw-away Airflow home: topology file, DAG file and the environment of every Airflow process.
 
 The retry path is the factory's one topology DAG (``build_retry_dags``' default layout, event-driven,
-with ``include_main=True``, so the main topic runs as tier 0 too): ``kafka_retry__<topic>``, whose task
-``due`` runs the lanes its watcher found due, ``main``, ``retry_1``, ``retry_2`` (a task per tier),
-``watch_dlt`` (new dead letters) and ``ensure_topics`` (the topology's topics), with the DLT notifiers
+with ``include_main=True``, so the main topic runs as tier 0 too): ``kafka_retry__<topic>``, whose tasks
+``main``, ``retry_1``, ``retry_2`` (a task per tier), ``watch_dlt`` (new dead letters) and
+``ensure_topics`` (the topology's topics) each run when the watcher's event names their lane and skip
+otherwise (``operators/lane_gate.py``), with the DLT notifiers
 (``DltLogNotifier`` and the demo's alert recorder); the replay DAG is ``build_dlt_replay_dag``'s.
 """
 
@@ -117,7 +118,7 @@ class Deployment:
         return WATCH_TASK_ID
 
     def lanes_conf(self, *task_ids: str) -> str:
-        """A run's conf (``--conf``) that runs only these tasks of the topology DAG (its ``due`` branch)."""
+        """A run's conf (``--conf``) that runs only these tasks of the topology DAG (the others skip)."""
         return json.dumps({"lanes": list(task_ids)})
 
     @property

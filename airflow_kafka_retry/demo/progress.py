@@ -2,7 +2,7 @@
 Live progress of the demo: per tier its runs, drained, succeeded, routed, waiting and next due.
 
 A tier is a task of the topology DAG (``main``, ``retry_1``, ...). Counts come from Airflow's metadata
-DB -- the runs in which the tier's task ran (not skipped by the ``due`` branch), its XCom run summaries
+DB -- the runs in which the tier's task ran (not skipped by its lane's gate), its XCom run summaries
 -- and the broker (``scan_backlog``: the tier group's backlog and due times, read from headers); never
 from payloads. Rendered with ``rich``.
 """
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from airflow_kafka_retry.demo.deployment import Deployment
 
 PROGRESS_GROUP_SUFFIX = "-demo-progress"  # never commits: counts every record of a DLT
-#: Task states of a task that did not run in its DAG run: the ``due`` branch skipped it, or ``due`` failed.
+#: Task states of a task that did not run in its DAG run: its lane's gate skipped it (the run did not name
+#: its lane), or Airflow did not run it.
 NOT_RUN = ("skipped", "upstream_failed", "removed")
 #: Task states of a task still going.
 BUSY = ("scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule", "restarting")
@@ -120,8 +121,8 @@ def task_runs(database_url: str, dag_id: str) -> dict[str, tuple[int, int]]:
     """
     task_id -> (runs of ``dag_id`` the task ran in, of which not finished).
 
-    A run that skipped the task (its ``due`` branch did not name it) does not count, nor one whose
-    ``due`` has not decided yet (the task has no state).
+    A run that skipped the task (its event did not name the task's lane) does not count, nor one in which
+    the task has no state yet.
     """
     rows = _rows(
         database_url,

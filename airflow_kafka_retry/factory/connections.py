@@ -14,7 +14,8 @@ connection id per role, each defaulting to ``kafka_conn_id``:
 - ``replay``: the redrive DAG's tasks (the topology's ``redrive`` policies, ``factory/redrive_dag.py``): a
   DLT replay each round, so the replay role's principal (the replay DAG's is ``build_dlt_replay_dag``'s).
 
-The ``due`` task of a topology DAG reads no Kafka, so it has no connection. The assets the watchers fire
+The gate of a topology DAG's tasks (``operators/lane_gate.py``) reads no Kafka, so it has no connection of
+its own. The assets the watchers fire
 stay keyed by ``kafka_conn_id`` (``factory/events.py``): giving the watcher a connection of its own
 changes no asset, no saved wave. Nothing here reads a connection.
 """

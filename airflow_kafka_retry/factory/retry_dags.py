@@ -90,9 +90,10 @@ def build_retry_dags(
 
     ``layout="topology"`` (the default in event mode): **one DAG** for the whole topology, id
     ``dag_id_template`` formatted with the main topic, with a task per tier (``main`` with
-    ``include_main``, ``retry_1``, ``retry_2``...), ``watch_dlt`` and ``ensure_topics``, behind a first
-    task ``due`` that runs the tiers the topology's one watcher found due and skips the others
-    (``factory/topology_dag.py``). Each task runs one at a time; runs overlap (``max_active_runs``, 8
+    ``include_main``, ``retry_1``, ``retry_2``...), ``watch_dlt`` and ``ensure_topics``, all roots: the
+    topology's one watcher's event starts them at once, and each one's gate runs it when the event names
+    its lane and skips it otherwise (``factory/topology_dag.py``, ``operators/lane_gate.py``). Each task
+    runs one at a time; runs overlap (``max_active_runs``, 8
     by default). ``tier_overrides`` take no ``schedule`` there (the DAG has one: ``sweep``).
 
     ``layout="tiers"`` (schedule mode's only layout): one DAG per retry topic (a topic shared by

@@ -5,7 +5,8 @@ A topology DAG (``build_retry_dags``' default layout) is scheduled on one asset 
 this trigger in the triggerer. It watches every *lane* of the topology -- each retry tier (and the main
 topic with ``include_main``) with the tier's group, and the DLTs with the watch group -- through one
 consumer (the topology's own, or the triggerer's shared one), and yields one event naming the lanes
-(the DAG's task ids) that are due. The DAG's first task runs those and skips the others.
+(the DAG's task ids) that are due. The event starts every task of the DAG; each one's gate
+(``operators/lane_gate.py``) runs it when the event names its lane and skips it otherwise.
 
 Each lane keeps its own wave (``policy/timing/waves.py``) in the asset's state store under its own key, saved
 before the event is yielded, so everything the tier triggers guarantee holds per lane: a restarted
@@ -373,7 +374,7 @@ class TopologyDueEventTrigger(BaseEventTrigger):
             "topology": self.topology_topic,
             "due": due,
             "lanes": lanes,
-            "fired_ms": now,  # the first task compares it with the saved waves (stranded_lanes)
+            "fired_ms": now,  # the lanes' gate compares it with the saved waves (stranded_lanes)
         }
         return TriggerEvent(payload)
 

@@ -3,8 +3,9 @@ The lanes of a topology's watcher: what each is, how they are checked, what a ru
 
 A *lane* is one thing ``TopologyDueEventTrigger`` watches and one task of the topology DAG: a retry
 tier (or the main topic) with the tier's group, or the DLTs with the watch group. Its serialized form is
-a plain mapping (``LANE_KEYS``). The operators read the events through :func:`due_lanes` and
-:func:`event_payloads`; nothing here opens a Kafka client.
+a plain mapping (``LANE_KEYS``). The lanes' gate (``operators/lane_gate.py``) reads the events through
+:func:`due_lanes` and :func:`stranded_lanes`, the reprocess operators through :func:`event_payloads`;
+nothing here opens a Kafka client.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ def stranded_lanes(events: Mapping[str, Sequence[Any]] | None, saved: Mapping[st
     NOTHING``), creates it with the events up to when the queue row was made, and deletes the row: an
     event of the same asset that came in between (a second lane fired while the run was being created)
     is consumed by no run until the asset's next event (apache/airflow#70970, fixed upstream by #70972).
-    The trigger saves each lane's wave before its event, so the run's first task finds such a lane in the
+    The trigger saves each lane's wave before its event, so the lanes' gate finds such a lane in the
     asset state store: its wave is newer than the newest event the run got. (A wave fired just after the
     run was created has its own run too; its second task finds little or nothing due.)
     ``saved``: each lane's saved wave (None: none).
