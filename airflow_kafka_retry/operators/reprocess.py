@@ -206,8 +206,10 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         )
         # the worker processes start up while the run waits for its wave
         with stop_when_supervisor_dies(self._supervisor_gone), engine:
-            # the pass starts a lead ahead of the wave; its reader holds each record until it is due
-            wave_cutoff = self.wait_for_wave(context, self._should_stop, lead_ms=PASS_LEAD_MS)
+            # the pass starts a lead ahead of the wave; its reader holds each record until it is due (an
+            # explicit cutoff is the run's own: no lead then, the run drains after the wave is due as before)
+            lead = PASS_LEAD_MS if self.cutoff_is_now(context) else 0
+            wave_cutoff = self.wait_for_wave(context, self._should_stop, lead_ms=lead)
             cutoff = self.cutoff_ms(context, wave_cutoff)
             self.log.info(
                 "reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s",

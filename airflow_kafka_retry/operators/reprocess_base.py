@@ -144,13 +144,22 @@ class ReprocessTierMixin(ReprocessReportMixin):
         ``"now"``: when the run starts draining; in a run that waited for its wave, the cutoff
         :meth:`wait_for_wave` returned (``wave_cutoff_ms``), if later.
         """
-        value = self.cutoff
-        if value is None or value == "":
-            value = context.get("data_interval_end") or context.get("logical_date")
+        value = self._cutoff_value(context)
         if value is None or value == CUTOFF_NOW:
             now = wall_clock_ms()
             return now if wave_cutoff_ms is None else max(now, wave_cutoff_ms)
         return to_epoch_ms(value)
+
+    def cutoff_is_now(self, context: Context) -> bool:
+        """Whether the cutoff is when the run drains (``"now"``, or no date to take it from)."""
+        value = self._cutoff_value(context)
+        return value is None or value == CUTOFF_NOW
+
+    def _cutoff_value(self, context: Context) -> Any:
+        value = self.cutoff
+        if value is None or value == "":
+            value = context.get("data_interval_end") or context.get("logical_date")
+        return value
 
     def skip_when_tier_topic_is_missing(
         self, context: Context, kafka_config: Mapping[str, Any], topic: str

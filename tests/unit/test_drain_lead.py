@@ -192,3 +192,27 @@ def test_a_held_record_waits_for_the_next_read_and_a_read_of_nothing_keeps_it(mo
     chunk = reader.read(100)
     assert ([m.offset() for m in chunk.messages], chunk.stop) == ([1], "end")
     assert clock.now >= T + 200
+
+
+# ------------------------------------------------------------------ the operator's wait for its wave
+def test_the_local_operator_leads_its_wave_only_when_its_cutoff_is_now():
+    from types import SimpleNamespace
+
+    from airflow_kafka_retry.operators.reprocess import ReprocessTierOperator
+    from airflow_kafka_retry.policy.routing.resolver import wall_clock_ms
+
+    wave = wall_clock_ms() + 300  # within the lead: no sleep
+    payload = {"kind": "tier_due", "not_before_ms": wave}
+    context = {"triggering_asset_events": {"due": [SimpleNamespace(extra={"payload": payload})]}}
+    op = ReprocessTierOperator(task_id="r", topology="t.yaml", tier=1, handler="m:f", cutoff="now")
+    assert op.cutoff_is_now(context)
+    cutoff = op.wait_for_wave(context, lead_ms=400)
+    assert cutoff is not None
+    assert cutoff >= wave + 400
+    assert op.cutoff_ms(context, cutoff) >= cutoff
+    assert op.wait_for_wave({}, lead_ms=400) is None  # no wave: no wait, the cutoff is now
+    fixed = ReprocessTierOperator(
+        task_id="r", topology="t.yaml", tier=1, handler="m:f", cutoff="2024-01-02T00:00:00+00:00"
+    )
+    assert not fixed.cutoff_is_now(context)
+    assert fixed.cutoff_ms(context, cutoff) == 1_704_153_600_000  # an explicit cutoff is the run's own
