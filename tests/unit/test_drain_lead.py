@@ -45,8 +45,9 @@ def test_a_wait_ends_the_lead_before_the_due_time_and_the_pass_covers_the_lead_a
     assert wait_for_pass(clock.now + 1_000, lead_ms=0, clock=clock, sleep=clock.sleep) == clock.now
     # a stop ends the wait at once
     stopped = Clock()
-    wait_for_pass(T + 60_000, should_stop=lambda: "killed", clock=stopped, sleep=stopped.sleep)
+    cutoff = wait_for_pass(T + 60_000, should_stop=lambda: "killed", clock=stopped, sleep=stopped.sleep)
     assert stopped.slept == []
+    assert cutoff == T  # not ahead of now: the pass never covers more than its hold
 
 
 @dataclass

@@ -48,11 +48,13 @@ def wait_for_pass(
     """
     Wait until ``lead_ms`` before ``due_ms`` (or a stop); return the cutoff of the pass that starts then.
 
-    The cutoff is ``due_ms + lead_ms``, or now if that has passed (a late start drains what is due by now).
+    The cutoff is ``due_ms + lead_ms``, or now if that has passed (a late start drains what is due by now),
+    or if the wait ended before the lead (a stop): a cutoff ahead of now only when the hold covers it.
     """
     while (remaining := due_ms - lead_ms - clock()) > 0 and should_stop() is None:
         sleep(min(remaining / 1000, _STEP_S))
-    return max(due_ms + lead_ms, clock())
+    now = clock()
+    return max(due_ms + lead_ms, now) if now >= due_ms - lead_ms else now
 
 
 def next_due_ms(summary: RunSummary) -> int | None:
