@@ -62,7 +62,8 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         (``batch_size``, ``chunk_size``, ``max_records``, ``transactional``...). (templated)
     :param cutoff: records due after this stay for a later run: epoch milliseconds, a datetime or an
         ISO-8601 string, or ``"now"`` (when draining starts: a run triggered by a tier's event trigger
-        first waits until the wave it fired for is due); default: the run's data interval end, else its
+        first waits until shortly before the wave it fired for is due, drains from then, and hands no record
+        to the handler before its due time); default: the run's data interval end, else its
         logical date, else now. (templated)
     :param partitions: reprocess only these partitions (default: all).
     :param parallelism: partitions processed at once, each with its own Kafka clients (default: the
@@ -176,7 +177,7 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
     # ------------------------------------------------------------------ execute
     def execute(self, context: Context) -> dict[str, Any]:
         # imported here, not when the DAG file is parsed (the DAG processor needs none of them)
-        from airflow_kafka_retry.engine.drain.follow import drain_following
+        from airflow_kafka_retry.engine.drain.follow import PASS_LEAD_MS, drain_following
         from airflow_kafka_retry.engine.local.engine import LocalEngine
         from airflow_kafka_retry.hooks.kafka_retry import KafkaRetryHook
         from airflow_kafka_retry.observability.lineage import lineage_server
@@ -205,8 +206,11 @@ class ReprocessTierOperator(ReprocessTierMixin, BaseOperator):
         )
         # the worker processes start up while the run waits for its wave
         with stop_when_supervisor_dies(self._supervisor_gone), engine:
-            self.wait_for_wave(context, self._should_stop)
-            cutoff = self.cutoff_ms(context)
+            # the pass starts a lead ahead of the wave; its reader holds each record until it is due (an
+            # explicit cutoff is the run's own: no lead then, the run drains after the wave is due as before)
+            lead = PASS_LEAD_MS if self.cutoff_is_now(context) else 0
+            wave_cutoff = self.wait_for_wave(context, self._should_stop, lead_ms=lead)
+            cutoff = self.cutoff_ms(context, wave_cutoff)
             self.log.info(
                 "reprocessing %s (tier %s) of %s with handler %s, cutoff %s%s",
                 tier.topic,

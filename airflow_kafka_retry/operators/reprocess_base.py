@@ -9,7 +9,6 @@ from a reprocessing window and ``max_run``; it reports the finished run through
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -138,16 +137,29 @@ class ReprocessTierMixin(ReprocessReportMixin):
             **self.options,
         )
 
-    def cutoff_ms(self, context: Context) -> int:
+    def cutoff_ms(self, context: Context, wave_cutoff_ms: int | None = None) -> int:
         """
         The due-time cutoff of this run (see the ``cutoff`` parameter).
 
-        ``"now"``: when the run starts draining.
+        ``"now"``: when the run starts draining; in a run that waited for its wave, the cutoff
+        :meth:`wait_for_wave` returned (``wave_cutoff_ms``), if later.
         """
+        value = self._cutoff_value(context)
+        if value is None or value == CUTOFF_NOW:
+            now = wall_clock_ms()
+            return now if wave_cutoff_ms is None else max(now, wave_cutoff_ms)
+        return to_epoch_ms(value)
+
+    def cutoff_is_now(self, context: Context) -> bool:
+        """Whether the cutoff is when the run drains (``"now"``, or no date to take it from)."""
+        value = self._cutoff_value(context)
+        return value is None or value == CUTOFF_NOW
+
+    def _cutoff_value(self, context: Context) -> Any:
         value = self.cutoff
         if value is None or value == "":
             value = context.get("data_interval_end") or context.get("logical_date")
-        return wall_clock_ms() if value is None or value == CUTOFF_NOW else to_epoch_ms(value)
+        return value
 
     def skip_when_tier_topic_is_missing(
         self, context: Context, kafka_config: Mapping[str, Any], topic: str
@@ -169,29 +181,37 @@ class ReprocessTierMixin(ReprocessReportMixin):
                 "setup DAG (or airflow-kafka-retry topology create-topics) creates it"
             )
 
-    def wait_for_wave(self, context: Context, should_stop: Callable[[], str | None] = lambda: None) -> None:
+    def wait_for_wave(
+        self, context: Context, should_stop: Callable[[], str | None] = lambda: None, lead_ms: int = 0
+    ) -> int | None:
         """
-        In a run started by a tier's event trigger, wait until the wave it fired for is due.
+        In a run started by a tier's event trigger, wait until ``lead_ms`` before its wave is due.
 
         The trigger fires a little ahead of the due time, so the time Airflow takes to start this
-        task is not added to the records' lateness; the cutoff (``"now"``) is taken after this wait.
+        task is not added to the records' lateness. Returns the cutoff of the pass that starts then (the
+        wave's due time plus ``lead_ms``, or now if later: ``engine/drain/follow.py``), or None when the run
+        did not wait (no wave, or one too far ahead). With a lead, the engine's reader holds each record
+        until it is due. The Spark operator waits with no lead: its cutoff is taken after the wait.
         """
+        from airflow_kafka_retry.engine.drain.follow import wait_for_pass
+
         wake = wave_not_before_ms(context)
         if wake is None:
-            return
+            return None
         if wake - wall_clock_ms() > MAX_WAVE_WAIT_MS:
             self.log.warning(
                 "the triggering wave is due at %s, more than %ss ahead: not waiting for it",
                 wake,
                 MAX_WAVE_WAIT_MS // 1000,
             )
-            return
-        if wake > wall_clock_ms():
+            return None
+        if wake - lead_ms > wall_clock_ms():
             self.log.info(
-                "waiting %.1fs until the wave that triggered this run is due", (wake - wall_clock_ms()) / 1000
+                "waiting %.1fs until the wave that triggered this run is due%s",
+                (wake - wall_clock_ms()) / 1000,
+                f" (less a lead of {lead_ms} ms)" if lead_ms else "",
             )
-        while (remaining := wake - wall_clock_ms()) > 0 and should_stop() is None:
-            time.sleep(min(remaining / 1000, 0.2))
+        return wait_for_pass(wake, should_stop=should_stop, lead_ms=lead_ms)
 
     def reprocess_window(self) -> ReprocessWindow | None:
         if not self.window:

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 
-from airflow_kafka_retry.engine.drain.follow import drain_following
+from airflow_kafka_retry.engine.drain.follow import drain_following, wait_for_pass
 from airflow_kafka_retry.engine.drain.options import DrainOptions
 from airflow_kafka_retry.engine.kafka.topic_admin import ensure_topics
-from airflow_kafka_retry.engine.local.engine import run_local
+from airflow_kafka_retry.engine.local.engine import LocalEngine, run_local
 from airflow_kafka_retry.policy.headers import codec as H
 from airflow_kafka_retry.policy.topology.model import Topology
 from airflow_kafka_retry.sandbox.scratch_topics import unique_topic
@@ -204,3 +205,30 @@ def test_following_drains_records_that_fall_due_soon_in_passes_of_the_same_run(k
     assert (len(passes), stopped.stopped, stopped.totals()["drained"]) == (1, "killed", 0)
     assert int(time.time() * 1000) < dues["d"]
     assert ledger.processed_ids(ledger_file) == {"a": 1, "b": 1, "c": 1, "e": 1}
+
+
+def test_a_pass_started_ahead_of_its_records_hands_none_before_its_due_time(kafka_bootstrap, tmp_path):
+    """The operator's path (``wait_for_pass``, then a pass in worker processes): early records are held."""
+    ledger_file = ledger.ledger_path(tmp_path)
+    topology = _topology()
+    ensure_topics(topology, {"bootstrap.servers": kafka_bootstrap}, partitions=2)
+    tier = topology.tier(1)
+    due = int(time.time() * 1000) + 2_000  # the wave; the pass starts PASS_LEAD_MS before it
+    rows = [(0, "past", due - 60_000)]
+    rows += [(p, f"w{p}-{i}", due + 40 * i) for p in (0, 1) for i in range(6)]  # due over 200 ms
+    rows += [(1, "later", due + 60_000)]  # past the pass's cutoff: left
+    _produce(kafka_bootstrap, tier.topic, rows)
+    options = DrainOptions(
+        handler=f"{ledger.HANDLER_MODULE}:stamped", value_deserializer=f"{ledger.HANDLER_MODULE}:decode"
+    )
+    config = {"bootstrap.servers": kafka_bootstrap}
+    with LocalEngine(topology, tier, config, options, parallelism=2) as engine:
+        cutoff = wait_for_pass(due)
+        summary = drain_following(engine.drain, cutoff_ms=cutoff, follow_ms=None)
+    assert summary.ok
+    assert summary.totals()["drained"] == 13
+    stamps = [line.split() for line in Path(ledger_file + ".stamps").read_text().splitlines()]
+    early = [(rid, int(d), float(h)) for rid, d, h in stamps if float(h) < int(d)]
+    assert early == [], "handed to the handler before their due time"
+    assert ledger.processed_ids(ledger_file) == {rid: 1 for _, rid, _ in rows if rid != "later"}
+    assert ledger.committed(kafka_bootstrap, topology.consumer_group(tier), tier.topic, 2) == {0: 7, 1: 6}

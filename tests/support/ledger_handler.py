@@ -87,3 +87,16 @@ def slow_indexed(records) -> None:
 def bad_index(records) -> None:
     """Breaks the contract: reports a failure index outside the batch."""
     raise BatchFailedError(5, RuntimeError("boom"))
+
+
+def stamped(records) -> None:
+    """``indexed``, noting when each record came: ``id due handled`` (ms) lines in ``<ledger>.stamps``."""
+    import time
+
+    now = time.time_ns() / 1_000_000
+    fd = os.open(os.environ["AKR_LEDGER"] + ".stamps", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, "".join(f"{r.value['id']} {r.due_ms} {now}\n" for r in records).encode())
+    finally:
+        os.close(fd)
+    indexed(records)

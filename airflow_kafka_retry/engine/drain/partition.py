@@ -256,6 +256,7 @@ class PartitionJob:
             due_horizon_ms=MAX_BACKOFF_MS + self.tier.delay_ms,
             deadlines=deadlines,
             call_timeout_s=options.call_timeout_s,
+            clock=self.clock,  # the hold: a record in the pass but not yet due waits for it (never early)
         )
         self.summary.start_offset = reader.start_offset if reader.start_offset >= 0 else None
         left = options.max_records
