@@ -91,11 +91,22 @@ def cpu_seconds(proc: psutil.Process) -> float:
     return total
 
 
+#: Other processes whose CPU every window reports (``watch_process``): the metadata DB's server.
+_WATCHED: dict[str, int] = {}
+
+
+def watch_process(name: str, pid: int) -> None:
+    """Report the CPU of ``pid``'s process tree (its reaped children included) in every window as ``name``."""
+    _WATCHED[name] = pid
+
+
 def cpu(cluster: AirflowCluster, broker_pid: int | None) -> dict[str, float]:
-    """CPU seconds of each Airflow component's process tree, and of the broker's (unless None)."""
+    """CPU seconds of each Airflow component's process tree, of the broker's (unless None) and the watched."""
     found = {name: cpu_seconds(psutil.Process(p.pid)) for name, p in cluster.processes.items()}
     if broker_pid is not None:
         found["broker"] = cpu_seconds(psutil.Process(broker_pid))
+    for name, pid in _WATCHED.items():
+        found[name] = cpu_seconds(psutil.Process(pid))
     return found
 
 

@@ -42,18 +42,22 @@ SETTLE_MAX_S = 900
 PER_TOPOLOGY = {"topology": (1, 1), "tiers": (4, 4)}
 
 
-def settle(cluster: AirflowCluster) -> float:
-    """Wait until no DAG run was created for ``QUIET_S`` and no task runs (at most ``SETTLE_MAX_S``)."""
+def settle(cluster: AirflowCluster, at_least: float = 0) -> float:
+    """
+    Wait until no DAG run was created for ``QUIET_S`` and no task runs (at most ``SETTLE_MAX_S``).
+
+    ``at_least``: and this many seconds have passed (idle lanes' checks back off for minutes).
+    """
     started = time.monotonic()
     last_runs, quiet_since = -1, started
-    while time.monotonic() - started < SETTLE_MAX_S:
+    while time.monotonic() - started < max(SETTLE_MAX_S, at_least + QUIET_S):
         runs, _ = counts(cluster)
         [(busy,)] = cluster.query(
             "SELECT count(*) FROM task_instance WHERE state IN ('running', 'queued', 'scheduled')"
         )
         if runs != last_runs or busy:
             last_runs, quiet_since = runs, time.monotonic()
-        elif time.monotonic() - quiet_since >= QUIET_S:
+        elif time.monotonic() - quiet_since >= QUIET_S and time.monotonic() - started >= at_least:
             break
         cluster.check_alive()
         time.sleep(5)
@@ -70,6 +74,7 @@ def capacity(
     per_file: int = 0,
     dag_layout: str = "topology",
     shared_watch_consumers: bool = True,
+    settle_at_least: float = 0,
 ) -> dict[str, Any]:
     """
     ``count`` idle event topologies from one folder, then records through the first one.
@@ -112,7 +117,7 @@ def capacity(
                 time.sleep(5)
             ready_s = round(time.monotonic() - started, 1)
             in_db = deployed(cluster)
-            settle_s = settle(cluster)
+            settle_s = settle(cluster, settle_at_least)
             parse = parse_seconds(cluster, count)
             load_start = os.getloadavg()
             idle = measure_window(cluster, broker_pid, seconds)

@@ -64,6 +64,7 @@ from bench.airflow_deploy import (
     deployed,
     measure_window,
     memory,
+    watch_process,
 )
 from bench.capacity import capacity
 from bench.plain_control import plain_dags
@@ -181,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         default=0,
         help="capacity: topologies per DAG file (folder shards, docs/capacity.md); 0: one file for all",
     )
+    parser.add_argument(
+        "--settle-at-least",
+        type=float,
+        default=0,
+        help="capacity: settle at least this many seconds before the idle window (idle lanes' checks back "
+        "off for minutes: 30, 60, 120, 240, then 300 s apart)",
+    )
     parser.add_argument("--cases", default="baseline,event,schedule", help="which idle cases to run")
     parser.add_argument("--broker", choices=("kafka", "tansu"), default="kafka", help="Apache Kafka or Tansu")
     parser.add_argument(
@@ -235,7 +243,11 @@ def main(argv: list[str] | None = None) -> int:
             ApacheKafka(heap=args.broker_heap) if args.broker == "kafka" else EmbeddedBroker()
         )
         broker = stack.enter_context(kind)
-        databases = AirflowDatabases(stack.enter_context(PostgresCluster())) if args.postgres else None
+        databases = None
+        if args.postgres:
+            pg = stack.enter_context(PostgresCluster())
+            databases = AirflowDatabases(pg)
+            watch_process("postgres", pg.pid)  # its CPU in every window, beside the broker's
         for case in [c for c in args.cases.split(",") if c]:
             name = f"{case}-{stamp:%H%M%S}"
             topologies = [] if case == "baseline" else [(f"idle-{name}", tiers)]
@@ -273,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
                         per_file=args.per_file,
                         dag_layout=args.dag_layout,
                         shared_watch_consumers=args.shared_watch_consumers,
+                        settle_at_least=args.settle_at_least,
                     )
                 )
             except RuntimeError as exc:  # a component died (e.g. SQLite "database is locked"): say so

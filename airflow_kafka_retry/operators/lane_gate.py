@@ -132,7 +132,7 @@ class LaneGate:
             waiting = [task for task in others if task in run and _state(run[task]) in WAITING_STATES]
             if waiting:
                 _skip(waiting)
-                log.info("skipped %s: not due in this run, waiting for their lane in another run", waiting)
+                log.info("skipped %s: not named in this run and not started yet", ", ".join(waiting))
         except Exception as exc:  # each of them still skips itself when it starts
             log.warning("cannot skip this run's waiting lanes (%s: %s)", type(exc).__name__, exc)
 
