@@ -251,8 +251,14 @@ def test_the_source_topic_lookup_runs_under_the_drains_call_deadline(
     assert (
         run_local(topology, topology.tier(0), config, OPTIONS, in_process=True).partitions[0].status == "ok"
     )
-    time.sleep(0.5)  # due
     tier = topology.retry_tiers[0]
+    # the routed record is readable once its transaction's markers are written (asynchronous to the commit,
+    # late on a loaded machine), and due 300 ms after it was routed
+    deadline = time.monotonic() + 60
+    while not read_all(kafka_bootstrap, tier.topic):
+        assert time.monotonic() < deadline, f"the routed dead letter is not readable in {tier.topic} in 60 s"
+        time.sleep(0.2)
+    time.sleep(0.5)  # due
     job = PartitionJob(topology, tier, 0, config, OPTIONS, cutoff_ms=int(time.time() * 1000))
     seen: list[tuple[list[str], str | None]] = []
     real = redelivery.partition_counts
