@@ -7,8 +7,9 @@ thread 15 + 5 s), a healthy lane's call queued behind them and its due records d
 with 6 blocked ``to_thread`` calls, a trivial 7th finished only after 5 s). Here each call starts a
 thread of its own that ends with the call: a lane waiting on its broker holds one thread, an idle
 topology none, and no lane's call waits for another's longer than :data:`SLOW_S`: at most :data:`SLOTS`
-calls run side by side (a burst of openings stays small in memory), and a call running longer than
-:data:`SLOW_S`, a lane waiting on its broker, gives its slot up.
+calls run side by side (a burst of openings stays small in memory: a call waiting for its turn has no
+thread yet), and a call running longer than :data:`SLOW_S`, a lane waiting on its broker, gives its slot
+up. A call that has not started by its deadline is dropped from the queue, and its lane backs off.
 
 Each call has a deadline (:data:`CALL_DEADLINE_S`, beyond the client timeouts the call hands librdkafka,
 which normally end it first). A call still running at its deadline is *abandoned*: the lane gets
@@ -26,6 +27,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -48,26 +50,51 @@ _running = 0  # calls whose thread has not ended, abandoned ones included; guard
 
 
 class _Gate:
-    """At most :data:`SLOTS` calls run side by side, not counting those running longer than :data:`SLOW_S`."""
+    """
+    At most :data:`SLOTS` calls run side by side, not counting those running longer than :data:`SLOW_S`.
+
+    A call waiting for a slot has no thread yet: it is queued here and its thread starts when a running call
+    ends or turns slow. (A thread per waiting call made 4,000 lanes opening at once 4,000 threads, each
+    woken on every slot's change: the bench process's load average went past 2,000.)
+    """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._entered: dict[object, float] = {}  # call -> when it entered, until it leaves
+        self._lock = threading.Lock()
+        self._fast = 0  # calls started and not yet slow or ended
+        self._waiting: deque[_Call] = deque()
 
-    def enter(self, call: object) -> None:
-        with self._cond:
-            while True:
-                now = time.monotonic()
-                fast = [t for t in self._entered.values() if now - t < SLOW_S]
-                if len(fast) < SLOTS:
-                    self._entered[call] = now
-                    return
-                self._cond.wait(min(fast) + SLOW_S - now)  # until the oldest turns slow, or one leaves
+    def submit(self, call: _Call) -> None:
+        """Start ``call`` now if a slot is free, else queue it."""
+        with self._lock:
+            if self._fast >= SLOTS:
+                self._waiting.append(call)
+                return
+            self._fast += 1
+            call.fast = True
+        call.start()
 
-    def leave(self, call: object) -> None:
-        with self._cond:
-            self._entered.pop(call, None)
-            self._cond.notify()
+    def withdraw(self, call: _Call) -> bool:
+        """Take a call that has not started out of the queue; False if it has started."""
+        with self._lock:
+            try:
+                self._waiting.remove(call)
+            except ValueError:
+                return False
+            return True
+
+    def release(self, call: _Call) -> None:
+        """``call`` ended or turned slow: its slot goes to the first call waiting, if any."""
+        with self._lock:
+            if not call.fast:
+                return
+            call.fast = False
+            if self._waiting:
+                after = self._waiting.popleft()
+                after.fast = True  # the slot passes on: _fast is unchanged
+            else:
+                self._fast -= 1
+                return
+        after.start()
 
 
 _GATE = _Gate()
@@ -90,32 +117,43 @@ def running_calls() -> int:
 
 
 class _Call:
-    """One call in its thread: what it is, whether it was abandoned, and what runs after it."""
+    """One call: what it is, whether it started, was abandoned, and what runs after it."""
 
-    def __init__(self, what: str, fn: Callable[[], Any]) -> None:
+    def __init__(
+        self, what: str, fn: Callable[[], Any], loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]
+    ) -> None:
         self.what = what
         self.fn = fn
+        self.loop = loop
+        self.future = future
         self.started = time.monotonic()
         self.lock = threading.Lock()
+        self.fast = False  # holds one of the gate's slots (guarded by the gate's lock)
         self.ended = False
         self.abandoned = False
         self.after: list[Callable[[], object]] = []
 
-    def work(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    def start(self) -> None:
+        """Its thread, and the gate's slot back after :data:`SLOW_S` if it still runs then."""
+        self.started = time.monotonic()
+        threading.Thread(target=self.work, name=f"kafka-retry: {self.what}", daemon=True).start()
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the slot comes back when the call ends
+            self.loop.call_soon_threadsafe(self.loop.call_later, SLOW_S, _GATE.release, self)
+
+    def work(self) -> None:
         try:
-            self._work(loop, future)
+            self._work()
         finally:
             _count_running(-1)
 
-    def _work(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    def _work(self) -> None:
         outcome: tuple[Any, BaseException | None]
-        _GATE.enter(self)
         try:
             outcome = (self.fn(), None)
         except BaseException as exc:  # handed to the awaiting lane as it is
             outcome = (None, exc)
         finally:
-            _GATE.leave(self)
+            _GATE.release(self)
         with self.lock:
             self.ended = True
             after, self.after = self.after, []
@@ -127,7 +165,7 @@ class _Call:
                 step()
         if not abandoned:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
-                loop.call_soon_threadsafe(_settle, future, outcome)
+                self.loop.call_soon_threadsafe(_settle, self.future, outcome)
 
     def abandon(self) -> bool:
         """Mark the call abandoned (counted until it returns); False if it has returned meanwhile."""
@@ -194,20 +232,26 @@ class BrokerCalls:
         self._refuse_if_stuck(capped=capped)
         if deadline_s is None:
             deadline_s = CALL_DEADLINE_S
-        call = _Call(what, fn)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[T] = loop.create_future()
+        call = _Call(what, fn, loop, future)
         _count_running(1)
-        threading.Thread(
-            target=call.work, args=(loop, future), name=f"kafka-retry: {what}", daemon=True
-        ).start()
+        _GATE.submit(call)
         try:
             await asyncio.wait({future}, timeout=deadline_s)
-        except asyncio.CancelledError:  # the trigger stops: the thread goes on, counted until it returns
+        except asyncio.CancelledError:  # the trigger stops: a started call's thread goes on, counted
             future.cancel()
-            if call.abandon():
+            if _GATE.withdraw(call):
+                _count_running(-1)
+            elif call.abandon():
                 self._stuck = call  # closing the watch it uses waits for it (after)
             raise
+        if not future.done() and _GATE.withdraw(call):
+            _count_running(-1)
+            raise CallStuck(
+                f"{self.where}: {what} did not start within {deadline_s:.0f} s: the triggerer's other broker "
+                f"calls held every one of its {SLOTS} slots"
+            )
         if not future.done() and call.abandon():
             future.cancel()
             self._stuck = call

@@ -165,11 +165,11 @@ def test_a_cancelled_call_leaves_closing_to_its_thread() -> None:
     assert closed == ["closed"]
 
 
-def test_at_most_slots_calls_run_side_by_side_until_they_turn_slow(monkeypatch) -> None:
-    """A burst of calls (800 lanes opening at once) runs SLOTS at a time; a slow one gives its slot up."""
+def test_at_most_slots_calls_run_side_by_side_and_one_ending_lets_the_next_in(monkeypatch) -> None:
+    """A burst of calls (4,000 lanes opening at once) runs SLOTS at a time; those waiting have no thread."""
     monkeypatch.setattr(broker_calls, "SLOTS", 3)
-    monkeypatch.setattr(broker_calls, "SLOW_S", LIVENESS_S)  # none turns slow in this test's first part
-    release = threading.Event()
+    monkeypatch.setattr(broker_calls, "SLOW_S", LIVENESS_S)  # none turns slow in this test
+    releases = [threading.Event() for _ in range(5)]
     started: list[int] = []
     lock = threading.Lock()
 
@@ -177,29 +177,82 @@ def test_at_most_slots_calls_run_side_by_side_until_they_turn_slow(monkeypatch) 
         def blocked() -> int:
             with lock:
                 started.append(i)
-            release.wait(LIVENESS_S)
+            releases[i].wait(LIVENESS_S)
             return i
 
         return blocked
 
-    async def main() -> list[int]:
+    async def main() -> list[object]:
+        threads = threading.active_count()
         tasks = [asyncio.ensure_future(BrokerCalls(f"lane {i}").run("opening", call(i))) for i in range(5)]
         deadline = time.monotonic() + LIVENESS_S
         while len(started) < 3:
             assert time.monotonic() < deadline, "the first calls never started"
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.3)  # room for a fourth to start, were it let in
-        running = len(started)
-        monkeypatch.setattr(broker_calls, "SLOW_S", 0.05)  # the three running now count as slow
-        with broker_calls._GATE._cond:
-            broker_calls._GATE._cond.notify_all()
-        while len(started) < 5:
-            assert time.monotonic() < deadline, "the calls held back never started"
+        seen: list[object] = [sorted(started), threading.active_count() - threads]
+        releases[1].set()  # one ends: the first waiting call takes its slot
+        while len(started) < 4:
+            assert time.monotonic() < deadline, "the call held back never started"
             await asyncio.sleep(0.01)
-        release.set()
-        return [running, *sorted(await asyncio.gather(*tasks))]
+        seen.append(started[3])
+        for release in releases:
+            release.set()
+        seen.append(sorted(await asyncio.gather(*tasks)))
+        return seen
 
     try:
-        assert asyncio.run(main()) == [3, 0, 1, 2, 3, 4]
+        assert asyncio.run(main()) == [[0, 1, 2], 3, 3, [0, 1, 2, 3, 4]]
+    finally:
+        for release in releases:
+            release.set()
+
+
+def test_a_call_running_past_slow_s_gives_its_slot_up(monkeypatch) -> None:
+    """One slot: a call blocked on its broker past SLOW_S lets the next call start beside it."""
+    monkeypatch.setattr(broker_calls, "SLOTS", 1)
+    monkeypatch.setattr(broker_calls, "SLOW_S", 0.2)
+    release = threading.Event()
+
+    async def main() -> str:
+        started = threading.Event()
+        blocked = asyncio.ensure_future(BrokerCalls("lane 0").run("reading", _blocked(release, started)))
+        await asyncio.to_thread(started.wait, LIVENESS_S)
+        answered = await BrokerCalls("lane 1").run("quick", lambda: "answered", deadline_s=LIVENESS_S)
+        assert not blocked.done()
+        release.set()
+        assert await blocked == "late"
+        return answered
+
+    try:
+        assert asyncio.run(main()) == "answered"
     finally:
         release.set()
+
+
+def test_a_call_that_never_got_a_slot_by_its_deadline_leaves_the_queue(monkeypatch) -> None:
+    """No thread was started for it: its lane is not stuck, and nothing runs it later."""
+    monkeypatch.setattr(broker_calls, "SLOTS", 1)
+    monkeypatch.setattr(broker_calls, "SLOW_S", LIVENESS_S)
+    release = threading.Event()
+    ran: list[str] = []
+
+    async def main() -> None:
+        started = threading.Event()
+        blocked = asyncio.ensure_future(BrokerCalls("lane 0").run("reading", _blocked(release, started)))
+        await asyncio.to_thread(started.wait, LIVENESS_S)
+        lane = BrokerCalls("lane 1")
+        with pytest.raises(CallStuck, match=r"lane 1: quick did not start within 0 s: .* 1 slots"):
+            await lane.run("quick", lambda: ran.append("ran"), deadline_s=0.2)
+        assert not lane.stuck
+        assert abandoned_calls() == 0
+        release.set()
+        assert await blocked == "late"
+        assert await lane.run("again", lambda: "answered") == "answered"
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()
+    assert ran == []
+    assert broker_calls.running_calls() == 0
