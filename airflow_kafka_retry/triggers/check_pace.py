@@ -9,7 +9,8 @@ interval that backs off while nothing changes); this keeps what it compares from
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,14 @@ Key = tuple[str, int]
 #: How often a lane looks for a topic it watches once it exists (another framework's DLQ, which the broker
 #: or the connector creates at its first dead letter), instead of every idle interval.
 AWAITED_TOPIC_CHECK_MS = 5_000
+#: Each idle interval is cut by up to this share, at random: lanes opened together (a triggerer's start,
+#: 4,000 lanes of 1,000 topologies) back off apart instead of all checking in the same second.
+IDLE_SPREAD = 0.2
+
+
+def random_spread() -> float:
+    """The share of its idle interval a lane waits this time: from ``1 - IDLE_SPREAD`` to 1."""
+    return 1.0 - random.random() * IDLE_SPREAD  # timers spread, not a secret
 
 
 def first_fire_ms(watch: HeadWatch, now: int, fire_ahead_ms: int) -> int | None:
@@ -58,6 +67,7 @@ class CheckPace:
     next_ms: int = 0  # when the next check is due (epoch ms; 0: at once)
     committed: dict[Key, int] = field(default_factory=dict)  # what the last check read
     seen: frozenset[tuple[Key, int]] = frozenset()  # the heads at the last check
+    spread: Callable[[], float] = random_spread  # the share of an idle interval waited each time
 
     @classmethod
     def of(cls, seconds: Mapping[str, float]) -> CheckPace:
@@ -111,7 +121,7 @@ class CheckPace:
         at = check_at_ms(
             now,
             busy_ms=self.busy_ms,
-            idle_ms=self.interval_ms or self.idle_ms,
+            idle_ms=round((self.interval_ms or self.idle_ms) * self.spread()),
             first_fire_ms=first_fire_ms(watch, now, self.fire_ahead_ms),
             wave_pending=wave_pending,
         )

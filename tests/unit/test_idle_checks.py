@@ -14,7 +14,12 @@ import pytest
 from airflow_kafka_retry.engine.heads.peek import PartitionHead
 from airflow_kafka_retry.policy.timing.idle_checks import check_at_ms, idle_interval_ms
 from airflow_kafka_retry.policy.timing.waves import Wave
-from airflow_kafka_retry.triggers.check_pace import AWAITED_TOPIC_CHECK_MS, CheckPace
+from airflow_kafka_retry.triggers.check_pace import (
+    AWAITED_TOPIC_CHECK_MS,
+    IDLE_SPREAD,
+    CheckPace,
+    random_spread,
+)
 
 BUSY, IDLE, CAP = 1_000, 30_000, 300_000
 NOW = 1_000_000_000
@@ -73,7 +78,7 @@ class _Watch:
 
 
 def _pace(fire_ahead: float = 0.0) -> CheckPace:
-    return CheckPace.of(
+    pace = CheckPace.of(
         {
             "commit_check": 1.0,
             "idle_check": 30.0,
@@ -82,6 +87,8 @@ def _pace(fire_ahead: float = 0.0) -> CheckPace:
             "refire_after": 45.0,
         }
     )
+    pace.spread = lambda: 1.0  # every idle interval waited in full (the spread: its own test)
+    return pace
 
 
 def _idle_checks(pace: CheckPace, watch: Any, committed: dict[tuple[str, int], int], count: int) -> list[int]:
@@ -152,3 +159,18 @@ def test_a_reopened_watch_checks_at_once_from_the_base_interval() -> None:
     pace.restart()
     assert pace.due(NOW)
     assert _idle_checks(pace, watch, {("t", 0): 5}, 1) == [30_000]
+
+
+def test_lanes_opened_together_back_off_apart() -> None:
+    """A thousand lanes' idle checks, each interval cut by up to IDLE_SPREAD at random: never later."""
+    paces = [_pace() for _ in range(1000)]
+    watch = _Watch()
+    for pace in paces:
+        pace.spread = random_spread
+    nexts = []
+    for pace in paces:
+        pace.saw(watch, {("t", 0): 5}, wave_pending=False)
+        pace.plan(watch, NOW, None)
+        nexts.append(pace.next_ms - NOW)
+    assert all(30_000 * (1 - IDLE_SPREAD) <= gap <= 30_000 for gap in nexts), (min(nexts), max(nexts))
+    assert len({gap // 1000 for gap in nexts}) >= 5, sorted(set(nexts))[:10]  # over at least 5 seconds
