@@ -229,21 +229,28 @@ async def _drive(trigger: Any) -> None:
         pass
 
 
+def _fetch_wait(args: argparse.Namespace) -> dict[str, int]:
+    """The connection's ``fetch.wait.max.ms`` when ``--fetch-wait-ms`` is given (else the watch's default)."""
+    return {} if args.fetch_wait_ms is None else {"fetch.wait.max.ms": args.fetch_wait_ms}
+
+
 def child(args: argparse.Namespace) -> int:
     """One mode and size in this process: create the topics, watch, print the result as JSON."""
     from airflow_kafka_retry.sandbox.scratch_topics import create_topics, unique_topic
 
     os.environ[f"AIRFLOW_CONN_{CONN_ID.upper()}"] = json.dumps(
-        {"conn_type": "kafka", "extra": {"bootstrap.servers": args.bootstrap}}
+        {"conn_type": "kafka", "extra": {"bootstrap.servers": args.bootstrap, **_fetch_wait(args)}}
     )
     names = [unique_topic(f"bw{i}") for i in range(args.count)]
     topics = [t for n in names for t in (n, f"{n}-retry-1", f"{n}-retry-2", f"{n}-dlt")]
-    create_topics(args.bootstrap, topics, partitions=3)
+    for start in range(0, len(topics), 1000):  # a CreateTopics request takes at most 10,000 partitions
+        create_topics(args.bootstrap, topics[start : start + 1000], partitions=3, timeout=60.0)
     if args.tracemalloc:
         tracemalloc.start()
     _count_calls()
     result = asyncio.run(_watch(names, args.window, args.broker_pid, args.settle))
-    sys.stdout.write(json.dumps({"mode": args.mode, "topologies": args.count, **result}) + "\n")
+    found = {"mode": args.mode, "topologies": args.count, "fetch_wait_ms": args.fetch_wait_ms, **result}
+    sys.stdout.write(json.dumps(found) + "\n")
     return 0
 
 
@@ -259,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tracemalloc", action="store_true", help="list the Python allocations by file")
     parser.add_argument("--bootstrap", help="an existing broker (default: start Apache Kafka)")
+    parser.add_argument(
+        "--fetch-wait-ms", type=int, help="the watch consumers' fetch.wait.max.ms (default: the provider's)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)  # a child process's one size
     parser.add_argument("--broker-pid", type=int, help=argparse.SUPPRESS)  # the broker the bench started
@@ -276,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
                 command += ["--count", str(count), "--mode", mode, "--window", str(args.window)]
                 command += ["--tracemalloc"] if args.tracemalloc else []
                 command += ["--settle", str(args.settle)] if args.settle is not None else []
+                if args.fetch_wait_ms is not None:
+                    command += ["--fetch-wait-ms", str(args.fetch_wait_ms)]
                 command += ["--broker-pid", str(broker.pid)] if broker is not None else []
                 # its topics, the openings, the settling and the window, with room to spare
                 limit = 600 + OPEN_WAIT_S + (args.settle or 10.0) + args.window
