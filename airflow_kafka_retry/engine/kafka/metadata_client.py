@@ -1,14 +1,14 @@
 """
 The process's admin client per Kafka configuration: topic metadata that never waits behind a fetch.
 
-A watch consumer long-polls (``fetch.wait.max.ms``, 1 s) while its partitions are at their end, and the
-broker answers a connection's requests in order: a ``list_topics`` on that consumer waited for the fetch,
-about 0.9 s. A triggerer's watches read their partition counts at every committed-offset check, in the
+A watch consumer long-polls (``fetch.wait.max.ms``) while its partitions are at their end, and the broker
+answers a connection's requests in order: a ``list_topics`` on that consumer waited for the fetch, about 0.9 s
+with a 1 s wait. A triggerer's watches read their partition counts at every committed-offset check, in the
 event loop's small default thread pool (6 threads on 2 cores), so 400 idle watches kept the pool full and
 everything else waiting in it, Airflow's own "Trigger fired event" step included: at 100 topologies a due
-wave's event reached the metadata DB 8 to 33 s late. An admin client fetches nothing, so its metadata
-answer comes at once; one per process and configuration serves every watch. Never closed: it lives as
-long as the process, and a forked child leaves its inherited copies alone (``process_clients.py``).
+wave's event reached the metadata DB 8 to 33 s late. An admin client fetches nothing, so its metadata answer
+comes at once; one per process and configuration serves every watch. Never closed: it lives as long as the
+process, and a forked child leaves its inherited copies alone (``process_clients.py``).
 """
 
 from __future__ import annotations
