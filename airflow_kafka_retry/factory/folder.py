@@ -6,8 +6,8 @@ this. The DAG processor then parses one file: the provider's import is paid once
 not once per topology file. One bad YAML does not take the other topologies' DAGs down: by default it
 is logged (naming the file and the problem) and skipped, as Airflow DAG factories over config folders
 do; ``strict=True`` turns it into an import error of the DAG file instead. A task process (Airflow's
-parsing context names the DAG it runs) builds only the topology holding that DAG, so a task start does not
-pay for every topology of the folder.
+parsing context names the DAG it runs) builds only the topology holding that DAG, looking first in the
+files whose text names the DAG's topic, so a task start does not pay for every topology of the folder.
 
 The DAG processor writes a file's DAGs to the metadata DB in one transaction that locks their rows, and the
 scheduler skips a locked DAG when it creates runs: a file of 100 topologies (400 DAGs) held them for about
@@ -95,6 +95,8 @@ def build_retry_dags_from_folder(
     dags: dict[str, DAG] = {}
     built_from: dict[str, Path] = {}
     wanted = _parsing_dag_id()
+    if wanted is not None:
+        files = _likely_first(files, wanted, kwargs)
     for path in files:
         if wanted is not None and wanted not in _dag_ids(path, kwargs):
             continue  # a task process of another topology's DAG
@@ -118,6 +120,8 @@ def build_retry_dags_from_folder(
         used.update(own)
         dags.update(built)
         built_from.update(dict.fromkeys(built, path))
+        if wanted is not None and wanted in built:
+            break  # a task process: its DAG's topology is built, the other files are not loaded
     unknown = sorted(set(overrides) - used)
     if unknown and wanted is None and shard is None and (strict or not _any_skipped(files, built_from)):
         raise TopologyFolderError(
@@ -154,6 +158,33 @@ def _parsing_dag_id() -> str | None:
     from airflow.sdk import get_parsing_context
 
     return get_parsing_context().dag_id
+
+
+def _likely_first(files: list[Path], wanted: str, kwargs: Mapping[str, Any]) -> list[Path]:
+    """
+    ``files``, those whose text names the topic in the DAG id ``wanted`` first (a task process's search).
+
+    Loading every topology of a folder of 1,000 to find one DAG took a task process 0.15 s before its task
+    began. The text test is only an order: a topic written otherwise (quoted with escapes) is found later.
+    """
+    template = str(kwargs.get("dag_id_template", "kafka_retry__{topic}"))
+    dag_id = wanted.removesuffix(SETUP_SUFFIX)
+    prefix, found, suffix = template.partition("{topic}")
+    if not found or "{" in prefix + suffix or not (dag_id.startswith(prefix) and dag_id.endswith(suffix)):
+        return files
+    topic = dag_id[len(prefix) : len(dag_id) - len(suffix)]
+    if not topic:
+        return files
+
+    def names_it(path: Path) -> bool:
+        try:
+            return topic in path.read_text(errors="replace")
+        except OSError:
+            return False  # loaded in its turn, where its error is reported
+
+    likely = [p for p in files if names_it(p)]
+    rest = set(files) - set(likely)
+    return likely + [p for p in files if p in rest]
 
 
 def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:

@@ -110,6 +110,32 @@ def test_a_task_process_builds_only_the_topology_of_its_dag(tmp_path, monkeypatc
     assert caplog.records == []  # the broken file is another topology's business in a task process
 
 
+def test_a_task_process_loads_only_the_file_naming_its_topic_when_one_does(tmp_path, monkeypatch):
+    """A folder of many topologies: the task's own file is found by its text, no other YAML is loaded."""
+    from airflow_kafka_retry.factory import folder
+
+    for i in range(20):
+        topology(tmp_path, f"t{i:02d}.yaml", f"team{i:02d}-events")
+    (tmp_path / "quoted.yaml").write_text(  # its topic written with an escape: found by loading, later
+        'topic: "esc\\x61ped"\ngroup_id: g\nattempts: 3\nbackoff: {kind: custom, delays: [30s, 60s]}\n'
+    )
+    loaded: list[str] = []
+    load = folder.load_topology
+
+    def counted(path):
+        loaded.append(Path(path).name)
+        return load(path)
+
+    monkeypatch.setattr(folder, "load_topology", counted)
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "kafka_retry__team17-events")
+    assert sorted(build_retry_dags_from_folder(tmp_path, handler=HANDLER)) == ["kafka_retry__team17-events"]
+    assert set(loaded) == {"t17.yaml"}
+    loaded.clear()
+    monkeypatch.setenv("_AIRFLOW_PARSING_CONTEXT_DAG_ID", "kafka_retry__escaped")
+    assert sorted(build_retry_dags_from_folder(tmp_path, handler=HANDLER)) == ["kafka_retry__escaped"]
+    assert "quoted.yaml" in loaded
+
+
 def test_shards_split_the_folder_each_topology_in_exactly_one(tmp_path):
     for i in range(12):
         topology(tmp_path, f"t{i:02d}.yaml", f"t{i:02d}")
