@@ -150,6 +150,10 @@ def capacity(
                         "runs": _by_run([e for e in entries if e["topic"] == tier]),
                     }
             every = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if "-retry-" in e["topic"]]
+            try:
+                timeline: Any = _timeline(cluster, f"kafka_retry__{names[0]}", entries)
+            except Exception as exc:  # the figures above are kept either way
+                timeline = {"error": f"{type(exc).__name__}: {exc}"}
             return {
                 "case": "capacity",
                 "dag_layout": dag_layout,
@@ -179,6 +183,7 @@ def capacity(
                         "max_s": round(max(every), 2) if every else None,
                     },
                     "load_average": [round(x, 2) for x in os.getloadavg()],
+                    "timeline": timeline,
                 },
             }
         finally:
@@ -232,6 +237,51 @@ def _by_run(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return listed
+
+
+def _timeline(cluster: AirflowCluster, dag_id: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """
+    Each run of the active topology's DAG, in seconds after the first record fell due.
+
+    Its asset event, the run queued and started, and each task queued, started and ended: where a late
+    wave's seconds went. PostgreSQL only (the capacity bench's metadata DB).
+    """
+    if not entries:
+        return []
+    first_due = min(e["due_ms"] for e in entries) / 1000
+    rows = cluster.query(
+        "SELECT r.run_id, extract(epoch from r.queued_at), extract(epoch from r.start_date), t.task_id, "
+        "t.state, extract(epoch from t.queued_dttm), extract(epoch from t.start_date), "
+        "extract(epoch from t.end_date) "
+        "FROM dag_run r JOIN task_instance t ON t.dag_id = r.dag_id AND t.run_id = r.run_id "
+        "WHERE r.dag_id = ? ORDER BY r.queued_at, t.task_id",
+        dag_id,
+    )
+    events = dict(
+        cluster.query(
+            "SELECT r.run_id, extract(epoch from max(e.timestamp)) FROM dag_run r "
+            "JOIN dagrun_asset_event d ON d.dag_run_id = r.id JOIN asset_event e ON e.id = d.event_id "
+            "WHERE r.dag_id = ? GROUP BY r.run_id",
+            dag_id,
+        )
+    )
+
+    def rel(value: Any) -> float | None:
+        return None if value is None else round(float(value) - first_due, 2)
+
+    runs: dict[str, dict[str, Any]] = {}
+    for run_id, queued, started, task, state, t_queued, t_started, t_ended in rows:
+        run = runs.setdefault(
+            run_id,
+            {
+                "run": run_id,
+                "event_s": rel(events.get(run_id)),
+                "queued_s": rel(queued),
+                "started_s": rel(started),
+            },
+        )
+        run.setdefault("tasks", {})[task] = [state, rel(t_queued), rel(t_started), rel(t_ended)]
+    return list(runs.values())
 
 
 def _produce(bootstrap: str, topic: str, count: int) -> None:
