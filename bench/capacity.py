@@ -246,9 +246,10 @@ def _timeline(cluster: AirflowCluster, dag_id: str, entries: list[dict[str, Any]
     Its asset event, the run queued and started, and each task queued, started and ended: where a late
     wave's seconds went. PostgreSQL only (the capacity bench's metadata DB).
     """
-    if not entries:
+    dues = [e["due_ms"] for e in entries if e.get("due_ms") is not None]  # a main-topic record has none
+    if not dues:
         return []
-    first_due = min(e["due_ms"] for e in entries) / 1000
+    first_due = min(dues) / 1000
     rows = cluster.query(
         "SELECT r.run_id, extract(epoch from r.queued_at), extract(epoch from r.start_date), t.task_id, "
         "t.state, extract(epoch from t.queued_dttm), extract(epoch from t.start_date), "
