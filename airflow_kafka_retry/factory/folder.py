@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_kafka_retry.factory.connections import role_connections
-from airflow_kafka_retry.factory.retry_dags import SETUP_SUFFIX, build_retry_dags
+from airflow_kafka_retry.factory.retry_dags import DEFAULT_DAG_ID_TEMPLATE, SETUP_SUFFIX, build_retry_dags
 from airflow_kafka_retry.policy.topology.file import load_topology
 
 if TYPE_CHECKING:
@@ -167,7 +167,7 @@ def _likely_first(files: list[Path], wanted: str, kwargs: Mapping[str, Any]) -> 
     Loading every topology of a folder of 1,000 to find one DAG took a task process 0.15 s before its task
     began. The text test is only an order: a topic written otherwise (quoted with escapes) is found later.
     """
-    template = str(kwargs.get("dag_id_template", "kafka_retry__{topic}"))
+    template = str(kwargs.get("dag_id_template", DEFAULT_DAG_ID_TEMPLATE))
     dag_id = wanted.removesuffix(SETUP_SUFFIX)
     prefix, found, suffix = template.partition("{topic}")
     if not found or "{" in prefix + suffix or not (dag_id.startswith(prefix) and dag_id.endswith(suffix)):
@@ -182,9 +182,7 @@ def _likely_first(files: list[Path], wanted: str, kwargs: Mapping[str, Any]) -> 
         except OSError:
             return False  # loaded in its turn, where its error is reported
 
-    likely = [p for p in files if names_it(p)]
-    rest = set(files) - set(likely)
-    return likely + [p for p in files if p in rest]
+    return sorted(files, key=lambda p: not names_it(p))  # stable: the folder's order within each part
 
 
 def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
@@ -195,7 +193,7 @@ def _dag_ids(path: Path, kwargs: Mapping[str, Any]) -> set[str]:
         topology = load_topology(path)  # cached: the build loads it again for free
     except (TopologyError, OSError):
         return set()
-    template = kwargs.get("dag_id_template", "kafka_retry__{topic}")
+    template = kwargs.get("dag_id_template", DEFAULT_DAG_ID_TEMPLATE)
     topics = [t.topic for t in (*topology.tiers, *topology.dlt_tiers)]
     return {template.format(topic=t) for t in topics} | {template.format(topic=topology.topic) + SETUP_SUFFIX}
 

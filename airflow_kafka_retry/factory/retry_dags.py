@@ -53,6 +53,8 @@ TRIGGERS = ("event", "schedule")
 LAYOUTS = ("topology", "tiers")
 #: Event mode: the setup DAG's id, ``dag_id_template`` formatted with the main topic, plus this.
 SETUP_SUFFIX = "__ensure_topics"
+#: How ``build_retry_dags`` names a DAG unless told otherwise (``{topic}``: the topology's or the tier's).
+DEFAULT_DAG_ID_TEMPLATE = "kafka_retry__{topic}"
 #: DAG arguments the factory sets itself; each has its own parameter (or override) instead.
 _OWNED = {
     "dag_id": "dag_id_template",
@@ -70,7 +72,7 @@ def build_retry_dags(
     value_deserializer: str | None = None,
     on_dlt: Callable[..., Any] | Sequence[Callable[..., Any]] | None = (),
     options: Mapping[str, Any] | None = None,
-    dag_id_template: str = "kafka_retry__{topic}",
+    dag_id_template: str = DEFAULT_DAG_ID_TEMPLATE,
     include_main: bool | None = None,
     dlt_watch: bool = True,
     spark_conn_id: str = "spark_default",
