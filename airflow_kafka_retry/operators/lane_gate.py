@@ -71,7 +71,7 @@ class LaneGate:
         return [*([self.setup_task] if self.setup_task else []), *self.lanes]
 
     def __call__(self, context: Context) -> None:
-        from airflow.exceptions import AirflowSkipException
+        from airflow.providers.common.compat.sdk import AirflowSkipException
 
         ti = context["ti"]
         log = context["task"].log

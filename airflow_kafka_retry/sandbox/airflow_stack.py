@@ -87,6 +87,10 @@ def airflow_env(
             # a task waits this long for the api-server's answer (default 5 s) before it retries: on a loaded
             # machine the first answers took up to 31 s, and a retried "task started" call fails the task
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+            # a skipped (or failed) try is reported once its process is reaped; when its sockets close just
+            # before that, the task supervisor waits this long (default 5 s) and the try holds its lane's
+            # one slot meanwhile (docs/operations.md, "Workers: report a skip within a second")
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "1",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             # the scheduler's and the triggerer's log servers (serve-logs children): ports of this deployment,
             # not Airflow's fixed 8793 and 8794, which another deployment on the machine may hold
