@@ -144,6 +144,7 @@ def deploy(
     shards: int = 1,
     dag_layout: str = "topology",
     shared_watch_consumers: bool = True,
+    parse_interval: int = 30,
 ) -> AirflowCluster:
     """
     Start an Airflow running ``topologies`` (name, retry delays) on the broker at ``bootstrap``.
@@ -151,7 +152,8 @@ def deploy(
     ``layout``: the DAG files, ``per_file`` (one per topology) or ``folder`` (one folder file, or
     ``shards`` files); ``dag_layout``: the factory's ``layout=``, ``topology`` or ``tiers`` (schedule mode
     has only ``tiers``); ``shared_watch_consumers``: the triggerer's watchers share one consumer
-    (``[kafka_retry] shared_watch_consumers``, the default; off: a consumer per watched lane).
+    (``[kafka_retry] shared_watch_consumers``, the default; off: a consumer per watched lane);
+    ``parse_interval``: ``[dag_processor] min_file_process_interval`` (Airflow's default, 30 s).
     """
     if dag_layout not in DAG_LAYOUTS:
         raise ValueError(f"dag_layout must be one of {', '.join(DAG_LAYOUTS)}, got {dag_layout!r}")
@@ -162,8 +164,9 @@ def deploy(
         extra={
             "AKR_TIMED_LEDGER": str(ledger or home / "handled.jsonl"),
             "AIRFLOW__CORE__PARALLELISM": "8",
-            # Airflow's default parse interval, said here for the capacity table (the test stacks' is 600 s)
-            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "30",
+            # Airflow's default parse interval unless told, said here for the capacity table (the test
+            # stacks' is 600 s)
+            "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(parse_interval),
             # an idle topology's DAGs must not pay for byte-compiling the provider at every parse
             "PYTHONDONTWRITEBYTECODE": "",
             # a folder of many topologies is one file: on a loaded machine its parse can outlast the

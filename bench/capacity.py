@@ -75,6 +75,7 @@ def capacity(
     dag_layout: str = "topology",
     shared_watch_consumers: bool = True,
     settle_at_least: float = 0,
+    parse_interval: int = 30,
 ) -> dict[str, Any]:
     """
     ``count`` idle event topologies from one folder, then records through the first one.
@@ -105,6 +106,7 @@ def capacity(
             shards=-(-count // per_file) if per_file else 1,
             dag_layout=dag_layout,
             shared_watch_consumers=shared_watch_consumers,
+            parse_interval=parse_interval,
         )
         try:
             watchers = watchers_each * count
@@ -163,6 +165,7 @@ def capacity(
                     if per_file
                     else "one folder DAG file"
                 ),
+                "parse_interval_s": parse_interval,
                 "topologies": count,
                 "dags": dags_each * count,
                 "watchers": watchers,

@@ -177,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
         "the default); --no-shared-watch-consumers: a consumer per watched lane",
     )
     parser.add_argument(
+        "--parse-interval",
+        type=int,
+        default=30,
+        help="capacity: [dag_processor] min_file_process_interval, seconds (Airflow's default: 30)",
+    )
+    parser.add_argument(
         "--per-file",
         type=int,
         default=0,
@@ -286,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                         dag_layout=args.dag_layout,
                         shared_watch_consumers=args.shared_watch_consumers,
                         settle_at_least=args.settle_at_least,
+                        parse_interval=args.parse_interval,
                     )
                 )
             except RuntimeError as exc:  # a component died (e.g. SQLite "database is locked"): say so
