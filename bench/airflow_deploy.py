@@ -31,6 +31,8 @@ PARTITIONS = 2
 WARM_UP_S = 90
 #: ``build_retry_dags(layout=...)``: one DAG and one watcher per topology, or a DAG and a watcher per tier
 DAG_LAYOUTS = ("topology", "tiers")
+#: Airflow's default ``[dag_processor] min_file_process_interval``, the benches' unless told otherwise.
+PARSE_INTERVAL_S = 30
 
 DAG_FILE = """
 from datetime import timedelta
@@ -144,7 +146,7 @@ def deploy(
     shards: int = 1,
     dag_layout: str = "topology",
     shared_watch_consumers: bool = True,
-    parse_interval: int = 30,
+    parse_interval: int = PARSE_INTERVAL_S,
 ) -> AirflowCluster:
     """
     Start an Airflow running ``topologies`` (name, retry delays) on the broker at ``bootstrap``.
@@ -153,7 +155,7 @@ def deploy(
     ``shards`` files); ``dag_layout``: the factory's ``layout=``, ``topology`` or ``tiers`` (schedule mode
     has only ``tiers``); ``shared_watch_consumers``: the triggerer's watchers share one consumer
     (``[kafka_retry] shared_watch_consumers``, the default; off: a consumer per watched lane);
-    ``parse_interval``: ``[dag_processor] min_file_process_interval`` (Airflow's default, 30 s).
+    ``parse_interval``: ``[dag_processor] min_file_process_interval`` (``PARSE_INTERVAL_S``: Airflow's).
     """
     if dag_layout not in DAG_LAYOUTS:
         raise ValueError(f"dag_layout must be one of {', '.join(DAG_LAYOUTS)}, got {dag_layout!r}")

@@ -29,7 +29,16 @@ from typing import TYPE_CHECKING, Any
 import psutil
 from confluent_kafka import Producer
 
-from bench.airflow_deploy import PARTITIONS, counts, deploy, deployed, measure_window, memory
+from airflow_kafka_retry.factory.retry_dags import DEFAULT_DAG_ID_TEMPLATE
+from bench.airflow_deploy import (
+    PARSE_INTERVAL_S,
+    PARTITIONS,
+    counts,
+    deploy,
+    deployed,
+    measure_window,
+    memory,
+)
 
 if TYPE_CHECKING:
     from airflow_kafka_retry.sandbox.airflow_stack import AirflowCluster
@@ -75,7 +84,7 @@ def capacity(
     dag_layout: str = "topology",
     shared_watch_consumers: bool = True,
     settle_at_least: float = 0,
-    parse_interval: int = 30,
+    parse_interval: int = PARSE_INTERVAL_S,
 ) -> dict[str, Any]:
     """
     ``count`` idle event topologies from one folder, then records through the first one.
@@ -153,7 +162,7 @@ def capacity(
                     }
             every = [(e["handled_ms"] - e["due_ms"]) / 1000 for e in entries if "-retry-" in e["topic"]]
             try:
-                timeline: Any = _timeline(cluster, f"kafka_retry__{names[0]}", entries)
+                timeline: Any = _timeline(cluster, DEFAULT_DAG_ID_TEMPLATE.format(topic=names[0]), entries)
             except Exception as exc:  # the figures above are kept either way
                 timeline = {"error": f"{type(exc).__name__}: {exc}"}
             return {

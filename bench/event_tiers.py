@@ -57,6 +57,7 @@ from airflow_kafka_retry.sandbox.kafka import DEFAULT_HEAP, ApacheKafka
 from airflow_kafka_retry.sandbox.postgres import PostgresCluster
 from bench.airflow_deploy import (
     DAG_LAYOUTS,
+    PARSE_INTERVAL_S,
     REPO,
     WARM_UP_S,
     counts,
@@ -179,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--parse-interval",
         type=int,
-        default=30,
-        help="capacity: [dag_processor] min_file_process_interval, seconds (Airflow's default: 30)",
+        default=PARSE_INTERVAL_S,
+        help="capacity: [dag_processor] min_file_process_interval, seconds (default: Airflow's, "
+        f"{PARSE_INTERVAL_S})",
     )
     parser.add_argument(
         "--per-file",
